@@ -1,0 +1,177 @@
+"""The ``shardkit`` command: parse options, build a frozen config, call the library, map errors to exit codes.
+
+Exit codes: 0 success; 1 failed (bad input, I/O, a worker died); 2 usage error (bad
+options); 3 finished but skipped some inputs (``--on-error skip``); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from . import __version__
+from .config import ConvertConfig, ShardSize, parse_size
+from .errors import ConfigError, ShardkitError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SKIPPED = 0, 1, 2, 3
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _setup_logging(quiet: bool, verbose: bool) -> None:
+    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s" if verbose else "%(message)s"))
+    root = logging.getLogger("shardkit")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False
+
+
+def _errors_to_exit_codes(fn: F) -> F:
+    """ShardkitError → one line on stderr and exit 1 (2 for ConfigError); no tracebacks."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ConfigError as exc:
+            raise click.UsageError(str(exc)) from None
+        except ShardkitError as exc:
+            raise click.ClickException(str(exc)) from None
+        except KeyboardInterrupt:
+            click.echo("interrupted; nothing half-written is visible, re-run to finish", err=True)
+            sys.exit(130)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="shardkit")
+def main() -> None:
+    """Convert segmentation datasets once into training-ready shards, and inspect them."""
+
+
+def _size(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[int, int] | None:
+    try:
+        return parse_size(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _shard_size(_ctx: click.Context, _param: click.Parameter, value: str) -> ShardSize:
+    try:
+        return ShardSize.parse(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@main.command()
+@click.argument("input_dir", type=click.Path(path_type=Path, file_okay=False))
+@click.argument("output_dir", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["npy", "lmdb", "hdf5", "tfrecord"]), default="npy",
+              show_default=True, help="Shard format.")
+@click.option("--size", callback=_size, metavar="HxW", help="Target size, e.g. 352x480 (height x width).")
+@click.option("--resize", type=click.Choice(["none", "exact", "shorter"]), default="none", show_default=True,
+              help="none: no scaling; exact: scale to --size; shorter: scale keeping aspect so --size is covered.")
+@click.option("--crop", type=click.Choice(["center", "none"]), default="center", show_default=True,
+              help="center: crop or pad to --size (TF resize_image_with_crop_or_pad); none: shape set by --resize only.")
+@click.option("--label-encoding", type=click.Choice(["index", "onehot", "packed"]), default="index",
+              show_default=True, help="Stored labels: class ids, one-hot uint8, or bit-packed one-hot.")
+@click.option("--layout", type=click.Choice(["auto", "segnet", "listfile", "class_dict", "cityscapes", "voc",
+                                             "generic"]), default="auto", show_default=True)
+@click.option("--label-suffix", help="Label file name = image stem + this suffix (e.g. _L, _mask).")
+@click.option("--class-dict", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="class_dict.csv (name,r,g,b) if not at the input root.")
+@click.option("--palette", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="Colour table file (CSV, JSON or 'r g b name' lines) for colour masks.")
+@click.option("--num-classes", type=click.IntRange(1, 65535), help="Number of classes of grayscale id labels.")
+@click.option("--ignore-index", type=click.IntRange(0, 65535), help="Stored id meaning 'ignore' (e.g. 255).")
+@click.option("--colour-tolerance", "--color-tolerance", type=click.IntRange(0, 255), default=0, show_default=True,
+              help="Map colours within N per channel to their nearest class colour.")
+@click.option("--unknown-as", type=click.IntRange(0, 65535), help="Map unknown colours / out-of-range ids to this id.")
+@click.option("--cityscapes-train-ids/--cityscapes-label-ids", default=True, show_default=True,
+              help="Cityscapes: apply the official labelId→trainId mapping.")
+@click.option("--split", "splits", multiple=True, help="Only convert this split (repeatable).")
+@click.option("--shard-size", callback=_shard_size, default="500", show_default=True,
+              help="Samples per shard (500) or bytes per shard (256MB).")
+@click.option("--compression", type=click.Choice(["none", "lzf", "gzip"]), default="none", show_default=True,
+              help="HDF5: lzf/gzip; TFRecord: gzip.")
+@click.option("--workers", type=click.IntRange(0), default=0, show_default=True, help="Worker processes; 0 = all cores.")
+@click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
+              help="fail: stop at the first bad input; skip: leave it out, list it in the manifest, exit 3.")
+@click.option("--strict", is_flag=True, help="Images without labels (or labels without images) are an error.")
+@click.option("--dry-run", is_flag=True, help="Report what was found; write nothing.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar, warnings and errors only.")
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+@_errors_to_exit_codes
+def convert(input_dir: Path, output_dir: Path, fmt: str, size: tuple[int, int] | None, resize: str, crop: str,
+            label_encoding: str, layout: str, label_suffix: str | None, class_dict: Path | None,
+            palette: Path | None, num_classes: int | None, ignore_index: int | None, colour_tolerance: int,
+            unknown_as: int | None, cityscapes_train_ids: bool, splits: tuple[str, ...], shard_size: ShardSize,
+            compression: str, workers: int, on_error: str, strict: bool, dry_run: bool, quiet: bool,
+            verbose: bool) -> None:
+    """Convert the dataset in INPUT_DIR into shards in OUTPUT_DIR/<split>/ with a manifest.json each."""
+    _setup_logging(quiet, verbose)
+    from .pipeline import convert as run
+
+    cfg = ConvertConfig(
+        input=input_dir, output=output_dir, format=fmt, size=size, resize=resize, crop=crop,
+        label_encoding=label_encoding, layout=layout, label_suffix=label_suffix, class_dict=class_dict,
+        palette=palette, num_classes=num_classes, ignore_index=ignore_index, colour_tolerance=colour_tolerance,
+        unknown_as=unknown_as, cityscapes_train_ids=cityscapes_train_ids, splits=splits, shard_size=shard_size,
+        compression=compression, workers=workers, on_error=on_error, strict=strict, dry_run=dry_run, quiet=quiet,
+    )
+    summary = run(cfg)
+    if dry_run:
+        for line in summary.discovery.report_lines():
+            click.echo(line)
+        t = summary.table
+        click.echo(f"classes: {t.num_classes} from {t.source}, ignore index {t.ignore_index}")
+        for c in t.classes:
+            click.echo(f"  {c.id:>3} {c.name}" + (f"  rgb{tuple(c.colour)}" if c.colour else ""))
+    click.echo(summary.line(), err=True)
+    if summary.skipped:
+        sys.exit(EXIT_SKIPPED)
+
+
+@main.command()
+@click.argument("output_dir", type=click.Path(path_type=Path), default="demo-raw")
+@click.option("--train", type=click.IntRange(1), default=24, show_default=True)
+@click.option("--val", type=click.IntRange(0), default=8, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@_errors_to_exit_codes
+def demo(output_dir: Path, train: int, val: int, seed: int) -> None:
+    """Write a small synthetic street-scene dataset (colour masks + class_dict.csv) to OUTPUT_DIR."""
+    _setup_logging(False, False)
+    from .demo import make_demo
+
+    root = make_demo(output_dir, train=train, val=val, seed=seed)
+    click.echo(f"demo dataset written to {root}", err=True)
+
+
+@main.command()
+@click.argument("split_dir", type=click.Path(path_type=Path, exists=True))
+@_errors_to_exit_codes
+def info(split_dir: Path) -> None:
+    """Summarise a converted split: samples, shards, size, classes with pixel share."""
+    from .manifest import load_manifest
+
+    m = load_manifest(split_dir)
+    nbytes = sum(f.bytes for s in m.shards for f in s.files)
+    shape = m.sample["image"]["shape"]
+    click.echo(f"{split_dir}: split {m.split}, format {m.format} v{m.format_version}, {m.num_samples} samples, "
+               f"{len(m.shards)} shards, {nbytes / 1e6:.1f} MB")
+    click.echo(f"image {shape[0] or 'var'}x{shape[1] or 'var'}x3 uint8; label {m.sample['label']['encoding']} "
+               f"{m.sample['label']['dtype']}")
+    share = m.stats.get("class_share", [])
+    for c in m.classes["classes"]:
+        s = share[c["id"]] if c["id"] < len(share) else 0.0
+        click.echo(f"  {c['id']:>3} {c['name']:<20} {100 * s:6.2f} %")
+    if m.skipped:
+        click.echo(f"{len(m.skipped)} inputs were skipped (see manifest.json 'skipped')")

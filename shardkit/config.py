@@ -1,0 +1,167 @@
+"""The frozen description of one conversion: every option the CLI (or a caller) chose.
+
+A :class:`ConvertConfig` is built once, validated once, and handed unchanged to
+discovery, planning and the workers. Its :meth:`ConvertConfig.preprocessing` dict
+is what the manifest records and what sample fingerprints hash.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from .errors import ConfigError
+
+FormatName = Literal["npy", "lmdb", "hdf5", "tfrecord"]
+ResizeMode = Literal["none", "exact", "shorter"]
+CropMode = Literal["center", "none"]
+LabelEncoding = Literal["index", "onehot", "packed"]
+OnError = Literal["fail", "skip"]
+
+FORMATS: tuple[str, ...] = ("npy", "lmdb", "hdf5", "tfrecord")
+DEFAULT_SHARD_SAMPLES = 500
+
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*[xX×,]\s*(\d+)\s*$")
+_BYTES_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?)[bB]\s*$")
+_UNITS = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4}
+
+
+def parse_size(text: str | None) -> tuple[int, int] | None:
+    """Parse ``"352x480"`` (height x width) into ``(352, 480)``; ``None`` stays ``None``."""
+    if text is None or text == "":
+        return None
+    m = _SIZE_RE.match(text)
+    if not m or int(m.group(1)) <= 0 or int(m.group(2)) <= 0:
+        raise ConfigError(f"--size {text!r} is not HEIGHTxWIDTH", fix="write it like --size 352x480")
+    return int(m.group(1)), int(m.group(2))
+
+
+@dataclass(frozen=True)
+class ShardSize:
+    """A shard limit: a number of samples, or a number of bytes of stored sample data."""
+
+    samples: int | None = None
+    nbytes: int | None = None
+
+    @classmethod
+    def parse(cls, text: str | int) -> ShardSize:
+        """``500`` → 500 samples; ``"256MB"``/``"1GiB"`` → bytes."""
+        if isinstance(text, int):
+            value = text
+        else:
+            s = text.strip()
+            if s.isdigit():
+                value = int(s)
+            else:
+                m = _BYTES_RE.match(s)
+                if not m:
+                    raise ConfigError(
+                        f"--shard-size {text!r} is neither a sample count nor a byte size",
+                        fix="use e.g. --shard-size 500 or --shard-size 256MB",
+                    )
+                unit = _UNITS[m.group(2).lower()]
+                if m.group(3):
+                    unit = {1: 1, 1000: 1024, 1000**2: 1024**2, 1000**3: 1024**3, 1000**4: 1024**4}[unit]
+                nbytes = int(float(m.group(1)) * unit)
+                if nbytes <= 0:
+                    raise ConfigError(f"--shard-size {text!r} must be positive")
+                return cls(nbytes=nbytes)
+        if value <= 0:
+            raise ConfigError(f"--shard-size {text!r} must be positive")
+        return cls(samples=value)
+
+    def describe(self) -> str:
+        return f"{self.samples} samples" if self.samples else f"{self.nbytes} bytes"
+
+
+@dataclass(frozen=True)
+class ConvertConfig:
+    """Every option of ``shardkit convert``. Frozen: built once by the CLI, read everywhere."""
+
+    input: Path
+    output: Path
+    format: str = "npy"
+    size: tuple[int, int] | None = None
+    resize: str = "none"
+    crop: str = "center"
+    label_encoding: str = "index"
+    label_suffix: str | None = None
+    layout: str = "auto"
+    class_dict: Path | None = None
+    palette: Path | None = None
+    num_classes: int | None = None
+    ignore_index: int | None = None
+    colour_tolerance: int = 0
+    unknown_as: int | None = None
+    cityscapes_train_ids: bool = True
+    splits: tuple[str, ...] = ()
+    shard_size: ShardSize = field(default_factory=lambda: ShardSize(samples=DEFAULT_SHARD_SAMPLES))
+    compression: str = "none"
+    workers: int = 0
+    on_error: str = "fail"
+    strict: bool = False
+    dry_run: bool = False
+    overwrite: bool = False
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "input", Path(self.input))
+        object.__setattr__(self, "output", Path(self.output))
+        self._check_choice("format", self.format, FORMATS)
+        self._check_choice("resize", self.resize, ("none", "exact", "shorter"))
+        self._check_choice("crop", self.crop, ("center", "none"))
+        self._check_choice("label_encoding", self.label_encoding, ("index", "onehot", "packed"))
+        self._check_choice("on_error", self.on_error, ("fail", "skip"))
+        self._check_choice("compression", self.compression, ("none", "lzf", "gzip"))
+        if self.resize != "none" and self.size is None:
+            raise ConfigError(f"--resize {self.resize} needs a target", fix="add --size HxW")
+        if not 0 <= self.colour_tolerance <= 255:
+            raise ConfigError("--colour-tolerance must be between 0 and 255")
+        if self.class_dict is not None and self.palette is not None:
+            raise ConfigError("--class-dict and --palette both given", fix="pass only one colour table")
+        if self.workers < 0:
+            raise ConfigError("--workers must be >= 0 (0 = all cores)")
+        if self.compression != "none" and self.format in ("npy", "lmdb"):
+            raise ConfigError(
+                f"--compression {self.compression} is not supported by --format {self.format}",
+                fix="use --format hdf5 (lzf, gzip) or tfrecord (gzip), or drop --compression",
+            )
+        if self.compression == "lzf" and self.format == "tfrecord":
+            raise ConfigError("--compression lzf is HDF5-only", fix="use --compression gzip with tfrecord")
+
+    @staticmethod
+    def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+        if value not in choices:
+            raise ConfigError(f"{name}={value!r} is not one of {', '.join(choices)}")
+
+    def effective_workers(self) -> int:
+        """``workers`` with 0 meaning every core this process may use."""
+        if self.workers:
+            return self.workers
+        try:
+            return max(1, len(os.sched_getaffinity(0)))
+        except AttributeError:  # pragma: no cover - non-Linux
+            return max(1, os.cpu_count() or 1)
+
+    def preprocessing(self) -> dict[str, Any]:
+        """The options that change stored bytes: recorded in the manifest and hashed into fingerprints."""
+        return {
+            "size": list(self.size) if self.size else None,
+            "resize": self.resize,
+            "crop": self.crop,
+            "label_encoding": self.label_encoding,
+            "ignore_index": self.ignore_index,
+            "colour_tolerance": self.colour_tolerance,
+            "unknown_as": self.unknown_as,
+            "cityscapes_train_ids": self.cityscapes_train_ids,
+            "compression": self.compression,
+            "image_interpolation": "area" ,
+            "label_interpolation": "nearest",
+        }
+
+    def replace(self, **changes: Any) -> ConvertConfig:
+        return dataclasses.replace(self, **changes)

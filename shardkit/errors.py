@@ -1,0 +1,66 @@
+"""One exception hierarchy for everything shardkit reports to a user.
+
+Every error is a :class:`ShardkitError` *and* the builtin that best matches it, so
+callers may catch either. Messages are one line: the file, the problem, the fix.
+The CLI maps any ShardkitError to exit code 1 (usage errors are 2).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class ShardkitError(Exception):
+    """Base of every error shardkit raises on purpose."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, path: str | Path | None = None, fix: str | None = None) -> None:
+        self.path = str(path) if path is not None else None
+        self.fix = fix
+        parts = [f"{self.path}: {message}" if self.path else message]
+        if fix:
+            parts.append(f"fix: {fix}")
+        super().__init__(" — ".join(parts))
+
+
+class ConfigError(ShardkitError, ValueError):
+    """Options that contradict each other or cannot be satisfied."""
+
+    exit_code = 2
+
+
+class InputNotFoundError(ShardkitError, FileNotFoundError):
+    """A source folder, file or list entry that does not exist."""
+
+
+class LayoutError(ShardkitError, ValueError):
+    """The input folder matches no known dataset layout, or is ambiguous."""
+
+
+class DecodeError(ShardkitError, ValueError):
+    """An image or label file that cannot be decoded (corrupt, truncated, not an image)."""
+
+
+class LabelError(ShardkitError, ValueError):
+    """A label with values that do not map to a class (unknown colour, id out of range, size mismatch)."""
+
+
+class ShardFormatError(ShardkitError, ValueError):
+    """A shard or manifest on disk that is malformed, truncated, or of an unsupported version."""
+
+
+class UnsafePathError(ShardkitError, PermissionError):
+    """A path in a manifest or list file that would escape its folder."""
+
+
+class IntegrityError(ShardkitError, ValueError):
+    """A shard whose size or sha256 disagrees with its manifest."""
+
+
+class WorkerError(ShardkitError, RuntimeError):
+    """A worker process died or failed in a way that is not the input's fault."""
+
+
+class OutputError(ShardkitError, OSError):
+    """The output folder cannot be written (exists, inside the input, disk full, locked)."""

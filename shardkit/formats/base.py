@@ -1,0 +1,238 @@
+"""What every shard format shares: the sample spec, temp-name writing, fsync, hashing, readers' checks.
+
+A format module only says how samples become bytes (writer) and bytes become samples
+(reader). Everything else — temporary names, durability, sha256, size limits, path
+safety, lazy per-process opening — lives here, once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..errors import IntegrityError, ShardFormatError
+from ..manifest import ShardFile, ShardInfo, safe_member
+
+HASH_CHUNK = 8 * 1024 * 1024
+TMP_MARK = ".tmp-"
+
+
+@dataclass(frozen=True)
+class SampleSpec:
+    """What one stored sample looks like: image (H, W, 3) uint8 RGB and an encoded label."""
+
+    size: tuple[int, int] | None
+    label_encoding: str
+    num_classes: int
+    label_dtype: str  # numpy dtype string, little-endian: "|u1" or "<u2"
+
+    @property
+    def label_channels(self) -> int | None:
+        """Trailing label axis length: None for index maps (H, W), C or ceil(C/8) otherwise."""
+        if self.label_encoding == "onehot":
+            return self.num_classes
+        if self.label_encoding == "packed":
+            return (self.num_classes + 7) // 8
+        return None
+
+    @property
+    def stored_label_dtype(self) -> np.dtype:
+        return np.dtype(self.label_dtype) if self.label_encoding == "index" else np.dtype("|u1")
+
+    def label_shape(self, hw: tuple[int, int]) -> tuple[int, ...]:
+        c = self.label_channels
+        return (hw[0], hw[1]) if c is None else (hw[0], hw[1], c)
+
+    def sample_nbytes(self, hw: tuple[int, int]) -> int:
+        """Stored bytes of one sample of this (H, W): what shard byte limits count."""
+        return hw[0] * hw[1] * 3 + int(np.prod(self.label_shape(hw))) * self.stored_label_dtype.itemsize
+
+    def to_manifest(self) -> dict[str, Any]:
+        h, w = self.size if self.size else (None, None)
+        return {
+            "image": {"dtype": "|u1", "shape": [h, w, 3], "layout": "HWC", "channels": "RGB"},
+            "label": {
+                "dtype": self.stored_label_dtype.str,
+                "shape": [h, w] if self.label_channels is None else [h, w, self.label_channels],
+                "encoding": self.label_encoding,
+                "num_classes": self.num_classes,
+                "class_id_dtype": self.label_dtype,
+                "bitorder": "big" if self.label_encoding == "packed" else None,
+            },
+        }
+
+    @classmethod
+    def from_manifest(cls, sample: dict[str, Any]) -> SampleSpec:
+        shape = sample["image"]["shape"]
+        size = (int(shape[0]), int(shape[1])) if shape[0] is not None else None
+        lab = sample["label"]
+        return cls(size, str(lab["encoding"]), int(lab["num_classes"]), str(lab["class_id_dtype"]))
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """A finished shard file under its temporary name, with what the manifest will say about it."""
+
+    final_name: str
+    tmp_name: str
+    bytes: int
+    sha256: str
+
+    def info(self) -> ShardFile:
+        return ShardFile(self.final_name, self.bytes, self.sha256)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(HASH_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ShardWriter(ABC):
+    """Writes one shard into ``directory`` under temporary names; the parent renames them later.
+
+    Subclasses implement :meth:`add` and :meth:`_finish` and list their files in
+    :meth:`file_names`; they write only to :meth:`tmp_path` names.
+    """
+
+    format_name: ClassVar[str]
+    format_version: ClassVar[int]
+
+    def __init__(self, directory: Path, shard_index: int, spec: SampleSpec, planned: int, compression: str) -> None:
+        self.directory = Path(directory)
+        self.shard_index = shard_index
+        self.spec = spec
+        self.planned = planned
+        self.compression = compression
+        self.count = 0
+        self._token = f"{TMP_MARK}{os.getpid()}"
+
+    @classmethod
+    @abstractmethod
+    def file_names(cls, shard_index: int, spec: SampleSpec) -> tuple[str, ...]:
+        """Final file names of shard ``shard_index`` (relative to the split folder)."""
+
+    @classmethod
+    def format_options(cls, spec: SampleSpec, compression: str) -> dict[str, Any]:
+        """Format-specific facts the manifest carries (e.g. feature keys); empty by default."""
+        return {"compression": compression}
+
+    def tmp_path(self, final_name: str) -> Path:
+        return self.directory / f".{final_name}{self._token}"
+
+    @abstractmethod
+    def add(self, image: np.ndarray, label: np.ndarray, key: str) -> None:
+        """Append one sample (image (H, W, 3) uint8, label already encoded)."""
+
+    @abstractmethod
+    def _finish(self) -> None:
+        """Flush and close every temporary file."""
+
+    def close(self) -> tuple[WrittenFile, ...]:
+        """Finish, fsync and hash the temporary files; nothing is visible under a final name yet."""
+        self._finish()
+        written = []
+        for name in self.file_names(self.shard_index, self.spec):
+            tmp = self.tmp_path(name)
+            fsync_file(tmp)
+            written.append(WrittenFile(name, tmp.name, tmp.stat().st_size, sha256_file(tmp)))
+        return tuple(written)
+
+    def abort(self) -> None:
+        """Remove whatever temporary files exist (after an error)."""
+        for name in self.file_names(self.shard_index, self.spec):
+            for p in self.directory.glob(f".{name}{TMP_MARK}*"):
+                p.unlink(missing_ok=True)
+
+
+class ShardReader(ABC):
+    """Serves the samples of one shard. Opens files lazily and reopens after a fork (per process id)."""
+
+    def __init__(self, directory: Path, shard: ShardInfo, spec: SampleSpec, format_options: dict[str, Any]) -> None:
+        self.directory = Path(directory)
+        self.shard = shard
+        self.spec = spec
+        self.format_options = format_options
+        self._pid: int | None = None
+        self.check_files()
+
+    def __len__(self) -> int:
+        return self.shard.num_samples
+
+    def path(self, name: str) -> Path:
+        return self.directory / safe_member(name, self.directory)
+
+    def check_files(self) -> None:
+        """Every file exists with the size the manifest states (cheap; hashes only in verify)."""
+        for f in self.shard.files:
+            p = self.path(f.name)
+            try:
+                size = p.stat().st_size
+            except FileNotFoundError:
+                raise ShardFormatError("shard file is missing", path=p, fix="re-convert this split") from None
+            if size != f.bytes:
+                raise IntegrityError(
+                    f"shard file has {size} bytes, the manifest says {f.bytes} (truncated or replaced)",
+                    path=p,
+                    fix="re-convert this split or restore the file",
+                )
+
+    def verify_hashes(self) -> None:
+        for f in self.shard.files:
+            p = self.path(f.name)
+            digest = sha256_file(p)
+            if digest != f.sha256:
+                raise IntegrityError(
+                    f"sha256 {digest[:12]}… differs from the manifest's {f.sha256[:12]}…",
+                    path=p,
+                    fix="the file is corrupt; re-convert this split",
+                )
+
+    def ensure_open(self) -> None:
+        """Open (or reopen in a new process) the underlying files; never carried across fork/pickle."""
+        pid = os.getpid()
+        if self._pid != pid:
+            self._open()
+            self._pid = pid
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_pid"] = None
+        for k in self._handle_attrs():
+            state[k] = None
+        return state
+
+    def _handle_attrs(self) -> Sequence[str]:
+        """Attributes holding open handles, dropped when pickled (spawned workers reopen lazily)."""
+        return ()
+
+    @abstractmethod
+    def _open(self) -> None:
+        """Open files for reading in this process."""
+
+    @abstractmethod
+    def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Local sample ``i`` → (image (H, W, 3) uint8, stored label)."""
+
+    def shape_of(self, i: int) -> tuple[int, int]:
+        """(H, W) of local sample ``i``; fixed-size datasets answer without I/O."""
+        if self.spec.size is not None:
+            return self.spec.size
+        return tuple(self.read(i)[0].shape[:2])  # type: ignore[return-value]

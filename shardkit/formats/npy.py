@@ -1,0 +1,141 @@
+"""``.npy`` shards: plain NumPy arrays, memory-mappable, readable with ``np.load`` alone.
+
+Fixed size: ``images-NNNNN.npy`` (n, H, W, 3) uint8 and ``labels-NNNNN.npy`` (n, H, W[, C]).
+Variable size: both flattened to 1-D, plus ``shapes-NNNNN.npy`` (n, 2) int64 of (H, W);
+sample i starts at the sum of the sizes before it. Spec: ``formats/npy.md``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .base import SampleSpec, ShardReader, ShardWriter
+
+FORMAT_VERSION = 1
+
+
+def _names(shard_index: int, fixed: bool) -> tuple[str, ...]:
+    stem = f"{shard_index:05d}.npy"
+    return (f"images-{stem}", f"labels-{stem}") if fixed else (f"images-{stem}", f"labels-{stem}", f"shapes-{stem}")
+
+
+class NpyWriter(ShardWriter):
+    format_name = "npy"
+    format_version = FORMAT_VERSION
+
+    def __init__(self, directory: Path, shard_index: int, spec: SampleSpec, planned: int, compression: str) -> None:
+        super().__init__(directory, shard_index, spec, planned, compression)
+        self._images: Any
+        self._labels: Any
+        if spec.size is not None:
+            img_name, lab_name = self.file_names(shard_index, spec)
+            self._images = np.lib.format.open_memmap(
+                self.tmp_path(img_name), mode="w+", dtype=np.uint8, shape=(planned, *spec.size, 3)
+            )
+            self._labels = np.lib.format.open_memmap(
+                self.tmp_path(lab_name), mode="w+", dtype=spec.stored_label_dtype,
+                shape=(planned, *spec.label_shape(spec.size)),
+            )
+        else:
+            self._images, self._labels = [], []
+
+    @classmethod
+    def file_names(cls, shard_index: int, spec: SampleSpec) -> tuple[str, ...]:
+        return _names(shard_index, spec.size is not None)
+
+    def add(self, image: np.ndarray, label: np.ndarray, key: str) -> None:
+        if self.spec.size is not None:
+            self._images[self.count] = image
+            self._labels[self.count] = label
+        else:
+            self._images.append(image)
+            self._labels.append(label)
+        self.count += 1
+
+    def _finish(self) -> None:
+        names = self.file_names(self.shard_index, self.spec)
+        if self.spec.size is not None:
+            for arr, name in ((self._images, names[0]), (self._labels, names[1])):
+                arr.flush()
+                if self.count != self.planned:  # samples were skipped: rewrite with the true length
+                    kept = np.array(arr[: self.count])
+                    del arr
+                    np.save(self.tmp_path(name), kept, allow_pickle=False)
+            self._images = self._labels = None
+            return
+        shapes = np.array([im.shape[:2] for im in self._images], dtype="<i8").reshape(-1, 2)
+        flat_img = np.concatenate([im.ravel() for im in self._images]) if self._images else np.zeros(0, np.uint8)
+        dt = self.spec.stored_label_dtype
+        flat_lab = np.concatenate([lb.ravel() for lb in self._labels]) if self._labels else np.zeros(0, dt)
+        for arr, name in zip((flat_img, flat_lab.astype(dt, copy=False), shapes), names, strict=True):
+            with open(self.tmp_path(name), "wb") as fh:
+                np.save(fh, arr, allow_pickle=False)
+        self._images, self._labels = [], []
+
+
+class NpyReader(ShardReader):
+    """Memory-maps the shard; fixed-size reads are zero-copy views, batches are fancy-index copies."""
+
+    _images: np.ndarray | None = None
+    _labels: np.ndarray | None = None
+    _offsets: np.ndarray | None = None
+
+    def _handle_attrs(self) -> tuple[str, ...]:
+        return ("_images", "_labels", "_offsets", "_shapes")
+
+    def _open(self) -> None:
+        names = [f.name for f in self.shard.files]
+        self._images = np.load(self.path(names[0]), mmap_mode="r", allow_pickle=False)
+        self._labels = np.load(self.path(names[1]), mmap_mode="r", allow_pickle=False)
+        if self.spec.size is None:
+            shapes = np.load(self.path(names[2]), allow_pickle=False)
+            self._shapes = shapes
+            lab_per_px = int(np.prod(self.spec.label_shape((1, 1))))
+            px = shapes[:, 0] * shapes[:, 1]
+            self._offsets = np.stack([np.concatenate([[0], np.cumsum(px * 3)]),
+                                      np.concatenate([[0], np.cumsum(px * lab_per_px)])], axis=1)
+        self._check_shapes()
+
+    def _check_shapes(self) -> None:
+        from ..errors import ShardFormatError
+
+        n = self.shard.num_samples
+        assert self._images is not None and self._labels is not None
+        if self.spec.size is not None:
+            ok = self._images.shape == (n, *self.spec.size, 3) and self._labels.shape[0] == n
+        else:
+            ok = self._shapes.shape == (n, 2) and self._offsets is not None and (
+                self._images.shape[0] == self._offsets[-1, 0] and self._labels.shape[0] == self._offsets[-1, 1]
+            )
+        if not ok:
+            raise ShardFormatError(
+                f"array shapes {self._images.shape}/{self._labels.shape} disagree with the manifest ({n} samples)",
+                path=self.path(self.shard.files[0].name),
+                fix="re-convert this split",
+            )
+
+    @property
+    def images(self) -> np.ndarray:
+        self.ensure_open()
+        assert self._images is not None
+        return self._images
+
+    def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        self.ensure_open()
+        assert self._images is not None and self._labels is not None
+        if self.spec.size is not None:
+            return self._images[i], self._labels[i]
+        assert self._offsets is not None
+        h, w = (int(v) for v in self._shapes[i])
+        a0, b0 = self._offsets[i]
+        a1, b1 = self._offsets[i + 1]
+        return (self._images[a0:a1].reshape(h, w, 3), self._labels[b0:b1].reshape(self.spec.label_shape((h, w))))
+
+    def shape_of(self, i: int) -> tuple[int, int]:
+        if self.spec.size is not None:
+            return self.spec.size
+        self.ensure_open()
+        return int(self._shapes[i, 0]), int(self._shapes[i, 1])

@@ -1,0 +1,229 @@
+"""The manifest: the one JSON file per split that names every shard and says what a sample is.
+
+It is written last and atomically (temp name, fsync, rename): a split folder whose
+manifest exists is complete. Readers trust nothing in it blindly: every shard path
+is checked to stay inside the split folder, and versions are checked on load.
+The JSON Schema is ``formats/manifest.schema.json``; ``formats/manifest.md`` explains it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from .errors import ShardFormatError, UnsafePathError
+
+MANIFEST_NAME = "manifest.json"
+SCHEMA_ID = "shardkit.manifest"
+MANIFEST_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ShardFile:
+    """One file of a shard as it lies on disk under its final name."""
+
+    name: str
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One shard: its files, how many samples it holds and the global index of its first sample."""
+
+    index: int
+    num_samples: int
+    first_index: int
+    files: tuple[ShardFile, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "num_samples": self.num_samples,
+            "first_index": self.first_index,
+            "files": [asdict(f) for f in self.files],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ShardInfo:
+        return cls(
+            index=int(d["index"]),
+            num_samples=int(d["num_samples"]),
+            first_index=int(d["first_index"]),
+            files=tuple(ShardFile(str(f["name"]), int(f["bytes"]), str(f["sha256"])) for f in d["files"]),
+        )
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Everything a reader needs to serve a split, and everything a person needs to trust it."""
+
+    format: str
+    format_version: int
+    split: str
+    num_samples: int
+    sample: dict[str, Any]
+    classes: dict[str, Any]
+    preprocessing: dict[str, Any]
+    source: dict[str, Any]
+    shards: tuple[ShardInfo, ...]
+    samples: tuple[dict[str, Any], ...]
+    stats: dict[str, Any]
+    skipped: tuple[dict[str, Any], ...] = ()
+    format_options: dict[str, Any] = field(default_factory=dict)
+    tool_version: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA_ID,
+            "manifest_version": MANIFEST_VERSION,
+            "tool": {"name": "shardkit", "version": self.tool_version},
+            "format": self.format,
+            "format_version": self.format_version,
+            "format_options": self.format_options,
+            "split": self.split,
+            "num_samples": self.num_samples,
+            "sample": self.sample,
+            "classes": self.classes,
+            "preprocessing": self.preprocessing,
+            "source": self.source,
+            "stats": self.stats,
+            "shards": [s.to_json() for s in self.shards],
+            "samples": list(self.samples),
+            "skipped": list(self.skipped),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any], *, origin: Path | None = None) -> Manifest:
+        where = origin or Path(MANIFEST_NAME)
+        if not isinstance(d, dict) or d.get("schema") != SCHEMA_ID:
+            raise ShardFormatError("not a shardkit manifest", path=where, fix="point at a folder written by shardkit convert")
+        version = d.get("manifest_version")
+        if version != MANIFEST_VERSION:
+            raise ShardFormatError(
+                f"manifest version {version!r} is not supported (this shardkit reads version {MANIFEST_VERSION})",
+                path=where,
+                fix="re-convert with this shardkit version or upgrade shardkit",
+            )
+        try:
+            manifest = cls(
+                format=str(d["format"]),
+                format_version=int(d["format_version"]),
+                split=str(d["split"]),
+                num_samples=int(d["num_samples"]),
+                sample=dict(d["sample"]),
+                classes=dict(d["classes"]),
+                preprocessing=dict(d["preprocessing"]),
+                source=dict(d["source"]),
+                shards=tuple(ShardInfo.from_json(s) for s in d["shards"]),
+                samples=tuple(d["samples"]),
+                stats=dict(d["stats"]),
+                skipped=tuple(d.get("skipped", ())),
+                format_options=dict(d.get("format_options", {})),
+                tool_version=str(d.get("tool", {}).get("version", "")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ShardFormatError(f"manifest is malformed ({exc!r})", path=where, fix="re-convert this split") from None
+        manifest.check_consistency(where)
+        return manifest
+
+    def check_consistency(self, where: Path) -> None:
+        """Counts add up, shards are contiguous, every file name is a plain name inside the folder."""
+        expected = 0
+        for shard in self.shards:
+            if shard.first_index != expected or shard.num_samples < 0:
+                raise ShardFormatError(
+                    f"shard {shard.index} starts at {shard.first_index}, expected {expected}",
+                    path=where,
+                    fix="re-convert this split",
+                )
+            expected += shard.num_samples
+            for f in shard.files:
+                safe_member(f.name, where)
+        if expected != self.num_samples or len(self.samples) != self.num_samples:
+            raise ShardFormatError(
+                f"manifest counts disagree: {self.num_samples} samples, shards hold {expected}, "
+                f"{len(self.samples)} sample records",
+                path=where,
+                fix="re-convert this split",
+            )
+
+
+def safe_member(name: str, where: Path) -> str:
+    """A shard file name from a manifest, refused unless it is a plain relative name in the folder."""
+    p = PurePosixPath(name)
+    if (
+        not name
+        or p.is_absolute()
+        or "\\" in name
+        or any(part in ("..", "") for part in p.parts)
+        or ":" in name
+        or name.startswith(".")
+    ):
+        raise UnsafePathError(
+            f"shard path {name!r} escapes the dataset folder",
+            path=where,
+            fix="do not use manifests from untrusted sources; re-convert the data",
+        )
+    return name
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file in the same folder, fsync, rename, fsync the folder."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (best effort where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - e.g. Windows
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def dump_manifest(manifest: Manifest, directory: Path) -> Path:
+    """Write ``directory/manifest.json`` atomically; sorted keys and fixed indent keep it deterministic."""
+    path = Path(directory) / MANIFEST_NAME
+    text = json.dumps(manifest.to_json(), indent=1, sort_keys=True, allow_nan=False) + "\n"
+    atomic_write_bytes(path, text.encode("utf-8"))
+    return path
+
+
+def load_manifest(directory: Path) -> Manifest:
+    """Read and validate ``directory/manifest.json`` (a split folder)."""
+    directory = Path(directory)
+    path = directory / MANIFEST_NAME if directory.is_dir() else directory
+    if not path.is_file():
+        from .errors import InputNotFoundError
+
+        raise InputNotFoundError(
+            "no manifest.json here",
+            path=directory,
+            fix="point at a split folder written by shardkit convert (e.g. out/train)",
+        )
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ShardFormatError(f"manifest cannot be read ({exc})", path=path, fix="re-convert this split") from None
+    return Manifest.from_json(data, origin=path)

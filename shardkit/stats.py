@@ -1,0 +1,87 @@
+"""Per-class pixel counts, class presence and image channel statistics, mergeable per shard.
+
+Workers compute one :class:`Stats` per shard; the parent merges them in shard order,
+so the floating-point sums (and hence the manifest) are the same for any worker count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Stats:
+    """Running totals over stored samples (after preprocessing, before label encoding)."""
+
+    num_classes: int
+    class_pixels: np.ndarray = field(init=False)
+    ignore_pixels: int = 0
+    pixels: int = 0
+    channel_sum: np.ndarray = field(init=False)
+    channel_sumsq: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.class_pixels = np.zeros(self.num_classes, dtype=np.int64)
+        self.channel_sum = np.zeros(3, dtype=np.float64)
+        self.channel_sumsq = np.zeros(3, dtype=np.float64)
+
+    def add(self, image: np.ndarray, ids: np.ndarray) -> list[int]:
+        """Count one sample; returns the sorted class ids present in it (ignore excluded)."""
+        counts = np.bincount(ids.ravel(), minlength=self.num_classes)
+        inside = counts[: self.num_classes]
+        self.class_pixels += inside
+        self.ignore_pixels += int(counts[self.num_classes :].sum())
+        pix = image.reshape(-1, 3)
+        self.pixels += pix.shape[0]
+        self.channel_sum += pix.sum(axis=0, dtype=np.float64)
+        # uint8 squares fit in uint32; sum in float64 for the mergeable total.
+        sq = pix.astype(np.uint32)
+        sq *= sq
+        self.channel_sumsq += sq.sum(axis=0, dtype=np.float64)
+        return [int(c) for c in np.flatnonzero(inside)]
+
+    def merge(self, other: Stats) -> None:
+        self.class_pixels += other.class_pixels
+        self.ignore_pixels += other.ignore_pixels
+        self.pixels += other.pixels
+        self.channel_sum += other.channel_sum
+        self.channel_sumsq += other.channel_sumsq
+
+    def to_wire(self) -> dict[str, Any]:
+        """Plain lists for the trip from a worker to the parent (no pickled numpy needed)."""
+        return {
+            "num_classes": self.num_classes,
+            "class_pixels": self.class_pixels.tolist(),
+            "ignore_pixels": self.ignore_pixels,
+            "pixels": self.pixels,
+            "channel_sum": self.channel_sum.tolist(),
+            "channel_sumsq": self.channel_sumsq.tolist(),
+        }
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any]) -> Stats:
+        s = cls(int(d["num_classes"]))
+        s.class_pixels = np.asarray(d["class_pixels"], dtype=np.int64)
+        s.ignore_pixels = int(d["ignore_pixels"])
+        s.pixels = int(d["pixels"])
+        s.channel_sum = np.asarray(d["channel_sum"], dtype=np.float64)
+        s.channel_sumsq = np.asarray(d["channel_sumsq"], dtype=np.float64)
+        return s
+
+    def to_manifest(self) -> dict[str, Any]:
+        """Totals plus the derived mean/std (0–255 scale) and per-class pixel share."""
+        n = max(self.pixels, 1)
+        mean = self.channel_sum / n
+        var = np.maximum(self.channel_sumsq / n - mean * mean, 0.0)
+        labelled = max(int(self.class_pixels.sum()), 1)
+        return {
+            "pixels": self.pixels,
+            "class_pixels": self.class_pixels.tolist(),
+            "ignore_pixels": self.ignore_pixels,
+            "class_share": [round(float(c) / labelled, 8) for c in self.class_pixels],
+            "image_mean": [round(float(v), 6) for v in mean],
+            "image_std": [round(float(v), 6) for v in np.sqrt(var)],
+        }

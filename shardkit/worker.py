@@ -1,0 +1,126 @@
+"""What runs inside a pool worker: decode, transform, encode and write one whole shard.
+
+Decoded pixels never leave the worker; only a small :class:`ShardResult` (file names,
+sizes, hashes, per-sample records, statistics) travels back to the parent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import ShardkitError
+from .formats.base import SampleSpec, WrittenFile
+from .formats.registry import writer_class
+from .labels import LabelDecoder
+from .plan import ShardTask
+from .stats import Stats
+from .transform import decode_image, encode_label, fit_pair
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    """Everything a worker needs besides its task: frozen, small, picklable."""
+
+    format: str
+    spec: SampleSpec
+    decoder: LabelDecoder
+    root: Path
+    size: tuple[int, int] | None
+    resize: str
+    crop: str
+    compression: str
+    on_error: str
+    options_digest: str  # sha256 of the preprocessing options, mixed into every sample fingerprint
+
+    @staticmethod
+    def digest(options: dict[str, Any]) -> str:
+        return hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass
+class ShardResult:
+    """What a worker sends back: no pixels, only metadata."""
+
+    split: str
+    index: int
+    files: tuple[WrittenFile, ...]
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+
+
+def _rel(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else path.as_posix()
+
+
+def _read_bytes(path: Path) -> bytes:
+    from .errors import DecodeError
+
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise DecodeError(f"cannot read file ({exc.strerror or exc})", path=path,
+                          fix="check the file's permissions, or --on-error skip") from None
+
+
+def process_sample(pair: Any, ctx: WorkerContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    """Decode + fit + encode one pair → (image, stored label, class ids, fingerprint)."""
+    h = hashlib.sha256(ctx.options_digest.encode())
+    h.update(_read_bytes(pair.image))
+    h.update(b"\0")
+    h.update(_read_bytes(pair.label))
+    image = decode_image(pair.image)
+    ids = ctx.decoder.decode(pair.label)
+    pad = ctx.decoder.table.ignore_index if ctx.decoder.table.ignore_index is not None else 0
+    image, ids = fit_pair(image, ids, size=ctx.size, resize=ctx.resize, crop=ctx.crop, pad_label=pad,
+                          label_path=pair.label)
+    stored = encode_label(ids, ctx.spec.label_encoding, ctx.spec.num_classes)
+    return image, stored, ids, h.hexdigest()
+
+
+def convert_shard(task: ShardTask, ctx: WorkerContext) -> ShardResult:
+    """Write shard ``task.index`` of ``task.split`` to temporary names and describe it."""
+    try:
+        import cv2
+
+        cv2.setNumThreads(1)  # one process per core already; OpenCV threads would only contend
+    except Exception:  # pragma: no cover
+        pass
+    stats = Stats(ctx.spec.num_classes)
+    writer = writer_class(ctx.format)(task.directory, task.index, ctx.spec, len(task.samples), ctx.compression)
+    samples: list[dict[str, Any]] = []
+    skipped: list[dict[str, str]] = []
+    try:
+        for pair in task.samples:
+            try:
+                image, stored, ids, fingerprint = process_sample(pair, ctx)
+            except ShardkitError as exc:
+                if ctx.on_error != "skip":
+                    raise
+                log.warning("skipped %s: %s", pair.key, exc)
+                skipped.append({"key": pair.key, "reason": str(exc)})
+                continue
+            writer.add(image, stored, pair.key)
+            present = stats.add(image, ids)
+            samples.append({
+                "key": pair.key,
+                "label": _rel(pair.label, ctx.root),
+                "height": int(image.shape[0]),
+                "width": int(image.shape[1]),
+                "classes": present,
+                "fingerprint": fingerprint,
+            })
+        files = writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    return ShardResult(task.split, task.index, files, samples, stats.to_wire(), skipped)

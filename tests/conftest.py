@@ -1,0 +1,38 @@
+"""Shared fixtures: where the real data lives, and small synthetic datasets.
+
+Real-data tests never skip: if ``../shared/data`` (or ``$SHARDKIT_TEST_DATA``) is
+missing, they fail loudly, because CI must exercise them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def shared_data_dir() -> Path:
+    env = os.environ.get("SHARDKIT_TEST_DATA")
+    path = Path(env) if env else ROOT.parent / "shared" / "data"
+    return path
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    path = shared_data_dir()
+    if not (path / "camvid-segnet").is_dir() or not (path / "rgb-masks-mini").is_dir():
+        pytest.fail(f"real test data not found at {path}; set SHARDKIT_TEST_DATA to the shared/data folder")
+    return path
+
+
+@pytest.fixture(scope="session")
+def camvid_root(shared_data: Path) -> Path:
+    return shared_data / "camvid-segnet"
+
+
+@pytest.fixture(scope="session")
+def rgb_masks_root(shared_data: Path) -> Path:
+    return shared_data / "rgb-masks-mini"
