@@ -254,16 +254,16 @@ def stored_label_shape(hw: tuple[int, int], encoding: str, num_classes: int) -> 
 def encode_label(
     ids: np.ndarray, encoding: str, num_classes: int, out: np.ndarray | None = None
 ) -> np.ndarray:
-    """Turn ``(H, W)`` class ids into the stored label encoding.
+    """Turn ``(H, W)`` class ids (or a batch ``(..., H, W)``) into the stored label encoding.
 
     ``index`` keeps ids; ``onehot`` is ``(H, W, C)`` uint8 0/1; ``packed`` is the
     one-hot packed to bits along the last axis (``np.packbits``, big bit order),
     ``(H, W, ceil(C / 8))``. Ids ``>= C`` (an ignore id like 255) give all-zero vectors.
     ``out``, if given, must have exactly the stored shape and dtype and is filled.
     """
-    if ids.ndim != 2:
-        raise LabelError(f"label ids must be 2-D (H, W), got shape {ids.shape}")
-    shape = stored_label_shape(ids.shape, encoding, num_classes)
+    if ids.ndim < 2:
+        raise LabelError(f"label ids must be (H, W) or (..., H, W), got shape {ids.shape}")
+    shape = (*ids.shape[:-2], *stored_label_shape(ids.shape[-2:], encoding, num_classes))
     dtype = ids.dtype if encoding == "index" else np.dtype(np.uint8)
     if out is not None and (out.shape != shape or out.dtype != dtype):
         raise ConfigError(f"output buffer is {out.shape} {out.dtype}, expected {shape} {dtype}")
@@ -276,15 +276,15 @@ def encode_label(
         out = np.empty(shape, dtype=np.uint8)
     if encoding == "onehot":
         classes = np.arange(num_classes, dtype=np.min_scalar_type(max(num_classes - 1, 0)))
-        np.equal(ids[:, :, None], classes, out=out)
+        np.equal(ids[..., None], classes, out=out)
         return out
     # packed: at most one bit per pixel (bit 7 - id % 8 of byte id // 8), so compare against
     # the byte index and multiply by the bit instead of building and packing the one-hot.
-    nbytes = shape[2]
+    nbytes = shape[-1]
     bit = np.right_shift(np.uint8(0x80), (ids & 7).astype(np.uint8))
     bit[ids >= num_classes] = 0
-    np.equal((ids >> 3)[:, :, None], np.arange(nbytes, dtype=np.min_scalar_type(nbytes - 1)), out=out)
-    np.multiply(out, bit[:, :, None], out=out)
+    np.equal((ids >> 3)[..., None], np.arange(nbytes, dtype=np.min_scalar_type(nbytes - 1)), out=out)
+    np.multiply(out, bit[..., None], out=out)
     return out
 
 

@@ -36,3 +36,29 @@ def camvid_root(shared_data: Path) -> Path:
 @pytest.fixture(scope="session")
 def rgb_masks_root(shared_data: Path) -> Path:
     return shared_data / "rgb-masks-mini"
+
+
+SCHEMA_PATH = ROOT / "formats" / "manifest.schema.json"
+
+
+def validate_manifest_file(path: Path) -> dict:
+    """Validate one manifest.json against formats/manifest.schema.json; returns the parsed manifest."""
+    import json
+
+    import jsonschema
+
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    jsonschema.validate(data, schema, cls=jsonschema.Draft202012Validator)
+    return data
+
+
+@pytest.fixture(scope="session")
+def validate_manifest():
+    """Call with a split folder or a manifest.json path; fails the test if the schema rejects it."""
+
+    def check(path: Path) -> dict:
+        path = Path(path)
+        return validate_manifest_file(path / "manifest.json" if path.is_dir() else path)
+
+    return check

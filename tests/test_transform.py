@@ -346,7 +346,7 @@ def test_encode_label_rejects_bad_input() -> None:
     with pytest.raises(ConfigError):
         encode_label(np.zeros((2, 2), np.uint8), "rle", 3)
     with pytest.raises(LabelError):
-        encode_label(np.zeros((2, 2, 1), np.uint8), "index", 3)
+        encode_label(np.zeros(4, np.uint8), "index", 3)
     with pytest.raises(ConfigError):
         stored_label_shape((2, 2), "rle", 3)
 
@@ -354,6 +354,10 @@ def test_encode_label_rejects_bad_input() -> None:
 def test_decode_label_encoding_handles_batches_and_malformed_vectors() -> None:
     ids = RNG.integers(0, 12, (4, 5, 6)).astype(np.uint8)
     batch = np.stack([encode_label(i, "packed", 12) for i in ids])
+    assert np.array_equal(encode_label(ids, "packed", 12), batch)
+    assert np.array_equal(
+        encode_label(ids, "onehot", 12), np.stack([encode_label(i, "onehot", 12) for i in ids])
+    )
     assert np.array_equal(decode_label_encoding(batch, "packed", 12, 11), ids)
     empty = np.zeros((2, 2, 12), np.uint8)
     with pytest.raises(ShardFormatError, match="no ignore index"):
