@@ -107,6 +107,7 @@ def _shard_size(_ctx: click.Context, _param: click.Parameter, value: str) -> Sha
               help="fail: stop at the first bad input; skip: leave it out, list it in the manifest, exit 3.")
 @click.option("--strict", is_flag=True, help="Images without labels (or labels without images) are an error.")
 @click.option("--dry-run", is_flag=True, help="Report what was found; write nothing.")
+@click.option("--force", is_flag=True, help="Rebuild every shard, even those an earlier run left intact.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar, warnings and errors only.")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 @_errors_to_exit_codes
@@ -114,7 +115,7 @@ def convert(input_dir: Path, output_dir: Path, fmt: str, size: tuple[int, int] |
             label_encoding: str, layout: str, label_suffix: str | None, class_dict: Path | None,
             palette: Path | None, num_classes: int | None, ignore_index: int | None, colour_tolerance: int,
             unknown_as: int | None, cityscapes_train_ids: bool, splits: tuple[str, ...], shard_size: ShardSize,
-            compression: str, workers: int, on_error: str, strict: bool, dry_run: bool, quiet: bool,
+            compression: str, workers: int, on_error: str, strict: bool, dry_run: bool, force: bool, quiet: bool,
             verbose: bool) -> None:
     """Convert the dataset in INPUT_DIR into shards in OUTPUT_DIR/<split>/ with a manifest.json each."""
     _setup_logging(quiet, verbose)
@@ -125,7 +126,7 @@ def convert(input_dir: Path, output_dir: Path, fmt: str, size: tuple[int, int] |
         label_encoding=label_encoding, layout=layout, label_suffix=label_suffix, class_dict=class_dict,
         palette=palette, num_classes=num_classes, ignore_index=ignore_index, colour_tolerance=colour_tolerance,
         unknown_as=unknown_as, cityscapes_train_ids=cityscapes_train_ids, splits=splits, shard_size=shard_size,
-        compression=compression, workers=workers, on_error=on_error, strict=strict, dry_run=dry_run, quiet=quiet,
+        compression=compression, workers=workers, on_error=on_error, strict=strict, dry_run=dry_run, force=force, quiet=quiet,
     )
     summary = run(cfg)
     if dry_run:

@@ -105,7 +105,7 @@ class ConvertConfig:
     on_error: str = "fail"
     strict: bool = False
     dry_run: bool = False
-    overwrite: bool = False
+    force: bool = False
     quiet: bool = False
 
     def __post_init__(self) -> None:
@@ -159,7 +159,7 @@ class ConvertConfig:
             "unknown_as": self.unknown_as,
             "cityscapes_train_ids": self.cityscapes_train_ids,
             "compression": self.compression,
-            "image_interpolation": "area" ,
+            "image_interpolation": "area-down-linear-up",
             "label_interpolation": "nearest",
         }
 

@@ -7,6 +7,8 @@ written after them, atomically.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import time
@@ -19,10 +21,13 @@ from .config import ConvertConfig
 from .discover import Discovery, discover
 from .errors import OutputError
 from .formats.base import TMP_MARK, SampleSpec
+from .fingerprint import CACHE_NAME, fingerprint_samples, load_cache, save_cache
 from .formats.registry import writer_class
+from .journal import RECORD_PREFIX, ShardRecord, reuse
 from .labels import ClassTable, LabelDecoder, build_class_table
+from .lock import OutputLock
 from .manifest import MANIFEST_NAME, Manifest, ShardInfo, dump_manifest, fsync_dir
-from .plan import ShardTask, listing_fingerprint, plan_tasks, split_into_shards
+from .plan import ShardTask, plan_split
 from .pool import run_tasks
 from .stats import Stats
 from .transform import read_image_size
@@ -42,6 +47,7 @@ class ConvertSummary:
     shards: int = 0
     bytes: int = 0
     seconds: float = 0.0
+    reused: int = 0
     skipped: list[dict[str, str]] = field(default_factory=list)
     manifests: list[Path] = field(default_factory=list)
 
@@ -55,6 +61,7 @@ class ConvertSummary:
         return (
             f"converted {self.samples} samples into {self.shards} shards, {self.bytes / 1e6:.1f} MB, "
             f"in {self.seconds:.1f} s ({self.samples_per_second:.1f} samples/s)"
+            + (f"; {self.reused} shards reused unchanged" if self.reused else "")
             + (f"; {len(self.skipped)} inputs skipped" if self.skipped else "")
         )
 
@@ -102,9 +109,51 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
     check_output(cfg)
     spec = sample_spec(cfg, table)
     options = cfg.preprocessing()
+    writer = writer_class(cfg.format)
+    settings = {"format": cfg.format, "format_version": writer.format_version, "sample": spec.to_manifest(),
+                "classes": table.to_json(), "preprocessing": options, "on_error": cfg.on_error}
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
     ctx = WorkerContext(cfg.format, spec, decoder, found.root.resolve(), cfg.size, cfg.resize, cfg.crop,
-                        cfg.compression, cfg.on_error, WorkerContext.digest(options))
+                        cfg.compression, cfg.on_error)
+    with OutputLock(cfg.output):
+        tasks, reused, caches = _plan(cfg, found, spec, settings, digest)
+        todo = [t for t in tasks if (t.split, t.key) not in reused]
+        log.info("%d shards planned, %d reused, %d to write, %d workers", len(tasks), len(reused), len(todo),
+                 min(cfg.effective_workers(), max(len(todo), 1)))
+
+        def publish_shard(result: ShardResult) -> None:
+            record = publish_files(result)
+            reused[(result.split, result.key)] = record
+
+        try:
+            run_tasks(todo, ctx, workers=cfg.effective_workers(), quiet=cfg.quiet, on_result=publish_shard,
+                      isolate=getattr(writer, "needs_subprocess", False))
+        except BaseException:
+            for split in found.splits:
+                remove_temps(cfg.output / split)
+            raise
+        for split, pairs in found.splits.items():
+            records = [reused[(t.split, t.key)] for t in tasks if t.split == split]
+            path = publish_split(cfg, split, pairs, records, found, table, spec, options, writer)
+            save_cache(cfg.output / split, caches[split])
+            summary.manifests.append(path)
+            summary.samples += sum(len(r.samples) for r in records)
+            summary.shards += len(records)
+            summary.bytes += sum(f.bytes for r in records for f in r.files)
+            summary.skipped += [s for r in records for s in r.skipped]
+    summary.reused = len(tasks) - len(todo)
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def _plan(
+    cfg: ConvertConfig, found: Discovery, spec: SampleSpec, settings: dict[str, Any], digest: str
+) -> tuple[list[ShardTask], dict[tuple[str, str], ShardRecord], dict[str, dict[str, Any]]]:
+    """Fingerprint every split's samples, cut shards, and find the shards that can be reused."""
     tasks: list[ShardTask] = []
+    reused: dict[tuple[str, str], ShardRecord] = {}
+    caches: dict[str, dict[str, Any]] = {}
+    writer = writer_class(cfg.format)
     for split, pairs in found.splits.items():
         directory = cfg.output / split
         try:
@@ -113,52 +162,57 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
             raise OutputError(f"cannot create the output folder ({exc.strerror})", path=directory,
                               fix="check the path and its permissions") from None
         remove_temps(directory)
-        tasks += plan_tasks(split, directory, split_into_shards(pairs, cfg.shard_size, spec, cfg, read_image_size))
-    log.info("planned %d shards over %d splits with %d workers", len(tasks), len(found.splits),
-             min(cfg.effective_workers(), max(len(tasks), 1)))
-    try:
-        results = run_tasks(tasks, ctx, workers=cfg.effective_workers(), quiet=cfg.quiet)
-    except BaseException:
-        for split in found.splits:
-            remove_temps(cfg.output / split)
-        raise
-    for split, pairs in found.splits.items():
-        mine = [r for r in results if r.split == split]
-        path = publish_split(cfg, split, pairs, mine, found, table, spec, options)
-        summary.manifests.append(path)
-        summary.samples += sum(len(r.samples) for r in mine)
-        summary.shards += len(mine)
-        summary.bytes += sum(f.bytes for r in mine for f in r.files)
-        summary.skipped += [s for r in mine for s in r.skipped]
-    summary.seconds = time.perf_counter() - started
-    return summary
+        old_cache = {} if cfg.force else load_cache(directory)
+        fingerprints, caches[split] = fingerprint_samples(pairs, digest, old_cache,
+                                                          threads=2 * cfg.effective_workers())
+        planned = plan_split(split, directory, pairs, fingerprints, cfg.shard_size, spec, cfg, settings,
+                             read_image_size)
+        for task in planned:
+            if not cfg.force:
+                record = reuse(directory, task.key, writer.file_names(task.stem, spec))
+                if record is not None:
+                    reused[(split, task.key)] = record
+        tasks += planned
+    return tasks, reused, caches
+
+
+def publish_files(result: ShardResult) -> ShardRecord:
+    """Rename one finished shard's temporary files into place, then record it (crash-safe order)."""
+    directory = None
+    for f in result.files:
+        directory = result.directory
+        os.replace(directory / f.tmp_name, directory / f.final_name)
+    record = ShardRecord(result.key, tuple(f.info() for f in result.files), tuple(result.samples),
+                         result.stats, tuple(result.skipped))
+    if directory is not None:
+        fsync_dir(directory)
+        record.save(directory)
+    return record
 
 
 def publish_split(
     cfg: ConvertConfig,
     split: str,
     pairs: Any,
-    results: list[ShardResult],
+    records: list[ShardRecord],
     found: Discovery,
     table: ClassTable,
     spec: SampleSpec,
     options: dict[str, Any],
+    writer: Any,
 ) -> Path:
-    """Rename the split's shards into place, write its manifest last, then drop stale files."""
+    """Write the split's manifest (the commit marker), then remove files no manifest names any more."""
     directory = cfg.output / split
     shards: list[ShardInfo] = []
     samples: list[dict[str, Any]] = []
     stats = Stats(table.num_classes)
     first = 0
-    for r in results:
-        for f in r.files:
-            os.replace(directory / f.tmp_name, directory / f.final_name)
-        shards.append(ShardInfo(r.index, len(r.samples), first, tuple(f.info() for f in r.files)))
+    for index, r in enumerate(records):
+        shards.append(ShardInfo(index, len(r.samples), first, r.files))
         first += len(r.samples)
         samples += r.samples
         stats.merge(Stats.from_wire(r.stats))
-    fsync_dir(directory)
-    writer = writer_class(cfg.format)
+    fingerprint = hashlib.sha256("\n".join(s["fingerprint"] for s in samples).encode()).hexdigest()
     manifest = Manifest(
         format=cfg.format,
         format_version=writer.format_version,
@@ -171,7 +225,7 @@ def publish_split(
             "layout": found.layout,
             "label_kind": found.label_kind,
             "root": found.root.resolve().as_posix(),
-            "fingerprint": listing_fingerprint(pairs, found.root.resolve(), options),
+            "fingerprint": fingerprint,
             "pairs": len(pairs),
             "unmatched_images": list(found.unmatched_images.get(split, ())),
             "unmatched_labels": list(found.unmatched_labels.get(split, ())),
@@ -179,17 +233,27 @@ def publish_split(
         shards=tuple(shards),
         samples=tuple(samples),
         stats=stats.to_manifest(),
-        skipped=tuple(s for r in results for s in r.skipped),
+        skipped=tuple(s for r in records for s in r.skipped),
         format_options=writer.format_options(spec, cfg.compression),
         tool_version=__version__,
     )
     path = dump_manifest(manifest, directory)
-    keep = {f.final_name for r in results for f in r.files} | {MANIFEST_NAME}
-    for p in directory.iterdir():
-        if p.is_file() and p.name not in keep and _is_shard_name(p.name):
-            p.unlink()
+    collect_garbage(directory, records)
     log.info("%s: %d samples in %d shards → %s", split, first, len(shards), path)
     return path
+
+
+def collect_garbage(directory: Path, records: list[ShardRecord]) -> None:
+    """Delete shard files and records that the just-written manifest does not name."""
+    keep = {f.name for r in records for f in r.files}
+    keep |= {ShardRecord.path(directory, r.key).name for r in records}
+    keep |= {MANIFEST_NAME, CACHE_NAME}
+    for p in directory.iterdir():
+        if p.name in keep or not p.is_file():
+            continue
+        if p.name.startswith(RECORD_PREFIX) or _is_shard_name(p.name):
+            p.unlink(missing_ok=True)
+    fsync_dir(directory)
 
 
 def _is_shard_name(name: str) -> bool:

@@ -1,8 +1,13 @@
 """The shard plan: which sample goes into which shard, decided up front from the listing alone.
 
-The plan is a pure function of the discovered pairs and the options — no pixels are
-read (byte limits use image headers only) — which is what makes output deterministic
-for any worker count, and resumable.
+The plan is a pure function of the discovered pairs, their fingerprints and the options —
+no pixels are read (byte limits use image headers only) — which is what makes output
+deterministic for any worker count, resumable, and the same on a cluster.
+
+Shard boundaries are content-defined: a shard may end after a sample whose *key* hashes
+to a boundary value (and must end at the size limit). Adding or removing a few samples
+therefore moves only the boundaries next to them, so an incremental run rewrites only
+the shards that contain changed inputs — and still equals a fresh conversion.
 """
 
 from __future__ import annotations
@@ -21,12 +26,18 @@ from .formats.base import SampleSpec
 
 @dataclass(frozen=True)
 class ShardTask:
-    """One unit of work: a worker decodes these samples and writes shard ``index`` of ``split`` itself."""
+    """One unit of work: a worker decodes these samples and writes shard ``stem`` of ``split`` itself."""
 
     split: str
     index: int
+    key: str  # sha256 hex of everything that determines the shard's content
     directory: Path
     samples: tuple[SamplePair, ...]
+    fingerprints: tuple[str, ...]
+
+    @property
+    def stem(self) -> str:
+        return f"{self.index:05d}-{self.key[:12]}"
 
 
 def stored_hw(source_hw: tuple[int, int], cfg: ConvertConfig) -> tuple[int, int]:
@@ -41,49 +52,69 @@ def stored_hw(source_hw: tuple[int, int], cfg: ConvertConfig) -> tuple[int, int]
     return source_hw
 
 
-def split_into_shards(
+def _key_hash(key: str) -> int:
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little")
+
+
+def cut_shards(sizes: Sequence[int], keys: Sequence[str], max_samples: int | None, max_bytes: int | None) -> list[int]:
+    """Content-defined cut points → list of shard lengths.
+
+    A shard holds at most ``max_samples`` samples (or ``max_bytes`` bytes, always ≥ 1 sample).
+    Once it holds a quarter of its limit, it also ends after any sample whose key hash is
+    0 modulo half the limit — about three quarters full on average.
+    """
+    if max_samples is None:
+        assert max_bytes is not None
+        mean = max(1, sum(sizes) // max(len(sizes), 1))
+        per_shard = max(1, max_bytes // mean)
+    else:
+        per_shard = max_samples
+    min_fill = max(1, per_shard // 4)
+    modulus = max(1, per_shard // 2)
+    lengths: list[int] = []
+    count = used = 0
+    for size, key in zip(sizes, keys, strict=True):
+        if count and ((max_samples is not None and count >= max_samples)
+                      or (max_bytes is not None and used + size > max_bytes)):
+            lengths.append(count)
+            count = used = 0
+        count += 1
+        used += size
+        if count >= min_fill and per_shard > 1 and _key_hash(key) % modulus == 0:
+            lengths.append(count)
+            count = used = 0
+    if count:
+        lengths.append(count)
+    return lengths
+
+
+def shard_key(settings: dict[str, Any], pairs: Sequence[SamplePair], fingerprints: Sequence[str]) -> str:
+    """sha256 of the format settings and the ordered (key, fingerprint) list of a shard."""
+    h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    for pair, fp in zip(pairs, fingerprints, strict=True):
+        h.update(f"{pair.key}\0{fp}\n".encode())
+    return h.hexdigest()
+
+
+def plan_split(
+    split: str,
+    directory: Path,
     pairs: Sequence[SamplePair],
+    fingerprints: Sequence[str],
     limit: ShardSize,
     spec: SampleSpec,
     cfg: ConvertConfig,
+    settings: dict[str, Any],
     header_size: Callable[[Path], tuple[int, int]],
-) -> list[tuple[SamplePair, ...]]:
-    """Cut the ordered pairs into consecutive shards under the sample or byte limit (at least one each)."""
-    if limit.samples is not None:
-        n = limit.samples
-        return [tuple(pairs[i : i + n]) for i in range(0, len(pairs), n)]
-    assert limit.nbytes is not None
-    fixed = spec.size is not None
-    shards: list[tuple[SamplePair, ...]] = []
-    current: list[SamplePair] = []
-    used = 0
-    for pair in pairs:
-        hw = spec.size if fixed else stored_hw(header_size(pair.image), cfg)
-        nbytes = spec.sample_nbytes(hw)  # type: ignore[arg-type]
-        if current and used + nbytes > limit.nbytes:
-            shards.append(tuple(current))
-            current, used = [], 0
-        current.append(pair)
-        used += nbytes
-    if current:
-        shards.append(tuple(current))
-    return shards
-
-
-def plan_tasks(split: str, directory: Path, shards: list[tuple[SamplePair, ...]]) -> list[ShardTask]:
-    return [ShardTask(split, i, directory, s) for i, s in enumerate(shards)]
-
-
-
-
-def listing_fingerprint(pairs: Sequence[SamplePair], root: Path, options: dict[str, Any]) -> str:
-    """sha256 over relative paths, sizes, mtimes and the preprocessing options: cheap change detection."""
-    h = hashlib.sha256(json.dumps(options, sort_keys=True).encode())
-    for p in pairs:
-        for path in (p.image, p.label):
-            if path is None:
-                continue
-            st = path.stat()
-            rel = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.as_posix()
-            h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()
+) -> list[ShardTask]:
+    """Cut one split's ordered pairs into shard tasks."""
+    if spec.size is not None or limit.nbytes is None:
+        sizes = [spec.sample_nbytes(spec.size or (1, 1))] * len(pairs)
+    else:
+        sizes = [spec.sample_nbytes(stored_hw(header_size(p.image), cfg)) for p in pairs]
+    tasks, start = [], 0
+    for index, n in enumerate(cut_shards(sizes, [p.key for p in pairs], limit.samples, limit.nbytes)):
+        chunk, fps = tuple(pairs[start : start + n]), tuple(fingerprints[start : start + n])
+        tasks.append(ShardTask(split, index, shard_key(settings, chunk, fps), directory, chunk, fps))
+        start += n
+    return tasks

@@ -32,12 +32,13 @@ def run_tasks(
     workers: int,
     quiet: bool = False,
     on_result: Callable[[ShardResult], None] | None = None,
+    isolate: bool = False,
 ) -> list[ShardResult]:
-    """Convert every task; results come back in task order whatever order workers finish in."""
+    """Convert every task; ``on_result`` sees each as it finishes; the list comes back in task order."""
     total = sum(len(t.samples) for t in tasks)
     results: list[ShardResult] = []
     with _progress(total, quiet) as bar:
-        for result in _iterate(tasks, ctx, workers):
+        for result in _iterate(tasks, ctx, workers, isolate):
             bar.update(len(result.samples) + len(result.skipped))
             if on_result is not None:
                 on_result(result)
@@ -47,9 +48,10 @@ def run_tasks(
     return results
 
 
-def _iterate(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int) -> Iterator[ShardResult]:
+def _iterate(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int, isolate: bool) -> Iterator[ShardResult]:
+    """``isolate``: run even a single worker in a subprocess (for writers whose imports clash with the caller's)."""
     n_jobs = max(1, min(workers, len(tasks)))
-    if n_jobs == 1:
+    if n_jobs == 1 and not isolate:
         for task in tasks:
             yield convert_shard(task, ctx)
         return

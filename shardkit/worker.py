@@ -6,8 +6,6 @@ sizes, hashes, per-sample records, statistics) travels back to the parent.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,11 +37,6 @@ class WorkerContext:
     crop: str
     compression: str
     on_error: str
-    options_digest: str  # sha256 of the preprocessing options, mixed into every sample fingerprint
-
-    @staticmethod
-    def digest(options: dict[str, Any]) -> str:
-        return hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()
 
 
 @dataclass
@@ -52,6 +45,8 @@ class ShardResult:
 
     split: str
     index: int
+    key: str
+    directory: Path
     files: tuple[WrittenFile, ...]
     samples: list[dict[str, Any]] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
@@ -62,33 +57,18 @@ def _rel(path: Path, root: Path) -> str:
     return path.relative_to(root).as_posix() if path.is_relative_to(root) else path.as_posix()
 
 
-def _read_bytes(path: Path) -> bytes:
-    from .errors import DecodeError
-
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise DecodeError(f"cannot read file ({exc.strerror or exc})", path=path,
-                          fix="check the file's permissions, or --on-error skip") from None
-
-
-def process_sample(pair: Any, ctx: WorkerContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
-    """Decode + fit + encode one pair → (image, stored label, class ids, fingerprint)."""
-    h = hashlib.sha256(ctx.options_digest.encode())
-    h.update(_read_bytes(pair.image))
-    h.update(b"\0")
-    h.update(_read_bytes(pair.label))
+def process_sample(pair: Any, ctx: WorkerContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Decode + fit + encode one pair → (image, stored label, class ids)."""
     image = decode_image(pair.image)
     ids = ctx.decoder.decode(pair.label)
     pad = ctx.decoder.table.ignore_index if ctx.decoder.table.ignore_index is not None else 0
     image, ids = fit_pair(image, ids, size=ctx.size, resize=ctx.resize, crop=ctx.crop, pad_label=pad,
                           label_path=pair.label)
-    stored = encode_label(ids, ctx.spec.label_encoding, ctx.spec.num_classes)
-    return image, stored, ids, h.hexdigest()
+    return image, encode_label(ids, ctx.spec.label_encoding, ctx.spec.num_classes), ids
 
 
 def convert_shard(task: ShardTask, ctx: WorkerContext) -> ShardResult:
-    """Write shard ``task.index`` of ``task.split`` to temporary names and describe it."""
+    """Write shard ``task.stem`` of ``task.split`` to temporary names and describe it."""
     try:
         import cv2
 
@@ -96,13 +76,13 @@ def convert_shard(task: ShardTask, ctx: WorkerContext) -> ShardResult:
     except Exception:  # pragma: no cover
         pass
     stats = Stats(ctx.spec.num_classes)
-    writer = writer_class(ctx.format)(task.directory, task.index, ctx.spec, len(task.samples), ctx.compression)
+    writer = writer_class(ctx.format)(task.directory, task.stem, ctx.spec, len(task.samples), ctx.compression)
     samples: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
     try:
-        for pair in task.samples:
+        for pair, fingerprint in zip(task.samples, task.fingerprints, strict=True):
             try:
-                image, stored, ids, fingerprint = process_sample(pair, ctx)
+                image, stored, ids = process_sample(pair, ctx)
             except ShardkitError as exc:
                 if ctx.on_error != "skip":
                     raise
@@ -123,4 +103,4 @@ def convert_shard(task: ShardTask, ctx: WorkerContext) -> ShardResult:
     except BaseException:
         writer.abort()
         raise
-    return ShardResult(task.split, task.index, files, samples, stats.to_wire(), skipped)
+    return ShardResult(task.split, task.index, task.key, task.directory, files, samples, stats.to_wire(), skipped)

@@ -54,6 +54,14 @@ class SampleSpec:
         """Stored bytes of one sample of this (H, W): what shard byte limits count."""
         return hw[0] * hw[1] * 3 + int(np.prod(self.label_shape(hw))) * self.stored_label_dtype.itemsize
 
+    def flat_offsets(self, shapes: np.ndarray) -> np.ndarray:
+        """Start of each sample in flattened image and label arrays: (n + 1, 2) int64, last row = totals."""
+        px = np.asarray(shapes, dtype=np.int64).reshape(-1, 2).prod(axis=1)
+        per_px = np.array([3, int(np.prod(self.label_shape((1, 1))))], dtype=np.int64)
+        offsets = np.zeros((len(px) + 1, 2), dtype=np.int64)
+        np.cumsum(px[:, None] * per_px, axis=0, out=offsets[1:])
+        return offsets
+
     def to_manifest(self) -> dict[str, Any]:
         h, w = self.size if self.size else (None, None)
         return {
@@ -109,15 +117,21 @@ class ShardWriter(ABC):
     """Writes one shard into ``directory`` under temporary names; the parent renames them later.
 
     Subclasses implement :meth:`add` and :meth:`_finish` and list their files in
-    :meth:`file_names`; they write only to :meth:`tmp_path` names.
+    :meth:`file_names`; they write only to :meth:`tmp_path` names. ``stem`` is
+    ``NNNNN-<12 hex>``: the shard's position and a digest of its inputs and options, so a
+    name never holds two different contents (what makes resume and incremental runs safe).
     """
 
     format_name: ClassVar[str]
     format_version: ClassVar[int]
+    #: True when the writer's library must not be imported into the converting process (it would clash
+    #: with one the caller may import, e.g. ``tfrecord``'s protobufs vs TensorFlow's): the pool then runs
+    #: every task in a worker process, even with one worker.
+    needs_subprocess: ClassVar[bool] = False
 
-    def __init__(self, directory: Path, shard_index: int, spec: SampleSpec, planned: int, compression: str) -> None:
+    def __init__(self, directory: Path, stem: str, spec: SampleSpec, planned: int, compression: str) -> None:
         self.directory = Path(directory)
-        self.shard_index = shard_index
+        self.stem = stem
         self.spec = spec
         self.planned = planned
         self.compression = compression
@@ -126,8 +140,8 @@ class ShardWriter(ABC):
 
     @classmethod
     @abstractmethod
-    def file_names(cls, shard_index: int, spec: SampleSpec) -> tuple[str, ...]:
-        """Final file names of shard ``shard_index`` (relative to the split folder)."""
+    def file_names(cls, stem: str, spec: SampleSpec) -> tuple[str, ...]:
+        """Final file names of the shard called ``stem`` (``NNNNN-<key>``), relative to the split folder."""
 
     @classmethod
     def format_options(cls, spec: SampleSpec, compression: str) -> dict[str, Any]:
@@ -141,6 +155,15 @@ class ShardWriter(ABC):
     def add(self, image: np.ndarray, label: np.ndarray, key: str) -> None:
         """Append one sample (image (H, W, 3) uint8, label already encoded)."""
 
+    def stored(self, image: np.ndarray, label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """C-contiguous (image uint8, label in the stored dtype), shapes checked against the spec."""
+        img = np.ascontiguousarray(image, dtype=np.uint8)
+        lab = np.ascontiguousarray(label, dtype=self.spec.stored_label_dtype)
+        hw = (int(img.shape[0]), int(img.shape[1]))
+        if img.shape != (*hw, 3) or lab.shape != self.spec.label_shape(hw) or (self.spec.size not in (None, hw)):
+            raise ValueError(f"sample shapes {img.shape}/{lab.shape} do not fit the spec {self.spec}")
+        return img, lab
+
     @abstractmethod
     def _finish(self) -> None:
         """Flush and close every temporary file."""
@@ -149,7 +172,7 @@ class ShardWriter(ABC):
         """Finish, fsync and hash the temporary files; nothing is visible under a final name yet."""
         self._finish()
         written = []
-        for name in self.file_names(self.shard_index, self.spec):
+        for name in self.file_names(self.stem, self.spec):
             tmp = self.tmp_path(name)
             fsync_file(tmp)
             written.append(WrittenFile(name, tmp.name, tmp.stat().st_size, sha256_file(tmp)))
@@ -157,7 +180,7 @@ class ShardWriter(ABC):
 
     def abort(self) -> None:
         """Remove whatever temporary files exist (after an error)."""
-        for name in self.file_names(self.shard_index, self.spec):
+        for name in self.file_names(self.stem, self.spec):
             for p in self.directory.glob(f".{name}{TMP_MARK}*"):
                 p.unlink(missing_ok=True)
 
@@ -193,6 +216,11 @@ class ShardReader(ABC):
                     path=p,
                     fix="re-convert this split or restore the file",
                 )
+
+    def corrupt(self, problem: str, name: str | None = None) -> ShardFormatError:
+        """The one-line error for a malformed, truncated or corrupt shard file (raise it)."""
+        return ShardFormatError(" ".join(problem.split()), path=self.path(name or self.shard.files[0].name),
+                                fix="the shard is damaged; re-convert this split")
 
     def verify_hashes(self) -> None:
         for f in self.shard.files:
@@ -230,6 +258,15 @@ class ShardReader(ABC):
     @abstractmethod
     def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Local sample ``i`` → (image (H, W, 3) uint8, stored label)."""
+
+    def read_batch_into(self, local_indices: Sequence[int], out_images: np.ndarray, out_labels: np.ndarray) -> None:
+        """Read samples ``local_indices`` into ``out_images[k]``/``out_labels[k]`` (fixed-size data).
+
+        Generic: one :meth:`read` per sample. Formats that can read straight into the caller's
+        memory (HDF5 hyperslabs) override it.
+        """
+        for k, i in enumerate(local_indices):
+            out_images[k], out_labels[k] = self.read(int(i))
 
     def shape_of(self, i: int) -> tuple[int, int]:
         """(H, W) of local sample ``i``; fixed-size datasets answer without I/O."""

@@ -40,17 +40,17 @@ class LmdbWriter(ShardWriter):
     format_name = "lmdb"
     format_version = FORMAT_VERSION
 
-    def __init__(self, directory: Path, shard_index: int, spec: SampleSpec, planned: int, compression: str) -> None:
-        super().__init__(directory, shard_index, spec, planned, compression)
-        (name,) = self.file_names(shard_index, spec)
+    def __init__(self, directory: Path, stem: str, spec: SampleSpec, planned: int, compression: str) -> None:
+        super().__init__(directory, stem, spec, planned, compression)
+        (name,) = self.file_names(stem, spec)
         self._path = self.tmp_path(name)
         hw = spec.size or (512, 512)
         self._map_size = max(_MIN_MAP, int(planned * (spec.sample_nbytes(hw) + 4096) * 1.25))
         self._env = _env(self._path, write=True, map_size=self._map_size)
 
     @classmethod
-    def file_names(cls, shard_index: int, spec: SampleSpec) -> tuple[str, ...]:
-        return (f"shard-{shard_index:05d}.lmdb",)
+    def file_names(cls, stem: str, spec: SampleSpec) -> tuple[str, ...]:
+        return (f"shard-{stem}.lmdb",)
 
     def _put(self, key: bytes, value: bytes) -> None:
         """One put in its own transaction, doubling the map size whenever it is full."""

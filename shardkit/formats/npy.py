@@ -1,7 +1,8 @@
 """``.npy`` shards: plain NumPy arrays, memory-mappable, readable with ``np.load`` alone.
 
-Fixed size: ``images-NNNNN.npy`` (n, H, W, 3) uint8 and ``labels-NNNNN.npy`` (n, H, W[, C]).
-Variable size: both flattened to 1-D, plus ``shapes-NNNNN.npy`` (n, 2) int64 of (H, W);
+Fixed size: ``images-<stem>.npy`` (n, H, W, 3) uint8 and ``labels-<stem>.npy`` (n, H, W[, C]),
+where ``<stem>`` is ``NNNNN-<12 hex>`` (shard position and input digest).
+Variable size: both flattened to 1-D, plus ``shapes-<stem>.npy`` (n, 2) int64 of (H, W);
 sample i starts at the sum of the sizes before it. Spec: ``formats/npy.md``.
 """
 
@@ -17,21 +18,21 @@ from .base import SampleSpec, ShardReader, ShardWriter
 FORMAT_VERSION = 1
 
 
-def _names(shard_index: int, fixed: bool) -> tuple[str, ...]:
-    stem = f"{shard_index:05d}.npy"
-    return (f"images-{stem}", f"labels-{stem}") if fixed else (f"images-{stem}", f"labels-{stem}", f"shapes-{stem}")
+def _names(stem: str, fixed: bool) -> tuple[str, ...]:
+    kinds = ("images", "labels") if fixed else ("images", "labels", "shapes")
+    return tuple(f"{kind}-{stem}.npy" for kind in kinds)
 
 
 class NpyWriter(ShardWriter):
     format_name = "npy"
     format_version = FORMAT_VERSION
 
-    def __init__(self, directory: Path, shard_index: int, spec: SampleSpec, planned: int, compression: str) -> None:
-        super().__init__(directory, shard_index, spec, planned, compression)
+    def __init__(self, directory: Path, stem: str, spec: SampleSpec, planned: int, compression: str) -> None:
+        super().__init__(directory, stem, spec, planned, compression)
         self._images: Any
         self._labels: Any
         if spec.size is not None:
-            img_name, lab_name = self.file_names(shard_index, spec)
+            img_name, lab_name = self.file_names(stem, spec)
             self._images = np.lib.format.open_memmap(
                 self.tmp_path(img_name), mode="w+", dtype=np.uint8, shape=(planned, *spec.size, 3)
             )
@@ -43,8 +44,8 @@ class NpyWriter(ShardWriter):
             self._images, self._labels = [], []
 
     @classmethod
-    def file_names(cls, shard_index: int, spec: SampleSpec) -> tuple[str, ...]:
-        return _names(shard_index, spec.size is not None)
+    def file_names(cls, stem: str, spec: SampleSpec) -> tuple[str, ...]:
+        return _names(stem, spec.size is not None)
 
     def add(self, image: np.ndarray, label: np.ndarray, key: str) -> None:
         if self.spec.size is not None:
@@ -56,7 +57,7 @@ class NpyWriter(ShardWriter):
         self.count += 1
 
     def _finish(self) -> None:
-        names = self.file_names(self.shard_index, self.spec)
+        names = self.file_names(self.stem, self.spec)
         if self.spec.size is not None:
             for arr, name in ((self._images, names[0]), (self._labels, names[1])):
                 arr.flush()

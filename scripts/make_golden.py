@@ -1,0 +1,216 @@
+"""Regenerate the golden examples in ``formats/golden/`` (tiny datasets written by shardkit).
+
+    python scripts/make_golden.py               # rewrites formats/golden/
+    python scripts/make_golden.py OUT_DIR       # writes the same tree somewhere else
+
+A synthetic dataset of three samples (4x6, 7x9 and 2x9 pixels, five classes with
+colours in ``class_dict.csv`` and one unknown colour per label that becomes the ignore
+id 255) is written in the ``class_dict`` layout and converted with shardkit three ways:
+
+``npy-fixed/``     npy, ``--size 4x6`` (centre crop / pad), ``index`` labels
+``npy-variable/``  npy, no ``--size`` (variable size), ``packed`` labels
+``lmdb/``          lmdb, no ``--size`` (variable size), ``onehot`` labels
+
+all with ``--shard-size 2`` (two shards: 2 + 1 samples) and ``--workers 1``.
+``expected.json`` holds what a reader must get back, computed here from the synthetic
+arrays with plain numpy (never read back through shardkit).
+
+Everything is deterministic: pixels come from integer formulas, the PNGs are written by
+the tiny encoder below (not OpenCV's), and the source files get a fixed mtime (the
+manifest's ``source.fingerprint`` hashes mtimes). Only ``source.root`` (a temporary
+folder) and ``tool.version`` differ between runs of different shardkit versions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import sys
+import tempfile
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "formats" / "golden"
+
+SPLIT = "train"
+SHARD_SIZE = 2
+IGNORE = 255
+FIXED_SIZE = (4, 6)
+#: (name, RGB colour) of the five classes; ids are the row order.
+CLASSES: tuple[tuple[str, tuple[int, int, int]], ...] = (
+    ("sky", (70, 130, 180)),
+    ("road", (128, 64, 128)),
+    ("car", (0, 0, 142)),
+    ("person", (220, 20, 60)),
+    ("tree", (107, 142, 35)),
+)
+UNKNOWN_COLOUR = (255, 255, 255)  # not in the table: mapped to IGNORE by --unknown-as 255
+SOURCE_SIZES: tuple[tuple[int, int], ...] = ((4, 6), (7, 9), (2, 9))  # (H, W) of s0, s1, s2
+MTIME_NS = 1_700_000_000 * 10**9
+
+#: folder → (format, label encoding, --size)
+VARIANTS: dict[str, tuple[str, str, tuple[int, int] | None]] = {
+    "npy-fixed": ("npy", "index", FIXED_SIZE),
+    "npy-variable": ("npy", "packed", None),
+    "lmdb": ("lmdb", "onehot", None),
+}
+
+
+# --------------------------------------------------------------------------- synthetic source
+
+
+def synthetic_sample(s: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sample ``s``: (image (H, W, 3) uint8 RGB, class ids (H, W) uint8 with exactly one IGNORE pixel)."""
+    h, w = SOURCE_SIZES[s]
+    y, x = np.mgrid[0:h, 0:w]
+    image = np.stack([(37 * y + 11 * x + 101 * c + 53 * s + 7) % 256 for c in range(3)], axis=-1)
+    ids = (y + 2 * x + s) % len(CLASSES)
+    ids[(h - 1) // 2, (w - 1) // 2] = IGNORE  # the centre pixel survives the 4x6 crop / pad
+    return image.astype(np.uint8), ids.astype(np.uint8)
+
+
+def colour_mask(ids: np.ndarray) -> np.ndarray:
+    lut = np.zeros((256, 3), dtype=np.uint8)
+    for i, (_, rgb) in enumerate(CLASSES):
+        lut[i] = rgb
+    lut[IGNORE] = UNKNOWN_COLOUR
+    return lut[ids]
+
+
+def png_rgb(image: np.ndarray) -> bytes:
+    """A minimal 8-bit RGB PNG (filter 0 on every row, zlib level 9): stable bytes everywhere."""
+    h, w, _ = image.shape
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    raw = b"".join(b"\0" + image[r].tobytes() for r in range(h))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw, 9))
+        + chunk(b"IEND", b"")
+    )
+
+
+def write_source(root: Path) -> None:
+    """The raw dataset in the ``class_dict`` layout: train/s<i>.png + train_labels/s<i>_L.png."""
+    (root / SPLIT).mkdir(parents=True)
+    (root / f"{SPLIT}_labels").mkdir()
+    lines = ["name,r,g,b"] + [f"{n},{r},{g},{b}" for n, (r, g, b) in CLASSES]
+    files = [root / "class_dict.csv"]
+    files[0].write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for s in range(len(SOURCE_SIZES)):
+        image, ids = synthetic_sample(s)
+        for path, data in ((root / SPLIT / f"s{s}.png", png_rgb(image)),
+                           (root / f"{SPLIT}_labels" / f"s{s}_L.png", png_rgb(colour_mask(ids)))):
+            path.write_bytes(data)
+            files.append(path)
+    for path in files:
+        os.utime(path, ns=(MTIME_NS, MTIME_NS))
+
+
+# --------------------------------------------------------------------------- expected values
+
+
+def crop_or_pad(arr: np.ndarray, size: tuple[int, int], fill: int) -> np.ndarray:
+    """Centre crop or pad each axis independently (crop start (h-H)//2; pad (H-h)//2 before)."""
+    th, tw = size
+    out = np.full((th, tw, *arr.shape[2:]), fill, dtype=arr.dtype)
+    h, w = arr.shape[:2]
+    sy, dy = max((h - th) // 2, 0), max((th - h) // 2, 0)
+    sx, dx = max((w - tw) // 2, 0), max((tw - w) // 2, 0)
+    ch, cw = min(h, th), min(w, tw)
+    out[dy : dy + ch, dx : dx + cw] = arr[sy : sy + ch, sx : sx + cw]
+    return out
+
+
+def encode(ids: np.ndarray, encoding: str) -> np.ndarray:
+    """Stored label from class ids: ids as they are, one-hot uint8, or one-hot packed big-endian."""
+    if encoding == "index":
+        return ids
+    onehot = (ids[..., None] == np.arange(len(CLASSES))).astype(np.uint8)  # ignore → all zero
+    return onehot if encoding == "onehot" else np.packbits(onehot, axis=-1, bitorder="big")
+
+
+def expected() -> dict[str, Any]:
+    datasets: dict[str, Any] = {}
+    for folder, (fmt, encoding, size) in VARIANTS.items():
+        samples = []
+        for s in range(len(SOURCE_SIZES)):
+            image, ids = synthetic_sample(s)
+            if size is not None:
+                image, ids = crop_or_pad(image, size, 0), crop_or_pad(ids, size, IGNORE)
+            samples.append({
+                "key": f"{SPLIT}/s{s}.png",
+                "height": int(ids.shape[0]),
+                "width": int(ids.shape[1]),
+                "image": image.tolist(),
+                "label_ids": ids.tolist(),
+                "label": encode(ids, encoding).tolist(),
+            })
+        datasets[folder] = {
+            "split": SPLIT,
+            "format": fmt,
+            "label_encoding": encoding,
+            "size": list(size) if size else None,
+            "num_shards": -(-len(SOURCE_SIZES) // SHARD_SIZE),
+            "samples": samples,
+        }
+    return {
+        "about": "Expected contents of the golden datasets, computed by scripts/make_golden.py from its "
+                 "synthetic source, not read back through shardkit. image: (H, W, 3) RGB uint8; "
+                 "label_ids: (H, W) class ids (255 = ignore); label: the stored label in the folder's encoding.",
+        "num_classes": len(CLASSES),
+        "ignore_index": IGNORE,
+        "class_names": [n for n, _ in CLASSES],
+        "datasets": datasets,
+    }
+
+
+# --------------------------------------------------------------------------- conversion
+
+
+def make_golden(out: Path) -> Path:
+    """Write ``out/<variant>/train/…`` for every variant plus ``out/expected.json``; returns ``out``."""
+    from shardkit.config import ConvertConfig, ShardSize
+    from shardkit.pipeline import convert
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="shardkit-golden-") as tmp:
+        source = Path(tmp) / "synthetic"
+        write_source(source)
+        for folder, (fmt, encoding, size) in VARIANTS.items():
+            target = out / folder
+            if target.exists():
+                shutil.rmtree(target)
+            convert(ConvertConfig(
+                input=source, output=target, format=fmt, size=size, label_encoding=encoding,
+                ignore_index=IGNORE, unknown_as=IGNORE, shard_size=ShardSize(samples=SHARD_SIZE),
+                workers=1, quiet=True,
+            ))
+            for path in (target / SPLIT).iterdir():
+                path.chmod(0o644)  # the manifest is created 0600 by mkstemp; golden files are for everyone
+    text = json.dumps(expected(), indent=None, separators=(",", ":"), sort_keys=True)
+    (out / "expected.json").write_text(text + "\n", encoding="utf-8")
+    return out
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[1]) if len(argv) > 1 else GOLDEN
+    make_golden(out)
+    for p in sorted(out.rglob("*")):
+        if p.is_file():
+            print(f"{p.stat().st_size:8d}  {p.relative_to(out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,84 @@
+"""Content fingerprints of source samples: what lets a re-run skip everything that did not change.
+
+A sample's fingerprint is sha256(options digest, sha256(image bytes), sha256(label bytes)).
+Hashing reads the sources but decodes nothing; a stat cache (size, mtime) kept beside the
+manifest lets an unchanged file skip even the read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from .discover import SamplePair
+from .errors import InputNotFoundError
+from .manifest import atomic_write_bytes
+
+log = logging.getLogger(__name__)
+CACHE_NAME = ".fingerprints.json"
+_CHUNK = 4 * 1024 * 1024
+
+
+def _stat(path: Path) -> tuple[int, int]:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise InputNotFoundError("file vanished while converting", path=path, fix="re-run when the input is stable") from None
+    return st.st_size, st.st_mtime_ns
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            while chunk := fh.read(_CHUNK):
+                h.update(chunk)
+    except PermissionError as exc:
+        from .errors import DecodeError
+
+        raise DecodeError(f"cannot read file ({exc.strerror})", path=path,
+                          fix="check the file's permissions, or --on-error skip") from None
+    return h.hexdigest()
+
+
+def load_cache(directory: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((directory / CACHE_NAME).read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def save_cache(directory: Path, cache: dict[str, Any]) -> None:
+    atomic_write_bytes(directory / CACHE_NAME, json.dumps(cache, sort_keys=True).encode())
+
+
+def fingerprint_samples(
+    pairs: Sequence[SamplePair], options_digest: str, cache: dict[str, Any], *, threads: int = 4
+) -> tuple[list[str], dict[str, Any]]:
+    """Fingerprints in pair order, and the refreshed cache {path: [size, mtime_ns, sha256]}."""
+    paths = sorted({p for pair in pairs for p in (pair.image, pair.label) if p is not None})
+    fresh: dict[str, Any] = {}
+
+    def digest(path: Path) -> tuple[str, list[Any]]:
+        size, mtime = _stat(path)
+        hit = cache.get(str(path))
+        if isinstance(hit, list) and len(hit) == 3 and hit[0] == size and hit[1] == mtime:
+            return str(path), hit
+        return str(path), [size, mtime, file_sha256(path)]
+
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        for key, entry in pool.map(digest, paths):
+            fresh[key] = entry
+    out = []
+    for pair in pairs:
+        h = hashlib.sha256(options_digest.encode())
+        h.update(fresh[str(pair.image)][2].encode())
+        h.update(fresh[str(pair.label)][2].encode() if pair.label is not None else b"-")
+        out.append(h.hexdigest())
+    return out, fresh

@@ -1,0 +1,47 @@
+"""Shard planning: limits respected, boundaries content-defined and stable under insertions."""
+
+from __future__ import annotations
+
+from shardkit.plan import cut_shards
+
+
+def keys(n: int, prefix: str = "img") -> list[str]:
+    return [f"{prefix}/{i:06d}.png" for i in range(n)]
+
+
+def test_shards_never_exceed_the_sample_limit_and_cover_everything() -> None:
+    lengths = cut_shards([1] * 5000, keys(5000), 100, None)
+    assert sum(lengths) == 5000 and max(lengths) <= 100
+    assert min(lengths[:-1]) >= 25, "a shard ends early only after a quarter of its limit"
+    assert 50 <= 5000 / len(lengths) <= 100
+
+
+def test_byte_limit_is_respected_with_variable_sizes() -> None:
+    sizes = [(i % 7 + 1) * 1000 for i in range(3000)]
+    lengths = cut_shards(sizes, keys(3000), None, 50_000)
+    start = 0
+    for n in lengths:
+        assert n == 1 or sum(sizes[start : start + n]) <= 50_000
+        start += n
+    assert start == 3000
+
+
+def test_inserting_one_sample_changes_only_the_shards_around_it() -> None:
+    base = keys(4000)
+    grown = sorted([*base, "img/002000a.png"])
+
+    def shards(ks: list[str]) -> set[tuple[str, ...]]:
+        out, start = set(), 0
+        for n in cut_shards([1] * len(ks), ks, 100, None):
+            out.add(tuple(ks[start : start + n]))
+            start += n
+        return out
+
+    before, after = shards(base), shards(grown)
+    assert len(before - after) <= 2, "only the shard holding the new sample (and at most its neighbour) changes"
+    assert len(before & after) >= len(before) - 2
+
+
+def test_plan_is_a_pure_function_of_the_listing() -> None:
+    ks = keys(1234)
+    assert cut_shards([1] * 1234, ks, 64, None) == cut_shards([1] * 1234, list(ks), 64, None)
