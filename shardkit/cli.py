@@ -6,7 +6,6 @@ options); 3 finished but skipped some inputs (``--on-error skip``); 130 interrup
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -18,19 +17,10 @@ import click
 from . import __version__
 from .config import ConvertConfig, ShardSize, parse_size
 from .errors import ConfigError, ShardkitError
+from .logs import setup as setup_logging
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SKIPPED = 0, 1, 2, 3
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _setup_logging(quiet: bool, verbose: bool) -> None:
-    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s" if verbose else "%(message)s"))
-    root = logging.getLogger("shardkit")
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    root.propagate = False
 
 
 def _errors_to_exit_codes(fn: F) -> F:
@@ -71,10 +61,35 @@ def _shard_size(_ctx: click.Context, _param: click.Parameter, value: str) -> Sha
         raise click.BadParameter(str(exc)) from None
 
 
-@main.command()
-@click.argument("input_dir", type=click.Path(path_type=Path, file_okay=False))
-@click.argument("output_dir", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["npy", "lmdb", "hdf5", "tfrecord"]), default="npy",
+def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path | None:
+    """--config FILE.toml: its keys (same names as the flags) become defaults; flags and SHARDKIT_* win."""
+    if value is None:
+        return None
+    import tomllib
+
+    try:
+        data = tomllib.loads(value.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise click.BadParameter(f"{value}: cannot read ({exc})", param_hint="--config") from None
+    section = data.get("convert", data)
+    known = {p.name for p in ctx.command.params if p.name}
+    defaults: dict[str, Any] = {}
+    for key, val in section.items():
+        name = {"input": "input_dir", "output": "output_dir"}.get(key, key.replace("-", "_"))
+        if name not in known or name == "config":
+            raise click.BadParameter(f"{value}: unknown key {key!r}", param_hint="--config")
+        defaults[name] = ",".join(map(str, val)) if name == "size" and isinstance(val, list) else val
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+    return value
+
+
+@main.command(context_settings={"auto_envvar_prefix": "SHARDKIT", "show_default": True})
+@click.option("--config", type=click.Path(path_type=Path, dir_okay=False, exists=True), is_eager=True,
+              expose_value=False, callback=_load_config,
+              help="TOML file with the same keys as these flags (flags, then SHARDKIT_* variables, win).")
+@click.argument("input_dir", type=click.Path(path_type=Path, file_okay=False), envvar="SHARDKIT_INPUT")
+@click.argument("output_dir", type=click.Path(path_type=Path), envvar="SHARDKIT_OUTPUT")
+@click.option("--format", "format", type=click.Choice(["npy", "lmdb", "hdf5", "tfrecord"]), default="npy",
               show_default=True, help="Shard format.")
 @click.option("--size", callback=_size, metavar="HxW", help="Target size, e.g. 352x480 (height x width).")
 @click.option("--resize", type=click.Choice(["none", "exact", "shorter"]), default="none", show_default=True,
@@ -103,6 +118,9 @@ def _shard_size(_ctx: click.Context, _param: click.Parameter, value: str) -> Sha
 @click.option("--compression", type=click.Choice(["none", "lzf", "gzip"]), default="none", show_default=True,
               help="HDF5: lzf/gzip; TFRecord: gzip.")
 @click.option("--workers", type=click.IntRange(0), default=0, show_default=True, help="Worker processes; 0 = all cores.")
+@click.option("--backend", type=click.Choice(["local", "dask"]), default="local", show_default=True,
+              help="local: a process pool on this machine; dask: the same shard tasks on a Dask cluster.")
+@click.option("--scheduler", metavar="ADDRESS", help="Dask scheduler, e.g. tcp://host:8786 (default: a local cluster).")
 @click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
               help="fail: stop at the first bad input; skip: leave it out, list it in the manifest, exit 3.")
 @click.option("--strict", is_flag=True, help="Images without labels (or labels without images) are an error.")
@@ -110,23 +128,25 @@ def _shard_size(_ctx: click.Context, _param: click.Parameter, value: str) -> Sha
 @click.option("--force", is_flag=True, help="Rebuild every shard, even those an earlier run left intact.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar, warnings and errors only.")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
+              help="json: one JSON object per line on stderr (start, shard_done, skipped, summary).")
 @_errors_to_exit_codes
-def convert(input_dir: Path, output_dir: Path, fmt: str, size: tuple[int, int] | None, resize: str, crop: str,
+def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int] | None, resize: str, crop: str,
             label_encoding: str, layout: str, label_suffix: str | None, class_dict: Path | None,
             palette: Path | None, num_classes: int | None, ignore_index: int | None, colour_tolerance: int,
             unknown_as: int | None, cityscapes_train_ids: bool, splits: tuple[str, ...], shard_size: ShardSize,
-            compression: str, workers: int, on_error: str, strict: bool, dry_run: bool, force: bool, quiet: bool,
-            verbose: bool) -> None:
+            compression: str, workers: int, backend: str, scheduler: str | None, on_error: str, strict: bool, dry_run: bool, force: bool, quiet: bool,
+            verbose: bool, log_format: str) -> None:
     """Convert the dataset in INPUT_DIR into shards in OUTPUT_DIR/<split>/ with a manifest.json each."""
-    _setup_logging(quiet, verbose)
+    setup_logging(quiet=quiet, verbose=verbose, json_lines=log_format == "json")
     from .pipeline import convert as run
 
     cfg = ConvertConfig(
-        input=input_dir, output=output_dir, format=fmt, size=size, resize=resize, crop=crop,
+        input=input_dir, output=output_dir, format=format, size=size, resize=resize, crop=crop,
         label_encoding=label_encoding, layout=layout, label_suffix=label_suffix, class_dict=class_dict,
         palette=palette, num_classes=num_classes, ignore_index=ignore_index, colour_tolerance=colour_tolerance,
         unknown_as=unknown_as, cityscapes_train_ids=cityscapes_train_ids, splits=splits, shard_size=shard_size,
-        compression=compression, workers=workers, on_error=on_error, strict=strict, dry_run=dry_run, force=force, quiet=quiet,
+        compression=compression, workers=workers, backend=backend, scheduler=scheduler, on_error=on_error, strict=strict, dry_run=dry_run, force=force, quiet=quiet,
     )
     summary = run(cfg)
     if dry_run:
@@ -136,7 +156,6 @@ def convert(input_dir: Path, output_dir: Path, fmt: str, size: tuple[int, int] |
         click.echo(f"classes: {t.num_classes} from {t.source}, ignore index {t.ignore_index}")
         for c in t.classes:
             click.echo(f"  {c.id:>3} {c.name}" + (f"  rgb{tuple(c.colour)}" if c.colour else ""))
-    click.echo(summary.line(), err=True)
     if summary.skipped:
         sys.exit(EXIT_SKIPPED)
 
@@ -149,7 +168,7 @@ def convert(input_dir: Path, output_dir: Path, fmt: str, size: tuple[int, int] |
 @_errors_to_exit_codes
 def demo(output_dir: Path, train: int, val: int, seed: int) -> None:
     """Write a small synthetic street-scene dataset (colour masks + class_dict.csv) to OUTPUT_DIR."""
-    _setup_logging(False, False)
+    setup_logging()
     from .demo import make_demo
 
     root = make_demo(output_dir, train=train, val=val, seed=seed)
@@ -176,3 +195,31 @@ def info(split_dir: Path) -> None:
         click.echo(f"  {c['id']:>3} {c['name']:<20} {100 * s:6.2f} %")
     if m.skipped:
         click.echo(f"{len(m.skipped)} inputs were skipped (see manifest.json 'skipped')")
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@_errors_to_exit_codes
+def verify(path: Path) -> None:
+    """Check every shard under PATH (an output folder or one split): sizes, sha256, decoding, class counts.
+
+    Exit 0 only when everything agrees with the manifests; 1 otherwise, with a report per shard.
+    """
+    from .verify import split_folders, verify_split
+
+    folders = split_folders(path)
+    if not folders:
+        raise click.ClickException(f"{path}: no manifest.json here or in its sub-folders — "
+                                   "fix: point at an output folder written by shardkit convert")
+    failed = 0
+    for folder in folders:
+        report = verify_split(folder)
+        if report.ok:
+            click.echo(f"ok      {folder}: {report.samples} samples in {report.shards} shards verified")
+        else:
+            failed += 1
+            click.echo(f"FAILED  {folder}: {len(report.problems)} problem(s)")
+            for problem in report.problems:
+                click.echo(f"  - {problem}")
+    if failed:
+        raise click.ClickException(f"{failed} of {len(folders)} split(s) failed verification")

@@ -102,6 +102,8 @@ class ConvertConfig:
     shard_size: ShardSize = field(default_factory=lambda: ShardSize(samples=DEFAULT_SHARD_SAMPLES))
     compression: str = "none"
     workers: int = 0
+    backend: str = "local"
+    scheduler: str | None = None
     on_error: str = "fail"
     strict: bool = False
     dry_run: bool = False
@@ -117,6 +119,9 @@ class ConvertConfig:
         self._check_choice("label_encoding", self.label_encoding, ("index", "onehot", "packed"))
         self._check_choice("on_error", self.on_error, ("fail", "skip"))
         self._check_choice("compression", self.compression, ("none", "lzf", "gzip"))
+        self._check_choice("backend", self.backend, ("local", "dask"))
+        if self.scheduler and self.backend != "dask":
+            raise ConfigError("--scheduler needs --backend dask")
         if self.resize != "none" and self.size is None:
             raise ConfigError(f"--resize {self.resize} needs a target", fix="add --size HxW")
         if not 0 <= self.colour_tolerance <= 255:

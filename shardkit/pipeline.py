@@ -115,6 +115,9 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
     ctx = WorkerContext(cfg.format, spec, decoder, found.root.resolve(), cfg.size, cfg.resize, cfg.crop,
                         cfg.compression, cfg.on_error)
+    log.info("convert %s → %s as %s", cfg.input, cfg.output, cfg.format,
+             extra={"event": "start", "input": str(cfg.input), "output": str(cfg.output), "format": cfg.format,
+                    "workers": cfg.effective_workers(), "backend": cfg.backend})
     with OutputLock(cfg.output):
         tasks, reused, caches = _plan(cfg, found, spec, settings, digest)
         todo = [t for t in tasks if (t.split, t.key) not in reused]
@@ -124,6 +127,13 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
         def publish_shard(result: ShardResult) -> None:
             record = publish_files(result)
             reused[(result.split, result.key)] = record
+            log.debug("%s shard %s: %d samples", result.split, result.index, len(record.samples),
+                      extra={"event": "shard_done", "split": result.split, "shard": result.index,
+                             "samples": len(record.samples), "bytes": sum(f.bytes for f in record.files),
+                             "files": [f.name for f in record.files]})
+            for s in record.skipped:
+                log.warning("skipped %s: %s", s["key"], s["reason"],
+                            extra={"event": "skipped", "split": result.split, "key": s["key"], "reason": s["reason"]})
 
         try:
             run_tasks(todo, ctx, workers=cfg.effective_workers(), quiet=cfg.quiet, on_result=publish_shard,
@@ -143,6 +153,10 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
             summary.skipped += [s for r in records for s in r.skipped]
     summary.reused = len(tasks) - len(todo)
     summary.seconds = time.perf_counter() - started
+    log.info("%s", summary.line(), extra={
+        "event": "summary", "samples": summary.samples, "shards": summary.shards, "reused_shards": summary.reused,
+        "bytes": summary.bytes, "seconds": round(summary.seconds, 3),
+        "samples_per_second": round(summary.samples_per_second, 2), "skipped": len(summary.skipped)})
     return summary
 
 
@@ -172,6 +186,8 @@ def _plan(
                 record = reuse(directory, task.key, writer.file_names(task.stem, spec))
                 if record is not None:
                     reused[(split, task.key)] = record
+                    log.debug("%s shard %s reused", split, task.index, extra={
+                        "event": "shard_reused", "split": split, "shard": task.index, "samples": len(record.samples)})
         tasks += planned
     return tasks, reused, caches
 

@@ -58,8 +58,15 @@ def _iterate(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int, isola
     from joblib import Parallel, delayed
     from joblib.externals.loky.process_executor import TerminatedWorkerError
 
-    parallel = Parallel(n_jobs=n_jobs, backend="loky", return_as="generator_unordered", pre_dispatch="2*n_jobs")
     try:
+        if n_jobs == 1:  # joblib runs n_jobs=1 in this process even with loky: submit to its loky executor
+            from joblib.executor import get_memmapping_executor
+
+            executor = get_memmapping_executor(1)
+            for task in tasks:
+                yield executor.submit(convert_shard, task, ctx).result()
+            return
+        parallel = Parallel(n_jobs=n_jobs, backend="loky", return_as="generator_unordered", pre_dispatch="2*n_jobs")
         yield from parallel(delayed(convert_shard)(t, ctx) for t in tasks)
     except TerminatedWorkerError as exc:
         raise WorkerError(

@@ -67,6 +67,21 @@ def process_sample(pair: Any, ctx: WorkerContext) -> tuple[np.ndarray, np.ndarra
     return image, encode_label(ids, ctx.spec.label_encoding, ctx.spec.num_classes), ids
 
 
+def _write(fn: Any, task: ShardTask, *args: Any) -> Any:
+    """Call a writer method; an OS error there is the output's fault (disk full, read-only), said in one line."""
+    try:
+        return fn(*args)
+    except OSError as exc:
+        import errno
+
+        from .errors import OutputError
+
+        fix = ("free disk space (or choose another output folder) and re-run; finished shards are kept"
+               if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "check the output folder and re-run")
+        raise OutputError(f"cannot write shard {task.stem} ({exc.strerror or exc})", path=task.directory,
+                          fix=fix) from None
+
+
 def convert_shard(task: ShardTask, ctx: WorkerContext) -> ShardResult:
     """Write shard ``task.stem`` of ``task.split`` to temporary names and describe it."""
     try:
@@ -86,10 +101,10 @@ def convert_shard(task: ShardTask, ctx: WorkerContext) -> ShardResult:
             except ShardkitError as exc:
                 if ctx.on_error != "skip":
                     raise
-                log.warning("skipped %s: %s", pair.key, exc)
+                log.debug("skipped %s: %s", pair.key, exc)
                 skipped.append({"key": pair.key, "reason": str(exc)})
                 continue
-            writer.add(image, stored, pair.key)
+            _write(writer.add, task, image, stored, pair.key)
             present = stats.add(image, ids)
             samples.append({
                 "key": pair.key,
@@ -99,7 +114,7 @@ def convert_shard(task: ShardTask, ctx: WorkerContext) -> ShardResult:
                 "classes": present,
                 "fingerprint": fingerprint,
             })
-        files = writer.close()
+        files = _write(writer.close, task)
     except BaseException:
         writer.abort()
         raise

@@ -160,7 +160,7 @@ class ShardWriter(ABC):
         img = np.ascontiguousarray(image, dtype=np.uint8)
         lab = np.ascontiguousarray(label, dtype=self.spec.stored_label_dtype)
         hw = (int(img.shape[0]), int(img.shape[1]))
-        if img.shape != (*hw, 3) or lab.shape != self.spec.label_shape(hw) or (self.spec.size not in (None, hw)):
+        if img.shape != (*hw, 3) or lab.shape != self.spec.label_shape(hw) or self.spec.size not in (None, hw):
             raise ValueError(f"sample shapes {img.shape}/{lab.shape} do not fit the spec {self.spec}")
         return img, lab
 
@@ -259,7 +259,8 @@ class ShardReader(ABC):
     def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Local sample ``i`` → (image (H, W, 3) uint8, stored label)."""
 
-    def read_batch_into(self, local_indices: Sequence[int], out_images: np.ndarray, out_labels: np.ndarray) -> None:
+    def read_batch_into(self, local_indices: Sequence[int], out_images: np.ndarray,
+                        out_labels: np.ndarray) -> None:
         """Read samples ``local_indices`` into ``out_images[k]``/``out_labels[k]`` (fixed-size data).
 
         Generic: one :meth:`read` per sample. Formats that can read straight into the caller's

@@ -42,20 +42,15 @@ class Hdf5Writer(ShardWriter):
         self._file = h5py.File(self.tmp_path(name), "w", libver=LIBVER, track_order=False)
         self._keys: list[str] = []
         self._shapes: list[tuple[int, int]] = []
-        opts = {"track_times": False, **_compression(compression)}
-        lab_dtype = spec.stored_label_dtype
-        if spec.size is not None:
-            lab_shape = spec.label_shape(spec.size)
-            self._images = self._file.create_dataset(
-                "images", (planned, *spec.size, 3), np.uint8, maxshape=(None, *spec.size, 3),
-                chunks=(1, *spec.size, 3), **opts)
-            self._labels = self._file.create_dataset(
-                "labels", (planned, *lab_shape), lab_dtype, maxshape=(None, *lab_shape), chunks=(1, *lab_shape), **opts)
-        else:
-            self._images = self._file.create_dataset("images", (0,), np.uint8, maxshape=(None,),
-                                                     chunks=(FLAT_CHUNK,), **opts)
-            self._labels = self._file.create_dataset("labels", (0,), lab_dtype, maxshape=(None,),
-                                                     chunks=(FLAT_CHUNK,), **opts)
+        size = spec.size
+        self._images = self._dataset("images", np.uint8, (*size, 3) if size else None)
+        self._labels = self._dataset("labels", spec.stored_label_dtype, spec.label_shape(size) if size else None)
+
+    def _dataset(self, name: str, dtype: Any, sample_shape: tuple[int, ...] | None) -> Any:
+        """Resizable, untimed dataset, one sample per chunk; 1-D with fixed chunks for ``sample_shape`` None."""
+        shape, chunks = ((self.planned, *sample_shape), (1, *sample_shape)) if sample_shape else ((0,), (FLAT_CHUNK,))
+        return self._file.create_dataset(name, shape, dtype, maxshape=(None, *shape[1:]), chunks=chunks,
+                                         track_times=False, **_compression(self.compression))
 
     @classmethod
     def file_names(cls, stem: str, spec: SampleSpec) -> tuple[str, ...]:
@@ -84,7 +79,8 @@ class Hdf5Writer(ShardWriter):
             shapes = np.array(self._shapes, dtype="<i8").reshape(-1, 2)
             f.create_dataset("shapes", data=shapes, track_times=False)
             f.create_dataset("offsets", data=self.spec.flat_offsets(shapes), track_times=False)
-        f.create_dataset("keys", data=np.array(self._keys, dtype=object), dtype=h5py.string_dtype(), track_times=False)
+        keys = np.array(self._keys, dtype=object)
+        f.create_dataset("keys", data=keys, dtype=h5py.string_dtype(), track_times=False)
         f.attrs.update({
             "format": FORMAT_ID, "format_version": FORMAT_VERSION, "num_samples": n,
             "layout": "fixed" if self.spec.size is not None else "flat",
@@ -106,7 +102,7 @@ class Hdf5Reader(ShardReader):
 
     def _open(self) -> None:
         try:
-            self._file = f = h5py.File(self.path(self.shard.files[0].name), "r", locking=False)
+            self._file = f = h5py.File(self.path(self.shard.files[0].name), "r")
             attrs = {k: f.attrs.get(k) for k in ("format", "format_version", "num_samples")}
             images, labels = f["images"], f["labels"]
             if self.spec.size is None:
@@ -117,13 +113,15 @@ class Hdf5Reader(ShardReader):
         if attrs != {"format": FORMAT_ID, "format_version": FORMAT_VERSION, "num_samples": n}:
             raise self.corrupt(f"HDF5 attributes {attrs} disagree with the manifest ({n} samples)")
         if self.spec.size is not None:
-            ok = images.shape == (n, *self.spec.size, 3) and labels.shape == (n, *self.spec.label_shape(self.spec.size))
+            size = self.spec.size
+            ok = images.shape == (n, *size, 3) and labels.shape == (n, *self.spec.label_shape(size))
         else:
-            assert self._shapes is not None and self._offsets is not None
-            ok = (self._shapes.shape == (n, 2) and np.array_equal(self._offsets, self.spec.flat_offsets(self._shapes))
-                  and images.shape == (self._offsets[-1, 0],) and labels.shape == (self._offsets[-1, 1],))
+            shapes, offsets = self._shapes, self._offsets
+            assert shapes is not None and offsets is not None
+            ok = (shapes.shape == (n, 2) and np.array_equal(offsets, self.spec.flat_offsets(shapes))
+                  and images.shape == (offsets[-1, 0],) and labels.shape == (offsets[-1, 1],))
         if not ok or images.dtype != np.uint8 or labels.dtype != self.spec.stored_label_dtype:
-            raise self.corrupt(f"dataset shapes {images.shape}/{labels.shape} disagree with the manifest ({n} samples)")
+            raise self.corrupt(f"datasets {images.shape}/{labels.shape} disagree with manifest ({n} samples)")
 
     def _get(self, name: str, sel: Any, out: np.ndarray | None = None, dest: Any = None) -> np.ndarray:
         """``self._file[name][sel]`` (or straight into ``out[dest]``), with HDF5 errors as one-line errors."""
@@ -146,7 +144,8 @@ class Hdf5Reader(ShardReader):
         return (self._get("images", np.s_[a0:a1]).reshape(*hw, 3),
                 self._get("labels", np.s_[b0:b1]).reshape(self.spec.label_shape(hw)))
 
-    def read_batch_into(self, local_indices: Sequence[int], out_images: np.ndarray, out_labels: np.ndarray) -> None:
+    def read_batch_into(self, local_indices: Sequence[int], out_images: np.ndarray,
+                        out_labels: np.ndarray) -> None:
         """Hyperslab reads in ascending index order, one per run of consecutive indices, into ``out_*``."""
         if self.spec.size is None:
             super().read_batch_into(local_indices, out_images, out_labels)

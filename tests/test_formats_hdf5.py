@@ -1,0 +1,166 @@
+"""HDF5 shards: read back by plain h5py (formats/hdf5.md only), round trips, determinism, compression."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+import time
+from pathlib import Path
+
+import cv2
+import h5py
+import numpy as np
+import pytest
+
+import shardkit
+from shardkit.config import ConvertConfig, ShardSize
+from shardkit.errors import ShardFormatError
+from shardkit.pipeline import convert
+
+CROP = (352, 480)
+
+
+def cropped_source(root: Path, key: str, label_rel: str) -> tuple[np.ndarray, np.ndarray]:
+    """CamVid sample as documented: decode with OpenCV, RGB, centre-crop 360 → 352 rows."""
+    image = cv2.cvtColor(cv2.imread(str(root / key), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+    label = cv2.imread(str(root / label_rel), cv2.IMREAD_UNCHANGED)
+    top = (image.shape[0] - CROP[0]) // 2
+    return image[top : top + CROP[0]], label[top : top + CROP[0]]
+
+
+def shard_digests(split_dir: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(split_dir.glob("shard-*"))}
+
+
+def camvid_val(root: Path, out: Path, **kw) -> Path:
+    cfg = ConvertConfig(root, out, format="hdf5", size=CROP, splits=("val",), shard_size=ShardSize(samples=10),
+                        quiet=True, **{"workers": 2, **kw})
+    convert(cfg)
+    return out / "val"
+
+
+def rgb_masks(root: Path, out: Path, fmt: str, **kw) -> Path:
+    cfg = ConvertConfig(root, out, format=fmt, splits=("train",), unknown_as=255, ignore_index=255,
+                        shard_size=ShardSize(samples=5), workers=2, quiet=True, **kw)
+    convert(cfg)
+    return out / "train"
+
+
+@pytest.fixture(scope="module")
+def camvid_h5(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return camvid_val(camvid_root, tmp_path_factory.mktemp("h5"))
+
+
+def test_plain_h5py_reads_every_sample(camvid_h5: Path, camvid_root: Path, validate_manifest) -> None:
+    """Only json + h5py + the text of formats/hdf5.md: no shardkit on this path."""
+    manifest = validate_manifest(camvid_h5)
+    assert manifest["format"] == "hdf5" and manifest["format_version"] == 1
+    records = iter(manifest["samples"])
+    seen = 0
+    for shard in manifest["shards"]:
+        (entry,) = shard["files"]
+        with h5py.File(camvid_h5 / entry["name"], "r") as f:
+            assert dict(f.attrs) | {"num_samples": shard["num_samples"]} == dict(f.attrs)
+            assert f.attrs["format"] == "shardkit-hdf5" and f.attrs["layout"] == "fixed"
+            images, labels = f["images"], f["labels"]
+            n = shard["num_samples"]
+            assert images.shape == (n, *CROP, 3) and images.dtype == np.uint8 and images.chunks == (1, *CROP, 3)
+            assert labels.shape == (n, *CROP) and labels.dtype == np.uint8 and labels.chunks == (1, *CROP)
+            assert images.compression is None
+            for i in range(n):
+                rec = next(records)
+                assert f["keys"][i].decode() == rec["key"]
+                want_image, want_label = cropped_source(camvid_root, rec["key"], rec["label"])
+                np.testing.assert_array_equal(images[i], want_image)
+                np.testing.assert_array_equal(labels[i], want_label)
+                seen += 1
+    assert seen == manifest["num_samples"] == 26
+
+
+def test_shardkit_reader_and_batch_reads(camvid_h5: Path) -> None:
+    ds = shardkit.open(camvid_h5, verify=True)
+    reader = ds.readers[0]
+    n = len(reader)
+    idx = [n - 1, 0, 1, 2, 2, 5]  # unsorted, with a run and a duplicate
+    out_img = np.zeros((len(idx), *CROP, 3), np.uint8)
+    out_lab = np.zeros((len(idx), *CROP), np.uint8)
+    reader.read_batch_into(idx, out_img, out_lab)
+    for k, i in enumerate(idx):
+        image, label = reader.read(i)
+        np.testing.assert_array_equal(out_img[k], image)
+        np.testing.assert_array_equal(out_lab[k], label)
+    clone = pickle.loads(pickle.dumps(reader))  # no handle travels; the clone reopens lazily
+    assert clone._file is None
+    np.testing.assert_array_equal(clone.read(n - 1)[0], out_img[0])
+
+
+def test_bytes_identical_for_one_and_two_workers(camvid_h5: Path, camvid_root: Path, tmp_path: Path) -> None:
+    time.sleep(1.1)  # any timestamp in the file would now differ
+    again = camvid_val(camvid_root, tmp_path, workers=1)
+    assert shard_digests(again) == shard_digests(camvid_h5)
+    assert len(shard_digests(again)) >= 2
+
+
+@pytest.mark.parametrize("compression", ["gzip", "lzf"])
+def test_compression_is_lossless_and_deterministic(compression: str, camvid_h5: Path, camvid_root: Path,
+                                                   tmp_path: Path) -> None:
+    split = camvid_val(camvid_root, tmp_path / "a", compression=compression)
+    assert shard_digests(split) == shard_digests(camvid_val(camvid_root, tmp_path / "b", compression=compression,
+                                                            workers=1))
+    plain, packed = shardkit.open(camvid_h5), shardkit.open(split)
+    assert packed.manifest.format_options["compression"] == compression
+    for i in range(len(plain)):
+        for a, b in zip(plain[i], packed[i], strict=True):
+            np.testing.assert_array_equal(a, b)
+    name = packed.manifest.shards[0].files[0].name
+    with h5py.File(split / name, "r") as f:
+        assert f["images"].compression == compression and f["labels"].compression == compression
+    assert sum(f.bytes for s in packed.manifest.shards for f in s.files) < sum(
+        f.bytes for s in plain.manifest.shards for f in s.files)
+
+
+def test_variable_size_round_trip_and_flat_layout(rgb_masks_root: Path, tmp_path: Path, validate_manifest) -> None:
+    npy = shardkit.open(rgb_masks(rgb_masks_root, tmp_path / "npy", "npy"))
+    split = rgb_masks(rgb_masks_root, tmp_path / "h5", "hdf5", compression="lzf", label_encoding="packed")
+    manifest = validate_manifest(split)
+    ds, stored = shardkit.open(split, labels="ids"), shardkit.open(split, labels="stored")
+    assert len(ds) == len(npy) > 1 and ds.spec.size is None
+    sizes = set()
+    for i in range(len(ds)):
+        (image, ids), (want_image, want_ids) = ds[i], npy[i]
+        np.testing.assert_array_equal(image, want_image)
+        np.testing.assert_array_equal(ids, want_ids)
+        sizes.add(image.shape)
+    assert len(sizes) > 1  # really variable
+    # plain h5py, following formats/hdf5.md: flat arrays, shapes, offsets
+    c = (manifest["classes"]["num_classes"] + 7) // 8
+    first = manifest["shards"][0]
+    with h5py.File(split / first["files"][0]["name"], "r") as f:
+        assert f.attrs["layout"] == "flat" and f.attrs["label_encoding"] == "packed"
+        shapes, offsets = f["shapes"][()], f["offsets"][()]
+        assert shapes.shape == (first["num_samples"], 2) and offsets.shape == (first["num_samples"] + 1, 2)
+        for i, (h, w) in enumerate(shapes):
+            image = f["images"][offsets[i, 0] : offsets[i + 1, 0]].reshape(h, w, 3)
+            packed = f["labels"][offsets[i, 1] : offsets[i + 1, 1]].reshape(h, w, c)
+            np.testing.assert_array_equal(image, npy[i][0])
+            assert ds.readers[0].shape_of(i) == (h, w)
+            np.testing.assert_array_equal(packed, stored[i][1])
+
+
+def test_truncated_shard_is_a_one_line_error(camvid_root: Path, tmp_path: Path) -> None:
+    split = camvid_val(camvid_root, tmp_path)
+    mpath = split / "manifest.json"
+    manifest = json.loads(mpath.read_text())
+    entry = manifest["shards"][1]["files"][0]
+    path = split / entry["name"]
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    entry["bytes"] = len(data) // 2  # the manifest agrees: only the HDF5 reader can notice
+    mpath.write_text(json.dumps(manifest))
+    ds = shardkit.open(split)
+    ds[0]
+    with pytest.raises(ShardFormatError) as err:
+        ds[manifest["shards"][1]["first_index"]]
+    print(err.value)
+    assert "\n" not in str(err.value) and entry["name"] in str(err.value)

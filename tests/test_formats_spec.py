@@ -1,0 +1,408 @@
+"""A reader written from ``formats/*.md`` alone reads shardkit's output bit-exactly.
+
+Nothing here imports shardkit: the reader below uses only json, hashlib, numpy and
+py-lmdb, and follows the MUST rules of ``formats/manifest.md``, ``formats/npy.md`` and
+``formats/lmdb.md``. It reads the golden examples in ``formats/golden/`` (compared with
+``expected.json``, which ``scripts/make_golden.py`` computes without shardkit), refuses
+tampered copies, and reads a real CamVid conversion made with the ``shardkit`` command.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "formats" / "golden"
+VARIANTS = ("npy-fixed", "npy-variable", "lmdb")
+
+# --------------------------------------------------------------------------- the spec-only reader
+
+SCHEMA_ID = "shardkit.manifest"
+KNOWN_MANIFEST_VERSIONS = {1}
+KNOWN_FORMAT_VERSIONS = {"npy": {1}, "lmdb": {1}}
+PLAIN_NAME = re.compile(r"^[^\x00-\x1f./\\:][^\x00-\x1f/\\:]*$")  # manifest.md "File names"
+LMDB_HEADER = np.dtype([("height", "<u4"), ("width", "<u4"), ("image_nbytes", "<u4"), ("label_nbytes", "<u4")])
+LMDB_META_KEY = b"__shardkit__"
+
+
+class SpecError(Exception):
+    """The data breaks a MUST of the spec: the reader refuses it."""
+
+
+def need(ok: Any, what: str) -> None:
+    if not ok:
+        raise SpecError(what)
+
+
+def load_manifest(folder: Path) -> dict[str, Any]:
+    """manifest.md, "Reader obligations" 1-5."""
+    m = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    need(isinstance(m, dict) and m.get("schema") == SCHEMA_ID, "not a shardkit manifest")
+    need(m.get("manifest_version") in KNOWN_MANIFEST_VERSIONS, f"unknown manifest_version {m.get('manifest_version')}")
+    need(m.get("format") in KNOWN_FORMAT_VERSIONS, f"unknown format {m.get('format')!r}")
+    need(m.get("format_version") in KNOWN_FORMAT_VERSIONS[m["format"]], f"unknown format_version {m.get('format_version')}")
+    expected_first = 0
+    for shard in m["shards"]:
+        need(shard["first_index"] == expected_first, f"shard {shard['index']} is not contiguous")
+        expected_first += shard["num_samples"]
+        for f in shard["files"]:
+            need(isinstance(f["name"], str) and PLAIN_NAME.match(f["name"]), f"unsafe file name {f['name']!r}")
+    need(expected_first == m["num_samples"] == len(m["samples"]), "sample counts disagree")
+    lab = m["sample"]["label"]
+    need(lab["num_classes"] == m["classes"]["num_classes"] == len(m["classes"]["classes"]), "class counts disagree")
+    need(all(c["id"] == i for i, c in enumerate(m["classes"]["classes"])), "class ids are not 0..C-1")
+    need(m["sample"]["image"]["shape"][:2] == lab["shape"][:2], "image and label extents disagree")
+    need(tuple(lab["shape"][2:]) == label_tail(m), "label shape disagrees with its encoding")
+    return m
+
+
+def check_file(folder: Path, f: dict[str, Any], *, verify: bool) -> Path:
+    """manifest.md "Integrity": size always, sha256 when verifying."""
+    path = folder / f["name"]
+    need(path.is_file(), f"{f['name']} is missing")
+    need(path.stat().st_size == f["bytes"], f"{f['name']} has the wrong size")
+    if verify:
+        need(hashlib.sha256(path.read_bytes()).hexdigest() == f["sha256"], f"{f['name']} has the wrong sha256")
+    return path
+
+
+def per_pixel(m: dict[str, Any]) -> int:
+    lab = m["sample"]["label"]
+    c = lab["num_classes"]
+    return {"index": 1, "onehot": c, "packed": (c + 7) // 8}[lab["encoding"]]
+
+
+def label_tail(m: dict[str, Any]) -> tuple[int, ...]:
+    return () if m["sample"]["label"]["encoding"] == "index" else (per_pixel(m),)
+
+
+def fixed_size(m: dict[str, Any]) -> tuple[int, int] | None:
+    h, w = m["sample"]["image"]["shape"][:2]
+    return None if h is None else (h, w)
+
+
+def read_npy_shard(folder: Path, m: dict[str, Any], shard: dict[str, Any], verify: bool) -> list:
+    """npy.md."""
+    size = fixed_size(m)
+    need(len(shard["files"]) == (2 if size else 3), "wrong number of npy files")
+    for f, prefix in zip(shard["files"], ("images-", "labels-", "shapes-"), strict=False):
+        need(f["name"].startswith(prefix) and f["name"].endswith(".npy"), f"unexpected name {f['name']!r}")
+    arrays = [np.load(check_file(folder, f, verify=verify), allow_pickle=False) for f in shard["files"]]
+    n, tail = shard["num_samples"], label_tail(m)
+    images, labels = arrays[0], arrays[1]
+    need(images.dtype == np.dtype("|u1"), "images are not uint8")
+    need(labels.dtype == np.dtype(m["sample"]["label"]["dtype"]), "labels have the wrong dtype")
+    if size:
+        need(images.shape == (n, *size, 3), "images have the wrong shape")
+        need(labels.shape == (n, *size, *tail), "labels have the wrong shape")
+        return [(images[j], labels[j]) for j in range(n)]
+    shapes = arrays[2]
+    need(shapes.dtype == np.dtype("<i8") and shapes.shape == (n, 2), "shapes array is malformed")
+    need((shapes >= 1).all(), "a sample has no pixels")
+    px = shapes[:, 0] * shapes[:, 1]
+    img_off = np.concatenate([[0], np.cumsum(3 * px)])
+    lab_off = np.concatenate([[0], np.cumsum(per_pixel(m) * px)])
+    need(images.shape == (img_off[-1],) and labels.shape == (lab_off[-1],), "flat arrays have the wrong length")
+    return [
+        (images[img_off[j] : img_off[j + 1]].reshape(h, w, 3), labels[lab_off[j] : lab_off[j + 1]].reshape(h, w, *tail))
+        for j, (h, w) in enumerate(shapes.tolist())
+    ]
+
+
+def read_lmdb_shard(folder: Path, m: dict[str, Any], shard: dict[str, Any], verify: bool) -> list:
+    """lmdb.md."""
+    need(len(shard["files"]) == 1, "an lmdb shard has exactly one file")
+    path = check_file(folder, shard["files"][0], verify=verify)
+    n, tail, size = shard["num_samples"], label_tail(m), fixed_size(m)
+    dtype = np.dtype(m["sample"]["label"]["dtype"])
+    out = []
+    env = lmdb.open(str(path), subdir=False, readonly=True, lock=False, readahead=False)
+    try:
+        need(env.stat()["entries"] == n + 1, "wrong number of LMDB entries")
+        with env.begin() as txn:
+            raw = txn.get(LMDB_META_KEY)
+            need(raw is not None, "no __shardkit__ record")
+            meta = json.loads(raw.decode("utf-8"))
+            need(meta.get("format") == "shardkit-lmdb", "not a shardkit LMDB shard")
+            need(meta.get("format_version") == m["format_version"], "LMDB format_version disagrees")
+            need(meta.get("num_samples") == n, "LMDB num_samples disagrees")
+            for j in range(n):
+                value = txn.get(b"%08d" % j)
+                need(value is not None and len(value) >= LMDB_HEADER.itemsize, f"record {j} missing or short")
+                h, w, ni, nl = (int(v) for v in np.frombuffer(value, LMDB_HEADER, count=1)[0])
+                need(h >= 1 and w >= 1 and len(value) == 16 + ni + nl, f"record {j} has the wrong length")
+                need(ni == h * w * 3 and nl == h * w * per_pixel(m) * dtype.itemsize, f"record {j} sizes disagree")
+                need(size is None or (h, w) == size, f"record {j} is not the fixed size")
+                image = np.frombuffer(value, np.uint8, count=ni, offset=16).reshape(h, w, 3)
+                label = np.frombuffer(value, dtype, count=nl // dtype.itemsize, offset=16 + ni).reshape(h, w, *tail)
+                out.append((image, label))
+    finally:
+        env.close()
+    return out
+
+
+READERS = {"npy": read_npy_shard, "lmdb": read_lmdb_shard}
+
+
+def read_split(folder: Path, *, verify: bool = True) -> tuple[dict[str, Any], list]:
+    """Every sample of a split folder in global index order: (image, stored label)."""
+    folder = Path(folder)
+    m = load_manifest(folder)
+    samples: list = []
+    for shard in m["shards"]:
+        samples += READERS[m["format"]](folder, m, shard, verify)
+    for record, (image, _) in zip(m["samples"], samples, strict=True):
+        need(image.shape[:2] == (record["height"], record["width"]), f"{record['key']}: size disagrees")
+    return m, samples
+
+
+def label_ids(stored: np.ndarray, m: dict[str, Any]) -> np.ndarray:
+    """manifest.md "Label encodings": stored label → class ids."""
+    lab = m["sample"]["label"]
+    c, ignore = lab["num_classes"], m["classes"]["ignore_index"]
+    if lab["encoding"] == "index":
+        return stored
+    onehot = stored if lab["encoding"] == "onehot" else np.unpackbits(stored, axis=-1, count=c, bitorder="big")
+    need(onehot.shape[-1] == c and onehot.max(initial=0) <= 1, "one-hot is malformed")
+    hot = onehot.sum(axis=-1)
+    need((hot <= 1).all(), "a pixel has more than one class")
+    need(ignore is not None or (hot == 1).all(), "a pixel has no class and there is no ignore index")
+    ids = np.where(hot == 1, onehot.argmax(axis=-1), ignore if ignore is not None else 0)
+    return ids.astype(lab["class_id_dtype"])
+
+
+# --------------------------------------------------------------------------- golden examples
+
+
+@pytest.fixture(scope="module")
+def expected() -> dict[str, Any]:
+    return json.loads((GOLDEN / "expected.json").read_text(encoding="utf-8"))
+
+
+def split_dir(variant: str, exp: dict[str, Any]) -> Path:
+    return GOLDEN / variant / exp["datasets"][variant]["split"]
+
+
+def test_golden_folders_are_small() -> None:
+    for variant in VARIANTS:
+        total = sum(p.stat().st_size for p in (GOLDEN / variant).rglob("*") if p.is_file())
+        assert total <= 56_000, f"{variant} holds {total} bytes"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_golden_manifest_validates(variant: str, expected: dict[str, Any], validate_manifest) -> None:
+    m = validate_manifest(split_dir(variant, expected))
+    exp = expected["datasets"][variant]
+    assert m["format"] == exp["format"] and m["sample"]["label"]["encoding"] == exp["label_encoding"]
+    assert m["preprocessing"]["size"] == exp["size"] and len(m["shards"]) == exp["num_shards"] > 1
+    assert m["classes"]["ignore_index"] == expected["ignore_index"]
+    assert [c["name"] for c in m["classes"]["classes"]] == expected["class_names"]
+    assert [(s["key"], s["height"], s["width"]) for s in m["samples"]] == [
+        (s["key"], s["height"], s["width"]) for s in exp["samples"]
+    ]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_golden_sizes_and_hashes(variant: str, expected: dict[str, Any]) -> None:
+    folder = split_dir(variant, expected)
+    m = load_manifest(folder)
+    named = set()
+    for shard in m["shards"]:
+        for f in shard["files"]:
+            data = (folder / f["name"]).read_bytes()
+            assert len(data) == f["bytes"]
+            assert hashlib.sha256(data).hexdigest() == f["sha256"]
+            named.add(f["name"])
+    assert {p.name for p in folder.iterdir()} == named | {"manifest.json"}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_golden_reads_bit_exactly(variant: str, expected: dict[str, Any]) -> None:
+    m, samples = read_split(split_dir(variant, expected))
+    exp = expected["datasets"][variant]["samples"]
+    assert len(samples) == len(exp) == m["num_samples"]
+    stored_dtype = np.dtype(m["sample"]["label"]["dtype"])
+    for (image, label), e in zip(samples, exp, strict=True):
+        assert image.dtype == np.uint8 and np.array_equal(image, np.array(e["image"], dtype=np.uint8)), e["key"]
+        assert label.dtype == stored_dtype
+        assert np.array_equal(label, np.array(e["label"], dtype=stored_dtype)), e["key"]
+        ids = label_ids(label, m)
+        assert np.array_equal(ids, np.array(e["label_ids"])), e["key"]
+        assert (ids == expected["ignore_index"]).any(), "every golden sample keeps an ignore pixel"
+
+
+def test_golden_packed_unpacks_with_count(expected: dict[str, Any]) -> None:
+    """npy.md: np.unpackbits(..., axis=-1, count=C) of a packed label is the one-hot array."""
+    m, samples = read_split(split_dir("npy-variable", expected))
+    c = m["sample"]["label"]["num_classes"]
+    for (_, packed), e in zip(samples, expected["datasets"]["npy-variable"]["samples"], strict=True):
+        onehot = np.unpackbits(packed, axis=-1, count=c)  # numpy's default bit order is big
+        ids = np.array(e["label_ids"])
+        assert np.array_equal(onehot, (ids[..., None] == np.arange(c)).astype(np.uint8))
+        assert not np.unpackbits(packed, axis=-1)[..., c:].any(), "padding bits are zero"
+
+
+# --------------------------------------------------------------------------- the reader refuses bad data
+
+
+def tampered(tmp_path: Path, variant: str, expected: dict[str, Any]) -> Path:
+    folder = tmp_path / variant
+    shutil.copytree(split_dir(variant, expected), folder)
+    return folder
+
+
+def edit_manifest(folder: Path, change) -> None:
+    path = folder / "manifest.json"
+    m = json.loads(path.read_text(encoding="utf-8"))
+    change(m)
+    path.write_text(json.dumps(m), encoding="utf-8")
+
+
+def rehash(folder: Path) -> None:
+    """Make the manifest's sizes and hashes match the (tampered) files, to reach deeper checks."""
+
+    def fix(m: dict[str, Any]) -> None:
+        for shard in m["shards"]:
+            for f in shard["files"]:
+                data = (folder / f["name"]).read_bytes()
+                f["bytes"], f["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+
+    edit_manifest(folder, fix)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda m: m.__setitem__("manifest_version", 2), "manifest_version"),
+        (lambda m: m.__setitem__("format_version", 2), "format_version"),
+        (lambda m: m.__setitem__("schema", "other"), "not a shardkit manifest"),
+        (lambda m: m["shards"][0]["files"][0].__setitem__("name", "../manifest.json"), "unsafe"),
+        (lambda m: m["shards"][0]["files"][0].__setitem__("name", "/etc/passwd"), "unsafe"),
+        (lambda m: m["shards"][1].__setitem__("first_index", 1), "contiguous"),
+        (lambda m: m["samples"].pop(), "counts"),
+    ],
+)
+def test_reader_refuses_bad_manifests(tmp_path: Path, expected: dict[str, Any], change, message: str,
+                                      validate_manifest) -> None:
+    folder = tampered(tmp_path, "npy-fixed", expected)
+    edit_manifest(folder, change)
+    with pytest.raises(SpecError, match=message):
+        read_split(folder)
+    if message in ("manifest_version", "unsafe", "not a shardkit manifest"):
+        import jsonschema
+
+        with pytest.raises(jsonschema.ValidationError):
+            validate_manifest(folder)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_reader_refuses_truncated_and_corrupt_files(tmp_path: Path, variant: str, expected: dict[str, Any]) -> None:
+    folder = tampered(tmp_path, variant, expected)
+    m = load_manifest(folder)
+    target = folder / m["shards"][0]["files"][0]["name"]
+    data = bytearray(target.read_bytes())
+    target.write_bytes(bytes(data[:-1]))
+    with pytest.raises(SpecError, match="wrong size"):
+        read_split(folder)
+    data[-1] ^= 0xFF
+    target.write_bytes(bytes(data))
+    with pytest.raises(SpecError, match="sha256"):
+        read_split(folder)
+
+
+def test_reader_refuses_npy_with_wrong_dtype(tmp_path: Path, expected: dict[str, Any]) -> None:
+    folder = tampered(tmp_path, "npy-fixed", expected)
+    name = load_manifest(folder)["shards"][0]["files"][1]["name"]
+    labels = np.load(folder / name, allow_pickle=False)
+    np.save(folder / name, labels.astype(">u2"), allow_pickle=False)
+    rehash(folder)
+    with pytest.raises(SpecError, match="dtype"):
+        read_split(folder)
+
+
+def test_reader_refuses_npy_with_wrong_shapes(tmp_path: Path, expected: dict[str, Any]) -> None:
+    folder = tampered(tmp_path, "npy-variable", expected)
+    name = load_manifest(folder)["shards"][0]["files"][2]["name"]
+    shapes = np.load(folder / name, allow_pickle=False)
+    shapes[0] = shapes[0][::-1] + [1, 0]
+    np.save(folder / name, shapes, allow_pickle=False)
+    rehash(folder)
+    with pytest.raises(SpecError, match="wrong length"):
+        read_split(folder)
+
+
+def put_lmdb(path: Path, key: bytes, value: bytes) -> None:
+    env = lmdb.open(str(path), subdir=False, lock=False, map_size=1 << 24)
+    try:
+        with env.begin(write=True) as txn:
+            txn.put(key, value)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        (LMDB_META_KEY, b'{"format": "shardkit-lmdb", "format_version": 2, "num_samples": 2}', "format_version"),
+        (LMDB_META_KEY, b'{"format": "shardkit-lmdb", "format_version": 1, "num_samples": 3}', "num_samples"),
+        (b"00000002", b"x", "entries"),
+        (b"00000001", np.array([(7, 9, 189, 315)], LMDB_HEADER).tobytes() + bytes(100), "wrong length"),
+        (b"00000001", np.array([(7, 9, 100, 404)], LMDB_HEADER).tobytes() + bytes(504), "sizes disagree"),
+    ],
+)
+def test_reader_refuses_bad_lmdb_records(tmp_path: Path, expected: dict[str, Any], key: bytes, value: bytes,
+                                         message: str) -> None:
+    folder = tampered(tmp_path, "lmdb", expected)
+    put_lmdb(folder / load_manifest(folder)["shards"][0]["files"][0]["name"], key, value)
+    rehash(folder)
+    with pytest.raises(SpecError, match=message):
+        read_split(folder)
+
+
+# --------------------------------------------------------------------------- real data
+
+
+def shardkit_command() -> list[str]:
+    script = Path(sys.executable).with_name("shardkit")
+    found = str(script) if script.is_file() else shutil.which("shardkit")
+    assert found, "the shardkit console script is not installed (pip install -e .)"
+    return [found]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["npy", "lmdb"])
+def test_camvid_conversion_reads_like_cv2_center_crop(tmp_path: Path, camvid_root: Path, fmt: str,
+                                                      validate_manifest) -> None:
+    import cv2
+
+    out = tmp_path / "out"
+    run = subprocess.run(
+        [*shardkit_command(), "convert", str(camvid_root), str(out), "--format", fmt, "--size", "352x480",
+         "--split", "val", "--workers", "2", "-q"],
+        capture_output=True, text=True, check=False, timeout=240,
+    )
+    assert run.returncode == 0, run.stderr
+    validate_manifest(out / "val")
+    m, samples = read_split(out / "val")
+    assert m["sample"]["image"]["shape"] == [352, 480, 3] and m["sample"]["label"]["encoding"] == "index"
+    for i in (0, len(samples) - 1):
+        record = m["samples"][i]
+        bgr = cv2.imread(str(camvid_root / record["key"]), cv2.IMREAD_UNCHANGED)
+        ids = cv2.imread(str(camvid_root / record["label"]), cv2.IMREAD_UNCHANGED)
+        assert bgr.shape == (360, 480, 3) and ids.shape == (360, 480)
+        top = (360 - 352) // 2
+        want_image = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)[top : top + 352]
+        image, label = samples[i]
+        assert np.array_equal(image, want_image), record["key"]
+        assert np.array_equal(label, ids[top : top + 352]), record["label"]

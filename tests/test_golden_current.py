@@ -1,0 +1,98 @@
+"""The committed golden examples in ``formats/golden/`` are what the current code writes.
+
+If this fails after an intended change to the on-disk layout, bump the format or
+manifest version (formats/README.md "Versioning"), update the spec text, and run
+``python scripts/make_golden.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "formats" / "golden"
+VARIANTS = ("npy-fixed", "npy-variable", "lmdb")
+
+
+def load_script() -> Any:
+    spec = importlib.util.spec_from_file_location("make_golden", ROOT / "scripts" / "make_golden.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def regenerated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return load_script().make_golden(tmp_path_factory.mktemp("golden"))
+
+
+def comparable(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest without what legitimately differs between runs."""
+    m = copy.deepcopy(manifest)
+    del m["source"]["root"]
+    del m["tool"]["version"]
+    if m["format"] == "lmdb":  # LMDB files are not byte-reproducible (formats/lmdb.md "Reproducibility")
+        for shard in m["shards"]:
+            for f in shard["files"]:
+                del f["sha256"]
+    return m
+
+
+def lmdb_items(path: Path) -> list[tuple[bytes, bytes]]:
+    env = lmdb.open(str(path), subdir=False, readonly=True, lock=False)
+    try:
+        with env.begin() as txn:
+            return [(bytes(k), bytes(v)) for k, v in txn.cursor()]
+    finally:
+        env.close()
+
+
+def test_expected_json_is_current(regenerated: Path) -> None:
+    assert (regenerated / "expected.json").read_bytes() == (GOLDEN / "expected.json").read_bytes()
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_golden_is_what_the_code_writes(regenerated: Path, variant: str) -> None:
+    committed = sorted(p.relative_to(GOLDEN / variant) for p in (GOLDEN / variant).rglob("*") if p.is_file())
+    fresh = sorted(p.relative_to(regenerated / variant) for p in (regenerated / variant).rglob("*") if p.is_file())
+    assert fresh == committed, "different files: regenerate with python scripts/make_golden.py"
+    for rel in committed:
+        old, new = GOLDEN / variant / rel, regenerated / variant / rel
+        if rel.name == "manifest.json":
+            a = json.loads(old.read_text(encoding="utf-8"))
+            b = json.loads(new.read_text(encoding="utf-8"))
+            assert comparable(b) == comparable(a), rel
+        elif rel.suffix == ".npy":
+            assert new.read_bytes() == old.read_bytes(), rel
+        elif rel.suffix == ".lmdb":
+            assert lmdb_items(new) == lmdb_items(old), rel
+        else:  # pragma: no cover - a new kind of file needs a rule here
+            pytest.fail(f"no comparison rule for {rel}")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_shardkit_reader_agrees_with_expected(variant: str) -> None:
+    """The package's own reader returns the golden values too (stored labels and decoded ids)."""
+    import shardkit
+
+    expected = json.loads((GOLDEN / "expected.json").read_text(encoding="utf-8"))
+    exp = expected["datasets"][variant]
+    folder = GOLDEN / variant / exp["split"]
+    stored = shardkit.open(folder, labels="stored", verify=True)
+    ids = shardkit.open(folder, labels="ids")
+    assert len(stored) == len(exp["samples"])
+    for i, e in enumerate(exp["samples"]):
+        image, label = stored[i]
+        assert np.array_equal(image, np.array(e["image"], dtype=np.uint8))
+        assert np.array_equal(label, np.array(e["label"], dtype=label.dtype))
+        assert np.array_equal(ids[i][1], np.array(e["label_ids"]))
+        assert stored.key(i) == e["key"]
