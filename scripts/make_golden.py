@@ -11,14 +11,16 @@ id 255) is written in the ``class_dict`` layout and converted with shardkit thre
 ``npy-variable/``  npy, no ``--size`` (variable size), ``packed`` labels
 ``lmdb/``          lmdb, no ``--size`` (variable size), ``onehot`` labels
 
-all with ``--shard-size 2`` (two shards: 2 + 1 samples) and ``--workers 1``.
+all with ``--shard-size 2`` (two shards: 2 + 1 samples) and ``--workers 1``. Each golden folder
+keeps only the dataset (``manifest.json`` and the shard files it names).
 ``expected.json`` holds what a reader must get back, computed here from the synthetic
 arrays with plain numpy (never read back through shardkit).
 
 Everything is deterministic: pixels come from integer formulas, the PNGs are written by
-the tiny encoder below (not OpenCV's), and the source files get a fixed mtime (the
-manifest's ``source.fingerprint`` hashes mtimes). Only ``source.root`` (a temporary
-folder) and ``tool.version`` differ between runs of different shardkit versions.
+the tiny encoder below (not OpenCV's), so their bytes (which the manifest's fingerprints
+hash) never change, and the source files get a fixed mtime. Between runs only
+``source.root`` (a temporary folder), ``tool.version`` and the bytes of the LMDB files
+(formats/lmdb.md "Reproducibility") differ.
 """
 
 from __future__ import annotations
@@ -160,13 +162,12 @@ def expected() -> dict[str, Any]:
             "format": fmt,
             "label_encoding": encoding,
             "size": list(size) if size else None,
-            "num_shards": -(-len(SOURCE_SIZES) // SHARD_SIZE),
             "samples": samples,
         }
     return {
         "about": "Expected contents of the golden datasets, computed by scripts/make_golden.py from its "
-                 "synthetic source, not read back through shardkit. image: (H, W, 3) RGB uint8; "
-                 "label_ids: (H, W) class ids (255 = ignore); label: the stored label in the folder's encoding.",
+                 "synthetic source, not read back through shardkit. image: (H, W, 3) RGB uint8; label_ids: "
+                 "(H, W) class ids (255 = ignore); label: the stored label in the folder's encoding.",
         "num_classes": len(CLASSES),
         "ignore_index": IGNORE,
         "class_names": [n for n, _ in CLASSES],
@@ -178,7 +179,12 @@ def expected() -> dict[str, Any]:
 
 
 def make_golden(out: Path) -> Path:
-    """Write ``out/<variant>/train/…`` for every variant plus ``out/expected.json``; returns ``out``."""
+    """Write ``out/<variant>/train/…`` for every variant plus ``out/expected.json``; returns ``out``.
+
+    Only the dataset is kept: ``manifest.json`` and the shard files it names. shardkit's
+    bookkeeping for resumed and incremental runs (hidden files such as ``.fingerprints.json``,
+    ``.shard-*.json`` and the output folder's ``.shardkit.lock``) is not part of the format.
+    """
     from shardkit.config import ConvertConfig, ShardSize
     from shardkit.pipeline import convert
 
@@ -188,19 +194,32 @@ def make_golden(out: Path) -> Path:
         source = Path(tmp) / "synthetic"
         write_source(source)
         for folder, (fmt, encoding, size) in VARIANTS.items():
-            target = out / folder
-            if target.exists():
-                shutil.rmtree(target)
+            converted = Path(tmp) / "out" / folder
             convert(ConvertConfig(
-                input=source, output=target, format=fmt, size=size, label_encoding=encoding,
+                input=source, output=converted, format=fmt, size=size, label_encoding=encoding,
                 ignore_index=IGNORE, unknown_as=IGNORE, shard_size=ShardSize(samples=SHARD_SIZE),
                 workers=1, quiet=True,
             ))
-            for path in (target / SPLIT).iterdir():
-                path.chmod(0o644)  # the manifest is created 0600 by mkstemp; golden files are for everyone
+            target = out / folder
+            if target.exists():
+                shutil.rmtree(target)
+            (target / SPLIT).mkdir(parents=True)
+            manifest = json.loads((converted / SPLIT / "manifest.json").read_text(encoding="utf-8"))
+            check_coverage(folder, manifest)
+            names = ["manifest.json"] + [f["name"] for s in manifest["shards"] for f in s["files"]]
+            for name in names:
+                shutil.copyfile(converted / SPLIT / name, target / SPLIT / name)
     text = json.dumps(expected(), indent=None, separators=(",", ":"), sort_keys=True)
     (out / "expected.json").write_text(text + "\n", encoding="utf-8")
     return out
+
+
+def check_coverage(folder: str, manifest: dict[str, Any]) -> None:
+    """The golden must exercise global indexing over several shards and offsets inside one shard."""
+    counts = [s["num_samples"] for s in manifest["shards"]]
+    if len(counts) < 2 or max(counts) < 2:
+        raise SystemExit(f"{folder}: shards of {counts} samples no longer cover several shards with several "
+                         "samples; adjust SHARD_SIZE or the sample names in scripts/make_golden.py")
 
 
 def main(argv: list[str]) -> int:

@@ -42,4 +42,4 @@ def setup(*, quiet: bool = False, verbose: bool = False, json_lines: bool = Fals
     root = logging.getLogger("shardkit")
     root.handlers[:] = [handler]
     root.setLevel(level)
-    root.propagate = False
+    root.propagate = True  # harmless for the CLI (the root logger has no handler); keeps caplog working

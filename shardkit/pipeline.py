@@ -137,7 +137,8 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
 
         try:
             run_tasks(todo, ctx, workers=cfg.effective_workers(), quiet=cfg.quiet, on_result=publish_shard,
-                      isolate=getattr(writer, "needs_subprocess", False))
+                      isolate=getattr(writer, "needs_subprocess", False), backend=cfg.backend,
+                      scheduler=cfg.scheduler)
         except BaseException:
             for split in found.splits:
                 remove_temps(cfg.output / split)

@@ -61,7 +61,8 @@ def cut_shards(sizes: Sequence[int], keys: Sequence[str], max_samples: int | Non
 
     A shard holds at most ``max_samples`` samples (or ``max_bytes`` bytes, always ≥ 1 sample).
     Once it holds a quarter of its limit, it also ends after any sample whose key hash is
-    0 modulo half the limit — about three quarters full on average.
+    0 modulo half the limit — about three quarters full on average. Limits under 8 samples
+    cut at the limit only.
     """
     if max_samples is None:
         assert max_bytes is not None
@@ -80,7 +81,7 @@ def cut_shards(sizes: Sequence[int], keys: Sequence[str], max_samples: int | Non
             count = used = 0
         count += 1
         used += size
-        if count >= min_fill and per_shard > 1 and _key_hash(key) % modulus == 0:
+        if count >= min_fill and per_shard >= 8 and _key_hash(key) % modulus == 0:
             lengths.append(count)
             count = used = 0
     if count:

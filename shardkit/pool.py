@@ -1,21 +1,35 @@
-"""Run shard tasks on a pool of worker processes (joblib/loky), with a progress bar in samples.
+"""Run shard tasks on a pool of worker processes, with a progress bar in samples.
 
-One task = one shard, so decoded arrays never cross a pipe. ``workers == 1`` runs in
-this process (simplest to debug, same bytes). A worker that dies (killed, out of
-memory) surfaces as a :class:`WorkerError`, never a hang.
+One task = one shard, so decoded arrays never cross a pipe. Two backends run the same
+tasks through joblib: ``local`` (loky processes on this machine; ``workers == 1`` runs in
+this process, simplest to debug, same bytes) and ``dask`` (the workers of a Dask
+cluster, or a local one started here). A worker that dies surfaces as a
+:class:`WorkerError`, never a hang; on Dask its shard is first re-run on another worker.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
+import uuid
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
 
 from .errors import ShardkitError, WorkerError
+from .formats.base import TMP_MARK
+from .formats.registry import writer_class
 from .plan import ShardTask
 from .worker import ShardResult, WorkerContext, convert_shard
 
 log = logging.getLogger(__name__)
+
+#: Seconds to wait for a Dask scheduler to answer, and for its first worker to join.
+CONNECT_TIMEOUT = 20.0
+#: Workers of the local Dask cluster started when no ``--scheduler`` is given and ``workers`` is 0.
+LOCAL_CLUSTER_WORKERS = 2
 
 
 def _progress(total: int, quiet: bool):  # type: ignore[no-untyped-def]
@@ -33,13 +47,26 @@ def run_tasks(
     quiet: bool = False,
     on_result: Callable[[ShardResult], None] | None = None,
     isolate: bool = False,
+    backend: str = "local",
+    scheduler: str | None = None,
 ) -> list[ShardResult]:
-    """Convert every task; ``on_result`` sees each as it finishes; the list comes back in task order."""
+    """Convert every task; ``on_result`` sees each as it finishes; the list comes back in task order.
+
+    ``backend="dask"`` runs the tasks on the Dask cluster at ``scheduler`` (e.g.
+    ``tcp://host:8786``), or on a local cluster of ``workers`` processes when it is ``None``.
+    """
     total = sum(len(t.samples) for t in tasks)
     results: list[ShardResult] = []
+    if backend == "dask":
+        stream = _iterate_dask(tasks, ctx, workers, scheduler)
+    elif backend == "local":
+        stream = _iterate(tasks, ctx, workers, isolate)
+    else:
+        raise WorkerError(f"unknown backend {backend!r}", fix="use backend 'local' or 'dask'")
     with _progress(total, quiet) as bar:
-        for result in _iterate(tasks, ctx, workers, isolate):
+        for result in stream:
             bar.update(len(result.samples) + len(result.skipped))
+            log.debug("shard %s/%05d done: %d samples", result.split, result.index, len(result.samples))
             if on_result is not None:
                 on_result(result)
             results.append(result)
@@ -48,8 +75,10 @@ def run_tasks(
     return results
 
 
-def _iterate(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int, isolate: bool) -> Iterator[ShardResult]:
-    """``isolate``: run even a single worker in a subprocess (for writers whose imports clash with the caller's)."""
+def _iterate(
+    tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int, isolate: bool
+) -> Iterator[ShardResult]:
+    """Local processes. ``isolate``: run even one worker in a subprocess (for writers whose imports clash)."""
     n_jobs = max(1, min(workers, len(tasks)))
     if n_jobs == 1 and not isolate:
         for task in tasks:
@@ -66,12 +95,156 @@ def _iterate(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int, isola
             for task in tasks:
                 yield executor.submit(convert_shard, task, ctx).result()
             return
-        parallel = Parallel(n_jobs=n_jobs, backend="loky", return_as="generator_unordered", pre_dispatch="2*n_jobs")
+        parallel = Parallel(n_jobs=n_jobs, backend="loky", return_as="generator_unordered",
+                            pre_dispatch="2*n_jobs")
         yield from parallel(delayed(convert_shard)(t, ctx) for t in tasks)
     except TerminatedWorkerError as exc:
         raise WorkerError(
             f"a worker process died ({str(exc).splitlines()[0][:200]})",
-            fix="it was probably killed or ran out of memory; re-run with fewer --workers or a smaller --shard-size",
+            fix="it was probably killed or ran out of memory; re-run with fewer --workers or a smaller "
+            "--shard-size",
         ) from None
     except ShardkitError:
         raise
+
+
+# --- Dask ---------------------------------------------------------------------------------------
+
+
+def _iterate_dask(
+    tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int, scheduler: str | None
+) -> Iterator[ShardResult]:
+    """The same ``convert_shard`` tasks on Dask workers, through joblib's Dask backend, as they finish.
+
+    Workers write their shards straight into the output folder, so input and output must be on a
+    filesystem every worker mounts at the same path (checked before the first task). A worker lost
+    mid-task is handled by the scheduler: the task runs again on another worker (up to the scheduler's
+    ``distributed.scheduler.allowed-failures``), writing fresh temporary files (their names carry the
+    writing process's id); the parent renames only the files named in the one result it receives, and
+    deletes the lost attempts' temporary files once every shard is in.
+    """
+    if not tasks:
+        return
+    try:
+        import distributed
+        from joblib import Parallel, delayed, parallel_config
+    except ImportError:
+        raise WorkerError("the dask backend needs dask.distributed, which is not installed",
+                          fix='pip install "shardkit[dask]"') from None
+    # Workers have their own working folder: give them absolute paths (the same on a shared filesystem).
+    tasks = [dataclasses.replace(t, directory=Path(t.directory).absolute()) for t in tasks]
+    with ExitStack() as stack:
+        client = stack.enter_context(_dask_client(distributed, scheduler, workers, len(tasks)))
+        _check_workers(distributed, client, {t.directory for t in tasks}, ctx.root)
+        try:
+            with parallel_config(backend="dask", client=client, wait_for_workers_timeout=CONNECT_TIMEOUT):
+                parallel = Parallel(n_jobs=-1, return_as="generator_unordered", batch_size=1,
+                                    pre_dispatch="2*n_jobs")
+                yield from parallel(delayed(convert_shard)(t, ctx) for t in tasks)
+        except distributed.KilledWorker as exc:
+            raise WorkerError(
+                f"a shard task was lost with its Dask worker too often ({str(exc).splitlines()[0][:200]})",
+                fix="it probably exhausts a worker's memory: use a smaller --shard-size or give workers "
+                "more memory",
+            ) from None
+        except TimeoutError as exc:  # joblib: no worker joined within wait_for_workers_timeout
+            raise WorkerError(f"the Dask cluster has no workers ({str(exc).splitlines()[0][:120]})",
+                              fix="start workers with: dask worker SCHEDULER_ADDRESS") from None
+    removed = _remove_lost_attempts(tasks, ctx)
+    if removed:
+        log.warning("dask: removed %d temporary files left by lost workers; every shard was re-run", removed)
+
+
+class _dask_client:
+    """Context manager: a ``distributed.Client`` to ``scheduler``, or to a local cluster started for this."""
+
+    def __init__(self, distributed: Any, scheduler: str | None, workers: int, n_tasks: int) -> None:
+        self.distributed = distributed
+        self.scheduler = scheduler
+        self.n_workers = max(1, min(workers or LOCAL_CLUSTER_WORKERS, n_tasks))
+        self.cluster: Any = None
+        self.client: Any = None
+
+    def __enter__(self) -> Any:
+        d = self.distributed
+        if self.scheduler is None:
+            self.cluster = d.LocalCluster(n_workers=self.n_workers, processes=True, threads_per_worker=1,
+                                          dashboard_address=None)
+            try:
+                self.client = d.Client(self.cluster, set_as_default=False)
+            except BaseException:
+                self.cluster.close()
+                raise
+            log.info("dask: started a local cluster of %d worker processes at %s", self.n_workers,
+                     self.cluster.scheduler_address)
+            return self.client
+        try:
+            self.client = d.Client(self.scheduler, timeout=CONNECT_TIMEOUT, set_as_default=False)
+        except (OSError, ValueError, TimeoutError) as exc:
+            raise WorkerError(
+                f"cannot reach the Dask scheduler at {self.scheduler} ({str(exc).splitlines()[0][:160]})",
+                fix="check the address and port (e.g. --scheduler tcp://host:8786) and that `dask scheduler` "
+                "runs there",
+            ) from None
+        return self.client
+
+    def __exit__(self, *exc: object) -> None:
+        if self.client is not None:
+            self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+
+def _probe(paths: list[str]) -> tuple[bool, str]:
+    """Runs on each Dask worker: does it see these paths, and which shardkit does it have?"""
+    from . import __version__
+
+    return all(Path(p).exists() for p in paths), __version__
+
+
+def _check_workers(distributed: Any, client: Any, directories: set[Path], root: Path) -> None:
+    """Fail early unless every worker sees the input and this run's output folders and runs this shardkit."""
+    from . import __version__
+
+    try:
+        client.wait_for_workers(1, timeout=CONNECT_TIMEOUT)
+    except (TimeoutError, OSError):
+        raise WorkerError(f"the Dask cluster has no workers after {CONNECT_TIMEOUT:.0f} s",
+                          fix="start workers with: dask worker SCHEDULER_ADDRESS") from None
+    token = uuid.uuid4().hex
+    probes = [d / f".probe{TMP_MARK}{token}" for d in sorted(directories)]
+    try:
+        for p in probes:  # a file only this run could have made: proves the same filesystem, not a look-alike
+            p.touch()
+        answers = client.run(_probe, [str(root), *map(str, probes)])
+    except (ImportError, AttributeError) as exc:
+        raise WorkerError(f"the Dask workers cannot run shardkit ({exc})",
+                          fix="install the same shardkit version in the workers' environment") from None
+    finally:
+        for p in probes:
+            p.unlink(missing_ok=True)
+    blind = sorted(addr for addr, (sees, _) in answers.items() if not sees)
+    if blind:
+        raise WorkerError(
+            f"{len(blind)} of {len(answers)} Dask workers (e.g. {blind[0]}) cannot see {root} or the output "
+            "folder",
+            fix="put input and output on a filesystem every worker mounts at the same path (NFS, Lustre…)",
+        )
+    other = sorted({version for _, version in answers.values()} - {__version__})
+    if other:
+        raise WorkerError(f"Dask workers run shardkit {other[0]}, this client {__version__}",
+                          fix="install the same shardkit version on every worker (it decides the bytes)")
+    threads = sum(client.ncores().values())
+    log.info("dask: %d workers, %d threads, all see the input and output folders", len(answers), threads)
+
+
+def _remove_lost_attempts(tasks: Sequence[ShardTask], ctx: WorkerContext) -> int:
+    """Delete temporary shard files of attempts whose worker was lost (their shards were re-run)."""
+    writer = writer_class(ctx.format)
+    removed = 0
+    for task in tasks:
+        for name in writer.file_names(task.stem, ctx.spec):
+            for p in task.directory.glob(f".{name}{TMP_MARK}*"):
+                p.unlink(missing_ok=True)
+                removed += 1
+    return removed

@@ -162,5 +162,4 @@ def test_truncated_shard_is_a_one_line_error(camvid_root: Path, tmp_path: Path) 
     ds[0]
     with pytest.raises(ShardFormatError) as err:
         ds[manifest["shards"][1]["first_index"]]
-    print(err.value)
     assert "\n" not in str(err.value) and entry["name"] in str(err.value)

@@ -151,6 +151,11 @@ class ShardWriter(ABC):
     def tmp_path(self, final_name: str) -> Path:
         return self.directory / f".{final_name}{self._token}"
 
+    @property
+    def tmp_files(self) -> tuple[Path, ...]:
+        """Temporary paths of this shard's files, in :meth:`file_names` order."""
+        return tuple(self.tmp_path(name) for name in self.file_names(self.stem, self.spec))
+
     @abstractmethod
     def add(self, image: np.ndarray, label: np.ndarray, key: str) -> None:
         """Append one sample (image (H, W, 3) uint8, label already encoded)."""
@@ -160,7 +165,8 @@ class ShardWriter(ABC):
         img = np.ascontiguousarray(image, dtype=np.uint8)
         lab = np.ascontiguousarray(label, dtype=self.spec.stored_label_dtype)
         hw = (int(img.shape[0]), int(img.shape[1]))
-        if img.shape != (*hw, 3) or lab.shape != self.spec.label_shape(hw) or self.spec.size not in (None, hw):
+        fits = img.shape == (*hw, 3) and lab.shape == self.spec.label_shape(hw)
+        if not fits or self.spec.size not in (None, hw):
             raise ValueError(f"sample shapes {img.shape}/{lab.shape} do not fit the spec {self.spec}")
         return img, lab
 

@@ -38,17 +38,17 @@ class Hdf5Writer(ShardWriter):
 
     def __init__(self, directory: Path, stem: str, spec: SampleSpec, planned: int, compression: str) -> None:
         super().__init__(directory, stem, spec, planned, compression)
-        (name,) = self.file_names(stem, spec)
-        self._file = h5py.File(self.tmp_path(name), "w", libver=LIBVER, track_order=False)
+        self._file = h5py.File(self.tmp_files[0], "w", libver=LIBVER, track_order=False)
         self._keys: list[str] = []
         self._shapes: list[tuple[int, int]] = []
         size = spec.size
-        self._images = self._dataset("images", np.uint8, (*size, 3) if size else None)
-        self._labels = self._dataset("labels", spec.stored_label_dtype, spec.label_shape(size) if size else None)
+        img_shape, lab_shape = ((*size, 3), spec.label_shape(size)) if size else (None, None)
+        self._images = self._dataset("images", np.uint8, img_shape)
+        self._labels = self._dataset("labels", spec.stored_label_dtype, lab_shape)
 
-    def _dataset(self, name: str, dtype: Any, sample_shape: tuple[int, ...] | None) -> Any:
-        """Resizable, untimed dataset, one sample per chunk; 1-D with fixed chunks for ``sample_shape`` None."""
-        shape, chunks = ((self.planned, *sample_shape), (1, *sample_shape)) if sample_shape else ((0,), (FLAT_CHUNK,))
+    def _dataset(self, name: str, dtype: Any, sample: tuple[int, ...] | None) -> Any:
+        """Resizable, untimed dataset: one sample per chunk, or 1-D in fixed chunks if ``sample`` is None."""
+        shape, chunks = ((self.planned, *sample), (1, *sample)) if sample else ((0,), (FLAT_CHUNK,))
         return self._file.create_dataset(name, shape, dtype, maxshape=(None, *shape[1:]), chunks=chunks,
                                          track_times=False, **_compression(self.compression))
 

@@ -8,6 +8,7 @@ sample i starts at the sum of the sizes before it. Spec: ``formats/npy.md``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +135,28 @@ class NpyReader(ShardReader):
         a0, b0 = self._offsets[i]
         a1, b1 = self._offsets[i + 1]
         return (self._images[a0:a1].reshape(h, w, 3), self._labels[b0:b1].reshape(self.spec.label_shape((h, w))))
+
+    def read_batch_into(self, local_indices: Sequence[int], out_images: np.ndarray,
+                        out_labels: np.ndarray) -> None:
+        """One copy per array: a slice for consecutive indices, else one fancy-index gather (``np.take``)."""
+        if self.spec.size is None:
+            super().read_batch_into(local_indices, out_images, out_labels)
+            return
+        self.ensure_open()
+        assert self._images is not None and self._labels is not None
+        idx = np.asarray(local_indices, dtype=np.intp)
+        n = len(idx)
+        if not n:
+            return
+        if idx.min() < 0 or idx.max() >= len(self):
+            raise IndexError(f"local indices {idx.min()}..{idx.max()} out of range for {len(self)} samples")
+        first = int(idx[0])
+        if int(idx[-1]) - first == n - 1 and (n < 3 or bool(np.all(np.diff(idx) == 1))):
+            np.copyto(out_images, self._images[first:first + n])
+            np.copyto(out_labels, self._labels[first:first + n])
+        else:  # mode="clip" (indices checked above) lets np.take write into ``out`` without a buffer
+            np.take(self._images, idx, axis=0, out=out_images, mode="clip")
+            np.take(self._labels, idx, axis=0, out=out_labels, mode="clip")
 
     def shape_of(self, i: int) -> tuple[int, int]:
         if self.spec.size is not None:

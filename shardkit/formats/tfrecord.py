@@ -1,12 +1,11 @@
-"""TFRecord shards: ``shard-<stem>.tfrecord`` of ``tf.train.Example`` records plus a ``.tfindex``.
+"""TFRecord shards: ``shard-<stem>.tfrecord`` of ``tf.train.Example`` records plus ``shard-<stem>.tfindex``.
 
-Each record: uint64 LE length, masked CRC32C of the length, an Example (:data:`FEATURES`),
-masked CRC32C of the Example. ``--compression gzip`` gzips the whole file (TensorFlow's
-``compression_type="GZIP"``). The index has one ``"offset length"`` line per record (the
-``tfrecord`` package's format; offsets into the uncompressed stream). Writing uses the
-``tfrecord`` package inside pool worker processes only: its protobufs clash with TensorFlow's
-in one process. Reading parses framing and protobuf wire format here, so it works next to
-TensorFlow. Spec: ``formats/tfrecord.md``.
+Record framing: uint64 LE length, masked CRC32C of the length, the Example, masked CRC32C
+of the Example. ``--compression gzip`` gzips the whole file (TensorFlow's ``"GZIP"``). The
+index is the ``tfrecord`` package's: one ``"offset length"`` line per record, offsets into
+the uncompressed stream. Writing uses the ``tfrecord`` package, in pool worker processes
+only (its protobufs clash with TensorFlow's in one process); reading parses framing and
+protobuf wire format here, so it works next to TensorFlow. Spec: ``formats/tfrecord.md``.
 """
 
 from __future__ import annotations
@@ -28,8 +27,7 @@ from .base import SampleSpec, ShardReader, ShardWriter
 
 FORMAT_VERSION = 1
 GZIP_LEVEL = 6
-_MASK_DELTA = 0xA282EAD8
-#: feature key → protobuf list type; every feature holds exactly one value.
+#: feature key → protobuf list type; each feature holds exactly one value.
 FEATURES: dict[str, str] = {
     "image/raw": "bytes", "image/height": "int64", "image/width": "int64", "image/channels": "int64",
     "label/raw": "bytes", "label/channels": "int64", "label/dtype": "bytes", "label/encoding": "bytes",
@@ -40,16 +38,12 @@ FEATURES: dict[str, str] = {
 def masked_crc(data: Any) -> int:
     """TFRecord's masked CRC32C of a bytes-like object."""
     crc = crc32c.crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
-
-
-def _label_channels(spec: SampleSpec) -> int:
-    return spec.label_channels or 1
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 @functools.cache
 def _record_writer() -> type:
-    """``tfrecord``'s writer, deterministic (sorted feature keys) and optionally gzipped; imported lazily."""
+    """The ``tfrecord`` package's writer, made deterministic and gzip-capable; imported on first use."""
     if "tensorflow" in sys.modules:
         raise WorkerError("the tfrecord writer cannot run in a process that imported TensorFlow",
                           fix="convert through shardkit.pipeline.convert, which writes in worker processes")
@@ -64,12 +58,12 @@ def _record_writer() -> type:
     class Writer(TFRecordWriter):  # type: ignore[misc, valid-type]
         def __init__(self, path: Path, gzipped: bool) -> None:
             super().__init__(str(path))
-            self.raw, self.position = self.file, 0
+            self.raw, self.position = self.file, 0  # position: offset in the uncompressed stream
             if gzipped:
-                self.file = gzip.GzipFile(filename="", mode="wb", fileobj=self.raw, compresslevel=GZIP_LEVEL, mtime=0)
+                self.file = gzip.GzipFile("", "wb", GZIP_LEVEL, self.raw, mtime=0)
 
         def write(self, datum: dict[str, tuple[Any, str]], sequence_datum: Any = None) -> None:
-            """As the package's write, but map keys sorted (its upb order differs between processes)."""
+            """The package's framing, but map keys sorted: upb's map order differs between processes."""
             feats = example_pb2.Features(feature={k: feature(v, kind) for k, (v, kind) in datum.items()})
             record = example_pb2.Example(features=feats).SerializeToString(deterministic=True)
             length = struct.pack("<Q", len(record))
@@ -91,8 +85,7 @@ class TfrecordWriter(ShardWriter):
 
     def __init__(self, directory: Path, stem: str, spec: SampleSpec, planned: int, compression: str) -> None:
         super().__init__(directory, stem, spec, planned, compression)
-        data_name, _ = self.file_names(stem, spec)
-        self._out = _record_writer()(self.tmp_path(data_name), compression == "gzip")
+        self._out = _record_writer()(self.tmp_files[0], compression == "gzip")
         self._index: list[str] = []
 
     @classmethod
@@ -101,77 +94,79 @@ class TfrecordWriter(ShardWriter):
 
     @classmethod
     def format_options(cls, spec: SampleSpec, compression: str) -> dict[str, Any]:
-        return {**super().format_options(spec, compression),
-                "tf_compression_type": "GZIP" if compression == "gzip" else "",
-                "index": "tfrecord-text", "label_dtype": spec.stored_label_dtype.name, "label_byte_order": "little",
-                "features": {k: {"type": kind, "shape": []} for k, kind in FEATURES.items()}}
+        """The feature spec (enough for ``tf.io.parse_example``) and how to decode the raw bytes."""
+        features: dict[str, Any] = {k: {"type": kind, "shape": []} for k, kind in FEATURES.items()}
+        hw = ["image/height", "image/width"]
+        features["image/raw"]["decode"] = {"dtype": "uint8", "shape": [*hw, "image/channels"]}
+        features["label/raw"]["decode"] = {"dtype": spec.stored_label_dtype.name, "byte_order": "little",
+                                           "shape": [*hw, "label/channels"]}
+        return {**super().format_options(spec, compression), "features": features, "index": "tfindex",
+                "tf_compression_type": "GZIP" if compression == "gzip" else ""}
 
     def add(self, image: np.ndarray, label: np.ndarray, key: str) -> None:
         img, lab = self.stored(image, label)
-        values = (img.tobytes(), img.shape[0], img.shape[1], 3, lab.tobytes(), _label_channels(self.spec), lab.dtype.name.encode(), self.spec.label_encoding.encode(),
-                  self.spec.num_classes, key.encode())
+        spec = self.spec
+        values = {"image/raw": img.tobytes(), "image/height": img.shape[0], "image/width": img.shape[1],
+                  "image/channels": 3, "label/raw": lab.tobytes(), "label/channels": spec.label_channels or 1,
+                  "label/dtype": lab.dtype.name.encode(), "label/encoding": spec.label_encoding.encode(),
+                  "label/num_classes": spec.num_classes, "key": key.encode()}
         start = self._out.position
-        self._out.write({k: (v, kind) for (k, kind), v in zip(FEATURES.items(), values, strict=True)})
+        self._out.write({k: (values[k], kind) for k, kind in FEATURES.items()})
         self._index.append(f"{start} {self._out.position - start}\n")
         self.count += 1
 
     def _finish(self) -> None:
         self._out.close()
-        self.tmp_path(self.file_names(self.stem, self.spec)[1]).write_text("".join(self._index), encoding="ascii")
+        self.tmp_files[1].write_text("".join(self._index), encoding="ascii")
 
 
 def _varint(buf: Any, pos: int) -> tuple[int, int]:
     result = shift = 0
     while shift < 70:
         byte = buf[pos]
-        result |= (byte & 0x7F) << shift
-        pos, shift = pos + 1, shift + 7
+        result, pos, shift = result | (byte & 0x7F) << shift, pos + 1, shift + 7
         if not byte & 0x80:
             return result, pos
     raise ValueError("varint longer than 10 bytes")
 
 
 def _fields(buf: Any, start: int, end: int) -> Any:
-    """(field number, wire type, int value or (start, end) of a length-delimited payload) of one message."""
+    """(field number, wire type, varint value or (start, end) of a length-delimited payload) of a message."""
     pos = start
     while pos < end:
         tag, pos = _varint(buf, pos)
-        wire = tag & 7
-        if wire == 0:
+        if tag & 7 == 0:
             value, pos = _varint(buf, pos)
-            yield tag >> 3, wire, value
-        elif wire == 2:
+            yield tag >> 3, 0, value
+        elif tag & 7 == 2:
             n, pos = _varint(buf, pos)
-            yield tag >> 3, wire, (pos, pos + n)
+            yield tag >> 3, 2, (pos, pos + n)
             pos += n
-        elif wire in (1, 5):
-            pos += 8 if wire == 1 else 4
+        elif tag & 7 in (1, 5):
+            pos += 8 if tag & 7 == 1 else 4
         else:
-            raise ValueError(f"unsupported wire type {wire}")
+            raise ValueError(f"unsupported wire type {tag & 7}")
     if pos != end:
         raise ValueError("message runs past its end")
 
 
 def parse_example(buf: Any, start: int, end: int) -> dict[str, list[Any]]:
-    """Serialized tf.train.Example → {key: [byte spans (start, end)] or [int64 values]} (floats unsupported)."""
+    """A serialized Example → {key: [(start, end) byte spans] or [int64 values]}; float lists are skipped."""
     out: dict[str, list[Any]] = {}
     for _, _, feats in (f for f in _fields(buf, start, end) if f[:2] == (1, 2)):  # Example.features
         for _, _, entry in (f for f in _fields(buf, *feats) if f[:2] == (1, 2)):  # map<string, Feature>
             parts = {num: v for num, wire, v in _fields(buf, *entry) if wire == 2}
-            key = bytes(buf[parts[1][0]:parts[1][1]]).decode() if 1 in parts else ""
             values: list[Any] = []
-            for kind, _, lst in _fields(buf, *parts.get(2, (0, 0))):  # Feature: 1 bytes, 3 int64 lists
+            for kind, _, lst in _fields(buf, *parts.get(2, (0, 0))):  # 1 BytesList, 3 Int64List
                 for _, wire, v in _fields(buf, *lst):
-                    if kind == 1:
-                        values.append(v)
-                    elif kind == 3 and wire == 0:
-                        values.append(v)
-                    elif kind == 3:  # packed varints
+                    if kind == 3 and wire == 2:  # packed varints
                         pos = v[0]
                         while pos < v[1]:
                             x, pos = _varint(buf, pos)
-                            values.append(x)
-            out[key] = [x - (1 << 64) if isinstance(x, int) and x >= 1 << 63 else x for x in values]
+                            values.append(x - (1 << 64) if x >> 63 else x)
+                    elif kind in (1, 3):
+                        values.append(v - (1 << 64) if kind == 3 and v >> 63 else v)
+            out[bytes(buf[slice(*parts.get(1, (0, 0)))]).decode()] = values
     return out
 
 
@@ -189,32 +184,35 @@ class TfrecordReader(ShardReader):
         try:
             if self.format_options.get("compression") == "gzip":
                 self._buf = gzip.decompress(data.read_bytes())
-            else:
+            elif data.stat().st_size:
                 with open(data, "rb") as fh:
-                    self._buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if data.stat().st_size else b""
-            self._index = np.array([[int(x) for x in ln.split()] for ln in index.read_text("ascii").splitlines()],
-                                   dtype=np.int64).reshape(-1, 2)
+                    self._buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            else:
+                self._buf = b""
+            lines = index.read_text("ascii").splitlines()
+            self._index = np.array([[int(x) for x in ln.split()] for ln in lines], np.int64).reshape(-1, 2)
         except (OSError, EOFError, zlib.error, ValueError) as exc:
             raise self.corrupt(f"cannot read TFRecord shard ({exc})") from None
         starts, lengths = self._index[:, 0], self._index[:, 1]
-        if (len(self._index) != len(self) or np.any(lengths < 16) or np.any(starts != np.cumsum(lengths) - lengths)
-                or int(lengths.sum()) != len(self._buf)):
-            raise self.corrupt(f"the index ({len(self._index)} records, {int(lengths.sum())} bytes) disagrees with "
-                               f"the manifest ({len(self)} samples) or the data ({len(self._buf)} bytes)",
+        total = int(lengths.sum())
+        contiguous = np.array_equal(starts, np.cumsum(lengths) - lengths) and not np.any(lengths < 16)
+        if len(lengths) != len(self) or not contiguous or total != len(self._buf):
+            raise self.corrupt(f"the index ({len(lengths)} records, {total} bytes) disagrees with the "
+                               f"manifest ({len(self)} samples) or the data ({len(self._buf)} bytes)",
                                self.shard.files[1].name)
 
     def record(self, i: int) -> tuple[memoryview, int, int]:
-        """(buffer, start, end) of local record ``i``'s Example bytes, framing and CRCs checked."""
+        """(buffer, start, end) of local record ``i``'s Example bytes; framing and both CRCs checked."""
         self.ensure_open()
         assert self._index is not None
         start, length = (int(v) for v in self._index[i])
         buf = memoryview(self._buf)
-        (n,) = struct.unpack_from("<Q", buf, start)
+        n, length_crc = struct.unpack_from("<QI", buf, start)
         body = start + 12
         if n + 16 != length:
             raise self.corrupt(f"record {i} says {n} bytes, the index {length - 16}")
-        if struct.unpack_from("<I", buf, start + 8)[0] != masked_crc(buf[start:start + 8]) or (
-                struct.unpack_from("<I", buf, body + n)[0] != masked_crc(buf[body:body + n])):
+        if length_crc != masked_crc(buf[start : start + 8]) or (
+                struct.unpack_from("<I", buf, body + n)[0] != masked_crc(buf[body : body + n])):
             raise self.corrupt(f"record {i} fails its CRC32C check")
         return buf, body, body + n
 
@@ -223,12 +221,12 @@ class TfrecordReader(ShardReader):
         try:
             f = parse_example(buf, start, end)
             h, w, c = (int(f[k][0]) for k in ("image/height", "image/width", "image/channels"))
-            img, lab = (np.frombuffer(buf[a:b], np.uint8) for a, b in (f["image/raw"][0], f["label/raw"][0]))
-            image = img.reshape(h, w, c)
-            label = lab.view(self.spec.stored_label_dtype).reshape(self.spec.label_shape((h, w)))
+            image = np.frombuffer(buf[slice(*f["image/raw"][0])], np.uint8).reshape(h, w, c)
+            label = np.frombuffer(buf[slice(*f["label/raw"][0])], self.spec.stored_label_dtype)
+            label = label.reshape(self.spec.label_shape((h, w)))
             meta = (c, bytes(buf[slice(*f["label/encoding"][0])]).decode(), int(f["label/num_classes"][0]))
-        except (ValueError, KeyError, IndexError) as exc:
-            raise self.corrupt(f"record {i} is not a shardkit Example ({type(exc).__name__}: {exc})") from None
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise self.corrupt(f"record {i} is not a shardkit Example ({type(exc).__name__} {exc})") from None
         if meta != (3, self.spec.label_encoding, self.spec.num_classes):
-            raise self.corrupt(f"record {i} (channels, encoding, classes) {meta} disagree with the manifest")
+            raise self.corrupt(f"record {i}: (channels, encoding, classes) {meta} disagree with the manifest")
         return image, label

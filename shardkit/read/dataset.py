@@ -2,51 +2,147 @@
 
 Only numpy and the format's own library are used. Shard files are opened lazily in
 the process that reads them, so a Dataset may be handed to forked or spawned workers.
+
+Reading a batch costs as few I/O calls as the format allows: the indices are cut into runs
+that fall in one shard, and each run is one ``ShardReader.read_batch_into`` call writing
+straight into the caller's (or a reused) output buffer: a memory-mapped slice or fancy-index
+copy for npy, one transaction for LMDB, hyperslabs for HDF5. Label outputs other than the
+stored encoding are produced vectorised into the output buffer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ShardFormatError
 from ..formats.base import SampleSpec, ShardReader
-from ..formats.registry import reader_class
+from ..formats.registry import reader_class, writer_class
 from ..manifest import Manifest, load_manifest
 from ..transform import decode_label_encoding
+from . import sampling
+
+log = logging.getLogger(__name__)
 
 LABEL_OUTPUTS = ("ids", "onehot", "float_onehot", "stored")
+#: Formats read front to back: iter_batches shuffles them shard-then-buffer instead of globally.
+SEQUENTIAL_FORMATS = frozenset({"tfrecord"})
+
+Batch = tuple[np.ndarray, np.ndarray]
 
 
 class Dataset:
-    """A converted split. ``ds[i]`` → (image (H, W, 3) uint8, label); ``ds.batch(idx)`` → stacked arrays."""
+    """A converted split. ``ds[i]`` → (image (H, W, 3) uint8, label); ``ds.batch(idx)`` → stacked arrays.
+
+    ``labels``: ``"ids"`` (H, W) class ids, ``"onehot"`` (H, W, C) uint8, ``"float_onehot"``
+    (H, W, C) float32, or ``"stored"`` (the stored encoding as is). ``verify=True`` checks every
+    shard's sha256 against the manifest on open. Arrays from ``ds[i]`` may be read-only views
+    of the shard (zero-copy); arrays from :meth:`batch` are the caller's.
+    """
 
     def __init__(self, path: str | Path, *, labels: str = "ids", verify: bool = False) -> None:
         if labels not in LABEL_OUTPUTS:
             raise ConfigError(f"labels={labels!r} is not one of {', '.join(LABEL_OUTPUTS)}")
         self.path = Path(path)
         self.manifest: Manifest = load_manifest(self.path)
+        if self.path.is_file():
+            self.path = self.path.parent
         self.spec = SampleSpec.from_manifest(self.manifest.sample)
         self.labels = labels
         self.ignore_index: int | None = self.manifest.classes.get("ignore_index")
-        cls = reader_class(self.manifest.format)
+        fmt = self.manifest.format
+        expected = writer_class(fmt).format_version
+        if self.manifest.format_version != expected:
+            raise ShardFormatError(
+                f"{fmt} format version {self.manifest.format_version} is not supported (this shardkit reads "
+                f"version {expected})", path=self.path / "manifest.json",
+                fix="re-convert with this shardkit version or upgrade shardkit")
+        cls = reader_class(fmt)
         self.readers: list[ShardReader] = [
             cls(self.path, shard, self.spec, self.manifest.format_options) for shard in self.manifest.shards
         ]
         self._starts = np.array([s.first_index for s in self.manifest.shards], dtype=np.int64)
+        self._local = threading.local()
         if verify:
             for r in self.readers:
                 r.verify_hashes()
 
+    # ------------------------------------------------------------------ facts
     def __len__(self) -> int:
         return self.manifest.num_samples
+
+    def __repr__(self) -> str:
+        size = "x".join(map(str, self.spec.size)) if self.spec.size else "variable size"
+        return (f"<shardkit.Dataset {self.path} {self.manifest.format} {len(self)} samples {size} "
+                f"labels={self.labels}>")
 
     @property
     def num_classes(self) -> int:
         return self.spec.num_classes
+
+    @property
+    def format(self) -> str:
+        return self.manifest.format
+
+    @property
+    def fixed_size(self) -> bool:
+        return self.spec.size is not None
+
+    @property
+    def random_access(self) -> bool:
+        """False for formats read front to back (TFRecord): they get the shard-then-buffer shuffle."""
+        return self.manifest.format not in SEQUENTIAL_FORMATS
+
+    @property
+    def shard_sizes(self) -> list[int]:
+        return [s.num_samples for s in self.manifest.shards]
+
+    @property
+    def class_names(self) -> list[str]:
+        return [str(c["name"]) for c in sorted(self.manifest.classes["classes"], key=lambda c: c["id"])]
+
+    @property
+    def class_colours(self) -> list[tuple[int, int, int] | None]:
+        """RGB colour of each class id (None where the source gave none)."""
+        out: list[tuple[int, int, int] | None] = [None] * self.num_classes
+        for c in self.manifest.classes["classes"]:
+            if 0 <= int(c["id"]) < self.num_classes and c.get("colour"):
+                out[int(c["id"])] = tuple(int(v) for v in c["colour"])  # type: ignore[assignment]
+        return out
+
+    @property
+    def mean(self) -> np.ndarray:
+        """Per-channel (RGB) image mean on the 0–255 scale, from the manifest's stats."""
+        return np.asarray(self.manifest.stats.get("image_mean", [0.0, 0.0, 0.0]), dtype=np.float32)
+
+    @property
+    def std(self) -> np.ndarray:
+        """Per-channel (RGB) image standard deviation on the 0–255 scale (never 0)."""
+        std = np.asarray(self.manifest.stats.get("image_std", [1.0, 1.0, 1.0]), dtype=np.float32)
+        return np.where(std > 0, std, 1.0).astype(np.float32)
+
+    @property
+    def label_dtype(self) -> np.dtype:
+        """dtype of the label output asked for."""
+        if self.labels == "stored":
+            return self.spec.stored_label_dtype
+        if self.labels == "ids":
+            return np.dtype(self.spec.label_dtype)
+        return np.dtype(np.float32) if self.labels == "float_onehot" else np.dtype(np.uint8)
+
+    def label_shape(self, hw: tuple[int, int]) -> tuple[int, ...]:
+        """Shape of one label output of height/width ``hw``."""
+        if self.labels == "stored":
+            return self.spec.label_shape(hw)
+        return hw if self.labels == "ids" else (*hw, self.num_classes)
+
+    def key(self, i: int) -> str:
+        return str(self.manifest.samples[i]["key"])
 
     def locate(self, i: int) -> tuple[int, int]:
         """Global index → (shard number, local index)."""
@@ -57,39 +153,178 @@ class Dataset:
         s = int(np.searchsorted(self._starts, i, side="right") - 1)
         return s, i - int(self._starts[s])
 
-    def key(self, i: int) -> str:
-        return str(self.manifest.samples[i]["key"])
-
-    def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+    # ------------------------------------------------------------------ samples
+    def __getitem__(self, i: int) -> Batch:
         s, j = self.locate(int(i))
         image, stored = self.readers[s].read(j)
         return image, self.convert_label(stored)
 
-    def convert_label(self, stored: np.ndarray) -> np.ndarray:
-        """Stored encoding → the label output asked for."""
-        if self.labels == "stored":
-            return stored
-        enc = self.spec.label_encoding
-        if self.labels == "ids":
-            if enc == "index":
-                return stored
-            return decode_label_encoding(stored, enc, self.num_classes, self.ignore_index)
-        from ..transform import encode_label
-
-        if enc == "onehot":
-            onehot = stored
-        else:
-            ids = stored if enc == "index" else decode_label_encoding(stored, enc, self.num_classes, self.ignore_index)
-            onehot = encode_label(ids, "onehot", self.num_classes)
-        return onehot.astype(np.float32) if self.labels == "float_onehot" else onehot
-
-    def batch(self, indices: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Stacked (images (B, H, W, 3), labels (B, …)) for fixed-size data."""
-        if self.spec.size is None:
-            raise ConfigError("batch() needs fixed-size samples", fix="convert with --size HxW or read samples one by one")
-        items = [self[int(i)] for i in indices]
-        return np.stack([a for a, _ in items]), np.stack([b for _, b in items])
-
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[Batch]:
         for i in range(len(self)):
             yield self[i]
+
+    def convert_label(self, stored: np.ndarray) -> np.ndarray:
+        """Stored encoding (one sample or a batch) → the label output asked for, in a new array if needed."""
+        if self.labels == "stored" or (self.labels == "ids" and self.spec.label_encoding == "index"):
+            return stored
+        out = np.empty(stored.shape[:-1] if self.spec.label_channels else stored.shape, self.label_dtype)
+        if self.labels != "ids":
+            out = np.empty((*out.shape, self.num_classes), self.label_dtype)
+        self._convert_into(stored, out)
+        return out
+
+    def _convert_into(self, stored: np.ndarray, out: np.ndarray) -> None:
+        """Vectorised stored → output conversion, written into ``out`` (no per-class loop)."""
+        enc, c = self.spec.label_encoding, self.num_classes
+        if self.labels == "ids":
+            np.copyto(out, decode_label_encoding(stored, enc, c, self.ignore_index), casting="unsafe")
+        elif enc == "index":  # ids ≥ C (an ignore id like 255) give all-zero vectors
+            np.equal(stored[..., None], self._class_range(stored.dtype), out=out)
+        elif enc == "onehot":
+            np.copyto(out, stored, casting="unsafe")
+        else:  # packed one-hot, big bit order
+            np.copyto(out, np.unpackbits(stored, axis=-1, count=c), casting="unsafe")
+
+    def _class_range(self, dtype: np.dtype) -> np.ndarray:
+        cache = self.__dict__.setdefault("_ranges", {})
+        if dtype not in cache:
+            cache[dtype] = np.arange(self.num_classes, dtype=dtype)
+        return cache[dtype]
+
+    # ------------------------------------------------------------------ batches
+    def _need_fixed(self) -> tuple[int, int]:
+        if self.spec.size is None:
+            raise ConfigError("batching needs fixed-size samples but this split has images of different sizes",
+                              fix="read samples one by one with ds[i], or convert with --size HxW")
+        return self.spec.size
+
+    def empty_batch(self, batch_size: int) -> Batch:
+        """Fresh (images, labels) output arrays for ``batch_size`` samples, to pass as ``out=``."""
+        hw = self._need_fixed()
+        return (np.empty((batch_size, *hw, 3), np.uint8),
+                np.empty((batch_size, *self.label_shape(hw)), self.label_dtype))
+
+    def _indices(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+        idx = np.asarray(indices)
+        if idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
+            raise ConfigError(f"batch indices must be a flat sequence of integers, got {idx.dtype} {idx.shape}")
+        idx = idx.astype(np.int64, copy=False)
+        n = len(self)
+        if idx.size and (idx.min() < -n or idx.max() >= n):
+            bad = int(idx[(idx < -n) | (idx >= n)][0])
+            raise IndexError(f"sample {bad} out of range for {n} samples")
+        return np.where(idx < 0, idx + n, idx)
+
+    def _check_out(self, out: Batch, b: int, hw: tuple[int, int]) -> Batch:
+        try:
+            images, labels = out
+        except (TypeError, ValueError):
+            raise ConfigError("out= must be a pair (images, labels) from empty_batch()") from None
+        want = (((b, *hw, 3), np.dtype(np.uint8)), ((b, *self.label_shape(hw)), self.label_dtype))
+        for arr, (shape, dtype), what in zip((images, labels), want, ("images", "labels"), strict=True):
+            if (not isinstance(arr, np.ndarray) or arr.ndim != len(shape) or arr.shape[0] < b
+                    or arr.shape[1:] != shape[1:] or arr.dtype != dtype or not arr.flags.c_contiguous
+                    or not arr.flags.writeable):
+                got = f"{arr.shape} {arr.dtype}" if isinstance(arr, np.ndarray) else type(arr).__name__
+                raise ConfigError(f"out {what} is {got}, expected a writable C-contiguous ({b}+, "
+                                  f"{', '.join(map(str, shape[1:]))}) {dtype} array",
+                                  fix="allocate it with ds.empty_batch(batch_size)")
+        return images[:b], labels[:b]
+
+    def _scratch(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """A per-thread reusable array of at least ``shape`` (stored labels awaiting conversion)."""
+        buf = getattr(self._local, "buf", None)
+        need = int(np.prod(shape)) * dtype.itemsize
+        if buf is None or buf.nbytes < need:
+            buf = self._local.buf = np.empty(need, np.uint8)
+        return buf[:need].view(dtype).reshape(shape)
+
+    def read_stored_into(self, indices: np.ndarray, images: np.ndarray, stored: np.ndarray) -> None:
+        """Read validated global ``indices`` into ``images``/``stored`` (stored labels), one call per run.
+
+        A run is a stretch of consecutive positions whose samples lie in the same shard: the
+        whole run is one ``read_batch_into`` (sorted batches give one run per shard).
+        """
+        if not len(indices):
+            return
+        shard = np.searchsorted(self._starts, indices, side="right") - 1
+        local = indices - self._starts[shard]
+        cuts = (np.flatnonzero(shard[1:] != shard[:-1]) + 1).tolist()
+        for a, b in zip([0, *cuts], [*cuts, len(indices)], strict=True):
+            self.readers[int(shard[a])].read_batch_into(local[a:b], images[a:b], stored[a:b])
+
+    def batch(self, indices: Sequence[int] | np.ndarray, out: Batch | None = None) -> Batch:
+        """Stacked (images (B, H, W, 3) uint8, labels (B, …)) of fixed-size samples, in ``indices`` order.
+
+        ``out`` = (images, labels) arrays with room for at least B samples (see :meth:`empty_batch`)
+        are filled and returned as views ``[:B]``: reusing them saves one allocation per batch.
+        Without ``out`` fresh arrays are returned.
+        """
+        hw = self._need_fixed()
+        idx = self._indices(indices)
+        b = len(idx)
+        images, labels = self._check_out(out, b, hw) if out is not None else self.empty_batch(b)
+        direct = self.labels == "stored" or (self.labels == "ids" and self.spec.label_encoding == "index")
+        if direct:
+            self.read_stored_into(idx, images, labels)
+        else:
+            stored = self._scratch((b, *self.spec.label_shape(hw)), self.spec.stored_label_dtype)
+            self.read_stored_into(idx, images, stored)
+            self._convert_into(stored, labels)
+        return images, labels
+
+    def normalize(self, images: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """``(images - mean) / std`` as float32 (channels last), written into ``out`` when given."""
+        if out is None:
+            out = np.empty(images.shape, np.float32)
+        np.subtract(images, self.mean, out=out, dtype=np.float32)
+        np.multiply(out, np.float32(1.0) / self.std, out=out)
+        return out
+
+    # ------------------------------------------------------------------ epochs
+    def sampler(self, batch_size: int, *, shuffle: bool = True, seed: int = 0, epoch: int = 0,
+                drop_last: bool = False, rank: int = 0, world_size: int = 1, shuffle_mode: str = "auto",
+                buffer_size: int = sampling.DEFAULT_BUFFER) -> sampling.EpochBatchSampler:
+        """The batch index sampler :meth:`iter_batches` uses (see :mod:`shardkit.read.sampling`).
+
+        ``shuffle_mode``: ``"auto"`` (global for random-access formats, shard-then-buffer for
+        sequential ones), ``"global"`` or ``"buffer"``.
+        """
+        if shuffle_mode not in sampling.SHUFFLE_MODES:
+            raise ConfigError(f"shuffle_mode={shuffle_mode!r} is not one of {', '.join(sampling.SHUFFLE_MODES)}")
+        mode = shuffle_mode if shuffle_mode != "auto" else "global" if self.random_access else "buffer"
+        return sampling.EpochBatchSampler(self.shard_sizes, batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
+                                          drop_last=drop_last, rank=rank, world_size=world_size, mode=mode,
+                                          buffer_size=buffer_size)
+
+    def iter_batches(self, batch_size: int, shuffle: bool = True, seed: int = 0, epoch: int = 0,
+                     drop_last: bool = False, rank: int = 0, world_size: int = 1, *, shuffle_mode: str = "auto",
+                     buffer_size: int = sampling.DEFAULT_BUFFER, buffers: int = 2,
+                     with_indices: bool = False) -> Iterator[Any]:
+        """Yield one epoch of ``(images, labels)`` batches for ``rank`` of ``world_size``.
+
+        Every rank gets the same number of samples and batches (padded by wrapping around, or
+        the tail dropped with ``drop_last``); each batch's indices are sorted so reads run
+        through each shard in order. Output arrays come from a ring of ``buffers`` reused
+        buffers: a yielded batch stays valid until ``buffers`` more have been yielded (copy it
+        to keep it longer; ``buffers=0`` allocates fresh arrays per batch). ``with_indices``
+        yields ``(indices, images, labels)``.
+        """
+        self._need_fixed()
+        if buffers < 0:
+            raise ConfigError(f"buffers must be >= 0, got {buffers}")
+        sampler = self.sampler(batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last, rank=rank,
+                               world_size=world_size, shuffle_mode=shuffle_mode, buffer_size=buffer_size)
+        ring = [self.empty_batch(batch_size) for _ in range(buffers)]
+        for k, idx in enumerate(sampler.batches()):
+            images, labels = self.batch(idx, out=ring[k % buffers] if ring else None)
+            yield (idx, images, labels) if with_indices else (images, labels)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_local", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._local = threading.local()

@@ -1,0 +1,205 @@
+"""Which samples a rank reads in an epoch, and in which order: pure functions of the options, numpy only.
+
+Two shuffles:
+
+* **global** (random-access formats: npy, LMDB, HDF5): one permutation of all samples.
+  Ranks take every ``world_size``-th sample (``order[rank::world_size]``, like
+  ``torch.utils.data.DistributedSampler``).
+* **shard-then-buffer** (sequential formats: TFRecord): the shard order is permuted, the
+  shards are concatenated into one stream, each rank takes one contiguous part of that stream
+  (so it reads whole shards, plus at most two partial ones), and pushes it through a shuffle
+  buffer of ``buffer_size`` samples (what ``tf.data.Dataset.shuffle`` does).
+
+Every rank gets exactly the same number of samples: without ``drop_last`` the order is
+padded by wrapping around to its start (a few samples are seen twice), with ``drop_last`` the
+tail is dropped. Within an epoch, ranks are disjoint apart from that padding. Randomness comes
+only from ``numpy.random.Generator(PCG64(SeedSequence([seed, epoch])))``: the same seed and
+epoch give the same order on any machine, and every rank computes the same global order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ConfigError
+
+DEFAULT_BUFFER = 1024
+SHUFFLE_MODES = ("auto", "global", "buffer")
+
+
+def epoch_rng(seed: int, epoch: int) -> np.random.Generator:
+    """The one random generator of an epoch: PCG64 seeded by the SeedSequence of ``(seed, epoch)``."""
+    if seed < 0 or epoch < 0:
+        raise ConfigError(f"seed ({seed}) and epoch ({epoch}) must be non-negative integers")
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), int(epoch)])))
+
+
+def check_partition(rank: int, world_size: int) -> None:
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ConfigError(f"rank {rank} is not in 0..world_size-1 (world_size {world_size})")
+
+
+def per_rank(n: int, world_size: int, drop_last: bool) -> int:
+    """Samples every rank gets: ``ceil(n / world)`` (padded) or ``n // world`` (tail dropped)."""
+    return n // world_size if drop_last else -(-n // world_size)
+
+
+def even_out(order: np.ndarray, world_size: int, drop_last: bool) -> np.ndarray:
+    """Trim ``order`` (drop_last) or pad it by wrapping around so its length divides by ``world_size``."""
+    n = len(order)
+    total = per_rank(n, world_size, drop_last) * world_size
+    if total <= n:
+        return order[:total]
+    if n == 0:
+        raise ConfigError("cannot pad an empty dataset across ranks")
+    reps = -(-total // n)
+    return np.tile(order, reps)[:total]
+
+
+def global_order(n: int, *, shuffle: bool, seed: int, epoch: int) -> np.ndarray:
+    """``arange(n)``, permuted by the epoch's generator when shuffling."""
+    if not shuffle:
+        return np.arange(n, dtype=np.int64)
+    return epoch_rng(seed, epoch).permutation(n).astype(np.int64, copy=False)
+
+
+def shard_stream(shard_sizes: Sequence[int], *, shuffle: bool, rng: np.random.Generator | None) -> np.ndarray:
+    """Global indices shard by shard, shards in (permuted) order, each shard's samples in stored order."""
+    sizes = np.asarray(shard_sizes, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if len(sizes) else sizes
+    shards = rng.permutation(len(sizes)) if shuffle and rng is not None else np.arange(len(sizes))
+    parts = [np.arange(starts[s], starts[s] + sizes[s], dtype=np.int64) for s in shards]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def buffer_shuffle(stream: np.ndarray, buffer_size: int, rng: np.random.Generator) -> np.ndarray:
+    """Stream ``stream`` through a shuffle buffer like ``tf.data.Dataset.shuffle``.
+
+    The buffer is filled with the first ``buffer_size`` items; each further item replaces a
+    uniformly chosen buffer slot whose item is emitted; the rest of the buffer is emitted in
+    random order at the end. ``buffer_size >= len(stream)`` is a full permutation.
+    """
+    if buffer_size < 1:
+        raise ConfigError(f"buffer_size must be at least 1, got {buffer_size}")
+    n = len(stream)
+    b = min(buffer_size, n)
+    if b <= 1:
+        return stream.copy()
+    buf = stream[:b].copy()
+    out = np.empty(n, dtype=stream.dtype)
+    slots = rng.integers(0, b, size=n - b)
+    for k, (slot, item) in enumerate(zip(slots.tolist(), stream[b:].tolist(), strict=True)):
+        out[k] = buf[slot]
+        buf[slot] = item
+    out[n - b:] = buf[rng.permutation(b)]
+    return out
+
+
+def epoch_indices(
+    shard_sizes: Sequence[int],
+    *,
+    shuffle: bool = True,
+    seed: int = 0,
+    epoch: int = 0,
+    rank: int = 0,
+    world_size: int = 1,
+    drop_last: bool = False,
+    mode: str = "global",
+    buffer_size: int = DEFAULT_BUFFER,
+) -> np.ndarray:
+    """The global sample indices ``rank`` reads in ``epoch``, in reading order.
+
+    ``mode``: ``"global"`` (random access) or ``"buffer"`` (shard-then-buffer, sequential formats).
+    Every rank gets :func:`per_rank` samples.
+    """
+    check_partition(rank, world_size)
+    if mode not in ("global", "buffer"):
+        raise ConfigError(f"shuffle mode {mode!r} is not one of global, buffer")
+    n = int(np.sum(shard_sizes)) if len(shard_sizes) else 0
+    rng = epoch_rng(seed, epoch)
+    if mode == "global":
+        order = rng.permutation(n).astype(np.int64, copy=False) if shuffle else np.arange(n, dtype=np.int64)
+        return even_out(order, world_size, drop_last)[rank::world_size]
+    stream = even_out(shard_stream(shard_sizes, shuffle=shuffle, rng=rng), world_size, drop_last)
+    k = len(stream) // world_size
+    mine = stream[rank * k:(rank + 1) * k]
+    if not shuffle:
+        return mine
+    # Each rank's buffer draws from its own stream, derived from (seed, epoch, rank): reproducible per rank.
+    rank_rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), int(epoch), 1, int(rank)])))
+    return buffer_shuffle(mine, buffer_size, rank_rng)
+
+
+def split_batches(indices: np.ndarray, batch_size: int, *, drop_last: bool = False,
+                  sort: bool = True) -> list[np.ndarray]:
+    """Cut ``indices`` into batches of ``batch_size`` (the last may be short unless ``drop_last``).
+
+    ``sort`` orders each batch's indices ascending: the batch holds the same samples, and reads
+    run through each shard in order (contiguous slices, fewer seeks).
+    """
+    if batch_size < 1:
+        raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
+    n = len(indices)
+    stop = n - n % batch_size if drop_last else n
+    out = [indices[a:min(a + batch_size, stop)] for a in range(0, stop, batch_size)]
+    return [np.sort(b) for b in out] if sort else out
+
+
+def num_batches(num_samples: int, batch_size: int, drop_last: bool) -> int:
+    return num_samples // batch_size if drop_last else -(-num_samples // batch_size)
+
+
+@dataclass
+class EpochBatchSampler:
+    """Yields lists of global indices, one list per batch, for the current epoch (framework-free).
+
+    Usable as ``torch.utils.data.DataLoader(dataset, batch_size=None, sampler=this)``: each list
+    reaches a worker as one task, which reads the whole batch with the core's batched reads.
+    Call :meth:`set_epoch` before each epoch (as with ``DistributedSampler``); with
+    ``auto_epoch`` the epoch advances by itself after each full pass.
+    """
+
+    shard_sizes: Sequence[int]
+    batch_size: int
+    shuffle: bool = True
+    seed: int = 0
+    epoch: int = 0
+    drop_last: bool = False
+    rank: int = 0
+    world_size: int = 1
+    mode: str = "global"
+    buffer_size: int = DEFAULT_BUFFER
+    auto_epoch: bool = False
+
+    def __post_init__(self) -> None:
+        check_partition(self.rank, self.world_size)
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be at least 1, got {self.batch_size}")
+        self.shard_sizes = [int(s) for s in self.shard_sizes]
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    @property
+    def samples_per_rank(self) -> int:
+        return per_rank(sum(self.shard_sizes), self.world_size, self.drop_last)
+
+    def indices(self) -> np.ndarray:
+        return epoch_indices(self.shard_sizes, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
+                             rank=self.rank, world_size=self.world_size, drop_last=self.drop_last,
+                             mode=self.mode, buffer_size=self.buffer_size)
+
+    def batches(self) -> list[np.ndarray]:
+        return split_batches(self.indices(), self.batch_size, drop_last=self.drop_last)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for b in self.batches():
+            yield b.tolist()
+        if self.auto_epoch:
+            self.epoch += 1
+
+    def __len__(self) -> int:
+        return num_batches(self.samples_per_rank, self.batch_size, self.drop_last)

@@ -1,0 +1,138 @@
+"""The command line: exit codes, one-line errors, config files, environment variables, JSON logs, verify."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import shardkit
+from shardkit.cli import main
+
+
+def run(*args: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(main, [str(a) for a in args], env=env, catch_exceptions=False)
+
+
+def small_camvid(src: Path, dst: Path, n: int = 4) -> Path:
+    names = sorted(p.name for p in (src / "val").iterdir())[:n]
+    for sub in ("val", "valannot"):
+        (dst / sub).mkdir(parents=True)
+        for name in names:
+            (dst / sub / name).write_bytes((src / sub / name).read_bytes())
+    return dst
+
+
+def test_demo_then_convert_exercises_colour_labels(tmp_path: Path, validate_manifest) -> None:
+    assert run("demo", tmp_path / "raw", "--train", "4", "--val", "2").exit_code == 0
+    res = run("convert", tmp_path / "raw", tmp_path / "out", "--format", "lmdb", "--size", "96x128", "--quiet")
+    assert res.exit_code == 0, res.output
+    m = validate_manifest(tmp_path / "out" / "train")
+    assert m["source"]["label_kind"] == "colour" and m["classes"]["source"] == "class_dict.csv"
+    ds = shardkit.open(tmp_path / "out" / "train")
+    assert len(ds) == 4 and ds[0][0].shape == (96, 128, 3)
+    assert len(np.unique(np.concatenate([ds[i][1].ravel() for i in range(4)]))) > 3
+
+
+def test_dry_run_lists_pairs_and_classes(camvid_root: Path, tmp_path: Path) -> None:
+    res = run("convert", camvid_root, tmp_path / "out", "--dry-run")
+    assert res.exit_code == 0
+    assert "train: 123" in res.output.replace("split ", "").replace(" pairs", "") or "123" in res.output
+    assert "Bicyclist" in res.output and "ignore index 11" in res.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_colour_exits_1_with_one_line(rgb_masks_root: Path, tmp_path: Path) -> None:
+    res = CliRunner().invoke(main, ["convert", str(rgb_masks_root), str(tmp_path / "o"), "--split", "val", "-q"])
+    assert res.exit_code == 1
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error:") and "255,255,255" in lines[0]
+    assert "Traceback" not in res.output
+
+
+def test_bad_option_exits_2(tmp_path: Path) -> None:
+    res = CliRunner().invoke(main, ["convert", str(tmp_path), str(tmp_path / "o"), "--size", "big"])
+    assert res.exit_code == 2
+    res = CliRunner().invoke(main, ["convert", str(tmp_path), str(tmp_path / "o"), "--resize", "exact"])
+    assert res.exit_code == 2 and "--size" in res.output
+
+
+def test_skipped_inputs_exit_3(camvid_root: Path, tmp_path: Path) -> None:
+    raw = small_camvid(camvid_root, tmp_path / "raw")
+    bad = sorted((raw / "val").iterdir())[1]
+    bad.write_bytes(b"")
+    res = CliRunner().invoke(main, ["convert", str(raw), str(tmp_path / "out"), "--on-error", "skip", "-q"])
+    assert res.exit_code == 3
+    assert len(shardkit.open(tmp_path / "out" / "val")) == 3
+
+
+def test_config_file_sets_options_and_flags_win(camvid_root: Path, tmp_path: Path) -> None:
+    raw = small_camvid(camvid_root, tmp_path / "raw")
+    cfg = tmp_path / "convert.toml"
+    cfg.write_text('format = "lmdb"\nsize = "352x480"\nshard-size = 2\nworkers = 1\n')
+    assert run("convert", raw, tmp_path / "a", "--config", cfg, "-q").exit_code == 0
+    a = shardkit.open(tmp_path / "a" / "val").manifest
+    assert a.format == "lmdb" and len(a.shards) == 2 and a.sample["image"]["shape"] == [352, 480, 3]
+    assert run("convert", raw, tmp_path / "b", "--config", cfg, "--format", "npy", "-q").exit_code == 0
+    assert shardkit.open(tmp_path / "b" / "val").manifest.format == "npy"
+
+
+def test_config_file_with_unknown_key_is_a_usage_error(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('formatt = "npy"\n')
+    res = CliRunner().invoke(main, ["convert", str(tmp_path), str(tmp_path / "o"), "--config", str(cfg)])
+    assert res.exit_code == 2 and "formatt" in res.output
+
+
+def test_environment_variables_set_options(camvid_root: Path, tmp_path: Path) -> None:
+    raw = small_camvid(camvid_root, tmp_path / "raw")
+    res = run("convert", raw, tmp_path / "o", "-q", env={"SHARDKIT_FORMAT": "lmdb", "SHARDKIT_WORKERS": "1"})
+    assert res.exit_code == 0
+    assert shardkit.open(tmp_path / "o" / "val").manifest.format == "lmdb"
+
+
+def test_json_log_lines(camvid_root: Path, tmp_path: Path) -> None:
+    raw = small_camvid(camvid_root, tmp_path / "raw")
+    bad = sorted((raw / "val").iterdir())[0]
+    bad.write_bytes(bad.read_bytes()[:100])
+    res = CliRunner().invoke(main, ["convert", str(raw), str(tmp_path / "o"), "--log-format", "json", "-v",
+                                    "--on-error", "skip", "--shard-size", "2", "--workers", "1"])
+    events = [json.loads(line) for line in res.stderr.splitlines() if line.startswith("{")]
+    kinds = [e["event"] for e in events]
+    assert kinds[0] != "summary" and "start" in kinds and kinds[-1] == "summary"
+    assert kinds.count("shard_done") >= 2 and "skipped" in kinds
+    summary = events[-1]
+    assert summary["samples"] == 3 and summary["skipped"] == 1 and summary["samples_per_second"] > 0
+
+
+def test_verify_passes_then_reports_a_corrupt_shard(camvid_root: Path, tmp_path: Path) -> None:
+    raw = small_camvid(camvid_root, tmp_path / "raw")
+    assert run("convert", raw, tmp_path / "o", "--size", "352x480", "-q").exit_code == 0
+    res = run("verify", tmp_path / "o")
+    assert res.exit_code == 0 and "4 samples" in res.output
+    shard = sorted((tmp_path / "o" / "val").glob("labels-*.npy"))[0]
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    res = CliRunner().invoke(main, ["verify", str(tmp_path / "o")])
+    assert res.exit_code == 1 and "sha256" in res.output and shard.name in res.output
+
+
+def test_verify_detects_wrong_class_counts(camvid_root: Path, tmp_path: Path) -> None:
+    raw = small_camvid(camvid_root, tmp_path / "raw")
+    assert run("convert", raw, tmp_path / "o", "-q").exit_code == 0
+    path = tmp_path / "o" / "val" / "manifest.json"
+    m = json.loads(path.read_text())
+    m["stats"]["class_pixels"][0] += 1
+    path.write_text(json.dumps(m))
+    res = CliRunner().invoke(main, ["verify", str(tmp_path / "o" / "val")])
+    assert res.exit_code == 1 and "class pixel counts" in res.output
+
+
+@pytest.mark.parametrize("cmd", ["info", "verify"])
+def test_commands_on_a_folder_without_manifest_fail_cleanly(cmd: str, tmp_path: Path) -> None:
+    res = CliRunner().invoke(main, [cmd, str(tmp_path)])
+    assert res.exit_code == 1 and "Traceback" not in res.output and "manifest" in res.output

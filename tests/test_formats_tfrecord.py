@@ -1,0 +1,278 @@
+"""TFRecord shards, read back by TensorFlow itself in the process that converted them.
+
+TensorFlow is imported once per module, *before* any conversion here: the ``tfrecord``
+package's protobufs and TensorFlow's cannot share a process, so this also proves that
+converting (the writer runs in pool workers) and reading (shardkit parses the records
+itself) never import ``tfrecord`` into the caller.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import shardkit
+from shardkit.cli import main
+from shardkit.config import ConvertConfig, ShardSize
+from shardkit.errors import ShardFormatError
+from shardkit.pipeline import convert
+
+CROP = (352, 480)
+
+
+def _crc_table() -> list[int]:
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+TABLE = _crc_table()
+
+
+def masked_crc32c(data: bytes) -> int:
+    """CRC32C (Castagnoli, reflected, table-driven) masked as TFRecord does; independent of crc32c/TF."""
+    c = 0xFFFFFFFF
+    for b in data:
+        c = TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
+    c ^= 0xFFFFFFFF
+    return ((c >> 15 | c << 17) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def shard_digests(split_dir: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(split_dir.glob("shard-*"))}
+
+
+def cropped_source(root: Path, key: str, label_rel: str) -> tuple[np.ndarray, np.ndarray]:
+    image = cv2.cvtColor(cv2.imread(str(root / key), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+    label = cv2.imread(str(root / label_rel), cv2.IMREAD_UNCHANGED)
+    top = (image.shape[0] - CROP[0]) // 2
+    return image[top : top + CROP[0]], label[top : top + CROP[0]]
+
+
+def camvid_val(root: Path, out: Path, **kw) -> Path:
+    cfg = ConvertConfig(root, out, format="tfrecord", size=CROP, splits=("val",), shard_size=ShardSize(samples=10),
+                        quiet=True, **{"workers": 2, **kw})
+    convert(cfg)
+    return out / "val"
+
+
+@pytest.fixture(scope="module")
+def tf():
+    """TensorFlow, imported before anything in this module converts a tfrecord split."""
+    assert "tfrecord" not in sys.modules, "an earlier test imported the tfrecord package into the test process"
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow
+
+    return tensorflow
+
+
+@pytest.fixture(scope="module")
+def camvid_tfr(tf, camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """CamVid val through the CLI with one worker, TensorFlow already imported."""
+    out = tmp_path_factory.mktemp("tfr")
+    result = CliRunner().invoke(main, ["convert", str(camvid_root), str(out), "--format", "tfrecord", "--split", "val",
+                                       "--size", "352x480", "--shard-size", "10", "--workers", "1", "--quiet"])
+    assert result.exit_code == 0, result.output
+    return out / "val"
+
+
+@pytest.fixture(scope="module")
+def camvid_tfr_gz(tf, camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return camvid_val(camvid_root, tmp_path_factory.mktemp("tfrgz"), compression="gzip")
+
+
+def tf_read_split(tf, split: Path) -> list[dict]:
+    """Only manifest.json, formats/tfrecord.md and TensorFlow: every record, decoded."""
+    m = json.loads((split / "manifest.json").read_text())
+    opts = m["format_options"]
+    kinds = {"bytes": tf.string, "int64": tf.int64}
+    spec = {k: tf.io.FixedLenFeature(v["shape"], kinds[v["type"]]) for k, v in opts["features"].items()}
+    files = [str(split / s["files"][0]["name"]) for s in m["shards"]]
+    out = []
+    for rec in tf.data.TFRecordDataset(files, compression_type=opts["tf_compression_type"]):
+        f = tf.io.parse_single_example(rec, spec)
+        h, w, c = (int(f[k]) for k in ("image/height", "image/width", "image/channels"))
+        lab = tf.io.decode_raw(f["label/raw"], tf.dtypes.as_dtype(f["label/dtype"].numpy().decode()),
+                               little_endian=True)
+        out.append({
+            "key": f["key"].numpy().decode(),
+            "image": tf.reshape(tf.io.decode_raw(f["image/raw"], tf.uint8), [h, w, c]).numpy(),
+            "label": tf.reshape(lab, [h, w, int(f["label/channels"])]).numpy(),
+            "encoding": f["label/encoding"].numpy().decode(),
+            "num_classes": int(f["label/num_classes"]),
+        })
+    return out
+
+
+@pytest.mark.parametrize("which", ["camvid_tfr", "camvid_tfr_gz"])
+def test_tf_data_reads_every_sample_bit_exactly(which: str, request: pytest.FixtureRequest, tf, camvid_root: Path,
+                                                validate_manifest) -> None:
+    split = request.getfixturevalue(which)
+    manifest = validate_manifest(split)
+    ds = shardkit.open(split, labels="stored", verify=True)
+    records = tf_read_split(tf, split)
+    assert len(records) == len(ds) == manifest["num_samples"] == 26
+    for i, rec in enumerate(records):
+        sample = manifest["samples"][i]
+        assert rec["key"] == sample["key"] and (rec["encoding"], rec["num_classes"]) == ("index", 12)
+        image, label = ds[i]
+        want_image, want_label = cropped_source(camvid_root, sample["key"], sample["label"])
+        for got in (image, rec["image"]):
+            np.testing.assert_array_equal(got, want_image)
+        for got in (label, rec["label"][..., 0]):
+            np.testing.assert_array_equal(got, want_label)
+    assert "tfrecord" not in sys.modules
+
+
+def test_tensorflow_first_then_convert_and_read_in_one_process(tf, camvid_tfr: Path) -> None:
+    """The CLI conversion above ran after ``import tensorflow``; reading works next to it."""
+    assert "tensorflow" in sys.modules and "tfrecord" not in sys.modules
+    ds = shardkit.open(camvid_tfr)
+    image, label = ds[len(ds) - 1]
+    first = next(iter(tf.data.TFRecordDataset([str(camvid_tfr / ds.manifest.shards[-1].files[0].name)])))
+    example = tf.train.Example.FromString(first.numpy())  # TensorFlow's own protobuf classes
+    feats = example.features.feature
+    assert sorted(feats) == sorted(ds.manifest.format_options["features"])
+    start = len(ds) - ds.manifest.shards[-1].num_samples
+    np.testing.assert_array_equal(ds[start][0].tobytes(), feats["image/raw"].bytes_list.value[0])
+    assert image.shape == (*CROP, 3) and label.shape == CROP
+
+
+def test_byte_framing_index_and_crc(camvid_tfr: Path) -> None:
+    """Walk the files by hand: uint64 LE length, masked CRC32C of it, data, masked CRC32C of data."""
+    manifest = json.loads((camvid_tfr / "manifest.json").read_text())
+    for shard in manifest["shards"]:
+        data_file, index_file = (camvid_tfr / f["name"] for f in shard["files"])
+        assert data_file.suffix == ".tfrecord" and index_file.suffix == ".tfindex"
+        data, pos, lines = data_file.read_bytes(), 0, []
+        while pos < len(data):
+            (n,) = struct.unpack_from("<Q", data, pos)
+            len_crc, = struct.unpack_from("<I", data, pos + 8)
+            data_crc, = struct.unpack_from("<I", data, pos + 12 + n)
+            assert len_crc == masked_crc32c(data[pos : pos + 8])
+            assert data_crc == masked_crc32c(data[pos + 12 : pos + 12 + n])
+            lines.append(f"{pos} {n + 16}\n")
+            pos += n + 16
+        assert pos == len(data) and len(lines) == shard["num_samples"]
+        assert index_file.read_text() == "".join(lines)
+
+
+def test_gzip_is_one_gzip_stream_indexed_in_uncompressed_offsets(camvid_tfr: Path, camvid_tfr_gz: Path) -> None:
+    plain = json.loads((camvid_tfr / "manifest.json").read_text())
+    packed = json.loads((camvid_tfr_gz / "manifest.json").read_text())
+    assert packed["format_options"]["compression"] == "gzip" and packed["format_options"]["tf_compression_type"] == "GZIP"
+    for a, b in zip(plain["shards"], packed["shards"], strict=True):
+        raw = (camvid_tfr_gz / b["files"][0]["name"]).read_bytes()
+        assert raw[:2] == b"\x1f\x8b" and len(raw) < a["files"][0]["bytes"]
+        assert gzip.decompress(raw) == (camvid_tfr / a["files"][0]["name"]).read_bytes()
+        assert (camvid_tfr_gz / b["files"][1]["name"]).read_text() == (camvid_tfr / a["files"][1]["name"]).read_text()
+
+
+def test_bytes_identical_for_one_and_two_workers(camvid_tfr: Path, camvid_tfr_gz: Path, camvid_root: Path,
+                                                  tmp_path: Path) -> None:
+    assert shard_digests(camvid_val(camvid_root, tmp_path / "a", workers=2)) == shard_digests(camvid_tfr)
+    assert shard_digests(camvid_val(camvid_root, tmp_path / "b", workers=1, compression="gzip")) == shard_digests(
+        camvid_tfr_gz)
+
+
+def test_the_tfrecord_package_reads_shards_with_their_index(camvid_tfr: Path, camvid_tfr_gz: Path) -> None:
+    """In a subprocess (it cannot share this one with TensorFlow): its index tool and reader agree."""
+    script = textwrap.dedent("""
+        import json, sys
+        from pathlib import Path
+        from tfrecord.reader import tfrecord_iterator
+        from tfrecord.tools.tfrecord2idx import create_index
+        for split in map(Path, sys.argv[1:]):
+            m = json.loads((split / "manifest.json").read_text())
+            gz = "gzip" if m["format_options"]["compression"] == "gzip" else None
+            for s in m["shards"]:
+                data, index = (str(split / f["name"]) for f in s["files"])
+                if gz is None:
+                    create_index(data, data + ".idx")
+                    assert open(data + ".idx").read() == open(index).read()
+                n = sum(1 for _ in tfrecord_iterator(data, index, shard=(0, 1), compression_type=gz))
+                assert n == s["num_samples"], (n, s)
+        print("ok")
+    """)
+    scratch = camvid_tfr.parent / "scratch"
+    scratch.mkdir(exist_ok=True)
+    for split in (camvid_tfr, camvid_tfr_gz):  # work on copies: create_index writes next to the data
+        copy = scratch / split.parent.name
+        copy.mkdir(exist_ok=True)
+        for p in split.iterdir():
+            if p.is_file():
+                (copy / p.name).write_bytes(p.read_bytes())
+    args = [str(scratch / s.parent.name) for s in (camvid_tfr, camvid_tfr_gz)]
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_variable_size_round_trip(tf, rgb_masks_root: Path, tmp_path: Path, validate_manifest) -> None:
+    common = {"splits": ("train",), "unknown_as": 255, "ignore_index": 255, "shard_size": ShardSize(samples=5),
+              "workers": 2, "quiet": True, "label_encoding": "onehot"}
+    convert(ConvertConfig(rgb_masks_root, tmp_path / "npy", format="npy", **common))
+    convert(ConvertConfig(rgb_masks_root, tmp_path / "tfr", format="tfrecord", **common))
+    split = tmp_path / "tfr" / "train"
+    validate_manifest(split)
+    want, ds = shardkit.open(tmp_path / "npy" / "train", labels="stored"), shardkit.open(split, labels="stored")
+    records = tf_read_split(tf, split)
+    assert len(ds) == len(want) == len(records) > 1 and ds.spec.size is None
+    for i, rec in enumerate(records):
+        (image, label), (want_image, want_label) = ds[i], want[i]
+        for got_image, got_label in ((image, label), (rec["image"], rec["label"])):
+            np.testing.assert_array_equal(got_image, want_image)
+            np.testing.assert_array_equal(got_label, want_label)
+        assert rec["encoding"] == "onehot" and rec["label"].shape[2] == ds.num_classes
+    assert len({ds.readers[0].shape_of(i) for i in range(len(ds.readers[0]))}) > 1
+
+
+def test_reader_pickles_without_its_buffer(camvid_tfr: Path) -> None:
+    reader = shardkit.open(camvid_tfr).readers[0]
+    image, _ = reader.read(1)
+    clone = pickle.loads(pickle.dumps(reader))
+    assert clone._buf is None
+    np.testing.assert_array_equal(clone.read(1)[0], image)
+    out_img, out_lab = np.zeros((2, *CROP, 3), np.uint8), np.zeros((2, *CROP), np.uint8)
+    clone.read_batch_into([1, 0], out_img, out_lab)  # base class's generic implementation
+    np.testing.assert_array_equal(out_img[0], image)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_damaged_shard_is_a_one_line_error(damage: str, camvid_tfr: Path, tmp_path: Path) -> None:
+    split = tmp_path / "val"
+    split.mkdir()
+    for p in camvid_tfr.iterdir():
+        if p.is_file():
+            (split / p.name).write_bytes(p.read_bytes())
+    manifest = json.loads((split / "manifest.json").read_text())
+    entry = manifest["shards"][0]["files"][0]
+    path = split / entry["name"]
+    data = bytearray(path.read_bytes())
+    if damage == "flip":
+        data[100_000] ^= 0x01  # inside the first record's image bytes
+    else:
+        del data[-1000:]
+        entry["bytes"] = len(data)  # the manifest agrees: only the index check can notice
+        (split / "manifest.json").write_text(json.dumps(manifest))
+    path.write_bytes(bytes(data))
+    with pytest.raises(ShardFormatError) as err:
+        shardkit.open(split)[0]
+    assert "\n" not in str(err.value)
+    assert ("CRC32C" if damage == "flip" else "index") in str(err.value)
