@@ -177,8 +177,10 @@ def demo(output_dir: Path, train: int, val: int, seed: int) -> None:
 
 @main.command()
 @click.argument("split_dir", type=click.Path(path_type=Path, exists=True))
+@click.option("--plot", "plot", type=click.Path(path_type=Path, dir_okay=False), metavar="PNG",
+              help="Also draw the class pixel-share chart to this PNG file.")
 @_errors_to_exit_codes
-def info(split_dir: Path) -> None:
+def info(split_dir: Path, plot: Path | None) -> None:
     """Summarise a converted split: samples, shards, size, classes with pixel share."""
     from .manifest import load_manifest
 
@@ -195,6 +197,30 @@ def info(split_dir: Path) -> None:
         click.echo(f"  {c['id']:>3} {c['name']:<20} {100 * s:6.2f} %")
     if m.skipped:
         click.echo(f"{len(m.skipped)} inputs were skipped (see manifest.json 'skipped')")
+    if plot is not None:
+        from .show import plot_classes
+
+        click.echo(f"class chart written to {plot_classes(split_dir, plot)}", err=True)
+
+
+@main.command()
+@click.argument("split_dir", type=click.Path(path_type=Path, exists=True))
+@click.option("--index", "-i", type=int, default=0, show_default=True,
+              help="Sample index (negative counts from the end).")
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), metavar="PNG",
+              help="Picture to write  [default: sample-INDEX.png]")
+@click.option("--alpha", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
+              help="Label opacity in the overlay.")
+@_errors_to_exit_codes
+def show(split_dir: Path, index: int, output: Path | None, alpha: float) -> None:
+    """Draw one sample of a converted split: image, label in class colours, overlay and a legend."""
+    from .show import show_sample
+
+    try:
+        written = show_sample(split_dir, index, output or Path(f"sample-{index}.png"), alpha=alpha)
+    except IndexError as exc:
+        raise click.BadParameter(str(exc), param_hint="--index") from None
+    click.echo(f"sample {index} written to {written}", err=True)
 
 
 @main.command()

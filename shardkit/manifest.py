@@ -163,6 +163,7 @@ def safe_member(name: str, where: Path) -> str:
         or any(part in ("..", "") for part in p.parts)
         or ":" in name
         or name.startswith(".")
+        or any(ord(ch) < 32 or ord(ch) == 127 for ch in name)
     ):
         raise UnsafePathError(
             f"shard path {name!r} escapes the dataset folder",

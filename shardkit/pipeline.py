@@ -108,6 +108,9 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
         return summary
     check_output(cfg)
     spec = sample_spec(cfg, table)
+    if cfg.size is not None and cfg.crop == "center" and table.ignore_index is None:
+        log.warning("no ignore index: where an image is smaller than --size, its label is padded with class 0 "
+                    "(pass --ignore-index ID to pad with an ignore id instead)")
     options = cfg.preprocessing()
     writer = writer_class(cfg.format)
     settings = {"format": cfg.format, "format_version": writer.format_version, "sample": spec.to_manifest(),

@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import sys
 import uuid
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -140,7 +141,14 @@ def _iterate_dask(
             with parallel_config(backend="dask", client=client, wait_for_workers_timeout=CONNECT_TIMEOUT):
                 parallel = Parallel(n_jobs=-1, return_as="generator_unordered", batch_size=1,
                                     pre_dispatch="2*n_jobs")
-                yield from parallel(delayed(convert_shard)(t, ctx) for t in tasks)
+                results = parallel(delayed(_convert_on_dask)(t, ctx) for t in tasks)
+                try:
+                    for result in results:  # noqa: UP028 - not `yield from`: it would close `results` unguarded
+                        yield result
+                finally:
+                    with warnings.catch_warnings():  # on an early stop joblib warns of results left unused
+                        warnings.simplefilter("ignore", UserWarning)
+                        results.close()
         except distributed.KilledWorker as exc:
             raise WorkerError(
                 f"a shard task was lost with its Dask worker too often ({str(exc).splitlines()[0][:200]})",
@@ -153,6 +161,22 @@ def _iterate_dask(
     removed = _remove_lost_attempts(tasks, ctx)
     if removed:
         log.warning("dask: removed %d temporary files left by lost workers; every shard was re-run", removed)
+
+
+def _convert_on_dask(task: ShardTask, ctx: WorkerContext) -> ShardResult:
+    """``convert_shard`` on a Dask worker; an unexpected error comes back as a one-line WorkerError.
+
+    A ShardkitError travels as it is. Anything else is turned into text here, because an exception
+    that cannot be pickled back to the client would leave the run waiting for ever.
+    """
+    try:
+        return convert_shard(task, ctx)
+    except ShardkitError:
+        raise
+    except Exception as exc:
+        text = str(exc).splitlines()[0][:200] if str(exc) else ""
+        raise WorkerError(f"shard {task.split}/{task.stem} failed on a Dask worker: {type(exc).__name__}: "
+                          f"{text}", fix="see the worker's log for the traceback") from None
 
 
 class _dask_client:
@@ -169,7 +193,7 @@ class _dask_client:
         d = self.distributed
         if self.scheduler is None:
             self.cluster = d.LocalCluster(n_workers=self.n_workers, processes=True, threads_per_worker=1,
-                                          dashboard_address=None)
+                                          dashboard_address=":0")
             try:
                 self.client = d.Client(self.cluster, set_as_default=False)
             except BaseException:

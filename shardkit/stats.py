@@ -29,7 +29,11 @@ class Stats:
         self.channel_sumsq = np.zeros(3, dtype=np.float64)
 
     def add(self, image: np.ndarray, ids: np.ndarray) -> list[int]:
-        """Count one sample; returns the sorted class ids present in it (ignore excluded)."""
+        """Count one sample; returns the sorted class ids < num_classes present in it.
+
+        An ignore id at or above ``num_classes`` (255) is counted in ``ignore_pixels`` only; an
+        ignore id inside the class range (CamVid's 11) is counted like any class.
+        """
         counts = np.bincount(ids.ravel(), minlength=self.num_classes)
         inside = counts[: self.num_classes]
         self.class_pixels += inside

@@ -19,6 +19,15 @@ from shardkit.errors import ShardFormatError
 from shardkit.pipeline import convert
 
 CROP = (352, 480)
+SPEC = Path(__file__).resolve().parents[1] / "formats" / "hdf5.md"
+
+
+def spec_reader():
+    """``read_hdf5_split`` exactly as formats/hdf5.md prints it (json, numpy and h5py only)."""
+    text = SPEC.read_text(encoding="utf-8").split("## A complete reader", 1)[1]
+    namespace: dict = {}
+    exec(compile(text.split("```python\n", 1)[1].split("```", 1)[0], str(SPEC), "exec"), namespace)
+    return namespace["read_hdf5_split"]
 
 
 def cropped_source(root: Path, key: str, label_rel: str) -> tuple[np.ndarray, np.ndarray]:
@@ -40,8 +49,8 @@ def camvid_val(root: Path, out: Path, **kw) -> Path:
     return out / "val"
 
 
-def rgb_masks(root: Path, out: Path, fmt: str, **kw) -> Path:
-    cfg = ConvertConfig(root, out, format=fmt, splits=("train",), unknown_as=255, ignore_index=255,
+def rgb_masks(root: Path, out: Path, fmt: str, unknown: int, **kw) -> Path:
+    cfg = ConvertConfig(root, out, format=fmt, splits=("train",), unknown_as=unknown, ignore_index=unknown,
                         shard_size=ShardSize(samples=5), workers=2, quiet=True, **kw)
     convert(cfg)
     return out / "train"
@@ -76,6 +85,11 @@ def test_plain_h5py_reads_every_sample(camvid_h5: Path, camvid_root: Path, valid
                 np.testing.assert_array_equal(labels[i], want_label)
                 seen += 1
     assert seen == manifest["num_samples"] == 26
+    documented = list(spec_reader()(camvid_h5))
+    assert len(documented) == 26
+    for (image, label), want in zip(documented, shardkit.open(camvid_h5), strict=True):
+        np.testing.assert_array_equal(image, want[0])
+        np.testing.assert_array_equal(label, want[1])
 
 
 def test_shardkit_reader_and_batch_reads(camvid_h5: Path) -> None:
@@ -120,9 +134,13 @@ def test_compression_is_lossless_and_deterministic(compression: str, camvid_h5: 
         f.bytes for s in plain.manifest.shards for f in s.files)
 
 
-def test_variable_size_round_trip_and_flat_layout(rgb_masks_root: Path, tmp_path: Path, validate_manifest) -> None:
-    npy = shardkit.open(rgb_masks(rgb_masks_root, tmp_path / "npy", "npy"))
-    split = rgb_masks(rgb_masks_root, tmp_path / "h5", "hdf5", compression="lzf", label_encoding="packed")
+@pytest.mark.parametrize(("encoding", "unknown", "compression"), [("packed", 255, "lzf"), ("index", 300, "gzip")])
+def test_variable_size_round_trip_and_flat_layout(encoding: str, unknown: int, compression: str,
+                                                  rgb_masks_root: Path, tmp_path: Path, validate_manifest) -> None:
+    """rgb-masks-mini (sizes differ) as npy and as HDF5: same samples; id 300 makes labels uint16."""
+    npy = shardkit.open(rgb_masks(rgb_masks_root, tmp_path / "npy", "npy", unknown))
+    split = rgb_masks(rgb_masks_root, tmp_path / "h5", "hdf5", unknown, compression=compression,
+                      label_encoding=encoding)
     manifest = validate_manifest(split)
     ds, stored = shardkit.open(split, labels="ids"), shardkit.open(split, labels="stored")
     assert len(ds) == len(npy) > 1 and ds.spec.size is None
@@ -133,19 +151,25 @@ def test_variable_size_round_trip_and_flat_layout(rgb_masks_root: Path, tmp_path
         np.testing.assert_array_equal(ids, want_ids)
         sizes.add(image.shape)
     assert len(sizes) > 1  # really variable
-    # plain h5py, following formats/hdf5.md: flat arrays, shapes, offsets
-    c = (manifest["classes"]["num_classes"] + 7) // 8
+    documented = list(spec_reader()(split))
+    assert len(documented) == len(ds)
+    for i, (image, label) in enumerate(documented):
+        np.testing.assert_array_equal(image, stored[i][0])
+        np.testing.assert_array_equal(label, stored[i][1])
+    # plain h5py by hand: flat arrays, shapes, offsets
+    tail = (-1,) if encoding == "packed" else ()
     first = manifest["shards"][0]
     with h5py.File(split / first["files"][0]["name"], "r") as f:
-        assert f.attrs["layout"] == "flat" and f.attrs["label_encoding"] == "packed"
+        assert f.attrs["layout"] == "flat" and f.attrs["label_encoding"] == encoding
+        assert f["labels"].dtype == np.dtype("<u2" if unknown == 300 else "u1")
         shapes, offsets = f["shapes"][()], f["offsets"][()]
         assert shapes.shape == (first["num_samples"], 2) and offsets.shape == (first["num_samples"] + 1, 2)
         for i, (h, w) in enumerate(shapes):
             image = f["images"][offsets[i, 0] : offsets[i + 1, 0]].reshape(h, w, 3)
-            packed = f["labels"][offsets[i, 1] : offsets[i + 1, 1]].reshape(h, w, c)
+            label = f["labels"][offsets[i, 1] : offsets[i + 1, 1]].reshape(h, w, *tail)
             np.testing.assert_array_equal(image, npy[i][0])
             assert ds.readers[0].shape_of(i) == (h, w)
-            np.testing.assert_array_equal(packed, stored[i][1])
+            np.testing.assert_array_equal(label, stored[i][1])
 
 
 def test_truncated_shard_is_a_one_line_error(camvid_root: Path, tmp_path: Path) -> None:

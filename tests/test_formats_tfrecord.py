@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import importlib.util
 import json
 import os
 import pickle
@@ -31,6 +32,7 @@ from shardkit.errors import ShardFormatError
 from shardkit.pipeline import convert
 
 CROP = (352, 480)
+SPEC = Path(__file__).resolve().parents[1] / "formats" / "tfrecord.md"
 
 
 def _crc_table() -> list[int]:
@@ -98,27 +100,15 @@ def camvid_tfr_gz(tf, camvid_root: Path, tmp_path_factory: pytest.TempPathFactor
     return camvid_val(camvid_root, tmp_path_factory.mktemp("tfrgz"), compression="gzip")
 
 
-def tf_read_split(tf, split: Path) -> list[dict]:
-    """Only manifest.json, formats/tfrecord.md and TensorFlow: every record, decoded."""
-    m = json.loads((split / "manifest.json").read_text())
-    opts = m["format_options"]
-    kinds = {"bytes": tf.string, "int64": tf.int64}
-    spec = {k: tf.io.FixedLenFeature(v["shape"], kinds[v["type"]]) for k, v in opts["features"].items()}
-    files = [str(split / s["files"][0]["name"]) for s in m["shards"]]
-    out = []
-    for rec in tf.data.TFRecordDataset(files, compression_type=opts["tf_compression_type"]):
-        f = tf.io.parse_single_example(rec, spec)
-        h, w, c = (int(f[k]) for k in ("image/height", "image/width", "image/channels"))
-        lab = tf.io.decode_raw(f["label/raw"], tf.dtypes.as_dtype(f["label/dtype"].numpy().decode()),
-                               little_endian=True)
-        out.append({
-            "key": f["key"].numpy().decode(),
-            "image": tf.reshape(tf.io.decode_raw(f["image/raw"], tf.uint8), [h, w, c]).numpy(),
-            "label": tf.reshape(lab, [h, w, int(f["label/channels"])]).numpy(),
-            "encoding": f["label/encoding"].numpy().decode(),
-            "num_classes": int(f["label/num_classes"]),
-        })
-    return out
+def tf_read_split(split: Path) -> list[dict]:
+    """Every record through ``read_tfrecord_split`` exactly as formats/tfrecord.md prints it (TensorFlow only)."""
+    text = SPEC.read_text(encoding="utf-8").split("## A complete reader", 1)[1]
+    module = split.parent / "spec_reader.py"  # a real file: AutoGraph wants the source of ``decode``
+    module.write_text(text.split("```python\n", 1)[1].split("```", 1)[0], encoding="utf-8")
+    loaded = importlib.util.module_from_spec(importlib.util.spec_from_file_location("spec_reader", module))
+    loaded.__loader__.exec_module(loaded)
+    return [{"image": image.numpy(), "label": label.numpy(), "key": key.numpy().decode()}
+            for image, label, key in loaded.read_tfrecord_split(split)]
 
 
 @pytest.mark.parametrize("which", ["camvid_tfr", "camvid_tfr_gz"])
@@ -127,11 +117,11 @@ def test_tf_data_reads_every_sample_bit_exactly(which: str, request: pytest.Fixt
     split = request.getfixturevalue(which)
     manifest = validate_manifest(split)
     ds = shardkit.open(split, labels="stored", verify=True)
-    records = tf_read_split(tf, split)
+    records = tf_read_split(split)
     assert len(records) == len(ds) == manifest["num_samples"] == 26
     for i, rec in enumerate(records):
         sample = manifest["samples"][i]
-        assert rec["key"] == sample["key"] and (rec["encoding"], rec["num_classes"]) == ("index", 12)
+        assert rec["key"] == sample["key"]
         image, label = ds[i]
         want_image, want_label = cropped_source(camvid_root, sample["key"], sample["label"])
         for got in (image, rec["image"]):
@@ -150,6 +140,9 @@ def test_tensorflow_first_then_convert_and_read_in_one_process(tf, camvid_tfr: P
     example = tf.train.Example.FromString(first.numpy())  # TensorFlow's own protobuf classes
     feats = example.features.feature
     assert sorted(feats) == sorted(ds.manifest.format_options["features"])
+    assert [feats[k].bytes_list.value[0] for k in ("label/encoding", "label/dtype")] == [b"index", b"uint8"]
+    assert [feats[k].int64_list.value[0] for k in ("image/height", "image/width", "image/channels",
+                                                   "label/channels", "label/num_classes")] == [*CROP, 3, 1, 12]
     start = len(ds) - ds.manifest.shards[-1].num_samples
     np.testing.assert_array_equal(ds[start][0].tobytes(), feats["image/raw"].bytes_list.value[0])
     assert image.shape == (*CROP, 3) and label.shape == CROP
@@ -224,23 +217,29 @@ def test_the_tfrecord_package_reads_shards_with_their_index(camvid_tfr: Path, ca
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
-def test_variable_size_round_trip(tf, rgb_masks_root: Path, tmp_path: Path, validate_manifest) -> None:
-    common = {"splits": ("train",), "unknown_as": 255, "ignore_index": 255, "shard_size": ShardSize(samples=5),
-              "workers": 2, "quiet": True, "label_encoding": "onehot"}
+@pytest.mark.parametrize(("encoding", "unknown"), [("onehot", 255), ("index", 300)])
+def test_variable_size_round_trip(encoding: str, unknown: int, tf, rgb_masks_root: Path, tmp_path: Path,
+                                  validate_manifest) -> None:
+    """rgb-masks-mini (sizes differ) as npy and as tfrecord: identical samples; id 300 makes labels uint16."""
+    common = {"splits": ("train",), "unknown_as": unknown, "ignore_index": unknown, "workers": 2, "quiet": True,
+              "shard_size": ShardSize(samples=5), "label_encoding": encoding}
     convert(ConvertConfig(rgb_masks_root, tmp_path / "npy", format="npy", **common))
     convert(ConvertConfig(rgb_masks_root, tmp_path / "tfr", format="tfrecord", **common))
     split = tmp_path / "tfr" / "train"
     validate_manifest(split)
     want, ds = shardkit.open(tmp_path / "npy" / "train", labels="stored"), shardkit.open(split, labels="stored")
-    records = tf_read_split(tf, split)
+    records = tf_read_split(split)
     assert len(ds) == len(want) == len(records) > 1 and ds.spec.size is None
     for i, rec in enumerate(records):
         (image, label), (want_image, want_label) = ds[i], want[i]
-        for got_image, got_label in ((image, label), (rec["image"], rec["label"])):
+        tf_label = rec["label"][..., 0] if encoding == "index" else rec["label"]
+        for got_image, got_label in ((image, label), (rec["image"], tf_label)):
             np.testing.assert_array_equal(got_image, want_image)
             np.testing.assert_array_equal(got_label, want_label)
-        assert rec["encoding"] == "onehot" and rec["label"].shape[2] == ds.num_classes
+            assert got_label.dtype == want_label.dtype
     assert len({ds.readers[0].shape_of(i) for i in range(len(ds.readers[0]))}) > 1
+    if unknown == 300:  # the little-endian uint16 path, with values that need the high byte
+        assert ds.spec.stored_label_dtype == np.dtype("<u2") and any((ds[i][1] == 300).any() for i in range(len(ds)))
 
 
 def test_reader_pickles_without_its_buffer(camvid_tfr: Path) -> None:

@@ -9,6 +9,9 @@ The map size grows automatically while writing. Spec: ``formats/lmdb.md``.
 from __future__ import annotations
 
 import json
+import os
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +35,38 @@ def _env(path: Path, *, write: bool, map_size: int = _MIN_MAP) -> lmdb.Environme
     """Single-file, lock-free environment; writers sync once at the end (the base class fsyncs too)."""
     return lmdb.open(
         str(path), subdir=False, readonly=not write, lock=False, readahead=False,
-        map_size=map_size, meminit=False, max_dbs=0, sync=False, metasync=False,
+        map_size=map_size, meminit=True, max_dbs=0, sync=False, metasync=False,
     )
+
+
+#: Read-only environments of this process, one per shard file: (pid, file identity, environment).
+_READ_ENVS: dict[str, tuple[int, tuple[int, int, int], lmdb.Environment]] = {}
+_READ_ENVS_LOCK = threading.Lock()
+
+
+def shared_read_env(path: Path, map_size: int) -> lmdb.Environment:
+    """The one read-only environment of ``path`` in this process.
+
+    py-lmdb refuses to open an environment twice in one process, and a forked child inherits
+    the parent's open environments (and its registry of open paths), so it could never open
+    its own: here every reader of a path shares one environment per process, and a child
+    closes the inherited one (its own mapping only; the parent's stays open) before opening
+    its own. A file replaced on disk (new inode or mtime) gets a new environment.
+    """
+    key = os.path.realpath(path)
+    st = Path(key).stat()
+    ident = (st.st_dev, st.st_ino, st.st_mtime_ns)
+    pid = os.getpid()
+    with _READ_ENVS_LOCK:
+        entry = _READ_ENVS.get(key)
+        if entry is not None:
+            owner, old_ident, env = entry
+            if owner == pid and old_ident == ident:
+                return env
+            env.close()
+        env = _env(Path(key), write=False, map_size=map_size)
+        _READ_ENVS[key] = (pid, ident, env)
+        return env
 
 
 class LmdbWriter(ShardWriter):
@@ -88,7 +121,7 @@ class LmdbReader(ShardReader):
     def _open(self) -> None:
         path = self.path(self.shard.files[0].name)
         try:
-            self._env = _env(path, write=False, map_size=max(_MIN_MAP, self.shard.files[0].bytes))
+            self._env = shared_read_env(path, max(_MIN_MAP, self.shard.files[0].bytes))
             with self._env.begin(buffers=False) as txn:
                 raw = txn.get(META_KEY)
             meta = json.loads(raw) if raw is not None else None
@@ -103,16 +136,34 @@ class LmdbReader(ShardReader):
             )
 
     def decode_record(self, buf: Any, i: int) -> tuple[np.ndarray, np.ndarray]:
-        """Zero-copy views over one record buffer."""
-        if buf is None or len(buf) < RECORD_HEADER.itemsize:
-            raise ShardFormatError(f"sample {i} is missing or truncated", path=self.path(self.shard.files[0].name),
-                                   fix="re-convert this split")
+        """Zero-copy views over one record buffer, its header checked against its length and the spec."""
+        hdr = RECORD_HEADER.itemsize
+        if buf is None or len(buf) < hdr:
+            raise self.corrupt(f"sample {i} is missing or truncated")
         h, w, ni, nl = (int(v) for v in np.frombuffer(buf, RECORD_HEADER, count=1)[0])
-        img = np.frombuffer(buf, np.uint8, count=ni, offset=RECORD_HEADER.itemsize).reshape(h, w, 3)
-        lab = np.frombuffer(buf, self.spec.stored_label_dtype, offset=RECORD_HEADER.itemsize + ni)
-        return img, lab.reshape(self.spec.label_shape((h, w)))
+        lab_shape = self.spec.label_shape((h, w))
+        if (ni != h * w * 3 or nl != int(np.prod(lab_shape)) * self.spec.stored_label_dtype.itemsize
+                or len(buf) != hdr + ni + nl or self.spec.size not in (None, (h, w))):
+            raise self.corrupt(f"sample {i} record ({len(buf)} bytes, {h}x{w}, {ni}+{nl} bytes) disagrees "
+                               f"with its header or the manifest")
+        img = np.frombuffer(buf, np.uint8, count=ni, offset=hdr).reshape(h, w, 3)
+        lab = np.frombuffer(buf, self.spec.stored_label_dtype, offset=hdr + ni)
+        return img, lab.reshape(lab_shape)
 
     def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         self.ensure_open()
         with self._env.begin(buffers=False) as txn:
             return self.decode_record(txn.get(sample_key(i)), i)
+
+    def read_batch_into(self, local_indices: Sequence[int], out_images: np.ndarray,
+                        out_labels: np.ndarray) -> None:
+        """One read transaction per run; each record is viewed in place and copied once into ``out``."""
+        self.ensure_open()
+        with self._env.begin(buffers=True) as txn:
+            for k, i in enumerate(local_indices):
+                i = int(i)
+                if not 0 <= i < len(self):
+                    raise IndexError(f"local index {i} out of range for {len(self)} samples")
+                image, label = self.decode_record(txn.get(sample_key(i)), i)
+                out_images[k] = image
+                out_labels[k] = label

@@ -194,20 +194,26 @@ class Dataset:
     # ------------------------------------------------------------------ batches
     def _need_fixed(self) -> tuple[int, int]:
         if self.spec.size is None:
-            raise ConfigError("batching needs fixed-size samples but this split has images of different sizes",
+            raise ConfigError("batching needs fixed-size samples, but this split's images differ in size",
                               fix="read samples one by one with ds[i], or convert with --size HxW")
         return self.spec.size
 
+    def batch_layout(self, batch_size: int) -> tuple[tuple[tuple[int, ...], np.dtype], ...]:
+        """((images shape, dtype), (labels shape, dtype)) of a batch of ``batch_size`` samples."""
+        hw = self._need_fixed()
+        return (((batch_size, *hw, 3), np.dtype(np.uint8)),
+                ((batch_size, *self.label_shape(hw)), self.label_dtype))
+
     def empty_batch(self, batch_size: int) -> Batch:
         """Fresh (images, labels) output arrays for ``batch_size`` samples, to pass as ``out=``."""
-        hw = self._need_fixed()
-        return (np.empty((batch_size, *hw, 3), np.uint8),
-                np.empty((batch_size, *self.label_shape(hw)), self.label_dtype))
+        (ishape, idt), (lshape, ldt) = self.batch_layout(batch_size)
+        return np.empty(ishape, idt), np.empty(lshape, ldt)
 
     def _indices(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
         idx = np.asarray(indices)
         if idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
-            raise ConfigError(f"batch indices must be a flat sequence of integers, got {idx.dtype} {idx.shape}")
+            raise ConfigError(f"batch indices must be a flat sequence of integers, not {idx.dtype} "
+                              f"{idx.shape}")
         idx = idx.astype(np.int64, copy=False)
         n = len(self)
         if idx.size and (idx.min() < -n or idx.max() >= n):
@@ -291,15 +297,16 @@ class Dataset:
         sequential ones), ``"global"`` or ``"buffer"``.
         """
         if shuffle_mode not in sampling.SHUFFLE_MODES:
-            raise ConfigError(f"shuffle_mode={shuffle_mode!r} is not one of {', '.join(sampling.SHUFFLE_MODES)}")
+            modes = ", ".join(sampling.SHUFFLE_MODES)
+            raise ConfigError(f"shuffle_mode={shuffle_mode!r} is not one of {modes}")
         mode = shuffle_mode if shuffle_mode != "auto" else "global" if self.random_access else "buffer"
-        return sampling.EpochBatchSampler(self.shard_sizes, batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
-                                          drop_last=drop_last, rank=rank, world_size=world_size, mode=mode,
-                                          buffer_size=buffer_size)
+        return sampling.EpochBatchSampler(self.shard_sizes, batch_size, shuffle=shuffle, seed=seed,
+                                          epoch=epoch, drop_last=drop_last, rank=rank, world_size=world_size,
+                                          mode=mode, buffer_size=buffer_size)
 
     def iter_batches(self, batch_size: int, shuffle: bool = True, seed: int = 0, epoch: int = 0,
-                     drop_last: bool = False, rank: int = 0, world_size: int = 1, *, shuffle_mode: str = "auto",
-                     buffer_size: int = sampling.DEFAULT_BUFFER, buffers: int = 2,
+                     drop_last: bool = False, rank: int = 0, world_size: int = 1, *,
+                     shuffle_mode: str = "auto", buffer_size: int = sampling.DEFAULT_BUFFER, buffers: int = 2,
                      with_indices: bool = False) -> Iterator[Any]:
         """Yield one epoch of ``(images, labels)`` batches for ``rank`` of ``world_size``.
 
@@ -313,8 +320,9 @@ class Dataset:
         self._need_fixed()
         if buffers < 0:
             raise ConfigError(f"buffers must be >= 0, got {buffers}")
-        sampler = self.sampler(batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last, rank=rank,
-                               world_size=world_size, shuffle_mode=shuffle_mode, buffer_size=buffer_size)
+        sampler = self.sampler(batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last,
+                               rank=rank, world_size=world_size, shuffle_mode=shuffle_mode,
+                               buffer_size=buffer_size)
         ring = [self.empty_batch(batch_size) for _ in range(buffers)]
         for k, idx in enumerate(sampler.batches()):
             images, labels = self.batch(idx, out=ring[k % buffers] if ring else None)

@@ -129,8 +129,42 @@ def epoch_indices(
     if not shuffle:
         return mine
     # Each rank's buffer draws from its own stream, derived from (seed, epoch, rank): reproducible per rank.
-    rank_rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), int(epoch), 1, int(rank)])))
+    rank_seed = np.random.SeedSequence([int(seed), int(epoch), 1, int(rank)])
+    rank_rng = np.random.Generator(np.random.PCG64(rank_seed))
     return buffer_shuffle(mine, buffer_size, rank_rng)
+
+
+def stream_ranges(
+    shard_sizes: Sequence[int],
+    *,
+    shuffle: bool = True,
+    seed: int = 0,
+    epoch: int = 0,
+    rank: int = 0,
+    world_size: int = 1,
+    drop_last: bool = False,
+) -> list[tuple[int, int, int]]:
+    """``rank``'s part of the shard stream as ``(shard, first local index, count)`` runs, in order.
+
+    The samples are those of ``epoch_indices(..., mode="buffer")`` before its shuffle buffer: a
+    sequential reader (``tf.data.TFRecordDataset(file).skip(first).take(count)``) streams them
+    and applies its own shuffle buffer.
+    """
+    check_partition(rank, world_size)
+    sizes = np.asarray(shard_sizes, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if len(sizes) else sizes
+    stream = even_out(shard_stream(sizes, shuffle=shuffle, rng=epoch_rng(seed, epoch)), world_size, drop_last)
+    k = len(stream) // world_size
+    mine = stream[rank * k:(rank + 1) * k]
+    if not len(mine):
+        return []
+    shard = np.searchsorted(starts, mine, side="right") - 1
+    breaks = np.flatnonzero((np.diff(mine) != 1) | (np.diff(shard) != 0)) + 1
+    out = []
+    for a, b in zip([0, *breaks.tolist()], [*breaks.tolist(), len(mine)], strict=True):
+        s = int(shard[a])
+        out.append((s, int(mine[a] - starts[s]), b - a))
+    return out
 
 
 def split_batches(indices: np.ndarray, batch_size: int, *, drop_last: bool = False,

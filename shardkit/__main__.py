@@ -1,0 +1,6 @@
+"""``python -m shardkit`` is the ``shardkit`` command."""
+
+from .cli import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""Keras 3 adapter: a ``keras.utils.PyDataset`` of whole batches (any Keras backend).
+
+Importing this module imports keras (choose the backend first, e.g. ``KERAS_BACKEND=torch``);
+``import shardkit`` does not.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+
+from ..errors import ConfigError
+from . import sampling
+from .dataset import Dataset
+
+
+class ShardkitPyDataset(keras.utils.PyDataset):
+    """Batches ``(x, y)`` of a converted split for ``model.fit``.
+
+    ``x``: float32 ``(images - mean) / std`` with the manifest's channel stats
+    (``normalize=True``), or the stored uint8 images; channels last ``(B, H, W, 3)``.
+    ``y``: class ids ``(B, H, W)`` (``labels="ids"``, for sparse categorical losses),
+    ``"onehot"`` / ``"float_onehot"`` ``(B, H, W, C)``. Each epoch is a new shuffle
+    (:mod:`shardkit.read.sampling`; the epoch advances in :meth:`on_epoch_end`), split across
+    ``rank``/``world_size`` with equal batch counts. ``workers``, ``use_multiprocessing`` and
+    ``max_queue_size`` go to ``PyDataset`` (shard files are opened lazily in each worker).
+    """
+
+    def __init__(
+        self,
+        path: str | Path | Dataset,
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        epoch: int = 0,
+        labels: str = "ids",
+        normalize: bool = True,
+        drop_last: bool = False,
+        rank: int = 0,
+        world_size: int = 1,
+        shuffle_mode: str = "auto",
+        buffer_size: int = sampling.DEFAULT_BUFFER,
+        verify: bool = False,
+        workers: int = 1,
+        use_multiprocessing: bool = False,
+        max_queue_size: int = 10,
+    ) -> None:
+        super().__init__(workers=workers, use_multiprocessing=use_multiprocessing,
+                         max_queue_size=max_queue_size)
+        if labels == "stored":
+            raise ConfigError("labels='stored' is not a training target",
+                              fix="use ids, onehot or float_onehot")
+        self.dataset = path if isinstance(path, Dataset) else Dataset(path, labels=labels, verify=verify)
+        self.normalize = normalize
+        self.sampler = self.dataset.sampler(batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
+                                            drop_last=drop_last, rank=rank, world_size=world_size,
+                                            shuffle_mode=shuffle_mode, buffer_size=buffer_size)
+        self._batches: list[np.ndarray] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def epoch(self) -> int:
+        return self.sampler.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        with self._lock:
+            self.sampler.set_epoch(epoch)
+            self._batches = None
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def batch_indices(self, index: int) -> np.ndarray:
+        """Global sample indices of batch ``index`` of the current epoch."""
+        with self._lock:
+            if self._batches is None:
+                self._batches = self.sampler.batches()
+            batches = self._batches
+        if not 0 <= index < len(batches):
+            raise IndexError(f"batch {index} out of range for {len(batches)} batches")
+        return batches[index]
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        images, labels = self.dataset.batch(self.batch_indices(int(index)))
+        x = self.dataset.normalize(images) if self.normalize else images
+        return x, labels
+
+    def on_epoch_end(self) -> None:
+        self.set_epoch(self.sampler.epoch + 1)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()

@@ -1,0 +1,190 @@
+"""tf.data adapter: ``shardkit.tf.dataset("out/train", batch_size=8)`` → a ``tf.data.Dataset`` of batches.
+
+Importing this module imports TensorFlow; ``import shardkit`` does not. It never imports the
+``tfrecord`` package (its protobufs clash with TensorFlow's in one process).
+
+TFRecord splits are read by TensorFlow itself: this rank's part of the shard stream (shards
+in an order permuted per seed and epoch, see :func:`shardkit.read.sampling.stream_ranges`)
+is interleaved across files, shuffled through a buffer, **batched before parsing**
+(one vectorised ``tf.io.parse_example`` per batch), decoded with ``tf.io.decode_raw``,
+reshaped and prefetched. Other formats go through the core reader's batched reads
+(``tf.data.Dataset.from_generator``), each pass over the dataset being a new epoch.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from ..errors import ConfigError, ShardFormatError
+from . import sampling
+from .dataset import Dataset
+
+AUTOTUNE = tf.data.AUTOTUNE
+_TF_TYPES = {"bytes": tf.string, "int64": tf.int64}
+
+
+def _tf_seed(seed: int, epoch: int) -> int:
+    """A 31-bit TensorFlow op seed derived from (seed, epoch)."""
+    return int(np.random.SeedSequence([int(seed), int(epoch), 2]).generate_state(1)[0] >> 1)
+
+
+def dataset(
+    path: str | Path | Dataset,
+    batch_size: int,
+    *,
+    shuffle: bool = True,
+    seed: int = 0,
+    epoch: int = 0,
+    labels: str = "ids",
+    normalize: bool = False,
+    drop_last: bool = False,
+    rank: int = 0,
+    world_size: int = 1,
+    buffer_size: int = sampling.DEFAULT_BUFFER,
+    cycle_length: int = 4,
+    with_keys: bool = False,
+    verify: bool = False,
+) -> tf.data.Dataset:
+    """Batches ``(images, labels)`` (``(images, labels, keys)`` with ``with_keys``) of a converted split.
+
+    ``images``: ``(B, H, W, 3)`` uint8, or float32 ``(x - mean) / std`` with ``normalize``.
+    ``labels`` as in :class:`~shardkit.read.dataset.Dataset` (``"ids"``, ``"onehot"``,
+    ``"float_onehot"``, ``"stored"``). Every rank gets the same number of samples (padded
+    by wrapping around, or the tail dropped with ``drop_last``). Needs fixed-size samples.
+    """
+    ds = path if isinstance(path, Dataset) else Dataset(path, labels=labels, verify=verify)
+    ds._need_fixed()
+    if batch_size < 1:
+        raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
+    if ds.format == "tfrecord":
+        out = _tfrecord_pipeline(ds, batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last,
+                                 rank=rank, world_size=world_size, buffer_size=buffer_size,
+                                 cycle_length=cycle_length, with_keys=with_keys)
+    else:
+        out = _generator_pipeline(ds, batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
+                                  drop_last=drop_last, rank=rank, world_size=world_size,
+                                  buffer_size=buffer_size, with_keys=with_keys)
+    if normalize:
+        mean, inv_std = tf.constant(ds.mean), tf.constant(1.0 / ds.std)
+
+        def norm(images: tf.Tensor, *rest: tf.Tensor) -> tuple[tf.Tensor, ...]:
+            return ((tf.cast(images, tf.float32) - mean) * inv_std, *rest)
+
+        out = out.map(norm, num_parallel_calls=AUTOTUNE, deterministic=True)
+    return out.prefetch(AUTOTUNE)
+
+
+def _generator_pipeline(ds: Dataset, batch_size: int, *, shuffle: bool, seed: int, epoch: int,
+                        drop_last: bool, rank: int, world_size: int, buffer_size: int,
+                        with_keys: bool) -> tf.data.Dataset:
+    """Random-access formats: the core reader's batches; each new iteration is the next epoch."""
+    (ishape, idt), (lshape, ldt) = ds.batch_layout(batch_size if drop_last else 0)
+    bdim = batch_size if drop_last else None
+    signature: tuple[tf.TensorSpec, ...] = (
+        tf.TensorSpec((bdim, *ishape[1:]), tf.as_dtype(idt)),
+        tf.TensorSpec((bdim, *lshape[1:]), tf.as_dtype(ldt)))
+    if with_keys:
+        signature = (*signature, tf.TensorSpec((bdim,), tf.string))
+    keys = np.array([ds.key(i) for i in range(len(ds))], dtype=object) if with_keys else None
+    epochs = itertools.count(epoch)
+    ds.sampler(batch_size, seed=seed, rank=rank, world_size=world_size)  # validate options now, not in TF
+
+    def generate() -> Iterator[tuple[np.ndarray, ...]]:
+        # buffers=0: TensorFlow may keep referring to a yielded array, so never reuse one.
+        for idx, images, labels in ds.iter_batches(batch_size, shuffle=shuffle, seed=seed, epoch=next(epochs),
+                                                   drop_last=drop_last, rank=rank, world_size=world_size,
+                                                   buffer_size=buffer_size, buffers=0, with_indices=True):
+            yield (images, labels, keys[idx].astype(bytes)) if keys is not None else (images, labels)
+
+    return tf.data.Dataset.from_generator(generate, output_signature=signature)
+
+
+def _feature_spec(ds: Dataset, with_keys: bool) -> dict[str, Any]:
+    """``tf.io.parse_example`` spec of the features we read, from the manifest's ``format_options``."""
+    features = ds.manifest.format_options.get("features", {})
+    spec = {}
+    for key in ("image/raw", "label/raw", "key") if with_keys else ("image/raw", "label/raw"):
+        kind = features.get(key, {}).get("type")
+        if kind not in _TF_TYPES:
+            raise ShardFormatError(f"TFRecord feature {key!r} is {kind!r} in the manifest, expected bytes",
+                                   path=ds.path / "manifest.json", fix="re-convert this split")
+        spec[key] = tf.io.FixedLenFeature([], _TF_TYPES[kind])
+    return spec
+
+
+def _tfrecord_pipeline(ds: Dataset, batch_size: int, *, shuffle: bool, seed: int, epoch: int, drop_last: bool,
+                       rank: int, world_size: int, buffer_size: int, cycle_length: int,
+                       with_keys: bool) -> tf.data.Dataset:
+    opts = ds.manifest.format_options
+    files = [str(ds.path / shard.files[0].name) for shard in ds.manifest.shards]
+    ranges = sampling.stream_ranges(ds.shard_sizes, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
+                                    world_size=world_size, drop_last=drop_last)
+    compression = str(opts.get("tf_compression_type", "GZIP" if opts.get("compression") == "gzip" else ""))
+    sources = tf.data.Dataset.from_tensor_slices((
+        tf.constant([files[s] for s, _, _ in ranges], tf.string),
+        tf.constant([a for _, a, _ in ranges], tf.int64),
+        tf.constant([n for _, _, n in ranges], tf.int64)))
+
+    def records(file: tf.Tensor, skip: tf.Tensor, take: tf.Tensor) -> tf.data.Dataset:
+        return tf.data.TFRecordDataset(file, compression_type=compression).skip(skip).take(take)
+
+    # Without shuffling, keep the stream order (one file at a time).
+    cycle = max(1, min(cycle_length, len(ranges))) if shuffle else 1
+    out = sources.interleave(records, cycle_length=cycle, block_length=1, num_parallel_calls=AUTOTUNE,
+                             deterministic=True)
+    if shuffle:
+        out = out.shuffle(buffer_size, seed=_tf_seed(seed, epoch), reshuffle_each_iteration=True)
+    out = out.batch(batch_size, drop_remainder=drop_last)
+
+    hw = ds.spec.size
+    assert hw is not None
+    feature_spec = _feature_spec(ds, with_keys)
+    stored_dtype = ds.spec.stored_label_dtype
+    stored_shape = ds.spec.label_shape(hw)
+    to_labels = _label_converter(ds)
+
+    def parse(serialized: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        ex = tf.io.parse_example(serialized, feature_spec)
+        images = tf.reshape(tf.io.decode_raw(ex["image/raw"], tf.uint8), (-1, *hw, 3))
+        stored = tf.reshape(tf.io.decode_raw(ex["label/raw"], tf.as_dtype(stored_dtype.newbyteorder("=")),
+                                             little_endian=True), (-1, *stored_shape))
+        result = (images, to_labels(stored))
+        return (*result, ex["key"]) if with_keys else result
+
+    return out.map(parse, num_parallel_calls=AUTOTUNE, deterministic=True)
+
+
+def _label_converter(ds: Dataset) -> Any:
+    """Stored labels (a batch) → the output asked for, in TensorFlow ops."""
+    enc, c, want = ds.spec.label_encoding, ds.num_classes, ds.labels
+    ignore = ds.ignore_index
+    ids_dtype = tf.as_dtype(np.dtype(ds.spec.label_dtype).newbyteorder("="))
+
+    def unpack(packed: tf.Tensor) -> tf.Tensor:
+        shifts = tf.constant([7, 6, 5, 4, 3, 2, 1, 0], tf.uint8)
+        bits = tf.bitwise.bitwise_and(tf.bitwise.right_shift(packed[..., None], shifts), 1)
+        shape = tf.concat([tf.shape(packed)[:-1], [-1]], axis=0)
+        return tf.reshape(bits, shape)[..., :c]
+
+    def convert(stored: tf.Tensor) -> tf.Tensor:
+        if want == "stored" or (want == "ids" and enc == "index"):
+            return stored
+        hot = stored if enc == "onehot" else unpack(stored) if enc == "packed" else None
+        if want == "ids":
+            assert hot is not None
+            ids = tf.cast(tf.argmax(hot, axis=-1), ids_dtype)
+            if ignore is not None:
+                ids = tf.where(tf.reduce_max(hot, axis=-1) == 0, tf.cast(ignore, ids_dtype), ids)
+            return ids
+        dtype = tf.float32 if want == "float_onehot" else tf.uint8
+        if hot is None:  # ids ≥ C (an ignore id like 255) give all-zero vectors
+            return tf.one_hot(tf.cast(stored, tf.int32), c, dtype=dtype)
+        return tf.cast(hot, dtype)
+
+    return convert

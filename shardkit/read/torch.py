@@ -1,0 +1,308 @@
+"""PyTorch adapters: a map-style Dataset, a whole-batch DataLoader helper and a CUDA prefetcher.
+
+Importing this module imports torch; ``import shardkit`` does not.
+
+* :class:`ShardkitTorchDataset` — ``ds[i]`` gives one sample, ``ds[[i, j, …]]`` a whole batch
+  read with the core's batched reads. Shard files are opened lazily in each worker (LMDB
+  environments and HDF5 files are never pickled), so it works with ``num_workers > 0`` under
+  fork and spawn and with ``persistent_workers=True``.
+* :func:`make_loader` — a ``DataLoader`` whose sampler yields lists of indices
+  (:class:`~shardkit.read.sampling.EpochBatchSampler`) with ``batch_size=None``: one worker
+  task reads one whole batch straight into shared memory, so batches, not samples, cross the
+  process boundary.
+* :class:`CudaPrefetcher` — copies the next batch to the GPU on a side stream while the
+  current one is used, then normalises and expands one-hot on the device. Without CUDA it
+  does the same work on the CPU, synchronously.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, get_worker_info
+
+from ..errors import ConfigError
+from . import sampling
+from .dataset import Dataset
+
+log = logging.getLogger(__name__)
+
+LAYOUTS = ("NCHW", "NHWC")
+PREFETCH_LABELS = ("ids", "onehot", "float_onehot", None)
+
+
+def _empty(shape: tuple[int, ...], dtype: np.dtype, shared: bool) -> torch.Tensor:
+    """An uninitialised CPU tensor; in shared memory when it is going to leave a worker process."""
+    tdtype = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+    if not shared:
+        return torch.empty(shape, dtype=tdtype)
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    try:  # allocate straight in shared memory, as default_collate does in workers (no extra copy)
+        storage = torch.UntypedStorage._new_shared(nbytes)
+        return torch.empty(0, dtype=tdtype).set_(storage, 0, shape)
+    except (AttributeError, RuntimeError, TypeError):  # pragma: no cover - older torch
+        return torch.empty(shape, dtype=tdtype).share_memory_()
+
+
+class ShardkitTorchDataset(torch.utils.data.Dataset):
+    """Map-style dataset over a converted split.
+
+    ``ds[i]`` → (image uint8, label) tensors of one sample; ``ds[[i, j, …]]`` → a stacked batch.
+    ``layout``: ``"NCHW"`` (images (…, 3, H, W), one-hot labels (…, C, H, W); zero-copy views
+    with channels-last strides, ``torch.channels_last`` for batches) or ``"NHWC"``. ``labels``
+    as in :class:`~shardkit.read.dataset.Dataset`. ``with_indices`` appends the global indices.
+    ``buffers`` > 0 reads main-process batches into that many reused tensors (a batch stays
+    valid until ``buffers`` more were read); worker batches always get fresh shared memory.
+    """
+
+    def __init__(self, path: str | Path | Dataset, *, labels: str = "ids", layout: str = "NCHW",
+                 verify: bool = False, with_indices: bool = False, buffers: int = 0) -> None:
+        if layout not in LAYOUTS:
+            raise ConfigError(f"layout={layout!r} is not one of {', '.join(LAYOUTS)}")
+        self.dataset = path if isinstance(path, Dataset) else Dataset(path, labels=labels, verify=verify)
+        self.layout = layout
+        self.with_indices = with_indices
+        self.buffers = buffers
+        self._ring: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._ring_pos = 0
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    @property
+    def labels(self) -> str:
+        return self.dataset.labels
+
+    def _arrange(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Channels-last storage → the requested layout (a view, no copy)."""
+        if self.layout == "NCHW":
+            images = images.movedim(-1, -3)
+            if labels.ndim == images.ndim:  # one-hot / stored channels: (…, H, W, C) → (…, C, H, W)
+                labels = labels.movedim(-1, -3)
+        return images, labels
+
+    def __getitem__(self, index: Any) -> tuple[torch.Tensor, ...]:
+        if isinstance(index, (int, np.integer)) or (isinstance(index, torch.Tensor) and index.ndim == 0):
+            i = int(index)
+            image, label = self.dataset[i]
+            img, lab = torch.from_numpy(np.array(image)), torch.from_numpy(np.array(label))
+            img, lab = self._arrange(img, lab)
+            return (img, lab, torch.tensor(i % len(self))) if self.with_indices else (img, lab)
+        return self.get_batch(index)
+
+    def _buffers(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        shared = get_worker_info() is not None
+        if shared or self.buffers <= 0:
+            return self._fresh(b, shared)
+        if not self._ring or self._ring[0][0].shape[0] < b:
+            self._ring = [self._fresh(b, False) for _ in range(self.buffers)]
+        out = self._ring[self._ring_pos % len(self._ring)]
+        self._ring_pos += 1
+        return out[0][:b], out[1][:b]
+
+    def _fresh(self, b: int, shared: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        (ishape, idt), (lshape, ldt) = self.dataset.batch_layout(b)
+        return _empty(ishape, idt, shared), _empty(lshape, ldt, shared)
+
+    def get_batch(self, indices: Sequence[int] | np.ndarray | torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """A whole batch read straight into (shared-memory, in workers) tensors."""
+        idx = np.asarray(indices.tolist() if isinstance(indices, torch.Tensor) else indices, dtype=np.int64)
+        images, labels = self._buffers(len(idx))
+        self.dataset.batch(idx, out=(images.numpy(), labels.numpy()))
+        images, labels = self._arrange(images, labels)
+        if self.with_indices:
+            return images, labels, torch.from_numpy(np.where(idx < 0, idx + len(self), idx))
+        return images, labels
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_ring"], state["_ring_pos"] = [], 0
+        return state
+
+
+def make_loader(
+    path: str | Path | Dataset,
+    batch_size: int,
+    shuffle: bool = True,
+    num_workers: int = 0,
+    *,
+    labels: str = "ids",
+    layout: str = "NCHW",
+    seed: int = 0,
+    epoch: int = 0,
+    drop_last: bool = False,
+    rank: int = 0,
+    world_size: int = 1,
+    shuffle_mode: str = "auto",
+    buffer_size: int = sampling.DEFAULT_BUFFER,
+    pin_memory: bool | None = None,
+    persistent_workers: bool | None = None,
+    prefetch_factor: int | None = None,
+    multiprocessing_context: Any = None,
+    with_indices: bool = False,
+    auto_epoch: bool = True,
+    verify: bool = False,
+) -> DataLoader:
+    """A ``DataLoader`` that reads whole batches per worker task, for ``rank`` of ``world_size``.
+
+    Every rank gets the same number of batches (see :mod:`shardkit.read.sampling`). The epoch
+    advances after each full pass (``auto_epoch``), or set it with ``loader.sampler.set_epoch(e)``.
+    ``pin_memory`` defaults to whether CUDA is available; ``persistent_workers`` to ``num_workers > 0``.
+    """
+    if pin_memory is None:
+        pin_memory = torch.cuda.is_available()
+    if persistent_workers is None:
+        persistent_workers = num_workers > 0
+    # Without workers, batches are read in this process; pinning copies them at once, so the
+    # read buffers can be reused (no allocation per batch).
+    buffers = 3 if num_workers == 0 and pin_memory else 0
+    dataset = ShardkitTorchDataset(path, labels=labels, layout=layout, verify=verify,
+                                   with_indices=with_indices, buffers=buffers)
+    sampler = dataset.dataset.sampler(batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
+                                      drop_last=drop_last, rank=rank, world_size=world_size,
+                                      shuffle_mode=shuffle_mode, buffer_size=buffer_size)
+    sampler.auto_epoch = auto_epoch
+    kwargs: dict[str, Any] = {}
+    if num_workers > 0:
+        kwargs["persistent_workers"] = persistent_workers
+        if prefetch_factor is not None:
+            kwargs["prefetch_factor"] = prefetch_factor
+        if multiprocessing_context is not None:
+            kwargs["multiprocessing_context"] = multiprocessing_context
+    return DataLoader(dataset, batch_size=None, sampler=sampler, num_workers=num_workers,
+                      pin_memory=pin_memory, **kwargs)
+
+
+class CudaPrefetcher:
+    """Iterate a loader of ``(images uint8, label ids)`` batches with the next batch already on the device.
+
+    On CUDA: each batch is copied on a side stream (``non_blocking``; pin the loader's memory
+    for a truly asynchronous copy) and converted there — images to float ``(x - mean) / std``
+    (0–255 scale stats, from the manifest by default), labels to int64 ids, or expanded to
+    one-hot — while the caller computes on the current batch; the main stream waits for the
+    side stream and the tensors are ``record_stream``-ed so their memory is not reused early.
+    Without CUDA (or with ``device="cpu"``) the same conversions run synchronously on the CPU.
+
+    ``labels``: ``"ids"`` (int64), ``"onehot"`` (uint8), ``"float_onehot"`` (float32) or None
+    (labels moved unchanged). ``memory_format`` applies to 4-D NCHW image outputs
+    (``torch.contiguous_format`` by default; None keeps the loader's strides).
+    """
+
+    def __init__(
+        self,
+        loader: Iterable[Any],
+        device: str | torch.device | None = None,
+        *,
+        normalize: bool = True,
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+        labels: str | None = "ids",
+        num_classes: int | None = None,
+        layout: str | None = None,
+        dtype: torch.dtype = torch.float32,
+        memory_format: torch.memory_format | None = torch.contiguous_format,
+    ) -> None:
+        if labels not in PREFETCH_LABELS:
+            raise ConfigError(f"labels={labels!r} is not one of ids, onehot, float_onehot, None")
+        self.loader = loader
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        self.use_cuda = self.device.type == "cuda"
+        if self.use_cuda and not torch.cuda.is_available():
+            raise ConfigError("device is CUDA but torch.cuda.is_available() is False", fix="use device='cpu'")
+        source = getattr(loader, "dataset", None)
+        core = source.dataset if isinstance(source, ShardkitTorchDataset) else None
+        self.layout = layout or (source.layout if isinstance(source, ShardkitTorchDataset) else "NCHW")
+        if self.layout not in LAYOUTS:
+            raise ConfigError(f"layout={self.layout!r} is not one of {', '.join(LAYOUTS)}")
+        if labels in ("onehot", "float_onehot") and core is not None and core.labels != "ids":
+            raise ConfigError(f"the prefetcher expands ids to one-hot, but the loader yields "
+                              f"labels={core.labels!r}", fix="make the loader with labels='ids'")
+        self.labels = labels
+        if num_classes is None and core is not None:
+            num_classes = core.num_classes
+        self.num_classes = num_classes
+        if labels in ("onehot", "float_onehot") and self.num_classes is None:
+            raise ConfigError("one-hot expansion needs num_classes", fix="pass num_classes=")
+        self.normalize = normalize
+        self.dtype = dtype
+        self.memory_format = memory_format
+        if normalize:
+            if mean is None or std is None:
+                if core is None:
+                    raise ConfigError("normalising needs mean and std", fix="pass mean=, std= (0-255 scale)")
+                mean = core.mean.tolist() if mean is None else mean
+                std = core.std.tolist() if std is None else std
+            shape = (1, 3, 1, 1) if self.layout == "NCHW" else (1, 1, 1, 3)
+            self._mean = torch.tensor(list(mean), dtype=dtype).reshape(shape).to(self.device)
+            self._inv_std = (1.0 / torch.tensor(list(std), dtype=dtype)).reshape(shape).to(self.device)
+        self._classes: torch.Tensor | None = None
+        if self.num_classes is not None:
+            self._classes = torch.arange(self.num_classes, device=self.device)
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def set_epoch(self, epoch: int) -> None:
+        sampler = getattr(self.loader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+
+    def _convert(self, batch: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """Move one batch to the device (asynchronously where possible) and convert it there."""
+        images, labels, *rest = batch
+        x = images.to(self.device, non_blocking=True)
+        y = labels.to(self.device, non_blocking=True)
+        batched = x.ndim == 4
+        fmt = self.memory_format if batched and self.layout == "NCHW" else None
+        if self.normalize:
+            x = x.to(dtype=self.dtype, memory_format=fmt) if fmt is not None else x.to(self.dtype)
+            mean, inv_std = (self._mean, self._inv_std) if batched else (self._mean[0], self._inv_std[0])
+            x.sub_(mean).mul_(inv_std)
+        elif fmt is not None:
+            x = x.contiguous(memory_format=fmt)
+        if self.labels == "ids":
+            y = y.long()
+        elif self.labels in ("onehot", "float_onehot"):
+            assert self._classes is not None
+            axis = (1 if batched else 0) if self.layout == "NCHW" else y.ndim
+            view = [1] * (y.ndim + 1)
+            view[axis] = -1
+            hot = y.long().unsqueeze(axis) == self._classes.view(view)  # ids ≥ C (ignore) → all zero
+            y = hot.to(torch.float32 if self.labels == "float_onehot" else torch.uint8)
+            if fmt is not None:
+                y = y.contiguous(memory_format=fmt)
+        moved = (t.to(self.device, non_blocking=True) if isinstance(t, torch.Tensor) else t for t in rest)
+        return (x, y, *moved)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        if not self.use_cuda:
+            for batch in self.loader:
+                yield self._convert(batch)
+            return
+        stream = torch.cuda.Stream(device=self.device)
+        it = iter(self.loader)
+
+        def preload() -> tuple[torch.Tensor, ...] | None:
+            try:
+                batch = next(it)
+            except StopIteration:
+                return None
+            with torch.cuda.stream(stream):
+                return self._convert(batch)
+
+        nxt = preload()
+        while nxt is not None:
+            current = torch.cuda.current_stream(self.device)
+            current.wait_stream(stream)
+            for t in nxt:
+                if isinstance(t, torch.Tensor) and t.is_cuda:
+                    t.record_stream(current)
+            ready, nxt = nxt, preload()
+            yield ready

@@ -1,0 +1,200 @@
+"""Pictures a person can check by eye, drawn with OpenCV only (no plotting library needed).
+
+* :func:`render_sample` — the image, its label in class colours, and the two overlaid, side
+  by side, with a legend of the classes in the sample (colour, id, name, pixel share).
+* :func:`render_class_chart` — the split's class pixel share as a horizontal bar chart.
+
+Classes without a colour in the manifest get a deterministic palette colour.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from .errors import OutputError
+
+log = logging.getLogger(__name__)
+
+FONT = cv2.FONT_HERSHEY_SIMPLEX
+BG = (255, 255, 255)
+INK = (20, 20, 20)
+IGNORE_CANDIDATES = ((0, 0, 0), (255, 255, 255), (255, 0, 255), (128, 128, 128), (0, 255, 255))
+MIN_PANEL_WIDTH = 360
+
+
+def palette(num_classes: int, colours: Sequence[Sequence[int] | None] = ()) -> np.ndarray:
+    """(num_classes, 3) uint8 RGB: the given colours, and evenly spread hues (golden ratio) for the rest."""
+    out = np.zeros((num_classes, 3), np.uint8)
+    for c in range(num_classes):
+        given = colours[c] if c < len(colours) else None
+        if given is not None:
+            out[c] = given
+            continue
+        hue = int((c * 0.618033988749895 % 1.0) * 180)
+        sat, val = (255, 230) if c % 2 == 0 else (170, 255)
+        out[c] = cv2.cvtColor(np.uint8([[[hue, sat, val]]]), cv2.COLOR_HSV2RGB)[0, 0]
+    return out
+
+
+def ignore_colour(pal: np.ndarray) -> tuple[int, int, int]:
+    """A colour for pixels without a class, far from every class colour (black unless one is near it)."""
+    used = pal.astype(np.int32).reshape(-1, 3)
+    for cand in IGNORE_CANDIDATES:
+        if not len(used) or np.abs(used - np.array(cand)).max(axis=1).min() >= 64:
+            return cand
+    return IGNORE_CANDIDATES[0]
+
+
+def colourize(ids: np.ndarray, colours: np.ndarray, ignore_colour: Sequence[int] = (0, 0, 0)) -> np.ndarray:
+    """Class ids (H, W) → RGB (H, W, 3) uint8; ids without a class (e.g. 255) get ``ignore_colour``."""
+    lut = np.empty((max(int(ids.max(initial=0)) + 1, len(colours)), 3), np.uint8)
+    lut[:] = ignore_colour
+    lut[: len(colours)] = colours
+    return lut[ids]
+
+
+def _text(img: np.ndarray, text: str, org: tuple[int, int], scale: float = 0.5,
+          colour: tuple[int, int, int] = INK, thickness: int = 1) -> None:
+    safe = text.encode("ascii", "replace").decode("ascii")  # Hershey fonts draw ASCII only
+    cv2.putText(img, safe, org, FONT, scale, colour, thickness, cv2.LINE_AA)
+
+
+def _text_width(text: str, scale: float = 0.5, thickness: int = 1) -> int:
+    return cv2.getTextSize(text, FONT, scale, thickness)[0][0]
+
+
+def _swatch(img: np.ndarray, x: int, y: int, size: int, colour: Sequence[int]) -> None:
+    cv2.rectangle(img, (x, y), (x + size, y + size), tuple(int(v) for v in colour), -1)
+    cv2.rectangle(img, (x, y), (x + size, y + size), (90, 90, 90), 1)
+
+
+def render_sample(
+    image: np.ndarray,
+    ids: np.ndarray,
+    class_names: Sequence[str],
+    colours: Sequence[Sequence[int] | None] = (),
+    *,
+    ignore_index: int | None = None,
+    alpha: float = 0.5,
+    title: str = "",
+) -> np.ndarray:
+    """Image | label in class colours | overlay, with a legend of the classes present. RGB uint8."""
+    num_classes = len(class_names)
+    pal = palette(num_classes, colours)
+    h, w = ids.shape[:2]
+    scale = max(1, -(-MIN_PANEL_WIDTH // w))  # small images are enlarged (nearest) so text stays readable
+    if scale > 1:
+        image = cv2.resize(image, (w * scale, h * scale), interpolation=cv2.INTER_NEAREST)
+        ids = cv2.resize(ids, (w * scale, h * scale), interpolation=cv2.INTER_NEAREST)
+        h, w = ids.shape
+    no_class = ignore_colour(pal)
+    label_rgb = colourize(ids, pal, no_class)
+    overlay = cv2.addWeighted(image, 1.0 - alpha, label_rgb, alpha, 0.0)
+    gap, top = 10, 54 if title else 30
+    panels_w = 3 * w + 4 * gap
+
+    counts = np.bincount(ids.ravel(), minlength=num_classes)
+    present = [(c, int(n)) for c, n in enumerate(counts) if n]
+    total = max(int(counts.sum()), 1)
+    entries = []
+    for c, n in present:
+        name = class_names[c] if c < num_classes else "(no class)"
+        if ignore_index is not None and c == ignore_index:
+            name += " [ignore]"
+        colour = pal[c] if c < num_classes else np.array(no_class)
+        entries.append((colour, f"{c:>3} {name}  {100 * n / total:.1f}%"))
+    row_h, sw = 22, 14
+    col_w = max([_text_width(t) for _, t in entries] + [100]) + sw + 30
+    cols = max(1, (panels_w - 2 * gap) // col_w)
+    rows = -(-len(entries) // cols)
+    legend_h = 30 + rows * row_h + gap
+
+    canvas = np.full((top + h + legend_h, panels_w, 3), BG, np.uint8)
+    panels = ((image, "image"), (label_rgb, "label"), (overlay, f"overlay {alpha:g}"))
+    for k, (panel, caption) in enumerate(panels):
+        x = gap + k * (w + gap)
+        canvas[top:top + h, x:x + w] = panel
+        _text(canvas, caption, (x, top - 9))
+    if title:
+        _text(canvas, title, (gap, 20), scale=0.55)
+    y0 = top + h + 22
+    _text(canvas, "classes in this sample (id, name, pixel share):", (gap, y0))
+    for k, (colour, text) in enumerate(entries):
+        x = gap + (k // rows) * col_w if rows else gap
+        y = y0 + 10 + (k % rows) * row_h
+        _swatch(canvas, x, y, sw, colour)
+        _text(canvas, text, (x + sw + 8, y + sw - 2))
+    return canvas
+
+
+def render_class_chart(class_names: Sequence[str], shares: Sequence[float],
+                       colours: Sequence[Sequence[int] | None] = (), *, title: str = "") -> np.ndarray:
+    """Horizontal bars of each class's share of labelled pixels, with the value at each bar. RGB uint8."""
+    pal = palette(len(class_names), colours)
+    labels = [f"{c:>3} {name}" for c, name in enumerate(class_names)]
+    label_w = max([_text_width(t) for t in labels] + [60]) + 20
+    bar_w, row_h, gap, top = 420, 24, 12, 44
+    width = label_w + bar_w + 90
+    canvas = np.full((top + row_h * len(labels) + 2 * gap, width, 3), BG, np.uint8)
+    _text(canvas, title or "class pixel share", (gap, 26), scale=0.6)
+    top_share = max([float(s) for s in shares] + [1e-12])
+    for c, text in enumerate(labels):
+        y = top + c * row_h
+        share = float(shares[c]) if c < len(shares) else 0.0
+        _text(canvas, text, (gap, y + 16))
+        length = round(bar_w * share / top_share)
+        x0 = label_w
+        cv2.rectangle(canvas, (x0, y + 3), (x0 + bar_w, y + row_h - 3), (238, 238, 238), -1)
+        if length > 0:
+            colour = tuple(int(v) for v in pal[c])
+            cv2.rectangle(canvas, (x0, y + 3), (x0 + length, y + row_h - 3), colour, -1)
+            cv2.rectangle(canvas, (x0, y + 3), (x0 + length, y + row_h - 3), (90, 90, 90), 1)
+        _text(canvas, f"{100 * share:.2f}%", (x0 + bar_w + 8, y + 16))
+    return canvas
+
+
+def write_png(path: str | Path, rgb: np.ndarray) -> Path:
+    """Write an RGB picture as PNG (any path, also non-ASCII)."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise OutputError("the folder to write the picture into does not exist", path=path.parent,
+                          fix="create it first or choose another -o path")
+    ok, data = cv2.imencode(".png", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+    if not ok:  # pragma: no cover - OpenCV encodes any uint8 RGB image
+        raise OutputError("cannot encode the picture as PNG", path=path)
+    try:
+        path.write_bytes(data.tobytes())
+    except OSError as exc:
+        raise OutputError(f"cannot write the picture ({exc.strerror or exc})", path=path) from None
+    return path
+
+
+def show_sample(split_dir: str | Path, index: int, output: str | Path, *, alpha: float = 0.5) -> Path:
+    """Render sample ``index`` of a converted split to ``output`` (PNG)."""
+    from .read.dataset import Dataset
+
+    ds = Dataset(split_dir, labels="ids")
+    image, ids = ds[index]
+    i = index % len(ds)
+    title = f"{ds.manifest.split} #{i}: {ds.key(i)}"
+    picture = render_sample(np.ascontiguousarray(image), np.ascontiguousarray(ids), ds.class_names,
+                            ds.class_colours, ignore_index=ds.ignore_index, alpha=alpha, title=title)
+    return write_png(output, picture)
+
+
+def plot_classes(split_dir: str | Path, output: str | Path) -> Path:
+    """Draw a split's class pixel-share chart (from its manifest; no shard is read) to ``output`` (PNG)."""
+    from .manifest import load_manifest
+
+    m = load_manifest(Path(split_dir))
+    classes = sorted(m.classes["classes"], key=lambda c: c["id"])
+    names = [str(c["name"]) for c in classes]
+    colours = [c.get("colour") for c in classes]
+    shares = m.stats.get("class_share", [])
+    title = f"{m.split}: class share of labelled pixels ({m.num_samples} samples)"
+    return write_png(output, render_class_chart(names, shares, colours, title=title))

@@ -1,0 +1,184 @@
+"""Nightly-pipeline guarantees: crash safety under SIGKILL, resume, incremental runs, one run at a time."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from shardkit.config import ConvertConfig, ShardSize
+from shardkit.errors import OutputError
+from shardkit.lock import LOCK_NAME, OutputLock
+from shardkit.pipeline import convert
+from shardkit.verify import verify_split
+
+
+def copy_split(src: Path, dst: Path, split: str = "val", n: int | None = None) -> list[str]:
+    names = sorted(p.name for p in (src / split).iterdir())[:n]
+    for sub in (split, f"{split}annot"):
+        (dst / sub).mkdir(parents=True, exist_ok=True)
+        for name in names:
+            (dst / sub / name).write_bytes((src / sub / name).read_bytes())
+    return names
+
+
+def published(split_dir: Path) -> dict[str, str]:
+    """sha256 of the manifest and of every file it names (what a reader can see)."""
+    m = json.loads((split_dir / "manifest.json").read_text())
+    m["source"]["root"] = ""
+    out = {"manifest.json": hashlib.sha256(json.dumps(m, sort_keys=True).encode()).hexdigest()}
+    for shard in m["shards"]:
+        for f in shard["files"]:
+            out[f["name"]] = hashlib.sha256((split_dir / f["name"]).read_bytes()).hexdigest()
+    return out
+
+
+def cli(*args: object) -> list[str]:
+    return [sys.executable, "-m", "shardkit", *map(str, args)]
+
+
+@pytest.fixture(scope="module")
+def reference(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
+    out = tmp_path_factory.mktemp("reference")
+    subprocess.run(cli("convert", camvid_root, out, "--size", "352x480", "--shard-size", "12", "-q"), check=True)
+    return {s: published(out / s) for s in ("train", "val")}
+
+
+def test_sigkill_at_random_moments_then_resume_equals_uninterrupted_run(
+    camvid_root: Path, tmp_path: Path, reference: dict[str, dict[str, str]]
+) -> None:
+    rng = random.Random(20261122)
+    out = tmp_path / "out"
+    for trial in range(4):
+        proc = subprocess.Popen(cli("convert", camvid_root, out, "--size", "352x480", "--shard-size", "12", "-q"))
+        time.sleep(rng.uniform(0.3, 2.0))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        for split in ("train", "val"):
+            d = out / split
+            assert not [p for p in d.glob("*") if ".tmp-" in p.name and not p.name.startswith(".")], trial
+            if (d / "manifest.json").exists():  # whatever is published is complete and valid
+                assert verify_split(d).ok, trial
+    res = subprocess.run(cli("convert", camvid_root, out, "--size", "352x480", "--shard-size", "12"),
+                         capture_output=True, text=True, check=True)
+    assert "reused" in res.stderr
+    for split in ("train", "val"):
+        assert published(out / split) == reference[split]
+        assert verify_split(out / split).ok
+        leftovers = [p.name for p in (out / split).iterdir() if ".tmp-" in p.name]
+        assert leftovers == []
+
+
+def test_sigkill_never_damages_the_previous_good_output(camvid_root: Path, tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    copy_split(camvid_root, raw, n=16)
+    out = tmp_path / "out"
+    subprocess.run(cli("convert", raw, out, "--size", "352x480", "--shard-size", "4", "-q"), check=True)
+    before = published(out / "val")
+    rng = random.Random(7)
+    for _ in range(3):  # a different conversion into the same folder, killed part-way
+        proc = subprocess.Popen(cli("convert", raw, out, "--size", "320x480", "--shard-size", "4", "-q"))
+        time.sleep(rng.uniform(0.2, 1.2))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        if published(out / "val") == before:
+            assert verify_split(out / "val").ok
+        else:  # the new run finished: then its output must be complete
+            assert verify_split(out / "val").ok
+            break
+
+
+def test_unchanged_rerun_reuses_every_shard_without_rewriting(camvid_root: Path, tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    copy_split(camvid_root, raw, n=20)
+    cfg = ConvertConfig(raw, tmp_path / "out", size=(352, 480), shard_size=ShardSize(samples=8), quiet=True)
+    first = convert(cfg)
+    inodes = {p.name: p.stat().st_ino for p in (tmp_path / "out" / "val").iterdir() if not p.name.startswith(".")}
+    again = convert(cfg)
+    assert again.reused == again.shards == first.shards
+    after = {p.name: p.stat().st_ino for p in (tmp_path / "out" / "val").iterdir() if not p.name.startswith(".")}
+    shard_files = {k: v for k, v in inodes.items() if k != "manifest.json"}
+    assert {k: after[k] for k in shard_files} == shard_files, "no shard file may be rewritten"
+    forced = convert(cfg.replace(force=True))
+    assert forced.reused == 0
+
+
+def test_incremental_run_rewrites_only_changed_shards_and_equals_fresh(camvid_root: Path, tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    names = copy_split(camvid_root, raw)  # 26 samples
+    cfg = ConvertConfig(raw, tmp_path / "out", size=(352, 480), shard_size=ShardSize(samples=8), quiet=True,
+                        workers=2)
+    first = convert(cfg)
+    # remove one sample, change one label, add one new sample (a renamed copy)
+    for sub in ("val", "valannot"):
+        (raw / sub / names[3]).unlink()
+        (raw / sub / ("zz_" + names[5])).write_bytes((raw / sub / names[5]).read_bytes())
+    label = cv2.imread(str(raw / "valannot" / names[20]), cv2.IMREAD_UNCHANGED)
+    label[:10, :10] = 2
+    cv2.imwrite(str(raw / "valannot" / names[20]), label)
+    second = convert(cfg)
+    assert second.samples == 26
+    assert 0 < second.reused < second.shards, "some shards must be reused, the changed ones rewritten"
+    assert second.shards - second.reused <= 4
+    fresh = convert(cfg.replace(output=tmp_path / "fresh"))
+    assert fresh.reused == 0
+    assert published(tmp_path / "out" / "val") == published(tmp_path / "fresh" / "val")
+    assert first.shards >= 3
+
+
+def test_a_second_run_into_the_same_output_is_refused(camvid_root: Path, tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    copy_split(camvid_root, raw, n=2)
+    cfg = ConvertConfig(raw, tmp_path / "out", quiet=True)
+    with OutputLock(tmp_path / "out"), pytest.raises(OutputError, match="another shardkit convert"):
+        convert(cfg)
+    assert convert(cfg).samples == 2  # released
+
+
+def test_a_stale_lock_from_a_killed_run_does_not_block(camvid_root: Path, tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    copy_split(camvid_root, raw, n=2)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / LOCK_NAME).write_text(json.dumps({"host": "elsewhere", "pid": 999999}))
+    assert convert(ConvertConfig(raw, tmp_path / "out", quiet=True)).samples == 2
+
+
+def test_lock_is_released_when_the_holder_is_killed(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    code = (f"from shardkit.lock import OutputLock; import time, pathlib\nwith OutputLock({str(tmp_path)!r}):\n"
+            f"    pathlib.Path({str(ready)!r}).touch(); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists(), "the child never took the lock"
+        with pytest.raises(OutputError, match="another shardkit convert"), OutputLock(tmp_path):
+            pass
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    with OutputLock(tmp_path):
+        pass
+
+
+def test_manifest_and_shards_are_the_same_for_any_worker_count_after_resume(camvid_root: Path,
+                                                                           tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    copy_split(camvid_root, raw, n=12)
+    a = convert(ConvertConfig(raw, tmp_path / "a", shard_size=ShardSize(samples=3), workers=1, quiet=True))
+    b = convert(ConvertConfig(raw, tmp_path / "b", shard_size=ShardSize(samples=3), workers=2, quiet=True))
+    assert a.shards == b.shards
+    assert published(tmp_path / "a" / "val") == published(tmp_path / "b" / "val")
+    shapes = sorted((tmp_path / "a" / "val").glob("shapes-*.npy"))
+    assert [np.load(p, allow_pickle=False).shape for p in shapes] == [(3, 2)] * 4

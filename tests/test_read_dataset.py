@@ -1,0 +1,228 @@
+"""The core reader on converted real data: samples, batches, label outputs, epochs, ranks, errors."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+import shardkit
+from shardkit.config import ConvertConfig, ShardSize
+from shardkit.errors import ConfigError, IntegrityError, ShardFormatError, UnsafePathError
+from shardkit.pipeline import convert
+from shardkit.read.dataset import Dataset
+from shardkit.transform import encode_label
+
+CROP = (352, 480)
+#: format → stored label encoding: together they decode all three encodings.
+VARIANTS = {"npy": "index", "lmdb": "packed", "hdf5": "onehot", "tfrecord": "index"}
+
+
+@pytest.fixture(scope="module")
+def splits(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """CamVid val (26 pairs) in every format, 7 samples per shard (4 shards)."""
+    out = tmp_path_factory.mktemp("read")
+    folders = {}
+    for fmt, enc in VARIANTS.items():
+        convert(ConvertConfig(camvid_root, out / fmt, format=fmt, size=CROP, splits=("val",), workers=2, quiet=True,
+                              label_encoding=enc, shard_size=ShardSize(samples=7),
+                              compression="gzip" if fmt == "tfrecord" else "none"))
+        folders[fmt] = out / fmt / "val"
+    return folders
+
+
+@pytest.fixture(scope="module")
+def truth(splits: dict[str, Path]) -> tuple[np.ndarray, np.ndarray]:
+    """Every image and id label, read one by one from the npy index split."""
+    ds = shardkit.open(splits["npy"])
+    images, ids = zip(*(ds[i] for i in range(len(ds))), strict=True)
+    return np.stack(images), np.stack(ids)
+
+
+def test_labels_are_bit_exact_against_the_source(splits: dict[str, Path], camvid_root: Path) -> None:
+    ds = shardkit.open(splits["lmdb"])  # packed on disk, ids out
+    for i in (0, 13, 25):
+        rec = ds.manifest.samples[i]
+        src = cv2.imread(str(camvid_root / rec["label"]), cv2.IMREAD_UNCHANGED)
+        top = (src.shape[0] - CROP[0]) // 2  # 360 → 352: centre crop
+        assert np.array_equal(ds[i][1], src[top:top + CROP[0]])
+
+
+@pytest.mark.parametrize("fmt", list(VARIANTS))
+@pytest.mark.parametrize("labels", ["ids", "onehot", "float_onehot"])
+def test_every_format_and_label_output_agrees(splits: dict[str, Path], truth: tuple, fmt: str,
+                                             labels: str) -> None:
+    images, ids = truth
+    ds = shardkit.open(splits[fmt], labels=labels)
+    assert len(ds) == 26 and ds.num_classes == 12 and len(ds.readers) == 4
+    if labels == "ids":
+        want = ids
+    else:
+        want = encode_label(ids, "onehot", 12).astype(np.float32 if labels == "float_onehot" else np.uint8)
+    order = np.array([25, 3, 3, 0, 14, 7, 6, -1, 20, 8])  # unsorted, repeated, negative, across shards
+    got_images, got_labels = ds.batch(order)
+    assert got_labels.dtype == ds.label_dtype == want.dtype
+    assert np.array_equal(got_images, images[order]) and np.array_equal(got_labels, want[order])
+    for i in (0, 9, 25):
+        image, label = ds[i]
+        assert np.array_equal(image, images[i]) and np.array_equal(label, want[i])
+
+
+def test_stored_labels_are_the_stored_encoding(splits: dict[str, Path], truth: tuple) -> None:
+    _, ids = truth
+    packed = shardkit.open(splits["lmdb"], labels="stored").batch(range(26))[1]
+    assert packed.shape == (26, *CROP, 2) and np.array_equal(packed, encode_label(ids, "packed", 12))
+    onehot = shardkit.open(splits["hdf5"], labels="stored")[5][1]
+    assert onehot.shape == (*CROP, 12) and np.array_equal(onehot, encode_label(ids[5], "onehot", 12))
+
+
+def test_batch_fills_caller_buffers_and_checks_them(splits: dict[str, Path], truth: tuple) -> None:
+    images, ids = truth
+    ds = shardkit.open(splits["npy"])
+    out = ds.empty_batch(8)
+    got_images, got_labels = ds.batch([4, 5, 6], out=out)
+    assert got_images.shape[0] == 3 and np.shares_memory(got_images, out[0]) and np.shares_memory(got_labels, out[1])
+    assert np.array_equal(got_images, images[4:7]) and np.array_equal(got_labels, ids[4:7])
+    onehot = shardkit.open(splits["lmdb"], labels="onehot")
+    with pytest.raises(ConfigError, match="empty_batch"):
+        onehot.batch([0, 1], out=out)  # id buffers for a one-hot dataset
+    with pytest.raises(ConfigError):
+        ds.batch([0, 1, 2], out=ds.empty_batch(2))  # too small
+    with pytest.raises(IndexError, match="26"):
+        ds.batch([0, 26])
+    with pytest.raises(ConfigError):
+        ds.batch([[0, 1]])
+    assert ds.batch([])[0].shape == (0, *CROP, 3)
+
+
+def test_iter_batches_one_epoch_every_sample_once(splits: dict[str, Path], truth: tuple) -> None:
+    images, ids = truth
+    for fmt in ("npy", "tfrecord"):
+        ds = shardkit.open(splits[fmt])
+        seen = []
+        buffers = []
+        for idx, got_images, got_labels in ds.iter_batches(4, seed=7, epoch=1, with_indices=True):
+            assert list(idx) == sorted(idx)
+            assert np.array_equal(got_images, images[idx]) and np.array_equal(got_labels, ids[idx])
+            buffers.append(got_images.base if got_images.base is not None else got_images)
+            seen.extend(idx.tolist())
+        assert sorted(seen) == list(range(26)) and len(seen) == 26
+        assert len({id(b) for b in buffers}) == 2  # a ring of two reused buffers
+        again = [i for idx, _, _ in ds.iter_batches(4, seed=7, epoch=1, with_indices=True) for i in idx]
+        other = [i for idx, _, _ in ds.iter_batches(4, seed=7, epoch=2, with_indices=True) for i in idx]
+        assert again == seen and other != seen
+    dropped = list(shardkit.open(splits["npy"]).iter_batches(4, drop_last=True, buffers=0))
+    assert len(dropped) == 6 and all(len(b[0]) == 4 for b in dropped)
+
+
+@pytest.mark.parametrize("fmt", ["npy", "tfrecord"])
+def test_two_ranks_get_equal_disjoint_shares(splits: dict[str, Path], fmt: str) -> None:
+    ds = shardkit.open(splits[fmt])
+    assert ds.random_access == (fmt != "tfrecord")
+    shares = [[i for idx, _, _ in ds.iter_batches(5, seed=3, epoch=0, rank=r, world_size=2, with_indices=True)
+               for i in idx] for r in range(2)]
+    assert len(shares[0]) == len(shares[1]) == 13
+    assert not set(shares[0]) & set(shares[1]) and set(shares[0]) | set(shares[1]) == set(range(26))
+    three = [list(ds.sampler(5, rank=r, world_size=3).indices()) for r in range(3)]
+    assert [len(s) for s in three] == [9, 9, 9] and set().union(*three) == set(range(26))
+
+
+def test_normalize_uses_manifest_stats(splits: dict[str, Path]) -> None:
+    ds = shardkit.open(splits["npy"])
+    images, _ = ds.batch([0, 1])
+    mean = np.array(ds.manifest.stats["image_mean"], np.float32)
+    std = np.array(ds.manifest.stats["image_std"], np.float32)
+    np.testing.assert_allclose(ds.normalize(images), (images - mean) / std, rtol=1e-5, atol=1e-5)
+    assert ds.class_names[:2] == ["Sky", "Building"] and ds.class_colours[3] == (128, 64, 128)
+
+
+def test_variable_size_reads_samples_and_refuses_batches(rgb_masks_root: Path, tmp_path: Path) -> None:
+    convert(ConvertConfig(rgb_masks_root, tmp_path, format="npy", splits=("val",), workers=1, quiet=True,
+                          unknown_as=255, ignore_index=255))
+    ds = shardkit.open(tmp_path / "val", labels="onehot")
+    shapes = {ds[i][0].shape for i in range(len(ds))}
+    assert len(shapes) > 1 and all(ds[i][1].shape == (*ds[i][0].shape[:2], 3) for i in range(len(ds)))
+    with pytest.raises(ConfigError, match="fixed-size"):
+        ds.batch([0, 1])
+    with pytest.raises(ConfigError, match="fixed-size"):
+        next(ds.iter_batches(2))
+
+
+def test_pickled_dataset_reopens_lazily(splits: dict[str, Path], truth: tuple) -> None:
+    ds = shardkit.open(splits["lmdb"])
+    ds.batch([0, 1])  # opened here
+    clone = pickle.loads(pickle.dumps(ds))
+    assert all(r._env is None for r in clone.readers)
+    assert np.array_equal(clone.batch([2, 20])[1], truth[1][[2, 20]])
+    second = shardkit.open(splits["lmdb"])  # same LMDB files, same process: one shared environment
+    assert np.array_equal(second[3][1], truth[1][3])
+
+
+def _child_checksum(path: str) -> int:
+    ds = shardkit.open(path)
+    return int(ds.batch(range(len(ds)))[1].sum(dtype=np.int64))
+
+
+def test_forked_child_reads_lmdb_the_parent_holds_open(splits: dict[str, Path], truth: tuple) -> None:
+    ds = shardkit.open(splits["lmdb"])
+    ds[0]  # the parent holds every environment it touched open
+    ds.batch(range(26))
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply(_child_checksum, (str(splits["lmdb"]),)) == int(truth[1].sum(dtype=np.int64))
+    assert np.array_equal(ds[25][1], truth[1][25])  # the parent's environments still work
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_damaged_splits_are_clear_errors(splits: dict[str, Path], tmp_path: Path) -> None:
+    shardkit.open(splits["npy"], verify=True)
+    split = _copy(splits["npy"], tmp_path / "flip")
+    name = json.loads((split / "manifest.json").read_text())["shards"][1]["files"][0]["name"]
+    data = bytearray((split / name).read_bytes())
+    data[-1] ^= 0xFF
+    (split / name).write_bytes(bytes(data))
+    shardkit.open(split)  # sizes agree: only the hash can tell
+    with pytest.raises(IntegrityError, match="sha256"):
+        shardkit.open(split, verify=True)
+    (split / name).write_bytes(bytes(data[:-10]))
+    with pytest.raises(IntegrityError, match="truncated"):
+        shardkit.open(split)
+
+    split = _copy(splits["npy"], tmp_path / "escape")
+    m = json.loads((split / "manifest.json").read_text())
+    m["shards"][0]["files"][0]["name"] = "../../etc/passwd"
+    (split / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(UnsafePathError, match="escapes"):
+        shardkit.open(split)
+
+    split = _copy(splits["npy"], tmp_path / "version")
+    m = json.loads((split / "manifest.json").read_text())
+    m["format_version"] = 99
+    (split / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ShardFormatError, match="version 99"):
+        shardkit.open(split)
+    with pytest.raises(ConfigError):
+        Dataset(splits["npy"], labels="probabilities")
+
+
+def test_imports_no_framework(splits: dict[str, Path]) -> None:
+    """``import shardkit`` and the core reader (reading included) pull in no deep-learning framework."""
+    code = (
+        "import sys, shardkit, shardkit.read.dataset, shardkit.read.sampling, shardkit.show, shardkit.tf\n"
+        f"ds = shardkit.open({str(splits['lmdb'])!r}, labels='onehot'); ds.batch([0, 1]); ds[2]\n"
+        "list(ds.iter_batches(8))\n"
+        "print(sorted(m for m in ('torch', 'tensorflow', 'keras', 'tfrecord', 'jax') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
