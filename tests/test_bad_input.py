@@ -1,0 +1,184 @@
+"""The bad-input matrix: every broken input gets one clear line (file, problem, fix), a documented exit
+code, and nothing already written is lost."""
+
+from __future__ import annotations
+
+import errno
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import shardkit
+from shardkit.cli import main
+from shardkit.verify import verify_split
+
+
+def make_raw(camvid_root: Path, dst: Path, n: int = 4) -> list[str]:
+    names = sorted(p.name for p in (camvid_root / "val").iterdir())[:n]
+    for sub in ("val", "valannot"):
+        (dst / sub).mkdir(parents=True, exist_ok=True)
+        for name in names:
+            (dst / sub / name).write_bytes((camvid_root / sub / name).read_bytes())
+    return names
+
+
+def invoke(*args: object):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def one_line_error(output: str) -> str:
+    lines = [ln for ln in output.splitlines() if ln.startswith("Error:")]
+    assert len(lines) == 1, output
+    assert "Traceback" not in output
+    return lines[0]
+
+
+def truncated(p: Path) -> None:
+    p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 3])
+
+
+def zero_bytes(p: Path) -> None:
+    p.write_bytes(b"")
+
+
+def not_an_image(p: Path) -> None:
+    p.write_text("this is a text file with a .png name\n")
+
+
+def other_size_label(p: Path) -> None:
+    label = cv2.imread(str(p), cv2.IMREAD_UNCHANGED)
+    cv2.imwrite(str(p), label[:-8, :-8])
+
+
+def label_16bit_out_of_range(p: Path) -> None:
+    label = cv2.imread(str(p), cv2.IMREAD_UNCHANGED).astype(np.uint16)
+    label[0, :5] = 1000
+    cv2.imwrite(str(p), label)
+
+
+def id_too_large(p: Path) -> None:
+    label = cv2.imread(str(p), cv2.IMREAD_UNCHANGED)
+    label[:3, :3] = 20
+    cv2.imwrite(str(p), label)
+
+
+CASES: dict[str, tuple[str, Callable[[Path], None], str]] = {
+    # name: (which file: image/label, damage, words the error must contain)
+    "truncated_png": ("image", truncated, "decode"),
+    "zero_byte_file": ("image", zero_bytes, "empty"),
+    "non_image_with_png_name": ("image", not_an_image, "decode"),
+    "label_of_other_size": ("label", other_size_label, "352"),
+    "label_16bit_out_of_range": ("label", label_16bit_out_of_range, "1000"),
+    "id_not_below_num_classes": ("label", id_too_large, "20"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_input_gives_one_line_and_keeps_previous_output(case: str, camvid_root: Path, tmp_path: Path) -> None:
+    which, damage, words = CASES[case]
+    raw = tmp_path / "raw"
+    names = make_raw(camvid_root, raw)
+    out = tmp_path / "out"
+    assert invoke("convert", raw, out, "-q", "--workers", "1").exit_code == 0
+    before = (out / "val" / "manifest.json").read_bytes()
+    target = raw / ("val" if which == "image" else "valannot") / names[2]
+    damage(target)
+    res = invoke("convert", raw, out, "-q", "--workers", "2", "--shard-size", "2")
+    assert res.exit_code == 1
+    line = one_line_error(res.output)
+    assert names[2] in line and words in line.lower() and "fix:" in line
+    assert (out / "val" / "manifest.json").read_bytes() == before, "the previous manifest must stay"
+    assert verify_split(out / "val").ok, "the previous output must stay readable"
+    skip = invoke("convert", raw, tmp_path / "skip", "-q", "--on-error", "skip")
+    assert skip.exit_code == 3
+    manifest = json.loads((tmp_path / "skip" / "val" / "manifest.json").read_text())
+    assert [s["key"] for s in manifest["skipped"]] == [f"val/{names[2]}"]
+
+
+def test_unreadable_file_is_named(camvid_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = tmp_path / "raw"
+    names = make_raw(camvid_root, raw)
+    victim = (raw / "val" / names[1]).resolve()
+    real_open = open
+
+    def guarded_open(file, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if Path(file).resolve() == victim:
+            raise PermissionError(errno.EACCES, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", guarded_open)  # root ignores chmod, so simulate EACCES
+    res = invoke("convert", raw, tmp_path / "out", "-q", "--workers", "1")
+    assert res.exit_code == 1
+    line = one_line_error(res.output)
+    assert names[1] in line and "permission" in line.lower()
+
+
+@pytest.mark.parametrize("mode", ["RGBA", "grayscale"])
+def test_rgba_and_grayscale_images_are_converted_explicitly(mode: str, camvid_root: Path, tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    names = make_raw(camvid_root, raw, n=2)
+    p = raw / "val" / names[0]
+    bgr = cv2.imread(str(p), cv2.IMREAD_COLOR)
+    if mode == "RGBA":
+        cv2.imwrite(str(p), cv2.cvtColor(bgr, cv2.COLOR_BGR2BGRA))
+        want = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    else:
+        gray = cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY)
+        cv2.imwrite(str(p), gray)
+        want = np.repeat(gray[:, :, None], 3, axis=2)
+    assert invoke("convert", raw, tmp_path / "out", "-q").exit_code == 0
+    image, _ = shardkit.open(tmp_path / "out" / "val")[0]
+    np.testing.assert_array_equal(image, want)
+
+
+def test_duplicate_stems_in_one_split(camvid_root: Path, tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    names = make_raw(camvid_root, raw, n=2)
+    stem = Path(names[0]).stem
+    bgr = cv2.imread(str(raw / "val" / names[0]))
+    cv2.imwrite(str(raw / "val" / f"{stem}.jpg"), bgr)
+    res = invoke("convert", raw, tmp_path / "out", "-q")
+    assert res.exit_code == 1
+    line = one_line_error(res.output)
+    assert stem in line and ".jpg" in line
+
+
+def test_empty_input_folder(tmp_path: Path) -> None:
+    (tmp_path / "raw").mkdir()
+    res = invoke("convert", tmp_path / "raw", tmp_path / "out")
+    assert res.exit_code == 1
+    assert "raw" in one_line_error(res.output)
+
+
+def test_output_inside_input(camvid_root: Path, tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    make_raw(camvid_root, raw, n=2)
+    res = invoke("convert", raw, raw / "shards")
+    assert res.exit_code == 1
+    assert "inside the input" in one_line_error(res.output)
+
+
+def test_full_disk_is_one_line_and_keeps_previous_output(camvid_root: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = tmp_path / "raw"
+    make_raw(camvid_root, raw)
+    out = tmp_path / "out"
+    assert invoke("convert", raw, out, "-q", "--size", "352x480").exit_code == 0
+    before = (out / "val" / "manifest.json").read_bytes()
+    from shardkit.formats.npy import NpyWriter
+
+    def no_space(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(NpyWriter, "add", no_space)  # in-process (--workers 1), simulates ENOSPC
+    res = invoke("convert", raw, out, "-q", "--size", "320x480", "--workers", "1")
+    assert res.exit_code == 1
+    line = one_line_error(res.output)
+    assert "No space left" in line and "free disk space" in line
+    assert (out / "val" / "manifest.json").read_bytes() == before
+    assert verify_split(out / "val").ok
