@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import cv2
 import numpy as np
 
 
@@ -38,13 +39,12 @@ class Stats:
         inside = counts[: self.num_classes]
         self.class_pixels += inside
         self.ignore_pixels += int(counts[self.num_classes :].sum())
-        pix = image.reshape(-1, 3)
-        self.pixels += pix.shape[0]
-        self.channel_sum += pix.sum(axis=0, dtype=np.float64)
-        # uint8 squares fit in uint32; sum in float64 for the mergeable total.
-        sq = pix.astype(np.uint32)
-        sq *= sq
-        self.channel_sumsq += sq.sum(axis=0, dtype=np.float64)
+        self.pixels += image.shape[0] * image.shape[1]
+        # OpenCV's contiguous per-channel reductions are ~10x faster than numpy's strided axis sums;
+        # both are exact (integer-valued doubles far below 2**53), so totals do not depend on merge order.
+        for c, channel in enumerate(cv2.split(np.ascontiguousarray(image))):
+            self.channel_sum[c] += cv2.sumElems(channel)[0]
+            self.channel_sumsq[c] += cv2.norm(channel, cv2.NORM_L2SQR)
         return [int(c) for c in np.flatnonzero(inside)]
 
     def merge(self, other: Stats) -> None:
