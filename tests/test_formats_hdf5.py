@@ -43,7 +43,7 @@ def shard_digests(split_dir: Path) -> dict[str, str]:
 
 
 def camvid_val(root: Path, out: Path, **kw) -> Path:
-    cfg = ConvertConfig(root, out, format="hdf5", size=CROP, splits=("val",), shard_size=ShardSize(samples=10),
+    cfg = ConvertConfig(root, out, format="hdf5", size=CROP, splits=("val",), shard_size=ShardSize(10),
                         quiet=True, **{"workers": 2, **kw})
     convert(cfg)
     return out / "val"
@@ -74,7 +74,8 @@ def test_plain_h5py_reads_every_sample(camvid_h5: Path, camvid_root: Path, valid
             assert f.attrs["format"] == "shardkit-hdf5" and f.attrs["layout"] == "fixed"
             images, labels = f["images"], f["labels"]
             n = shard["num_samples"]
-            assert images.shape == (n, *CROP, 3) and images.dtype == np.uint8 and images.chunks == (1, *CROP, 3)
+            assert images.shape == (n, *CROP, 3) and images.dtype == np.uint8
+            assert images.chunks == (1, *CROP, 3)
             assert labels.shape == (n, *CROP) and labels.dtype == np.uint8 and labels.chunks == (1, *CROP)
             assert images.compression is None
             for i in range(n):
@@ -120,8 +121,8 @@ def test_bytes_identical_for_one_and_two_workers(camvid_h5: Path, camvid_root: P
 def test_compression_is_lossless_and_deterministic(compression: str, camvid_h5: Path, camvid_root: Path,
                                                    tmp_path: Path) -> None:
     split = camvid_val(camvid_root, tmp_path / "a", compression=compression)
-    assert shard_digests(split) == shard_digests(camvid_val(camvid_root, tmp_path / "b", compression=compression,
-                                                            workers=1))
+    again = camvid_val(camvid_root, tmp_path / "b", compression=compression, workers=1)
+    assert shard_digests(split) == shard_digests(again)
     plain, packed = shardkit.open(camvid_h5), shardkit.open(split)
     assert packed.manifest.format_options["compression"] == compression
     for i in range(len(plain)):
@@ -134,9 +135,11 @@ def test_compression_is_lossless_and_deterministic(compression: str, camvid_h5: 
         f.bytes for s in plain.manifest.shards for f in s.files)
 
 
-@pytest.mark.parametrize(("encoding", "unknown", "compression"), [("packed", 255, "lzf"), ("index", 300, "gzip")])
+@pytest.mark.parametrize(("encoding", "unknown", "compression"),
+                         [("packed", 255, "lzf"), ("index", 300, "gzip")])
 def test_variable_size_round_trip_and_flat_layout(encoding: str, unknown: int, compression: str,
-                                                  rgb_masks_root: Path, tmp_path: Path, validate_manifest) -> None:
+                                                  rgb_masks_root: Path, tmp_path: Path,
+                                                  validate_manifest) -> None:
     """rgb-masks-mini (sizes differ) as npy and as HDF5: same samples; id 300 makes labels uint16."""
     npy = shardkit.open(rgb_masks(rgb_masks_root, tmp_path / "npy", "npy", unknown))
     split = rgb_masks(rgb_masks_root, tmp_path / "h5", "hdf5", unknown, compression=compression,

@@ -69,7 +69,7 @@ def cropped_source(root: Path, key: str, label_rel: str) -> tuple[np.ndarray, np
 
 
 def camvid_val(root: Path, out: Path, **kw) -> Path:
-    cfg = ConvertConfig(root, out, format="tfrecord", size=CROP, splits=("val",), shard_size=ShardSize(samples=10),
+    cfg = ConvertConfig(root, out, format="tfrecord", size=CROP, splits=("val",), shard_size=ShardSize(10),
                         quiet=True, **{"workers": 2, **kw})
     convert(cfg)
     return out / "val"
@@ -78,7 +78,7 @@ def camvid_val(root: Path, out: Path, **kw) -> Path:
 @pytest.fixture(scope="module")
 def tf():
     """TensorFlow, imported before anything in this module converts a tfrecord split."""
-    assert "tfrecord" not in sys.modules, "an earlier test imported the tfrecord package into the test process"
+    assert "tfrecord" not in sys.modules, "an earlier test imported the tfrecord package into this process"
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow
 
@@ -89,8 +89,9 @@ def tf():
 def camvid_tfr(tf, camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """CamVid val through the CLI with one worker, TensorFlow already imported."""
     out = tmp_path_factory.mktemp("tfr")
-    result = CliRunner().invoke(main, ["convert", str(camvid_root), str(out), "--format", "tfrecord", "--split", "val",
-                                       "--size", "352x480", "--shard-size", "10", "--workers", "1", "--quiet"])
+    args = ["convert", str(camvid_root), str(out), "--format", "tfrecord", "--split", "val",
+            "--size", "352x480", "--shard-size", "10", "--workers", "1", "--quiet"]
+    result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     return out / "val"
 
@@ -101,7 +102,7 @@ def camvid_tfr_gz(tf, camvid_root: Path, tmp_path_factory: pytest.TempPathFactor
 
 
 def tf_read_split(split: Path) -> list[dict]:
-    """Every record through ``read_tfrecord_split`` exactly as formats/tfrecord.md prints it (TensorFlow only)."""
+    """Every record through ``read_tfrecord_split`` exactly as formats/tfrecord.md prints it (TF only)."""
     text = SPEC.read_text(encoding="utf-8").split("## A complete reader", 1)[1]
     module = split.parent / "spec_reader.py"  # a real file: AutoGraph wants the source of ``decode``
     module.write_text(text.split("```python\n", 1)[1].split("```", 1)[0], encoding="utf-8")
@@ -112,8 +113,8 @@ def tf_read_split(split: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("which", ["camvid_tfr", "camvid_tfr_gz"])
-def test_tf_data_reads_every_sample_bit_exactly(which: str, request: pytest.FixtureRequest, tf, camvid_root: Path,
-                                                validate_manifest) -> None:
+def test_tf_data_reads_every_sample_bit_exactly(which: str, request: pytest.FixtureRequest, tf,
+                                                camvid_root: Path, validate_manifest) -> None:
     split = request.getfixturevalue(which)
     manifest = validate_manifest(split)
     ds = shardkit.open(split, labels="stored", verify=True)
@@ -141,8 +142,8 @@ def test_tensorflow_first_then_convert_and_read_in_one_process(tf, camvid_tfr: P
     feats = example.features.feature
     assert sorted(feats) == sorted(ds.manifest.format_options["features"])
     assert [feats[k].bytes_list.value[0] for k in ("label/encoding", "label/dtype")] == [b"index", b"uint8"]
-    assert [feats[k].int64_list.value[0] for k in ("image/height", "image/width", "image/channels",
-                                                   "label/channels", "label/num_classes")] == [*CROP, 3, 1, 12]
+    ints = ("image/height", "image/width", "image/channels", "label/channels", "label/num_classes")
+    assert [feats[k].int64_list.value[0] for k in ints] == [*CROP, 3, 1, 12]
     start = len(ds) - ds.manifest.shards[-1].num_samples
     np.testing.assert_array_equal(ds[start][0].tobytes(), feats["image/raw"].bytes_list.value[0])
     assert image.shape == (*CROP, 3) and label.shape == CROP
@@ -167,22 +168,25 @@ def test_byte_framing_index_and_crc(camvid_tfr: Path) -> None:
         assert index_file.read_text() == "".join(lines)
 
 
-def test_gzip_is_one_gzip_stream_indexed_in_uncompressed_offsets(camvid_tfr: Path, camvid_tfr_gz: Path) -> None:
+def test_gzip_is_one_gzip_stream_indexed_in_uncompressed_offsets(camvid_tfr: Path,
+                                                                  camvid_tfr_gz: Path) -> None:
     plain = json.loads((camvid_tfr / "manifest.json").read_text())
     packed = json.loads((camvid_tfr_gz / "manifest.json").read_text())
-    assert packed["format_options"]["compression"] == "gzip" and packed["format_options"]["tf_compression_type"] == "GZIP"
+    opts = packed["format_options"]
+    assert opts["compression"] == "gzip" and opts["tf_compression_type"] == "GZIP"
     for a, b in zip(plain["shards"], packed["shards"], strict=True):
         raw = (camvid_tfr_gz / b["files"][0]["name"]).read_bytes()
         assert raw[:2] == b"\x1f\x8b" and len(raw) < a["files"][0]["bytes"]
         assert gzip.decompress(raw) == (camvid_tfr / a["files"][0]["name"]).read_bytes()
-        assert (camvid_tfr_gz / b["files"][1]["name"]).read_text() == (camvid_tfr / a["files"][1]["name"]).read_text()
+        index = (camvid_tfr / a["files"][1]["name"]).read_text()
+        assert (camvid_tfr_gz / b["files"][1]["name"]).read_text() == index
 
 
 def test_bytes_identical_for_one_and_two_workers(camvid_tfr: Path, camvid_tfr_gz: Path, camvid_root: Path,
                                                   tmp_path: Path) -> None:
     assert shard_digests(camvid_val(camvid_root, tmp_path / "a", workers=2)) == shard_digests(camvid_tfr)
-    assert shard_digests(camvid_val(camvid_root, tmp_path / "b", workers=1, compression="gzip")) == shard_digests(
-        camvid_tfr_gz)
+    packed = camvid_val(camvid_root, tmp_path / "b", workers=1, compression="gzip")
+    assert shard_digests(packed) == shard_digests(camvid_tfr_gz)
 
 
 def test_the_tfrecord_package_reads_shards_with_their_index(camvid_tfr: Path, camvid_tfr_gz: Path) -> None:
@@ -221,13 +225,14 @@ def test_the_tfrecord_package_reads_shards_with_their_index(camvid_tfr: Path, ca
 def test_variable_size_round_trip(encoding: str, unknown: int, tf, rgb_masks_root: Path, tmp_path: Path,
                                   validate_manifest) -> None:
     """rgb-masks-mini (sizes differ) as npy and as tfrecord: identical samples; id 300 makes labels uint16."""
-    common = {"splits": ("train",), "unknown_as": unknown, "ignore_index": unknown, "workers": 2, "quiet": True,
-              "shard_size": ShardSize(samples=5), "label_encoding": encoding}
+    common = {"splits": ("train",), "unknown_as": unknown, "ignore_index": unknown, "workers": 2,
+              "quiet": True, "shard_size": ShardSize(samples=5), "label_encoding": encoding}
     convert(ConvertConfig(rgb_masks_root, tmp_path / "npy", format="npy", **common))
     convert(ConvertConfig(rgb_masks_root, tmp_path / "tfr", format="tfrecord", **common))
     split = tmp_path / "tfr" / "train"
     validate_manifest(split)
-    want, ds = shardkit.open(tmp_path / "npy" / "train", labels="stored"), shardkit.open(split, labels="stored")
+    want = shardkit.open(tmp_path / "npy" / "train", labels="stored")
+    ds = shardkit.open(split, labels="stored")
     records = tf_read_split(split)
     assert len(ds) == len(want) == len(records) > 1 and ds.spec.size is None
     for i, rec in enumerate(records):
@@ -239,7 +244,8 @@ def test_variable_size_round_trip(encoding: str, unknown: int, tf, rgb_masks_roo
             assert got_label.dtype == want_label.dtype
     assert len({ds.readers[0].shape_of(i) for i in range(len(ds.readers[0]))}) > 1
     if unknown == 300:  # the little-endian uint16 path, with values that need the high byte
-        assert ds.spec.stored_label_dtype == np.dtype("<u2") and any((ds[i][1] == 300).any() for i in range(len(ds)))
+        assert ds.spec.stored_label_dtype == np.dtype("<u2")
+        assert any((ds[i][1] == 300).any() for i in range(len(ds)))
 
 
 def test_reader_pickles_without_its_buffer(camvid_tfr: Path) -> None:

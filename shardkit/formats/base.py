@@ -269,14 +269,27 @@ class ShardReader(ABC):
                         out_labels: np.ndarray) -> None:
         """Read samples ``local_indices`` into ``out_images[k]``/``out_labels[k]`` (fixed-size data).
 
-        Generic: one :meth:`read` per sample. Formats that can read straight into the caller's
-        memory (HDF5 hyperslabs) override it.
+        Formats with a faster path for fixed-size shards implement :meth:`_read_fixed_batch`;
+        otherwise (and for variable-size data) this is one :meth:`read` per sample.
         """
-        for k, i in enumerate(local_indices):
-            out_images[k], out_labels[k] = self.read(int(i))
+        idx = np.asarray(local_indices, dtype=np.int64).reshape(-1)
+        if self.spec.size is not None and len(idx):
+            self.ensure_open()
+            if self._read_fixed_batch(idx, out_images, out_labels):
+                return
+        for k, i in enumerate(idx.tolist()):
+            out_images[k], out_labels[k] = self.read(i)
+
+    def _read_fixed_batch(self, idx: np.ndarray, out_images: np.ndarray, out_labels: np.ndarray) -> bool:
+        """Fill ``out_*`` for a fixed-size shard (already open) and return True, or return False."""
+        return False
 
     def shape_of(self, i: int) -> tuple[int, int]:
-        """(H, W) of local sample ``i``; fixed-size datasets answer without I/O."""
+        """(H, W) of local sample ``i``: from the spec, a ``_shapes`` table the reader loaded, or a read."""
         if self.spec.size is not None:
             return self.spec.size
+        self.ensure_open()
+        shapes = getattr(self, "_shapes", None)
+        if shapes is not None:
+            return int(shapes[i, 0]), int(shapes[i, 1])
         return tuple(self.read(i)[0].shape[:2])  # type: ignore[return-value]

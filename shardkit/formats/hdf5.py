@@ -10,7 +10,6 @@ lzf/gzip compression. Files are written with ``libver=("earliest", "v110")`` and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -144,14 +143,8 @@ class Hdf5Reader(ShardReader):
         return (self._get("images", np.s_[a0:a1]).reshape(*hw, 3),
                 self._get("labels", np.s_[b0:b1]).reshape(self.spec.label_shape(hw)))
 
-    def read_batch_into(self, local_indices: Sequence[int], out_images: np.ndarray,
-                        out_labels: np.ndarray) -> None:
+    def _read_fixed_batch(self, idx: np.ndarray, out_images: np.ndarray, out_labels: np.ndarray) -> bool:
         """Hyperslab reads in ascending index order, one per run of consecutive indices, into ``out_*``."""
-        if self.spec.size is None:
-            super().read_batch_into(local_indices, out_images, out_labels)
-            return
-        self.ensure_open()
-        idx = np.asarray(local_indices, dtype=np.int64)
         order = np.argsort(idx, kind="stable")
         k = 0
         while k < len(order):
@@ -159,14 +152,8 @@ class Hdf5Reader(ShardReader):
             while (k + run < len(order) and idx[order[k + run]] == idx[order[k]] + run
                    and order[k + run] == order[k] + run):
                 run += 1
-            src, dst = np.s_[idx[order[k]]:idx[order[k]] + run], np.s_[order[k]:order[k] + run]
+            src, dst = np.s_[idx[order[k]] : idx[order[k]] + run], np.s_[order[k] : order[k] + run]
             self._get("images", src, out_images, dst)
             self._get("labels", src, out_labels, dst)
             k += run
-
-    def shape_of(self, i: int) -> tuple[int, int]:
-        if self.spec.size is not None:
-            return self.spec.size
-        self.ensure_open()
-        assert self._shapes is not None
-        return int(self._shapes[i, 0]), int(self._shapes[i, 1])
+        return True
