@@ -16,6 +16,15 @@ if TYPE_CHECKING:
 __all__ = ["__version__", "open"]
 
 
+def __getattr__(name: str) -> Any:
+    """``shardkit.tf`` (tf.data adapter) is imported on first use, so ``import shardkit`` stays light."""
+    if name == "tf":
+        import importlib
+
+        return importlib.import_module(".tf", __name__)
+    raise AttributeError(f"module 'shardkit' has no attribute {name!r}")
+
+
 def open(path: Any, **kwargs: Any) -> Dataset:  # noqa: A001 - the public name is shardkit.open
     """Open a converted split folder (``out/train``) as a random-access :class:`Dataset`."""
     from .read.dataset import Dataset

@@ -15,7 +15,6 @@ import sys
 import uuid
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -134,8 +133,7 @@ def _iterate_dask(
                           fix='pip install "shardkit[dask]"') from None
     # Workers have their own working folder: give them absolute paths (the same on a shared filesystem).
     tasks = [dataclasses.replace(t, directory=Path(t.directory).absolute()) for t in tasks]
-    with ExitStack() as stack:
-        client = stack.enter_context(_dask_client(distributed, scheduler, workers, len(tasks)))
+    with _DaskClient(distributed, scheduler, workers, len(tasks)) as client:
         _check_workers(distributed, client, {t.directory for t in tasks}, ctx.root)
         try:
             with parallel_config(backend="dask", client=client, wait_for_workers_timeout=CONNECT_TIMEOUT):
@@ -160,7 +158,7 @@ def _iterate_dask(
                               fix="start workers with: dask worker SCHEDULER_ADDRESS") from None
     removed = _remove_lost_attempts(tasks, ctx)
     if removed:
-        log.warning("dask: removed %d temporary files left by lost workers; every shard was re-run", removed)
+        log.warning("dask: removed %d temporary files of attempts lost with their worker", removed)
 
 
 def _convert_on_dask(task: ShardTask, ctx: WorkerContext) -> ShardResult:
@@ -174,13 +172,13 @@ def _convert_on_dask(task: ShardTask, ctx: WorkerContext) -> ShardResult:
     except ShardkitError:
         raise
     except Exception as exc:
-        text = str(exc).splitlines()[0][:200] if str(exc) else ""
+        text = (str(exc).splitlines() or [""])[0][:200]
         raise WorkerError(f"shard {task.split}/{task.stem} failed on a Dask worker: {type(exc).__name__}: "
                           f"{text}", fix="see the worker's log for the traceback") from None
 
 
-class _dask_client:
-    """Context manager: a ``distributed.Client`` to ``scheduler``, or to a local cluster started for this."""
+class _DaskClient:
+    """A ``distributed.Client`` to ``scheduler``, or to a loopback-only local cluster run here."""
 
     def __init__(self, distributed: Any, scheduler: str | None, workers: int, n_tasks: int) -> None:
         self.distributed = distributed
@@ -193,7 +191,7 @@ class _dask_client:
         d = self.distributed
         if self.scheduler is None:
             self.cluster = d.LocalCluster(n_workers=self.n_workers, processes=True, threads_per_worker=1,
-                                          dashboard_address=":0")
+                                          host="127.0.0.1", dashboard_address=":0")
             try:
                 self.client = d.Client(self.cluster, set_as_default=False)
             except BaseException:
@@ -210,6 +208,7 @@ class _dask_client:
                 fix="check the address and port (e.g. --scheduler tcp://host:8786) and that `dask scheduler` "
                 "runs there",
             ) from None
+        log.info("dask: connected to the scheduler at %s", self.scheduler)
         return self.client
 
     def __exit__(self, *exc: object) -> None:

@@ -32,8 +32,8 @@ def splits(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[
     out = tmp_path_factory.mktemp("read")
     folders = {}
     for fmt, enc in VARIANTS.items():
-        convert(ConvertConfig(camvid_root, out / fmt, format=fmt, size=CROP, splits=("val",), workers=2, quiet=True,
-                              label_encoding=enc, shard_size=ShardSize(samples=7),
+        convert(ConvertConfig(camvid_root, out / fmt, format=fmt, size=CROP, splits=("val",), workers=2,
+                              quiet=True, label_encoding=enc, shard_size=ShardSize(samples=7),
                               compression="gzip" if fmt == "tfrecord" else "none"))
         folders[fmt] = out / fmt / "val"
     return folders
@@ -89,7 +89,8 @@ def test_batch_fills_caller_buffers_and_checks_them(splits: dict[str, Path], tru
     ds = shardkit.open(splits["npy"])
     out = ds.empty_batch(8)
     got_images, got_labels = ds.batch([4, 5, 6], out=out)
-    assert got_images.shape[0] == 3 and np.shares_memory(got_images, out[0]) and np.shares_memory(got_labels, out[1])
+    assert got_images.shape[0] == 3
+    assert np.shares_memory(got_images, out[0]) and np.shares_memory(got_labels, out[1])
     assert np.array_equal(got_images, images[4:7]) and np.array_equal(got_labels, ids[4:7])
     onehot = shardkit.open(splits["lmdb"], labels="onehot")
     with pytest.raises(ConfigError, match="empty_batch"):

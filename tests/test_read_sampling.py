@@ -28,8 +28,8 @@ def test_same_seed_and_epoch_same_order_new_epoch_new_order() -> None:
 def test_order_does_not_depend_on_the_process() -> None:
     """Another interpreter (other hash seed) computes the same orders: nothing but (seed, epoch) matters."""
     code = ("import json; from shardkit.read import sampling as s; "
-            "print(json.dumps([s.epoch_indices(%r, seed=9, epoch=4, rank=r, world_size=2, mode=m).tolist() "
-            "for m in ('global', 'buffer') for r in (0, 1)]))" % (SHARDS,))
+            f"print(json.dumps([s.epoch_indices({SHARDS!r}, seed=9, epoch=4, rank=r, world_size=2, mode=m)"
+            ".tolist() for m in ('global', 'buffer') for r in (0, 1)]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONHASHSEED": "123"}).stdout
     here = [sampling.epoch_indices(SHARDS, seed=9, epoch=4, rank=r, world_size=2, mode=m).tolist()
@@ -97,7 +97,7 @@ def test_split_batches_sorted_and_drop_last() -> None:
     idx = np.array([9, 3, 7, 1, 8, 2, 0])
     assert [b.tolist() for b in sampling.split_batches(idx, 3)] == [[3, 7, 9], [1, 2, 8], [0]]
     assert [b.tolist() for b in sampling.split_batches(idx, 3, drop_last=True)] == [[3, 7, 9], [1, 2, 8]]
-    assert [b.tolist() for b in sampling.split_batches(idx, 3, sort=False)][0] == [9, 3, 7]
+    assert sampling.split_batches(idx, 3, sort=False)[0].tolist() == [9, 3, 7]
     assert sampling.num_batches(7, 3, False) == 3 and sampling.num_batches(7, 3, True) == 2
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
+import socket
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -136,7 +138,8 @@ class ShardWriter(ABC):
         self.planned = planned
         self.compression = compression
         self.count = 0
-        self._token = f"{TMP_MARK}{os.getpid()}"
+        # host + pid + random: two attempts at one shard (a Dask retry on another machine) never share a temp file
+        self._token = f"{TMP_MARK}{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
 
     @classmethod
     @abstractmethod

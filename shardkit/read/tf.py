@@ -148,12 +148,13 @@ def _tfrecord_pipeline(ds: Dataset, batch_size: int, *, shuffle: bool, seed: int
     stored_dtype = ds.spec.stored_label_dtype
     stored_shape = ds.spec.label_shape(hw)
     to_labels = _label_converter(ds)
+    b = batch_size if drop_last else -1  # keeps the batch dimension static when it is
 
     def parse(serialized: tf.Tensor) -> tuple[tf.Tensor, ...]:
         ex = tf.io.parse_example(serialized, feature_spec)
-        images = tf.reshape(tf.io.decode_raw(ex["image/raw"], tf.uint8), (-1, *hw, 3))
+        images = tf.reshape(tf.io.decode_raw(ex["image/raw"], tf.uint8), (b, *hw, 3))
         stored = tf.reshape(tf.io.decode_raw(ex["label/raw"], tf.as_dtype(stored_dtype.newbyteorder("=")),
-                                             little_endian=True), (-1, *stored_shape))
+                                             little_endian=True), (b, *stored_shape))
         result = (images, to_labels(stored))
         return (*result, ex["key"]) if with_keys else result
 
@@ -167,10 +168,11 @@ def _label_converter(ds: Dataset) -> Any:
     ids_dtype = tf.as_dtype(np.dtype(ds.spec.label_dtype).newbyteorder("="))
 
     def unpack(packed: tf.Tensor) -> tf.Tensor:
+        """(B, H, W, ceil(C/8)) big-bit-order bytes → (B, H, W, C) 0/1 uint8, static shape kept."""
         shifts = tf.constant([7, 6, 5, 4, 3, 2, 1, 0], tf.uint8)
         bits = tf.bitwise.bitwise_and(tf.bitwise.right_shift(packed[..., None], shifts), 1)
-        shape = tf.concat([tf.shape(packed)[:-1], [-1]], axis=0)
-        return tf.reshape(bits, shape)[..., :c]
+        b, h, w, nbytes = packed.shape
+        return tf.reshape(bits, (-1 if b is None else b, h, w, nbytes * 8))[..., :c]
 
     def convert(stored: tf.Tensor) -> tf.Tensor:
         if want == "stored" or (want == "ids" and enc == "index"):

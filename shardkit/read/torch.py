@@ -287,6 +287,7 @@ class CudaPrefetcher:
                 yield self._convert(batch)
             return
         stream = torch.cuda.Stream(device=self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))  # mean/std/classes were made on it
         it = iter(self.loader)
 
         def preload() -> tuple[torch.Tensor, ...] | None:

@@ -1,0 +1,701 @@
+#!/usr/bin/env python
+"""shardkit beside its peers (WebDataset, MosaicML Streaming, LitData): write and read throughput, one run.
+
+An optional benchmark: never imported by the package, not part of the tests or CI. Everything is
+measured in one process, in one run, on the same data and the same output — a uint8 RGB image
+(352×480×3) and a uint8 class-id label (352×480) per sample, decoded with ``cv2.imread`` from the
+same CamVid PNGs — and printed as one table of samples/s and ratios. Absolute figures drift
+±15–35 % between runs on a shared 2-core machine; compare the ratios, which hold within a run.
+
+Set-up (the peers would otherwise replace the CPU torch with a multi-GB CUDA build)::
+
+    pip install --no-deps webdataset mosaicml-streaming litdata
+    pip install --no-deps braceexpand lightning-utilities xxhash zstd python-snappy cramjam brotli \\
+        catalogue transformers huggingface_hub tokenizers safetensors httpx2 httpcore2 h11 truststore \\
+        hf-xet typer
+
+``import streaming`` imports ``streaming.vision`` and with it ``torchvision``; PyPI only has CUDA
+builds of torchvision, which fail to load beside a CPU torch. Without a working torchvision, this
+script puts a small stand-in module in its place (only ``streaming.vision``, which is not used here,
+touches it) and says so. A peer that cannot be imported is skipped with a printed note.
+
+Run::
+
+    python scripts/bench_peers.py                       # CamVid train+val × 5 (745 samples), ~5–8 min
+    python scripts/bench_peers.py --quick               # smoke run, ~1 min
+    python scripts/bench_peers.py --json bench.json     # also write every figure as JSON
+
+What is measured (medians of ``--repeats`` timed passes after one untimed warm-up pass):
+
+* write, PNG → shards: pure decode (1 process and a 2-process pool: the bound for any writer),
+  shardkit ``convert()`` (npy, lmdb; 1 and 2 workers; ``force``; ≥ 8 shards), WebDataset
+  ``ShardWriter`` and MosaicML ``MDSWriter`` (2 processes writing one part each; MDS parts merged
+  with ``merge_index``), LitData ``optimize(num_workers=2)``. Peers and shardkit are called
+  in-process as libraries; a last row times the ``shardkit convert`` command as a user runs it.
+* read, random order: shardkit's core batched reader (npy, lmdb, hdf5, tfrecord: ``ds.batch`` of
+  sorted random index batches into one reused buffer), its torch loader at 0 and 2 workers, and each
+  peer's own reader with its own shuffle in a plain loop (per-sample arrays, not stacked into a batch:
+  this favours the peers) and through a 2-worker DataLoader (batches collated to tensors); the
+  memcpy and mmap-copy limits and the naive online pipeline from ``shardkit bench`` for scale.
+* peak memory of a ``shardkit convert`` subprocess (npy, 2 workers, same shard size) on 1× and
+  ``--rss-scale``× the data: the largest single process (``getrusage``) and the whole process tree
+  (sampled every 20 ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.machinery
+import json
+import logging
+import math
+import multiprocessing as mp
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import types
+from collections.abc import Callable, Iterable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shardkit.bench import (
+    Measurement,
+    _measure,
+    memcpy_limit,
+    mmap_copy_limit,
+    naive_pass,
+    reader_pass,
+    torch_pass,
+)
+
+log = logging.getLogger("bench_peers")
+
+H, W = 352, 480
+SAMPLE_BYTES = H * W * 3 + H * W
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "camvid-segnet"
+MDS_COLUMNS = {"image": f"ndarray:uint8:{H},{W},3", "label": f"ndarray:uint8:{H},{W}"}
+
+# --------------------------------------------------------------------------------------------- data
+
+
+def source_pairs(data: Path) -> list[tuple[Path, Path]]:
+    """Every (image, label) pair of a SegNet-layout folder: <split>/ + <split>annot/, splits sorted."""
+    pairs = []
+    for split in sorted(p.name for p in data.iterdir() if p.is_dir() and not p.name.endswith("annot")):
+        labels = data / f"{split}annot"
+        if not labels.is_dir():
+            continue
+        for image in sorted((data / split).glob("*.png")):
+            if (labels / image.name).is_file():
+                pairs.append((image, labels / image.name))
+    if not pairs:
+        raise SystemExit(f"no <split>/ + <split>annot/ PNG pairs under {data}")
+    return pairs
+
+
+def replicated_source(pairs: list[tuple[Path, Path]], root: Path, times: int) -> list[tuple[str, str]]:
+    """A SegNet-layout folder ``root`` (one split, ``train``) of symlinks ``r{k}_{name}``: the data ``times`` over."""
+    (root / "train").mkdir(parents=True)
+    (root / "trainannot").mkdir()
+    out = []
+    for k in range(times):
+        for image, label in pairs:
+            name = f"r{k}_{image.name}"
+            (root / "train" / name).symlink_to(image.resolve())
+            (root / "trainannot" / name).symlink_to(label.resolve())
+            out.append((str(root / "train" / name), str(root / "trainannot" / name)))
+    return out
+
+
+def _crop(a: np.ndarray) -> np.ndarray:
+    top, left = (a.shape[0] - H) // 2, (a.shape[1] - W) // 2
+    return np.ascontiguousarray(a[top : top + H, left : left + W])
+
+
+def decode(pair: tuple[str, str]) -> tuple[np.ndarray, np.ndarray]:
+    """What every writer stores: RGB uint8 image and uint8 class ids, centre-cropped to 352×480."""
+    import cv2
+
+    image = cv2.cvtColor(cv2.imread(pair[0], cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+    label = cv2.imread(pair[1], cv2.IMREAD_UNCHANGED)
+    return _crop(image), _crop(label)
+
+
+def _init_worker() -> None:
+    import cv2
+
+    cv2.setNumThreads(1)  # one process per core already (shardkit's workers do the same)
+
+
+def _halves(items: list[Any], parts: int) -> list[list[Any]]:
+    step = math.ceil(len(items) / parts)
+    return [items[i : i + step] for i in range(0, len(items), step)]
+
+
+def _pool(n: int) -> Any:
+    return mp.get_context("fork").Pool(n, initializer=_init_worker)
+
+
+# ------------------------------------------------------------------------------------- writers
+
+
+def _decode_part(part: list[tuple[str, str]]) -> int:
+    for pair in part:
+        decode(pair)
+    return len(part)
+
+
+def decode_pass(pairs: list[tuple[str, str]], procs: int) -> Callable[[], int]:
+    def run() -> int:
+        if procs == 1:
+            return _decode_part(pairs)
+        with _pool(procs) as pool:  # chunks of 8 keep both processes busy to the end
+            return sum(pool.map(_decode_part, [pairs[i : i + 8] for i in range(0, len(pairs), 8)]))
+
+    return run
+
+
+def shardkit_convert_pass(src: Path, out: Path, fmt: str, workers: int, shard_size: int) -> Callable[[], int]:
+    from shardkit.config import ConvertConfig, ShardSize
+    from shardkit.pipeline import convert
+
+    cfg = ConvertConfig(input=src, output=out, format=fmt, size=(H, W), layout="segnet", workers=workers,
+                        shard_size=ShardSize(samples=shard_size), force=True, quiet=True)
+
+    def run() -> int:
+        summary = convert(cfg)
+        assert summary.shards >= 8 or summary.samples < 8 * shard_size, summary.line()
+        return summary.samples
+
+    return run
+
+
+def shardkit_cli_pass(src: Path, out: Path, fmt: str, workers: int, shard_size: int) -> Callable[[], int]:
+    cmd = [sys.executable, "-m", "shardkit", "convert", str(src), str(out), "--format", fmt, "--size",
+           f"{H}x{W}", "--layout", "segnet", "--workers", str(workers), "--shard-size", str(shard_size),
+           "--force", "-q"]
+    n = sum(1 for _ in (src / "train").iterdir())
+
+    def run() -> int:
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        return n
+
+    return run
+
+
+def _wds_part(args: tuple[int, list[tuple[str, str]], str, int]) -> int:
+    import webdataset as wds
+
+    part, pairs, out, shard_size = args
+    with wds.ShardWriter(str(Path(out) / f"part{part}-%05d.tar"), maxcount=shard_size, verbose=0) as sink:
+        for i, pair in enumerate(pairs):
+            image, label = decode(pair)
+            sink.write({"__key__": f"{part}_{i:07d}", "image.npy": image, "label.npy": label})
+    return len(pairs)
+
+
+def wds_write_pass(pairs: list[tuple[str, str]], out: Path, procs: int, shard_size: int) -> Callable[[], int]:
+    def run() -> int:
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        jobs = [(k, part, str(out), shard_size) for k, part in enumerate(_halves(pairs, procs))]
+        with _pool(procs) as pool:
+            return sum(pool.map(_wds_part, jobs, chunksize=1))
+
+    return run
+
+
+def _mds_part(args: tuple[int, list[tuple[str, str]], str, int]) -> int:
+    from streaming import MDSWriter
+
+    part, pairs, out, shard_size = args
+    with MDSWriter(out=str(Path(out) / f"part{part}"), columns=MDS_COLUMNS,
+                   size_limit=int(shard_size * SAMPLE_BYTES * 1.02), progress_bar=False) as sink:
+        for pair in pairs:
+            image, label = decode(pair)
+            sink.write({"image": image, "label": label})
+    return len(pairs)
+
+
+def mds_write_pass(pairs: list[tuple[str, str]], out: Path, procs: int, shard_size: int) -> Callable[[], int]:
+    from streaming.base.util import merge_index
+
+    def run() -> int:
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        jobs = [(k, part, str(out), shard_size) for k, part in enumerate(_halves(pairs, procs))]
+        with _pool(procs) as pool:
+            n = sum(pool.map(_mds_part, jobs, chunksize=1))
+        merge_index(str(out), keep_local=True)
+        return n
+
+    return run
+
+
+def _litdata_sample(pair: tuple[str, str]) -> dict[str, np.ndarray]:
+    _init_worker()
+    image, label = decode(pair)
+    return {"image": image, "label": label}
+
+
+def litdata_write_pass(pairs: list[tuple[str, str]], out: Path, procs: int, shard_size: int) -> Callable[[], int]:
+    import litdata
+
+    def run() -> int:
+        shutil.rmtree(out, ignore_errors=True)
+        with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+            litdata.optimize(fn=_litdata_sample, inputs=pairs, output_dir=str(out), num_workers=procs,
+                             chunk_size=shard_size, mode="overwrite", verbose=False)
+        return len(pairs)
+
+    return run
+
+
+# ------------------------------------------------------------------------------------- readers
+
+
+def _loop(make_iter: Callable[[], Iterable[Any]], limit: int, count: Callable[[Any], int]) -> Callable[[], int]:
+    """Iterate epochs of a peer's reader until ``limit`` samples (touching each sample's arrays)."""
+
+    def run() -> int:
+        n = 0
+        while n < limit:
+            before = n
+            for item in make_iter():
+                n += count(item)
+                if n >= limit:
+                    break
+            if n == before:
+                raise RuntimeError("the reader yielded nothing")
+        return n
+
+    return run
+
+
+def _sample_count(s: dict[str, Any]) -> int:
+    image, label = (s[k] for k in sorted(s) if k.startswith(("image", "label")))
+    assert image.shape == (H, W, 3) and label.shape == (H, W), (image.shape, label.shape)
+    return 1
+
+
+def _batch_count(b: Any) -> int:
+    images = b[0] if isinstance(b, (list, tuple)) else next(v for k, v in b.items() if k.startswith("image"))
+    return int(images.shape[0])
+
+
+def wds_readers(out: Path, limit: int, batch_size: int, seed: int) -> list[tuple[str, Callable[[], int]]]:
+    import webdataset as wds
+
+    urls = sorted(str(p) for p in out.glob("*.tar"))
+
+    def dataset() -> Any:
+        return (wds.WebDataset(urls, shardshuffle=len(urls), seed=seed, empty_check=False)
+                .shuffle(1000).decode().to_tuple("image.npy", "label.npy"))
+
+    def plain() -> Iterable[Any]:
+        return dataset()
+
+    loader = wds.WebLoader(dataset().batched(batch_size, collation_fn=_collate_np), batch_size=None,
+                           num_workers=2, persistent_workers=True)
+    return [("WebDataset, plain loop (shuffle buffer 1000)", _loop(plain, limit, _tuple_count)),
+            ("WebDataset, WebLoader 2 workers", _loop(lambda: loader, limit, _batch_count))]
+
+
+def _collate_np(samples: list[tuple[np.ndarray, np.ndarray]]) -> tuple[Any, Any]:
+    import torch
+
+    return (torch.from_numpy(np.stack([s[0] for s in samples])),
+            torch.from_numpy(np.stack([s[1] for s in samples])))
+
+
+def _tuple_count(s: tuple[np.ndarray, np.ndarray]) -> int:
+    assert s[0].shape == (H, W, 3) and s[1].shape == (H, W), (s[0].shape, s[1].shape)
+    return 1
+
+
+def mds_readers(out: Path, limit: int, batch_size: int, seed: int) -> list[tuple[str, Callable[[], int]]]:
+    from streaming import StreamingDataLoader, StreamingDataset
+    from streaming.base.util import clean_stale_shared_memory
+
+    clean_stale_shared_memory()
+    plain_ds = StreamingDataset(local=str(out), shuffle=True, shuffle_seed=seed, batch_size=batch_size)
+    plain = _loop(lambda: plain_ds, limit, _sample_count)
+    loader_ds = StreamingDataset(local=str(out), shuffle=True, shuffle_seed=seed, batch_size=batch_size)
+    loader = StreamingDataLoader(loader_ds, batch_size=batch_size, num_workers=2, persistent_workers=True)
+    return [("MosaicML StreamingDataset, plain loop (shuffle)", plain),
+            ("MosaicML StreamingDataLoader 2 workers", _loop(lambda: loader, limit, _batch_count))]
+
+
+def litdata_readers(out: Path, limit: int, batch_size: int, seed: int) -> list[tuple[str, Callable[[], int]]]:
+    import litdata
+
+    res = []
+    for decode_mode in (False, "auto"):
+        ds = litdata.StreamingDataset(str(out), shuffle=True, seed=seed, batch_decode=decode_mode)
+        res.append((f"LitData StreamingDataset, plain loop (shuffle, batch_decode={decode_mode})",
+                    _loop(lambda ds=ds: ds, limit, _sample_count)))
+    ds = litdata.StreamingDataset(str(out), shuffle=True, seed=seed, batch_decode=False)
+    loader = litdata.StreamingDataLoader(ds, batch_size=batch_size, num_workers=2, persistent_workers=True)
+    res.append(("LitData StreamingDataLoader 2 workers (batch_decode=False)", _loop(lambda: loader, limit,
+                                                                                     _batch_count)))
+    return res
+
+
+# ------------------------------------------------------------------------------------- imports
+
+
+def _stub_torchvision() -> None:
+    """A stand-in ``torchvision`` with just what ``streaming.vision`` imports (never called here)."""
+
+    def module(name: str, package: bool = False) -> types.ModuleType:
+        m = types.ModuleType(name)
+        m.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=package)
+        if package:
+            m.__path__ = []
+        sys.modules[name] = m
+        return m
+
+    class VisionDataset:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            raise RuntimeError("torchvision is a stand-in inside bench_peers.py")
+
+    def to_tensor(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("torchvision is a stand-in inside bench_peers.py")
+
+    tv, datasets = module("torchvision", True), module("torchvision.datasets")
+    transforms, functional = module("torchvision.transforms", True), module("torchvision.transforms.functional")
+    datasets.VisionDataset = datasets.CIFAR10 = VisionDataset  # type: ignore[attr-defined]
+    functional.to_tensor = to_tensor  # type: ignore[attr-defined]
+    tv.datasets, tv.transforms, transforms.functional = datasets, transforms, functional  # type: ignore[attr-defined]
+
+
+def import_peers() -> tuple[dict[str, str], list[str]]:
+    """Import what is installed → ({peer: version}, notes). LitData first: it must not see a stub."""
+    versions: dict[str, str] = {}
+    notes: list[str] = []
+    for peer, module in (("LitData", "litdata"), ("WebDataset", "webdataset")):
+        try:
+            versions[peer] = getattr(__import__(module), "__version__", "?")
+        except Exception as exc:
+            notes.append(f"{peer} skipped: `import {module}` failed ({type(exc).__name__}: {exc})")
+    try:
+        import streaming
+
+        versions["MosaicML Streaming"] = streaming.__version__
+    except Exception as exc:
+        if "torchvision" not in repr(exc) and "nms" not in repr(exc):
+            notes.append(f"MosaicML Streaming skipped: `import streaming` failed ({type(exc).__name__}: {exc})")
+        else:
+            for name in [m for m in sys.modules if m.split(".")[0] in ("streaming", "torchvision")]:
+                del sys.modules[name]
+            _stub_torchvision()
+            try:
+                import streaming
+
+                versions["MosaicML Streaming"] = streaming.__version__
+                notes.append("MosaicML Streaming: no loadable torchvision (PyPI has only CUDA builds), so a "
+                             "stand-in module was used; only streaming.vision imports it, and it is unused here")
+            except Exception as exc2:
+                notes.append(f"MosaicML Streaming skipped: `import streaming` failed ({type(exc2).__name__}: "
+                             f"{exc2})")
+    return versions, notes
+
+
+# ------------------------------------------------------------------------------------- memory
+
+
+def peak_rss(cmd: list[str]) -> dict[str, float]:
+    """Run ``cmd`` in a fresh wrapper; → peak MB of its largest process (getrusage) and of its tree (sampled)."""
+    import psutil
+
+    wrapper = ("import resource, subprocess, sys\n"
+               "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)\n"
+               "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
+    proc = subprocess.Popen([sys.executable, "-c", wrapper, *cmd], stdout=subprocess.PIPE, text=True)
+    tree_peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        root = psutil.Process(proc.pid)
+        while not done.is_set():
+            try:
+                total = 0
+                for p in root.children(recursive=True):  # the convert process and its workers, not the wrapper
+                    with contextlib.suppress(psutil.Error):
+                        total += p.memory_info().rss
+                tree_peak[0] = max(tree_peak[0], total)
+            except psutil.Error:
+                pass
+            done.wait(0.02)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    stdout, _ = proc.communicate()
+    done.set()
+    t.join()
+    if proc.returncode:
+        raise RuntimeError(f"{shlex.join(cmd)} exited {proc.returncode}")
+    return {"max_process_mb": int(stdout.strip().splitlines()[-1]) / 1024, "tree_mb": tree_peak[0] / 2**20}
+
+
+# ------------------------------------------------------------------------------------- table
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
+        model = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), "")
+    try:
+        nproc = int(subprocess.run(["nproc"], capture_output=True, text=True, check=True).stdout)
+    except (OSError, subprocess.CalledProcessError, ValueError):
+        nproc = os.cpu_count() or 0
+    mem = 0.0
+    with contextlib.suppress(OSError), open("/proc/meminfo") as fh:
+        mem = int(fh.readline().split()[1]) / 2**20
+    import torch
+
+    return {"nproc": nproc, "cpu": model or platform.processor(), "mem_gib": round(mem, 1),
+            "python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform()}
+
+
+def _ratio(a: float, b: float | None) -> str:
+    if not b:
+        return ""
+    r = a / b
+    return f"{r:.2f}×" if r < 10 else f"{r:.0f}×"
+
+
+def render(res: dict[str, Any]) -> str:
+    by: dict[str, Measurement] = {m.name: m for m in res["writes"] + res["reads"]}
+    writes, reads = res["writes"], res["reads"]
+    peer_w = [m for m in writes if m.note == "peer"]
+    peer_r = [m for m in reads if m.note.startswith("peer")]
+    best_w = max(peer_w, key=lambda m: m.samples_per_s, default=None)
+    best_r = max(peer_r, key=lambda m: m.samples_per_s, default=None)
+    dec1, dec2 = by.get("pure decode (cv2.imread ×2 + crop), 1 process"), by.get(
+        "pure decode (cv2.imread ×2 + crop), 2 processes")
+    naive = by.get("naive online: decode + crop (uint8, ids)")
+    naive_hot = by.get("naive online: + float image + float one-hot")
+    mmap_lim = by.get("limit: copy out of mmap'd shards, random")
+    lines = [
+        f"shardkit vs peers — CamVid {res['samples']} samples ({res['pairs']} pairs × {res['replicate']}), "
+        f"{H}×{W} uint8 RGB image + uint8 class ids, warm page cache, median of {res['repeats']} "
+        f"(after 1 warm-up pass)",
+        f"machine: {res['machine']['nproc']} CPUs (nproc), {res['machine']['cpu']}, "
+        f"{res['machine']['mem_gib']} GiB RAM, Python {res['machine']['python']}, torch {res['machine']['torch']}",
+        f"peers: {', '.join(f'{k} {v}' for k, v in res['peers'].items()) or 'none installed'}",
+        f"command: {res['command']}",
+        "",
+        f"{'measurement':<66} {'samples/s':>10} {'MB/s':>7}  ratios",
+    ]
+    rule = "-" * 100
+    lines += [rule, "WRITE: PNG → shards (same decoded uint8 image + ids per sample)", rule]
+    best_w_name = best_w.name.split(",")[0] if best_w else ""
+    for m in writes:
+        parts = []
+        procs = 2 if ("2 workers" in m.name or "2 processes" in m.name) else 1
+        dec = dec2 if procs == 2 else dec1
+        if dec is not None and m is not dec:
+            parts.append(f"{_ratio(m.samples_per_s, dec.samples_per_s)} pure decode ({procs}p)")
+        if best_w is not None and m.note != "decode" and m is not best_w:
+            parts.append(f"{_ratio(m.samples_per_s, best_w.samples_per_s)} best peer writer ({best_w_name})")
+        if "2 workers" in m.name and m.note == "shardkit":
+            one = by.get(m.name.replace("2 workers", "1 worker"))
+            if one is not None:
+                parts.append(f"{_ratio(m.samples_per_s, one.samples_per_s)} 1 worker")
+        if m is dec2 and dec1 is not None:
+            parts.append(f"{_ratio(m.samples_per_s, dec1.samples_per_s)} 1 process")
+        lines.append(f"{m.name:<66} {m.samples_per_s:10.0f} {m.mb_per_s:7.0f}  {' · '.join(parts)}")
+    lines += [rule, "READ: random order, uint8 image + ids", rule]
+    best_r_name = best_r.name.split(",")[0] if best_r else ""
+    for m in reads:
+        parts = []
+        if best_r is not None and not m.note.startswith(("limit", "naive")) and m is not best_r:
+            parts.append(f"{_ratio(m.samples_per_s, best_r.samples_per_s)} best peer ({best_r_name})")
+        if m.note.startswith(("shardkit", "peer")):
+            ref = naive_hot if "one-hot" in m.name else naive
+            if ref is not None:
+                parts.append(f"{_ratio(m.samples_per_s, ref.samples_per_s)} naive"
+                             + (" one-hot" if "one-hot" in m.name else ""))
+            if mmap_lim is not None and "one-hot" not in m.name:
+                parts.append(f"{100 * m.samples_per_s / mmap_lim.samples_per_s:.0f}% mmap limit")
+        lines.append(f"{m.name:<66} {m.samples_per_s:10.0f} {m.mb_per_s:7.0f}  {' · '.join(parts)}")
+    if res.get("rss"):
+        lines += [rule, "MEMORY: peak RSS of a `shardkit convert` subprocess (npy, 2 workers, same --shard-size)",
+                  rule]
+        rss = res["rss"]
+        for r in rss:
+            lines.append(f"{r['label']:<66} largest process {r['max_process_mb']:6.0f} MB · "
+                         f"process tree {r['tree_mb']:6.0f} MB")
+        if len(rss) == 2:
+            lines.append(f"{'ratio, ' + rss[1]['label'].split(' (')[0] + ' / 1× data':<66} largest process {rss[1]['max_process_mb'] / rss[0]['max_process_mb']:.2f}× · "
+                         f"process tree {rss[1]['tree_mb'] / rss[0]['tree_mb']:.2f}×")
+    lines.append(rule)
+    lines += [f"note: {n}" for n in res["notes"]]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="SegNet-layout CamVid folder")
+    ap.add_argument("--replicate", type=int, default=5, help="use every pair this many times (default 5)")
+    ap.add_argument("--repeats", type=int, default=3, help="timed passes per figure; the median is shown")
+    ap.add_argument("--shards", type=int, default=16, help="shards per written dataset (≥ 8; default 16)")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--samples", type=int, default=2048, help="samples per timed read pass")
+    ap.add_argument("--rss-scale", type=int, default=10, help="peak memory on 1× and this many × the data")
+    ap.add_argument("--workdir", type=Path, default=None, help="where to write (default: a temp folder)")
+    ap.add_argument("--keep", action="store_true", help="keep the written datasets")
+    ap.add_argument("--json", type=Path, default=None, help="also write every figure to this JSON file")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 1× data, 1 repeat, short passes")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.replicate, args.repeats, args.samples, args.rss_scale = 1, 1, 256, 2
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    for name in ("bench_peers", "shardkit.bench"):
+        logging.getLogger(name).setLevel(logging.INFO)
+    for name in ("litdata", "streaming", "webdataset"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    command = shlex.join([Path(sys.executable).name, *sys.argv]) if argv is None else shlex.join(argv)
+
+    versions, notes = import_peers()
+    for n in notes:
+        log.warning("%s", n)
+    work = Path(tempfile.mkdtemp(prefix="bench-peers-", dir=args.workdir))
+    try:
+        res = run(args, work, versions, notes, command)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            log.info("datasets kept in %s", work)
+    text = render(res)
+    print(text)
+    if args.json:
+        doc = {k: v for k, v in res.items() if k not in ("writes", "reads")}
+        doc["writes"] = [asdict(m) for m in res["writes"]]
+        doc["reads"] = [asdict(m) for m in res["reads"]]
+        doc["table"] = text
+        args.json.write_text(json.dumps(doc, indent=2) + "\n")
+    return 0
+
+
+def run(args: argparse.Namespace, work: Path, versions: dict[str, str], notes: list[str],
+        command: str) -> dict[str, Any]:
+    import shardkit
+
+    base = source_pairs(args.data)
+    src = work / "src"
+    pairs = replicated_source(base, src, args.replicate)
+    n = len(pairs)
+    shard_size = math.ceil(n / max(args.shards, 8))
+    reps, bs = args.repeats, args.batch_size
+    limit = max(args.samples, bs)
+    out = work / "out"
+    writes: list[Measurement] = []
+    reads: list[Measurement] = []
+
+    def write(name: str, fn: Callable[[], int], note: str) -> None:
+        try:
+            writes.append(_measure(name, fn, reps, SAMPLE_BYTES, note))
+        except Exception as exc:
+            notes.append(f"{name}: failed ({type(exc).__name__}: {str(exc)[:200]})")
+            log.warning("%s failed: %r", name, exc)
+
+    def read(name: str, fn: Callable[[], int], note: str, nbytes: int = SAMPLE_BYTES) -> None:
+        try:
+            reads.append(_measure(name, fn, reps, nbytes, note))
+        except Exception as exc:
+            notes.append(f"{name}: failed ({type(exc).__name__}: {str(exc)[:200]})")
+            log.warning("%s failed: %r", name, exc)
+
+    log.info("%d samples (%d pairs × %d), %d per shard, in %s", n, len(base), args.replicate, shard_size, work)
+    # ---- write
+    write("pure decode (cv2.imread ×2 + crop), 1 process", decode_pass(pairs, 1), "decode")
+    write("pure decode (cv2.imread ×2 + crop), 2 processes", decode_pass(pairs, 2), "decode")
+    for fmt in ("npy", "lmdb"):
+        for w in (1, 2):
+            write(f"shardkit convert {fmt}, {w} worker{'s' if w > 1 else ''}",
+                  shardkit_convert_pass(src, out / fmt, fmt, w, shard_size), "shardkit")
+    write("shardkit convert npy, 2 workers, CLI subprocess (with start-up)",
+          shardkit_cli_pass(src, out / "npy-cli", "npy", 2, shard_size), "shardkit-cli")
+    peer_writers = [("WebDataset", "WebDataset ShardWriter, 2 processes", wds_write_pass, "wds"),
+                    ("MosaicML Streaming", "MosaicML MDSWriter, 2 processes + merge_index", mds_write_pass, "mds"),
+                    ("LitData", "LitData optimize, 2 workers", litdata_write_pass, "litdata")]
+    for peer, name, make, folder in peer_writers:
+        if peer in versions:
+            write(name, make(pairs, out / folder, 2, shard_size), "peer")
+    # ---- read
+    for fmt in ("hdf5", "tfrecord"):
+        log.info("converting %s for the read figures (not timed)", fmt)
+        shardkit_convert_pass(src, out / fmt, fmt, 2, shard_size)()
+    npy_ds = shardkit.open(out / "npy" / "train")
+    files = [out / "npy" / "train" / f.name for s in npy_ds.manifest.shards for f in s.files]
+    read("limit: memcpy (RAM → RAM)", memcpy_limit(SAMPLE_BYTES, bs, limit), "limit")
+    read("limit: copy out of mmap'd shards, random", mmap_copy_limit(files, SAMPLE_BYTES, bs, limit, args.seed),
+         "limit")
+    for fmt in ("npy", "lmdb", "hdf5", "tfrecord"):
+        ds = shardkit.open(out / fmt / "train")
+        read(f"shardkit {fmt} batched (ds.batch, sorted random batches of {bs})",
+             reader_pass(ds, bs, limit, True, args.seed), "shardkit")
+    onehot = shardkit.open(out / "npy" / "train", labels="float_onehot")
+    read("shardkit npy float one-hot (host), random", reader_pass(onehot, bs, limit, True, args.seed),
+         "shardkit", H * W * 3 + H * W * onehot.num_classes * 4)
+    for w in (0, 2):
+        read(f"shardkit torch make_loader, {w} workers", torch_pass(out / "npy" / "train", bs, limit, w, args.seed),
+             "shardkit")
+    peer_readers = [("WebDataset", wds_readers, "wds"), ("MosaicML Streaming", mds_readers, "mds"),
+                    ("LitData", litdata_readers, "litdata")]
+    for peer, make, folder in peer_readers:
+        if peer in versions and (out / folder).is_dir():
+            try:
+                for name, fn in make(out / folder, limit, bs, args.seed):
+                    read(name, fn, "peer")
+            except Exception as exc:
+                notes.append(f"{peer} readers: failed ({type(exc).__name__}: {str(exc)[:200]})")
+                log.warning("%s readers failed: %r", peer, exc)
+    naive_n = max(8, min(40, limit // 8))
+    read("naive online: decode + crop (uint8, ids)", naive_pass(npy_ds, naive_n, False), "naive")
+    read("naive online: + float image + float one-hot", naive_pass(npy_ds, naive_n, True), "naive",
+         H * W * 3 * 4 + H * W * onehot.num_classes * 4)
+    # ---- memory
+    rss = []
+    for times in (1, args.rss_scale):
+        root = work / f"rss{times}"
+        replicated_source(base, root, times)
+        cmd = [sys.executable, "-m", "shardkit", "convert", str(root), str(work / f"rss{times}-out"), "--size",
+               f"{H}x{W}", "--layout", "segnet", "--workers", "2", "--shard-size", str(shard_size), "--force",
+               "-q"]
+        log.info("peak memory: converting %d samples", times * len(base))
+        r = peak_rss(cmd)
+        r["label"] = f"{times}× data ({times * len(base)} samples)"
+        r["samples"] = times * len(base)
+        rss.append(r)
+        shutil.rmtree(work / f"rss{times}-out", ignore_errors=True)
+    notes.append("plain-loop peer readers yield per-sample arrays that are not stacked into a batch; shardkit's "
+                 "batched reader copies every sample into the batch buffer (this favours the peers)")
+    notes.append("convert figures include worker start-up; shardkit's in-process runs reuse joblib's loky "
+                 "workers after the warm-up pass, the peers' fork a fresh pool per run (fork is cheap); the "
+                 "CLI row includes interpreter start-up and imports")
+    return {"samples": n, "pairs": len(base), "replicate": args.replicate, "repeats": reps, "shard_size": shard_size,
+            "batch_size": bs, "machine": machine(), "peers": versions, "command": command, "writes": writes,
+            "reads": reads, "rss": rss, "notes": notes, "statistics": "median"}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Keras 3 (torch backend): a tiny model trains on converted real CamVid data through ShardkitPyDataset.
+
+The backend is chosen before anything imports keras. If keras was already imported in this
+process with another backend (TensorFlow imports keras too), the training check runs in a
+fresh interpreter instead; the check itself is the same function either way.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["KERAS_BACKEND"] = "torch"  # before any keras import, in this process and its children
+
+import json
+import pickle
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import shardkit
+from shardkit.config import ConvertConfig
+from shardkit.pipeline import convert
+
+SIZE = (90, 120)
+
+
+@pytest.fixture(scope="module")
+def small(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """CamVid val scaled to 90x120 (fast to train on), npy with index labels."""
+    out = tmp_path_factory.mktemp("keras")
+    convert(ConvertConfig(camvid_root, out, format="npy", size=SIZE, resize="exact", splits=("val",),
+                          workers=2, quiet=True))
+    return out / "val"
+
+
+def keras_training_check(split: str) -> dict[str, Any]:
+    """Fit a 1x1 conv + softmax for one epoch; record which samples each trained epoch saw, check labels."""
+    import keras
+
+    from shardkit.read.keras import ShardkitPyDataset
+
+    core = shardkit.open(split, labels="float_onehot")
+    seen: dict[int, list[int]] = {}
+    lock = threading.Lock()
+
+    class Recording(ShardkitPyDataset):
+        def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+            x, y = super().__getitem__(index)
+            idx = self.batch_indices(int(index))
+            images, labels = core.batch(idx)
+            assert np.array_equal(y, labels), "labels must be bit-exact"
+            np.testing.assert_allclose(x, core.normalize(images), rtol=1e-6)
+            with lock:
+                seen.setdefault(self.epoch, []).extend(idx.tolist())
+            return x, y
+
+    data = Recording(split, 4, labels="float_onehot", workers=2, max_queue_size=3, seed=1)
+    model = keras.Sequential([keras.Input((*SIZE, 3)),
+                              keras.layers.Conv2D(core.num_classes, 1, activation="softmax")])
+    model.compile(optimizer="adam", loss="categorical_crossentropy")
+    history = model.fit(data, epochs=1, verbose=0)
+    epoch = data.epoch - 1  # Keras calls on_epoch_end after the epoch
+    return {"backend": keras.backend.backend(), "loss": [float(v) for v in history.history["loss"]],
+            "trained_epoch": sorted(seen.get(epoch, [])), "num_samples": len(core)}
+
+
+def _in_keras_process(check: str, split: Path) -> dict[str, Any]:
+    """Run the module function ``check`` here if keras can use the torch backend, else in a child."""
+    keras = sys.modules.get("keras")
+    if keras is None or keras.backend.backend() == "torch":
+        return globals()[check](str(split))
+    here = str(Path(__file__).parent)
+    code = (f"import sys; sys.path.insert(0, {here!r}); import json, test_read_keras as t; "
+            f"print(json.dumps(t.{check}({str(split)!r})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240,
+                         env={**os.environ, "KERAS_BACKEND": "torch", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_tiny_model_trains_one_epoch_on_every_sample_once(small: Path) -> None:
+    result = _in_keras_process("keras_training_check", small)
+    assert result["backend"] == "torch"
+    assert len(result["loss"]) == 1 and np.isfinite(result["loss"][0])
+    assert result["trained_epoch"] == list(range(result["num_samples"]))
+
+
+def pydataset_options_check(split: str) -> dict[str, Any]:
+    """Options reach PyDataset; uint8 / ids outputs; pickling; the epoch advances the order."""
+    from shardkit.read.keras import ShardkitPyDataset
+
+    data = ShardkitPyDataset(split, 8, workers=3, use_multiprocessing=True, max_queue_size=5, normalize=False,
+                             drop_last=True, rank=1, world_size=2)
+    assert (data.workers, data.use_multiprocessing, data.max_queue_size) == (3, True, 5)
+    assert len(data) == 1  # 13 samples per rank, one full batch of 8
+    x, y = data[0]
+    assert x.dtype == np.uint8 and x.shape == (8, *SIZE, 3) and y.shape == (8, *SIZE) and y.dtype == np.uint8
+    core = shardkit.open(split)
+    assert np.array_equal(y, core.batch(data.batch_indices(0))[1])
+    clone = pickle.loads(pickle.dumps(data))  # what a spawned worker pool receives
+    assert np.array_equal(clone[0][1], y)
+    first = data.batch_indices(0).tolist()
+    data.on_epoch_end()
+    assert data.epoch == 1 and data.batch_indices(0).tolist() != first
+    with pytest.raises(IndexError):
+        data[1]
+    return {"ok": True}
+
+
+def test_pydataset_options_and_outputs(small: Path) -> None:
+    assert _in_keras_process("pydataset_options_check", small) == {"ok": True}

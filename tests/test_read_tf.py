@@ -1,0 +1,122 @@
+"""tf.data on converted real data: TFRecord parsed by TensorFlow (batched before parsing), other formats
+through the core reader. TensorFlow is imported before anything here converts (the ``tfrecord``
+package must never share its process)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import shardkit
+from shardkit.config import ConvertConfig, ShardSize
+from shardkit.pipeline import convert
+
+CROP = (352, 480)
+
+
+@pytest.fixture(scope="module")
+def tf():
+    assert "tfrecord" not in sys.modules
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow
+
+    return tensorflow
+
+
+@pytest.fixture(scope="module")
+def splits(tf, camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """CamVid val: TFRecord (index labels), gzipped TFRecord (packed labels), npy; 7 samples per shard."""
+    out = tmp_path_factory.mktemp("tfdata")
+    variants = {"tfrecord": ("tfrecord", "index", "none"), "tfrecord-gz": ("tfrecord", "packed", "gzip"),
+                "npy": ("npy", "index", "none")}
+    for name, (fmt, enc, comp) in variants.items():
+        convert(ConvertConfig(camvid_root, out / name, format=fmt, size=CROP, splits=("val",), workers=2,
+                              quiet=True, label_encoding=enc, compression=comp,
+                              shard_size=ShardSize(samples=7)))
+    assert "tfrecord" not in sys.modules
+    return {name: out / name / "val" for name in variants}
+
+
+def _check_epochs(data, core, epochs: int = 2) -> list[list[int]]:
+    """Iterate ``epochs`` times; every sample once per pass, bit-exact against the core reader."""
+    index = {core.key(i): i for i in range(len(core))}
+    orders = []
+    for _ in range(epochs):
+        order = []
+        for images, labels, keys in data:
+            idx = np.array([index[k.decode()] for k in keys.numpy()])
+            want_images, want_labels = core.batch(idx)
+            assert images.dtype.name == "uint8" and np.array_equal(images.numpy(), want_images)
+            assert labels.dtype.as_numpy_dtype == want_labels.dtype
+            assert np.array_equal(labels.numpy(), want_labels)
+            order.extend(idx.tolist())
+        assert sorted(order) == list(range(len(core))), "every sample exactly once per pass"
+        orders.append(order)
+    return orders
+
+
+@pytest.mark.parametrize("name", ["tfrecord", "tfrecord-gz"])
+@pytest.mark.parametrize("labels", ["ids", "onehot", "float_onehot"])
+def test_tfrecord_pipeline_every_sample_once_bit_exact(tf, splits: dict[str, Path], name: str,
+                                                       labels: str) -> None:
+    import shardkit.tf
+
+    core = shardkit.open(splits["npy"], labels=labels)
+    data = shardkit.tf.dataset(splits[name], 4, labels=labels, with_keys=True, seed=2)
+    spec = data.element_spec
+    assert spec[0].shape.as_list() == [None, *CROP, 3]
+    assert spec[1].shape.as_list()[1:] == ([*CROP] if labels == "ids" else [*CROP, 12])
+    orders = _check_epochs(data, core)
+    assert orders[0] != orders[1]  # reshuffled each pass
+    assert "tfrecord" not in sys.modules
+
+
+def test_tfrecord_parses_whole_batches(tf, splits: dict[str, Path]) -> None:
+    """The parse runs once per batch: the graph maps batched serialized strings, not single records."""
+    from shardkit.read.tf import dataset
+
+    data = dataset(splits["tfrecord"], 8, shuffle=False, drop_last=True)
+    assert data.element_spec[0].shape.as_list() == [8, *CROP, 3]
+    core = shardkit.open(splits["tfrecord"])
+    images, labels = next(iter(data))
+    want_images, want_labels = core.batch(range(8))
+    assert np.array_equal(images.numpy(), want_images) and np.array_equal(labels.numpy(), want_labels)
+    assert sum(1 for _ in data) == 3  # 26 // 8, tail dropped
+
+
+def test_other_formats_go_through_the_core_reader(tf, splits: dict[str, Path]) -> None:
+    import shardkit.tf
+
+    core = shardkit.open(splits["npy"])
+    data = shardkit.tf.dataset(splits["npy"], 5, with_keys=True, seed=4)
+    orders = _check_epochs(data, core)
+    assert orders[0] != orders[1]  # each pass is the next epoch
+    first = [i for idx, _, _ in core.iter_batches(5, seed=4, epoch=0, with_indices=True) for i in idx]
+    assert orders[0] == first  # the same order as the core reader's epoch 0
+
+
+@pytest.mark.parametrize("name", ["tfrecord", "npy"])
+def test_two_ranks_get_equal_disjoint_shares(tf, splits: dict[str, Path], name: str) -> None:
+    import shardkit.tf
+
+    core = shardkit.open(splits["npy"])
+    index = {core.key(i): i for i in range(len(core))}
+    shares = []
+    for rank in range(2):
+        data = shardkit.tf.dataset(splits[name], 4, rank=rank, world_size=2, seed=8, epoch=3, with_keys=True)
+        shares.append([index[k.decode()] for _, _, keys in data for k in keys.numpy()])
+    assert len(shares[0]) == len(shares[1]) == 13
+    assert not set(shares[0]) & set(shares[1]) and set(shares[0]) | set(shares[1]) == set(range(26))
+
+
+def test_normalize(tf, splits: dict[str, Path]) -> None:
+    import shardkit.tf
+
+    core = shardkit.open(splits["tfrecord"])
+    images, _ = next(iter(shardkit.tf.dataset(splits["tfrecord"], 3, shuffle=False, normalize=True)))
+    assert images.dtype == tf.float32
+    np.testing.assert_allclose(images.numpy(), core.normalize(core.batch([0, 1, 2])[0]), rtol=1e-5, atol=1e-5)

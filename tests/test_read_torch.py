@@ -1,0 +1,146 @@
+"""PyTorch adapters on converted real data: DataLoader workers (fork, spawn), layouts, the prefetcher."""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import shardkit
+from shardkit.config import ConvertConfig, ShardSize
+from shardkit.errors import ConfigError
+from shardkit.pipeline import convert
+from shardkit.read.dataset import Dataset
+
+torch = pytest.importorskip("torch")
+from torch.utils.data import DataLoader  # noqa: E402
+
+from shardkit.read.torch import CudaPrefetcher, ShardkitTorchDataset, make_loader  # noqa: E402
+
+CROP = (352, 480)
+
+
+@pytest.fixture(scope="module")
+def splits(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """CamVid val as LMDB (ids) and HDF5 (packed one-hot), 7 samples per shard."""
+    out = tmp_path_factory.mktemp("torch")
+    for fmt, enc in (("lmdb", "index"), ("hdf5", "packed")):
+        convert(ConvertConfig(camvid_root, out / fmt, format=fmt, size=CROP, splits=("val",), workers=2,
+                              quiet=True, label_encoding=enc, shard_size=ShardSize(samples=7)))
+    return {"lmdb": out / "lmdb" / "val", "hdf5": out / "hdf5" / "val"}
+
+
+def _epochs(loader: DataLoader, core: Dataset, epochs: int, layout: str) -> list[list[int]]:
+    """Run ``epochs`` passes; check each sample against the core reader; return the order of each pass."""
+    orders = []
+    for _ in range(epochs):
+        order: list[int] = []
+        for images, labels, idx in loader:
+            want_images, want_labels = core.batch(idx.numpy())
+            got = images.permute(0, 2, 3, 1) if layout == "NCHW" else images
+            assert got.dtype == torch.uint8 and np.array_equal(got.numpy(), want_images)
+            assert np.array_equal(labels.numpy(), want_labels)  # bit-exact
+            order.extend(idx.tolist())
+        assert sorted(order) == list(range(len(core))), "every sample exactly once per epoch"
+        orders.append(order)
+    return orders
+
+
+def test_batch_loader_fork_two_persistent_workers(splits: dict[str, Path]) -> None:
+    core = shardkit.open(splits["lmdb"])
+    core.batch(range(len(core)))  # the parent holds the LMDB environments open before forking
+    loader = make_loader(splits["lmdb"], 4, num_workers=2, multiprocessing_context="fork", with_indices=True)
+    assert loader.persistent_workers and loader.batch_size is None
+    first, second = _epochs(loader, core, 1, "NCHW")[0], None
+    pids = [w.pid for w in loader._iterator._workers]
+    second = _epochs(loader, core, 1, "NCHW")[0]
+    assert [w.pid for w in loader._iterator._workers] == pids  # the same workers served both epochs
+    assert first != second  # the epoch advanced by itself
+
+
+def test_batch_loader_spawn_two_workers(splits: dict[str, Path]) -> None:
+    core = shardkit.open(splits["hdf5"])
+    loader = make_loader(splits["hdf5"], 5, num_workers=2, multiprocessing_context="spawn", with_indices=True,
+                         layout="NHWC", seed=11)
+    orders = _epochs(loader, core, 2, "NHWC")
+    assert orders[0] != orders[1]
+
+
+def test_map_style_dataset_with_default_collate(splits: dict[str, Path]) -> None:
+    core = shardkit.open(splits["lmdb"])
+    ds = ShardkitTorchDataset(splits["lmdb"], layout="NHWC", with_indices=True)
+    loader = DataLoader(ds, batch_size=5, shuffle=True, num_workers=2, multiprocessing_context="fork",
+                        persistent_workers=True)
+    _epochs(loader, core, 2, "NHWC")
+
+
+def test_layouts_and_label_outputs(splits: dict[str, Path]) -> None:
+    core = shardkit.open(splits["hdf5"], labels="onehot")
+    nchw = ShardkitTorchDataset(splits["hdf5"], labels="onehot")
+    nhwc = ShardkitTorchDataset(splits["hdf5"], labels="onehot", layout="NHWC")
+    image, label = nchw[3]
+    assert image.shape == (3, *CROP) and label.shape == (12, *CROP)
+    assert np.array_equal(image.permute(1, 2, 0).numpy(), core[3][0])
+    assert np.array_equal(label.permute(1, 2, 0).numpy(), core[3][1])
+    images, labels = nchw[[1, 2, 9]]
+    assert images.shape == (3, 3, *CROP) and labels.shape == (3, 12, *CROP)
+    assert images.is_contiguous(memory_format=torch.channels_last)  # a zero-copy view of HWC storage
+    images, labels = nhwc[torch.tensor([1, 2, 9])]
+    assert images.shape == (3, *CROP, 3) and labels.shape == (3, *CROP, 12)
+    assert np.array_equal(labels.numpy(), core.batch([1, 2, 9])[1])
+    with pytest.raises(ConfigError):
+        ShardkitTorchDataset(splits["hdf5"], layout="CHW")
+    clone = pickle.loads(pickle.dumps(nchw))  # what spawn does: no open handle travels
+    assert clone.dataset.readers[0]._file is None and torch.equal(clone[3][1], label)
+
+
+def test_two_ranks_get_equal_disjoint_batches(splits: dict[str, Path]) -> None:
+    loaders = [make_loader(splits["lmdb"], 4, rank=r, world_size=2, with_indices=True, pin_memory=False)
+               for r in range(2)]
+    assert len(loaders[0]) == len(loaders[1]) == 4
+    shares = [[i for _, _, idx in loader for i in idx.tolist()] for loader in loaders]
+    assert len(shares[0]) == len(shares[1]) == 13 and not set(shares[0]) & set(shares[1])
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_prefetcher_cpu_path_normalises_and_expands_like_numpy(splits: dict[str, Path], layout: str) -> None:
+    core = shardkit.open(splits["lmdb"])
+    loader = make_loader(splits["lmdb"], 4, shuffle=False, layout=layout, with_indices=True, pin_memory=False)
+    mean, std = core.mean, core.std
+    for labels in ("float_onehot", "ids", "onehot"):
+        prefetcher = CudaPrefetcher(loader, device="cpu", labels=labels)
+        if not torch.cuda.is_available():
+            assert CudaPrefetcher(loader).device.type == "cpu"
+        assert len(prefetcher) == len(loader) == 7
+        seen = 0
+        for x, y, idx in itertools.islice(prefetcher, None if labels == "ids" else 2):
+            images, ids = core.batch(idx.numpy())
+            want_x = (images.astype(np.float32) - mean) / std
+            if labels == "ids":
+                want_y = ids.astype(np.int64)
+            else:
+                dtype = np.float32 if labels == "float_onehot" else np.uint8
+                want_y = (ids[..., None] == np.arange(12)).astype(dtype)
+            if layout == "NCHW":
+                want_x = want_x.transpose(0, 3, 1, 2)
+                want_y = want_y.transpose(0, 3, 1, 2) if want_y.ndim == 4 else want_y
+                assert x.is_contiguous()
+            assert x.dtype == torch.float32 and x.shape == want_x.shape
+            np.testing.assert_allclose(x.numpy(), want_x, rtol=1e-5, atol=1e-5)
+            assert y.dtype == torch.from_numpy(want_y).dtype and np.array_equal(y.numpy(), want_y)
+            seen += len(idx)
+        assert seen == (26 if labels == "ids" else 8)
+
+
+def test_prefetcher_refuses_what_it_cannot_do(splits: dict[str, Path]) -> None:
+    loader = make_loader(splits["hdf5"], 4, labels="onehot", pin_memory=False)
+    with pytest.raises(ConfigError, match="labels='ids'"):
+        CudaPrefetcher(loader, device="cpu", labels="onehot")
+    with pytest.raises(ConfigError, match="mean"):
+        CudaPrefetcher([], device="cpu")
+    raw = CudaPrefetcher(loader, device="cpu", labels=None, normalize=False)
+    x, y = next(iter(raw))
+    assert x.dtype == torch.uint8 and y.shape == (4, 12, *CROP)

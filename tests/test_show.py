@@ -1,0 +1,102 @@
+"""Pictures: ``shardkit show`` (image | coloured label | overlay + legend) and ``shardkit info --plot``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import shardkit
+from shardkit.cli import main
+from shardkit.config import ConvertConfig
+from shardkit.pipeline import convert
+from shardkit.show import colourize, ignore_colour, palette, render_class_chart, render_sample
+
+CROP = (352, 480)
+
+
+@pytest.fixture(scope="module")
+def camvid(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("show")
+    convert(ConvertConfig(camvid_root, out, format="npy", size=CROP, splits=("val",), workers=2, quiet=True))
+    return out / "val"
+
+
+def _read_rgb(path: Path) -> np.ndarray:
+    bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    assert bgr is not None, f"{path} is not a readable picture"
+    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+
+
+def test_show_cli_draws_image_label_overlay_and_legend(camvid: Path, tmp_path: Path) -> None:
+    out = tmp_path / "sample.png"
+    result = CliRunner().invoke(main, ["show", str(camvid), "--index", "5", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    picture = _read_rgb(out)
+    ds = shardkit.open(camvid)
+    image, ids = ds[5]
+    h, w = CROP
+    gap, top = 10, 54  # layout of render_sample with a title line
+    assert picture.shape[1] == 3 * w + 4 * gap and picture.shape[0] > top + h + 40  # room for the legend
+    assert np.array_equal(picture[top:top + h, gap:gap + w], image)  # the image, untouched
+    colours = np.array(ds.class_colours, np.uint8)
+    label_panel = picture[top:top + h, 2 * gap + w:2 * gap + 2 * w]
+    assert np.array_equal(label_panel, colours[ids])  # the label in class colours
+    overlay = picture[top:top + h, 3 * gap + 2 * w:3 * gap + 3 * w].astype(int)
+    assert np.abs(overlay - (image.astype(int) + colours[ids]) / 2).max() <= 1
+    legend = picture[top + h:]
+    assert (legend != 255).any(axis=2).mean() > 0.01  # text and swatches were drawn
+
+
+def test_show_variable_size_sample_is_enlarged(rgb_masks_root: Path, tmp_path: Path) -> None:
+    convert(ConvertConfig(rgb_masks_root, tmp_path / "o", format="lmdb", splits=("val",), workers=1,
+                          quiet=True, unknown_as=255, ignore_index=255, label_encoding="packed"))
+    out = tmp_path / "s.png"
+    result = CliRunner().invoke(main, ["show", str(tmp_path / "o" / "val"), "-i", "-1", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    picture = _read_rgb(out)
+    assert picture.shape[1] >= 3 * 360  # small images are scaled up so the legend text fits
+
+
+def test_show_cli_errors(camvid: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    bad = runner.invoke(main, ["show", str(camvid), "--index", "26", "-o", str(tmp_path / "x.png")])
+    assert bad.exit_code == 2 and "out of range" in bad.output
+    missing = runner.invoke(main, ["show", str(camvid), "-o", str(tmp_path / "no" / "x.png")])
+    assert missing.exit_code == 1 and "does not exist" in missing.output
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_info_plot_draws_the_class_chart(camvid: Path, tmp_path: Path) -> None:
+    out = tmp_path / "classes.png"
+    result = CliRunner().invoke(main, ["info", str(camvid), "--plot", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "26 samples" in result.output and "Road" in result.output
+    chart = _read_rgb(out)
+    assert chart.shape[0] > 12 * 20 and chart.shape[1] > 400
+    # the longest bar is Road's (the largest share), drawn in Road's colour
+    road = np.all(chart == (128, 64, 128), axis=2).sum()
+    pole = np.all(chart == (192, 192, 128), axis=2).sum()
+    assert road > 20 * pole > 0
+
+
+def test_palette_is_deterministic_and_keeps_given_colours() -> None:
+    a = palette(40, [(1, 2, 3), None])
+    assert np.array_equal(a, palette(40, [(1, 2, 3), None])) and tuple(a[0]) == (1, 2, 3)
+    assert len({tuple(c) for c in a}) == 40  # distinct colours for classes without one
+    assert ignore_colour(np.array([[1, 1, 1], [100, 100, 32]], np.uint8)) == (255, 255, 255)
+    ids = np.array([[0, 1], [255, 1]], np.uint8)
+    assert colourize(ids, a[:2], (9, 9, 9))[1, 0].tolist() == [9, 9, 9]
+
+
+def test_render_functions_without_colours() -> None:
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 255, (40, 50, 3), dtype=np.uint8)
+    ids = rng.integers(0, 3, (40, 50), dtype=np.uint8)
+    pic = render_sample(image, ids, ["a", "b", "c"], alpha=0.3)
+    assert pic.dtype == np.uint8 and pic.ndim == 3 and pic.shape[1] >= 3 * 360
+    chart = render_class_chart(["a", "b"], [0.25, 0.75])
+    assert chart.dtype == np.uint8 and chart.shape[2] == 3
