@@ -59,7 +59,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import types
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
@@ -104,7 +103,7 @@ def source_pairs(data: Path) -> list[tuple[Path, Path]]:
 
 
 def replicated_source(pairs: list[tuple[Path, Path]], root: Path, times: int) -> list[tuple[str, str]]:
-    """A SegNet-layout folder ``root`` (one split, ``train``) of symlinks ``r{k}_{name}``: the data ``times`` over."""
+    """A SegNet-layout folder ``root`` (split ``train``) of symlinks ``r{k}_{name}``, ``times`` × data."""
     (root / "train").mkdir(parents=True)
     (root / "trainannot").mkdir()
     out = []
@@ -248,14 +247,18 @@ def _litdata_sample(pair: tuple[str, str]) -> dict[str, np.ndarray]:
     return {"image": image, "label": label}
 
 
-def litdata_write_pass(pairs: list[tuple[str, str]], out: Path, procs: int, shard_size: int) -> Callable[[], int]:
+def litdata_write_pass(pairs: list[tuple[str, str]], out: Path, procs: int,
+                       shard_size: int) -> Callable[[], int]:
     import litdata
 
     def run() -> int:
         shutil.rmtree(out, ignore_errors=True)
         with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+            # fork like the other writers' pools (LitData's default, spawn, re-imports everything per run)
             litdata.optimize(fn=_litdata_sample, inputs=pairs, output_dir=str(out), num_workers=procs,
-                             chunk_size=shard_size, mode="overwrite", verbose=False)
+                             chunk_size=shard_size, mode="overwrite", verbose=False, start_method="fork")
+        # optimize() sets the global start method (force=True): give DataLoaders their default back
+        mp.set_start_method("fork", force=True)
         return len(pairs)
 
     return run
@@ -264,7 +267,8 @@ def litdata_write_pass(pairs: list[tuple[str, str]], out: Path, procs: int, shar
 # ------------------------------------------------------------------------------------- readers
 
 
-def _loop(make_iter: Callable[[], Iterable[Any]], limit: int, count: Callable[[Any], int]) -> Callable[[], int]:
+def _loop(make_iter: Callable[[], Iterable[Any]], limit: int,
+          count: Callable[[Any], int]) -> Callable[[], int]:
     """Iterate epochs of a peer's reader until ``limit`` samples (touching each sample's arrays)."""
 
     def run() -> int:
@@ -373,7 +377,8 @@ def _stub_torchvision() -> None:
         raise RuntimeError("torchvision is a stand-in inside bench_peers.py")
 
     tv, datasets = module("torchvision", True), module("torchvision.datasets")
-    transforms, functional = module("torchvision.transforms", True), module("torchvision.transforms.functional")
+    transforms = module("torchvision.transforms", True)
+    functional = module("torchvision.transforms.functional")
     datasets.VisionDataset = datasets.CIFAR10 = VisionDataset  # type: ignore[attr-defined]
     functional.to_tensor = to_tensor  # type: ignore[attr-defined]
     tv.datasets, tv.transforms, transforms.functional = datasets, transforms, functional  # type: ignore[attr-defined]
@@ -394,7 +399,8 @@ def import_peers() -> tuple[dict[str, str], list[str]]:
         versions["MosaicML Streaming"] = streaming.__version__
     except Exception as exc:
         if "torchvision" not in repr(exc) and "nms" not in repr(exc):
-            notes.append(f"MosaicML Streaming skipped: `import streaming` failed ({type(exc).__name__}: {exc})")
+            notes.append(f"MosaicML Streaming skipped: `import streaming` failed "
+                         f"({type(exc).__name__}: {exc})")
         else:
             for name in [m for m in sys.modules if m.split(".")[0] in ("streaming", "torchvision")]:
                 del sys.modules[name]
@@ -404,7 +410,7 @@ def import_peers() -> tuple[dict[str, str], list[str]]:
 
                 versions["MosaicML Streaming"] = streaming.__version__
                 notes.append("MosaicML Streaming: no loadable torchvision (PyPI has only CUDA builds), so a "
-                             "stand-in module was used; only streaming.vision imports it, and it is unused here")
+                             "stand-in module was used; only streaming.vision imports it, unused here")
             except Exception as exc2:
                 notes.append(f"MosaicML Streaming skipped: `import streaming` failed ({type(exc2).__name__}: "
                              f"{exc2})")
@@ -415,7 +421,7 @@ def import_peers() -> tuple[dict[str, str], list[str]]:
 
 
 def peak_rss(cmd: list[str]) -> dict[str, float]:
-    """Run ``cmd`` in a fresh wrapper; → peak MB of its largest process (getrusage) and of its tree (sampled)."""
+    """Run ``cmd`` in a fresh wrapper → peak MB of its largest process (getrusage), of its tree (sampled)."""
     import psutil
 
     wrapper = ("import resource, subprocess, sys\n"
@@ -430,7 +436,7 @@ def peak_rss(cmd: list[str]) -> dict[str, float]:
         while not done.is_set():
             try:
                 total = 0
-                for p in root.children(recursive=True):  # the convert process and its workers, not the wrapper
+                for p in root.children(recursive=True):  # the convert process and its workers
                     with contextlib.suppress(psutil.Error):
                         total += p.memory_info().rss
                 tree_peak[0] = max(tree_peak[0], total)
@@ -492,7 +498,10 @@ def render(res: dict[str, Any]) -> str:
         f"{H}×{W} uint8 RGB image + uint8 class ids, warm page cache, median of {res['repeats']} "
         f"(after 1 warm-up pass)",
         f"machine: {res['machine']['nproc']} CPUs (nproc), {res['machine']['cpu']}, "
-        f"{res['machine']['mem_gib']} GiB RAM, Python {res['machine']['python']}, torch {res['machine']['torch']}",
+        f"{res['machine']['mem_gib']} GiB RAM, Python {res['machine']['python']}, "
+        f"torch {res['machine']['torch']}",
+        f"load average (1 min) at start / end: {res['load'][0]:.2f} / {res['load'][1]:.2f} "
+        f"(anything else running skews absolute figures; ratios suffer less)",
         f"peers: {', '.join(f'{k} {v}' for k, v in res['peers'].items()) or 'none installed'}",
         f"command: {res['command']}",
         "",
@@ -531,14 +540,16 @@ def render(res: dict[str, Any]) -> str:
                 parts.append(f"{100 * m.samples_per_s / mmap_lim.samples_per_s:.0f}% mmap limit")
         lines.append(f"{m.name:<66} {m.samples_per_s:10.0f} {m.mb_per_s:7.0f}  {' · '.join(parts)}")
     if res.get("rss"):
-        lines += [rule, "MEMORY: peak RSS of a `shardkit convert` subprocess (npy, 2 workers, same --shard-size)",
-                  rule]
+        lines += [rule, "MEMORY: peak RSS of a `shardkit convert` subprocess (npy, 2 workers, same "
+                  "--shard-size)", rule]
         rss = res["rss"]
         for r in rss:
             lines.append(f"{r['label']:<66} largest process {r['max_process_mb']:6.0f} MB · "
                          f"process tree {r['tree_mb']:6.0f} MB")
         if len(rss) == 2:
-            lines.append(f"{'ratio, ' + rss[1]['label'].split(' (')[0] + ' / 1× data':<66} largest process {rss[1]['max_process_mb'] / rss[0]['max_process_mb']:.2f}× · "
+            label = "ratio, " + rss[1]["label"].split(" (")[0] + " / 1× data"
+            lines.append(f"{label:<66} largest process "
+                         f"{rss[1]['max_process_mb'] / rss[0]['max_process_mb']:.2f}× · "
                          f"process tree {rss[1]['tree_mb'] / rss[0]['tree_mb']:.2f}×")
     lines.append(rule)
     lines += [f"note: {n}" for n in res["notes"]]
@@ -577,8 +588,10 @@ def main(argv: list[str] | None = None) -> int:
     for n in notes:
         log.warning("%s", n)
     work = Path(tempfile.mkdtemp(prefix="bench-peers-", dir=args.workdir))
+    load = os.getloadavg()[0]
     try:
         res = run(args, work, versions, notes, command)
+        res["load"] = [load, os.getloadavg()[0]]
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -624,7 +637,8 @@ def run(args: argparse.Namespace, work: Path, versions: dict[str, str], notes: l
             notes.append(f"{name}: failed ({type(exc).__name__}: {str(exc)[:200]})")
             log.warning("%s failed: %r", name, exc)
 
-    log.info("%d samples (%d pairs × %d), %d per shard, in %s", n, len(base), args.replicate, shard_size, work)
+    log.info("%d samples (%d pairs × %d), %d per shard, in %s", n, len(base), args.replicate, shard_size,
+             work)
     # ---- write
     write("pure decode (cv2.imread ×2 + crop), 1 process", decode_pass(pairs, 1), "decode")
     write("pure decode (cv2.imread ×2 + crop), 2 processes", decode_pass(pairs, 2), "decode")
@@ -635,7 +649,8 @@ def run(args: argparse.Namespace, work: Path, versions: dict[str, str], notes: l
     write("shardkit convert npy, 2 workers, CLI subprocess (with start-up)",
           shardkit_cli_pass(src, out / "npy-cli", "npy", 2, shard_size), "shardkit-cli")
     peer_writers = [("WebDataset", "WebDataset ShardWriter, 2 processes", wds_write_pass, "wds"),
-                    ("MosaicML Streaming", "MosaicML MDSWriter, 2 processes + merge_index", mds_write_pass, "mds"),
+                    ("MosaicML Streaming", "MosaicML MDSWriter, 2 processes + merge_index", mds_write_pass,
+                     "mds"),
                     ("LitData", "LitData optimize, 2 workers", litdata_write_pass, "litdata")]
     for peer, name, make, folder in peer_writers:
         if peer in versions:
@@ -647,8 +662,8 @@ def run(args: argparse.Namespace, work: Path, versions: dict[str, str], notes: l
     npy_ds = shardkit.open(out / "npy" / "train")
     files = [out / "npy" / "train" / f.name for s in npy_ds.manifest.shards for f in s.files]
     read("limit: memcpy (RAM → RAM)", memcpy_limit(SAMPLE_BYTES, bs, limit), "limit")
-    read("limit: copy out of mmap'd shards, random", mmap_copy_limit(files, SAMPLE_BYTES, bs, limit, args.seed),
-         "limit")
+    read("limit: copy out of mmap'd shards, random",
+         mmap_copy_limit(files, SAMPLE_BYTES, bs, limit, args.seed), "limit")
     for fmt in ("npy", "lmdb", "hdf5", "tfrecord"):
         ds = shardkit.open(out / fmt / "train")
         read(f"shardkit {fmt} batched (ds.batch, sorted random batches of {bs})",
@@ -657,8 +672,8 @@ def run(args: argparse.Namespace, work: Path, versions: dict[str, str], notes: l
     read("shardkit npy float one-hot (host), random", reader_pass(onehot, bs, limit, True, args.seed),
          "shardkit", H * W * 3 + H * W * onehot.num_classes * 4)
     for w in (0, 2):
-        read(f"shardkit torch make_loader, {w} workers", torch_pass(out / "npy" / "train", bs, limit, w, args.seed),
-             "shardkit")
+        read(f"shardkit torch make_loader, {w} workers",
+             torch_pass(out / "npy" / "train", bs, limit, w, args.seed), "shardkit")
     peer_readers = [("WebDataset", wds_readers, "wds"), ("MosaicML Streaming", mds_readers, "mds"),
                     ("LitData", litdata_readers, "litdata")]
     for peer, make, folder in peer_readers:
@@ -678,23 +693,24 @@ def run(args: argparse.Namespace, work: Path, versions: dict[str, str], notes: l
     for times in (1, args.rss_scale):
         root = work / f"rss{times}"
         replicated_source(base, root, times)
-        cmd = [sys.executable, "-m", "shardkit", "convert", str(root), str(work / f"rss{times}-out"), "--size",
-               f"{H}x{W}", "--layout", "segnet", "--workers", "2", "--shard-size", str(shard_size), "--force",
-               "-q"]
+        cmd = [sys.executable, "-m", "shardkit", "convert", str(root), str(work / f"rss{times}-out"),
+               "--size", f"{H}x{W}", "--layout", "segnet", "--workers", "2", "--shard-size", str(shard_size),
+               "--force", "-q"]
         log.info("peak memory: converting %d samples", times * len(base))
         r = peak_rss(cmd)
         r["label"] = f"{times}× data ({times * len(base)} samples)"
         r["samples"] = times * len(base)
         rss.append(r)
         shutil.rmtree(work / f"rss{times}-out", ignore_errors=True)
-    notes.append("plain-loop peer readers yield per-sample arrays that are not stacked into a batch; shardkit's "
-                 "batched reader copies every sample into the batch buffer (this favours the peers)")
+    notes.append("plain-loop peer readers yield per-sample arrays that are not stacked into a batch; "
+                 "shardkit's batched reader copies every sample into the batch buffer (favours the peers)")
     notes.append("convert figures include worker start-up; shardkit's in-process runs reuse joblib's loky "
                  "workers after the warm-up pass, the peers' fork a fresh pool per run (fork is cheap); the "
                  "CLI row includes interpreter start-up and imports")
-    return {"samples": n, "pairs": len(base), "replicate": args.replicate, "repeats": reps, "shard_size": shard_size,
-            "batch_size": bs, "machine": machine(), "peers": versions, "command": command, "writes": writes,
-            "reads": reads, "rss": rss, "notes": notes, "statistics": "median"}
+    return {"samples": n, "pairs": len(base), "replicate": args.replicate, "repeats": reps,
+            "shard_size": shard_size, "batch_size": bs, "machine": machine(), "peers": versions,
+            "command": command, "writes": writes, "reads": reads, "rss": rss, "notes": notes,
+            "statistics": "median"}
 
 
 if __name__ == "__main__":

@@ -227,3 +227,17 @@ def test_imports_no_framework(splits: dict[str, Path]) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("fmt", list(VARIANTS))
+@pytest.mark.parametrize("labels", ["onehot", "float_onehot"])
+def test_channels_first_one_hot_equals_moved_channels_last(splits: dict[str, Path], truth: tuple, fmt: str,
+                                                          labels: str) -> None:
+    _, ids = truth
+    ds = shardkit.open(splits[fmt], labels=labels, label_layout="channels_first")
+    want = np.moveaxis(encode_label(ids, "onehot", 12), -1, -3).astype(ds.label_dtype)
+    order = np.array([25, 3, 0, 14, 7])
+    _, got = ds.batch(order)
+    assert got.shape == (5, 12, *CROP) and got.flags.c_contiguous
+    assert np.array_equal(got, want[order])
+    assert np.array_equal(ds[9][1], want[9])

@@ -64,7 +64,9 @@ class ShardkitTorchDataset(torch.utils.data.Dataset):
                  verify: bool = False, with_indices: bool = False, buffers: int = 0) -> None:
         if layout not in LAYOUTS:
             raise ConfigError(f"layout={layout!r} is not one of {', '.join(LAYOUTS)}")
-        self.dataset = path if isinstance(path, Dataset) else Dataset(path, labels=labels, verify=verify)
+        label_layout = "channels_first" if layout == "NCHW" else "channels_last"
+        self.dataset = (path if isinstance(path, Dataset)
+                        else Dataset(path, labels=labels, verify=verify, label_layout=label_layout))
         self.layout = layout
         self.with_indices = with_indices
         self.buffers = buffers
@@ -82,7 +84,7 @@ class ShardkitTorchDataset(torch.utils.data.Dataset):
         """Channels-last storage → the requested layout (a view, no copy)."""
         if self.layout == "NCHW":
             images = images.movedim(-1, -3)
-            if labels.ndim == images.ndim:  # one-hot / stored channels: (…, H, W, C) → (…, C, H, W)
+            if labels.ndim == images.ndim and not self.dataset.channels_first:  # (…, H, W, C) → (…, C, H, W)
                 labels = labels.movedim(-1, -3)
         return images, labels
 
