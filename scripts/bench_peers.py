@@ -131,9 +131,12 @@ def decode(pair: tuple[str, str]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _init_worker() -> None:
+    """One OpenCV thread per process, as shardkit's workers do. Set in the parent at start-up (main):
+    calling setNumThreads in a forked child after the parent's OpenCV pool ran deadlocks it."""
     import cv2
 
-    cv2.setNumThreads(1)  # one process per core already (shardkit's workers do the same)
+    if cv2.getNumThreads() != 1:
+        cv2.setNumThreads(1)
 
 
 def _halves(items: list[Any], parts: int) -> list[list[Any]]:
@@ -584,6 +587,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(name).setLevel(logging.ERROR)
     command = shlex.join([Path(sys.executable).name, *sys.argv]) if argv is None else shlex.join(argv)
 
+    _init_worker()  # before any OpenCV call and any fork (see _init_worker)
     versions, notes = import_peers()
     for n in notes:
         log.warning("%s", n)

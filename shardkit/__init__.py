@@ -25,7 +25,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'shardkit' has no attribute {name!r}")
 
 
-def open(path: Any, **kwargs: Any) -> Dataset:  # noqa: A001 - the public name is shardkit.open
+def open(path: Any, **kwargs: Any) -> Dataset:
     """Open a converted split folder (``out/train``) as a random-access :class:`Dataset`."""
     from .read.dataset import Dataset
 

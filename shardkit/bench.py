@@ -174,6 +174,7 @@ def run_bench(path: Path, *, against: bool = True, batch_size: int = 32, samples
 
     ds = shardkit.open(path)
     ds_onehot = shardkit.open(path, labels="float_onehot")
+    ds_onehot_cf = shardkit.open(path, labels="float_onehot", label_layout="channels_first")
     if ds.spec.size is None:
         raise ConfigError("bench needs fixed-size samples", fix="convert with --size HxW")
     h, w = ds.spec.size
@@ -189,8 +190,10 @@ def run_bench(path: Path, *, against: bool = True, batch_size: int = 32, samples
                  repeats, sample_bytes),
         _measure(f"shardkit {ds.format} batched, shuffled", reader_pass(ds, batch_size, limit, True, seed),
                  repeats, sample_bytes),
-        _measure(f"shardkit {ds.format} float one-hot, shuffled", reader_pass(ds_onehot, batch_size, limit, True,
-                                                                               seed), repeats, onehot_bytes),
+        _measure(f"shardkit {ds.format} float one-hot NHWC, shuffled",
+                 reader_pass(ds_onehot, batch_size, limit, True, seed), repeats, onehot_bytes),
+        _measure(f"shardkit {ds.format} float one-hot NCHW, shuffled",
+                 reader_pass(ds_onehot_cf, batch_size, limit, True, seed), repeats, onehot_bytes),
     ]
     try:
         import torch  # noqa: F401

@@ -95,7 +95,8 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
 @click.option("--resize", type=click.Choice(["none", "exact", "shorter"]), default="none", show_default=True,
               help="none: no scaling; exact: scale to --size; shorter: scale keeping aspect so --size is covered.")
 @click.option("--crop", type=click.Choice(["center", "none"]), default="center", show_default=True,
-              help="center: crop or pad to --size (TF resize_image_with_crop_or_pad); none: shape set by --resize only.")
+              help="center: crop or pad to --size (TF resize_image_with_crop_or_pad); "
+                   "none: shape set by --resize only.")
 @click.option("--label-encoding", type=click.Choice(["index", "onehot", "packed"]), default="index",
               show_default=True, help="Stored labels: class ids, one-hot uint8, or bit-packed one-hot.")
 @click.option("--layout", type=click.Choice(["auto", "segnet", "listfile", "class_dict", "cityscapes", "voc",
@@ -117,7 +118,8 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
               help="Samples per shard (500) or bytes per shard (256MB).")
 @click.option("--compression", type=click.Choice(["none", "lzf", "gzip"]), default="none", show_default=True,
               help="HDF5: lzf/gzip; TFRecord: gzip.")
-@click.option("--workers", type=click.IntRange(0), default=0, show_default=True, help="Worker processes; 0 = all cores.")
+@click.option("--workers", type=click.IntRange(0), default=0, show_default=True,
+              help="Worker processes; 0 = all cores.")
 @click.option("--backend", type=click.Choice(["local", "dask"]), default="local", show_default=True,
               help="local: a process pool on this machine; dask: the same shard tasks on a Dask cluster.")
 @click.option("--scheduler", metavar="ADDRESS", help="Dask scheduler, e.g. tcp://host:8786 (default: a local cluster).")
@@ -135,8 +137,8 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
             label_encoding: str, layout: str, label_suffix: str | None, class_dict: Path | None,
             palette: Path | None, num_classes: int | None, ignore_index: int | None, colour_tolerance: int,
             unknown_as: int | None, cityscapes_train_ids: bool, splits: tuple[str, ...], shard_size: ShardSize,
-            compression: str, workers: int, backend: str, scheduler: str | None, on_error: str, strict: bool, dry_run: bool, force: bool, quiet: bool,
-            verbose: bool, log_format: str) -> None:
+            compression: str, workers: int, backend: str, scheduler: str | None, on_error: str, strict: bool,
+            dry_run: bool, force: bool, quiet: bool, verbose: bool, log_format: str) -> None:
     """Convert the dataset in INPUT_DIR into shards in OUTPUT_DIR/<split>/ with a manifest.json each."""
     setup_logging(quiet=quiet, verbose=verbose, json_lines=log_format == "json")
     from .pipeline import convert as run
@@ -146,7 +148,8 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
         label_encoding=label_encoding, layout=layout, label_suffix=label_suffix, class_dict=class_dict,
         palette=palette, num_classes=num_classes, ignore_index=ignore_index, colour_tolerance=colour_tolerance,
         unknown_as=unknown_as, cityscapes_train_ids=cityscapes_train_ids, splits=splits, shard_size=shard_size,
-        compression=compression, workers=workers, backend=backend, scheduler=scheduler, on_error=on_error, strict=strict, dry_run=dry_run, force=force, quiet=quiet,
+        compression=compression, workers=workers, backend=backend, scheduler=scheduler, on_error=on_error,
+        strict=strict, dry_run=dry_run, force=force, quiet=quiet,
     )
     summary = run(cfg)
     if dry_run:

@@ -28,7 +28,8 @@ def _stat(path: Path) -> tuple[int, int]:
     try:
         st = path.stat()
     except FileNotFoundError:
-        raise InputNotFoundError("file vanished while converting", path=path, fix="re-run when the input is stable") from None
+        raise InputNotFoundError("file vanished while converting", path=path,
+                                 fix="re-run when the input is stable") from None
     return st.st_size, st.st_mtime_ns
 
 

@@ -101,7 +101,8 @@ class Manifest:
     def from_json(cls, d: dict[str, Any], *, origin: Path | None = None) -> Manifest:
         where = origin or Path(MANIFEST_NAME)
         if not isinstance(d, dict) or d.get("schema") != SCHEMA_ID:
-            raise ShardFormatError("not a shardkit manifest", path=where, fix="point at a folder written by shardkit convert")
+            raise ShardFormatError("not a shardkit manifest", path=where,
+                                   fix="point at a folder written by shardkit convert")
         version = d.get("manifest_version")
         if version != MANIFEST_VERSION:
             raise ShardFormatError(
@@ -127,7 +128,8 @@ class Manifest:
                 tool_version=str(d.get("tool", {}).get("version", "")),
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise ShardFormatError(f"manifest is malformed ({exc!r})", path=where, fix="re-convert this split") from None
+            raise ShardFormatError(f"manifest is malformed ({exc!r})", path=where,
+                                   fix="re-convert this split") from None
         manifest.check_consistency(where)
         return manifest
 

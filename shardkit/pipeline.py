@@ -20,8 +20,8 @@ from . import __version__
 from .config import ConvertConfig
 from .discover import Discovery, discover
 from .errors import OutputError
-from .formats.base import TMP_MARK, SampleSpec
 from .fingerprint import CACHE_NAME, fingerprint_samples, load_cache, save_cache
+from .formats.base import TMP_MARK, SampleSpec
 from .formats.registry import writer_class
 from .journal import RECORD_PREFIX, ShardRecord, reuse
 from .labels import ClassTable, LabelDecoder, build_class_table

@@ -185,10 +185,7 @@ def label_ids(stored: np.ndarray, m: dict[str, Any]) -> np.ndarray:
     c, ignore = lab["num_classes"], m["classes"]["ignore_index"]
     if lab["encoding"] == "index":
         return stored
-    if lab["encoding"] == "packed":
-        onehot = np.unpackbits(stored, axis=-1, count=c, bitorder="big")
-    else:
-        onehot = stored
+    onehot = np.unpackbits(stored, axis=-1, count=c, bitorder="big") if lab["encoding"] == "packed" else stored
     need(onehot.shape[-1] == c and onehot.max(initial=0) <= 1, "one-hot is malformed")
     hot = onehot.sum(axis=-1)
     need((hot <= 1).all(), "a pixel has more than one class")

@@ -27,7 +27,8 @@ def _load(name: str, which: int) -> type:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        raise ConfigError(f"format {name!r} is not available ({exc})", fix="install shardkit with its dependencies") from None
+        raise ConfigError(f"format {name!r} is not available ({exc})",
+                          fix="install shardkit with its dependencies") from None
     return getattr(module, classes[which])
 
 
