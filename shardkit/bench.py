@@ -117,12 +117,11 @@ def torch_pass(path: Path, batch_size: int, limit: int, workers: int, seed: int)
 
     loader = make_loader(path, batch_size, shuffle=True, num_workers=workers, seed=seed, pin_memory=False)
 
-    def run() -> int:
+    def run() -> int:  # whole epochs (breaking off mid-epoch would time the loader's reset, not its reads)
         n = 0
-        for images, _labels in loader:
-            n += int(images.shape[0])
-            if n >= limit:
-                break
+        while n < limit:
+            for images, _labels in loader:
+                n += int(images.shape[0])
         return n
 
     return run

@@ -144,3 +144,21 @@ def test_prefetcher_refuses_what_it_cannot_do(splits: dict[str, Path]) -> None:
     raw = CudaPrefetcher(loader, device="cpu", labels=None, normalize=False)
     x, y = next(iter(raw))
     assert x.dtype == torch.uint8 and y.shape == (4, 12, *CROP)
+
+
+def test_shared_ring_batches_stay_valid_for_keep_more_batches(splits: dict[str, Path]) -> None:
+    core = shardkit.open(splits["lmdb"])
+    loader = make_loader(splits["lmdb"], 3, num_workers=2, multiprocessing_context="fork", with_indices=True,
+                         layout="NHWC", keep=2, pin_memory=False)
+    held: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    seen = 0
+    for _epoch in range(2):  # the slot counter runs on across epochs
+        for images, labels, idx in loader:
+            held = [*held[-2:], (images, labels, idx)]
+            for im, lab, ix in held:  # the current batch and the `keep` before it are intact
+                want_images, want_labels = core.batch(ix.numpy())
+                assert np.array_equal(im.numpy(), want_images) and np.array_equal(lab.numpy(), want_labels)
+            seen += len(idx)
+    assert seen == 2 * len(core)
+    plain = make_loader(splits["lmdb"], 3, num_workers=2, multiprocessing_context="fork", shared_ring=False)
+    assert isinstance(plain, DataLoader)

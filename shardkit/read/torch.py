@@ -149,12 +149,20 @@ def make_loader(
     with_indices: bool = False,
     auto_epoch: bool = True,
     verify: bool = False,
-) -> DataLoader:
+    shared_ring: bool = True,
+    keep: int = 2,
+) -> DataLoader | RingLoader:
     """A ``DataLoader`` that reads whole batches per worker task, for ``rank`` of ``world_size``.
 
     Every rank gets the same number of batches (see :mod:`shardkit.read.sampling`). The epoch
     advances after each full pass (``auto_epoch``), or set it with ``loader.sampler.set_epoch(e)``.
     ``pin_memory`` defaults to whether CUDA is available; ``persistent_workers`` to ``num_workers > 0``.
+
+    With workers and ``shared_ring`` (the default) workers write batches into a ring of
+    shared-memory buffers allocated once, and only a slot number crosses the process boundary
+    (a :class:`RingLoader`): a yielded batch is then valid until ``keep`` more batches were
+    yielded — copy it to keep it longer. ``shared_ring=False`` gives every batch fresh shared
+    memory (a plain DataLoader; several times slower, measured in ``shardkit bench``).
     """
     if pin_memory is None:
         pin_memory = torch.cuda.is_available()
@@ -176,8 +184,90 @@ def make_loader(
             kwargs["prefetch_factor"] = prefetch_factor
         if multiprocessing_context is not None:
             kwargs["multiprocessing_context"] = multiprocessing_context
+    if num_workers > 0 and shared_ring:
+        in_flight = num_workers * (prefetch_factor if prefetch_factor is not None else 2)
+        ring = _Ring(dataset, batch_size, slots=in_flight + max(keep, 1) + 1)
+        slotted = _SlotSampler(sampler, len(ring.slots))
+        loader = DataLoader(ring, batch_size=None, sampler=slotted, num_workers=num_workers, pin_memory=False,
+                            **kwargs)
+        return RingLoader(loader, ring, pin_memory=pin_memory, keep=keep)
     return DataLoader(dataset, batch_size=None, sampler=sampler, num_workers=num_workers,
                       pin_memory=pin_memory, **kwargs)
+
+
+class _Ring(torch.utils.data.Dataset):
+    """Worker side: write batch ``indices`` into shared-memory slot ``slot``; return only (slot, n, indices)."""
+
+    def __init__(self, dataset: ShardkitTorchDataset, batch_size: int, slots: int) -> None:
+        self.dataset = dataset
+        self.slots = [dataset._fresh(batch_size, shared=True) for _ in range(slots)]
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, item: tuple[int, list[int]]) -> tuple[int, int, torch.Tensor]:
+        slot, indices = item
+        idx = np.asarray(indices, dtype=np.int64)
+        images, labels = self.slots[slot]
+        self.dataset.dataset.batch(idx, out=(images.numpy(), labels.numpy()))
+        return slot, len(idx), torch.from_numpy(np.where(idx < 0, idx + len(self), idx))
+
+
+class _SlotSampler:
+    """Pairs each batch of the inner sampler with a ring slot; the counter runs on across epochs."""
+
+    def __init__(self, inner: sampling.EpochBatchSampler, slots: int) -> None:
+        self.inner = inner
+        self.slots = slots
+        self.counter = 0
+
+    def __iter__(self) -> Iterator[tuple[int, list[int]]]:
+        for indices in self.inner:
+            yield self.counter % self.slots, indices
+            self.counter += 1
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getattr__(self, name: str) -> Any:  # set_epoch, epoch, auto_epoch … of the inner sampler
+        return getattr(self.__dict__["inner"], name)
+
+
+class RingLoader:
+    """Iterates a DataLoader whose workers fill a shared-memory ring; yields views of ring slots.
+
+    A batch is valid until ``keep`` more batches were yielded (the ring has room for every
+    batch in flight plus ``keep``). With ``pin_memory`` each batch is copied once into one of
+    ``keep + 1`` pinned buffers, so host→device copies can be asynchronous.
+    """
+
+    def __init__(self, loader: DataLoader, ring: _Ring, *, pin_memory: bool, keep: int) -> None:
+        self.loader = loader
+        self.ring = ring
+        self.dataset = ring.dataset
+        self.sampler = loader.sampler
+        self.keep = keep
+        self._pinned: list[tuple[torch.Tensor, torch.Tensor]] = []
+        if pin_memory:
+            self._pinned = [tuple(t.pin_memory() for t in ring.slots[0]) for _ in range(keep + 1)]  # type: ignore[misc]
+        self._count = 0
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __getattr__(self, name: str) -> Any:  # persistent_workers, num_workers, _iterator … of the DataLoader
+        return getattr(self.__dict__["loader"], name)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        for slot, n, indices in self.loader:
+            images, labels = self.ring.slots[int(slot)]
+            images, labels = images[:n], labels[:n]
+            if self._pinned:
+                pinned = self._pinned[self._count % len(self._pinned)]
+                images, labels = pinned[0][:n].copy_(images), pinned[1][:n].copy_(labels)
+            self._count += 1
+            images, labels = self.dataset._arrange(images, labels)
+            yield (images, labels, indices) if self.dataset.with_indices else (images, labels)
 
 
 class CudaPrefetcher:
