@@ -188,3 +188,27 @@ def test_dry_run_writes_nothing(camvid_root: Path, tmp_path: Path) -> None:
     summary = convert(ConvertConfig(camvid_root, tmp_path / "out", dry_run=True))
     assert summary.discovery.total() == 149 and summary.table.num_classes == 12
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("resize", ["exact", "shorter"])
+def test_resized_camvid_equals_opencv_resize_and_labels_stay_nearest(camvid_root: Path, tmp_path: Path,
+                                                                    resize: str) -> None:
+    size = (180, 200)
+    convert(ConvertConfig(camvid_root, tmp_path, size=size, resize=resize, splits=("val",), workers=2, quiet=True))
+    ds = shardkit.open(tmp_path / "val")
+    for i in (0, 11, 25):
+        rec = ds.manifest.samples[i]
+        src = cv2.cvtColor(cv2.imread(str(camvid_root / rec["key"])), cv2.COLOR_BGR2RGB)
+        lab = cv2.imread(str(camvid_root / rec["label"]), cv2.IMREAD_UNCHANGED)
+        if resize == "exact":
+            hw = size
+        else:  # cover the target keeping the aspect ratio, then centre-crop
+            scale = max(size[0] / src.shape[0], size[1] / src.shape[1])
+            hw = (max(size[0], round(src.shape[0] * scale)), max(size[1], round(src.shape[1] * scale)))
+        want_img = cv2.resize(src, (hw[1], hw[0]), interpolation=cv2.INTER_AREA)
+        want_lab = cv2.resize(lab, (hw[1], hw[0]), interpolation=cv2.INTER_NEAREST_EXACT)
+        top, left = (hw[0] - size[0]) // 2, (hw[1] - size[1]) // 2
+        image, label = ds[i]
+        np.testing.assert_array_equal(image, want_img[top : top + size[0], left : left + size[1]])
+        np.testing.assert_array_equal(label, want_lab[top : top + size[0], left : left + size[1]])
+        assert set(np.unique(label)) <= set(np.unique(lab)), "nearest neighbour never invents a class id"
