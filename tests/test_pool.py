@@ -1,0 +1,58 @@
+"""The local worker pool: results in plan order, and a worker that dies is an error, never a hang."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from shardkit import pool
+from shardkit.config import ConvertConfig, ShardSize
+from shardkit.errors import WorkerError
+from shardkit.pipeline import convert
+
+
+def worker_pids() -> list[int]:
+    """Loky worker processes of this process (not its resource tracker)."""
+    me = str(os.getpid())
+    pids = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+        except OSError:
+            continue
+        cmdline = (status.parent / "cmdline").read_bytes() if status.parent.exists() else b""
+        if fields.get("PPid", "").strip() == me and b"popen_loky" in cmdline:
+            pids.append(int(status.parent.name))
+    return pids
+
+
+def test_a_killed_worker_is_reported_not_a_hang(camvid_root: Path, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    real = pool.run_tasks
+
+    def run_and_kill(*args, **kwargs):  # type: ignore[no-untyped-def]
+        inner = kwargs.get("on_result")
+        killed = []
+
+        def on_result(result):  # type: ignore[no-untyped-def]
+            if not killed:  # after the first shard, SIGKILL every worker process (as the OOM killer would)
+                for pid in worker_pids():
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+            if inner is not None:
+                inner(result)
+
+        kwargs["on_result"] = on_result
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("shardkit.pipeline.run_tasks", run_and_kill)
+    cfg = ConvertConfig(camvid_root, tmp_path / "out", size=(352, 480), splits=("val",), workers=2, quiet=True,
+                        shard_size=ShardSize(samples=2))
+    with pytest.raises(WorkerError, match="worker process died"):
+        convert(cfg)
+    monkeypatch.undo()
+    again = convert(cfg)  # a fresh pool; the shards finished before the kill are reused
+    assert again.samples == 26 and again.reused >= 1
