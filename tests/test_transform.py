@@ -7,6 +7,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from PIL import Image
 
 from shardkit.errors import ConfigError, DecodeError, InputNotFoundError, LabelError, ShardFormatError
 from shardkit.transform import (
@@ -368,3 +369,36 @@ def test_decode_label_encoding_handles_batches_and_malformed_vectors() -> None:
         decode_label_encoding(multi, "onehot", 12, 255)
     with pytest.raises(ShardFormatError, match="channels"):
         decode_label_encoding(empty, "onehot", 13, 255)
+
+
+def test_libspng_and_opencv_decode_real_pngs_identically(camvid_root: Path, rgb_masks_root: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import shardkit.transform as tr
+
+    assert tr._spng is not None, "pyspng is a dependency: the fast PNG path must be what the tests exercise"
+    files = sorted((camvid_root / "val").glob("*.png"))[:5] + sorted((rgb_masks_root / "train").glob("*.png"))[:5]
+    fast = [tr.decode_image(f) for f in files]
+    monkeypatch.setattr(tr, "_spng", None)
+    slow = [tr.decode_image(f) for f in files]
+    for f, a, b in zip(files, fast, slow, strict=True):
+        assert a.dtype == b.dtype == np.uint8 and np.array_equal(a, b), f
+
+
+@pytest.mark.parametrize("mode", ["L", "LA", "RGBA", "P", "I;16"])
+def test_libspng_and_opencv_agree_on_every_png_kind(tmp_path: Path, mode: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import shardkit.transform as tr
+
+    rng = np.random.default_rng(1)
+    if mode == "I;16":
+        img = Image.fromarray(rng.integers(0, 65535, (7, 9), dtype=np.uint16))
+    elif mode == "P":
+        img = Image.fromarray(rng.integers(0, 4, (7, 9), dtype=np.uint8), mode="P")
+        img.putpalette([255, 0, 0, 0, 255, 0, 0, 0, 255, 9, 9, 9] + [0] * (252 * 3))
+    else:
+        img = Image.fromarray(rng.integers(0, 256, (7, 9, len(mode)), dtype=np.uint8).squeeze(), mode=mode)
+    path = tmp_path / f"x-{mode.replace(';', '')}.png"
+    img.save(path)
+    fast = tr.decode_image(path)
+    monkeypatch.setattr(tr, "_spng", None)
+    assert np.array_equal(fast, tr.decode_image(path))
