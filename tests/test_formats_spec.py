@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +138,11 @@ def read_lmdb_shard(folder: Path, m: dict[str, Any], shard: dict[str, Any], veri
     n, tail, size = shard["num_samples"], label_tail(m), fixed_size(m)
     dtype = np.dtype(m["sample"]["label"]["dtype"])
     out = []
-    env = lmdb.open(str(path), subdir=False, readonly=True, lock=False, readahead=False)
+    # py-lmdb refuses a second open of one file per process, and shardkit's reader (other tests, same
+    # process) may hold it: this independent reader opens its own copy.
+    private = Path(tempfile.mkdtemp()) / path.name
+    shutil.copyfile(path, private)
+    env = lmdb.open(str(private), subdir=False, readonly=True, lock=False, readahead=False)
     try:
         need(env.stat()["entries"] == n + 1, "wrong number of LMDB entries")
         with env.begin() as txn:

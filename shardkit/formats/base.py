@@ -139,6 +139,7 @@ class ShardWriter(ABC):
         self.compression = compression
         self.count = 0
         # host + pid + random: two attempts at one shard (a Dask retry on another machine) never share a temp file
+        self.digests: dict[str, str] = {}  # sha256 of files hashed while written (else read back in close)
         self._token = f"{TMP_MARK}{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
 
     @classmethod
@@ -184,7 +185,8 @@ class ShardWriter(ABC):
         for name in self.file_names(self.stem, self.spec):
             tmp = self.tmp_path(name)
             fsync_file(tmp)
-            written.append(WrittenFile(name, tmp.name, tmp.stat().st_size, sha256_file(tmp)))
+            digest = self.digests.get(name) or sha256_file(tmp)
+            written.append(WrittenFile(name, tmp.name, tmp.stat().st_size, digest))
         return tuple(written)
 
     def abort(self) -> None:
