@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
+import os
 import pickle
 import time
 from pathlib import Path
@@ -190,3 +192,129 @@ def test_truncated_shard_is_a_one_line_error(camvid_root: Path, tmp_path: Path) 
     with pytest.raises(ShardFormatError) as err:
         ds[manifest["shards"][1]["first_index"]]
     assert "\n" not in str(err.value) and entry["name"] in str(err.value)
+
+
+# ---------------------------------------------------------------- direct (memory-mapped) reads
+def h5py_twin(reader):
+    """A clone of ``reader`` forced onto the h5py path (what compressed shards use)."""
+    twin = pickle.loads(pickle.dumps(reader))
+    twin.ensure_open()
+    twin._map = twin._chunks = None
+    assert not twin.direct
+    return twin
+
+
+def assert_same_batches(reader, twin, rng: np.random.Generator, tail: tuple[int, ...], dtype) -> None:
+    n = len(reader)
+    batches = [list(range(n)), [i % n for i in (n - 1, 0, 1, 2, 2, 5)]]
+    batches += [np.sort(rng.choice(n, min(n, 7), replace=False)) for _ in range(10)]
+    batches += [rng.integers(0, n, 9) for _ in range(10)]  # unsorted, with duplicates
+    for idx in batches:
+        got = (np.zeros((len(idx), *CROP, 3), np.uint8), np.zeros((len(idx), *CROP, *tail), dtype))
+        want = (np.ones_like(got[0]), np.ones_like(got[1]))
+        reader.read_batch_into(idx, *got)
+        twin.read_batch_into(idx, *want)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_uncompressed_shards_read_from_a_memory_map(camvid_h5: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fixed-size, uncompressed: samples come from the map, bit-identical to h5py's reads, never via h5py."""
+    ds = shardkit.open(camvid_h5, labels="stored")
+    assert len(ds.readers) >= 2
+    twins = [h5py_twin(r) for r in ds.readers]
+    expected = [(t.read(i)[0].copy(), t.read(i)[1].copy()) for t in twins for i in range(len(t))]
+    rng = np.random.default_rng(0)
+
+    def no_h5py(*args, **kwargs):
+        raise AssertionError("the h5py path was used for an uncompressed shard")
+
+    monkeypatch.setattr(type(ds.readers[0]), "_get", no_h5py)
+    for reader, twin in zip(ds.readers, twins, strict=True):
+        assert reader.direct and reader._map is not None and set(reader._chunks) == {"images", "labels"}
+        image, label = reader.read(len(reader) - 1)
+        assert not image.flags.writeable and not label.flags.writeable  # zero-copy views of the map
+        assert np.shares_memory(image, reader._map)
+        monkeypatch.undo()
+        assert_same_batches(reader, twin, rng, (), np.uint8)
+        monkeypatch.setattr(type(ds.readers[0]), "_get", no_h5py)
+    for i, (image, label) in enumerate(expected):
+        np.testing.assert_array_equal(ds[i][0], image)
+        np.testing.assert_array_equal(ds[i][1], label)
+    idx = np.sort(rng.choice(len(ds), 20, replace=False))
+    images, labels = ds.batch(idx, out=ds.empty_batch(24))
+    for k, i in enumerate(idx):
+        np.testing.assert_array_equal(images[k], expected[i][0])
+        np.testing.assert_array_equal(labels[k], expected[i][1])
+    with pytest.raises(IndexError):
+        ds.readers[0].read_batch_into([0, len(ds.readers[0])], *ds.empty_batch(2))
+
+
+def test_memory_map_with_uint16_and_packed_labels(rgb_masks_root: Path, tmp_path: Path) -> None:
+    """Label dtypes other than uint8 (index ids above 255 → uint16) and trailing label axes: same bytes."""
+    rng = np.random.default_rng(1)
+    for encoding, unknown, tail, dtype in (("index", 300, (), np.dtype("<u2")), ("packed", 255, (1,), np.uint8)):
+        split = rgb_masks(rgb_masks_root, tmp_path / encoding, "hdf5", unknown, size=CROP, resize="exact",
+                          label_encoding=encoding)
+        for reader in shardkit.open(split, labels="stored").readers:
+            assert reader.direct
+            assert reader.read(0)[1].dtype == dtype
+            assert_same_batches(reader, h5py_twin(reader), rng, tail, dtype)
+
+
+def test_flat_uncompressed_reads_across_chunk_boundaries(rgb_masks_root: Path, tmp_path: Path) -> None:
+    """Variable size, uncompressed: each sample assembled from its chunks in the map equals h5py's read."""
+    split = rgb_masks(rgb_masks_root, tmp_path, "hdf5", 300)
+    ds = shardkit.open(split, labels="stored")
+    crossing = 0
+    for reader in ds.readers:
+        twin = h5py_twin(reader)
+        assert reader.direct and reader._chunks["images"].per_chunk == 262144
+        for i in range(len(reader)):
+            a0, a1 = reader._offsets[i, 0], reader._offsets[i + 1, 0]
+            crossing += a0 // 262144 != (a1 - 1) // 262144
+            for got, want in zip(reader.read(i), twin.read(i), strict=True):
+                assert got.shape == want.shape and got.dtype == want.dtype
+                np.testing.assert_array_equal(got, want)
+    assert crossing > 0
+
+
+def test_compressed_shards_keep_the_h5py_path(camvid_h5: Path, camvid_root: Path, tmp_path: Path) -> None:
+    plain = shardkit.open(camvid_h5)
+    packed = shardkit.open(camvid_val(camvid_root, tmp_path, compression="gzip"))
+    assert all(not r.direct for r in packed.readers) and all(r.direct for r in plain.readers)
+    rng = np.random.default_rng(2)
+    for idx in ([0, 1, 2, 3], np.sort(rng.choice(len(plain), 12, replace=False)), rng.integers(0, 26, 8)):
+        for a, b in zip(plain.batch(idx), packed.batch(idx), strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def _forked_read(reader, idx, queue) -> None:
+    inherited = reader._map
+    images, labels = np.zeros((len(idx), *CROP, 3), np.uint8), np.zeros((len(idx), *CROP), np.uint8)
+    reader.read_batch_into(idx, images, labels)
+    queue.put((reader._pid == os.getpid(), reader._map is not None and reader._map is not inherited,
+               images.tobytes() + labels.tobytes()))
+
+
+def test_pickled_and_forked_readers_reopen_the_map(camvid_h5: Path) -> None:
+    reader = shardkit.open(camvid_h5).readers[0]
+    idx = [len(reader) - 1, 1, 0, 0]
+    want = (np.zeros((4, *CROP, 3), np.uint8), np.zeros((4, *CROP), np.uint8))
+    reader.read_batch_into(idx, *want)
+    assert reader._map is not None
+    clone = pickle.loads(pickle.dumps(reader))  # the map never travels
+    assert clone._map is None and clone._chunks is None and clone._file is None
+    got = (np.zeros_like(want[0]), np.zeros_like(want[1]))
+    clone.read_batch_into(idx, *got)
+    assert clone.direct and clone._map is not None and clone._map is not reader._map
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_forked_read, args=(reader, idx, queue))
+    proc.start()
+    reopened, fresh_map, data = queue.get(timeout=60)
+    proc.join(60)
+    assert proc.exitcode == 0 and reopened and fresh_map
+    assert data == want[0].tobytes() + want[1].tobytes()

@@ -10,6 +10,8 @@ lzf/gzip compression. Files are written with ``libver=("earliest", "v110")`` and
 
 from __future__ import annotations
 
+import mmap
+import os
 from pathlib import Path
 from typing import Any
 
@@ -90,16 +92,32 @@ class Hdf5Writer(ShardWriter):
 
 
 class Hdf5Reader(ShardReader):
-    """One read-only h5py file per process, opened lazily; batches read by hyperslab into caller memory."""
+    """One read-only h5py file per process, opened lazily; uncompressed chunks copied from a memory map.
+
+    An uncompressed shard (no filters: ``compression="none"``) stores every chunk as raw bytes in the
+    file. At open the reader looks up each chunk's byte offset once (``chunk_iter``/``get_chunk_info``),
+    checks it, and from then on reads straight from a read-only memory map of the file: ``read`` returns
+    zero-copy read-only views, batches are one ``memcpy`` per sample into the caller's arrays. Compressed
+    shards, or anything the checks do not accept, use h5py (hyperslab reads into caller memory).
+    """
 
     _file: Any = None
     _offsets: np.ndarray | None = None
     _shapes: np.ndarray | None = None
+    _map: np.ndarray | None = None  # the whole file, read-only uint8 (memory map); None: h5py path
+    _chunks: dict[str, _ChunkTable] | None = None  # "images"/"labels" → where each chunk's bytes are
 
     def _handle_attrs(self) -> tuple[str, ...]:
-        return ("_file", "_offsets", "_shapes")
+        return ("_file", "_offsets", "_shapes", "_map", "_chunks")
+
+    @property
+    def direct(self) -> bool:
+        """True when this process reads samples from the memory map rather than through h5py."""
+        self.ensure_open()
+        return self._map is not None
 
     def _open(self) -> None:
+        self._map = self._chunks = None
         try:
             self._file = f = h5py.File(self.path(self.shard.files[0].name), "r")
             attrs = {k: f.attrs.get(k) for k in ("format", "format_version", "num_samples")}
@@ -121,6 +139,28 @@ class Hdf5Reader(ShardReader):
                   and images.shape == (offsets[-1, 0],) and labels.shape == (offsets[-1, 1],))
         if not ok or images.dtype != np.uint8 or labels.dtype != self.spec.stored_label_dtype:
             raise self.corrupt(f"datasets {images.shape}/{labels.shape} disagree with manifest ({n} samples)")
+        self._open_map(f, images, labels)
+
+    def _open_map(self, f: Any, images: Any, labels: Any) -> None:
+        """Memory-map the file and index its chunks if every check passes; otherwise keep the h5py path."""
+        try:
+            if f.id.get_create_plist().get_userblock() != 0:
+                return
+            with open(self.path(self.shard.files[0].name), "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                if size == 0:
+                    return
+                mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            whole = np.frombuffer(mm, np.uint8)
+            tables = {}
+            for ds in (images, labels):
+                table = _ChunkTable.build(ds, size)
+                if table is None or not table.spot_check(ds, whole):
+                    return
+                tables[ds.name.lstrip("/")] = table
+        except (OSError, ValueError, RuntimeError, NotImplementedError, AttributeError, TypeError):
+            return
+        self._map, self._chunks = whole, tables
 
     def _get(self, name: str, sel: Any, out: np.ndarray | None = None, dest: Any = None) -> np.ndarray:
         """``self._file[name][sel]`` (or straight into ``out[dest]``), with HDF5 errors as one-line errors."""
@@ -135,16 +175,29 @@ class Hdf5Reader(ShardReader):
 
     def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         self.ensure_open()
+        chunks, whole = self._chunks, self._map
         if self.spec.size is not None:
+            if chunks is not None and whole is not None:
+                return chunks["images"].sample(whole, i), chunks["labels"].sample(whole, i)
             return self._get("images", i), self._get("labels", i)
         assert self._offsets is not None and self._shapes is not None
-        (a0, b0), (a1, b1) = self._offsets[i], self._offsets[i + 1]
+        (a0, b0), (a1, b1) = (int(v) for v in self._offsets[i]), (int(v) for v in self._offsets[i + 1])
         hw = (int(self._shapes[i, 0]), int(self._shapes[i, 1]))
-        return (self._get("images", np.s_[a0:a1]).reshape(*hw, 3),
-                self._get("labels", np.s_[b0:b1]).reshape(self.spec.label_shape(hw)))
+        if chunks is not None and whole is not None:
+            image, label = chunks["images"].rows(whole, a0, a1), chunks["labels"].rows(whole, b0, b1)
+        else:
+            image, label = self._get("images", np.s_[a0:a1]), self._get("labels", np.s_[b0:b1])
+        return image.reshape(*hw, 3), label.reshape(self.spec.label_shape(hw))
 
     def _read_fixed_batch(self, idx: np.ndarray, out_images: np.ndarray, out_labels: np.ndarray) -> bool:
-        """Hyperslab reads in ascending index order, one per run of consecutive indices, into ``out_*``."""
+        """From the map: one copy per sample. Else hyperslab reads, one per run of consecutive indices."""
+        chunks, whole = self._chunks, self._map
+        if chunks is not None and whole is not None:
+            if idx.min() < 0 or idx.max() >= len(self):
+                raise IndexError(f"local indices {idx.min()}..{idx.max()} out of range for {len(self)} samples")
+            chunks["images"].gather(whole, idx, out_images)
+            chunks["labels"].gather(whole, idx, out_labels)
+            return True
         order = np.argsort(idx, kind="stable")
         k = 0
         while k < len(order):
@@ -157,3 +210,86 @@ class Hdf5Reader(ShardReader):
             self._get("labels", src, out_labels, dst)
             k += run
         return True
+
+
+class _ChunkTable:
+    """Byte offsets of the chunks of one uncompressed dataset chunked along axis 0 only.
+
+    Chunk ``j`` holds rows ``[j * per_chunk, (j + 1) * per_chunk)`` (one sample for the fixed layout,
+    ``FLAT_CHUNK`` elements for the flat one) as C-order bytes at ``offsets[j]`` in the file.
+    """
+
+    def __init__(self, offsets: np.ndarray, per_chunk: int, row_shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self.offsets = offsets
+        self.per_chunk = per_chunk
+        self.row_shape = row_shape
+        self.dtype = dtype
+        self.row_nbytes = int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
+
+    @classmethod
+    def build(cls, ds: Any, file_size: int) -> _ChunkTable | None:
+        """The table of ``ds``, or None unless every chunk is raw (no filters), whole and inside the file."""
+        dcpl = ds.id.get_create_plist()
+        if ds.chunks is None or dcpl.get_layout() != h5py.h5d.CHUNKED or dcpl.get_nfilters() != 0:
+            return None
+        if ds.external or ds.is_virtual or tuple(ds.chunks[1:]) != tuple(ds.shape[1:]):
+            return None
+        dtype, rows = np.dtype(ds.dtype), int(ds.chunks[0])
+        chunk_nbytes = rows * int(np.prod(ds.shape[1:], dtype=np.int64)) * dtype.itemsize
+        count = -(-int(ds.shape[0]) // rows)
+        offsets = np.full(count, -1, np.int64)
+        infos: list[Any] = []
+        try:
+            ds.id.chunk_iter(infos.append)
+        except (AttributeError, NotImplementedError, RuntimeError):  # HDF5 before 1.12.3 / 1.14
+            infos = [ds.id.get_chunk_info(j) for j in range(ds.id.get_num_chunks())]
+        for info in infos:
+            first, *rest = info.chunk_offset
+            if first % rows or any(rest) or first // rows >= count:
+                continue  # not a chunk of the current extent (never written by shardkit)
+            if (info.filter_mask != 0 or info.size != chunk_nbytes or info.byte_offset is None
+                    or not 0 <= info.byte_offset <= file_size - chunk_nbytes):
+                return None
+            offsets[first // rows] = info.byte_offset
+        if (offsets < 0).any():  # an unwritten chunk reads as fill values: leave that to HDF5
+            return None
+        return cls(offsets, rows, tuple(int(v) for v in ds.shape[1:]), dtype)
+
+    def spot_check(self, ds: Any, whole: np.ndarray) -> bool:
+        """The first and last rows read through h5py equal the mapped bytes (guards the offsets' meaning)."""
+        n = int(ds.shape[0])
+        return n == 0 or all(np.array_equal(ds[r : r + 1], self.rows(whole, r, r + 1)) for r in {0, n - 1})
+
+    def _view(self, whole: np.ndarray, chunk: int, r0: int, r1: int) -> np.ndarray:
+        """Rows ``[r0, r1)`` of chunk ``chunk`` (relative rows), a read-only view of the map."""
+        start = int(self.offsets[chunk]) + r0 * self.row_nbytes
+        return whole[start : start + (r1 - r0) * self.row_nbytes].view(self.dtype).reshape(r1 - r0, *self.row_shape)
+
+    def sample(self, whole: np.ndarray, i: int) -> np.ndarray:
+        """Row ``i`` of a one-row-per-chunk dataset (a sample of the fixed layout): a read-only view."""
+        start = int(self.offsets[i])
+        return whole[start : start + self.row_nbytes].view(self.dtype).reshape(self.row_shape)
+
+    def rows(self, whole: np.ndarray, r0: int, r1: int) -> np.ndarray:
+        """Rows ``[r0, r1)``: a view when they lie in one chunk, else a copy assembled from each chunk."""
+        if r1 <= r0:
+            return np.empty((0, *self.row_shape), self.dtype)
+        first, last = r0 // self.per_chunk, (r1 - 1) // self.per_chunk
+        if first == last:
+            return self._view(whole, first, r0 - first * self.per_chunk, r1 - first * self.per_chunk)
+        out = np.empty((r1 - r0, *self.row_shape), self.dtype)
+        for c in range(first, last + 1):
+            a, b = max(r0, c * self.per_chunk), min(r1, (c + 1) * self.per_chunk)
+            out[a - r0 : b - r0] = self._view(whole, c, a - c * self.per_chunk, b - c * self.per_chunk)
+        return out
+
+    def gather(self, whole: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
+        """``out[k] = row idx[k]`` for a one-row-per-chunk dataset: one memcpy per sample (indices checked)."""
+        offsets, nbytes = self.offsets[idx].tolist(), self.row_nbytes
+        if out.flags.c_contiguous and out.dtype == self.dtype:
+            raw = out.reshape(len(idx), -1).view(np.uint8)
+            for k, start in enumerate(offsets):
+                raw[k] = whole[start : start + nbytes]
+        else:  # unusual output (strided or another dtype): let NumPy convert
+            for k, start in enumerate(offsets):
+                out[k] = whole[start : start + nbytes].view(self.dtype).reshape(self.row_shape)
