@@ -12,6 +12,7 @@ import sys
 import time
 from typing import Any
 
+PER_SHARD_EVENTS = frozenset({"shard_done", "shard_reused"})
 _RESERVED = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
 
 
@@ -39,6 +40,8 @@ def setup(*, quiet: bool = False, verbose: bool = False, json_lines: bool = Fals
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(levelname)s %(message)s" if verbose else "%(message)s"))
+        if not verbose:  # people get a progress bar; per-shard lines are for pipelines (json) or -v
+            handler.addFilter(lambda r: getattr(r, "event", None) not in PER_SHARD_EVENTS)
     root = logging.getLogger("shardkit")
     root.handlers[:] = [handler]
     root.setLevel(level)

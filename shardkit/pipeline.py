@@ -130,7 +130,7 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
         def publish_shard(result: ShardResult) -> None:
             record = publish_files(result)
             reused[(result.split, result.key)] = record
-            log.debug("%s shard %s: %d samples", result.split, result.index, len(record.samples),
+            log.info("%s shard %s: %d samples", result.split, result.index, len(record.samples),
                       extra={"event": "shard_done", "split": result.split, "shard": result.index,
                              "samples": len(record.samples), "bytes": sum(f.bytes for f in record.files),
                              "files": [f.name for f in record.files]})
@@ -190,7 +190,7 @@ def _plan(
                 record = reuse(directory, task.key, writer.file_names(task.stem, spec))
                 if record is not None:
                     reused[(split, task.key)] = record
-                    log.debug("%s shard %s reused", split, task.index, extra={
+                    log.info("%s shard %s reused", split, task.index, extra={
                         "event": "shard_reused", "split": split, "shard": task.index, "samples": len(record.samples)})
         tasks += planned
     return tasks, reused, caches

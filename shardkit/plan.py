@@ -60,8 +60,8 @@ def cut_shards(sizes: Sequence[int], keys: Sequence[str], max_samples: int | Non
     """Content-defined cut points → list of shard lengths.
 
     A shard holds at most ``max_samples`` samples (or ``max_bytes`` bytes, always ≥ 1 sample).
-    Once it holds a quarter of its limit, it also ends after any sample whose key hash is
-    0 modulo half the limit — about three quarters full on average. Limits under 8 samples
+    Once it holds half its limit, it also ends after any sample whose key hash is 0 modulo a
+    third of the limit — about three quarters full on average. Limits under 8 samples
     cut at the limit only.
     """
     if max_samples is None:
@@ -70,8 +70,8 @@ def cut_shards(sizes: Sequence[int], keys: Sequence[str], max_samples: int | Non
         per_shard = max(1, max_bytes // mean)
     else:
         per_shard = max_samples
-    min_fill = max(1, per_shard // 4)
-    modulus = max(1, per_shard // 2)
+    min_fill = max(1, per_shard // 2)
+    modulus = max(1, per_shard // 3)
     lengths: list[int] = []
     count = used = 0
     for size, key in zip(sizes, keys, strict=True):

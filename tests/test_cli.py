@@ -98,7 +98,7 @@ def test_json_log_lines(camvid_root: Path, tmp_path: Path) -> None:
     raw = small_camvid(camvid_root, tmp_path / "raw")
     bad = sorted((raw / "val").iterdir())[0]
     bad.write_bytes(bad.read_bytes()[:100])
-    res = CliRunner().invoke(main, ["convert", str(raw), str(tmp_path / "o"), "--log-format", "json", "-v",
+    res = CliRunner().invoke(main, ["convert", str(raw), str(tmp_path / "o"), "--log-format", "json",
                                     "--on-error", "skip", "--shard-size", "2", "--workers", "1"])
     events = [json.loads(line) for line in res.stderr.splitlines() if line.startswith("{")]
     kinds = [e["event"] for e in events]
