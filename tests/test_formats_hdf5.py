@@ -99,7 +99,7 @@ def test_shardkit_reader_and_batch_reads(camvid_h5: Path) -> None:
     ds = shardkit.open(camvid_h5, verify=True)
     reader = ds.readers[0]
     n = len(reader)
-    idx = [n - 1, 0, 1, 2, 2, 5]  # unsorted, with a run and a duplicate
+    idx = [n - 1, 0, 1, 2, 2, n - 2]  # unsorted, with a run and a duplicate
     out_img = np.zeros((len(idx), *CROP, 3), np.uint8)
     out_lab = np.zeros((len(idx), *CROP), np.uint8)
     reader.read_batch_into(idx, out_img, out_lab)
