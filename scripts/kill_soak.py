@@ -10,8 +10,6 @@ byte-identical to a reference conversion made without interruption.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import random
 import signal
 import subprocess
@@ -20,17 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from shardkit.verify import split_folders, verify_split
-
-
-def published(split_dir: Path) -> dict[str, str]:
-    m = json.loads((split_dir / "manifest.json").read_text())
-    m["source"]["root"] = ""
-    out = {"manifest.json": hashlib.sha256(json.dumps(m, sort_keys=True).encode()).hexdigest()}
-    for shard in m["shards"]:
-        for f in shard["files"]:
-            out[f["name"]] = hashlib.sha256((split_dir / f["name"]).read_bytes()).hexdigest()
-    return out
+from shardkit.verify import published_digests, split_folders, verify_split
 
 
 def main() -> int:
@@ -60,7 +48,7 @@ def main() -> int:
                     print(f"trial {trial} (kill after {delay:.2f} s): {split} FAILED {report.problems[:2]}")
         res = subprocess.run([sys.executable, "-m", "shardkit", "convert", str(args.raw), str(out),
                               *opts[:-1]], capture_output=True, text=True, check=True)
-        same = all(published(out / s.name) == published(s) for s in split_folders(ref))
+        same = all(published_digests(out / s.name) == published_digests(s) for s in split_folders(ref))
         print(f"{args.trials} kills: {bad} published splits failed verify; final re-run: "
               f"{res.stderr.strip().splitlines()[-1]}; byte-identical to the uninterrupted run: {same}")
         return 0 if bad == 0 and same else 1

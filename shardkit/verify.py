@@ -44,6 +44,24 @@ def split_folders(path: Path) -> list[Path]:
     return sorted(p for p in path.iterdir() if (p / MANIFEST_NAME).is_file()) if path.is_dir() else []
 
 
+def published_digests(path: Path) -> dict[str, str]:
+    """sha256 of a split's manifest (``source.root`` blanked) and of every file it names: what a reader sees.
+
+    Two conversions of the same input with the same options must give equal digests (used to compare a
+    resumed, incremental or Dask run with a fresh local one).
+    """
+    import hashlib
+    import json
+
+    m = json.loads((Path(path) / MANIFEST_NAME).read_text(encoding="utf-8"))
+    m["source"]["root"] = ""
+    out = {MANIFEST_NAME: hashlib.sha256(json.dumps(m, sort_keys=True).encode()).hexdigest()}
+    for shard in m["shards"]:
+        for f in shard["files"]:
+            out[f["name"]] = hashlib.sha256((Path(path) / f["name"]).read_bytes()).hexdigest()
+    return out
+
+
 def verify_split(path: Path) -> SplitReport:
     report = SplitReport(Path(path))
     try:

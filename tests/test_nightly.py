@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -20,7 +19,7 @@ from shardkit.config import ConvertConfig, ShardSize
 from shardkit.errors import OutputError
 from shardkit.lock import LOCK_NAME, OutputLock
 from shardkit.pipeline import convert
-from shardkit.verify import verify_split
+from shardkit.verify import published_digests, verify_split
 
 
 def copy_split(src: Path, dst: Path, split: str = "val", n: int | None = None) -> list[str]:
@@ -32,17 +31,6 @@ def copy_split(src: Path, dst: Path, split: str = "val", n: int | None = None) -
     return names
 
 
-def published(split_dir: Path) -> dict[str, str]:
-    """sha256 of the manifest and of every file it names (what a reader can see)."""
-    m = json.loads((split_dir / "manifest.json").read_text())
-    m["source"]["root"] = ""
-    out = {"manifest.json": hashlib.sha256(json.dumps(m, sort_keys=True).encode()).hexdigest()}
-    for shard in m["shards"]:
-        for f in shard["files"]:
-            out[f["name"]] = hashlib.sha256((split_dir / f["name"]).read_bytes()).hexdigest()
-    return out
-
-
 def cli(*args: object) -> list[str]:
     return [sys.executable, "-m", "shardkit", *map(str, args)]
 
@@ -51,7 +39,7 @@ def cli(*args: object) -> list[str]:
 def reference(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
     out = tmp_path_factory.mktemp("reference")
     subprocess.run(cli("convert", camvid_root, out, "--size", "352x480", "--shard-size", "12", "-q"), check=True)
-    return {s: published(out / s) for s in ("train", "val")}
+    return {s: published_digests(out / s) for s in ("train", "val")}
 
 
 def test_sigkill_at_random_moments_then_resume_equals_uninterrupted_run(
@@ -73,7 +61,7 @@ def test_sigkill_at_random_moments_then_resume_equals_uninterrupted_run(
                          capture_output=True, text=True, check=True)
     assert "reused" in res.stderr
     for split in ("train", "val"):
-        assert published(out / split) == reference[split]
+        assert published_digests(out / split) == reference[split]
         assert verify_split(out / split).ok
         named = set(reference[split]) - {"manifest.json"}
         visible = {p.name for p in (out / split).iterdir() if not p.name.startswith(".")} - {"manifest.json"}
@@ -85,14 +73,14 @@ def test_sigkill_never_damages_the_previous_good_output(camvid_root: Path, tmp_p
     copy_split(camvid_root, raw, n=16)
     out = tmp_path / "out"
     subprocess.run(cli("convert", raw, out, "--size", "352x480", "--shard-size", "4", "-q"), check=True)
-    before = published(out / "val")
+    before = published_digests(out / "val")
     rng = random.Random(7)
     for _ in range(3):  # a different conversion into the same folder, killed part-way
         proc = subprocess.Popen(cli("convert", raw, out, "--size", "320x480", "--shard-size", "4", "-q"))
         time.sleep(rng.uniform(0.2, 1.2))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        if published(out / "val") == before:
+        if published_digests(out / "val") == before:
             assert verify_split(out / "val").ok
         else:  # the new run finished: then its output must be complete
             assert verify_split(out / "val").ok
@@ -133,7 +121,7 @@ def test_incremental_run_rewrites_only_changed_shards_and_equals_fresh(camvid_ro
     assert 0 < rewritten <= 6, f"only the shards around the 3 changes may be rewritten, not {rewritten}"
     fresh = convert(cfg.replace(output=tmp_path / "fresh"))
     assert fresh.reused == 0
-    assert published(tmp_path / "out" / "train") == published(tmp_path / "fresh" / "train")
+    assert published_digests(tmp_path / "out" / "train") == published_digests(tmp_path / "fresh" / "train")
 
 
 def test_a_second_run_into_the_same_output_is_refused(camvid_root: Path, tmp_path: Path) -> None:
@@ -179,6 +167,6 @@ def test_manifest_and_shards_are_the_same_for_any_worker_count_after_resume(camv
     a = convert(ConvertConfig(raw, tmp_path / "a", shard_size=ShardSize(samples=3), workers=1, quiet=True))
     b = convert(ConvertConfig(raw, tmp_path / "b", shard_size=ShardSize(samples=3), workers=2, quiet=True))
     assert a.shards == b.shards
-    assert published(tmp_path / "a" / "val") == published(tmp_path / "b" / "val")
+    assert published_digests(tmp_path / "a" / "val") == published_digests(tmp_path / "b" / "val")
     shapes = sorted((tmp_path / "a" / "val").glob("shapes-*.npy"))
     assert [np.load(p, allow_pickle=False).shape for p in shapes] == [(3, 2)] * 4
