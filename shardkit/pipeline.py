@@ -102,10 +102,10 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
     )
     decoder = LabelDecoder(found.label_kind, table, cfg.colour_tolerance, cfg.unknown_as)
     summary = ConvertSummary(found, table, cfg.dry_run)
+    if cfg.dry_run:  # the caller (the CLI) prints the report itself
+        return summary
     for line in found.report_lines():
         log.info("%s", line)
-    if cfg.dry_run:
-        return summary
     check_output(cfg)
     spec = sample_spec(cfg, table)
     if cfg.size is not None and cfg.crop == "center" and table.ignore_index is None:
