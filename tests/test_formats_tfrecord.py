@@ -281,3 +281,42 @@ def test_damaged_shard_is_a_one_line_error(damage: str, camvid_tfr: Path, tmp_pa
         shardkit.open(split)[0]
     assert "\n" not in str(err.value)
     assert ("CRC32C" if damage == "flip" else "index") in str(err.value)
+
+
+@pytest.mark.parametrize("path", ["read", "batch", "batch_other_dtype"])
+def test_damage_after_a_first_read_is_still_detected(path: str, camvid_tfr: Path, tmp_path: Path) -> None:
+    """Record layouts are kept per process, but every read checks both CRCs again (in place: mmap)."""
+    split = tmp_path / "val"
+    split.mkdir()
+    for p in camvid_tfr.iterdir():
+        if p.is_file():
+            (split / p.name).write_bytes(p.read_bytes())
+    ds = shardkit.open(split, labels="stored")
+    reader = ds.readers[0]
+    want = [tuple(a.copy() for a in reader.read(i)) for i in (0, 1)]
+    out_img, out_lab = np.zeros((2, *CROP, 3), np.uint8), np.zeros((2, *CROP), np.uint8)
+    if path == "batch_other_dtype":
+        out_lab = np.zeros((2, *CROP), np.int32)
+    reader.read_batch_into([0, 1], out_img, out_lab)  # layouts known from here on
+    for k, (image, label) in enumerate(want):
+        np.testing.assert_array_equal(out_img[k], image)
+        np.testing.assert_array_equal(out_lab[k], label)
+    data = split / ds.manifest.shards[0].files[0].name
+    start = int((split / ds.manifest.shards[0].files[1].name).read_text().split()[2])  # record 1
+    for offset in (100_000, 40, 676_000):  # image bytes, Example header, label bytes
+        with open(data, "r+b") as fh:  # in place: the reader's memory map sees it
+            fh.seek(start + offset)
+            byte = fh.read(1)
+            fh.seek(start + offset)
+            fh.write(bytes([byte[0] ^ 0x10]))
+        with pytest.raises(ShardFormatError, match="record 1 fails its CRC32C check"):
+            if path == "read":
+                reader.read(1)
+            else:
+                reader.read_batch_into([0, 1], out_img, out_lab)
+        with open(data, "r+b") as fh:
+            fh.seek(start + offset)
+            fh.write(byte)
+    reader.read_batch_into([1, 0], out_img, out_lab)
+    np.testing.assert_array_equal(out_img[0], want[1][0])
+    np.testing.assert_array_equal(out_lab[1], want[0][1])
