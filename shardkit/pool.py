@@ -104,8 +104,6 @@ def _iterate(
             fix="it was probably killed or ran out of memory; re-run with fewer --workers or a smaller "
             "--shard-size",
         ) from None
-    except ShardkitError:
-        raise
 
 
 # --- Dask ---------------------------------------------------------------------------------------

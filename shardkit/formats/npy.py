@@ -125,12 +125,8 @@ class NpyReader(ShardReader):
         self._images = np.load(self.path(names[0]), mmap_mode="r", allow_pickle=False)
         self._labels = np.load(self.path(names[1]), mmap_mode="r", allow_pickle=False)
         if self.spec.size is None:
-            shapes = np.load(self.path(names[2]), allow_pickle=False)
-            self._shapes = shapes
-            lab_per_px = int(np.prod(self.spec.label_shape((1, 1))))
-            px = shapes[:, 0] * shapes[:, 1]
-            self._offsets = np.stack([np.concatenate([[0], np.cumsum(px * 3)]),
-                                      np.concatenate([[0], np.cumsum(px * lab_per_px)])], axis=1)
+            self._shapes = np.load(self.path(names[2]), allow_pickle=False)
+            self._offsets = self.spec.flat_offsets(self._shapes)
         self._check_shapes()
 
     def _check_shapes(self) -> None:
@@ -190,8 +186,3 @@ class NpyReader(ShardReader):
             np.take(self._images, idx, axis=0, out=out_images, mode="clip")
             np.take(self._labels, idx, axis=0, out=out_labels, mode="clip")
 
-    def shape_of(self, i: int) -> tuple[int, int]:
-        if self.spec.size is not None:
-            return self.spec.size
-        self.ensure_open()
-        return int(self._shapes[i, 0]), int(self._shapes[i, 1])
