@@ -1,0 +1,51 @@
+"""The one-hot kernels against the definition ``ids[..., None] == arange(C)``, at chunk edges and with ignore ids."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shardkit.read import onehot
+from shardkit.read.onehot import onehot_into
+
+
+def reference(ids: np.ndarray, c: int, dtype: type, channels_first: bool) -> np.ndarray:
+    want = (ids[..., None] == np.arange(c)).astype(dtype)
+    return np.moveaxis(want, -1, -3) if channels_first else want
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8])
+@pytest.mark.parametrize("channels_first", [False, True])
+@pytest.mark.parametrize("ids_dtype", [np.uint8, np.uint16])
+def test_onehot_matches_definition_including_ignore_ids(dtype: type, channels_first: bool, ids_dtype: type) -> None:
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 12, (3, 37, 41)).astype(ids_dtype)
+    ids[0, :5, :7] = 255  # an ignore id: all-zero vector
+    ids[2, -1, -1] = 12  # just past the last class
+    shape = (3, 12, 37, 41) if channels_first else (3, 37, 41, 12)
+    out = np.full(shape, 7, dtype)  # stale contents must be overwritten
+    onehot_into(ids, 12, out, channels_first=channels_first)
+    assert np.array_equal(out, reference(ids, 12, dtype, channels_first))
+    assert out[0, ..., :5, :7].sum() == 0 if channels_first else out[0, :5, :7].sum() == 0
+
+
+def test_channels_last_chunks_cover_every_pixel(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(onehot, "CHUNK", 100)  # 5 * 31 * 29 pixels: many chunks and a ragged last one
+    ids = np.random.default_rng(1).integers(0, 5, (5, 31, 29)).astype(np.uint8)
+    out = np.full((5, 31, 29, 5), 9, np.float32)
+    onehot_into(ids, 5, out)
+    assert np.array_equal(out, reference(ids, 5, np.float32, False))
+
+
+def test_channels_last_into_a_strided_buffer_still_correct() -> None:
+    ids = np.random.default_rng(2).integers(0, 4, (2, 6, 8)).astype(np.uint8)
+    big = np.zeros((2, 6, 8, 8), np.float32)
+    view = big[..., :4]  # not contiguous: the broadcast comparison path
+    onehot_into(ids, 4, view)
+    assert np.array_equal(view, reference(ids, 4, np.float32, False)) and not big[..., 4:].any()
+
+
+def test_empty_batch_is_a_no_op() -> None:
+    out = np.empty((0, 4, 4, 3), np.float32)
+    onehot_into(np.empty((0, 4, 4), np.uint8), 3, out)
+    assert out.shape == (0, 4, 4, 3)
