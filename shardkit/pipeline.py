@@ -21,7 +21,7 @@ from .config import ConvertConfig
 from .discover import Discovery, discover
 from .errors import OutputError
 from .fingerprint import CACHE_NAME, fingerprint_samples, load_cache, save_cache
-from .formats.base import TMP_MARK, SampleSpec
+from .formats.base import TMP_MARK, SampleSpec, fsync_file
 from .formats.registry import writer_class
 from .journal import RECORD_PREFIX, ShardRecord, reuse
 from .labels import ClassTable, LabelDecoder, build_class_table
@@ -117,7 +117,7 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
                 "classes": table.to_json(), "preprocessing": options, "on_error": cfg.on_error}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
     ctx = WorkerContext(cfg.format, spec, decoder, found.root.resolve(), cfg.size, cfg.resize, cfg.crop,
-                        cfg.compression, cfg.on_error)
+                        cfg.compression, cfg.on_error, sync_files=cfg.backend == "dask")
     log.info("convert %s → %s as %s", cfg.input, cfg.output, cfg.format,
              extra={"event": "start", "input": str(cfg.input), "output": str(cfg.output), "format": cfg.format,
                     "workers": cfg.effective_workers(), "backend": cfg.backend})
@@ -199,6 +199,9 @@ def _plan(
 def publish_files(result: ShardResult) -> ShardRecord:
     """Rename one finished shard's temporary files into place, then record it (crash-safe order)."""
     directory = None
+    if not result.synced:  # data durable before any name points at it
+        for f in result.files:
+            fsync_file(result.directory / f.tmp_name)
     for f in result.files:
         directory = result.directory
         os.replace(directory / f.tmp_name, directory / f.final_name)

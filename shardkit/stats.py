@@ -13,6 +13,18 @@ import cv2
 import numpy as np
 
 
+def class_counts(ids: np.ndarray, num_classes: int) -> np.ndarray:
+    """Pixels per id value (int64, at least ``num_classes`` long).
+
+    uint8 ids go through OpenCV's histogram (~2x faster than ``np.bincount``, which first widens
+    every pixel to int64); its float32 bins are exact below 2**24 pixels per image.
+    """
+    if ids.dtype == np.uint8 and ids.size < 1 << 24:
+        hist = cv2.calcHist([np.ascontiguousarray(ids)], [0], None, [256], [0, 256]).ravel().astype(np.int64)
+        return hist if num_classes <= 256 else np.pad(hist, (0, num_classes - 256))
+    return np.bincount(ids.ravel(), minlength=num_classes)
+
+
 @dataclass
 class Stats:
     """Running totals over stored samples (after preprocessing, before label encoding)."""
@@ -35,7 +47,7 @@ class Stats:
         An ignore id at or above ``num_classes`` (255) is counted in ``ignore_pixels`` only; an
         ignore id inside the class range (CamVid's 11) is counted like any class.
         """
-        counts = np.bincount(ids.ravel(), minlength=self.num_classes)
+        counts = class_counts(ids, self.num_classes)
         inside = counts[: self.num_classes]
         self.class_pixels += inside
         self.ignore_pixels += int(counts[self.num_classes :].sum())

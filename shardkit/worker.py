@@ -37,6 +37,10 @@ class WorkerContext:
     crop: str
     compression: str
     on_error: str
+    #: fsync the shard files in the worker. The local backend leaves it to the parent, which flushes
+    #: them while the workers decode the next shards; a Dask worker does it itself (the client may
+    #: sit on another machine, where an fsync would not reach the worker's writes).
+    sync_files: bool = True
 
 
 @dataclass
@@ -51,6 +55,7 @@ class ShardResult:
     samples: list[dict[str, Any]] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
     skipped: list[dict[str, str]] = field(default_factory=list)
+    synced: bool = True  # False: the files still need an fsync before they are published
 
 
 def _rel(path: Path, root: Path) -> str:
@@ -114,8 +119,9 @@ def convert_shard(task: ShardTask, ctx: WorkerContext) -> ShardResult:
                 "classes": present,
                 "fingerprint": fingerprint,
             })
-        files = _write(writer.close, task)
+        files = _write(writer.close, task, ctx.sync_files)
     except BaseException:
         writer.abort()
         raise
-    return ShardResult(task.split, task.index, task.key, task.directory, files, samples, stats.to_wire(), skipped)
+    return ShardResult(task.split, task.index, task.key, task.directory, files, samples, stats.to_wire(), skipped,
+                       ctx.sync_files)

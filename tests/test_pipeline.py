@@ -213,3 +213,24 @@ def test_resized_camvid_equals_opencv_resize_and_labels_stay_nearest(camvid_root
         np.testing.assert_array_equal(image, want_img[top : top + size[0], left : left + size[1]])
         np.testing.assert_array_equal(label, want_lab[top : top + size[0], left : left + size[1]])
         assert set(np.unique(label)) <= set(np.unique(lab)), "nearest neighbour never invents a class id"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_every_shard_file_is_fsynced_before_its_final_name_appears(camvid_root: Path, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch,
+                                                                     workers: int) -> None:
+    import os
+
+    import shardkit.pipeline as pipeline
+
+    events: list[tuple[str, str]] = []
+    real_fsync, real_replace = pipeline.fsync_file, os.replace
+    monkeypatch.setattr(pipeline, "fsync_file", lambda p: (events.append(("fsync", Path(p).name)), real_fsync(p)))
+    monkeypatch.setattr(os, "replace", lambda a, b: (events.append(("replace", Path(a).name)), real_replace(a, b)))
+    out = tmp_path / "out"
+    convert(ConvertConfig(camvid_root, out, format="npy", size=CROP, splits=("val",),
+                          shard_size=ShardSize(samples=7), workers=workers, quiet=True))
+    renamed = [name for kind, name in events if kind == "replace" and name.startswith((".images-", ".labels-"))]
+    assert len(renamed) >= 6  # ≥ 3 shards × 2 files
+    for name in renamed:
+        assert ("fsync", name) in events[: events.index(("replace", name))], name

@@ -56,3 +56,27 @@ def test_a_killed_worker_is_reported_not_a_hang(camvid_root: Path, tmp_path: Pat
     monkeypatch.undo()
     again = convert(cfg)  # a fresh pool; the shards finished before the kill are reused
     assert again.samples == 26 and again.reused >= 1
+
+
+def test_largest_shards_are_dispatched_first(camvid_root: Path, tmp_path: Path) -> None:
+    seen: list[int] = []
+    real = pool.run_tasks
+
+    def record(tasks, ctx, **kwargs):  # type: ignore[no-untyped-def]
+        inner = kwargs.pop("on_result")
+        sizes = {(t.split, t.index): len(t.samples) for t in tasks}
+
+        def on_result(result):  # type: ignore[no-untyped-def]
+            seen.append(sizes[(result.split, result.index)])
+            inner(result)
+
+        return real(tasks, ctx, on_result=on_result, **kwargs)
+
+    import shardkit.pipeline as pipeline
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pipeline, "run_tasks", record)
+        convert(ConvertConfig(camvid_root, tmp_path / "out", format="npy", size=(64, 96), splits=("train",),
+                              shard_size=ShardSize(samples=16), workers=1, quiet=True))
+    assert len(set(seen)) > 1  # content-defined cuts: shards of different sizes
+    assert seen == sorted(seen, reverse=True)

@@ -178,13 +178,14 @@ class ShardWriter(ABC):
     def _finish(self) -> None:
         """Flush and close every temporary file."""
 
-    def close(self) -> tuple[WrittenFile, ...]:
-        """Finish, fsync and hash the temporary files; nothing is visible under a final name yet."""
+    def close(self, sync: bool = True) -> tuple[WrittenFile, ...]:
+        """Finish, hash and (``sync``) fsync the temporary files; nothing is visible under a final name yet."""
         self._finish()
         written = []
         for name in self.file_names(self.stem, self.spec):
             tmp = self.tmp_path(name)
-            fsync_file(tmp)
+            if sync:
+                fsync_file(tmp)
             digest = self.digests.get(name) or sha256_file(tmp)
             written.append(WrittenFile(name, tmp.name, tmp.stat().st_size, digest))
         return tuple(written)

@@ -32,7 +32,7 @@ def sample_key(i: int) -> bytes:
 
 
 def _env(path: Path, *, write: bool, map_size: int = _MIN_MAP) -> lmdb.Environment:
-    """Single-file, lock-free environment; writers sync once at the end (the base class fsyncs too)."""
+    """Single-file, lock-free environment; writers never sync (shard files are fsynced before publishing)."""
     return lmdb.open(
         str(path), subdir=False, readonly=not write, lock=False, readahead=False,
         map_size=map_size, meminit=True, max_dbs=0, sync=False, metasync=False,
@@ -100,14 +100,13 @@ class LmdbWriter(ShardWriter):
         img = np.ascontiguousarray(image, dtype=np.uint8)
         lab = np.ascontiguousarray(label, dtype=self.spec.stored_label_dtype)
         header = np.array([(img.shape[0], img.shape[1], img.nbytes, lab.nbytes)], dtype=RECORD_HEADER)
-        self._put(sample_key(self.count), header.tobytes() + img.tobytes() + lab.tobytes())
+        self._put(sample_key(self.count), b"".join((header.tobytes(), img.data, lab.data)))  # one copy
         self.count += 1
 
     def _finish(self) -> None:
         meta = {"format": "shardkit-lmdb", "format_version": FORMAT_VERSION, "num_samples": self.count}
         self._put(META_KEY, json.dumps(meta, sort_keys=True).encode())
-        self._env.sync(True)
-        self._env.close()
+        self._env.close()  # every commit already wrote its pages; the caller fsyncs the file
 
 
 class LmdbReader(ShardReader):
