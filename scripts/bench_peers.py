@@ -81,6 +81,7 @@ from shardkit.bench import (
     reader_pass,
     torch_pass,
 )
+from shardkit.read.onehot import kernel_name
 
 log = logging.getLogger("bench_peers")
 
@@ -773,7 +774,8 @@ def run(args: argparse.Namespace, work: Path, versions: dict[str, str], notes: l
         read(f"shardkit {fmt} batched (ds.batch, sorted random batches of {bs})",
              reader_pass(ds, bs, limit, True, args.seed), "shardkit")
     onehot = shardkit.open(out / "npy" / "train", labels="float_onehot")
-    read("shardkit npy float one-hot (host), random", reader_pass(onehot, bs, limit, True, args.seed),
+    read(f"shardkit npy float one-hot (host, NHWC, {kernel_name()}), random",
+         reader_pass(onehot, bs, limit, True, args.seed),
          "shardkit", H * W * 3 + H * W * onehot.num_classes * 4)
     for w in (0, 2):
         read(f"shardkit torch make_loader, {w} workers",

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ConfigError
+from .read.onehot import kernel_name
 
 log = logging.getLogger(__name__)
 
@@ -189,9 +190,9 @@ def run_bench(path: Path, *, against: bool = True, batch_size: int = 32, samples
                  repeats, sample_bytes),
         _measure(f"shardkit {ds.format} batched, shuffled", reader_pass(ds, batch_size, limit, True, seed),
                  repeats, sample_bytes),
-        _measure(f"shardkit {ds.format} float one-hot NHWC, shuffled",
+        _measure(f"shardkit {ds.format} float one-hot NHWC, shuffled, {kernel_name()}",
                  reader_pass(ds_onehot, batch_size, limit, True, seed), repeats, onehot_bytes),
-        _measure(f"shardkit {ds.format} float one-hot NCHW, shuffled",
+        _measure(f"shardkit {ds.format} float one-hot NCHW, shuffled, {kernel_name()}",
                  reader_pass(ds_onehot_cf, batch_size, limit, True, seed), repeats, onehot_bytes),
     ]
     try:

@@ -1,4 +1,4 @@
-"""The one-hot kernels against the definition ``ids[..., None] == arange(C)``, at chunk edges and with ignore ids."""
+"""The one-hot kernels (numba and numpy) against the definition ``ids[..., None] == arange(C)``, with ignore ids."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ def test_onehot_matches_definition_including_ignore_ids(dtype: type, channels_fi
 
 
 def test_channels_last_chunks_cover_every_pixel(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHARDKIT_NO_NUMBA", "1")  # the numpy kernel is the chunked one
     monkeypatch.setattr(onehot, "CHUNK", 100)  # 5 * 31 * 29 pixels: many chunks and a ragged last one
     ids = np.random.default_rng(1).integers(0, 5, (5, 31, 29)).astype(np.uint8)
     out = np.full((5, 31, 29, 5), 9, np.float32)
@@ -49,3 +50,25 @@ def test_empty_batch_is_a_no_op() -> None:
     out = np.empty((0, 4, 4, 3), np.float32)
     onehot_into(np.empty((0, 4, 4), np.uint8), 3, out)
     assert out.shape == (0, 4, 4, 3)
+
+
+@pytest.fixture(params=["numba", "numpy"])
+def kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test with the compiled kernel (numba is in the dev extra: CI has it) and with numpy."""
+    if request.param == "numpy":
+        monkeypatch.setenv("SHARDKIT_NO_NUMBA", "1")
+    assert onehot.kernel_name() == request.param
+    return request.param
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8])
+@pytest.mark.parametrize("ids_dtype", [np.uint8, np.uint16])
+@pytest.mark.parametrize("channels_first", [False, True])
+def test_both_kernels_match_the_definition(kernel: str, dtype: type, ids_dtype: type, channels_first: bool) -> None:
+    ids = np.random.default_rng(3).integers(0, 14, (2, 33, 35)).astype(ids_dtype)  # 12, 13: past the classes
+    out = np.full((2, 12, 33, 35) if channels_first else (2, 33, 35, 12), 5, dtype)
+    onehot_into(ids, 12, out, channels_first=channels_first)
+    assert np.array_equal(out, reference(ids, 12, dtype, channels_first))
+    single = np.full(out.shape[1:], 5, dtype)  # one sample, no batch axis
+    onehot_into(ids[1], 12, single, channels_first=channels_first)
+    assert np.array_equal(single, out[1])

@@ -1,34 +1,101 @@
 """Class ids → one-hot, vectorised (no per-class loop), written into the caller's buffer.
 
-Channels first, ``(…, C, H, W)``: one broadcast comparison whose inner loop runs along W.
+Channels first, ``(…, C, H, W)``: one broadcast comparison whose inner loop runs along H×W.
 Channels last, ``(…, H, W, C)``: the same comparison would run its inner loop over only C
 elements per pixel (~4x slower), so the output is instead zeroed and the ones are scattered
 in (``np.put`` at ``pixel * C + id``), chunk by chunk so the zeroed rows are still in cache
-when the ones land. Ids outside ``0..C-1`` (an ignore id such as 255) give all-zero vectors.
+when the ones land. With the optional ``numba`` (``pip install "shardkit[fast]"``) a compiled
+loop writes each row once instead, ~2.5x faster again and close to the speed of a memset of
+the output (and a compiled plane loop does channels first, ~1.3x numpy's comparison);
+``SHARDKIT_NO_NUMBA=1`` turns them off. Ids outside ``0..C-1`` (an ignore id such
+as 255) give all-zero vectors.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 #: Pixels per step of the channels-last kernel (~1.5 MB of float32 output: stays in L2).
 CHUNK = 32768
+
+_compiled: list[tuple[Callable[..., None], Callable[..., None]] | None] = []  # []: not tried; [None]: no numba
+_compile_lock = threading.Lock()
+
+
+def _rows_loop(ids: Any, out: Any) -> None:  # pragma: no cover - runs compiled
+    """out[i] = one-hot(ids[i]) for a flat ids (n,) and out (n, C); written row by row, once."""
+    n, c = out.shape
+    for i in range(n):
+        v = ids[i]
+        for j in range(c):
+            out[i, j] = 0
+        if v < c:
+            out[i, v] = 1
+
+
+def _planes_loop(ids: Any, out: Any) -> None:  # pragma: no cover - runs compiled
+    """out[k, j] = (ids[k] == j) for flat ids (B, P) and out (B, C, P): one plane at a time."""
+    b, c, p = out.shape
+    for k in range(b):
+        for j in range(c):
+            for i in range(p):
+                out[k, j, i] = 1 if ids[k, i] == j else 0
+
+
+def numba_kernels() -> tuple[Callable[..., None], Callable[..., None]] | None:
+    """The compiled (channels-last, channels-first) kernels, or None without numba (or with
+    ``SHARDKIT_NO_NUMBA=1``). Compiled on first use and cached on disk by numba."""
+    if os.environ.get("SHARDKIT_NO_NUMBA", "") not in ("", "0"):
+        return None
+    with _compile_lock:
+        if not _compiled:
+            try:
+                import numba
+
+                jit = numba.njit(cache=True, nogil=True, boundscheck=False)
+                _compiled.append((jit(_rows_loop), jit(_planes_loop)))
+            except Exception as exc:  # not installed, or no usable compiler cache: numpy does it
+                log.debug("numba one-hot kernels unavailable (%s); using numpy", exc)
+                _compiled.append(None)
+        return _compiled[0]
+
+
+def kernel_name() -> str:
+    """Which one-hot kernels run here: ``"numba"`` or ``"numpy"`` (benchmarks print it)."""
+    return "numba" if numba_kernels() is not None else "numpy"
 
 
 def onehot_into(ids: np.ndarray, num_classes: int, out: np.ndarray, *, channels_first: bool = False) -> None:
     """Write the one-hot encoding of ``ids`` (…, H, W) into ``out`` (float32 or uint8, C-contiguous)."""
     classes = np.arange(num_classes, dtype=ids.dtype)
+    want = (*ids.shape[:-2], num_classes, *ids.shape[-2:]) if channels_first else (*ids.shape, num_classes)
+    compiled = numba_kernels() if out.flags.c_contiguous and out.shape == want and ids.size else None
     if channels_first:
-        np.equal(np.expand_dims(ids, -3), classes[:, None, None], out=out)
+        if compiled is not None:
+            hw = ids.shape[-2] * ids.shape[-1]
+            compiled[1](np.ascontiguousarray(ids).reshape(-1, hw), out.reshape(-1, num_classes, hw))
+        else:
+            np.equal(np.expand_dims(ids, -3), classes[:, None, None], out=out)
         return
-    if not out.flags.c_contiguous or out.shape != (*ids.shape, num_classes):
+    if not out.flags.c_contiguous or out.shape != want:
         np.equal(ids[..., None], classes, out=out)
         return
     flat_ids = np.ascontiguousarray(ids).reshape(-1)
-    flat_out = out.reshape(-1)
     n = flat_ids.size
     if n == 0:
         return
+    if compiled is not None:
+        compiled[0](flat_ids, out.reshape(n, num_classes))
+        return
+    flat_out = out.reshape(-1)
     in_range = int(flat_ids.max()) < num_classes
     if not in_range:  # out-of-range ids write a 0 into their own row's first slot (already 0)
         valid = flat_ids < num_classes
