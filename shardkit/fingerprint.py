@@ -73,9 +73,16 @@ def fingerprint_samples(
             return str(path), hit
         return str(path), [size, mtime, file_sha256(path)]
 
-    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        for key, entry in pool.map(digest, paths):
-            fresh[key] = entry
+    def digest_all(part: Sequence[Path]) -> list[tuple[str, list[Any]]]:
+        return [digest(p) for p in part]
+
+    # One contiguous run of paths per thread (sha256 and reads release the GIL): a future per file
+    # would cost about a third of the hashing itself in scheduling.
+    n = max(1, min(threads, len(paths)))
+    parts = [paths[i * len(paths) // n : (i + 1) * len(paths) // n] for i in range(n)]
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        for part in pool.map(digest_all, parts):
+            fresh.update(part)
     out = []
     for pair in pairs:
         h = hashlib.sha256(options_digest.encode())

@@ -72,3 +72,15 @@ def test_both_kernels_match_the_definition(kernel: str, dtype: type, ids_dtype: 
     single = np.full(out.shape[1:], 5, dtype)  # one sample, no batch axis
     onehot_into(ids[1], 12, single, channels_first=channels_first)
     assert np.array_equal(single, out[1])
+
+
+def test_without_numba_installed_numpy_kernels_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "numba", None)  # import numba → ImportError
+    monkeypatch.setattr(onehot, "_compiled", [])
+    assert onehot.kernel_name() == "numpy"
+    ids = np.random.default_rng(4).integers(0, 5, (3, 9, 11)).astype(np.uint8)
+    out = np.empty((3, 9, 11, 5), np.float32)
+    onehot_into(ids, 5, out)
+    assert np.array_equal(out, reference(ids, 5, np.float32, False))

@@ -61,7 +61,11 @@ def numba_kernels() -> tuple[Callable[..., None], Callable[..., None]] | None:
                 import numba
 
                 jit = numba.njit(cache=True, nogil=True, boundscheck=False)
-                _compiled.append((jit(_rows_loop), jit(_planes_loop)))
+                kernels = (jit(_rows_loop), jit(_planes_loop))
+                ids = np.zeros((1, 1), np.uint8)  # compile (or load from numba's cache) the common case now,
+                kernels[0](ids[0], np.empty((1, 2), np.float32))  # so a compiler or cache failure lands here
+                kernels[1](ids, np.empty((1, 2, 1), np.float32))
+                _compiled.append(kernels)
             except Exception as exc:  # not installed, or no usable compiler cache: numpy does it
                 log.debug("numba one-hot kernels unavailable (%s); using numpy", exc)
                 _compiled.append(None)
