@@ -760,6 +760,10 @@ def run(args: argparse.Namespace, work: Path, versions: dict[str, str], notes: l
         if peer in versions:
             write(name, make(pairs, out / folder, 2, shard_size), "peer")
     writes += measure_rounds(jobs, args.write_repeats, notes)
+    # The write rounds leave gigabytes of dirty pages; flush them now, or the kernel's writeback would run
+    # (and take CPU and memory bandwidth) during the read measurements below.
+    log.info("flushing written data to disk before the reads")
+    os.sync()
     # ---- read
     for fmt in ("hdf5", "tfrecord"):
         log.info("converting %s for the read figures (not timed)", fmt)
