@@ -683,7 +683,9 @@ def measure_rounds(jobs: list[tuple[str, Callable[[], int], str]], repeats: int,
                    notes: list[str]) -> list[Measurement]:
     """Like ``shardkit.bench._measure`` for each job, but interleaved: one warm-up pass of every job,
     then ``repeats`` rounds in which every job runs once. On a shared machine a burst of outside load
-    then hits one pass of every job rather than all passes of one, so the medians stay comparable."""
+    then hits one pass of every job rather than all passes of one, so the medians stay comparable.
+    Before every timed pass the page cache's dirty data is flushed (untimed): a job that leaves its
+    writes unflushed must not slow the next job's writes, or its fsyncs, with that backlog."""
     alive = []
     for name, fn, note in jobs:
         try:
@@ -695,6 +697,7 @@ def measure_rounds(jobs: list[tuple[str, Callable[[], int], str]], repeats: int,
     rates: dict[str, list[float]] = {name: [] for name, _, _ in alive}
     for r in range(repeats):
         for name, fn, _ in alive:
+            os.sync()
             t = time.perf_counter()
             count = fn()
             rates[name].append(count / max(time.perf_counter() - t, 1e-9))
