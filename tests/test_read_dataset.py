@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 import pickle
@@ -241,3 +242,33 @@ def test_channels_first_one_hot_equals_moved_channels_last(splits: dict[str, Pat
     assert got.shape == (5, 12, *CROP) and got.flags.c_contiguous
     assert np.array_equal(got, want[order])
     assert np.array_equal(ds[9][1], want[9])
+
+
+@pytest.mark.parametrize("damage", ["short", "header"])
+def test_batch_refuses_a_damaged_lmdb_record(splits: dict[str, Path], tmp_path: Path, damage: str) -> None:
+    import lmdb
+
+    from shardkit.formats.lmdb import RECORD_HEADER
+
+    folder = tmp_path / "val"
+    shutil.copytree(splits["lmdb"], folder)
+    ds = shardkit.open(folder)
+    shard = folder / ds.manifest.shards[0].files[0].name
+    env = lmdb.open(str(shard), subdir=False, lock=False)
+    with env.begin(write=True) as txn:
+        good = bytes(txn.get(b"%08d" % 2))
+        hdr = RECORD_HEADER.itemsize
+        h, w, ni, nl = np.frombuffer(good, RECORD_HEADER, count=1)[0].tolist()
+        bad = (good[:-1] if damage == "short"  # same header, one byte missing
+               else np.array([(w, h, ni, nl)], RECORD_HEADER).tobytes() + good[hdr:])  # same length, H/W swapped
+        txn.put(b"%08d" % 2, bad)
+    env.close()
+    manifest = json.loads((folder / "manifest.json").read_text())  # the damage is inside a well-formed file
+    entry = manifest["shards"][0]["files"][0]
+    entry["bytes"] = shard.stat().st_size
+    entry["sha256"] = hashlib.sha256(shard.read_bytes()).hexdigest()
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    fresh = shardkit.open(folder)
+    assert np.array_equal(fresh.batch([0, 1])[0], ds.batch([0, 1])[0])  # undamaged records still read
+    with pytest.raises(ShardFormatError, match="sample 2"):
+        fresh.batch([1, 2, 3])
