@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, InputNotFoundError
 from .read.onehot import kernel_name
 
 log = logging.getLogger(__name__)
@@ -128,13 +128,17 @@ def torch_pass(path: Path, batch_size: int, limit: int, workers: int, seed: int)
     return run
 
 
-def naive_pass(ds: Any, limit: int, onehot: bool) -> Callable[[], int]:
+def naive_pass(ds: Any, limit: int, onehot: bool, source: Path | None = None) -> Callable[[], int]:
     """What a training script does online per sample: decode image and label, crop, (float, one-hot)."""
     import cv2
 
     from .labels import ClassTable
 
-    root = Path(ds.manifest.source["root"])
+    root = Path(source) if source is not None else Path(ds.manifest.source["root"])
+    first = ds.manifest.samples[0] if ds.manifest.samples else None
+    if first is not None and not (root / first["key"]).is_file():
+        raise InputNotFoundError(f"source image {first['key']} of the naive pipeline is not in {root}",
+                                 path=root, fix="pass the raw dataset folder with --against RAW_DIR, or --no-against")
     table = ClassTable.from_json(ds.manifest.classes)
     colours = [c.colour for c in table.classes]
     colour_labels = ds.manifest.source.get("label_kind") == "colour"
@@ -167,9 +171,13 @@ def naive_pass(ds: Any, limit: int, onehot: bool) -> Callable[[], int]:
     return run
 
 
-def run_bench(path: Path, *, against: bool = True, batch_size: int = 32, samples: int = 2048, repeats: int = 3,
-              workers: tuple[int, ...] = (0, 2), naive_samples: int = 40, seed: int = 0) -> list[Measurement]:
-    """All measurements for one split folder, in one process, in one run."""
+def run_bench(path: Path, *, against: bool = True, source: Path | None = None, batch_size: int = 32,
+              samples: int = 2048, repeats: int = 3, workers: tuple[int, ...] = (0, 2), naive_samples: int = 40,
+              seed: int = 0) -> list[Measurement]:
+    """All measurements for one split folder, in one process, in one run.
+
+    ``source``: the raw dataset folder for the naive pipeline (default: the one the manifest names).
+    """
     import shardkit
 
     ds = shardkit.open(path)
@@ -205,9 +213,9 @@ def run_bench(path: Path, *, against: bool = True, batch_size: int = 32, samples
                                 torch_pass(path, batch_size, limit, n, seed), repeats, sample_bytes,
                                 note="steady state; worker start-up excluded"))
     if against:
-        out.append(_measure("naive online: decode + crop (uint8, ids)", naive_pass(ds, naive_samples, False),
+        out.append(_measure("naive online: decode + crop (uint8, ids)", naive_pass(ds, naive_samples, False, source),
                             repeats, sample_bytes))
-        out.append(_measure("naive online: + float image + float one-hot", naive_pass(ds, naive_samples, True),
+        out.append(_measure("naive online: + float image + float one-hot", naive_pass(ds, naive_samples, True, source),
                             repeats, onehot_bytes))
     return out
 

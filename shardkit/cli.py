@@ -256,16 +256,18 @@ def verify(path: Path) -> None:
 
 @main.command()
 @click.argument("split_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.option("--against/--no-against", default=True, show_default=True,
-              help="Also time the naive online pipeline on the source images named in the manifest.")
+@click.option("--against", "against", metavar="[RAW_DIR]", is_flag=False, flag_value="", default="",
+              help="Also time the naive online pipeline on the source images (the default): in the source "
+              "folder the manifest names, or in RAW_DIR when the data has moved.")
+@click.option("--no-against", is_flag=True, help="Skip the naive online pipeline.")
 @click.option("--batch-size", type=click.IntRange(1), default=32, show_default=True)
 @click.option("--samples", type=click.IntRange(1), default=2048, show_default=True, help="Samples per timed pass.")
 @click.option("--repeats", type=click.IntRange(1), default=3, show_default=True)
 @click.option("--workers", default="0,2", show_default=True, help="PyTorch DataLoader worker counts to time.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False), help="Also write results here.")
 @_errors_to_exit_codes
-def bench(split_dir: Path, against: bool, batch_size: int, samples: int, repeats: int, workers: str,
-          json_path: Path | None) -> None:
+def bench(split_dir: Path, against: str, no_against: bool, batch_size: int, samples: int, repeats: int,
+          workers: str, json_path: Path | None) -> None:
     """Measure read throughput of SPLIT_DIR beside the naive online pipeline, in one run; print ratios."""
     import json
     from dataclasses import asdict
@@ -273,9 +275,13 @@ def bench(split_dir: Path, against: bool, batch_size: int, samples: int, repeats
     from .bench import run_bench, table
 
     setup_logging(quiet=True)
-    counts = tuple(int(w) for w in workers.split(",") if w.strip())
-    results = run_bench(split_dir, against=against, batch_size=batch_size, samples=samples, repeats=repeats,
-                        workers=counts)
+    try:
+        counts = tuple(int(w) for w in workers.split(",") if w.strip())
+    except ValueError:
+        raise click.BadParameter(f"{workers!r} is not a comma-separated list of integers",
+                                 param_hint="--workers") from None
+    results = run_bench(split_dir, against=not no_against, source=Path(against) if against else None,
+                        batch_size=batch_size, samples=samples, repeats=repeats, workers=counts)
     click.echo(table(results))
     if json_path:
         json_path.write_text(json.dumps([asdict(r) for r in results], indent=1))

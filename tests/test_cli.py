@@ -136,3 +136,36 @@ def test_verify_detects_wrong_class_counts(camvid_root: Path, tmp_path: Path) ->
 def test_commands_on_a_folder_without_manifest_fail_cleanly(cmd: str, tmp_path: Path) -> None:
     res = CliRunner().invoke(main, [cmd, str(tmp_path)])
     assert res.exit_code == 1 and "Traceback" not in res.output and "manifest" in res.output
+
+
+def bench_rows(output: str) -> dict[str, list[str]]:
+    rows = {}
+    for line in output.splitlines()[1:]:
+        name, _, rest = line.partition("  ")
+        rows[name.strip()] = rest.split()
+    return rows
+
+
+def test_bench_times_the_reader_beside_the_naive_pipeline_on_moved_raw_data(camvid_root: Path,
+                                                                            tmp_path: Path) -> None:
+    raw = small_camvid(camvid_root, tmp_path / "raw", n=6)
+    assert run("convert", raw, tmp_path / "out", "--size", "96x128", "-q").exit_code == 0
+    moved = raw.rename(tmp_path / "moved")  # the manifest's source root no longer exists
+    res = run("bench", tmp_path / "out" / "val", "--samples", "64", "--repeats", "1", "--workers", "")
+    assert res.exit_code == 1 and "--against RAW_DIR" in res.output and len(res.output.strip().splitlines()) == 1
+    res = run("bench", tmp_path / "out" / "val", "--against", moved, "--samples", "64", "--repeats", "1",
+              "--workers", "", "--json", tmp_path / "bench.json")
+    assert res.exit_code == 0, res.output
+    rows = bench_rows(res.output)
+    assert "naive online: decode + crop (uint8, ids)" in rows and "shardkit npy batched, shuffled" in rows
+    assert all(float(v[0]) > 0 for v in rows.values())  # every row measured a rate
+    assert {r["name"] for r in json.loads((tmp_path / "bench.json").read_text())} == set(rows)
+    res = run("bench", tmp_path / "out" / "val", "--no-against", "--samples", "32", "--repeats", "1", "--workers", "")
+    assert res.exit_code == 0 and not any(name.startswith("naive") for name in bench_rows(res.output))
+
+
+def test_bench_rejects_a_bad_worker_list(tmp_path: Path, camvid_root: Path) -> None:
+    raw = small_camvid(camvid_root, tmp_path / "raw", n=2)
+    assert run("convert", raw, tmp_path / "out", "--size", "96x128", "-q").exit_code == 0
+    res = run("bench", tmp_path / "out" / "val", "--workers", "two")
+    assert res.exit_code == 2 and "--workers" in res.output
