@@ -84,3 +84,18 @@ def test_without_numba_installed_numpy_kernels_run(monkeypatch: pytest.MonkeyPat
     out = np.empty((3, 9, 11, 5), np.float32)
     onehot_into(ids, 5, out)
     assert np.array_equal(out, reference(ids, 5, np.float32, False))
+
+
+def test_numba_without_a_usable_cache_still_compiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    import numba
+
+    real = numba.njit
+
+    def no_cache(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if kwargs.get("cache"):
+            raise RuntimeError("cannot cache function: no locator available")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(numba, "njit", no_cache)
+    monkeypatch.setattr(onehot, "_compiled", [])
+    assert onehot.kernel_name() == "numba"

@@ -57,19 +57,23 @@ def numba_kernels() -> tuple[Callable[..., None], Callable[..., None]] | None:
         return None
     with _compile_lock:
         if not _compiled:
-            try:
-                import numba
-
-                jit = numba.njit(cache=True, nogil=True, boundscheck=False)
-                kernels = (jit(_rows_loop), jit(_planes_loop))
-                ids = np.zeros((1, 1), np.uint8)  # compile (or load from numba's cache) the common case now,
-                kernels[0](ids[0], np.empty((1, 2), np.float32))  # so a compiler or cache failure lands here
-                kernels[1](ids, np.empty((1, 2, 1), np.float32))
-                _compiled.append(kernels)
-            except Exception as exc:  # not installed, or no usable compiler cache: numpy does it
-                log.debug("numba one-hot kernels unavailable (%s); using numpy", exc)
-                _compiled.append(None)
+            _compiled.append(_compile(cache=True) or _compile(cache=False))  # no writable cache: compile anyway
         return _compiled[0]
+
+
+def _compile(cache: bool) -> tuple[Callable[..., None], Callable[..., None]] | None:
+    try:
+        import numba
+
+        jit = numba.njit(cache=cache, nogil=True, boundscheck=False)
+        kernels = (jit(_rows_loop), jit(_planes_loop))
+        ids = np.zeros((1, 1), np.uint8)  # compile (or load from numba's cache) the common case now,
+        kernels[0](ids[0], np.empty((1, 2), np.float32))  # so a compiler or cache failure lands here
+        kernels[1](ids, np.empty((1, 2, 1), np.float32))
+        return kernels
+    except Exception as exc:  # not installed, no usable cache, no compiler: numpy does it
+        log.debug("numba one-hot kernels unavailable (cache=%s: %s)", cache, exc)
+        return None
 
 
 def kernel_name() -> str:
