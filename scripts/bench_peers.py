@@ -81,7 +81,7 @@ from shardkit.bench import (
     reader_pass,
     torch_pass,
 )
-from shardkit.read.onehot import kernel_name
+from shardkit.onehot import kernel_name
 
 log = logging.getLogger("bench_peers")
 

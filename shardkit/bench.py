@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ConfigError, InputNotFoundError
-from .read.onehot import kernel_name
+from .onehot import kernel_name
 
 log = logging.getLogger(__name__)
 

@@ -21,6 +21,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from .errors import ConfigError, DecodeError, InputNotFoundError, LabelError, ShardFormatError
+from .onehot import onehot_into
 
 logger = logging.getLogger(__name__)
 
@@ -298,8 +299,7 @@ def encode_label(
     if out is None:
         out = np.empty(shape, dtype=np.uint8)
     if encoding == "onehot":
-        classes = np.arange(num_classes, dtype=np.min_scalar_type(max(num_classes - 1, 0)))
-        np.equal(ids[..., None], classes, out=out)
+        onehot_into(ids, num_classes, out, allow_numba=False)  # runs in convert's workers
         return out
     # packed: at most one bit per pixel (bit 7 - id % 8 of byte id // 8), so compare against
     # the byte index and multiply by the bit instead of building and packing the one-hot.

@@ -81,11 +81,18 @@ def kernel_name() -> str:
     return "numba" if numba_kernels() is not None else "numpy"
 
 
-def onehot_into(ids: np.ndarray, num_classes: int, out: np.ndarray, *, channels_first: bool = False) -> None:
-    """Write the one-hot encoding of ``ids`` (…, H, W) into ``out`` (float32 or uint8, C-contiguous)."""
-    classes = np.arange(num_classes, dtype=ids.dtype)
+def onehot_into(ids: np.ndarray, num_classes: int, out: np.ndarray, *, channels_first: bool = False,
+                allow_numba: bool = True) -> None:
+    """Write the one-hot encoding of ``ids`` (…, H, W) into ``out`` (float32 or uint8, C-contiguous).
+
+    ``allow_numba=False`` keeps to numpy: for convert's pool workers, where loading LLVM would add
+    ~130 MB to every worker (and loky restarts workers whose memory grows by 300 MB).
+    """
+    # class values in a dtype wide enough for both the ids and every class (uint8 ids, 300 classes)
+    classes = np.arange(num_classes, dtype=np.promote_types(ids.dtype, np.min_scalar_type(max(num_classes - 1, 0))))
     want = (*ids.shape[:-2], num_classes, *ids.shape[-2:]) if channels_first else (*ids.shape, num_classes)
-    compiled = numba_kernels() if out.flags.c_contiguous and out.shape == want and ids.size else None
+    fits = allow_numba and out.flags.c_contiguous and out.shape == want and ids.size
+    compiled = numba_kernels() if fits else None
     if channels_first:
         if compiled is not None:
             hw = ids.shape[-2] * ids.shape[-1]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shardkit.read import onehot
-from shardkit.read.onehot import onehot_into
+from shardkit import onehot
+from shardkit.onehot import onehot_into
 
 
 def reference(ids: np.ndarray, c: int, dtype: type, channels_first: bool) -> np.ndarray:
@@ -99,3 +99,14 @@ def test_numba_without_a_usable_cache_still_compiles(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(numba, "njit", no_cache)
     monkeypatch.setattr(onehot, "_compiled", [])
     assert onehot.kernel_name() == "numba"
+
+
+def test_allow_numba_false_keeps_to_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail() -> None:
+        raise AssertionError("numba kernels requested")
+
+    monkeypatch.setattr(onehot, "numba_kernels", fail)
+    ids = np.random.default_rng(5).integers(0, 6, (2, 7, 9)).astype(np.uint8)
+    out = np.empty((2, 7, 9, 5), np.uint8)
+    onehot_into(ids, 5, out, allow_numba=False)
+    assert np.array_equal(out, reference(ids, 5, np.uint8, False))
