@@ -199,11 +199,10 @@ def _plan(
 def publish_files(result: ShardResult) -> ShardRecord:
     """Rename one finished shard's temporary files into place, then record it (crash-safe order)."""
     directory = None
-    if not result.synced:  # data durable before any name points at it
-        for f in result.files:
-            fsync_file(result.directory / f.tmp_name)
     for f in result.files:
         directory = result.directory
+        if not result.synced:  # data durable before its name points at it
+            fsync_file(directory / f.tmp_name)
         os.replace(directory / f.tmp_name, directory / f.final_name)
     record = ShardRecord(result.key, tuple(f.info() for f in result.files), tuple(result.samples),
                          result.stats, tuple(result.skipped))

@@ -189,5 +189,5 @@ class LmdbReader(ShardReader):
     def _fixed_header(self) -> bytes:
         """The record header every sample of a fixed-size shard carries."""
         h, w = self.spec.size  # type: ignore[misc]
-        nl = int(np.prod(self.spec.label_shape((h, w)))) * self.spec.stored_label_dtype.itemsize
-        return np.array([(h, w, h * w * 3, nl)], dtype=RECORD_HEADER).tobytes()
+        ni = h * w * 3
+        return np.array([(h, w, ni, self.spec.sample_nbytes((h, w)) - ni)], dtype=RECORD_HEADER).tobytes()
