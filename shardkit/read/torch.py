@@ -283,6 +283,8 @@ class CudaPrefetcher:
     (0–255 scale stats, from the manifest by default), labels to int64 ids, or expanded to
     one-hot — while the caller computes on the current batch; the main stream waits for the
     side stream and the tensors are ``record_stream``-ed so their memory is not reused early.
+    Before asking the loader for the next batch the host waits until the previous batch's copy
+    has run, because shardkit's loaders refill a few reused pinned buffers.
     Without CUDA (or with ``device="cpu"``) the same conversions run synchronously on the CPU.
 
     ``labels``: ``"ids"`` (int64), ``"onehot"`` (uint8), ``"float_onehot"`` (float32) or None
@@ -351,11 +353,13 @@ class CudaPrefetcher:
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(epoch)
 
-    def _convert(self, batch: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        """Move one batch to the device (asynchronously where possible) and convert it there."""
-        images, labels, *rest = batch
-        x = images.to(self.device, non_blocking=True)
-        y = labels.to(self.device, non_blocking=True)
+    def _move(self, batch: Sequence[Any]) -> tuple[Any, ...]:
+        """Copy one batch to the device (asynchronously from pinned memory); non-tensors pass through."""
+        return tuple(t.to(self.device, non_blocking=True) if isinstance(t, torch.Tensor) else t for t in batch)
+
+    def _convert(self, batch: Sequence[Any]) -> tuple[Any, ...]:
+        """Convert one batch already on the device: normalise images, expand or widen labels."""
+        x, y, *rest = batch
         batched = x.ndim == 4
         fmt = self.memory_format if batched and self.layout == "NCHW" else None
         if self.normalize:
@@ -375,25 +379,34 @@ class CudaPrefetcher:
             y = hot.to(torch.float32 if self.labels == "float_onehot" else torch.uint8)
             if fmt is not None:
                 y = y.contiguous(memory_format=fmt)
-        moved = (t.to(self.device, non_blocking=True) if isinstance(t, torch.Tensor) else t for t in rest)
-        return (x, y, *moved)
+        return (x, y, *rest)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         if not self.use_cuda:
             for batch in self.loader:
-                yield self._convert(batch)
+                yield self._convert(self._move(batch))
             return
         stream = torch.cuda.Stream(device=self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))  # mean/std/classes were made on it
         it = iter(self.loader)
+        copied: torch.cuda.Event | None = None
 
         def preload() -> tuple[torch.Tensor, ...] | None:
+            nonlocal copied
+            # Shardkit's loaders refill a few reused pinned buffers; an asynchronous copy still
+            # queued on the side stream would read the next batch's bytes. So the host waits until
+            # the previous batch's copy has run before it asks the loader for another batch.
+            if copied is not None:
+                copied.synchronize()
             try:
                 batch = next(it)
             except StopIteration:
                 return None
             with torch.cuda.stream(stream):
-                return self._convert(batch)
+                moved = self._move(batch)
+                copied = torch.cuda.Event()
+                copied.record(stream)
+                return self._convert(moved)
 
         nxt = preload()
         while nxt is not None:
