@@ -6,6 +6,8 @@ These need a CUDA GPU, so they skip in CI (which has none) and are run on a GPU 
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -66,3 +68,50 @@ def test_batches_stay_whole_while_the_gpu_lags_behind_the_host(split: Path, work
         images, ids = core.batch(idx.cpu().numpy())
         assert np.array_equal(x.cpu().numpy(), images), "image batch torn: its pinned buffer was refilled"
         assert np.array_equal(y.cpu().numpy(), ids.astype(np.int64))
+
+
+def test_every_sample_once_per_epoch_with_workers_forked_each_epoch(split: Path) -> None:
+    core = shardkit.open(split)
+    loader = make_loader(split, 8, shuffle=True, num_workers=2, persistent_workers=False, with_indices=True,
+                         multiprocessing_context="fork")
+    prefetcher = CudaPrefetcher(loader, device="cuda", labels="onehot")
+    orders = []
+    for _ in range(2):
+        order = []
+        for _x, y, idx in prefetcher:
+            assert y.is_cuda and y.dtype == torch.uint8
+            order.extend(idx.tolist())
+        assert sorted(order) == list(range(len(core)))
+        orders.append(order)
+    assert orders[0] != orders[1], "the epoch advanced between passes"
+
+
+def _prefetch_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "shardkit-prefetch"]
+
+
+def test_a_loader_error_reaches_the_caller_and_the_thread_ends(split: Path) -> None:
+    core = shardkit.open(split)
+
+    def failing() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for start in (0, 8):
+            images, ids = core.batch(np.arange(start, start + 8))
+            yield torch.from_numpy(images), torch.from_numpy(ids)
+        raise OSError("shard vanished")
+
+    seen = 0
+    with pytest.raises(OSError, match="shard vanished"):
+        for _ in CudaPrefetcher(failing(), device="cuda", normalize=False):
+            seen += 1
+    assert seen == 2
+    assert not _prefetch_threads()
+
+
+def test_leaving_the_loop_early_stops_the_thread(split: Path) -> None:
+    loader = make_loader(split, 8, shuffle=False)
+    prefetcher = CudaPrefetcher(loader, device="cuda")
+    for step, _batch in enumerate(prefetcher):
+        if step == 1:
+            break
+    assert not _prefetch_threads()
+    assert sum(1 for _ in prefetcher) == len(loader), "a new pass starts from the first batch"

@@ -10,15 +10,14 @@ Importing this module imports torch; ``import shardkit`` does not.
   (:class:`~shardkit.read.sampling.EpochBatchSampler`) with ``batch_size=None``: one worker
   task reads one whole batch straight into shared memory, so batches, not samples, cross the
   process boundary.
-* :class:`CudaPrefetcher` — copies the next batch to the GPU on a side stream while the
-  current one is used, then normalises and expands one-hot on the device. Without CUDA it
-  does the same work on the CPU, synchronously.
+* :class:`~shardkit.read.prefetch.CudaPrefetcher` (re-exported here) — prepares the next
+  batch on the GPU while the current one is used.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +28,12 @@ from torch.utils.data import DataLoader, get_worker_info
 from ..errors import ConfigError
 from . import sampling
 from .dataset import Dataset
+from .prefetch import LAYOUTS, PREFETCH_LABELS, CudaPrefetcher
+
+__all__ = ["PREFETCH_LABELS", "CudaPrefetcher", "RingLoader", "ShardkitTorchDataset", "make_loader"]
 
 log = logging.getLogger(__name__)
 
-LAYOUTS = ("NCHW", "NHWC")
-PREFETCH_LABELS = ("ids", "onehot", "float_onehot", None)
 
 
 def _empty(shape: tuple[int, ...], dtype: np.dtype, shared: bool) -> torch.Tensor:
@@ -273,147 +273,3 @@ class RingLoader:
             self._count += 1
             images, labels = self.dataset._arrange(images, labels)
             yield (images, labels, indices) if self.dataset.with_indices else (images, labels)
-
-
-class CudaPrefetcher:
-    """Iterate a loader of ``(images uint8, label ids)`` batches with the next batch already on the device.
-
-    On CUDA: each batch is copied on a side stream (``non_blocking``; pin the loader's memory
-    for a truly asynchronous copy) and converted there — images to float ``(x - mean) / std``
-    (0–255 scale stats, from the manifest by default), labels to int64 ids, or expanded to
-    one-hot — while the caller computes on the current batch; the main stream waits for the
-    side stream and the tensors are ``record_stream``-ed so their memory is not reused early.
-    Before asking the loader for the next batch the host waits until the previous batch's copy
-    has run, because shardkit's loaders refill a few reused pinned buffers.
-    Without CUDA (or with ``device="cpu"``) the same conversions run synchronously on the CPU.
-
-    ``labels``: ``"ids"`` (int64), ``"onehot"`` (uint8), ``"float_onehot"`` (float32) or None
-    (labels moved unchanged). ``memory_format`` applies to 4-D NCHW image outputs
-    (``torch.contiguous_format`` by default; None keeps the loader's strides).
-    """
-
-    def __init__(
-        self,
-        loader: Iterable[Any],
-        device: str | torch.device | None = None,
-        *,
-        normalize: bool = True,
-        mean: Sequence[float] | None = None,
-        std: Sequence[float] | None = None,
-        labels: str | None = "ids",
-        num_classes: int | None = None,
-        layout: str | None = None,
-        dtype: torch.dtype = torch.float32,
-        memory_format: torch.memory_format | None = torch.contiguous_format,
-    ) -> None:
-        if labels not in PREFETCH_LABELS:
-            raise ConfigError(f"labels={labels!r} is not one of ids, onehot, float_onehot, None")
-        self.loader = loader
-        if device is None:
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
-        self.use_cuda = self.device.type == "cuda"
-        if self.use_cuda and not torch.cuda.is_available():
-            raise ConfigError("device is CUDA but torch.cuda.is_available() is False", fix="use device='cpu'")
-        source = getattr(loader, "dataset", None)
-        core = source.dataset if isinstance(source, ShardkitTorchDataset) else None
-        self.layout = layout or (source.layout if isinstance(source, ShardkitTorchDataset) else "NCHW")
-        if self.layout not in LAYOUTS:
-            raise ConfigError(f"layout={self.layout!r} is not one of {', '.join(LAYOUTS)}")
-        if labels in ("onehot", "float_onehot") and core is not None and core.labels != "ids":
-            raise ConfigError(f"the prefetcher expands ids to one-hot, but the loader yields "
-                              f"labels={core.labels!r}", fix="make the loader with labels='ids'")
-        self.labels = labels
-        if num_classes is None and core is not None:
-            num_classes = core.num_classes
-        self.num_classes = num_classes
-        if labels in ("onehot", "float_onehot") and self.num_classes is None:
-            raise ConfigError("one-hot expansion needs num_classes", fix="pass num_classes=")
-        self.normalize = normalize
-        self.dtype = dtype
-        self.memory_format = memory_format
-        if normalize:
-            if mean is None or std is None:
-                if core is None:
-                    raise ConfigError("normalising needs mean and std", fix="pass mean=, std= (0-255 scale)")
-                mean = core.mean.tolist() if mean is None else mean
-                std = core.std.tolist() if std is None else std
-            shape = (1, 3, 1, 1) if self.layout == "NCHW" else (1, 1, 1, 3)
-            self._mean = torch.tensor(list(mean), dtype=dtype).reshape(shape).to(self.device)
-            self._inv_std = (1.0 / torch.tensor(list(std), dtype=dtype)).reshape(shape).to(self.device)
-        self._classes: torch.Tensor | None = None
-        if self.num_classes is not None:
-            self._classes = torch.arange(self.num_classes, device=self.device)
-
-    def __len__(self) -> int:
-        return len(self.loader)  # type: ignore[arg-type]
-
-    def set_epoch(self, epoch: int) -> None:
-        sampler = getattr(self.loader, "sampler", None)
-        if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(epoch)
-
-    def _move(self, batch: Sequence[Any]) -> tuple[Any, ...]:
-        """Copy one batch to the device (asynchronously from pinned memory); non-tensors pass through."""
-        return tuple(t.to(self.device, non_blocking=True) if isinstance(t, torch.Tensor) else t for t in batch)
-
-    def _convert(self, batch: Sequence[Any]) -> tuple[Any, ...]:
-        """Convert one batch already on the device: normalise images, expand or widen labels."""
-        x, y, *rest = batch
-        batched = x.ndim == 4
-        fmt = self.memory_format if batched and self.layout == "NCHW" else None
-        if self.normalize:
-            x = x.to(dtype=self.dtype, memory_format=fmt) if fmt is not None else x.to(self.dtype)
-            mean, inv_std = (self._mean, self._inv_std) if batched else (self._mean[0], self._inv_std[0])
-            x.sub_(mean).mul_(inv_std)
-        elif fmt is not None:
-            x = x.contiguous(memory_format=fmt)
-        if self.labels == "ids":
-            y = y.long()
-        elif self.labels in ("onehot", "float_onehot"):
-            assert self._classes is not None
-            axis = (1 if batched else 0) if self.layout == "NCHW" else y.ndim
-            view = [1] * (y.ndim + 1)
-            view[axis] = -1
-            hot = y.long().unsqueeze(axis) == self._classes.view(view)  # ids ≥ C (ignore) → all zero
-            y = hot.to(torch.float32 if self.labels == "float_onehot" else torch.uint8)
-            if fmt is not None:
-                y = y.contiguous(memory_format=fmt)
-        return (x, y, *rest)
-
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
-        if not self.use_cuda:
-            for batch in self.loader:
-                yield self._convert(self._move(batch))
-            return
-        stream = torch.cuda.Stream(device=self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))  # mean/std/classes were made on it
-        it = iter(self.loader)
-        copied: torch.cuda.Event | None = None
-
-        def preload() -> tuple[torch.Tensor, ...] | None:
-            nonlocal copied
-            # Shardkit's loaders refill a few reused pinned buffers; an asynchronous copy still
-            # queued on the side stream would read the next batch's bytes. So the host waits until
-            # the previous batch's copy has run before it asks the loader for another batch.
-            if copied is not None:
-                copied.synchronize()
-            try:
-                batch = next(it)
-            except StopIteration:
-                return None
-            with torch.cuda.stream(stream):
-                moved = self._move(batch)
-                copied = torch.cuda.Event()
-                copied.record(stream)
-                return self._convert(moved)
-
-        nxt = preload()
-        while nxt is not None:
-            current = torch.cuda.current_stream(self.device)
-            current.wait_stream(stream)
-            for t in nxt:
-                if isinstance(t, torch.Tensor) and t.is_cuda:
-                    t.record_stream(current)
-            ready, nxt = nxt, preload()
-            yield ready

@@ -1,0 +1,212 @@
+"""Prepare the next batch on the GPU while the current one trains: :class:`CudaPrefetcher`.
+
+On CUDA a background thread takes each batch from the loader, copies it on a side stream and
+converts it there (normalise, widen or expand labels to one-hot), so the host work of
+loading overlaps the training step instead of preceding it. Without CUDA the same
+conversions run synchronously on the CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from ..errors import ConfigError
+from .dataset import Dataset
+
+LAYOUTS = ("NCHW", "NHWC")
+PREFETCH_LABELS = ("ids", "onehot", "float_onehot", None)
+_END = object()
+
+
+class CudaPrefetcher:
+    """Iterate a loader of ``(images uint8, label ids, …)`` batches with the next batch already on the device.
+
+    On CUDA a background thread takes the next batch from the loader, copies it on a side
+    stream (``non_blocking``: pin the loader's memory for a truly asynchronous copy) and
+    converts it there — images to float ``(x - mean) / std`` (0–255 scale stats, from the
+    manifest by default), labels to int64 ids or expanded to one-hot — while the caller's
+    step runs. The caller's stream waits for that batch's conversion only, and the tensors
+    are ``record_stream``-ed so their memory is not reused early. At most one prepared batch
+    waits in the queue, one more is being prepared. Before taking another batch from the
+    loader the thread waits until the previous batch's copy has run, because shardkit's
+    loaders refill a few reused pinned buffers. An error in the loader is raised in the
+    caller; leaving the loop early stops the thread. The first batch of each pass is taken
+    in the caller's thread, so that DataLoader workers are never forked from the background
+    thread. Without CUDA (or with ``device="cpu"``) the same conversions run synchronously.
+
+    ``labels``: ``"ids"`` (int64), ``"onehot"`` (uint8), ``"float_onehot"`` (float32) or None
+    (labels moved unchanged). ``memory_format`` applies to 4-D NCHW image outputs
+    (``torch.contiguous_format`` by default; None keeps the loader's strides).
+    """
+
+    def __init__(
+        self,
+        loader: Iterable[Any],
+        device: str | torch.device | None = None,
+        *,
+        normalize: bool = True,
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+        labels: str | None = "ids",
+        num_classes: int | None = None,
+        layout: str | None = None,
+        dtype: torch.dtype = torch.float32,
+        memory_format: torch.memory_format | None = torch.contiguous_format,
+    ) -> None:
+        if labels not in PREFETCH_LABELS:
+            raise ConfigError(f"labels={labels!r} is not one of ids, onehot, float_onehot, None")
+        self.loader = loader
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        self.use_cuda = self.device.type == "cuda"
+        if self.use_cuda and not torch.cuda.is_available():
+            raise ConfigError("device is CUDA but torch.cuda.is_available() is False", fix="use device='cpu'")
+        if self.use_cuda and self.device.index is None:  # the background thread needs an explicit device
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        source = getattr(loader, "dataset", None)
+        core = getattr(source, "dataset", None)  # a ShardkitTorchDataset wraps the core reader
+        core = core if isinstance(core, Dataset) else None
+        self.layout = layout or (getattr(source, "layout", "NCHW") if core is not None else "NCHW")
+        if self.layout not in LAYOUTS:
+            raise ConfigError(f"layout={self.layout!r} is not one of {', '.join(LAYOUTS)}")
+        if labels in ("onehot", "float_onehot") and core is not None and core.labels != "ids":
+            raise ConfigError(f"the prefetcher expands ids to one-hot, but the loader yields "
+                              f"labels={core.labels!r}", fix="make the loader with labels='ids'")
+        self.labels = labels
+        if num_classes is None and core is not None:
+            num_classes = core.num_classes
+        self.num_classes = num_classes
+        if labels in ("onehot", "float_onehot") and self.num_classes is None:
+            raise ConfigError("one-hot expansion needs num_classes", fix="pass num_classes=")
+        self.normalize = normalize
+        self.dtype = dtype
+        self.memory_format = memory_format
+        if normalize:
+            if mean is None or std is None:
+                if core is None:
+                    raise ConfigError("normalising needs mean and std", fix="pass mean=, std= (0-255 scale)")
+                mean = core.mean.tolist() if mean is None else mean
+                std = core.std.tolist() if std is None else std
+            shape = (1, 3, 1, 1) if self.layout == "NCHW" else (1, 1, 1, 3)
+            self._mean = torch.tensor(list(mean), dtype=dtype).reshape(shape).to(self.device)
+            self._inv_std = (1.0 / torch.tensor(list(std), dtype=dtype)).reshape(shape).to(self.device)
+        self._classes: torch.Tensor | None = None
+        if self.num_classes is not None:
+            self._classes = torch.arange(self.num_classes, device=self.device)
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def set_epoch(self, epoch: int) -> None:
+        sampler = getattr(self.loader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+
+    def _move(self, batch: Sequence[Any]) -> tuple[Any, ...]:
+        """Copy one batch to the device (asynchronously from pinned memory); non-tensors pass through."""
+        return tuple(t.to(self.device, non_blocking=True) if isinstance(t, torch.Tensor) else t for t in batch)
+
+    def _convert(self, batch: Sequence[Any]) -> tuple[Any, ...]:
+        """Convert one batch already on the device: normalise images, expand or widen labels."""
+        x, y, *rest = batch
+        batched = x.ndim == 4
+        fmt = self.memory_format if batched and self.layout == "NCHW" else None
+        if self.normalize:
+            x = x.to(dtype=self.dtype, memory_format=fmt) if fmt is not None else x.to(self.dtype)
+            mean, inv_std = (self._mean, self._inv_std) if batched else (self._mean[0], self._inv_std[0])
+            x.sub_(mean).mul_(inv_std)
+        elif fmt is not None:
+            x = x.contiguous(memory_format=fmt)
+        if self.labels == "ids":
+            y = y.long()
+        elif self.labels in ("onehot", "float_onehot"):
+            assert self._classes is not None
+            axis = (1 if batched else 0) if self.layout == "NCHW" else y.ndim
+            view = [1] * (y.ndim + 1)
+            view[axis] = -1
+            hot = y.long().unsqueeze(axis) == self._classes.view(view)  # ids ≥ C (ignore) → all zero
+            y = hot.to(torch.float32 if self.labels == "float_onehot" else torch.uint8)
+            if fmt is not None:
+                y = y.contiguous(memory_format=fmt)
+        return (x, y, *rest)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        if not self.use_cuda:
+            for batch in self.loader:
+                yield self._convert(self._move(batch))
+            return
+        stream = torch.cuda.Stream(device=self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))  # mean/std/classes were made on it
+        it = iter(self.loader)
+        try:
+            first = next(it)  # here, not in the thread: a DataLoader may fork its workers now
+        except StopIteration:
+            return
+        ready: queue.Queue[Any] = queue.Queue(maxsize=1)
+        stop = threading.Event()
+        thread = threading.Thread(target=self._produce, args=(first, it, stream, ready, stop),
+                                  name="shardkit-prefetch", daemon=True)
+        thread.start()
+        try:
+            while True:
+                item = ready.get()
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                batch, converted = item
+                current = torch.cuda.current_stream(self.device)
+                current.wait_event(converted)
+                for t in batch:
+                    if isinstance(t, torch.Tensor) and t.is_cuda:
+                        t.record_stream(current)
+                yield batch
+        finally:
+            stop.set()
+            while thread.is_alive():  # unblock a put; drop what was prepared
+                with contextlib.suppress(queue.Empty):
+                    ready.get(timeout=0.05)
+            thread.join()
+
+    def _produce(self, first: Any, it: Iterator[Any], stream: torch.cuda.Stream, ready: queue.Queue[Any],
+                 stop: threading.Event) -> None:
+        """Background thread: prepare batches on ``stream`` and put ``(batch, converted event)`` on ``ready``."""
+
+        def put(item: Any) -> bool:
+            while not stop.is_set():
+                try:
+                    ready.put(item, timeout=0.05)
+                    return True
+                except queue.Full:
+                    pass
+            return False
+
+        try:
+            torch.cuda.set_device(self.device)
+            batch, copied = first, None
+            while True:
+                with torch.cuda.stream(stream):
+                    moved = self._move(batch)
+                    copied = torch.cuda.Event()
+                    copied.record(stream)
+                    out = self._convert(moved)
+                    converted = torch.cuda.Event()
+                    converted.record(stream)
+                if not put((out, converted)):
+                    return
+                del batch, moved, out
+                copied.synchronize()  # the loader may now refill the pinned buffer that copy read
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    put(_END)
+                    return
+        except BaseException as exc:  # handed to the caller, who raises it
+            put(exc)
