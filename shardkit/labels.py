@@ -29,7 +29,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from .errors import ConfigError, DecodeError, InputNotFoundError, LabelError, ShardFormatError
-from .transform import decode_raw, read_bytes
+from .transform import decode_label_pixels, read_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -705,7 +705,7 @@ class LabelDecoder:
         path = Path(path)
         if self.kind == "palette":
             return self._decode_palette(path)
-        raw = decode_raw(path, "label")
+        raw = decode_label_pixels(path)
         if self.kind == "colour":
             return self._map_colours(self._colour_keys(raw, path), path)
         ids = self._as_ids(raw, path)

@@ -115,6 +115,46 @@ def _decode_png_rgb(data: np.ndarray) -> np.ndarray | None:
         return None
 
 
+def _png_plain_8bit(data: np.ndarray) -> bool:
+    """True for an 8-bit gray or RGB PNG without a ``tRNS`` chunk: libspng then gives OpenCV's pixels exactly."""
+    if data.size < 33 or data[:8].tobytes() != _PNG_SIGNATURE:
+        return False
+    depth = colour_type = -1
+    pos = 8
+    while pos + 8 <= data.size:
+        length = int.from_bytes(data[pos : pos + 4].tobytes(), "big")
+        kind = data[pos + 4 : pos + 8].tobytes()
+        if kind == b"IHDR" and pos + 18 <= data.size:
+            depth, colour_type = int(data[pos + 16]), int(data[pos + 17])
+        elif kind == b"tRNS":  # OpenCV may turn it into an alpha channel
+            return False
+        elif kind == b"IDAT":  # tRNS must come before the image data
+            break
+        pos += 12 + length
+    return depth == 8 and colour_type in (0, 2)
+
+
+def decode_label_pixels(path: Path) -> np.ndarray:
+    """A label file's pixels exactly as ``cv2.imdecode(…, IMREAD_UNCHANGED)`` gives them (BGR order).
+
+    8-bit gray and RGB PNGs (the usual id maps and colour masks) are decoded with libspng,
+    ~1.3-1.6x faster to the same pixels (tested on the real datasets); anything else
+    (palette, 16-bit, transparency, other formats) goes through OpenCV.
+    """
+    path = Path(path)
+    data = read_bytes(path, "label")
+    if _spng is not None and _png_plain_8bit(data):
+        try:
+            arr = _spng.load(data.tobytes())
+        except Exception:  # let OpenCV decide and word the error
+            arr = None
+        if arr is not None and arr.dtype == np.uint8:
+            if arr.ndim == 3 and arr.shape[2] == 1:
+                arr = arr[:, :, 0]
+            return arr[:, :, ::-1] if arr.ndim == 3 else arr
+    return decode_raw(path, "label", data)
+
+
 def decode_image(path: Path) -> np.ndarray:
     """Decode an image to ``(H, W, 3)`` uint8 RGB.
 

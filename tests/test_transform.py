@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 import cv2
@@ -12,8 +13,10 @@ from PIL import Image
 from shardkit.errors import ConfigError, DecodeError, InputNotFoundError, LabelError, ShardFormatError
 from shardkit.transform import (
     _jpeg_truncated,
+    _png_plain_8bit,
     decode_image,
     decode_label_encoding,
+    decode_label_pixels,
     encode_label,
     fit_pair,
     read_image_size,
@@ -106,6 +109,43 @@ def _truncated(suffix: str) -> bytes:
     _ok, buf = cv2.imencode(suffix, cv2.cvtColor(rgb_image(40, 50), cv2.COLOR_RGB2BGR))
     data = buf.tobytes()
     return data[: int(len(data) * 0.6)]
+
+
+def test_decode_label_pixels_real_labels_match_opencv_bit_exactly(camvid_root: Path, rgb_masks_root: Path) -> None:
+    """The libspng fast path (8-bit gray ids, RGB colour masks) gives OpenCV's IMREAD_UNCHANGED pixels."""
+    files = sorted((camvid_root / "trainannot").glob("*.png")) + sorted(rgb_masks_root.rglob("*_color_mask.png"))
+    kinds = set()
+    for f in files:
+        data = np.fromfile(f, np.uint8)
+        assert _png_plain_8bit(data), f
+        kinds.add(int(data[25]))
+        assert np.array_equal(decode_label_pixels(f), cv2.imdecode(data, cv2.IMREAD_UNCHANGED)), f
+    assert kinds == {0, 2}, "both gray id maps and RGB colour masks were compared"
+
+
+def _with_trns(png: bytes, payload: bytes) -> bytes:
+    """Insert a tRNS chunk right after IHDR (8-byte signature + 25-byte IHDR chunk)."""
+    chunk = len(payload).to_bytes(4, "big") + b"tRNS" + payload
+    return png[:33] + chunk + zlib.crc32(chunk[4:]).to_bytes(4, "big") + png[33:]
+
+
+def test_decode_label_pixels_leaves_transparency_palette_and_16bit_to_opencv(tmp_path: Path) -> None:
+    gray = RNG.integers(0, 12, (7, 9), dtype=np.uint8)
+    _ok, buf = cv2.imencode(".png", gray)
+    cases = {
+        "gray.png": (buf.tobytes(), True),
+        "trns.png": (_with_trns(buf.tobytes(), b"\x00\x03"), False),
+        "deep.png": (cv2.imencode(".png", gray.astype(np.uint16) * 1000)[1].tobytes(), False),
+        "bgra.png": (cv2.imencode(".png", np.dstack([gray] * 4))[1].tobytes(), False),
+    }
+    Image.fromarray(gray, mode="L").convert("P").save(tmp_path / "pal.png")
+    cases["pal.png"] = ((tmp_path / "pal.png").read_bytes(), False)
+    for name, (content, fast) in cases.items():
+        p = tmp_path / name
+        p.write_bytes(content)
+        data = np.fromfile(p, np.uint8)
+        assert _png_plain_8bit(data) is fast, name
+        assert np.array_equal(decode_label_pixels(p), cv2.imdecode(data, cv2.IMREAD_UNCHANGED)), name
 
 
 @pytest.mark.parametrize(
