@@ -102,7 +102,9 @@ def repeated(data: Path, raw: Path, times: int) -> Path:
     return raw
 
 
-def build_model(name: str, num_classes: int, device: torch.device) -> torch.nn.Module:
+def build_model(name: str, num_classes: int, device: torch.device) -> torch.nn.Module | None:
+    if name == "none":
+        return None
     if name == "tiny":
         model = Tiny(num_classes)
     else:
@@ -112,10 +114,14 @@ def build_model(name: str, num_classes: int, device: torch.device) -> torch.nn.M
     return model.to(device).to(memory_format=torch.channels_last)
 
 
-def train_steps(model: torch.nn.Module, batches: Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]],
+def train_steps(model: torch.nn.Module | None, batches: Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]],
                 steps: int, warmup: int) -> dict[str, float]:
-    """Run ``warmup + steps`` training steps; time the data wait and the whole step of the last ``steps``."""
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    """Run ``warmup + steps`` training steps; time the data wait and the whole step of the last ``steps``.
+
+    Without a model (``--model none``) a step only waits for the batch to be ready on the device:
+    the rate is what the loader alone delivers.
+    """
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9) if model is not None else None
     waits, totals, samples = [], [], 0
     it = batches()
     for step in range(warmup + steps):
@@ -126,12 +132,13 @@ def train_steps(model: torch.nn.Module, batches: Callable[[], Iterator[tuple[tor
             it = batches()
             x, y = next(it)
         t1 = time.perf_counter()
-        with torch.autocast(x.device.type, dtype=torch.bfloat16):
-            out = model(x.contiguous(memory_format=torch.channels_last))["out"]
-        loss = F.cross_entropy(out.float(), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        if model is not None and opt is not None:
+            with torch.autocast(x.device.type, dtype=torch.bfloat16):
+                out = model(x.contiguous(memory_format=torch.channels_last))["out"]
+            loss = F.cross_entropy(out.float(), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
         if x.is_cuda:
             torch.cuda.synchronize()
         t2 = time.perf_counter()
@@ -149,7 +156,7 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=default_data / "camvid-segnet", help="raw CamVid (SegNet layout)")
     ap.add_argument("--work", type=Path, default=None, help="where to convert (default: a temporary folder)")
     ap.add_argument("--model", default="deeplabv3_resnet50",
-                    help="a torchvision.models.segmentation builder, or tiny (a 4-layer net)")
+                    help="a torchvision.models.segmentation builder, tiny (a 4-layer net), or none (the loader alone)")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--workers", type=int, default=2, help="DataLoader workers, the same for both loaders")
     ap.add_argument("--repeat", type=int, default=8,
@@ -193,8 +200,8 @@ def main() -> None:
 
     model = build_model(args.model, core.num_classes, device)
     rows = {}
-    variants = (("resident batch (model only)", resident), ("shardkit + CudaPrefetcher", lambda: iter(prefetcher)),
-                ("naive online DataLoader", naive))
+    variants = [("resident batch (model only)", resident)] if model is not None else []
+    variants += [("shardkit + CudaPrefetcher", lambda: iter(prefetcher)), ("naive online DataLoader", naive)]
     for name, batches in variants:
         rows[name] = train_steps(model, batches, args.steps, args.warmup)
     naive_rate = rows["naive online DataLoader"]["samples_per_s"]
