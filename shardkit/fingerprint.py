@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -36,9 +37,13 @@ def _stat(path: Path) -> tuple[int, int]:
 def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     try:
-        with open(path, "rb") as fh:
-            while chunk := fh.read(_CHUNK):
-                h.update(chunk)
+        with open(path, "rb", buffering=0) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size <= _CHUNK:  # one exactly sized read: no 4 MB buffer allocated and shrunk per file
+                h.update(fh.read())
+            else:
+                while chunk := fh.read(_CHUNK):
+                    h.update(chunk)
     except PermissionError as exc:
         from .errors import DecodeError
 
