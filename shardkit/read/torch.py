@@ -269,7 +269,11 @@ class RingLoader:
             images, labels = images[:n], labels[:n]
             if self._pinned:
                 pinned = self._pinned[self._count % len(self._pinned)]
-                images, labels = pinned[0][:n].copy_(images), pinned[1][:n].copy_(labels)
+                # np.copyto: one plain memcpy. torch's copy_ fans out to the intra-op thread pool,
+                # which measured 5x slower (11 vs 2 ms per 10.8 MB batch) while a model trained on the GPU.
+                np.copyto(pinned[0][:n].numpy(), images.numpy())
+                np.copyto(pinned[1][:n].numpy(), labels.numpy())
+                images, labels = pinned[0][:n], pinned[1][:n]
             self._count += 1
             images, labels = self.dataset._arrange(images, labels)
             yield (images, labels, indices) if self.dataset.with_indices else (images, labels)
