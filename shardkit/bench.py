@@ -4,16 +4,23 @@ Everything is measured in one run, on one machine, and reported as samples/s, MB
 ratios, because absolute figures drift ±15–35 % between runs here while ratios hold.
 Each figure is the median of ``repeats`` timed passes after one untimed warm-up pass, so
 the page cache is warm (labelled as such): this measures the CPU cost of reading, not
-the disk.
+the disk. With ``cold=True`` a few rows are also measured from a cold page cache: before
+each of those passes the files it reads are evicted (``posix_fadvise(DONTNEED)``) and the
+pass runs in a fresh process, which has nothing mapped; each sample is read at most once
+per pass. A virtual machine's host may still cache the disk, so "cold" means "not in this
+machine's page cache".
 """
 
 from __future__ import annotations
 
 import logging
 import mmap
+import multiprocessing
+import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,12 +178,75 @@ def naive_pass(ds: Any, limit: int, onehot: bool, source: Path | None = None) ->
     return run
 
 
+def evict(files: Iterable[Path]) -> None:
+    """Drop ``files`` from the page cache: fsync (dirty pages cannot be dropped), then ``POSIX_FADV_DONTNEED``.
+
+    Pages that some process still has mapped stay cached, which is why cold passes run in a fresh process.
+    """
+    for p in files:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def _cold_pass(kind: str, path: str, batch_size: int, limit: int, seed: int, source: str | None) -> float:
+    """In a fresh process: one timed pass of ``kind`` (nothing warmed up first) → samples/s."""
+    import shardkit
+
+    ds = shardkit.open(path)
+    sample_bytes = ds.spec.sample_nbytes(ds.spec.size)
+    files = [Path(path) / f.name for s in ds.manifest.shards for f in s.files]
+    run = {
+        "shuffled": lambda: reader_pass(ds, batch_size, limit, True, seed),
+        "sequential": lambda: reader_pass(ds, batch_size, limit, False, seed),
+        "mmap": lambda: mmap_copy_limit(files, sample_bytes, batch_size, limit, seed),
+        "naive": lambda: naive_pass(ds, limit, False, Path(source) if source else None),
+    }[kind]()
+    t = time.perf_counter()
+    n = run()
+    return n / max(time.perf_counter() - t, 1e-9)
+
+
+def cold_measurements(ds: Any, path: Path, *, against: bool, source: Path | None, batch_size: int,
+                      repeats: int, seed: int) -> list[Measurement]:
+    """The cold-cache rows: each pass evicts what it reads, then runs in a fresh (spawned) process."""
+    shard_files = [path / f.name for s in ds.manifest.shards for f in s.files]
+    root = Path(source) if source is not None else Path(ds.manifest.source["root"])
+    source_files = [root / r[k] for r in ds.manifest.samples for k in ("key", "label")]
+    limit = len(ds)  # each sample at most once: a second read would come from the cache the first one filled
+    sample_bytes = ds.spec.sample_nbytes(ds.spec.size)
+    kinds = [("limit: copy out of mmap'd shards, random", "mmap", shard_files),
+             (f"shardkit {ds.format} batched, sequential", "sequential", shard_files),
+             (f"shardkit {ds.format} batched, shuffled", "shuffled", shard_files)]
+    if against:
+        kinds.append(("naive online: decode + crop (uint8, ids)", "naive", source_files))
+    out = []
+    spawn = multiprocessing.get_context("spawn")
+    for name, kind, files in kinds:
+        rates = []
+        for _ in range(repeats):
+            evict(files)
+            with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:
+                rates.append(pool.submit(_cold_pass, kind, str(path), batch_size, limit, seed,
+                                         str(source) if source is not None else None).result())
+        med = statistics.median(rates)
+        m = Measurement(f"cold: {name}", med, med * sample_bytes / 1e6, rates, "page cache evicted before each pass")
+        log.info("%-44s %10.0f samples/s %9.0f MB/s", m.name, m.samples_per_s, m.mb_per_s)
+        out.append(m)
+    return out
+
+
 def run_bench(path: Path, *, against: bool = True, source: Path | None = None, batch_size: int = 32,
               samples: int = 2048, repeats: int = 3, workers: tuple[int, ...] = (0, 2), naive_samples: int = 40,
-              seed: int = 0) -> list[Measurement]:
-    """All measurements for one split folder, in one process, in one run.
+              seed: int = 0, cold: bool = False) -> list[Measurement]:
+    """All measurements for one split folder, in one run.
 
     ``source``: the raw dataset folder for the naive pipeline (default: the one the manifest names).
+    ``cold``: also the cold-cache rows (:func:`cold_measurements`), measured first, before this
+    process maps any shard.
     """
     import shardkit
 
@@ -190,6 +260,10 @@ def run_bench(path: Path, *, against: bool = True, source: Path | None = None, b
     onehot_bytes = h * w * 3 + h * w * ds.num_classes * 4
     limit = max(samples, batch_size)
     files = [path / f.name for s in ds.manifest.shards for f in s.files]
+    if against:
+        naive_pass(ds, 0, False, source)  # a missing source folder fails now, before anything is timed
+    cold_rows = (cold_measurements(ds, path, against=against, source=source, batch_size=batch_size,
+                                   repeats=repeats, seed=seed) if cold else [])
     out = [
         _measure("limit: memcpy (RAM → RAM)", memcpy_limit(sample_bytes, batch_size, limit), repeats, sample_bytes),
         _measure("limit: copy out of mmap'd shards, random", mmap_copy_limit(files, sample_bytes, batch_size, limit,
@@ -217,7 +291,7 @@ def run_bench(path: Path, *, against: bool = True, source: Path | None = None, b
                             repeats, sample_bytes))
         out.append(_measure("naive online: + float image + float one-hot", naive_pass(ds, naive_samples, True, source),
                             repeats, onehot_bytes))
-    return out
+    return out + cold_rows
 
 
 def table(results: list[Measurement]) -> str:
@@ -226,11 +300,15 @@ def table(results: list[Measurement]) -> str:
     naive = by.get("naive online: + float image + float one-hot")
     naive_u8 = by.get("naive online: decode + crop (uint8, ids)")
     limit = by.get("limit: copy out of mmap'd shards, random")
-    lines = [f"{'measurement (warm page cache, median of repeats)':<50} {'samples/s':>10} {'MB/s':>8} "
+    lines = [f"{'measurement (warm page cache unless cold:, median)':<50} {'samples/s':>10} {'MB/s':>8} "
              f"{'× naive':>9} {'× naive u8':>10} {'% mmap':>7}"]
+    cold_naive_u8 = by.get("cold: naive online: decode + crop (uint8, ids)")
+    cold_limit = by.get("cold: limit: copy out of mmap'd shards, random")
     for m in results:
-        x = f"{m.samples_per_s / naive.samples_per_s:9.0f}" if naive else f"{'':>9}"
-        xu = f"{m.samples_per_s / naive_u8.samples_per_s:10.0f}" if naive_u8 else f"{'':>10}"
-        pct = f"{100 * m.samples_per_s / limit.samples_per_s:6.0f}%" if limit else f"{'':>7}"
+        is_cold = m.name.startswith("cold: ")
+        ref_naive, ref_u8, ref_limit = (None, cold_naive_u8, cold_limit) if is_cold else (naive, naive_u8, limit)
+        x = f"{m.samples_per_s / ref_naive.samples_per_s:9.0f}" if ref_naive else f"{'':>9}"
+        xu = f"{m.samples_per_s / ref_u8.samples_per_s:10.0f}" if ref_u8 else f"{'':>10}"
+        pct = f"{100 * m.samples_per_s / ref_limit.samples_per_s:6.0f}%" if ref_limit else f"{'':>7}"
         lines.append(f"{m.name:<50} {m.samples_per_s:10.0f} {m.mb_per_s:8.0f} {x} {xu} {pct}")
     return "\n".join(lines)

@@ -264,10 +264,12 @@ def verify(path: Path) -> None:
 @click.option("--samples", type=click.IntRange(1), default=2048, show_default=True, help="Samples per timed pass.")
 @click.option("--repeats", type=click.IntRange(1), default=3, show_default=True)
 @click.option("--workers", default="0,2", show_default=True, help="PyTorch DataLoader worker counts to time.")
+@click.option("--cold", is_flag=True, help="Also time reads from a cold page cache: the files are evicted "
+              "before each pass, which runs in a fresh process (rows marked 'cold:').")
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False), help="Also write results here.")
 @_errors_to_exit_codes
 def bench(split_dir: Path, against: str, no_against: bool, batch_size: int, samples: int, repeats: int,
-          workers: str, json_path: Path | None) -> None:
+          workers: str, cold: bool, json_path: Path | None) -> None:
     """Measure read throughput of SPLIT_DIR beside the naive online pipeline, in one run; print ratios."""
     import json
     from dataclasses import asdict
@@ -281,7 +283,7 @@ def bench(split_dir: Path, against: str, no_against: bool, batch_size: int, samp
         raise click.BadParameter(f"{workers!r} is not a comma-separated list of integers",
                                  param_hint="--workers") from None
     results = run_bench(split_dir, against=not no_against, source=Path(against) if against else None,
-                        batch_size=batch_size, samples=samples, repeats=repeats, workers=counts)
+                        batch_size=batch_size, samples=samples, repeats=repeats, workers=counts, cold=cold)
     click.echo(table(results))
     if json_path:
         json_path.write_text(json.dumps([asdict(r) for r in results], indent=1))

@@ -164,6 +164,23 @@ def test_bench_times_the_reader_beside_the_naive_pipeline_on_moved_raw_data(camv
     assert res.exit_code == 0 and not any(name.startswith("naive") for name in bench_rows(res.output))
 
 
+def test_bench_cold_rows_are_measured_in_fresh_processes_and_compared_with_cold_limits(camvid_root: Path,
+                                                                                     tmp_path: Path) -> None:
+    raw = small_camvid(camvid_root, tmp_path / "raw", n=6)
+    assert run("convert", raw, tmp_path / "out", "--size", "96x128", "-q").exit_code == 0
+    res = run("bench", tmp_path / "out" / "val", "--cold", "--samples", "32", "--repeats", "1", "--workers", "")
+    assert res.exit_code == 0, res.output
+    rows = bench_rows(res.output)
+    cold = {name: v for name, v in rows.items() if name.startswith("cold: ")}
+    assert set(cold) == {"cold: limit: copy out of mmap'd shards, random", "cold: shardkit npy batched, sequential",
+                         "cold: shardkit npy batched, shuffled", "cold: naive online: decode + crop (uint8, ids)"}
+    assert all(float(v[0]) > 0 for v in cold.values())
+    # cold rows: "× naive u8" and "% mmap" against the cold naive and cold limit rows (each 1 and 100 % of itself)
+    assert cold["cold: naive online: decode + crop (uint8, ids)"][2] == "1"
+    assert cold["cold: limit: copy out of mmap'd shards, random"][-1] == "100%"
+    assert "shardkit npy batched, shuffled" in rows  # the warm rows are still there
+
+
 def test_bench_rejects_a_bad_worker_list(tmp_path: Path, camvid_root: Path) -> None:
     raw = small_camvid(camvid_root, tmp_path / "raw", n=2)
     assert run("convert", raw, tmp_path / "out", "--size", "96x128", "-q").exit_code == 0
