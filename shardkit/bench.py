@@ -13,6 +13,7 @@ machine's page cache".
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import multiprocessing
@@ -183,10 +184,13 @@ def evict(files: Iterable[Path]) -> None:
 
     Pages that some process still has mapped stay cached, which is why cold passes run in a fresh process.
     """
+    if not hasattr(os, "posix_fadvise"):
+        raise ConfigError("cold-cache passes need posix_fadvise, which this system lacks", fix="run without --cold")
     for p in files:
         fd = os.open(p, os.O_RDONLY)
         try:
-            os.fsync(fd)
+            with contextlib.suppress(OSError):  # e.g. a read-only file system: nothing there is dirty anyway
+                os.fsync(fd)
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
