@@ -35,10 +35,14 @@ FEATURES: dict[str, str] = {
 }
 
 
+def mask(crc: int) -> int:
+    """TFRecord's masking of a CRC32C value."""
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
 def masked_crc(data: Any) -> int:
     """TFRecord's masked CRC32C of a bytes-like object."""
-    crc = crc32c.crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+    return mask(crc32c.crc32c(data))
 
 
 @functools.cache
@@ -139,18 +143,10 @@ def _fields(buf: Any, start: int, end: int) -> list[tuple[int, int, Any]]:
     out = []
     pos = start
     while pos < end:
-        tag = buf[pos]
-        if tag < 0x80:
-            pos += 1
-        else:
-            tag, pos = _varint(buf, pos)
+        tag, pos = _varint(buf, pos)
         wire = tag & 7
         if wire == 2:
-            n = buf[pos]
-            if n < 0x80:
-                pos += 1
-            else:
-                n, pos = _varint(buf, pos)
+            n, pos = _varint(buf, pos)
             out.append((tag >> 3, 2, (pos, pos + n)))
             pos += n
         elif wire == 0:
@@ -244,18 +240,25 @@ class TfrecordReader(ShardReader):
         self._starts = starts.tolist()  # Python ints: no per-read NumPy scalar conversions
         self._lengths = lengths.tolist()
 
-    def _checked(self, i: int) -> tuple[int, int, int]:
-        """(start, end, stored data CRC) of local record ``i``'s Example bytes; framing and both CRCs checked."""
+    def _framed(self, i: int) -> tuple[int, int, int]:
+        """(start, end, stored data CRC) of local record ``i``'s Example bytes; length field and its CRC checked."""
         start, length = self._starts[i], self._lengths[i]
         buf = self._view
         n, length_crc = struct.unpack_from("<QI", buf, start)
         body = start + 12
         if n + 16 != length:
             raise self.corrupt(f"record {i} says {n} bytes, the index {length - 16}")
-        data_crc = struct.unpack_from("<I", buf, body + n)[0]
-        if length_crc != masked_crc(buf[start:body - 4]) or data_crc != masked_crc(buf[body : body + n]):
+        if length_crc != masked_crc(buf[start : start + 8]):
             raise self.corrupt(f"record {i} fails its CRC32C check")
-        return body, body + n, data_crc
+        return body, body + n, struct.unpack_from("<I", buf, body + n)[0]
+
+    def _checked(self, i: int) -> tuple[int, int, int]:
+        """(start, end, stored data CRC) of local record ``i``'s Example bytes; framing and both CRCs checked."""
+        body, end, data_crc = self._framed(i)
+        assert self._view is not None
+        if data_crc != masked_crc(self._view[body:end]):
+            raise self.corrupt(f"record {i} fails its CRC32C check")
+        return body, end, data_crc
 
     def record(self, i: int) -> tuple[memoryview, int, int]:
         """(buffer, start, end) of local record ``i``'s Example bytes; framing and both CRCs checked."""
@@ -331,15 +334,7 @@ class TfrecordReader(ShardReader):
             return True
         crc32 = crc32c.crc32c
         for k, i in enumerate(idx.tolist()):
-            start, length = self._starts[i], self._lengths[i]
-            n, length_crc = struct.unpack_from("<QI", view, start)
-            body = start + 12
-            end = body + n
-            if n + 16 != length:
-                raise self.corrupt(f"record {i} says {n} bytes, the index {length - 16}")
-            if length_crc != masked_crc(view[start : start + 8]):
-                raise self.corrupt(f"record {i} fails its CRC32C check")
-            crc = struct.unpack_from("<I", view, end)[0]
+            body, end, crc = self._framed(i)
             known = layouts.get(i)
             fresh = known is None or known[0] != crc
             if fresh:
@@ -358,7 +353,7 @@ class TfrecordReader(ShardReader):
                 value = crc32(dst, value)
                 pos = off + nbytes
             value = crc32(view[pos:end], value)
-            if (((value >> 15) | (value << 17)) + 0xA282EAD8) & 0xFFFFFFFF != crc:
+            if mask(value) != crc:
                 raise self.corrupt(f"record {i} fails its CRC32C check")
             if fresh:
                 layouts[i] = known
