@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,11 +17,11 @@ from typing import Any
 
 from .discover import SamplePair
 from .errors import InputNotFoundError
+from .formats.base import sha256_file
 from .manifest import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 CACHE_NAME = ".fingerprints.json"
-_CHUNK = 4 * 1024 * 1024
 
 
 def _stat(path: Path) -> tuple[int, int]:
@@ -35,21 +34,14 @@ def _stat(path: Path) -> tuple[int, int]:
 
 
 def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
+    """sha256 of a source file; an unreadable file is a one-line DecodeError."""
     try:
-        with open(path, "rb", buffering=0) as fh:
-            size = os.fstat(fh.fileno()).st_size
-            if size <= _CHUNK:  # one exactly sized read: no 4 MB buffer allocated and shrunk per file
-                h.update(fh.read())
-            else:
-                while chunk := fh.read(_CHUNK):
-                    h.update(chunk)
+        return sha256_file(path)
     except PermissionError as exc:
         from .errors import DecodeError
 
         raise DecodeError(f"cannot read file ({exc.strerror})", path=path,
                           fix="check the file's permissions, or --on-error skip") from None
-    return h.hexdigest()
 
 
 def load_cache(directory: Path) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ShardkitError
-from .formats.base import SampleSpec
+from .formats.base import SampleSpec, sha256_file
 from .formats.registry import reader_class
 from .manifest import MANIFEST_NAME, load_manifest
 from .transform import decode_label_encoding
@@ -58,7 +58,7 @@ def published_digests(path: Path) -> dict[str, str]:
     out = {MANIFEST_NAME: hashlib.sha256(json.dumps(m, sort_keys=True).encode()).hexdigest()}
     for shard in m["shards"]:
         for f in shard["files"]:
-            out[f["name"]] = hashlib.sha256((Path(path) / f["name"]).read_bytes()).hexdigest()
+            out[f["name"]] = sha256_file(Path(path) / f["name"])
     return out
 
 
