@@ -79,6 +79,7 @@ from shardkit.bench import (
     mmap_copy_limit,
     naive_pass,
     reader_pass,
+    shard_files,
     torch_pass,
 )
 from shardkit.onehot import kernel_name
@@ -772,7 +773,7 @@ def run(args: argparse.Namespace, work: Path, versions: dict[str, str], notes: l
         log.info("converting %s for the read figures (not timed)", fmt)
         shardkit_convert_pass(src, out / fmt, fmt, 2, shard_size)()
     npy_ds = shardkit.open(out / "npy" / "train")
-    files = [out / "npy" / "train" / f.name for s in npy_ds.manifest.shards for f in s.files]
+    files = shard_files(npy_ds, out / "npy" / "train")
     read("limit: memcpy (RAM → RAM)", memcpy_limit(SAMPLE_BYTES, bs, limit), "limit")
     read("limit: copy out of mmap'd shards, random",
          mmap_copy_limit(files, SAMPLE_BYTES, bs, limit, args.seed), "limit")

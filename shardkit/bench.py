@@ -45,6 +45,11 @@ class Measurement:
     note: str = ""
 
 
+def shard_files(ds: Any, path: Path) -> list[Path]:
+    """Every file of every shard of the split at ``path``."""
+    return [Path(path) / f.name for s in ds.manifest.shards for f in s.files]
+
+
 def _time_rate(fn: Callable[[], int], repeats: int) -> list[float]:
     """Call ``fn`` (returns samples processed) once to warm up, then ``repeats`` times timed → rates."""
     fn()
@@ -202,7 +207,7 @@ def _cold_pass(kind: str, path: str, batch_size: int, limit: int, seed: int, sou
 
     ds = shardkit.open(path)
     sample_bytes = ds.spec.sample_nbytes(ds.spec.size)
-    files = [Path(path) / f.name for s in ds.manifest.shards for f in s.files]
+    files = shard_files(ds, Path(path))
     run = {
         "shuffled": lambda: reader_pass(ds, batch_size, limit, True, seed),
         "sequential": lambda: reader_pass(ds, batch_size, limit, False, seed),
@@ -217,14 +222,14 @@ def _cold_pass(kind: str, path: str, batch_size: int, limit: int, seed: int, sou
 def cold_measurements(ds: Any, path: Path, *, against: bool, source: Path | None, batch_size: int,
                       repeats: int, seed: int) -> list[Measurement]:
     """The cold-cache rows: each pass evicts what it reads, then runs in a fresh (spawned) process."""
-    shard_files = [path / f.name for s in ds.manifest.shards for f in s.files]
+    shards = shard_files(ds, path)
     root = Path(source) if source is not None else Path(ds.manifest.source["root"])
     source_files = [root / r[k] for r in ds.manifest.samples for k in ("key", "label")]
     limit = len(ds)  # each sample at most once: a second read would come from the cache the first one filled
     sample_bytes = ds.spec.sample_nbytes(ds.spec.size)
-    kinds = [("limit: copy out of mmap'd shards, random", "mmap", shard_files),
-             (f"shardkit {ds.format} batched, sequential", "sequential", shard_files),
-             (f"shardkit {ds.format} batched, shuffled", "shuffled", shard_files)]
+    kinds = [("limit: copy out of mmap'd shards, random", "mmap", shards),
+             (f"shardkit {ds.format} batched, sequential", "sequential", shards),
+             (f"shardkit {ds.format} batched, shuffled", "shuffled", shards)]
     if against:
         kinds.append(("naive online: decode + crop (uint8, ids)", "naive", source_files))
     out = []
@@ -263,7 +268,7 @@ def run_bench(path: Path, *, against: bool = True, source: Path | None = None, b
     sample_bytes = ds.spec.sample_nbytes((h, w))
     onehot_bytes = h * w * 3 + h * w * ds.num_classes * 4
     limit = max(samples, batch_size)
-    files = [path / f.name for s in ds.manifest.shards for f in s.files]
+    files = shard_files(ds, path)
     if against:
         naive_pass(ds, 0, False, source)  # a missing source folder fails now, before anything is timed
     cold_rows = (cold_measurements(ds, path, against=against, source=source, batch_size=batch_size,

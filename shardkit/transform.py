@@ -143,11 +143,8 @@ def decode_label_pixels(path: Path) -> np.ndarray:
     """
     path = Path(path)
     data = read_bytes(path, "label")
-    if _spng is not None and _png_plain_8bit(data):
-        try:
-            arr = _spng.load(data.tobytes())
-        except Exception:  # let OpenCV decide and word the error
-            arr = None
+    if _png_plain_8bit(data):
+        arr = _decode_png_rgb(data)  # None when libspng is missing or refuses: OpenCV decides below
         if arr is not None and arr.dtype == np.uint8:
             if arr.ndim == 3 and arr.shape[2] == 1:
                 arr = arr[:, :, 0]

@@ -190,7 +190,7 @@ class CudaPrefetcher:
 
         try:
             torch.cuda.set_device(self.device)
-            batch, copied = first, None
+            batch = first
             while True:
                 with torch.cuda.stream(stream):
                     moved = self._move(batch)
