@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -37,6 +38,7 @@ import cv2
 import numpy as np
 import torch
 import torch.nn.functional as F
+from bench_peers import replicated_source, source_pairs  # scripts/ is on sys.path when run as a script
 from torch.utils.data import DataLoader, Dataset
 
 import shardkit
@@ -87,18 +89,13 @@ class Tiny(torch.nn.Module):
 
 
 def repeated(data: Path, raw: Path, times: int) -> Path:
-    """A SegNet-layout ``train`` split that links every source pair ``times`` times under new names.
+    """A SegNet-layout ``train`` split that links every train pair of ``data`` ``times`` times under new names.
 
     Both loaders then read epochs of ``times`` × the subset, so that epoch starts (which
     restart the DataLoader's prefetching) weigh as little as in a real dataset.
     """
-    for kind in ("train", "trainannot"):
-        (raw / kind).mkdir(parents=True, exist_ok=True)
-        for src in sorted((data / kind).glob("*.png")):
-            for r in range(times):
-                link = raw / kind / f"r{r}_{src.name}"
-                if not link.exists():
-                    link.symlink_to(src.resolve())
+    shutil.rmtree(raw, ignore_errors=True)  # links only: remade each run, so --repeat always holds
+    replicated_source([(i, lab) for i, lab in source_pairs(data) if i.parent.name == "train"], raw, times)
     return raw
 
 
