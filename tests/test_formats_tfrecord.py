@@ -57,6 +57,15 @@ def masked_crc32c(data: bytes) -> int:
     return ((c >> 15 | c << 17) + 0xA282EAD8) & 0xFFFFFFFF
 
 
+def copy_split(src: Path, dst: Path) -> Path:
+    """A copy of the plain files of split folder ``src`` in ``dst`` (created if missing)."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for p in src.iterdir():
+        if p.is_file():
+            (dst / p.name).write_bytes(p.read_bytes())
+    return dst
+
+
 def shard_digests(split_dir: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(split_dir.glob("shard-*"))}
 
@@ -211,11 +220,7 @@ def test_the_tfrecord_package_reads_shards_with_their_index(camvid_tfr: Path, ca
     scratch = camvid_tfr.parent / "scratch"
     scratch.mkdir(exist_ok=True)
     for split in (camvid_tfr, camvid_tfr_gz):  # work on copies: create_index writes next to the data
-        copy = scratch / split.parent.name
-        copy.mkdir(exist_ok=True)
-        for p in split.iterdir():
-            if p.is_file():
-                (copy / p.name).write_bytes(p.read_bytes())
+        copy_split(split, scratch / split.parent.name)
     args = [str(scratch / s.parent.name) for s in (camvid_tfr, camvid_tfr_gz)]
     done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
@@ -261,11 +266,7 @@ def test_reader_pickles_without_its_buffer(camvid_tfr: Path) -> None:
 
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
 def test_damaged_shard_is_a_one_line_error(damage: str, camvid_tfr: Path, tmp_path: Path) -> None:
-    split = tmp_path / "val"
-    split.mkdir()
-    for p in camvid_tfr.iterdir():
-        if p.is_file():
-            (split / p.name).write_bytes(p.read_bytes())
+    split = copy_split(camvid_tfr, tmp_path / "val")
     manifest = json.loads((split / "manifest.json").read_text())
     entry = manifest["shards"][0]["files"][0]
     path = split / entry["name"]
@@ -286,11 +287,7 @@ def test_damaged_shard_is_a_one_line_error(damage: str, camvid_tfr: Path, tmp_pa
 @pytest.mark.parametrize("path", ["read", "batch", "batch_other_dtype"])
 def test_damage_after_a_first_read_is_still_detected(path: str, camvid_tfr: Path, tmp_path: Path) -> None:
     """Record layouts are kept per process, but every read checks both CRCs again (in place: mmap)."""
-    split = tmp_path / "val"
-    split.mkdir()
-    for p in camvid_tfr.iterdir():
-        if p.is_file():
-            (split / p.name).write_bytes(p.read_bytes())
+    split = copy_split(camvid_tfr, tmp_path / "val")
     ds = shardkit.open(split, labels="stored")
     reader = ds.readers[0]
     want = [tuple(a.copy() for a in reader.read(i)) for i in (0, 1)]
