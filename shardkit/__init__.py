@@ -6,18 +6,24 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import os as _os
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
 __version__ = "0.1.0"
 
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from .read.dataset import Dataset
 
-__all__ = ["__version__", "open"]
+__all__ = ["Dataset", "__version__", "open"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     """``shardkit.tf`` (tf.data adapter) is imported on first use, so ``import shardkit`` stays light."""
+    if name == "Dataset":
+        from .read.dataset import Dataset
+
+        return Dataset
     if name == "tf":
         import importlib
 
@@ -25,8 +31,13 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'shardkit' has no attribute {name!r}")
 
 
-def open(path: Any, **kwargs: Any) -> Dataset:
-    """Open a converted split folder (``out/train``) as a random-access :class:`Dataset`."""
+def open(path: str | _os.PathLike[str], *, labels: str = "ids", verify: bool = False,
+         label_layout: str = "channels_last") -> Dataset:
+    """Open a converted split folder (``out/train``) as a random-access :class:`Dataset`.
+
+    ``labels``: ``"ids"``, ``"onehot"``, ``"float_onehot"`` or ``"stored"``; ``verify=True`` checks every
+    shard's sha256 on open; ``label_layout``: ``"channels_last"`` or ``"channels_first"`` one-hot.
+    """
     from .read.dataset import Dataset
 
-    return Dataset(path, **kwargs)
+    return Dataset(path, labels=labels, verify=verify, label_layout=label_layout)

@@ -1,0 +1,27 @@
+"""The public top-level API: what ``import shardkit`` shows and how ``shardkit.open`` is called."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+import shardkit
+
+
+def test_public_names_are_only_the_api() -> None:
+    public = {n for n in dir(shardkit) if not n.startswith("_")} - {"annotations"}
+    assert public == {"open"} | ({"Dataset"} & public)
+    assert set(shardkit.__all__) == {"Dataset", "__version__", "open"}
+    assert shardkit.Dataset.__name__ == "Dataset"
+
+
+def test_open_takes_its_options_by_keyword_and_names_them() -> None:
+    params = inspect.signature(shardkit.open).parameters
+    assert list(params) == ["path", "labels", "verify", "label_layout"]
+    assert all(params[n].kind is inspect.Parameter.KEYWORD_ONLY for n in ("labels", "verify", "label_layout"))
+
+
+def test_open_refuses_an_unknown_option(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(TypeError):
+        shardkit.open(tmp_path, label="ids")  # type: ignore[call-arg]
