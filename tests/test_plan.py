@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 from shardkit.plan import cut_shards
 
 
@@ -42,6 +47,15 @@ def test_inserting_one_sample_changes_only_the_shards_around_it() -> None:
     assert len(before & after) >= len(before) - 2
 
 
-def test_plan_is_a_pure_function_of_the_listing() -> None:
+def test_plan_is_the_same_in_every_process() -> None:
+    """Boundaries come from the keys' content, never from per-process state such as str hash randomisation."""
     ks = keys(1234)
-    assert cut_shards([1] * 1234, ks, 64, None) == cut_shards([1] * 1234, list(ks), 64, None)
+    here = cut_shards([1] * 1234, ks, 64, None)
+    code = ("import json, sys; from shardkit.plan import cut_shards; ks = json.load(sys.stdin); "
+            "print(json.dumps(cut_shards([1] * len(ks), ks, 64, None)))")
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        run = subprocess.run([sys.executable, "-c", code], input=json.dumps(ks), capture_output=True, text=True,
+                             env=env, check=True)
+        assert json.loads(run.stdout) == here
+    assert len(here) > 1 and sum(here) == 1234
