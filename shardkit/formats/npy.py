@@ -147,12 +147,6 @@ class NpyReader(ShardReader):
                 fix="re-convert this split",
             )
 
-    @property
-    def images(self) -> np.ndarray:
-        self.ensure_open()
-        assert self._images is not None
-        return self._images
-
     def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         self.ensure_open()
         assert self._images is not None and self._labels is not None

@@ -15,10 +15,6 @@ _MODULES: dict[str, tuple[str, str, str]] = {
 }
 
 
-def names() -> tuple[str, ...]:
-    return tuple(_MODULES)
-
-
 def _load(name: str, which: int) -> type:
     try:
         module_name, *classes = _MODULES[name]

@@ -260,13 +260,6 @@ class TfrecordReader(ShardReader):
             raise self.corrupt(f"record {i} fails its CRC32C check")
         return body, end, data_crc
 
-    def record(self, i: int) -> tuple[memoryview, int, int]:
-        """(buffer, start, end) of local record ``i``'s Example bytes; framing and both CRCs checked."""
-        self.ensure_open()
-        start, end, _ = self._checked(i)
-        assert self._view is not None
-        return self._view, start, end
-
     def _layout(self, i: int) -> tuple[int, int, int, int, int]:
         """(data CRC, image offset, label offset, H, W) of record ``i`` (open), CRCs checked on this read."""
         start, end, crc = self._checked(i)
