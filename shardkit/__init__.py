@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os as _os
+from pathlib import Path as _Path
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
@@ -40,4 +41,4 @@ def open(path: str | _os.PathLike[str], *, labels: str = "ids", verify: bool = F
     """
     from .read.dataset import Dataset
 
-    return Dataset(path, labels=labels, verify=verify, label_layout=label_layout)
+    return Dataset(_Path(path), labels=labels, verify=verify, label_layout=label_layout)
