@@ -3,7 +3,8 @@
 Images: one ``cv2.warpAffine`` per sample (bilinear, ``WARP_INVERSE_MAP``, border 0), then
 the colour LUT. Labels: an exact integer gather, not cv2's nearest (which floors fixed-point
 coordinates): output pixel (x, y) takes the source label at ``floor(M @ [x, y, 1] + 0.5)``
-when that lies inside the source, else ``ignore_index``; the dtype is kept.
+when that lies inside the source, else ``ignore_index``; the dtype is kept. (cv2's INTER_NEAREST
+with the same matrix disagrees on ~3 pixels in 10^5 under scale + rotation, measured on 360x480.)
 """
 
 from __future__ import annotations
