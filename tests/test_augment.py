@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +67,19 @@ def test_every_label_pixel_is_the_nearest_mapped_source_label(data: tuple) -> No
         p = aug.params(int(i), seed=3, epoch=1, hw=(360, 480))
         assert np.array_equal(out_lab[k], _independent_labels(labels[i], p.matrix, p.out_hw))
         assert set(np.unique(out_lab[k])) <= set(np.unique(labels[i])) | {IGNORE}  # no new ids
+
+
+def test_params_are_frozen_and_describe_the_draw() -> None:
+    aug = A.parse("scale=1:1,crop=100x200,hflip=1,jitter=0.5")
+    p = aug.params(4, seed=1, epoch=2, hw=(360, 480))
+    assert p == aug.params(4, seed=1, epoch=2, hw=(360, 480))
+    assert p.flip and p.out_hw == (100, 200) and p.scale == 1.0 and 0.5 <= p.brightness <= 1.5
+    y0, x0 = p.crop_offset
+    assert np.allclose(p.matrix, [[-1, 0, 199 + x0], [0, 1, y0]])  # crop, then mirror inside the crop
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.flip = False  # type: ignore[misc]
+    with pytest.raises(ValueError):
+        p.matrix[0, 0] = 2
 
 
 def test_crop_only_is_an_exact_window(data: tuple) -> None:

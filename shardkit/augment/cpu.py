@@ -39,6 +39,23 @@ def warp_labels(label: np.ndarray, m: np.ndarray, hw: tuple[int, int], ignore_in
     return out
 
 
+def warp_labels_batch(labels: np.ndarray, matrices: np.ndarray, hw: tuple[int, int], ignore_index: int,
+                      out: np.ndarray | None = None) -> np.ndarray:
+    """Stacked (B, H, W) labels, one (2, 3) matrix each → (B, *hw): the rule of :func:`warp_labels`, one gather."""
+    b, h, w = labels.shape
+    y, x = np.mgrid[0:hw[0], 0:hw[1]].astype(np.float64)
+    m = matrices[:, :, :, None, None]
+    ix = np.floor(m[:, 0, 0] * x + m[:, 0, 1] * y + m[:, 0, 2] + 0.5).astype(np.int64)
+    iy = np.floor(m[:, 1, 0] * x + m[:, 1, 1] * y + m[:, 1, 2] + 0.5).astype(np.int64)
+    inside = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
+    flat = (np.arange(b)[:, None, None] * h + np.clip(iy, 0, h - 1)) * w + np.clip(ix, 0, w - 1)
+    if out is None:
+        out = np.empty((b, *hw), labels.dtype)
+    np.take(labels.reshape(-1), flat, out=out)
+    out[~inside] = ignore_index
+    return out
+
+
 def colour_lut(p: Params) -> np.ndarray:
     """Brightness then contrast (about 128) as one uint8 LUT of 256 entries."""
     v = np.arange(256, dtype=np.float64) * p.brightness
@@ -46,6 +63,7 @@ def colour_lut(p: Params) -> np.ndarray:
 
 
 def warp_image(image: np.ndarray, p: Params, out: np.ndarray | None = None) -> np.ndarray:
+    """One (H, W, 3) uint8 image warped (bilinear, border 0) and colour-jittered, into ``out`` when given."""
     h, w = p.out_hw
     img = cv2.warpAffine(np.ascontiguousarray(image), np.asarray(p.matrix), (w, h), dst=out,
                          flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_CONSTANT,
@@ -90,7 +108,13 @@ def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] |
     dtype = labs[0].dtype if labs else np.dtype(np.uint8)
     out_img = np.empty((len(idx), *hw, 3), np.uint8)
     out_lab = np.empty((len(idx), *hw), dtype)
-    for k, (img, lab, p) in enumerate(zip(imgs, labs, params, strict=True)):
-        out_img[k] = warp_image(img, p)
-        out_lab[k] = warp_labels(lab, p.matrix, hw, ignore_index)
+    for k, (img, p) in enumerate(zip(imgs, params, strict=True)):
+        got = warp_image(img, p, out=out_img[k])
+        if not np.shares_memory(got, out_img):  # cv2 reallocated dst
+            out_img[k] = got
+    if isinstance(labels, np.ndarray) and labels.ndim == 3 and params:  # stacked: one gather for the batch
+        warp_labels_batch(labels, np.stack([p.matrix for p in params]), hw, ignore_index, out=out_lab)
+    else:
+        for k, (lab, p) in enumerate(zip(labs, params, strict=True)):
+            out_lab[k] = warp_labels(lab, p.matrix, hw, ignore_index)
     return out_img, out_lab

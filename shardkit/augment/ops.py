@@ -199,7 +199,7 @@ class ColorJitter(Op):
     def draw(self, rng: np.random.Generator, st: _State) -> None:
         u = rng.uniform(-1.0, 1.0, 4)
         st.values.update(brightness=float(1 + self.brightness * u[0]), contrast=float(1 + self.contrast * u[1]),
-                         saturation=float(1 + self.saturation * u[2]), hue=float(self.hue * u[3]))
+                         saturation=float(1 + self.saturation * u[2]), hue=float(self.hue * u[3]) + 0.0)
 
 
 class Compose:
