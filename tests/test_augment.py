@@ -196,3 +196,22 @@ def test_iter_batches_without_size_batches_through_a_crop(loose: Path, data: tup
         assert np.array_equal(img, want[0]) and np.array_equal(lab, want[1])
     with pytest.raises(ConfigError):
         next(ds.iter_batches(8, augment=A.parse("hflip")))
+
+
+def test_cv2_nearest_is_not_the_label_rule_but_nearly_agrees(data: tuple) -> None:
+    """Why labels use a gather: cv2's INTER_NEAREST (fixed-point coordinates) is close to, not exactly, round()."""
+    import cv2
+
+    from shardkit.augment.cpu import warp_labels
+
+    _, labels = data
+    aug = A.parse("scale=0.5:2,crop=256x384,rotate=10")
+    for i in range(4):
+        p = aug.params(i, hw=(360, 480))
+        for lab in (labels[i], labels[i].astype(np.uint16)):
+            ours = warp_labels(lab, p.matrix, p.out_hw, IGNORE)
+            theirs = cv2.warpAffine(lab, np.asarray(p.matrix), p.out_hw[::-1],
+                                    flags=cv2.INTER_NEAREST | cv2.WARP_INVERSE_MAP,
+                                    borderMode=cv2.BORDER_CONSTANT, borderValue=IGNORE)
+            assert theirs.dtype == lab.dtype and (ours != theirs).mean() < 1e-3
+            assert np.array_equal(ours, _independent_labels(lab, p.matrix, p.out_hw))
