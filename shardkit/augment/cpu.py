@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 def source_coords(m: np.ndarray, hw: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
     """Nearest integer source (x, y) of every output pixel of an ``hw`` output (int64 arrays)."""
-    y, x = np.mgrid[0:hw[0], 0:hw[1]].astype(np.float64)
+    y = np.arange(hw[0], dtype=np.float64)[:, None]
+    x = np.arange(hw[1], dtype=np.float64)[None, :]
     sx = m[0, 0] * x + m[0, 1] * y + m[0, 2]
     sy = m[1, 0] * x + m[1, 1] * y + m[1, 2]
     return np.floor(sx + 0.5).astype(np.int64), np.floor(sy + 0.5).astype(np.int64)
@@ -43,8 +44,9 @@ def warp_labels_batch(labels: np.ndarray, matrices: np.ndarray, hw: tuple[int, i
                       out: np.ndarray | None = None) -> np.ndarray:
     """Stacked (B, H, W) labels, one (2, 3) matrix each → (B, *hw): the rule of :func:`warp_labels`, one gather."""
     b, h, w = labels.shape
-    y, x = np.mgrid[0:hw[0], 0:hw[1]].astype(np.float64)
-    m = matrices[:, :, :, None, None]
+    y = np.arange(hw[0], dtype=np.float64)[:, None]
+    x = np.arange(hw[1], dtype=np.float64)[None, :]
+    m = matrices[:, :, :, None, None]  # same arithmetic as source_coords, products taken per row / column
     ix = np.floor(m[:, 0, 0] * x + m[:, 0, 1] * y + m[:, 0, 2] + 0.5).astype(np.int64)
     iy = np.floor(m[:, 1, 0] * x + m[:, 1, 1] * y + m[:, 1, 2] + 0.5).astype(np.int64)
     inside = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
