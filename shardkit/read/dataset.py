@@ -318,7 +318,7 @@ class Dataset:
     def iter_batches(self, batch_size: int, shuffle: bool = True, seed: int = 0, epoch: int = 0,
                      drop_last: bool = False, rank: int = 0, world_size: int = 1, *,
                      shuffle_mode: str = "auto", buffer_size: int = sampling.DEFAULT_BUFFER, buffers: int = 2,
-                     with_indices: bool = False) -> Iterator[Any]:
+                     with_indices: bool = False, augment: Any = None) -> Iterator[Any]:
         """Yield one epoch of ``(images, labels)`` batches for ``rank`` of ``world_size``.
 
         Every rank gets the same number of samples and batches (padded by wrapping around, or
@@ -327,16 +327,33 @@ class Dataset:
         buffers: a yielded batch stays valid until ``buffers`` more have been yielded (copy it
         to keep it longer; ``buffers=0`` allocates fresh arrays per batch). ``with_indices``
         yields ``(indices, images, labels)``.
+
+        ``augment``: a :class:`shardkit.augment.Compose` applied to every batch with this
+        split's ignore index (255 if it has none) and ``seed``/``epoch``: each sample's draws
+        depend on (seed, epoch, index) only. Augmented batches are fresh arrays. Splits whose
+        samples differ in size batch only through a pipeline ending in a crop (samples are
+        then read one by one).
         """
-        self._need_fixed()
+        varied = self.spec.size is None and augment is not None and augment.out_hw is not None
+        if not varied:
+            self._need_fixed()
+        if augment is not None and self.labels != "ids":
+            raise ConfigError(f"augment needs id labels, but this Dataset gives labels={self.labels!r}",
+                              fix="open the split with labels='ids'")
         if buffers < 0:
             raise ConfigError(f"buffers must be >= 0, got {buffers}")
         sampler = self.sampler(batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last,
                                rank=rank, world_size=world_size, shuffle_mode=shuffle_mode,
                                buffer_size=buffer_size)
-        ring = [self.empty_batch(batch_size) for _ in range(buffers)]
+        ring = [self.empty_batch(batch_size) for _ in range(buffers)] if not varied else []
+        ignore = 255 if self.ignore_index is None else int(self.ignore_index)
         for k, idx in enumerate(sampler.batches()):
-            images, labels = self.batch(idx, out=ring[k % buffers] if ring else None)
+            if varied:
+                images, labels = zip(*(self[int(i)] for i in idx), strict=True)
+            else:
+                images, labels = self.batch(idx, out=ring[k % buffers] if ring else None)
+            if augment is not None:
+                images, labels = augment(images, labels, idx, seed=seed, epoch=epoch, ignore_index=ignore)
             yield (idx, images, labels) if with_indices else (images, labels)
 
     def __getstate__(self) -> dict[str, Any]:

@@ -1,0 +1,292 @@
+"""Augmentation ops, their parameter draws, and the ``"scale=0.5:2,crop=512x1024,…"`` string form.
+
+Every op draws from its own ``np.random.Generator(PCG64([seed, epoch, index, position]))``,
+so a sample's parameters depend on (seed, epoch, index) only — never on the batch it is in
+or the worker reading it — and a retried draw in one op (``cat_max_ratio``) does not shift
+the draws of the others. Geometry ops compose into one 3x3 matrix (output → source pixel,
+pixel centres at integer coordinates) while tracking the current canvas size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Params:
+    """One sample's drawn values; ``matrix`` maps output (x, y, 1) → source (x, y)."""
+
+    matrix: np.ndarray = field(compare=False)  # (2, 3) float64
+    out_hw: tuple[int, int]
+    scale: float = 1.0
+    angle: float = 0.0
+    flip: bool = False
+    crop_offset: tuple[int, int] = (0, 0)  # (y0, x0) in the scaled / rotated canvas
+    brightness: float = 1.0
+    contrast: float = 1.0
+    saturation: float = 1.0
+    hue: float = 0.0
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Params) and np.array_equal(self.matrix, other.matrix)
+                and self.__dict__ | {"matrix": 0} == other.__dict__ | {"matrix": 0})
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @property
+    def colour(self) -> bool:
+        return (self.brightness, self.contrast, self.saturation, self.hue) != (1.0, 1.0, 1.0, 0.0)
+
+
+class _State:
+    """Mutable draw state while the ops of a Compose run: matrix, canvas size, drawn values."""
+
+    def __init__(self, hw: tuple[int, int], label: np.ndarray | None, ignore_index: int) -> None:
+        self.t = np.eye(3)
+        self.hw = (int(hw[0]), int(hw[1]))
+        self.label = label
+        self.ignore_index = ignore_index
+        self.values: dict[str, Any] = {}
+
+    def then(self, a: np.ndarray, hw: tuple[int, int] | None = None) -> None:
+        """Append a new-canvas → old-canvas step ``a`` (3x3)."""
+        self.t = self.t @ a
+        if hw is not None:
+            self.hw = hw
+
+
+class Op:
+    geometric = False
+
+    def draw(self, rng: np.random.Generator, st: _State) -> None:
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and vars(self) == vars(other)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({args})"
+
+
+def _num(name: str, value: Any, lo: float = 0.0) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(v) or v < lo:
+        raise ConfigError(f"{name} must be a finite number >= {lo}, got {value!r}")
+    return v
+
+
+class RandomScale(Op):
+    """Resize the canvas by a factor drawn uniformly from [lo, hi]."""
+
+    geometric = True
+
+    def __init__(self, lo: float, hi: float) -> None:
+        self.lo, self.hi = _num("scale lo", lo), _num("scale hi", hi)
+        if not 0 < self.lo <= self.hi:
+            raise ConfigError(f"scale range must satisfy 0 < lo <= hi, got {lo}:{hi}")
+
+    def draw(self, rng: np.random.Generator, st: _State) -> None:
+        s = float(rng.uniform(self.lo, self.hi))
+        h, w = st.hw
+        hw = (max(1, round(h * s)), max(1, round(w * s)))
+        sy, sx = h / hw[0], w / hw[1]  # pixel-centre aligned: old = (new + 0.5) * (old/new) - 0.5
+        st.then(np.array([[sx, 0, 0.5 * sx - 0.5], [0, sy, 0.5 * sy - 0.5], [0, 0, 1]]), hw)
+        st.values["scale"] = s
+
+
+class RandomFlip(Op):
+    """Mirror left-right with probability ``horizontal``."""
+
+    geometric = True
+
+    def __init__(self, horizontal: float = 0.5) -> None:
+        self.horizontal = _num("flip probability", horizontal)
+        if self.horizontal > 1:
+            raise ConfigError(f"flip probability must be in [0, 1], got {horizontal}")
+
+    def draw(self, rng: np.random.Generator, st: _State) -> None:
+        flip = bool(rng.random() < self.horizontal)
+        if flip:
+            st.then(np.array([[-1.0, 0, st.hw[1] - 1], [0, 1, 0], [0, 0, 1]]))
+        st.values["flip"] = flip ^ st.values.get("flip", False)
+
+
+class RandomRotate(Op):
+    """Rotate about the canvas centre by an angle drawn uniformly from [-degrees, degrees]."""
+
+    geometric = True
+
+    def __init__(self, degrees: float) -> None:
+        self.degrees = _num("rotate degrees", degrees)
+
+    def draw(self, rng: np.random.Generator, st: _State) -> None:
+        a = float(rng.uniform(-self.degrees, self.degrees))
+        h, w = st.hw
+        cy, cx = (h - 1) / 2, (w - 1) / 2
+        c, s = math.cos(math.radians(a)), math.sin(math.radians(a))
+        st.then(np.array([[c, -s, cx - c * cx + s * cy], [s, c, cy - s * cx - c * cy], [0, 0, 1]]))
+        st.values["angle"] = a
+
+
+class RandomCrop(Op):
+    """Cut an (h, w) window at a random position (canvas smaller than the crop: padded bottom/right).
+
+    ``cat_max_ratio``: re-draw the position (up to 10 times, as mmseg) while one class other
+    than ignore covers more than this share of the window's labelled pixels. It needs the
+    label (``params(..., label=)``); without one the first position is kept.
+    """
+
+    geometric = True
+    TRIES = 10
+
+    def __init__(self, h: int, w: int, cat_max_ratio: float | None = None) -> None:
+        if int(h) != h or int(w) != w or h < 1 or w < 1:
+            raise ConfigError(f"crop size must be positive integers, got {h}x{w}")
+        self.h, self.w = int(h), int(w)
+        self.cat_max_ratio = None if cat_max_ratio is None else _num("cat_max_ratio", cat_max_ratio)
+
+    def _window(self, rng: np.random.Generator, st: _State) -> tuple[int, int]:
+        h, w = st.hw
+        return int(rng.integers(0, max(h - self.h, 0) + 1)), int(rng.integers(0, max(w - self.w, 0) + 1))
+
+    def draw(self, rng: np.random.Generator, st: _State) -> None:
+        y0, x0 = self._window(rng, st)
+        if self.cat_max_ratio is not None and self.cat_max_ratio < 1 and st.label is not None:
+            from .cpu import warp_labels
+
+            for _ in range(self.TRIES):  # as mmseg: 10 checks, the last re-draw kept unchecked
+                m = (st.t @ _shift(x0, y0))[:2]
+                crop = warp_labels(st.label, m, (self.h, self.w), st.ignore_index)
+                _, counts = np.unique(crop[crop != st.ignore_index], return_counts=True)
+                if len(counts) > 1 and counts.max() / counts.sum() < self.cat_max_ratio:
+                    break
+                y0, x0 = self._window(rng, st)
+        st.then(_shift(x0, y0), (self.h, self.w))
+        st.values["crop_offset"] = (y0, x0)
+
+
+def _shift(x0: float, y0: float) -> np.ndarray:
+    return np.array([[1.0, 0, x0], [0, 1, y0], [0, 0, 1]])
+
+
+class ColorJitter(Op):
+    """Brightness / contrast (one per-sample 256-entry LUT), saturation, hue; factors in [1-v, 1+v].
+
+    Contrast pivots about mid-grey 128 (not the image mean), so it stays a per-sample LUT.
+    ``hue`` is a shift in [-hue, hue] of the full circle (``hue <= 0.5``).
+    """
+
+    def __init__(self, brightness: float = 0.0, contrast: float = 0.0, saturation: float = 0.0,
+                 hue: float = 0.0) -> None:
+        self.brightness = _num("brightness", brightness)
+        self.contrast = _num("contrast", contrast)
+        self.saturation = _num("saturation", saturation)
+        self.hue = _num("hue", hue)
+        if self.hue > 0.5:
+            raise ConfigError(f"hue must be in [0, 0.5], got {hue}")
+
+    def draw(self, rng: np.random.Generator, st: _State) -> None:
+        u = rng.uniform(-1.0, 1.0, 4)
+        st.values.update(brightness=float(1 + self.brightness * u[0]), contrast=float(1 + self.contrast * u[1]),
+                         saturation=float(1 + self.saturation * u[2]), hue=float(self.hue * u[3]) + 0.0)
+
+
+class Compose:
+    """A pipeline of ops. ``aug(images, labels, indices, seed=, epoch=, ignore_index=)`` → augmented batch."""
+
+    def __init__(self, ops: Sequence[Op]) -> None:
+        for op in ops:
+            if not isinstance(op, Op):
+                raise ConfigError(f"Compose takes augmentation ops, got {type(op).__name__}")
+        self.ops = list(ops)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Compose) and self.ops == other.ops
+
+    def __repr__(self) -> str:
+        return f"Compose({self.ops!r})"
+
+    @property
+    def out_hw(self) -> tuple[int, int] | None:
+        """Output size fixed by the last crop, or None when the output follows the input size."""
+        crops = [op for op in self.ops if isinstance(op, RandomCrop)]
+        return (crops[-1].h, crops[-1].w) if crops else None
+
+    def params(self, index: int, *, seed: int = 0, epoch: int = 0, hw: tuple[int, int],
+               label: np.ndarray | None = None, ignore_index: int = 255) -> Params:
+        """Draw sample ``index``'s parameters for an input of height/width ``hw``."""
+        st = _State(hw, label, ignore_index)
+        for k, op in enumerate(self.ops):
+            op.draw(np.random.Generator(np.random.PCG64([int(seed), int(epoch), int(index), k])), st)
+        m = st.t[:2].copy()
+        m.setflags(write=False)
+        return Params(matrix=m, out_hw=st.hw, **st.values)
+
+    def __call__(self, images: Any, labels: Any, indices: Sequence[int] | np.ndarray, *, seed: int = 0,
+                 epoch: int = 0, ignore_index: int | None = 255) -> tuple[np.ndarray, np.ndarray]:
+        from .cpu import apply_batch
+
+        return apply_batch(self, images, labels, indices, seed=seed, epoch=epoch,
+                           ignore_index=255 if ignore_index is None else int(ignore_index))
+
+
+# ---------------------------------------------------------------------- string form
+def _range(key: str, text: str) -> tuple[float, float]:
+    lo, sep, hi = text.partition(":")
+    if not sep:
+        raise ConfigError(f"augment {key}={text!r}: expected LO:HI, e.g. {key}=0.5:2")
+    return _num(f"{key} lo", lo), _num(f"{key} hi", hi)
+
+
+def _hw(key: str, text: str) -> tuple[int, int]:
+    h, sep, w = text.lower().partition("x")
+    if not sep or not h.isdigit() or not w.isdigit():
+        raise ConfigError(f"augment {key}={text!r}: expected HxW, e.g. {key}=512x1024")
+    return int(h), int(w)
+
+
+def parse(text: str) -> Compose:
+    """``"scale=0.5:2,crop=512x1024,hflip,rotate=10,jitter=0.2"`` → the equal :class:`Compose`.
+
+    Keys: ``scale=LO:HI``, ``crop=HxW`` (``crop=HxW:R`` adds cat_max_ratio R), ``hflip`` or
+    ``hflip=P``, ``rotate=DEG``, ``jitter=V`` (brightness and contrast V) or ``jitter=B:C[:S[:H]]``.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError("augment string is empty; expected e.g. 'scale=0.5:2,crop=512x1024,hflip'")
+    ops: list[Op] = []
+    for part in text.split(","):
+        key, sep, val = (s.strip() for s in part.partition("="))
+        key = key.lower()
+        if not key:
+            raise ConfigError(f"augment string {text!r} has an empty item")
+        if key == "hflip":
+            ops.append(RandomFlip(_num("hflip", val) if sep else 0.5))
+            continue
+        if not sep or not val:
+            raise ConfigError(f"augment item {part.strip()!r} needs a value ({key}=…)")
+        if key == "scale":
+            ops.append(RandomScale(*_range(key, val)))
+        elif key == "crop":
+            size, _, ratio = val.partition(":")
+            ops.append(RandomCrop(*_hw(key, size), cat_max_ratio=_num("crop ratio", ratio) if ratio else None))
+        elif key == "rotate":
+            ops.append(RandomRotate(_num("rotate", val)))
+        elif key == "jitter":
+            vals = [_num("jitter", v) for v in val.split(":")]
+            if len(vals) > 4:
+                raise ConfigError(f"augment jitter={val!r}: at most B:C:S:H")
+            ops.append(ColorJitter(*(vals * 2 if len(vals) == 1 else vals)))
+        else:
+            raise ConfigError(f"unknown augment item {key!r}; known: scale, crop, hflip, rotate, jitter")
+    return Compose(ops)

@@ -1,0 +1,217 @@
+"""Read-time augmentation on real CamVid: exact label mapping, determinism, string form, iter_batches."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import shardkit
+from shardkit import augment as A
+from shardkit.config import ConvertConfig, ShardSize
+from shardkit.errors import ConfigError
+from shardkit.pipeline import convert
+
+IGNORE = 11
+FULL = "scale=0.5:2,crop=256x384,hflip,rotate=10,jitter=0.2"
+
+
+@pytest.fixture(scope="module")
+def loose(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """CamVid val (26 pairs, 360x480, ignore id 11) as npy shards converted without --size."""
+    out = tmp_path_factory.mktemp("augment-loose")
+    convert(ConvertConfig(camvid_root, out, format="npy", splits=("val",), workers=2, quiet=True,
+                          shard_size=ShardSize(samples=13)))
+    return out / "val"
+
+
+@pytest.fixture(scope="module")
+def split(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same pairs converted with --size 360x480 (fixed size: batched reads)."""
+    out = tmp_path_factory.mktemp("augment")
+    convert(ConvertConfig(camvid_root, out, format="npy", size=(360, 480), splits=("val",), workers=2,
+                          quiet=True, shard_size=ShardSize(samples=13)))
+    return out / "val"
+
+
+@pytest.fixture(scope="module")
+def data(loose: Path) -> tuple[np.ndarray, np.ndarray]:
+    ds = shardkit.open(loose)
+    assert ds.ignore_index == IGNORE
+    images, labels = zip(*(ds[i] for i in range(len(ds))), strict=True)
+    return np.stack(images), np.stack(labels)
+
+
+def _independent_labels(label: np.ndarray, m: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
+    """The label rule, computed apart from the backend: round(M @ [x, y, 1]) inside → source, else ignore."""
+    h, w = label.shape
+    want = np.full(hw, IGNORE, label.dtype)
+    for y in range(hw[0]):
+        pts = np.stack([np.arange(hw[1]), np.full(hw[1], y), np.ones(hw[1])]).astype(np.float64)
+        sx, sy = np.floor(m @ pts + 0.5).astype(np.int64)
+        ok = (sx >= 0) & (sx < w) & (sy >= 0) & (sy < h)
+        want[y, ok] = label[sy[ok], sx[ok]]
+    return want
+
+
+def test_every_label_pixel_is_the_nearest_mapped_source_label(data: tuple) -> None:
+    images, labels = data
+    aug = A.parse(FULL)
+    idx = np.array([0, 5, 17])
+    out_img, out_lab = aug(images[idx], labels[idx], idx, seed=3, epoch=1, ignore_index=IGNORE)
+    assert out_img.shape == (3, 256, 384, 3) and out_img.dtype == np.uint8
+    assert out_lab.shape == (3, 256, 384) and out_lab.dtype == labels.dtype
+    for k, i in enumerate(idx):
+        p = aug.params(int(i), seed=3, epoch=1, hw=(360, 480))
+        assert np.array_equal(out_lab[k], _independent_labels(labels[i], p.matrix, p.out_hw))
+        assert set(np.unique(out_lab[k])) <= set(np.unique(labels[i])) | {IGNORE}  # no new ids
+
+
+def test_params_are_frozen_and_describe_the_draw() -> None:
+    aug = A.parse("scale=1:1,crop=100x200,hflip=1,jitter=0.5")
+    p = aug.params(4, seed=1, epoch=2, hw=(360, 480))
+    assert p == aug.params(4, seed=1, epoch=2, hw=(360, 480))
+    assert p.flip and p.out_hw == (100, 200) and p.scale == 1.0 and 0.5 <= p.brightness <= 1.5
+    y0, x0 = p.crop_offset
+    assert np.allclose(p.matrix, [[-1, 0, 199 + x0], [0, 1, y0]])  # crop, then mirror inside the crop
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.flip = False  # type: ignore[misc]
+    with pytest.raises(ValueError):
+        p.matrix[0, 0] = 2
+
+
+def test_crop_only_is_an_exact_window(data: tuple) -> None:
+    images, labels = data
+    aug = A.Compose([A.RandomCrop(200, 300)])
+    out_img, out_lab = aug(images[:4], labels[:4], range(4), seed=0, epoch=0, ignore_index=IGNORE)
+    for i in range(4):
+        y0, x0 = aug.params(i, hw=(360, 480)).crop_offset
+        assert np.array_equal(out_img[i], images[i, y0:y0 + 200, x0:x0 + 300])
+        assert np.array_equal(out_lab[i], labels[i, y0:y0 + 200, x0:x0 + 300])
+
+
+def test_flip_twice_is_identity_and_flip_once_mirrors(data: tuple) -> None:
+    images, labels = data
+    twice = A.Compose([A.RandomFlip(1.0), A.RandomFlip(1.0)])
+    out_img, out_lab = twice(images[:2], labels[:2], [0, 1], ignore_index=IGNORE)
+    assert np.array_equal(out_img, images[:2]) and np.array_equal(out_lab, labels[:2])
+    once_img, once_lab = A.Compose([A.RandomFlip(1.0)])(images[:2], labels[:2], [0, 1], ignore_index=IGNORE)
+    assert np.array_equal(once_img, images[:2, :, ::-1]) and np.array_equal(once_lab, labels[:2, :, ::-1])
+
+
+def test_same_seed_epoch_index_gives_same_output_regardless_of_batch(data: tuple) -> None:
+    images, labels = data
+    aug = A.parse(FULL)
+    alone = aug(images[[7]], labels[[7]], [7], seed=9, epoch=2, ignore_index=IGNORE)
+    batch = aug(images[[3, 7, 20]], labels[[3, 7, 20]], [3, 7, 20], seed=9, epoch=2, ignore_index=IGNORE)
+    listed = aug(list(images[[20, 7]]), list(labels[[20, 7]]), [20, 7], seed=9, epoch=2, ignore_index=IGNORE)
+    for got in (batch[0][1], listed[0][1]):
+        assert np.array_equal(got, alone[0][0])
+    for got in (batch[1][1], listed[1][1]):
+        assert np.array_equal(got, alone[1][0])
+    other = aug(images[[7]], labels[[7]], [7], seed=9, epoch=3, ignore_index=IGNORE)
+    assert not np.array_equal(other[0], alone[0])
+    assert aug.params(7, seed=9, epoch=2, hw=(360, 480)) != aug.params(7, seed=9, epoch=3, hw=(360, 480))
+
+
+def test_uint16_labels_are_kept(data: tuple) -> None:
+    images, labels = data
+    aug = A.parse("scale=0.8:1.2,crop=300x300,rotate=15")
+    _, out8 = aug(images[:3], labels[:3], [0, 1, 2], ignore_index=IGNORE)
+    _, out16 = aug(images[:3], labels[:3].astype(np.uint16), [0, 1, 2], ignore_index=IGNORE)
+    assert out16.dtype == np.uint16 and np.array_equal(out16, out8)
+    _, big = aug(images[:1], labels[:1].astype(np.uint16) + 1000, [0], ignore_index=65535)
+    assert set(np.unique(big)) <= set(np.unique(labels[0]).astype(np.uint16) + 1000) | {65535}
+
+
+def test_parse_equals_explicit_compose(data: tuple) -> None:
+    images, labels = data
+    explicit = A.Compose([A.RandomScale(0.5, 2), A.RandomCrop(256, 384), A.RandomFlip(horizontal=0.5),
+                          A.RandomRotate(10), A.ColorJitter(0.2, 0.2)])
+    parsed = A.parse(FULL)
+    assert parsed == explicit
+    a = parsed(images[:3], labels[:3], [0, 1, 2], seed=1, ignore_index=IGNORE)
+    b = explicit(images[:3], labels[:3], [0, 1, 2], seed=1, ignore_index=IGNORE)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+@pytest.mark.parametrize("bad", ["", "scale=2", "crop=512", "crop=axb", "warp=3", "rotate", "hflip=2",
+                                 "scale=2:1", "jitter=0.1:0.1:0.1:0.9", "scale=0.5:2,,hflip"])
+def test_bad_strings_are_config_errors(bad: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        A.parse(bad)
+    assert "\n" not in str(err.value)
+
+
+def test_cat_max_ratio_is_deterministic_and_limits_one_class(data: tuple) -> None:
+    images, labels = data
+    aug = A.Compose([A.RandomCrop(64, 64, cat_max_ratio=0.75)])
+    first = aug(images[:6], labels[:6], range(6), seed=4, ignore_index=IGNORE)
+    again = aug(images[:6], labels[:6], range(6), seed=4, ignore_index=IGNORE)
+    assert np.array_equal(first[1], again[1]) and np.array_equal(first[0], again[0])
+    plain = A.Compose([A.RandomCrop(64, 64)])(images[:6], labels[:6], range(6), seed=4, ignore_index=IGNORE)
+
+    def worst(lab: np.ndarray) -> float:
+        _, c = np.unique(lab[lab != IGNORE], return_counts=True)
+        return c.max() / c.sum() if c.size else 0.0
+
+    assert sum(worst(x) for x in first[1]) <= sum(worst(x) for x in plain[1])
+
+
+def test_variable_sized_lists_batch_through_a_crop(data: tuple) -> None:
+    images, labels = data
+    imgs = [images[0, :300, :400], images[1], images[2, 50:, 100:]]
+    labs = [labels[0, :300, :400], labels[1], labels[2, 50:, 100:]]
+    out_img, out_lab = A.parse("scale=0.9:1.1,crop=128x160")(imgs, labs, [0, 1, 2], ignore_index=IGNORE)
+    assert out_img.shape == (3, 128, 160, 3) and out_lab.shape == (3, 128, 160)
+    with pytest.raises(ConfigError):
+        A.parse("scale=0.5:2")(imgs, labs, [0, 1, 2], ignore_index=IGNORE)
+
+
+def test_iter_batches_applies_augment_per_sample(split: Path, data: tuple) -> None:
+    images, labels = data
+    ds = shardkit.open(split)
+    aug = A.parse(FULL)
+    seen = 0
+    for idx, img, lab in ds.iter_batches(4, seed=5, epoch=1, augment=aug, with_indices=True):
+        assert img.shape == (len(idx), 256, 384, 3) and lab.shape == (len(idx), 256, 384)
+        want = aug(images[idx], labels[idx], idx, seed=5, epoch=1, ignore_index=IGNORE)
+        assert np.array_equal(img, want[0]) and np.array_equal(lab, want[1])
+        seen += len(idx)
+    assert seen >= len(ds)
+    with pytest.raises(ConfigError):
+        next(shardkit.open(split, labels="onehot").iter_batches(4, augment=aug))
+
+
+def test_iter_batches_without_size_batches_through_a_crop(loose: Path, data: tuple) -> None:
+    images, labels = data
+    ds = shardkit.open(loose)
+    aug = A.parse("scale=0.75:1.25,crop=224x224,hflip")
+    batches = list(ds.iter_batches(8, seed=2, augment=aug, with_indices=True))
+    assert sum(len(b[0]) for b in batches) >= len(ds)
+    for idx, img, lab in batches:
+        want = aug(images[idx], labels[idx], idx, seed=2, ignore_index=IGNORE)
+        assert np.array_equal(img, want[0]) and np.array_equal(lab, want[1])
+    with pytest.raises(ConfigError):
+        next(ds.iter_batches(8, augment=A.parse("hflip")))
+
+
+def test_cv2_nearest_is_not_the_label_rule_but_nearly_agrees(data: tuple) -> None:
+    """Why labels use a gather: cv2's INTER_NEAREST (fixed-point coordinates) is close to, not exactly, round()."""
+    import cv2
+
+    from shardkit.augment.cpu import warp_labels
+
+    _, labels = data
+    aug = A.parse("scale=0.5:2,crop=256x384,rotate=10")
+    for i in range(4):
+        p = aug.params(i, hw=(360, 480))
+        for lab in (labels[i], labels[i].astype(np.uint16)):
+            ours = warp_labels(lab, p.matrix, p.out_hw, IGNORE)
+            theirs = cv2.warpAffine(lab, np.asarray(p.matrix), p.out_hw[::-1],
+                                    flags=cv2.INTER_NEAREST | cv2.WARP_INVERSE_MAP,
+                                    borderMode=cv2.BORDER_CONSTANT, borderValue=IGNORE)
+            assert theirs.dtype == lab.dtype and (ours != theirs).mean() < 1e-3
+            assert np.array_equal(ours, _independent_labels(lab, p.matrix, p.out_hw))
