@@ -12,12 +12,15 @@ import contextlib
 import queue
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..errors import ConfigError
 from .dataset import Dataset
+
+if TYPE_CHECKING:
+    from ..augment import Compose
 
 LAYOUTS = ("NCHW", "NHWC")
 PREFETCH_LABELS = ("ids", "onehot", "float_onehot", None)
@@ -41,7 +44,10 @@ class CudaPrefetcher:
     thread. Without CUDA (or with ``device="cpu"``) the same conversions run synchronously.
 
     ``labels``: ``"ids"`` (int64), ``"onehot"`` (uint8), ``"float_onehot"`` (float32) or None
-    (labels moved unchanged). ``memory_format`` applies to 4-D NCHW image outputs
+    (labels moved unchanged). ``augment``: a :mod:`shardkit.augment` pipeline applied to each batch on
+    the device before normalising (the loader must yield indices: ``make_loader(..., with_indices=True)``,
+    labels ``"ids"``); parameters come from ``(seed, epoch, index)`` — ``seed`` and the epoch from the
+    loader's sampler by default — so they equal the CPU path's. ``memory_format`` applies to 4-D NCHW image outputs
     (``torch.contiguous_format`` by default; None keeps the loader's strides).
     """
 
@@ -58,6 +64,9 @@ class CudaPrefetcher:
         layout: str | None = None,
         dtype: torch.dtype = torch.float32,
         memory_format: torch.memory_format | None = torch.contiguous_format,
+        augment: Compose | None = None,
+        seed: int | None = None,
+        ignore_index: int | None = None,
     ) -> None:
         if labels not in PREFETCH_LABELS:
             raise ConfigError(f"labels={labels!r} is not one of ids, onehot, float_onehot, None")
@@ -80,6 +89,15 @@ class CudaPrefetcher:
             raise ConfigError(f"the prefetcher expands ids to one-hot, but the loader yields "
                               f"labels={core.labels!r}", fix="make the loader with labels='ids'")
         self.labels = labels
+        self.augment = augment
+        sampler = getattr(loader, "sampler", None)
+        self.seed = int(seed if seed is not None else getattr(sampler, "seed", 0))
+        if ignore_index is None:
+            ignore_index = core.ignore_index if core is not None else None
+        self.ignore_index = 255 if ignore_index is None else int(ignore_index)
+        if augment is not None and core is not None and not getattr(source, "with_indices", False):
+            raise ConfigError("augmenting on the device needs each batch's sample indices",
+                                  fix="make the loader with make_loader(..., with_indices=True)")
         if num_classes is None and core is not None:
             num_classes = core.num_classes
         self.num_classes = num_classes
@@ -106,17 +124,30 @@ class CudaPrefetcher:
 
     def set_epoch(self, epoch: int) -> None:
         sampler = getattr(self.loader, "sampler", None)
-        if hasattr(sampler, "set_epoch"):
+        if sampler is not None and hasattr(sampler, "set_epoch"):
             sampler.set_epoch(epoch)
+
+    def _epoch(self) -> int:
+        """The epoch the loader's sampler is about to serve (parameters are drawn from it)."""
+        return int(getattr(getattr(self.loader, "sampler", None), "epoch", 0))
 
     def _move(self, batch: Sequence[Any]) -> tuple[Any, ...]:
         """Copy one batch to the device (asynchronously from pinned memory); non-tensors pass through."""
         return tuple(t.to(self.device, non_blocking=True) if isinstance(t, torch.Tensor) else t for t in batch)
 
-    def _convert(self, batch: Sequence[Any]) -> tuple[Any, ...]:
-        """Convert one batch already on the device: normalise images, expand or widen labels."""
+    def _convert(self, batch: Sequence[Any], epoch: int = 0) -> tuple[Any, ...]:
+        """Convert one batch already on the device: augment, normalise images, expand or widen labels."""
         x, y, *rest = batch
         batched = x.ndim == 4
+        if self.augment is not None:
+            if not rest:
+                raise ConfigError("augmenting on the device needs each batch's sample indices",
+                                  fix="make the loader with make_loader(..., with_indices=True)")
+            from ..augment.torch import apply_batch
+
+            nchw = self.layout == "NCHW"
+            x, y = apply_batch(self.augment, x, y, rest[-1], seed=self.seed, epoch=epoch,
+                               ignore_index=self.ignore_index, channels_first=nchw)
         fmt = self.memory_format if batched and self.layout == "NCHW" else None
         if self.normalize:
             x = x.to(dtype=self.dtype, memory_format=fmt) if fmt is not None else x.to(self.dtype)
@@ -138,9 +169,10 @@ class CudaPrefetcher:
         return (x, y, *rest)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        epoch = self._epoch()
         if not self.use_cuda:
             for batch in self.loader:
-                yield self._convert(self._move(batch))
+                yield self._convert(self._move(batch), epoch)
             return
         stream = torch.cuda.Stream(device=self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))  # mean/std/classes were made on it
@@ -151,7 +183,7 @@ class CudaPrefetcher:
             return
         ready: queue.Queue[Any] = queue.Queue(maxsize=1)
         stop = threading.Event()
-        thread = threading.Thread(target=self._produce, args=(first, it, stream, ready, stop),
+        thread = threading.Thread(target=self._produce, args=(first, it, stream, ready, stop, epoch),
                                   name="shardkit-prefetch", daemon=True)
         thread.start()
         try:
@@ -176,7 +208,7 @@ class CudaPrefetcher:
             thread.join()
 
     def _produce(self, first: Any, it: Iterator[Any], stream: torch.cuda.Stream, ready: queue.Queue[Any],
-                 stop: threading.Event) -> None:
+                 stop: threading.Event, epoch: int) -> None:
         """Background thread: prepare batches on ``stream`` and put ``(batch, converted event)`` on ``ready``."""
 
         def put(item: Any) -> bool:
@@ -196,7 +228,7 @@ class CudaPrefetcher:
                     moved = self._move(batch)
                     copied = torch.cuda.Event()
                     copied.record(stream)
-                    out = self._convert(moved)
+                    out = self._convert(moved, epoch)
                     converted = torch.cuda.Event()
                     converted.record(stream)
                 if not put((out, converted)):

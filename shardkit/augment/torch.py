@@ -1,0 +1,146 @@
+"""PyTorch backend (GPU or CPU tensors): apply drawn :class:`~shardkit.augment.ops.Params` to a whole batch.
+
+The parameters are drawn on the host by the same :meth:`Compose.params` as the numpy/OpenCV
+backend, so a sample's geometry and colour factors are identical on every backend. Labels: the
+source coordinate of every output pixel is computed in float64 in the same order as
+:func:`shardkit.augment.cpu.source_coords` and rounded the same way (``floor(c + 0.5)``), then
+gathered as integers, so label outputs are bit-identical to the CPU path; outside the source →
+``ignore_index``, dtype kept. Images: one batched bilinear gather over the same
+coordinates (float32, as OpenCV 5's ``warpAffine`` computes them), zero outside, then the
+brightness/contrast LUT and saturation (OpenCV's integer grey) as batched tensor ops; hue through a
+float HSV round trip. Geometry and brightness/contrast/saturation agree with the CPU path within one
+level (OpenCV < 4.11 used fixed-point weights: a few levels there); labels exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..errors import ConfigError
+from .cpu import colour_lut
+
+if TYPE_CHECKING:
+    from .ops import Compose, Params
+
+
+def _coords(mats: torch.Tensor, hw: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Source (x, y) in float64 of every output pixel, per sample: (B, H, W) each."""
+    dev = mats.device
+    y = torch.arange(hw[0], dtype=torch.float64, device=dev).view(1, -1, 1).expand(1, hw[0], hw[1])
+    x = torch.arange(hw[1], dtype=torch.float64, device=dev).view(1, 1, -1).expand(1, hw[0], hw[1])
+    m = mats.view(-1, 6, 1, 1)
+    sx = m[:, 0] * x + m[:, 1] * y + m[:, 2]
+    sy = m[:, 3] * x + m[:, 4] * y + m[:, 5]
+    return sx, sy
+
+
+def warp_images(nchw: torch.Tensor, mats: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+    """Bilinear warp of a (B, 3, H, W) uint8 batch, zero outside, as OpenCV 5's ``warpAffine`` computes it:
+    float32 source coordinates and weights, the four neighbours summed in order, rounded to nearest."""
+    b, c, h, w = nchw.shape
+    dev = nchw.device
+    m = mats.to(torch.float32).view(-1, 6, 1, 1)
+    y = torch.arange(hw[0], dtype=torch.float32, device=dev).view(1, -1, 1)
+    x = torch.arange(hw[1], dtype=torch.float32, device=dev).view(1, 1, -1)
+    sx = m[:, 0] * x + m[:, 1] * y + m[:, 2]
+    sy = m[:, 3] * x + m[:, 4] * y + m[:, 5]
+    x0f, y0f = torch.floor(sx), torch.floor(sy)
+    fx, fy = sx - x0f, sy - y0f
+    src = F.pad(nchw.to(torch.float32), (2, 2, 2, 2)).reshape(b, c, -1)  # a zero ring: outside reads 0
+    x0 = x0f.clamp(-2, w).long() + 2  # far outside: both neighbours in the ring
+    y0 = y0f.clamp(-2, h).long() + 2
+    x1, y1 = x0 + 1, y0 + 1
+    stride = w + 4
+
+    def at(yy: torch.Tensor, xx: torch.Tensor) -> torch.Tensor:
+        return torch.gather(src, 2, (yy * stride + xx).view(b, 1, -1).expand(b, c, -1)).view(b, c, *hw)
+
+    gx, gy = 1.0 - fx, 1.0 - fy
+    v = (at(y0, x0) * (gx * gy).unsqueeze(1) + at(y0, x1) * (fx * gy).unsqueeze(1)
+         + at(y1, x0) * (gx * fy).unsqueeze(1) + at(y1, x1) * (fx * fy).unsqueeze(1))
+    return torch.clamp(torch.round(v), 0, 255).to(torch.uint8)
+
+
+def warp_labels(labels: torch.Tensor, sx: torch.Tensor, sy: torch.Tensor, ignore_index: int) -> torch.Tensor:
+    """(B, h, w) labels gathered at the nearest integer source pixel; outside → ``ignore_index``."""
+    b, h, w = labels.shape
+    ix, iy = torch.floor(sx + 0.5).long(), torch.floor(sy + 0.5).long()
+    inside = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
+    flat = (iy.clamp(0, h - 1) * w + ix.clamp(0, w - 1)).view(b, -1)
+    out = torch.gather(labels.reshape(b, -1), 1, flat).view(ix.shape)
+    return out.masked_fill_(~inside, ignore_index)
+
+
+def _grey(img: torch.Tensor) -> torch.Tensor:
+    """OpenCV's RGB2GRAY for uint8, in integers: (R*4899 + G*9617 + B*1868 + 8192) >> 14; (B, 1, H, W)."""
+    i = img.to(torch.int32)
+    return ((i[:, 0:1] * 4899 + i[:, 1:2] * 9617 + i[:, 2:3] * 1868 + 8192) >> 14).to(torch.float32)
+
+
+def _hue(img: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """Rotate hue by ``shift`` (fraction of the circle, per sample) through a float HSV round trip; uint8."""
+    x = img.to(torch.float32) / 255.0
+    r, g, b = x[:, 0], x[:, 1], x[:, 2]
+    mx, _ = x.max(1)
+    mn, _ = x.min(1)
+    d = mx - mn
+    safe = torch.where(d > 0, d, torch.ones_like(d))
+    h = torch.where(mx == r, (g - b) / safe, torch.where(mx == g, 2.0 + (b - r) / safe, 4.0 + (r - g) / safe))
+    h = torch.where(d > 0, h, torch.zeros_like(h)) / 6.0
+    # OpenCV stores 8-bit hue as round(h * 180); the CPU path shifts that integer: do the same
+    h8 = torch.remainder(torch.round(h * 180.0) + torch.round(shift * 180.0).view(-1, 1, 1), 180.0)
+    hh = h8 / 30.0  # sector 0..6
+    s = torch.where(mx > 0, d / torch.where(mx > 0, mx, torch.ones_like(mx)), torch.zeros_like(mx))
+    v = mx
+    k = lambda n: torch.remainder(n + hh, 6.0)  # noqa: E731
+    f = lambda n: v - v * s * torch.clamp(torch.minimum(k(n), 4.0 - k(n)), 0.0, 1.0)  # noqa: E731
+    out = torch.stack([f(5.0), f(3.0), f(1.0)], 1)
+    return torch.clamp(torch.round(out * 255.0), 0, 255).to(torch.uint8)
+
+
+def apply_batch(aug: Compose, images: torch.Tensor, labels: torch.Tensor, indices: Sequence[int] | np.ndarray
+                | torch.Tensor, *, seed: int, epoch: int, ignore_index: int, channels_first: bool = False,
+                params: list[Params] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Augment a stacked batch on its device: images (B, H, W, 3) uint8 (or (B, 3, H, W) with
+    ``channels_first``), labels (B, H, W) integer ids → augmented tensors in the same layout."""
+    if isinstance(indices, torch.Tensor):
+        indices = indices.cpu().numpy()
+    idx = [int(i) for i in np.asarray(indices).reshape(-1)]
+    if images.dtype != torch.uint8 or images.ndim != 4 or labels.ndim != 3:
+        raise ConfigError(f"augment needs uint8 image batches and (B, H, W) id labels, got {tuple(images.shape)} "
+                          f"{images.dtype} and {tuple(labels.shape)}", fix="make the loader with labels='ids'")
+    nchw = images if channels_first else images.permute(0, 3, 1, 2)
+    hw_in = (int(nchw.shape[2]), int(nchw.shape[3]))
+    if params is None:
+        need_label = any(getattr(op, "cat_max_ratio", None) is not None for op in aug.ops)
+        host = labels.cpu().numpy() if need_label else None
+        params = [aug.params(i, seed=seed, epoch=epoch, hw=hw_in, label=None if host is None else host[k],
+                             ignore_index=ignore_index) for k, i in enumerate(idx)]
+    sizes = {p.out_hw for p in params}
+    if len(sizes) != 1:
+        raise ConfigError(f"augmented samples differ in size {sorted(sizes)}; end the pipeline with a crop")
+    hw = sizes.pop()
+    dev = images.device
+    mats = torch.from_numpy(np.stack([np.asarray(p.matrix, np.float64) for p in params])).to(dev)
+    sx, sy = _coords(mats, hw)
+    out_lab = warp_labels(labels, sx, sy, ignore_index)
+    img = warp_images(nchw, mats, hw)
+    if any(p.brightness != 1.0 or p.contrast != 1.0 for p in params):
+        luts = torch.from_numpy(np.stack([colour_lut(p) for p in params])).to(dev).long()
+        b = img.shape[0]
+        img = torch.gather(luts, 1, img.reshape(b, -1).long()).to(torch.uint8).view(img.shape)
+    if any(p.saturation != 1.0 for p in params):
+        sat = torch.tensor([p.saturation for p in params], dtype=torch.float32, device=dev).view(-1, 1, 1, 1)
+        grey = _grey(img)
+        img = torch.clamp(grey + (img.to(torch.float32) - grey) * sat + 0.5, 0, 255).to(torch.uint8)
+    if any(p.hue != 0.0 for p in params):
+        shift = torch.tensor([p.hue for p in params], dtype=torch.float32, device=dev)
+        img = _hue(img, shift)
+    if not channels_first:
+        img = img.permute(0, 2, 3, 1).contiguous()
+    return img, out_lab

@@ -1,0 +1,93 @@
+"""The PyTorch augmentation backend and CudaPrefetcher(augment=) against the numpy/OpenCV path, on real CamVid.
+
+Labels must be identical to the CPU path for the same (seed, epoch, index); images within one level for
+geometry (OpenCV >= 4.11 computes warpAffine in float32, as this backend does). On a CUDA machine the same
+checks run on the GPU (``cuda`` parameter); without one those cases skip.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import shardkit
+from shardkit import augment as A
+from shardkit.config import ConvertConfig, ShardSize
+from shardkit.errors import ConfigError
+from shardkit.pipeline import convert
+
+torch = pytest.importorskip("torch")
+from shardkit.augment.torch import apply_batch  # noqa: E402
+from shardkit.read.torch import CudaPrefetcher, make_loader  # noqa: E402
+
+IGNORE = 11
+GEOMETRY = "scale=0.5:2,crop=256x384,hflip,rotate=10"
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                reason="needs a CUDA GPU"))]
+
+
+@pytest.fixture(scope="module")
+def split(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """CamVid val (26 pairs) as npy shards at 360x480."""
+    out = tmp_path_factory.mktemp("augment-torch")
+    convert(ConvertConfig(camvid_root, out, format="npy", size=(360, 480), splits=("val",), workers=2,
+                          quiet=True, shard_size=ShardSize(samples=13)))
+    return out / "val"
+
+
+@pytest.fixture(scope="module")
+def data(split: Path) -> tuple[np.ndarray, np.ndarray]:
+    ds = shardkit.open(split)
+    return ds.batch(np.arange(len(ds)))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("spec", [GEOMETRY, GEOMETRY + ",jitter=0.2", "crop=300x400,jitter=0.3:0.3:0.3",
+                                  "scale=0.7:1.5,crop=352x480,rotate=15,jitter=0.2:0.2:0.2:0.05"])
+def test_labels_identical_and_images_close_to_the_cpu_path(data: tuple, spec: str, device: str) -> None:
+    images, labels = data
+    aug = A.parse(spec)
+    idx = np.arange(len(images))
+    want_img, want_lab = aug(images, labels, idx, seed=5, epoch=2, ignore_index=IGNORE)
+    got_img, got_lab = apply_batch(aug, torch.from_numpy(images).to(device), torch.from_numpy(labels).to(device),
+                                   idx, seed=5, epoch=2, ignore_index=IGNORE)
+    assert got_lab.dtype == torch.uint8 and got_img.shape == want_img.shape
+    assert np.array_equal(got_lab.cpu().numpy(), want_lab)
+    diff = np.abs(got_img.cpu().numpy().astype(np.int16) - want_img)
+    if "jitter" not in spec:
+        assert diff.max() <= 1  # bilinear rounding only
+    else:  # a one-level rounding difference can be stretched by contrast; hue goes through float HSV
+        assert np.mean(diff > 1) < 1e-3 and diff.max() <= 8
+
+
+def test_uint16_labels_keep_their_dtype_and_ids(data: tuple) -> None:
+    images, labels = data
+    wide = labels.astype(np.uint16) * 1000
+    aug = A.parse(GEOMETRY)
+    idx = np.arange(4)
+    _, want = aug(images[:4], wide[:4], idx, seed=1, epoch=0, ignore_index=65535)
+    _, got = apply_batch(aug, torch.from_numpy(images[:4]), torch.from_numpy(wide[:4].astype(np.int32)), idx,
+                         seed=1, epoch=0, ignore_index=65535)
+    assert np.array_equal(got.numpy().astype(np.uint16), want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_prefetcher_augments_as_iter_batches_does(split: Path, device: str, layout: str) -> None:
+    aug = A.parse(GEOMETRY)
+    loader = make_loader(split, 8, shuffle=True, seed=4, layout=layout, with_indices=True)
+    loader.sampler.set_epoch(3)
+    pre = CudaPrefetcher(loader, device, augment=aug, normalize=False, labels="ids")
+    ds = shardkit.open(split)
+    for x, y, idx in pre:
+        want_img, want_lab = aug(*ds.batch(idx.numpy()), idx.numpy(), seed=4, epoch=3, ignore_index=IGNORE)
+        assert np.array_equal(y.cpu().numpy(), want_lab.astype(np.int64))
+        got = x.cpu().numpy() if layout == "NHWC" else x.permute(0, 2, 3, 1).cpu().numpy()
+        assert np.abs(got.astype(np.int16) - want_img).max() <= 1
+
+
+def test_prefetcher_needs_indices_to_augment(split: Path) -> None:
+    with pytest.raises(ConfigError, match="with_indices=True"):
+        CudaPrefetcher(make_loader(split, 8), "cpu", augment=A.parse(GEOMETRY))
