@@ -182,3 +182,20 @@ def test_full_disk_is_one_line_and_keeps_previous_output(camvid_root: Path, tmp_
     assert "No space left" in line and "free disk space" in line
     assert (out / "val" / "manifest.json").read_bytes() == before
     assert verify_split(out / "val").ok
+
+
+@pytest.mark.parametrize("fmt", ["npy", "lmdb"])
+def test_skip_with_fixed_size_writes_the_rest(fmt: str, camvid_root: Path, tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    names = make_raw(camvid_root, raw)
+    truncated(raw / "val" / names[1])
+    out = tmp_path / "out"
+    res = invoke("convert", raw, out, "-q", "--format", fmt, "--size", "96x128", "--on-error", "skip",
+                 "--workers", "1")
+    assert res.exit_code == 3, res.output
+    assert "Traceback" not in res.output
+    manifest = json.loads((out / "val" / "manifest.json").read_text())
+    assert [s["key"] for s in manifest["skipped"]] == [f"val/{names[1]}"]
+    assert manifest["num_samples"] == len(names) - 1
+    assert verify_split(out / "val").ok
+    assert len(shardkit.open(out / "val")) == len(names) - 1
