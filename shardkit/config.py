@@ -24,6 +24,7 @@ OnError = Literal["fail", "skip"]
 
 FORMATS: tuple[str, ...] = ("npy", "lmdb", "hdf5", "tfrecord")
 DEFAULT_SHARD_SAMPLES = 500
+DEFAULT_MAX_PIXELS = 2**28  # per image (height x width), checked from the file header before decoding
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*[xX×,]\s*(\d+)\s*$")
 _BYTES_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?)[bB]\s*$")
@@ -109,6 +110,7 @@ class ConvertConfig:
     dry_run: bool = False
     force: bool = False
     quiet: bool = False
+    max_pixels: int = DEFAULT_MAX_PIXELS
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "input", Path(self.input))
@@ -128,6 +130,12 @@ class ConvertConfig:
             raise ConfigError("--colour-tolerance must be between 0 and 255")
         if self.class_dict is not None and self.palette is not None:
             raise ConfigError("--class-dict and --palette both given", fix="pass only one colour table")
+        if self.max_pixels < 1:
+            raise ConfigError(f"--max-pixels {self.max_pixels} must be at least 1")
+        if self.size is not None and self.size[0] * self.size[1] > self.max_pixels:
+            h, w = self.size
+            raise ConfigError(f"--size {h}x{w} is {h * w} pixels, more than --max-pixels {self.max_pixels}",
+                              fix="choose a smaller --size or raise --max-pixels")
         if self.workers < 0:
             raise ConfigError("--workers must be >= 0 (0 = all cores)")
         if self.compression != "none" and self.format in ("npy", "lmdb"):

@@ -190,6 +190,48 @@ def decode_image(path: Path) -> np.ndarray:
     return np.ascontiguousarray(out)
 
 
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def check_pixels(path: Path, max_pixels: int, what: str = "image") -> None:
+    """Refuse a file whose header declares more than ``max_pixels`` pixels, before anything is decoded.
+
+    PNG: width and height from the IHDR chunk; anything else: PIL, which reads only the header.
+    A header neither can read is left to the decoder (which reports it as corrupt).
+    """
+    path = Path(path)
+    hw: tuple[int, int] | None = None
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(24)
+            if head[:8] == _PNG_SIGNATURE and head[12:16] == b"IHDR":
+                hw = int.from_bytes(head[20:24], "big"), int.from_bytes(head[16:20], "big")
+            else:
+                fh.seek(0)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                    try:
+                        with Image.open(fh) as im:
+                            hw = int(im.size[1]), int(im.size[0])
+                    except Image.DecompressionBombError:
+                        bomb = 2 * (Image.MAX_IMAGE_PIXELS or 0)
+                        if bomb and max_pixels < bomb:
+                            raise DecodeError(
+                                f"{what} is larger than {bomb} pixels, more than --max-pixels {max_pixels}",
+                                path=path, fix="shrink the file, raise --max-pixels, or --on-error skip",
+                            ) from None
+    except FileNotFoundError:
+        raise InputNotFoundError(f"{what} file does not exist", path=path,
+                                 fix="check the input folder or list file") from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
+        return  # not a header we can read: the decoder gives the one-line error
+    if hw is not None and hw[0] * hw[1] > max_pixels:
+        raise DecodeError(
+            f"{what} is {hw[0]}x{hw[1]} = {hw[0] * hw[1]} pixels, more than --max-pixels {max_pixels}",
+            path=path, fix="shrink the file, raise --max-pixels, or --on-error skip",
+        )
+
+
 def read_image_size(path: Path) -> tuple[int, int]:
     """``(H, W)`` from the file header, without decoding pixels (used to plan shards by bytes).
 

@@ -13,13 +13,14 @@ from typing import Any
 
 import numpy as np
 
+from .config import DEFAULT_MAX_PIXELS
 from .errors import ShardkitError
 from .formats.base import SampleSpec, WrittenFile
 from .formats.registry import writer_class
 from .labels import LabelDecoder
 from .plan import ShardTask
 from .stats import Stats
-from .transform import decode_image, encode_label, fit_pair
+from .transform import check_pixels, decode_image, encode_label, fit_pair
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,8 @@ class WorkerContext:
     #: them while the workers decode the next shards; a Dask worker does it itself (the client may
     #: sit on another machine, where an fsync would not reach the worker's writes).
     sync_files: bool = True
+    #: Largest image or label (height x width, from the file header) decoded; bigger ones are a DecodeError.
+    max_pixels: int = DEFAULT_MAX_PIXELS
 
 
 @dataclass
@@ -64,6 +67,9 @@ def _rel(path: Path, root: Path) -> str:
 
 def process_sample(pair: Any, ctx: WorkerContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Decode + fit + encode one pair → (image, stored label, class ids)."""
+    check_pixels(pair.image, ctx.max_pixels, "image")
+    if pair.label is not None:
+        check_pixels(pair.label, ctx.max_pixels, "label")
     image = decode_image(pair.image)
     ids = ctx.decoder.decode(pair.label)
     pad = ctx.decoder.table.ignore_index if ctx.decoder.table.ignore_index is not None else 0

@@ -199,3 +199,40 @@ def test_skip_with_fixed_size_writes_the_rest(fmt: str, camvid_root: Path, tmp_p
     assert manifest["num_samples"] == len(names) - 1
     assert verify_split(out / "val").ok
     assert len(shardkit.open(out / "val")) == len(names) - 1
+
+
+def _png_header_only(path: Path, height: int, width: int) -> None:
+    """A PNG whose IHDR claims height x width (no pixel data: the check must refuse it before decoding)."""
+    import struct
+    import zlib
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = struct.pack(">I", len(ihdr)) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk)
+
+
+def test_max_pixels_refuses_huge_header_before_decoding(camvid_root: Path, tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    names = make_raw(camvid_root, raw)
+    _png_header_only(raw / "val" / names[1], 40000, 40000)
+    res = invoke("convert", raw, tmp_path / "out", "-q", "--workers", "1")
+    assert res.exit_code == 1
+    line = one_line_error(res.output)
+    assert names[1] in line and "40000x40000" in line and "--max-pixels" in line
+    skip = invoke("convert", raw, tmp_path / "skip", "-q", "--workers", "1", "--on-error", "skip")
+    assert skip.exit_code == 3
+    # a lower limit refuses the real (360x480) images too, and is read from the environment
+    low = CliRunner(env={"SHARDKIT_MAX_PIXELS": "1000"}).invoke(main, ["convert", str(raw), str(tmp_path / "low"),
+                                                                       "-q", "--workers", "1"])
+    assert low.exit_code == 1 and "--max-pixels 1000" in one_line_error(low.output)
+
+
+def test_size_above_max_pixels_is_a_usage_error(camvid_root: Path, tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    make_raw(camvid_root, raw, n=2)
+    res = invoke("convert", raw, tmp_path / "out", "--size", "100000x70000")
+    assert res.exit_code == 2
+    assert "--max-pixels" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "out").exists()
+    res = invoke("convert", raw, tmp_path / "out", "--size", "96x128", "--max-pixels", "1000")
+    assert res.exit_code == 2 and "--max-pixels 1000" in res.output
