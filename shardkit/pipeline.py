@@ -183,7 +183,8 @@ def _plan(
         remove_temps(directory)
         old_cache = {} if cfg.force else load_cache(directory)
         fingerprints, caches[split] = fingerprint_samples(pairs, digest, old_cache,
-                                                          threads=2 * cfg.effective_workers())
+                                                          threads=2 * cfg.effective_workers(),
+                                                          on_error=cfg.on_error)
         planned = plan_split(split, directory, pairs, fingerprints, cfg.shard_size, spec, cfg, settings,
                              read_image_size)
         for task in planned:

@@ -20,7 +20,7 @@ from .formats.registry import writer_class
 from .labels import LabelDecoder
 from .plan import ShardTask
 from .stats import Stats
-from .transform import check_pixels, decode_image, encode_label, fit_pair
+from .transform import check_pixels, decode_image, encode_label, fit_pair, regular_stat
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +67,10 @@ def _rel(path: Path, root: Path) -> str:
 
 def process_sample(pair: Any, ctx: WorkerContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Decode + fit + encode one pair → (image, stored label, class ids)."""
+    regular_stat(pair.image, "image")  # before anything opens it: a FIFO would block
     check_pixels(pair.image, ctx.max_pixels, "image")
     if pair.label is not None:
+        regular_stat(pair.label, "label")
         check_pixels(pair.label, ctx.max_pixels, "label")
     image = decode_image(pair.image)
     ids = ctx.decoder.decode(pair.label)

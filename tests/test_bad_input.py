@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -236,3 +237,30 @@ def test_size_above_max_pixels_is_a_usage_error(camvid_root: Path, tmp_path: Pat
     assert not (tmp_path / "out").exists()
     res = invoke("convert", raw, tmp_path / "out", "--size", "96x128", "--max-pixels", "1000")
     assert res.exit_code == 2 and "--max-pixels 1000" in res.output
+
+
+NOT_REGULAR: dict[str, tuple[Callable[[Path], None], str]] = {
+    "fifo": (lambda p: os.mkfifo(p), "fifo"),
+    "symlink_loop": (lambda p: p.symlink_to(p.name), "symbolic link loop"),
+    "broken_symlink": (lambda p: p.symlink_to("/nonexistent/shardkit/x.png"), "broken symbolic link"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NOT_REGULAR))
+@pytest.mark.parametrize("which", ["val", "valannot"])
+def test_only_regular_files_are_inputs(case: str, which: str, camvid_root: Path, tmp_path: Path) -> None:
+    make, words = NOT_REGULAR[case]
+    raw = tmp_path / "raw"
+    names = make_raw(camvid_root, raw)
+    target = raw / which / names[1]
+    target.unlink()
+    make(target)
+    res = CliRunner().invoke(main, ["convert", str(raw), str(tmp_path / "out"), "-q", "--workers", "1"],
+                             catch_exceptions=False)
+    assert res.exit_code == 1
+    line = one_line_error(res.output)
+    assert names[1] in line and words in line.lower() and "vanished" not in line
+    skip = invoke("convert", raw, tmp_path / "skip", "-q", "--workers", "1", "--on-error", "skip")
+    assert skip.exit_code == 3, skip.output
+    manifest = json.loads((tmp_path / "skip" / "val" / "manifest.json").read_text())
+    assert [s["key"] for s in manifest["skipped"]] == [f"val/{names[1]}"]
