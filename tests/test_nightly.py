@@ -194,3 +194,36 @@ def test_incremental_run_sees_an_edit_that_kept_size_and_mtime(camvid_root: Path
     assert second.reused < second.shards, "the edited label must be re-read"
     convert(cfg.replace(output=tmp_path / "fresh"))
     assert published_digests(tmp_path / "out" / "val") == published_digests(tmp_path / "fresh" / "val")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_workers_die_with_a_sigkilled_parent(camvid_root: Path, tmp_path: Path) -> None:
+    psutil = pytest.importorskip("psutil")
+    proc = subprocess.Popen(cli("convert", camvid_root, tmp_path / "out", "--size", "352x480", "--shard-size", "4",
+                                "--workers", "2", "-q"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    parent = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 60
+    children: list = []
+    # wait until both workers are converting (their shard temporaries appear)
+    while time.monotonic() < deadline and proc.poll() is None:
+        children = parent.children(recursive=True)
+        if len(children) >= 2 and len(list((tmp_path / "out").glob("*/.*.tmp-*"))) >= 2:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None and len(children) >= 2, "the workers never started"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+    def alive(p) -> bool:  # type: ignore[no-untyped-def]
+        try:
+            return p.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(alive(c) for c in children):
+        time.sleep(0.1)
+    left = [c for c in children if alive(c)]
+    for c in left:
+        c.kill()
+    assert not left, f"processes outlived their SIGKILLed parent: {left}"
