@@ -264,3 +264,25 @@ def test_only_regular_files_are_inputs(case: str, which: str, camvid_root: Path,
     assert skip.exit_code == 3, skip.output
     manifest = json.loads((tmp_path / "skip" / "val" / "manifest.json").read_text())
     assert [s["key"] for s in manifest["skipped"]] == [f"val/{names[1]}"]
+
+
+@pytest.mark.parametrize("which", ["input", "output"])
+def test_object_storage_urls_are_refused(which: str, camvid_root: Path, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = tmp_path / "raw"
+    make_raw(camvid_root, raw, n=2)
+    monkeypatch.chdir(tmp_path)
+    args = [raw, "s3://bucket/out"] if which == "output" else ["gs://bucket/raw", tmp_path / "out"]
+    res = invoke("convert", *args, "-q")
+    assert res.exit_code == 2
+    assert "object storage is not supported" in res.output and "://bucket" in res.output
+    assert not (tmp_path / "s3:").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("value", ["1" + "0" * 400, "1" + "0" * 400 + "MB", "1" + "0" * 400 + "GiB"])
+def test_absurd_shard_size_is_a_usage_error(value: str, camvid_root: Path, tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    make_raw(camvid_root, raw, n=2)
+    res = invoke("convert", raw, tmp_path / "out", "-q", "--shard-size", value)
+    assert res.exit_code == 2, res.output
+    assert "too large" in res.output and "Traceback" not in res.output
