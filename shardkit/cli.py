@@ -24,7 +24,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _errors_to_exit_codes(fn: F) -> F:
-    """ShardkitError → one line on stderr and exit 1 (2 for ConfigError); no tracebacks."""
+    """ShardkitError (and any other OSError) → one line on stderr and exit 1 (2 for ConfigError); no tracebacks."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -34,6 +34,10 @@ def _errors_to_exit_codes(fn: F) -> F:
             raise click.UsageError(str(exc)) from None
         except ShardkitError as exc:
             raise click.ClickException(str(exc)) from None
+        except OSError as exc:  # an I/O error no layer below named: still one line, exit 1
+            where = f"{exc.filename}: " if exc.filename else ""
+            raise click.ClickException(f"{where}{exc.strerror or exc} — fix: check the path, its permissions "
+                                       "and the free disk space, then re-run") from None
         except KeyboardInterrupt:
             click.echo("interrupted; nothing half-written is visible, re-run to finish", err=True)
             sys.exit(130)

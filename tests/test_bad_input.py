@@ -286,3 +286,27 @@ def test_absurd_shard_size_is_a_usage_error(value: str, camvid_root: Path, tmp_p
     res = invoke("convert", raw, tmp_path / "out", "-q", "--shard-size", value)
     assert res.exit_code == 2, res.output
     assert "too large" in res.output and "Traceback" not in res.output
+
+
+def test_output_whose_parent_is_a_file(camvid_root: Path, tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    make_raw(camvid_root, raw, n=2)
+    (tmp_path / "afile").write_text("not a folder\n")
+    res = invoke("convert", raw, tmp_path / "afile" / "out", "-q", "--workers", "1")
+    assert res.exit_code == 1
+    line = one_line_error(res.output)
+    assert "afile" in line and "cannot create the output folder" in line and "fix:" in line
+
+
+def test_other_os_errors_are_one_line(camvid_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = tmp_path / "raw"
+    make_raw(camvid_root, raw, n=2)
+
+    def denied(directory: Path, cache: object) -> None:  # root ignores chmod, so simulate EACCES
+        raise PermissionError(errno.EACCES, "Permission denied", str(directory / ".fingerprints.json"))
+
+    monkeypatch.setattr("shardkit.pipeline.save_cache", denied)
+    res = invoke("convert", raw, tmp_path / "out", "-q", "--workers", "1")
+    assert res.exit_code == 1
+    line = one_line_error(res.output)
+    assert ".fingerprints.json" in line and "Permission denied" in line and "fix:" in line
