@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from . import __version__
-from .config import ConvertConfig, ShardSize, parse_size
+from .config import DEFAULT_MAX_PIXELS, ConvertConfig, ShardSize, parse_size
 from .errors import ConfigError, ShardkitError
 from .logs import setup as setup_logging
 
@@ -24,7 +24,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _errors_to_exit_codes(fn: F) -> F:
-    """ShardkitError → one line on stderr and exit 1 (2 for ConfigError); no tracebacks."""
+    """ShardkitError (and any other OSError) → one line on stderr and exit 1 (2 for ConfigError); no tracebacks."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -34,6 +34,10 @@ def _errors_to_exit_codes(fn: F) -> F:
             raise click.UsageError(str(exc)) from None
         except ShardkitError as exc:
             raise click.ClickException(str(exc)) from None
+        except OSError as exc:  # an I/O error no layer below named: still one line, exit 1
+            where = f"{exc.filename}: " if exc.filename else ""
+            raise click.ClickException(f"{where}{exc.strerror or exc} — fix: check the path, its permissions "
+                                       "and the free disk space, then re-run") from None
         except KeyboardInterrupt:
             click.echo("interrupted; nothing half-written is visible, re-run to finish", err=True)
             sys.exit(130)
@@ -125,6 +129,8 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
 @click.option("--scheduler", metavar="ADDRESS", help="Dask scheduler, e.g. tcp://host:8786 (default: a local cluster).")
 @click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
               help="fail: stop at the first bad input; skip: leave it out, list it in the manifest, exit 3.")
+@click.option("--max-pixels", type=click.IntRange(1), default=DEFAULT_MAX_PIXELS, show_default=True,
+              help="Largest image or label (height x width, read from its header) to decode; also caps --size.")
 @click.option("--strict", is_flag=True, help="Images without labels (or labels without images) are an error.")
 @click.option("--dry-run", is_flag=True, help="Report what was found; write nothing.")
 @click.option("--force", is_flag=True, help="Rebuild every shard, even those an earlier run left intact.")
@@ -137,8 +143,8 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
             label_encoding: str, layout: str, label_suffix: str | None, class_dict: Path | None,
             palette: Path | None, num_classes: int | None, ignore_index: int | None, colour_tolerance: int,
             unknown_as: int | None, cityscapes_train_ids: bool, splits: tuple[str, ...], shard_size: ShardSize,
-            compression: str, workers: int, backend: str, scheduler: str | None, on_error: str, strict: bool,
-            dry_run: bool, force: bool, quiet: bool, verbose: bool, log_format: str) -> None:
+            compression: str, workers: int, backend: str, scheduler: str | None, on_error: str, max_pixels: int,
+            strict: bool, dry_run: bool, force: bool, quiet: bool, verbose: bool, log_format: str) -> None:
     """Convert the dataset in INPUT_DIR into shards in OUTPUT_DIR/<split>/ with a manifest.json each."""
     setup_logging(quiet=quiet, verbose=verbose, json_lines=log_format == "json")
     from .pipeline import convert as run
@@ -149,7 +155,7 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
         palette=palette, num_classes=num_classes, ignore_index=ignore_index, colour_tolerance=colour_tolerance,
         unknown_as=unknown_as, cityscapes_train_ids=cityscapes_train_ids, splits=splits, shard_size=shard_size,
         compression=compression, workers=workers, backend=backend, scheduler=scheduler, on_error=on_error,
-        strict=strict, dry_run=dry_run, force=force, quiet=quiet,
+        strict=strict, dry_run=dry_run, force=force, quiet=quiet, max_pixels=max_pixels,
     )
     summary = run(cfg)
     if dry_run:

@@ -24,10 +24,17 @@ OnError = Literal["fail", "skip"]
 
 FORMATS: tuple[str, ...] = ("npy", "lmdb", "hdf5", "tfrecord")
 DEFAULT_SHARD_SAMPLES = 500
+DEFAULT_MAX_PIXELS = 2**28  # per image (height x width), checked from the file header before decoding
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*[xX×,]\s*(\d+)\s*$")
 _BYTES_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?)[bB]\s*$")
 _UNITS = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4}
+#: Largest --shard-size: more samples or bytes than any shard can hold (and than int64 counts).
+MAX_SHARD_SAMPLES = 2**31 - 1
+MAX_SHARD_BYTES = 2**62
+#: ``s3://bucket/x``, ``gs://…``, ``https://…``: also as ``s3:/bucket/x``, what Path makes of it
+#: (two or more letters, so a Windows drive ``C:/`` is not a scheme).
+_URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
 
 
 def parse_size(text: str | None) -> tuple[int, int] | None:
@@ -66,12 +73,19 @@ class ShardSize:
                 unit = _UNITS[m.group(2).lower()]
                 if m.group(3):
                     unit = {1: 1, 1000: 1024, 1000**2: 1024**2, 1000**3: 1024**3, 1000**4: 1024**4}[unit]
-                nbytes = int(float(m.group(1)) * unit)
+                amount = float(m.group(1)) * unit
+                if not amount <= MAX_SHARD_BYTES:  # also inf (hundreds of digits) and nan
+                    raise ConfigError(f"--shard-size {text!r} is too large (at most {MAX_SHARD_BYTES} bytes)",
+                                      fix="use e.g. --shard-size 256MB")
+                nbytes = int(amount)
                 if nbytes <= 0:
                     raise ConfigError(f"--shard-size {text!r} must be positive")
                 return cls(nbytes=nbytes)
         if value <= 0:
             raise ConfigError(f"--shard-size {text!r} must be positive")
+        if value > MAX_SHARD_SAMPLES:
+            raise ConfigError(f"--shard-size {text!r} is too large (at most {MAX_SHARD_SAMPLES} samples)",
+                              fix="use e.g. --shard-size 500")
         return cls(samples=value)
 
     def describe(self) -> str:
@@ -109,8 +123,14 @@ class ConvertConfig:
     dry_run: bool = False
     force: bool = False
     quiet: bool = False
+    max_pixels: int = DEFAULT_MAX_PIXELS
 
     def __post_init__(self) -> None:
+        for name in ("input", "output"):
+            if _URL_RE.match(text := str(getattr(self, name))):
+                url = re.sub(r"^([^:/]+):/(?!/)", r"\1://", text)  # undo Path's "s3://b" -> "s3:/b"
+                raise ConfigError(f"{name} {url!r}: object storage is not supported yet",
+                                  fix=f"use a local {name} folder (copy or mount the data first)")
         object.__setattr__(self, "input", Path(self.input))
         object.__setattr__(self, "output", Path(self.output))
         self._check_choice("format", self.format, FORMATS)
@@ -128,6 +148,12 @@ class ConvertConfig:
             raise ConfigError("--colour-tolerance must be between 0 and 255")
         if self.class_dict is not None and self.palette is not None:
             raise ConfigError("--class-dict and --palette both given", fix="pass only one colour table")
+        if self.max_pixels < 1:
+            raise ConfigError(f"--max-pixels {self.max_pixels} must be at least 1")
+        if self.size is not None and self.size[0] * self.size[1] > self.max_pixels:
+            h, w = self.size
+            raise ConfigError(f"--size {h}x{w} is {h * w} pixels, more than --max-pixels {self.max_pixels}",
+                              fix="choose a smaller --size or raise --max-pixels")
         if self.workers < 0:
             raise ConfigError("--workers must be >= 0 (0 = all cores)")
         if self.compression != "none" and self.format in ("npy", "lmdb"):

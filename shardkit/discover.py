@@ -107,7 +107,11 @@ def _scan(folder: Path) -> tuple[list[str], list[str]]:
         with os.scandir(folder) as it:
             for entry in it:
                 if not entry.name.startswith("."):
-                    (dirs if entry.is_dir() else files).append(entry.name)
+                    try:
+                        is_dir = entry.is_dir()
+                    except OSError:  # a symbolic link loop: a "file" here, reported by name when it is read
+                        is_dir = False
+                    (dirs if is_dir else files).append(entry.name)
     except (FileNotFoundError, NotADirectoryError):
         pass
     return sorted(dirs), sorted(files)

@@ -1,8 +1,9 @@
 """Content fingerprints of source samples: what lets a re-run skip everything that did not change.
 
 A sample's fingerprint is sha256(options digest, sha256(image bytes), sha256(label bytes)).
-Hashing reads the sources but decodes nothing; a stat cache (size, mtime) kept beside the
-manifest lets an unchanged file skip even the read.
+Hashing reads the sources but decodes nothing; a stat cache (size, mtime, ctime, inode) kept beside
+the manifest lets an unchanged file skip even the read. The ctime and inode catch an edit that restored
+size and mtime (``touch -r``) and a file replaced by another (rename over it).
 """
 
 from __future__ import annotations
@@ -16,21 +17,19 @@ from pathlib import Path
 from typing import Any
 
 from .discover import SamplePair
-from .errors import InputNotFoundError
+from .errors import ShardkitError
 from .formats.base import sha256_file
 from .manifest import atomic_write_bytes
+from .transform import regular_stat
 
 log = logging.getLogger(__name__)
 CACHE_NAME = ".fingerprints.json"
 
 
-def _stat(path: Path) -> tuple[int, int]:
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        raise InputNotFoundError("file vanished while converting", path=path,
-                                 fix="re-run when the input is stable") from None
-    return st.st_size, st.st_mtime_ns
+def _stat(path: Path) -> tuple[int, int, int, int]:
+    """(size, mtime_ns, ctime_ns, inode): a file whose four values match its cache entry is unchanged."""
+    st = regular_stat(path, "input")  # not a FIFO, broken link or loop: those are one-line errors
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
 
 
 def file_sha256(path: Path) -> str:
@@ -57,18 +56,30 @@ def save_cache(directory: Path, cache: dict[str, Any]) -> None:
 
 
 def fingerprint_samples(
-    pairs: Sequence[SamplePair], options_digest: str, cache: dict[str, Any], *, threads: int = 4
+    pairs: Sequence[SamplePair], options_digest: str, cache: dict[str, Any], *, threads: int = 4,
+    on_error: str = "fail",
 ) -> tuple[list[str], dict[str, Any]]:
-    """Fingerprints in pair order, and the refreshed cache {path: [size, mtime_ns, sha256]}."""
+    """Fingerprints in pair order, and the refreshed cache {path: [size, mtime_ns, ctime_ns, inode, sha256]}.
+
+    With ``on_error="skip"`` a file that cannot be read (not a regular file, broken link, …) gets a
+    placeholder digest instead of an error and no cache entry; its worker then skips the sample.
+    """
     paths = sorted({p for pair in pairs for p in (pair.image, pair.label) if p is not None})
     fresh: dict[str, Any] = {}
+    unreadable: dict[str, Any] = {}
 
     def digest(path: Path) -> tuple[str, list[Any]]:
-        size, mtime = _stat(path)
+        try:
+            key = list(_stat(path))
+        except ShardkitError as exc:
+            if on_error != "skip":
+                raise
+            unreadable[str(path)] = [None, None, None, None, hashlib.sha256(f"unreadable: {exc}".encode()).hexdigest()]
+            return str(path), unreadable[str(path)]
         hit = cache.get(str(path))
-        if isinstance(hit, list) and len(hit) == 3 and hit[0] == size and hit[1] == mtime:
+        if isinstance(hit, list) and len(hit) == 5 and hit[:4] == key:  # older 3-field caches: re-hash
             return str(path), hit
-        return str(path), [size, mtime, file_sha256(path)]
+        return str(path), [*key, file_sha256(path)]
 
     def digest_all(part: Sequence[Path]) -> list[tuple[str, list[Any]]]:
         return [digest(p) for p in part]
@@ -80,10 +91,13 @@ def fingerprint_samples(
     with ThreadPoolExecutor(max_workers=n) as pool:
         for part in pool.map(digest_all, parts):
             fresh.update(part)
+    known = {**fresh, **unreadable}
+    for key in unreadable:
+        fresh.pop(key, None)
     out = []
     for pair in pairs:
         h = hashlib.sha256(options_digest.encode())
-        h.update(fresh[str(pair.image)][2].encode())
-        h.update(fresh[str(pair.label)][2].encode() if pair.label is not None else b"-")
+        h.update(known[str(pair.image)][-1].encode())
+        h.update(known[str(pair.label)][-1].encode() if pair.label is not None else b"-")
         out.append(h.hexdigest())
     return out, fresh

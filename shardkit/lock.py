@@ -27,8 +27,12 @@ class OutputLock:
         self._fd: int | None = None
 
     def __enter__(self) -> OutputLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:  # a parent that is a file, no permission, read-only file system, …
+            raise OutputError(f"cannot create the output folder ({exc.strerror or exc})", path=self.path.parent,
+                              fix="check the path (every parent must be a folder) and its permissions") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

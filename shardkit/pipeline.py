@@ -117,7 +117,8 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
                 "classes": table.to_json(), "preprocessing": options, "on_error": cfg.on_error}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
     ctx = WorkerContext(cfg.format, spec, decoder, found.root.resolve(), cfg.size, cfg.resize, cfg.crop,
-                        cfg.compression, cfg.on_error, sync_files=cfg.backend == "dask")
+                        cfg.compression, cfg.on_error, sync_files=cfg.backend == "dask",
+                        max_pixels=cfg.max_pixels)
     log.info("convert %s → %s as %s", cfg.input, cfg.output, cfg.format,
              extra={"event": "start", "input": str(cfg.input), "output": str(cfg.output), "format": cfg.format,
                     "workers": cfg.effective_workers(), "backend": cfg.backend})
@@ -182,7 +183,8 @@ def _plan(
         remove_temps(directory)
         old_cache = {} if cfg.force else load_cache(directory)
         fingerprints, caches[split] = fingerprint_samples(pairs, digest, old_cache,
-                                                          threads=2 * cfg.effective_workers())
+                                                          threads=2 * cfg.effective_workers(),
+                                                          on_error=cfg.on_error)
         planned = plan_split(split, directory, pairs, fingerprints, cfg.shard_size, spec, cfg, settings,
                              read_image_size)
         for task in planned:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import sys
 import uuid
 import warnings
@@ -22,7 +23,7 @@ from .errors import ShardkitError, WorkerError
 from .formats.base import TMP_MARK
 from .formats.registry import writer_class
 from .plan import ShardTask
-from .worker import ShardResult, WorkerContext, convert_shard
+from .worker import ShardResult, WorkerContext, convert_shard, convert_shard_in_worker
 
 log = logging.getLogger(__name__)
 
@@ -90,17 +91,18 @@ def _iterate(
     from joblib import Parallel, delayed
     from joblib.externals.loky.process_executor import TerminatedWorkerError
 
+    parent = os.getpid()  # the workers die with this process (Linux), so a SIGKILL here leaves no writers
     try:
         if n_jobs == 1:  # joblib runs n_jobs=1 in this process even with loky: submit to its loky executor
             from joblib.executor import get_memmapping_executor
 
             executor = get_memmapping_executor(1)
             for task in tasks:
-                yield executor.submit(convert_shard, task, ctx).result()
+                yield executor.submit(convert_shard_in_worker, task, ctx, parent).result()
             return
         parallel = Parallel(n_jobs=n_jobs, backend="loky", return_as="generator_unordered",
                             pre_dispatch="2*n_jobs")
-        yield from parallel(delayed(convert_shard)(t, ctx) for t in tasks)
+        yield from parallel(delayed(convert_shard_in_worker)(t, ctx, parent) for t in tasks)
     except TerminatedWorkerError as exc:
         raise WorkerError(
             f"a worker process died ({str(exc).splitlines()[0][:200]})",

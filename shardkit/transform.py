@@ -12,7 +12,10 @@ EXIF orientation, so an image and its label are always read in the same pixel gr
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
+import stat
 import warnings
 from pathlib import Path
 
@@ -190,6 +193,78 @@ def decode_image(path: Path) -> np.ndarray:
     return np.ascontiguousarray(out)
 
 
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def regular_stat(path: Path, what: str = "image") -> os.stat_result:
+    """``os.stat`` of an input that must be a regular file (not a FIFO, device, socket or folder).
+
+    Checked before anything opens the file: opening a FIFO blocks forever. A broken symbolic link,
+    a symbolic link loop and a file that is not regular are each a one-line error.
+    """
+    path = Path(path)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        if path.is_symlink():
+            raise InputNotFoundError(f"broken symbolic link to {str(path.readlink())!r}", path=path,
+                                     fix="fix or remove the link, or --on-error skip") from None
+        raise InputNotFoundError(f"{what} file vanished while converting", path=path,
+                                 fix="re-run when the input is stable") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise DecodeError("symbolic link loop (too many levels of symbolic links)", path=path,
+                              fix="fix or remove the link, or --on-error skip") from None
+        raise DecodeError(f"cannot read {what}: {exc.strerror or exc}", path=path,
+                          fix="check the file and its permissions, or --on-error skip") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode)
+                else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
+                or stat.S_ISBLK(st.st_mode) else "not a regular file")
+        raise DecodeError(f"{what} is {kind}, not a regular file", path=path,
+                          fix="replace it with the image file, remove it, or --on-error skip")
+    return st
+
+
+def check_pixels(path: Path, max_pixels: int, what: str = "image") -> None:
+    """Refuse a file whose header declares more than ``max_pixels`` pixels, before anything is decoded.
+
+    PNG: width and height from the IHDR chunk; anything else: PIL, which reads only the header.
+    A header neither can read is left to the decoder (which reports it as corrupt).
+    """
+    path = Path(path)
+    hw: tuple[int, int] | None = None
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(24)
+            if head[:8] == _PNG_SIGNATURE and head[12:16] == b"IHDR":
+                hw = int.from_bytes(head[20:24], "big"), int.from_bytes(head[16:20], "big")
+            else:
+                fh.seek(0)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                    try:
+                        with Image.open(fh) as im:
+                            hw = int(im.size[1]), int(im.size[0])
+                    except Image.DecompressionBombError:
+                        bomb = 2 * (Image.MAX_IMAGE_PIXELS or 0)
+                        if bomb and max_pixels < bomb:
+                            raise DecodeError(
+                                f"{what} is larger than {bomb} pixels, more than --max-pixels {max_pixels}",
+                                path=path, fix="shrink the file, raise --max-pixels, or --on-error skip",
+                            ) from None
+    except FileNotFoundError:
+        raise InputNotFoundError(f"{what} file does not exist", path=path,
+                                 fix="check the input folder or list file") from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
+        return  # not a header we can read: the decoder gives the one-line error
+    if hw is not None and hw[0] * hw[1] > max_pixels:
+        raise DecodeError(
+            f"{what} is {hw[0]}x{hw[1]} = {hw[0] * hw[1]} pixels, more than --max-pixels {max_pixels}",
+            path=path, fix="shrink the file, raise --max-pixels, or --on-error skip",
+        )
+
+
 def read_image_size(path: Path) -> tuple[int, int]:
     """``(H, W)`` from the file header, without decoding pixels (used to plan shards by bytes).
 
@@ -197,6 +272,7 @@ def read_image_size(path: Path) -> tuple[int, int]:
     but OpenCV decodes falls back to a full decode. Like ``decode_image``, EXIF orientation is ignored.
     """
     path = Path(path)
+    regular_stat(path, "image")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)

@@ -7,19 +7,23 @@ sizes, hashes, per-sample records, statistics) travels back to the parent.
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .config import DEFAULT_MAX_PIXELS
 from .errors import ShardkitError
 from .formats.base import SampleSpec, WrittenFile
 from .formats.registry import writer_class
 from .labels import LabelDecoder
 from .plan import ShardTask
 from .stats import Stats
-from .transform import decode_image, encode_label, fit_pair
+from .transform import check_pixels, decode_image, encode_label, fit_pair, regular_stat
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +45,8 @@ class WorkerContext:
     #: them while the workers decode the next shards; a Dask worker does it itself (the client may
     #: sit on another machine, where an fsync would not reach the worker's writes).
     sync_files: bool = True
+    #: Largest image or label (height x width, from the file header) decoded; bigger ones are a DecodeError.
+    max_pixels: int = DEFAULT_MAX_PIXELS
 
 
 @dataclass
@@ -64,6 +70,11 @@ def _rel(path: Path, root: Path) -> str:
 
 def process_sample(pair: Any, ctx: WorkerContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Decode + fit + encode one pair → (image, stored label, class ids)."""
+    regular_stat(pair.image, "image")  # before anything opens it: a FIFO would block
+    check_pixels(pair.image, ctx.max_pixels, "image")
+    if pair.label is not None:
+        regular_stat(pair.label, "label")
+        check_pixels(pair.label, ctx.max_pixels, "label")
     image = decode_image(pair.image)
     ids = ctx.decoder.decode(pair.label)
     pad = ctx.decoder.table.ignore_index if ctx.decoder.table.ignore_index is not None else 0
@@ -85,6 +96,39 @@ def _write(fn: Any, task: ShardTask, *args: Any) -> Any:
                if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "check the output folder and re-run")
         raise OutputError(f"cannot write shard {task.stem} ({exc.strerror or exc})", path=task.directory,
                           fix=fix) from None
+
+
+_death_signal_for: int | None = None  # the parent pid this process already asked to die with
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """In a worker process: ask Linux to SIGKILL it when its parent dies (``prctl(PR_SET_PDEATHSIG)``).
+
+    So a parent killed with SIGKILL leaves no worker writing on. Once per process; a no-op off Linux,
+    in the parent itself, or where libc cannot be loaded.
+    """
+    global _death_signal_for
+    if _death_signal_for == parent_pid or os.getpid() == parent_pid or not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:  # PR_SET_PDEATHSIG = 1
+            log.debug("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
+            return
+    except (OSError, AttributeError) as exc:  # pragma: no cover - no libc / no prctl
+        log.debug("prctl(PR_SET_PDEATHSIG) unavailable: %s", exc)
+        return
+    _death_signal_for = parent_pid
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(1)
+
+
+def convert_shard_in_worker(task: ShardTask, ctx: WorkerContext, parent_pid: int) -> ShardResult:
+    """:func:`convert_shard` in a local pool process that dies with ``parent_pid``."""
+    die_with_parent(parent_pid)
+    return convert_shard(task, ctx)
 
 
 def convert_shard(task: ShardTask, ctx: WorkerContext) -> ShardResult:

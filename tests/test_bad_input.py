@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -182,3 +183,130 @@ def test_full_disk_is_one_line_and_keeps_previous_output(camvid_root: Path, tmp_
     assert "No space left" in line and "free disk space" in line
     assert (out / "val" / "manifest.json").read_bytes() == before
     assert verify_split(out / "val").ok
+
+
+@pytest.mark.parametrize("fmt", ["npy", "lmdb"])
+def test_skip_with_fixed_size_writes_the_rest(fmt: str, camvid_root: Path, tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    names = make_raw(camvid_root, raw)
+    truncated(raw / "val" / names[1])
+    out = tmp_path / "out"
+    res = invoke("convert", raw, out, "-q", "--format", fmt, "--size", "96x128", "--on-error", "skip",
+                 "--workers", "1")
+    assert res.exit_code == 3, res.output
+    assert "Traceback" not in res.output
+    manifest = json.loads((out / "val" / "manifest.json").read_text())
+    assert [s["key"] for s in manifest["skipped"]] == [f"val/{names[1]}"]
+    assert manifest["num_samples"] == len(names) - 1
+    assert verify_split(out / "val").ok
+    assert len(shardkit.open(out / "val")) == len(names) - 1
+
+
+def _png_header_only(path: Path, height: int, width: int) -> None:
+    """A PNG whose IHDR claims height x width (no pixel data: the check must refuse it before decoding)."""
+    import struct
+    import zlib
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = struct.pack(">I", len(ihdr)) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk)
+
+
+def test_max_pixels_refuses_huge_header_before_decoding(camvid_root: Path, tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    names = make_raw(camvid_root, raw)
+    _png_header_only(raw / "val" / names[1], 40000, 40000)
+    res = invoke("convert", raw, tmp_path / "out", "-q", "--workers", "1")
+    assert res.exit_code == 1
+    line = one_line_error(res.output)
+    assert names[1] in line and "40000x40000" in line and "--max-pixels" in line
+    skip = invoke("convert", raw, tmp_path / "skip", "-q", "--workers", "1", "--on-error", "skip")
+    assert skip.exit_code == 3
+    # a lower limit refuses the real (360x480) images too, and is read from the environment
+    low = CliRunner(env={"SHARDKIT_MAX_PIXELS": "1000"}).invoke(main, ["convert", str(raw), str(tmp_path / "low"),
+                                                                       "-q", "--workers", "1"])
+    assert low.exit_code == 1 and "--max-pixels 1000" in one_line_error(low.output)
+
+
+def test_size_above_max_pixels_is_a_usage_error(camvid_root: Path, tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    make_raw(camvid_root, raw, n=2)
+    res = invoke("convert", raw, tmp_path / "out", "--size", "100000x70000")
+    assert res.exit_code == 2
+    assert "--max-pixels" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "out").exists()
+    res = invoke("convert", raw, tmp_path / "out", "--size", "96x128", "--max-pixels", "1000")
+    assert res.exit_code == 2 and "--max-pixels 1000" in res.output
+
+
+NOT_REGULAR: dict[str, tuple[Callable[[Path], None], str]] = {
+    "fifo": (lambda p: os.mkfifo(p), "fifo"),
+    "symlink_loop": (lambda p: p.symlink_to(p.name), "symbolic link loop"),
+    "broken_symlink": (lambda p: p.symlink_to("/nonexistent/shardkit/x.png"), "broken symbolic link"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NOT_REGULAR))
+@pytest.mark.parametrize("which", ["val", "valannot"])
+def test_only_regular_files_are_inputs(case: str, which: str, camvid_root: Path, tmp_path: Path) -> None:
+    make, words = NOT_REGULAR[case]
+    raw = tmp_path / "raw"
+    names = make_raw(camvid_root, raw)
+    target = raw / which / names[1]
+    target.unlink()
+    make(target)
+    res = CliRunner().invoke(main, ["convert", str(raw), str(tmp_path / "out"), "-q", "--workers", "1"],
+                             catch_exceptions=False)
+    assert res.exit_code == 1
+    line = one_line_error(res.output)
+    assert names[1] in line and words in line.lower() and "vanished" not in line
+    skip = invoke("convert", raw, tmp_path / "skip", "-q", "--workers", "1", "--on-error", "skip")
+    assert skip.exit_code == 3, skip.output
+    manifest = json.loads((tmp_path / "skip" / "val" / "manifest.json").read_text())
+    assert [s["key"] for s in manifest["skipped"]] == [f"val/{names[1]}"]
+
+
+@pytest.mark.parametrize("which", ["input", "output"])
+def test_object_storage_urls_are_refused(which: str, camvid_root: Path, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = tmp_path / "raw"
+    make_raw(camvid_root, raw, n=2)
+    monkeypatch.chdir(tmp_path)
+    args = [raw, "s3://bucket/out"] if which == "output" else ["gs://bucket/raw", tmp_path / "out"]
+    res = invoke("convert", *args, "-q")
+    assert res.exit_code == 2
+    assert "object storage is not supported" in res.output and "://bucket" in res.output
+    assert not (tmp_path / "s3:").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("value", ["1" + "0" * 400, "1" + "0" * 400 + "MB", "1" + "0" * 400 + "GiB"])
+def test_absurd_shard_size_is_a_usage_error(value: str, camvid_root: Path, tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    make_raw(camvid_root, raw, n=2)
+    res = invoke("convert", raw, tmp_path / "out", "-q", "--shard-size", value)
+    assert res.exit_code == 2, res.output
+    assert "too large" in res.output and "Traceback" not in res.output
+
+
+def test_output_whose_parent_is_a_file(camvid_root: Path, tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    make_raw(camvid_root, raw, n=2)
+    (tmp_path / "afile").write_text("not a folder\n")
+    res = invoke("convert", raw, tmp_path / "afile" / "out", "-q", "--workers", "1")
+    assert res.exit_code == 1
+    line = one_line_error(res.output)
+    assert "afile" in line and "cannot create the output folder" in line and "fix:" in line
+
+
+def test_other_os_errors_are_one_line(camvid_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = tmp_path / "raw"
+    make_raw(camvid_root, raw, n=2)
+
+    def denied(directory: Path, cache: object) -> None:  # root ignores chmod, so simulate EACCES
+        raise PermissionError(errno.EACCES, "Permission denied", str(directory / ".fingerprints.json"))
+
+    monkeypatch.setattr("shardkit.pipeline.save_cache", denied)
+    res = invoke("convert", raw, tmp_path / "out", "-q", "--workers", "1")
+    assert res.exit_code == 1
+    line = one_line_error(res.output)
+    assert ".fingerprints.json" in line and "Permission denied" in line and "fix:" in line

@@ -170,3 +170,60 @@ def test_manifest_and_shards_are_the_same_for_any_worker_count_after_resume(camv
     assert published_digests(tmp_path / "a" / "val") == published_digests(tmp_path / "b" / "val")
     shapes = sorted((tmp_path / "a" / "val").glob("shapes-*.npy"))
     assert [np.load(p, allow_pickle=False).shape for p in shapes] == [(3, 2)] * 4
+
+
+def test_incremental_run_sees_an_edit_that_kept_size_and_mtime(camvid_root: Path, tmp_path: Path) -> None:
+    """Like ``touch -r``: the content changes, size and mtime are restored; ctime (and inode) still differ."""
+    raw = tmp_path / "raw"
+    names = copy_split(camvid_root, raw, n=4)
+    cfg = ConvertConfig(raw, tmp_path / "out", shard_size=ShardSize(samples=2), quiet=True, workers=1)
+    convert(cfg)
+    target = raw / "valannot" / names[1]
+    before = target.stat()
+    label = cv2.imread(str(target), cv2.IMREAD_UNCHANGED)
+    label[:4, :4] = (int(label[0, 0]) + 1) % 11
+    data = cv2.imencode(".png", label, [cv2.IMWRITE_PNG_COMPRESSION, 9])[1].tobytes()
+    assert len(data) <= before.st_size
+    data = data[: before.st_size] + b"\0" * (before.st_size - len(data))  # same size (padding after IEND)
+    time.sleep(0.01)
+    target.write_bytes(data)
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = target.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    second = convert(cfg)
+    assert second.reused < second.shards, "the edited label must be re-read"
+    convert(cfg.replace(output=tmp_path / "fresh"))
+    assert published_digests(tmp_path / "out" / "val") == published_digests(tmp_path / "fresh" / "val")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_workers_die_with_a_sigkilled_parent(camvid_root: Path, tmp_path: Path) -> None:
+    psutil = pytest.importorskip("psutil")
+    proc = subprocess.Popen(cli("convert", camvid_root, tmp_path / "out", "--size", "352x480", "--shard-size", "4",
+                                "--workers", "2", "-q"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    parent = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 60
+    children: list = []
+    # wait until both workers are converting (their shard temporaries appear)
+    while time.monotonic() < deadline and proc.poll() is None:
+        children = parent.children(recursive=True)
+        if len(children) >= 2 and len(list((tmp_path / "out").glob("*/.*.tmp-*"))) >= 2:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None and len(children) >= 2, "the workers never started"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+    def alive(p) -> bool:  # type: ignore[no-untyped-def]
+        try:
+            return p.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(alive(c) for c in children):
+        time.sleep(0.1)
+    left = [c for c in children if alive(c)]
+    for c in left:
+        c.kill()
+    assert not left, f"processes outlived their SIGKILLed parent: {left}"

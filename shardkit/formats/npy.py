@@ -48,10 +48,16 @@ class _StreamedArray:
         self.fh.close()
         if count == self.shape[0]:
             return self.sha.hexdigest()
-        full = np.load(self.path, mmap_mode="r", allow_pickle=False)
-        kept = np.array(full[:count])
-        del full
-        np.save(self.path, kept, allow_pickle=False)
+        # The header still says the planned count, so the file is shorter than np.load expects: read the
+        # samples that did come straight after the header, then rewrite the file with the true shape.
+        with open(self.path, "rb") as fh:
+            np.lib.format.read_magic(fh)
+            np.lib.format.read_array_header_1_0(fh)
+            per_sample = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
+            data = fh.read(count * per_sample)
+        kept = np.frombuffer(data, dtype=self.dtype).reshape((count, *self.shape[1:]))
+        with open(self.path, "wb") as fh:  # a file object: np.save(path) would append ".npy" to the name
+            np.save(fh, kept, allow_pickle=False)
         return None
 
 
