@@ -82,7 +82,8 @@ def test_prefetcher_augments_as_iter_batches_does(split: Path, device: str, layo
     pre = CudaPrefetcher(loader, device, augment=aug, normalize=False, labels="ids")
     ds = shardkit.open(split)
     for x, y, idx in pre:
-        want_img, want_lab = aug(*ds.batch(idx.numpy()), idx.numpy(), seed=4, epoch=3, ignore_index=IGNORE)
+        ids = idx.cpu().numpy()
+        want_img, want_lab = aug(*ds.batch(ids), ids, seed=4, epoch=3, ignore_index=IGNORE)
         assert np.array_equal(y.cpu().numpy(), want_lab.astype(np.int64))
         got = x.cpu().numpy() if layout == "NHWC" else x.permute(0, 2, 3, 1).cpu().numpy()
         assert np.abs(got.astype(np.int16) - want_img).max() <= 1
