@@ -3,13 +3,22 @@ oversized or malformed manifest numbers, and CLI output on all of them (one line
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
 import shardkit
+from shardkit.cli import main
 from shardkit.config import ConvertConfig, ShardSize
+from shardkit.errors import ShardkitError
 from shardkit.pipeline import convert
 
 CROP = (64, 96)
@@ -27,6 +36,10 @@ def camvid_splits(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -
     return splits
 
 
+def invoke(*args: object):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_kept_loader_batches_stay_valid(camvid_splits: dict[str, Path], workers: int) -> None:
     torch = pytest.importorskip("torch")
@@ -42,3 +55,70 @@ def test_kept_loader_batches_stay_valid(camvid_splits: dict[str, Path], workers:
         assert isinstance(images, torch.Tensor)
         assert np.array_equal(images.numpy(), want_images)
         assert np.array_equal(labels.numpy(), want_labels)
+
+
+# --- HDF5: nothing that reads data from outside the shard file -------------------------------------------
+
+
+def _copy_split(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _refresh_manifest(split: Path) -> None:
+    """Recompute every file's size and sha256 in the manifest, as an attacker would."""
+    path = split / "manifest.json"
+    m = json.loads(path.read_text())
+    for shard in m["shards"]:
+        for f in shard["files"]:
+            data = (split / f["name"]).read_bytes()
+            f["bytes"], f["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+    path.write_text(json.dumps(m))
+
+
+def _external_storage(f: h5py.File, secret: Path) -> None:
+    data = f["images"][()]
+    secret.write_bytes(data.tobytes())
+    del f["images"]
+    f.create_dataset("images", shape=data.shape, dtype=data.dtype, external=[(str(secret), 0, data.nbytes)])
+
+
+def _external_link(f: h5py.File, secret: Path) -> None:
+    with h5py.File(secret, "w") as s:
+        s.create_dataset("labels", data=f["labels"][()])
+    del f["labels"]
+    f["labels"] = h5py.ExternalLink(str(secret), "/labels")
+
+
+def _soft_link(f: h5py.File, secret: Path) -> None:
+    f.move("labels", "hidden")
+    f["labels"] = h5py.SoftLink("/hidden")
+
+
+def _virtual(f: h5py.File, secret: Path) -> None:
+    data = f["images"][()]
+    with h5py.File(secret, "w") as s:
+        s.create_dataset("images", data=data)
+    layout = h5py.VirtualLayout(shape=data.shape, dtype=data.dtype)
+    layout[...] = h5py.VirtualSource(str(secret), "images", shape=data.shape)
+    del f["images"]
+    f.create_virtual_dataset("images", layout)
+
+
+@pytest.mark.parametrize("attack", [_external_storage, _external_link, _soft_link, _virtual],
+                         ids=["external-storage", "external-link", "soft-link", "virtual"])
+def test_hdf5_refuses_data_from_outside_the_file(camvid_splits: dict[str, Path], tmp_path: Path,
+                                                 attack: Callable[[h5py.File, Path], None]) -> None:
+    split = _copy_split(camvid_splits["hdf5"], tmp_path / "out" / "val")
+    shard = sorted(split.glob("*.h5"))[0]
+    with h5py.File(shard, "a") as f:
+        attack(f, tmp_path / "secret.bin")
+    _refresh_manifest(split)
+    with pytest.raises(ShardkitError, match=re.escape(shard.name)):
+        ds = shardkit.open(split)
+        ds[0]
+    result = invoke("verify", split)
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    problems = [ln for ln in result.output.splitlines() if ln.startswith("  - ")]
+    assert len(problems) == 1 and "refusing HDF5 shard" in problems[0] and shard.name in problems[0]
