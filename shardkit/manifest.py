@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
@@ -173,6 +174,33 @@ def safe_member(name: str, where: Path) -> str:
             fix="do not use manifests from untrusted sources; re-convert the data",
         )
     return name
+
+
+def member_path(name: str, directory: Path) -> Path:
+    """``directory / name`` for a shard file named in a manifest, refused unless it is a safe relative name
+    (:func:`safe_member`) whose real path (symlinks resolved) stays inside the real ``directory``."""
+    directory = Path(directory)
+    path = directory / safe_member(name, directory)
+    real, root = os.path.realpath(path), os.path.realpath(directory)
+    if os.path.commonpath([real, root]) != root:
+        raise UnsafePathError(
+            f"shard file {name!r} resolves to {real}, outside the dataset folder",
+            path=path,
+            fix="do not use shards from untrusted sources; re-convert the data",
+        )
+    return path
+
+
+def check_regular_file(path: Path) -> os.stat_result:
+    """``os.stat`` of a shard file (symlinks followed), refused unless it is a regular file."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafePathError(
+            "shard file is not a regular file",
+            path=path,
+            fix="do not use shards from untrusted sources; re-convert the data",
+        )
+    return st
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 import shardkit
 from shardkit.cli import main
 from shardkit.config import ConvertConfig, ShardSize
-from shardkit.errors import ShardkitError
+from shardkit.errors import ShardkitError, UnsafePathError
 from shardkit.pipeline import convert
 
 CROP = (64, 96)
@@ -122,3 +122,44 @@ def test_hdf5_refuses_data_from_outside_the_file(camvid_splits: dict[str, Path],
     assert "Traceback" not in result.output
     problems = [ln for ln in result.output.splitlines() if ln.startswith("  - ")]
     assert len(problems) == 1 and "refusing HDF5 shard" in problems[0] and shard.name in problems[0]
+
+
+# --- shard files: regular files inside the dataset folder only -------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["npy", "hdf5"])
+def test_symlinked_shard_outside_the_folder_is_refused(camvid_splits: dict[str, Path], tmp_path: Path,
+                                                       fmt: str) -> None:
+    split = _copy_split(camvid_splits[fmt], tmp_path / "out" / "val")
+    name = json.loads((split / "manifest.json").read_text())["shards"][0]["files"][0]["name"]
+    outside = tmp_path / "elsewhere.bin"
+    shutil.move(split / name, outside)  # same bytes: the manifest's size and sha256 still match
+    (split / name).symlink_to(outside)
+    with pytest.raises(UnsafePathError, match="outside the dataset folder"):
+        shardkit.open(split)[0]
+    result = invoke("verify", split)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "outside the dataset folder" in result.output
+
+
+def test_symlink_inside_the_folder_is_allowed(camvid_splits: dict[str, Path], tmp_path: Path) -> None:
+    split = _copy_split(camvid_splits["npy"], tmp_path / "out" / "val")
+    name = json.loads((split / "manifest.json").read_text())["shards"][0]["files"][0]["name"]
+    shutil.move(split / name, split / "moved.bin")
+    (split / name).symlink_to("moved.bin")
+    ds = shardkit.open(split)
+    want = shardkit.open(camvid_splits["npy"])
+    assert np.array_equal(ds[0][0], want[0][0])
+
+
+def test_shard_that_is_not_a_regular_file_is_refused(camvid_splits: dict[str, Path], tmp_path: Path) -> None:
+    split = _copy_split(camvid_splits["npy"], tmp_path / "out" / "val")
+    path = split / "manifest.json"
+    m = json.loads(path.read_text())
+    name = m["shards"][0]["files"][0]["name"]
+    (split / name).unlink()
+    (split / name).mkdir()
+    m["shards"][0]["files"][0]["bytes"] = (split / name).stat().st_size
+    path.write_text(json.dumps(m))
+    with pytest.raises(UnsafePathError, match="not a regular file"):
+        shardkit.open(split)
