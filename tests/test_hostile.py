@@ -18,7 +18,7 @@ from click.testing import CliRunner
 import shardkit
 from shardkit.cli import main
 from shardkit.config import ConvertConfig, ShardSize
-from shardkit.errors import ShardkitError, UnsafePathError
+from shardkit.errors import ShardFormatError, ShardkitError, UnsafePathError
 from shardkit.pipeline import convert
 
 CROP = (64, 96)
@@ -163,3 +163,73 @@ def test_shard_that_is_not_a_regular_file_is_refused(camvid_splits: dict[str, Pa
     path.write_text(json.dumps(m))
     with pytest.raises(UnsafePathError, match="not a regular file"):
         shardkit.open(split)
+
+
+# --- manifest numbers: typed and bounded before anything is allocated from them --------------------------
+
+
+def _set(*keys: object, value: object) -> Callable[[dict], None]:
+    def mutate(m: dict) -> None:
+        node = m
+        for k in keys[:-1]:
+            node = node[k]  # type: ignore[index]
+        node[keys[-1]] = value  # type: ignore[index]
+
+    return mutate
+
+
+HOSTILE_MANIFESTS = {
+    "num-classes-3e8": _set("sample", "label", "num_classes", value=300_000_000),
+    "num-classes-2e9": _set("sample", "label", "num_classes", value=2_000_000_000),
+    "num-classes-string": _set("sample", "label", "num_classes", value="12"),
+    "num-classes-zero": _set("sample", "label", "num_classes", value=0),
+    "class-id-string": _set("classes", "classes", 3, "id", value="3"),
+    "class-id-float": _set("classes", "classes", 3, "id", value=1.5),
+    "class-id-out-of-range": _set("classes", "classes", 3, "id", value=10**12),
+    "class-name-list": _set("classes", "classes", 3, "name", value=["x"]),
+    "image-shape-huge": _set("sample", "image", "shape", value=[10**6, 10**6, 3]),
+    "image-shape-string": _set("sample", "image", "shape", value=["64", 96, 3]),
+    "sample-height-huge": _set("samples", 0, "height", value=10**9),
+    "sample-width-none": _set("samples", 0, "width", value=None),
+    "label-encoding-unknown": _set("sample", "label", "encoding", value="rle"),
+    "class-id-dtype-unknown": _set("sample", "label", "class_id_dtype", value="<f8"),
+    "ignore-index-string": _set("classes", "ignore_index", value="x"),
+    "class-share-strings": _set("stats", "class_share", value=["a"]),
+    "unknown-format": _set("format", value="parquet"),
+}
+
+
+def _hostile_split(camvid_splits: dict[str, Path], tmp_path: Path, case: str) -> Path:
+    split = _copy_split(camvid_splits["npy"], tmp_path / "out" / "val")
+    path = split / "manifest.json"
+    if case == "nested-200000":
+        path.write_text('{"schema": "shardkit.manifest", "x": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    else:
+        m = json.loads(path.read_text())
+        HOSTILE_MANIFESTS[case](m)
+        path.write_text(json.dumps(m))
+    return split
+
+
+@pytest.mark.parametrize("case", [*HOSTILE_MANIFESTS, "nested-200000"])
+def test_hostile_manifest_is_one_clear_error(camvid_splits: dict[str, Path], tmp_path: Path, case: str) -> None:
+    split = _hostile_split(camvid_splits, tmp_path, case)
+    with pytest.raises(ShardFormatError) as exc_info:
+        shardkit.open(split)
+    assert "manifest" in str(exc_info.value) and "\n" not in str(exc_info.value)
+    for cmd in (["info", split], ["show", split, "-o", tmp_path / "s.png"], ["verify", split]):
+        result = invoke(*cmd)
+        assert result.exit_code == 1, (cmd, result.output)
+        assert "Traceback" not in result.output
+        if cmd[0] == "verify":
+            assert len([ln for ln in result.output.splitlines() if ln.startswith("  - ")]) == 1, result.output
+        else:
+            assert len([ln for ln in result.output.splitlines() if ln.startswith("Error:")]) == 1, result.output
+
+
+def test_info_on_the_output_root_shows_every_split(camvid_splits: dict[str, Path], tmp_path: Path) -> None:
+    for fmt in ("npy", "hdf5"):
+        _copy_split(camvid_splits[fmt], tmp_path / "out" / fmt)
+    result = invoke("info", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    assert "format npy" in result.output and "format hdf5" in result.output
