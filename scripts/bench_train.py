@@ -186,7 +186,8 @@ def main() -> None:
         for x, y in naive_loader:
             yield x.to(device, non_blocking=True), y.to(device, non_blocking=True)
 
-    shard_loader = make_loader(split, args.batch_size, shuffle=True, num_workers=args.workers, drop_last=True)
+    shard_loader = make_loader(split, args.batch_size, shuffle=True, num_workers=args.workers, drop_last=True,
+                               reuse_buffers=True)
     prefetcher = CudaPrefetcher(shard_loader, device, labels="float_onehot")
 
     fixed = next(iter(prefetcher))

@@ -190,7 +190,21 @@ def demo(output_dir: Path, train: int, val: int, seed: int) -> None:
               help="Also draw the class pixel-share chart to this PNG file.")
 @_errors_to_exit_codes
 def info(split_dir: Path, plot: Path | None) -> None:
-    """Summarise a converted split: samples, shards, size, classes with pixel share."""
+    """Summarise a converted split (or every split of an output folder): samples, shards, size, classes."""
+    from .verify import split_folders
+
+    folders = split_folders(split_dir)
+    if not folders:
+        raise click.ClickException(f"{split_dir}: no manifest.json here or in its sub-folders — "
+                                   "fix: point at a split or output folder written by shardkit convert")
+    for folder in folders:
+        chart = plot
+        if plot is not None and len(folders) > 1:  # one chart per split: chart-train.png, chart-val.png, …
+            chart = plot.with_name(f"{plot.stem}-{folder.name}{plot.suffix}")
+        _info_split(folder, chart)
+
+
+def _info_split(split_dir: Path, plot: Path | None) -> None:
     from .manifest import load_manifest
 
     m = load_manifest(split_dir)
@@ -199,7 +213,7 @@ def info(split_dir: Path, plot: Path | None) -> None:
     click.echo(f"{split_dir}: split {m.split}, format {m.format} v{m.format_version}, {m.num_samples} samples, "
                f"{len(m.shards)} shards, {nbytes / 1e6:.1f} MB")
     click.echo(f"image {shape[0] or 'var'}x{shape[1] or 'var'}x3 uint8; label {m.sample['label']['encoding']} "
-               f"{m.sample['label']['dtype']}")
+               f"{m.sample['label'].get('dtype')}")
     share = m.stats.get("class_share", [])
     for c in m.classes["classes"]:
         s = share[c["id"]] if c["id"] < len(share) else 0.0

@@ -69,10 +69,14 @@ def verify_split(path: Path) -> SplitReport:
     except ShardkitError as exc:
         report.problems.append(str(exc))
         return report
-    spec = SampleSpec.from_manifest(manifest.sample)
+    try:
+        spec = SampleSpec.from_manifest(manifest.sample)
+        reader_cls = reader_class(manifest.format)
+    except ShardkitError as exc:  # an unknown format is the manifest's problem here, not a usage error
+        report.problems.append(str(exc))
+        return report
     ignore = manifest.classes.get("ignore_index")
     counts = np.zeros(spec.num_classes, np.int64)
-    reader_cls = reader_class(manifest.format)
     report.shards = len(manifest.shards)
     for shard in manifest.shards:
         where = f"shard {shard.index} ({', '.join(f.name for f in shard.files)})"

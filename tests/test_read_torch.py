@@ -149,7 +149,7 @@ def test_prefetcher_refuses_what_it_cannot_do(splits: dict[str, Path]) -> None:
 def test_shared_ring_batches_stay_valid_for_keep_more_batches(splits: dict[str, Path]) -> None:
     core = shardkit.open(splits["lmdb"])
     loader = make_loader(splits["lmdb"], 3, num_workers=2, multiprocessing_context="fork", with_indices=True,
-                         layout="NHWC", keep=2, pin_memory=False)
+                         layout="NHWC", keep=2, pin_memory=False, reuse_buffers=True)
     held: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
     seen = 0
     for _epoch in range(2):  # the slot counter runs on across epochs

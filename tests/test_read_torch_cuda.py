@@ -48,8 +48,10 @@ def test_cuda_path_gives_what_the_cpu_path_gives(split: Path, layout: str, label
         assert gy.dtype == cy.dtype and torch.equal(gy, cy)  # labels bit-exact
 
 
+@pytest.mark.parametrize("reuse_buffers", [False, True])
 @pytest.mark.parametrize("workers", [0, 2])
-def test_batches_stay_whole_while_the_gpu_lags_behind_the_host(split: Path, workers: int) -> None:
+def test_batches_stay_whole_while_the_gpu_lags_behind_the_host(split: Path, workers: int,
+                                                               reuse_buffers: bool) -> None:
     """The loaders refill a few pinned buffers; copies queued behind GPU work must still read their own batch.
 
     A ~0.5 s sleep kernel on the current stream holds back the side stream (it waits for the current
@@ -58,7 +60,7 @@ def test_batches_stay_whole_while_the_gpu_lags_behind_the_host(split: Path, work
     """
     core = shardkit.open(split)
     loader = make_loader(split, 8, shuffle=True, num_workers=workers, with_indices=True, layout="NHWC",
-                         pin_memory=True)
+                         pin_memory=True, reuse_buffers=reuse_buffers)  # the reused (pinned) buffers matter most
     prefetcher = CudaPrefetcher(loader, device="cuda", labels="ids", normalize=False)
     torch.cuda._sleep(int(1e9))
     got = [(x.clone(), y.clone(), idx.clone()) for x, y, idx in prefetcher]  # nothing here waits for the GPU

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import IntegrityError, ShardFormatError
-from ..manifest import ShardFile, ShardInfo, safe_member
+from ..manifest import ShardFile, ShardInfo, check_regular_file, member_path
 
 HASH_CHUNK = 8 * 1024 * 1024
 TMP_MARK = ".tmp-"
@@ -226,14 +226,14 @@ class ShardReader(ABC):
         return self.shard.num_samples
 
     def path(self, name: str) -> Path:
-        return self.directory / safe_member(name, self.directory)
+        return member_path(name, self.directory)
 
     def check_files(self) -> None:
         """Every file exists with the size the manifest states (cheap; hashes only in verify)."""
         for f in self.shard.files:
             p = self.path(f.name)
             try:
-                size = p.stat().st_size
+                size = check_regular_file(p).st_size
             except FileNotFoundError:
                 raise ShardFormatError("shard file is missing", path=p, fix="re-convert this split") from None
             if size != f.bytes:

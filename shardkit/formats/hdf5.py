@@ -18,6 +18,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from ..errors import ShardFormatError
 from .base import SampleSpec, ShardReader, ShardWriter
 
 FORMAT_VERSION = 1
@@ -91,6 +92,26 @@ class Hdf5Writer(ShardWriter):
         f.close()
 
 
+def _foreign_storage(f: Any) -> str | None:
+    """What in ``f`` points outside the file (soft/external link, external raw storage, virtual dataset), or None."""
+    names: list[str] = []
+    f.visit_links(names.append)  # every link once, without following any
+    links = [(name, f.get(name, getlink=True)) for name in names]
+    for name, link in links:
+        if isinstance(link, h5py.ExternalLink):
+            return f"{name!r} is an external link to {link.filename}:{link.path}"
+        if isinstance(link, h5py.SoftLink):
+            return f"{name!r} is a soft link to {link.path}"
+    for name, _link in links:
+        obj = f.get(name)
+        if isinstance(obj, h5py.Dataset):
+            if obj.is_virtual:
+                return f"dataset {name!r} is a virtual dataset"
+            if obj.id.get_create_plist().get_external_count() > 0:
+                return f"dataset {name!r} uses external raw storage"
+    return None
+
+
 class Hdf5Reader(ShardReader):
     """One read-only h5py file per process, opened lazily; uncompressed chunks copied from a memory map.
 
@@ -120,10 +141,21 @@ class Hdf5Reader(ShardReader):
         self._map = self._chunks = None
         try:
             self._file = f = h5py.File(self.path(self.shard.files[0].name), "r")
+            foreign = _foreign_storage(f)
+            if foreign is not None:
+                f.close()
+                self._file = None
+                raise ShardFormatError(
+                    f"refusing HDF5 shard: {foreign}, which reads data from outside this file",
+                    path=self.path(self.shard.files[0].name),
+                    fix="shardkit never writes links or external storage; do not use shards from untrusted "
+                        "sources; re-convert this split")
             attrs = {k: f.attrs.get(k) for k in ("format", "format_version", "num_samples")}
             images, labels = f["images"], f["labels"]
             if self.spec.size is None:
                 self._shapes, self._offsets = f["shapes"][()], f["offsets"][()]
+        except ShardFormatError:
+            raise
         except (OSError, KeyError, ValueError) as exc:
             raise self.corrupt(f"cannot open HDF5 shard ({exc})") from None
         n = len(self)

@@ -153,6 +153,7 @@ def make_loader(
     verify: bool = False,
     shared_ring: bool = True,
     keep: int = 2,
+    reuse_buffers: bool = False,
 ) -> DataLoader | RingLoader:
     """A ``DataLoader`` that reads whole batches per worker task, for ``rank`` of ``world_size``.
 
@@ -160,12 +161,15 @@ def make_loader(
     advances after each full pass (``auto_epoch``), or set it with ``loader.sampler.set_epoch(e)``.
     ``pin_memory`` defaults to whether CUDA is available; ``persistent_workers`` to ``num_workers > 0``.
 
-    Without workers, batches are read into ``keep + 1`` reused buffers. With workers and
-    ``shared_ring`` (the default) workers write batches into a ring of
-    shared-memory buffers allocated once, and only a slot number crosses the process boundary
-    (a :class:`RingLoader`): a yielded batch is then valid until ``keep`` more batches were
-    yielded — copy it to keep it longer. ``shared_ring=False`` gives every batch fresh shared
-    memory (a plain DataLoader; several times slower, measured in ``shardkit bench``).
+    By default every batch gets its own memory (fresh tensors; shared memory from workers), so
+    batches stay valid when kept (``batches = list(loader)``).
+
+    ``reuse_buffers=True`` opts into the faster reused-buffer path: without workers, batches are
+    read into ``keep + 1`` reused buffers; with workers and ``shared_ring`` (the default) workers
+    write batches into a ring of shared-memory buffers allocated once, and only a slot number
+    crosses the process boundary (a :class:`RingLoader`). A yielded batch is then valid only
+    until ``keep`` more batches were yielded — copy it to keep it longer.
+    ``shared_ring=False`` (with workers) gives every batch fresh shared memory even then.
     """
     if pin_memory is None:
         pin_memory = torch.cuda.is_available()
@@ -173,7 +177,8 @@ def make_loader(
         persistent_workers = num_workers > 0
     # Without workers, batches are read in this process into a ring of keep + 1 reused buffers
     # (a fresh 21 MB tensor per batch costs ~30 % of the throughput): same validity contract as the ring.
-    buffers = keep + 1 if num_workers == 0 else 0
+    # Only with reuse_buffers: kept batches would otherwise be overwritten silently.
+    buffers = keep + 1 if num_workers == 0 and reuse_buffers else 0
     dataset = ShardkitTorchDataset(path, labels=labels, layout=layout, verify=verify,
                                    with_indices=with_indices, buffers=buffers)
     sampler = dataset.dataset.sampler(batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
@@ -187,14 +192,14 @@ def make_loader(
             kwargs["prefetch_factor"] = prefetch_factor
         if multiprocessing_context is not None:
             kwargs["multiprocessing_context"] = multiprocessing_context
-    if num_workers > 0 and shared_ring:
+    if num_workers > 0 and shared_ring and reuse_buffers:
         in_flight = num_workers * (prefetch_factor if prefetch_factor is not None else 2)
         ring = _Ring(dataset, batch_size, slots=in_flight + max(keep, 1) + 1)
         slotted = _SlotSampler(sampler, len(ring.slots))
         loader = DataLoader(ring, batch_size=None, sampler=slotted, num_workers=num_workers, pin_memory=False,
                             **kwargs)
         return RingLoader(loader, ring, pin_memory=pin_memory, keep=keep)
-    if num_workers == 0:  # the reused buffers themselves are pinned: no pinned allocation per batch
+    if num_workers == 0 and reuse_buffers:  # the reused buffers themselves are pinned: no pinned allocation per batch
         dataset.pin, pin_memory = pin_memory, False
     return DataLoader(dataset, batch_size=None, sampler=sampler, num_workers=num_workers,
                       pin_memory=pin_memory, **kwargs)

@@ -1,0 +1,235 @@
+"""Hostile inputs to the readers: kept loader batches, HDF5 external storage and links, symlinked shards,
+oversized or malformed manifest numbers, and CLI output on all of them (one line, no traceback)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import shardkit
+from shardkit.cli import main
+from shardkit.config import ConvertConfig, ShardSize
+from shardkit.errors import ShardFormatError, ShardkitError, UnsafePathError
+from shardkit.pipeline import convert
+
+CROP = (64, 96)
+
+
+@pytest.fixture(scope="module")
+def camvid_splits(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A few CamVid val samples as npy and hdf5 splits, 3 samples per shard."""
+    out = tmp_path_factory.mktemp("hostile")
+    splits = {}
+    for fmt in ("npy", "hdf5"):
+        convert(ConvertConfig(camvid_root, out / fmt, format=fmt, size=CROP, splits=("val",), workers=1,
+                              quiet=True, shard_size=ShardSize(samples=3)))
+        splits[fmt] = out / fmt / "val"
+    return splits
+
+
+def invoke(*args: object):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_kept_loader_batches_stay_valid(camvid_splits: dict[str, Path], workers: int) -> None:
+    torch = pytest.importorskip("torch")
+    from shardkit.read.torch import make_loader
+
+    core = shardkit.open(camvid_splits["npy"])
+    loader = make_loader(camvid_splits["npy"], 2, shuffle=True, num_workers=workers, layout="NHWC",
+                         with_indices=True, pin_memory=False, multiprocessing_context="fork" if workers else None)
+    batches = list(loader)
+    assert sum(len(ix) for _, _, ix in batches) == len(core)
+    for images, labels, idx in batches:
+        want_images, want_labels = core.batch(idx.numpy())
+        assert isinstance(images, torch.Tensor)
+        assert np.array_equal(images.numpy(), want_images)
+        assert np.array_equal(labels.numpy(), want_labels)
+
+
+# --- HDF5: nothing that reads data from outside the shard file -------------------------------------------
+
+
+def _copy_split(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _refresh_manifest(split: Path) -> None:
+    """Recompute every file's size and sha256 in the manifest, as an attacker would."""
+    path = split / "manifest.json"
+    m = json.loads(path.read_text())
+    for shard in m["shards"]:
+        for f in shard["files"]:
+            data = (split / f["name"]).read_bytes()
+            f["bytes"], f["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+    path.write_text(json.dumps(m))
+
+
+def _external_storage(f: h5py.File, secret: Path) -> None:
+    data = f["images"][()]
+    secret.write_bytes(data.tobytes())
+    del f["images"]
+    f.create_dataset("images", shape=data.shape, dtype=data.dtype, external=[(str(secret), 0, data.nbytes)])
+
+
+def _external_link(f: h5py.File, secret: Path) -> None:
+    with h5py.File(secret, "w") as s:
+        s.create_dataset("labels", data=f["labels"][()])
+    del f["labels"]
+    f["labels"] = h5py.ExternalLink(str(secret), "/labels")
+
+
+def _soft_link(f: h5py.File, secret: Path) -> None:
+    f.move("labels", "hidden")
+    f["labels"] = h5py.SoftLink("/hidden")
+
+
+def _virtual(f: h5py.File, secret: Path) -> None:
+    data = f["images"][()]
+    with h5py.File(secret, "w") as s:
+        s.create_dataset("images", data=data)
+    layout = h5py.VirtualLayout(shape=data.shape, dtype=data.dtype)
+    layout[...] = h5py.VirtualSource(str(secret), "images", shape=data.shape)
+    del f["images"]
+    f.create_virtual_dataset("images", layout)
+
+
+@pytest.mark.parametrize("attack", [_external_storage, _external_link, _soft_link, _virtual],
+                         ids=["external-storage", "external-link", "soft-link", "virtual"])
+def test_hdf5_refuses_data_from_outside_the_file(camvid_splits: dict[str, Path], tmp_path: Path,
+                                                 attack: Callable[[h5py.File, Path], None]) -> None:
+    split = _copy_split(camvid_splits["hdf5"], tmp_path / "out" / "val")
+    shard = sorted(split.glob("*.h5"))[0]
+    with h5py.File(shard, "a") as f:
+        attack(f, tmp_path / "secret.bin")
+    _refresh_manifest(split)
+    with pytest.raises(ShardkitError, match=re.escape(shard.name)):
+        ds = shardkit.open(split)
+        ds[0]
+    result = invoke("verify", split)
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    problems = [ln for ln in result.output.splitlines() if ln.startswith("  - ")]
+    assert len(problems) == 1 and "refusing HDF5 shard" in problems[0] and shard.name in problems[0]
+
+
+# --- shard files: regular files inside the dataset folder only -------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["npy", "hdf5"])
+def test_symlinked_shard_outside_the_folder_is_refused(camvid_splits: dict[str, Path], tmp_path: Path,
+                                                       fmt: str) -> None:
+    split = _copy_split(camvid_splits[fmt], tmp_path / "out" / "val")
+    name = json.loads((split / "manifest.json").read_text())["shards"][0]["files"][0]["name"]
+    outside = tmp_path / "elsewhere.bin"
+    shutil.move(split / name, outside)  # same bytes: the manifest's size and sha256 still match
+    (split / name).symlink_to(outside)
+    with pytest.raises(UnsafePathError, match="outside the dataset folder"):
+        shardkit.open(split)[0]
+    result = invoke("verify", split)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "outside the dataset folder" in result.output
+
+
+def test_symlink_inside_the_folder_is_allowed(camvid_splits: dict[str, Path], tmp_path: Path) -> None:
+    split = _copy_split(camvid_splits["npy"], tmp_path / "out" / "val")
+    name = json.loads((split / "manifest.json").read_text())["shards"][0]["files"][0]["name"]
+    shutil.move(split / name, split / "moved.bin")
+    (split / name).symlink_to("moved.bin")
+    ds = shardkit.open(split)
+    want = shardkit.open(camvid_splits["npy"])
+    assert np.array_equal(ds[0][0], want[0][0])
+
+
+def test_shard_that_is_not_a_regular_file_is_refused(camvid_splits: dict[str, Path], tmp_path: Path) -> None:
+    split = _copy_split(camvid_splits["npy"], tmp_path / "out" / "val")
+    path = split / "manifest.json"
+    m = json.loads(path.read_text())
+    name = m["shards"][0]["files"][0]["name"]
+    (split / name).unlink()
+    (split / name).mkdir()
+    m["shards"][0]["files"][0]["bytes"] = (split / name).stat().st_size
+    path.write_text(json.dumps(m))
+    with pytest.raises(UnsafePathError, match="not a regular file"):
+        shardkit.open(split)
+
+
+# --- manifest numbers: typed and bounded before anything is allocated from them --------------------------
+
+
+def _set(*keys: object, value: object) -> Callable[[dict], None]:
+    def mutate(m: dict) -> None:
+        node = m
+        for k in keys[:-1]:
+            node = node[k]  # type: ignore[index]
+        node[keys[-1]] = value  # type: ignore[index]
+
+    return mutate
+
+
+HOSTILE_MANIFESTS = {
+    "num-classes-3e8": _set("sample", "label", "num_classes", value=300_000_000),
+    "num-classes-2e9": _set("sample", "label", "num_classes", value=2_000_000_000),
+    "num-classes-string": _set("sample", "label", "num_classes", value="12"),
+    "num-classes-zero": _set("sample", "label", "num_classes", value=0),
+    "class-id-string": _set("classes", "classes", 3, "id", value="3"),
+    "class-id-float": _set("classes", "classes", 3, "id", value=1.5),
+    "class-id-out-of-range": _set("classes", "classes", 3, "id", value=10**12),
+    "class-name-list": _set("classes", "classes", 3, "name", value=["x"]),
+    "image-shape-huge": _set("sample", "image", "shape", value=[10**6, 10**6, 3]),
+    "image-shape-string": _set("sample", "image", "shape", value=["64", 96, 3]),
+    "sample-height-huge": _set("samples", 0, "height", value=10**9),
+    "sample-width-none": _set("samples", 0, "width", value=None),
+    "label-encoding-unknown": _set("sample", "label", "encoding", value="rle"),
+    "class-id-dtype-unknown": _set("sample", "label", "class_id_dtype", value="<f8"),
+    "ignore-index-string": _set("classes", "ignore_index", value="x"),
+    "class-share-strings": _set("stats", "class_share", value=["a"]),
+    "unknown-format": _set("format", value="parquet"),
+}
+
+
+def _hostile_split(camvid_splits: dict[str, Path], tmp_path: Path, case: str) -> Path:
+    split = _copy_split(camvid_splits["npy"], tmp_path / "out" / "val")
+    path = split / "manifest.json"
+    if case == "nested-200000":
+        path.write_text('{"schema": "shardkit.manifest", "x": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    else:
+        m = json.loads(path.read_text())
+        HOSTILE_MANIFESTS[case](m)
+        path.write_text(json.dumps(m))
+    return split
+
+
+@pytest.mark.parametrize("case", [*HOSTILE_MANIFESTS, "nested-200000"])
+def test_hostile_manifest_is_one_clear_error(camvid_splits: dict[str, Path], tmp_path: Path, case: str) -> None:
+    split = _hostile_split(camvid_splits, tmp_path, case)
+    with pytest.raises(ShardFormatError) as exc_info:
+        shardkit.open(split)
+    assert "manifest" in str(exc_info.value) and "\n" not in str(exc_info.value)
+    for cmd in (["info", split], ["show", split, "-o", tmp_path / "s.png"], ["verify", split]):
+        result = invoke(*cmd)
+        assert result.exit_code == 1, (cmd, result.output)
+        assert "Traceback" not in result.output
+        if cmd[0] == "verify":
+            assert len([ln for ln in result.output.splitlines() if ln.startswith("  - ")]) == 1, result.output
+        else:
+            assert len([ln for ln in result.output.splitlines() if ln.startswith("Error:")]) == 1, result.output
+
+
+def test_info_on_the_output_root_shows_every_split(camvid_splits: dict[str, Path], tmp_path: Path) -> None:
+    for fmt in ("npy", "hdf5"):
+        _copy_split(camvid_splits[fmt], tmp_path / "out" / fmt)
+    result = invoke("info", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    assert "format npy" in result.output and "format hdf5" in result.output
