@@ -92,3 +92,25 @@ def test_prefetcher_augments_as_iter_batches_does(split: Path, device: str, layo
 def test_prefetcher_needs_indices_to_augment(split: Path) -> None:
     with pytest.raises(ConfigError, match="with_indices=True"):
         CudaPrefetcher(make_loader(split, 8), "cpu", augment=A.parse(GEOMETRY))
+
+
+@pytest.mark.parametrize(("workers", "context"), [(0, None), (2, "fork"), (2, "spawn")])
+def test_make_loader_augments_in_workers_the_same_for_any_worker_count(split: Path, workers: int,
+                                                                       context: str | None) -> None:
+    aug = A.parse(GEOMETRY + ",jitter=0.2")
+    loader = make_loader(split, 8, shuffle=True, seed=9, num_workers=workers, multiprocessing_context=context,
+                         layout="NHWC", with_indices=True, augment=aug, persistent_workers=False)
+    ds = shardkit.open(split)
+    for epoch in (0, 1):  # auto_epoch: the second pass draws epoch 1
+        seen = 0
+        for x, y, idx in loader:
+            ids = idx.numpy()
+            want_img, want_lab = aug(*ds.batch(ids), ids, seed=9, epoch=epoch, ignore_index=IGNORE)
+            assert np.array_equal(x.numpy(), want_img) and np.array_equal(y.numpy(), want_lab)
+            seen += len(ids)
+        assert seen == len(ds)
+
+
+def test_make_loader_refuses_augment_without_id_labels(split: Path) -> None:
+    with pytest.raises(ConfigError, match="id labels"):
+        make_loader(split, 8, labels="onehot", augment=A.parse(GEOMETRY))

@@ -345,16 +345,32 @@ class Dataset:
         sampler = self.sampler(batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last,
                                rank=rank, world_size=world_size, shuffle_mode=shuffle_mode,
                                buffer_size=buffer_size)
-        ring = [self.empty_batch(batch_size) for _ in range(buffers)] if not varied else []
-        ignore = 255 if self.ignore_index is None else int(self.ignore_index)
+        ring = [self.empty_batch(batch_size) for _ in range(buffers)] if augment is None else []
         for k, idx in enumerate(sampler.batches()):
-            if varied:
-                images, labels = zip(*(self[int(i)] for i in idx), strict=True)
+            if augment is not None:
+                images, labels = self.augmented_batch(idx, augment, seed=seed, epoch=epoch)
             else:
                 images, labels = self.batch(idx, out=ring[k % buffers] if ring else None)
-            if augment is not None:
-                images, labels = augment(images, labels, idx, seed=seed, epoch=epoch, ignore_index=ignore)
             yield (idx, images, labels) if with_indices else (images, labels)
+
+    def augmented_batch(self, indices: Sequence[int] | np.ndarray, augment: Any, *, seed: int,
+                        epoch: int) -> Batch:
+        """Samples ``indices`` read and augmented (fresh arrays), with this split's ignore index (255 if none).
+
+        Samples of one size are read in one batched call; splits whose samples differ in size are read
+        one by one, which works when the pipeline ends in a crop."""
+        if self.labels != "ids":
+            raise ConfigError(f"augment needs id labels, but this Dataset gives labels={self.labels!r}",
+                              fix="open the split with labels='ids'")
+        idx = self._indices(indices)
+        if self.spec.size is None:
+            if augment.out_hw is None:
+                self._need_fixed()
+            images, labels = zip(*(self[int(i)] for i in idx), strict=True)
+        else:
+            images, labels = self.batch(idx)
+        ignore = 255 if self.ignore_index is None else int(self.ignore_index)
+        return augment(images, labels, idx, seed=seed, epoch=epoch, ignore_index=ignore)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

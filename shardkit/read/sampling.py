@@ -186,6 +186,15 @@ def num_batches(num_samples: int, batch_size: int, drop_last: bool) -> int:
     return num_samples // batch_size if drop_last else -(-num_samples // batch_size)
 
 
+class EpochBatch(list):  # type: ignore[type-arg]
+    """One batch's indices (a plain list) that also carries the epoch it was drawn for, so a worker that
+    augments it draws from (seed, epoch, index) without being told the epoch separately."""
+
+    def __init__(self, indices: list[int], epoch: int) -> None:
+        super().__init__(indices)
+        self.epoch = int(epoch)
+
+
 @dataclass
 class EpochBatchSampler:
     """Yields lists of global indices, one list per batch, for the current epoch (framework-free).
@@ -230,8 +239,9 @@ class EpochBatchSampler:
         return split_batches(self.indices(), self.batch_size, drop_last=self.drop_last)
 
     def __iter__(self) -> Iterator[list[int]]:
+        epoch = self.epoch
         for b in self.batches():
-            yield b.tolist()
+            yield EpochBatch(b.tolist(), epoch)
         if self.auto_epoch:
             self.epoch += 1
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -29,6 +29,9 @@ from ..errors import ConfigError
 from . import sampling
 from .dataset import Dataset
 from .prefetch import LAYOUTS, PREFETCH_LABELS, CudaPrefetcher
+
+if TYPE_CHECKING:
+    from ..augment import Compose
 
 __all__ = ["PREFETCH_LABELS", "CudaPrefetcher", "RingLoader", "ShardkitTorchDataset", "make_loader"]
 
@@ -61,7 +64,8 @@ class ShardkitTorchDataset(torch.utils.data.Dataset):
     """
 
     def __init__(self, path: str | Path | Dataset, *, labels: str = "ids", layout: str = "NCHW",
-                 verify: bool = False, with_indices: bool = False, buffers: int = 0) -> None:
+                 verify: bool = False, with_indices: bool = False, buffers: int = 0, augment: Compose | None = None,
+                 seed: int = 0) -> None:
         if layout not in LAYOUTS:
             raise ConfigError(f"layout={layout!r} is not one of {', '.join(LAYOUTS)}")
         label_layout = "channels_first" if layout == "NCHW" else "channels_last"
@@ -70,6 +74,10 @@ class ShardkitTorchDataset(torch.utils.data.Dataset):
         self.layout = layout
         self.with_indices = with_indices
         self.buffers = buffers
+        self.augment, self.seed = augment, int(seed)
+        if augment is not None and self.dataset.labels != "ids":
+            raise ConfigError(f"augment needs id labels, not labels={self.dataset.labels!r}",
+                              fix="use labels='ids' (expand to one-hot afterwards, e.g. CudaPrefetcher(labels=…))")
         self._ring: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._ring_pos = 0
         self.pin = False  # reused main-process buffers in pinned memory (set by make_loader)
@@ -116,6 +124,13 @@ class ShardkitTorchDataset(torch.utils.data.Dataset):
     def get_batch(self, indices: Sequence[int] | np.ndarray | torch.Tensor) -> tuple[torch.Tensor, ...]:
         """A whole batch read straight into (shared-memory, in workers) tensors."""
         idx = np.asarray(indices.tolist() if isinstance(indices, torch.Tensor) else indices, dtype=np.int64)
+        if self.augment is not None:  # drawn from (seed, epoch, index): the sampler's batch carries its epoch
+            epoch = int(getattr(indices, "epoch", 0))
+            arrays = self.dataset.augmented_batch(idx, self.augment, seed=self.seed, epoch=epoch)
+            images, labels = self._arrange(torch.from_numpy(arrays[0]), torch.from_numpy(arrays[1]))
+            if self.with_indices:
+                return images, labels, torch.from_numpy(np.where(idx < 0, idx + len(self), idx))
+            return images, labels
         images, labels = self._buffers(len(idx))
         self.dataset.batch(idx, out=(images.numpy(), labels.numpy()))
         images, labels = self._arrange(images, labels)
@@ -154,6 +169,7 @@ def make_loader(
     shared_ring: bool = True,
     keep: int = 2,
     reuse_buffers: bool = False,
+    augment: Compose | None = None,
 ) -> DataLoader | RingLoader:
     """A ``DataLoader`` that reads whole batches per worker task, for ``rank`` of ``world_size``.
 
@@ -170,6 +186,11 @@ def make_loader(
     crosses the process boundary (a :class:`RingLoader`). A yielded batch is then valid only
     until ``keep`` more batches were yielded — copy it to keep it longer.
     ``shared_ring=False`` (with workers) gives every batch fresh shared memory even then.
+
+    ``augment``: a :mod:`shardkit.augment` pipeline run by the numpy/OpenCV path inside the workers on
+    each whole batch, drawn from ``(seed, epoch, index)`` (the epoch travels with each batch from the
+    sampler), so batches are the same for any ``num_workers``; it needs ``labels="ids"`` and takes
+    splits of mixed sample sizes when it ends in a crop. Augmented batches are always fresh memory.
     """
     if pin_memory is None:
         pin_memory = torch.cuda.is_available()
@@ -178,9 +199,11 @@ def make_loader(
     # Without workers, batches are read in this process into a ring of keep + 1 reused buffers
     # (a fresh 21 MB tensor per batch costs ~30 % of the throughput): same validity contract as the ring.
     # Only with reuse_buffers: kept batches would otherwise be overwritten silently.
+    if augment is not None:
+        reuse_buffers = False  # augmented batches are fresh arrays anyway
     buffers = keep + 1 if num_workers == 0 and reuse_buffers else 0
     dataset = ShardkitTorchDataset(path, labels=labels, layout=layout, verify=verify,
-                                   with_indices=with_indices, buffers=buffers)
+                                   with_indices=with_indices, buffers=buffers, augment=augment, seed=seed)
     sampler = dataset.dataset.sampler(batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
                                       drop_last=drop_last, rank=rank, world_size=world_size,
                                       shuffle_mode=shuffle_mode, buffer_size=buffer_size)
