@@ -114,3 +114,27 @@ def pydataset_options_check(split: str) -> dict[str, Any]:
 
 def test_pydataset_options_and_outputs(small: Path) -> None:
     assert _in_keras_process("pydataset_options_check", small) == {"ok": True}
+
+
+def pydataset_augment_check(split: str) -> dict[str, Any]:
+    """augment= gives each batch what the numpy/OpenCV path gives for (seed, epoch, index), epoch by epoch."""
+    from shardkit import augment as A
+    from shardkit.read.keras import ShardkitPyDataset
+
+    aug = A.parse("scale=0.8:1.25,crop=64x96,hflip,rotate=5,jitter=0.2")
+    data = ShardkitPyDataset(split, 8, seed=2, normalize=False, augment=aug)
+    core = shardkit.open(split)
+    outputs = []
+    for _ in range(2):
+        idx = data.batch_indices(0)
+        x, y = data[0]
+        want = aug(*core.batch(idx), idx, seed=2, epoch=data.epoch, ignore_index=core.ignore_index)
+        assert x.shape == (8, 64, 96, 3) and np.array_equal(x, want[0]) and np.array_equal(y, want[1])
+        outputs.append(x)
+        data.on_epoch_end()
+    assert not np.array_equal(*outputs)
+    return {"ok": True}
+
+
+def test_pydataset_augments_per_sample_and_epoch(small: Path) -> None:
+    assert _in_keras_process("pydataset_augment_check", small) == {"ok": True}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import keras
 import numpy as np
@@ -16,6 +16,9 @@ import numpy as np
 from ..errors import ConfigError
 from . import sampling
 from .dataset import Dataset
+
+if TYPE_CHECKING:
+    from ..augment import Compose
 
 
 class ShardkitPyDataset(keras.utils.PyDataset):
@@ -28,6 +31,8 @@ class ShardkitPyDataset(keras.utils.PyDataset):
     (:mod:`shardkit.read.sampling`; the epoch advances in :meth:`on_epoch_end`), split across
     ``rank``/``world_size`` with equal batch counts. ``workers``, ``use_multiprocessing`` and
     ``max_queue_size`` go to ``PyDataset`` (shard files are opened lazily in each worker).
+    ``augment``: a :mod:`shardkit.augment` pipeline applied to each batch (numpy/OpenCV path) before
+    normalising, drawn from ``(seed, epoch, index)``; needs ``labels="ids"``.
     """
 
     def __init__(
@@ -49,6 +54,7 @@ class ShardkitPyDataset(keras.utils.PyDataset):
         workers: int = 1,
         use_multiprocessing: bool = False,
         max_queue_size: int = 10,
+        augment: Compose | None = None,
     ) -> None:
         super().__init__(workers=workers, use_multiprocessing=use_multiprocessing,
                          max_queue_size=max_queue_size)
@@ -57,6 +63,9 @@ class ShardkitPyDataset(keras.utils.PyDataset):
                               fix="use ids, onehot or float_onehot")
         self.dataset = path if isinstance(path, Dataset) else Dataset(path, labels=labels, verify=verify)
         self.normalize = normalize
+        if augment is not None and self.dataset.labels != "ids":
+            raise ConfigError(f"augment needs id labels, not labels={self.dataset.labels!r}", fix="use labels='ids'")
+        self.augment, self.seed = augment, int(seed)
         self.sampler = self.dataset.sampler(batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
                                             drop_last=drop_last, rank=rank, world_size=world_size,
                                             shuffle_mode=shuffle_mode, buffer_size=buffer_size)
@@ -86,7 +95,11 @@ class ShardkitPyDataset(keras.utils.PyDataset):
         return batches[index]
 
     def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        images, labels = self.dataset.batch(self.batch_indices(int(index)))
+        idx = self.batch_indices(int(index))
+        if self.augment is not None:
+            images, labels = self.dataset.augmented_batch(idx, self.augment, seed=self.seed, epoch=self.epoch)
+        else:
+            images, labels = self.dataset.batch(idx)
         x = self.dataset.normalize(images) if self.normalize else images
         return x, labels
 
