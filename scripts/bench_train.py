@@ -162,6 +162,9 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--device", default="cuda", help="cuda (the measurement), or cpu for a smoke test")
+    ap.add_argument("--augment", default=None,
+                    help="a shardkit.augment string (e.g. scale=0.5:2,crop=352x480,hflip,rotate=10,jitter=0.2): "
+                         "adds rows with it applied on the GPU (CudaPrefetcher) and in the workers (CPU)")
     args = ap.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -196,10 +199,26 @@ def main() -> None:
         while True:
             yield fixed
 
+    extra: list[tuple[str, Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]]]] = []
+    if args.augment:
+        from shardkit import augment as A
+
+        aug = A.parse(args.augment)
+        gpu_aug = CudaPrefetcher(make_loader(split, args.batch_size, shuffle=True, num_workers=args.workers,
+                                             drop_last=True, with_indices=True), device, labels="float_onehot",
+                                 augment=aug)
+        cpu_aug = CudaPrefetcher(make_loader(split, args.batch_size, shuffle=True, num_workers=args.workers,
+                                             drop_last=True, augment=aug), device, labels="float_onehot")
+
+        def pairs(pre: CudaPrefetcher) -> Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]]:
+            return lambda: ((b[0], b[1]) for b in pre)
+
+        extra = [("shardkit + GPU augment", pairs(gpu_aug)), ("shardkit + worker (CPU) augment", pairs(cpu_aug))]
+
     model = build_model(args.model, core.num_classes, device)
     rows = {}
     variants = [("resident batch (model only)", resident)] if model is not None else []
-    variants += [("shardkit + CudaPrefetcher", lambda: iter(prefetcher)), ("naive online DataLoader", naive)]
+    variants += [("shardkit + CudaPrefetcher", lambda: iter(prefetcher)), *extra, ("naive online DataLoader", naive)]
     for name, batches in variants:
         rows[name] = train_steps(model, batches, args.steps, args.warmup)
     naive_rate = rows["naive online DataLoader"]["samples_per_s"]
