@@ -234,13 +234,29 @@ def _info_split(split_dir: Path, plot: Path | None) -> None:
               help="Picture to write  [default: sample-INDEX.png]")
 @click.option("--alpha", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
               help="Label opacity in the overlay.")
+@click.option("--augment", metavar="SPEC",
+              help="Draw the sample as augmented, e.g. 'scale=0.5:2,crop=352x480,hflip,jitter=0.2': "
+                   "one row per draw instead of the legend picture.")
+@click.option("--draws", type=click.IntRange(1), default=8, show_default=True,
+              help="With --augment: rows, one per epoch (epoch, epoch+1, ...).")
+@click.option("--seed", type=int, default=0, show_default=True, help="With --augment: augmentation seed.")
+@click.option("--epoch", type=click.IntRange(0), default=0, show_default=True,
+              help="With --augment: epoch of the first row.")
 @_errors_to_exit_codes
-def show(split_dir: Path, index: int, output: Path | None, alpha: float) -> None:
-    """Draw one sample of a converted split: image, label in class colours, overlay and a legend."""
-    from .show import show_sample
+def show(split_dir: Path, index: int, output: Path | None, alpha: float, augment: str | None, draws: int,
+         seed: int, epoch: int) -> None:
+    """Draw one sample of a converted split: image, label in class colours, overlay and a legend.
+
+    With --augment: one row per draw, row k the sample as augmented in epoch EPOCH+k.
+    """
+    from .show import show_augmented, show_sample
 
     try:
-        written = show_sample(split_dir, index, output or Path(f"sample-{index}.png"), alpha=alpha)
+        if augment is not None:
+            written = show_augmented(split_dir, index, output or Path(f"sample-{index}-augmented.png"), augment,
+                                     draws=draws, seed=seed, epoch=epoch, alpha=alpha)
+        else:
+            written = show_sample(split_dir, index, output or Path(f"sample-{index}.png"), alpha=alpha)
     except IndexError as exc:
         raise click.BadParameter(str(exc), param_hint="--index") from None
     click.echo(f"sample {index} written to {written}", err=True)

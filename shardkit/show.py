@@ -73,6 +73,35 @@ def _swatch(img: np.ndarray, x: int, y: int, size: int, colour: Sequence[int]) -
     cv2.rectangle(img, (x, y), (x + size, y + size), (90, 90, 90), 1)
 
 
+def _panels(image: np.ndarray, ids: np.ndarray, pal: np.ndarray, alpha: float
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, tuple[int, int, int]]:
+    """(image, ids, label in class colours, overlay, no-class colour); small samples enlarged (nearest)."""
+    h, w = ids.shape[:2]
+    scale = max(1, -(-MIN_PANEL_WIDTH // w))  # small images are enlarged (nearest) so text stays readable
+    if scale > 1:
+        image = cv2.resize(image, (w * scale, h * scale), interpolation=cv2.INTER_NEAREST)
+        ids = cv2.resize(ids, (w * scale, h * scale), interpolation=cv2.INTER_NEAREST)
+    no_class = ignore_colour(pal)
+    label_rgb = colourize(ids, pal, no_class)
+    overlay = cv2.addWeighted(image, 1.0 - alpha, label_rgb, alpha, 0.0)
+    return image, ids, label_rgb, overlay, no_class
+
+
+def _draw_row(canvas: np.ndarray, y: int, image: np.ndarray, label_rgb: np.ndarray, overlay: np.ndarray,
+              alpha: float, title: str = "", gap: int = 10) -> int:
+    """Draw image | label | overlay (with captions and an optional title line) from row ``y``; → panel top."""
+    h, w = label_rgb.shape[:2]
+    top = y + (54 if title else 30)
+    panels = ((image, "image"), (label_rgb, "label"), (overlay, f"overlay {alpha:g}"))
+    for k, (panel, caption) in enumerate(panels):
+        x = gap + k * (w + gap)
+        canvas[top:top + h, x:x + w] = panel
+        _text(canvas, caption, (x, top - 9))
+    if title:
+        _text(canvas, title, (gap, y + 20), scale=0.55)
+    return top
+
+
 def render_sample(
     image: np.ndarray,
     ids: np.ndarray,
@@ -86,15 +115,8 @@ def render_sample(
     """Image | label in class colours | overlay, with a legend of the classes present. RGB uint8."""
     num_classes = len(class_names)
     pal = palette(num_classes, colours)
+    image, ids, label_rgb, overlay, no_class = _panels(image, ids, pal, alpha)
     h, w = ids.shape[:2]
-    scale = max(1, -(-MIN_PANEL_WIDTH // w))  # small images are enlarged (nearest) so text stays readable
-    if scale > 1:
-        image = cv2.resize(image, (w * scale, h * scale), interpolation=cv2.INTER_NEAREST)
-        ids = cv2.resize(ids, (w * scale, h * scale), interpolation=cv2.INTER_NEAREST)
-        h, w = ids.shape
-    no_class = ignore_colour(pal)
-    label_rgb = colourize(ids, pal, no_class)
-    overlay = cv2.addWeighted(image, 1.0 - alpha, label_rgb, alpha, 0.0)
     gap, top = 10, 54 if title else 30
     panels_w = 3 * w + 4 * gap
 
@@ -115,13 +137,7 @@ def render_sample(
     legend_h = 30 + rows * row_h + gap
 
     canvas = np.full((top + h + legend_h, panels_w, 3), BG, np.uint8)
-    panels = ((image, "image"), (label_rgb, "label"), (overlay, f"overlay {alpha:g}"))
-    for k, (panel, caption) in enumerate(panels):
-        x = gap + k * (w + gap)
-        canvas[top:top + h, x:x + w] = panel
-        _text(canvas, caption, (x, top - 9))
-    if title:
-        _text(canvas, title, (gap, 20), scale=0.55)
+    _draw_row(canvas, 0, image, label_rgb, overlay, alpha, title, gap)
     y0 = top + h + 22
     _text(canvas, "classes in this sample (id, name, pixel share):", (gap, y0))
     for k, (colour, text) in enumerate(entries):
@@ -129,6 +145,27 @@ def render_sample(
         y = y0 + 10 + (k % rows) * row_h
         _swatch(canvas, x, y, sw, colour)
         _text(canvas, text, (x + sw + 8, y + sw - 2))
+    return canvas
+
+
+def render_rows(rows: Sequence[tuple[np.ndarray, np.ndarray, str]], class_names: Sequence[str],
+                colours: Sequence[Sequence[int] | None] = (), *, alpha: float = 0.5) -> np.ndarray:
+    """One image | label | overlay row per ``(image, ids, title)``, all the same size, stacked. RGB uint8.
+
+    Every row has the same height (title line + panel + gap), so the picture is ``len(rows)`` times it.
+    """
+    pal = palette(len(class_names), colours)
+    drawn = [(_panels(image, ids, pal, alpha), title) for image, ids, title in rows]
+    if not drawn:
+        raise ValueError("render_rows needs at least one row")
+    sizes = {d[1].shape[:2] for d, _ in drawn}
+    if len(sizes) > 1:
+        raise ValueError(f"rows differ in size {sorted(sizes)}")
+    (h, w), gap = sizes.pop(), 10
+    row_h = 54 + h + gap
+    canvas = np.full((row_h * len(drawn), 3 * w + 4 * gap, 3), BG, np.uint8)
+    for k, ((image, _ids, label_rgb, overlay, _nc), title) in enumerate(drawn):
+        _draw_row(canvas, k * row_h, image, label_rgb, overlay, alpha, title or " ", gap)
     return canvas
 
 
@@ -185,6 +222,29 @@ def show_sample(split_dir: str | Path, index: int, output: str | Path, *, alpha:
     picture = render_sample(np.ascontiguousarray(image), np.ascontiguousarray(ids), ds.class_names,
                             ds.class_colours, ignore_index=ds.ignore_index, alpha=alpha, title=title)
     return write_png(output, picture)
+
+
+def show_augmented(split_dir: str | Path, index: int, output: str | Path, augment: str, *, draws: int = 8,
+                   seed: int = 0, epoch: int = 0, alpha: float = 0.5) -> Path:
+    """Draw sample ``index`` as augmented in ``draws`` successive epochs (one row each) to ``output`` (PNG).
+
+    Row k is ``aug(image, label, [index], seed=seed, epoch=epoch + k)``: what a model sees of that
+    sample in epoch ``epoch + k``. ``augment`` is the :func:`shardkit.augment.parse` string form.
+    """
+    from . import augment as A
+    from .read.dataset import Dataset
+
+    aug = A.parse(augment)  # ConfigError before any shard is read
+    ds = Dataset(split_dir, labels="ids")
+    image, ids = ds[index]
+    i = index % len(ds)
+    ignore = 255 if ds.ignore_index is None else ds.ignore_index
+    rows = []
+    for k in range(draws):
+        imgs, labs = aug([np.ascontiguousarray(image)], [np.ascontiguousarray(ids)], [i], seed=seed,
+                         epoch=epoch + k, ignore_index=ignore)
+        rows.append((imgs[0], labs[0], f"{ds.manifest.split} #{i}: {ds.key(i)}  seed {seed} epoch {epoch + k}"))
+    return write_png(output, render_rows(rows, ds.class_names, ds.class_colours, alpha=alpha))
 
 
 def plot_classes(split_dir: str | Path, output: str | Path) -> Path:

@@ -100,3 +100,49 @@ def test_render_functions_without_colours() -> None:
     assert pic.dtype == np.uint8 and pic.ndim == 3 and pic.shape[1] >= 3 * 360
     chart = render_class_chart(["a", "b"], [0.25, 0.75])
     assert chart.dtype == np.uint8 and chart.shape[2] == 3
+
+
+AUGMENT = "scale=0.5:2,crop=352x480,hflip,jitter=0.2"
+
+
+def test_show_augment_draws_one_row_per_epoch(camvid: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    outs = [tmp_path / "a.png", tmp_path / "b.png"]
+    for out in outs:
+        result = runner.invoke(main, ["show", str(camvid), "--index", "5", "--augment", AUGMENT, "--draws", "4",
+                                      "--seed", "0", "-o", str(out)])
+        assert result.exit_code == 0, result.output
+    assert outs[0].read_bytes() == outs[1].read_bytes()  # same seed: the same picture, byte for byte
+    picture = _read_rgb(outs[0])
+    h, w = CROP
+    gap, top = 10, 54
+    row_h = top + h + gap
+    assert picture.shape == (4 * row_h, 3 * w + 4 * gap, 3)
+    rows = [picture[k * row_h + top:k * row_h + top + h] for k in range(4)]
+    assert all(not np.array_equal(rows[a], rows[b]) for a in range(4) for b in range(a + 1, 4))
+
+    # row k is exactly what the augmentation gives for epoch k
+    from shardkit import augment as A
+
+    ds = shardkit.open(camvid, labels="ids")
+    image, ids = ds[5]
+    ignore = 255 if ds.ignore_index is None else ds.ignore_index
+    aug_img, aug_ids = A.parse(AUGMENT)([image], [ids], [5], seed=0, epoch=2, ignore_index=ignore)
+    assert np.array_equal(rows[2][:, gap:gap + w], aug_img[0])
+    pal = palette(len(ds.class_names), ds.class_colours)
+    assert np.array_equal(rows[2][:, 2 * gap + w:2 * gap + 2 * w], colourize(aug_ids[0], pal, ignore_colour(pal)))
+
+    other = tmp_path / "c.png"
+    result = runner.invoke(main, ["show", str(camvid), "-i", "5", "--augment", AUGMENT, "--draws", "4",
+                                  "--seed", "1", "-o", str(other)])
+    assert result.exit_code == 0 and other.read_bytes() != outs[0].read_bytes()
+
+
+def test_show_augment_bad_string_is_a_usage_error(camvid: Path, tmp_path: Path) -> None:
+    out = tmp_path / "x.png"
+    for bad in ("scale=2", "warp=3", ""):
+        result = CliRunner().invoke(main, ["show", str(camvid), "--augment", bad, "-o", str(out)])
+        assert result.exit_code == 2, result.output
+        assert "augment" in result.output and "Traceback" not in result.output
+        assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit)
+    assert not out.exists()
