@@ -65,7 +65,7 @@ class Discovery:
     def report_lines(self) -> list[str]:
         """A short human summary: layout, pairs per split, unmatched files (first few names)."""
         lines = [f"layout {self.layout} (labels: {self.label_kind}) in {self.root}",
-                 f"class table: {self.class_dict or 'none found'}"]
+                 f"class table file: {self.class_dict or 'none (a built-in table or the label ids are used)'}"]
         lines += [f"split {name}: {len(pairs)} pairs" for name, pairs in self.splits.items()]
         for what, table in (("images without a label", self.unmatched_images),
                             ("labels without an image", self.unmatched_labels)):

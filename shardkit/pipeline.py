@@ -58,6 +58,9 @@ class ConvertSummary:
     def line(self) -> str:
         if self.dry_run:
             return f"dry run: {self.discovery.total()} pairs found, nothing written"
+        if self.shards and self.reused == self.shards and not self.skipped:  # nothing was decoded: no rate
+            return (f"nothing changed: {self.samples} samples in {self.shards} shards reused unchanged, "
+                    f"{self.bytes / 1e6:.1f} MB, checked in {self.seconds:.1f} s")
         return (
             f"converted {self.samples} samples into {self.shards} shards, {self.bytes / 1e6:.1f} MB, "
             f"in {self.seconds:.1f} s ({self.samples_per_second:.1f} samples/s)"

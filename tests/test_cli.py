@@ -190,3 +190,13 @@ def test_bench_rejects_a_bad_worker_list(tmp_path: Path, camvid_root: Path) -> N
     assert run("convert", raw, tmp_path / "out", "--size", "96x128", "-q").exit_code == 0
     res = run("bench", tmp_path / "out" / "val", "--workers", "two")
     assert res.exit_code == 2 and "--workers" in res.output
+
+
+def test_a_rerun_that_reused_every_shard_says_so_without_a_decode_rate(camvid_root: Path, tmp_path: Path) -> None:
+    raw = small_camvid(camvid_root, tmp_path / "raw", n=4)
+    first = run("convert", raw, tmp_path / "out", "--size", "96x128")
+    assert first.exit_code == 0 and "samples/s" in first.output and "none found" not in first.output
+    again = run("convert", raw, tmp_path / "out", "--size", "96x128")
+    assert again.exit_code == 0, again.output
+    last = again.output.strip().splitlines()[-1]
+    assert last.startswith("nothing changed:") and "reused unchanged" in last and "samples/s" not in last
