@@ -215,3 +215,15 @@ def test_cv2_nearest_is_not_the_label_rule_but_nearly_agrees(data: tuple) -> Non
                                     borderMode=cv2.BORDER_CONSTANT, borderValue=IGNORE)
             assert theirs.dtype == lab.dtype and (ours != theirs).mean() < 1e-3
             assert np.array_equal(ours, _independent_labels(lab, p.matrix, p.out_hw))
+
+
+def test_ranks_draw_what_a_single_process_draws(split: Path) -> None:
+    """Each rank's augmented sample equals that sample augmented alone: rank never enters the draws."""
+    ds = shardkit.open(split)
+    aug = A.parse(FULL)
+    for rank in (0, 1):
+        for idx, images, labels in ds.iter_batches(4, seed=7, epoch=2, rank=rank, world_size=2, with_indices=True,
+                                                   augment=aug):
+            for k, i in enumerate(idx):
+                img, lab = aug(*ds.batch([int(i)]), [int(i)], seed=7, epoch=2, ignore_index=IGNORE)
+                assert np.array_equal(images[k], img[0]) and np.array_equal(labels[k], lab[0])
