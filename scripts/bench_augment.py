@@ -1,12 +1,22 @@
-"""Augmentation throughput, side by side in one run: shardkit's numpy/OpenCV batched path vs its torch path.
+"""Augmentation throughput, side by side in one run: shardkit's numpy/OpenCV batched path vs its torch path,
+plus (with --workers > 0) shardkit's numpy path and a per-sample albumentations.Compose, each in a torch
+DataLoader with that many workers.
 
     python scripts/bench_augment.py RAW_CAMVID [--spec "scale=0.5:2,crop=352x480,hflip,rotate=10,jitter=0.2"]
-        [--batch 16] [--batches 20] [--device cuda]
+        [--batch 16] [--batches 20] [--device cuda] [--workers 2]
 
 Converts nothing: it decodes the CamVid train pairs once, then times whole batches (parameters drawn and
 applied) per path and prints samples/s and the ratio to the CPU path. On CUDA the torch path's time is
 measured with the device synchronised after every batch. Numbers belong in the README as ratios (absolute
 times only from a GPU machine).
+
+The DataLoader rows compare like with like: shardkit's numpy path gets one list of indices per
+``__getitem__`` (batch_size=None, a sampler of index lists); albumentations gets one sample per
+``__getitem__`` (batch_size=--batch, default collate). Both are timed over --batches batches after a first
+(warm-up, worker start) batch. albumentations is optional (``pip install albumentations``, e.g. with the
+``bench`` extra); without it its row is skipped with a note. Its pipeline is the nearest equivalent of the
+spec: RandomScale, Rotate (constant border, mask fill = ignore index), PadIfNeeded + RandomCrop,
+HorizontalFlip, ColorJitter(brightness, contrast, 0, 0); masks use nearest interpolation.
 """
 
 from __future__ import annotations
@@ -19,6 +29,35 @@ import cv2
 import numpy as np
 
 from shardkit import augment as A
+from shardkit.augment import ops as O
+
+IGNORE = 11
+
+
+def albu_compose(aug: O.Compose):  # type: ignore[no-untyped-def]
+    """The nearest albumentations.Compose to ``aug`` (imported lazily; ImportError when not installed)."""
+    import albumentations as al
+
+    ts = []
+    for op in aug.ops:
+        if isinstance(op, O.RandomScale):
+            ts.append(al.RandomScale(scale_limit=(op.lo - 1, op.hi - 1), interpolation=cv2.INTER_LINEAR,
+                                     mask_interpolation=cv2.INTER_NEAREST, p=1.0))
+        elif isinstance(op, O.RandomRotate):
+            ts.append(al.Rotate(limit=(-op.degrees, op.degrees), interpolation=cv2.INTER_LINEAR,
+                                mask_interpolation=cv2.INTER_NEAREST, border_mode=cv2.BORDER_CONSTANT, fill=0,
+                                fill_mask=IGNORE, p=1.0))
+        elif isinstance(op, O.RandomCrop):
+            ts.append(al.PadIfNeeded(op.h, op.w, position="top_left", border_mode=cv2.BORDER_CONSTANT, fill=0,
+                                     fill_mask=IGNORE))
+            ts.append(al.RandomCrop(op.h, op.w))
+        elif isinstance(op, O.RandomFlip):
+            ts.append(al.HorizontalFlip(p=op.horizontal))
+        elif isinstance(op, O.ColorJitter):
+            ts.append(al.ColorJitter(brightness=op.brightness, contrast=op.contrast, saturation=0, hue=0, p=1.0))
+        else:
+            raise ValueError(f"no albumentations equivalent for {type(op).__name__}")
+    return al.Compose(ts)
 
 
 def load(raw: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -36,6 +75,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--device", default=None)
+    ap.add_argument("--workers", type=int, default=2, help="DataLoader workers for the loader rows (0: skip them)")
     args = ap.parse_args()
     aug = A.parse(args.spec)
     images, labels = load(args.raw, args.batch)
@@ -65,11 +105,58 @@ def main() -> None:
         sync = torch.cuda.synchronize if dev.startswith("cuda") else (lambda: None)
         timed(f"shardkit torch ({dev})", lambda b: apply_batch(aug, ti, tl, idx + b * args.batch, seed=0, epoch=0,
                                                               ignore_index=11), sync)
+    if torch is not None and args.workers > 0:
+        loader_rows(args, aug, images, labels, rows)
     base = rows[0][1]
     print(f"{'path':40s} {'samples/s':>10s} {'x cpu':>7s}   spec={args.spec} batch={args.batch} "
           f"input={images.shape[1]}x{images.shape[2]}")
     for name, rate in rows:
         print(f"{name:40s} {rate:10.1f} {rate / base:7.2f}")
+    loaders = dict(rows)
+    sk, al = (loaders.get(f"{k} DataLoader({args.workers} workers)") for k in ("shardkit numpy", "albumentations"))
+    if sk and al:
+        print(f"shardkit numpy / albumentations, both in DataLoader({args.workers} workers): {sk / al:.2f}x")
+
+
+def loader_rows(args: argparse.Namespace, aug: O.Compose, images: np.ndarray, labels: np.ndarray,
+                rows: list[tuple[str, float]]) -> None:
+    """shardkit's numpy path and (if installed) albumentations, each in a torch DataLoader."""
+    from torch.utils.data import DataLoader, Dataset
+
+    n, B, nb = len(images), args.batch, args.batches
+
+    def rate(loader) -> float:  # type: ignore[no-untyped-def]
+        it = iter(loader)
+        next(it)  # warm-up: worker start and first batch
+        t = time.perf_counter()
+        k = sum(1 for _ in it)
+        assert k == nb, k
+        return B * nb / (time.perf_counter() - t)
+
+    class ShardkitBatches(Dataset):
+        def __getitem__(self, idx):  # type: ignore[no-untyped-def]
+            idx = np.asarray(idx)
+            return aug(images[idx % n], labels[idx % n], idx, seed=0, epoch=0, ignore_index=IGNORE)
+
+    batches = [list(range(b * B, (b + 1) * B)) for b in range(nb + 1)]
+    name = f"DataLoader({args.workers} workers)"
+    rows.append((f"shardkit numpy {name}", rate(DataLoader(ShardkitBatches(), batch_size=None, sampler=batches,
+                                                           num_workers=args.workers))))
+    try:
+        tf = albu_compose(aug)
+    except ImportError:
+        print("note: albumentations is not installed; its row is skipped (pip install albumentations)")
+        return
+
+    class AlbuSamples(Dataset):
+        def __len__(self) -> int:
+            return B * (nb + 1)
+
+        def __getitem__(self, i):  # type: ignore[no-untyped-def]
+            out = tf(image=images[i % n], mask=labels[i % n])
+            return out["image"], out["mask"]
+
+    rows.append((f"albumentations {name}", rate(DataLoader(AlbuSamples(), batch_size=B, num_workers=args.workers))))
 
 
 if __name__ == "__main__":
