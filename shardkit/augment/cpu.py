@@ -42,19 +42,35 @@ def warp_labels(label: np.ndarray, m: np.ndarray, hw: tuple[int, int], ignore_in
 
 def warp_labels_batch(labels: np.ndarray, matrices: np.ndarray, hw: tuple[int, int], ignore_index: int,
                       out: np.ndarray | None = None) -> np.ndarray:
-    """Stacked (B, H, W) labels, one (2, 3) matrix each → (B, *hw): the rule of :func:`warp_labels`, one gather."""
+    """Stacked (B, H, W) labels, one (2, 3) matrix each → (B, *hw): the rule of :func:`warp_labels`, one gather.
+
+    The labels get a one-pixel ring of ``ignore_index`` and coordinates are clamped onto it, so pixels that
+    map outside read the ring: no mask pass. Coordinates are summed in the same order as
+    :func:`source_coords` (and the torch backend), in place, and the flat index is built in float64 (exact
+    for integers below 2**53)."""
     b, h, w = labels.shape
+    padded = np.full((b, h + 2, w + 2), ignore_index, labels.dtype)
+    padded[:, 1:-1, 1:-1] = labels
     y = np.arange(hw[0], dtype=np.float64)[:, None]
     x = np.arange(hw[1], dtype=np.float64)[None, :]
-    m = matrices[:, :, :, None, None]  # same arithmetic as source_coords, products taken per row / column
-    ix = np.floor(m[:, 0, 0] * x + m[:, 0, 1] * y + m[:, 0, 2] + 0.5).astype(np.int64)
-    iy = np.floor(m[:, 1, 0] * x + m[:, 1, 1] * y + m[:, 1, 2] + 0.5).astype(np.int64)
-    inside = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
-    flat = (np.arange(b)[:, None, None] * h + np.clip(iy, 0, h - 1)) * w + np.clip(ix, 0, w - 1)
+    m = matrices[:, :, :, None, None]
+    fx = m[:, 0, 0] * x + m[:, 0, 1] * y
+    fx += m[:, 0, 2]
+    fx += 0.5
+    np.floor(fx, out=fx)
+    np.clip(fx, -1, w, out=fx)
+    fy = m[:, 1, 0] * x + m[:, 1, 1] * y
+    fy += m[:, 1, 2]
+    fy += 0.5
+    np.floor(fy, out=fy)
+    np.clip(fy, -1, h, out=fy)
+    fy += 1 + (np.arange(b, dtype=np.float64) * (h + 2))[:, None, None]
+    fy *= w + 2
+    fy += fx
+    fy += 1
     if out is None:
         out = np.empty((b, *hw), labels.dtype)
-    np.take(labels.reshape(-1), flat, out=out)
-    out[~inside] = ignore_index
+    np.take(padded.reshape(-1), fy.astype(np.intp), out=out)
     return out
 
 
