@@ -6,21 +6,32 @@ options); 3 finished but skipped some inputs (``--on-error skip``); 130 interrup
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
 from . import __version__
 from .config import DEFAULT_MAX_PIXELS, ConvertConfig, ShardSize, parse_size
 from .errors import ConfigError, ShardkitError
+from .logs import JsonFormatter
 from .logs import setup as setup_logging
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SKIPPED = 0, 1, 2, 3
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _fail(message: str) -> NoReturn:
+    """Exit 1 with one line: a JSON ``error`` event when ``--log-format json`` is active, else click's line."""
+    handlers = logging.getLogger("shardkit").handlers
+    if any(isinstance(h.formatter, JsonFormatter) for h in handlers):
+        logging.getLogger("shardkit").error(message, extra={"event": "error", "exit_code": 1})
+        sys.exit(1)
+    raise click.ClickException(message) from None
 
 
 def _errors_to_exit_codes(fn: F) -> F:
@@ -33,11 +44,11 @@ def _errors_to_exit_codes(fn: F) -> F:
         except ConfigError as exc:
             raise click.UsageError(str(exc)) from None
         except ShardkitError as exc:
-            raise click.ClickException(str(exc)) from None
+            _fail(str(exc))
         except OSError as exc:  # an I/O error no layer below named: still one line, exit 1
             where = f"{exc.filename}: " if exc.filename else ""
-            raise click.ClickException(f"{where}{exc.strerror or exc} — fix: check the path, its permissions "
-                                       "and the free disk space, then re-run") from None
+            _fail(f"{where}{exc.strerror or exc} — fix: check the path, its permissions and the free disk space, "
+                  "then re-run")
         except KeyboardInterrupt:
             click.echo("interrupted; nothing half-written is visible, re-run to finish", err=True)
             sys.exit(130)

@@ -200,3 +200,11 @@ def test_a_rerun_that_reused_every_shard_says_so_without_a_decode_rate(camvid_ro
     assert again.exit_code == 0, again.output
     last = again.output.strip().splitlines()[-1]
     assert last.startswith("nothing changed:") and "reused unchanged" in last and "samples/s" not in last
+
+
+def test_errors_are_json_lines_with_log_format_json(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()  # an empty folder: no layout found
+    res = CliRunner().invoke(main, ["convert", str(tmp_path / "in"), str(tmp_path / "out"), "--log-format", "json"])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    events = [json.loads(line) for line in res.output.strip().splitlines()]  # every line is a JSON object
+    assert events[-1]["event"] == "error" and events[-1]["exit_code"] == 1 and events[-1]["message"]
