@@ -334,12 +334,10 @@ class Dataset:
         samples differ in size batch only through a pipeline ending in a crop (samples are
         then read one by one).
         """
-        varied = self.spec.size is None and augment is not None and augment.out_hw is not None
-        if not varied:
+        if augment is None:
             self._need_fixed()
-        if augment is not None and self.labels != "ids":
-            raise ConfigError(f"augment needs id labels, but this Dataset gives labels={self.labels!r}",
-                              fix="open the split with labels='ids'")
+        else:
+            self.check_augment(augment)
         if buffers < 0:
             raise ConfigError(f"buffers must be >= 0, got {buffers}")
         sampler = self.sampler(batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last,
@@ -353,19 +351,24 @@ class Dataset:
                 images, labels = self.batch(idx, out=ring[k % buffers] if ring else None)
             yield (idx, images, labels) if with_indices else (images, labels)
 
+    def check_augment(self, augment: Any) -> None:
+        """Refuse a pipeline this split cannot feed: it needs id labels, and samples of one size or a final crop."""
+        if self.labels != "ids":
+            raise ConfigError(f"augment needs id labels, but this Dataset gives labels={self.labels!r}",
+                              fix="open the split with labels='ids' (expand to one-hot afterwards, e.g. "
+                                  "CudaPrefetcher(labels=…))")
+        if self.spec.size is None and augment.out_hw is None:
+            self._need_fixed()
+
     def augmented_batch(self, indices: Sequence[int] | np.ndarray, augment: Any, *, seed: int,
                         epoch: int) -> Batch:
         """Samples ``indices`` read and augmented (fresh arrays), with this split's ignore index (255 if none).
 
         Samples of one size are read in one batched call; splits whose samples differ in size are read
         one by one, which works when the pipeline ends in a crop."""
-        if self.labels != "ids":
-            raise ConfigError(f"augment needs id labels, but this Dataset gives labels={self.labels!r}",
-                              fix="open the split with labels='ids'")
+        self.check_augment(augment)
         idx = self._indices(indices)
         if self.spec.size is None:
-            if augment.out_hw is None:
-                self._need_fixed()
             images, labels = zip(*(self[int(i)] for i in idx), strict=True)
         else:
             images, labels = self.batch(idx)

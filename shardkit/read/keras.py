@@ -63,8 +63,8 @@ class ShardkitPyDataset(keras.utils.PyDataset):
                               fix="use ids, onehot or float_onehot")
         self.dataset = path if isinstance(path, Dataset) else Dataset(path, labels=labels, verify=verify)
         self.normalize = normalize
-        if augment is not None and self.dataset.labels != "ids":
-            raise ConfigError(f"augment needs id labels, not labels={self.dataset.labels!r}", fix="use labels='ids'")
+        if augment is not None:
+            self.dataset.check_augment(augment)
         self.augment, self.seed = augment, int(seed)
         self.sampler = self.dataset.sampler(batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
                                             drop_last=drop_last, rank=rank, world_size=world_size,

@@ -75,9 +75,8 @@ class ShardkitTorchDataset(torch.utils.data.Dataset):
         self.with_indices = with_indices
         self.buffers = buffers
         self.augment, self.seed = augment, int(seed)
-        if augment is not None and self.dataset.labels != "ids":
-            raise ConfigError(f"augment needs id labels, not labels={self.dataset.labels!r}",
-                              fix="use labels='ids' (expand to one-hot afterwards, e.g. CudaPrefetcher(labels=…))")
+        if augment is not None:
+            self.dataset.check_augment(augment)
         self._ring: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._ring_pos = 0
         self.pin = False  # reused main-process buffers in pinned memory (set by make_loader)
