@@ -21,33 +21,20 @@ if TYPE_CHECKING:
     from .ops import Compose, Params
 
 
-def source_coords(m: np.ndarray, hw: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """Nearest integer source (x, y) of every output pixel of an ``hw`` output (int64 arrays)."""
-    y = np.arange(hw[0], dtype=np.float64)[:, None]
-    x = np.arange(hw[1], dtype=np.float64)[None, :]
-    sx = m[0, 0] * x + m[0, 1] * y + m[0, 2]
-    sy = m[1, 0] * x + m[1, 1] * y + m[1, 2]
-    return np.floor(sx + 0.5).astype(np.int64), np.floor(sy + 0.5).astype(np.int64)
-
-
 def warp_labels(label: np.ndarray, m: np.ndarray, hw: tuple[int, int], ignore_index: int) -> np.ndarray:
     """One (H, W) label warped by ``m`` (output → source) into ``hw``; outside → ``ignore_index``."""
-    ix, iy = source_coords(m, hw)
-    h, w = label.shape[:2]
-    inside = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
-    out = label[np.clip(iy, 0, h - 1), np.clip(ix, 0, w - 1)]
-    out[~inside] = ignore_index
-    return out
+    return warp_labels_batch(label[None], np.asarray(m)[None], hw, ignore_index)[0]
 
 
 def warp_labels_batch(labels: np.ndarray, matrices: np.ndarray, hw: tuple[int, int], ignore_index: int,
                       out: np.ndarray | None = None) -> np.ndarray:
-    """Stacked (B, H, W) labels, one (2, 3) matrix each → (B, *hw): the rule of :func:`warp_labels`, one gather.
+    """Stacked (B, H, W) labels, one (2, 3) matrix each → (B, *hw) in one gather.
 
-    The labels get a one-pixel ring of ``ignore_index`` and coordinates are clamped onto it, so pixels that
-    map outside read the ring: no mask pass. Coordinates are summed in the same order as
-    :func:`source_coords` (and the torch backend), in place, and the flat index is built in float64 (exact
-    for integers below 2**53)."""
+    The rule: output pixel (x, y) takes the source label at ``floor(M @ [x, y, 1] + 0.5)`` when that
+    lies inside the source, else ``ignore_index``; the dtype is kept. The labels get a one-pixel ring of
+    ``ignore_index`` and coordinates are clamped onto it, so pixels that map outside read the ring: no
+    mask pass. Coordinates are summed as ``((m00*x + m01*y) + m02) + 0.5``, in place (the torch backend
+    uses the same order), and the flat index is built in float64 (exact for integers below 2**53)."""
     b, h, w = labels.shape
     padded = np.full((b, h + 2, w + 2), ignore_index, labels.dtype)
     padded[:, 1:-1, 1:-1] = labels
