@@ -34,6 +34,18 @@ def camvid_root(shared_data: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def camvid_val_npy(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """CamVid val (26 pairs, ignore id 11) as npy shards at 360x480, 13 samples per shard (read-only for tests)."""
+    from shardkit.config import ConvertConfig, ShardSize
+    from shardkit.pipeline import convert
+
+    out = tmp_path_factory.mktemp("camvid-val-npy")
+    convert(ConvertConfig(camvid_root, out, format="npy", size=(360, 480), splits=("val",), workers=2,
+                          quiet=True, shard_size=ShardSize(samples=13)))
+    return out / "val"
+
+
+@pytest.fixture(scope="session")
 def rgb_masks_root(shared_data: Path) -> Path:
     return shared_data / "rgb-masks-mini"
 

@@ -28,12 +28,9 @@ def loose(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def split(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def split(camvid_val_npy: Path) -> Path:
     """The same pairs converted with --size 360x480 (fixed size: batched reads)."""
-    out = tmp_path_factory.mktemp("augment")
-    convert(ConvertConfig(camvid_root, out, format="npy", size=(360, 480), splits=("val",), workers=2,
-                          quiet=True, shard_size=ShardSize(samples=13)))
-    return out / "val"
+    return camvid_val_npy
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,7 @@ import pytest
 
 import shardkit
 from shardkit import augment as A
-from shardkit.config import ConvertConfig, ShardSize
 from shardkit.errors import ConfigError
-from shardkit.pipeline import convert
 
 torch = pytest.importorskip("torch")
 from shardkit.augment.torch import apply_batch  # noqa: E402
@@ -29,12 +27,9 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.i
 
 
 @pytest.fixture(scope="module")
-def split(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def split(camvid_val_npy: Path) -> Path:
     """CamVid val (26 pairs) as npy shards at 360x480."""
-    out = tmp_path_factory.mktemp("augment-torch")
-    convert(ConvertConfig(camvid_root, out, format="npy", size=(360, 480), splits=("val",), workers=2,
-                          quiet=True, shard_size=ShardSize(samples=13)))
-    return out / "val"
+    return camvid_val_npy
 
 
 @pytest.fixture(scope="module")
