@@ -20,7 +20,7 @@ from .discover import SamplePair
 from .errors import ShardkitError
 from .formats.base import sha256_file
 from .manifest import atomic_write_bytes
-from .transform import regular_stat
+from .preprocess import regular_stat
 
 log = logging.getLogger(__name__)
 CACHE_NAME = ".fingerprints.json"

@@ -29,7 +29,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from .errors import ConfigError, DecodeError, InputNotFoundError, LabelError, ShardFormatError
-from .transform import decode_label_pixels, read_bytes
+from .preprocess import decode_label_pixels, read_bytes
 
 logger = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ from .lock import OutputLock
 from .manifest import MANIFEST_NAME, Manifest, ShardInfo, dump_manifest, fsync_dir
 from .plan import ShardTask, plan_split
 from .pool import run_tasks
+from .preprocess import read_image_size
 from .stats import Stats
-from .transform import read_image_size
 from .worker import ShardResult, WorkerContext
 
 log = logging.getLogger(__name__)

@@ -22,8 +22,8 @@ from .formats.base import SampleSpec, WrittenFile
 from .formats.registry import writer_class
 from .labels import LabelDecoder
 from .plan import ShardTask
+from .preprocess import check_pixels, decode_image, encode_label, fit_pair, regular_stat
 from .stats import Stats
-from .transform import check_pixels, decode_image, encode_label, fit_pair, regular_stat
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from ..formats.base import SampleSpec, ShardReader
 from ..formats.registry import reader_class, writer_class
 from ..manifest import Manifest, load_manifest
 from ..onehot import onehot_into
-from ..transform import decode_label_encoding
+from ..preprocess import decode_label_encoding
 from . import sampling
 
 log = logging.getLogger(__name__)
