@@ -19,17 +19,15 @@ import io
 import json
 import logging
 import re
-import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
 
-from .errors import ConfigError, DecodeError, InputNotFoundError, LabelError, ShardFormatError
-from .preprocess import decode_label_pixels, read_bytes
+from .errors import ConfigError, InputNotFoundError, LabelError, ShardFormatError
+from .imageio import decode_label_pixels, decode_palette_label
 
 logger = logging.getLogger(__name__)
 
@@ -888,26 +886,7 @@ class LabelDecoder:
 
     def _decode_palette(self, path: Path) -> np.ndarray:
         """Palette-indexed labels via PIL: mode P gives indices directly (OpenCV would expand colours)."""
-        data = read_bytes(path, "label")
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-                with Image.open(io.BytesIO(data.tobytes())) as im:
-                    im.load()
-                    mode = im.mode
-                    arr = np.array(im)
-        except (
-            UnidentifiedImageError,
-            OSError,
-            SyntaxError,
-            ValueError,
-            Image.DecompressionBombError,
-        ) as exc:
-            raise DecodeError(
-                f"cannot decode label: {exc}",
-                path=path,
-                fix="re-export or remove the file, or --on-error skip",
-            ) from None
+        mode, arr = decode_palette_label(path)
         if mode in ("RGB", "RGBA"):
             return self._map_colours(_pack(arr[:, :, :3]), path)
         if mode in ("P", "PA", "L", "LA"):

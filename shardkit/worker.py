@@ -20,9 +20,10 @@ from .config import DEFAULT_MAX_PIXELS
 from .errors import ShardkitError
 from .formats.base import SampleSpec, WrittenFile
 from .formats.registry import writer_class
+from .imageio import check_pixels, decode_image, regular_stat
 from .labels import LabelDecoder
 from .plan import ShardTask
-from .preprocess import check_pixels, decode_image, encode_label, fit_pair, regular_stat
+from .preprocess import encode_label, fit_pair
 from .stats import Stats
 
 log = logging.getLogger(__name__)

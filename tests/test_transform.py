@@ -11,17 +11,8 @@ import pytest
 from PIL import Image
 
 from shardkit.errors import ConfigError, DecodeError, InputNotFoundError, LabelError, ShardFormatError
-from shardkit.preprocess import (
-    _jpeg_truncated,
-    _png_plain_8bit,
-    decode_image,
-    decode_label_encoding,
-    decode_label_pixels,
-    encode_label,
-    fit_pair,
-    read_image_size,
-    stored_label_shape,
-)
+from shardkit.imageio import _jpeg_truncated, _png_plain_8bit, decode_image, decode_label_pixels, read_image_size
+from shardkit.preprocess import decode_label_encoding, encode_label, fit_pair, stored_label_shape
 
 RNG = np.random.default_rng(2024)
 
@@ -413,7 +404,7 @@ def test_decode_label_encoding_handles_batches_and_malformed_vectors() -> None:
 
 def test_libspng_and_opencv_decode_real_pngs_identically(camvid_root: Path, rgb_masks_root: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    import shardkit.preprocess as tr
+    import shardkit.imageio as tr
 
     assert tr._spng is not None, "pyspng is a dependency: the fast PNG path must be what the tests exercise"
     files = sorted((camvid_root / "val").glob("*.png"))[:5] + sorted((rgb_masks_root / "train").glob("*.png"))[:5]
@@ -427,7 +418,7 @@ def test_libspng_and_opencv_decode_real_pngs_identically(camvid_root: Path, rgb_
 @pytest.mark.parametrize("mode", ["L", "LA", "RGBA", "P", "I;16"])
 def test_libspng_and_opencv_agree_on_every_png_kind(tmp_path: Path, mode: str,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    import shardkit.preprocess as tr
+    import shardkit.imageio as tr
 
     rng = np.random.default_rng(1)
     if mode == "I;16":
