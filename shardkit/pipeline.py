@@ -24,12 +24,12 @@ from .fingerprint import CACHE_NAME, fingerprint_samples, load_cache, save_cache
 from .formats.base import TMP_MARK, SampleSpec, fsync_file
 from .formats.registry import writer_class
 from .imageio import read_image_size
-from .journal import RECORD_PREFIX, ShardRecord, reuse
 from .labels import ClassTable, LabelDecoder, build_class_table
 from .lock import OutputLock
 from .manifest import MANIFEST_NAME, Manifest, ShardInfo, dump_manifest, fsync_dir
 from .plan import ShardTask, plan_split
 from .pool import run_tasks
+from .records import RECORD_PREFIX, ShardRecord, reuse
 from .stats import Stats
 from .worker import ShardResult, WorkerContext
 
