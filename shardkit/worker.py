@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from .formats.base import SampleSpec, WrittenFile
 from .formats.registry import writer_class
 from .labels import LabelDecoder
 from .plan import ShardTask
+from .progress import worker_tick
 from .stats import Stats
 from .transform import check_pixels, decode_image, encode_label, fit_pair, regular_stat
 
@@ -125,14 +127,21 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def convert_shard_in_worker(task: ShardTask, ctx: WorkerContext, parent_pid: int) -> ShardResult:
-    """:func:`convert_shard` in a local pool process that dies with ``parent_pid``."""
+def convert_shard_in_worker(task: ShardTask, ctx: WorkerContext, parent_pid: int, counter: str | None = None,
+                            slot: int = 0) -> ShardResult:
+    """:func:`convert_shard` in a local pool process that dies with ``parent_pid``.
+
+    ``counter``/``slot``: the parent's progress counter file and this task's slot in it.
+    """
     die_with_parent(parent_pid)
-    return convert_shard(task, ctx)
+    return convert_shard(task, ctx, worker_tick(counter, slot))
 
 
-def convert_shard(task: ShardTask, ctx: WorkerContext) -> ShardResult:
-    """Write shard ``task.stem`` of ``task.split`` to temporary names and describe it."""
+def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] | None = None) -> ShardResult:
+    """Write shard ``task.stem`` of ``task.split`` to temporary names and describe it.
+
+    ``tick`` is called once per sample written or skipped (the progress bar).
+    """
     try:
         import cv2
 
@@ -152,6 +161,8 @@ def convert_shard(task: ShardTask, ctx: WorkerContext) -> ShardResult:
                     raise
                 log.debug("skipped %s: %s", pair.key, exc)
                 skipped.append({"key": pair.key, "reason": str(exc)})
+                if tick is not None:
+                    tick()
                 continue
             _write(writer.add, task, image, stored, pair.key)
             present = stats.add(image, ids)
@@ -163,6 +174,8 @@ def convert_shard(task: ShardTask, ctx: WorkerContext) -> ShardResult:
                 "classes": present,
                 "fingerprint": fingerprint,
             })
+            if tick is not None:
+                tick()
         files = _write(writer.close, task, ctx.sync_files)
     except BaseException:
         writer.abort()
