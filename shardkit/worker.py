@@ -146,6 +146,8 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
         import cv2
 
         cv2.setNumThreads(1)  # one process per core already; OpenCV threads would only contend
+        # silent: every decode failure is reported as one shardkit line, not OpenCV chatter before it
+        cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
     except Exception:  # pragma: no cover
         pass
     stats = Stats(ctx.spec.num_classes)
@@ -160,7 +162,7 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
                 if ctx.on_error != "skip":
                     raise
                 log.debug("skipped %s: %s", pair.key, exc)
-                skipped.append({"key": pair.key, "reason": str(exc)})
+                skipped.append({"key": pair.key, "reason": exc.problem})  # its fix was "--on-error skip"
                 if tick is not None:
                     tick()
                 continue

@@ -99,6 +99,24 @@ def test_bad_input_gives_one_line_and_keeps_previous_output(case: str, camvid_ro
     assert skip.exit_code == 3
     manifest = json.loads((tmp_path / "skip" / "val" / "manifest.json").read_text())
     assert [s["key"] for s in manifest["skipped"]] == [f"val/{names[2]}"]
+    reason = manifest["skipped"][0]["reason"]
+    assert names[2] in reason and "--on-error skip" not in reason  # the fix it would suggest was taken
+
+
+def test_a_corrupt_png_is_one_line_without_decoder_chatter(camvid_root: Path, tmp_path: Path) -> None:
+    """OpenCV/libpng write warnings straight to fd 2; the user sees only shardkit's line (a real process)."""
+    import subprocess
+    import sys
+
+    raw = tmp_path / "raw"
+    names = make_raw(camvid_root, raw, n=2)
+    target = raw / "valannot" / names[1]
+    target.write_bytes(target.read_bytes()[:3000])
+    for workers in ("1", "2"):
+        res = subprocess.run([sys.executable, "-m", "shardkit", "convert", str(raw), str(tmp_path / f"o{workers}"),
+                              "-q", "--workers", workers], capture_output=True, text=True, timeout=120)
+        assert res.returncode == 1
+        assert res.stderr.strip().splitlines() == [one_line_error(res.stderr)], res.stderr
 
 
 def test_unreadable_file_is_named(camvid_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
