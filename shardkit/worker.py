@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .config import DEFAULT_MAX_PIXELS
-from .errors import ShardkitError
+from .errors import LabelError, ShardkitError
 from .formats.base import SampleSpec, WrittenFile
 from .formats.registry import writer_class
 from .labels import LabelDecoder
@@ -70,6 +70,20 @@ def _rel(path: Path, root: Path) -> str:
     return path.relative_to(root).as_posix() if path.is_relative_to(root) else path.as_posix()
 
 
+def _lossy_label_hint(exc: LabelError, label: Path | None) -> LabelError:
+    """``exc`` as it is, or — for a JPEG label — the reason its ids or colours are wrong and the real fix."""
+    try:
+        with open(label or "", "rb") as f:
+            jpeg = f.read(3) == b"\xff\xd8\xff"
+    except OSError:
+        jpeg = False
+    if not jpeg:
+        return exc
+    return LabelError(f"{exc.problem} — the label is a JPEG: lossy compression changes ids and colours along every "
+                      "edge, so labels must be stored losslessly", fix="re-export the labels as PNG from their "
+                      "source (converting the JPEG cannot restore the lost values)")
+
+
 def process_sample(pair: Any, ctx: WorkerContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Decode + fit + encode one pair → (image, stored label, class ids)."""
     regular_stat(pair.image, "image")  # before anything opens it: a FIFO would block
@@ -78,7 +92,10 @@ def process_sample(pair: Any, ctx: WorkerContext) -> tuple[np.ndarray, np.ndarra
         regular_stat(pair.label, "label")
         check_pixels(pair.label, ctx.max_pixels, "label")
     image = decode_image(pair.image)
-    ids = ctx.decoder.decode(pair.label)
+    try:
+        ids = ctx.decoder.decode(pair.label)
+    except LabelError as exc:
+        raise _lossy_label_hint(exc, pair.label) from None
     pad = ctx.decoder.table.ignore_index if ctx.decoder.table.ignore_index is not None else 0
     image, ids = fit_pair(image, ids, size=ctx.size, resize=ctx.resize, crop=ctx.crop, pad_label=pad,
                           label_path=pair.label)

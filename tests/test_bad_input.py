@@ -328,3 +328,17 @@ def test_other_os_errors_are_one_line(camvid_root: Path, tmp_path: Path, monkeyp
     assert res.exit_code == 1
     line = one_line_error(res.output)
     assert ".fingerprints.json" in line and "Permission denied" in line and "fix:" in line
+
+
+def test_a_jpeg_label_is_named_as_the_cause(camvid_root: Path, tmp_path: Path) -> None:
+    """A JPEG label's stray ids are explained (lossy edges) with the real fix, not '--num-classes'."""
+    raw = tmp_path / "raw"
+    names = make_raw(camvid_root, raw, n=2)
+    label = raw / "valannot" / names[0]
+    ids = cv2.imread(str(label), cv2.IMREAD_UNCHANGED)
+    label.unlink()
+    cv2.imwrite(str(label.with_suffix(".jpg")), ids, [cv2.IMWRITE_JPEG_QUALITY, 90])
+    res = invoke("convert", raw, tmp_path / "out", "-q", "--workers", "1")
+    assert res.exit_code == 1
+    line = one_line_error(res.output)
+    assert f"{names[0][:-4]}.jpg" in line and "is a JPEG" in line and "re-export the labels as PNG" in line
