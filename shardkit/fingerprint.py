@@ -20,7 +20,7 @@ from .discover import SamplePair
 from .errors import ShardkitError
 from .formats.base import sha256_file
 from .imageio import regular_stat
-from .manifest import atomic_write_bytes
+from .publish import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 CACHE_NAME = ".fingerprints.json"

@@ -27,7 +27,7 @@ CROP_MODES = ("center", "none")
 ENCODINGS = ("index", "onehot", "packed")
 
 
-def _target_size(hw: tuple[int, int], size: tuple[int, int] | None, resize: str) -> tuple[int, int]:
+def resized_hw(hw: tuple[int, int], size: tuple[int, int] | None, resize: str) -> tuple[int, int]:
     """The (H, W) an image of size ``hw`` is scaled to before any crop."""
     if resize not in RESIZE_MODES:
         raise ConfigError(f"resize={resize!r} is not one of {', '.join(RESIZE_MODES)}")
@@ -41,6 +41,22 @@ def _target_size(hw: tuple[int, int], size: tuple[int, int] | None, resize: str)
     h, w = hw
     scale = max(th / h, tw / w)
     return max(th, round(h * scale)), max(tw, round(w * scale))
+
+
+def stored_hw(hw: tuple[int, int], size: tuple[int, int] | None, resize: str, crop: str) -> tuple[int, int]:
+    """The (H, W) a source of ``hw`` is stored at: resized, then centre-cropped or padded to ``size``.
+
+    The one statement of the stored-shape rule: :func:`fit_pair` produces it, the planner sizes
+    shards by it before decoding anything, and :func:`fixed_size` is its shape-independent case.
+    """
+    if size is not None and crop == "center":
+        return size
+    return resized_hw(hw, size, resize)
+
+
+def fixed_size(size: tuple[int, int] | None, resize: str, crop: str) -> tuple[int, int] | None:
+    """The (H, W) every stored sample has whatever its source size, or None when it follows the source."""
+    return size if size is not None and (crop == "center" or resize == "exact") else None
 
 
 def _crop_or_pad(arr: np.ndarray, size: tuple[int, int], fill: int) -> np.ndarray:
@@ -98,7 +114,7 @@ def fit_pair(
                 fix="choose an --ignore-index that is a stored class id",
             )
     h, w = image.shape[:2]
-    th, tw = _target_size((h, w), size, resize)
+    th, tw = resized_hw((h, w), size, resize)
     if (th, tw) != (h, w):
         shrinking = th <= h and tw <= w
         interp = cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR

@@ -1,8 +1,8 @@
 """What every shard format shares: the sample spec, temp-name writing, fsync, hashing, readers' checks.
 
 A format module only says how samples become bytes (writer) and bytes become samples
-(reader). Everything else — temporary names, durability, sha256, size limits, path
-safety, lazy per-process opening — lives here, once.
+(reader). Everything else — temporary names, sha256, size limits, path safety, lazy
+per-process opening — lives here, once; fsync and renaming are :mod:`shardkit.publish`'s.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import numpy as np
 
 from ..errors import IntegrityError, ShardFormatError
 from ..manifest import ShardFile, ShardInfo, check_regular_file, member_path
+from ..publish import TMP_MARK, fsync_file
 
 HASH_CHUNK = 8 * 1024 * 1024
-TMP_MARK = ".tmp-"
 
 
 @dataclass(frozen=True)
@@ -119,14 +119,6 @@ def sha256_file(path: Path, *, mapped: bool = False) -> str:
             while chunk := fh.read(HASH_CHUNK):
                 h.update(chunk)
     return h.hexdigest()
-
-
-def fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class ShardWriter(ABC):
