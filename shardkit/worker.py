@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .config import DEFAULT_MAX_PIXELS
+from .discover import rel_path
 from .errors import LabelError, ShardkitError
 from .formats.base import SampleSpec, WrittenFile
 from .formats.registry import writer_class
@@ -65,10 +66,6 @@ class ShardResult:
     stats: dict[str, Any] = field(default_factory=dict)
     skipped: list[dict[str, str]] = field(default_factory=list)
     synced: bool = True  # False: the files still need an fsync before they are published
-
-
-def _rel(path: Path, root: Path) -> str:
-    return path.relative_to(root).as_posix() if path.is_relative_to(root) else path.as_posix()
 
 
 def _lossy_label_hint(exc: LabelError, label: Path | None) -> LabelError:
@@ -188,7 +185,7 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
             present = stats.add(image, ids)
             samples.append({
                 "key": pair.key,
-                "label": _rel(pair.label, ctx.root),
+                "label": rel_path(ctx.root, pair.label),
                 "height": int(image.shape[0]),
                 "width": int(image.shape[1]),
                 "classes": present,
