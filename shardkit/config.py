@@ -17,10 +17,6 @@ from typing import Any, Literal
 from .errors import ConfigError
 
 FormatName = Literal["npy", "lmdb", "hdf5", "tfrecord"]
-ResizeMode = Literal["none", "exact", "shorter"]
-CropMode = Literal["center", "none"]
-LabelEncoding = Literal["index", "onehot", "packed"]
-OnError = Literal["fail", "skip"]
 
 FORMATS: tuple[str, ...] = ("npy", "lmdb", "hdf5", "tfrecord")
 DEFAULT_SHARD_SAMPLES = 500
@@ -87,9 +83,6 @@ class ShardSize:
             raise ConfigError(f"--shard-size {text!r} is too large (at most {MAX_SHARD_SAMPLES} samples)",
                               fix="use e.g. --shard-size 500")
         return cls(samples=value)
-
-    def describe(self) -> str:
-        return f"{self.samples} samples" if self.samples else f"{self.nbytes} bytes"
 
 
 @dataclass(frozen=True)

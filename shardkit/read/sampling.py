@@ -59,13 +59,6 @@ def even_out(order: np.ndarray, world_size: int, drop_last: bool) -> np.ndarray:
     return np.tile(order, reps)[:total]
 
 
-def global_order(n: int, *, shuffle: bool, seed: int, epoch: int) -> np.ndarray:
-    """``arange(n)``, permuted by the epoch's generator when shuffling."""
-    if not shuffle:
-        return np.arange(n, dtype=np.int64)
-    return epoch_rng(seed, epoch).permutation(n).astype(np.int64, copy=False)
-
-
 def shard_stream(shard_sizes: Sequence[int], *, shuffle: bool, rng: np.random.Generator | None) -> np.ndarray:
     """Global indices shard by shard, shards in (permuted) order, each shard's samples in stored order."""
     sizes = np.asarray(shard_sizes, dtype=np.int64)
