@@ -70,6 +70,7 @@ def test_camvid_manifest_counts_classes_and_shards(camvid_converted, camvid_root
     sizes = [s.num_samples for s in m.shards]
     assert sum(sizes) == 123 and max(sizes) <= 50 and len(sizes) >= 3
     assert m.classes["num_classes"] == 12 and m.classes["ignore_index"] == 11
+    assert m.preprocessing["cityscapes_train_ids"] is None  # a SegNet dataset: the remap did not apply
     counts = np.zeros(12, np.int64)
     for i in range(len(ds)):
         counts += np.bincount(ds[i][1].ravel(), minlength=12)
