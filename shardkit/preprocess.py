@@ -54,6 +54,14 @@ def stored_hw(hw: tuple[int, int], size: tuple[int, int] | None, resize: str, cr
     return resized_hw(hw, size, resize)
 
 
+def pads(hw: tuple[int, int], size: tuple[int, int] | None, resize: str, crop: str) -> bool:
+    """Whether :func:`fit_pair` pads a sample of height/width ``hw`` (it is smaller than ``size`` after resizing)."""
+    if size is None or crop != "center":
+        return False
+    th, tw = resized_hw(hw, size, resize)
+    return th < size[0] or tw < size[1]
+
+
 def fixed_size(size: tuple[int, int] | None, resize: str, crop: str) -> tuple[int, int] | None:
     """The (H, W) every stored sample has whatever its source size, or None when it follows the source."""
     return size if size is not None and (crop == "center" or resize == "exact") else None

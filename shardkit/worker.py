@@ -25,7 +25,7 @@ from .formats.registry import writer_class
 from .imageio import check_pixels, decode_image, regular_stat
 from .labels import LabelDecoder
 from .plan import ShardTask
-from .preprocess import encode_label, fit_pair
+from .preprocess import encode_label, fit_pair, pads
 from .progress import worker_tick
 from .stats import Stats
 
@@ -66,6 +66,7 @@ class ShardResult:
     stats: dict[str, Any] = field(default_factory=dict)
     skipped: list[dict[str, str]] = field(default_factory=list)
     synced: bool = True  # False: the files still need an fsync before they are published
+    padded: int = 0  # samples smaller than --size after resizing, padded (image 0, label the pad id)
 
 
 def _lossy_label_hint(exc: LabelError, label: Path | None) -> LabelError:
@@ -82,8 +83,8 @@ def _lossy_label_hint(exc: LabelError, label: Path | None) -> LabelError:
                       "source (converting the JPEG cannot restore the lost values)")
 
 
-def process_sample(pair: Any, ctx: WorkerContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Decode + fit + encode one pair → (image, stored label, class ids)."""
+def process_sample(pair: Any, ctx: WorkerContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """Decode + fit + encode one pair → (image, stored label, class ids, whether it was padded)."""
     regular_stat(pair.image, "image")  # before anything opens it: a FIFO would block
     check_pixels(pair.image, ctx.max_pixels, "image")
     if pair.label is not None:
@@ -95,9 +96,10 @@ def process_sample(pair: Any, ctx: WorkerContext) -> tuple[np.ndarray, np.ndarra
     except LabelError as exc:
         raise _lossy_label_hint(exc, pair.label) from None
     pad = ctx.decoder.table.ignore_index if ctx.decoder.table.ignore_index is not None else 0
+    padded = pads(image.shape[:2], ctx.size, ctx.resize, ctx.crop)
     image, ids = fit_pair(image, ids, size=ctx.size, resize=ctx.resize, crop=ctx.crop, pad_label=pad,
                           label_path=pair.label)
-    return image, encode_label(ids, ctx.spec.label_encoding, ctx.spec.num_classes), ids
+    return image, encode_label(ids, ctx.spec.label_encoding, ctx.spec.num_classes), ids, padded
 
 
 def _write(fn: Any, task: ShardTask, *args: Any) -> Any:
@@ -169,10 +171,11 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
     writer = writer_class(ctx.format)(task.directory, task.stem, ctx.spec, len(task.samples), ctx.compression)
     samples: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
+    padded = 0
     try:
         for pair, fingerprint in zip(task.samples, task.fingerprints, strict=True):
             try:
-                image, stored, ids = process_sample(pair, ctx)
+                image, stored, ids, was_padded = process_sample(pair, ctx)
             except ShardkitError as exc:
                 if ctx.on_error != "skip":
                     raise
@@ -182,6 +185,7 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
                     tick()
                 continue
             _write(writer.add, task, image, stored, pair.key)
+            padded += was_padded
             present = stats.add(image, ids)
             samples.append({
                 "key": pair.key,
@@ -198,4 +202,4 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
         writer.abort()
         raise
     return ShardResult(task.split, task.index, task.key, task.directory, files, samples, stats.to_wire(), skipped,
-                       ctx.sync_files)
+                       ctx.sync_files, padded)
