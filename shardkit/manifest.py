@@ -13,7 +13,7 @@ import os
 import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypeGuard
 
 from .config import FORMATS
 from .errors import ShardFormatError, UnsafePathError
@@ -29,7 +29,7 @@ LABEL_ENCODINGS = ("index", "onehot", "packed")
 CLASS_ID_DTYPES = ("|u1", "<u2")
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 

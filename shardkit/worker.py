@@ -189,7 +189,7 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
             present = stats.add(image, ids)
             samples.append({
                 "key": pair.key,
-                "label": rel_path(ctx.root, pair.label),
+                "label": rel_path(ctx.root, pair.label) if pair.label is not None else None,
                 "height": int(image.shape[0]),
                 "width": int(image.shape[1]),
                 "classes": present,

@@ -277,7 +277,7 @@ class ShardReader(ABC):
     def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Local sample ``i`` → (image (H, W, 3) uint8, stored label)."""
 
-    def read_batch_into(self, local_indices: Sequence[int], out_images: np.ndarray,
+    def read_batch_into(self, local_indices: Sequence[int] | np.ndarray, out_images: np.ndarray,
                         out_labels: np.ndarray) -> None:
         """Read samples ``local_indices`` into ``out_images[k]``/``out_labels[k]`` (fixed-size data).
 
@@ -304,4 +304,5 @@ class ShardReader(ABC):
         shapes = getattr(self, "_shapes", None)
         if shapes is not None:
             return int(shapes[i, 0]), int(shapes[i, 1])
-        return tuple(self.read(i)[0].shape[:2])  # type: ignore[return-value]
+        h, w = self.read(i)[0].shape[:2]
+        return int(h), int(w)

@@ -193,7 +193,7 @@ def _parse_text_palette(text: str, path: Path) -> ClassTable:
                 fix="write one class per line as r g b name",
             ) from None
         name = parts[3].strip() if len(parts) > 3 and parts[3].strip() else f"class_{len(entries)}"
-        entries.append((name, rgb, f"line {n}"))  # type: ignore[arg-type]
+        entries.append((name, rgb, f"line {n}"))
     return _finish_table(entries, path, "palette")
 
 

@@ -178,7 +178,7 @@ class Dataset:
         if self.labels == "stored" or (self.labels == "ids" and self.spec.label_encoding == "index"):
             return stored
         lead = stored.shape[:-1] if self.spec.label_channels else stored.shape
-        out = np.empty((*lead[:-2], *self.label_shape(lead[-2:])), self.label_dtype)  # type: ignore[arg-type]
+        out = np.empty((*lead[:-2], *self.label_shape(lead[-2:])), self.label_dtype)
         self._convert_into(stored, out)
         return out
 
@@ -366,6 +366,8 @@ class Dataset:
         one by one, which works when the pipeline ends in a crop."""
         self.check_augment(augment)
         idx = self._indices(indices)
+        images: Any
+        labels: Any
         if self.spec.size is None:
             images, labels = zip(*(self[int(i)] for i in idx), strict=True)
         else:
