@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ShardkitError, WorkerError
-from .formats.base import TMP_MARK
 from .formats.registry import writer_class
 from .plan import ShardTask
 from .progress import SampleCounter, progress_bar
+from .publish import TMP_MARK
 from .worker import ShardResult, WorkerContext, convert_shard, convert_shard_in_worker
 
 log = logging.getLogger(__name__)
