@@ -74,16 +74,3 @@ def validate_manifest():
         return validate_manifest_file(path / "manifest.json" if path.is_dir() else path)
 
     return check
-
-
-@pytest.fixture(autouse=True)
-def _fresh_shardkit_logger():
-    """Each test starts with the ``shardkit`` logger as the one before found it: the in-process CLI runs of
-    one test (``--log-format json`` installs a JSON handler) must not change how a later test's errors print."""
-    import logging
-
-    logger = logging.getLogger("shardkit")
-    saved = logger.handlers[:], logger.level, logger.propagate
-    yield
-    logger.handlers[:], logger.propagate = saved[0], saved[2]
-    logger.setLevel(saved[1])
