@@ -25,12 +25,21 @@ MANIFEST_VERSION = 1
 MAX_CLASSES = 65536  # class ids are stored as uint8 or uint16
 MAX_SIDE = 65536  # pixels per image side
 MAX_PIXELS = 1 << 28  # pixels per image (a 16384 x 16384 image)
+#: Largest manifest read (about 2 million samples): the JSON is parsed in memory.
+MAX_MANIFEST_BYTES = 512 << 20
 LABEL_ENCODINGS = ("index", "onehot", "packed")
 CLASS_ID_DTYPES = ("|u1", "<u2")
 
 
 def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def strict_int(v: Any, what: str) -> int:
+    """``v`` if it is a JSON integer (not a bool, float, string, NaN or Infinity), else TypeError naming ``what``."""
+    if not _is_int(v):
+        raise TypeError(f"{what} {str(v)[:40]!r} is not an integer")
+    return v
 
 
 def _is_number(v: Any) -> bool:
@@ -65,11 +74,18 @@ class ShardInfo:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ShardInfo:
+        if not isinstance(d, dict) or not isinstance(d["files"], list):
+            raise TypeError(f"shard entry {str(d)[:80]!r} is not an object with a list of files")
+        files = []
+        for f in d["files"]:
+            if not isinstance(f, dict) or not isinstance(f["name"], str) or not isinstance(f["sha256"], str):
+                raise TypeError(f"shard file entry {str(f)[:80]!r} has no name and sha256 strings")
+            files.append(ShardFile(f["name"], strict_int(f["bytes"], "bytes"), f["sha256"]))
         return cls(
-            index=int(d["index"]),
-            num_samples=int(d["num_samples"]),
-            first_index=int(d["first_index"]),
-            files=tuple(ShardFile(str(f["name"]), int(f["bytes"]), str(f["sha256"])) for f in d["files"]),
+            index=strict_int(d["index"], "index"),
+            num_samples=strict_int(d["num_samples"], "num_samples"),
+            first_index=strict_int(d["first_index"], "first_index"),
+            files=tuple(files),
         )
 
 
@@ -126,11 +142,16 @@ class Manifest:
                 fix="re-convert with this shardkit version or upgrade shardkit",
             )
         try:
+            tool = d.get("tool", {})
+            if not isinstance(tool, dict) or not isinstance(tool.get("version", ""), str):
+                raise TypeError("tool is not an object with a version string")
+            if not isinstance(d["shards"], list) or not isinstance(d["samples"], list):
+                raise TypeError("shards and samples are not lists")
             manifest = cls(
                 format=str(d["format"]),
-                format_version=int(d["format_version"]),
+                format_version=strict_int(d["format_version"], "format_version"),
                 split=str(d["split"]),
-                num_samples=int(d["num_samples"]),
+                num_samples=strict_int(d["num_samples"], "num_samples"),
                 sample=dict(d["sample"]),
                 classes=dict(d["classes"]),
                 preprocessing=dict(d["preprocessing"]),
@@ -140,9 +161,9 @@ class Manifest:
                 stats=dict(d["stats"]),
                 skipped=tuple(d.get("skipped", ())),
                 format_options=dict(d.get("format_options", {})),
-                tool_version=str(d.get("tool", {}).get("version", "")),
+                tool_version=tool.get("version", ""),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise ShardFormatError(f"manifest is malformed ({exc!r})", path=where,
                                    fix="re-convert this split") from None
         manifest.check_bounds(where)
@@ -189,8 +210,8 @@ class Manifest:
                                        or not all(_is_int(v) and 0 <= v <= 255 for v in colour)):
                 raise bad(f"class {c['id']} colour {colour!r} is not three integers 0..255")
         for i, rec in enumerate(self.samples):
-            if not isinstance(rec, dict):
-                raise bad(f"sample record {i} is not an object")
+            if not isinstance(rec, dict) or not isinstance(rec.get("key"), str):
+                raise bad(f"sample record {i} is not an object with a key string")
             self._check_size(rec.get("height"), rec.get("width"), f"sample {i}", bad)
         for key in ("class_pixels", "class_share", "image_mean", "image_std"):
             values = self.stats.get(key, [])
@@ -275,7 +296,11 @@ def check_regular_file(path: Path) -> os.stat_result:
 
 
 def load_manifest(directory: Path) -> Manifest:
-    """Read and validate ``directory/manifest.json`` (a split folder)."""
+    """Read and validate ``directory/manifest.json`` (a split folder).
+
+    The manifest must be a regular file whose real path lies inside the split folder and at most
+    :data:`MAX_MANIFEST_BYTES` long: memory stays bounded and nothing outside the folder is read.
+    """
     directory = Path(directory)
     path = directory / MANIFEST_NAME if directory.is_dir() else directory
     if not path.is_file():
@@ -286,9 +311,16 @@ def load_manifest(directory: Path) -> Manifest:
             path=directory,
             fix="point at a split folder written by shardkit convert (e.g. out/train)",
         )
+    member_path(path.name, path.parent)  # a manifest.json symlinked to outside the folder is refused
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size > MAX_MANIFEST_BYTES:
+                raise ShardFormatError(
+                    f"manifest is {size} bytes, more than the {MAX_MANIFEST_BYTES} a shardkit manifest may have",
+                    path=path, fix="re-convert this split; do not use manifests from untrusted sources")
+            data = json.loads(fh.read(MAX_MANIFEST_BYTES + 1))
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError, JSONDecodeError, integer digit limit
         raise ShardFormatError(f"manifest cannot be read ({exc})", path=path, fix="re-convert this split") from None
     except RecursionError:
         raise ShardFormatError("manifest is nested too deeply to be a shardkit manifest", path=path,

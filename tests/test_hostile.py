@@ -196,6 +196,16 @@ HOSTILE_MANIFESTS = {
     "ignore-index-string": _set("classes", "ignore_index", value="x"),
     "class-share-strings": _set("stats", "class_share", value=["a"]),
     "unknown-format": _set("format", value="parquet"),
+    "num-samples-infinity": _set("num_samples", value=float("inf")),
+    "num-samples-nan": _set("num_samples", value=float("nan")),
+    "format-version-infinity": _set("format_version", value=float("inf")),
+    "shard-index-infinity": _set("shards", 0, "index", value=float("-inf")),
+    "shard-bytes-string": _set("shards", 0, "files", 0, "bytes", value="55424"),
+    "shard-files-object": _set("shards", 0, "files", value={"name": "x"}),
+    "shards-object": _set("shards", value={"a": 1}),
+    "tool-string": _set("tool", value="shardkit"),
+    "tool-list": _set("tool", value=[1]),
+    "sample-key-missing": _set("samples", 0, "key", value=None),
 }
 
 
@@ -204,6 +214,9 @@ def _hostile_split(camvid_splits: dict[str, Path], tmp_path: Path, case: str) ->
     path = split / "manifest.json"
     if case == "nested-200000":
         path.write_text('{"schema": "shardkit.manifest", "x": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    elif case == "integer-100000-digits":  # past Python's int-from-text digit limit: a plain ValueError
+        text = path.read_text()
+        path.write_text(text.replace('"num_samples": ', '"num_samples": ' + "9" * 100_000 + ', "x": ', 1))
     else:
         m = json.loads(path.read_text())
         HOSTILE_MANIFESTS[case](m)
@@ -211,7 +224,7 @@ def _hostile_split(camvid_splits: dict[str, Path], tmp_path: Path, case: str) ->
     return split
 
 
-@pytest.mark.parametrize("case", [*HOSTILE_MANIFESTS, "nested-200000"])
+@pytest.mark.parametrize("case", [*HOSTILE_MANIFESTS, "nested-200000", "integer-100000-digits"])
 def test_hostile_manifest_is_one_clear_error(camvid_splits: dict[str, Path], tmp_path: Path, case: str) -> None:
     split = _hostile_split(camvid_splits, tmp_path, case)
     with pytest.raises(ShardFormatError) as exc_info:
@@ -233,3 +246,117 @@ def test_info_on_the_output_root_shows_every_split(camvid_splits: dict[str, Path
     result = invoke("info", tmp_path / "out")
     assert result.exit_code == 0, result.output
     assert "format npy" in result.output and "format hdf5" in result.output
+
+
+# --- manifests and shards that only fail once files are opened -----------------------------------------
+
+
+def _check_one_line_everywhere(split: Path, tmp_path: Path, match: str) -> None:
+    """``open`` + ``ds[0]`` and ``batch`` raise one ShardkitError matching ``match``; info/show/verify exit 1
+    with one line and no traceback."""
+    for read in (lambda ds: ds[0], lambda ds: ds.batch(np.arange(len(ds))), lambda ds: ds.batch([1, 0])):
+        with pytest.raises(ShardkitError, match=match) as exc_info:
+            read(shardkit.open(split))
+        assert "\n" not in str(exc_info.value)
+    for cmd in (["show", split, "-o", tmp_path / "s.png"], ["verify", split]):
+        result = invoke(*cmd)
+        assert result.exit_code == 1, (cmd, result.output)
+        assert "Traceback" not in result.output
+        assert any(part in result.output for part in match.split("|")), result.output
+
+
+@pytest.mark.parametrize(("case", "mutate"), [
+    ("files-missing", _set("shards", 0, "files", value=[])),
+    ("variable-size-claimed-for-fixed-shards", _set("sample", "image", "shape", value=[None, None, 3])),
+], ids=["files-missing", "variable-size-claimed"])
+def test_shard_file_count_is_checked(camvid_splits: dict[str, Path], tmp_path: Path, case: str,
+                                     mutate: Callable[[dict], None]) -> None:
+    split = _copy_split(camvid_splits["npy"], tmp_path / "out" / "val")
+    m = json.loads((split / "manifest.json").read_text())
+    mutate(m)
+    (split / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ShardFormatError, match="files for shard 0, this format has"):
+        shardkit.open(split)
+    result = invoke("verify", split)
+    assert result.exit_code == 1 and "Traceback" not in result.output and "this format has" in result.output
+
+
+@pytest.mark.parametrize("encoding", ["onehot", "packed"])
+def test_label_encoding_that_lies_about_the_arrays(camvid_splits: dict[str, Path], tmp_path: Path,
+                                                   encoding: str) -> None:
+    split = _copy_split(camvid_splits["npy"], tmp_path / "out" / "val")
+    m = json.loads((split / "manifest.json").read_text())
+    m["sample"]["label"]["encoding"] = encoding
+    (split / "manifest.json").write_text(json.dumps(m))
+    _check_one_line_everywhere(split, tmp_path, "disagree with the manifest")
+
+
+def _npy_with_header(header: dict, body: bytes) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, header)
+    return buf.getvalue() + body
+
+
+NPY_ATTACKS: dict[str, Callable[[bytes], bytes]] = {
+    "object-dtype": lambda data: _npy_with_header({"descr": "|O", "fortran_order": False, "shape": (3, 64, 96, 3)},
+                                                  data[128:]),
+    "fortran-order": lambda data: _npy_with_header({"descr": "|u1", "fortran_order": True,
+                                                    "shape": (3, 64, 96, 3)}, data[128:]),
+    "float64": lambda data: _npy_with_header({"descr": "<f8", "fortran_order": False, "shape": (3, 64, 96, 3)},
+                                             data[128:] * 8),
+    "shape-1e12-samples": lambda data: _npy_with_header({"descr": "|u1", "fortran_order": False,
+                                                         "shape": (10**12, 64, 96, 3)}, data[128:]),
+    "header-garbage": lambda data: b"\x93NUMPY\x01\x00\xff\xff" + b"{" * 65535,
+    "header-code": lambda data: b"\x93NUMPY\x01\x00\x40\x00" + b"__import__('os').getpid()".ljust(63) + b"\n",
+    "v3-header-2GiB": lambda data: b"\x93NUMPY\x03\x00\xff\xff\xff\x7f ",
+}
+
+
+@pytest.mark.parametrize("attack", sorted(NPY_ATTACKS))
+@pytest.mark.parametrize("which", [0, 1], ids=["images", "labels"])
+def test_hostile_npy_header_is_one_clear_error(camvid_splits: dict[str, Path], tmp_path: Path, attack: str,
+                                               which: int) -> None:
+    """An npy shard with a header np.load rejects, or one it accepts but that is not what the manifest says."""
+    split = _copy_split(camvid_splits["npy"], tmp_path / "out" / "val")
+    name = json.loads((split / "manifest.json").read_text())["shards"][0]["files"][which]["name"]
+    (split / name).write_bytes(NPY_ATTACKS[attack]((split / name).read_bytes()))
+    _refresh_manifest(split)
+    _check_one_line_everywhere(split, tmp_path, "disagree with the manifest|not a readable .npy shard")
+
+
+@pytest.mark.parametrize("fmt", ["npy", "hdf5"])
+def test_shard_symlink_loop_is_one_clear_error(camvid_splits: dict[str, Path], tmp_path: Path, fmt: str) -> None:
+    split = _copy_split(camvid_splits[fmt], tmp_path / "out" / "val")
+    name = json.loads((split / "manifest.json").read_text())["shards"][0]["files"][0]["name"]
+    (split / name).unlink()
+    (split / name).symlink_to(name)
+    with pytest.raises(ShardFormatError, match="cannot be opened"):
+        shardkit.open(split)
+    result = invoke("verify", split)
+    assert result.exit_code == 1 and "Traceback" not in result.output and "cannot be opened" in result.output
+
+
+def test_manifest_symlinked_outside_the_folder_is_refused(camvid_splits: dict[str, Path], tmp_path: Path) -> None:
+    split = _copy_split(camvid_splits["npy"], tmp_path / "out" / "val")
+    outside = tmp_path / "elsewhere.json"
+    shutil.move(split / "manifest.json", outside)
+    (split / "manifest.json").symlink_to(outside)
+    with pytest.raises(UnsafePathError, match="outside the dataset folder"):
+        shardkit.open(split)
+    for cmd in ("info", "verify"):
+        result = invoke(cmd, split)
+        assert result.exit_code == 1 and "Traceback" not in result.output
+        assert "outside the dataset folder" in result.output
+
+
+def test_oversized_manifest_is_refused_before_reading(camvid_splits: dict[str, Path], tmp_path: Path) -> None:
+    """A (sparse) manifest larger than MAX_MANIFEST_BYTES is refused from its size, never read into memory."""
+    from shardkit.manifest import MAX_MANIFEST_BYTES
+
+    split = _copy_split(camvid_splits["npy"], tmp_path / "out" / "val")
+    with open(split / "manifest.json", "r+b") as fh:
+        fh.truncate(MAX_MANIFEST_BYTES + 1)
+    with pytest.raises(ShardFormatError, match="more than the"):
+        shardkit.open(split)

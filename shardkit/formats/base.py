@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import IntegrityError, ShardFormatError
+from ..errors import IntegrityError, ShardFormatError, ShardkitError
 from ..manifest import ShardFile, ShardInfo, check_regular_file, member_path
 from ..publish import TMP_MARK, fsync_file
 
@@ -206,12 +206,21 @@ class ShardWriter(ABC):
 class ShardReader(ABC):
     """Serves the samples of one shard. Opens files lazily and reopens after a fork (per process id)."""
 
+    #: How many files a shard of this format has: (fixed-size split, variable-size split).
+    file_counts: ClassVar[tuple[int, int]] = (1, 1)
+
     def __init__(self, directory: Path, shard: ShardInfo, spec: SampleSpec, format_options: dict[str, Any]) -> None:
         self.directory = Path(directory)
         self.shard = shard
         self.spec = spec
         self.format_options = format_options
         self._pid: int | None = None
+        want = self.file_counts[spec.size is None]
+        if len(shard.files) != want:
+            raise ShardFormatError(
+                f"manifest lists {len(shard.files)} files for shard {shard.index}, this format has {want}",
+                path=self.directory / "manifest.json",
+                fix="re-convert this split; do not use manifests from untrusted sources")
         self.check_files()
 
     def __len__(self) -> int:
@@ -228,6 +237,11 @@ class ShardReader(ABC):
                 size = check_regular_file(p).st_size
             except FileNotFoundError:
                 raise ShardFormatError("shard file is missing", path=p, fix="re-convert this split") from None
+            except ShardkitError:  # UnsafePathError is an OSError too
+                raise
+            except OSError as exc:  # a symlink loop, a name too long, no permission
+                raise ShardFormatError(f"shard file cannot be opened ({exc.strerror or exc})", path=p,
+                                       fix="re-convert this split or restore the file") from None
             if size != f.bytes:
                 raise IntegrityError(
                     f"shard file has {size} bytes, the manifest says {f.bytes} (truncated or replaced)",

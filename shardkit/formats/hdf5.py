@@ -171,6 +171,11 @@ class Hdf5Reader(ShardReader):
                   and images.shape == (offsets[-1, 0],) and labels.shape == (offsets[-1, 1],))
         if not ok or images.dtype != np.uint8 or labels.dtype != self.spec.stored_label_dtype:
             raise self.corrupt(f"datasets {images.shape}/{labels.shape} disagree with manifest ({n} samples)")
+        for ds in (images, labels):  # a read decompresses whole chunks: one chunk must not outweigh a sample
+            chunk, limit = ds.chunks, max(ds.dtype.itemsize * FLAT_CHUNK, ds.nbytes // max(n, 1))
+            if chunk is not None and int(np.prod(chunk, dtype=np.int64)) * ds.dtype.itemsize > limit:
+                raise self.corrupt(f"dataset {ds.name!r} has chunks of {chunk}, larger than one sample "
+                                   f"(a read would decompress all of it)")
         self._open_map(f, images, labels)
 
     def _open_map(self, f: Any, images: Any, labels: Any) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..manifest import MAX_SIDE
 from .base import SampleSpec, ShardReader, ShardWriter
 
 FORMAT_VERSION = 1
@@ -119,6 +120,8 @@ class NpyWriter(ShardWriter):
 class NpyReader(ShardReader):
     """Memory-maps the shard; fixed-size reads are zero-copy views, batches are fancy-index copies."""
 
+    file_counts = (2, 3)
+
     _images: np.ndarray | None = None
     _labels: np.ndarray | None = None
     _offsets: np.ndarray | None = None
@@ -128,11 +131,21 @@ class NpyReader(ShardReader):
 
     def _open(self) -> None:
         names = [f.name for f in self.shard.files]
-        self._images = np.load(self.path(names[0]), mmap_mode="r", allow_pickle=False)
-        self._labels = np.load(self.path(names[1]), mmap_mode="r", allow_pickle=False)
-        if self.spec.size is None:
-            self._shapes = np.load(self.path(names[2]), allow_pickle=False)
-            self._offsets = self.spec.flat_offsets(self._shapes)
+        try:
+            self._images = np.load(self.path(names[0]), mmap_mode="r", allow_pickle=False)
+            self._labels = np.load(self.path(names[1]), mmap_mode="r", allow_pickle=False)
+            if self.spec.size is None:
+                shapes = np.load(self.path(names[2]), mmap_mode="r", allow_pickle=False)
+                if shapes.dtype.kind not in "iu" or shapes.shape != (len(self), 2):
+                    raise self.corrupt(f"sample shapes {shapes.dtype} {shapes.shape} are not ({len(self)}, 2) "
+                                       f"integers", names[2])
+                self._shapes = np.array(shapes, dtype=np.int64)
+                if len(self) and not (self._shapes.min() >= 1 and self._shapes.max() <= MAX_SIDE):
+                    raise self.corrupt(f"sample shapes are not in 1..{MAX_SIDE}", names[2])
+                self._offsets = self.spec.flat_offsets(self._shapes)
+        except (OSError, ValueError, EOFError, SyntaxError, TypeError, OverflowError, MemoryError) as exc:
+            # np.load: a bad magic or header, an object/structured dtype, a shape the file cannot hold
+            raise self.corrupt(f"not a readable .npy shard ({type(exc).__name__}: {exc})") from None
         self._check_shapes()
 
     def _check_shapes(self) -> None:
@@ -140,15 +153,19 @@ class NpyReader(ShardReader):
 
         n = self.shard.num_samples
         assert self._images is not None and self._labels is not None
-        if self.spec.size is not None:
-            ok = self._images.shape == (n, *self.spec.size, 3) and self._labels.shape[0] == n
+        images, labels, spec = self._images, self._labels, self.spec
+        dtypes_ok = images.dtype == np.uint8 and labels.dtype == spec.stored_label_dtype
+        fortran = images.flags.f_contiguous and images.ndim > 1 and not images.flags.c_contiguous
+        if spec.size is not None:
+            ok = images.shape == (n, *spec.size, 3) and labels.shape == (n, *spec.label_shape(spec.size))
         else:
             ok = self._shapes.shape == (n, 2) and self._offsets is not None and (
-                self._images.shape[0] == self._offsets[-1, 0] and self._labels.shape[0] == self._offsets[-1, 1]
+                images.shape == (self._offsets[-1, 0],) and labels.shape == (self._offsets[-1, 1],)
             )
-        if not ok:
+        if not ok or not dtypes_ok or fortran:
             raise ShardFormatError(
-                f"array shapes {self._images.shape}/{self._labels.shape} disagree with the manifest ({n} samples)",
+                f"arrays {images.dtype}{images.shape}/{labels.dtype}{labels.shape} disagree with the manifest "
+                f"({n} samples of uint8 images and {spec.stored_label_dtype} labels, C order)",
                 path=self.path(self.shard.files[0].name),
                 fix="re-convert this split",
             )

@@ -27,6 +27,9 @@ from .base import SampleSpec, ShardReader, ShardWriter
 
 FORMAT_VERSION = 1
 GZIP_LEVEL = 6
+#: Longest index line ("offset length\n", two int64s) and the most Example/framing bytes a record adds to its pixels.
+INDEX_LINE_BYTES = 42
+RECORD_OVERHEAD = 1 << 16
 #: feature key → protobuf list type; each feature holds exactly one value.
 FEATURES: dict[str, str] = {
     "image/raw": "bytes", "image/height": "int64", "image/width": "int64", "image/channels": "int64",
@@ -209,6 +212,8 @@ class TfrecordReader(ShardReader):
     collision, which the per-read check could not catch either). Any other CRC means a fresh parse.
     """
 
+    file_counts = (2, 2)
+
     # Set by _open (ensure_open runs it before any read) and dropped when pickled.
     _buf: Any
     _view: memoryview
@@ -221,8 +226,10 @@ class TfrecordReader(ShardReader):
     def _open(self) -> None:
         data, index = (self.path(f.name) for f in self.shard.files)
         try:
+            if index.stat().st_size > INDEX_LINE_BYTES * len(self):
+                raise self.corrupt(f"the index is larger than {len(self)} records need", self.shard.files[1].name)
             if self.format_options.get("compression") == "gzip":
-                self._buf = gzip.decompress(data.read_bytes())
+                self._buf = self._gunzip(data)
             elif data.stat().st_size:
                 with open(data, "rb") as fh:
                     self._buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
@@ -242,6 +249,37 @@ class TfrecordReader(ShardReader):
                                self.shard.files[1].name)
         self._starts = starts.tolist()  # Python ints: no per-read NumPy scalar conversions
         self._lengths = lengths.tolist()
+
+    def max_stream_bytes(self) -> int:
+        """Most bytes this shard's records may take uncompressed: its samples at the manifest's size (or the
+        largest size a manifest may state) plus framing and Example overhead. Bounds gzip decompression."""
+        from ..manifest import MAX_PIXELS, MAX_SIDE
+
+        hw = self.spec.size or (MAX_SIDE, MAX_PIXELS // MAX_SIDE)
+        return len(self) * (self.spec.sample_nbytes(hw) + RECORD_OVERHEAD)
+
+    def _gunzip(self, data: Path) -> bytearray:
+        """The decompressed stream of a gzip shard, refused as soon as it outgrows :meth:`max_stream_bytes`
+        (a small file that claims gigabytes is a decompression bomb, not a shard)."""
+        limit, out = self.max_stream_bytes(), bytearray()
+        d, fed = zlib.decompressobj(31), False
+        with open(data, "rb") as fh:
+            buf = b""
+            while True:
+                if not buf:
+                    buf = fh.read(1 << 20)
+                    if not buf:
+                        break
+                out += d.decompress(buf, limit + 1 - len(out))
+                fed = True
+                if len(out) > limit:
+                    raise self.corrupt(f"decompresses to more than the {limit} bytes its {len(self)} samples need")
+                buf = d.unconsumed_tail
+                if d.eof:  # a following gzip member is a new stream (as gzip.decompress reads them all)
+                    buf, d, fed = d.unused_data + buf, zlib.decompressobj(31), False
+        if fed and not d.eof:
+            raise EOFError("compressed file ended before the end-of-stream marker was reached")
+        return out
 
     def _framed(self, i: int) -> tuple[int, int, int]:
         """(start, end, stored data CRC) of local record ``i``'s Example bytes; length field and its CRC checked."""
