@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import ConfigError, InputNotFoundError, LayoutError, ShardkitError
+from .errors import ConfigError, DecodeError, InputNotFoundError, LayoutError, ShardkitError
 
 logger = logging.getLogger(__name__)
 
@@ -116,16 +116,38 @@ def _scan(folder: Path) -> tuple[list[str], list[str]]:
 
 
 def _walk(top: Path, recursive: bool = True) -> Iterator[tuple[str, str, str]]:
-    """Yield (relative folder, file name, absolute path) for each visible image below ``top``."""
-    stack = [""]
+    """Yield (relative folder, file name, absolute path) for each visible image below ``top``.
+
+    A folder reached again through a symbolic link (two links to one folder), or a link to a folder above
+    ``top``, is not walked (again): a loop must not turn six images into hundreds of duplicates.
+    """
+    stack, seen, top_real = [""], set(), os.path.realpath(top)
     while stack:
         rel = stack.pop()
         folder = top / rel if rel else top
+        real = os.path.realpath(folder)
+        if real in seen or top_real.startswith(real.rstrip(os.sep) + os.sep):
+            logger.warning("%s: skipped, it is a symbolic link to a folder already read or above it (%s)",
+                           folder, real)
+            continue
+        seen.add(real)
         dirs, files = _scan(folder)
         prefix = f"{folder}{os.sep}"
-        yield from ((rel, name, prefix + name) for name in files if _is_image(name))
+        for name in files:
+            if _is_image(name):
+                _check_name(folder, name)
+                yield rel, name, prefix + name
         if recursive:
             stack.extend(f"{rel}/{d}" if rel else d for d in reversed(dirs))
+
+
+def _check_name(folder: Path, name: str) -> None:
+    """Refuse a file name that is not valid UTF-8: it could not be written to the manifest (JSON)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise DecodeError(f"file name {name!r} is not valid UTF-8", path=folder,
+                          fix="rename the file (shardkit records every name in the manifest as UTF-8)") from None
 
 
 def rel_path(root: Path, path: str | Path) -> str:

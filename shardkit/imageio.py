@@ -244,6 +244,9 @@ def check_pixels(path: Path, max_pixels: int, what: str = "image") -> None:
                                  fix="check the input folder or list file") from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
         return  # not a header we can read: the decoder gives the one-line error
+    if hw is not None and min(hw) == 0:  # libpng would print its own complaint before the decode fails
+        raise DecodeError(f"cannot decode {what}: its header says {hw[0]}x{hw[1]} pixels", path=path,
+                          fix=_FIX_CORRUPT)
     if hw is not None and hw[0] * hw[1] > max_pixels:
         raise DecodeError(
             f"{what} is {hw[0]}x{hw[1]} = {hw[0] * hw[1]} pixels, more than --max-pixels {max_pixels}",

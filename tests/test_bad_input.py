@@ -342,3 +342,47 @@ def test_a_jpeg_label_is_named_as_the_cause(camvid_root: Path, tmp_path: Path) -
     assert res.exit_code == 1
     line = one_line_error(res.output)
     assert f"{names[0][:-4]}.jpg" in line and "is a JPEG" in line and "re-export the labels as PNG" in line
+
+
+def test_png_header_with_zero_size_is_one_line_without_libpng_chatter(camvid_root: Path, tmp_path: Path) -> None:
+    """A PNG whose IHDR says 0x0: libpng prints its own warning and error to fd 2 when asked to decode it."""
+    import struct
+    import subprocess
+    import sys
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    raw = tmp_path / "raw"
+    names = make_raw(camvid_root, raw, n=2)
+    ihdr = chunk(b"IHDR", struct.pack(">IIBBBBB", 0, 0, 8, 2, 0, 0, 0))
+    (raw / "val" / names[1]).write_bytes(b"\x89PNG\r\n\x1a\n" + ihdr + chunk(b"IDAT", zlib.compress(b"\0"))
+                                         + chunk(b"IEND", b""))
+    res = subprocess.run([sys.executable, "-m", "shardkit", "convert", str(raw), str(tmp_path / "out"), "-q",
+                          "--workers", "1"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines() == [one_line_error(res.stderr)], res.stderr
+    assert names[1] in res.stderr and "0x0" in res.stderr
+
+
+@pytest.mark.parametrize("which", ["val", "valannot"])
+def test_file_name_that_is_not_utf8_is_one_line(which: str, camvid_root: Path, tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    names = make_raw(camvid_root, raw, n=2)
+    os.rename(bytes(raw / which / names[1]), bytes(raw / which) + b"/\xff\xfe" + names[1].encode())  # noqa: PTH104
+    res = invoke("convert", raw, tmp_path / "out", "-q", "--workers", "1")
+    assert res.exit_code == 1
+    assert "not valid UTF-8" in one_line_error(res.output)
+
+
+def test_folder_symlink_loop_is_walked_once(camvid_root: Path, tmp_path: Path) -> None:
+    """``val/sub -> ..`` (and ``val/again -> .``) must not add the same images again under longer names."""
+    raw = tmp_path / "raw"
+    names = make_raw(camvid_root, raw, n=3)
+    (raw / "val" / "sub").symlink_to("..")
+    (raw / "val" / "again").symlink_to(".")
+    res = invoke("convert", raw, tmp_path / "out", "-q", "--workers", "1")
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((tmp_path / "out" / "val" / "manifest.json").read_text())
+    assert sorted(s["key"] for s in manifest["samples"]) == [f"val/{n}" for n in names]

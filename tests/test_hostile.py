@@ -360,3 +360,70 @@ def test_oversized_manifest_is_refused_before_reading(camvid_splits: dict[str, P
         fh.truncate(MAX_MANIFEST_BYTES + 1)
     with pytest.raises(ShardFormatError, match="more than the"):
         shardkit.open(split)
+
+
+# --- HDF5 and TFRecord shards that claim more than they hold ----------------------------------------------
+
+
+def _hdf5_images_group(f: h5py.File) -> None:
+    del f["images"]
+    f.create_group("images")
+
+
+def _hdf5_num_samples_array(f: h5py.File) -> None:
+    f.attrs["num_samples"] = np.array([3, 3])
+
+
+def _hdf5_one_chunk_bomb(f: h5py.File) -> None:
+    """The whole images dataset in one gzip chunk: any one-sample read decompresses every sample."""
+    data = f["images"][()]
+    del f["images"]
+    f.create_dataset("images", data=data, chunks=data.shape, compression="gzip")
+
+
+HDF5_ATTACKS = {"images-is-a-group": (_hdf5_images_group, "not both datasets"),
+                "num-samples-array": (_hdf5_num_samples_array, "disagree with the manifest"),
+                "one-chunk-for-all-samples": (_hdf5_one_chunk_bomb, "larger than one sample")}
+
+
+@pytest.mark.parametrize("attack", sorted(HDF5_ATTACKS))
+def test_hostile_hdf5_structure_is_one_clear_error(camvid_splits: dict[str, Path], tmp_path: Path,
+                                                   attack: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    mutate, words = HDF5_ATTACKS[attack]
+    if attack == "one-chunk-for-all-samples":  # the bound is one sample or FLAT_CHUNK bytes, whichever is more
+        monkeypatch.setattr("shardkit.formats.hdf5.FLAT_CHUNK", 1)
+    split = _copy_split(camvid_splits["hdf5"], tmp_path / "out" / "val")
+    shard = sorted(split.glob("*.h5"))[0]
+    with h5py.File(shard, "a") as f:
+        mutate(f)
+    _refresh_manifest(split)
+    _check_one_line_everywhere(split, tmp_path, words)
+
+
+@pytest.fixture(scope="module")
+def tfrecord_gzip_split(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("hostile-tfrecord")
+    convert(ConvertConfig(camvid_root, out, format="tfrecord", compression="gzip", size=CROP, splits=("val",),
+                          workers=1, quiet=True, shard_size=ShardSize(samples=3)))
+    return out / "val"
+
+
+def test_tfrecord_gzip_bomb_is_refused_while_decompressing(tfrecord_gzip_split: Path, tmp_path: Path) -> None:
+    """A 3-sample gzip shard that inflates to 400 MB: refused once it passes what 3 samples need, without
+    ever holding the 400 MB (decompression stops at the bound)."""
+    import zlib
+
+    split = _copy_split(tfrecord_gzip_split, tmp_path / "out" / "val")
+    shard = sorted(split.glob("*.tfrecord"))[0]
+    co = zlib.compressobj(9, zlib.DEFLATED, 31)
+    zeros = bytes(1 << 20)
+    shard.write_bytes(b"".join(co.compress(zeros) for _ in range(400)) + co.flush())
+    _refresh_manifest(split)
+    _check_one_line_everywhere(split, tmp_path, "decompresses to more than")
+
+
+def test_tfrecord_gzip_shard_still_reads(tfrecord_gzip_split: Path, camvid_splits: dict[str, Path]) -> None:
+    ds, want = shardkit.open(tfrecord_gzip_split), shardkit.open(camvid_splits["npy"])
+    images, labels = ds.batch(np.arange(len(ds)))
+    assert np.array_equal(images, want.batch(np.arange(len(want)))[0])
+    assert np.array_equal(labels, want.batch(np.arange(len(want)))[1])

@@ -92,6 +92,17 @@ class Hdf5Writer(ShardWriter):
         f.close()
 
 
+def _plain(value: Any) -> Any:
+    """An HDF5 attribute as a plain str or int to compare (an array or anything else: its repr, never equal)."""
+    if isinstance(value, (bytes, np.bytes_)):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, (str, np.str_)):
+        return str(value)
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return int(value)
+    return repr(value)[:80]
+
+
 def _foreign_storage(f: Any) -> str | None:
     """What in ``f`` points outside the file (soft/external link, external raw storage, virtual dataset), or None."""
     names: list[str] = []
@@ -150,10 +161,16 @@ class Hdf5Reader(ShardReader):
                     path=self.path(self.shard.files[0].name),
                     fix="shardkit never writes links or external storage; do not use shards from untrusted "
                         "sources; re-convert this split")
-            attrs = {k: f.attrs.get(k) for k in ("format", "format_version", "num_samples")}
+            attrs = {k: _plain(f.attrs.get(k)) for k in ("format", "format_version", "num_samples")}
             images, labels = f["images"], f["labels"]
+            if not isinstance(images, h5py.Dataset) or not isinstance(labels, h5py.Dataset):
+                raise self.corrupt("'images' and 'labels' are not both datasets")
             if self.spec.size is None:
-                self._shapes, self._offsets = f["shapes"][()], f["offsets"][()]
+                sh, off, n = f["shapes"], f["offsets"], len(self)
+                if not (isinstance(sh, h5py.Dataset) and isinstance(off, h5py.Dataset)
+                        and sh.shape == (n, 2) and off.shape == (n + 1, 2)):  # checked before reading them
+                    raise self.corrupt(f"'shapes'/'offsets' are not ({n}, 2)/({n + 1}, 2) datasets")
+                self._shapes, self._offsets = sh[()], off[()]
         except ShardFormatError:
             raise
         except (OSError, KeyError, ValueError) as exc:
