@@ -83,10 +83,11 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
     """--config FILE.toml: its keys (same names as the flags) become defaults; flags and SHARDKIT_* win."""
     if value is None:
         return None
+    from .smallfile import read_small_text
     from .tomlcompat import tomllib
 
     try:
-        data = tomllib.loads(value.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_small_text(value, "config file"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise click.BadParameter(f"{value}: cannot read ({exc})", param_hint="--config") from None
     section = data.get("convert", data)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError, DecodeError, InputNotFoundError, LayoutError, ShardkitError
+from .smallfile import read_small_text
 
 logger = logging.getLogger(__name__)
 
@@ -196,16 +197,18 @@ def _match(root: Path, image_dir: Path, label_dir: Path, suffixes: tuple[str, ..
 
 def _content_lines(path: Path) -> Iterator[tuple[int, list[str]]]:
     """(line number, whitespace-separated fields) of each non-blank, non-``#`` line of a text file."""
-    with open(path, encoding="utf-8-sig", errors="replace") as fh:
-        for number, line in enumerate(fh, 1):
-            text = line.strip()
-            if text and not text.startswith("#"):
-                yield number, text.split()
+    for number, line in enumerate(read_small_text(path, "list file", errors="replace").splitlines(), 1):
+        text = line.strip()
+        if text and not text.startswith("#"):
+            yield number, text.split()
 
 
 def _is_pair_list(path: Path) -> bool:
     """True when the first content line of ``path`` reads like ``image label``."""
-    fields = next((f for _, f in _content_lines(path)), [])
+    try:
+        fields = next((f for _, f in _content_lines(path)), [])
+    except OSError:  # a FIFO, device or huge file named *.txt is not a list file
+        return False
     return len(fields) == 2 and all(_is_image(f) for f in fields)
 
 

@@ -212,6 +212,22 @@ def regular_stat(path: Path, what: str = "image") -> os.stat_result:
     return st
 
 
+#: Most bytes a file may hold per pixel its header states (16-bit RGBA stored uncompressed), plus metadata.
+MAX_BYTES_PER_PIXEL = 8
+METADATA_SLACK = 64 << 20
+
+
+def _check_file_size(path: Path, size: int, max_pixels: int, hw: tuple[int, int] | None, what: str) -> None:
+    """Refuse a file far larger than any image of its header's size (or of --max-pixels) can be: it would be
+    read whole into memory for nothing (e.g. a real PNG followed by gigabytes of padding)."""
+    pixels = hw[0] * hw[1] if hw is not None else max_pixels
+    limit = pixels * MAX_BYTES_PER_PIXEL + METADATA_SLACK
+    if size > limit:
+        said = f"its header's {hw[0]}x{hw[1]} pixels" if hw is not None else f"--max-pixels {max_pixels}"
+        raise DecodeError(f"{what} file is {size} bytes, more than {limit} that {said} can need",
+                          path=path, fix="re-export the file, or --on-error skip")
+
+
 def check_pixels(path: Path, max_pixels: int, what: str = "image") -> None:
     """Refuse a file whose header declares more than ``max_pixels`` pixels, before anything is decoded.
 
@@ -222,6 +238,8 @@ def check_pixels(path: Path, max_pixels: int, what: str = "image") -> None:
     hw: tuple[int, int] | None = None
     try:
         with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            _check_file_size(path, size, max_pixels, None, what)
             head = fh.read(24)
             if head[:8] == _PNG_SIGNATURE and head[12:16] == b"IHDR":
                 hw = int.from_bytes(head[20:24], "big"), int.from_bytes(head[16:20], "big")
@@ -242,8 +260,12 @@ def check_pixels(path: Path, max_pixels: int, what: str = "image") -> None:
     except FileNotFoundError:
         raise InputNotFoundError(f"{what} file does not exist", path=path,
                                  fix="check the input folder or list file") from None
+    except DecodeError:  # a ValueError too: not to be taken for an unreadable header below
+        raise
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
         return  # not a header we can read: the decoder gives the one-line error
+    if hw is not None:
+        _check_file_size(path, size, max_pixels, hw, what)
     if hw is not None and min(hw) == 0:  # libpng would print its own complaint before the decode fails
         raise DecodeError(f"cannot decode {what}: its header says {hw[0]}x{hw[1]} pixels", path=path,
                           fix=_FIX_CORRUPT)

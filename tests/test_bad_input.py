@@ -386,3 +386,40 @@ def test_folder_symlink_loop_is_walked_once(camvid_root: Path, tmp_path: Path) -
     assert res.exit_code == 0, res.output
     manifest = json.loads((tmp_path / "out" / "val" / "manifest.json").read_text())
     assert sorted(s["key"] for s in manifest["samples"]) == [f"val/{n}" for n in names]
+
+
+def test_input_file_far_larger_than_its_header_is_refused_unread(camvid_root: Path, tmp_path: Path) -> None:
+    """A real PNG followed by 4 GiB of (sparse) zeros decodes fine, but would be read whole into memory."""
+    raw = tmp_path / "raw"
+    names = make_raw(camvid_root, raw, n=2)
+    with open(raw / "val" / names[1], "r+b") as fh:
+        fh.truncate(4 << 30)
+    res = invoke("convert", raw, tmp_path / "out", "-q", "--workers", "1")
+    assert res.exit_code == 1
+    line = one_line_error(res.output)
+    assert names[1] in line and "4294967296 bytes" in line
+
+
+@pytest.mark.parametrize("option", ["--class-dict", "--palette", "--config"])
+@pytest.mark.parametrize("target", ["/dev/zero", "fifo"])
+def test_option_file_that_is_not_a_regular_file_is_refused_unread(option: str, target: str, camvid_root: Path,
+                                                                  tmp_path: Path) -> None:
+    """/dev/zero as a class table used to be read until the machine ran out of memory; a FIFO blocked."""
+    raw = tmp_path / "raw"
+    make_raw(camvid_root, raw, n=2)
+    if target == "fifo":
+        target = str(tmp_path / "table.csv")
+        os.mkfifo(target)
+    res = invoke("convert", raw, tmp_path / "out", "-q", "--workers", "1", option, target)
+    assert res.exit_code in (1, 2)
+    assert "not a regular file" in one_line_error(res.output)
+
+
+def test_list_file_that_is_a_device_is_refused(camvid_root: Path, tmp_path: Path) -> None:
+    """val.txt -> /dev/zero is not a list file (it used to be read as one endless first line)."""
+    raw = tmp_path / "raw"
+    make_raw(camvid_root, raw, n=2)
+    (raw / "val.txt").symlink_to("/dev/zero")
+    res = invoke("convert", raw, tmp_path / "out", "-q", "--workers", "1", "--layout", "listfile")
+    assert res.exit_code == 1
+    assert "listfile" in one_line_error(res.output)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, InputNotFoundError, LabelError
+from ..smallfile import read_small_text
 from .classes import MAX_CLASSES, ClassInfo, ClassTable, Colour, _check_colour
 
 _HEADER_ALIASES = {
@@ -26,7 +27,7 @@ _HEADER_ALIASES = {
 
 def _read_text(path: Path, what: str) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8-sig")
+        return read_small_text(path, what)
     except FileNotFoundError:
         raise InputNotFoundError(f"{what} does not exist", path=path, fix="check the path") from None
     except UnicodeDecodeError as exc:
@@ -35,7 +36,7 @@ def _read_text(path: Path, what: str) -> str:
         ) from None
     except OSError as exc:
         raise LabelError(
-            f"cannot read {what}: {exc.strerror or exc}", path=path, fix="fix its permissions"
+            f"cannot read {what}: {exc.strerror or exc}", path=path, fix="point at a readable regular file"
         ) from None
 
 
