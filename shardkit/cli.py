@@ -76,10 +76,23 @@ def _shard_size(_ctx: click.Context, _param: click.Parameter, value: str) -> Sha
         raise click.BadParameter(str(exc)) from None
 
 
+def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"client_kwargs": {"region_name": "x"}} → {"client_kwargs.region_name": "x"} (--storage-option keys)."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path | None:
     """--config FILE.toml: its keys (same names as the flags) become defaults; flags and SHARDKIT_* win."""
     if value is None:
         return None
+    import json
+
     import tomllib
 
     try:
@@ -90,7 +103,10 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
     known = {p.name for p in ctx.command.params if p.name}
     defaults: dict[str, Any] = {}
     for key, val in section.items():
-        name = {"input": "input_dir", "output": "output_dir"}.get(key, key.replace("-", "_"))
+        name = {"input": "input_dir", "output": "output_dir", "storage_options": "storage_option"}.get(
+            key, key.replace("-", "_"))
+        if name == "storage_option" and isinstance(val, dict):  # a [convert.storage_options] table
+            val = [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in _flatten(val).items()]
         if name not in known or name == "config":
             raise click.BadParameter(f"{value}: unknown key {key!r}", param_hint="--config")
         defaults[name] = ",".join(map(str, val)) if name == "size" and isinstance(val, list) else val
@@ -142,6 +158,9 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
               help="fail: stop at the first bad input; skip: leave it out, list it in the manifest, exit 3.")
 @click.option("--max-pixels", type=click.IntRange(1), default=DEFAULT_MAX_PIXELS, show_default=True,
               help="Largest image or label (height x width, read from its header) to decode; also caps --size.")
+@click.option("--storage-option", "storage_option", multiple=True, metavar="KEY=VALUE",
+              help="fsspec option for s3:// (or any fsspec URL) input/output, e.g. endpoint_url=http://host:9000, "
+                   "profile=NAME, anon=true (repeatable; dots nest: client_kwargs.region_name=eu-west-1).")
 @click.option("--strict", is_flag=True, help="Images without labels (or labels without images) are an error.")
 @click.option("--dry-run", is_flag=True, help="Report what was found; write nothing.")
 @click.option("--force", is_flag=True, help="Rebuild every shard, even those an earlier run left intact.")
@@ -155,10 +174,15 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
             palette: Path | None, num_classes: int | None, ignore_index: int | None, colour_tolerance: int,
             unknown_as: int | None, cityscapes_train_ids: bool, splits: tuple[str, ...], shard_size: ShardSize,
             compression: str, workers: int, backend: str, scheduler: str | None, on_error: str, max_pixels: int,
-            strict: bool, dry_run: bool, force: bool, quiet: bool, verbose: bool, log_format: str) -> None:
-    """Convert the dataset in INPUT_DIR into shards in OUTPUT_DIR/<split>/ with a manifest.json each."""
+            storage_option: tuple[str, ...], strict: bool, dry_run: bool, force: bool, quiet: bool, verbose: bool,
+            log_format: str) -> None:
+    """Convert the dataset in INPUT_DIR into shards in OUTPUT_DIR/<split>/ with a manifest.json each.
+
+    Either may be an fsspec URL (s3://bucket/prefix, gs://…): see docs/object-storage.md.
+    """
     setup_logging(quiet=quiet, verbose=verbose, json_lines=log_format == "json")
     from .pipeline import convert as run
+    from .storage import parse_storage_options
 
     cfg = ConvertConfig(
         input=input_dir, output=output_dir, format=format, size=size, resize=resize, crop=crop,
@@ -167,6 +191,7 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
         unknown_as=unknown_as, cityscapes_train_ids=cityscapes_train_ids, splits=splits, shard_size=shard_size,
         compression=compression, workers=workers, backend=backend, scheduler=scheduler, on_error=on_error,
         strict=strict, dry_run=dry_run, force=force, quiet=quiet, max_pixels=max_pixels,
+        storage_options=parse_storage_options(storage_option),
     )
     summary = run(cfg)
     if dry_run:

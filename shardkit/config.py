@@ -32,9 +32,6 @@ _UNITS = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4}
 #: Largest --shard-size: more samples or bytes than any shard can hold (and than int64 counts).
 MAX_SHARD_SAMPLES = 2**31 - 1
 MAX_SHARD_BYTES = 2**62
-#: ``s3://bucket/x``, ``gs://…``, ``https://…``: also as ``s3:/bucket/x``, what Path makes of it
-#: (two or more letters, so a Windows drive ``C:/`` is not a scheme).
-_URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
 
 
 def parse_size(text: str | None) -> tuple[int, int] | None:
@@ -125,12 +122,23 @@ class ConvertConfig:
     quiet: bool = False
     max_pixels: int = DEFAULT_MAX_PIXELS
 
+    #: fsspec URLs (``s3://bucket/x``) when the input / output is on object storage; ``input``/``output``
+    #: then only echo them. Set from ``input``/``output`` themselves; ``file://`` becomes a local path.
+    input_url: str | None = None
+    output_url: str | None = None
+    #: fsspec storage options (endpoint, credentials, profile …) for the URLs; the environment completes them.
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
     def __post_init__(self) -> None:
+        from .storage import is_url, local_path, normalize_url
+
         for name in ("input", "output"):
-            if _URL_RE.match(text := str(getattr(self, name))):
-                url = re.sub(r"^([^:/]+):/(?!/)", r"\1://", text)  # undo Path's "s3://b" -> "s3:/b"
-                raise ConfigError(f"{name} {url!r}: object storage is not supported yet",
-                                  fix=f"use a local {name} folder (copy or mount the data first)")
+            value = getattr(self, name)
+            if is_url(value):
+                url = normalize_url(value)
+                path = local_path(url)
+                object.__setattr__(self, name, path if path is not None else Path(url))
+                object.__setattr__(self, f"{name}_url", None if path is not None else url)
         object.__setattr__(self, "input", Path(self.input))
         object.__setattr__(self, "output", Path(self.output))
         self._check_choice("format", self.format, FORMATS)

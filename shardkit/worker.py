@@ -12,7 +12,7 @@ import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from .labels import LabelDecoder
 from .plan import ShardTask
 from .stats import Stats
 from .transform import check_pixels, decode_image, encode_label, fit_pair, regular_stat
+
+if TYPE_CHECKING:
+    from .staging import RemoteSource
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +50,8 @@ class WorkerContext:
     sync_files: bool = True
     #: Largest image or label (height x width, from the file header) decoded; bigger ones are a DecodeError.
     max_pixels: int = DEFAULT_MAX_PIXELS
+    #: Inputs on object storage: each worker fetches its own shard's files (:class:`shardkit.staging.RemoteSource`).
+    source: RemoteSource | None = None
 
 
 @dataclass
@@ -132,7 +137,15 @@ def convert_shard_in_worker(task: ShardTask, ctx: WorkerContext, parent_pid: int
 
 
 def convert_shard(task: ShardTask, ctx: WorkerContext) -> ShardResult:
-    """Write shard ``task.stem`` of ``task.split`` to temporary names and describe it."""
+    """Write shard ``task.stem`` of ``task.split`` to temporary names and describe it.
+
+    With inputs on object storage, the shard's files are fetched first into a temporary folder (deleted after).
+    """
+    if ctx.source is not None:
+        import dataclasses
+
+        with ctx.source.staged(task) as (local_task, root):
+            return convert_shard(local_task, dataclasses.replace(ctx, root=root, source=None))
     try:
         import cv2
 
