@@ -220,30 +220,54 @@ def demo(output_dir: Path, train: int, val: int, seed: int) -> None:
     click.echo(f"demo dataset written to {root}", err=True)
 
 
+def _location(_ctx: click.Context, param: click.Parameter, value: str) -> str | Path:
+    """A URL as given (object storage), else a local path that must exist."""
+    from .storage import is_url, normalize_url
+
+    if is_url(value):
+        return normalize_url(value)
+    if not Path(value).exists():
+        raise click.BadParameter(f"{value!r} does not exist", param=param)
+    return Path(value)
+
+
+_STORAGE_OPTION = click.option(
+    "--storage-option", "storage_option", multiple=True, metavar="KEY=VALUE",
+    help="fsspec option for an s3:// (or other fsspec) URL, e.g. endpoint_url=http://host:9000 (repeatable).")
+
+
 @main.command()
-@click.argument("split_dir", type=click.Path(path_type=Path, exists=True))
+@click.argument("split_dir", callback=_location)
 @click.option("--plot", "plot", type=click.Path(path_type=Path, dir_okay=False), metavar="PNG",
               help="Also draw the class pixel-share chart to this PNG file.")
+@_STORAGE_OPTION
 @_errors_to_exit_codes
-def info(split_dir: Path, plot: Path | None) -> None:
-    """Summarise a converted split (or every split of an output folder): samples, shards, size, classes."""
-    from .verify import split_folders
+def info(split_dir: str | Path, plot: Path | None, storage_option: tuple[str, ...]) -> None:
+    """Summarise a converted split (or every split of an output folder): samples, shards, size, classes.
 
-    folders = split_folders(split_dir)
+    SPLIT_DIR may be a URL (s3://bucket/out/train); only its manifest is read.
+    """
+    from .storage import is_url, parse_storage_options
+    from .verify import split_locations
+
+    options = parse_storage_options(storage_option)
+    folders = split_locations(split_dir, options)
+    if plot is not None and is_url(split_dir):
+        raise click.UsageError("--plot needs a local split folder", ctx=None)
     if not folders:
         raise click.ClickException(f"{split_dir}: no manifest.json here or in its sub-folders — "
                                    "fix: point at a split or output folder written by shardkit convert")
     for folder in folders:
         chart = plot
         if plot is not None and len(folders) > 1:  # one chart per split: chart-train.png, chart-val.png, …
-            chart = plot.with_name(f"{plot.stem}-{folder.name}{plot.suffix}")
-        _info_split(folder, chart)
+            chart = plot.with_name(f"{plot.stem}-{Path(folder).name}{plot.suffix}")
+        _info_split(folder, chart, options)
 
 
-def _info_split(split_dir: Path, plot: Path | None) -> None:
-    from .manifest import load_manifest
+def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any]) -> None:
+    from .verify import load_split_manifest
 
-    m = load_manifest(split_dir)
+    m = load_split_manifest(split_dir, options)
     nbytes = sum(f.bytes for s in m.shards for f in s.files)
     shape = m.sample["image"]["shape"]
     click.echo(f"{split_dir}: split {m.split}, format {m.format} v{m.format_version}, {m.num_samples} samples, "
@@ -259,7 +283,7 @@ def _info_split(split_dir: Path, plot: Path | None) -> None:
     if plot is not None:
         from .show import plot_classes
 
-        click.echo(f"class chart written to {plot_classes(split_dir, plot)}", err=True)
+        click.echo(f"class chart written to {plot_classes(Path(split_dir), plot)}", err=True)
 
 
 @main.command()
@@ -299,22 +323,26 @@ def show(split_dir: Path, index: int, output: Path | None, alpha: float, augment
 
 
 @main.command()
-@click.argument("path", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("path", callback=_location)
+@_STORAGE_OPTION
 @_errors_to_exit_codes
-def verify(path: Path) -> None:
+def verify(path: str | Path, storage_option: tuple[str, ...]) -> None:
     """Check every shard under PATH (an output folder or one split): sizes, sha256, decoding, class counts.
 
+    PATH may be a URL (s3://bucket/out): shards are then downloaded one at a time to a temporary folder.
     Exit 0 only when everything agrees with the manifests; 1 otherwise, with a report per shard.
     """
-    from .verify import split_folders, verify_split
+    from .storage import parse_storage_options
+    from .verify import split_locations, verify_split
 
-    folders = split_folders(path)
+    options = parse_storage_options(storage_option)
+    folders = split_locations(path, options)
     if not folders:
         raise click.ClickException(f"{path}: no manifest.json here or in its sub-folders — "
                                    "fix: point at an output folder written by shardkit convert")
     failed = 0
     for folder in folders:
-        report = verify_split(folder)
+        report = verify_split(folder, options)
         if report.ok:
             click.echo(f"ok      {folder}: {report.samples} samples in {report.shards} shards verified")
         else:

@@ -44,6 +44,24 @@ def parse_size(text: str | None) -> tuple[int, int] | None:
     return int(m.group(1)), int(m.group(2))
 
 
+def parse_bytes(text: str, what: str = "size", example: str = "20GB") -> int:
+    """``"256MB"`` → 256000000, ``"1GiB"`` → 1073741824: a positive byte count (``what`` names it in errors)."""
+    m = _BYTES_RE.match(text)
+    if not m:
+        raise ConfigError(f"{what} {text!r} is not a byte size", fix=f"write it like {example}")
+    unit = _UNITS[m.group(2).lower()]
+    if m.group(3):
+        unit = {1: 1, 1000: 1024, 1000**2: 1024**2, 1000**3: 1024**3, 1000**4: 1024**4}[unit]
+    amount = float(m.group(1)) * unit
+    if not amount <= MAX_SHARD_BYTES:  # also inf (hundreds of digits) and nan
+        raise ConfigError(f"{what} {text!r} is too large (at most {MAX_SHARD_BYTES} bytes)",
+                          fix=f"use e.g. {example}")
+    nbytes = int(amount)
+    if nbytes <= 0:
+        raise ConfigError(f"{what} {text!r} must be positive")
+    return nbytes
+
+
 @dataclass(frozen=True)
 class ShardSize:
     """A shard limit: a number of samples, or a number of bytes of stored sample data."""
@@ -61,23 +79,7 @@ class ShardSize:
             if s.isdigit():
                 value = int(s)
             else:
-                m = _BYTES_RE.match(s)
-                if not m:
-                    raise ConfigError(
-                        f"--shard-size {text!r} is neither a sample count nor a byte size",
-                        fix="use e.g. --shard-size 500 or --shard-size 256MB",
-                    )
-                unit = _UNITS[m.group(2).lower()]
-                if m.group(3):
-                    unit = {1: 1, 1000: 1024, 1000**2: 1024**2, 1000**3: 1024**3, 1000**4: 1024**4}[unit]
-                amount = float(m.group(1)) * unit
-                if not amount <= MAX_SHARD_BYTES:  # also inf (hundreds of digits) and nan
-                    raise ConfigError(f"--shard-size {text!r} is too large (at most {MAX_SHARD_BYTES} bytes)",
-                                      fix="use e.g. --shard-size 256MB")
-                nbytes = int(amount)
-                if nbytes <= 0:
-                    raise ConfigError(f"--shard-size {text!r} must be positive")
-                return cls(nbytes=nbytes)
+                return cls(nbytes=parse_bytes(s, "--shard-size", "500 (samples) or 256MB"))
         if value <= 0:
             raise ConfigError(f"--shard-size {text!r} must be positive")
         if value > MAX_SHARD_SAMPLES:

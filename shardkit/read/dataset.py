@@ -13,10 +13,11 @@ stored encoding are produced vectorised into the output buffer.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,8 +26,12 @@ from ..formats.base import SampleSpec, ShardReader
 from ..formats.registry import reader_class, writer_class
 from ..manifest import Manifest, load_manifest
 from ..onehot import onehot_into
+from ..storage import is_url
 from ..transform import decode_label_encoding
 from . import sampling
+
+if TYPE_CHECKING:
+    from .cache import ShardCache
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +50,15 @@ class Dataset:
     "channels_first"`` gives one-hot outputs as (C, H, W). ``verify=True`` checks every
     shard's sha256 against the manifest on open. Arrays from ``ds[i]`` may be read-only views
     of the shard (zero-copy); arrays from :meth:`batch` are the caller's.
+
+    ``path`` may be an fsspec URL (``s3://bucket/out/train``): shards are then fetched whole on first use
+    into a local cache (``cache_dir``, at most ``cache_limit`` bytes such as ``"20GB"``; see
+    :mod:`shardkit.read.cache`), with ``storage_options`` for fsspec (endpoint, credentials).
     """
 
     def __init__(self, path: str | Path, *, labels: str = "ids", verify: bool = False,
-                 label_layout: str = "channels_last") -> None:
+                 label_layout: str = "channels_last", cache_dir: str | os.PathLike[str] | None = None,
+                 cache_limit: int | str | None = None, storage_options: dict[str, Any] | None = None) -> None:
         if labels not in LABEL_OUTPUTS:
             raise ConfigError(f"labels={labels!r} is not one of {', '.join(LABEL_OUTPUTS)}")
         if label_layout not in ("channels_last", "channels_first"):
@@ -56,6 +66,13 @@ class Dataset:
         # channels_first one-hot ((…, C, H, W)) is what PyTorch wants; both layouts are built by
         # shardkit.onehot (without numba, channels_first is ~2x faster to build).
         self.label_layout = label_layout
+        self.cache: ShardCache | None = None
+        if is_url(path):
+            from .cache import ShardCache
+
+            self.cache = ShardCache(str(path), cache_dir=cache_dir, limit=cache_limit,
+                                    storage_options=storage_options)
+            path = self.cache.directory
         self.path = Path(path)
         self.manifest: Manifest = load_manifest(self.path)
         if self.path.is_file():
@@ -71,9 +88,16 @@ class Dataset:
                 f"version {expected})", path=self.path / "manifest.json",
                 fix="re-convert with this shardkit version or upgrade shardkit")
         cls = reader_class(fmt)
-        self.readers: list[ShardReader] = [
-            cls(self.path, shard, self.spec, self.manifest.format_options) for shard in self.manifest.shards
-        ]
+        if self.cache is not None:
+            from .cache import CachedShardReader
+
+            cache = self.cache
+            self.readers: list[ShardReader] = [
+                CachedShardReader(cache, cls, shard, self.spec, self.manifest.format_options)
+                for shard in self.manifest.shards]
+        else:
+            self.readers = [cls(self.path, shard, self.spec, self.manifest.format_options)
+                            for shard in self.manifest.shards]
         self._starts = np.array([s.first_index for s in self.manifest.shards], dtype=np.int64)
         self._local = threading.local()
         if verify:
@@ -84,9 +108,14 @@ class Dataset:
     def __len__(self) -> int:
         return self.manifest.num_samples
 
+    @property
+    def location(self) -> str:
+        """The split's URL (object storage) or local folder."""
+        return self.cache.remote.url if self.cache is not None else str(self.path)
+
     def __repr__(self) -> str:
         size = "x".join(map(str, self.spec.size)) if self.spec.size else "variable size"
-        return (f"<shardkit.Dataset {self.path} {self.manifest.format} {len(self)} samples {size} "
+        return (f"<shardkit.Dataset {self.location} {self.manifest.format} {len(self)} samples {size} "
                 f"labels={self.labels}>")
 
     @property

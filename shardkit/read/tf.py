@@ -62,7 +62,7 @@ def dataset(
     ds._need_fixed()
     if batch_size < 1:
         raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
-    if ds.format == "tfrecord":
+    if ds.format == "tfrecord" and ds.cache is None:  # object storage: through the cache, shard by shard
         out = _tfrecord_pipeline(ds, batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last,
                                  rank=rank, world_size=world_size, buffer_size=buffer_size,
                                  cycle_length=cycle_length, with_keys=with_keys)
