@@ -118,6 +118,16 @@ def resolve_options(url: str, given: Mapping[str, Any] | None) -> dict[str, Any]
         kwargs = dict(options.get("client_kwargs") or {})
         if endpoint and "endpoint_url" not in options and "endpoint_url" not in kwargs:
             options["endpoint_url"] = endpoint
+        # Resolved here, in the process that was started with them, and carried to the worker processes
+        # (a reused worker pool may have been started before the environment was set).
+        if not {"key", "secret", "token", "profile", "anon"} & set(options):
+            if os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
+                options["key"] = os.environ["AWS_ACCESS_KEY_ID"]
+                options["secret"] = os.environ["AWS_SECRET_ACCESS_KEY"]
+                if os.environ.get("AWS_SESSION_TOKEN"):
+                    options["token"] = os.environ["AWS_SESSION_TOKEN"]
+            elif os.environ.get("AWS_PROFILE"):
+                options["profile"] = os.environ["AWS_PROFILE"]
     return options
 
 
