@@ -11,10 +11,12 @@
   *other* splits are evicted, least recently used first. A split never evicts its own shards: when it is
   larger than the limit, the shards admitted first stay (a stable subset, hit on every epoch) and the
   rest are **read through**: downloaded to a private temporary folder, verified, read, and deleted when
-  the process moves on (at most :data:`TRANSIENT_KEEP` such shards per process). An LRU over an epoch
-  larger than the cache would instead evict every shard just before it is needed again and hit never.
-  Read-through costs one download per shard per visit, so for splits much larger than the cache prefer
-  ``shuffle_mode="buffer"`` (each shard visited once per epoch) over the global shuffle.
+  the process has moved on by :func:`read_through_slots` shards (default 4, ``$SHARDKIT_READ_THROUGH``).
+  An LRU over an epoch larger than the cache would instead evict every shard just before it is needed
+  again and hit never. A read-through shard costs one download per visit: with ``shuffle_mode="buffer"``
+  and a ``buffer_size`` of at most (slots - 2) shards' samples, each is visited once per epoch; the
+  global shuffle visits a shard once per batch that draws from it, so prefer the buffer shuffle for
+  splits much larger than the cache.
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ from ..storage import Remote
 
 log = logging.getLogger(__name__)
 
-#: Read-through shards a process keeps open at once (the one being read and the one before it).
-TRANSIENT_KEEP = 2
+#: Read-through shards a process keeps at once unless ``$SHARDKIT_READ_THROUGH`` says otherwise.
+READ_THROUGH_SLOTS = 4
 _RESERVE = ".reserve-"
 _TRANSIENT = ".transient-"
 _GLOBAL_LOCK = ".cache.lock"
@@ -57,6 +59,12 @@ def default_cache_dir() -> Path:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME")
     return (Path(base) if base else Path.home() / ".cache") / "shardkit"
+
+
+def read_through_slots() -> int:
+    """How many read-through shards a process keeps (``$SHARDKIT_READ_THROUGH``, default 4, at least 1)."""
+    text = os.environ.get("SHARDKIT_READ_THROUGH", "")
+    return max(1, int(text)) if text.isdigit() else READ_THROUGH_SLOTS
 
 
 def parse_limit(limit: int | str | None) -> int | None:
@@ -274,7 +282,7 @@ class ShardCache:
             raise
         log.debug("cache: shard %d read through (does not fit under the limit)", shard.index)
         self._transient[id(owner)] = (folder, owner)
-        while len(self._transient) > TRANSIENT_KEEP:
+        while len(self._transient) > read_through_slots():
             _, (old, old_owner) = self._transient.popitem(last=False)
             if old_owner is not None:
                 old_owner.release()
