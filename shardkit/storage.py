@@ -155,17 +155,20 @@ class Remote:
         self.url = normalize_url(url)
         self.options = resolve_options(self.url, storage_options)
         self._fs: Any = None
+        self._fs_pid = 0
         self._root = ""
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"url": self.url, "options": self.options, "_fs": None, "_root": ""}
+        return {"url": self.url, "options": self.options, "_fs": None, "_fs_pid": 0, "_root": ""}
 
     def __repr__(self) -> str:
         return f"Remote({self.url!r})"
 
     @property
     def fs(self) -> Any:
-        if self._fs is None:
+        """The fsspec filesystem, made in (and only used by) this process: a forked child makes its own,
+        since an async client's event loop does not survive a fork."""
+        if self._fs is None or self._fs_pid != os.getpid():
             fsspec = require_fsspec()
             try:
                 self._fs, self._root = fsspec.core.url_to_fs(self.url, **self.options)
@@ -175,6 +178,7 @@ class Remote:
                 raise ConfigError(f"{self.url}: bad storage options ({exc})",
                                   fix="check --storage-option / storage_options") from None
             self._root = self._root.rstrip("/")
+            self._fs_pid = os.getpid()
         return self._fs
 
     @property
@@ -188,13 +192,6 @@ class Remote:
 
     def url_of(self, rel: str = "") -> str:
         return f"{self.url}/{rel}" if rel else self.url
-
-    def child(self, rel: str) -> Remote:
-        sub = Remote.__new__(Remote)
-        sub.url, sub.options, sub._fs, sub._root = self.url_of(rel), self.options, self._fs, ""
-        if self._fs is not None:
-            sub._root = self.path(rel)
-        return sub
 
     def token(self) -> str:
         """A short stable name for this URL (cache and staging folder names)."""

@@ -330,3 +330,44 @@ def test_without_fsspec_a_url_is_a_one_line_error_naming_the_extra(monkeypatch: 
     assert res.exit_code == 1 and "shardkit[s3]" in res.output and "Traceback" not in res.output
     with pytest.raises(StorageError, match=r"shardkit\[s3\]"):
         shardkit.open("s3://bucket/x/val", cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_torch_loader_workers_read_a_bucket_through_one_cache(raw_camvid: str, camvid_val_npy: Path, tmp_path: Path,
+                                                              context: str) -> None:
+    import torch
+
+    from shardkit.read.torch import make_loader
+
+    out = "s3://out/torch"
+    if not Remote(f"{out}/val").exists("manifest.json"):
+        convert(ConvertConfig(raw_camvid, out, workers=1, **{**OPTIONS, "shard_size": ShardSize(samples=6)}))
+    ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "cache")
+    ds[0]  # the parent already holds a filesystem client and a cached shard when the workers start
+    loader = make_loader(ds, batch_size=4, shuffle=False, num_workers=2, multiprocessing_context=context)
+    ref = shardkit.open(camvid_val_npy)
+    seen = 0
+    for images, labels in loader:
+        want_i, want_l = ref.batch(list(range(seen, seen + len(images))))
+        assert torch.equal(images.permute(0, 2, 3, 1).cpu(), torch.from_numpy(want_i))
+        assert torch.equal(labels.cpu(), torch.from_numpy(want_l).to(labels.dtype))
+        seen += len(images)
+    assert seen == len(ref)
+    named = {f["name"] for s in manifest_of(f"{out}/val")["shards"] for f in s["files"]}
+    assert {p.name for p in (tmp_path / "cache").glob("*/*") if not p.name.startswith(".")} == named | {"manifest.json"}
+
+
+def test_tf_dataset_reads_a_tfrecord_split_from_a_bucket(raw_camvid: str, camvid_val_npy: Path,
+                                                         tmp_path: Path) -> None:
+    out = "s3://out/tfrecord"
+    convert(ConvertConfig(raw_camvid, out, workers=1, format="tfrecord", **OPTIONS))
+    import shardkit.tf
+
+    ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "cache")
+    ref = shardkit.open(camvid_val_npy)
+    seen = 0
+    for images, labels in shardkit.tf.dataset(ds, 8, shuffle=False):
+        want_i, want_l = ref.batch(list(range(seen, seen + len(images))))
+        assert np.array_equal(images.numpy(), want_i) and np.array_equal(labels.numpy(), want_l)
+        seen += len(images)
+    assert seen == len(ref)
