@@ -86,7 +86,8 @@ class RemoteSource:
             elif ext in TEXT_EXTENSIONS and int(info.get("size") or 0) <= MAX_TEXT_BYTES:
                 texts.append((rel, local))
         remote.download_many(texts)
-        log.info("%s: %d objects listed, %d small text files fetched", remote.url, len(listing), len(texts))
+        log.info("%s: %d objects listed, %d small text files fetched; discovery runs on the listing laid out "
+                 "in %s", remote.url, len(listing), len(texts), skeleton)
         return cls(remote, skeleton, {rel: content_id(info) for rel, info in listing.items()})
 
     def rel(self, path: Path) -> str:

@@ -285,11 +285,16 @@ def test_verify_and_info_on_a_bucket(raw_camvid: str, tmp_path: Path) -> None:
 
 def test_cli_convert_with_storage_options_and_a_wrong_endpoint(raw_camvid: str, tmp_path: Path) -> None:
     endpoint = os.environ["AWS_ENDPOINT_URL"]
-    res = CliRunner().invoke(main, ["convert", raw_camvid, "s3://out/cli", "--size", "360x480", "--split", "val",
-                                    "--storage-option", f"endpoint_url={endpoint}", "-q"])
+    config = tmp_path / "convert.toml"
+    config.write_text(f'[convert]\nsize = "360x480"\n[convert.storage_options]\nendpoint_url = "{endpoint}"\n'
+                      f'config_kwargs = {{ retries = {{ max_attempts = 2 }} }}\n')
+    res = CliRunner().invoke(main, ["convert", raw_camvid, "s3://out/cli", "--config", str(config), "--split", "val",
+                                    "-q"])
     assert res.exit_code == 0, res.output
+    assert manifest_of("s3://out/cli/val")["sample"]["image"]["shape"] == [360, 480, 3]
     res = CliRunner().invoke(main, ["convert", raw_camvid, "s3://out/cli2", "--split", "val", "-q",
-                                    "--storage-option", "endpoint_url=http://127.0.0.1:9"])  # nothing listens
+                                    "--storage-option", "endpoint_url=http://127.0.0.1:9",  # nothing listens
+                                    "--storage-option", "config_kwargs.retries.max_attempts=1"])
     assert res.exit_code == 1 and "Traceback" not in res.output and "endpoint" in res.output, res.output
 
 
