@@ -31,12 +31,12 @@ from .config import ConvertConfig
 from .discover import IMAGE_EXTENSIONS, SamplePair
 from .errors import ConfigError, OutputError
 from .fingerprint import CACHE_NAME, combine_fingerprints, fingerprint_samples
-from .journal import RECORD_PREFIX, ShardRecord, reuse
+from .imageio import read_image_size
 from .lock import OutputLock, RemoteLock
 from .manifest import MANIFEST_NAME, ShardFile
 from .plan import ShardTask
+from .records import RECORD_PREFIX, ShardRecord, reuse
 from .storage import Remote, content_id
-from .transform import read_image_size
 
 log = logging.getLogger(__name__)
 
@@ -202,10 +202,9 @@ class RemoteSink:
         keep = {f.name for r in records for f in r.files}
         keep |= {ShardRecord.path(directory, r.key).name for r in records}
         keep |= {MANIFEST_NAME, CACHE_NAME}
-        from .pipeline import _is_shard_name
+        from .pipeline import _owned
 
-        stale = [f"{split}/{n}" for n in self.remote.listing(split)
-                 if "/" not in n and n not in keep and (n.startswith(RECORD_PREFIX) or _is_shard_name(n))]
+        stale = [f"{split}/{n}" for n in self.remote.listing(split) if "/" not in n and n not in keep and _owned(n)]
         self.remote.delete(stale)
         log.info("%s: manifest uploaded, %d stale objects removed", self.remote.url_of(split), len(stale))
 

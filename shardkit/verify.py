@@ -20,8 +20,8 @@ from .errors import ShardkitError
 from .formats.base import SampleSpec, sha256_file
 from .formats.registry import reader_class
 from .manifest import MANIFEST_NAME, Manifest, load_manifest
+from .preprocess import decode_label_encoding
 from .storage import Remote, is_url
-from .transform import decode_label_encoding
 
 log = logging.getLogger(__name__)
 

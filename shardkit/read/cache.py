@@ -40,7 +40,8 @@ import numpy as np
 from ..config import parse_bytes
 from ..errors import ConfigError, IntegrityError
 from ..formats.base import SampleSpec, ShardReader, sha256_file
-from ..manifest import MANIFEST_NAME, ShardInfo, atomic_write_bytes, member_path
+from ..manifest import MANIFEST_NAME, ShardInfo, member_path
+from ..publish import atomic_write_bytes
 from ..storage import Remote
 
 log = logging.getLogger(__name__)
@@ -358,7 +359,8 @@ class CachedShardReader(ShardReader):
     def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         return self.inner().read(i)
 
-    def read_batch_into(self, local_indices: Sequence[int], out_images: np.ndarray, out_labels: np.ndarray) -> None:
+    def read_batch_into(self, local_indices: Sequence[int] | np.ndarray, out_images: np.ndarray,
+                        out_labels: np.ndarray) -> None:
         self.inner().read_batch_into(local_indices, out_images, out_labels)
 
     def shape_of(self, i: int) -> tuple[int, int]:
