@@ -293,6 +293,3 @@ class StorageSession:
     def split_committed(self, directory: Path, records: Sequence[ShardRecord]) -> None:
         if self.sink is not None:
             self.sink.split_committed(directory, records)
-
-    def manifest_location(self, split: str, local: Path) -> str | Path:
-        return self.sink.remote.url_of(f"{split}/{MANIFEST_NAME}") if self.sink is not None else local

@@ -176,7 +176,9 @@ class ShardCache:
             for p in folder.iterdir():
                 try:
                     if p.name.startswith(_RESERVE):
-                        total += int(p.read_text() or 0)
+                        pid = p.name[len(_RESERVE):].split("-", 1)[0]
+                        if pid.isdigit() and _pid_alive(int(pid)):  # a dead downloader's reservation is void
+                            total += int(p.read_text() or 0)
                     elif not p.name.startswith(".") and p.is_file():
                         total += p.stat().st_size
                 except (OSError, ValueError):
