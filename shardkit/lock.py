@@ -20,6 +20,7 @@ may both get it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -165,7 +166,7 @@ class RemoteLock:
             self._put(mode="create")
         except FileExistsError:
             self._take_over()
-        except OSError as exc:
+        except Exception as exc:  # botocore/aiohttp errors are not OSErrors: one line whatever they are
             from .storage import _wrap
 
             raise _wrap(exc, "creating the lock object", self.remote.url_of(LOCK_NAME)) from None
@@ -194,9 +195,17 @@ class RemoteLock:
                 self._put(IfMatch=etag)
             else:
                 self._put()
-        except OSError:
-            raise OutputError(f"another shardkit convert took over the stale lock first ({holder})",
-                              path=self.remote.url, fix="wait for it to finish, or write elsewhere") from None
+        except OSError as exc:
+            if not isinstance(exc, (ConnectionError, TimeoutError)) and exc.errno in (errno.EINVAL, None):
+                raise OutputError(f"another shardkit convert took over the stale lock first ({holder})",
+                                  path=self.remote.url, fix="wait for it to finish, or write elsewhere") from None
+            from .storage import _wrap
+
+            raise _wrap(exc, "taking over the lock object", self.remote.url_of(LOCK_NAME)) from None
+        except Exception as exc:  # botocore/aiohttp errors are not OSErrors
+            from .storage import _wrap
+
+            raise _wrap(exc, "taking over the lock object", self.remote.url_of(LOCK_NAME)) from None
         log.warning("%s: took over a stale lock (%s; %s)", self.remote.url, holder, reason)
 
     def _heartbeat(self) -> None:

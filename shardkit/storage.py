@@ -173,7 +173,8 @@ class Remote:
             try:
                 self._fs, self._root = fsspec.core.url_to_fs(self.url, **self.options)
             except ImportError as exc:
-                raise StorageError(f"no filesystem for this URL ({exc})", path=self.url, fix=EXTRA_HINT) from None
+                fix = EXTRA_HINT if self.protocol in ("s3", "s3a") else "install the fsspec backend named here"
+                raise StorageError(f"no filesystem for this URL ({exc})", path=self.url, fix=fix) from None
             except (ValueError, TypeError) as exc:
                 raise ConfigError(f"{self.url}: bad storage options ({exc})",
                                   fix="check --storage-option / storage_options") from None
