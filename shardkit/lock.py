@@ -84,7 +84,8 @@ class OutputLock:
             self._fd = None
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True while process ``pid`` exists on this host (it may belong to another user)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -152,7 +153,7 @@ class RemoteLock:
     def _stale(self, body: dict[str, Any], info: dict[str, Any]) -> str | None:
         """Why the lock's holder is gone, or None while it may be alive."""
         if body.get("host") == socket.gethostname() and isinstance(body.get("pid"), int):
-            if not _pid_alive(body["pid"]):
+            if not pid_alive(body["pid"]):
                 return f"its holder (pid {body['pid']} on this host) is dead"
             return None
         age = _age(info)

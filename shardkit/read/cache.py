@@ -40,6 +40,7 @@ import numpy as np
 from ..config import parse_bytes
 from ..errors import ConfigError, IntegrityError
 from ..formats.base import SampleSpec, ShardReader, sha256_file
+from ..lock import pid_alive
 from ..manifest import MANIFEST_NAME, ShardInfo, member_path
 from ..publish import atomic_write_bytes
 from ..storage import Remote
@@ -91,16 +92,6 @@ def _flock(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class ShardCache:
@@ -163,7 +154,7 @@ class ShardCache:
             for prefix in (_RESERVE, _TRANSIENT):
                 if p.name.startswith(prefix):
                     pid = p.name[len(prefix):].split("-", 1)[0]
-                    if pid.isdigit() and not _pid_alive(int(pid)):
+                    if pid.isdigit() and not pid_alive(int(pid)):
                         shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ space
@@ -177,7 +168,7 @@ class ShardCache:
                 try:
                     if p.name.startswith(_RESERVE):
                         pid = p.name[len(_RESERVE):].split("-", 1)[0]
-                        if pid.isdigit() and _pid_alive(int(pid)):  # a dead downloader's reservation is void
+                        if pid.isdigit() and pid_alive(int(pid)):  # a dead downloader's reservation is void
                             total += int(p.read_text() or 0)
                     elif not p.name.startswith(".") and p.is_file():
                         total += p.stat().st_size
