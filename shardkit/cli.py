@@ -15,7 +15,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from . import __version__
+from ._version import __version__
 from .config import DEFAULT_MAX_PIXELS, ConvertConfig, ShardSize, parse_size
 from .errors import ConfigError, ShardkitError
 from .logs import JsonFormatter
@@ -96,7 +96,7 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
         return None
     import json
 
-    import tomllib
+    from .tomlcompat import tomllib
 
     try:
         data = tomllib.loads(value.read_text(encoding="utf-8"))
