@@ -163,6 +163,30 @@ def test_changed_input_object_rewrites_only_its_shard(s3: str, camvid_root: Path
     assert_same_samples(ds, shardkit.open(tmp_path / "local" / "val"))
 
 
+def test_removed_inputs_move_shards_by_server_side_copy(s3: str, camvid_root: Path, tmp_path: Path) -> None:
+    src = Remote("s3://raw/shrinking")
+    names = sorted(p.name for p in (camvid_root / "val").iterdir())[:12]
+    for sub in ("val", "valannot"):
+        for n in names:
+            src.upload(camvid_root / sub / n, f"{sub}/{n}")
+    opts = {**OPTIONS, "shard_size": ShardSize(samples=3)}  # under 8: cuts at the limit only, 4 shards of 3
+    convert(ConvertConfig(src.url, "s3://out/shrinking", workers=1, **opts))
+    src.delete([f"{sub}/{n}" for sub in ("val", "valannot") for n in names[:3]])  # the whole first shard
+    again = convert(ConvertConfig(src.url, "s3://out/shrinking", workers=1, **opts))
+    assert again.shards == 3 and again.reused == 3  # every remaining shard reused under its new position
+    m = manifest_of("s3://out/shrinking/val")
+    assert [s["files"][0]["name"].split("-")[1] for s in m["shards"]] == ["00000", "00001", "00002"]
+    objects = {n for n in _objects("s3://out/shrinking/val") if not n.startswith(".") and n != "manifest.json"}
+    assert objects == {f["name"] for s in m["shards"] for f in s["files"]}  # old names collected
+    for sub in ("val", "valannot"):
+        (tmp_path / "raw" / sub).mkdir(parents=True)
+        for n in names[3:]:
+            (tmp_path / "raw" / sub / n).write_bytes((camvid_root / sub / n).read_bytes())
+    convert(ConvertConfig(tmp_path / "raw", tmp_path / "local", workers=1, **opts))
+    assert_same_samples(shardkit.open("s3://out/shrinking/val", cache_dir=tmp_path / "cache"),
+                        shardkit.open(tmp_path / "local" / "val"))
+
+
 def _read_all(url: str, cache_dir: str, barrier: object, queue: object) -> None:
     """In a fresh process: open the split on the shared cache, read every sample, report downloads + digest."""
     import hashlib
