@@ -2,7 +2,7 @@
 
 Input on object storage (``RemoteSource``): the parent lists the bucket once and lays the listing out
 as a local *skeleton* folder — sub-folders, an empty placeholder per image, and the small text files
-discovery and class tables read (``*.txt``, ``*.csv``, ``*.json``) — so discovery runs unchanged on
+discovery and class tables read (``*.txt``, ``*.csv``) — so discovery runs unchanged on
 the remote listing. Fingerprints come from the listing too (size + ETag, no download). Each worker then
 fetches only its own shard's images and labels into a private temporary folder, converts them, and
 deletes them.
@@ -40,8 +40,9 @@ from .storage import Remote, content_id
 
 log = logging.getLogger(__name__)
 
-#: Non-image files the skeleton holds whole: list files, class tables (discovery reads them).
-TEXT_EXTENSIONS = frozenset({".txt", ".csv", ".json", ".tsv"})
+#: Non-image files the skeleton holds whole: list files (``*.txt``) and class tables (``*.csv``), which
+#: discovery reads; other files are left out of the skeleton.
+TEXT_EXTENSIONS = frozenset({".txt", ".csv"})
 MAX_TEXT_BYTES = 64 * 1024 * 1024
 HEADER_BYTES = 256 * 1024  # enough for any PNG/JPEG header PIL needs to report a size
 
