@@ -49,7 +49,7 @@ class ConvertSummary:
     seconds: float = 0.0
     reused: int = 0
     skipped: list[dict[str, str]] = field(default_factory=list)
-    manifests: list[Path] = field(default_factory=list)
+    manifests: list[Path | str] = field(default_factory=list)  # a URL where the output is on object storage
 
     @property
     def samples_per_second(self) -> float:
@@ -168,7 +168,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
                                  source_root=session.input_name)
             save_cache(cfg.output / split, caches[split])
             session.split_committed(cfg.output / split, records)
-            summary.manifests.append(path)
+            summary.manifests.append(session.committed(split, path))
             summary.samples += sum(len(r.samples) for r in records)
             summary.shards += len(records)
             summary.bytes += sum(f.bytes for r in records for f in r.files)

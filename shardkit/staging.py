@@ -294,3 +294,9 @@ class StorageSession:
     def split_committed(self, directory: Path, records: Sequence[ShardRecord]) -> None:
         if self.sink is not None:
             self.sink.split_committed(directory, records)
+
+    def committed(self, split: str, local_manifest: Path) -> Path | str:
+        """Where the split's manifest now is: its URL on object storage, else the local path."""
+        if self.sink is not None:
+            return self.sink.remote.url_of(f"{split}/{MANIFEST_NAME}")
+        return local_manifest

@@ -70,7 +70,7 @@ def test_convert_bucket_to_bucket_reads_back_bit_exactly(raw_camvid: str, camvid
                                                          tmp_path: Path) -> None:
     out = "s3://out/exact"
     summary = convert(ConvertConfig(raw_camvid, out, workers=2, **OPTIONS))
-    assert summary.samples == 26 and summary.reused == 0
+    assert summary.samples == 26 and summary.reused == 0 and summary.manifests == [f"{out}/val/manifest.json"]
     remote, local = manifest_of(f"{out}/val"), json.loads((camvid_val_npy / "manifest.json").read_text())
     assert remote["source"]["root"] == raw_camvid
     # same plan, same bytes: every shard file has the sha256 of the local conversion's
