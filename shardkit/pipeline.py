@@ -22,7 +22,7 @@ from .discover import Discovery, discover
 from .errors import OutputError
 from .fingerprint import CACHE_NAME, fingerprint_samples, load_cache, save_cache
 from .formats.base import TMP_MARK, SampleSpec, fsync_file
-from .formats.registry import writer_class
+from .formats.registry import all_formats, get
 from .journal import RECORD_PREFIX, ShardRecord, reuse
 from .labels import ClassTable, LabelDecoder, build_class_table
 from .lock import OutputLock
@@ -115,13 +115,14 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
         log.warning("no ignore index: where an image is smaller than --size, its label is padded with class 0 "
                     "(pass --ignore-index ID to pad with an ignore id instead)")
     options = cfg.preprocessing()
-    writer = writer_class(cfg.format)
-    settings = {"format": cfg.format, "format_version": writer.format_version, "sample": spec.to_manifest(),
+    fmt = get(cfg.format)
+    settings = {"format": cfg.format, "format_version": fmt.version_for(cfg.compression, cfg.codecs),
+                "sample": spec.to_manifest(),
                 "classes": table.to_json(), "preprocessing": options, "on_error": cfg.on_error}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
     ctx = WorkerContext(cfg.format, spec, decoder, found.root.resolve(), cfg.size, cfg.resize, cfg.crop,
                         cfg.compression, cfg.on_error, sync_files=cfg.backend == "dask",
-                        max_pixels=cfg.max_pixels)
+                        max_pixels=cfg.max_pixels, codecs=cfg.codecs)
     log.info("convert %s → %s as %s", cfg.input, cfg.output, cfg.format,
              extra={"event": "start", "input": str(cfg.input), "output": str(cfg.output), "format": cfg.format,
                     "workers": cfg.effective_workers(), "backend": cfg.backend})
@@ -144,7 +145,7 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
 
         try:
             run_tasks(todo, ctx, workers=cfg.effective_workers(), quiet=cfg.quiet, on_result=publish_shard,
-                      isolate=getattr(writer, "needs_subprocess", False), backend=cfg.backend,
+                      isolate=fmt.writer.needs_subprocess, backend=cfg.backend,
                       scheduler=cfg.scheduler)
         except BaseException:
             for split in found.splits:
@@ -152,7 +153,7 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
             raise
         for split, pairs in found.splits.items():
             records = [reused[(t.split, t.key)] for t in tasks if t.split == split]
-            path = publish_split(cfg, split, pairs, records, found, table, spec, options, writer)
+            path = publish_split(cfg, split, pairs, records, found, table, spec, options, fmt)
             save_cache(cfg.output / split, caches[split])
             summary.manifests.append(path)
             summary.samples += sum(len(r.samples) for r in records)
@@ -175,7 +176,7 @@ def _plan(
     tasks: list[ShardTask] = []
     reused: dict[tuple[str, str], ShardRecord] = {}
     caches: dict[str, dict[str, Any]] = {}
-    writer = writer_class(cfg.format)
+    fmt = get(cfg.format)
     for split, pairs in found.splits.items():
         directory = cfg.output / split
         try:
@@ -192,7 +193,7 @@ def _plan(
                              read_image_size)
         for task in planned:
             if not cfg.force:
-                record = reuse(directory, task.key, writer.file_names(task.stem, spec))
+                record = reuse(directory, task.key, fmt.file_names(task.stem, spec))
                 if record is not None:
                     reused[(split, task.key)] = record
                     log.info("%s shard %s reused", split, task.index, extra={
@@ -226,7 +227,7 @@ def publish_split(
     table: ClassTable,
     spec: SampleSpec,
     options: dict[str, Any],
-    writer: Any,
+    fmt: Any,
 ) -> Path:
     """Write the split's manifest (the commit marker), then remove files no manifest names any more."""
     directory = cfg.output / split
@@ -242,7 +243,7 @@ def publish_split(
     fingerprint = hashlib.sha256("\n".join(s["fingerprint"] for s in samples).encode()).hexdigest()
     manifest = Manifest(
         format=cfg.format,
-        format_version=writer.format_version,
+        format_version=fmt.version_for(cfg.compression, cfg.codecs),
         split=split,
         num_samples=first,
         sample=spec.to_manifest(),
@@ -261,7 +262,7 @@ def publish_split(
         samples=tuple(samples),
         stats=stats.to_manifest(),
         skipped=tuple(s for r in records for s in r.skipped),
-        format_options=writer.format_options(spec, cfg.compression),
+        format_options=fmt.format_options(spec, cfg.compression, cfg.codecs),
         tool_version=__version__,
     )
     path = dump_manifest(manifest, directory)
@@ -284,4 +285,5 @@ def collect_garbage(directory: Path, records: list[ShardRecord]) -> None:
 
 
 def _is_shard_name(name: str) -> bool:
-    return not name.startswith(".") and name.split("-", 1)[0] in ("images", "labels", "shapes", "shard")
+    """A final shard file name of any format (a split folder may hold an earlier run's other format)."""
+    return any(fmt.owns(name) for fmt in all_formats())

@@ -21,7 +21,7 @@ from typing import Any
 
 from .errors import ShardkitError, WorkerError
 from .formats.base import TMP_MARK
-from .formats.registry import writer_class
+from .formats.registry import get
 from .plan import ShardTask
 from .worker import ShardResult, WorkerContext, convert_shard, convert_shard_in_worker
 
@@ -266,11 +266,11 @@ def _check_workers(distributed: Any, client: Any, directories: set[Path], root: 
 
 def _remove_lost_attempts(tasks: Sequence[ShardTask], ctx: WorkerContext) -> int:
     """Delete temporary shard files of attempts whose worker was lost (their shards were re-run)."""
-    writer = writer_class(ctx.format)
+    fmt = get(ctx.format)
     removed = 0
     for task in tasks:
-        for name in writer.file_names(task.stem, ctx.spec):
-            for p in task.directory.glob(f".{name}{TMP_MARK}*"):
+        for name in fmt.file_names(task.stem, ctx.spec):
+            for p in task.directory.glob(fmt.tmp_glob(name)):
                 p.unlink(missing_ok=True)
                 removed += 1
     return removed

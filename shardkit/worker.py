@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .codecs import RAW, ArrayCodecs
 from .config import DEFAULT_MAX_PIXELS
 from .errors import ShardkitError
 from .formats.base import SampleSpec, WrittenFile
@@ -47,6 +48,8 @@ class WorkerContext:
     sync_files: bool = True
     #: Largest image or label (height x width, from the file header) decoded; bigger ones are a DecodeError.
     max_pixels: int = DEFAULT_MAX_PIXELS
+    #: per-array codecs (raw: format version 1 bytes)
+    codecs: ArrayCodecs = RAW
 
 
 @dataclass
@@ -140,7 +143,8 @@ def convert_shard(task: ShardTask, ctx: WorkerContext) -> ShardResult:
     except Exception:  # pragma: no cover
         pass
     stats = Stats(ctx.spec.num_classes)
-    writer = writer_class(ctx.format)(task.directory, task.stem, ctx.spec, len(task.samples), ctx.compression)
+    writer = writer_class(ctx.format)(task.directory, task.stem, ctx.spec, len(task.samples), ctx.compression,
+                                      ctx.codecs)
     samples: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
     try:
