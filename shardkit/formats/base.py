@@ -343,6 +343,17 @@ class ShardReader(ABC):
         return tuple(self.read(i)[0].shape[:2])  # type: ignore[return-value]
 
 
+@dataclass(frozen=True)
+class TfRecordLayout:
+    """What ``shardkit.tf`` needs to read a format's files with TensorFlow's own ops (no Python per sample)."""
+
+    compression_type: str  # tf.data.TFRecordDataset(compression_type=…)
+    features: dict[str, str]  # feature key → "bytes" / "int64" (tf.io.FixedLenFeature spec)
+    image_key: str  # feature holding the image
+    image_codec: str  # "raw" (decode_raw), "png" or "jpeg" (decode_png / decode_jpeg)
+    label_key: str  # feature holding the stored label, raw little-endian
+
+
 class ShardFormat:
     """The facts of one shard format, in one place: the registry lists these, and the CLI choices, config
     checks, cleanup of stale and temporary files, and readers all derive from them.
@@ -369,6 +380,11 @@ class ShardFormat:
     @classmethod
     def file_names(cls, stem: str, spec: SampleSpec) -> tuple[str, ...]:
         return cls.writer.file_names(stem, spec)
+
+    @classmethod
+    def tf_records(cls, format_options: dict[str, Any], version: int) -> TfRecordLayout | None:
+        """How TensorFlow reads this format's files natively (``tf.data.TFRecordDataset``), or None."""
+        return None
 
     @classmethod
     def owns(cls, name: str) -> bool:

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..codecs import RAW, ArrayCodecs, run_parallel
 from ..errors import ShardFormatError, WorkerError
-from .base import SampleSpec, ShardFormat, ShardReader, ShardWriter
+from .base import SampleSpec, ShardFormat, ShardReader, ShardWriter, TfRecordLayout
 
 GZIP_LEVEL = 6
 #: feature key → protobuf list type; each feature holds exactly one value (format version 1).
@@ -409,6 +409,16 @@ class TfrecordFormat(ShardFormat):
     image_codecs = ("raw", "png", "jpeg")
     label_codecs = ("raw",)  # TensorFlow cannot decode zstd/lz4 in-graph; labels stay raw here
     file_patterns = (("shard-", ".tfrecord"), ("shard-", ".tfindex"))
+
+    @classmethod
+    def tf_records(cls, format_options: dict[str, Any], version: int) -> TfRecordLayout | None:
+        features = format_options.get("features", {})
+        codecs = ArrayCodecs.from_json(format_options.get("codecs")) if version >= 2 else RAW
+        kinds = {k: str(v.get("type")) for k, v in features.items() if isinstance(v, dict)}
+        compression = str(format_options.get("tf_compression_type",
+                                              "GZIP" if format_options.get("compression") == "gzip" else ""))
+        return TfRecordLayout(compression, kinds, "image/raw" if codecs.raw else "image/encoded",
+                              codecs.image.name, "label/raw")
 
 
 FORMAT = TfrecordFormat
