@@ -3,9 +3,10 @@
 Nothing here imports shardkit: the reader below uses only json, hashlib, numpy, py-lmdb,
 h5py + hdf5plugin, and for format version 2 the codec libraries ``formats/codecs.md`` names
 (zstandard, lz4, Pillow), and follows the MUST rules of ``formats/manifest.md``,
-``formats/npy.md``, ``formats/lmdb.md``, ``formats/hdf5.md`` and ``formats/codecs.md``. It reads the golden examples in ``formats/golden/`` (compared with
-``expected.json``, which ``scripts/make_golden.py`` computes without shardkit), refuses
-tampered copies, and reads a real CamVid conversion made with the ``shardkit`` command.
+``formats/npy.md``, ``formats/lmdb.md``, ``formats/hdf5.md`` and ``formats/codecs.md``. It reads
+the golden examples in ``formats/golden/`` (compared with ``expected.json``, which
+``scripts/make_golden.py`` computes without shardkit), refuses tampered copies, and reads a real
+CamVid conversion made with the ``shardkit`` command.
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ class LmdbWriter(ShardWriter):
         img = np.ascontiguousarray(image, dtype=np.uint8)
         lab = np.ascontiguousarray(label, dtype=self.spec.stored_label_dtype)
         if self.codecs.raw:
-            parts: tuple[Any, Any] = (memoryview(img).cast("B"), memoryview(lab).cast("B"))
+            parts: tuple[Any, Any] = (img.data.cast("B"), lab.data.cast("B"))  # byte views, no copy
         else:
             parts = (self.codecs.image.encode(img), self.codecs.label.encode(lab))
         header = np.array([(img.shape[0], img.shape[1], len(parts[0]), len(parts[1]))], dtype=RECORD_HEADER)
@@ -136,7 +136,7 @@ class LmdbReader(ShardReader):
             meta = json.loads(raw) if raw is not None else None
         except (lmdb.Error, ValueError) as exc:
             raise ShardFormatError(f"cannot open LMDB shard ({exc})", path=path, fix="re-convert this split") from None
-        want = {"format_version": self.format_version, "num_samples": len(self)}
+        want: dict[str, Any] = {"format_version": self.format_version, "num_samples": len(self)}
         if self.format_version >= 2:
             want["codecs"] = self.codecs.to_json()
         if not isinstance(meta, dict) or {k: meta.get(k) for k in want} != want:
