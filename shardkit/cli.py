@@ -235,13 +235,25 @@ def info(split_dir: Path, plot: Path | None) -> None:
         _info_split(folder, chart)
 
 
+def _codec_name(codec: Any) -> str:
+    """A manifest's codec object as the CLI spells it (``zstd``, ``jpeg:95``)."""
+    from .codecs import codec_from_json
+
+    try:
+        return str(codec_from_json(codec))
+    except ValueError:
+        return repr(codec)
+
+
 def _info_split(split_dir: Path, plot: Path | None) -> None:
     from .manifest import load_manifest
 
     m = load_manifest(split_dir)
     nbytes = sum(f.bytes for s in m.shards for f in s.files)
     shape = m.sample["image"]["shape"]
-    click.echo(f"{split_dir}: split {m.split}, format {m.format} v{m.format_version}, {m.num_samples} samples, "
+    codecs = m.format_options.get("codecs") if m.format_version >= 2 else None
+    coded = f" (images {_codec_name(codecs['image'])}, labels {_codec_name(codecs['label'])})" if codecs else ""
+    click.echo(f"{split_dir}: split {m.split}, format {m.format} v{m.format_version}{coded}, {m.num_samples} samples, "
                f"{len(m.shards)} shards, {nbytes / 1e6:.1f} MB")
     click.echo(f"image {shape[0] or 'var'}x{shape[1] or 'var'}x3 uint8; label {m.sample['label']['encoding']} "
                f"{m.sample['label'].get('dtype')}")

@@ -327,3 +327,22 @@ def test_codec_decode_checks_exact_sizes() -> None:
             codec.decode_into(blob + blob, np.empty(100, np.uint8))  # a second frame after the first
         with pytest.raises(CodecDataError):
             codec.decode_into(blob[:-4], np.empty(100, np.uint8))  # truncated
+
+
+def test_hdf5_lz4_chunk_framing_is_checked_before_decoding() -> None:
+    import struct
+
+    import lz4.block
+
+    from shardkit.formats.hdf5 import decode_h5lz4
+
+    arr = np.arange(3000, dtype=np.uint8)
+    blocks = [lz4.block.compress(arr[k : k + 1024].tobytes(), store_size=False) for k in range(0, 3000, 1024)]
+    chunk = struct.pack(">qi", 3000, 1024) + b"".join(struct.pack(">i", len(b)) + b for b in blocks)
+    out = np.empty(3000, np.uint8)
+    decode_h5lz4(chunk, out)
+    assert np.array_equal(out, arr)
+    huge = struct.pack(">qi", 1 << 40, 1024) + chunk[12:]
+    for bad in (huge, chunk[:-5], chunk + b"x", chunk[:10], struct.pack(">qi", 3000, 0) + chunk[12:]):
+        with pytest.raises(CodecDataError):
+            decode_h5lz4(bad, out)
