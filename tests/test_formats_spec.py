@@ -514,3 +514,42 @@ def test_camvid_conversion_reads_like_cv2_center_crop(tmp_path: Path, camvid_roo
         image, label = samples[i]
         assert np.array_equal(image, want_image), record["key"]
         assert np.array_equal(label, ids[top : top + 352]), record["label"]
+
+
+# --------------------------------------------------------------------------- format version 2 (codecs.md)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda m: m["format_options"].pop("codecs"), "without format_options.codecs"),
+        (lambda m: m["format_options"]["codecs"].__setitem__("label", {"name": "jpeg", "quality": 90}), "lossless"),
+        (lambda m: m["format_options"]["codecs"].__setitem__("image", {"name": "webp"}), "unknown image codec"),
+        (lambda m: m["format_options"]["codecs"]["image"].__setitem__("dictionary", 1), "unknown parameters"),
+    ],
+)
+def test_reader_refuses_bad_codec_manifests(tmp_path: Path, expected: dict[str, Any], change, message: str,
+                                            validate_manifest) -> None:
+    import jsonschema
+
+    folder = tampered(tmp_path, "lmdb-zstd", expected)
+    edit_manifest(folder, change)
+    with pytest.raises(SpecError, match=message):
+        read_split(folder)
+    with pytest.raises(jsonschema.ValidationError):
+        validate_manifest(folder)
+
+
+def test_reader_refuses_a_frame_claiming_a_huge_size(tmp_path: Path, expected: dict[str, Any]) -> None:
+    """codecs.md: the decoded size comes from the manifest and the header; a frame claiming more is refused."""
+    import zstandard
+
+    folder = tampered(tmp_path, "lmdb-zstd", expected)
+    frame = b"\x28\xb5\x2f\xfd" + bytes([0xC0, 0x58]) + (1 << 40).to_bytes(8, "little") + b"\x01\x00\x00"
+    assert zstandard.frame_content_size(frame) == 1 << 40
+    label = zstandard.ZstdCompressor().compress(bytes(6 * 4))
+    record = np.array([(4, 6, len(frame), len(label))], LMDB_HEADER).tobytes() + frame + label
+    put_lmdb(folder / load_manifest(folder)["shards"][0]["files"][0]["name"], b"00000000", record)
+    rehash(folder)
+    with pytest.raises(SpecError, match="zstd frame size"):
+        read_split(folder)
