@@ -184,14 +184,14 @@ class Lz4(Codec):
         dst = _bytes_of(out)
         try:
             info = frame.get_frame_info(data)
-            if info.get("content_size") != dst.size:
+            if info.get("content_size") != dst.size:  # checked first: the output is sized from it below
                 raise CodecDataError(f"lz4 frame says {info.get('content_size')} bytes, expected {dst.size}")
-            dec = frame.LZ4FrameDecompressor()
-            got = dec.decompress(data, max_length=dst.size)  # never more than the manifest allows
+            got, used = frame.decompress(data, return_bytearray=True, return_bytes_read=True)
         except RuntimeError as exc:
             raise CodecDataError(f"lz4 frame does not decode ({exc})") from None
-        if len(got) != dst.size or not dec.eof or dec.unused_data:
-            raise CodecDataError(f"lz4 frame decodes to {len(got)} bytes, expected {dst.size}")
+        if len(got) != dst.size or used != len(data):
+            raise CodecDataError(f"lz4 frame decodes to {len(got)} bytes from {used} of {len(data)}, "
+                                 f"expected {dst.size} from all")
         dst[:] = np.frombuffer(got, np.uint8)
 
 
@@ -412,6 +412,16 @@ def decode_threads() -> int:
     except AttributeError:  # pragma: no cover - non-Linux
         cores = os.cpu_count() or 1
     return max(1, min(4, cores))
+
+
+def _forget_pool_after_fork() -> None:
+    """In a forked child: the parent's threads (and possibly a held lock) did not come along."""
+    global _POOL, _POOL_LOCK
+    _POOL, _POOL_LOCK = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
 def _pool(threads: int) -> ThreadPoolExecutor:
