@@ -1,6 +1,7 @@
 """Codec sizes and warm batched-read speed on real data, side by side in one run.
 
-    python scripts/bench_codecs.py [SOURCE] [--split val] [--size 360x480] [--repeats 5] [--json out.json]
+    python scripts/bench_codecs.py [SOURCE] [--split val] [--size 360x480] [--repeats 5] [--only lmdb]
+                                   [--json out.json]
 
 Converts SOURCE (default: the shared CamVid SegNet copy) once per (format, image codec, label
 codec) below into a temporary folder, then reports for each dataset:
@@ -47,12 +48,14 @@ VARIANTS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def convert_all(source: Path, out: Path, split: str, size: tuple[int, int]) -> dict[str, Path]:
+def convert_all(source: Path, out: Path, split: str, size: tuple[int, int], only: str | None) -> dict[str, Path]:
     from shardkit.config import ConvertConfig
     from shardkit.pipeline import convert
 
     folders = {}
     for fmt, image, label in VARIANTS:
+        if only and fmt != only and (fmt, image, label) != VARIANTS[0]:
+            continue
         name = f"{fmt} image={image} label={label}"
         target = out / name.replace(" ", "_").replace(":", "").replace("=", "-")
         t0 = time.perf_counter()
@@ -99,11 +102,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--split", default="val")
     ap.add_argument("--size", default="360x480")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--only", help="only this format's datasets (and the raw LMDB reference)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     h, w = (int(v) for v in args.size.split("x"))
     with tempfile.TemporaryDirectory(prefix="shardkit-codecs-") as tmp:
-        folders = convert_all(args.source, Path(tmp), args.split, (h, w))
+        folders = convert_all(args.source, Path(tmp), args.split, (h, w), args.only)
         facts = {name: sizes(folder) for name, folder in folders.items()}
         for folder in folders.values():  # warm the page cache and each reader once
             epoch_rate(folder, 0)
