@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import os
 import struct
+import sys
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -41,6 +42,9 @@ class CodecDataError(ValueError):
 
 def require(module: str, codec: str) -> ModuleType:
     """Import a codec's library, or a ConfigError naming the extra that installs it."""
+    found = sys.modules.get(module)  # the per-sample fast path: already imported
+    if found is not None:
+        return found
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError:
