@@ -346,3 +346,24 @@ def test_hdf5_lz4_chunk_framing_is_checked_before_decoding() -> None:
     for bad in (huge, chunk[:-5], chunk + b"x", chunk[:10], struct.pack(">qi", 3000, 0) + chunk[12:]):
         with pytest.raises(CodecDataError):
             decode_h5lz4(bad, out)
+
+
+def test_variable_size_record_claiming_a_bigger_sample_is_refused_before_decoding(tmp_path: Path) -> None:
+    """A version 2 record's (H, W) must be the manifest's samples[i] before an output is sized from it."""
+    import shutil
+
+    golden = Path(__file__).resolve().parents[1] / "formats" / "golden" / "lmdb-zstd" / "train"
+    folder = tmp_path / "train"
+    shutil.copytree(golden, folder)
+    side = 16384  # 805 MB of pixels, if a reader believed it
+    patched_record(folder, zstd_frame_claiming(side * side * 3), zstd_frame_claiming(side * side), hw=(side, side))
+    ds = shardkit.open(folder)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ShardFormatError, match=f"sample 0 is {side}x{side}, the manifest says 4x6"):
+            ds[0]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20
+    assert ds[1][0].shape == (7, 9, 3)

@@ -232,6 +232,8 @@ class ShardReader(ABC):
                 raise ShardFormatError(f"cannot decode this split: {exc}", path=self.directory / "manifest.json",
                                        fix=exc.fix) from None
         self._pid: int | None = None
+        #: (n, 2) (H, W) of each local sample from the manifest (variable-size splits), set by ``open_shard``
+        self.expected_hw: np.ndarray | None = None
         self.check_files()
 
     def __len__(self) -> int:
@@ -259,6 +261,14 @@ class ShardReader(ABC):
         """The one-line error for a malformed, truncated or corrupt shard file (raise it)."""
         return ShardFormatError(" ".join(problem.split()), path=self.path(name or self.shard.files[0].name),
                                 fix="the shard is damaged; re-convert this split")
+
+    def check_hw(self, i: int, h: int, w: int) -> None:
+        """Refuse sample ``i`` whose stored (H, W) is not the manifest's (before anything is sized from it)."""
+        if self.spec.size not in (None, (h, w)):
+            raise self.corrupt(f"sample {i} is {h}x{w}, the manifest says {self.spec.size[0]}x{self.spec.size[1]}")
+        hw = self.expected_hw
+        if hw is not None and 0 <= i < len(hw) and (int(hw[i, 0]), int(hw[i, 1])) != (h, w):
+            raise self.corrupt(f"sample {i} is {h}x{w}, the manifest says {int(hw[i, 0])}x{int(hw[i, 1])}")
 
     def decode_into(self, codec_kind: str, data: Any, out: np.ndarray, i: int) -> None:
         """Decode sample ``i``'s image or label bytes into ``out`` with this split's codec; damage → one-line error."""
@@ -417,7 +427,11 @@ class ShardFormat:
     def open_shard(cls, directory: Path, shard: ShardInfo, spec: SampleSpec, manifest: Any) -> ShardReader:
         """The reader of one shard of ``manifest`` (a :class:`~shardkit.manifest.Manifest`), version checked."""
         cls.check_version(manifest.format_version, Path(directory) / "manifest.json")
-        return cls.reader(directory, shard, spec, manifest.format_options, manifest.format_version)
+        reader = cls.reader(directory, shard, spec, manifest.format_options, manifest.format_version)
+        if spec.size is None:  # variable size: each sample's (H, W) from the manifest bounds what a record may claim
+            records = manifest.samples[shard.first_index : shard.first_index + shard.num_samples]
+            reader.expected_hw = np.array([(r["height"], r["width"]) for r in records], np.int64).reshape(-1, 2)
+        return reader
 
     @classmethod
     def check_version(cls, version: int, where: Path) -> None:

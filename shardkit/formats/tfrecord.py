@@ -317,6 +317,7 @@ class TfrecordReader(ShardReader):
                                f"do not fit its height and width {h}x{w}")
         if spec.size not in (None, (h, w)):
             raise self.corrupt(f"record {i} is {h}x{w}, the manifest says {spec.size[0]}x{spec.size[1]}")
+        self.check_hw(i, h, w)  # variable size: the manifest's samples[i], before an encoded image is decoded
         return img_start, lab_start, h, w
 
     def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
