@@ -295,30 +295,8 @@ class Jpeg(_Picture):
         return [cv2.IMWRITE_JPEG_QUALITY, self.quality]
 
 
-class _Hdf5Only(Codec):
-    """A codec that exists only as an HDF5 filter (the format writes it; no bytes are made here)."""
-
-    def encode(self, arr: np.ndarray) -> bytes:
-        raise ConfigError(f"codec {self.name!r} exists only as an HDF5 filter", fix="use it with --format hdf5")
-
-    def decode_into(self, data: Any, out: np.ndarray) -> None:
-        raise ConfigError(f"codec {self.name!r} exists only as an HDF5 filter", fix="use it with --format hdf5")
-
-
-class Gzip(_Hdf5Only):
-    """HDF5's deflate filter, level 4 (what ``--compression gzip`` wrote in format version 1)."""
-
-    name = "gzip"
-
-
-class Lzf(_Hdf5Only):
-    """h5py's LZF filter (what ``--compression lzf`` wrote in format version 1)."""
-
-    name = "lzf"
-
-
 #: Every codec by name: the one list the CLI help, config checks and manifests draw on.
-CODECS: dict[str, type[Codec]] = {c.name: c for c in (Raw, Zstd, Lz4, Png, Jpeg, Gzip, Lzf)}
+CODECS: dict[str, type[Codec]] = {c.name: c for c in (Raw, Zstd, Lz4, Png, Jpeg)}
 _PARAM = {"zstd": "level", "jpeg": "quality"}
 
 
