@@ -18,7 +18,7 @@ import numpy as np
 
 from .errors import ShardkitError
 from .formats.base import SampleSpec, sha256_file
-from .formats.registry import reader_class
+from .formats.registry import get
 from .manifest import MANIFEST_NAME, Manifest, load_manifest
 from .preprocess import decode_label_encoding
 from .storage import Remote, is_url
@@ -105,15 +105,15 @@ def verify_split(path: str | Path, storage_options: dict[str, Any] | None = None
                 cache, folder = None, Path(path)
             manifest = load_manifest(folder)
             spec = SampleSpec.from_manifest(manifest.sample)
-            reader_cls = reader_class(manifest.format)
+            fmt = get(manifest.format)
         except ShardkitError as exc:  # an unknown format is the manifest's problem here, not a usage error
             report.problems.append(str(exc))
             return report
-        _verify_shards(report, manifest, folder, spec, reader_cls, cache)
+        _verify_shards(report, manifest, folder, spec, fmt, cache)
     return report
 
 
-def _verify_shards(report: SplitReport, manifest: Manifest, path: Path, spec: SampleSpec, reader_cls: Any,
+def _verify_shards(report: SplitReport, manifest: Manifest, path: Path, spec: SampleSpec, fmt: Any,
                    cache: Any) -> None:
     ignore = manifest.classes.get("ignore_index")
     counts = np.zeros(spec.num_classes, np.int64)
@@ -124,9 +124,9 @@ def _verify_shards(report: SplitReport, manifest: Manifest, path: Path, spec: Sa
             if cache is not None:
                 from .read.cache import CachedShardReader
 
-                reader = CachedShardReader(cache, reader_cls, shard, spec, manifest.format_options)
+                reader = CachedShardReader(cache, fmt, shard, spec, manifest)
             else:
-                reader = reader_cls(path, shard, spec, manifest.format_options)
+                reader = fmt.open_shard(path, shard, spec, manifest)
             reader.verify_hashes()
             for i in range(shard.num_samples):
                 image, stored = reader.read(i)

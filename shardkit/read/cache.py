@@ -39,9 +39,9 @@ import numpy as np
 
 from ..config import parse_bytes
 from ..errors import ConfigError, IntegrityError
-from ..formats.base import SampleSpec, ShardReader, sha256_file
+from ..formats.base import SampleSpec, ShardFormat, ShardReader, sha256_file
 from ..lock import pid_alive
-from ..manifest import MANIFEST_NAME, ShardInfo, member_path
+from ..manifest import MANIFEST_NAME, Manifest, ShardInfo, member_path
 from ..publish import atomic_write_bytes
 from ..storage import Remote
 
@@ -303,14 +303,17 @@ class CachedShardReader(ShardReader):
     """A shard of a split on object storage: fetched through the :class:`ShardCache` on first read, then
     served by the format's own reader on the local copy. Nothing is fetched before a sample is read."""
 
-    def __init__(self, cache: ShardCache, reader_cls: type[ShardReader], shard: ShardInfo, spec: SampleSpec,
-                 format_options: dict[str, Any]) -> None:
+    def __init__(self, cache: ShardCache, fmt: type[ShardFormat], shard: ShardInfo, spec: SampleSpec,
+                 manifest: Manifest) -> None:
         self.cache = cache
-        self.reader_cls = reader_cls
+        self.fmt = fmt
+        self.manifest = manifest
         self.directory = cache.directory
         self.shard = shard
         self.spec = spec
-        self.format_options = format_options
+        self.format_options = manifest.format_options
+        self.format_version = manifest.format_version
+        self.expected_hw = None
         self._pid: int | None = None
         self._inner: ShardReader | None = None
 
@@ -325,7 +328,7 @@ class CachedShardReader(ShardReader):
         pid = os.getpid()
         if self._inner is None or self._pid != pid:
             folder = self.cache.fetch(self.shard, self)
-            reader = self.reader_cls(folder, self.shard, self.spec, self.format_options)
+            reader = self.fmt.open_shard(folder, self.shard, self.spec, self.manifest)
             reader.ensure_open()  # a read-through folder may be deleted later: hold its files open now
             self._inner, self._pid = reader, pid
         return self._inner
