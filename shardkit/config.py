@@ -12,13 +12,10 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from .errors import ConfigError
 
-FormatName = Literal["npy", "lmdb", "hdf5", "tfrecord"]
-
-FORMATS: tuple[str, ...] = ("npy", "lmdb", "hdf5", "tfrecord")
 DEFAULT_SHARD_SAMPLES = 500
 DEFAULT_MAX_PIXELS = 2**28  # per image (height x width), checked from the file header before decoding
 
@@ -28,9 +25,6 @@ _UNITS = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4}
 #: Largest --shard-size: more samples or bytes than any shard can hold (and than int64 counts).
 MAX_SHARD_SAMPLES = 2**31 - 1
 MAX_SHARD_BYTES = 2**62
-#: ``s3://bucket/x``, ``gs://…``, ``https://…``: also as ``s3:/bucket/x``, what Path makes of it
-#: (two or more letters, so a Windows drive ``C:/`` is not a scheme).
-_URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
 
 
 def parse_size(text: str | None) -> tuple[int, int] | None:
@@ -41,6 +35,24 @@ def parse_size(text: str | None) -> tuple[int, int] | None:
     if not m or int(m.group(1)) <= 0 or int(m.group(2)) <= 0:
         raise ConfigError(f"--size {text!r} is not HEIGHTxWIDTH", fix="write it like --size 352x480")
     return int(m.group(1)), int(m.group(2))
+
+
+def parse_bytes(text: str, what: str = "size", example: str = "20GB") -> int:
+    """``"256MB"`` → 256000000, ``"1GiB"`` → 1073741824: a positive byte count (``what`` names it in errors)."""
+    m = _BYTES_RE.match(text)
+    if not m:
+        raise ConfigError(f"{what} {text!r} is not a byte size", fix=f"write it like {example}")
+    unit = _UNITS[m.group(2).lower()]
+    if m.group(3):
+        unit = {1: 1, 1000: 1024, 1000**2: 1024**2, 1000**3: 1024**3, 1000**4: 1024**4}[unit]
+    amount = float(m.group(1)) * unit
+    if not amount <= MAX_SHARD_BYTES:  # also inf (hundreds of digits) and nan
+        raise ConfigError(f"{what} {text!r} is too large (at most {MAX_SHARD_BYTES} bytes)",
+                          fix=f"use e.g. {example}")
+    nbytes = int(amount)
+    if nbytes <= 0:
+        raise ConfigError(f"{what} {text!r} must be positive")
+    return nbytes
 
 
 @dataclass(frozen=True)
@@ -60,23 +72,7 @@ class ShardSize:
             if s.isdigit():
                 value = int(s)
             else:
-                m = _BYTES_RE.match(s)
-                if not m:
-                    raise ConfigError(
-                        f"--shard-size {text!r} is neither a sample count nor a byte size",
-                        fix="use e.g. --shard-size 500 or --shard-size 256MB",
-                    )
-                unit = _UNITS[m.group(2).lower()]
-                if m.group(3):
-                    unit = {1: 1, 1000: 1024, 1000**2: 1024**2, 1000**3: 1024**3, 1000**4: 1024**4}[unit]
-                amount = float(m.group(1)) * unit
-                if not amount <= MAX_SHARD_BYTES:  # also inf (hundreds of digits) and nan
-                    raise ConfigError(f"--shard-size {text!r} is too large (at most {MAX_SHARD_BYTES} bytes)",
-                                      fix="use e.g. --shard-size 256MB")
-                nbytes = int(amount)
-                if nbytes <= 0:
-                    raise ConfigError(f"--shard-size {text!r} must be positive")
-                return cls(nbytes=nbytes)
+                return cls(nbytes=parse_bytes(s, "--shard-size", "500 (samples) or 256MB"))
         if value <= 0:
             raise ConfigError(f"--shard-size {text!r} must be positive")
         if value > MAX_SHARD_SAMPLES:
@@ -108,6 +104,9 @@ class ConvertConfig:
     splits: tuple[str, ...] = ()
     shard_size: ShardSize = field(default_factory=lambda: ShardSize(samples=DEFAULT_SHARD_SAMPLES))
     compression: str = "none"
+    #: per-array codecs (``shardkit.codecs``): "raw", "zstd", "zstd:9", "lz4", "png", "jpeg:95"
+    image_codec: str = "raw"
+    label_codec: str = "raw"
     workers: int = 0
     backend: str = "local"
     scheduler: str | None = None
@@ -118,21 +117,34 @@ class ConvertConfig:
     quiet: bool = False
     max_pixels: int = DEFAULT_MAX_PIXELS
 
+    #: fsspec URLs (``s3://bucket/x``) when the input / output is on object storage; ``input``/``output``
+    #: then only echo them. Set from ``input``/``output`` themselves; ``file://`` becomes a local path.
+    input_url: str | None = None
+    output_url: str | None = None
+    #: fsspec storage options (endpoint, credentials, profile …) for the URLs; the environment completes them.
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
     def __post_init__(self) -> None:
+        from .storage import is_url, local_path, normalize_url
+
         for name in ("input", "output"):
-            if _URL_RE.match(text := str(getattr(self, name))):
-                url = re.sub(r"^([^:/]+):/(?!/)", r"\1://", text)  # undo Path's "s3://b" -> "s3:/b"
-                raise ConfigError(f"{name} {url!r}: object storage is not supported yet",
-                                  fix=f"use a local {name} folder (copy or mount the data first)")
+            value = getattr(self, name)
+            if is_url(value):
+                url = normalize_url(value)
+                path = local_path(url)
+                object.__setattr__(self, name, path if path is not None else Path(url))
+                object.__setattr__(self, f"{name}_url", None if path is not None else url)
         object.__setattr__(self, "input", Path(self.input))
         object.__setattr__(self, "output", Path(self.output))
         self._normalise()
-        self._check_choice("format", self.format, FORMATS)
+        from .codecs import ArrayCodecs
+        from .formats.registry import get, names
+
+        self._check_choice("format", self.format, names())
         self._check_choice("resize", self.resize, ("none", "exact", "shorter"))
         self._check_choice("crop", self.crop, ("center", "none"))
         self._check_choice("label_encoding", self.label_encoding, ("index", "onehot", "packed"))
         self._check_choice("on_error", self.on_error, ("fail", "skip"))
-        self._check_choice("compression", self.compression, ("none", "lzf", "gzip"))
         self._check_choice("backend", self.backend, ("local", "dask"))
         if self.scheduler and self.backend != "dask":
             raise ConfigError("--scheduler needs --backend dask")
@@ -150,13 +162,10 @@ class ConvertConfig:
                               fix="choose a smaller --size or raise --max-pixels")
         if self.workers < 0:
             raise ConfigError("--workers must be >= 0 (0 = all cores)")
-        if self.compression != "none" and self.format in ("npy", "lmdb"):
-            raise ConfigError(
-                f"--compression {self.compression} is not supported by --format {self.format}",
-                fix="use --format hdf5 (lzf, gzip) or tfrecord (gzip), or drop --compression",
-            )
-        if self.compression == "lzf" and self.format == "tfrecord":
-            raise ConfigError("--compression lzf is HDF5-only", fix="use --compression gzip with tfrecord")
+        codecs = ArrayCodecs.parse(self.image_codec, self.label_codec)
+        object.__setattr__(self, "image_codec", str(codecs.image))  # one spelling: "zstd:3" → "zstd"
+        object.__setattr__(self, "label_codec", str(codecs.label))
+        get(self.format).check_options(self.compression, codecs)  # the format says what it takes
 
     def _normalise(self) -> None:
         """Accept the CLI's spellings from Python callers: ``size="352x480"``, ``shard_size="256MB"``,
@@ -208,9 +217,21 @@ class ConvertConfig:
         except AttributeError:  # pragma: no cover - non-Linux
             return max(1, os.cpu_count() or 1)
 
+    @property
+    def codecs(self) -> Any:
+        """The :class:`~shardkit.codecs.ArrayCodecs` of ``image_codec``/``label_codec`` (checked on init)."""
+        from .codecs import ArrayCodecs
+
+        return ArrayCodecs.parse(self.image_codec, self.label_codec)
+
     def preprocessing(self) -> dict[str, Any]:
-        """The options that change stored bytes: recorded in the manifest and hashed into fingerprints."""
-        return {
+        """The options that change stored bytes: recorded in the manifest and hashed into fingerprints.
+
+        The codecs appear only when one is not raw, so raw datasets keep their version 1 manifests and
+        fingerprints byte for byte.
+        """
+        codecs = {} if self.codecs.raw else {"image_codec": self.image_codec, "label_codec": self.label_codec}
+        return {**codecs,
             "size": list(self.size) if self.size else None,
             "resize": self.resize,
             "crop": self.crop,

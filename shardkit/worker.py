@@ -13,10 +13,11 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .codecs import RAW, ArrayCodecs
 from .config import DEFAULT_MAX_PIXELS
 from .discover import rel_path
 from .errors import LabelError, ShardkitError
@@ -28,6 +29,9 @@ from .plan import ShardTask
 from .preprocess import encode_label, fit_pair, pads
 from .progress import CounterRef, worker_tick
 from .stats import Stats
+
+if TYPE_CHECKING:
+    from .staging import RemoteSource
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +55,10 @@ class WorkerContext:
     sync_files: bool = True
     #: Largest image or label (height x width, from the file header) decoded; bigger ones are a DecodeError.
     max_pixels: int = DEFAULT_MAX_PIXELS
+    #: per-array codecs (raw: format version 1 bytes)
+    codecs: ArrayCodecs = RAW
+    #: Inputs on object storage: each worker fetches its own shard's files (:class:`shardkit.staging.RemoteSource`).
+    source: RemoteSource | None = None
 
 
 @dataclass
@@ -157,8 +165,14 @@ def convert_shard_in_worker(task: ShardTask, ctx: WorkerContext, parent_pid: int
 def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] | None = None) -> ShardResult:
     """Write shard ``task.stem`` of ``task.split`` to temporary names and describe it.
 
-    ``tick`` is called once per sample written or skipped (the progress bar).
+    ``tick`` is called once per sample written or skipped (the progress bar). With inputs on object
+    storage, the shard's files are fetched first into a temporary folder (deleted after).
     """
+    if ctx.source is not None:
+        import dataclasses
+
+        with ctx.source.staged(task) as (local_task, root):
+            return convert_shard(local_task, dataclasses.replace(ctx, root=root, source=None), tick)
     try:
         import cv2
 
@@ -168,7 +182,8 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
     except Exception:  # pragma: no cover
         pass
     stats = Stats(ctx.spec.num_classes)
-    writer = writer_class(ctx.format)(task.directory, task.stem, ctx.spec, len(task.samples), ctx.compression)
+    writer = writer_class(ctx.format)(task.directory, task.stem, ctx.spec, len(task.samples), ctx.compression,
+                                      ctx.codecs)
     samples: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
     padded = 0

@@ -13,25 +13,28 @@ stored encoding are produced vectorised into the output buffer.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import ConfigError, ShardFormatError
+from ..errors import ConfigError
 from ..formats.base import SampleSpec, ShardReader
-from ..formats.registry import reader_class, writer_class
+from ..formats.registry import get
 from ..manifest import Manifest, load_manifest
 from ..onehot import onehot_into
+from ..storage import is_url
 from . import sampling
+
+if TYPE_CHECKING:
+    from .cache import ShardCache
 
 log = logging.getLogger(__name__)
 
 LABEL_OUTPUTS = ("ids", "onehot", "float_onehot", "stored")
-#: Formats read front to back: iter_batches shuffles them shard-then-buffer instead of globally.
-SEQUENTIAL_FORMATS = frozenset({"tfrecord"})
 
 Batch = tuple[np.ndarray, np.ndarray]
 
@@ -44,10 +47,15 @@ class Dataset:
     "channels_first"`` gives one-hot outputs as (C, H, W). ``verify=True`` checks every
     shard's sha256 against the manifest on open. Arrays from ``ds[i]`` may be read-only views
     of the shard (zero-copy); arrays from :meth:`batch` are the caller's.
+
+    ``path`` may be an fsspec URL (``s3://bucket/out/train``): shards are then fetched whole on first use
+    into a local cache (``cache_dir``, at most ``cache_limit`` bytes such as ``"20GB"``; see
+    :mod:`shardkit.read.cache`), with ``storage_options`` for fsspec (endpoint, credentials).
     """
 
     def __init__(self, path: str | Path, *, labels: str = "ids", verify: bool = False,
-                 label_layout: str = "channels_last") -> None:
+                 label_layout: str = "channels_last", cache_dir: str | os.PathLike[str] | None = None,
+                 cache_limit: int | str | None = None, storage_options: dict[str, Any] | None = None) -> None:
         if labels not in LABEL_OUTPUTS:
             raise ConfigError(f"labels={labels!r} is not one of {', '.join(LABEL_OUTPUTS)}")
         if label_layout not in ("channels_last", "channels_first"):
@@ -55,6 +63,13 @@ class Dataset:
         # channels_first one-hot ((…, C, H, W)) is what PyTorch wants; both layouts are built by
         # shardkit.onehot (without numba, channels_first is ~2x faster to build).
         self.label_layout = label_layout
+        self.cache: ShardCache | None = None
+        if is_url(path):
+            from .cache import ShardCache
+
+            self.cache = ShardCache(str(path), cache_dir=cache_dir, limit=cache_limit,
+                                    storage_options=storage_options)
+            path = self.cache.directory
         self.path = Path(path)
         self.manifest: Manifest = load_manifest(self.path)
         if self.path.is_file():
@@ -62,17 +77,19 @@ class Dataset:
         self.spec = SampleSpec.from_manifest(self.manifest.sample)
         self.labels = labels
         self.ignore_index: int | None = self.manifest.classes.get("ignore_index")
-        fmt = self.manifest.format
-        expected = writer_class(fmt).format_version
-        if self.manifest.format_version != expected:
-            raise ShardFormatError(
-                f"{fmt} format version {self.manifest.format_version} is not supported (this shardkit reads "
-                f"version {expected})", path=self.path / "manifest.json",
-                fix="re-convert with this shardkit version or upgrade shardkit")
-        cls = reader_class(fmt)
-        self.readers: list[ShardReader] = [
-            cls(self.path, shard, self.spec, self.manifest.format_options) for shard in self.manifest.shards
-        ]
+        #: the format's facts (:class:`~shardkit.formats.base.ShardFormat`): versions, access pattern, …
+        self.format_info = get(self.manifest.format)
+        self.format_info.check_version(self.manifest.format_version, self.path / "manifest.json")
+        if self.cache is not None:
+            from .cache import CachedShardReader
+
+            cache = self.cache
+            self.readers: list[ShardReader] = [
+                CachedShardReader(cache, self.format_info, shard, self.spec, self.manifest)
+                for shard in self.manifest.shards]
+        else:
+            self.readers = [self.format_info.open_shard(self.path, shard, self.spec, self.manifest)
+                            for shard in self.manifest.shards]
         self._starts = np.array([s.first_index for s in self.manifest.shards], dtype=np.int64)
         self._local = threading.local()
         self._sizes: dict[tuple[int, int], int] | None = None
@@ -84,9 +101,14 @@ class Dataset:
     def __len__(self) -> int:
         return self.manifest.num_samples
 
+    @property
+    def location(self) -> str:
+        """The split's URL (object storage) or local folder."""
+        return self.cache.remote.url if self.cache is not None else str(self.path)
+
     def __repr__(self) -> str:
         size = "x".join(map(str, self.spec.size)) if self.spec.size else "variable size"
-        return (f"<shardkit.Dataset {self.path} {self.manifest.format} {len(self)} samples {size} "
+        return (f"<shardkit.Dataset {self.location} {self.manifest.format} {len(self)} samples {size} "
                 f"labels={self.labels}>")
 
     @property
@@ -100,7 +122,7 @@ class Dataset:
     @property
     def random_access(self) -> bool:
         """False for formats read front to back (TFRecord): they get the shard-then-buffer shuffle."""
-        return self.manifest.format not in SEQUENTIAL_FORMATS
+        return self.format_info.random_access
 
     @property
     def shard_sizes(self) -> list[int]:
