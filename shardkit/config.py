@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from . import encoding
 from .errors import ConfigError
 
 FormatName = Literal["npy", "lmdb", "hdf5", "tfrecord"]
@@ -136,7 +137,7 @@ class ConvertConfig:
         self._check_choice("format", self.format, FORMATS)
         self._check_choice("resize", self.resize, ("none", "exact", "shorter"))
         self._check_choice("crop", self.crop, ("center", "none"))
-        self._check_choice("label_encoding", self.label_encoding, ("index", "onehot", "packed"))
+        self._check_choice("label_encoding", self.label_encoding, encoding.NAMES)
         self._check_choice("on_error", self.on_error, ("fail", "skip"))
         self._check_choice("compression", self.compression, ("none", "lzf", "gzip"))
         self._check_choice("backend", self.backend, ("local", "dask"))

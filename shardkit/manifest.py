@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from . import encoding
 from .config import FORMATS
 from .errors import ShardFormatError, UnsafePathError
 
@@ -26,7 +27,7 @@ MANIFEST_VERSION = 1
 MAX_CLASSES = 65536  # class ids are stored as uint8 or uint16
 MAX_SIDE = 65536  # pixels per image side
 MAX_PIXELS = 1 << 28  # pixels per image (a 16384 x 16384 image)
-LABEL_ENCODINGS = ("index", "onehot", "packed")
+LABEL_ENCODINGS = encoding.NAMES
 CLASS_ID_DTYPES = ("|u1", "<u2")
 
 

@@ -17,7 +17,6 @@ from .errors import ShardkitError
 from .formats.base import SampleSpec, sha256_file
 from .formats.registry import reader_class
 from .manifest import MANIFEST_NAME, load_manifest
-from .transform import decode_label_encoding
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +89,7 @@ def verify_split(path: Path) -> SplitReport:
                     report.problems.append(f"{where}: sample {i} has image shape {image.shape}, expected "
                                            f"({rec['height']}, {rec['width']}, 3)")
                     continue
-                ids = stored if spec.label_encoding == "index" else decode_label_encoding(
-                    stored, spec.label_encoding, spec.num_classes, ignore)
+                ids = spec.encoding.decode(stored, ignore)
                 counts += np.bincount(ids.ravel(), minlength=spec.num_classes)[: spec.num_classes]
                 report.samples += 1
         except ShardkitError as exc:

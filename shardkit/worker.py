@@ -23,7 +23,7 @@ from .formats.registry import writer_class
 from .labels import LabelDecoder
 from .plan import ShardTask
 from .stats import Stats
-from .transform import check_pixels, decode_image, encode_label, fit_pair, regular_stat
+from .transform import check_pixels, decode_image, fit_pair, regular_stat
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def process_sample(pair: Any, ctx: WorkerContext) -> tuple[np.ndarray, np.ndarra
     pad = ctx.decoder.table.ignore_index if ctx.decoder.table.ignore_index is not None else 0
     image, ids = fit_pair(image, ids, size=ctx.size, resize=ctx.resize, crop=ctx.crop, pad_label=pad,
                           label_path=pair.label)
-    return image, encode_label(ids, ctx.spec.label_encoding, ctx.spec.num_classes), ids
+    return image, ctx.spec.encoding.encode(ids, allow_numba=False), ids
 
 
 def _write(fn: Any, task: ShardTask, *args: Any) -> Any:
