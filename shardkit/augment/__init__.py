@@ -13,6 +13,7 @@ from __future__ import annotations
 from .ops import (
     ColorJitter,
     Compose,
+    Cutout,
     Params,
     RandomCrop,
     RandomFlip,
@@ -21,5 +22,5 @@ from .ops import (
     parse,
 )
 
-__all__ = ["ColorJitter", "Compose", "Params", "RandomCrop", "RandomFlip", "RandomRotate", "RandomScale",
+__all__ = ["ColorJitter", "Compose", "Cutout", "Params", "RandomCrop", "RandomFlip", "RandomRotate", "RandomScale",
            "parse"]

@@ -33,6 +33,9 @@ class Params:
     contrast: float = 1.0
     saturation: float = 1.0
     hue: float = 0.0
+    holes: tuple[tuple[int, int, int, int], ...] = ()  # Cutout: (y0, x0, y1, x1) output pixels, ends exclusive
+    cutout_fill: tuple[int, int, int] = (0, 0, 0)  # RGB written into the image's holes
+    cutout_ignore: bool = False  # True: label pixels in holes become the ignore index
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Params) and np.array_equal(self.matrix, other.matrix)
@@ -202,6 +205,41 @@ class ColorJitter(Op):
                          saturation=float(1 + self.saturation * u[2]), hue=float(self.hue * u[3]) + 0.0)
 
 
+class Cutout(Op):
+    """Cut ``holes`` rectangles of ``h`` x ``w`` output pixels (mmseg's ``RandomCutOut``): image pixels there
+    become ``fill`` (one grey level or an RGB triple); labels stay unchanged, or with ``ignore_labels``
+    become the ignore index (mmseg's ``seg_fill_in``).
+
+    ``holes`` is a count or a (lo, hi) range drawn per sample (``(0, 2)``: none, one or two). Each
+    hole's top-left corner is drawn uniformly over the output; holes are clipped at its border and
+    may overlap. Holes are cut in the output canvas, after the geometry and colour ops, so a Cutout
+    must follow every geometry op, and a pipeline has at most one.
+    """
+
+    def __init__(self, holes: int | tuple[int, int], h: int, w: int, *, fill: int | Sequence[int] = 0,
+                 ignore_labels: bool = False) -> None:
+        lo, hi = (holes, holes) if isinstance(holes, (int, np.integer)) else tuple(holes)
+        if any(isinstance(v, bool) or int(v) != v or v < 0 for v in (lo, hi)) or lo > hi:
+            raise ConfigError(f"cutout holes must be a count >= 0 or a range lo <= hi, got {holes!r}")
+        if any(isinstance(v, bool) or int(v) != v or v < 1 for v in (h, w)):
+            raise ConfigError(f"cutout hole size must be positive integers, got {h}x{w}")
+        rgb = (fill,) * 3 if isinstance(fill, (int, np.integer)) else tuple(fill)
+        if len(rgb) != 3 or any(isinstance(v, bool) or int(v) != v or not 0 <= v <= 255 for v in rgb):
+            raise ConfigError(f"cutout fill must be a level 0..255 or an RGB triple of them, got {fill!r}")
+        self.holes = (int(lo), int(hi))
+        self.h, self.w = int(h), int(w)
+        self.fill = tuple(int(v) for v in rgb)
+        self.ignore_labels = bool(ignore_labels)
+
+    def draw(self, rng: np.random.Generator, st: _State) -> None:
+        n = int(rng.integers(self.holes[0], self.holes[1] + 1))
+        h, w = st.hw
+        ys, xs = rng.integers(0, h, n), rng.integers(0, w, n)
+        st.values.update(holes=tuple((int(y), int(x), min(int(y) + self.h, h), min(int(x) + self.w, w))
+                                     for y, x in zip(ys, xs, strict=True)),
+                         cutout_fill=self.fill, cutout_ignore=self.ignore_labels)
+
+
 class Compose:
     """A pipeline of ops. ``aug(images, labels, indices, seed=, epoch=, ignore_index=)`` → augmented batch."""
 
@@ -209,6 +247,12 @@ class Compose:
         for op in ops:
             if not isinstance(op, Op):
                 raise ConfigError(f"Compose takes augmentation ops, got {type(op).__name__}")
+        cutouts = [k for k, op in enumerate(ops) if isinstance(op, Cutout)]
+        if len(cutouts) > 1:
+            raise ConfigError("a pipeline takes one Cutout", fix="draw more holes with Cutout(holes=(lo, hi), ...)")
+        if cutouts and any(op.geometric for op in ops[cutouts[0]:]):
+            raise ConfigError("Cutout must come after the geometry ops (scale, crop, flip, rotate): it cuts "
+                              "holes in the output", fix="move cutout to the end of the pipeline")
         self.ops = list(ops)
 
     def __eq__(self, other: object) -> bool:
@@ -256,11 +300,41 @@ def _hw(key: str, text: str) -> tuple[int, int]:
     return int(h), int(w)
 
 
+_CUTOUT_FORM = "cutout=N:HxW[:FILL][:ignore], e.g. cutout=2:32x64 or cutout=0-3:48x48:128:ignore"
+
+
+def _cutout(val: str) -> Cutout:
+    """``N:HxW[:FILL][:ignore]`` (N a count or LO-HI) → :class:`Cutout`."""
+    parts = [p.strip() for p in val.split(":")]
+    if len(parts) < 2:
+        raise ConfigError(f"augment cutout={val!r}: expected {_CUTOUT_FORM}")
+    lo, dash, hi = parts[0].partition("-")
+    if not lo.isdigit() or (dash and not hi.isdigit()):
+        raise ConfigError(f"augment cutout={val!r}: hole count {parts[0]!r} is not N or LO-HI; expected "
+                          f"{_CUTOUT_FORM}")
+    h, sep, w = parts[1].lower().partition("x")
+    if not sep or not h.isdigit() or not w.isdigit():
+        raise ConfigError(f"augment cutout={val!r}: hole size {parts[1]!r} is not HxW; expected {_CUTOUT_FORM}")
+    fill: int | None = None
+    ignore = False
+    for extra in parts[2:]:
+        if extra.lower() == "ignore" and not ignore:
+            ignore = True
+        elif extra.isdigit() and fill is None:
+            fill = int(extra)
+        else:
+            raise ConfigError(f"augment cutout={val!r}: {extra!r} is neither a fill level 0..255 nor 'ignore'; "
+                              f"expected {_CUTOUT_FORM}")
+    return Cutout((int(lo), int(hi if dash else lo)), int(h), int(w), fill=fill or 0, ignore_labels=ignore)
+
+
 def parse(text: str) -> Compose:
-    """``"scale=0.5:2,crop=512x1024,hflip,rotate=10,jitter=0.2"`` → the equal :class:`Compose`.
+    """``"scale=0.5:2,crop=512x1024,hflip,rotate=10,jitter=0.2,cutout=2:32x64"`` → the equal :class:`Compose`.
 
     Keys: ``scale=LO:HI``, ``crop=HxW`` (``crop=HxW:R`` adds cat_max_ratio R), ``hflip`` or
-    ``hflip=P``, ``rotate=DEG``, ``jitter=V`` (brightness and contrast V) or ``jitter=B:C[:S[:H]]``.
+    ``hflip=P``, ``rotate=DEG``, ``jitter=V`` (brightness and contrast V) or ``jitter=B:C[:S[:H]]``,
+    ``cutout=N:HxW[:FILL][:ignore]``: N holes (or LO-HI, drawn per sample) of H x W pixels filled with
+    grey level FILL (default 0), whose labels become the ignore index with ``:ignore`` (else unchanged).
     """
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("augment string is empty; expected e.g. 'scale=0.5:2,crop=512x1024,hflip'")
@@ -287,6 +361,8 @@ def parse(text: str) -> Compose:
             if len(vals) > 4:
                 raise ConfigError(f"augment jitter={val!r}: at most B:C:S:H")
             ops.append(ColorJitter(*(vals * 2 if len(vals) == 1 else vals)))
+        elif key == "cutout":
+            ops.append(_cutout(val))
         else:
-            raise ConfigError(f"unknown augment item {key!r}; known: scale, crop, hflip, rotate, jitter")
+            raise ConfigError(f"unknown augment item {key!r}; known: scale, crop, hflip, rotate, jitter, cutout")
     return Compose(ops)

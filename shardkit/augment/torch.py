@@ -103,6 +103,24 @@ def _hue(img: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
     return torch.clamp(torch.round(out * 255.0), 0, 255).to(torch.uint8)
 
 
+def hole_mask(params: Sequence[Params], hw: tuple[int, int], device: torch.device) -> torch.Tensor | None:
+    """(B, H, W) bool, True inside any of a sample's Cutout holes (None when no sample has one): one
+    broadcast comparison of every pixel row/column against all holes, holes padded with empty boxes."""
+    k = max((len(p.holes) for p in params), default=0)
+    if k == 0:
+        return None
+    boxes = np.zeros((len(params), k, 4), np.int64)
+    for i, p in enumerate(params):
+        if p.holes:
+            boxes[i, : len(p.holes)] = p.holes
+    b = torch.from_numpy(boxes).to(device)
+    y = torch.arange(hw[0], device=device)
+    x = torch.arange(hw[1], device=device)
+    rows = (y >= b[..., 0:1]) & (y < b[..., 2:3])  # (B, K, H)
+    cols = (x >= b[..., 1:2]) & (x < b[..., 3:4])  # (B, K, W)
+    return (rows.unsqueeze(-1) & cols.unsqueeze(-2)).any(1)
+
+
 def apply_batch(aug: Compose, images: torch.Tensor, labels: torch.Tensor, indices: Sequence[int] | np.ndarray
                 | torch.Tensor, *, seed: int, epoch: int, ignore_index: int, channels_first: bool = False,
                 params: list[Params] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -141,6 +159,12 @@ def apply_batch(aug: Compose, images: torch.Tensor, labels: torch.Tensor, indice
     if any(p.hue != 0.0 for p in params):
         shift = torch.tensor([p.hue for p in params], dtype=torch.float32, device=dev)
         img = _hue(img, shift)
+    holes = hole_mask(params, hw, dev)
+    if holes is not None:
+        fill = torch.tensor([p.cutout_fill for p in params], dtype=torch.uint8, device=dev).view(-1, 3, 1, 1)
+        img = torch.where(holes.unsqueeze(1), fill, img)
+        ignore = torch.tensor([p.cutout_ignore for p in params], device=dev).view(-1, 1, 1)
+        out_lab.masked_fill_(holes & ignore, ignore_index)
     if not channels_first:
         img = img.permute(0, 2, 3, 1).contiguous()
     return img, out_lab
