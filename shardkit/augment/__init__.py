@@ -14,6 +14,8 @@ from .ops import (
     ColorJitter,
     Compose,
     Cutout,
+    Normalize,
+    OneHot,
     Params,
     RandomCrop,
     RandomFlip,
@@ -22,5 +24,5 @@ from .ops import (
     parse,
 )
 
-__all__ = ["ColorJitter", "Compose", "Cutout", "Params", "RandomCrop", "RandomFlip", "RandomRotate", "RandomScale",
-           "parse"]
+__all__ = ["ColorJitter", "Compose", "Cutout", "Normalize", "OneHot", "Params", "RandomCrop", "RandomFlip",
+           "RandomRotate", "RandomScale", "parse"]

@@ -103,7 +103,8 @@ def _samples(arr: Any, what: str, n: int) -> list[np.ndarray]:
 
 def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] | np.ndarray, *, seed: int,
                 epoch: int, ignore_index: int) -> tuple[np.ndarray, np.ndarray]:
-    """Augment a batch (stacked arrays or lists of per-sample arrays) → stacked (images, labels)."""
+    """Augment a batch (stacked arrays or lists of per-sample arrays) → stacked (images, labels): uint8 images
+    and id labels, or float32 normalised images / one-hot labels when the pipeline ends in those ops."""
     idx = [int(i) for i in np.asarray(indices).reshape(-1)]
     imgs, labs = _samples(images, "images", len(idx)), _samples(labels, "labels", len(idx))
     params = []
@@ -134,4 +135,17 @@ def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] |
     for k, p in enumerate(params):
         if p.holes:
             cut_holes(out_img[k], out_lab[k], p, ignore_index)
-    return out_img, out_lab
+    return apply_outputs(aug, out_img, out_lab)
+
+
+def apply_outputs(aug: Compose, images: np.ndarray, labels: np.ndarray) -> tuple[Any, Any]:
+    """The pipeline's output ops (:class:`~shardkit.augment.ops.Normalize`, :class:`~shardkit.augment.ops.OneHot`)
+    on an augmented batch; without them the batch as it is."""
+    from .ops import Normalize, OneHot
+
+    for op in aug.ops:
+        if isinstance(op, Normalize):
+            images = op.numpy(images)
+        elif isinstance(op, OneHot):
+            labels = op.numpy(labels)
+    return images, labels

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import encoding
 from ..errors import ConfigError
 
 
@@ -67,6 +68,8 @@ class _State:
 
 class Op:
     geometric = False
+    #: Output ops (Normalize, OneHot) change the batch's dtype or shape; they come last and draw nothing.
+    output = False
 
     def draw(self, rng: np.random.Generator, st: _State) -> None:
         raise NotImplementedError
@@ -240,6 +243,73 @@ class Cutout(Op):
                          cutout_fill=self.fill, cutout_ignore=self.ignore_labels)
 
 
+class Normalize(Op):
+    """Images → float32 ``(x - mean) * (1 / std)`` per RGB channel, stats on the 0–255 scale (e.g. a split's
+    ``ds.mean`` / ``ds.std``). The one definition of normalising that every reader and backend applies."""
+
+    output = True
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
+        m, s = np.asarray(mean, np.float64).reshape(-1), np.asarray(std, np.float64).reshape(-1)
+        if m.shape != (3,) or s.shape != (3,) or not np.isfinite(m).all() or not np.isfinite(s).all() or (s <= 0).any():
+            raise ConfigError(f"Normalize needs 3 finite means and 3 positive stds (RGB, 0-255 scale), got "
+                              f"mean={mean!r} std={std!r}")
+        self.mean = tuple(float(v) for v in m)  # as given: each backend rounds them to its dtype
+        self.std = tuple(float(v) for v in s)
+
+    def draw(self, rng: np.random.Generator, st: _State) -> None:
+        return None
+
+    @property
+    def mean_f32(self) -> np.ndarray:
+        return np.asarray(self.mean, np.float32)
+
+    @property
+    def inv_std_f32(self) -> np.ndarray:
+        """``1 / std`` rounded to float32 once: every backend multiplies by this same value."""
+        return np.float32(1.0) / np.asarray(self.std, np.float32)
+
+    def numpy(self, images: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The numpy application (channels last; no OpenCV, so the reader core uses it too), into ``out``."""
+        if out is None:
+            out = np.empty(images.shape, np.float32)
+        np.subtract(images, self.mean_f32, out=out, dtype=np.float32)
+        np.multiply(out, self.inv_std_f32, out=out)
+        return out
+
+
+class OneHot(Op):
+    """Label ids → one-hot, ``(…, H, W, C)`` or with ``channels_first`` ``(…, C, H, W)``, uint8 or float32;
+    ids ``>= num_classes`` (the ignore index) become all-zero vectors. The label side of an output: it is
+    :class:`shardkit.encoding.OneHot`, the encoding a reader's ``labels="onehot"`` gives."""
+
+    output = True
+
+    def __init__(self, num_classes: int, dtype: Any = np.uint8, *, channels_first: bool = False) -> None:
+        if isinstance(num_classes, bool) or int(num_classes) != num_classes or num_classes < 1:
+            raise ConfigError(f"OneHot num_classes must be a positive integer, got {num_classes!r}")
+        try:
+            dt = np.dtype(dtype)
+        except TypeError:
+            dt = None
+        if dt not in (np.dtype(np.uint8), np.dtype(np.float32)):
+            raise ConfigError(f"OneHot dtype must be uint8 or float32, got {dtype!r}")
+        self.num_classes = int(num_classes)
+        self.dtype = dt.name
+        self.channels_first = bool(channels_first)
+
+    def draw(self, rng: np.random.Generator, st: _State) -> None:
+        return None
+
+    @property
+    def encoding(self) -> encoding.OneHot:
+        return encoding.OneHot(self.num_classes, self.dtype, channels_first=self.channels_first)
+
+    def numpy(self, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The numpy application: :meth:`shardkit.encoding.OneHot.encode` (numba kernels when installed)."""
+        return self.encoding.encode(ids, out)
+
+
 class Compose:
     """A pipeline of ops. ``aug(images, labels, indices, seed=, epoch=, ignore_index=)`` → augmented batch."""
 
@@ -253,6 +323,13 @@ class Compose:
         if cutouts and any(op.geometric for op in ops[cutouts[0]:]):
             raise ConfigError("Cutout must come after the geometry ops (scale, crop, flip, rotate): it cuts "
                               "holes in the output", fix="move cutout to the end of the pipeline")
+        firsts = [k for k, op in enumerate(ops) if op.output]
+        if firsts and not all(op.output for op in ops[firsts[0]:]):
+            raise ConfigError("Normalize and OneHot must end the pipeline: they turn the batch into float "
+                              "images / one-hot labels", fix="move them after the other ops")
+        for kind in (Normalize, OneHot):
+            if sum(isinstance(op, kind) for op in ops) > 1:
+                raise ConfigError(f"a pipeline takes one {kind.__name__}")
         self.ops = list(ops)
 
     def __eq__(self, other: object) -> bool:
@@ -260,6 +337,16 @@ class Compose:
 
     def __repr__(self) -> str:
         return f"Compose({self.ops!r})"
+
+    @property
+    def normalizes(self) -> bool:
+        """True when the pipeline ends in :class:`Normalize` (float32 images out)."""
+        return any(isinstance(op, Normalize) for op in self.ops)
+
+    @property
+    def one_hot(self) -> bool:
+        """True when the pipeline ends in :class:`OneHot` (one-hot labels out)."""
+        return any(isinstance(op, OneHot) for op in self.ops)
 
     @property
     def out_hw(self) -> tuple[int, int] | None:

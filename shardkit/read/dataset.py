@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .. import encoding
+from ..augment.ops import Normalize
 from ..errors import ConfigError, ShardFormatError
 from ..formats.base import SampleSpec, ShardReader
 from ..formats.registry import reader_class, writer_class
@@ -274,11 +275,12 @@ class Dataset:
 
     def normalize(self, images: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """``(images - mean) / std`` as float32 (channels last), written into ``out`` when given."""
-        if out is None:
-            out = np.empty(images.shape, np.float32)
-        np.subtract(images, self.mean, out=out, dtype=np.float32)
-        np.multiply(out, np.float32(1.0) / self.std, out=out)
-        return out
+        return self.normalizer.numpy(images, out)
+
+    @property
+    def normalizer(self) -> Normalize:
+        """This split's normalisation as a pipeline op: ``A.Normalize(ds.mean, ds.std)``."""
+        return Normalize(self.mean, self.std)
 
     # ------------------------------------------------------------------ epochs
     def sampler(self, batch_size: int, *, shuffle: bool = True, seed: int = 0, epoch: int = 0,
