@@ -249,7 +249,7 @@ class Normalize(Op):
 
     output = True
 
-    def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
+    def __init__(self, mean: Sequence[float] | np.ndarray, std: Sequence[float] | np.ndarray) -> None:
         m, s = np.asarray(mean, np.float64).reshape(-1), np.asarray(std, np.float64).reshape(-1)
         if m.shape != (3,) or s.shape != (3,) or not np.isfinite(m).all() or not np.isfinite(s).all() or (s <= 0).any():
             raise ConfigError(f"Normalize needs 3 finite means and 3 positive stds (RGB, 0-255 scale), got "
