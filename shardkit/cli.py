@@ -21,7 +21,7 @@ from .errors import ConfigError, ShardkitError
 from .logs import JsonFormatter
 from .logs import setup as setup_logging
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SKIPPED = 0, 1, 2, 3
+EXIT_SKIPPED = 3  # converted, but --on-error skip left some inputs out (README: exit codes)
 F = TypeVar("F", bound=Callable[..., Any])
 
 

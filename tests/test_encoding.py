@@ -128,7 +128,7 @@ def test_transcoding_equals_decoding_then_encoding(stored_as: str, labels: str, 
 
 
 def test_by_name_helpers_keep_their_old_import_path() -> None:
-    from shardkit.transform import decode_label_encoding, encode_label, stored_label_shape
+    from shardkit.preprocess import decode_label_encoding, encode_label, stored_label_shape
 
     ids = _every_id(12, 255)
     assert stored_label_shape((3, 4), "packed", 12) == (3, 4, 2)

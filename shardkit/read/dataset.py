@@ -102,10 +102,6 @@ class Dataset:
         return self.manifest.format
 
     @property
-    def fixed_size(self) -> bool:
-        return self.spec.size is not None
-
-    @property
     def random_access(self) -> bool:
         """False for formats read front to back (TFRecord): they get the shard-then-buffer shuffle."""
         return self.manifest.format not in SEQUENTIAL_FORMATS
@@ -187,7 +183,8 @@ class Dataset:
         encoding.transcode_into(self.spec.encoding, self.output, stored, out, self.ignore_index)
 
     # ------------------------------------------------------------------ batches
-    def _need_fixed(self) -> tuple[int, int]:
+    def require_fixed_size(self) -> tuple[int, int]:
+        """The (H, W) every sample of this split has; a ConfigError when sizes differ (batching needs one)."""
         if self.spec.size is None:
             raise ConfigError("batching needs fixed-size samples, but this split's images differ in size",
                               fix="read samples one by one with ds[i], or convert with --size HxW")
@@ -195,7 +192,7 @@ class Dataset:
 
     def batch_layout(self, batch_size: int) -> tuple[tuple[tuple[int, ...], np.dtype], ...]:
         """((images shape, dtype), (labels shape, dtype)) of a batch of ``batch_size`` samples."""
-        hw = self._need_fixed()
+        hw = self.require_fixed_size()
         return (((batch_size, *hw, 3), np.dtype(np.uint8)),
                 ((batch_size, *self.label_shape(hw)), self.label_dtype))
 
@@ -261,7 +258,7 @@ class Dataset:
         are filled and returned as views ``[:B]``: reusing them saves one allocation per batch.
         Without ``out`` fresh arrays are returned.
         """
-        hw = self._need_fixed()
+        hw = self.require_fixed_size()
         idx = self._indices(indices)
         b = len(idx)
         images, labels = self._check_out(out, b, hw) if out is not None else self.empty_batch(b)
@@ -319,7 +316,7 @@ class Dataset:
         then read one by one).
         """
         if augment is None:
-            self._need_fixed()
+            self.require_fixed_size()
         else:
             self.check_augment(augment)
         if buffers < 0:
@@ -342,7 +339,7 @@ class Dataset:
                               fix="open the split with labels='ids' (expand to one-hot afterwards, e.g. "
                                   "CudaPrefetcher(labels=…))")
         if self.spec.size is None and augment.out_hw is None:
-            self._need_fixed()
+            self.require_fixed_size()
 
     def augmented_batch(self, indices: Sequence[int] | np.ndarray, augment: Any, *, seed: int,
                         epoch: int) -> Batch:
@@ -352,6 +349,8 @@ class Dataset:
         one by one, which works when the pipeline ends in a crop."""
         self.check_augment(augment)
         idx = self._indices(indices)
+        images: Any
+        labels: Any
         if self.spec.size is None:
             images, labels = zip(*(self[int(i)] for i in idx), strict=True)
         else:
