@@ -208,6 +208,16 @@ class ColorJitter(Op):
                          saturation=float(1 + self.saturation * u[2]), hue=float(self.hue * u[3]) + 0.0)
 
 
+def _ints(values: Any, lo: int, hi: int | None) -> tuple[int, ...] | None:
+    """``values`` as a tuple of integers in [lo, hi] (no bools, no fractions), or None."""
+    try:
+        vals = tuple(values)
+        ok = all(not isinstance(v, bool) and int(v) == v and lo <= v and (hi is None or v <= hi) for v in vals)
+    except (TypeError, ValueError):
+        return None
+    return tuple(int(v) for v in vals) if ok else None
+
+
 class Cutout(Op):
     """Cut ``holes`` rectangles of ``h`` x ``w`` output pixels (mmseg's ``RandomCutOut``): image pixels there
     become ``fill`` (one grey level or an RGB triple); labels stay unchanged, or with ``ignore_labels``
@@ -221,17 +231,18 @@ class Cutout(Op):
 
     def __init__(self, holes: int | tuple[int, int], h: int, w: int, *, fill: int | Sequence[int] = 0,
                  ignore_labels: bool = False) -> None:
-        lo, hi = (holes, holes) if isinstance(holes, (int, np.integer)) else tuple(holes)
-        if any(isinstance(v, bool) or int(v) != v or v < 0 for v in (lo, hi)) or lo > hi:
-            raise ConfigError(f"cutout holes must be a count >= 0 or a range lo <= hi, got {holes!r}")
-        if any(isinstance(v, bool) or int(v) != v or v < 1 for v in (h, w)):
+        counts = _ints((holes, holes) if np.ndim(holes) == 0 else holes, 0, None)
+        if counts is None or len(counts) != 2 or counts[0] > counts[1]:
+            raise ConfigError(f"cutout holes must be a count >= 0 or a range (lo, hi) with lo <= hi, got {holes!r}")
+        lo, hi = counts
+        if _ints((h, w), 1, None) is None:
             raise ConfigError(f"cutout hole size must be positive integers, got {h}x{w}")
-        rgb = (fill,) * 3 if isinstance(fill, (int, np.integer)) else tuple(fill)
-        if len(rgb) != 3 or any(isinstance(v, bool) or int(v) != v or not 0 <= v <= 255 for v in rgb):
+        rgb = _ints((fill,) * 3 if np.ndim(fill) == 0 else fill, 0, 255)
+        if rgb is None or len(rgb) != 3:
             raise ConfigError(f"cutout fill must be a level 0..255 or an RGB triple of them, got {fill!r}")
         self.holes = (int(lo), int(hi))
         self.h, self.w = int(h), int(w)
-        self.fill = tuple(int(v) for v in rgb)
+        self.fill = rgb
         self.ignore_labels = bool(ignore_labels)
 
     def draw(self, rng: np.random.Generator, st: _State) -> None:

@@ -131,7 +131,9 @@ def test_bad_cutout_strings_are_one_line_config_errors(bad: str) -> None:
 
 def test_bad_cutout_arguments_are_config_errors() -> None:
     for kwargs in ({"holes": -1, "h": 8, "w": 8}, {"holes": 1, "h": 8.5, "w": 8}, {"holes": (2, 1), "h": 8, "w": 8},
-                   {"holes": 1, "h": 8, "w": 8, "fill": (1, 2)}, {"holes": 1, "h": 8, "w": 8, "fill": 256}):
+                   {"holes": 1, "h": 8, "w": 8, "fill": (1, 2)}, {"holes": 1, "h": 8, "w": 8, "fill": 256},
+                   {"holes": 2.5, "h": 8, "w": 8}, {"holes": (1, 2, 3), "h": 8, "w": 8}, {"holes": "x", "h": 8, "w": 8},
+                   {"holes": 1, "h": 8, "w": 8, "fill": "ab"}, {"holes": 1, "h": True, "w": 8}):
         with pytest.raises(ConfigError):
             A.Cutout(**kwargs)
     with pytest.raises(ConfigError, match="after the geometry"):
