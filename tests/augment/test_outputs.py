@@ -148,3 +148,17 @@ def test_prefetcher_refuses_to_normalise_or_expand_twice(ds: shardkit.Dataset) -
     x, y, idx = next(iter(CudaPrefetcher(loader, "cpu", augment=aug, normalize=False, labels=None)))
     want_x, want_y = aug(*ds.batch(idx.numpy()), idx.numpy(), seed=0, ignore_index=IGNORE)
     assert np.array_equal(x.numpy(), np.moveaxis(want_x, -1, 1)) and np.array_equal(y.numpy(), want_y)
+
+
+@pytest.mark.parametrize("channels_first", [False, True])
+def test_make_loader_keeps_the_layout_the_onehot_op_was_given(ds: shardkit.Dataset, channels_first: bool) -> None:
+    from shardkit.read.torch import make_loader
+
+    aug = A.Compose([A.RandomCrop(64, 96), A.RandomFlip(), A.Normalize(ds.mean, ds.std),
+                     A.OneHot(ds.num_classes, np.float32, channels_first=channels_first)])
+    loader = make_loader(ds.path, 4, augment=aug, seed=3, layout="NCHW", with_indices=True)
+    loader.sampler.set_epoch(1)
+    x, y, idx = next(iter(loader))
+    want_x, want_y = aug(*ds.batch(idx.numpy()), idx.numpy(), seed=3, epoch=1, ignore_index=IGNORE)
+    assert np.array_equal(x.numpy(), np.moveaxis(want_x, -1, 1))  # images follow the loader's layout
+    assert y.shape == want_y.shape and np.array_equal(y.numpy(), want_y)  # labels the op's
