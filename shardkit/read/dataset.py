@@ -30,7 +30,6 @@ from . import sampling
 
 log = logging.getLogger(__name__)
 
-LABEL_OUTPUTS = encoding.READER_OUTPUTS
 #: Formats read front to back: iter_batches shuffles them shard-then-buffer instead of globally.
 SEQUENTIAL_FORMATS = frozenset({"tfrecord"})
 
@@ -49,8 +48,8 @@ class Dataset:
 
     def __init__(self, path: str | Path, *, labels: str = "ids", verify: bool = False,
                  label_layout: str = "channels_last") -> None:
-        if labels not in LABEL_OUTPUTS:
-            raise ConfigError(f"labels={labels!r} is not one of {', '.join(LABEL_OUTPUTS)}")
+        if labels not in encoding.READER_OUTPUTS:
+            raise ConfigError(f"labels={labels!r} is not one of {', '.join(encoding.READER_OUTPUTS)}")
         if label_layout not in ("channels_last", "channels_first"):
             raise ConfigError(f"label_layout={label_layout!r} is not channels_last or channels_first")
         # channels_first one-hot ((…, C, H, W)) is what PyTorch wants; both layouts are built by
