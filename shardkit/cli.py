@@ -15,7 +15,8 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from . import __version__, encoding
+from . import encoding
+from ._version import __version__
 from .config import DEFAULT_MAX_PIXELS, ConvertConfig, ShardSize, parse_size
 from .errors import ConfigError, ShardkitError
 from .logs import JsonFormatter

@@ -270,14 +270,14 @@ class _DaskClient:
 
 def _probe(paths: list[str]) -> tuple[bool, str]:
     """Runs on each Dask worker: does it see these paths, and which shardkit does it have?"""
-    from . import __version__
+    from ._version import __version__
 
     return all(Path(p).exists() for p in paths), __version__
 
 
 def _check_workers(distributed: Any, client: Any, directories: set[Path], root: Path) -> None:
     """Fail early unless every worker sees the input and this run's output folders and runs this shardkit."""
-    from . import __version__
+    from ._version import __version__
 
     try:
         client.wait_for_workers(1, timeout=CONNECT_TIMEOUT)

@@ -178,7 +178,7 @@ def test_pickled_dataset_reopens_lazily(splits: dict[str, Path], truth: tuple) -
     ds = shardkit.open(splits["lmdb"])
     ds.batch([0, 1])  # opened here
     clone = pickle.loads(pickle.dumps(ds))
-    assert all(r._env is None for r in clone.readers)
+    assert ds.readers[0].is_open and not any(r.is_open for r in clone.readers)
     assert np.array_equal(clone.batch([2, 20])[1], truth[1][[2, 20]])
     second = shardkit.open(splits["lmdb"])  # same LMDB files, same process: one shared environment
     assert np.array_equal(second[3][1], truth[1][3])
