@@ -15,6 +15,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
+from . import encoding
 from ._version import __version__
 from .config import DEFAULT_MAX_PIXELS, ConvertConfig, ShardSize, parse_size
 from .errors import ConfigError, ShardkitError
@@ -146,7 +147,7 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
 @click.option("--crop", type=click.Choice(["center", "none"]), default="center", show_default=True,
               help="center: crop or pad to --size (TF resize_image_with_crop_or_pad); "
                    "none: shape set by --resize only.")
-@click.option("--label-encoding", type=click.Choice(["index", "onehot", "packed"]), default="index",
+@click.option("--label-encoding", type=click.Choice(encoding.NAMES), default="index",
               show_default=True, help="Stored labels: class ids, one-hot uint8, or bit-packed one-hot.")
 @click.option("--layout", type=click.Choice(["auto", "segnet", "listfile", "class_dict", "cityscapes", "voc",
                                              "generic"]), default="auto", show_default=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import encoding
 from .errors import ConfigError
 
 DEFAULT_SHARD_SAMPLES = 500
@@ -143,7 +144,7 @@ class ConvertConfig:
         self._check_choice("format", self.format, names())
         self._check_choice("resize", self.resize, ("none", "exact", "shorter"))
         self._check_choice("crop", self.crop, ("center", "none"))
-        self._check_choice("label_encoding", self.label_encoding, ("index", "onehot", "packed"))
+        self._check_choice("label_encoding", self.label_encoding, encoding.NAMES)
         self._check_choice("on_error", self.on_error, ("fail", "skip"))
         self._check_choice("backend", self.backend, ("local", "dask"))
         if self.scheduler and self.backend != "dask":

@@ -20,7 +20,6 @@ from .errors import ShardkitError
 from .formats.base import SampleSpec, sha256_file
 from .formats.registry import get
 from .manifest import MANIFEST_NAME, Manifest, load_manifest
-from .preprocess import decode_label_encoding
 from .storage import Remote, is_url
 
 log = logging.getLogger(__name__)
@@ -135,8 +134,7 @@ def _verify_shards(report: SplitReport, manifest: Manifest, path: Path, spec: Sa
                     report.problems.append(f"{where}: sample {i} has image shape {image.shape}, expected "
                                            f"({rec['height']}, {rec['width']}, 3)")
                     continue
-                ids = stored if spec.label_encoding == "index" else decode_label_encoding(
-                    stored, spec.label_encoding, spec.num_classes, ignore)
+                ids = spec.encoding.decode(stored, ignore)
                 counts += np.bincount(ids.ravel(), minlength=spec.num_classes)[: spec.num_classes]
                 report.samples += 1
         except ShardkitError as exc:

@@ -26,7 +26,7 @@ from .formats.registry import writer_class
 from .imageio import check_pixels, decode_image, regular_stat
 from .labels import LabelDecoder
 from .plan import ShardTask
-from .preprocess import encode_label, fit_pair, pads
+from .preprocess import fit_pair, pads
 from .progress import CounterRef, worker_tick
 from .stats import Stats
 
@@ -107,7 +107,7 @@ def process_sample(pair: Any, ctx: WorkerContext) -> tuple[np.ndarray, np.ndarra
     padded = pads(image.shape[:2], ctx.size, ctx.resize, ctx.crop)
     image, ids = fit_pair(image, ids, size=ctx.size, resize=ctx.resize, crop=ctx.crop, pad_label=pad,
                           label_path=pair.label)
-    return image, encode_label(ids, ctx.spec.label_encoding, ctx.spec.num_classes), ids, padded
+    return image, ctx.spec.encoding.encode(ids, allow_numba=False), ids, padded
 
 
 def _write(fn: Any, task: ShardTask, *args: Any) -> Any:
