@@ -427,3 +427,17 @@ def test_tfrecord_gzip_shard_still_reads(tfrecord_gzip_split: Path, camvid_split
     images, labels = ds.batch(np.arange(len(ds)))
     assert np.array_equal(images, want.batch(np.arange(len(want)))[0])
     assert np.array_equal(labels, want.batch(np.arange(len(want)))[1])
+
+
+def test_hdf5_with_a_damaged_heap_is_one_clear_error(camvid_splits: dict[str, Path], tmp_path: Path) -> None:
+    """One byte of the root group's local heap changed (found by fuzzing): h5py raises RuntimeError
+    ("bad heap free list") while visiting links, which must become the shard's one-line error."""
+    split = _copy_split(camvid_splits["hdf5"], tmp_path / "out" / "val")
+    shard = sorted(split.glob("*.h5"))[0]
+    data = bytearray(shard.read_bytes())
+    data[696] = 107
+    shard.write_bytes(bytes(data))
+    _refresh_manifest(split)
+    with h5py.File(shard, "r") as f, pytest.raises(RuntimeError):  # the damage this test is about
+        f.visit_links(lambda name: None)
+    _check_one_line_everywhere(split, tmp_path, "cannot open HDF5 shard")

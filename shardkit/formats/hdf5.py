@@ -199,7 +199,7 @@ class Hdf5Reader(ShardReader):
                 self._shapes, self._offsets = sh[()], off[()]
         except ShardFormatError:
             raise
-        except (OSError, KeyError, ValueError) as exc:
+        except (OSError, KeyError, ValueError, RuntimeError) as exc:  # RuntimeError: a damaged heap or B-tree
             raise self.corrupt(f"cannot open HDF5 shard ({exc})") from None
         n = len(self)
         if attrs != {"format": FORMAT_ID, "format_version": self.format_version, "num_samples": n}:
@@ -255,7 +255,7 @@ class Hdf5Reader(ShardReader):
                 return ds[sel]
             ds.read_direct(out, source_sel=sel, dest_sel=dest)
             return out
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RuntimeError) as exc:
             raise self.corrupt(f"cannot read {name} {sel} ({exc})") from None
 
     def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
