@@ -26,10 +26,10 @@ CROP = (64, 96)
 
 @pytest.fixture(scope="module")
 def camvid_splits(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A few CamVid val samples as npy and hdf5 splits, 3 samples per shard."""
+    """A few CamVid val samples as npy, hdf5 and lmdb splits, 3 samples per shard."""
     out = tmp_path_factory.mktemp("hostile")
     splits = {}
-    for fmt in ("npy", "hdf5"):
+    for fmt in ("npy", "hdf5", "lmdb"):
         convert(ConvertConfig(camvid_root, out / fmt, format=fmt, size=CROP, splits=("val",), workers=1,
                               quiet=True, shard_size=ShardSize(samples=3)))
         splits[fmt] = out / fmt / "val"
@@ -441,3 +441,41 @@ def test_hdf5_with_a_damaged_heap_is_one_clear_error(camvid_splits: dict[str, Pa
     with h5py.File(shard, "r") as f, pytest.raises(RuntimeError):  # the damage this test is about
         f.visit_links(lambda name: None)
     _check_one_line_everywhere(split, tmp_path, "cannot open HDF5 shard")
+
+
+def test_lmdb_with_a_damaged_btree_is_one_clear_error(camvid_splits: dict[str, Path], tmp_path: Path) -> None:
+    """One byte of shard 1's B-tree changed (found by fuzzing): ``txn.get`` raises MDB_PAGE_NOTFOUND, which
+    must become the shard's one-line error, for single reads and batches alike."""
+    import lmdb
+
+    split = _copy_split(camvid_splits["lmdb"], tmp_path / "out" / "val")
+    shard = sorted(split.glob("shard-00001-*.lmdb"))[0]
+    data = bytearray(shard.read_bytes())
+    data[12258] = 88
+    shard.write_bytes(bytes(data))
+    _refresh_manifest(split)
+    env = lmdb.open(str(shard), subdir=False, readonly=True, lock=False)
+    with env.begin() as txn, pytest.raises(lmdb.Error):  # the damage this test is about
+        for k in range(3):
+            txn.get(b"%08d" % k)
+    env.close()
+    ds = shardkit.open(split)
+    with pytest.raises(ShardFormatError, match="MDB_PAGE_NOTFOUND"):
+        for i in range(3, 6):
+            ds[i]
+    with pytest.raises(ShardFormatError, match="MDB_PAGE_NOTFOUND"):
+        shardkit.open(split).batch(np.arange(6))
+    result = invoke("verify", split)
+    assert result.exit_code == 1 and "Traceback" not in result.output and "MDB_PAGE_NOTFOUND" in result.output
+
+
+def test_npy_header_that_does_not_tokenize_is_one_clear_error(camvid_splits: dict[str, Path],
+                                                              tmp_path: Path) -> None:
+    """A '}' in the header's space padding (found by fuzzing): np.load raises tokenize.TokenError."""
+    split = _copy_split(camvid_splits["npy"], tmp_path / "out" / "val")
+    name = json.loads((split / "manifest.json").read_text())["shards"][0]["files"][1]["name"]
+    data = bytearray((split / name).read_bytes())
+    data[93] = ord("}")
+    (split / name).write_bytes(bytes(data))
+    _refresh_manifest(split)
+    _check_one_line_everywhere(split, tmp_path, "not a readable .npy shard")

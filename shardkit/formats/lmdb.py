@@ -179,11 +179,22 @@ class LmdbReader(ShardReader):
 
     def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         self.ensure_open()
-        with self._env.begin(buffers=False) as txn:
-            return self.decode_record(txn.get(sample_key(i)), i)
+        try:
+            with self._env.begin(buffers=False) as txn:
+                return self.decode_record(txn.get(sample_key(i)), i)
+        except lmdb.Error as exc:  # a damaged B-tree: MDB_PAGE_NOTFOUND, MDB_CORRUPTED
+            raise self.corrupt(f"cannot read sample {i} ({exc})") from None
 
     def read_batch_into(self, local_indices: Sequence[int] | np.ndarray, out_images: np.ndarray,
                         out_labels: np.ndarray) -> None:
+        """:meth:`_read_batch_into`, with LMDB's own errors (a damaged B-tree) as the shard's one-line error."""
+        try:
+            self._read_batch_into(local_indices, out_images, out_labels)
+        except lmdb.Error as exc:
+            raise self.corrupt(f"cannot read samples ({exc})") from None
+
+    def _read_batch_into(self, local_indices: Sequence[int] | np.ndarray, out_images: np.ndarray,
+                         out_labels: np.ndarray) -> None:
         """One read transaction per run; each record is viewed in place and copied once into ``out``.
 
         Fixed-size shards take a lean path: every record must be exactly the expected length and

@@ -9,6 +9,7 @@ sample i starts at the sum of the sizes before it. Spec: ``formats/npy.md``.
 from __future__ import annotations
 
 import hashlib
+import tokenize
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -139,7 +140,8 @@ class NpyReader(ShardReader):
                 if len(self) and not (self._shapes.min() >= 1 and self._shapes.max() <= MAX_SIDE):
                     raise self.corrupt(f"sample shapes are not in 1..{MAX_SIDE}", names[2])
                 self._offsets = self.spec.flat_offsets(self._shapes)
-        except (OSError, ValueError, EOFError, SyntaxError, TypeError, OverflowError, MemoryError) as exc:
+        except (OSError, ValueError, EOFError, SyntaxError, TypeError, OverflowError, MemoryError,
+                tokenize.TokenError) as exc:
             # np.load: a bad magic or header, an object/structured dtype, a shape the file cannot hold
             raise self.corrupt(f"not a readable .npy shard ({type(exc).__name__}: {exc})") from None
         self._check_shapes()
