@@ -218,6 +218,8 @@ class Manifest:
             values = self.stats.get(key, [])
             if not isinstance(values, list) or not all(_is_number(v) for v in values):
                 raise bad(f"stats.{key} is not a list of numbers")
+            if key in ("image_mean", "image_std") and key in self.stats and len(values) != 3:
+                raise bad(f"stats.{key} has {len(values)} values, not one per RGB channel")
         for shard in self.shards:
             if shard.num_samples < 0 or any(f.bytes < 0 for f in shard.files):
                 raise bad(f"shard {shard.index} has a negative sample or byte count")

@@ -206,6 +206,8 @@ HOSTILE_MANIFESTS = {
     "tool-string": _set("tool", value="shardkit"),
     "tool-list": _set("tool", value=[1]),
     "sample-key-missing": _set("samples", 0, "key", value=None),
+    "image-mean-1000-values": _set("stats", "image_mean", value=[1.0] * 1000),
+    "image-std-empty": _set("stats", "image_std", value=[]),
 }
 
 
@@ -479,3 +481,20 @@ def test_npy_header_that_does_not_tokenize_is_one_clear_error(camvid_splits: dic
     (split / name).write_bytes(bytes(data))
     _refresh_manifest(split)
     _check_one_line_everywhere(split, tmp_path, "not a readable .npy shard")
+
+
+@pytest.mark.parametrize("fmt", ["npy", "hdf5", "lmdb"])
+def test_tf_dataset_on_a_damaged_shard_fails_at_construction(camvid_splits: dict[str, Path], tmp_path: Path,
+                                                              fmt: str) -> None:
+    """A truncated shard (size and sha256 refreshed) used to surface mid-epoch as a TensorFlow
+    InvalidArgumentError wrapping our message, with a traceback; now it is our one-line error up front."""
+    pytest.importorskip("tensorflow")
+    import shardkit.tf
+
+    split = _copy_split(camvid_splits[fmt], tmp_path / "out" / "val")
+    name = json.loads((split / "manifest.json").read_text())["shards"][0]["files"][0]["name"]
+    (split / name).write_bytes((split / name).read_bytes()[:1000])
+    _refresh_manifest(split)
+    with pytest.raises(ShardkitError) as exc_info:
+        shardkit.tf.dataset(split, 2)
+    assert name in str(exc_info.value) and "\n" not in str(exc_info.value)

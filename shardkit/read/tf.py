@@ -65,6 +65,7 @@ def dataset(
     ds.require_fixed_size()
     if batch_size < 1:
         raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
+    _open_local_shards(ds)
     layout = ds.format_info.tf_records(ds.manifest.format_options, ds.manifest.format_version)
     if layout is not None and ds.cache is None:  # object storage: through the cache, shard by shard
         out = _tfrecord_pipeline(ds, layout, batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last,
@@ -83,6 +84,18 @@ def dataset(
 
         out = out.map(norm, num_parallel_calls=AUTOTUNE, deterministic=True)
     return out.prefetch(AUTOTUNE)
+
+
+def _open_local_shards(ds: Dataset) -> None:
+    """Open (and so check) every local shard now: inside tf.data a damaged shard would surface mid-epoch as a
+    TensorFlow error wrapping ours (or TF's own DataLossError), with a traceback. Opening is cheap (a memory
+    map and its checks); gzip TFRecord shards, which TF decompresses as a stream, and shards on object storage,
+    which would all be downloaded, are left to their first read."""
+    if ds.cache is not None:
+        return
+    for reader in ds.readers:
+        if reader.format_options.get("compression") != "gzip" or ds.format != "tfrecord":
+            reader.ensure_open()
 
 
 def _generator_pipeline(ds: Dataset, batch_size: int, *, shuffle: bool, seed: int, epoch: int,
