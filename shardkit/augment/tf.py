@@ -1,0 +1,224 @@
+"""TensorFlow backend: apply drawn :class:`~shardkit.augment.ops.Params` to a batch in graph ops (tf.data ``.map``).
+
+The parameters are drawn by the same numpy :meth:`Compose.params` as the other backends, inside one
+``tf.numpy_function`` per batch (input: the batch's sample indices, the epoch, each sample's size),
+so they depend on (seed, epoch, index) only and equal the CPU/GPU draws. Everything applied to the
+pixels is TensorFlow ops over the whole batch:
+
+- labels: source coordinates in float64, summed in the order of
+  :func:`shardkit.augment.cpu.warp_labels_batch` and rounded the same way (``floor(c + 0.5)``), then one
+  integer gather from the labels padded with a ring of ``ignore_index``, so outputs are identical to the
+  CPU path; outside the source → ``ignore_index``; the dtype is kept (uint8, uint16, …).
+- images: one batched bilinear gather in float32 (as OpenCV 5's ``warpAffine`` and the torch backend compute
+  it), zero outside; brightness/contrast as one per-sample LUT (the CPU path's own
+  :func:`~shardkit.augment.cpu.colour_lut`), saturation with OpenCV's integer grey, hue through a float HSV
+  round trip.
+
+A batch may hold samples of different sizes padded to one canvas (images with 0, labels with
+``ignore_index`` past each sample's own size): give each sample's true ``(h, w)`` as ``hw``; the padding then
+reads exactly as the outside of that sample does, so the result equals augmenting it alone.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import tensorflow as tf
+
+from ..errors import ConfigError
+from .cpu import colour_lut
+from .ops import ColorJitter, RandomCrop, RandomScale
+
+if TYPE_CHECKING:
+    from .ops import Compose
+
+__all__ = ["apply_batch", "output_hw"]
+
+
+def output_hw(aug: Compose, in_hw: tuple[int, int] | None) -> tuple[int, int] | None:
+    """The output (h, w) every sample gets, fixed when the graph is built; None: the input's (unknown) size.
+
+    A pipeline whose output follows a random scale (no crop after it) gives samples of different sizes,
+    which a batch cannot hold: refused here, before TensorFlow runs anything."""
+    if aug.out_hw is not None:
+        last_crop = max(k for k, op in enumerate(aug.ops) if isinstance(op, RandomCrop))
+        if not any(isinstance(op, RandomScale) for op in aug.ops[last_crop + 1:]):
+            return aug.out_hw
+    if any(isinstance(op, RandomScale) and op.lo != op.hi for op in aug.ops):
+        raise ConfigError("augmented samples would differ in size (a random scale with no crop after it)",
+                          fix="end the pipeline with a crop, e.g. '…,crop=352x480'")
+    if in_hw is None:
+        if any(isinstance(op, RandomScale) for op in aug.ops):
+            raise ConfigError("a fixed scale of inputs of unknown size has no fixed output size",
+                              fix="end the pipeline with a crop")
+        return None
+    return aug.params(0, hw=in_hw).out_hw
+
+
+def _draw(aug: Compose, seed: int, ignore_index: int, out_hw: tuple[int, int] | None,
+          with_labels: bool) -> Any:
+    """The numpy function drawing one batch's parameters: (indices, epoch, hw[, labels]) → tables."""
+
+    def draw(indices: np.ndarray, epoch: np.ndarray, hw: np.ndarray,
+             labels: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+        mats, luts, sat, hue = [], [], [], []
+        for k, i in enumerate(np.asarray(indices).reshape(-1)):
+            h, w = (int(v) for v in hw[k])
+            lab = None if labels is None else labels[k, :h, :w]
+            p = aug.params(int(i), seed=seed, epoch=int(epoch), hw=(h, w), label=lab, ignore_index=ignore_index)
+            if out_hw is not None and p.out_hw != out_hw:
+                raise ConfigError(f"augmented sample {int(i)} is {p.out_hw}, the batch is {out_hw}",
+                                  fix="end the pipeline with a crop")
+            mats.append(np.asarray(p.matrix, np.float64))
+            luts.append(colour_lut(p))
+            sat.append(p.saturation)
+            hue.append(p.hue)
+        n = len(mats)
+        return (np.asarray(mats, np.float64).reshape(n, 2, 3), np.asarray(luts, np.uint8).reshape(n, 256),
+                np.asarray(sat, np.float32), np.asarray(hue, np.float32))
+
+    if with_labels:
+        return draw
+    return lambda indices, epoch, hw: draw(indices, epoch, hw)
+
+
+def _grid(hw: tf.Tensor, dtype: tf.DType) -> tuple[tf.Tensor, tf.Tensor]:
+    """Output pixel coordinates: x (1, W) and y (H, 1)."""
+    return tf.range(hw[1], dtype=dtype)[None, :], tf.range(hw[0], dtype=dtype)[:, None]
+
+
+def warp_labels(labels: tf.Tensor, mats: tf.Tensor, hw: tf.Tensor, ignore_index: int) -> tf.Tensor:
+    """(B, H, W) labels gathered at ``floor(M @ [x, y, 1] + 0.5)`` (float64, the CPU path's order); outside →
+    ``ignore_index``. The labels get a one-pixel ring of ``ignore_index`` and coordinates are clamped onto it."""
+    shape = tf.shape(labels, out_type=tf.int64)
+    b, h, w = shape[0], shape[1], shape[2]
+    padded = tf.pad(labels, [[0, 0], [1, 1], [1, 1]], constant_values=tf.cast(ignore_index, labels.dtype))
+    x, y = _grid(hw, tf.float64)
+    m = mats[:, :, :, None, None]
+    fx = tf.floor((m[:, 0, 0] * x + m[:, 0, 1] * y + m[:, 0, 2]) + 0.5)
+    fy = tf.floor((m[:, 1, 0] * x + m[:, 1, 1] * y + m[:, 1, 2]) + 0.5)
+    ix = tf.cast(tf.clip_by_value(fx, -1.0, tf.cast(w, tf.float64)), tf.int64)
+    iy = tf.cast(tf.clip_by_value(fy, -1.0, tf.cast(h, tf.float64)), tf.int64)
+    flat = ((tf.range(b)[:, None, None] * (h + 2) + iy + 1) * (w + 2)) + ix + 1
+    return tf.gather(tf.reshape(padded, [-1]), flat)
+
+
+def warp_images(images: tf.Tensor, mats: tf.Tensor, hw: tf.Tensor) -> tf.Tensor:
+    """Bilinear warp of (B, H, W, C) uint8 images, zero outside, as OpenCV 5's ``warpAffine``: float32
+    source coordinates and weights, the four neighbours summed in order, rounded to nearest."""
+    shape = tf.shape(images, out_type=tf.int64)
+    b, h, w, c = shape[0], shape[1], shape[2], shape[3]
+    x, y = _grid(hw, tf.float32)
+    m = tf.cast(mats, tf.float32)[:, :, :, None, None]
+    sx = m[:, 0, 0] * x + m[:, 0, 1] * y + m[:, 0, 2]
+    sy = m[:, 1, 0] * x + m[:, 1, 1] * y + m[:, 1, 2]
+    x0f, y0f = tf.floor(sx), tf.floor(sy)
+    fx, fy = (sx - x0f)[..., None], (sy - y0f)[..., None]
+    src = tf.reshape(tf.pad(tf.cast(images, tf.float32), [[0, 0], [2, 2], [2, 2], [0, 0]]), tf.stack([-1, c]))
+    # a zero ring two pixels wide: far outside, both neighbours fall in it
+    x0 = tf.cast(tf.clip_by_value(x0f, -2.0, tf.cast(w, tf.float32)), tf.int64) + 2
+    y0 = tf.cast(tf.clip_by_value(y0f, -2.0, tf.cast(h, tf.float32)), tf.int64) + 2
+    stride = w + 4
+    base = tf.range(b)[:, None, None] * (h + 4) * stride
+
+    def at(yy: tf.Tensor, xx: tf.Tensor) -> tf.Tensor:
+        return tf.gather(src, base + yy * stride + xx)
+
+    gx, gy = 1.0 - fx, 1.0 - fy
+    v = (at(y0, x0) * (gx * gy) + at(y0, x0 + 1) * (fx * gy)
+         + at(y0 + 1, x0) * (gx * fy) + at(y0 + 1, x0 + 1) * (fx * fy))
+    return tf.cast(tf.clip_by_value(tf.round(v), 0.0, 255.0), tf.uint8)
+
+
+def apply_luts(images: tf.Tensor, luts: tf.Tensor) -> tf.Tensor:
+    """Per-sample 256-entry uint8 LUTs (B, 256) applied to (B, H, W, C) uint8 images."""
+    shape = tf.shape(images)
+    flat = tf.reshape(tf.cast(images, tf.int32), tf.stack([shape[0], -1]))
+    return tf.reshape(tf.gather(luts, flat, batch_dims=1), shape)
+
+
+def _grey(img: tf.Tensor) -> tf.Tensor:
+    """OpenCV's RGB2GRAY for uint8, in integers: (R*4899 + G*9617 + B*1868 + 8192) >> 14; (B, H, W, 1) float32."""
+    i = tf.cast(img, tf.int32)
+    g = tf.bitwise.right_shift(i[..., 0:1] * 4899 + i[..., 1:2] * 9617 + i[..., 2:3] * 1868 + 8192, 14)
+    return tf.cast(g, tf.float32)
+
+
+def saturate(images: tf.Tensor, sat: tf.Tensor) -> tf.Tensor:
+    """Blend towards OpenCV's grey by per-sample factors as the CPU path: ``clip(g + (x - g) * s + 0.5)``,
+    truncated."""
+    grey = _grey(images)
+    v = grey + (tf.cast(images, tf.float32) - grey) * sat[:, None, None, None] + 0.5
+    return tf.cast(tf.clip_by_value(v, 0.0, 255.0), tf.uint8)
+
+
+def shift_hue(images: tf.Tensor, shift: tf.Tensor) -> tf.Tensor:
+    """Rotate hue by ``shift`` (fraction of the circle, per sample) through a float HSV round trip, the
+    8-bit hue rounded to OpenCV's ``round(h * 180)`` and shifted as the CPU path shifts it; uint8."""
+    x = tf.cast(images, tf.float32) / 255.0
+    r, g, b = x[..., 0], x[..., 1], x[..., 2]
+    mx, mn = tf.reduce_max(x, -1), tf.reduce_min(x, -1)
+    d = mx - mn
+    safe = tf.where(d > 0, d, tf.ones_like(d))
+    h = tf.where(mx == r, (g - b) / safe, tf.where(mx == g, 2.0 + (b - r) / safe, 4.0 + (r - g) / safe))
+    h = tf.where(d > 0, h, tf.zeros_like(h)) / 6.0
+    h8 = tf.math.floormod(tf.round(h * 180.0) + tf.round(shift * 180.0)[:, None, None], 180.0)
+    hh = h8 / 30.0  # sector 0..6
+    s = tf.where(mx > 0, d / tf.where(mx > 0, mx, tf.ones_like(mx)), tf.zeros_like(mx))
+
+    def f(n: float) -> tf.Tensor:
+        k = tf.math.floormod(n + hh, 6.0)
+        return mx - mx * s * tf.clip_by_value(tf.minimum(k, 4.0 - k), 0.0, 1.0)
+
+    out = tf.stack([f(5.0), f(3.0), f(1.0)], -1)
+    return tf.cast(tf.clip_by_value(tf.round(out * 255.0), 0.0, 255.0), tf.uint8)
+
+
+def apply_batch(aug: Compose, images: tf.Tensor, labels: tf.Tensor, indices: Any, *, seed: int = 0,
+                epoch: Any = 0, ignore_index: int = 255, hw: Any = None) -> tuple[tf.Tensor, tf.Tensor]:
+    """Augment a batch in TensorFlow ops: images (B, H, W, 3) uint8, labels (B, H, W) integer ids,
+    ``indices`` (B,) the samples' global indices, ``epoch`` a Python int or a scalar tensor (so one traced
+    ``.map`` serves every epoch). ``hw``: (B, 2) true sizes of samples padded to a common canvas (images
+    with 0, labels with ``ignore_index``); None: every sample fills the batch. Returns the augmented
+    (images, labels), labels in their own dtype."""
+    images = tf.convert_to_tensor(images)
+    labels = tf.convert_to_tensor(labels)
+    if images.dtype != tf.uint8 or images.shape.rank != 4 or labels.shape.rank != 3 or not labels.dtype.is_integer:
+        raise ConfigError(f"augment needs (B, H, W, 3) uint8 images and (B, H, W) integer id labels, got "
+                          f"{images.shape} {images.dtype.name} and {labels.shape} {labels.dtype.name}",
+                          fix="read the split with labels='ids'")
+    static = tuple(images.shape[1:3])
+    in_hw = (int(static[0]), int(static[1])) if hw is None and None not in static else None
+    if hw is not None and aug.out_hw is None:
+        raise ConfigError("samples of different sizes batch only through a pipeline ending in a crop",
+                          fix="end the pipeline with a crop, e.g. '…,crop=352x480'")
+    out_hw = output_hw(aug, in_hw)
+    indices = tf.reshape(tf.cast(indices, tf.int64), [-1])
+    if hw is None:
+        shape = tf.shape(images)
+        hw = tf.tile(shape[None, 1:3], tf.stack([shape[0], 1]))
+    hw = tf.cast(hw, tf.int32)
+    need_label = any(getattr(op, "cat_max_ratio", None) is not None for op in aug.ops)
+    args = [indices, tf.cast(epoch, tf.int64), hw] + ([labels] if need_label else [])
+    mats, luts, sat, hue = tf.numpy_function(_draw(aug, int(seed), int(ignore_index), out_hw, need_label), args,
+                                             [tf.float64, tf.uint8, tf.float32, tf.float32], stateful=False)
+    b = images.shape[0]
+    mats.set_shape((b, 2, 3))
+    luts.set_shape((b, 256))
+    sat.set_shape((b,))
+    hue.set_shape((b,))
+    out = tf.constant(out_hw, tf.int64) if out_hw is not None else tf.shape(images, out_type=tf.int64)[1:3]
+    out_lab = warp_labels(labels, mats, out, ignore_index)
+    img = warp_images(images, mats, out)
+    jitters = [op for op in aug.ops if isinstance(op, ColorJitter)]
+    if any(op.brightness or op.contrast for op in jitters):
+        img = apply_luts(img, luts)
+    if any(op.saturation for op in jitters):
+        img = saturate(img, sat)
+    if any(op.hue for op in jitters):
+        img = shift_hue(img, hue)
+    oh, ow = out_hw if out_hw is not None else (None, None)
+    img.set_shape((b, oh, ow, images.shape[3]))
+    out_lab.set_shape((b, oh, ow))
+    return img, out_lab
