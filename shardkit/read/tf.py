@@ -123,8 +123,9 @@ def _augment_pipeline(augment: Compose | str | None) -> Compose | None:
 def _augment_stage(ds: Dataset, out: tf.data.Dataset, aug: Compose, *, seed: int,
                    with_keys: bool) -> tf.data.Dataset:
     """Batches carrying ``index`` and ``epoch`` (and ``hw`` when padded) → augmented (images, labels[, keys])."""
-    from ..augment.tf import apply_batch
+    from ..augment.tf import apply_batch, output_hw
 
+    output_hw(aug, ds.spec.size)  # a pipeline giving samples of different sizes: ConfigError now, not in TF
     ignore = 255 if ds.ignore_index is None else int(ds.ignore_index)
 
     def augment(batch: dict[str, tf.Tensor]) -> tuple[tf.Tensor, ...]:
@@ -192,7 +193,7 @@ def _generator_pipeline(ds: Dataset, batch_size: int, *, shuffle: bool, seed: in
     ignore = 255 if ds.ignore_index is None else int(ds.ignore_index)
     names = list(parts)
 
-    def generate() -> Iterator[tuple[np.ndarray, ...]]:
+    def generate() -> Iterator[tuple[Any, ...]]:
         e = next(epochs)
         if variable:  # read one by one onto a padded canvas (only with augment: check_augment allowed it)
             batches: Iterator[tuple[np.ndarray, ...]] = (

@@ -1,0 +1,197 @@
+"""The TensorFlow augmentation backend and ``shardkit.tf.dataset(augment=)`` against the CPU path, on real data.
+
+Labels must be identical to the CPU path for the same (seed, epoch, index), dtype kept; images within one
+level for geometry (both compute the bilinear warp in float32). TensorFlow is imported before anything
+here converts (the ``tfrecord`` package must never share its process).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import shardkit
+from shardkit import augment as A
+from shardkit.config import ConvertConfig, ShardSize
+from shardkit.errors import ConfigError
+from shardkit.pipeline import convert
+
+IGNORE = 11
+GEOMETRY = "scale=0.5:2,crop=256x384,hflip,rotate=10"
+SMALL = "scale=0.4:0.8,crop=128x160,hflip,rotate=10"  # whole-dataset passes: a small crop keeps them fast
+
+
+@pytest.fixture(scope="module")
+def tf():
+    assert "tfrecord" not in sys.modules
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow
+
+    return tensorflow
+
+
+@pytest.fixture(scope="module")
+def apply_batch(tf):
+    from shardkit.augment.tf import apply_batch
+
+    return apply_batch
+
+
+@pytest.fixture(scope="module")
+def tfdata(tf):
+    import shardkit.tf
+
+    return shardkit.tf.dataset
+
+
+@pytest.fixture(scope="module")
+def data(camvid_val_npy: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The 26 CamVid val pairs (360x480, ignore id 11) stacked."""
+    ds = shardkit.open(camvid_val_npy)
+    return ds.batch(np.arange(len(ds)))
+
+
+@pytest.fixture(scope="module")
+def tfrecord_split(tf, camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """CamVid val as TFRecord at 360x480, 7 samples per shard (read by TensorFlow itself)."""
+    out = tmp_path_factory.mktemp("augment-tfrecord")
+    convert(ConvertConfig(camvid_root, out, format="tfrecord", size=(360, 480), splits=("val",), workers=2,
+                          quiet=True, shard_size=ShardSize(samples=7)))
+    assert "tfrecord" not in sys.modules
+    return out / "val"
+
+
+@pytest.fixture(scope="module")
+def rgb_loose(rgb_masks_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """rgb-masks-mini val (5 pairs of different sizes, ~194x250) as npy converted without --size."""
+    out = tmp_path_factory.mktemp("augment-rgb-loose")
+    convert(ConvertConfig(rgb_masks_root, out, format="npy", splits=("val",), workers=1, quiet=True,
+                          unknown_as=255, ignore_index=255))
+    return out / "val"
+
+
+def _by_index(data, core) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """One pass over a (images, labels, keys) tf dataset → {sample index: (image, label)}."""
+    index = {core.key(i): i for i in range(len(core))}
+    out = {}
+    for images, labels, keys in data:
+        for img, lab, key in zip(images.numpy(), labels.numpy(), keys.numpy(), strict=True):
+            out[index[key.decode()]] = (img, lab)
+    return out
+
+
+def _check_cpu(got: dict, core, aug: A.Compose, *, seed: int, epoch: int, ignore: int = IGNORE,
+               tol: int = 1) -> None:
+    """Every sample's TF output against the CPU path for the same (seed, epoch, index)."""
+    idx = np.array(sorted(got))
+    images, labels = zip(*(core[int(i)] for i in idx), strict=True)
+    want_img, want_lab = aug(images, labels, idx, seed=seed, epoch=epoch, ignore_index=ignore)
+    for k, i in enumerate(idx):
+        img, lab = got[int(i)]
+        assert lab.dtype == want_lab.dtype and np.array_equal(lab, want_lab[k]), f"sample {i}"
+        assert np.abs(img.astype(np.int16) - want_img[k]).max() <= tol, f"sample {i}"
+
+
+@pytest.mark.parametrize("spec", [GEOMETRY, GEOMETRY + ",jitter=0.2", "crop=300x400:0.75,jitter=0.3:0.3:0.3",
+                                  "scale=0.7:1.5,crop=352x480,rotate=15,jitter=0.2:0.2:0.2:0.05",
+                                  "hflip,rotate=30"])
+def test_labels_identical_and_images_close_to_the_cpu_path(data: tuple, apply_batch, spec: str) -> None:
+    images, labels = data[0][:8], data[1][:8]
+    aug = A.parse(spec)
+    idx = np.arange(3, 11)
+    want_img, want_lab = aug(images, labels, idx, seed=5, epoch=2, ignore_index=IGNORE)
+    got_img, got_lab = apply_batch(aug, images, labels, idx, seed=5, epoch=2, ignore_index=IGNORE)
+    assert got_lab.dtype.name == "uint8" and got_img.shape == want_img.shape
+    assert np.array_equal(got_lab.numpy(), want_lab)
+    diff = np.abs(got_img.numpy().astype(np.int16) - want_img)
+    if "jitter" not in spec:
+        assert diff.max() <= 1  # bilinear rounding only
+    else:  # a one-level rounding difference can be stretched by contrast; hue goes through float HSV
+        assert np.mean(diff > 1) < 1e-3 and diff.max() <= 8
+    if "rotate" in spec:
+        assert (want_lab == IGNORE).sum() > (labels == IGNORE).sum() * 0.5  # the corners really map outside
+
+
+def test_uint16_labels_keep_their_dtype_and_ids(data: tuple, apply_batch) -> None:
+    images, labels = data[0][:4], data[1][:4].astype(np.uint16) * 1000 + 7
+    aug = A.parse(GEOMETRY)
+    _, want = aug(images, labels, [0, 1, 2, 3], seed=1, epoch=0, ignore_index=65535)
+    _, got = apply_batch(aug, images, labels, [0, 1, 2, 3], seed=1, epoch=0, ignore_index=65535)
+    assert got.dtype.name == "uint16" and np.array_equal(got.numpy(), want)
+    assert 65535 in want and set(np.unique(want)) <= set(np.unique(labels)) | {65535}
+
+
+def test_samples_padded_to_one_canvas_augment_as_alone(data: tuple, apply_batch) -> None:
+    """Different sizes padded (images 0, labels ignore) with their true hw = each augmented on its own."""
+    sizes = [(360, 480), (300, 420), (200, 300)]
+    images = [data[0][k, :h, :w] for k, (h, w) in enumerate(sizes)]
+    labels = [data[1][k, :h, :w] for k, (h, w) in enumerate(sizes)]
+    canvas_img = np.zeros((3, 360, 480, 3), np.uint8)
+    canvas_lab = np.full((3, 360, 480), IGNORE, np.uint8)
+    for k, (h, w) in enumerate(sizes):
+        canvas_img[k, :h, :w], canvas_lab[k, :h, :w] = images[k], labels[k]
+    aug = A.parse("scale=0.5:1.5,hflip,rotate=20,crop=192x256")
+    want_img, want_lab = aug(images, labels, [4, 9, 2], seed=2, epoch=1, ignore_index=IGNORE)
+    got_img, got_lab = apply_batch(aug, canvas_img, canvas_lab, [4, 9, 2], seed=2, epoch=1, ignore_index=IGNORE,
+                                   hw=np.array(sizes))
+    assert np.array_equal(got_lab.numpy(), want_lab)
+    assert np.abs(got_img.numpy().astype(np.int16) - want_img).max() <= 1
+
+
+def test_dataset_is_the_cpu_path_whatever_the_batch_size(camvid_val_npy: Path, tfdata) -> None:
+    core = shardkit.open(camvid_val_npy)
+    aug = A.parse(SMALL + ",jitter=0.2")
+    outs = [_by_index(tfdata(camvid_val_npy, b, seed=7, epoch=3, augment=aug, with_keys=True), core) for b in (4, 7)]
+    assert sorted(outs[0]) == list(range(len(core)))
+    for i in outs[0]:
+        assert all(np.array_equal(a, b) for a, b in zip(outs[0][i], outs[1][i], strict=True)), f"sample {i}"
+    _check_cpu(outs[0], core, aug, seed=7, epoch=3, tol=2)
+
+
+def test_each_pass_is_the_next_epoch_and_epochs_differ(camvid_val_npy: Path, tfdata) -> None:
+    core = shardkit.open(camvid_val_npy)
+    aug = A.parse(SMALL)
+    data = tfdata(camvid_val_npy, 8, seed=1, epoch=4, augment=SMALL, with_keys=True)
+    first, second = _by_index(data, core), _by_index(data, core)
+    _check_cpu(first, core, aug, seed=1, epoch=4)
+    _check_cpu(second, core, aug, seed=1, epoch=5)
+    assert sum(not np.array_equal(first[i][1], second[i][1]) for i in first) >= len(first) - 1
+    later = _by_index(tfdata(camvid_val_npy, 5, seed=1, epoch=5, augment=aug, with_keys=True), core)
+    assert all(np.array_equal(later[i][1], second[i][1]) for i in later)  # epoch=5 is pass 1 of epoch=4
+
+
+def test_tfrecord_read_by_tensorflow_augments_as_the_cpu_path(tfrecord_split: Path, tfdata) -> None:
+    core = shardkit.open(tfrecord_split)
+    aug = A.parse(SMALL + ",jitter=0.2:0.2:0.2:0.05")
+    got = _by_index(tfdata(tfrecord_split, 6, seed=3, epoch=2, augment=aug, with_keys=True), core)
+    assert sorted(got) == list(range(len(core)))
+    _check_cpu(got, core, aug, seed=3, epoch=2, tol=8)
+
+
+def test_variable_size_split_batches_through_a_final_crop(rgb_loose: Path, tfdata) -> None:
+    core = shardkit.open(rgb_loose)
+    assert core.spec.size is None and len({core[i][0].shape for i in range(len(core))}) > 1
+    aug = A.parse("scale=0.8:1.2,rotate=10,hflip,crop=160x224")
+    data = tfdata(rgb_loose, 3, seed=2, epoch=0, augment=aug, with_keys=True, drop_last=False)
+    shapes = [tuple(b[0].shape) for b in data]
+    assert shapes == [(3, 160, 224, 3), (2, 160, 224, 3)]
+    _check_cpu(_by_index(data, core), core, aug, seed=2, epoch=1, ignore=255)  # the second pass: epoch 1
+    with pytest.raises(ConfigError, match="fixed-size"):
+        tfdata(rgb_loose, 3, augment="hflip")
+
+
+@pytest.mark.parametrize(("augment", "kwargs", "match"), [
+    ("scale=2:1,crop=10x10", {}, "scale range"),
+    ("crop=10x10,blur=3", {}, "unknown augment item"),
+    (42, {}, "Compose or its string form"),
+    ("scale=0.5:2,hflip", {}, "differ in size"),
+    ("hflip", {"labels": "onehot"}, "id labels"),
+])
+def test_bad_augment_is_a_config_error_before_tensorflow_runs(camvid_val_npy: Path, tfdata, augment, kwargs,
+                                                              match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        tfdata(camvid_val_npy, 4, augment=augment, **kwargs)
