@@ -79,7 +79,7 @@ def dataset(
     ds = path if isinstance(path, Dataset) else Dataset(path, labels=labels, verify=verify)
     aug = _augment_pipeline(augment)
     if aug is None:
-        ds._need_fixed()
+        ds.require_fixed_size()
     else:
         ds.check_augment(aug)
         if ds.spec.size is None and ds.format == "tfrecord":
