@@ -28,12 +28,24 @@ import tensorflow as tf
 
 from ..errors import ConfigError
 from .cpu import colour_lut
-from .ops import ColorJitter, RandomCrop, RandomScale
+from .ops import ColorJitter, RandomCrop, RandomFlip, RandomRotate, RandomScale
 
 if TYPE_CHECKING:
     from .ops import Compose
 
-__all__ = ["apply_batch", "output_hw"]
+__all__ = ["apply_batch", "check_ops", "output_hw"]
+
+
+#: The ops this backend applies; a pipeline with any other is refused rather than applied in part.
+SUPPORTED = (RandomScale, RandomCrop, RandomFlip, RandomRotate, ColorJitter)
+
+
+def check_ops(aug: Compose) -> None:
+    """Refuse a pipeline holding an op this backend cannot apply (ConfigError naming it)."""
+    for op in aug.ops:
+        if not isinstance(op, SUPPORTED):
+            raise ConfigError(f"the TensorFlow augmentation backend does not apply {type(op).__name__}",
+                              fix="drop it from the pipeline, or augment on the numpy/OpenCV or torch path")
 
 
 def output_hw(aug: Compose, in_hw: tuple[int, int] | None) -> tuple[int, int] | None:
@@ -219,6 +231,7 @@ def apply_batch(aug: Compose, images: tf.Tensor, labels: tf.Tensor, indices: Any
     ``.map`` serves every epoch). ``hw``: (B, 2) true sizes of samples padded to a common canvas (images
     with 0, labels with ``ignore_index``); None: every sample fills the batch. Returns the augmented
     (images, labels), labels in their own dtype."""
+    check_ops(aug)
     images = tf.convert_to_tensor(images)
     labels = tf.convert_to_tensor(labels)
     if images.dtype != tf.uint8 or images.shape.rank != 4 or labels.shape.rank != 3 or not labels.dtype.is_integer:

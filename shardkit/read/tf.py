@@ -123,9 +123,10 @@ def _augment_pipeline(augment: Compose | str | None) -> Compose | None:
 def _augment_stage(ds: Dataset, out: tf.data.Dataset, aug: Compose, *, seed: int,
                    with_keys: bool) -> tf.data.Dataset:
     """Batches carrying ``index`` and ``epoch`` (and ``hw`` when padded) → augmented (images, labels[, keys])."""
-    from ..augment.tf import apply_batch, output_hw
+    from ..augment.tf import apply_batch, check_ops, output_hw
 
-    output_hw(aug, ds.spec.size)  # a pipeline giving samples of different sizes: ConfigError now, not in TF
+    check_ops(aug)  # an op TF cannot apply, or samples of different sizes: ConfigError now, not inside TF
+    output_hw(aug, ds.spec.size)
     ignore = 255 if ds.ignore_index is None else int(ds.ignore_index)
 
     def augment(batch: dict[str, tf.Tensor]) -> tuple[tf.Tensor, ...]:

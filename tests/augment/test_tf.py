@@ -198,3 +198,16 @@ def test_bad_augment_is_a_config_error_before_tensorflow_runs(camvid_val_npy: Pa
                                                               match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         tfdata(camvid_val_npy, 4, augment=augment, **kwargs)
+
+
+def test_an_op_the_tf_backend_cannot_apply_is_refused_not_skipped(camvid_val_npy: Path, tfdata, data: tuple,
+                                                                 apply_batch) -> None:
+    class Posterize(A.ops.Op):  # an op only another backend would know
+        def draw(self, rng: np.random.Generator, st: A.ops._State) -> None:
+            st.values["brightness"] = 1.0
+
+    aug = A.Compose([A.RandomCrop(64, 64), Posterize()])
+    with pytest.raises(ConfigError, match="does not apply Posterize"):
+        tfdata(camvid_val_npy, 4, augment=aug)
+    with pytest.raises(ConfigError, match="does not apply Posterize"):
+        apply_batch(aug, data[0][:2], data[1][:2], [0, 1])
