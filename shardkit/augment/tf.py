@@ -224,13 +224,32 @@ def shift_hue(images: tf.Tensor, shift: tf.Tensor) -> tf.Tensor:
     return _hsv2rgb(h, s, v)
 
 
+def _image_ops(images: tf.Tensor, mats: tf.Tensor, out: tf.Tensor, luts: tf.Tensor, sat: tf.Tensor,
+               hue: tf.Tensor, steps: tuple[bool, bool, bool]) -> tf.Tensor:
+    """Warp, then the colour steps (LUT, saturation, hue) that ``steps`` switches on."""
+    img = warp_images(images, mats, out)
+    if steps[0]:
+        img = apply_luts(img, luts)
+    if steps[1]:
+        img = saturate(img, sat)
+    if steps[2]:
+        img = shift_hue(img, hue)
+    return img
+
+
+#: The image ops compiled by XLA (~7x less CPU than op by op, measured; outputs as close to OpenCV's). Labels
+#: stay outside: their float64 coordinate sums must not be fused, so that they equal the CPU path's.
+_image_ops_xla = tf.function(_image_ops, jit_compile=True, reduce_retracing=True)
+
+
 def apply_batch(aug: Compose, images: tf.Tensor, labels: tf.Tensor, indices: Any, *, seed: int = 0,
-                epoch: Any = 0, ignore_index: int = 255, hw: Any = None) -> tuple[tf.Tensor, tf.Tensor]:
+                epoch: Any = 0, ignore_index: int = 255, hw: Any = None,
+                jit: bool = True) -> tuple[tf.Tensor, tf.Tensor]:
     """Augment a batch in TensorFlow ops: images (B, H, W, 3) uint8, labels (B, H, W) integer ids,
     ``indices`` (B,) the samples' global indices, ``epoch`` a Python int or a scalar tensor (so one traced
     ``.map`` serves every epoch). ``hw``: (B, 2) true sizes of samples padded to a common canvas (images
-    with 0, labels with ``ignore_index``); None: every sample fills the batch. Returns the augmented
-    (images, labels), labels in their own dtype."""
+    with 0, labels with ``ignore_index``); None: every sample fills the batch. ``jit``: compile the image ops
+    with XLA (labels never are). Returns the augmented (images, labels), labels in their own dtype."""
     check_ops(aug)
     images = tf.convert_to_tensor(images)
     labels = tf.convert_to_tensor(labels)
@@ -260,14 +279,10 @@ def apply_batch(aug: Compose, images: tf.Tensor, labels: tf.Tensor, indices: Any
     hue.set_shape((b,))
     out = tf.constant(out_hw, tf.int64) if out_hw is not None else tf.shape(images, out_type=tf.int64)[1:3]
     out_lab = warp_labels(labels, mats, out, ignore_index)
-    img = warp_images(images, mats, out)
     jitters = [op for op in aug.ops if isinstance(op, ColorJitter)]
-    if any(op.brightness or op.contrast for op in jitters):
-        img = apply_luts(img, luts)
-    if any(op.saturation for op in jitters):
-        img = saturate(img, sat)
-    if any(op.hue for op in jitters):
-        img = shift_hue(img, hue)
+    steps = (any(op.brightness or op.contrast for op in jitters), any(op.saturation for op in jitters),
+             any(op.hue for op in jitters))
+    img = (_image_ops_xla if jit else _image_ops)(images, mats, out, luts, sat, hue, steps)
     oh, ow = out_hw if out_hw is not None else (None, None)
     img.set_shape((b, oh, ow, images.shape[3]))
     out_lab.set_shape((b, oh, ow))

@@ -211,3 +211,14 @@ def test_an_op_the_tf_backend_cannot_apply_is_refused_not_skipped(camvid_val_npy
         tfdata(camvid_val_npy, 4, augment=aug)
     with pytest.raises(ConfigError, match="does not apply Posterize"):
         apply_batch(aug, data[0][:2], data[1][:2], [0, 1])
+
+
+@pytest.mark.parametrize("jit", [True, False])
+def test_image_ops_with_and_without_xla_stay_within_one_level(data: tuple, apply_batch, jit: bool) -> None:
+    images, labels = data[0][:4], data[1][:4]
+    aug = A.parse("scale=0.5:2,crop=256x384,rotate=10,jitter=0:0:0.3:0.1")
+    want_img, want_lab = aug(images, labels, [0, 1, 2, 3], seed=8, ignore_index=IGNORE)
+    got_img, got_lab = apply_batch(aug, images, labels, [0, 1, 2, 3], seed=8, ignore_index=IGNORE, jit=jit)
+    assert np.array_equal(got_lab.numpy(), want_lab)
+    diff = np.abs(got_img.numpy().astype(np.int16) - want_img)
+    assert np.mean(diff > 1) < 1e-3 and diff.max() <= 8
