@@ -9,6 +9,8 @@ Rows (samples/s, and the ratio to the first row):
 - end to end, --batches batches read and augmented: ``Dataset.iter_batches(augment=)`` vs
   ``shardkit.tf.dataset(augment=)`` (tf.data, parallel map, prefetch).
 Each row gets one warm-up batch first. The machine may be shared with other work: compare ratios from one run.
+It also prints how the TF outputs of that batch agree with the numpy/OpenCV ones (labels identical or not; image
+values differing, largest difference).
 """
 
 from __future__ import annotations
@@ -77,13 +79,21 @@ def main() -> None:
             ("apply: TensorFlow ops (tf.function)", rate(tf_apply(), nb, b)),
             ("read+augment: iter_batches(augment=)", rate(cpu_read(), nb, b)),
             ("read+augment: shardkit.tf.dataset(augment=)", rate(data, nb, b))]
+    want_img, want_lab = aug(images, labels, idx, seed=0, epoch=0, ignore_index=ignore)
+    got_img, got_lab = (t.numpy() for t in traced(tf.constant(idx)))
+    diff = np.abs(got_img.astype(np.int16) - want_img)
+    agree = {"labels_identical": bool(np.array_equal(got_lab, want_lab)), "image_max_diff": int(diff.max()),
+             "image_share_diff_gt0": float(np.mean(diff > 0)), "image_share_diff_gt1": float(np.mean(diff > 1))}
     print(f"{'path':46s} {'samples/s':>10s} {'x numpy':>8s}   spec={args.spec} batch={b} "
           f"input={images.shape[1]}x{images.shape[2]} cpus={os.cpu_count()}")
     for name, r in rows:
         base = rows[0][1] if name.startswith("apply") else rows[2][1]
         print(f"{name:46s} {r:10.1f} {r / base:8.2f}")
+    print(f"TF vs numpy/OpenCV on the first batch: labels identical {agree['labels_identical']}; image values "
+          f"differing {agree['image_share_diff_gt0']:.2e} (by more than 1: {agree['image_share_diff_gt1']:.2e}), "
+          f"largest difference {agree['image_max_diff']}")
     if args.json is not None:
-        args.json.write_text(json.dumps({"spec": args.spec, "batch": b, "batches": nb,
+        args.json.write_text(json.dumps({"spec": args.spec, "batch": b, "batches": nb, "agreement": agree,
                                          "rows": [{"path": n, "samples_per_s": r} for n, r in rows]}, indent=1))
 
 
