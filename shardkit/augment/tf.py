@@ -233,8 +233,9 @@ def _xla(fn: Any) -> Any:
 #: The image stages compiled by XLA, each on its own (~4x less CPU than op by op; one cluster for the whole
 #: HSV round trip recomputes its first half per output channel: 3x slower, measured). Outputs as close to
 #: OpenCV's as op by op. Labels stay outside XLA: their float64 coordinate sums must not be fused.
-_STAGES = {"warp": warp_images, "lut": apply_luts, "sat": saturate, "rgb2hsv": _rgb2hsv, "hsv2rgb": _shifted_hsv2rgb}
-_STAGES_XLA = {name: _xla(fn) for name, fn in _STAGES.items()}
+_STAGES: dict[str, Any] = {"warp": warp_images, "lut": apply_luts, "sat": saturate, "rgb2hsv": _rgb2hsv,
+                           "hsv2rgb": _shifted_hsv2rgb}
+_STAGES_XLA: dict[str, Any] = {name: _xla(fn) for name, fn in _STAGES.items()}
 
 
 def _image_ops(images: tf.Tensor, mats: tf.Tensor, out: tf.Tensor, luts: tf.Tensor, sat: tf.Tensor,
