@@ -222,3 +222,18 @@ def test_image_ops_with_and_without_xla_stay_within_one_level(data: tuple, apply
     assert np.array_equal(got_lab.numpy(), want_lab)
     diff = np.abs(got_img.numpy().astype(np.int16) - want_img)
     assert np.mean(diff > 1) < 1e-3 and diff.max() <= 8
+
+
+def test_normalize_applies_after_augmenting(rgb_loose: Path, tfdata) -> None:
+    core = shardkit.open(rgb_loose)
+    aug = A.parse("rotate=5,crop=128x128")
+    got = {}
+    index = {core.key(i): i for i in range(len(core))}
+    for x, _, keys in tfdata(rgb_loose, 2, seed=4, augment=aug, normalize=True, with_keys=True):
+        assert x.dtype.name == "float32"
+        got.update({index[k.decode()]: v for k, v in zip(keys.numpy(), x.numpy(), strict=True)})
+    idx = np.array(sorted(got))
+    images, labels = zip(*(core[int(i)] for i in idx), strict=True)
+    want, _ = aug(images, labels, idx, seed=4, epoch=0, ignore_index=255)
+    want = core.normalize(want)
+    assert np.abs(np.stack([got[int(i)] for i in idx]) - want).max() <= 1.0 / core.std.min() + 1e-4
