@@ -126,11 +126,14 @@ def reader_pass(ds: Any, batch_size: int, limit: int, shuffle: bool, seed: int) 
     return run
 
 
-def torch_pass(path: Path, batch_size: int, limit: int, workers: int, seed: int) -> Callable[[], int]:
+def torch_pass(path: Path, batch_size: int, limit: int, workers: int, seed: int,
+               reuse_buffers: bool = False) -> Callable[[], int]:
+    """Whole epochs of ``make_loader``: by default every batch is fresh memory (safe to keep);
+    ``reuse_buffers=True`` times the opt-in ring of reused batch buffers."""
     from .read.torch import make_loader
 
     loader = make_loader(path, batch_size, shuffle=True, num_workers=workers, seed=seed, pin_memory=False,
-                         reuse_buffers=True)  # batches are not kept: time the reused-buffer path
+                         reuse_buffers=reuse_buffers)
 
     def run() -> int:  # whole epochs (breaking off mid-epoch would time the loader's reset, not its reads)
         n = 0
@@ -300,9 +303,11 @@ def run_bench(path: Path, *, against: bool = True, source: Path | None = None, b
         log.warning("torch is not installed: skipping the PyTorch loader (pip install 'shardkit[torch]')")
     else:
         for n in workers:
-            out.append(_measure(f"shardkit torch DataLoader, {n} workers, shuffled",
-                                torch_pass(path, batch_size, limit, n, seed), repeats, sample_bytes,
-                                note="steady state; worker start-up excluded"))
+            for reuse in (False, True):
+                out.append(_measure(
+                    f"shardkit torch loader, {n} workers, " + ("reuse_buffers" if reuse else "batches kept"),
+                    torch_pass(path, batch_size, limit, n, seed, reuse), repeats, sample_bytes,
+                    note="steady state; worker start-up excluded"))
     if against:
         out.append(_measure("naive online: decode + crop (uint8, ids)", naive_pass(ds, naive_samples, False, source),
                             repeats, sample_bytes))

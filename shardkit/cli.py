@@ -15,7 +15,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from . import __version__
+from ._version import __version__
 from .config import DEFAULT_MAX_PIXELS, ConvertConfig, ShardSize, parse_size
 from .errors import ConfigError, ShardkitError
 from .logs import JsonFormatter
@@ -83,7 +83,7 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
     """--config FILE.toml: its keys (same names as the flags) become defaults; flags and SHARDKIT_* win."""
     if value is None:
         return None
-    import tomllib
+    from .tomlcompat import tomllib
 
     try:
         data = tomllib.loads(value.read_text(encoding="utf-8"))

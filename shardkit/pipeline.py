@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from ._version import __version__
 from .config import ConvertConfig
 from .discover import Discovery, discover
 from .errors import OutputError

@@ -128,7 +128,7 @@ def _iterate(
         for slot, task in enumerate(tasks):
             yield convert_shard(task, ctx, None if counter is None else counter.tick(slot))
         return
-    path = None if counter is None else counter.path
+    ref = None if counter is None else counter.ref
     from joblib import Parallel, delayed
     from joblib.externals.loky.process_executor import TerminatedWorkerError
 
@@ -139,15 +139,15 @@ def _iterate(
 
             with _children_ignore_sigint():
                 executor = get_memmapping_executor(1)
-                first = executor.submit(convert_shard_in_worker, tasks[0], ctx, parent, path, 0)
+                first = executor.submit(convert_shard_in_worker, tasks[0], ctx, parent, ref, 0)
             yield first.result()
             for slot, task in enumerate(tasks[1:], 1):
-                yield executor.submit(convert_shard_in_worker, task, ctx, parent, path, slot).result()
+                yield executor.submit(convert_shard_in_worker, task, ctx, parent, ref, slot).result()
             return
         parallel = Parallel(n_jobs=n_jobs, backend="loky", return_as="generator_unordered",
                             pre_dispatch="2*n_jobs")
         with _children_ignore_sigint():  # joblib starts the workers and dispatches the first tasks here
-            results = parallel(delayed(convert_shard_in_worker)(t, ctx, parent, path, slot)
+            results = parallel(delayed(convert_shard_in_worker)(t, ctx, parent, ref, slot)
                                for slot, t in enumerate(tasks))
         yield from results
     except TerminatedWorkerError as exc:
@@ -270,14 +270,14 @@ class _DaskClient:
 
 def _probe(paths: list[str]) -> tuple[bool, str]:
     """Runs on each Dask worker: does it see these paths, and which shardkit does it have?"""
-    from . import __version__
+    from ._version import __version__
 
     return all(Path(p).exists() for p in paths), __version__
 
 
 def _check_workers(distributed: Any, client: Any, directories: set[Path], root: Path) -> None:
     """Fail early unless every worker sees the input and this run's output folders and runs this shardkit."""
-    from . import __version__
+    from ._version import __version__
 
     try:
         client.wait_for_workers(1, timeout=CONNECT_TIMEOUT)

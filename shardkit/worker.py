@@ -26,7 +26,7 @@ from .imageio import check_pixels, decode_image, regular_stat
 from .labels import LabelDecoder
 from .plan import ShardTask
 from .preprocess import encode_label, fit_pair, pads
-from .progress import worker_tick
+from .progress import CounterRef, worker_tick
 from .stats import Stats
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def convert_shard_in_worker(task: ShardTask, ctx: WorkerContext, parent_pid: int, counter: str | None = None,
+def convert_shard_in_worker(task: ShardTask, ctx: WorkerContext, parent_pid: int, counter: CounterRef | None = None,
                             slot: int = 0) -> ShardResult:
     """:func:`convert_shard` in a local pool process that dies with ``parent_pid``.
 

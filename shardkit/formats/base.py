@@ -265,6 +265,11 @@ class ShardReader(ABC):
             state[k] = None
         return state
 
+    @property
+    def is_open(self) -> bool:
+        """True while this object holds open file handles (after a read in this process); never once pickled."""
+        return any(getattr(self, k, None) is not None for k in self._handle_attrs())
+
     def _handle_attrs(self) -> Sequence[str]:
         """Attributes holding open handles, dropped when pickled (spawned workers reopen lazily)."""
         return ()

@@ -75,6 +75,7 @@ class Dataset:
         ]
         self._starts = np.array([s.first_index for s in self.manifest.shards], dtype=np.int64)
         self._local = threading.local()
+        self._sizes: dict[tuple[int, int], int] | None = None
         if verify:
             for r in self.readers:
                 r.verify_hashes()
@@ -201,11 +202,32 @@ class Dataset:
 
     # ------------------------------------------------------------------ batches
     def require_fixed_size(self) -> tuple[int, int]:
-        """The (H, W) every sample of this split has; a ConfigError when sizes differ (batching needs one)."""
-        if self.spec.size is None:
-            raise ConfigError("batching needs fixed-size samples, but this split's images differ in size",
-                              fix="read samples one by one with ds[i], or convert with --size HxW")
-        return self.spec.size
+        """The (H, W) every sample of this split has; a ConfigError when sizes differ (batching needs one).
+
+        A split converted without ``--size`` whose samples happen to share one size (e.g. CamVid's
+        360x480) batches as it is, read sample by sample into the batch.
+        """
+        if self.spec.size is not None:
+            return self.spec.size
+        sizes = self.sample_sizes()
+        if len(sizes) == 1:
+            return next(iter(sizes))
+        common = ", ".join(f"{h}x{w} ({n})" for (h, w), n in sorted(sizes.items(), key=lambda kv: -kv[1])[:3])
+        raise ConfigError(
+            f"batching needs samples of one size, but this split's {len(self)} samples have {len(sizes)} sizes "
+            f"(e.g. {common})",
+            fix="augment with a pipeline that ends in a crop (augment='…,crop=HxW'), read samples one by one with "
+            "ds[i], or convert with --size HxW")
+
+    def sample_sizes(self) -> dict[tuple[int, int], int]:
+        """How many samples of each (H, W) the split holds (from the manifest)."""
+        if self._sizes is None:
+            sizes: dict[tuple[int, int], int] = {}
+            for rec in self.manifest.samples:
+                hw = (int(rec["height"]), int(rec["width"]))
+                sizes[hw] = sizes.get(hw, 0) + 1
+            self._sizes = sizes
+        return self._sizes
 
     def batch_layout(self, batch_size: int) -> tuple[tuple[tuple[int, ...], np.dtype], ...]:
         """((images shape, dtype), (labels shape, dtype)) of a batch of ``batch_size`` samples."""
