@@ -82,7 +82,7 @@ def dataset(
         ds.require_fixed_size()
     else:
         ds.check_augment(aug)
-        if ds.spec.size is None and ds.format == "tfrecord":
+        if _one_size(ds) is None and ds.format == "tfrecord":
             raise ConfigError("tf.data reads TFRecord splits of fixed-size samples only, and this split's "
                               "images differ in size", path=ds.path,
                               fix="convert with --size HxW, or to a random-access format (npy, lmdb, hdf5)")
@@ -108,6 +108,14 @@ def dataset(
     return out.prefetch(AUTOTUNE)
 
 
+def _one_size(ds: Dataset) -> tuple[int, int] | None:
+    """The (H, W) every sample of the split has, or None when sizes differ."""
+    try:
+        return ds.require_fixed_size()
+    except ConfigError:
+        return None
+
+
 def _augment_pipeline(augment: Compose | str | None) -> Compose | None:
     """``augment=`` as a Compose: its string form parsed, anything else refused."""
     from ..augment import Compose, parse
@@ -126,7 +134,7 @@ def _augment_stage(ds: Dataset, out: tf.data.Dataset, aug: Compose, *, seed: int
     from ..augment.tf import apply_batch, check_ops, output_hw
 
     check_ops(aug)  # an op TF cannot apply, or samples of different sizes: ConfigError now, not inside TF
-    output_hw(aug, ds.spec.size)
+    output_hw(aug, _one_size(ds))
     ignore = 255 if ds.ignore_index is None else int(ds.ignore_index)
 
     def augment(batch: dict[str, tf.Tensor]) -> tuple[tf.Tensor, ...]:
@@ -171,7 +179,7 @@ def _generator_pipeline(ds: Dataset, batch_size: int, *, shuffle: bool, seed: in
     ``epoch`` (the pass's epoch), ``keys`` with ``with_keys``, and ``hw`` (each sample's size) for a split
     of variable-size samples, which are padded to a common canvas."""
     bdim = batch_size if drop_last else None
-    variable = ds.spec.size is None
+    variable = _one_size(ds) is None
     if variable:
         ishape, lshape = (None, None, None, 3), (None, None, None)
         idt, ldt = np.dtype(np.uint8), ds.label_dtype
@@ -256,8 +264,7 @@ def _tfrecord_pipeline(ds: Dataset, batch_size: int, *, shuffle: bool, seed: int
         out = out.shuffle(buffer_size, seed=_tf_seed(seed, epoch), reshuffle_each_iteration=True)
     out = out.batch(batch_size, drop_remainder=drop_last)
 
-    hw = ds.spec.size
-    assert hw is not None
+    hw = ds.require_fixed_size()  # also a split converted without --size whose records share one size
     feature_spec = _feature_spec(ds, with_keys)
     stored_dtype = ds.spec.stored_label_dtype
     stored_shape = ds.spec.label_shape(hw)

@@ -57,9 +57,9 @@ def data(camvid_val_npy: Path) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.fixture(scope="module")
 def tfrecord_split(tf, camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """CamVid val as TFRecord at 360x480, 7 samples per shard (read by TensorFlow itself)."""
+    """CamVid val as TFRecord converted without --size (its samples all 360x480), 7 samples per shard."""
     out = tmp_path_factory.mktemp("augment-tfrecord")
-    convert(ConvertConfig(camvid_root, out, format="tfrecord", size=(360, 480), splits=("val",), workers=2,
+    convert(ConvertConfig(camvid_root, out, format="tfrecord", splits=("val",), workers=2,
                           quiet=True, shard_size=ShardSize(samples=7)))
     assert "tfrecord" not in sys.modules
     return out / "val"
@@ -169,6 +169,9 @@ def test_each_pass_is_the_next_epoch_and_epochs_differ(camvid_val_npy: Path, tfd
 
 def test_tfrecord_read_by_tensorflow_augments_as_the_cpu_path(tfrecord_split: Path, tfdata) -> None:
     core = shardkit.open(tfrecord_split)
+    assert core.spec.size is None  # one size all the same: batched as is, augmented or not
+    images, labels = next(iter(tfdata(tfrecord_split, 4, shuffle=False)))
+    assert images.shape == (4, 360, 480, 3) and np.array_equal(labels.numpy(), core.batch([0, 1, 2, 3])[1])
     aug = A.parse(SMALL + ",jitter=0.2:0.2:0.2:0.05")
     got = _by_index(tfdata(tfrecord_split, 6, seed=3, epoch=2, augment=aug, with_keys=True), core)
     assert sorted(got) == list(range(len(core)))
@@ -183,7 +186,7 @@ def test_variable_size_split_batches_through_a_final_crop(rgb_loose: Path, tfdat
     shapes = [tuple(b[0].shape) for b in data]
     assert shapes == [(3, 160, 224, 3), (2, 160, 224, 3)]
     _check_cpu(_by_index(data, core), core, aug, seed=2, epoch=1, ignore=255)  # the second pass: epoch 1
-    with pytest.raises(ConfigError, match="fixed-size"):
+    with pytest.raises(ConfigError, match="one size"):
         tfdata(rgb_loose, 3, augment="hflip")
 
 
