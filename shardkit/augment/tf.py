@@ -13,6 +13,7 @@ pixels is TensorFlow ops over the whole batch:
   it), zero outside; brightness/contrast as one per-sample LUT (the CPU path's own
   :func:`~shardkit.augment.cpu.colour_lut`), saturation with OpenCV's integer grey, hue through OpenCV's
   8-bit HSV round trip restated in TF ops (RGB2HSV bit-exact; HSV2RGB as its x86 vector code computes it).
+  These image stages run XLA-compiled (``jit=True``, the default); the label gather never does.
 
 A batch may hold samples of different sizes padded to one canvas (images with 0, labels with
 ``ignore_index`` past each sample's own size): give each sample's true ``(h, w)`` as ``hw``; the padding then
