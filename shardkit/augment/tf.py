@@ -29,7 +29,7 @@ import tensorflow as tf
 
 from ..errors import ConfigError
 from .cpu import colour_lut
-from .ops import ColorJitter, RandomCrop, RandomFlip, RandomRotate, RandomScale
+from .ops import ColorJitter, Cutout, Normalize, OneHot, RandomCrop, RandomFlip, RandomRotate, RandomScale
 
 if TYPE_CHECKING:
     from .ops import Compose
@@ -38,7 +38,7 @@ __all__ = ["apply_batch", "check_ops", "output_hw"]
 
 
 #: The ops this backend applies; a pipeline with any other is refused rather than applied in part.
-SUPPORTED = (RandomScale, RandomCrop, RandomFlip, RandomRotate, ColorJitter)
+SUPPORTED = (RandomScale, RandomCrop, RandomFlip, RandomRotate, ColorJitter, Cutout, Normalize, OneHot)
 
 
 def check_ops(aug: Compose) -> None:
@@ -75,7 +75,7 @@ def _draw(aug: Compose, seed: int, ignore_index: int, out_hw: tuple[int, int] | 
 
     def draw(indices: np.ndarray, epoch: np.ndarray, hw: np.ndarray,
              labels: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
-        mats, luts, sat, hue = [], [], [], []
+        mats, luts, sat, hue, holes = [], [], [], [], []
         for k, i in enumerate(np.asarray(indices).reshape(-1)):
             h, w = (int(v) for v in hw[k])
             lab = None if labels is None else labels[k, :h, :w]
@@ -87,9 +87,13 @@ def _draw(aug: Compose, seed: int, ignore_index: int, out_hw: tuple[int, int] | 
             luts.append(colour_lut(p))
             sat.append(p.saturation)
             hue.append(round(p.hue * 180))  # OpenCV's 8-bit hue units, rounded as the CPU path rounds
+            holes.append(p.holes)
         n = len(mats)
+        boxes = np.zeros((n, max((len(hs) for hs in holes), default=0), 4), np.int32)  # padded: empty boxes
+        for k, hs in enumerate(holes):
+            boxes[k, :len(hs)] = np.asarray(hs, np.int32).reshape(-1, 4)
         return (np.asarray(mats, np.float64).reshape(n, 2, 3), np.asarray(luts, np.uint8).reshape(n, 256),
-                np.asarray(sat, np.float32), np.asarray(hue, np.float32))
+                np.asarray(sat, np.float32), np.asarray(hue, np.float32), boxes)
 
     if with_labels:
         return draw
@@ -281,9 +285,11 @@ def apply_batch(aug: Compose, images: tf.Tensor, labels: tf.Tensor, indices: Any
     hw = tf.cast(hw, tf.int32)
     need_label = any(getattr(op, "cat_max_ratio", None) is not None for op in aug.ops)
     args = [indices, tf.cast(epoch, tf.int64), hw] + ([labels] if need_label else [])
-    mats, luts, sat, hue = tf.numpy_function(_draw(aug, int(seed), int(ignore_index), out_hw, need_label), args,
-                                             [tf.float64, tf.uint8, tf.float32, tf.float32], stateful=False)
+    mats, luts, sat, hue, boxes = tf.numpy_function(
+        _draw(aug, int(seed), int(ignore_index), out_hw, need_label), args,
+        [tf.float64, tf.uint8, tf.float32, tf.float32, tf.int32], stateful=False)
     b = images.shape[0]
+    boxes.set_shape((b, None, 4))
     mats.set_shape((b, 2, 3))
     luts.set_shape((b, 256))
     sat.set_shape((b,))
@@ -297,4 +303,33 @@ def apply_batch(aug: Compose, images: tf.Tensor, labels: tf.Tensor, indices: Any
     oh, ow = out_hw if out_hw is not None else (None, None)
     img.set_shape((b, oh, ow, images.shape[3]))
     out_lab.set_shape((b, oh, ow))
+    for op in aug.ops:  # after geometry and colour: the holes, then the output ops, in the CPU path's order
+        if isinstance(op, Cutout):
+            img, out_lab = cut_holes(img, out_lab, boxes, op, ignore_index)
+    for op in aug.ops:
+        if isinstance(op, Normalize):
+            img = (tf.cast(img, tf.float32) - op.mean_f32) * op.inv_std_f32
+        elif isinstance(op, OneHot):
+            out_lab = one_hot(out_lab, op)
     return img, out_lab
+
+
+def cut_holes(images: tf.Tensor, labels: tf.Tensor, boxes: tf.Tensor, op: Cutout,
+              ignore_index: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """Cutout: pixels inside any of a sample's ``boxes`` ((B, K, 4) ``(y0, x0, y1, x1)``, ends exclusive, padded
+    with empty boxes) become the op's fill; their labels the ignore index with ``ignore_labels``."""
+    shape = tf.shape(images)
+    y, x = tf.range(shape[1]), tf.range(shape[2])
+    rows = (y >= boxes[..., 0:1]) & (y < boxes[..., 2:3])  # (B, K, H)
+    cols = (x >= boxes[..., 1:2]) & (x < boxes[..., 3:4])  # (B, K, W)
+    inside = tf.reduce_any(rows[..., :, None] & cols[..., None, :], axis=1)  # (B, H, W)
+    images = tf.where(inside[..., None], tf.constant(op.fill, tf.uint8), images)
+    if op.ignore_labels:
+        labels = tf.where(inside, tf.cast(ignore_index, labels.dtype), labels)
+    return images, labels
+
+
+def one_hot(labels: tf.Tensor, op: OneHot) -> tf.Tensor:
+    """Ids (B, H, W) → one-hot (B, H, W, C), or (B, C, H, W) with ``channels_first``; ids ``>= C`` → all zero."""
+    hot = tf.one_hot(tf.cast(labels, tf.int32), op.num_classes, dtype=tf.as_dtype(op.dtype))
+    return tf.transpose(hot, (0, 3, 1, 2)) if op.channels_first else hot

@@ -87,6 +87,9 @@ def dataset(
         ds.require_fixed_size()
     else:
         ds.check_augment(aug)
+        if aug.normalizes and normalize:
+            raise ConfigError("the augment pipeline normalises already (Normalize); the dataset would normalise "
+                              "twice", fix="pass normalize=False")
         if _one_size(ds) is None and tf_reads:
             raise ConfigError("tf.data reads TFRecord splits of fixed-size samples only, and this split's "
                               "images differ in size", path=ds.path,

@@ -242,3 +242,36 @@ def test_normalize_applies_after_augmenting(rgb_loose: Path, tfdata) -> None:
     want, _ = aug(images, labels, idx, seed=4, epoch=0, ignore_index=255)
     want = core.normalize(want)
     assert np.abs(np.stack([got[int(i)] for i in idx]) - want).max() <= 1.0 / core.std.min() + 1e-4
+
+
+@pytest.mark.parametrize("cutout", ["cutout=0-3:40x56", "cutout=2:64x48:128:ignore"])
+def test_cutout_holes_and_labels_identical_to_the_cpu_path(data: tuple, apply_batch, cutout: str) -> None:
+    images, labels = data[0][:6], data[1][:6]
+    aug = A.parse(f"{GEOMETRY},jitter=0.2,{cutout}")
+    idx = np.arange(20, 26)
+    want_img, want_lab = aug(images, labels, idx, seed=3, epoch=1, ignore_index=IGNORE)
+    got_img, got_lab = apply_batch(aug, images, labels, idx, seed=3, epoch=1, ignore_index=IGNORE)
+    assert np.array_equal(got_lab.numpy(), want_lab)
+    got_img = got_img.numpy()
+    holes = np.zeros(want_lab.shape, bool)
+    for k, i in enumerate(idx):
+        for y0, x0, y1, x1 in aug.params(int(i), seed=3, epoch=1, hw=(360, 480)).holes:
+            holes[k, y0:y1, x0:x1] = True
+    assert holes.any() and np.array_equal(got_img[holes], want_img[holes])  # hole pixels exactly the fill
+    diff = np.abs(got_img.astype(np.int16) - want_img)
+    assert np.mean(diff > 1) < 1e-3 and diff.max() <= 8
+
+
+def test_normalize_and_onehot_ops_end_the_pipeline_as_on_the_cpu_path(camvid_val_npy: Path, tfdata) -> None:
+    core = shardkit.open(camvid_val_npy)
+    aug = A.Compose([*A.parse(SMALL).ops, A.Normalize(core.mean, core.std),
+                     A.OneHot(core.num_classes, "float32", channels_first=True)])
+    x, y, keys = next(iter(tfdata(camvid_val_npy, 4, seed=2, augment=aug, with_keys=True)))
+    assert x.dtype.name == "float32" and y.dtype.name == "float32" and y.shape == (4, core.num_classes, 128, 160)
+    index = {core.key(i): i for i in range(len(core))}
+    idx = np.array([index[k.decode()] for k in keys.numpy()])
+    want_x, want_y = aug(*core.batch(idx), idx, seed=2, epoch=0, ignore_index=IGNORE)
+    assert np.array_equal(y.numpy(), want_y)
+    assert np.abs(x.numpy() - want_x).max() <= 1.0 / core.std.min() + 1e-4  # one level, normalised
+    with pytest.raises(ConfigError, match="normalise twice"):
+        tfdata(camvid_val_npy, 4, augment=aug, normalize=True)
