@@ -28,6 +28,13 @@ EXIT_SKIPPED = 3  # converted, but --on-error skip left some inputs out (README:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+class _UsageLine(click.ClickException):
+    """A usage error shardkit found in the options: exit 2 and one ``Error:`` line, without click's usage block
+    (click's own parsing errors keep theirs)."""
+
+    exit_code = 2
+
+
 def _fail(message: str) -> NoReturn:
     """Exit 1 with one line: a JSON ``error`` event when ``--log-format json`` is active, else click's line."""
     handlers = logging.getLogger("shardkit").handlers
@@ -45,7 +52,7 @@ def _errors_to_exit_codes(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except ConfigError as exc:
-            raise click.UsageError(str(exc)) from None
+            raise _UsageLine(str(exc)) from None
         except ShardkitError as exc:
             _fail(str(exc))
         except OSError as exc:  # an I/O error no layer below named: still one line, exit 1
@@ -84,14 +91,14 @@ def _size(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tu
     try:
         return parse_size(value)
     except ConfigError as exc:
-        raise click.BadParameter(str(exc)) from None
+        raise _UsageLine(str(exc)) from None
 
 
 def _shard_size(_ctx: click.Context, _param: click.Parameter, value: str) -> ShardSize:
     try:
         return ShardSize.parse(value)
     except ConfigError as exc:
-        raise click.BadParameter(str(exc)) from None
+        raise _UsageLine(str(exc)) from None
 
 
 def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:

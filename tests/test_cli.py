@@ -215,3 +215,11 @@ def test_errors_are_json_lines_with_log_format_json(tmp_path: Path) -> None:
     assert res.exit_code == 1 and "Traceback" not in res.output
     events = [json.loads(line) for line in res.output.strip().splitlines()]  # every line is a JSON object
     assert events[-1]["event"] == "error" and events[-1]["exit_code"] == 1 and events[-1]["message"]
+
+
+@pytest.mark.parametrize("args", [["--size", "3y4"], ["--shard-size", "1e400"], ["--size", "99999x99999"],
+                                  ["--format", "npy", "--image-codec", "zstd"]])
+def test_usage_errors_shardkit_finds_are_one_line_exit_2(camvid_root: Path, tmp_path: Path, args: list[str]) -> None:
+    res = CliRunner().invoke(main, ["convert", str(camvid_root), str(tmp_path / "o"), *args])
+    assert res.exit_code == 2
+    assert res.output.strip().splitlines() == [res.output.strip()] and res.output.startswith("Error:"), res.output
