@@ -55,7 +55,7 @@ def numba_kernels() -> tuple[Callable[..., None], Callable[..., None]] | None:
         return None
     with _compile_lock:
         if not _compiled:
-            _compiled.append(jit.compile_kernels((_rows_loop, _planes_loop), _warm, "one-hot"))  # type: ignore[arg-type]
+            _compiled.append(jit.compile_kernels((_rows_loop, _planes_loop), _warm, "one-hot"))
         return _compiled[0]
 
 
