@@ -111,10 +111,10 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
         log.info("%s", line)
     check_output(cfg)
     spec = sample_spec(cfg, table)
-    if cfg.size is not None and cfg.crop == "center" and table.ignore_index is None:
-        log.warning("no ignore index: where an image is smaller than --size, its label is padded with class 0 "
-                    "(pass --ignore-index ID to pad with an ignore id instead)")
     options = cfg.preprocessing()
+    # The manifest records what took effect: the Cityscapes id remap only means something for Cityscapes.
+    # (Fingerprints keep hashing the options as given, so existing shard names stay valid.)
+    recorded = options | ({} if found.layout == "cityscapes" else {"cityscapes_train_ids": None})
     writer = writer_class(cfg.format)
     settings = {"format": cfg.format, "format_version": writer.format_version, "sample": spec.to_manifest(),
                 "classes": table.to_json(), "preprocessing": options, "on_error": cfg.on_error}
@@ -131,7 +131,11 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
         log.info("%d shards planned, %d reused, %d to write, %d workers", len(tasks), len(reused), len(todo),
                  min(cfg.effective_workers(), max(len(todo), 1)))
 
+        padded = 0
+
         def publish_shard(result: ShardResult) -> None:
+            nonlocal padded
+            padded += result.padded
             record = publish_files(result)
             reused[(result.split, result.key)] = record
             log.info("%s shard %s: %d samples", result.split, result.index, len(record.samples),
@@ -150,9 +154,12 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
             for split in found.splits:
                 remove_temps(cfg.output / split)
             raise
+        if padded and table.ignore_index is None:
+            log.warning("%d samples were smaller than --size and their labels were padded with class 0, which "
+                        "losses will count as real pixels: pass --ignore-index ID to pad with an ignore id", padded)
         for split, pairs in found.splits.items():
             records = [reused[(t.split, t.key)] for t in tasks if t.split == split]
-            path = publish_split(cfg, split, pairs, records, found, table, spec, options, writer)
+            path = publish_split(cfg, split, pairs, records, found, table, spec, recorded, writer)
             save_cache(cfg.output / split, caches[split])
             summary.manifests.append(path)
             summary.samples += sum(len(r.samples) for r in records)

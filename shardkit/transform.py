@@ -306,6 +306,14 @@ def _target_size(hw: tuple[int, int], size: tuple[int, int] | None, resize: str)
     return max(th, round(h * scale)), max(tw, round(w * scale))
 
 
+def pads(hw: tuple[int, int], size: tuple[int, int] | None, resize: str, crop: str) -> bool:
+    """Whether :func:`fit_pair` pads a sample of height/width ``hw`` (it is smaller than ``size`` after resizing)."""
+    if size is None or crop != "center":
+        return False
+    th, tw = _target_size(hw, size, resize)
+    return th < size[0] or tw < size[1]
+
+
 def _crop_or_pad(arr: np.ndarray, size: tuple[int, int], fill: int) -> np.ndarray:
     """Centre crop or pad to exactly ``size`` like ``tf.image.resize_with_crop_or_pad``.
 
