@@ -6,10 +6,11 @@ against Kornia on a GPU; for samples stored at 360x480 (CamVid) and at 1080p (th
         [--batch 32] [--batches 20] [--workers 2] [--sizes 360x480,1080x1440] [--rounds 3]
         [--device cuda] [--json out.json]
 
-Data: the first --samples CamVid train pairs, each --sizes entry made from them (the original size as is,
-others upscaled: images bilinear, labels nearest) and converted by shardkit into a temporary npy split
-(deleted at the end). Every row reads the same samples from that split; every pipeline ends in the
-spec's crop, so all rows produce batches of the same shape.
+Data: --samples CamVid train pairs (the 123 in turn, repeated as needed), for each --sizes entry at that size
+(the original size as is, others upscaled: images bilinear, labels nearest), converted by shardkit into a
+temporary one-shard npy split (deleted at the end). Every row reads the same samples from that split's
+memory maps (page cache; no row copies whole samples); every pipeline ends in the spec's crop, so all rows
+produce batches of the same shape.
 
 Rows, per size (samples/s; "x cpu" is the ratio to the first row):
 
@@ -18,8 +19,11 @@ Rows, per size (samples/s; "x cpu" is the ratio to the first row):
   (on CUDA synchronised after every batch); on the CPU only for the first size.
 - ``shardkit numpy DataLoader(N workers)``: the numpy path on in-memory arrays, one list of indices per
   ``__getitem__`` (batch_size=None) — the like-for-like row against the peers below.
-- ``shardkit make_loader(augment=, N workers)``: the product path: ``make_loader(split, augment=aug)`` reading
-  the converted split (from the page cache) and augmenting inside the workers.
+- ``shardkit split DataLoader(N workers)``: the product path: the dataset ``make_loader(split, augment=aug)``
+  builds (``ShardkitTorchDataset(split, augment=aug)``: npy samples warped from their memory maps, batches
+  written into shared memory), reading the converted split, fed a list of index batches instead of
+  make_loader's epoch sampler (this small split's epochs are a few batches long; an epoch end stalls the
+  workers, which a real epoch of hundreds of batches does not).
 - ``albumentations DataLoader(N workers)``: per-sample ``A.Compose`` (RandomScale, Rotate with constant
   border and mask fill = ignore, PadIfNeeded + RandomCrop, HorizontalFlip, ColorJitter(b, c, 0, 0); masks
   nearest), one sample per ``__getitem__``, batch_size=--batch, default collate.
@@ -67,7 +71,7 @@ import shardkit
 from shardkit import augment as A
 from shardkit.augment import cpu as augment_cpu
 from shardkit.augment import ops as O
-from shardkit.config import ConvertConfig
+from shardkit.config import ConvertConfig, ShardSize
 from shardkit.pipeline import convert
 
 IGNORE = 11
@@ -169,8 +173,10 @@ def kornia_sequential(aug: O.Compose):  # type: ignore[no-untyped-def]
 
 
 def make_split(raw: Path, n: int, hw: tuple[int, int], tmp: Path) -> Path:
-    """The first ``n`` CamVid train pairs at ``hw`` (upscaled when larger), converted to an npy split."""
-    files = sorted((raw / "train").glob("*.png"))[:n]
+    """``n`` CamVid train pairs (all of them in turn, repeated as needed) at ``hw`` (upscaled when larger),
+    converted to a one-shard npy split."""
+    pairs = sorted((raw / "train").glob("*.png"))
+    files = [pairs[i % len(pairs)] for i in range(n)]
     src = tmp / f"raw-{hw[0]}x{hw[1]}"
     (src / "train").mkdir(parents=True)
     (src / "trainannot").mkdir()
@@ -180,12 +186,14 @@ def make_split(raw: Path, n: int, hw: tuple[int, int], tmp: Path) -> Path:
         if img.shape[:2] != hw:
             img = cv2.resize(img, hw[::-1], interpolation=cv2.INTER_LINEAR)
             lab = cv2.resize(lab, hw[::-1], interpolation=cv2.INTER_NEAREST)
-        cv2.imwrite(str(src / "train" / f.name), img, [cv2.IMWRITE_PNG_COMPRESSION, 1])
-        cv2.imwrite(str(src / "trainannot" / f.name), lab, [cv2.IMWRITE_PNG_COMPRESSION, 1])
-        lines.append(f"/SegNet/CamVid/train/{f.name} /SegNet/CamVid/trainannot/{f.name}\n")
+        name = f"{len(lines):05d}_{f.name}"
+        cv2.imwrite(str(src / "train" / name), img, [cv2.IMWRITE_PNG_COMPRESSION, 1])
+        cv2.imwrite(str(src / "trainannot" / name), lab, [cv2.IMWRITE_PNG_COMPRESSION, 1])
+        lines.append(f"/SegNet/CamVid/train/{name} /SegNet/CamVid/trainannot/{name}\n")
     (src / "train.txt").write_text("".join(lines))
     out = tmp / f"split-{hw[0]}x{hw[1]}"
-    convert(ConvertConfig(src, out, format="npy", size=hw, splits=("train",), workers=1, quiet=True))
+    convert(ConvertConfig(src, out, format="npy", size=hw, splits=("train",), workers=1, quiet=True,
+                          shard_size=ShardSize(samples=len(lines))))  # one shard: one memory map per array
     shutil.rmtree(src)
     return out / "train"
 
@@ -196,7 +204,8 @@ def main() -> None:
     ap.add_argument("--spec", default="scale=0.5:2,crop=352x480,hflip,rotate=10,jitter=0.2")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--batches", type=int, default=20)
-    ap.add_argument("--samples", type=int, default=96, help="CamVid train pairs used (a few batches per epoch)")
+    ap.add_argument("--samples", type=int, default=160,
+                    help="samples per split: the CamVid train pairs, repeated when more are asked for")
     ap.add_argument("--device", default=None, help="device of the torch rows (default: cuda when available)")
     ap.add_argument("--workers", type=int, default=2, help="DataLoader workers for the loader rows (0: skip them)")
     ap.add_argument("--sizes", default="360x480,1080x1440", help="stored sample sizes, HxW, comma-separated")
@@ -221,8 +230,10 @@ def main() -> None:
 
 def bench_size(args: argparse.Namespace, aug: O.Compose, split: Path, first: bool) -> dict[str, Any]:
     """Every row for one stored size: printed, and returned as {"rows": {name: samples/s}, "rounds": [...]}."""
-    ds = shardkit.open(split)
-    images, labels = ds.batch(np.arange(len(ds)))
+    assert len(shardkit.open(split).readers) == 1
+    # every row reads the samples from the split's memory maps (page cache): no copies of whole samples
+    images = np.load(next(split.glob("images-*.npy")), mmap_mode="r")
+    labels = np.load(next(split.glob("labels-*.npy")), mmap_mode="r")
     rows: list[tuple[str, float]] = []
     notes: list[str] = []
 
@@ -254,7 +265,8 @@ def bench_size(args: argparse.Namespace, aug: O.Compose, split: Path, first: boo
         dev = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         sync = torch.cuda.synchronize if dev.startswith("cuda") else (lambda: None)
         if first or dev != "cpu":
-            ti, tl = torch.from_numpy(images[: args.batch]).to(dev), torch.from_numpy(labels[: args.batch]).to(dev)
+            ti = torch.from_numpy(np.array(images[: args.batch])).to(dev)
+            tl = torch.from_numpy(np.array(labels[: args.batch])).to(dev)
             timed(f"shardkit torch ({dev})", lambda b: apply_batch(aug, ti, tl, idx + b * args.batch, seed=0,
                                                                   epoch=0, ignore_index=IGNORE), sync)
             kornia_row(aug, ti, tl, dev, timed, sync, notes)
@@ -304,7 +316,7 @@ def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, images:
     import torch
     from torch.utils.data import DataLoader, Dataset
 
-    from shardkit.read.torch import make_loader
+    from shardkit.read.torch import ShardkitTorchDataset
 
     n, B, nb, w = len(images), args.batch, args.batches, args.workers
     hw = images.shape[1:3]
@@ -341,11 +353,12 @@ def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, images:
             return self.fn(i)
 
     name = f"DataLoader({w} workers)"
+    batches = [[i % n for i in range(b * B, (b + 1) * B)] for b in range(nb + max(w, 1))]
     loaders: dict[str, Callable[[], Any]] = {
         f"{SK} {name}": lambda: DataLoader(ShardkitBatches(), batch_size=None, num_workers=w,
-                                           sampler=[list(range(b * B, (b + 1) * B)) for b in range(nb + max(w, 1))]),
-        f"shardkit make_loader(augment=, {w} workers)": lambda: make_loader(
-            split, B, num_workers=w, augment=aug, pin_memory=False, drop_last=True),
+                                           sampler=batches),
+        f"shardkit split {name}": lambda: DataLoader(ShardkitTorchDataset(split, layout="NHWC", augment=aug),
+                                                     batch_size=None, num_workers=w, sampler=batches),
     }
     try:
         tf = albu_compose(aug)
@@ -364,7 +377,9 @@ def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, images:
         from torchvision import tv_tensors
 
         tvc = tv_compose(aug, hw)
-        timgs, tlabs = torch.from_numpy(images).permute(0, 3, 1, 2), torch.from_numpy(labels)
+        with warnings.catch_warnings():  # read-only memory maps: the transforms never write their input
+            warnings.simplefilter("ignore")
+            timgs, tlabs = torch.from_numpy(images).permute(0, 3, 1, 2), torch.from_numpy(labels)
 
         def tvs(i: int) -> tuple[Any, Any]:
             return tvc(tv_tensors.Image(timgs[i % n]), tv_tensors.Mask(tlabs[i % n]))
@@ -379,13 +394,13 @@ def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, images:
         got = {key: rate(make()) for key, make in loaders.items()}
         for key, r in got.items():
             best[key] = max(best.get(key, 0.0), r)
-        sk, ml = got[f"{SK} {name}"], got[f"shardkit make_loader(augment=, {w} workers)"]
+        sk, ml = got[f"{SK} {name}"], got[f"shardkit split {name}"]
         ratios = {}
         for key, r in got.items():
             if not key.startswith("shardkit"):
                 peer = key.split(" DataLoader")[0]
                 ratios[f"{SK} / {peer}"] = sk / r
-                ratios[f"make_loader / {peer}"] = ml / r
+                ratios[f"shardkit split / {peer}"] = ml / r
         rounds.append(ratios)
     rows.extend(best.items())
     return rounds
