@@ -8,7 +8,7 @@ against Kornia on a GPU; for samples stored at 360x480 (CamVid) and at 1080p (th
 
 Data: --samples CamVid train pairs (the 123 in turn, repeated as needed), for each --sizes entry at that size
 (the original size as is, others upscaled: images bilinear, labels nearest), converted by shardkit into a
-temporary one-shard npy split (deleted at the end). Every row reads the same samples from that split's
+temporary npy split (deleted at the end). Every row reads the same samples from that split's
 memory maps (page cache; no row copies whole samples); every pipeline ends in the spec's crop, so all rows
 produce batches of the same shape.
 
@@ -71,7 +71,7 @@ import shardkit
 from shardkit import augment as A
 from shardkit.augment import cpu as augment_cpu
 from shardkit.augment import ops as O
-from shardkit.config import ConvertConfig, ShardSize
+from shardkit.config import ConvertConfig
 from shardkit.pipeline import convert
 
 IGNORE = 11
@@ -174,7 +174,7 @@ def kornia_sequential(aug: O.Compose):  # type: ignore[no-untyped-def]
 
 def make_split(raw: Path, n: int, hw: tuple[int, int], tmp: Path) -> Path:
     """``n`` CamVid train pairs (all of them in turn, repeated as needed) at ``hw`` (upscaled when larger),
-    converted to a one-shard npy split."""
+    converted to an npy split."""
     pairs = sorted((raw / "train").glob("*.png"))
     files = [pairs[i % len(pairs)] for i in range(n)]
     src = tmp / f"raw-{hw[0]}x{hw[1]}"
@@ -192,8 +192,7 @@ def make_split(raw: Path, n: int, hw: tuple[int, int], tmp: Path) -> Path:
         lines.append(f"/SegNet/CamVid/train/{name} /SegNet/CamVid/trainannot/{name}\n")
     (src / "train.txt").write_text("".join(lines))
     out = tmp / f"split-{hw[0]}x{hw[1]}"
-    convert(ConvertConfig(src, out, format="npy", size=hw, splits=("train",), workers=1, quiet=True,
-                          shard_size=ShardSize(samples=len(lines))))  # one shard: one memory map per array
+    convert(ConvertConfig(src, out, format="npy", size=hw, splits=("train",), workers=1, quiet=True))
     shutil.rmtree(src)
     return out / "train"
 
@@ -230,10 +229,10 @@ def main() -> None:
 
 def bench_size(args: argparse.Namespace, aug: O.Compose, split: Path, first: bool) -> dict[str, Any]:
     """Every row for one stored size: printed, and returned as {"rows": {name: samples/s}, "rounds": [...]}."""
-    assert len(shardkit.open(split).readers) == 1
     # every row reads the samples from the split's memory maps (page cache): no copies of whole samples
-    images = np.load(next(split.glob("images-*.npy")), mmap_mode="r")
-    labels = np.load(next(split.glob("labels-*.npy")), mmap_mode="r")
+    ds = shardkit.open(split)
+    views: list[tuple[np.ndarray, np.ndarray]] = [ds[i] for i in range(len(ds))]
+    hw = ds.spec.size
     rows: list[tuple[str, float]] = []
     notes: list[str] = []
 
@@ -246,8 +245,7 @@ def bench_size(args: argparse.Namespace, aug: O.Compose, split: Path, first: boo
         sync()
         rows.append((name, args.batch * args.batches / (time.perf_counter() - t)))
 
-    n, idx = len(images), np.arange(args.batch)
-    views = [(images[i % n], labels[i % n]) for i in range(n)]  # per-sample views: no copy of whole samples
+    n, idx = len(views), np.arange(args.batch)
 
     def numpy_batch(b: int) -> Any:
         ims, labs = zip(*(views[i % n] for i in idx + b * args.batch), strict=True)
@@ -265,8 +263,9 @@ def bench_size(args: argparse.Namespace, aug: O.Compose, split: Path, first: boo
         dev = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         sync = torch.cuda.synchronize if dev.startswith("cuda") else (lambda: None)
         if first or dev != "cpu":
-            ti = torch.from_numpy(np.array(images[: args.batch])).to(dev)
-            tl = torch.from_numpy(np.array(labels[: args.batch])).to(dev)
+            first = views[: args.batch]
+            ti = torch.from_numpy(np.stack([v[0] for v in first])).to(dev)
+            tl = torch.from_numpy(np.stack([v[1] for v in first])).to(dev)
             timed(f"shardkit torch ({dev})", lambda b: apply_batch(aug, ti, tl, idx + b * args.batch, seed=0,
                                                                   epoch=0, ignore_index=IGNORE), sync)
             kornia_row(aug, ti, tl, dev, timed, sync, notes)
@@ -274,9 +273,9 @@ def bench_size(args: argparse.Namespace, aug: O.Compose, split: Path, first: boo
             notes.append("shardkit torch (cpu) row: first size only (CPU torch at this size is slow)")
     rounds: list[dict[str, float]] = []
     if torch is not None and args.workers > 0:
-        rounds = loader_rounds(args, aug, split, images, labels, rows, notes)
+        rounds = loader_rounds(args, aug, split, views, rows, notes)
     base = rows[0][1]
-    print(f"\n{'path':48s} {'samples/s':>10s} {'x cpu':>7s}   stored {images.shape[1]}x{images.shape[2]}, "
+    print(f"\n{'path':48s} {'samples/s':>10s} {'x cpu':>7s}   stored {hw[0]}x{hw[1]}, "
           f"spec={args.spec} batch={args.batch} label gather={augment_cpu.kernel_name()}")
     for name, rate in rows:
         print(f"{name:48s} {rate:10.1f} {rate / base:7.2f}")
@@ -285,7 +284,7 @@ def bench_size(args: argparse.Namespace, aug: O.Compose, split: Path, first: boo
         print(f"{key}: " + "  ".join(f"{v:.2f}x" for v in vals) + f"   (median {statistics.median(vals):.2f}x)")
     for note in notes:
         print(f"note: {note}")
-    return {"stored_hw": [int(images.shape[1]), int(images.shape[2])], "rows": dict(rows), "rounds": rounds,
+    return {"stored_hw": list(hw), "rows": dict(rows), "rounds": rounds,
             "notes": notes}
 
 
@@ -310,7 +309,7 @@ def kornia_row(aug: O.Compose, ti: Any, tl: Any, dev: str, timed: Callable[..., 
     timed(f"kornia AugmentationSequential ({dev})", run, sync)
 
 
-def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, images: np.ndarray, labels: np.ndarray,
+def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, views: list[tuple[np.ndarray, np.ndarray]],
                   rows: list[tuple[str, float]], notes: list[str]) -> list[dict[str, float]]:
     """The DataLoader rows, --rounds times in turn; each row's best round goes into ``rows``."""
     import torch
@@ -318,8 +317,8 @@ def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, images:
 
     from shardkit.read.torch import ShardkitTorchDataset
 
-    n, B, nb, w = len(images), args.batch, args.batches, args.workers
-    hw = images.shape[1:3]
+    n, B, nb, w = len(views), args.batch, args.batches, args.workers
+    hw = views[0][0].shape[:2]
 
     def rate(loader: Any) -> float:
         it = iter(loader)
@@ -339,7 +338,7 @@ def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, images:
     class ShardkitBatches(Dataset):
         def __getitem__(self, idx):  # type: ignore[no-untyped-def]
             idx = np.asarray(idx)
-            return aug([images[i] for i in idx % n], [labels[i] for i in idx % n], idx, seed=0, epoch=0,
+            return aug([views[i][0] for i in idx], [views[i][1] for i in idx], idx, seed=0, epoch=0,
                        ignore_index=IGNORE)
 
     class PerSample(Dataset):
@@ -364,7 +363,7 @@ def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, images:
         tf = albu_compose(aug)
 
         def albu(i: int) -> tuple[np.ndarray, np.ndarray]:
-            out = tf(image=images[i % n], mask=labels[i % n])
+            out = tf(image=views[i % n][0], mask=views[i % n][1])
             return out["image"], out["mask"]
 
         loaders[f"albumentations {name}"] = lambda: DataLoader(PerSample(albu), batch_size=B, num_workers=w)
@@ -379,10 +378,10 @@ def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, images:
         tvc = tv_compose(aug, hw)
         with warnings.catch_warnings():  # read-only memory maps: the transforms never write their input
             warnings.simplefilter("ignore")
-            timgs, tlabs = torch.from_numpy(images).permute(0, 3, 1, 2), torch.from_numpy(labels)
+            tviews = [(torch.from_numpy(im).permute(2, 0, 1), torch.from_numpy(la)) for im, la in views]
 
         def tvs(i: int) -> tuple[Any, Any]:
-            return tvc(tv_tensors.Image(timgs[i % n]), tv_tensors.Mask(tlabs[i % n]))
+            return tvc(tv_tensors.Image(tviews[i % n][0]), tv_tensors.Mask(tviews[i % n][1]))
 
         loaders[f"torchvision v2 {name}"] = lambda: DataLoader(PerSample(tvs), batch_size=B, num_workers=w)
     except ImportError:
