@@ -370,6 +370,8 @@ class Dataset:
         then ends in a crop); other fixed-size splits are read in one batched call."""
         self.check_augment(augment)
         idx = self._indices(indices)
+        images: Any
+        labels: Any
         if self.spec.size is None or self.format == "npy":
             images, labels = zip(*(self[int(i)] for i in idx), strict=True) if len(idx) else ((), ())
         else:
