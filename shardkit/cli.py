@@ -15,13 +15,13 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from . import __version__
+from ._version import __version__
 from .config import DEFAULT_MAX_PIXELS, ConvertConfig, ShardSize, parse_size
 from .errors import ConfigError, ShardkitError
 from .logs import JsonFormatter
 from .logs import setup as setup_logging
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SKIPPED = 0, 1, 2, 3
+EXIT_SKIPPED = 3  # converted, but --on-error skip left some inputs out (README: exit codes)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -60,6 +60,9 @@ def _errors_to_exit_codes(fn: F) -> F:
 @click.version_option(__version__, prog_name="shardkit")
 def main() -> None:
     """Convert segmentation datasets once into training-ready shards, and inspect them."""
+    # Every command starts from plain warnings on stderr (convert and demo then choose their own);
+    # nothing of a previous command in the same process (e.g. its JSON format) carries over.
+    setup_logging(quiet=True)
 
 
 def _size(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[int, int] | None:
@@ -80,7 +83,7 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
     """--config FILE.toml: its keys (same names as the flags) become defaults; flags and SHARDKIT_* win."""
     if value is None:
         return None
-    import tomllib
+    from .tomlcompat import tomllib
 
     try:
         data = tomllib.loads(value.read_text(encoding="utf-8"))

@@ -10,27 +10,28 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from ._version import __version__
 from .config import ConvertConfig
 from .discover import Discovery, discover
 from .errors import OutputError
 from .fingerprint import CACHE_NAME, fingerprint_samples, load_cache, save_cache
-from .formats.base import TMP_MARK, SampleSpec, fsync_file
+from .formats.base import SampleSpec
 from .formats.registry import writer_class
-from .journal import RECORD_PREFIX, ShardRecord, reuse
+from .imageio import read_image_size
 from .labels import ClassTable, LabelDecoder, build_class_table
 from .lock import OutputLock
-from .manifest import MANIFEST_NAME, Manifest, ShardInfo, dump_manifest, fsync_dir
+from .manifest import Manifest, ShardInfo
 from .plan import ShardTask, plan_split
 from .pool import run_tasks
+from .preprocess import fixed_size
+from .publish import collect_garbage, dump_manifest, remove_temps, rename_into_place
+from .records import RECORD_PREFIX, ShardRecord, reuse
 from .stats import Stats
-from .transform import read_image_size
 from .worker import ShardResult, WorkerContext
 
 log = logging.getLogger(__name__)
@@ -70,8 +71,9 @@ class ConvertSummary:
 
 
 def sample_spec(cfg: ConvertConfig, table: ClassTable) -> SampleSpec:
-    fixed = cfg.size is not None and (cfg.crop == "center" or cfg.resize == "exact")
-    return SampleSpec(cfg.size if fixed else None, cfg.label_encoding, table.num_classes, table.label_dtype().str)
+    """What every stored sample of this conversion looks like (its size, when one size fits all)."""
+    return SampleSpec(fixed_size(cfg.size, cfg.resize, cfg.crop), cfg.label_encoding, table.num_classes,
+                      table.label_dtype().str)
 
 
 def check_output(cfg: ConvertConfig) -> None:
@@ -84,14 +86,6 @@ def check_output(cfg: ConvertConfig) -> None:
         )
     if out.exists() and not out.is_dir():
         raise OutputError("the output path exists and is not a folder", path=out, fix="choose another output path")
-
-
-def remove_temps(directory: Path) -> None:
-    """Delete temporary shard files left by an earlier, interrupted run."""
-    if directory.is_dir():
-        for p in directory.iterdir():
-            if p.name.startswith(".") and TMP_MARK in p.name:
-                p.unlink(missing_ok=True)
 
 
 def convert(cfg: ConvertConfig) -> ConvertSummary:
@@ -210,17 +204,11 @@ def _plan(
 
 def publish_files(result: ShardResult) -> ShardRecord:
     """Rename one finished shard's temporary files into place, then record it (crash-safe order)."""
-    directory = None
-    for f in result.files:
-        directory = result.directory
-        if not result.synced:  # data durable before its name points at it
-            fsync_file(directory / f.tmp_name)
-        os.replace(directory / f.tmp_name, directory / f.final_name)
+    rename_into_place(result.directory, [(f.tmp_name, f.final_name) for f in result.files], synced=result.synced)
     record = ShardRecord(result.key, tuple(f.info() for f in result.files), tuple(result.samples),
                          result.stats, tuple(result.skipped))
-    if directory is not None:
-        fsync_dir(directory)
-        record.save(directory)
+    if result.files:
+        record.save(result.directory)
     return record
 
 
@@ -272,22 +260,15 @@ def publish_split(
         tool_version=__version__,
     )
     path = dump_manifest(manifest, directory)
-    collect_garbage(directory, records)
+    keep = {f.name for r in records for f in r.files} | {ShardRecord.path(directory, r.key).name for r in records}
+    collect_garbage(directory, keep | {CACHE_NAME}, _owned)
     log.info("%s: %d samples in %d shards → %s", split, first, len(shards), path)
     return path
 
 
-def collect_garbage(directory: Path, records: list[ShardRecord]) -> None:
-    """Delete shard files and records that the just-written manifest does not name."""
-    keep = {f.name for r in records for f in r.files}
-    keep |= {ShardRecord.path(directory, r.key).name for r in records}
-    keep |= {MANIFEST_NAME, CACHE_NAME}
-    for p in directory.iterdir():
-        if p.name in keep or not p.is_file():
-            continue
-        if p.name.startswith(RECORD_PREFIX) or _is_shard_name(p.name):
-            p.unlink(missing_ok=True)
-    fsync_dir(directory)
+def _owned(name: str) -> bool:
+    """A file name shardkit writes into a split folder: a shard record or a shard file."""
+    return name.startswith(RECORD_PREFIX) or _is_shard_name(name)
 
 
 def _is_shard_name(name: str) -> bool:

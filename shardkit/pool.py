@@ -13,6 +13,8 @@ import contextlib
 import dataclasses
 import logging
 import os
+import signal
+import threading
 import uuid
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -20,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ShardkitError, WorkerError
-from .formats.base import TMP_MARK
 from .formats.registry import writer_class
 from .plan import ShardTask
 from .progress import SampleCounter, progress_bar
+from .publish import TMP_MARK
 from .worker import ShardResult, WorkerContext, convert_shard, convert_shard_in_worker
 
 log = logging.getLogger(__name__)
@@ -94,6 +96,26 @@ def _counter(n: int, bar: Any, backend: str, quiet: bool) -> Iterator[SampleCoun
         yield counter
 
 
+@contextlib.contextmanager
+def _children_ignore_sigint() -> Iterator[None]:
+    """Worker processes started inside inherit SIGINT ignored (an ignored signal survives fork and exec).
+
+    Ctrl-C in a terminal reaches the whole process group: the workers would print KeyboardInterrupt
+    tracebacks (even mid-import) over the one line this process prints. Only this process handles it:
+    joblib then kills the workers and the pipeline removes their temporary files. A Ctrl-C pressed in
+    the ~0.1 s the workers take to start is lost (blocking it instead does not help: another thread
+    of this process would take it and drop it).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _iterate(
     tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int, isolate: bool, counter: SampleCounter | None,
 ) -> Iterator[ShardResult]:
@@ -106,7 +128,7 @@ def _iterate(
         for slot, task in enumerate(tasks):
             yield convert_shard(task, ctx, None if counter is None else counter.tick(slot))
         return
-    path = None if counter is None else counter.path
+    ref = None if counter is None else counter.ref
     from joblib import Parallel, delayed
     from joblib.externals.loky.process_executor import TerminatedWorkerError
 
@@ -115,14 +137,19 @@ def _iterate(
         if n_jobs == 1:  # joblib runs n_jobs=1 in this process even with loky: submit to its loky executor
             from joblib.executor import get_memmapping_executor
 
-            executor = get_memmapping_executor(1)
-            for slot, task in enumerate(tasks):
-                yield executor.submit(convert_shard_in_worker, task, ctx, parent, path, slot).result()
+            with _children_ignore_sigint():
+                executor = get_memmapping_executor(1)
+                first = executor.submit(convert_shard_in_worker, tasks[0], ctx, parent, ref, 0)
+            yield first.result()
+            for slot, task in enumerate(tasks[1:], 1):
+                yield executor.submit(convert_shard_in_worker, task, ctx, parent, ref, slot).result()
             return
         parallel = Parallel(n_jobs=n_jobs, backend="loky", return_as="generator_unordered",
                             pre_dispatch="2*n_jobs")
-        yield from parallel(delayed(convert_shard_in_worker)(t, ctx, parent, path, slot)
-                            for slot, t in enumerate(tasks))
+        with _children_ignore_sigint():  # joblib starts the workers and dispatches the first tasks here
+            results = parallel(delayed(convert_shard_in_worker)(t, ctx, parent, ref, slot)
+                               for slot, t in enumerate(tasks))
+        yield from results
     except TerminatedWorkerError as exc:
         raise WorkerError(
             f"a worker process died ({str(exc).splitlines()[0][:200]})",
@@ -243,14 +270,14 @@ class _DaskClient:
 
 def _probe(paths: list[str]) -> tuple[bool, str]:
     """Runs on each Dask worker: does it see these paths, and which shardkit does it have?"""
-    from . import __version__
+    from ._version import __version__
 
     return all(Path(p).exists() for p in paths), __version__
 
 
 def _check_workers(distributed: Any, client: Any, directories: set[Path], root: Path) -> None:
     """Fail early unless every worker sees the input and this run's output folders and runs this shardkit."""
-    from . import __version__
+    from ._version import __version__
 
     try:
         client.wait_for_workers(1, timeout=CONNECT_TIMEOUT)

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +32,26 @@ def progress_bar(total: int, quiet: bool) -> Any:
     return tqdm(total=total, unit="sample", desc="convert", disable=disable, dynamic_ncols=True, leave=False)
 
 
+@dataclass(frozen=True)
+class CounterRef:
+    """Where a worker finds the counters: a path, and the file's identity to check once it is open
+    (a ``/proc/PID/fd/N`` path could name another file of the parent once the counters are closed)."""
+
+    path: str
+    device: int
+    inode: int
+
+
 class _Slots:
     """``n`` int64 counters in a memory-mapped file (``/dev/shm`` where there is one); ``create`` sizes it."""
 
-    def __init__(self, path: str, n: int, create: bool) -> None:
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+    def __init__(self, path: str, n: int, create: bool, identity: tuple[int, int] | None = None) -> None:
+        fd = os.open(path, os.O_RDWR)
         try:
+            st = os.fstat(fd)
+            if identity is not None and (st.st_dev, st.st_ino) != identity:
+                raise FileNotFoundError(path)  # not our counter file (any more)
+            self.identity = (st.st_dev, st.st_ino)
             if create:
                 os.ftruncate(fd, 8 * max(1, n))
             self._map = mmap.mmap(fd, 8 * max(1, n))
@@ -49,12 +64,12 @@ class _Slots:
         self._map.close()
 
 
-def worker_tick(path: str | None, slot: int) -> Callable[[], None] | None:
-    """In a worker: a function that adds one to counter ``slot`` of the file at ``path`` (None: no counter)."""
-    if path is None:
+def worker_tick(ref: CounterRef | None, slot: int) -> Callable[[], None] | None:
+    """In a worker: a function that adds one to counter ``slot`` of the counters at ``ref`` (None: no counter)."""
+    if ref is None:
         return None
     try:
-        slots = _Slots(path, slot + 1, create=False)
+        slots = _Slots(ref.path, slot + 1, create=False, identity=(ref.device, ref.inode))
     except OSError:  # the parent already finished with it: count nothing
         return None
     counts = slots.counts
@@ -75,9 +90,18 @@ class SampleCounter:
     def __init__(self, n: int, bar: Any) -> None:
         shm = Path("/dev/shm")
         folder = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else tempfile.gettempdir()
-        fd, self.path = tempfile.mkstemp(prefix="shardkit-progress-", dir=folder)  # created 0600, exclusively
-        os.close(fd)
-        self._slots = _Slots(self.path, n, create=True)
+        fd, path = tempfile.mkstemp(prefix="shardkit-progress-", dir=folder)  # created 0600, exclusively
+        self._fd = fd
+        self._slots = _Slots(path, n, create=True)
+        # Linux: unlink it now and let workers open it through this process's fd, so not even a SIGKILL
+        # leaves it behind.
+        proc = f"/proc/{os.getpid()}/fd/{fd}"
+        if Path(proc).exists():
+            Path(path).unlink()
+            path = proc
+        self.path = path
+        #: what workers are given to find the counters
+        self.ref = CounterRef(path, *self._slots.identity)
         self._shown = np.zeros(n, dtype=np.int64)
         self._done = np.zeros(n, dtype=bool)
         self._bar = bar
@@ -119,7 +143,9 @@ class SampleCounter:
         self._stop.set()
         self._thread.join()
         self._slots.close()
-        Path(self.path).unlink(missing_ok=True)
+        if not self.path.startswith("/proc/"):
+            Path(self.path).unlink(missing_ok=True)
+        os.close(self._fd)
 
     def __enter__(self) -> SampleCounter:
         return self

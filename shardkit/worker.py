@@ -18,14 +18,16 @@ from typing import Any
 import numpy as np
 
 from .config import DEFAULT_MAX_PIXELS
+from .discover import rel_path
 from .errors import LabelError, ShardkitError
 from .formats.base import SampleSpec, WrittenFile
 from .formats.registry import writer_class
+from .imageio import check_pixels, decode_image, regular_stat
 from .labels import LabelDecoder
 from .plan import ShardTask
-from .progress import worker_tick
+from .preprocess import encode_label, fit_pair, pads
+from .progress import CounterRef, worker_tick
 from .stats import Stats
-from .transform import check_pixels, decode_image, encode_label, fit_pair, pads, regular_stat
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +67,6 @@ class ShardResult:
     skipped: list[dict[str, str]] = field(default_factory=list)
     synced: bool = True  # False: the files still need an fsync before they are published
     padded: int = 0  # samples smaller than --size after resizing, padded (image 0, label the pad id)
-
-
-def _rel(path: Path, root: Path) -> str:
-    return path.relative_to(root).as_posix() if path.is_relative_to(root) else path.as_posix()
 
 
 def _lossy_label_hint(exc: LabelError, label: Path | None) -> LabelError:
@@ -146,7 +144,7 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def convert_shard_in_worker(task: ShardTask, ctx: WorkerContext, parent_pid: int, counter: str | None = None,
+def convert_shard_in_worker(task: ShardTask, ctx: WorkerContext, parent_pid: int, counter: CounterRef | None = None,
                             slot: int = 0) -> ShardResult:
     """:func:`convert_shard` in a local pool process that dies with ``parent_pid``.
 
@@ -191,7 +189,7 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
             present = stats.add(image, ids)
             samples.append({
                 "key": pair.key,
-                "label": _rel(pair.label, ctx.root),
+                "label": rel_path(ctx.root, pair.label) if pair.label is not None else None,
                 "height": int(image.shape[0]),
                 "width": int(image.shape[1]),
                 "classes": present,

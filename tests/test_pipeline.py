@@ -223,11 +223,11 @@ def test_every_shard_file_is_fsynced_before_its_final_name_appears(camvid_root: 
                                                                      workers: int) -> None:
     import os
 
-    import shardkit.pipeline as pipeline
+    import shardkit.publish as publish
 
     events: list[tuple[str, str]] = []
-    real_fsync, real_replace = pipeline.fsync_file, os.replace
-    monkeypatch.setattr(pipeline, "fsync_file", lambda p: (events.append(("fsync", Path(p).name)), real_fsync(p)))
+    real_fsync, real_replace = publish.fsync_file, os.replace
+    monkeypatch.setattr(publish, "fsync_file", lambda p: (events.append(("fsync", Path(p).name)), real_fsync(p)))
     monkeypatch.setattr(os, "replace", lambda a, b: (events.append(("replace", Path(a).name)), real_replace(a, b)))
     out = tmp_path / "out"
     convert(ConvertConfig(camvid_root, out, format="npy", size=CROP, splits=("val",),

@@ -33,7 +33,7 @@ class Bar:
 def test_counter_slots_are_shared_between_opened_copies_and_settle_ends_at_the_total() -> None:
     bar = Bar()
     with SampleCounter(3, bar) as counter:
-        tick = worker_tick(counter.path, 1)  # what a worker process opens
+        tick = worker_tick(counter.ref, 1)  # what a worker process opens
         assert tick is not None
         for _ in range(5):
             tick()
@@ -46,12 +46,15 @@ def test_counter_slots_are_shared_between_opened_copies_and_settle_ends_at_the_t
         counter._move()
         assert sum(bar.updates) == 9
     assert not Path(counter.path).exists()
+    assert not list(Path("/dev/shm").glob("shardkit-progress-*"))  # unlinked from the start (Linux)
 
 
 def test_a_finished_counter_file_gives_workers_no_tick() -> None:
     with SampleCounter(1, Bar()) as counter:
-        path = counter.path
-    assert worker_tick(path, 0) is None
+        ref = counter.ref
+    with open(__file__, "rb") as other:  # the freed fd number now names another file: never written to
+        assert worker_tick(ref, 0) is None
+        assert other.fileno() >= 0
     assert worker_tick(None, 0) is None
 
 

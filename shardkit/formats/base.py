@@ -1,8 +1,8 @@
 """What every shard format shares: the sample spec, temp-name writing, fsync, hashing, readers' checks.
 
 A format module only says how samples become bytes (writer) and bytes become samples
-(reader). Everything else — temporary names, durability, sha256, size limits, path
-safety, lazy per-process opening — lives here, once.
+(reader). Everything else — temporary names, sha256, size limits, path safety, lazy
+per-process opening — lives here, once; fsync and renaming are :mod:`shardkit.publish`'s.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import numpy as np
 
 from ..errors import IntegrityError, ShardFormatError
 from ..manifest import ShardFile, ShardInfo, check_regular_file, member_path
+from ..publish import TMP_MARK, fsync_file
 
 HASH_CHUNK = 8 * 1024 * 1024
-TMP_MARK = ".tmp-"
 
 
 @dataclass(frozen=True)
@@ -119,14 +119,6 @@ def sha256_file(path: Path, *, mapped: bool = False) -> str:
             while chunk := fh.read(HASH_CHUNK):
                 h.update(chunk)
     return h.hexdigest()
-
-
-def fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class ShardWriter(ABC):
@@ -273,6 +265,11 @@ class ShardReader(ABC):
             state[k] = None
         return state
 
+    @property
+    def is_open(self) -> bool:
+        """True while this object holds open file handles (after a read in this process); never once pickled."""
+        return any(getattr(self, k, None) is not None for k in self._handle_attrs())
+
     def _handle_attrs(self) -> Sequence[str]:
         """Attributes holding open handles, dropped when pickled (spawned workers reopen lazily)."""
         return ()
@@ -285,7 +282,7 @@ class ShardReader(ABC):
     def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Local sample ``i`` → (image (H, W, 3) uint8, stored label)."""
 
-    def read_batch_into(self, local_indices: Sequence[int], out_images: np.ndarray,
+    def read_batch_into(self, local_indices: Sequence[int] | np.ndarray, out_images: np.ndarray,
                         out_labels: np.ndarray) -> None:
         """Read samples ``local_indices`` into ``out_images[k]``/``out_labels[k]`` (fixed-size data).
 
@@ -312,4 +309,5 @@ class ShardReader(ABC):
         shapes = getattr(self, "_shapes", None)
         if shapes is not None:
             return int(shapes[i, 0]), int(shapes[i, 1])
-        return tuple(self.read(i)[0].shape[:2])  # type: ignore[return-value]
+        h, w = self.read(i)[0].shape[:2]
+        return int(h), int(w)

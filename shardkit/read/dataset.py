@@ -25,7 +25,6 @@ from ..formats.base import SampleSpec, ShardReader
 from ..formats.registry import reader_class, writer_class
 from ..manifest import Manifest, load_manifest
 from ..onehot import onehot_into
-from ..transform import decode_label_encoding
 from . import sampling
 
 log = logging.getLogger(__name__)
@@ -76,6 +75,7 @@ class Dataset:
         ]
         self._starts = np.array([s.first_index for s in self.manifest.shards], dtype=np.int64)
         self._local = threading.local()
+        self._sizes: dict[tuple[int, int], int] | None = None
         if verify:
             for r in self.readers:
                 r.verify_hashes()
@@ -96,10 +96,6 @@ class Dataset:
     @property
     def format(self) -> str:
         return self.manifest.format
-
-    @property
-    def fixed_size(self) -> bool:
-        return self.spec.size is not None
 
     @property
     def random_access(self) -> bool:
@@ -183,7 +179,7 @@ class Dataset:
         if self.labels == "stored" or (self.labels == "ids" and self.spec.label_encoding == "index"):
             return stored
         lead = stored.shape[:-1] if self.spec.label_channels else stored.shape
-        out = np.empty((*lead[:-2], *self.label_shape(lead[-2:])), self.label_dtype)  # type: ignore[arg-type]
+        out = np.empty((*lead[:-2], *self.label_shape(lead[-2:])), self.label_dtype)
         self._convert_into(stored, out)
         return out
 
@@ -191,6 +187,8 @@ class Dataset:
         """Vectorised stored → output conversion, written into ``out`` (no per-class loop)."""
         enc, c = self.spec.label_encoding, self.num_classes
         if self.labels == "ids":
+            from ..preprocess import decode_label_encoding  # not at the top: preprocess loads OpenCV
+
             np.copyto(out, decode_label_encoding(stored, enc, c, self.ignore_index), casting="unsafe")
         elif enc == "index":  # ids ≥ C (an ignore id like 255): all-zero vectors
             onehot_into(stored, c, out, channels_first=self.channels_first)
@@ -203,15 +201,37 @@ class Dataset:
             np.copyto(out, np.unpackbits(stored, axis=-1, count=c), casting="unsafe")
 
     # ------------------------------------------------------------------ batches
-    def _need_fixed(self) -> tuple[int, int]:
-        if self.spec.size is None:
-            raise ConfigError("batching needs fixed-size samples, but this split's images differ in size",
-                              fix="read samples one by one with ds[i], or convert with --size HxW")
-        return self.spec.size
+    def require_fixed_size(self) -> tuple[int, int]:
+        """The (H, W) every sample of this split has; a ConfigError when sizes differ (batching needs one).
+
+        A split converted without ``--size`` whose samples happen to share one size (e.g. CamVid's
+        360x480) batches as it is, read sample by sample into the batch.
+        """
+        if self.spec.size is not None:
+            return self.spec.size
+        sizes = self.sample_sizes()
+        if len(sizes) == 1:
+            return next(iter(sizes))
+        common = ", ".join(f"{h}x{w} ({n})" for (h, w), n in sorted(sizes.items(), key=lambda kv: -kv[1])[:3])
+        raise ConfigError(
+            f"batching needs samples of one size, but this split's {len(self)} samples have {len(sizes)} sizes "
+            f"(e.g. {common})",
+            fix="augment with a pipeline that ends in a crop (augment='…,crop=HxW'), read samples one by one with "
+            "ds[i], or convert with --size HxW")
+
+    def sample_sizes(self) -> dict[tuple[int, int], int]:
+        """How many samples of each (H, W) the split holds (from the manifest)."""
+        if self._sizes is None:
+            sizes: dict[tuple[int, int], int] = {}
+            for rec in self.manifest.samples:
+                hw = (int(rec["height"]), int(rec["width"]))
+                sizes[hw] = sizes.get(hw, 0) + 1
+            self._sizes = sizes
+        return self._sizes
 
     def batch_layout(self, batch_size: int) -> tuple[tuple[tuple[int, ...], np.dtype], ...]:
         """((images shape, dtype), (labels shape, dtype)) of a batch of ``batch_size`` samples."""
-        hw = self._need_fixed()
+        hw = self.require_fixed_size()
         return (((batch_size, *hw, 3), np.dtype(np.uint8)),
                 ((batch_size, *self.label_shape(hw)), self.label_dtype))
 
@@ -277,7 +297,7 @@ class Dataset:
         are filled and returned as views ``[:B]``: reusing them saves one allocation per batch.
         Without ``out`` fresh arrays are returned.
         """
-        hw = self._need_fixed()
+        hw = self.require_fixed_size()
         idx = self._indices(indices)
         b = len(idx)
         images, labels = self._check_out(out, b, hw) if out is not None else self.empty_batch(b)
@@ -335,7 +355,7 @@ class Dataset:
         then read one by one).
         """
         if augment is None:
-            self._need_fixed()
+            self.require_fixed_size()
         else:
             self.check_augment(augment)
         if buffers < 0:
@@ -358,7 +378,7 @@ class Dataset:
                               fix="open the split with labels='ids' (expand to one-hot afterwards, e.g. "
                                   "CudaPrefetcher(labels=…))")
         if self.spec.size is None and augment.out_hw is None:
-            self._need_fixed()
+            self.require_fixed_size()
 
     def augmented_batch(self, indices: Sequence[int] | np.ndarray, augment: Any, *, seed: int,
                         epoch: int, out: Batch | None = None) -> Batch:
