@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
+import os
 import shutil
 import statistics
 import sys
@@ -76,7 +76,6 @@ from shardkit.pipeline import convert
 
 IGNORE = 11
 SK = "shardkit numpy"
-log = logging.getLogger("bench_augment")
 
 
 def albu_compose(aug: O.Compose):  # type: ignore[no-untyped-def]
@@ -318,22 +317,21 @@ def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, views: 
     from shardkit.read.torch import ShardkitTorchDataset
 
     n, B, nb, w = len(views), args.batch, args.batches, args.workers
+    cpu_ms: list[dict[str, float]] = []
     hw = views[0][0].shape[:2]
 
-    def rate(loader: Any) -> float:
+    def rate(loader: Any) -> tuple[float, float]:
+        """(samples/s, CPU ms per sample of this process and its workers) over ``nb`` batches."""
         it = iter(loader)
         for _ in range(max(w, 1)):  # warm-up: worker start and each worker's first batch
             next(it)
-        t = time.perf_counter()
-        k = 0
-        while k < nb:
-            for _ in it:
-                k += 1
-                if k == nb:
-                    break
-            else:
-                it = iter(loader)  # a split of --batch samples is one batch per epoch: next epoch
-        return B * nb / (time.perf_counter() - t)
+        pids = [p.pid for p in getattr(it, "_workers", [])]
+        t, cpu = time.perf_counter(), time.process_time() + sum(map(cpu_seconds, pids))
+        for _ in range(nb):
+            next(it)
+        wall = time.perf_counter() - t
+        cpu = time.process_time() + sum(map(cpu_seconds, pids)) - cpu
+        return B * nb / wall, 1000 * cpu / (B * nb)
 
     class ShardkitBatches(Dataset):
         def __getitem__(self, idx):  # type: ignore[no-untyped-def]
@@ -352,7 +350,7 @@ def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, views: 
             return self.fn(i)
 
     name = f"DataLoader({w} workers)"
-    batches = [[i % n for i in range(b * B, (b + 1) * B)] for b in range(nb + max(w, 1))]
+    batches = [[i % n for i in range(b * B, (b + 1) * B)] for b in range(nb + max(w, 1))]  # no epoch ends
     loaders: dict[str, Callable[[], Any]] = {
         f"{SK} {name}": lambda: DataLoader(ShardkitBatches(), batch_size=None, num_workers=w,
                                            sampler=batches),
@@ -391,18 +389,31 @@ def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, views: 
     rounds = []
     for _ in range(max(1, args.rounds)):
         got = {key: rate(make()) for key, make in loaders.items()}
-        for key, r in got.items():
+        for key, (r, _) in got.items():
             best[key] = max(best.get(key, 0.0), r)
-        sk, ml = got[f"{SK} {name}"], got[f"shardkit split {name}"]
         ratios = {}
-        for key, r in got.items():
-            if not key.startswith("shardkit"):
-                peer = key.split(" DataLoader")[0]
-                ratios[f"{SK} / {peer}"] = sk / r
-                ratios[f"shardkit split / {peer}"] = ml / r
+        for mine in (f"{SK} {name}", f"shardkit split {name}"):
+            for key, (r, c) in got.items():
+                if not key.startswith("shardkit"):
+                    pair = f"{mine.split(' DataLoader')[0]} / {key.split(' DataLoader')[0]}"
+                    ratios[pair] = got[mine][0] / r
+                    ratios[f"{pair} (CPU time)"] = c / got[mine][1]
         rounds.append(ratios)
+        cpu_ms.append({key: c for key, (_, c) in got.items()})
     rows.extend(best.items())
+    for key in loaders:
+        notes.append(f"{key}: CPU ms/sample (this process + workers) per round: "
+                     + "  ".join(f"{c[key]:.2f}" for c in cpu_ms))
     return rounds
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds used so far by process ``pid`` (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":

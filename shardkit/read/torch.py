@@ -126,13 +126,9 @@ class ShardkitTorchDataset(torch.utils.data.Dataset):
         idx = np.asarray(indices.tolist() if isinstance(indices, torch.Tensor) else indices, dtype=np.int64)
         if self.augment is not None:  # drawn from (seed, epoch, index): the sampler's batch carries its epoch
             epoch = int(getattr(indices, "epoch", 0))
-            out = None
-            hw = self.augment.out_hw
-            if hw is not None and get_worker_info() is not None:  # written straight into shared memory
-                out = (_empty((len(idx), *hw, 3), np.dtype(np.uint8), True),
-                       _empty((len(idx), *hw), self.dataset.label_dtype, True))
-            arrays = self.dataset.augmented_batch(idx, self.augment, seed=self.seed, epoch=epoch,
-                                                  out=None if out is None else (out[0].numpy(), out[1].numpy()))
+            # fresh arrays: writing them straight into new shared memory (out=) cost more CPU than the
+            # worker's hand-over copy (measured: scripts/bench_augment.py, docs/augment-bench.md)
+            arrays = self.dataset.augmented_batch(idx, self.augment, seed=self.seed, epoch=epoch)
             images, labels = self._arrange(torch.from_numpy(arrays[0]), torch.from_numpy(arrays[1]))
             if self.with_indices:
                 return images, labels, torch.from_numpy(np.where(idx < 0, idx + len(self), idx))
