@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ShardkitError, WorkerError
-from .formats.registry import writer_class
+from .formats.registry import get
 from .plan import ShardTask
 from .progress import SampleCounter, progress_bar
 from .publish import TMP_MARK
@@ -313,11 +313,11 @@ def _check_workers(distributed: Any, client: Any, directories: set[Path], root: 
 
 def _remove_lost_attempts(tasks: Sequence[ShardTask], ctx: WorkerContext) -> int:
     """Delete temporary shard files of attempts whose worker was lost (their shards were re-run)."""
-    writer = writer_class(ctx.format)
+    fmt = get(ctx.format)
     removed = 0
     for task in tasks:
-        for name in writer.file_names(task.stem, ctx.spec):
-            for p in task.directory.glob(f".{name}{TMP_MARK}*"):
+        for name in fmt.file_names(task.stem, ctx.spec):
+            for p in task.directory.glob(fmt.tmp_glob(name)):
                 p.unlink(missing_ok=True)
                 removed += 1
     return removed

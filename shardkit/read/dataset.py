@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, ShardFormatError
+from ..errors import ConfigError
 from ..formats.base import SampleSpec, ShardReader
-from ..formats.registry import reader_class, writer_class
+from ..formats.registry import get
 from ..manifest import Manifest, load_manifest
 from ..onehot import onehot_into
 from . import sampling
@@ -30,8 +30,6 @@ from . import sampling
 log = logging.getLogger(__name__)
 
 LABEL_OUTPUTS = ("ids", "onehot", "float_onehot", "stored")
-#: Formats read front to back: iter_batches shuffles them shard-then-buffer instead of globally.
-SEQUENTIAL_FORMATS = frozenset({"tfrecord"})
 
 Batch = tuple[np.ndarray, np.ndarray]
 
@@ -62,16 +60,11 @@ class Dataset:
         self.spec = SampleSpec.from_manifest(self.manifest.sample)
         self.labels = labels
         self.ignore_index: int | None = self.manifest.classes.get("ignore_index")
-        fmt = self.manifest.format
-        expected = writer_class(fmt).format_version
-        if self.manifest.format_version != expected:
-            raise ShardFormatError(
-                f"{fmt} format version {self.manifest.format_version} is not supported (this shardkit reads "
-                f"version {expected})", path=self.path / "manifest.json",
-                fix="re-convert with this shardkit version or upgrade shardkit")
-        cls = reader_class(fmt)
+        #: the format's facts (:class:`~shardkit.formats.base.ShardFormat`): versions, access pattern, …
+        self.format_info = get(self.manifest.format)
+        self.format_info.check_version(self.manifest.format_version, self.path / "manifest.json")
         self.readers: list[ShardReader] = [
-            cls(self.path, shard, self.spec, self.manifest.format_options) for shard in self.manifest.shards
+            self.format_info.open_shard(self.path, shard, self.spec, self.manifest) for shard in self.manifest.shards
         ]
         self._starts = np.array([s.first_index for s in self.manifest.shards], dtype=np.int64)
         self._local = threading.local()
@@ -100,7 +93,7 @@ class Dataset:
     @property
     def random_access(self) -> bool:
         """False for formats read front to back (TFRecord): they get the shard-then-buffer shuffle."""
-        return self.manifest.format not in SEQUENTIAL_FORMATS
+        return self.format_info.random_access
 
     @property
     def shard_sizes(self) -> list[int]:
