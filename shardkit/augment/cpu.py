@@ -208,26 +208,9 @@ def _samples(arr: Any, what: str, n: int) -> list[np.ndarray]:
     return [np.asarray(a) for a in items]
 
 
-def _outputs(out: tuple[np.ndarray, np.ndarray] | None, b: int, hw: tuple[int, int],
-             dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-    """The caller's output arrays, checked, or fresh ones."""
-    if out is None:
-        return np.empty((b, *hw, 3), np.uint8), np.empty((b, *hw), dtype)
-    img, lab = out
-    if (img.shape != (b, *hw, 3) or img.dtype != np.uint8 or lab.shape != (b, *hw) or lab.dtype != dtype
-            or not img.flags.writeable or not lab.flags.writeable):
-        raise ConfigError(f"augment out= arrays are {img.shape} {img.dtype} and {lab.shape} {lab.dtype}, "
-                          f"expected writable {(b, *hw, 3)} uint8 and {(b, *hw)} {dtype}")
-    return img, lab
-
-
 def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] | np.ndarray, *, seed: int,
-                epoch: int, ignore_index: int, out: tuple[np.ndarray, np.ndarray] | None = None,
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """Augment a batch (stacked arrays or lists of per-sample arrays) → stacked (images, labels).
-
-    ``out``: (images (B, h, w, 3) uint8, labels (B, h, w) of the labels' dtype) arrays to write into
-    (e.g. shared memory a DataLoader worker hands over without another copy); they are returned."""
+                epoch: int, ignore_index: int) -> tuple[np.ndarray, np.ndarray]:
+    """Augment a batch (stacked arrays or lists of per-sample arrays) → stacked (images, labels)."""
     idx = [int(i) for i in np.asarray(indices).reshape(-1)]
     imgs, labs = _samples(images, "images", len(idx)), _samples(labels, "labels", len(idx))
     params = []
@@ -244,7 +227,8 @@ def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] |
         raise ConfigError(f"augmented samples differ in size {sorted(sizes)}; end the pipeline with a crop")
     hw = sizes.pop() if sizes else (aug.out_hw or (0, 0))
     dtype = labs[0].dtype if labs else np.dtype(np.uint8)
-    out_img, out_lab = _outputs(out, len(idx), hw, dtype)
+    out_img = np.empty((len(idx), *hw, 3), np.uint8)
+    out_lab = np.empty((len(idx), *hw), dtype)
     for k, (img, p) in enumerate(zip(imgs, params, strict=True)):
         got = warp_image(img, p, out=out_img[k])
         if not np.shares_memory(got, out_img):  # cv2 reallocated dst

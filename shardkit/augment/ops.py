@@ -234,13 +234,11 @@ class Compose:
         return Params(matrix=m, out_hw=st.hw, **st.values)
 
     def __call__(self, images: Any, labels: Any, indices: Sequence[int] | np.ndarray, *, seed: int = 0,
-                 epoch: int = 0, ignore_index: int | None = 255,
-                 out: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Augment a batch on the CPU; ``out``: (images, labels) arrays of the output shape to fill."""
+                 epoch: int = 0, ignore_index: int | None = 255) -> tuple[np.ndarray, np.ndarray]:
         from .cpu import apply_batch
 
         return apply_batch(self, images, labels, indices, seed=seed, epoch=epoch,
-                           ignore_index=255 if ignore_index is None else int(ignore_index), out=out)
+                           ignore_index=255 if ignore_index is None else int(ignore_index))
 
 
 # ---------------------------------------------------------------------- string form

@@ -1,4 +1,4 @@
-"""The numpy/OpenCV augmentation path: its fast label gathers give exactly the float64 rule's labels; out=.
+"""The numpy/OpenCV augmentation path: its fast label gathers give exactly the float64 rule's labels.
 
 :func:`~shardkit.augment.cpu.gather_labels_exact` is the rule in plain float64 numpy (the one the torch
 backend reproduces). :func:`~shardkit.augment.cpu.warp_labels` picks a faster way — one row and one
@@ -137,18 +137,12 @@ def test_ignore_index_that_does_not_fit_the_dtype_is_refused(labels: list[np.nda
         cpu.warp_labels(labels[0], MATRICES[0], OUT_HW, 300)
 
 
-def test_apply_batch_writes_into_out_arrays(labels: list[np.ndarray], camvid_val_npy: Path) -> None:
-    """``out=`` (the shared memory of a DataLoader worker) receives exactly what fresh arrays would."""
-    from shardkit.errors import ConfigError
 
+def test_npy_samples_augment_from_their_memory_maps(camvid_val_npy: Path) -> None:
+    """augmented_batch warps npy samples from their memory-mapped views: the same batch as from a stacked read."""
     ds = shardkit.open(camvid_val_npy)
-    images, labs = ds.batch(np.arange(3))
+    assert ds.format == "npy"
     aug = A.parse("scale=0.5:2,crop=256x384,hflip,rotate=10,jitter=0.2")
-    want = aug(images, labs, [0, 1, 2], seed=4, ignore_index=IGNORE)
-    out = (np.zeros((3, *OUT_HW, 3), np.uint8), np.zeros((3, *OUT_HW), labs.dtype))
-    got = aug(list(images), list(labs), [0, 1, 2], seed=4, ignore_index=IGNORE, out=out)
-    assert got[0] is out[0] and got[1] is out[1]
-    assert np.array_equal(out[0], want[0]) and np.array_equal(out[1], want[1])
-    assert np.array_equal(ds.augmented_batch([0, 1, 2], aug, seed=4, epoch=0)[1], want[1])
-    with pytest.raises(ConfigError, match="out= arrays"):
-        aug(images, labs, [0, 1, 2], ignore_index=IGNORE, out=(out[0][:2], out[1][:2]))
+    want = aug(*ds.batch([0, 1, 2]), [0, 1, 2], seed=4, ignore_index=IGNORE)
+    got = ds.augmented_batch([0, 1, 2], aug, seed=4, epoch=0)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
