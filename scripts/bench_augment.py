@@ -1,37 +1,81 @@
-"""Augmentation throughput, side by side in one run: shardkit's numpy/OpenCV batched path vs its torch path,
-plus (with --workers > 0) shardkit's numpy path and a per-sample albumentations.Compose, each in a torch
-DataLoader with that many workers.
+"""Augmentation throughput, side by side in one run: shardkit's numpy/OpenCV batched path against
+albumentations and torchvision v2 (per-sample pipelines in DataLoader workers), and shardkit's torch path
+against Kornia on a GPU; for samples stored at 360x480 (CamVid) and at 1080p (the same pairs upscaled).
 
     python scripts/bench_augment.py RAW_CAMVID [--spec "scale=0.5:2,crop=352x480,hflip,rotate=10,jitter=0.2"]
-        [--batch 16] [--batches 20] [--device cuda] [--workers 2]
+        [--batch 32] [--batches 20] [--workers 2] [--sizes 360x480,1080x1440] [--rounds 3]
+        [--device cuda] [--json out.json]
 
-Converts nothing: it decodes the CamVid train pairs once, then times whole batches (parameters drawn and
-applied) per path and prints samples/s and the ratio to the CPU path. On CUDA the torch path's time is
-measured with the device synchronised after every batch. Numbers belong in the README as ratios (absolute
-times only from a GPU machine).
+Data: --samples CamVid train pairs (the 123 in turn, repeated as needed), for each --sizes entry at that size
+(the original size as is, others upscaled: images bilinear, labels nearest), converted by shardkit into a
+temporary npy split (deleted at the end). Every row reads the same samples from that split's
+memory maps (page cache; no row copies whole samples); every pipeline ends in the spec's crop, so all rows
+produce batches of the same shape.
 
-The DataLoader rows compare like with like: shardkit's numpy path gets one list of indices per
-``__getitem__`` (batch_size=None, a sampler of index lists); albumentations gets one sample per
-``__getitem__`` (batch_size=--batch, default collate). Both are timed over --batches batches after a first
-(warm-up, worker start) batch. albumentations is optional (``pip install albumentations``, e.g. with the
-``bench`` extra); without it its row is skipped with a note. Its pipeline is the nearest equivalent of the
-spec: RandomScale, Rotate (constant border, mask fill = ignore index), PadIfNeeded + RandomCrop,
-HorizontalFlip, ColorJitter(brightness, contrast, 0, 0); masks use nearest interpolation.
+Rows, per size (samples/s; "x cpu" is the ratio to the first row):
+
+- ``shardkit numpy/OpenCV batched``: ``aug(images, labels, indices)`` on in-memory arrays, this process.
+- ``shardkit torch (DEV)``: :func:`shardkit.augment.torch.apply_batch` on the same arrays as tensors on DEV
+  (on CUDA synchronised after every batch); on the CPU only for the first size.
+- ``shardkit numpy DataLoader(N workers)``: the numpy path on in-memory arrays, one list of indices per
+  ``__getitem__`` (batch_size=None) — the like-for-like row against the peers below.
+- ``shardkit split DataLoader(N workers)``: the product path: the dataset ``make_loader(split, augment=aug)``
+  builds (``ShardkitTorchDataset(split, augment=aug)``: npy samples warped from their memory maps, batches
+  written into shared memory), reading the converted split, fed a list of index batches instead of
+  make_loader's epoch sampler (this small split's epochs are a few batches long; an epoch end stalls the
+  workers, which a real epoch of hundreds of batches does not).
+- ``albumentations DataLoader(N workers)``: per-sample ``A.Compose`` (RandomScale, Rotate with constant
+  border and mask fill = ignore, PadIfNeeded + RandomCrop, HorizontalFlip, ColorJitter(b, c, 0, 0); masks
+  nearest), one sample per ``__getitem__``, batch_size=--batch, default collate.
+- ``torchvision v2 DataLoader(N workers)``: per-sample ``transforms.v2.Compose`` on (``tv_tensors.Image``,
+  ``tv_tensors.Mask``): RandomResize (shorter side scaled by [lo, hi]), RandomRotation (fill: image 0,
+  mask ignore), RandomCrop(pad_if_needed, same fills), RandomHorizontalFlip, ColorJitter(b, c); masks are
+  nearest by type. Same DataLoader setup as albumentations.
+- ``kornia AugmentationSequential (cuda)``: with --device cuda only (skipped with a note otherwise):
+  ``AugmentationSequential(RandomAffine(rotate, scale), RandomCrop, RandomHorizontalFlip, ColorJitter,
+  data_keys=["input", "mask"])`` on the same batches on the GPU (uint8 → float, masks as float (B, 1, H, W));
+  Kornia scales about the centre within the input canvas before cropping (shardkit scales the canvas, then
+  crops anywhere in it): the same per-pixel work, a different crop distribution.
+
+The DataLoader rows run --rounds rounds, each timing every loader row once in turn (--batches batches after
+a warm-up batch per worker), so each round's ratios are measured side by side; the
+summary prints every round's ratios and their median. albumentations, torchvision and kornia are optional
+(``pip install albumentations``; ``PIP_CONSTRAINT=constraints/ci.txt pip install torchvision==0.28.0``;
+``pip install --no-deps kornia kornia_rs``): a missing one's row is skipped with a note. The torchvision
+wheel on PyPI is a CUDA build; beside a CPU-only torch its C++ ops do not load and ``import torchvision``
+fails while registering them; transforms v2 does not use them, so the script then imports torchvision
+without those two registration modules (the note says so). On a machine shared with other work the
+absolute numbers move from run to run; compare ratios within a round.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
 import time
+import types
+import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
 
+import shardkit
 from shardkit import augment as A
+from shardkit.augment import cpu as augment_cpu
 from shardkit.augment import ops as O
+from shardkit.config import ConvertConfig
+from shardkit.pipeline import convert
 
 IGNORE = 11
+SK = "shardkit numpy"
 
 
 def albu_compose(aug: O.Compose):  # type: ignore[no-untyped-def]
@@ -60,28 +104,138 @@ def albu_compose(aug: O.Compose):  # type: ignore[no-untyped-def]
     return al.Compose(ts)
 
 
-def load(raw: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
-    files = sorted((raw / "train").glob("*.png"))[:n]
-    imgs = [cv2.cvtColor(cv2.imread(str(f)), cv2.COLOR_BGR2RGB) for f in files]
-    labs = [cv2.imread(str(raw / "trainannot" / f.name), cv2.IMREAD_GRAYSCALE) for f in files]
-    hw = min(i.shape[0] for i in imgs), min(i.shape[1] for i in imgs)
-    return np.stack([i[: hw[0], : hw[1]] for i in imgs]), np.stack([la[: hw[0], : hw[1]] for la in labs])
+def import_torchvision() -> tuple[Any, str]:
+    """(torchvision, note) — imported as is, or without its C++ op registrations when those cannot load."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import torchvision
+        return torchvision, ""
+    except RuntimeError as exc:  # a CUDA torchvision wheel beside a CPU torch: its ops never registered
+        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+            del sys.modules[name]
+        for name in ("torchvision._meta_registrations", "torchvision._autograd_registrations"):
+            sys.modules[name] = types.ModuleType(name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import torchvision
+        return torchvision, (f"torchvision {torchvision.__version__}: C++ ops unavailable ({exc}); "
+                             "imported without their registrations (transforms v2 does not use them)")
+
+
+def tv_compose(aug: O.Compose, hw: tuple[int, int]):  # type: ignore[no-untyped-def]
+    """The nearest torchvision ``transforms.v2.Compose`` to ``aug`` for inputs of height/width ``hw``."""
+    from torchvision import tv_tensors
+    from torchvision.transforms import InterpolationMode, v2
+
+    fill = {tv_tensors.Image: 0, tv_tensors.Mask: IGNORE}
+    short = min(hw)
+    ts: list[Any] = []
+    for op in aug.ops:
+        if isinstance(op, O.RandomScale):
+            ts.append(v2.RandomResize(max(1, round(short * op.lo)), round(short * op.hi) + 1,
+                                      interpolation=InterpolationMode.BILINEAR, antialias=False))
+        elif isinstance(op, O.RandomRotate):
+            ts.append(v2.RandomRotation(op.degrees, interpolation=InterpolationMode.BILINEAR, fill=fill))
+        elif isinstance(op, O.RandomCrop):
+            ts.append(v2.RandomCrop((op.h, op.w), pad_if_needed=True, fill=fill))
+        elif isinstance(op, O.RandomFlip):
+            ts.append(v2.RandomHorizontalFlip(op.horizontal))
+        elif isinstance(op, O.ColorJitter):
+            ts.append(v2.ColorJitter(brightness=op.brightness, contrast=op.contrast))
+        else:
+            raise ValueError(f"no torchvision equivalent for {type(op).__name__}")
+    return v2.Compose(ts)
+
+
+def kornia_sequential(aug: O.Compose):  # type: ignore[no-untyped-def]
+    """The nearest Kornia ``AugmentationSequential`` (images and masks) to ``aug``."""
+    import kornia.augmentation as K
+
+    degrees, scale, ts = 0.0, (1.0, 1.0), []
+    for op in aug.ops:
+        if isinstance(op, O.RandomScale):
+            scale = (op.lo, op.hi)
+        elif isinstance(op, O.RandomRotate):
+            degrees = op.degrees
+    ts.append(K.RandomAffine(degrees=degrees, scale=scale, p=1.0))
+    for op in aug.ops:
+        if isinstance(op, O.RandomCrop):
+            ts.append(K.RandomCrop((op.h, op.w), pad_if_needed=True))
+        elif isinstance(op, O.RandomFlip):
+            ts.append(K.RandomHorizontalFlip(p=op.horizontal))
+        elif isinstance(op, O.ColorJitter):
+            ts.append(K.ColorJitter(brightness=op.brightness, contrast=op.contrast, p=1.0))
+        elif not isinstance(op, (O.RandomScale, O.RandomRotate)):
+            raise ValueError(f"no Kornia equivalent for {type(op).__name__}")
+    return K.AugmentationSequential(*ts, data_keys=["input", "mask"])
+
+
+def make_split(raw: Path, n: int, hw: tuple[int, int], tmp: Path) -> Path:
+    """``n`` CamVid train pairs (all of them in turn, repeated as needed) at ``hw`` (upscaled when larger),
+    converted to an npy split."""
+    pairs = sorted((raw / "train").glob("*.png"))
+    files = [pairs[i % len(pairs)] for i in range(n)]
+    src = tmp / f"raw-{hw[0]}x{hw[1]}"
+    (src / "train").mkdir(parents=True)
+    (src / "trainannot").mkdir()
+    lines = []
+    for f in files:
+        img, lab = cv2.imread(str(f)), cv2.imread(str(raw / "trainannot" / f.name), cv2.IMREAD_GRAYSCALE)
+        if img.shape[:2] != hw:
+            img = cv2.resize(img, hw[::-1], interpolation=cv2.INTER_LINEAR)
+            lab = cv2.resize(lab, hw[::-1], interpolation=cv2.INTER_NEAREST)
+        name = f"{len(lines):05d}_{f.name}"
+        cv2.imwrite(str(src / "train" / name), img, [cv2.IMWRITE_PNG_COMPRESSION, 1])
+        cv2.imwrite(str(src / "trainannot" / name), lab, [cv2.IMWRITE_PNG_COMPRESSION, 1])
+        lines.append(f"/SegNet/CamVid/train/{name} /SegNet/CamVid/trainannot/{name}\n")
+    (src / "train.txt").write_text("".join(lines))
+    out = tmp / f"split-{hw[0]}x{hw[1]}"
+    convert(ConvertConfig(src, out, format="npy", size=hw, splits=("train",), workers=1, quiet=True))
+    shutil.rmtree(src)
+    return out / "train"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("raw", type=Path)
     ap.add_argument("--spec", default="scale=0.5:2,crop=352x480,hflip,rotate=10,jitter=0.2")
-    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--batches", type=int, default=20)
-    ap.add_argument("--device", default=None)
+    ap.add_argument("--samples", type=int, default=160,
+                    help="samples per split: the CamVid train pairs, repeated when more are asked for")
+    ap.add_argument("--device", default=None, help="device of the torch rows (default: cuda when available)")
     ap.add_argument("--workers", type=int, default=2, help="DataLoader workers for the loader rows (0: skip them)")
+    ap.add_argument("--sizes", default="360x480,1080x1440", help="stored sample sizes, HxW, comma-separated")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the DataLoader rows (ratios per round)")
+    ap.add_argument("--json", type=Path, default=None, help="also write every row and ratio here")
     args = ap.parse_args()
     aug = A.parse(args.spec)
-    images, labels = load(args.raw, args.batch)
-    rows: list[tuple[str, float]] = []
+    sizes = [tuple(int(v) for v in s.lower().split("x")) for s in args.sizes.split(",") if s.strip()]
+    report: dict[str, Any] = {"spec": args.spec, "batch": args.batch, "batches": args.batches,
+                              "workers": args.workers, "label_gather": augment_cpu.kernel_name(), "sizes": {}}
+    tmp = Path(tempfile.mkdtemp(prefix="bench-augment-"))
+    try:
+        for k, hw in enumerate(sizes):
+            split = make_split(args.raw, max(args.samples, args.batch), hw, tmp)  # type: ignore[arg-type]
+            report["sizes"][f"{hw[0]}x{hw[1]}"] = bench_size(args, aug, split, first=k == 0)
+            shutil.rmtree(split.parent)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
 
-    def timed(name: str, fn, sync=lambda: None) -> None:  # type: ignore[no-untyped-def]
+
+def bench_size(args: argparse.Namespace, aug: O.Compose, split: Path, first: bool) -> dict[str, Any]:
+    """Every row for one stored size: printed, and returned as {"rows": {name: samples/s}, "rounds": [...]}."""
+    # every row reads the samples from the split's memory maps (page cache): no copies of whole samples
+    ds = shardkit.open(split)
+    views: list[tuple[np.ndarray, np.ndarray]] = [ds[i] for i in range(len(ds))]
+    hw = ds.spec.size
+    rows: list[tuple[str, float]] = []
+    notes: list[str] = []
+
+    def timed(name: str, fn: Callable[[int], Any], sync: Callable[[], Any] = lambda: None) -> None:
         fn(0)
         sync()
         t = time.perf_counter()
@@ -90,73 +244,176 @@ def main() -> None:
         sync()
         rows.append((name, args.batch * args.batches / (time.perf_counter() - t)))
 
-    idx = np.arange(args.batch)
-    timed("shardkit numpy/OpenCV batched", lambda b: aug(images, labels, idx + b * args.batch, seed=0, epoch=0,
-                                                          ignore_index=11))
+    n, idx = len(views), np.arange(args.batch)
+
+    def numpy_batch(b: int) -> Any:
+        ims, labs = zip(*(views[i % n] for i in idx + b * args.batch), strict=True)
+        return aug(ims, labs, idx + b * args.batch, seed=0, epoch=0, ignore_index=IGNORE)
+
+    timed("shardkit numpy/OpenCV batched", numpy_batch)
     try:
         import torch
 
         from shardkit.augment.torch import apply_batch
     except ImportError:
         torch = None
+    dev = "cpu"
     if torch is not None:
         dev = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        ti, tl = torch.from_numpy(images).to(dev), torch.from_numpy(labels).to(dev)
         sync = torch.cuda.synchronize if dev.startswith("cuda") else (lambda: None)
-        timed(f"shardkit torch ({dev})", lambda b: apply_batch(aug, ti, tl, idx + b * args.batch, seed=0, epoch=0,
-                                                              ignore_index=11), sync)
+        if first or dev != "cpu":
+            first = views[: args.batch]
+            ti = torch.from_numpy(np.stack([v[0] for v in first])).to(dev)
+            tl = torch.from_numpy(np.stack([v[1] for v in first])).to(dev)
+            timed(f"shardkit torch ({dev})", lambda b: apply_batch(aug, ti, tl, idx + b * args.batch, seed=0,
+                                                                  epoch=0, ignore_index=IGNORE), sync)
+            kornia_row(aug, ti, tl, dev, timed, sync, notes)
+        else:
+            notes.append("shardkit torch (cpu) row: first size only (CPU torch at this size is slow)")
+    rounds: list[dict[str, float]] = []
     if torch is not None and args.workers > 0:
-        loader_rows(args, aug, images, labels, rows)
+        rounds = loader_rounds(args, aug, split, views, rows, notes)
     base = rows[0][1]
-    print(f"{'path':40s} {'samples/s':>10s} {'x cpu':>7s}   spec={args.spec} batch={args.batch} "
-          f"input={images.shape[1]}x{images.shape[2]}")
+    print(f"\n{'path':48s} {'samples/s':>10s} {'x cpu':>7s}   stored {hw[0]}x{hw[1]}, "
+          f"spec={args.spec} batch={args.batch} label gather={augment_cpu.kernel_name()}")
     for name, rate in rows:
-        print(f"{name:40s} {rate:10.1f} {rate / base:7.2f}")
-    loaders = dict(rows)
-    sk, al = (loaders.get(f"{k} DataLoader({args.workers} workers)") for k in ("shardkit numpy", "albumentations"))
-    if sk and al:
-        print(f"shardkit numpy / albumentations, both in DataLoader({args.workers} workers): {sk / al:.2f}x")
+        print(f"{name:48s} {rate:10.1f} {rate / base:7.2f}")
+    for key in sorted({k for r in rounds for k in r}):
+        vals = [r[key] for r in rounds if key in r]
+        print(f"{key}: " + "  ".join(f"{v:.2f}x" for v in vals) + f"   (median {statistics.median(vals):.2f}x)")
+    for note in notes:
+        print(f"note: {note}")
+    return {"stored_hw": list(hw), "rows": dict(rows), "rounds": rounds,
+            "notes": notes}
 
 
-def loader_rows(args: argparse.Namespace, aug: O.Compose, images: np.ndarray, labels: np.ndarray,
-                rows: list[tuple[str, float]]) -> None:
-    """shardkit's numpy path and (if installed) albumentations, each in a torch DataLoader."""
+def kornia_row(aug: O.Compose, ti: Any, tl: Any, dev: str, timed: Callable[..., None], sync: Callable[[], Any],
+               notes: list[str]) -> None:
+    """Kornia AugmentationSequential on the same batches, on CUDA only."""
+    if not dev.startswith("cuda"):
+        notes.append("kornia row: GPU only (run with --device cuda on a CUDA machine)")
+        return
+    try:
+        seq = kornia_sequential(aug)
+    except ImportError:
+        notes.append("kornia is not installed; its row is skipped (pip install --no-deps kornia kornia_rs)")
+        return
+    seq = seq.to(dev)
+    imgs = ti.permute(0, 3, 1, 2)
+    masks = tl[:, None]
+
+    def run(_: int) -> Any:
+        return seq(imgs.float() / 255.0, masks.float())
+
+    timed(f"kornia AugmentationSequential ({dev})", run, sync)
+
+
+def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, views: list[tuple[np.ndarray, np.ndarray]],
+                  rows: list[tuple[str, float]], notes: list[str]) -> list[dict[str, float]]:
+    """The DataLoader rows, --rounds times in turn; each row's best round goes into ``rows``."""
+    import torch
     from torch.utils.data import DataLoader, Dataset
 
-    n, B, nb = len(images), args.batch, args.batches
+    from shardkit.read.torch import ShardkitTorchDataset
 
-    def rate(loader) -> float:  # type: ignore[no-untyped-def]
+    n, B, nb, w = len(views), args.batch, args.batches, args.workers
+    cpu_ms: list[dict[str, float]] = []
+    hw = views[0][0].shape[:2]
+
+    def rate(loader: Any) -> tuple[float, float]:
+        """(samples/s, CPU ms per sample of this process and its workers) over ``nb`` batches."""
         it = iter(loader)
-        next(it)  # warm-up: worker start and first batch
-        t = time.perf_counter()
-        k = sum(1 for _ in it)
-        assert k == nb, k
-        return B * nb / (time.perf_counter() - t)
+        for _ in range(max(w, 1)):  # warm-up: worker start and each worker's first batch
+            next(it)
+        pids = [p.pid for p in getattr(it, "_workers", [])]
+        t, cpu = time.perf_counter(), time.process_time() + sum(map(cpu_seconds, pids))
+        for _ in range(nb):
+            next(it)
+        wall = time.perf_counter() - t
+        cpu = time.process_time() + sum(map(cpu_seconds, pids)) - cpu
+        return B * nb / wall, 1000 * cpu / (B * nb)
 
     class ShardkitBatches(Dataset):
         def __getitem__(self, idx):  # type: ignore[no-untyped-def]
             idx = np.asarray(idx)
-            return aug(images[idx % n], labels[idx % n], idx, seed=0, epoch=0, ignore_index=IGNORE)
+            return aug([views[i][0] for i in idx], [views[i][1] for i in idx], idx, seed=0, epoch=0,
+                       ignore_index=IGNORE)
 
-    batches = [list(range(b * B, (b + 1) * B)) for b in range(nb + 1)]
-    name = f"DataLoader({args.workers} workers)"
-    rows.append((f"shardkit numpy {name}", rate(DataLoader(ShardkitBatches(), batch_size=None, sampler=batches,
-                                                           num_workers=args.workers))))
-    try:
-        tf = albu_compose(aug)
-    except ImportError:
-        print("note: albumentations is not installed; its row is skipped (pip install albumentations)")
-        return
+    class PerSample(Dataset):
+        def __init__(self, fn: Callable[[int], Any]) -> None:
+            self.fn = fn
 
-    class AlbuSamples(Dataset):
         def __len__(self) -> int:
-            return B * (nb + 1)
+            return B * (nb + max(w, 1))
 
         def __getitem__(self, i):  # type: ignore[no-untyped-def]
-            out = tf(image=images[i % n], mask=labels[i % n])
+            return self.fn(i)
+
+    name = f"DataLoader({w} workers)"
+    batches = [[i % n for i in range(b * B, (b + 1) * B)] for b in range(nb + max(w, 1))]  # no epoch ends
+    loaders: dict[str, Callable[[], Any]] = {
+        f"{SK} {name}": lambda: DataLoader(ShardkitBatches(), batch_size=None, num_workers=w,
+                                           sampler=batches),
+        f"shardkit split {name}": lambda: DataLoader(ShardkitTorchDataset(split, layout="NHWC", augment=aug),
+                                                     batch_size=None, num_workers=w, sampler=batches),
+    }
+    try:
+        tf = albu_compose(aug)
+
+        def albu(i: int) -> tuple[np.ndarray, np.ndarray]:
+            out = tf(image=views[i % n][0], mask=views[i % n][1])
             return out["image"], out["mask"]
 
-    rows.append((f"albumentations {name}", rate(DataLoader(AlbuSamples(), batch_size=B, num_workers=args.workers))))
+        loaders[f"albumentations {name}"] = lambda: DataLoader(PerSample(albu), batch_size=B, num_workers=w)
+    except ImportError:
+        notes.append("albumentations is not installed; its row is skipped (pip install albumentations)")
+    try:
+        _, note = import_torchvision()
+        if note:
+            notes.append(note)
+        from torchvision import tv_tensors
+
+        tvc = tv_compose(aug, hw)
+        with warnings.catch_warnings():  # read-only memory maps: the transforms never write their input
+            warnings.simplefilter("ignore")
+            tviews = [(torch.from_numpy(im).permute(2, 0, 1), torch.from_numpy(la)) for im, la in views]
+
+        def tvs(i: int) -> tuple[Any, Any]:
+            return tvc(tv_tensors.Image(tviews[i % n][0]), tv_tensors.Mask(tviews[i % n][1]))
+
+        loaders[f"torchvision v2 {name}"] = lambda: DataLoader(PerSample(tvs), batch_size=B, num_workers=w)
+    except ImportError:
+        notes.append("torchvision is not installed; its row is skipped "
+                     "(PIP_CONSTRAINT=constraints/ci.txt pip install torchvision==0.28.0)")
+    best: dict[str, float] = {}
+    rounds = []
+    for _ in range(max(1, args.rounds)):
+        got = {key: rate(make()) for key, make in loaders.items()}
+        for key, (r, _) in got.items():
+            best[key] = max(best.get(key, 0.0), r)
+        ratios = {}
+        for mine in (f"{SK} {name}", f"shardkit split {name}"):
+            for key, (r, c) in got.items():
+                if not key.startswith("shardkit"):
+                    pair = f"{mine.split(' DataLoader')[0]} / {key.split(' DataLoader')[0]}"
+                    ratios[pair] = got[mine][0] / r
+                    ratios[f"{pair} (CPU time)"] = c / got[mine][1]
+        rounds.append(ratios)
+        cpu_ms.append({key: c for key, (_, c) in got.items()})
+    rows.extend(best.items())
+    for key in loaders:
+        notes.append(f"{key}: CPU ms/sample (this process + workers) per round: "
+                     + "  ".join(f"{c[key]:.2f}" for c in cpu_ms))
+    return rounds
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds used so far by process ``pid`` (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":

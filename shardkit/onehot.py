@@ -13,15 +13,13 @@ as 255) give all-zero vectors.
 
 from __future__ import annotations
 
-import logging
-import os
 import threading
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-log = logging.getLogger(__name__)
+from . import jit
 
 #: Pixels per step of the channels-last kernel (~1.5 MB of float32 output: stays in L2).
 CHUNK = 32768
@@ -53,27 +51,19 @@ def _planes_loop(ids: Any, out: Any) -> None:  # pragma: no cover - runs compile
 def numba_kernels() -> tuple[Callable[..., None], Callable[..., None]] | None:
     """The compiled (channels-last, channels-first) kernels, or None without numba (or with
     ``SHARDKIT_NO_NUMBA=1``). Compiled on first use and cached on disk by numba."""
-    if os.environ.get("SHARDKIT_NO_NUMBA", "") not in ("", "0"):
+    if jit.disabled():
         return None
     with _compile_lock:
         if not _compiled:
-            _compiled.append(_compile(cache=True) or _compile(cache=False))  # no writable cache: compile anyway
+            _compiled.append(jit.compile_kernels((_rows_loop, _planes_loop), _warm, "one-hot"))
         return _compiled[0]
 
 
-def _compile(cache: bool) -> tuple[Callable[..., None], Callable[..., None]] | None:
-    try:
-        import numba
-
-        jit = numba.njit(cache=cache, nogil=True, boundscheck=False)
-        kernels = (jit(_rows_loop), jit(_planes_loop))
-        ids = np.zeros((1, 1), np.uint8)  # compile (or load from numba's cache) the common case now,
-        kernels[0](ids[0], np.empty((1, 2), np.float32))  # so a compiler or cache failure lands here
-        kernels[1](ids, np.empty((1, 2, 1), np.float32))
-        return kernels
-    except Exception as exc:  # not installed, no usable cache, no compiler: numpy does it
-        log.debug("numba one-hot kernels unavailable (cache=%s: %s)", cache, exc)
-        return None
+def _warm(kernels: tuple[Any, ...]) -> None:
+    """Compile (or load from numba's cache) the common case now, so a compiler or cache failure shows here."""
+    ids = np.zeros((1, 1), np.uint8)
+    kernels[0](ids[0], np.empty((1, 2), np.float32))
+    kernels[1](ids, np.empty((1, 2, 1), np.float32))
 
 
 def kernel_name() -> str:

@@ -388,14 +388,15 @@ class Dataset:
                         epoch: int) -> Batch:
         """Samples ``indices`` read and augmented (fresh arrays), with this split's ignore index (255 if none).
 
-        Samples of one size are read in one batched call; splits whose samples differ in size are read
-        one by one, which works when the pipeline ends in a crop."""
+        npy samples are warped straight from their memory-mapped views (only the pages a crop maps to
+        are read; no copy of whole samples), as are splits whose samples differ in size (the pipeline
+        then ends in a crop); other fixed-size splits are read in one batched call."""
         self.check_augment(augment)
         idx = self._indices(indices)
         images: Any
         labels: Any
-        if self.spec.size is None:
-            images, labels = zip(*(self[int(i)] for i in idx), strict=True)
+        if self.spec.size is None or self.format == "npy":
+            images, labels = zip(*(self[int(i)] for i in idx), strict=True) if len(idx) else ((), ())
         else:
             images, labels = self.batch(idx)
         ignore = 255 if self.ignore_index is None else int(self.ignore_index)

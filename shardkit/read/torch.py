@@ -128,6 +128,8 @@ class ShardkitTorchDataset(torch.utils.data.Dataset):
         idx = np.asarray(indices.tolist() if isinstance(indices, torch.Tensor) else indices, dtype=np.int64)
         if self.augment is not None:  # drawn from (seed, epoch, index): the sampler's batch carries its epoch
             epoch = int(getattr(indices, "epoch", 0))
+            # fresh arrays: writing them straight into new shared memory (out=) cost more CPU than the
+            # worker's hand-over copy (measured: scripts/bench_augment.py, docs/augment-bench.md)
             arrays = self.dataset.augmented_batch(idx, self.augment, seed=self.seed, epoch=epoch)
             images, labels = self._arrange(torch.from_numpy(arrays[0]), torch.from_numpy(arrays[1]))
             if self.with_indices:

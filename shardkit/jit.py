@@ -1,0 +1,45 @@
+"""Optional compiled kernels (``pip install "shardkit[fast]"`` brings numba): one place that compiles them.
+
+Each user (one-hot, the augmentation label gather) keeps its plain-Python loop next to the numpy
+code it replaces and asks :func:`compile_kernels` for compiled versions; without numba, with
+``SHARDKIT_NO_NUMBA=1``, or when compiling fails, it gets ``None`` and runs numpy instead.
+Kernels are compiled with numba's defaults otherwise (no ``fastmath``: float operations stay in
+source order, unfused), so a compiled loop computes what the same loop computes in Python.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def disabled() -> bool:
+    """True when ``SHARDKIT_NO_NUMBA`` is set (to anything but 0): compiled kernels are then never used."""
+    return os.environ.get("SHARDKIT_NO_NUMBA", "") not in ("", "0")
+
+
+def compile_kernels(funcs: Sequence[Callable[..., Any]], warm: Callable[[tuple[Any, ...]], None],
+                    what: str) -> tuple[Any, ...] | None:
+    """``funcs`` compiled by numba (cached on disk when it can be, else compiled anyway), then ``warm``
+    called with them so that a compiler or cache failure lands here; None without numba or on failure."""
+    if disabled():
+        return None
+    return _compile(funcs, warm, what, cache=True) or _compile(funcs, warm, what, cache=False)
+
+
+def _compile(funcs: Sequence[Callable[..., Any]], warm: Callable[[tuple[Any, ...]], None], what: str,
+             cache: bool) -> tuple[Any, ...] | None:
+    try:
+        import numba
+
+        jit = numba.njit(cache=cache, nogil=True, boundscheck=False)
+        kernels = tuple(jit(f) for f in funcs)
+        warm(kernels)
+        return kernels
+    except Exception as exc:  # not installed, no usable cache, no compiler: numpy does it
+        log.debug("numba %s kernels unavailable (cache=%s: %s)", what, cache, exc)
+        return None

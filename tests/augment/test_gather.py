@@ -1,0 +1,148 @@
+"""The numpy/OpenCV augmentation path: its fast label gathers give exactly the float64 rule's labels.
+
+:func:`~shardkit.augment.cpu.gather_labels_exact` is the rule in plain float64 numpy (the one the torch
+backend reproduces). :func:`~shardkit.augment.cpu.warp_labels` picks a faster way — one row and one
+column index vector for matrices without rotation, a compiled loop (numba) otherwise, or the rule in
+blocks of rows without numba. Each is compared here with the rule, pixel for pixel, on real CamVid
+labels (uint8 and uint16 with ids above 255) under drawn and hand-made matrices, including coordinates
+that land exactly on .5, outside the source, or entirely outside it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import shardkit
+from shardkit import augment as A
+from shardkit.augment import cpu
+
+IGNORE = 11
+OUT_HW = (256, 384)
+
+
+@pytest.fixture(scope="module")
+def labels(camvid_val_npy: Path) -> list[np.ndarray]:
+    """Four real CamVid val labels (360x480, ids 0..11), as uint8 and as uint16 with ids moved above 255."""
+    ds = shardkit.open(camvid_val_npy)
+    labs = ds.batch(np.arange(4))[1]
+    return [*labs, *(labs.astype(np.uint16) * 300 + 7)]
+
+
+def _matrices() -> list[np.ndarray]:
+    """Drawn matrices (with and without rotation) plus edge cases of the rounding and the border."""
+    mats = [np.asarray(A.parse(spec).params(i, seed=s, hw=(360, 480)).matrix)
+            for spec in ("scale=0.5:2,crop=256x384,hflip,rotate=10", "scale=0.5:2,crop=256x384,hflip",
+                         "scale=0.25:4,crop=256x384,rotate=180", "crop=256x384,hflip=1")
+            for i in range(3) for s in (0, 1)]
+    mats += [np.array(m, np.float64) for m in (
+        [[1, 0, 0.5], [0, 1, -0.5]],        # every coordinate exactly on .5: floor(c + 0.5) decides
+        [[1, 0, -0.5], [0, 1, 100.5]],
+        [[-1, 0, 479.5], [0, 1, 0]],       # a flip whose coordinates land on .5
+        [[1 / 3, 0, -1 / 3], [0, 1 / 3, -1 / 3]],  # inexact scale (upscaling x3, pixel-centre aligned)
+        [[3, 0, 1], [0, 3, 1]],            # downscaling: most of the output maps outside
+        [[1, 0, -200], [0, 1, -150]],      # a window hanging over the top-left corner
+        [[1, 0, 5000], [0, 1, 5000]],      # entirely outside: all ignore
+        [[0, -1, 383], [1, 0, 0]],         # exact 90 degrees: the rotated path with integer coordinates
+        [[0.5, 0.5, -0.25], [-0.5, 0.5, 200.25]],  # 45-degree-ish shear with .25 offsets
+        [[1, 1e-17, 0.5], [-1e-17, 1, 0.5]],  # almost separable: rotated path, coordinates a hair from .5
+    )]
+    return mats
+
+
+MATRICES = _matrices()
+
+
+def _rule(label: np.ndarray, m: np.ndarray) -> np.ndarray:
+    return cpu.gather_labels_exact(label[None], m[None], OUT_HW, IGNORE)[0]
+
+
+def test_matrices_cover_both_paths() -> None:
+    separable = [m[0, 1] == 0 and m[1, 0] == 0 for m in MATRICES]
+    assert sum(separable) >= 8 and len(separable) - sum(separable) >= 8
+
+
+@pytest.mark.parametrize("numba", [True, False], ids=["numba", "numpy"])
+def test_warp_labels_equals_the_float64_rule(labels: list[np.ndarray], numba: bool,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    if numba:
+        pytest.importorskip("numba")
+        assert cpu.kernel_name() == "numba"
+    else:
+        monkeypatch.setenv("SHARDKIT_NO_NUMBA", "1")
+        assert cpu.kernel_name() == "numpy"
+    some_outside = False
+    for lab in labels:
+        for m in MATRICES:
+            want = _rule(lab, m)
+            got = cpu.warp_labels(lab, m, OUT_HW, IGNORE)
+            assert got.dtype == lab.dtype and np.array_equal(got, want), (lab.dtype, m.tolist())
+            some_outside |= bool((want == IGNORE).any()) and bool((want != IGNORE).any())
+    assert some_outside
+
+
+def test_each_fast_path_alone_equals_the_rule(labels: list[np.ndarray]) -> None:
+    """The separable gather on separable matrices, the compiled loop and the blocked rule on all."""
+    pytest.importorskip("numba")
+    loop = cpu._gather_kernels()
+    assert loop is not None
+    for lab in labels:
+        fill = lab.dtype.type(IGNORE)
+        for m in MATRICES:
+            want = _rule(lab, m)
+            out = np.empty(OUT_HW, lab.dtype)
+            loop[0](lab, m, out, fill)
+            assert np.array_equal(out, want), m.tolist()
+            blocked = cpu.gather_labels_exact(lab[None], m[None], OUT_HW, IGNORE, block_rows=7)[0]
+            assert np.array_equal(blocked, want), m.tolist()
+            if m[0, 1] == 0 and m[1, 0] == 0:
+                out[...] = 0
+                cpu._gather_separable(lab, m, out, fill)
+                assert np.array_equal(out, want), m.tolist()
+
+
+def test_the_rule_is_the_independent_one(labels: list[np.ndarray]) -> None:
+    """The float64 rule itself against a per-pixel Python evaluation of round(M @ [x, y, 1]) (a few rows)."""
+    lab = labels[5]
+    h, w = lab.shape
+    for m in MATRICES[::3]:
+        want = _rule(lab, m)
+        for y in (0, 1, 100, OUT_HW[0] - 1):
+            for x in range(0, OUT_HW[1], 7):
+                sx = int(np.floor(((m[0, 0] * x + m[0, 1] * y) + m[0, 2]) + 0.5))
+                sy = int(np.floor(((m[1, 0] * x + m[1, 1] * y) + m[1, 2]) + 0.5))
+                expect = lab[sy, sx] if 0 <= sx < w and 0 <= sy < h else IGNORE
+                assert want[y, x] == expect
+
+
+def test_batched_views_and_strided_outputs(labels: list[np.ndarray]) -> None:
+    """Stacked labels, a non-contiguous source and a non-contiguous output give the same labels."""
+    stack = np.stack(labels[:4])
+    mats = np.stack(MATRICES[:4])
+    want = cpu.gather_labels_exact(stack, mats, OUT_HW, IGNORE)
+    assert np.array_equal(cpu.warp_labels_batch(stack, mats, OUT_HW, IGNORE), want)
+    wide = np.zeros((2, OUT_HW[0], OUT_HW[1] * 2), np.uint8)
+    src = np.ascontiguousarray(np.repeat(labels[0], 2, axis=1))[:, ::2]  # strided view of the same values
+    assert not src.flags.c_contiguous
+    for m in MATRICES[:2]:
+        out = wide[0, :, ::2]
+        cpu.warp_labels(src, m, OUT_HW, IGNORE, out=out)
+        assert np.array_equal(out, _rule(labels[0], m))
+
+
+def test_ignore_index_that_does_not_fit_the_dtype_is_refused(labels: list[np.ndarray]) -> None:
+    with pytest.raises(OverflowError):
+        cpu.warp_labels(labels[0], MATRICES[0], OUT_HW, 300)
+
+
+
+def test_npy_samples_augment_from_their_memory_maps(camvid_val_npy: Path) -> None:
+    """augmented_batch warps npy samples from their memory-mapped views: the same batch as from a stacked read."""
+    ds = shardkit.open(camvid_val_npy)
+    assert ds.format == "npy"
+    aug = A.parse("scale=0.5:2,crop=256x384,hflip,rotate=10,jitter=0.2")
+    want = aug(*ds.batch([0, 1, 2]), [0, 1, 2], seed=4, ignore_index=IGNORE)
+    got = ds.augmented_batch([0, 1, 2], aug, seed=4, epoch=0)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
