@@ -145,6 +145,9 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
 @click.option("--strict", is_flag=True, help="Images without labels (or labels without images) are an error.")
 @click.option("--dry-run", is_flag=True, help="Report what was found; write nothing.")
 @click.option("--force", is_flag=True, help="Rebuild every shard, even those an earlier run left intact.")
+@click.option("--rehash", is_flag=True,
+              help="Trust no file's (size, mtime, ctime, inode): re-hash every source and shard file "
+                   "before reusing a shard (reads everything; catches what a stat cannot see, e.g. bit rot).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar, warnings and errors only.")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
@@ -155,7 +158,8 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
             palette: Path | None, num_classes: int | None, ignore_index: int | None, colour_tolerance: int,
             unknown_as: int | None, cityscapes_train_ids: bool, splits: tuple[str, ...], shard_size: ShardSize,
             compression: str, workers: int, backend: str, scheduler: str | None, on_error: str, max_pixels: int,
-            strict: bool, dry_run: bool, force: bool, quiet: bool, verbose: bool, log_format: str) -> None:
+            strict: bool, dry_run: bool, force: bool, rehash: bool, quiet: bool, verbose: bool,
+            log_format: str) -> None:
     """Convert the dataset in INPUT_DIR into shards in OUTPUT_DIR/<split>/ with a manifest.json each."""
     setup_logging(quiet=quiet, verbose=verbose, json_lines=log_format == "json")
     from .pipeline import convert as run
@@ -166,7 +170,7 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
         palette=palette, num_classes=num_classes, ignore_index=ignore_index, colour_tolerance=colour_tolerance,
         unknown_as=unknown_as, cityscapes_train_ids=cityscapes_train_ids, splits=splits, shard_size=shard_size,
         compression=compression, workers=workers, backend=backend, scheduler=scheduler, on_error=on_error,
-        strict=strict, dry_run=dry_run, force=force, quiet=quiet, max_pixels=max_pixels,
+        strict=strict, dry_run=dry_run, force=force, rehash=rehash, quiet=quiet, max_pixels=max_pixels,
     )
     summary = run(cfg)
     if dry_run:

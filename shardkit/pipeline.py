@@ -184,7 +184,7 @@ def _plan(
             raise OutputError(f"cannot create the output folder ({exc.strerror})", path=directory,
                               fix="check the path and its permissions") from None
         remove_temps(directory)
-        old_cache = {} if cfg.force else load_cache(directory)
+        old_cache = {} if cfg.force or cfg.rehash else load_cache(directory)
         fingerprints, caches[split] = fingerprint_samples(pairs, digest, old_cache,
                                                           threads=2 * cfg.effective_workers(),
                                                           on_error=cfg.on_error)
@@ -192,7 +192,7 @@ def _plan(
                              read_image_size)
         for task in planned:
             if not cfg.force:
-                record = reuse(directory, task.key, writer.file_names(task.stem, spec))
+                record = reuse(directory, task.key, writer.file_names(task.stem, spec), rehash=cfg.rehash)
                 if record is not None:
                     reused[(split, task.key)] = record
                     log.info("%s shard %s reused", split, task.index, extra={
@@ -213,6 +213,7 @@ def publish_files(result: ShardResult) -> ShardRecord:
                          result.stats, tuple(result.skipped))
     if directory is not None:
         fsync_dir(directory)
+        record = record.with_stats(directory)  # after the rename, which may change ctime
         record.save(directory)
     return record
 
