@@ -9,7 +9,8 @@ times in the same run:
 * ``fresh``: ``convert()`` into an empty folder (every sample decoded and written);
 * ``no-op``: ``convert()`` again on unchanged input — every shard reused by its recorded
   ``(size, mtime_ns, ctime_ns, inode)``, no shard byte read — with the bytes the process read
-  meanwhile (``/proc/self/io`` ``rchar``: every read() call, page cache or disk);
+  meanwhile (``/proc/self/io`` ``rchar``: every read() call, page cache or disk); timed after
+  ``sync`` (as a nightly run starts long after the last one wrote);
 * ``no-op, whole process``: the ``shardkit convert`` command as cron runs it (interpreter start
   and imports included);
 * ``--rehash``: the full check, every source and shard byte read and hashed.
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -72,6 +74,9 @@ def scale(root: Path, pairs: list[tuple[Path, Path]], times: int, args: argparse
     replicated_source(pairs, src, times, link="hardlink")
     cfg = ConvertConfig(src, out, size=(352, 480), workers=args.workers, quiet=True)
     fresh_s, _, first = timed(cfg)
+    # A nightly run starts long after the last one wrote: let the kernel write the fresh shards back first,
+    # or the re-runs' few fsyncs (manifest, records) would wait for gigabytes of writeback (ext4 data=ordered).
+    os.sync()
     noop = [timed(cfg) for _ in range(args.repeats)]
     assert all(s.reused == s.shards for _, _, s in noop), "an unchanged re-run rewrote a shard"
     whole = [cli_seconds(cfg, []) for _ in range(args.repeats)]
@@ -88,8 +93,6 @@ def scale(root: Path, pairs: list[tuple[Path, Path]], times: int, args: argparse
         "rehash_read_bytes": max(b for _, b, _ in rehash),
     }
     if not args.keep:
-        import shutil
-
         shutil.rmtree(out)
         shutil.rmtree(src)
     return res
@@ -126,14 +129,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--rehash-repeats", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="only the 1× dataset")
-    ap.add_argument("--keep", action="store_true", help="keep the datasets and shards")
+    ap.add_argument("--keep", action="store_true", help="keep the datasets and shards (the folder is printed)")
     ap.add_argument("--work", type=Path, default=None, help="work folder (default: a temporary one)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     pairs = source_pairs(args.data)
-    with tempfile.TemporaryDirectory(dir=args.work) as tmp:
-        scales = [args.times] if args.quick else [args.times, 10 * args.times]
+    tmp = tempfile.mkdtemp(prefix="shardkit-nightly-", dir=args.work)
+    scales = [args.times] if args.quick else [args.times, 10 * args.times]
+    try:
         rows = [scale(Path(tmp), pairs, t, args) for t in scales]
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if args.keep:
+        print(f"# kept in {tmp}")
     print(f"# {os.cpu_count()} CPUs (shared with other jobs), workers={args.workers}; medians of {args.repeats}")
     print(render(rows))
     if args.json:
