@@ -1,10 +1,8 @@
 """shardkit: convert segmentation datasets once into training-ready shards, read them back nearly free.
 
-``import shardkit`` imports no deep-learning framework and no ``tfrecord``; adapters
-(``shardkit.read.torch`` …) import theirs lazily.
+``import shardkit`` imports no deep-learning framework, no image decoder and no ``tfrecord``;
+adapters (``shardkit.read.torch`` …) import theirs lazily.
 """
-
-from __future__ import annotations
 
 import os as _os
 from pathlib import Path as _Path
@@ -14,26 +12,28 @@ from typing import Any as _Any
 __version__ = "0.1.0"
 
 if _TYPE_CHECKING:
+    from .config import ConvertConfig
+    from .pipeline import ConvertSummary
     from .read.dataset import Dataset
 
-__all__ = ["Dataset", "__version__", "open"]
+__all__ = ["ConvertConfig", "ConvertSummary", "Dataset", "__version__", "convert", "open"]
+
+_LAZY = {"ConvertConfig": ".config", "ConvertSummary": ".pipeline", "Dataset": ".read.dataset"}
 
 
 def __getattr__(name: str) -> _Any:
-    """``shardkit.tf`` (tf.data adapter) is imported on first use, so ``import shardkit`` stays light."""
-    if name == "Dataset":
-        from .read.dataset import Dataset
+    """Classes and ``shardkit.tf`` (tf.data adapter) load on first use, so ``import shardkit`` stays light."""
+    import importlib
 
-        return Dataset
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
     if name == "tf":
-        import importlib
-
         return importlib.import_module(".tf", __name__)
     raise AttributeError(f"module 'shardkit' has no attribute {name!r}")
 
 
-def open(path: str | _os.PathLike[str], *, labels: str = "ids", verify: bool = False,
-         label_layout: str = "channels_last") -> Dataset:
+def open(path: "str | _os.PathLike[str]", *, labels: str = "ids", verify: bool = False,
+         label_layout: str = "channels_last") -> "Dataset":
     """Open a converted split folder (``out/train``) as a random-access :class:`Dataset`.
 
     ``labels``: ``"ids"``, ``"onehot"``, ``"float_onehot"`` or ``"stored"``; ``verify=True`` checks every
@@ -42,3 +42,30 @@ def open(path: str | _os.PathLike[str], *, labels: str = "ids", verify: bool = F
     from .read.dataset import Dataset
 
     return Dataset(_Path(path), labels=labels, verify=verify, label_layout=label_layout)
+
+
+def convert(config: "ConvertConfig | str | _os.PathLike[str]", output: "str | _os.PathLike[str] | None" = None,
+            **options: _Any) -> "ConvertSummary":
+    """Convert a raw dataset folder into shards, as ``shardkit convert INPUT OUTPUT [options]`` does.
+
+    Either ``convert("raw/", "out/", size="352x480", format="lmdb", workers=4)`` — the options are
+    :class:`ConvertConfig`'s fields (the CLI's long options with ``_`` for ``-``), given as values or
+    as the CLI's strings — or ``convert(ConvertConfig(...))``. A bad option is a
+    :class:`~shardkit.errors.ConfigError`; bad input is another ``ShardkitError``. Returns what was done.
+    """
+    from .config import ConvertConfig
+    from .errors import ConfigError
+    from .pipeline import convert as run
+
+    if isinstance(config, ConvertConfig):
+        if output is not None or options:
+            raise ConfigError("convert(ConvertConfig) takes no other arguments",
+                              fix="put every option into the ConvertConfig (config.replace(...))")
+        return run(config)
+    if output is None:
+        raise ConfigError("convert needs an output folder", fix='call convert("raw/", "out/", ...)')
+    try:
+        cfg = ConvertConfig(_Path(config), _Path(output), **options)
+    except TypeError as exc:  # an unknown keyword: name it the way every other bad option is named
+        raise ConfigError(f"convert: {exc}", fix="see shardkit.ConvertConfig for the options") from None
+    return run(cfg)

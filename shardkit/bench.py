@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError, InputNotFoundError
+from .errors import ConfigError, DecodeError, InputNotFoundError
 from .onehot import kernel_name
 
 log = logging.getLogger(__name__)
@@ -133,11 +133,14 @@ def reader_pass(ds: Any, batch_size: int, limit: int, shuffle: bool, seed: int) 
     return run
 
 
-def torch_pass(path: Path, batch_size: int, limit: int, workers: int, seed: int) -> Callable[[], int]:
+def torch_pass(path: Path, batch_size: int, limit: int, workers: int, seed: int,
+               reuse_buffers: bool = False) -> Callable[[], int]:
+    """Whole epochs of ``make_loader``: by default every batch is fresh memory (safe to keep);
+    ``reuse_buffers=True`` times the opt-in ring of reused batch buffers."""
     from .read.torch import make_loader
 
     loader = make_loader(path, batch_size, shuffle=True, num_workers=workers, seed=seed, pin_memory=False,
-                         reuse_buffers=True)  # batches are not kept: time the reused-buffer path
+                         reuse_buffers=reuse_buffers)
 
     def run() -> int:  # whole epochs (breaking off mid-epoch would time the loader's reset, not its reads)
         n = 0
@@ -177,11 +180,18 @@ def naive_pass(ds: Any, limit: int, onehot: bool, source: Path | None = None,
         top, left = max((a.shape[0] - size[0]) // 2, 0), max((a.shape[1] - size[1]) // 2, 0)
         return a[top : top + size[0], left : left + size[1]]
 
+    def imread(path: Path, flag: int) -> np.ndarray:
+        arr = cv2.imread(str(path), flag)
+        if arr is None:
+            raise DecodeError("cannot read the naive pipeline's source file", path=path,
+                              fix="pass the raw dataset folder with --against RAW_DIR, or --no-against")
+        return arr
+
     def run() -> int:
         for k in range(limit):
             rec = recs[int(picks[k])]
-            image = crop(cv2.cvtColor(cv2.imread(str(root / rec["key"]), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB))
-            raw = crop(cv2.imread(str(root / rec["label"]), cv2.IMREAD_UNCHANGED))
+            image = crop(cv2.cvtColor(imread(root / rec["key"], cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB))
+            raw = crop(imread(root / rec["label"], cv2.IMREAD_UNCHANGED))
             if colour_labels:
                 rgb = raw[..., ::-1]
                 label = np.zeros(rgb.shape[:2], np.uint8)
@@ -219,7 +229,7 @@ def _cold_pass(kind: str, path: str, batch_size: int, limit: int, seed: int, sou
     import shardkit
 
     ds = shardkit.open(path)
-    sample_bytes = ds.spec.sample_nbytes(ds.spec.size)
+    sample_bytes = ds.spec.sample_nbytes(ds.require_fixed_size())
     files = shard_files(ds, Path(path))
     run = {
         "shuffled": lambda: reader_pass(ds, batch_size, limit, True, seed),
@@ -239,7 +249,7 @@ def cold_measurements(ds: Any, path: Path, *, against: bool, source: Path | None
     root = Path(source) if source is not None else Path(ds.manifest.source["root"])
     source_files = [root / r[k] for r in ds.manifest.samples for k in ("key", "label")]
     limit = len(ds)  # each sample at most once: a second read would come from the cache the first one filled
-    sample_bytes = ds.spec.sample_nbytes(ds.spec.size)
+    sample_bytes = ds.spec.sample_nbytes(ds.require_fixed_size())
     kinds = [("limit: copy out of mmap'd shards, random", "mmap", shards),
              (f"shardkit {ds.format} batched, sequential", "sequential", shards),
              (f"shardkit {ds.format} batched, shuffled", "shuffled", shards)]
@@ -305,9 +315,11 @@ def run_bench(path: Path, *, against: bool = True, source: Path | None = None, b
         log.warning("torch is not installed: skipping the PyTorch loader (pip install 'shardkit[torch]')")
     else:
         for n in workers:
-            out.append(_measure(f"shardkit torch DataLoader, {n} workers, shuffled",
-                                torch_pass(path, batch_size, limit, n, seed), repeats, sample_bytes,
-                                note="steady state; worker start-up excluded"))
+            for reuse in (False, True):
+                out.append(_measure(
+                    f"shardkit torch loader, {n} workers, " + ("reuse_buffers" if reuse else "batches kept"),
+                    torch_pass(path, batch_size, limit, n, seed, reuse), repeats, sample_bytes,
+                    note="steady state; worker start-up excluded"))
     if against:
         out.append(_measure("naive online: decode + crop (uint8, ids)", naive_pass(ds, naive_samples, False, source),
                             repeats, sample_bytes))

@@ -21,7 +21,7 @@ from .errors import ConfigError, ShardkitError
 from .logs import JsonFormatter
 from .logs import setup as setup_logging
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SKIPPED = 0, 1, 2, 3
+EXIT_SKIPPED = 3  # converted, but --on-error skip left some inputs out (README: exit codes)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -60,6 +60,9 @@ def _errors_to_exit_codes(fn: F) -> F:
 @click.version_option(__version__, prog_name="shardkit")
 def main() -> None:
     """Convert segmentation datasets once into training-ready shards, and inspect them."""
+    # Every command starts from plain warnings on stderr (convert and demo then choose their own);
+    # nothing of a previous command in the same process (e.g. its JSON format) carries over.
+    setup_logging(quiet=True)
 
 
 def _size(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[int, int] | None:

@@ -17,10 +17,6 @@ from typing import Any, Literal
 from .errors import ConfigError
 
 FormatName = Literal["npy", "lmdb", "hdf5", "tfrecord"]
-ResizeMode = Literal["none", "exact", "shorter"]
-CropMode = Literal["center", "none"]
-LabelEncoding = Literal["index", "onehot", "packed"]
-OnError = Literal["fail", "skip"]
 
 FORMATS: tuple[str, ...] = ("npy", "lmdb", "hdf5", "tfrecord")
 DEFAULT_SHARD_SAMPLES = 500
@@ -88,9 +84,6 @@ class ShardSize:
                               fix="use e.g. --shard-size 500")
         return cls(samples=value)
 
-    def describe(self) -> str:
-        return f"{self.samples} samples" if self.samples else f"{self.nbytes} bytes"
-
 
 @dataclass(frozen=True)
 class ConvertConfig:
@@ -134,6 +127,7 @@ class ConvertConfig:
                                   fix=f"use a local {name} folder (copy or mount the data first)")
         object.__setattr__(self, "input", Path(self.input))
         object.__setattr__(self, "output", Path(self.output))
+        self._normalise()
         self._check_choice("format", self.format, FORMATS)
         self._check_choice("resize", self.resize, ("none", "exact", "shorter"))
         self._check_choice("crop", self.crop, ("center", "none"))
@@ -164,6 +158,42 @@ class ConvertConfig:
             )
         if self.compression == "lzf" and self.format == "tfrecord":
             raise ConfigError("--compression lzf is HDF5-only", fix="use --compression gzip with tfrecord")
+
+    def _normalise(self) -> None:
+        """Accept the CLI's spellings from Python callers: ``size="352x480"``, ``shard_size="256MB"``,
+        ``splits="train,val"``, paths as strings, ints as strings; anything else wrong is a ConfigError."""
+        size: Any = self.size
+        if isinstance(size, str):
+            size = parse_size(size)
+        elif size is not None:
+            try:
+                h, w = (int(v) for v in size)
+                ok = (h, w) == tuple(size) and h > 0 and w > 0
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise ConfigError(f"size {size!r} is not (height, width) or 'HxW'", fix="write it like size='352x480'")
+            size = (h, w)
+        object.__setattr__(self, "size", size)
+        if isinstance(self.shard_size, bool) or not isinstance(self.shard_size, (ShardSize, int, str)):
+            raise ConfigError(f"shard_size {self.shard_size!r} is not a sample count or a byte size like '256MB'")
+        if not isinstance(self.shard_size, ShardSize):
+            object.__setattr__(self, "shard_size", ShardSize.parse(self.shard_size))
+        if isinstance(self.splits, str):
+            object.__setattr__(self, "splits", tuple(s.strip() for s in self.splits.split(",") if s.strip()))
+        else:
+            object.__setattr__(self, "splits", tuple(self.splits))
+        for name in ("class_dict", "palette"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(getattr(self, name)))
+        for name in ("num_classes", "ignore_index", "unknown_as", "colour_tolerance", "workers", "max_pixels"):
+            value = getattr(self, name)
+            if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+                continue
+            try:
+                object.__setattr__(self, name, int(str(value)))
+            except ValueError:
+                raise ConfigError(f"{name}={value!r} is not an integer") from None
 
     @staticmethod
     def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:

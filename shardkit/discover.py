@@ -13,13 +13,11 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from .errors import ConfigError, InputNotFoundError, LayoutError, ShardkitError
 
 logger = logging.getLogger(__name__)
 
-LabelKind = Literal["ids", "colour", "palette", "cityscapes"]
 #: Layout names in the order ``layout="auto"`` tries them (most specific first).
 LAYOUTS: tuple[str, ...] = ("cityscapes", "voc", "generic", "class_dict", "segnet", "listfile")
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp"})
@@ -130,9 +128,12 @@ def _walk(top: Path, recursive: bool = True) -> Iterator[tuple[str, str, str]]:
             stack.extend(f"{rel}/{d}" if rel else d for d in reversed(dirs))
 
 
-def _rel(root: Path, path: str | Path) -> str:
-    """Path relative to ``root`` with POSIX separators (paths here are always built under root)."""
-    return str(path)[len(str(root).rstrip(os.sep)) + 1:].replace(os.sep, "/")
+def rel_path(root: Path, path: str | Path) -> str:
+    """``path`` relative to ``root`` with POSIX separators (a string test, no stat); outside ``root``: whole."""
+    text, prefix = str(path), str(root).rstrip(os.sep) + os.sep
+    if text.startswith(prefix):
+        return text[len(prefix):].replace(os.sep, "/")
+    return Path(path).as_posix()
 
 
 def _match(root: Path, image_dir: Path, label_dir: Path, suffixes: tuple[str, ...], label_ext: str = "",
@@ -153,21 +154,21 @@ def _match(root: Path, image_dir: Path, label_dir: Path, suffixes: tuple[str, ..
         if image_tag and stem.endswith(image_tag):
             stem = stem[: -len(image_tag)]
         hits = [p for s in suffixes for p in labels.get((rel, stem + s), ())]
-        key = _rel(root, path)
+        key = rel_path(root, path)
         if not hits:
             found.images.append(key)
             continue
         if len(hits) > 1:
             raise LayoutError(f"image {key} matches {len(hits)} labels: "
-                              f"{', '.join(_rel(root, h) for h in hits)}",
+                              f"{', '.join(rel_path(root, h) for h in hits)}",
                               path=root, fix="remove the extra labels or choose one with --label-suffix")
         if hits[0] in claimed:
-            raise LayoutError(f"label {_rel(root, hits[0])} matches two images: "
-                              f"{_rel(root, claimed[hits[0]])} and {key}",
+            raise LayoutError(f"label {rel_path(root, hits[0])} matches two images: "
+                              f"{rel_path(root, claimed[hits[0]])} and {key}",
                               path=root, fix="remove or rename one of the images (one image per stem)")
         claimed[hits[0]] = path
         found.pairs.append(SamplePair(key, Path(path), Path(hits[0])))
-    found.labels = [_rel(root, p) for paths in labels.values() for p in paths if p not in claimed]
+    found.labels = [rel_path(root, p) for paths in labels.values() for p in paths if p not in claimed]
     return found
 
 
@@ -221,17 +222,17 @@ def _read_pair_list(root: Path, listfile: Path, listings: _Listings) -> _Found:
             raise InputNotFoundError(f"line {number}: {raw} matches no file under {root}", path=listfile,
                                      fix="add the file or correct the line (paths match by their tail)")
         if image in seen:
-            raise LayoutError(f"lines {seen[image]} and {number} both name image {_rel(root, image)}",
+            raise LayoutError(f"lines {seen[image]} and {number} both name image {rel_path(root, image)}",
                               path=listfile, fix="remove the duplicate line")
         seen[image] = number
-        found.pairs.append(SamplePair(_rel(root, image), Path(image), Path(label)))
+        found.pairs.append(SamplePair(rel_path(root, image), Path(image), Path(label)))
     return found
 
 
 def _one(root: Path, stem: str, paths: list[str]) -> str | None:
     """The single file for ``stem``, None if none; two files for one stem is an error naming both."""
     if len(paths) > 1:
-        raise LayoutError(f"stem {stem!r} has {len(paths)} files: {', '.join(_rel(root, p) for p in paths)}",
+        raise LayoutError(f"stem {stem!r} has {len(paths)} files: {', '.join(rel_path(root, p) for p in paths)}",
                           path=root, fix="remove or rename all but one of them")
     return paths[0] if paths else None
 
@@ -249,11 +250,11 @@ def _voc_split(root: Path, index: Callable[[], _VocIndex], listfile: Path | None
         seen[stem] = number
         image, label = _one(root, stem, images.get(stem, [])), _one(root, stem, labels.get(stem, []))
         if image and label:
-            found.pairs.append(SamplePair(_rel(root, image), Path(image), Path(label)))
+            found.pairs.append(SamplePair(rel_path(root, image), Path(image), Path(label)))
         elif label:
-            found.labels.append(_rel(root, label))
+            found.labels.append(rel_path(root, label))
         elif image:
-            found.images.append(_rel(root, image))
+            found.images.append(rel_path(root, image))
         else:
             raise InputNotFoundError(f"line {number}: no image or label named {stem!r}", path=listfile,
                                      fix="add it to JPEGImages/ and SegmentationClass/ or remove the line")
@@ -317,7 +318,7 @@ def _find_voc(root: Path) -> Path | None:
     for _ in range(3):
         hits = [d for d in level if (d / "JPEGImages").is_dir() and (d / "SegmentationClass").is_dir()]
         if len(hits) > 1:
-            raise LayoutError(f"several VOC folders: {', '.join(_rel(root, h) for h in hits)}", path=root,
+            raise LayoutError(f"several VOC folders: {', '.join(rel_path(root, h) for h in hits)}", path=root,
                               fix="point the input at one of them")
         if hits:
             return hits[0]

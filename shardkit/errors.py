@@ -13,12 +13,12 @@ from pathlib import Path
 class ShardkitError(Exception):
     """Base of every error shardkit raises on purpose."""
 
-    exit_code = 1
-
     def __init__(self, message: str, *, path: str | Path | None = None, fix: str | None = None) -> None:
         self.path = str(path) if path is not None else None
         self.fix = fix
-        parts = [f"{self.path}: {message}" if self.path else message]
+        #: the file and the problem without the fix (e.g. for a skipped input, whose fix was already taken)
+        self.problem = f"{self.path}: {message}" if self.path else message
+        parts = [self.problem]
         if fix:
             parts.append(f"fix: {fix}")
         super().__init__(" — ".join(parts))
@@ -26,8 +26,6 @@ class ShardkitError(Exception):
 
 class ConfigError(ShardkitError, ValueError):
     """Options that contradict each other or cannot be satisfied."""
-
-    exit_code = 2
 
 
 class InputNotFoundError(ShardkitError, FileNotFoundError):

@@ -19,8 +19,8 @@ from typing import Any
 from .discover import SamplePair
 from .errors import ShardkitError
 from .formats.base import sha256_file
-from .manifest import atomic_write_bytes
-from .transform import regular_stat
+from .imageio import regular_stat
+from .publish import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 CACHE_NAME = ".fingerprints.json"

@@ -1,7 +1,7 @@
 """The manifest: the one JSON file per split that names every shard and says what a sample is.
 
-It is written last and atomically (temp name, fsync, rename): a split folder whose
-manifest exists is complete. Readers trust nothing in it blindly: every shard path
+It is written last and atomically (temp name, fsync, rename: :func:`shardkit.publish.dump_manifest`):
+a split folder whose manifest exists is complete. Readers trust nothing in it blindly: every shard path
 is checked to stay inside the split folder, and versions are checked on load.
 The JSON Schema is ``formats/manifest.schema.json``; ``formats/manifest.md`` explains it.
 """
@@ -11,10 +11,9 @@ from __future__ import annotations
 import json
 import os
 import stat
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypeGuard
 
 from .config import FORMATS
 from .errors import ShardFormatError, UnsafePathError
@@ -30,7 +29,7 @@ LABEL_ENCODINGS = ("index", "onehot", "packed")
 CLASS_ID_DTYPES = ("|u1", "<u2")
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -273,51 +272,6 @@ def check_regular_file(path: Path) -> os.stat_result:
             fix="do not use shards from untrusted sources; re-convert the data",
         )
     return st
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same folder, fsync, rename, fsync the folder."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make a rename in ``directory`` durable (best effort where directories cannot be opened)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # pragma: no cover - e.g. Windows
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
-def dump_manifest(manifest: Manifest, directory: Path) -> Path:
-    """Write ``directory/manifest.json`` atomically; sorted keys and fixed indent keep it deterministic."""
-    path = Path(directory) / MANIFEST_NAME
-    text = json.dumps(manifest.to_json(), indent=1, sort_keys=True, allow_nan=False) + "\n"
-    atomic_write_bytes(path, text.encode("utf-8"))
-    return path
 
 
 def load_manifest(directory: Path) -> Manifest:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,16 +20,18 @@ from .config import ConvertConfig
 from .discover import Discovery, discover
 from .errors import OutputError
 from .fingerprint import CACHE_NAME, fingerprint_samples, load_cache, save_cache
-from .formats.base import TMP_MARK, SampleSpec, fsync_file
+from .formats.base import SampleSpec
 from .formats.registry import writer_class
-from .journal import RECORD_PREFIX, ShardRecord, reuse
+from .imageio import read_image_size
 from .labels import ClassTable, LabelDecoder, build_class_table
 from .lock import OutputLock
-from .manifest import MANIFEST_NAME, Manifest, ShardInfo, dump_manifest, fsync_dir
+from .manifest import Manifest, ShardInfo
 from .plan import ShardTask, plan_split
 from .pool import run_tasks
+from .preprocess import fixed_size
+from .publish import collect_garbage, dump_manifest, remove_temps, rename_into_place
+from .records import RECORD_PREFIX, ShardRecord, reuse
 from .stats import Stats
-from .transform import read_image_size
 from .worker import ShardResult, WorkerContext
 
 log = logging.getLogger(__name__)
@@ -70,8 +71,9 @@ class ConvertSummary:
 
 
 def sample_spec(cfg: ConvertConfig, table: ClassTable) -> SampleSpec:
-    fixed = cfg.size is not None and (cfg.crop == "center" or cfg.resize == "exact")
-    return SampleSpec(cfg.size if fixed else None, cfg.label_encoding, table.num_classes, table.label_dtype().str)
+    """What every stored sample of this conversion looks like (its size, when one size fits all)."""
+    return SampleSpec(fixed_size(cfg.size, cfg.resize, cfg.crop), cfg.label_encoding, table.num_classes,
+                      table.label_dtype().str)
 
 
 def check_output(cfg: ConvertConfig) -> None:
@@ -84,14 +86,6 @@ def check_output(cfg: ConvertConfig) -> None:
         )
     if out.exists() and not out.is_dir():
         raise OutputError("the output path exists and is not a folder", path=out, fix="choose another output path")
-
-
-def remove_temps(directory: Path) -> None:
-    """Delete temporary shard files left by an earlier, interrupted run."""
-    if directory.is_dir():
-        for p in directory.iterdir():
-            if p.name.startswith(".") and TMP_MARK in p.name:
-                p.unlink(missing_ok=True)
 
 
 def convert(cfg: ConvertConfig) -> ConvertSummary:
@@ -111,10 +105,10 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
         log.info("%s", line)
     check_output(cfg)
     spec = sample_spec(cfg, table)
-    if cfg.size is not None and cfg.crop == "center" and table.ignore_index is None:
-        log.warning("no ignore index: where an image is smaller than --size, its label is padded with class 0 "
-                    "(pass --ignore-index ID to pad with an ignore id instead)")
     options = cfg.preprocessing()
+    # The manifest records what took effect: the Cityscapes id remap only means something for Cityscapes.
+    # (Fingerprints keep hashing the options as given, so existing shard names stay valid.)
+    recorded = options | ({} if found.layout == "cityscapes" else {"cityscapes_train_ids": None})
     writer = writer_class(cfg.format)
     settings = {"format": cfg.format, "format_version": writer.format_version, "sample": spec.to_manifest(),
                 "classes": table.to_json(), "preprocessing": options, "on_error": cfg.on_error}
@@ -131,7 +125,11 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
         log.info("%d shards planned, %d reused, %d to write, %d workers", len(tasks), len(reused), len(todo),
                  min(cfg.effective_workers(), max(len(todo), 1)))
 
+        padded = 0
+
         def publish_shard(result: ShardResult) -> None:
+            nonlocal padded
+            padded += result.padded
             record = publish_files(result)
             reused[(result.split, result.key)] = record
             log.info("%s shard %s: %d samples", result.split, result.index, len(record.samples),
@@ -150,9 +148,12 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
             for split in found.splits:
                 remove_temps(cfg.output / split)
             raise
+        if padded and table.ignore_index is None:
+            log.warning("%d samples were smaller than --size and their labels were padded with class 0, which "
+                        "losses will count as real pixels: pass --ignore-index ID to pad with an ignore id", padded)
         for split, pairs in found.splits.items():
             records = [reused[(t.split, t.key)] for t in tasks if t.split == split]
-            path = publish_split(cfg, split, pairs, records, found, table, spec, options, writer)
+            path = publish_split(cfg, split, pairs, records, found, table, spec, recorded, writer)
             save_cache(cfg.output / split, caches[split])
             summary.manifests.append(path)
             summary.samples += sum(len(r.samples) for r in records)
@@ -203,18 +204,12 @@ def _plan(
 
 def publish_files(result: ShardResult) -> ShardRecord:
     """Rename one finished shard's temporary files into place, then record it (crash-safe order)."""
-    directory = None
-    for f in result.files:
-        directory = result.directory
-        if not result.synced:  # data durable before its name points at it
-            fsync_file(directory / f.tmp_name)
-        os.replace(directory / f.tmp_name, directory / f.final_name)
+    rename_into_place(result.directory, [(f.tmp_name, f.final_name) for f in result.files], synced=result.synced)
     record = ShardRecord(result.key, tuple(f.info() for f in result.files), tuple(result.samples),
                          result.stats, tuple(result.skipped))
-    if directory is not None:
-        fsync_dir(directory)
-        record = record.with_stats(directory)  # after the rename, which may change ctime
-        record.save(directory)
+    if result.files:
+        record = record.with_stats(result.directory)  # after the rename, which may change ctime
+        record.save(result.directory)
     return record
 
 
@@ -266,22 +261,15 @@ def publish_split(
         tool_version=__version__,
     )
     path = dump_manifest(manifest, directory)
-    collect_garbage(directory, records)
+    keep = {f.name for r in records for f in r.files} | {ShardRecord.path(directory, r.key).name for r in records}
+    collect_garbage(directory, keep | {CACHE_NAME}, _owned)
     log.info("%s: %d samples in %d shards → %s", split, first, len(shards), path)
     return path
 
 
-def collect_garbage(directory: Path, records: list[ShardRecord]) -> None:
-    """Delete shard files and records that the just-written manifest does not name."""
-    keep = {f.name for r in records for f in r.files}
-    keep |= {ShardRecord.path(directory, r.key).name for r in records}
-    keep |= {MANIFEST_NAME, CACHE_NAME}
-    for p in directory.iterdir():
-        if p.name in keep or not p.is_file():
-            continue
-        if p.name.startswith(RECORD_PREFIX) or _is_shard_name(p.name):
-            p.unlink(missing_ok=True)
-    fsync_dir(directory)
+def _owned(name: str) -> bool:
+    """A file name shardkit writes into a split folder: a shard record or a shard file."""
+    return name.startswith(RECORD_PREFIX) or _is_shard_name(name)
 
 
 def _is_shard_name(name: str) -> bool:

@@ -22,6 +22,7 @@ from typing import Any
 from .config import ConvertConfig, ShardSize
 from .discover import SamplePair
 from .formats.base import SampleSpec
+from .preprocess import stored_hw
 
 
 @dataclass(frozen=True)
@@ -38,18 +39,6 @@ class ShardTask:
     @property
     def stem(self) -> str:
         return f"{self.index:05d}-{self.key[:12]}"
-
-
-def stored_hw(source_hw: tuple[int, int], cfg: ConvertConfig) -> tuple[int, int]:
-    """(H, W) a source of ``source_hw`` will have once stored (for byte-limited planning)."""
-    if cfg.size is None:
-        return source_hw
-    if cfg.crop == "center" or cfg.resize == "exact":
-        return cfg.size
-    if cfg.resize == "shorter":
-        scale = max(cfg.size[0] / source_hw[0], cfg.size[1] / source_hw[1])
-        return max(cfg.size[0], round(source_hw[0] * scale)), max(cfg.size[1], round(source_hw[1] * scale))
-    return source_hw
 
 
 def _key_hash(key: str) -> int:
@@ -112,7 +101,7 @@ def plan_split(
     if spec.size is not None or limit.nbytes is None:
         sizes = [spec.sample_nbytes(spec.size or (1, 1))] * len(pairs)
     else:
-        sizes = [spec.sample_nbytes(stored_hw(header_size(p.image), cfg)) for p in pairs]
+        sizes = [spec.sample_nbytes(stored_hw(header_size(p.image), cfg.size, cfg.resize, cfg.crop)) for p in pairs]
     tasks, start = [], 0
     for index, n in enumerate(cut_shards(sizes, [p.key for p in pairs], limit.samples, limit.nbytes)):
         chunk, fps = tuple(pairs[start : start + n]), tuple(fingerprints[start : start + n])

@@ -9,10 +9,12 @@ cluster, or a local one started here). A worker that dies surfaces as a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
-import sys
+import signal
+import threading
 import uuid
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -20,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ShardkitError, WorkerError
-from .formats.base import TMP_MARK
 from .formats.registry import writer_class
 from .plan import ShardTask
+from .progress import SampleCounter, progress_bar
+from .publish import TMP_MARK
 from .worker import ShardResult, WorkerContext, convert_shard, convert_shard_in_worker
 
 log = logging.getLogger(__name__)
@@ -31,13 +34,6 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT = 20.0
 #: Workers of the local Dask cluster started when no ``--scheduler`` is given and ``workers`` is 0.
 LOCAL_CLUSTER_WORKERS = 2
-
-
-def _progress(total: int, quiet: bool):  # type: ignore[no-untyped-def]
-    from tqdm import tqdm
-
-    disable = quiet or not sys.stderr.isatty()
-    return tqdm(total=total, unit="sample", desc="convert", disable=disable, dynamic_ncols=True, leave=False)
 
 
 def run_tasks(
@@ -61,15 +57,20 @@ def run_tasks(
     # Largest shards first, so the run does not end with one worker busy on a big shard and the
     # rest idle (shard sizes vary with content-defined cuts). Output order does not depend on it.
     tasks = sorted(tasks, key=lambda t: -len(t.samples))
-    if backend == "dask":
-        stream = _iterate_dask(tasks, ctx, workers, scheduler)
-    elif backend == "local":
-        stream = _iterate(tasks, ctx, workers, isolate)
-    else:
+    if backend not in ("local", "dask"):
         raise WorkerError(f"unknown backend {backend!r}", fix="use backend 'local' or 'dask'")
-    with _progress(total, quiet) as bar:
+    slot_of = {(t.split, t.index): i for i, t in enumerate(tasks)}
+    with progress_bar(total, quiet) as bar, _counter(len(tasks), bar, backend, quiet) as counter:
+        if backend == "dask":
+            stream = _iterate_dask(tasks, ctx, workers, scheduler)
+        else:
+            stream = _iterate(tasks, ctx, workers, isolate, counter)
         for result in stream:
-            bar.update(len(result.samples) + len(result.skipped))
+            done = len(result.samples) + len(result.skipped)
+            if counter is not None:
+                counter.settle(slot_of[(result.split, result.index)], done)
+            else:
+                bar.update(done)
             log.debug("shard %s/%05d done: %d samples", result.split, result.index, len(result.samples))
             if on_result is not None:
                 on_result(result)
@@ -79,15 +80,55 @@ def run_tasks(
     return results
 
 
+@contextlib.contextmanager
+def _counter(n: int, bar: Any, backend: str, quiet: bool) -> Iterator[SampleCounter | None]:
+    """The workers' shared per-sample counter, when a bar is shown and the workers are local processes."""
+    if backend != "local" or quiet or bar.disable:
+        yield None
+        return
+    try:
+        counter = SampleCounter(n, bar)
+    except OSError as exc:  # no shared memory / temp folder: the bar moves per shard instead
+        log.debug("per-sample progress unavailable (%s)", exc)
+        yield None
+        return
+    with counter:
+        yield counter
+
+
+@contextlib.contextmanager
+def _children_ignore_sigint() -> Iterator[None]:
+    """Worker processes started inside inherit SIGINT ignored (an ignored signal survives fork and exec).
+
+    Ctrl-C in a terminal reaches the whole process group: the workers would print KeyboardInterrupt
+    tracebacks (even mid-import) over the one line this process prints. Only this process handles it:
+    joblib then kills the workers and the pipeline removes their temporary files. A Ctrl-C pressed in
+    the ~0.1 s the workers take to start is lost (blocking it instead does not help: another thread
+    of this process would take it and drop it).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _iterate(
-    tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int, isolate: bool
+    tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int, isolate: bool, counter: SampleCounter | None,
 ) -> Iterator[ShardResult]:
-    """Local processes. ``isolate``: run even one worker in a subprocess (for writers whose imports clash)."""
+    """Local processes. ``isolate``: run even one worker in a subprocess (for writers whose imports clash).
+
+    Each task counts its samples in its slot of ``counter`` (shared with the worker processes).
+    """
     n_jobs = max(1, min(workers, len(tasks)))
     if n_jobs == 1 and not isolate:
-        for task in tasks:
-            yield convert_shard(task, ctx)
+        for slot, task in enumerate(tasks):
+            yield convert_shard(task, ctx, None if counter is None else counter.tick(slot))
         return
+    ref = None if counter is None else counter.ref
     from joblib import Parallel, delayed
     from joblib.externals.loky.process_executor import TerminatedWorkerError
 
@@ -96,13 +137,19 @@ def _iterate(
         if n_jobs == 1:  # joblib runs n_jobs=1 in this process even with loky: submit to its loky executor
             from joblib.executor import get_memmapping_executor
 
-            executor = get_memmapping_executor(1)
-            for task in tasks:
-                yield executor.submit(convert_shard_in_worker, task, ctx, parent).result()
+            with _children_ignore_sigint():
+                executor = get_memmapping_executor(1)
+                first = executor.submit(convert_shard_in_worker, tasks[0], ctx, parent, ref, 0)
+            yield first.result()
+            for slot, task in enumerate(tasks[1:], 1):
+                yield executor.submit(convert_shard_in_worker, task, ctx, parent, ref, slot).result()
             return
         parallel = Parallel(n_jobs=n_jobs, backend="loky", return_as="generator_unordered",
                             pre_dispatch="2*n_jobs")
-        yield from parallel(delayed(convert_shard_in_worker)(t, ctx, parent) for t in tasks)
+        with _children_ignore_sigint():  # joblib starts the workers and dispatches the first tasks here
+            results = parallel(delayed(convert_shard_in_worker)(t, ctx, parent, ref, slot)
+                               for slot, t in enumerate(tasks))
+        yield from results
     except TerminatedWorkerError as exc:
         raise WorkerError(
             f"a worker process died ({str(exc).splitlines()[0][:200]})",

@@ -37,7 +37,7 @@ def palette(num_classes: int, colours: Sequence[Sequence[int] | None] = ()) -> n
             continue
         hue = int((c * 0.618033988749895 % 1.0) * 180)
         sat, val = (255, 230) if c % 2 == 0 else (170, 255)
-        out[c] = cv2.cvtColor(np.uint8([[[hue, sat, val]]]), cv2.COLOR_HSV2RGB)[0, 0]
+        out[c] = cv2.cvtColor(np.array([[[hue, sat, val]]], np.uint8), cv2.COLOR_HSV2RGB)[0, 0]
     return out
 
 
@@ -68,7 +68,7 @@ def _text_width(text: str, scale: float = 0.5, thickness: int = 1) -> int:
     return cv2.getTextSize(text, FONT, scale, thickness)[0][0]
 
 
-def _swatch(img: np.ndarray, x: int, y: int, size: int, colour: Sequence[int]) -> None:
+def _swatch(img: np.ndarray, x: int, y: int, size: int, colour: Sequence[int] | np.ndarray) -> None:
     cv2.rectangle(img, (x, y), (x + size, y + size), tuple(int(v) for v in colour), -1)
     cv2.rectangle(img, (x, y), (x + size, y + size), (90, 90, 90), 1)
 

@@ -17,7 +17,7 @@ from .errors import ShardkitError
 from .formats.base import SampleSpec, sha256_file
 from .formats.registry import reader_class
 from .manifest import MANIFEST_NAME, load_manifest
-from .transform import decode_label_encoding
+from .preprocess import decode_label_encoding
 
 log = logging.getLogger(__name__)
 

@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,13 +18,16 @@ from typing import Any
 import numpy as np
 
 from .config import DEFAULT_MAX_PIXELS
-from .errors import ShardkitError
+from .discover import rel_path
+from .errors import LabelError, ShardkitError
 from .formats.base import SampleSpec, WrittenFile
 from .formats.registry import writer_class
+from .imageio import check_pixels, decode_image, regular_stat
 from .labels import LabelDecoder
 from .plan import ShardTask
+from .preprocess import encode_label, fit_pair, pads
+from .progress import CounterRef, worker_tick
 from .stats import Stats
-from .transform import check_pixels, decode_image, encode_label, fit_pair, regular_stat
 
 log = logging.getLogger(__name__)
 
@@ -62,25 +66,40 @@ class ShardResult:
     stats: dict[str, Any] = field(default_factory=dict)
     skipped: list[dict[str, str]] = field(default_factory=list)
     synced: bool = True  # False: the files still need an fsync before they are published
+    padded: int = 0  # samples smaller than --size after resizing, padded (image 0, label the pad id)
 
 
-def _rel(path: Path, root: Path) -> str:
-    return path.relative_to(root).as_posix() if path.is_relative_to(root) else path.as_posix()
+def _lossy_label_hint(exc: LabelError, label: Path | None) -> LabelError:
+    """``exc`` as it is, or — for a JPEG label — the reason its ids or colours are wrong and the real fix."""
+    try:
+        with open(label or "", "rb") as f:
+            jpeg = f.read(3) == b"\xff\xd8\xff"
+    except OSError:
+        jpeg = False
+    if not jpeg:
+        return exc
+    return LabelError(f"{exc.problem} — the label is a JPEG: lossy compression changes ids and colours along every "
+                      "edge, so labels must be stored losslessly", fix="re-export the labels as PNG from their "
+                      "source (converting the JPEG cannot restore the lost values)")
 
 
-def process_sample(pair: Any, ctx: WorkerContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Decode + fit + encode one pair → (image, stored label, class ids)."""
+def process_sample(pair: Any, ctx: WorkerContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """Decode + fit + encode one pair → (image, stored label, class ids, whether it was padded)."""
     regular_stat(pair.image, "image")  # before anything opens it: a FIFO would block
     check_pixels(pair.image, ctx.max_pixels, "image")
     if pair.label is not None:
         regular_stat(pair.label, "label")
         check_pixels(pair.label, ctx.max_pixels, "label")
     image = decode_image(pair.image)
-    ids = ctx.decoder.decode(pair.label)
+    try:
+        ids = ctx.decoder.decode(pair.label)
+    except LabelError as exc:
+        raise _lossy_label_hint(exc, pair.label) from None
     pad = ctx.decoder.table.ignore_index if ctx.decoder.table.ignore_index is not None else 0
+    padded = pads(image.shape[:2], ctx.size, ctx.resize, ctx.crop)
     image, ids = fit_pair(image, ids, size=ctx.size, resize=ctx.resize, crop=ctx.crop, pad_label=pad,
                           label_path=pair.label)
-    return image, encode_label(ids, ctx.spec.label_encoding, ctx.spec.num_classes), ids
+    return image, encode_label(ids, ctx.spec.label_encoding, ctx.spec.num_classes), ids, padded
 
 
 def _write(fn: Any, task: ShardTask, *args: Any) -> Any:
@@ -125,47 +144,62 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def convert_shard_in_worker(task: ShardTask, ctx: WorkerContext, parent_pid: int) -> ShardResult:
-    """:func:`convert_shard` in a local pool process that dies with ``parent_pid``."""
+def convert_shard_in_worker(task: ShardTask, ctx: WorkerContext, parent_pid: int, counter: CounterRef | None = None,
+                            slot: int = 0) -> ShardResult:
+    """:func:`convert_shard` in a local pool process that dies with ``parent_pid``.
+
+    ``counter``/``slot``: the parent's progress counter file and this task's slot in it.
+    """
     die_with_parent(parent_pid)
-    return convert_shard(task, ctx)
+    return convert_shard(task, ctx, worker_tick(counter, slot))
 
 
-def convert_shard(task: ShardTask, ctx: WorkerContext) -> ShardResult:
-    """Write shard ``task.stem`` of ``task.split`` to temporary names and describe it."""
+def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] | None = None) -> ShardResult:
+    """Write shard ``task.stem`` of ``task.split`` to temporary names and describe it.
+
+    ``tick`` is called once per sample written or skipped (the progress bar).
+    """
     try:
         import cv2
 
         cv2.setNumThreads(1)  # one process per core already; OpenCV threads would only contend
+        # silent: every decode failure is reported as one shardkit line, not OpenCV chatter before it
+        cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
     except Exception:  # pragma: no cover
         pass
     stats = Stats(ctx.spec.num_classes)
     writer = writer_class(ctx.format)(task.directory, task.stem, ctx.spec, len(task.samples), ctx.compression)
     samples: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
+    padded = 0
     try:
         for pair, fingerprint in zip(task.samples, task.fingerprints, strict=True):
             try:
-                image, stored, ids = process_sample(pair, ctx)
+                image, stored, ids, was_padded = process_sample(pair, ctx)
             except ShardkitError as exc:
                 if ctx.on_error != "skip":
                     raise
                 log.debug("skipped %s: %s", pair.key, exc)
-                skipped.append({"key": pair.key, "reason": str(exc)})
+                skipped.append({"key": pair.key, "reason": exc.problem})  # its fix was "--on-error skip"
+                if tick is not None:
+                    tick()
                 continue
             _write(writer.add, task, image, stored, pair.key)
+            padded += was_padded
             present = stats.add(image, ids)
             samples.append({
                 "key": pair.key,
-                "label": _rel(pair.label, ctx.root),
+                "label": rel_path(ctx.root, pair.label) if pair.label is not None else None,
                 "height": int(image.shape[0]),
                 "width": int(image.shape[1]),
                 "classes": present,
                 "fingerprint": fingerprint,
             })
+            if tick is not None:
+                tick()
         files = _write(writer.close, task, ctx.sync_files)
     except BaseException:
         writer.abort()
         raise
     return ShardResult(task.split, task.index, task.key, task.directory, files, samples, stats.to_wire(), skipped,
-                       ctx.sync_files)
+                       ctx.sync_files, padded)

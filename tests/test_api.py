@@ -5,18 +5,20 @@ from __future__ import annotations
 import inspect
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import shardkit
+from shardkit.errors import ConfigError
 
 
 def test_public_names_are_only_the_api() -> None:
     code = "import shardkit; print(' '.join(n for n in dir(shardkit) if not n.startswith('_')))"
     names = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
-    assert names - {"annotations"} == {"open"}  # a fresh import: no Any, TYPE_CHECKING or helper modules
-    assert set(shardkit.__all__) == {"Dataset", "__version__", "open"}
-    assert shardkit.Dataset.__name__ == "Dataset"
+    assert names == {"convert", "open"}  # a fresh import: no Any, TYPE_CHECKING, annotations or helper modules
+    assert set(shardkit.__all__) == {"ConvertConfig", "ConvertSummary", "Dataset", "__version__", "convert", "open"}
+    assert all(getattr(shardkit, n).__name__ == n for n in ("ConvertConfig", "ConvertSummary", "Dataset"))
 
 
 def test_open_takes_its_options_by_keyword_and_names_them() -> None:
@@ -28,3 +30,35 @@ def test_open_takes_its_options_by_keyword_and_names_them() -> None:
 def test_open_refuses_an_unknown_option(tmp_path) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(TypeError):
         shardkit.open(tmp_path, label="ids")  # type: ignore[call-arg]
+
+
+def test_reading_imports_no_image_decoder(tmp_path: Path) -> None:
+    """The numpy core reader (open, index, batch) loads neither OpenCV nor PIL nor libspng."""
+    golden = Path(__file__).resolve().parents[1] / "formats" / "golden" / "npy-fixed" / "train"
+    code = ("import sys, shardkit; ds = shardkit.open(sys.argv[1]); ds[0]; ds.batch([0, 1]); "
+            "print(' '.join(m for m in ('cv2', 'PIL', 'pyspng') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, str(golden)], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [], f"the reader imported {out.stdout.strip()}"
+
+
+def test_convert_takes_the_clis_strings_and_returns_the_summary(tmp_path: Path) -> None:
+    from shardkit.demo import make_demo
+
+    raw = make_demo(tmp_path / "raw", train=3, val=1, size=(48, 64))
+    summary = shardkit.convert(raw, tmp_path / "out", size="32x40", shard_size="2", splits="train", workers="1",
+                               quiet=True)
+    assert isinstance(summary, shardkit.ConvertSummary)
+    assert (summary.samples, summary.shards) == (3, 2)
+    ds = shardkit.open(tmp_path / "out" / "train")
+    assert ds[0][0].shape == (32, 40, 3)
+    assert not (tmp_path / "out" / "val").exists()
+
+
+def test_convert_accepts_a_config_and_refuses_bad_options(tmp_path: Path) -> None:
+    cfg = shardkit.ConvertConfig(tmp_path / "raw", tmp_path / "out")
+    with pytest.raises(ConfigError, match="no other arguments"):
+        shardkit.convert(cfg, size="32x40")
+    with pytest.raises(ConfigError, match="sise"):
+        shardkit.convert(tmp_path / "raw", tmp_path / "out", sise="32x40")
+    with pytest.raises(ConfigError, match="HEIGHTxWIDTH"):
+        shardkit.convert(tmp_path / "raw", tmp_path / "out", size="32 by 40")

@@ -99,6 +99,24 @@ def test_bad_input_gives_one_line_and_keeps_previous_output(case: str, camvid_ro
     assert skip.exit_code == 3
     manifest = json.loads((tmp_path / "skip" / "val" / "manifest.json").read_text())
     assert [s["key"] for s in manifest["skipped"]] == [f"val/{names[2]}"]
+    reason = manifest["skipped"][0]["reason"]
+    assert names[2] in reason and "--on-error skip" not in reason  # the fix it would suggest was taken
+
+
+def test_a_corrupt_png_is_one_line_without_decoder_chatter(camvid_root: Path, tmp_path: Path) -> None:
+    """OpenCV/libpng write warnings straight to fd 2; the user sees only shardkit's line (a real process)."""
+    import subprocess
+    import sys
+
+    raw = tmp_path / "raw"
+    names = make_raw(camvid_root, raw, n=2)
+    target = raw / "valannot" / names[1]
+    target.write_bytes(target.read_bytes()[:3000])
+    for workers in ("1", "2"):
+        res = subprocess.run([sys.executable, "-m", "shardkit", "convert", str(raw), str(tmp_path / f"o{workers}"),
+                              "-q", "--workers", workers], capture_output=True, text=True, timeout=120)
+        assert res.returncode == 1
+        assert res.stderr.strip().splitlines() == [one_line_error(res.stderr)], res.stderr
 
 
 def test_unreadable_file_is_named(camvid_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -310,3 +328,17 @@ def test_other_os_errors_are_one_line(camvid_root: Path, tmp_path: Path, monkeyp
     assert res.exit_code == 1
     line = one_line_error(res.output)
     assert ".fingerprints.json" in line and "Permission denied" in line and "fix:" in line
+
+
+def test_a_jpeg_label_is_named_as_the_cause(camvid_root: Path, tmp_path: Path) -> None:
+    """A JPEG label's stray ids are explained (lossy edges) with the real fix, not '--num-classes'."""
+    raw = tmp_path / "raw"
+    names = make_raw(camvid_root, raw, n=2)
+    label = raw / "valannot" / names[0]
+    ids = cv2.imread(str(label), cv2.IMREAD_UNCHANGED)
+    label.unlink()
+    cv2.imwrite(str(label.with_suffix(".jpg")), ids, [cv2.IMWRITE_JPEG_QUALITY, 90])
+    res = invoke("convert", raw, tmp_path / "out", "-q", "--workers", "1")
+    assert res.exit_code == 1
+    line = one_line_error(res.output)
+    assert f"{names[0][:-4]}.jpg" in line and "is a JPEG" in line and "re-export the labels as PNG" in line

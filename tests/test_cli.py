@@ -106,6 +106,13 @@ def test_json_log_lines(camvid_root: Path, tmp_path: Path) -> None:
     assert kinds.count("shard_done") >= 2 and "skipped" in kinds
     summary = events[-1]
     assert summary["samples"] == 3 and summary["skipped"] == 1 and summary["samples_per_second"] > 0
+    # the next command in the same process starts afresh: its error is click's plain line, not JSON
+    res = CliRunner().invoke(main, ["verify", str(tmp_path / "missing")])
+    assert res.exit_code != 0 and not res.output.lstrip().startswith("{")
+    bad_manifest = tmp_path / "o" / "val" / "manifest.json"
+    bad_manifest.write_text("{")
+    res = CliRunner().invoke(main, ["info", str(tmp_path / "o" / "val")])
+    assert res.exit_code == 1 and res.output.startswith("Error:"), res.output
 
 
 def test_verify_passes_then_reports_a_corrupt_shard(camvid_root: Path, tmp_path: Path) -> None:

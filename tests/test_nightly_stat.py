@@ -12,14 +12,15 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_nightly import copy_split  # the test folder is on sys.path (pytest prepend import mode)
 
-import shardkit.journal
+import shardkit.records
 from shardkit.cli import main
 from shardkit.config import ConvertConfig, ShardSize
-from shardkit.journal import RECORD_PREFIX, file_stat
 from shardkit.pipeline import convert
+from shardkit.records import RECORD_PREFIX, file_stat
 from shardkit.verify import published_digests, verify_split
+
+from .test_nightly import copy_split
 
 
 def rchar() -> int:
@@ -31,11 +32,11 @@ def rchar() -> int:
 
 
 class HashCounter:
-    """Stands in for ``journal.sha256_file``: counts the shard files hashed, then hashes them."""
+    """Stands in for ``records.sha256_file``: counts the shard files hashed, then hashes them."""
 
     def __init__(self) -> None:
         self.paths: list[Path] = []
-        self.real = shardkit.journal.sha256_file
+        self.real = shardkit.records.sha256_file
 
     def __call__(self, path: Path) -> str:
         self.paths.append(Path(path))
@@ -45,7 +46,7 @@ class HashCounter:
 @pytest.fixture()
 def hashes(monkeypatch: pytest.MonkeyPatch) -> HashCounter:
     counter = HashCounter()
-    monkeypatch.setattr(shardkit.journal, "sha256_file", counter)
+    monkeypatch.setattr(shardkit.records, "sha256_file", counter)
     return counter
 
 

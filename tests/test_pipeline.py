@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import logging
 from pathlib import Path
 
 import cv2
@@ -69,6 +70,7 @@ def test_camvid_manifest_counts_classes_and_shards(camvid_converted, camvid_root
     sizes = [s.num_samples for s in m.shards]
     assert sum(sizes) == 123 and max(sizes) <= 50 and len(sizes) >= 3
     assert m.classes["num_classes"] == 12 and m.classes["ignore_index"] == 11
+    assert m.preprocessing["cityscapes_train_ids"] is None  # a SegNet dataset: the remap did not apply
     counts = np.zeros(12, np.int64)
     for i in range(len(ds)):
         counts += np.bincount(ds[i][1].ravel(), minlength=12)
@@ -221,11 +223,11 @@ def test_every_shard_file_is_fsynced_before_its_final_name_appears(camvid_root: 
                                                                      workers: int) -> None:
     import os
 
-    import shardkit.pipeline as pipeline
+    import shardkit.publish as publish
 
     events: list[tuple[str, str]] = []
-    real_fsync, real_replace = pipeline.fsync_file, os.replace
-    monkeypatch.setattr(pipeline, "fsync_file", lambda p: (events.append(("fsync", Path(p).name)), real_fsync(p)))
+    real_fsync, real_replace = publish.fsync_file, os.replace
+    monkeypatch.setattr(publish, "fsync_file", lambda p: (events.append(("fsync", Path(p).name)), real_fsync(p)))
     monkeypatch.setattr(os, "replace", lambda a, b: (events.append(("replace", Path(a).name)), real_replace(a, b)))
     out = tmp_path / "out"
     convert(ConvertConfig(camvid_root, out, format="npy", size=CROP, splits=("val",),
@@ -234,3 +236,23 @@ def test_every_shard_file_is_fsynced_before_its_final_name_appears(camvid_root: 
     assert len(renamed) >= 6  # ≥ 3 shards × 2 files
     for name in renamed:
         assert ("fsync", name) in events[: events.index(("replace", name))], name
+
+
+def test_padding_warning_only_when_samples_were_padded(rgb_masks_root: Path, tmp_path: Path,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """No ignore index: the 'labels padded with class 0' warning names how many samples were padded, and is
+    silent when a centre crop pads nothing (it used to fire on the demo before anything was converted)."""
+    from shardkit.demo import make_demo
+
+    h, w = np.max([cv2.imread(str(p)).shape[:2] for p in (rgb_masks_root / "val").iterdir()], axis=0)
+    with caplog.at_level(logging.WARNING, logger="shardkit"):
+        convert(ConvertConfig(rgb_masks_root, tmp_path / "big", size=(int(h) + 8, int(w) + 8), splits=("val",),
+                              unknown_as=0, quiet=True))
+    n_val = len(list((rgb_masks_root / "val").iterdir()))
+    padded = [r.getMessage() for r in caplog.records if "padded with class 0" in r.getMessage()]
+    assert len(padded) == 1 and padded[0].startswith(f"{n_val} samples were smaller than --size")
+    caplog.clear()
+    make_demo(tmp_path / "demo")
+    with caplog.at_level(logging.WARNING, logger="shardkit"):
+        convert(ConvertConfig(tmp_path / "demo", tmp_path / "demo-out", size=(96, 128), quiet=True))
+    assert not [r for r in caplog.records if "padded" in r.getMessage()]

@@ -80,3 +80,43 @@ def test_largest_shards_are_dispatched_first(camvid_root: Path, tmp_path: Path) 
                               shard_size=ShardSize(samples=16), workers=1, quiet=True))
     assert len(set(seen)) > 1  # content-defined cuts: shards of different sizes
     assert seen == sorted(seen, reverse=True)
+
+
+@pytest.mark.parametrize("when", ["workers starting", "shards being written"])
+def test_ctrl_c_is_one_line_and_leaves_no_temporary_files(camvid_root: Path, tmp_path: Path, when: str) -> None:
+    """Ctrl-C reaches the whole process group: the workers must not print tracebacks over the one line
+    (not even while they are still importing), and no temporary shard file may stay behind."""
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "shardkit", "convert", str(camvid_root), str(out), "--size",
+                             "360x480", "--workers", "2", "--shard-size", "16"], start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    if when == "workers starting":
+        import psutil  # (comes with dask.distributed)
+
+        def ignoring_sigint() -> bool:  # the parent ignores SIGINT only while it starts the workers
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            return bool(int(status.split("SigIgn:")[1].split()[0], 16) & (1 << (signal.SIGINT - 1)))
+
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (sum(
+                "popen_loky" in " ".join(c.cmdline()) for c in psutil.Process(proc.pid).children()) < 2
+                or ignoring_sigint()):
+            time.sleep(0.002)  # until both workers exist
+        time.sleep(0.2)  # Python is up in them, they are importing numpy, OpenCV …
+    else:
+        deadline = time.monotonic() + 120
+        while not any(".tmp-" in p.name for p in out.rglob("*")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, output
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+    assert output.splitlines()[-1].startswith("interrupted;")
+    time.sleep(0.5)  # a surviving worker would keep writing: give it the chance to show
+    assert not [p for p in out.rglob("*") if ".tmp-" in p.name]
+    assert not list(out.rglob("manifest.json"))

@@ -28,8 +28,8 @@ from shardkit import pool
 from shardkit.cli import main
 from shardkit.config import ConvertConfig, ShardSize
 from shardkit.errors import DecodeError, WorkerError
-from shardkit.formats.base import TMP_MARK
 from shardkit.pipeline import convert
+from shardkit.publish import TMP_MARK
 
 SIZE = (352, 480)
 SHARD = 5

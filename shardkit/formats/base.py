@@ -1,8 +1,8 @@
 """What every shard format shares: the sample spec, temp-name writing, fsync, hashing, readers' checks.
 
 A format module only says how samples become bytes (writer) and bytes become samples
-(reader). Everything else — temporary names, durability, sha256, size limits, path
-safety, lazy per-process opening — lives here, once.
+(reader). Everything else — temporary names, sha256, size limits, path safety, lazy
+per-process opening — lives here, once; fsync and renaming are :mod:`shardkit.publish`'s.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import numpy as np
 
 from ..errors import IntegrityError, ShardFormatError
 from ..manifest import ShardFile, ShardInfo, check_regular_file, member_path
+from ..publish import TMP_MARK, fsync_file
 
 HASH_CHUNK = 8 * 1024 * 1024
-TMP_MARK = ".tmp-"
 
 
 @dataclass(frozen=True)
@@ -119,14 +119,6 @@ def sha256_file(path: Path, *, mapped: bool = False) -> str:
             while chunk := fh.read(HASH_CHUNK):
                 h.update(chunk)
     return h.hexdigest()
-
-
-def fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class ShardWriter(ABC):
@@ -293,7 +285,7 @@ class ShardReader(ABC):
         """
         return None
 
-    def read_batch_into(self, local_indices: Sequence[int], out_images: np.ndarray,
+    def read_batch_into(self, local_indices: Sequence[int] | np.ndarray, out_images: np.ndarray,
                         out_labels: np.ndarray) -> None:
         """Read samples ``local_indices`` into ``out_images[k]``/``out_labels[k]`` (fixed-size data).
 
@@ -320,4 +312,5 @@ class ShardReader(ABC):
         shapes = getattr(self, "_shapes", None)
         if shapes is not None:
             return int(shapes[i, 0]), int(shapes[i, 1])
-        return tuple(self.read(i)[0].shape[:2])  # type: ignore[return-value]
+        h, w = self.read(i)[0].shape[:2]
+        return int(h), int(w)

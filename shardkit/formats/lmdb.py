@@ -154,7 +154,7 @@ class LmdbReader(ShardReader):
         with self._env.begin(buffers=False) as txn:
             return self.decode_record(txn.get(sample_key(i)), i)
 
-    def read_batch_into(self, local_indices: Sequence[int], out_images: np.ndarray,
+    def read_batch_into(self, local_indices: Sequence[int] | np.ndarray, out_images: np.ndarray,
                         out_labels: np.ndarray) -> None:
         """One read transaction per run; each record is viewed in place and copied once into ``out``.
 

@@ -85,8 +85,8 @@ class NpyWriter(ShardWriter):
     def add(self, image: np.ndarray, label: np.ndarray, key: str) -> None:
         if self._streams:
             img, lab = self._streams
-            img.write(memoryview(np.ascontiguousarray(image, dtype=np.uint8)).cast("B"))
-            lab.write(memoryview(np.ascontiguousarray(label, dtype=lab.dtype)).cast("B"))
+            img.write(np.ascontiguousarray(image, dtype=np.uint8).data.cast("B"))
+            lab.write(np.ascontiguousarray(label, dtype=lab.dtype).data.cast("B"))
         else:
             self._images.append(image)
             self._labels.append(label)
@@ -178,7 +178,7 @@ class NpyReader(ShardReader):
             self._plain_pid = self._pid
         return self._plain
 
-    def read_batch_into(self, local_indices: Sequence[int], out_images: np.ndarray,
+    def read_batch_into(self, local_indices: Sequence[int] | np.ndarray, out_images: np.ndarray,
                         out_labels: np.ndarray) -> None:
         """One copy per array: a slice for consecutive indices, else one fancy-index gather (``np.take``)."""
         if self.spec.size is None:

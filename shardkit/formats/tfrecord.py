@@ -59,7 +59,9 @@ def _record_writer() -> type:
             return example_pb2.Feature(bytes_list=example_pb2.BytesList(value=[value]))
         return example_pb2.Feature(int64_list=example_pb2.Int64List(value=[value]))
 
-    class Writer(TFRecordWriter):  # type: ignore[misc, valid-type]
+    class Writer(TFRecordWriter):
+        file: Any  # the package's output stream; a GzipFile over it when gzipped
+
         def __init__(self, path: Path, gzipped: bool) -> None:
             super().__init__(str(path))
             self.raw, self.position = self.file, 0  # position: offset in the uncompressed stream
@@ -140,7 +142,7 @@ def _varint(buf: Any, pos: int) -> tuple[int, int]:
 
 def _fields(buf: Any, start: int, end: int) -> list[tuple[int, int, Any]]:
     """(field number, wire type, varint value or (start, end) of a length-delimited payload) of a message."""
-    out = []
+    out: list[tuple[int, int, Any]] = []
     pos = start
     while pos < end:
         tag, pos = _varint(buf, pos)
@@ -207,10 +209,11 @@ class TfrecordReader(ShardReader):
     collision, which the per-read check could not catch either). Any other CRC means a fresh parse.
     """
 
-    _buf: Any = None
-    _view: memoryview | None = None
-    _index: np.ndarray | None = None
-    _layouts: dict[int, tuple[int, int, int, int, int]] | None = None
+    # Set by _open (ensure_open runs it before any read) and dropped when pickled.
+    _buf: Any
+    _view: memoryview
+    _index: np.ndarray
+    _layouts: dict[int, tuple[int, int, int, int, int]]
 
     def _handle_attrs(self) -> tuple[str, ...]:
         return ("_buf", "_view", "_index", "_layouts")
@@ -255,7 +258,6 @@ class TfrecordReader(ShardReader):
     def _checked(self, i: int) -> tuple[int, int, int]:
         """(start, end, stored data CRC) of local record ``i``'s Example bytes; framing and both CRCs checked."""
         body, end, data_crc = self._framed(i)
-        assert self._view is not None
         if data_crc != masked_crc(self._view[body:end]):
             raise self.corrupt(f"record {i} fails its CRC32C check")
         return body, end, data_crc
@@ -263,7 +265,6 @@ class TfrecordReader(ShardReader):
     def _layout(self, i: int) -> tuple[int, int, int, int, int]:
         """(data CRC, image offset, label offset, H, W) of record ``i`` (open), CRCs checked on this read."""
         start, end, crc = self._checked(i)
-        assert self._layouts is not None
         known = self._layouts.get(i)
         if known is None or known[0] != crc:
             known = self._layouts[i] = (crc, *self._parse(i, start, end))
@@ -312,7 +313,7 @@ class TfrecordReader(ShardReader):
         or manifest failure reports a CRC failure instead when the data CRC is wrong. An ``out`` that cannot
         take the bytes as they are (another dtype, not C-contiguous) gets the check-then-copy path.
         """
-        assert self.spec.size is not None and self._layouts is not None
+        assert self.spec.size is not None
         h, w = self.spec.size
         spec, buf, view, layouts = self.spec, self._buf, self._view, self._layouts
         shape, dtype = spec.label_shape((h, w)), spec.stored_label_dtype
@@ -328,22 +329,25 @@ class TfrecordReader(ShardReader):
         crc32 = crc32c.crc32c
         for k, i in enumerate(idx.tolist()):
             body, end, crc = self._framed(i)
-            known = layouts.get(i)
-            fresh = known is None or known[0] != crc
-            if fresh:
+            cached = layouts.get(i)
+            fresh = cached is None or cached[0] != crc
+            if cached is None or fresh:
                 try:
                     known = (crc, *self._parse(i, body, end))
                 except ShardFormatError:
                     self._checked(i)  # a damaged record: say so if its CRC fails
                     raise
+            else:
+                known = cached
             img, lab = known[1], known[2]
-            pieces = ((img, img_bytes, out_images[k], np.uint8, n_img, (h, w, 3)),
-                      (lab, lab_bytes, out_labels[k], dtype, n_lab, shape))
+            pieces: tuple[tuple[int, int, np.ndarray, Any, int, tuple[int, ...]], ...] = (
+                (img, img_bytes, out_images[k], np.uint8, n_img, (h, w, 3)),
+                (lab, lab_bytes, out_labels[k], dtype, n_lab, shape))
             value, pos = 0, body
             for off, nbytes, dst, kind, count, dst_shape in sorted(pieces, key=lambda p: p[0]):
                 value = crc32(view[pos:off], value)
                 dst[...] = np.frombuffer(buf, kind, count, off).reshape(dst_shape)
-                value = crc32(dst, value)
+                value = crc32(dst.data, value)
                 pos = off + nbytes
             value = crc32(view[pos:end], value)
             if mask(value) != crc:

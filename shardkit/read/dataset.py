@@ -25,7 +25,6 @@ from ..formats.base import SampleSpec, ShardReader
 from ..formats.registry import reader_class, writer_class
 from ..manifest import Manifest, load_manifest
 from ..onehot import onehot_into
-from ..transform import decode_label_encoding
 from . import sampling
 
 log = logging.getLogger(__name__)
@@ -98,10 +97,6 @@ class Dataset:
     @property
     def format(self) -> str:
         return self.manifest.format
-
-    @property
-    def fixed_size(self) -> bool:
-        return self.spec.size is not None
 
     @property
     def random_access(self) -> bool:
@@ -185,7 +180,7 @@ class Dataset:
         if self.labels == "stored" or (self.labels == "ids" and self.spec.label_encoding == "index"):
             return stored
         lead = stored.shape[:-1] if self.spec.label_channels else stored.shape
-        out = np.empty((*lead[:-2], *self.label_shape(lead[-2:])), self.label_dtype)  # type: ignore[arg-type]
+        out = np.empty((*lead[:-2], *self.label_shape(lead[-2:])), self.label_dtype)
         self._convert_into(stored, out)
         return out
 
@@ -193,6 +188,8 @@ class Dataset:
         """Vectorised stored → output conversion, written into ``out`` (no per-class loop)."""
         enc, c = self.spec.label_encoding, self.num_classes
         if self.labels == "ids":
+            from ..preprocess import decode_label_encoding  # not at the top: preprocess loads OpenCV
+
             np.copyto(out, decode_label_encoding(stored, enc, c, self.ignore_index), casting="unsafe")
         elif enc == "index":  # ids ≥ C (an ignore id like 255): all-zero vectors
             onehot_into(stored, c, out, channels_first=self.channels_first)
@@ -205,7 +202,8 @@ class Dataset:
             np.copyto(out, np.unpackbits(stored, axis=-1, count=c), casting="unsafe")
 
     # ------------------------------------------------------------------ batches
-    def _need_fixed(self) -> tuple[int, int]:
+    def require_fixed_size(self) -> tuple[int, int]:
+        """The (H, W) every sample of this split has; a ConfigError when sizes differ (batching needs one)."""
         if self.spec.size is None:
             raise ConfigError("batching needs fixed-size samples, but this split's images differ in size",
                               fix="read samples one by one with ds[i], or convert with --size HxW")
@@ -213,7 +211,7 @@ class Dataset:
 
     def batch_layout(self, batch_size: int) -> tuple[tuple[tuple[int, ...], np.dtype], ...]:
         """((images shape, dtype), (labels shape, dtype)) of a batch of ``batch_size`` samples."""
-        hw = self._need_fixed()
+        hw = self.require_fixed_size()
         return (((batch_size, *hw, 3), np.dtype(np.uint8)),
                 ((batch_size, *self.label_shape(hw)), self.label_dtype))
 
@@ -294,7 +292,7 @@ class Dataset:
         are filled and returned as views ``[:B]``: reusing them saves one allocation per batch.
         Without ``out`` fresh arrays are returned.
         """
-        hw = self._need_fixed()
+        hw = self.require_fixed_size()
         idx = self._indices(indices)
         b = len(idx)
         images, labels = self._check_out(out, b, hw) if out is not None else self.empty_batch(b)
@@ -352,7 +350,7 @@ class Dataset:
         then read one by one).
         """
         if augment is None:
-            self._need_fixed()
+            self.require_fixed_size()
         else:
             self.check_augment(augment)
         if buffers < 0:
@@ -375,7 +373,7 @@ class Dataset:
                               fix="open the split with labels='ids' (expand to one-hot afterwards, e.g. "
                                   "CudaPrefetcher(labels=…))")
         if self.spec.size is None and augment.out_hw is None:
-            self._need_fixed()
+            self.require_fixed_size()
 
     def augmented_batch(self, indices: Sequence[int] | np.ndarray, augment: Any, *, seed: int,
                         epoch: int) -> Batch:
@@ -385,6 +383,8 @@ class Dataset:
         one by one, which works when the pipeline ends in a crop."""
         self.check_augment(augment)
         idx = self._indices(indices)
+        images: Any
+        labels: Any
         if self.spec.size is None:
             images, labels = zip(*(self[int(i)] for i in idx), strict=True)
         else:

@@ -59,14 +59,8 @@ def even_out(order: np.ndarray, world_size: int, drop_last: bool) -> np.ndarray:
     return np.tile(order, reps)[:total]
 
 
-def global_order(n: int, *, shuffle: bool, seed: int, epoch: int) -> np.ndarray:
-    """``arange(n)``, permuted by the epoch's generator when shuffling."""
-    if not shuffle:
-        return np.arange(n, dtype=np.int64)
-    return epoch_rng(seed, epoch).permutation(n).astype(np.int64, copy=False)
-
-
-def shard_stream(shard_sizes: Sequence[int], *, shuffle: bool, rng: np.random.Generator | None) -> np.ndarray:
+def shard_stream(shard_sizes: Sequence[int] | np.ndarray, *, shuffle: bool,
+                 rng: np.random.Generator | None) -> np.ndarray:
     """Global indices shard by shard, shards in (permuted) order, each shard's samples in stored order."""
     sizes = np.asarray(shard_sizes, dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if len(sizes) else sizes
@@ -186,7 +180,7 @@ def num_batches(num_samples: int, batch_size: int, drop_last: bool) -> int:
     return num_samples // batch_size if drop_last else -(-num_samples // batch_size)
 
 
-class EpochBatch(list):  # type: ignore[type-arg]
+class EpochBatch(list[int]):
     """One batch's indices (a plain list) that also carries the epoch it was drawn for, so a worker that
     augments it draws from (seed, epoch, index) without being told the epoch separately."""
 

@@ -59,7 +59,7 @@ def dataset(
     by wrapping around, or the tail dropped with ``drop_last``). Needs fixed-size samples.
     """
     ds = path if isinstance(path, Dataset) else Dataset(path, labels=labels, verify=verify)
-    ds._need_fixed()
+    ds.require_fixed_size()
     if batch_size < 1:
         raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
     if ds.format == "tfrecord":

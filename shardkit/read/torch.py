@@ -47,7 +47,8 @@ def _empty(shape: tuple[int, ...], dtype: np.dtype, shared: bool) -> torch.Tenso
     nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
     try:  # allocate straight in shared memory, as default_collate does in workers (no extra copy)
         storage = torch.UntypedStorage._new_shared(nbytes)
-        return torch.empty(0, dtype=tdtype).set_(storage, 0, shape)
+        strides = [int(np.prod(shape[d + 1:])) for d in range(len(shape))]  # C order
+        return torch.empty(0, dtype=tdtype).set_(storage, 0, shape, strides)
     except (AttributeError, RuntimeError, TypeError):  # pragma: no cover - older torch
         return torch.empty(shape, dtype=tdtype).share_memory_()
 

@@ -17,7 +17,7 @@ import lmdb
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "formats" / "golden"
 VARIANTS = ("npy-fixed", "npy-variable", "lmdb")
 
@@ -85,7 +85,7 @@ def test_golden_is_what_the_code_writes(regenerated: Path, variant: str) -> None
 def test_shardkit_reader_agrees_with_expected(variant: str) -> None:
     """The package's own reader returns the golden values too (stored labels and decoded ids)."""
     import shardkit
-    from shardkit.transform import decode_label_encoding
+    from shardkit.preprocess import decode_label_encoding
 
     expected = json.loads((GOLDEN / "expected.json").read_text(encoding="utf-8"))
     exp = expected["datasets"][variant]

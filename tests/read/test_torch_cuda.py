@@ -1,7 +1,7 @@
 """CudaPrefetcher's CUDA path on converted real data: same results as the CPU path, no torn batches.
 
 These need a CUDA GPU, so they skip in CI (which has none) and are run on a GPU machine:
-``python -m pytest tests/test_read_torch_cuda.py``.
+``python -m pytest tests/read/test_torch_cuda.py``.
 """
 
 from __future__ import annotations

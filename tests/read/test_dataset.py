@@ -19,8 +19,8 @@ import shardkit
 from shardkit.config import ConvertConfig, ShardSize
 from shardkit.errors import ConfigError, IntegrityError, ShardFormatError, UnsafePathError
 from shardkit.pipeline import convert
+from shardkit.preprocess import encode_label
 from shardkit.read.dataset import Dataset
-from shardkit.transform import encode_label
 
 CROP = (352, 480)
 #: format → stored label encoding: together they decode all three encodings.

@@ -1,208 +1,21 @@
-"""Decoding images, fitting image/label pairs to a size, and label encodings."""
+"""preprocess: fit image/label pairs to a size (labels nearest only), label encodings."""
 
 from __future__ import annotations
 
-import zlib
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
-from PIL import Image
 
-from shardkit.errors import ConfigError, DecodeError, InputNotFoundError, LabelError, ShardFormatError
-from shardkit.transform import (
-    _jpeg_truncated,
-    _png_plain_8bit,
-    decode_image,
-    decode_label_encoding,
-    decode_label_pixels,
-    encode_label,
-    fit_pair,
-    read_image_size,
-    stored_label_shape,
-)
+from shardkit.errors import ConfigError, LabelError, ShardFormatError
+from shardkit.preprocess import decode_label_encoding, encode_label, fit_pair, stored_label_shape
 
 RNG = np.random.default_rng(2024)
 
 
-def write(path: Path, arr: np.ndarray, params: list[int] | None = None) -> Path:
-    """Encode ``arr`` (already in OpenCV channel order) by the path's suffix; non-ASCII-path safe."""
-    _ok, buf = cv2.imencode(path.suffix, arr, params or [])
-    assert _ok
-    buf.tofile(path)
-    return path
-
-
 def rgb_image(h: int = 24, w: int = 32) -> np.ndarray:
     return RNG.integers(0, 256, (h, w, 3), dtype=np.uint8)
-
-
-# --------------------------------------------------------------------------- decode_image
-
-
-@pytest.mark.parametrize(
-    ("suffix", "params"),
-    [(".png", []), (".bmp", []), (".tiff", []), (".webp", [cv2.IMWRITE_WEBP_QUALITY, 101])],
-)
-def test_decode_image_lossless_formats_give_exact_rgb(tmp_path: Path, suffix: str, params: list[int]) -> None:
-    rgb = rgb_image()
-    p = write(tmp_path / f"img{suffix}", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), params)
-    out = decode_image(p)
-    assert out.dtype == np.uint8 and out.shape == (24, 32, 3) and out.flags.c_contiguous
-    assert np.array_equal(out, rgb)
-
-
-def test_decode_image_jpeg_is_rgb_ordered(tmp_path: Path) -> None:
-    rgb = np.zeros((16, 16, 3), np.uint8)
-    rgb[..., 0] = 250  # pure red
-    p = write(tmp_path / "img.jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 95])
-    out = decode_image(p)
-    assert out.shape == (16, 16, 3)
-    assert out[..., 0].min() > 240 and out[..., 1:].max() < 10
-
-
-def test_decode_image_real_camvid_matches_opencv(camvid_root: Path) -> None:
-    f = sorted((camvid_root / "train").glob("*.png"))[0]
-    out = decode_image(f)
-    assert out.shape == (360, 480, 3)
-    assert np.array_equal(out, cv2.imread(str(f), cv2.IMREAD_COLOR)[:, :, ::-1])
-
-
-def test_decode_image_grayscale_is_stacked_to_three_channels(tmp_path: Path) -> None:
-    grey = RNG.integers(0, 256, (10, 12), dtype=np.uint8)
-    out = decode_image(write(tmp_path / "g.png", grey))
-    assert out.shape == (10, 12, 3)
-    for c in range(3):
-        assert np.array_equal(out[..., c], grey)
-
-
-def test_decode_image_drops_alpha(tmp_path: Path) -> None:
-    rgb = rgb_image(8, 9)
-    bgra = np.dstack([cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), np.zeros((8, 9), np.uint8)])
-    out = decode_image(write(tmp_path / "a.png", bgra))
-    assert np.array_equal(out, rgb)  # colours kept as stored, not blended by the (zero) alpha
-
-
-def test_decode_image_16bit_keeps_the_high_byte(tmp_path: Path) -> None:
-    rgb16 = RNG.integers(0, 65536, (6, 7, 3), dtype=np.uint16)
-    out = decode_image(write(tmp_path / "d.png", cv2.cvtColor(rgb16, cv2.COLOR_RGB2BGR)))
-    assert out.dtype == np.uint8
-    assert np.array_equal(out, (rgb16 >> 8).astype(np.uint8))
-
-
-def test_decode_image_float_is_refused(tmp_path: Path) -> None:
-    p = write(tmp_path / "f.tiff", np.ones((4, 5), np.float32))
-    with pytest.raises(DecodeError, match="float32"):
-        decode_image(p)
-
-
-def test_decode_image_non_ascii_path(tmp_path: Path) -> None:
-    d = tmp_path / "画像 données"
-    d.mkdir()
-    rgb = rgb_image(5, 6)
-    p = write(d / "ß.png", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
-    assert np.array_equal(decode_image(p), rgb)
-
-
-def _truncated(suffix: str) -> bytes:
-    _ok, buf = cv2.imencode(suffix, cv2.cvtColor(rgb_image(40, 50), cv2.COLOR_RGB2BGR))
-    data = buf.tobytes()
-    return data[: int(len(data) * 0.6)]
-
-
-def test_decode_label_pixels_real_labels_match_opencv_bit_exactly(camvid_root: Path, rgb_masks_root: Path) -> None:
-    """The libspng fast path (8-bit gray ids, RGB colour masks) gives OpenCV's IMREAD_UNCHANGED pixels."""
-    files = sorted((camvid_root / "trainannot").glob("*.png")) + sorted(rgb_masks_root.rglob("*_color_mask.png"))
-    kinds = set()
-    for f in files:
-        data = np.fromfile(f, np.uint8)
-        assert _png_plain_8bit(data), f
-        kinds.add(int(data[25]))
-        assert np.array_equal(decode_label_pixels(f), cv2.imdecode(data, cv2.IMREAD_UNCHANGED)), f
-    assert kinds == {0, 2}, "both gray id maps and RGB colour masks were compared"
-
-
-def _with_trns(png: bytes, payload: bytes) -> bytes:
-    """Insert a tRNS chunk right after IHDR (8-byte signature + 25-byte IHDR chunk)."""
-    chunk = len(payload).to_bytes(4, "big") + b"tRNS" + payload
-    return png[:33] + chunk + zlib.crc32(chunk[4:]).to_bytes(4, "big") + png[33:]
-
-
-def test_decode_label_pixels_leaves_transparency_palette_and_16bit_to_opencv(tmp_path: Path) -> None:
-    gray = RNG.integers(0, 12, (7, 9), dtype=np.uint8)
-    _ok, buf = cv2.imencode(".png", gray)
-    cases = {
-        "gray.png": (buf.tobytes(), True),
-        "trns.png": (_with_trns(buf.tobytes(), b"\x00\x03"), False),
-        "deep.png": (cv2.imencode(".png", gray.astype(np.uint16) * 1000)[1].tobytes(), False),
-        "bgra.png": (cv2.imencode(".png", np.dstack([gray] * 4))[1].tobytes(), False),
-    }
-    Image.fromarray(gray, mode="L").convert("P").save(tmp_path / "pal.png")
-    cases["pal.png"] = ((tmp_path / "pal.png").read_bytes(), False)
-    for name, (content, fast) in cases.items():
-        p = tmp_path / name
-        p.write_bytes(content)
-        data = np.fromfile(p, np.uint8)
-        assert _png_plain_8bit(data) is fast, name
-        assert np.array_equal(decode_label_pixels(p), cv2.imdecode(data, cv2.IMREAD_UNCHANGED)), name
-
-
-@pytest.mark.parametrize(
-    ("name", "content"),
-    [
-        ("empty.png", b""),
-        ("text.png", b"this is not an image\n"),
-        ("trunc.png", _truncated(".png")),
-        ("trunc.jpg", _truncated(".jpg")),
-        ("trunc.webp", _truncated(".webp")),
-    ],
-)
-def test_decode_image_corrupt_files_are_decode_errors(tmp_path: Path, name: str, content: bytes) -> None:
-    p = tmp_path / name
-    p.write_bytes(content)
-    with pytest.raises(DecodeError) as e:
-        decode_image(p)
-    msg = str(e.value)
-    assert str(p) in msg and "cannot decode image" in msg and "fix:" in msg and "\n" not in msg
-    if not content:
-        assert "0 bytes" in msg
-
-
-def test_jpeg_without_end_marker_after_the_last_scan_counts_as_truncated() -> None:
-    _ok, buf = cv2.imencode(".jpg", rgb_image())
-    assert not _jpeg_truncated(buf)
-    assert _jpeg_truncated(np.frombuffer(buf.tobytes()[:-100], np.uint8))
-    assert not _jpeg_truncated(np.frombuffer(b"\x89PNG....", np.uint8))
-
-
-def test_decode_image_missing_file_is_input_not_found(tmp_path: Path) -> None:
-    with pytest.raises(InputNotFoundError):
-        decode_image(tmp_path / "missing.png")
-
-
-# --------------------------------------------------------------------------- read_image_size
-
-
-def test_read_image_size_reads_the_header(tmp_path: Path, camvid_root: Path) -> None:
-    assert read_image_size(sorted((camvid_root / "train").glob("*.png"))[0]) == (360, 480)
-    p = write(tmp_path / "x.jpg", rgb_image(13, 29))
-    assert read_image_size(p) == (13, 29)
-    # Only the header is read: a PNG cut after its header still reports its size.
-    full = (tmp_path / "x.png").with_suffix(".png")
-    write(full, rgb_image(17, 23))
-    cut = tmp_path / "cut.png"
-    cut.write_bytes(full.read_bytes()[:64])
-    assert read_image_size(cut) == (17, 23)
-
-
-def test_read_image_size_errors(tmp_path: Path) -> None:
-    with pytest.raises(InputNotFoundError):
-        read_image_size(tmp_path / "missing.png")
-    bad = tmp_path / "bad.png"
-    bad.write_bytes(b"not an image")
-    with pytest.raises(DecodeError):
-        read_image_size(bad)
 
 
 # --------------------------------------------------------------------------- fit_pair
@@ -409,36 +222,3 @@ def test_decode_label_encoding_handles_batches_and_malformed_vectors() -> None:
         decode_label_encoding(multi, "onehot", 12, 255)
     with pytest.raises(ShardFormatError, match="channels"):
         decode_label_encoding(empty, "onehot", 13, 255)
-
-
-def test_libspng_and_opencv_decode_real_pngs_identically(camvid_root: Path, rgb_masks_root: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    import shardkit.transform as tr
-
-    assert tr._spng is not None, "pyspng is a dependency: the fast PNG path must be what the tests exercise"
-    files = sorted((camvid_root / "val").glob("*.png"))[:5] + sorted((rgb_masks_root / "train").glob("*.png"))[:5]
-    fast = [tr.decode_image(f) for f in files]
-    monkeypatch.setattr(tr, "_spng", None)
-    slow = [tr.decode_image(f) for f in files]
-    for f, a, b in zip(files, fast, slow, strict=True):
-        assert a.dtype == b.dtype == np.uint8 and np.array_equal(a, b), f
-
-
-@pytest.mark.parametrize("mode", ["L", "LA", "RGBA", "P", "I;16"])
-def test_libspng_and_opencv_agree_on_every_png_kind(tmp_path: Path, mode: str,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    import shardkit.transform as tr
-
-    rng = np.random.default_rng(1)
-    if mode == "I;16":
-        img = Image.fromarray(rng.integers(0, 65535, (7, 9), dtype=np.uint16))
-    elif mode == "P":
-        img = Image.fromarray(rng.integers(0, 4, (7, 9), dtype=np.uint8), mode="P")
-        img.putpalette([255, 0, 0, 0, 255, 0, 0, 0, 255, 9, 9, 9] + [0] * (252 * 3))
-    else:
-        img = Image.fromarray(rng.integers(0, 256, (7, 9, len(mode)), dtype=np.uint8).squeeze(), mode=mode)
-    path = tmp_path / f"x-{mode.replace(';', '')}.png"
-    img.save(path)
-    fast = tr.decode_image(path)
-    monkeypatch.setattr(tr, "_spng", None)
-    assert np.array_equal(fast, tr.decode_image(path))

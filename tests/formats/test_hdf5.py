@@ -21,7 +21,7 @@ from shardkit.errors import ShardFormatError
 from shardkit.pipeline import convert
 
 CROP = (352, 480)
-SPEC = Path(__file__).resolve().parents[1] / "formats" / "hdf5.md"
+SPEC = Path(__file__).resolve().parents[2] / "formats" / "hdf5.md"
 
 
 def spec_reader():

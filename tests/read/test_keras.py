@@ -75,7 +75,7 @@ def _in_keras_process(check: str, split: Path) -> dict[str, Any]:
     if keras is None or keras.backend.backend() == "torch":
         return globals()[check](str(split))
     here = str(Path(__file__).parent)
-    code = (f"import sys; sys.path.insert(0, {here!r}); import json, test_read_keras as t; "
+    code = (f"import sys; sys.path.insert(0, {here!r}); import json, test_keras as t; "
             f"print(json.dumps(t.{check}({str(split)!r})))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240,
                          env={**os.environ, "KERAS_BACKEND": "torch", "TF_CPP_MIN_LOG_LEVEL": "2"})

@@ -23,7 +23,7 @@ import lmdb
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "formats" / "golden"
 VARIANTS = ("npy-fixed", "npy-variable", "lmdb")
 

@@ -17,12 +17,12 @@ SHARDS = [7, 2, 3, 4, 4, 6]  # 26 samples, uneven shards (like CamVid val at 7 p
 
 
 def test_same_seed_and_epoch_same_order_new_epoch_new_order() -> None:
-    a = sampling.global_order(100, shuffle=True, seed=3, epoch=1)
-    assert np.array_equal(a, sampling.global_order(100, shuffle=True, seed=3, epoch=1))
-    assert not np.array_equal(a, sampling.global_order(100, shuffle=True, seed=3, epoch=2))
-    assert not np.array_equal(a, sampling.global_order(100, shuffle=True, seed=4, epoch=1))
+    a = sampling.epoch_indices([100], shuffle=True, seed=3, epoch=1)
+    assert np.array_equal(a, sampling.epoch_indices([100], shuffle=True, seed=3, epoch=1))
+    assert not np.array_equal(a, sampling.epoch_indices([100], shuffle=True, seed=3, epoch=2))
+    assert not np.array_equal(a, sampling.epoch_indices([100], shuffle=True, seed=4, epoch=1))
     assert sorted(a.tolist()) == list(range(100))
-    assert np.array_equal(sampling.global_order(5, shuffle=False, seed=3, epoch=1), np.arange(5))
+    assert np.array_equal(sampling.epoch_indices([5], shuffle=False, seed=3, epoch=1), np.arange(5))
 
 
 def test_order_does_not_depend_on_the_process() -> None:

@@ -1,8 +1,7 @@
-"""Label decoding: class tables, colour masks, VOC palettes, Cityscapes remap, error messages."""
+"""LabelDecoder: label files to stored class ids, bit-exactly; colour masks, VOC palettes, Cityscapes remap, errors."""
 
 from __future__ import annotations
 
-import json
 import pickle
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from shardkit.errors import ConfigError, DecodeError, InputNotFoundError, LabelError, ShardFormatError
+from shardkit.errors import ConfigError, DecodeError, InputNotFoundError, LabelError
 from shardkit.labels import (
     CAMVID_SEGNET,
     CITYSCAPES,
@@ -22,7 +21,6 @@ from shardkit.labels import (
     LabelDecoder,
     build_class_table,
     read_class_dict,
-    read_palette,
     voc_colormap,
 )
 
@@ -56,236 +54,6 @@ def table_of(
 COLOURS = [(0, 0, 0), (128, 64, 128), (244, 35, 232), (70, 70, 70), (0, 0, 142)]
 
 
-# --------------------------------------------------------------------------- ClassTable
-
-
-def test_class_table_counts_classes_and_picks_the_smallest_dtype() -> None:
-    assert CAMVID_SEGNET.num_classes == 12
-    assert CAMVID_SEGNET.label_dtype() == np.uint8
-    assert VOC.label_dtype() == np.uint8  # ignore 255 still fits a byte
-    big = ClassTable(tuple(ClassInfo(i, f"c{i}", None) for i in range(300)), 255)
-    assert big.label_dtype() == np.dtype("<u2")
-    small_ignore_big = ClassTable(tuple(ClassInfo(i, f"c{i}", None) for i in range(12)), 256)
-    assert small_ignore_big.label_dtype() == np.dtype("<u2")
-    assert np.dtype("<u2").byteorder in ("<", "=")
-
-
-def test_class_table_json_round_trip_is_plain_json() -> None:
-    for table in (CAMVID_SEGNET, VOC, CITYSCAPES, CITYSCAPES_LABEL_IDS):
-        d = json.loads(json.dumps(table.to_json()))
-        assert set(d) == {"num_classes", "ignore_index", "source", "classes", "remap"}
-        assert d["classes"][0].keys() == {"id", "name", "colour"}
-        assert ClassTable.from_json(d) == table
-    assert CAMVID_SEGNET.to_json()["remap"] is None
-    assert CITYSCAPES.to_json()["remap"][7] == 0
-
-
-def test_class_table_from_json_rejects_a_damaged_dict() -> None:
-    d = CAMVID_SEGNET.to_json()
-    with pytest.raises(ShardFormatError):
-        ClassTable.from_json({"classes": [{"id": 0}]})
-    with pytest.raises(ShardFormatError, match="num_classes=13"):
-        ClassTable.from_json({**d, "num_classes": 13})
-
-
-def test_class_table_validates_ids_ignore_and_remap() -> None:
-    with pytest.raises(ConfigError, match="expected 0"):
-        ClassTable((ClassInfo(1, "a", None),), None)
-    with pytest.raises(ConfigError, match="ignore index"):
-        ClassTable((ClassInfo(0, "a", None),), -1)
-    with pytest.raises(ConfigError, match="256"):
-        ClassTable((ClassInfo(0, "a", None),), 255, remap=(0, 1))
-    with pytest.raises(ConfigError, match="remap targets"):
-        ClassTable((ClassInfo(0, "a", None),), 255, remap=(7,) * 256)
-    with pytest.raises(ConfigError, match="colour"):
-        ClassInfo(0, "a", (1, 2, 300))
-
-
-def test_tables_and_decoders_pickle_for_worker_processes() -> None:
-    for table in (CAMVID_SEGNET, VOC, CITYSCAPES):
-        assert pickle.loads(pickle.dumps(table)) == table
-    dec = LabelDecoder("colour", table_of(COLOURS), colour_tolerance=3, unknown_as=0)
-    back = pickle.loads(pickle.dumps(dec))
-    assert back == dec
-    assert np.array_equal(back._keys, dec._keys)
-
-
-# --------------------------------------------------------------------------- built-in tables
-
-
-def test_camvid_segnet_table_matches_the_data_readme() -> None:
-    names = [c.name for c in CAMVID_SEGNET.classes]
-    assert names == [
-        "Sky", "Building", "Pole", "Road", "Pavement", "Tree", "SignSymbol", "Fence", "Car", "Pedestrian",
-        "Bicyclist", "Unlabelled",
-    ]  # fmt: skip
-    assert CAMVID_SEGNET.ignore_index == 11
-    assert CAMVID_SEGNET.classes[0].colour == (128, 128, 128)
-    assert CAMVID_SEGNET.classes[4].colour == (60, 40, 222)
-    assert CAMVID_SEGNET.classes[11].colour == (0, 0, 0)
-
-
-def test_voc_table_uses_the_standard_colormap() -> None:
-    assert VOC.num_classes == 21 and VOC.ignore_index == 255
-    assert VOC.classes[0] == ClassInfo(0, "background", (0, 0, 0))
-    assert VOC.classes[1] == ClassInfo(1, "aeroplane", (128, 0, 0))
-    assert VOC.classes[15] == ClassInfo(15, "person", (192, 128, 128))
-    assert VOC.classes[20] == ClassInfo(20, "tvmonitor", (0, 64, 128))
-    assert tuple(voc_colormap()[255]) == (224, 224, 192)
-
-
-def test_cityscapes_table_has_19_train_ids_and_the_official_remap() -> None:
-    assert CITYSCAPES.num_classes == 19 and CITYSCAPES.ignore_index == 255
-    assert CITYSCAPES.classes[0] == ClassInfo(0, "road", (128, 64, 128))
-    assert CITYSCAPES.classes[18] == ClassInfo(18, "bicycle", (119, 11, 32))
-    remap = CITYSCAPES.remap
-    assert remap is not None and len(remap) == 256
-    assert (remap[7], remap[8], remap[26], remap[33]) == (0, 1, 13, 18)
-    assert remap[0] == remap[1] == remap[6] == remap[9] == remap[29] == 255
-    assert remap[255] == 255  # labelId -1 (license plate) as a uint8
-    assert all(v == 255 for v in remap[34:])
-    assert CITYSCAPES_LABEL_IDS.num_classes == 34 and CITYSCAPES_LABEL_IDS.remap is None
-
-
-# --------------------------------------------------------------------------- class_dict.csv / palettes
-
-
-def test_read_class_dict_reads_the_real_file(rgb_masks_root: Path) -> None:
-    table = read_class_dict(rgb_masks_root / "class_dict.csv")
-    assert [(c.id, c.name, c.colour) for c in table.classes] == [
-        (0, "batang", (1, 1, 1)),
-        (1, "giuk", (100, 100, 32)),
-        (2, "aa", (150, 100, 234)),
-    ]
-    assert table.ignore_index is None and table.source == "class_dict.csv"
-
-
-def test_read_class_dict_tolerates_bom_case_spaces_and_extra_columns(tmp_path: Path) -> None:
-    p = tmp_path / "class_dict.csv"
-    p.write_text(
-        "\ufeff Name , R , G , B ,class_19\n\nsky , 128, 128 ,128, 1\n# comment\nroad,128,64,128,0\n"
-    )
-    table = read_class_dict(p)
-    assert [(c.name, c.colour) for c in table.classes] == [("sky", (128, 128, 128)), ("road", (128, 64, 128))]
-
-
-def test_read_class_dict_duplicate_colour_names_both_classes(tmp_path: Path) -> None:
-    p = tmp_path / "class_dict.csv"
-    p.write_text("name,r,g,b\nsky,1,2,3\nroad,4,5,6\nsea,1,2,3\n")
-    with pytest.raises(LabelError) as e:
-        read_class_dict(p)
-    msg = str(e.value)
-    assert "'sky'" in msg and "'sea'" in msg and "(1, 2, 3)" in msg and str(p) in msg and "\n" not in msg
-
-
-def test_read_class_dict_bad_row_names_its_line(tmp_path: Path) -> None:
-    p = tmp_path / "class_dict.csv"
-    p.write_text("name,r,g,b\nsky,1,2,3\nroad,4,x,6\n")
-    with pytest.raises(LabelError, match="line 3"):
-        read_class_dict(p)
-    p.write_text("name,r,g,b\nsky,1,2,300\n")
-    with pytest.raises(LabelError, match="line 2"):
-        read_class_dict(p)
-    p.write_text("name,r,g,b\nsky,1,2\n")
-    with pytest.raises(LabelError, match="line 2"):
-        read_class_dict(p)
-    p.write_text("label,red,green\nsky,1,2\n")
-    with pytest.raises(LabelError, match="header"):
-        read_class_dict(p)
-    p.write_text("name,r,g,b\n")
-    with pytest.raises(LabelError, match="no classes"):
-        read_class_dict(p)
-
-
-def test_read_class_dict_missing_file_is_input_not_found(tmp_path: Path) -> None:
-    with pytest.raises(InputNotFoundError):
-        read_class_dict(tmp_path / "nope.csv")
-
-
-def test_read_palette_reads_the_annotation_tool_json(rgb_masks_root: Path) -> None:
-    table = read_palette(rgb_masks_root / "annotation_config.json")
-    assert table.num_classes == 7
-    assert table.classes[0] == ClassInfo(0, "batang", (1, 1, 1))
-    assert table.classes[2] == ClassInfo(2, "aa", (150, 100, 234))
-
-
-def test_read_palette_accepts_json_list_text_lines_and_csv(tmp_path: Path) -> None:
-    j = tmp_path / "pal.json"
-    j.write_text(json.dumps([{"name": "sky", "color": [1, 2, 3]}, {"name": "road", "colour": "#0a0b0c"}]))
-    assert [c.colour for c in read_palette(j).classes] == [(1, 2, 3), (10, 11, 12)]
-    t = tmp_path / "pal.txt"
-    t.write_text("# r g b name\n1 2 3 sky blue\n4,5,6\n")
-    table = read_palette(t)
-    assert [(c.name, c.colour) for c in table.classes] == [("sky blue", (1, 2, 3)), ("class_1", (4, 5, 6))]
-    c = tmp_path / "pal.csv"
-    c.write_text("name,r,g,b\nsky,1,2,3\n")
-    assert read_palette(c).classes == (ClassInfo(0, "sky", (1, 2, 3)),)
-    t.write_text("1 2\n")
-    with pytest.raises(LabelError, match="line 1"):
-        read_palette(t)
-    j.write_text("{bad json")
-    with pytest.raises(LabelError, match="invalid"):
-        read_palette(j)
-
-
-# --------------------------------------------------------------------------- build_class_table
-
-
-def _build(kind: str, **kw: object) -> ClassTable:
-    args: dict[str, object] = {
-        "class_dict": None,
-        "palette": None,
-        "layout": "generic",
-        "num_classes": None,
-        "ignore_index": None,
-    }
-    args.update(kw)
-    return build_class_table(kind, **args)  # type: ignore[arg-type]
-
-
-def test_build_colour_table_prefers_palette_over_class_dict(tmp_path: Path, rgb_masks_root: Path) -> None:
-    t = _build("colour", class_dict=rgb_masks_root / "class_dict.csv", layout="class_dict")
-    assert t.num_classes == 3
-    t = _build(
-        "colour",
-        class_dict=rgb_masks_root / "class_dict.csv",
-        palette=rgb_masks_root / "annotation_config.json",
-    )
-    assert t.num_classes == 7
-
-
-def test_build_colour_table_without_a_table_says_how_to_give_one() -> None:
-    with pytest.raises(ConfigError) as e:
-        _build("colour", layout="class_dict")
-    assert "colour masks need a class table" in str(e.value)
-    assert "class_dict.csv" in str(e.value) and "--palette" in str(e.value)
-
-
-def test_build_ids_table_from_num_classes_class_dict_or_layout(rgb_masks_root: Path) -> None:
-    t = _build("ids", num_classes=4)
-    assert [c.name for c in t.classes] == ["class_0", "class_1", "class_2", "class_3"]
-    assert t.ignore_index is None
-    t = _build("ids", class_dict=rgb_masks_root / "class_dict.csv")
-    assert t.classes[1].name == "giuk" and t.classes[1].colour == (100, 100, 32)
-    assert _build("ids", layout="segnet") == CAMVID_SEGNET
-    assert _build("ids", layout="listfile") == CAMVID_SEGNET
-    with pytest.raises(ConfigError, match="--num-classes"):
-        _build("ids", layout="generic")
-    with pytest.raises(ConfigError, match="disagrees"):
-        _build("ids", class_dict=rgb_masks_root / "class_dict.csv", num_classes=5)
-
-
-def test_build_palette_cityscapes_and_ignore_override() -> None:
-    assert _build("palette", layout="voc") == VOC
-    assert _build("cityscapes", layout="cityscapes") == CITYSCAPES
-    assert _build("cityscapes", layout="cityscapes", cityscapes_train_ids=False) == CITYSCAPES_LABEL_IDS
-    t = _build("ids", layout="segnet", ignore_index=255)
-    assert t.ignore_index == 255 and t.num_classes == 12
-    c = _build("cityscapes", layout="cityscapes", ignore_index=19)
-    assert c.ignore_index == 19 and c.remap is not None and c.remap[0] == 19 and c.remap[7] == 0
-    with pytest.raises(ConfigError):
-        _build("nonsense")
-
 
 # --------------------------------------------------------------------------- LabelDecoder: construction
 
@@ -307,6 +75,16 @@ def test_decoder_colour_kind_needs_distinct_colours() -> None:
                                                  num_classes=3, ignore_index=None))  # fmt: skip
     with pytest.raises(ConfigError, match="share colour"):
         LabelDecoder("colour", table_of([(1, 1, 1), (1, 1, 1)]))
+
+
+def test_tables_and_decoders_pickle_for_worker_processes() -> None:
+    for table in (CAMVID_SEGNET, VOC, CITYSCAPES):
+        assert pickle.loads(pickle.dumps(table)) == table
+    dec = LabelDecoder("colour", table_of(COLOURS), colour_tolerance=3, unknown_as=0)
+    back = pickle.loads(pickle.dumps(dec))
+    assert back == dec
+    assert np.array_equal(back._keys, dec._keys)
+
 
 
 # --------------------------------------------------------------------------- ids

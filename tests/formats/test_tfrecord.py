@@ -32,7 +32,7 @@ from shardkit.errors import ShardFormatError
 from shardkit.pipeline import convert
 
 CROP = (352, 480)
-SPEC = Path(__file__).resolve().parents[1] / "formats" / "tfrecord.md"
+SPEC = Path(__file__).resolve().parents[2] / "formats" / "tfrecord.md"
 
 
 def _crc_table() -> list[int]:

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .formats.base import sha256_file
-from .manifest import ShardFile, atomic_write_bytes, safe_member
+from .manifest import ShardFile, safe_member
+from .publish import atomic_write_bytes, link_into_place
 
 log = logging.getLogger(__name__)
 RECORD_PREFIX = ".shard-"
@@ -132,14 +131,7 @@ def reuse(directory: Path, key: str, wanted_names: tuple[str, ...], *, rehash: b
     files = []
     for f, name in zip(record.files, wanted_names, strict=True):
         if f.name != name:
-            target = directory / name
-            tmp = directory / f".{name}.link-{os.getpid()}"
-            tmp.unlink(missing_ok=True)
-            try:
-                os.link(directory / f.name, tmp)
-            except OSError:
-                shutil.copyfile(directory / f.name, tmp)
-            os.replace(tmp, target)
+            link_into_place(directory, f.name, name)
         files.append(ShardFile(name, f.bytes, f.sha256))
     moved = ShardRecord(key, tuple(files), record.samples, record.stats, record.skipped, now)
     if moved.files != record.files:  # a hard link changes the inode's ctime: record the new names' stats
