@@ -15,7 +15,8 @@ drops the page cache) and Linux. It
    one reused buffer; the naive row: ``cv2.imread`` of both PNGs + centre crop per sample, shuffled) and
    reports samples/s, the bytes it read from disk (``/proc/self/io`` ``read_bytes``: page-cache misses,
    read-ahead included) and its peak RSS;
-4. measures each row warm too (no limit, second epoch: the CPU bound), and prints the break-even
+4. measures each row warm too (no limit, every file read once before the timed epoch: the CPU bound;
+   the process still maps the shard pages on first touch), and prints the break-even
    table: for a disk of D MB/s a row reads at about min(warm rate, D / bytes read per sample);
 5. removes the cgroup and every file it wrote.
 
@@ -130,36 +131,78 @@ def io_counters() -> dict[str, int]:
     return out
 
 
-def child(kind: str, path: str, batch_size: int, seed: int, epochs: int, source: str | None) -> dict[str, Any]:
-    """``epochs`` shuffled epochs of ``kind`` in this process; figures of the last one."""
+def child(kind: str, path: str, batch_size: int, seed: int, warm: bool, source: str | None) -> dict[str, Any]:
+    """One shuffled epoch of ``kind`` in this process (``warm``: after reading every file it reads once)."""
     import numpy as np
 
     import shardkit
-    from shardkit.bench import naive_pass, reader_pass
+    from shardkit.bench import naive_pass, reader_pass, shard_files
 
     ds = shardkit.open(path)
     n = len(ds)
     if kind == "reader":
         run = reader_pass(ds, batch_size, n, True, seed)
+        files = shard_files(ds, Path(path))
+    elif kind == "pread":
+        run = pread_pass(ds, batch_size, seed)
+        files = shard_files(ds, Path(path))
     else:
         order = np.random.default_rng(seed).permutation(n)
-        run = naive_pass(ds, n, False, Path(source) if source else None, order=order)
-    res: dict[str, Any] = {}
-    for _ in range(epochs):
-        before, t = io_counters(), time.perf_counter()
-        done = run()
-        seconds = time.perf_counter() - t
-        after = io_counters()
-        res = {"samples": done, "seconds": seconds, "read_bytes": after["read_bytes"] - before["read_bytes"],
-               "rchar": after["rchar"] - before["rchar"]}
-    res["max_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return res
+        root = Path(source) if source else Path(ds.manifest.source["root"])
+        run = naive_pass(ds, n, False, root, order=order)
+        files = [root / r[k] for r in ds.manifest.samples for k in ("key", "label")]
+    if warm:  # into the page cache (no limit in this process)
+        for f in files:
+            with f.open("rb", buffering=0) as fh:
+                while fh.read(1 << 24):
+                    pass
+    before, t = io_counters(), time.perf_counter()
+    done = run()
+    seconds = time.perf_counter() - t
+    after = io_counters()
+    return {"samples": done, "seconds": seconds, "read_bytes": after["read_bytes"] - before["read_bytes"],
+            "rchar": after["rchar"] - before["rchar"],
+            "max_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
-def run_child(args: argparse.Namespace, kind: str, path: Path, source: Path, cgroup: MemoryCgroup | None,
-              epochs: int) -> dict[str, Any]:
+def pread_pass(ds: Any, batch_size: int, seed: int) -> Any:
+    """A prototype, not in the library: npy samples read with one ``preadv`` per array straight into the batch.
+
+    The disk then reads exactly each sample's bytes; a page fault in a memory map instead reads the
+    block device's whole read-ahead window around it (``/sys/block/<dev>/queue/read_ahead_kb``).
+    """
+    import numpy as np
+
+    if ds.format != "npy" or ds.spec.size is None:
+        raise SystemExit("the pread row needs a fixed-size npy split")
+    handles = []
+    for r in ds.readers:
+        r.ensure_open()
+        images, labels = r._images, r._labels
+        handles.append((os.open(images.filename, os.O_RDONLY), images.offset, images[0].nbytes,
+                        os.open(labels.filename, os.O_RDONLY), labels.offset, labels[0].nbytes))
+    out_images, out_labels = ds.empty_batch(batch_size)
+    order = np.random.default_rng(seed).permutation(len(ds))
+    starts = ds._starts
+
+    def run() -> int:
+        for a in range(0, len(order), batch_size):
+            idx = np.sort(order[a : a + batch_size])
+            shard = np.searchsorted(starts, idx, side="right") - 1
+            for k, (s, i) in enumerate(zip(shard.tolist(), (idx - starts[shard]).tolist(), strict=True)):
+                fi, oi, bi, fl, ol, bl = handles[s]
+                os.preadv(fi, [out_images[k]], oi + i * bi)
+                os.preadv(fl, [out_labels[k]], ol + i * bl)
+        return len(order)
+
+    return run
+
+
+def run_child(args: argparse.Namespace, kind: str, path: Path, source: Path,
+              cgroup: MemoryCgroup | None) -> dict[str, Any]:
+    """One epoch in a fresh process: inside ``cgroup`` (cold, out of core), or without one (warm)."""
     cmd = [sys.executable, __file__, "--child", kind, str(path), "--batch-size", str(args.batch_size),
-           "--seed", str(args.seed), "--epochs", str(epochs), "--source", str(source)]
+           "--seed", str(args.seed), "--source", str(source), *([] if cgroup is not None else ["--warm"])]
 
     def enter() -> None:  # in the child, before exec: join the cgroup before anything is read
         if cgroup is not None:
@@ -217,16 +260,19 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         convert_row(src, out, options, args.workers)
         converted.append((options, out / "train", stored_bytes(out / "train")))
     n = len(pairs) * args.times
-    results: dict[str, Any] = {"limit": args.limit, "samples": n, "png_bytes": png_bytes, "rows": [],
-                               "cgroup": None}
+    results: dict[str, Any] = {"limit": args.limit, "samples": n, "times": args.times, "png_bytes": png_bytes,
+                               "rows": [], "cgroup": None}
     with MemoryCgroup(args.limit, f"shardkit-ooc-{os.getpid()}") as cg:
         results["cgroup"] = f"v{cg.version} {cg.path}"
         jobs = [(f"shardkit {o}", "reader", split, size) for o, split, size in converted]
+        npy = next(((split, size) for o, split, size in converted if "--format npy" in o and "codec" not in o), None)
+        if npy is not None and not args.no_pread:
+            jobs.append(("prototype: npy via preadv (not in shardkit)", "pread", *npy))
         jobs.append(("naive: cv2.imread image + label, crop (PNG)", "naive", converted[0][1], png_bytes))
         for name, kind, split, size in jobs:
             drop_caches()
-            cold = run_child(args, kind, split, src, cg, 1)
-            warm = run_child(args, kind, split, src, None, 2)
+            cold = run_child(args, kind, split, src, cg)
+            warm = run_child(args, kind, split, src, None)
             row = {"name": name, "stored_bytes": size, "cold": cold, "warm": warm}
             results["rows"].append(row)
             print(f"  {name}: {cold['samples'] / cold['seconds']:.0f} samples/s out of core, "
@@ -242,7 +288,7 @@ def render(res: dict[str, Any]) -> str:
     raw = next((v for k, v in rate.items() if "--format npy" in k), None)
     naive = next(v for k, v in rate.items() if k.startswith("naive"))
     big = max(r["stored_bytes"] for r in rows)
-    lines = [f"# {n} samples (CamVid × {n // 149 if n % 149 == 0 else '?'}, {SIZE}); memory limit "
+    lines = [f"# {n} samples (CamVid × {res['times']}, {SIZE}); one shuffled epoch per row; memory limit "
              f"{res['limit'] / 1e6:.0f} MB ({res['cgroup']}); largest row {big / 1e9:.2f} GB = "
              f"{big / res['limit']:.1f}× the limit; PNG sources {res['png_bytes'] / 1e6:.0f} MB",
              f"{'row':<64} {'stored KB/s.':>12} {'samples/s':>9} {'disk MB/s':>9} {'read KB/s.':>10} "
@@ -281,11 +327,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=None, help="work folder (default: a temporary one), emptied after")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--child", nargs=2, metavar=("KIND", "SPLIT"), help=argparse.SUPPRESS)
-    ap.add_argument("--epochs", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--no-pread", action="store_true", help="leave out the preadv prototype row")
+    ap.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--source", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.child[0], args.child[1], args.batch_size, args.seed, args.epochs, args.source)))
+        print(json.dumps(child(args.child[0], args.child[1], args.batch_size, args.seed, args.warm, args.source)))
         return 0
     if not sys.platform.startswith("linux") or os.geteuid() != 0:
         raise SystemExit("this benchmark needs Linux and root (a memory cgroup, /proc/sys/vm/drop_caches)")
