@@ -10,11 +10,19 @@ id 255) is written in the ``class_dict`` layout and converted with shardkit thre
 ``npy-fixed/``     npy, ``--size 4x6`` (centre crop / pad), ``index`` labels
 ``npy-variable/``  npy, no ``--size`` (variable size), ``packed`` labels
 ``lmdb/``          lmdb, no ``--size`` (variable size), ``onehot`` labels
+``lmdb-zstd/``     lmdb format version 2, variable size, ``index`` labels, images zstd, labels zstd
+``lmdb-png/``      lmdb format version 2, ``--size 4x6``, ``packed`` labels, images png, labels lz4
+``hdf5-zstd/``     hdf5 format version 2, ``--size 4x6``, ``index`` labels, images zstd, labels lz4
+                   (hdf5plugin's registered Zstd and LZ4 filters)
 
 all with ``--shard-size 2`` (two shards: 2 + 1 samples) and ``--workers 1``. Each golden folder
 keeps only the dataset (``manifest.json`` and the shard files it names).
 ``expected.json`` holds what a reader must get back, computed here from the synthetic
 arrays with plain numpy (never read back through shardkit).
+
+The version 2 (codec) folders hold compressed bytes: equal for equal codec library versions, but
+a newer zstd/lz4/libpng may write other bytes for the same arrays, so their files are compared by
+decoded content (tests/test_golden_current.py), never byte for byte.
 
 Everything is deterministic: pixels come from integer formulas, the PNGs are written by
 the tiny encoder below (not OpenCV's), so their bytes (which the manifest's fingerprints
@@ -56,11 +64,14 @@ UNKNOWN_COLOUR = (255, 255, 255)  # not in the table: mapped to IGNORE by --unkn
 SOURCE_SIZES: tuple[tuple[int, int], ...] = ((4, 6), (7, 9), (2, 9))  # (H, W) of s0, s1, s2
 MTIME_NS = 1_700_000_000 * 10**9
 
-#: folder → (format, label encoding, --size)
-VARIANTS: dict[str, tuple[str, str, tuple[int, int] | None]] = {
-    "npy-fixed": ("npy", "index", FIXED_SIZE),
-    "npy-variable": ("npy", "packed", None),
-    "lmdb": ("lmdb", "onehot", None),
+#: folder → (format, label encoding, --size, --image-codec, --label-codec)
+VARIANTS: dict[str, tuple[str, str, tuple[int, int] | None, str, str]] = {
+    "npy-fixed": ("npy", "index", FIXED_SIZE, "raw", "raw"),
+    "npy-variable": ("npy", "packed", None, "raw", "raw"),
+    "lmdb": ("lmdb", "onehot", None, "raw", "raw"),
+    "lmdb-zstd": ("lmdb", "index", None, "zstd", "zstd"),
+    "lmdb-png": ("lmdb", "packed", FIXED_SIZE, "png", "lz4"),
+    "hdf5-zstd": ("hdf5", "index", FIXED_SIZE, "zstd", "lz4"),
 }
 
 
@@ -143,7 +154,7 @@ def encode(ids: np.ndarray, encoding: str) -> np.ndarray:
 
 def expected() -> dict[str, Any]:
     datasets: dict[str, Any] = {}
-    for folder, (fmt, encoding, size) in VARIANTS.items():
+    for folder, (fmt, encoding, size, image_codec, label_codec) in VARIANTS.items():
         samples = []
         for s in range(len(SOURCE_SIZES)):
             image, ids = synthetic_sample(s)
@@ -164,6 +175,8 @@ def expected() -> dict[str, Any]:
             "size": list(size) if size else None,
             "samples": samples,
         }
+        if (image_codec, label_codec) != ("raw", "raw"):  # version 1 folders keep their entry unchanged
+            datasets[folder]["codecs"] = {"image": image_codec, "label": label_codec}
     return {
         "about": "Expected contents of the golden datasets, computed by scripts/make_golden.py from its "
                  "synthetic source, not read back through shardkit. image: (H, W, 3) RGB uint8; label_ids: "
@@ -193,12 +206,12 @@ def make_golden(out: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="shardkit-golden-") as tmp:
         source = Path(tmp) / "synthetic"
         write_source(source)
-        for folder, (fmt, encoding, size) in VARIANTS.items():
+        for folder, (fmt, encoding, size, image_codec, label_codec) in VARIANTS.items():
             converted = Path(tmp) / "out" / folder
             convert(ConvertConfig(
                 input=source, output=converted, format=fmt, size=size, label_encoding=encoding,
                 ignore_index=IGNORE, unknown_as=IGNORE, shard_size=ShardSize(samples=SHARD_SIZE),
-                workers=1, quiet=True,
+                workers=1, quiet=True, image_codec=image_codec, label_codec=label_codec,
             ))
             target = out / folder
             if target.exists():

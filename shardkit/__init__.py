@@ -9,7 +9,7 @@ from pathlib import Path as _Path
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 if _TYPE_CHECKING:
     from .config import ConvertConfig

@@ -15,9 +15,11 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from . import __version__
+from ._version import __version__
 from .config import DEFAULT_MAX_PIXELS, ConvertConfig, ShardSize, parse_size
 from .errors import ConfigError, ShardkitError
+from .formats.registry import all_formats
+from .formats.registry import names as format_names
 from .logs import JsonFormatter
 from .logs import setup as setup_logging
 
@@ -65,6 +67,18 @@ def main() -> None:
     setup_logging(quiet=True)
 
 
+def _compressions() -> list[str]:
+    """Every ``--compression`` value some format takes (the format then checks its own)."""
+    return list(dict.fromkeys(c for fmt in all_formats() for c in fmt.compressions))
+
+
+def _takes(fact: str) -> str:
+    """Which format takes which values of one option, from the formats' own facts: 'lmdb: raw, zstd; …'."""
+    parts = [f"{fmt.name}: {', '.join(v for v in getattr(fmt, fact) if v not in ('none', 'raw'))}"
+             for fmt in all_formats() if len(getattr(fmt, fact)) > 1]
+    return "; ".join(parts) or "none"
+
+
 def _size(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[int, int] | None:
     try:
         return parse_size(value)
@@ -83,7 +97,7 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
     """--config FILE.toml: its keys (same names as the flags) become defaults; flags and SHARDKIT_* win."""
     if value is None:
         return None
-    import tomllib
+    from .tomlcompat import tomllib
 
     try:
         data = tomllib.loads(value.read_text(encoding="utf-8"))
@@ -107,7 +121,7 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
               help="TOML file with the same keys as these flags (flags, then SHARDKIT_* variables, win).")
 @click.argument("input_dir", type=click.Path(path_type=Path, file_okay=False), envvar="SHARDKIT_INPUT")
 @click.argument("output_dir", type=click.Path(path_type=Path), envvar="SHARDKIT_OUTPUT")
-@click.option("--format", "format", type=click.Choice(["npy", "lmdb", "hdf5", "tfrecord"]), default="npy",
+@click.option("--format", "format", type=click.Choice(list(format_names())), default="npy",
               show_default=True, help="Shard format.")
 @click.option("--size", callback=_size, metavar="HxW", help="Target size, e.g. 352x480 (height x width).")
 @click.option("--resize", type=click.Choice(["none", "exact", "shorter"]), default="none", show_default=True,
@@ -134,8 +148,12 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
 @click.option("--split", "splits", multiple=True, help="Only convert this split (repeatable).")
 @click.option("--shard-size", callback=_shard_size, default="500", show_default=True,
               help="Samples per shard (500) or bytes per shard (256MB).")
-@click.option("--compression", type=click.Choice(["none", "lzf", "gzip"]), default="none", show_default=True,
-              help="HDF5: lzf/gzip; TFRecord: gzip.")
+@click.option("--compression", type=click.Choice(_compressions()), default="none", show_default=True,
+              help="Whole-shard compression: " + _takes("compressions") + ".")
+@click.option("--image-codec", default="raw", show_default=True, metavar="CODEC",
+              help="Per-image codec (docs/codecs.md): " + _takes("image_codecs") + "; jpeg:Q is lossy (Q 1-100).")
+@click.option("--label-codec", default="raw", show_default=True, metavar="CODEC",
+              help="Per-label codec, always lossless: " + _takes("label_codecs") + ".")
 @click.option("--workers", type=click.IntRange(0), default=0, show_default=True,
               help="Worker processes; 0 = all cores.")
 @click.option("--backend", type=click.Choice(["local", "dask"]), default="local", show_default=True,
@@ -160,7 +178,8 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
             label_encoding: str, layout: str, label_suffix: str | None, class_dict: Path | None,
             palette: Path | None, num_classes: int | None, ignore_index: int | None, colour_tolerance: int,
             unknown_as: int | None, cityscapes_train_ids: bool, splits: tuple[str, ...], shard_size: ShardSize,
-            compression: str, workers: int, backend: str, scheduler: str | None, on_error: str, max_pixels: int,
+            compression: str, image_codec: str, label_codec: str, workers: int, backend: str, scheduler: str | None,
+            on_error: str, max_pixels: int,
             strict: bool, dry_run: bool, force: bool, rehash: bool, quiet: bool, verbose: bool,
             log_format: str) -> None:
     """Convert the dataset in INPUT_DIR into shards in OUTPUT_DIR/<split>/ with a manifest.json each."""
@@ -172,7 +191,8 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
         label_encoding=label_encoding, layout=layout, label_suffix=label_suffix, class_dict=class_dict,
         palette=palette, num_classes=num_classes, ignore_index=ignore_index, colour_tolerance=colour_tolerance,
         unknown_as=unknown_as, cityscapes_train_ids=cityscapes_train_ids, splits=splits, shard_size=shard_size,
-        compression=compression, workers=workers, backend=backend, scheduler=scheduler, on_error=on_error,
+        compression=compression, image_codec=image_codec, label_codec=label_codec, workers=workers, backend=backend,
+        scheduler=scheduler, on_error=on_error,
         strict=strict, dry_run=dry_run, force=force, rehash=rehash, quiet=quiet, max_pixels=max_pixels,
     )
     summary = run(cfg)
@@ -222,13 +242,25 @@ def info(split_dir: Path, plot: Path | None) -> None:
         _info_split(folder, chart)
 
 
+def _codec_name(codec: Any) -> str:
+    """A manifest's codec object as the CLI spells it (``zstd``, ``jpeg:95``)."""
+    from .codecs import codec_from_json
+
+    try:
+        return str(codec_from_json(codec))
+    except ValueError:
+        return repr(codec)
+
+
 def _info_split(split_dir: Path, plot: Path | None) -> None:
     from .manifest import load_manifest
 
     m = load_manifest(split_dir)
     nbytes = sum(f.bytes for s in m.shards for f in s.files)
     shape = m.sample["image"]["shape"]
-    click.echo(f"{split_dir}: split {m.split}, format {m.format} v{m.format_version}, {m.num_samples} samples, "
+    codecs = m.format_options.get("codecs") if m.format_version >= 2 else None
+    coded = f" (images {_codec_name(codecs['image'])}, labels {_codec_name(codecs['label'])})" if codecs else ""
+    click.echo(f"{split_dir}: split {m.split}, format {m.format} v{m.format_version}{coded}, {m.num_samples} samples, "
                f"{len(m.shards)} shards, {nbytes / 1e6:.1f} MB")
     click.echo(f"image {shape[0] or 'var'}x{shape[1] or 'var'}x3 uint8; label {m.sample['label']['encoding']} "
                f"{m.sample['label'].get('dtype')}")

@@ -12,13 +12,10 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from .errors import ConfigError
 
-FormatName = Literal["npy", "lmdb", "hdf5", "tfrecord"]
-
-FORMATS: tuple[str, ...] = ("npy", "lmdb", "hdf5", "tfrecord")
 DEFAULT_SHARD_SAMPLES = 500
 DEFAULT_MAX_PIXELS = 2**28  # per image (height x width), checked from the file header before decoding
 
@@ -108,6 +105,9 @@ class ConvertConfig:
     splits: tuple[str, ...] = ()
     shard_size: ShardSize = field(default_factory=lambda: ShardSize(samples=DEFAULT_SHARD_SAMPLES))
     compression: str = "none"
+    #: per-array codecs (``shardkit.codecs``): "raw", "zstd", "zstd:9", "lz4", "png", "jpeg:95"
+    image_codec: str = "raw"
+    label_codec: str = "raw"
     workers: int = 0
     backend: str = "local"
     scheduler: str | None = None
@@ -128,12 +128,14 @@ class ConvertConfig:
         object.__setattr__(self, "input", Path(self.input))
         object.__setattr__(self, "output", Path(self.output))
         self._normalise()
-        self._check_choice("format", self.format, FORMATS)
+        from .codecs import ArrayCodecs
+        from .formats.registry import get, names
+
+        self._check_choice("format", self.format, names())
         self._check_choice("resize", self.resize, ("none", "exact", "shorter"))
         self._check_choice("crop", self.crop, ("center", "none"))
         self._check_choice("label_encoding", self.label_encoding, ("index", "onehot", "packed"))
         self._check_choice("on_error", self.on_error, ("fail", "skip"))
-        self._check_choice("compression", self.compression, ("none", "lzf", "gzip"))
         self._check_choice("backend", self.backend, ("local", "dask"))
         if self.scheduler and self.backend != "dask":
             raise ConfigError("--scheduler needs --backend dask")
@@ -151,13 +153,10 @@ class ConvertConfig:
                               fix="choose a smaller --size or raise --max-pixels")
         if self.workers < 0:
             raise ConfigError("--workers must be >= 0 (0 = all cores)")
-        if self.compression != "none" and self.format in ("npy", "lmdb"):
-            raise ConfigError(
-                f"--compression {self.compression} is not supported by --format {self.format}",
-                fix="use --format hdf5 (lzf, gzip) or tfrecord (gzip), or drop --compression",
-            )
-        if self.compression == "lzf" and self.format == "tfrecord":
-            raise ConfigError("--compression lzf is HDF5-only", fix="use --compression gzip with tfrecord")
+        codecs = ArrayCodecs.parse(self.image_codec, self.label_codec)
+        object.__setattr__(self, "image_codec", str(codecs.image))  # one spelling: "zstd:3" → "zstd"
+        object.__setattr__(self, "label_codec", str(codecs.label))
+        get(self.format).check_options(self.compression, codecs)  # the format says what it takes
 
     def _normalise(self) -> None:
         """Accept the CLI's spellings from Python callers: ``size="352x480"``, ``shard_size="256MB"``,
@@ -209,9 +208,21 @@ class ConvertConfig:
         except AttributeError:  # pragma: no cover - non-Linux
             return max(1, os.cpu_count() or 1)
 
+    @property
+    def codecs(self) -> Any:
+        """The :class:`~shardkit.codecs.ArrayCodecs` of ``image_codec``/``label_codec`` (checked on init)."""
+        from .codecs import ArrayCodecs
+
+        return ArrayCodecs.parse(self.image_codec, self.label_codec)
+
     def preprocessing(self) -> dict[str, Any]:
-        """The options that change stored bytes: recorded in the manifest and hashed into fingerprints."""
-        return {
+        """The options that change stored bytes: recorded in the manifest and hashed into fingerprints.
+
+        The codecs appear only when one is not raw, so raw datasets keep their version 1 manifests and
+        fingerprints byte for byte.
+        """
+        codecs = {} if self.codecs.raw else {"image_codec": self.image_codec, "label_codec": self.label_codec}
+        return {**codecs,
             "size": list(self.size) if self.size else None,
             "resize": self.resize,
             "crop": self.crop,

@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeGuard
 
-from .config import FORMATS
 from .errors import ShardFormatError, UnsafePathError
 
 MANIFEST_NAME = "manifest.json"
@@ -156,8 +155,10 @@ class Manifest:
             return ShardFormatError(f"manifest {problem}", path=where,
                                     fix="re-convert this split; do not use manifests from untrusted sources")
 
-        if self.format not in FORMATS:
-            raise bad(f"format {self.format!r} is not one of {', '.join(FORMATS)}")
+        from .formats.registry import names  # here: the formats package imports this module
+
+        if self.format not in names():
+            raise bad(f"format {self.format!r} is not one of {', '.join(names())}")
         image, label = self.sample.get("image"), self.sample.get("label")
         if not isinstance(image, dict) or not isinstance(label, dict):
             raise bad("sample has no image and label description")

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from ._version import __version__
 from .config import ConvertConfig
 from .discover import Discovery, discover
 from .errors import OutputError
 from .fingerprint import CACHE_NAME, fingerprint_samples, load_cache, save_cache
 from .formats.base import SampleSpec
-from .formats.registry import writer_class
+from .formats.registry import all_formats, get
 from .imageio import read_image_size
 from .labels import ClassTable, LabelDecoder, build_class_table
 from .lock import OutputLock
@@ -109,13 +109,14 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
     # The manifest records what took effect: the Cityscapes id remap only means something for Cityscapes.
     # (Fingerprints keep hashing the options as given, so existing shard names stay valid.)
     recorded = options | ({} if found.layout == "cityscapes" else {"cityscapes_train_ids": None})
-    writer = writer_class(cfg.format)
-    settings = {"format": cfg.format, "format_version": writer.format_version, "sample": spec.to_manifest(),
+    fmt = get(cfg.format)
+    settings = {"format": cfg.format, "format_version": fmt.version_for(cfg.compression, cfg.codecs),
+                "sample": spec.to_manifest(),
                 "classes": table.to_json(), "preprocessing": options, "on_error": cfg.on_error}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
     ctx = WorkerContext(cfg.format, spec, decoder, found.root.resolve(), cfg.size, cfg.resize, cfg.crop,
                         cfg.compression, cfg.on_error, sync_files=cfg.backend == "dask",
-                        max_pixels=cfg.max_pixels)
+                        max_pixels=cfg.max_pixels, codecs=cfg.codecs)
     log.info("convert %s → %s as %s", cfg.input, cfg.output, cfg.format,
              extra={"event": "start", "input": str(cfg.input), "output": str(cfg.output), "format": cfg.format,
                     "workers": cfg.effective_workers(), "backend": cfg.backend})
@@ -142,7 +143,7 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
 
         try:
             run_tasks(todo, ctx, workers=cfg.effective_workers(), quiet=cfg.quiet, on_result=publish_shard,
-                      isolate=getattr(writer, "needs_subprocess", False), backend=cfg.backend,
+                      isolate=fmt.writer.needs_subprocess, backend=cfg.backend,
                       scheduler=cfg.scheduler)
         except BaseException:
             for split in found.splits:
@@ -153,7 +154,7 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
                         "losses will count as real pixels: pass --ignore-index ID to pad with an ignore id", padded)
         for split, pairs in found.splits.items():
             records = [reused[(t.split, t.key)] for t in tasks if t.split == split]
-            path = publish_split(cfg, split, pairs, records, found, table, spec, recorded, writer)
+            path = publish_split(cfg, split, pairs, records, found, table, spec, recorded, fmt)
             save_cache(cfg.output / split, caches[split])
             summary.manifests.append(path)
             summary.samples += sum(len(r.samples) for r in records)
@@ -176,7 +177,7 @@ def _plan(
     tasks: list[ShardTask] = []
     reused: dict[tuple[str, str], ShardRecord] = {}
     caches: dict[str, dict[str, Any]] = {}
-    writer = writer_class(cfg.format)
+    fmt = get(cfg.format)
     for split, pairs in found.splits.items():
         directory = cfg.output / split
         try:
@@ -193,7 +194,7 @@ def _plan(
                              read_image_size)
         for task in planned:
             if not cfg.force:
-                record = reuse(directory, task.key, writer.file_names(task.stem, spec), rehash=cfg.rehash)
+                record = reuse(directory, task.key, fmt.file_names(task.stem, spec), rehash=cfg.rehash)
                 if record is not None:
                     reused[(split, task.key)] = record
                     log.info("%s shard %s reused", split, task.index, extra={
@@ -222,7 +223,7 @@ def publish_split(
     table: ClassTable,
     spec: SampleSpec,
     options: dict[str, Any],
-    writer: Any,
+    fmt: Any,
 ) -> Path:
     """Write the split's manifest (the commit marker), then remove files no manifest names any more."""
     directory = cfg.output / split
@@ -238,7 +239,7 @@ def publish_split(
     fingerprint = hashlib.sha256("\n".join(s["fingerprint"] for s in samples).encode()).hexdigest()
     manifest = Manifest(
         format=cfg.format,
-        format_version=writer.format_version,
+        format_version=fmt.version_for(cfg.compression, cfg.codecs),
         split=split,
         num_samples=first,
         sample=spec.to_manifest(),
@@ -257,7 +258,7 @@ def publish_split(
         samples=tuple(samples),
         stats=stats.to_manifest(),
         skipped=tuple(s for r in records for s in r.skipped),
-        format_options=writer.format_options(spec, cfg.compression),
+        format_options=fmt.format_options(spec, cfg.compression, cfg.codecs),
         tool_version=__version__,
     )
     path = dump_manifest(manifest, directory)
@@ -273,4 +274,5 @@ def _owned(name: str) -> bool:
 
 
 def _is_shard_name(name: str) -> bool:
-    return not name.startswith(".") and name.split("-", 1)[0] in ("images", "labels", "shapes", "shard")
+    """A final shard file name of any format (a split folder may hold an earlier run's other format)."""
+    return any(fmt.owns(name) for fmt in all_formats())

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ShardkitError, WorkerError
-from .formats.registry import writer_class
+from .formats.registry import get
 from .plan import ShardTask
 from .progress import SampleCounter, progress_bar
 from .publish import TMP_MARK
@@ -270,14 +270,14 @@ class _DaskClient:
 
 def _probe(paths: list[str]) -> tuple[bool, str]:
     """Runs on each Dask worker: does it see these paths, and which shardkit does it have?"""
-    from . import __version__
+    from ._version import __version__
 
     return all(Path(p).exists() for p in paths), __version__
 
 
 def _check_workers(distributed: Any, client: Any, directories: set[Path], root: Path) -> None:
     """Fail early unless every worker sees the input and this run's output folders and runs this shardkit."""
-    from . import __version__
+    from ._version import __version__
 
     try:
         client.wait_for_workers(1, timeout=CONNECT_TIMEOUT)
@@ -313,11 +313,11 @@ def _check_workers(distributed: Any, client: Any, directories: set[Path], root: 
 
 def _remove_lost_attempts(tasks: Sequence[ShardTask], ctx: WorkerContext) -> int:
     """Delete temporary shard files of attempts whose worker was lost (their shards were re-run)."""
-    writer = writer_class(ctx.format)
+    fmt = get(ctx.format)
     removed = 0
     for task in tasks:
-        for name in writer.file_names(task.stem, ctx.spec):
-            for p in task.directory.glob(f".{name}{TMP_MARK}*"):
+        for name in fmt.file_names(task.stem, ctx.spec):
+            for p in task.directory.glob(fmt.tmp_glob(name)):
                 p.unlink(missing_ok=True)
                 removed += 1
     return removed

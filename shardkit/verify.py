@@ -15,7 +15,7 @@ import numpy as np
 
 from .errors import ShardkitError
 from .formats.base import SampleSpec, sha256_file
-from .formats.registry import reader_class
+from .formats.registry import get
 from .manifest import MANIFEST_NAME, load_manifest
 from .preprocess import decode_label_encoding
 
@@ -71,7 +71,7 @@ def verify_split(path: Path) -> SplitReport:
         return report
     try:
         spec = SampleSpec.from_manifest(manifest.sample)
-        reader_cls = reader_class(manifest.format)
+        fmt = get(manifest.format)
     except ShardkitError as exc:  # an unknown format is the manifest's problem here, not a usage error
         report.problems.append(str(exc))
         return report
@@ -81,7 +81,7 @@ def verify_split(path: Path) -> SplitReport:
     for shard in manifest.shards:
         where = f"shard {shard.index} ({', '.join(f.name for f in shard.files)})"
         try:
-            reader = reader_cls(path, shard, spec, manifest.format_options)
+            reader = fmt.open_shard(path, shard, spec, manifest)
             reader.verify_hashes()
             for i in range(shard.num_samples):
                 image, stored = reader.read(i)

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .codecs import RAW, ArrayCodecs
 from .config import DEFAULT_MAX_PIXELS
 from .discover import rel_path
 from .errors import LabelError, ShardkitError
@@ -51,6 +52,8 @@ class WorkerContext:
     sync_files: bool = True
     #: Largest image or label (height x width, from the file header) decoded; bigger ones are a DecodeError.
     max_pixels: int = DEFAULT_MAX_PIXELS
+    #: per-array codecs (raw: format version 1 bytes)
+    codecs: ArrayCodecs = RAW
 
 
 @dataclass
@@ -168,7 +171,8 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
     except Exception:  # pragma: no cover
         pass
     stats = Stats(ctx.spec.num_classes)
-    writer = writer_class(ctx.format)(task.directory, task.stem, ctx.spec, len(task.samples), ctx.compression)
+    writer = writer_class(ctx.format)(task.directory, task.stem, ctx.spec, len(task.samples), ctx.compression,
+                                      ctx.codecs)
     samples: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
     padded = 0

@@ -10,6 +10,7 @@ CPU backend (:mod:`shardkit.augment.cpu`); GPU / TensorFlow backends would apply
 
 from __future__ import annotations
 
+from .config import from_toml
 from .ops import (
     ColorJitter,
     Compose,
@@ -22,4 +23,4 @@ from .ops import (
 )
 
 __all__ = ["ColorJitter", "Compose", "Params", "RandomCrop", "RandomFlip", "RandomRotate", "RandomScale",
-           "parse"]
+           "from_toml", "parse"]

@@ -20,7 +20,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import IntegrityError, ShardFormatError
+from ..codecs import RAW, ArrayCodecs, CodecDataError
+from ..errors import ConfigError, IntegrityError, ShardFormatError
 from ..manifest import ShardFile, ShardInfo, check_regular_file, member_path
 from ..publish import TMP_MARK, fsync_file
 
@@ -130,19 +131,19 @@ class ShardWriter(ABC):
     name never holds two different contents (what makes resume and incremental runs safe).
     """
 
-    format_name: ClassVar[str]
-    format_version: ClassVar[int]
     #: True when the writer's library must not be imported into the converting process (it would clash
     #: with one the caller may import, e.g. ``tfrecord``'s protobufs vs TensorFlow's): the pool then runs
     #: every task in a worker process, even with one worker.
     needs_subprocess: ClassVar[bool] = False
 
-    def __init__(self, directory: Path, stem: str, spec: SampleSpec, planned: int, compression: str) -> None:
+    def __init__(self, directory: Path, stem: str, spec: SampleSpec, planned: int, compression: str,
+                 codecs: ArrayCodecs = RAW) -> None:
         self.directory = Path(directory)
         self.stem = stem
         self.spec = spec
         self.planned = planned
         self.compression = compression
+        self.codecs = codecs
         self.count = 0
         # host + pid + random: two attempts at one shard (a Dask retry on another machine) never share a temp file
         self.digests: dict[str, str] = {}  # sha256 of files hashed while written (else read back in close)
@@ -154,9 +155,14 @@ class ShardWriter(ABC):
         """Final file names of the shard called ``stem`` (``NNNNN-<key>``), relative to the split folder."""
 
     @classmethod
-    def format_options(cls, spec: SampleSpec, compression: str) -> dict[str, Any]:
-        """Format-specific facts the manifest carries (e.g. feature keys); empty by default."""
-        return {"compression": compression}
+    def format_options(cls, spec: SampleSpec, compression: str, codecs: ArrayCodecs = RAW) -> dict[str, Any]:
+        """Format-specific facts the manifest carries: compression, and the codecs when any is not raw."""
+        return {"compression": compression, **({} if codecs.raw else {"codecs": codecs.to_json()})}
+
+    @staticmethod
+    def tmp_glob(final_name: str) -> str:
+        """Glob pattern of every temporary name ``final_name`` may have while written (any attempt)."""
+        return f".{final_name}{TMP_MARK}*"
 
     def tmp_path(self, final_name: str) -> Path:
         return self.directory / f".{final_name}{self._token}"
@@ -199,19 +205,35 @@ class ShardWriter(ABC):
     def abort(self) -> None:
         """Remove whatever temporary files exist (after an error)."""
         for name in self.file_names(self.stem, self.spec):
-            for p in self.directory.glob(f".{name}{TMP_MARK}*"):
+            for p in self.directory.glob(self.tmp_glob(name)):
                 p.unlink(missing_ok=True)
 
 
 class ShardReader(ABC):
     """Serves the samples of one shard. Opens files lazily and reopens after a fork (per process id)."""
 
-    def __init__(self, directory: Path, shard: ShardInfo, spec: SampleSpec, format_options: dict[str, Any]) -> None:
+    def __init__(self, directory: Path, shard: ShardInfo, spec: SampleSpec, format_options: dict[str, Any],
+                 format_version: int = 1) -> None:
         self.directory = Path(directory)
         self.shard = shard
         self.spec = spec
         self.format_options = format_options
+        self.format_version = format_version
+        self.codecs = RAW
+        if format_version >= 2:  # version 2: format_options.codecs is required (formats/codecs.md)
+            try:
+                self.codecs = ArrayCodecs.from_json(format_options.get("codecs"))
+            except ValueError as exc:
+                raise ShardFormatError(f"manifest format_options.codecs is invalid ({exc})",
+                                       path=self.directory / "manifest.json", fix="re-convert this split") from None
+            try:
+                self.codecs.check_available()
+            except ConfigError as exc:
+                raise ShardFormatError(f"cannot decode this split: {exc}", path=self.directory / "manifest.json",
+                                       fix=exc.fix) from None
         self._pid: int | None = None
+        #: (n, 2) (H, W) of each local sample from the manifest (variable-size splits), set by ``open_shard``
+        self.expected_hw: np.ndarray | None = None
         self.check_files()
 
     def __len__(self) -> int:
@@ -240,6 +262,22 @@ class ShardReader(ABC):
         return ShardFormatError(" ".join(problem.split()), path=self.path(name or self.shard.files[0].name),
                                 fix="the shard is damaged; re-convert this split")
 
+    def check_hw(self, i: int, h: int, w: int) -> None:
+        """Refuse sample ``i`` whose stored (H, W) is not the manifest's (before anything is sized from it)."""
+        if self.spec.size not in (None, (h, w)):
+            raise self.corrupt(f"sample {i} is {h}x{w}, the manifest says {self.spec.size[0]}x{self.spec.size[1]}")
+        hw = self.expected_hw
+        if hw is not None and 0 <= i < len(hw) and (int(hw[i, 0]), int(hw[i, 1])) != (h, w):
+            raise self.corrupt(f"sample {i} is {h}x{w}, the manifest says {int(hw[i, 0])}x{int(hw[i, 1])}")
+
+    def decode_into(self, codec_kind: str, data: Any, out: np.ndarray, i: int) -> None:
+        """Decode sample ``i``'s image or label bytes into ``out`` with this split's codec; damage → one-line error."""
+        codec = self.codecs.image if codec_kind == "image" else self.codecs.label
+        try:
+            codec.decode_into(data, out)
+        except CodecDataError as exc:
+            raise self.corrupt(f"sample {i} {codec_kind}: {exc}") from None
+
     def verify_hashes(self) -> None:
         for f in self.shard.files:
             p = self.path(f.name)
@@ -264,6 +302,11 @@ class ShardReader(ABC):
         for k in self._handle_attrs():
             state[k] = None
         return state
+
+    @property
+    def is_open(self) -> bool:
+        """True while this object holds open file handles (after a read in this process); never once pickled."""
+        return any(getattr(self, k, None) is not None for k in self._handle_attrs())
 
     def _handle_attrs(self) -> Sequence[str]:
         """Attributes holding open handles, dropped when pickled (spawned workers reopen lazily)."""
@@ -314,3 +357,99 @@ class ShardReader(ABC):
             return int(shapes[i, 0]), int(shapes[i, 1])
         h, w = self.read(i)[0].shape[:2]
         return int(h), int(w)
+
+
+@dataclass(frozen=True)
+class TfRecordLayout:
+    """What ``shardkit.tf`` needs to read a format's files with TensorFlow's own ops (no Python per sample)."""
+
+    compression_type: str  # tf.data.TFRecordDataset(compression_type=…)
+    features: dict[str, str]  # feature key → "bytes" / "int64" (tf.io.FixedLenFeature spec)
+    image_key: str  # feature holding the image
+    image_codec: str  # "raw" (decode_raw), "png" or "jpeg" (decode_png / decode_jpeg)
+    label_key: str  # feature holding the stored label, raw little-endian
+
+
+class ShardFormat:
+    """The facts of one shard format, in one place: the registry lists these, and the CLI choices, config
+    checks, cleanup of stale and temporary files, and readers all derive from them.
+
+    A format module defines one subclass and exposes it as ``FORMAT``; adding a format touches that module,
+    its spec in ``formats/``, the schema's format enum and ``scripts/make_golden.py``.
+    """
+
+    name: ClassVar[str]
+    writer: ClassVar[type[ShardWriter]]
+    reader: ClassVar[type[ShardReader]]
+    #: format versions its reader implements; the writer writes :meth:`version_for` of them
+    versions: ClassVar[tuple[int, ...]] = (1,)
+    #: False for formats read front to back (shuffled shard-then-buffer; TFRecord)
+    random_access: ClassVar[bool] = True
+    #: ``--compression`` values (whole-shard compression) it takes; "none" first
+    compressions: ClassVar[tuple[str, ...]] = ("none",)
+    #: per-array codec names it takes for images and for labels; "raw" first
+    image_codecs: ClassVar[tuple[str, ...]] = ("raw",)
+    label_codecs: ClassVar[tuple[str, ...]] = ("raw",)
+    #: ``(prefix, suffix)`` of every shard file name it writes (``images-`` ``.npy``, ``shard-`` ``.lmdb``)
+    file_patterns: ClassVar[tuple[tuple[str, str], ...]]
+
+    @classmethod
+    def file_names(cls, stem: str, spec: SampleSpec) -> tuple[str, ...]:
+        return cls.writer.file_names(stem, spec)
+
+    @classmethod
+    def tf_records(cls, format_options: dict[str, Any], version: int) -> TfRecordLayout | None:
+        """How TensorFlow reads this format's files natively (``tf.data.TFRecordDataset``), or None."""
+        return None
+
+    @classmethod
+    def owns(cls, name: str) -> bool:
+        """True for a (final) shard file name this format writes: what garbage collection may delete."""
+        return not name.startswith(".") and any(name.startswith(p) and name.endswith(s)
+                                                for p, s in cls.file_patterns)
+
+    @classmethod
+    def tmp_glob(cls, final_name: str) -> str:
+        return cls.writer.tmp_glob(final_name)
+
+    @classmethod
+    def check_options(cls, compression: str, codecs: ArrayCodecs) -> None:
+        """ConfigError (exit 2, one line) unless this format can write ``compression`` with ``codecs``."""
+        if compression not in cls.compressions:
+            takes = ", ".join(c for c in cls.compressions if c != "none") or "none"
+            raise ConfigError(f"--compression {compression} is not supported by --format {cls.name}",
+                              fix=f"{cls.name} takes --compression {takes}" if len(cls.compressions) > 1
+                              else "drop --compression (or choose per-array codecs with --image-codec/--label-codec)")
+        for kind, codec, allowed in (("image", codecs.image, cls.image_codecs),
+                                     ("label", codecs.label, cls.label_codecs)):
+            if codec.name not in allowed:
+                raise ConfigError(f"--{kind}-codec {codec} is not supported by --format {cls.name}",
+                                  fix=f"{cls.name} stores {kind}s as {', '.join(allowed)}")
+        codecs.check_available()
+
+    @classmethod
+    def version_for(cls, compression: str, codecs: ArrayCodecs) -> int:
+        """The format version a dataset with these options is written in: 1 unless a codec needs version 2."""
+        return 1 if codecs.raw else 2
+
+    @classmethod
+    def format_options(cls, spec: SampleSpec, compression: str, codecs: ArrayCodecs) -> dict[str, Any]:
+        return cls.writer.format_options(spec, compression, codecs)
+
+    @classmethod
+    def open_shard(cls, directory: Path, shard: ShardInfo, spec: SampleSpec, manifest: Any) -> ShardReader:
+        """The reader of one shard of ``manifest`` (a :class:`~shardkit.manifest.Manifest`), version checked."""
+        cls.check_version(manifest.format_version, Path(directory) / "manifest.json")
+        reader = cls.reader(directory, shard, spec, manifest.format_options, manifest.format_version)
+        if spec.size is None:  # variable size: each sample's (H, W) from the manifest bounds what a record may claim
+            records = manifest.samples[shard.first_index : shard.first_index + shard.num_samples]
+            reader.expected_hw = np.array([(r["height"], r["width"]) for r in records], np.int64).reshape(-1, 2)
+        return reader
+
+    @classmethod
+    def check_version(cls, version: int, where: Path) -> None:
+        if version not in cls.versions:
+            known = ", ".join(map(str, cls.versions))
+            raise ShardFormatError(f"{cls.name} format version {version} is not supported (this shardkit reads "
+                                   f"version {known})", path=where,
+                                   fix="re-convert with this shardkit version or upgrade shardkit")

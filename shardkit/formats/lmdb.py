@@ -3,11 +3,15 @@
 Key ``b"%08d" % i`` (local index) → value = 16-byte little-endian header
 (:data:`RECORD_HEADER`: height, width, image bytes, label bytes) + image bytes + label
 bytes. Key ``__shardkit__`` holds a JSON object with the format version and count.
-The map size grows automatically while writing. Spec: ``formats/lmdb.md``.
+Format version 2 stores each array through its codec (``shardkit.codecs``: zstd, lz4,
+png, jpeg); the header then counts encoded bytes, and batches are decoded on a thread pool
+straight into the caller's arrays. The map size grows automatically while writing.
+Spec: ``formats/lmdb.md``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -18,10 +22,11 @@ from typing import Any
 import lmdb
 import numpy as np
 
+from ..codecs import RAW, ArrayCodecs, run_parallel
 from ..errors import ShardFormatError
-from .base import SampleSpec, ShardReader, ShardWriter
+from .base import SampleSpec, ShardFormat, ShardReader, ShardWriter
 
-FORMAT_VERSION = 1
+FORMAT_ID = "shardkit-lmdb"
 META_KEY = b"__shardkit__"
 RECORD_HEADER = np.dtype([("height", "<u4"), ("width", "<u4"), ("image_nbytes", "<u4"), ("label_nbytes", "<u4")])
 _MIN_MAP = 1 << 20
@@ -70,11 +75,9 @@ def shared_read_env(path: Path, map_size: int) -> lmdb.Environment:
 
 
 class LmdbWriter(ShardWriter):
-    format_name = "lmdb"
-    format_version = FORMAT_VERSION
-
-    def __init__(self, directory: Path, stem: str, spec: SampleSpec, planned: int, compression: str) -> None:
-        super().__init__(directory, stem, spec, planned, compression)
+    def __init__(self, directory: Path, stem: str, spec: SampleSpec, planned: int, compression: str,
+                 codecs: ArrayCodecs = RAW) -> None:
+        super().__init__(directory, stem, spec, planned, compression, codecs)
         (name,) = self.file_names(stem, spec)
         self._path = self.tmp_path(name)
         hw = spec.size or (512, 512)
@@ -99,12 +102,19 @@ class LmdbWriter(ShardWriter):
     def add(self, image: np.ndarray, label: np.ndarray, key: str) -> None:
         img = np.ascontiguousarray(image, dtype=np.uint8)
         lab = np.ascontiguousarray(label, dtype=self.spec.stored_label_dtype)
-        header = np.array([(img.shape[0], img.shape[1], img.nbytes, lab.nbytes)], dtype=RECORD_HEADER)
-        self._put(sample_key(self.count), b"".join((header.tobytes(), img.data, lab.data)))  # one copy
+        if self.codecs.raw:
+            parts: tuple[Any, Any] = (img.data.cast("B"), lab.data.cast("B"))  # byte views, no copy
+        else:
+            parts = (self.codecs.image.encode(img), self.codecs.label.encode(lab))
+        header = np.array([(img.shape[0], img.shape[1], len(parts[0]), len(parts[1]))], dtype=RECORD_HEADER)
+        self._put(sample_key(self.count), b"".join((header.tobytes(), *parts)))  # one copy
         self.count += 1
 
     def _finish(self) -> None:
-        meta = {"format": "shardkit-lmdb", "format_version": FORMAT_VERSION, "num_samples": self.count}
+        meta: dict[str, Any] = {"format": FORMAT_ID, "format_version": LmdbFormat.version_for("none", self.codecs),
+                                "num_samples": self.count}
+        if not self.codecs.raw:
+            meta["codecs"] = self.codecs.to_json()
         self._put(META_KEY, json.dumps(meta, sort_keys=True).encode())
         self._env.close()  # every commit already wrote its pages; the caller fsyncs the file
 
@@ -126,28 +136,46 @@ class LmdbReader(ShardReader):
             meta = json.loads(raw) if raw is not None else None
         except (lmdb.Error, ValueError) as exc:
             raise ShardFormatError(f"cannot open LMDB shard ({exc})", path=path, fix="re-convert this split") from None
-        if not meta or meta.get("format_version") != FORMAT_VERSION or meta.get("num_samples") != len(self):
+        want: dict[str, Any] = {"format_version": self.format_version, "num_samples": len(self)}
+        if self.format_version >= 2:
+            want["codecs"] = self.codecs.to_json()
+        if not isinstance(meta, dict) or {k: meta.get(k) for k in want} != want:
             raise ShardFormatError(
-                f"LMDB shard metadata {meta!r} disagrees with the manifest (format version {FORMAT_VERSION}, "
-                f"{len(self)} samples)",
+                f"LMDB shard metadata {meta!r} disagrees with the manifest ({want})",
                 path=path,
                 fix="re-convert this split",
             )
 
-    def decode_record(self, buf: Any, i: int) -> tuple[np.ndarray, np.ndarray]:
-        """Zero-copy views over one record buffer, its header checked against its length and the spec."""
+    def _parts(self, buf: Any, i: int) -> tuple[int, int, Any, Any]:
+        """(H, W, image bytes, label bytes) of one record, its header checked against its length and the spec.
+
+        Version 1 (raw): the byte counts must be exactly the decoded sizes. Version 2: they count encoded
+        bytes, which the codec then decodes into exactly the size H and W give (checked there).
+        """
         hdr = RECORD_HEADER.itemsize
         if buf is None or len(buf) < hdr:
             raise self.corrupt(f"sample {i} is missing or truncated")
         h, w, ni, nl = (int(v) for v in np.frombuffer(buf, RECORD_HEADER, count=1)[0])
-        lab_shape = self.spec.label_shape((h, w))
-        if (ni != h * w * 3 or nl != int(np.prod(lab_shape)) * self.spec.stored_label_dtype.itemsize
-                or len(buf) != hdr + ni + nl or self.spec.size not in (None, (h, w))):
+        raw = self.format_version == 1
+        if (len(buf) != hdr + ni + nl or self.spec.size not in (None, (h, w)) or h < 1 or w < 1
+                or (raw and (ni != h * w * 3 or nl != self.spec.sample_nbytes((h, w)) - h * w * 3))):
             raise self.corrupt(f"sample {i} record ({len(buf)} bytes, {h}x{w}, {ni}+{nl} bytes) disagrees "
                                f"with its header or the manifest")
-        img = np.frombuffer(buf, np.uint8, count=ni, offset=hdr).reshape(h, w, 3)
-        lab = np.frombuffer(buf, self.spec.stored_label_dtype, offset=hdr + ni)
-        return img, lab.reshape(lab_shape)
+        self.check_hw(i, h, w)  # a variable-size record's claim is bounded by the manifest's samples[i]
+        view = memoryview(buf)
+        return h, w, view[hdr : hdr + ni], view[hdr + ni :]
+
+    def decode_record(self, buf: Any, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """One record as (image, label): zero-copy views (version 1), or decoded into new arrays (version 2)."""
+        h, w, image, label = self._parts(buf, i)
+        lab_shape = self.spec.label_shape((h, w))
+        if self.format_version == 1:
+            img = np.frombuffer(image, np.uint8).reshape(h, w, 3)
+            return img, np.frombuffer(label, self.spec.stored_label_dtype).reshape(lab_shape)
+        img, lab = np.empty((h, w, 3), np.uint8), np.empty(lab_shape, self.spec.stored_label_dtype)
+        self.decode_into("image", image, img, i)
+        self.decode_into("label", label, lab, i)
+        return img, lab
 
     def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         self.ensure_open()
@@ -173,6 +201,9 @@ class LmdbReader(ShardReader):
                 for k, i in enumerate(idx):
                     out_images[k], out_labels[k] = self.decode_record(txn.get(sample_key(i)), i)
                 return
+            if self.format_version >= 2:
+                self._decode_batch(txn, idx, out_images, out_labels)
+                return
             images = out_images.reshape(len(out_images), -1)
             labels = out_labels.reshape(len(out_labels), -1).view(np.uint8)
             header, ni = self._fixed_header(), images.shape[1]
@@ -186,8 +217,38 @@ class LmdbReader(ShardReader):
                 images[k] = rec[start : start + ni]
                 labels[k] = rec[start + ni :]
 
+    def _decode_batch(self, txn: Any, idx: list[int], out_images: np.ndarray, out_labels: np.ndarray) -> None:
+        """Version 2, fixed size: every record's parts checked here, then decoded in parallel into ``out[k]``.
+
+        The buffers stay valid while ``txn`` is open (the caller's ``with``), which outlives the pool's work.
+        """
+        jobs = []
+        for k, i in enumerate(idx):
+            _, _, image, label = self._parts(txn.get(sample_key(i)), i)
+            jobs.append(functools.partial(self._decode_pair, image, label, out_images[k], out_labels[k], i))
+        run_parallel(jobs)
+
+    def _decode_pair(self, image: Any, label: Any, out_image: np.ndarray, out_label: np.ndarray, i: int) -> None:
+        self.decode_into("image", image, out_image, i)
+        self.decode_into("label", label, out_label, i)
+
     def _fixed_header(self) -> bytes:
         """The record header every sample of a fixed-size shard carries."""
         h, w = self.spec.size  # type: ignore[misc]
         ni = h * w * 3
         return np.array([(h, w, ni, self.spec.sample_nbytes((h, w)) - ni)], dtype=RECORD_HEADER).tobytes()
+
+
+class LmdbFormat(ShardFormat):
+    """``lmdb``: one single-file LMDB environment per shard; version 2 adds per-array codecs."""
+
+    name = "lmdb"
+    writer = LmdbWriter
+    reader = LmdbReader
+    versions = (1, 2)
+    image_codecs = ("raw", "zstd", "lz4", "png", "jpeg")
+    label_codecs = ("raw", "zstd", "lz4")
+    file_patterns = (("shard-", ".lmdb"),)
+
+
+FORMAT = LmdbFormat

@@ -15,9 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import SampleSpec, ShardReader, ShardWriter
-
-FORMAT_VERSION = 1
+from .base import SampleSpec, ShardFormat, ShardReader, ShardWriter
 
 
 def _names(stem: str, fixed: bool) -> tuple[str, ...]:
@@ -62,10 +60,8 @@ class _StreamedArray:
 
 
 class NpyWriter(ShardWriter):
-    format_name = "npy"
-    format_version = FORMAT_VERSION
-
-    def __init__(self, directory: Path, stem: str, spec: SampleSpec, planned: int, compression: str) -> None:
+    def __init__(self, directory: Path, stem: str, spec: SampleSpec, planned: int, compression: str,
+                 codecs: Any = None) -> None:
         super().__init__(directory, stem, spec, planned, compression)
         self._streams: list[_StreamedArray] = []
         self._images: list[np.ndarray] = []
@@ -200,3 +196,15 @@ class NpyReader(ShardReader):
             np.take(self._images, idx, axis=0, out=out_images, mode="clip")
             np.take(self._labels, idx, axis=0, out=out_labels, mode="clip")
 
+
+
+class NpyFormat(ShardFormat):
+    """``npy``: plain memory-mappable arrays, the raw fast path (no compression, no codecs)."""
+
+    name = "npy"
+    writer = NpyWriter
+    reader = NpyReader
+    file_patterns = (("images-", ".npy"), ("labels-", ".npy"), ("shapes-", ".npy"))
+
+
+FORMAT = NpyFormat

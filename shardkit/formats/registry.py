@@ -1,36 +1,56 @@
-"""Format name → (writer class, reader class). Format modules are imported only when asked for."""
+"""Format name → its :class:`~shardkit.formats.base.ShardFormat` (facts, writer, reader).
+
+Every module of this package other than ``base`` and ``registry`` is a format and exposes
+``FORMAT``: the list is discovered, so a new format needs no line here. Modules are
+imported when a format is first asked for.
+"""
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
+from functools import cache
 
 from ..errors import ConfigError
-from .base import ShardReader, ShardWriter
+from .base import ShardFormat, ShardReader, ShardWriter
 
-_MODULES: dict[str, tuple[str, str, str]] = {
-    "npy": ("shardkit.formats.npy", "NpyWriter", "NpyReader"),
-    "lmdb": ("shardkit.formats.lmdb", "LmdbWriter", "LmdbReader"),
-    "hdf5": ("shardkit.formats.hdf5", "Hdf5Writer", "Hdf5Reader"),
-    "tfrecord": ("shardkit.formats.tfrecord", "TfrecordWriter", "TfrecordReader"),
-}
+_NOT_FORMATS = frozenset({"base", "registry"})
 
 
-def _load(name: str, which: int) -> type:
+@cache
+def names() -> tuple[str, ...]:
+    """Every format's name, in a fixed order (npy first: the default)."""
+    found = sorted(m.name for m in pkgutil.iter_modules(_package_path())
+                   if m.name not in _NOT_FORMATS and not m.name.startswith("_"))
+    return tuple(sorted(found, key=lambda n: (n != "npy", n)))
+
+
+def _package_path() -> list[str]:
+    from . import __path__ as path
+
+    return list(path)
+
+
+def get(name: str) -> type[ShardFormat]:
+    """The format called ``name``; ConfigError for an unknown or unavailable one."""
+    if name not in names():
+        raise ConfigError(f"unknown format {name!r}", fix=f"use one of {', '.join(names())}")
     try:
-        module_name, *classes = _MODULES[name]
-    except KeyError:
-        raise ConfigError(f"unknown format {name!r}", fix=f"use one of {', '.join(_MODULES)}") from None
-    try:
-        module = importlib.import_module(module_name)
+        module = importlib.import_module(f"{__package__}.{name}")
     except ModuleNotFoundError as exc:
         raise ConfigError(f"format {name!r} is not available ({exc})",
                           fix="install shardkit with its dependencies") from None
-    return getattr(module, classes[which])
+    fmt: type[ShardFormat] = module.FORMAT
+    return fmt
+
+
+def all_formats() -> tuple[type[ShardFormat], ...]:
+    return tuple(get(n) for n in names())
 
 
 def writer_class(name: str) -> type[ShardWriter]:
-    return _load(name, 0)
+    return get(name).writer
 
 
 def reader_class(name: str) -> type[ShardReader]:
-    return _load(name, 1)
+    return get(name).reader

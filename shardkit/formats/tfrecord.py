@@ -3,7 +3,9 @@
 Record framing: uint64 LE length, masked CRC32C of the length, the Example, masked CRC32C
 of the Example. ``--compression gzip`` gzips the whole file (TensorFlow's ``"GZIP"``). The
 index is the ``tfrecord`` package's: one ``"offset length"`` line per record, offsets into
-the uncompressed stream. Writing uses the ``tfrecord`` package, in pool worker processes
+the uncompressed stream. Format version 2 (``--image-codec png`` or ``jpeg:Q``) stores the image as a
+PNG/JPEG file in ``image/encoded`` (with ``image/format``), which TensorFlow decodes in-graph with
+``tf.io.decode_png``/``decode_jpeg``; labels stay raw. Writing uses the ``tfrecord`` package, in pool worker processes
 only (its protobufs clash with TensorFlow's in one process); reading parses framing and
 protobuf wire format here, so it works next to TensorFlow. Spec: ``formats/tfrecord.md``.
 """
@@ -22,17 +24,25 @@ from typing import Any
 import crc32c
 import numpy as np
 
+from ..codecs import RAW, ArrayCodecs, run_parallel
 from ..errors import ShardFormatError, WorkerError
-from .base import SampleSpec, ShardReader, ShardWriter
+from .base import SampleSpec, ShardFormat, ShardReader, ShardWriter, TfRecordLayout
 
-FORMAT_VERSION = 1
 GZIP_LEVEL = 6
-#: feature key → protobuf list type; each feature holds exactly one value.
+#: feature key → protobuf list type; each feature holds exactly one value (format version 1).
 FEATURES: dict[str, str] = {
     "image/raw": "bytes", "image/height": "int64", "image/width": "int64", "image/channels": "int64",
     "label/raw": "bytes", "label/channels": "int64", "label/dtype": "bytes", "label/encoding": "bytes",
     "label/num_classes": "int64", "key": "bytes",
 }
+#: format version 2: the image is a PNG or JPEG file in ``image/encoded``, its kind in ``image/format``.
+FEATURES_V2: dict[str, str] = {
+    **{k: v for k, v in FEATURES.items() if k != "image/raw"}, "image/encoded": "bytes", "image/format": "bytes",
+}
+
+
+def features_of(codecs: ArrayCodecs) -> dict[str, str]:
+    return FEATURES if codecs.raw else FEATURES_V2
 
 
 def mask(crc: int) -> int:
@@ -85,12 +95,11 @@ def _record_writer() -> type:
 
 
 class TfrecordWriter(ShardWriter):
-    format_name = "tfrecord"
-    format_version = FORMAT_VERSION
     needs_subprocess = True
 
-    def __init__(self, directory: Path, stem: str, spec: SampleSpec, planned: int, compression: str) -> None:
-        super().__init__(directory, stem, spec, planned, compression)
+    def __init__(self, directory: Path, stem: str, spec: SampleSpec, planned: int, compression: str,
+                 codecs: ArrayCodecs = RAW) -> None:
+        super().__init__(directory, stem, spec, planned, compression, codecs)
         self._out = _record_writer()(self.tmp_files[0], compression == "gzip")
         self._index: list[str] = []
 
@@ -99,25 +108,34 @@ class TfrecordWriter(ShardWriter):
         return (f"shard-{stem}.tfrecord", f"shard-{stem}.tfindex")
 
     @classmethod
-    def format_options(cls, spec: SampleSpec, compression: str) -> dict[str, Any]:
-        """The feature spec (enough for ``tf.io.parse_example``) and how to decode the raw bytes."""
-        features: dict[str, Any] = {k: {"type": kind, "shape": []} for k, kind in FEATURES.items()}
+    def format_options(cls, spec: SampleSpec, compression: str, codecs: ArrayCodecs = RAW) -> dict[str, Any]:
+        """The feature spec (enough for ``tf.io.parse_example``) and how to decode the image and label bytes."""
+        features: dict[str, Any] = {k: {"type": kind, "shape": []} for k, kind in features_of(codecs).items()}
         hw = ["image/height", "image/width"]
-        features["image/raw"]["decode"] = {"dtype": "uint8", "shape": [*hw, "image/channels"]}
+        if codecs.raw:
+            features["image/raw"]["decode"] = {"dtype": "uint8", "shape": [*hw, "image/channels"]}
+        else:
+            features["image/encoded"]["decode"] = {"codec": codecs.image.name, "dtype": "uint8",
+                                                   "shape": [*hw, "image/channels"]}
         features["label/raw"]["decode"] = {"dtype": spec.stored_label_dtype.name, "byte_order": "little",
                                            "shape": [*hw, "label/channels"]}
-        return {**super().format_options(spec, compression), "features": features, "index": "tfindex",
+        return {**super().format_options(spec, compression, codecs), "features": features, "index": "tfindex",
                 "tf_compression_type": "GZIP" if compression == "gzip" else ""}
 
     def add(self, image: np.ndarray, label: np.ndarray, key: str) -> None:
         img, lab = self.stored(image, label)
         spec = self.spec
-        values = {"image/raw": img.tobytes(), "image/height": img.shape[0], "image/width": img.shape[1],
+        values = {"image/height": img.shape[0], "image/width": img.shape[1],
                   "image/channels": 3, "label/raw": lab.tobytes(), "label/channels": spec.label_channels or 1,
                   "label/dtype": lab.dtype.name.encode(), "label/encoding": spec.label_encoding.encode(),
                   "label/num_classes": spec.num_classes, "key": key.encode()}
+        if self.codecs.raw:
+            values["image/raw"] = img.tobytes()
+        else:
+            values["image/encoded"] = self.codecs.image.encode(img)
+            values["image/format"] = self.codecs.image.name.encode()
         start = self._out.position
-        self._out.write({k: (values[k], kind) for k, kind in FEATURES.items()})
+        self._out.write({k: (values[k], kind) for k, kind in features_of(self.codecs).items()})
         self._index.append(f"{start} {self._out.position - start}\n")
         self.count += 1
 
@@ -214,9 +232,10 @@ class TfrecordReader(ShardReader):
     _view: memoryview
     _index: np.ndarray
     _layouts: dict[int, tuple[int, int, int, int, int]]
+    _encoded_ends: dict[int, int]  # version 2: end of each parsed record's encoded image
 
     def _handle_attrs(self) -> tuple[str, ...]:
-        return ("_buf", "_view", "_index", "_layouts")
+        return ("_buf", "_view", "_index", "_layouts", "_encoded_ends")
 
     def _open(self) -> None:
         data, index = (self.path(f.name) for f in self.shard.files)
@@ -232,7 +251,7 @@ class TfrecordReader(ShardReader):
             self._index = np.array([[int(x) for x in ln.split()] for ln in lines], np.int64).reshape(-1, 2)
         except (OSError, EOFError, zlib.error, ValueError) as exc:
             raise self.corrupt(f"cannot read TFRecord shard ({exc})") from None
-        self._view, self._layouts = memoryview(self._buf), {}
+        self._view, self._layouts, self._encoded_ends = memoryview(self._buf), {}, {}
         starts, lengths = self._index[:, 0], self._index[:, 1]
         total = int(lengths.sum())
         contiguous = np.array_equal(starts, np.cumsum(lengths) - lengths) and not np.any(lengths < 16)
@@ -276,9 +295,15 @@ class TfrecordReader(ShardReader):
         try:
             f = parse_example(buf, start, end)
             h, w, c = (int(f[k][0]) for k in ("image/height", "image/width", "image/channels"))
-            (img_start, img_end), (lab_start, lab_end) = f["image/raw"][0], f["label/raw"][0]
+            image_key = "image/raw" if self.codecs.raw else "image/encoded"
+            (img_start, img_end), (lab_start, lab_end) = f[image_key][0], f["label/raw"][0]
             meta = (c, int(f["label/channels"][0]), bytes(buf[slice(*f["label/dtype"][0])]).decode(),
                     bytes(buf[slice(*f["label/encoding"][0])]).decode(), int(f["label/num_classes"][0]))
+            if not self.codecs.raw:
+                kind = bytes(buf[slice(*f["image/format"][0])]).decode()
+                if kind != self.codecs.image.name:
+                    raise ValueError(f"image/format {kind!r} is not the manifest's {self.codecs.image.name!r}")
+                self._encoded_ends[i] = img_end
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise self.corrupt(f"record {i} is not a shardkit Example ({type(exc).__name__} {exc})") from None
         want = (3, spec.label_channels or 1, spec.stored_label_dtype.name, spec.label_encoding, spec.num_classes)
@@ -286,21 +311,32 @@ class TfrecordReader(ShardReader):
             raise self.corrupt(f"record {i}: (channels, label channels, dtype, encoding, classes) {meta} "
                                f"disagree with the manifest {want}")
         lab_bytes = int(np.prod(spec.label_shape((h, w)))) * spec.stored_label_dtype.itemsize
-        if h <= 0 or w <= 0 or img_end - img_start != h * w * 3 or lab_end - lab_start != lab_bytes:
+        img_ok = img_end - img_start == h * w * 3 if self.codecs.raw else h * w <= (1 << 28)
+        if h <= 0 or w <= 0 or not img_ok or lab_end - lab_start != lab_bytes:
             raise self.corrupt(f"record {i}: image/label bytes ({img_end - img_start}, {lab_end - lab_start}) "
                                f"do not fit its height and width {h}x{w}")
         if spec.size not in (None, (h, w)):
             raise self.corrupt(f"record {i} is {h}x{w}, the manifest says {spec.size[0]}x{spec.size[1]}")
+        self.check_hw(i, h, w)  # variable size: the manifest's samples[i], before an encoded image is decoded
         return img_start, lab_start, h, w
 
     def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         self.ensure_open()
         _, img, lab, h, w = self._layout(i)
         spec = self.spec
-        image = np.frombuffer(self._buf, np.uint8, h * w * 3, img).reshape(h, w, 3)
+        if self.codecs.raw:
+            image = np.frombuffer(self._buf, np.uint8, h * w * 3, img).reshape(h, w, 3)
+        else:
+            image = np.empty((h, w, 3), np.uint8)
+            self._decode_image(i, img, image)
         shape = spec.label_shape((h, w))
         label = np.frombuffer(self._buf, spec.stored_label_dtype, int(np.prod(shape)), lab).reshape(shape)
         return image, label
+
+    def _decode_image(self, i: int, start: int, out: np.ndarray) -> None:
+        """Version 2: decode record ``i``'s PNG/JPEG (at ``start``, its layout known) into ``out``."""
+        assert self._view is not None and self._encoded_ends is not None
+        self.decode_into("image", self._view[start : self._encoded_ends[i]], out, i)
 
     def _read_fixed_batch(self, idx: np.ndarray, out_images: np.ndarray, out_labels: np.ndarray) -> bool:
         """One checked record per sample, copied once from the buffer into ``out_*``.
@@ -316,6 +352,15 @@ class TfrecordReader(ShardReader):
         assert self.spec.size is not None
         h, w = self.spec.size
         spec, buf, view, layouts = self.spec, self._buf, self._view, self._layouts
+        if not self.codecs.raw:  # version 2: records checked here, images decoded on the thread pool
+            jobs = []
+            for k, i in enumerate(idx.tolist()):
+                _, img, lab, _, _ = self._layout(i)
+                out_labels[k] = np.frombuffer(buf, spec.stored_label_dtype, out_labels[k].size,
+                                              lab).reshape(out_labels[k].shape)
+                jobs.append(functools.partial(self._decode_image, i, img, out_images[k]))
+            run_parallel(jobs)
+            return True
         shape, dtype = spec.label_shape((h, w)), spec.stored_label_dtype
         n_img, n_lab = h * w * 3, int(np.prod(shape))
         img_bytes, lab_bytes = n_img, n_lab * dtype.itemsize
@@ -355,3 +400,30 @@ class TfrecordReader(ShardReader):
             if fresh:
                 layouts[i] = known
         return True
+
+
+class TfrecordFormat(ShardFormat):
+    """``tfrecord``: tf.train.Example records read front to back; version 2 stores images as PNG/JPEG."""
+
+    name = "tfrecord"
+    writer = TfrecordWriter
+    reader = TfrecordReader
+    versions = (1, 2)
+    random_access = False
+    compressions = ("none", "gzip")
+    image_codecs = ("raw", "png", "jpeg")
+    label_codecs = ("raw",)  # TensorFlow cannot decode zstd/lz4 in-graph; labels stay raw here
+    file_patterns = (("shard-", ".tfrecord"), ("shard-", ".tfindex"))
+
+    @classmethod
+    def tf_records(cls, format_options: dict[str, Any], version: int) -> TfRecordLayout | None:
+        features = format_options.get("features", {})
+        codecs = ArrayCodecs.from_json(format_options.get("codecs")) if version >= 2 else RAW
+        kinds = {k: str(v.get("type")) for k, v in features.items() if isinstance(v, dict)}
+        compression = str(format_options.get("tf_compression_type",
+                                              "GZIP" if format_options.get("compression") == "gzip" else ""))
+        return TfRecordLayout(compression, kinds, "image/raw" if codecs.raw else "image/encoded",
+                              codecs.image.name, "label/raw")
+
+
+FORMAT = TfrecordFormat

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, ShardFormatError
+from ..errors import ConfigError
 from ..formats.base import SampleSpec, ShardReader
-from ..formats.registry import reader_class, writer_class
+from ..formats.registry import get
 from ..manifest import Manifest, load_manifest
 from ..onehot import onehot_into
 from . import sampling
@@ -32,8 +32,6 @@ log = logging.getLogger(__name__)
 TAKE_RUN = 8
 
 LABEL_OUTPUTS = ("ids", "onehot", "float_onehot", "stored")
-#: Formats read front to back: iter_batches shuffles them shard-then-buffer instead of globally.
-SEQUENTIAL_FORMATS = frozenset({"tfrecord"})
 
 Batch = tuple[np.ndarray, np.ndarray]
 
@@ -64,19 +62,15 @@ class Dataset:
         self.spec = SampleSpec.from_manifest(self.manifest.sample)
         self.labels = labels
         self.ignore_index: int | None = self.manifest.classes.get("ignore_index")
-        fmt = self.manifest.format
-        expected = writer_class(fmt).format_version
-        if self.manifest.format_version != expected:
-            raise ShardFormatError(
-                f"{fmt} format version {self.manifest.format_version} is not supported (this shardkit reads "
-                f"version {expected})", path=self.path / "manifest.json",
-                fix="re-convert with this shardkit version or upgrade shardkit")
-        cls = reader_class(fmt)
+        #: the format's facts (:class:`~shardkit.formats.base.ShardFormat`): versions, access pattern, …
+        self.format_info = get(self.manifest.format)
+        self.format_info.check_version(self.manifest.format_version, self.path / "manifest.json")
         self.readers: list[ShardReader] = [
-            cls(self.path, shard, self.spec, self.manifest.format_options) for shard in self.manifest.shards
+            self.format_info.open_shard(self.path, shard, self.spec, self.manifest) for shard in self.manifest.shards
         ]
         self._starts = np.array([s.first_index for s in self.manifest.shards], dtype=np.int64)
         self._local = threading.local()
+        self._sizes: dict[tuple[int, int], int] | None = None
         if verify:
             for r in self.readers:
                 r.verify_hashes()
@@ -101,7 +95,7 @@ class Dataset:
     @property
     def random_access(self) -> bool:
         """False for formats read front to back (TFRecord): they get the shard-then-buffer shuffle."""
-        return self.manifest.format not in SEQUENTIAL_FORMATS
+        return self.format_info.random_access
 
     @property
     def shard_sizes(self) -> list[int]:
@@ -203,11 +197,32 @@ class Dataset:
 
     # ------------------------------------------------------------------ batches
     def require_fixed_size(self) -> tuple[int, int]:
-        """The (H, W) every sample of this split has; a ConfigError when sizes differ (batching needs one)."""
-        if self.spec.size is None:
-            raise ConfigError("batching needs fixed-size samples, but this split's images differ in size",
-                              fix="read samples one by one with ds[i], or convert with --size HxW")
-        return self.spec.size
+        """The (H, W) every sample of this split has; a ConfigError when sizes differ (batching needs one).
+
+        A split converted without ``--size`` whose samples happen to share one size (e.g. CamVid's
+        360x480) batches as it is, read sample by sample into the batch.
+        """
+        if self.spec.size is not None:
+            return self.spec.size
+        sizes = self.sample_sizes()
+        if len(sizes) == 1:
+            return next(iter(sizes))
+        common = ", ".join(f"{h}x{w} ({n})" for (h, w), n in sorted(sizes.items(), key=lambda kv: -kv[1])[:3])
+        raise ConfigError(
+            f"batching needs samples of one size, but this split's {len(self)} samples have {len(sizes)} sizes "
+            f"(e.g. {common})",
+            fix="augment with a pipeline that ends in a crop (augment='…,crop=HxW'), read samples one by one with "
+            "ds[i], or convert with --size HxW")
+
+    def sample_sizes(self) -> dict[tuple[int, int], int]:
+        """How many samples of each (H, W) the split holds (from the manifest)."""
+        if self._sizes is None:
+            sizes: dict[tuple[int, int], int] = {}
+            for rec in self.manifest.samples:
+                hw = (int(rec["height"]), int(rec["width"]))
+                sizes[hw] = sizes.get(hw, 0) + 1
+            self._sizes = sizes
+        return self._sizes
 
     def batch_layout(self, batch_size: int) -> tuple[tuple[tuple[int, ...], np.dtype], ...]:
         """((images shape, dtype), (labels shape, dtype)) of a batch of ``batch_size`` samples."""

@@ -6,7 +6,8 @@ Importing this module imports TensorFlow; ``import shardkit`` does not. It never
 TFRecord splits are read by TensorFlow itself: this rank's part of the shard stream (shards
 in an order permuted per seed and epoch, see :func:`shardkit.read.sampling.stream_ranges`)
 is interleaved across files, shuffled through a buffer, **batched before parsing**
-(one vectorised ``tf.io.parse_example`` per batch), decoded with ``tf.io.decode_raw``,
+(one vectorised ``tf.io.parse_example`` per batch), decoded with ``tf.io.decode_raw`` (or
+``tf.io.decode_png``/``decode_jpeg`` for format version 2 images),
 reshaped and prefetched. Other formats go through the core reader's batched reads
 (``tf.data.Dataset.from_generator``), each pass over the dataset being a new epoch.
 """
@@ -22,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..errors import ConfigError, ShardFormatError
+from ..formats.base import TfRecordLayout
 from . import sampling
 from .dataset import Dataset
 
@@ -62,8 +64,9 @@ def dataset(
     ds.require_fixed_size()
     if batch_size < 1:
         raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
-    if ds.format == "tfrecord":
-        out = _tfrecord_pipeline(ds, batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last,
+    layout = ds.format_info.tf_records(ds.manifest.format_options, ds.manifest.format_version)
+    if layout is not None:
+        out = _tfrecord_pipeline(ds, layout, batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last,
                                  rank=rank, world_size=world_size, buffer_size=buffer_size,
                                  cycle_length=cycle_length, with_keys=with_keys)
     else:
@@ -105,12 +108,12 @@ def _generator_pipeline(ds: Dataset, batch_size: int, *, shuffle: bool, seed: in
     return tf.data.Dataset.from_generator(generate, output_signature=signature)
 
 
-def _feature_spec(ds: Dataset, with_keys: bool) -> dict[str, Any]:
+def _feature_spec(ds: Dataset, layout: TfRecordLayout, with_keys: bool) -> dict[str, Any]:
     """``tf.io.parse_example`` spec of the features we read, from the manifest's ``format_options``."""
-    features = ds.manifest.format_options.get("features", {})
     spec = {}
-    for key in ("image/raw", "label/raw", "key") if with_keys else ("image/raw", "label/raw"):
-        kind = features.get(key, {}).get("type")
+    keys = (layout.image_key, layout.label_key)
+    for key in (*keys, "key") if with_keys else keys:
+        kind = layout.features.get(key)
         if kind not in _TF_TYPES:
             raise ShardFormatError(f"TFRecord feature {key!r} is {kind!r} in the manifest, expected bytes",
                                    path=ds.path / "manifest.json", fix="re-convert this split")
@@ -118,14 +121,13 @@ def _feature_spec(ds: Dataset, with_keys: bool) -> dict[str, Any]:
     return spec
 
 
-def _tfrecord_pipeline(ds: Dataset, batch_size: int, *, shuffle: bool, seed: int, epoch: int, drop_last: bool,
-                       rank: int, world_size: int, buffer_size: int, cycle_length: int,
+def _tfrecord_pipeline(ds: Dataset, layout: TfRecordLayout, batch_size: int, *, shuffle: bool, seed: int,
+                       epoch: int, drop_last: bool, rank: int, world_size: int, buffer_size: int, cycle_length: int,
                        with_keys: bool) -> tf.data.Dataset:
-    opts = ds.manifest.format_options
     files = [str(ds.path / shard.files[0].name) for shard in ds.manifest.shards]
     ranges = sampling.stream_ranges(ds.shard_sizes, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
                                     world_size=world_size, drop_last=drop_last)
-    compression = str(opts.get("tf_compression_type", "GZIP" if opts.get("compression") == "gzip" else ""))
+    compression = layout.compression_type
     sources = tf.data.Dataset.from_tensor_slices((
         tf.constant([files[s] for s, _, _ in ranges], tf.string),
         tf.constant([a for _, a, _ in ranges], tf.int64),
@@ -144,7 +146,8 @@ def _tfrecord_pipeline(ds: Dataset, batch_size: int, *, shuffle: bool, seed: int
 
     hw = ds.spec.size
     assert hw is not None
-    feature_spec = _feature_spec(ds, with_keys)
+    feature_spec = _feature_spec(ds, layout, with_keys)
+    decode_images = _image_decoder(layout.image_codec, hw)
     stored_dtype = ds.spec.stored_label_dtype
     stored_shape = ds.spec.label_shape(hw)
     to_labels = _label_converter(ds)
@@ -152,13 +155,27 @@ def _tfrecord_pipeline(ds: Dataset, batch_size: int, *, shuffle: bool, seed: int
 
     def parse(serialized: tf.Tensor) -> tuple[tf.Tensor, ...]:
         ex = tf.io.parse_example(serialized, feature_spec)
-        images = tf.reshape(tf.io.decode_raw(ex["image/raw"], tf.uint8), (b, *hw, 3))
-        stored = tf.reshape(tf.io.decode_raw(ex["label/raw"], tf.as_dtype(stored_dtype.newbyteorder("=")),
+        images = tf.reshape(decode_images(ex[layout.image_key]), (b, *hw, 3))
+        stored = tf.reshape(tf.io.decode_raw(ex[layout.label_key], tf.as_dtype(stored_dtype.newbyteorder("=")),
                                              little_endian=True), (b, *stored_shape))
         result = (images, to_labels(stored))
         return (*result, ex["key"]) if with_keys else result
 
     return out.map(parse, num_parallel_calls=AUTOTUNE, deterministic=True)
+
+
+def _image_decoder(codec: str, hw: tuple[int, int]) -> Any:
+    """A batch of image features → (B, H, W, 3) uint8: decode_raw, or in-graph decode_png / decode_jpeg."""
+    if codec == "raw":
+        return lambda data: tf.io.decode_raw(data, tf.uint8)
+    if codec not in ("png", "jpeg"):
+        raise ConfigError(f"TensorFlow cannot decode {codec!r} images in-graph")
+    decode = tf.io.decode_png if codec == "png" else tf.io.decode_jpeg
+
+    def one(data: tf.Tensor) -> tf.Tensor:
+        return tf.ensure_shape(decode(data, channels=3), (*hw, 3))  # a wrong size fails, never reshapes
+
+    return lambda data: tf.map_fn(one, data, fn_output_signature=tf.TensorSpec((*hw, 3), tf.uint8))
 
 
 def _label_converter(ds: Dataset) -> Any:

@@ -108,7 +108,7 @@ def test_shardkit_reader_and_batch_reads(camvid_h5: Path) -> None:
         np.testing.assert_array_equal(out_img[k], image)
         np.testing.assert_array_equal(out_lab[k], label)
     clone = pickle.loads(pickle.dumps(reader))  # no handle travels; the clone reopens lazily
-    assert clone._file is None
+    assert reader.is_open and not clone.is_open
     np.testing.assert_array_equal(clone.read(n - 1)[0], out_img[0])
 
 

@@ -1,10 +1,12 @@
 """A reader written from ``formats/*.md`` alone reads shardkit's output bit-exactly.
 
-Nothing here imports shardkit: the reader below uses only json, hashlib, numpy and
-py-lmdb, and follows the MUST rules of ``formats/manifest.md``, ``formats/npy.md`` and
-``formats/lmdb.md``. It reads the golden examples in ``formats/golden/`` (compared with
-``expected.json``, which ``scripts/make_golden.py`` computes without shardkit), refuses
-tampered copies, and reads a real CamVid conversion made with the ``shardkit`` command.
+Nothing here imports shardkit: the reader below uses only json, hashlib, numpy, py-lmdb,
+h5py + hdf5plugin, and for format version 2 the codec libraries ``formats/codecs.md`` names
+(zstandard, lz4, Pillow), and follows the MUST rules of ``formats/manifest.md``,
+``formats/npy.md``, ``formats/lmdb.md``, ``formats/hdf5.md`` and ``formats/codecs.md``. It reads
+the golden examples in ``formats/golden/`` (compared with ``expected.json``, which
+``scripts/make_golden.py`` computes without shardkit), refuses tampered copies, and reads a real
+CamVid conversion made with the ``shardkit`` command.
 """
 
 from __future__ import annotations
@@ -25,13 +27,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "formats" / "golden"
-VARIANTS = ("npy-fixed", "npy-variable", "lmdb")
+VARIANTS = ("npy-fixed", "npy-variable", "lmdb", "lmdb-zstd", "lmdb-png", "hdf5-zstd")
+CODEC_VARIANTS = ("lmdb-zstd", "lmdb-png", "hdf5-zstd")
 
 # --------------------------------------------------------------------------- the spec-only reader
 
 SCHEMA_ID = "shardkit.manifest"
 KNOWN_MANIFEST_VERSIONS = {1}
-KNOWN_FORMAT_VERSIONS = {"npy": {1}, "lmdb": {1}}
+KNOWN_FORMAT_VERSIONS = {"npy": {1}, "lmdb": {1, 2}, "hdf5": {1, 2}}
+CODEC_PARAMS = {"raw": set(), "zstd": {"level"}, "lz4": set(), "png": set(), "jpeg": {"quality"}}
+LOSSLESS = {"raw", "zstd", "lz4", "png"}
 PLAIN_NAME = re.compile(r"^[^\x00-\x1f./\\:][^\x00-\x1f/\\:]*$")  # manifest.md "File names"
 LMDB_HEADER = np.dtype(
     [("height", "<u4"), ("width", "<u4"), ("image_nbytes", "<u4"), ("label_nbytes", "<u4")]
@@ -71,7 +76,52 @@ def load_manifest(folder: Path) -> dict[str, Any]:
     need(all(c["id"] == i for i, c in enumerate(m["classes"]["classes"])), "class ids are not 0..C-1")
     need(m["sample"]["image"]["shape"][:2] == lab["shape"][:2], "image and label extents disagree")
     need(tuple(lab["shape"][2:]) == label_tail(m), "label shape disagrees with its encoding")
+    if fmt_version == 2:  # codecs.md "In the manifest"
+        codecs = m["format_options"].get("codecs")
+        need(isinstance(codecs, dict), "format version 2 without format_options.codecs")
+        for kind in ("image", "label"):
+            c = codecs.get(kind)
+            need(isinstance(c, dict) and c.get("name") in CODEC_PARAMS, f"unknown {kind} codec {c!r}")
+            need(set(c) - {"name"} <= CODEC_PARAMS[c["name"]], f"{kind} codec {c!r} has unknown parameters")
+        need(codecs["label"]["name"] in LOSSLESS - {"png"}, "labels must use a lossless codec")
     return m
+
+
+def codecs_of(m: dict[str, Any]) -> dict[str, Any]:
+    """The image and label codec of a split (raw for format version 1)."""
+    return m["format_options"]["codecs"] if m["format_version"] == 2 else {"image": {"name": "raw"},
+                                                                            "label": {"name": "raw"}}
+
+
+def decode(codec: dict[str, Any], data: bytes, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """codecs.md: the stored bytes of one array → the array; sizes known before decoding, never taken from data."""
+    import io
+
+    import lz4.frame
+    import zstandard
+    from PIL import Image
+
+    n = int(np.prod(shape)) * dtype.itemsize
+    name = codec["name"]
+    if name == "raw":
+        raw = bytes(data)
+    elif name == "zstd":
+        need(zstandard.frame_content_size(data) == n, f"zstd frame size is not {n}")
+        raw = zstandard.ZstdDecompressor().decompress(data, max_output_size=n)
+    elif name == "lz4":
+        need(lz4.frame.get_frame_info(data)["content_size"] == n, f"lz4 frame size is not {n}")
+        d = lz4.frame.LZ4FrameDecompressor()
+        raw = d.decompress(data, max_length=n)
+        need(d.eof and not d.unused_data, "lz4 frame is not exactly one frame")
+    else:
+        im = Image.open(io.BytesIO(data))  # parses the header only
+        need(im.format == name.upper() and im.size == (shape[1], shape[0]) and im.mode == "RGB",
+             f"{name} header disagrees: {im.format} {im.size} {im.mode}")
+        arr = np.asarray(im, dtype=np.uint8)
+        need(arr.shape == shape, f"{name} decodes to {arr.shape}")
+        return arr
+    need(len(raw) == n, f"{name} decodes to {len(raw)} bytes, expected {n}")
+    return np.frombuffer(raw, dtype).reshape(shape)
 
 
 def check_file(folder: Path, f: dict[str, Any], *, verify: bool) -> Path:
@@ -152,24 +202,54 @@ def read_lmdb_shard(folder: Path, m: dict[str, Any], shard: dict[str, Any], veri
             need(meta.get("format") == "shardkit-lmdb", "not a shardkit LMDB shard")
             need(meta.get("format_version") == m["format_version"], "LMDB format_version disagrees")
             need(meta.get("num_samples") == n, "LMDB num_samples disagrees")
+            if m["format_version"] == 2:
+                need(meta.get("codecs") == m["format_options"]["codecs"], "LMDB codecs disagree")
             for j in range(n):
                 value = txn.get(b"%08d" % j)
                 need(value is not None and len(value) >= LMDB_HEADER.itemsize, f"record {j} missing or short")
                 h, w, ni, nl = (int(v) for v in np.frombuffer(value, LMDB_HEADER, count=1)[0])
                 need(h >= 1 and w >= 1 and len(value) == 16 + ni + nl, f"record {j} has the wrong length")
-                want_nl = h * w * per_pixel(m) * dtype.itemsize
-                need(ni == h * w * 3 and nl == want_nl, f"record {j} sizes disagree")
                 need(size is None or (h, w) == size, f"record {j} is not the fixed size")
-                image = np.frombuffer(value, np.uint8, count=ni, offset=16).reshape(h, w, 3)
-                label = np.frombuffer(value, dtype, count=nl // dtype.itemsize, offset=16 + ni)
-                label = label.reshape(h, w, *tail)
+                if m["format_version"] == 1:
+                    want_nl = h * w * per_pixel(m) * dtype.itemsize
+                    need(ni == h * w * 3 and nl == want_nl, f"record {j} sizes disagree")
+                codecs = codecs_of(m)
+                image = decode(codecs["image"], value[16 : 16 + ni], (h, w, 3), np.dtype(np.uint8))
+                label = decode(codecs["label"], value[16 + ni :], (h, w, *tail), dtype)
                 out.append((image, label))
     finally:
         env.close()
     return out
 
 
-READERS = {"npy": read_npy_shard, "lmdb": read_lmdb_shard}
+def read_hdf5_shard(folder: Path, m: dict[str, Any], shard: dict[str, Any], verify: bool) -> list:
+    """hdf5.md: plain h5py; format version 2 chunks go through hdf5plugin's registered filters."""
+    import h5py
+    import hdf5plugin  # noqa: F401 - registers the Zstd (32015) and LZ4 (32004) filters with HDF5
+
+    need(len(shard["files"]) == 1, "an hdf5 shard has exactly one file")
+    path = check_file(folder, shard["files"][0], verify=verify)
+    n, tail, size = shard["num_samples"], label_tail(m), fixed_size(m)
+    dtype = np.dtype(m["sample"]["label"]["dtype"])
+    with h5py.File(path, "r") as f:
+        need(f.attrs["format"] == "shardkit-hdf5", "not a shardkit HDF5 shard")
+        need(f.attrs["format_version"] == m["format_version"], "HDF5 format_version disagrees")
+        need(f.attrs["num_samples"] == n, "HDF5 num_samples disagrees")
+        images, labels = f["images"], f["labels"]
+        need(images.dtype == np.uint8 and labels.dtype == dtype, "HDF5 dtypes disagree")
+        if m["format_version"] == 2:
+            want = {"zstd": 32015, "lz4": 32004}
+            for ds, kind in ((images, "image"), (labels, "label")):
+                name = codecs_of(m)[kind]["name"]
+                plist = ds.id.get_create_plist()
+                ids = [plist.get_filter(k)[0] for k in range(plist.get_nfilters())]
+                need(ids == ([want[name]] if name in want else []), f"{kind} filters {ids} disagree with {name}")
+        need(size is not None, "this reader covers the fixed-size HDF5 layout")
+        need(images.shape == (n, *size, 3) and labels.shape == (n, *size, *tail), "HDF5 shapes disagree")
+        return [(images[j], labels[j]) for j in range(n)]
+
+
+READERS = {"npy": read_npy_shard, "lmdb": read_lmdb_shard, "hdf5": read_hdf5_shard}
 
 
 def read_split(folder: Path, *, verify: bool = True) -> tuple[dict[str, Any], list]:
@@ -223,6 +303,11 @@ def test_golden_manifest_validates(variant: str, expected: dict[str, Any], valid
     exp = expected["datasets"][variant]
     assert m["format"] == exp["format"] and m["sample"]["label"]["encoding"] == exp["label_encoding"]
     assert m["preprocessing"]["size"] == exp["size"]
+    if "codecs" in exp:
+        assert m["format_version"] == 2
+        assert {k: v["name"] for k, v in m["format_options"]["codecs"].items()} == exp["codecs"]
+    else:
+        assert m["format_version"] == 1 and "codecs" not in m["format_options"]
     counts = [s["num_samples"] for s in m["shards"]]
     assert len(counts) >= 2 and max(counts) >= 2, "golden covers several shards with several samples"
     assert m["classes"]["ignore_index"] == expected["ignore_index"]
@@ -429,3 +514,42 @@ def test_camvid_conversion_reads_like_cv2_center_crop(tmp_path: Path, camvid_roo
         image, label = samples[i]
         assert np.array_equal(image, want_image), record["key"]
         assert np.array_equal(label, ids[top : top + 352]), record["label"]
+
+
+# --------------------------------------------------------------------------- format version 2 (codecs.md)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda m: m["format_options"].pop("codecs"), "without format_options.codecs"),
+        (lambda m: m["format_options"]["codecs"].__setitem__("label", {"name": "jpeg", "quality": 90}), "lossless"),
+        (lambda m: m["format_options"]["codecs"].__setitem__("image", {"name": "webp"}), "unknown image codec"),
+        (lambda m: m["format_options"]["codecs"]["image"].__setitem__("dictionary", 1), "unknown parameters"),
+    ],
+)
+def test_reader_refuses_bad_codec_manifests(tmp_path: Path, expected: dict[str, Any], change, message: str,
+                                            validate_manifest) -> None:
+    import jsonschema
+
+    folder = tampered(tmp_path, "lmdb-zstd", expected)
+    edit_manifest(folder, change)
+    with pytest.raises(SpecError, match=message):
+        read_split(folder)
+    with pytest.raises(jsonschema.ValidationError):
+        validate_manifest(folder)
+
+
+def test_reader_refuses_a_frame_claiming_a_huge_size(tmp_path: Path, expected: dict[str, Any]) -> None:
+    """codecs.md: the decoded size comes from the manifest and the header; a frame claiming more is refused."""
+    import zstandard
+
+    folder = tampered(tmp_path, "lmdb-zstd", expected)
+    frame = b"\x28\xb5\x2f\xfd" + bytes([0xC0, 0x58]) + (1 << 40).to_bytes(8, "little") + b"\x01\x00\x00"
+    assert zstandard.frame_content_size(frame) == 1 << 40
+    label = zstandard.ZstdCompressor().compress(bytes(6 * 4))
+    record = np.array([(4, 6, len(frame), len(label))], LMDB_HEADER).tobytes() + frame + label
+    put_lmdb(folder / load_manifest(folder)["shards"][0]["files"][0]["name"], b"00000000", record)
+    rehash(folder)
+    with pytest.raises(SpecError, match="zstd frame size"):
+        read_split(folder)

@@ -2,14 +2,7 @@
 
 from __future__ import annotations
 
-from shardkit.labels import (
-    CAMVID_SEGNET,
-    CITYSCAPES,
-    CITYSCAPES_LABEL_IDS,
-    VOC,
-    ClassInfo,
-    voc_colormap,
-)
+from shardkit.labels import CAMVID_SEGNET, CITYSCAPES, CITYSCAPES_LABEL_IDS, VOC, ClassInfo, voc_colormap
 
 # --------------------------------------------------------------------------- built-in tables
 

@@ -8,14 +8,7 @@ import numpy as np
 import pytest
 
 from shardkit.errors import ConfigError, ShardFormatError
-from shardkit.labels import (
-    CAMVID_SEGNET,
-    CITYSCAPES,
-    CITYSCAPES_LABEL_IDS,
-    VOC,
-    ClassInfo,
-    ClassTable,
-)
+from shardkit.labels import CAMVID_SEGNET, CITYSCAPES, CITYSCAPES_LABEL_IDS, VOC, ClassInfo, ClassTable
 
 # --------------------------------------------------------------------------- ClassTable
 

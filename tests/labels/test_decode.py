@@ -77,13 +77,18 @@ def test_decoder_colour_kind_needs_distinct_colours() -> None:
         LabelDecoder("colour", table_of([(1, 1, 1), (1, 1, 1)]))
 
 
-def test_tables_and_decoders_pickle_for_worker_processes() -> None:
+def test_tables_and_decoders_pickle_for_worker_processes(tmp_path: Path) -> None:
     for table in (CAMVID_SEGNET, VOC, CITYSCAPES):
         assert pickle.loads(pickle.dumps(table)) == table
     dec = LabelDecoder("colour", table_of(COLOURS), colour_tolerance=3, unknown_as=0)
     back = pickle.loads(pickle.dumps(dec))
     assert back == dec
-    assert np.array_equal(back._keys, dec._keys)
+    ids = np.random.default_rng(RNG_SEED).integers(0, len(COLOURS), (6, 9))
+    rgb = paint(ids, COLOURS)
+    rgb[0, 0] = (2, 1, 0)  # near (0, 0, 0): the tolerance; and one unknown colour for unknown_as
+    rgb[0, 1] = (99, 99, 99)
+    mask = write_png(tmp_path / "mask.png", rgb)
+    assert np.array_equal(back.decode(mask), dec.decode(mask))
 
 
 

@@ -7,14 +7,7 @@ from pathlib import Path
 import pytest
 
 from shardkit.errors import ConfigError
-from shardkit.labels import (
-    CAMVID_SEGNET,
-    CITYSCAPES,
-    CITYSCAPES_LABEL_IDS,
-    VOC,
-    ClassTable,
-    build_class_table,
-)
+from shardkit.labels import CAMVID_SEGNET, CITYSCAPES, CITYSCAPES_LABEL_IDS, VOC, ClassTable, build_class_table
 
 # --------------------------------------------------------------------------- build_class_table
 

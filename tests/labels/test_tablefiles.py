@@ -8,11 +8,7 @@ from pathlib import Path
 import pytest
 
 from shardkit.errors import InputNotFoundError, LabelError
-from shardkit.labels import (
-    ClassInfo,
-    read_class_dict,
-    read_palette,
-)
+from shardkit.labels import ClassInfo, read_class_dict, read_palette
 
 # --------------------------------------------------------------------------- class_dict.csv / palettes
 

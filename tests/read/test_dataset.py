@@ -152,17 +152,33 @@ def test_variable_size_reads_samples_and_refuses_batches(rgb_masks_root: Path, t
     ds = shardkit.open(tmp_path / "val", labels="onehot")
     shapes = {ds[i][0].shape for i in range(len(ds))}
     assert len(shapes) > 1 and all(ds[i][1].shape == (*ds[i][0].shape[:2], 3) for i in range(len(ds)))
-    with pytest.raises(ConfigError, match="fixed-size"):
+    with pytest.raises(ConfigError, match=f"samples of one size, but this split's {len(ds)} samples have "
+                       f"{len(shapes)} sizes"):
         ds.batch([0, 1])
-    with pytest.raises(ConfigError, match="fixed-size"):
+    with pytest.raises(ConfigError, match="samples of one size"):
         next(ds.iter_batches(2))
+
+
+@pytest.mark.parametrize("fmt", ["npy", "lmdb", "hdf5"])
+def test_unresized_split_of_one_size_batches_as_it_is(camvid_root: Path, tmp_path: Path, fmt: str) -> None:
+    """CamVid converted without --size: every sample is 360x480, so it batches (it used to be refused)."""
+    convert(ConvertConfig(camvid_root, tmp_path, format=fmt, splits=("val",), workers=1, quiet=True))
+    ds = shardkit.open(tmp_path / "val")
+    assert ds.spec.size is None and ds.sample_sizes() == {(360, 480): len(ds)}
+    order = [5, 0, 25, 3]
+    images, labels = ds.batch(order)
+    assert images.shape == (4, 360, 480, 3) and labels.shape == (4, 360, 480)
+    for k, i in enumerate(order):
+        assert np.array_equal(images[k], ds[i][0]) and np.array_equal(labels[k], ds[i][1])
+    seen = np.concatenate([lab.reshape(len(lab), -1)[:, :1] for _, lab in ds.iter_batches(8, shuffle=False)])
+    assert len(seen) == len(ds)
 
 
 def test_pickled_dataset_reopens_lazily(splits: dict[str, Path], truth: tuple) -> None:
     ds = shardkit.open(splits["lmdb"])
     ds.batch([0, 1])  # opened here
     clone = pickle.loads(pickle.dumps(ds))
-    assert all(r._env is None for r in clone.readers)
+    assert ds.readers[0].is_open and not any(r.is_open for r in clone.readers)
     assert np.array_equal(clone.batch([2, 20])[1], truth[1][[2, 20]])
     second = shardkit.open(splits["lmdb"])  # same LMDB files, same process: one shared environment
     assert np.array_equal(second[3][1], truth[1][3])

@@ -31,11 +31,11 @@ def tf():
 def splits(tf, camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """CamVid val: TFRecord (index labels), gzipped TFRecord (packed labels), npy; 7 samples per shard."""
     out = tmp_path_factory.mktemp("tfdata")
-    variants = {"tfrecord": ("tfrecord", "index", "none"), "tfrecord-gz": ("tfrecord", "packed", "gzip"),
-                "npy": ("npy", "index", "none")}
-    for name, (fmt, enc, comp) in variants.items():
+    variants = {"tfrecord": ("tfrecord", "index", "none", "raw"), "tfrecord-gz": ("tfrecord", "packed", "gzip", "raw"),
+                "npy": ("npy", "index", "none", "raw"), "tfrecord-png": ("tfrecord", "onehot", "gzip", "png")}
+    for name, (fmt, enc, comp, image_codec) in variants.items():
         convert(ConvertConfig(camvid_root, out / name, format=fmt, size=CROP, splits=("val",), workers=2,
-                              quiet=True, label_encoding=enc, compression=comp,
+                              quiet=True, label_encoding=enc, compression=comp, image_codec=image_codec,
                               shard_size=ShardSize(samples=7)))
     assert "tfrecord" not in sys.modules
     return {name: out / name / "val" for name in variants}
@@ -120,3 +120,13 @@ def test_normalize(tf, splits: dict[str, Path]) -> None:
     images, _ = next(iter(shardkit.tf.dataset(splits["tfrecord"], 3, shuffle=False, normalize=True)))
     assert images.dtype == tf.float32
     np.testing.assert_allclose(images.numpy(), core.normalize(core.batch([0, 1, 2])[0]), rtol=1e-5, atol=1e-5)
+
+
+def test_png_tfrecord_is_decoded_in_graph(tf, splits: dict[str, Path]) -> None:
+    """Format version 2: tf.io.decode_png inside the pipeline gives the core reader's images, bit-exact."""
+    from shardkit.tf import dataset
+
+    core = shardkit.open(splits["tfrecord-png"], labels="ids")
+    assert core.manifest.format_version == 2
+    data = dataset(splits["tfrecord-png"], 4, shuffle=True, seed=3, labels="ids", with_keys=True)
+    _check_epochs(data, core, epochs=1)

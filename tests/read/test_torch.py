@@ -94,7 +94,7 @@ def test_layouts_and_label_outputs(splits: dict[str, Path]) -> None:
     with pytest.raises(ConfigError):
         ShardkitTorchDataset(splits["hdf5"], layout="CHW")
     clone = pickle.loads(pickle.dumps(nchw))  # what spawn does: no open handle travels
-    assert clone.dataset.readers[0]._file is None and torch.equal(clone[3][1], label)
+    assert not clone.dataset.readers[0].is_open and torch.equal(clone[3][1], label)
 
 
 def test_two_ranks_get_equal_disjoint_batches(splits: dict[str, Path]) -> None:

@@ -1,0 +1,439 @@
+"""Per-array codecs: how one stored image or label becomes bytes and back (spec: ``formats/codecs.md``).
+
+Each codec is a small self-describing unit in the style of zarr's codecs: a ``name``, a
+``config`` (what :meth:`Codec.to_json` writes into the manifest and :func:`codec_from_json`
+reads back), :meth:`Codec.encode` (array → bytes) and :meth:`Codec.decode_into` (bytes →
+the caller's preallocated array of the size the manifest promises). Decoding never
+allocates from a size the data claims: a frame whose header says anything but the expected
+size is refused before it is decompressed, and output is written only into ``out``.
+
+Formats do not call the codec libraries themselves: which codecs a format takes is a fact of
+its format class (``shardkit.formats``), the bytes are made here. ``zstandard``, ``lz4``
+(and ``hdf5plugin`` for HDF5) are the optional ``codecs`` extra: a missing one is a
+:class:`ConfigError` naming it. Their (de)compressors release the GIL, so
+:func:`run_parallel` decodes a batch on a small thread pool.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import struct
+import sys
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .errors import ConfigError
+
+IMAGE, LABEL = "image", "label"
+EXTRA = "codecs"  # pip install "shardkit[codecs]"
+
+
+class CodecDataError(ValueError):
+    """Encoded bytes that do not decode to exactly the expected array (readers turn it into ShardFormatError)."""
+
+
+def require(module: str, codec: str) -> ModuleType:
+    """Import a codec's library, or a ConfigError naming the extra that installs it."""
+    found = sys.modules.get(module)  # the per-sample fast path: already imported
+    if found is not None:
+        return found
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError:
+        raise ConfigError(f"codec {codec!r} needs the Python package {module.split('.')[0]!r}, which is not "
+                          "installed", fix=f'pip install "shardkit[{EXTRA}]"') from None
+
+
+def _bytes_of(out: np.ndarray) -> np.ndarray:
+    """``out`` (C-contiguous) as a flat writable uint8 view."""
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError("decode_into needs a writable C-contiguous output array")
+    return out.reshape(-1).view(np.uint8)
+
+
+class Codec(ABC):
+    """One way of storing one array. Subclasses set ``name``/``kinds``/``lossless`` and implement the two ends."""
+
+    name: ClassVar[str]
+    #: which arrays it may store: "image" (H, W, 3) uint8 RGB, "label" (any stored label)
+    kinds: ClassVar[frozenset[str]] = frozenset({IMAGE, LABEL})
+    lossless: ClassVar[bool] = True
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """Parameters recorded in the manifest besides the name (e.g. the level)."""
+        return {}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, **self.config}
+
+    def __str__(self) -> str:
+        """The command-line spelling: ``zstd``, ``jpeg:95``."""
+        return self.name
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Codec) and self.to_json() == other.to_json()
+
+    def __hash__(self) -> int:
+        return hash(str(self.to_json()))
+
+    def __repr__(self) -> str:
+        return f"<codec {self}>"
+
+    def check_available(self) -> None:  # noqa: B027 - most codecs need nothing
+        """Raise ConfigError when the library this codec needs is missing."""
+
+    @abstractmethod
+    def encode(self, arr: np.ndarray) -> bytes:
+        """The stored bytes of ``arr`` (C order, little-endian elements)."""
+
+    @abstractmethod
+    def decode_into(self, data: Any, out: np.ndarray) -> None:
+        """Decode ``data`` into ``out`` (exact shape and dtype expected); CodecDataError unless it fits exactly."""
+
+
+class Raw(Codec):
+    """The array's bytes as they are (format version 1 layout)."""
+
+    name = "raw"
+
+    def encode(self, arr: np.ndarray) -> bytes:
+        return np.ascontiguousarray(arr).tobytes()
+
+    def decode_into(self, data: Any, out: np.ndarray) -> None:
+        dst = _bytes_of(out)
+        if len(data) != dst.size:
+            raise CodecDataError(f"raw data has {len(data)} bytes, expected {dst.size}")
+        dst[:] = np.frombuffer(data, np.uint8)
+
+
+class Zstd(Codec):
+    """One Zstandard frame (RFC 8878) whose header records the decompressed size."""
+
+    name = "zstd"
+    DEFAULT_LEVEL = 3
+
+    def __init__(self, level: int = DEFAULT_LEVEL) -> None:
+        if not isinstance(level, int) or isinstance(level, bool) or not 1 <= level <= 22:
+            raise ConfigError(f"zstd level {level!r} is not an integer in 1..22", fix="write e.g. zstd or zstd:3")
+        self.level = level
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return {"level": self.level}
+
+    def __str__(self) -> str:
+        return "zstd" if self.level == self.DEFAULT_LEVEL else f"zstd:{self.level}"
+
+    def check_available(self) -> None:
+        require("zstandard", self.name)
+
+    def encode(self, arr: np.ndarray) -> bytes:
+        zstd = require("zstandard", self.name)
+        return bytes(zstd.ZstdCompressor(level=self.level, write_content_size=True).compress(
+            np.ascontiguousarray(arr).data))
+
+    def decode_into(self, data: Any, out: np.ndarray) -> None:
+        zstd = require("zstandard", self.name)
+        dst = _bytes_of(out)
+        try:
+            claimed = zstd.frame_content_size(data)
+        except zstd.ZstdError as exc:
+            raise CodecDataError(f"not a zstd frame ({exc})") from None
+        if claimed != dst.size:  # checked before anything is decompressed: never sized from the data
+            raise CodecDataError(f"zstd frame says {claimed} bytes, expected {dst.size}")
+        try:
+            with _zstd_decompressor(zstd).stream_reader(data, read_across_frames=False) as reader:
+                got = reader.readinto(dst)
+                extra = reader.read(1)
+        except zstd.ZstdError as exc:
+            raise CodecDataError(f"zstd frame does not decode ({exc})") from None
+        if got != dst.size or extra:
+            raise CodecDataError(f"zstd frame decodes to {got}{'+' if extra else ''} bytes, expected {dst.size}")
+
+
+_ZSTD_LOCAL = threading.local()
+
+
+def _zstd_decompressor(zstd: ModuleType) -> Any:
+    """One decompression context per thread (a context must not be shared by threads)."""
+    d = getattr(_ZSTD_LOCAL, "d", None)
+    if d is None:
+        d = _ZSTD_LOCAL.d = zstd.ZstdDecompressor()
+    return d
+
+
+class Lz4(Codec):
+    """One LZ4 frame (the LZ4 Frame Format 1.6.x, as the ``lz4`` tool writes) recording the content size."""
+
+    name = "lz4"
+
+    def check_available(self) -> None:
+        require("lz4.frame", self.name)
+
+    def encode(self, arr: np.ndarray) -> bytes:
+        frame = require("lz4.frame", self.name)
+        return bytes(frame.compress(np.ascontiguousarray(arr).data, store_size=True))
+
+    def decode_into(self, data: Any, out: np.ndarray) -> None:
+        frame = require("lz4.frame", self.name)
+        dst = _bytes_of(out)
+        try:
+            info = frame.get_frame_info(data)
+            if info.get("content_size") != dst.size:  # checked first: the output is sized from it below
+                raise CodecDataError(f"lz4 frame says {info.get('content_size')} bytes, expected {dst.size}")
+            got, used = frame.decompress(data, return_bytearray=True, return_bytes_read=True)
+        except RuntimeError as exc:
+            raise CodecDataError(f"lz4 frame does not decode ({exc})") from None
+        if len(got) != dst.size or used != len(data):
+            raise CodecDataError(f"lz4 frame decodes to {len(got)} bytes from {used} of {len(data)}, "
+                                 f"expected {dst.size} from all")
+        dst[:] = np.frombuffer(got, np.uint8)
+
+
+def _image_size(data: Any) -> tuple[str, int, int, int]:
+    """(kind, height, width, components) from a PNG or JPEG header, without decoding pixels."""
+    head = bytes(data[:33])
+    if head.startswith(b"\x89PNG\r\n\x1a\n") and head[12:16] == b"IHDR":
+        w, h, depth, colour = struct.unpack(">IIBB", head[16:26])
+        return "png", h, w, {2: 3, 6: 4, 0: 1, 4: 2}.get(colour, 0) if depth == 8 else 0
+    view = memoryview(data)
+    if bytes(view[:2]) == b"\xff\xd8":
+        pos = 2
+        while pos + 4 <= len(view):
+            if view[pos] != 0xFF:
+                break
+            marker = view[pos + 1]
+            if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
+                pos += 2
+                continue
+            (length,) = struct.unpack(">H", view[pos + 2 : pos + 4])
+            if marker in (0xC0, 0xC1, 0xC2) and pos + 10 <= len(view):
+                h, w = struct.unpack(">HH", view[pos + 5 : pos + 9])
+                return "jpeg", h, w, view[pos + 9]
+            pos += 2 + length
+    return "?", 0, 0, 0
+
+
+class _Picture(Codec):
+    """An image file format (PNG, JPEG) for (H, W, 3) uint8 RGB images; decoded with OpenCV (releases the GIL)."""
+
+    kinds = frozenset({IMAGE})
+    kind: ClassVar[str]
+
+    def _params(self) -> list[int]:
+        return []
+
+    def encode(self, arr: np.ndarray) -> bytes:
+        import cv2
+
+        ok, buf = cv2.imencode(f".{self.kind.replace('jpeg', 'jpg')}", np.ascontiguousarray(arr[..., ::-1]),
+                               self._params())
+        if not ok:  # pragma: no cover - OpenCV encodes any uint8 (H, W, 3)
+            raise ValueError(f"OpenCV could not encode a {self.kind}")
+        return bytes(buf)
+
+    def decode_into(self, data: Any, out: np.ndarray) -> None:
+        import cv2
+
+        if out.ndim != 3 or out.shape[2] != 3 or out.dtype != np.uint8:
+            raise ValueError(f"{self.name} decodes (H, W, 3) uint8 images only")
+        kind, h, w, comps = _image_size(data)
+        if (kind, h, w, comps) != (self.kind, out.shape[0], out.shape[1], 3):  # before any pixel is decoded
+            raise CodecDataError(f"{self.name} header says {kind} {h}x{w}x{comps}, expected {self.kind} "
+                                 f"{out.shape[0]}x{out.shape[1]}x3")
+        bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+        if bgr is None or bgr.shape != out.shape:
+            raise CodecDataError(f"{self.name} data does not decode to {out.shape[0]}x{out.shape[1]}x3")
+        cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB, dst=out)
+
+
+class Png(_Picture):
+    """PNG (8-bit RGB, lossless); TensorFlow decodes it in-graph with ``tf.io.decode_png``."""
+
+    name = "png"
+    kind = "png"
+    LEVEL = 1  # zlib level: fast to write; the filtering does most of the work
+
+    def _params(self) -> list[int]:
+        import cv2
+
+        return [cv2.IMWRITE_PNG_COMPRESSION, self.LEVEL]
+
+
+class Jpeg(_Picture):
+    """Baseline JPEG, 4:2:0, quality Q: lossy, for images only and only when asked for."""
+
+    name = "jpeg"
+    kind = "jpeg"
+    lossless = False
+    DEFAULT_QUALITY = 95
+
+    def __init__(self, quality: int = DEFAULT_QUALITY) -> None:
+        if not isinstance(quality, int) or isinstance(quality, bool) or not 1 <= quality <= 100:
+            raise ConfigError(f"jpeg quality {quality!r} is not an integer in 1..100", fix="write e.g. jpeg:95")
+        self.quality = quality
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return {"quality": self.quality}
+
+    def __str__(self) -> str:
+        return f"jpeg:{self.quality}"
+
+    def _params(self) -> list[int]:
+        import cv2
+
+        return [cv2.IMWRITE_JPEG_QUALITY, self.quality]
+
+
+#: Every codec by name: the one list the CLI help, config checks and manifests draw on.
+CODECS: dict[str, type[Codec]] = {c.name: c for c in (Raw, Zstd, Lz4, Png, Jpeg)}
+_PARAM = {"zstd": "level", "jpeg": "quality"}
+
+
+def parse_codec(text: str | Codec, kind: str) -> Codec:
+    """``"raw"``, ``"zstd"``, ``"zstd:9"``, ``"lz4"``, ``"png"``, ``"jpeg:95"`` → a codec for ``kind`` arrays.
+
+    Labels are always stored losslessly: a lossy codec for labels is a ConfigError.
+    """
+    if isinstance(text, Codec):
+        codec = text
+    else:
+        name, _, arg = str(text).strip().lower().partition(":")
+        cls = CODECS.get(name)
+        if cls is None:
+            raise ConfigError(f"--{kind}-codec {text!r} is not a codec", fix=f"use one of {', '.join(CODECS)}")
+        if arg:
+            if name not in _PARAM or not arg.isdigit():
+                raise ConfigError(f"--{kind}-codec {text!r}: {name} takes no {arg!r}",
+                                  fix="write e.g. zstd, zstd:9 or jpeg:95")
+            codec = cls(**{_PARAM[name]: int(arg)})
+        else:
+            codec = cls()
+    if kind not in codec.kinds or (kind == LABEL and not codec.lossless):
+        raise ConfigError(f"--{kind}-codec {text}: labels are always stored losslessly" if kind == LABEL
+                          else f"--{kind}-codec {text} is for labels only",
+                          fix="use a lossless codec for labels (raw, zstd, lz4)")
+    return codec
+
+
+def codec_from_json(d: Any) -> Codec:
+    """The codec a manifest records (``{"name": "zstd", "level": 3}``); ValueError for anything else."""
+    if not isinstance(d, dict) or d.get("name") not in CODECS:
+        raise ValueError(f"unknown codec {d!r}")
+    cls = CODECS[d["name"]]
+    params = {k: v for k, v in d.items() if k != "name"}
+    if set(params) - {_PARAM.get(d["name"], "")}:
+        raise ValueError(f"codec {d!r} has unknown parameters")
+    try:
+        codec = cls(**params)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+    return codec
+
+
+@dataclass(frozen=True)
+class ArrayCodecs:
+    """The codec of each stored array of a dataset."""
+
+    image: Codec
+    label: Codec
+
+    @classmethod
+    def parse(cls, image: str | Codec = "raw", label: str | Codec = "raw") -> ArrayCodecs:
+        return cls(parse_codec(image, IMAGE), parse_codec(label, LABEL))
+
+    @property
+    def raw(self) -> bool:
+        """True when both arrays are stored as they are (format version 1 datasets)."""
+        return self.image.name == "raw" and self.label.name == "raw"
+
+    def to_json(self) -> dict[str, Any]:
+        return {IMAGE: self.image.to_json(), LABEL: self.label.to_json()}
+
+    @classmethod
+    def from_json(cls, d: Any) -> ArrayCodecs:
+        """From ``format_options.codecs``; ValueError if absent, unknown or lossy for labels."""
+        if not isinstance(d, dict):
+            raise ValueError(f"codecs {d!r} is not an object")
+        codecs = cls(codec_from_json(d.get(IMAGE)), codec_from_json(d.get(LABEL)))
+        if IMAGE not in codecs.image.kinds or not codecs.label.lossless or LABEL not in codecs.label.kinds:
+            raise ValueError(f"codecs {d!r} do not fit their arrays")
+        return codecs
+
+    def check_available(self) -> None:
+        self.image.check_available()
+        self.label.check_available()
+
+
+RAW = ArrayCodecs(Raw(), Raw())
+
+
+# --------------------------------------------------------------------------- parallel decoding
+
+_POOL: tuple[int, ThreadPoolExecutor] | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def decode_threads() -> int:
+    """Threads that decode a batch: ``SHARDKIT_DECODE_THREADS``, else min(4, usable cores)."""
+    env = os.environ.get("SHARDKIT_DECODE_THREADS", "")
+    if env.strip().isdigit() and int(env) >= 1:
+        return int(env)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(4, cores))
+
+
+def _forget_pool_after_fork() -> None:
+    """In a forked child: the parent's threads (and possibly a held lock) did not come along."""
+    global _POOL, _POOL_LOCK
+    _POOL, _POOL_LOCK = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """This process's decoding pool (a forked child builds its own: threads do not survive a fork)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL[0] != os.getpid() or _POOL[1]._max_workers != threads:
+            _POOL = (os.getpid(), ThreadPoolExecutor(threads, thread_name_prefix="shardkit-decode"))
+        return _POOL[1]
+
+
+def run_parallel(jobs: Sequence[Callable[[], None]]) -> None:
+    """Run ``jobs`` (each decodes one sample into its slot) on the decoding pool; first error re-raised.
+
+    The jobs are cut into one contiguous run per thread (few futures per batch); with one thread, or
+    one job, they run here.
+    """
+    threads = min(decode_threads(), len(jobs))
+    if threads <= 1:
+        for job in jobs:
+            job()
+        return
+
+    def run(part: Sequence[Callable[[], None]]) -> None:
+        for job in part:
+            job()
+
+    step = -(-len(jobs) // threads)
+    futures = [_pool(decode_threads()).submit(run, jobs[k : k + step]) for k in range(0, len(jobs), step)]
+    errors = [f.exception() for f in futures]  # wait for all: no job may still write into out afterwards
+    for exc in errors:
+        if exc is not None:
+            raise exc

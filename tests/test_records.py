@@ -1,0 +1,59 @@
+"""Shard records: saved beside the shards, trusted only while the files they name are intact."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from shardkit.manifest import ShardFile
+from shardkit.records import RECORD_PREFIX, ShardRecord, reuse
+
+
+def shard(directory: Path, key: str, *names: str) -> ShardRecord:
+    files = []
+    for n in names:
+        data = f"{n} of {key}".encode()
+        (directory / n).write_bytes(data)
+        files.append(ShardFile(n, len(data), hashlib.sha256(data).hexdigest()))
+    record = ShardRecord(key, tuple(files), ({"key": "a.png", "height": 2, "width": 3},), {"pixels": 6}, ())
+    record.save(directory)
+    return record
+
+
+def test_a_saved_record_loads_back_equal(tmp_path: Path) -> None:
+    record = shard(tmp_path, "k1", "images-00000-k1.npy", "labels-00000-k1.npy")
+    assert ShardRecord.path(tmp_path, "k1").name == f"{RECORD_PREFIX}k1.json"
+    assert ShardRecord.load(tmp_path, "k1") == record
+    assert ShardRecord.load(tmp_path, "k2") is None
+
+
+def test_a_damaged_or_unsafe_record_is_not_trusted(tmp_path: Path) -> None:
+    path = ShardRecord.path(tmp_path, "k1")
+    path.write_text("{not json")
+    assert ShardRecord.load(tmp_path, "k1") is None
+    path.write_text('{"key": "k1", "files": [{"name": "../escape.npy", "bytes": 1, "sha256": "x"}], '
+                    '"samples": [], "stats": {}, "skipped": []}')
+    assert ShardRecord.load(tmp_path, "k1") is None
+
+
+def test_reuse_returns_an_intact_shard(tmp_path: Path) -> None:
+    record = shard(tmp_path, "k1", "images-00000-k1.npy")
+    assert reuse(tmp_path, "k1", ("images-00000-k1.npy",)) == record
+
+
+def test_reuse_refuses_a_shard_whose_file_changed_even_at_the_same_size(tmp_path: Path) -> None:
+    shard(tmp_path, "k1", "images-00000-k1.npy")
+    f = tmp_path / "images-00000-k1.npy"
+    f.write_bytes(bytes(reversed(f.read_bytes())))  # same size, other bytes
+    assert reuse(tmp_path, "k1", ("images-00000-k1.npy",)) is None
+    f.unlink()
+    assert reuse(tmp_path, "k1", ("images-00000-k1.npy",)) is None
+    assert reuse(tmp_path, "k1", ("a", "b")) is None  # another number of files than planned
+
+
+def test_a_moved_shard_gets_its_new_names_and_keeps_the_old(tmp_path: Path) -> None:
+    shard(tmp_path, "k1", "images-00000-k1.npy")
+    moved = reuse(tmp_path, "k1", ("images-00003-k1.npy",))
+    assert moved is not None and [f.name for f in moved.files] == ["images-00003-k1.npy"]
+    assert (tmp_path / "images-00003-k1.npy").read_bytes() == (tmp_path / "images-00000-k1.npy").read_bytes()
+    assert ShardRecord.load(tmp_path, "k1") == moved  # the record now names the new file
