@@ -33,15 +33,22 @@ def __getattr__(name: str) -> _Any:
 
 
 def open(path: "str | _os.PathLike[str]", *, labels: str = "ids", verify: bool = False,
-         label_layout: str = "channels_last") -> "Dataset":
-    """Open a converted split folder (``out/train``) as a random-access :class:`Dataset`.
+         label_layout: str = "channels_last", cache_dir: "str | _os.PathLike[str] | None" = None,
+         cache_limit: "int | str | None" = None, storage_options: "dict[str, _Any] | None" = None) -> "Dataset":
+    """Open a converted split folder (``out/train``) or URL (``s3://bucket/out/train``) as a :class:`Dataset`.
 
     ``labels``: ``"ids"``, ``"onehot"``, ``"float_onehot"`` or ``"stored"``; ``verify=True`` checks every
     shard's sha256 on open; ``label_layout``: ``"channels_last"`` or ``"channels_first"`` one-hot.
+    For a URL, shards are cached whole in ``cache_dir`` (default ``$SHARDKIT_CACHE_DIR`` or
+    ``~/.cache/shardkit``) up to ``cache_limit`` (e.g. ``"20GB"``); ``storage_options`` go to fsspec
+    (docs/object-storage.md).
     """
     from .read.dataset import Dataset
+    from .storage import is_url
 
-    return Dataset(_Path(path), labels=labels, verify=verify, label_layout=label_layout)
+    return Dataset(_os.fspath(path) if is_url(path) else _Path(path), labels=labels, verify=verify,
+                   label_layout=label_layout, cache_dir=cache_dir, cache_limit=cache_limit,
+                   storage_options=storage_options)
 
 
 def convert(config: "ConvertConfig | str | _os.PathLike[str]", output: "str | _os.PathLike[str] | None" = None,

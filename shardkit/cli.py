@@ -15,6 +15,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
+from . import encoding
 from ._version import __version__
 from .config import DEFAULT_MAX_PIXELS, ConvertConfig, ShardSize, parse_size
 from .errors import ConfigError, ShardkitError
@@ -93,10 +94,23 @@ def _shard_size(_ctx: click.Context, _param: click.Parameter, value: str) -> Sha
         raise click.BadParameter(str(exc)) from None
 
 
+def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"client_kwargs": {"region_name": "x"}} → {"client_kwargs.region_name": "x"} (--storage-option keys)."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path | None:
     """--config FILE.toml: its keys (same names as the flags) become defaults; flags and SHARDKIT_* win."""
     if value is None:
         return None
+    import json
+
     from .tomlcompat import tomllib
 
     try:
@@ -107,7 +121,10 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
     known = {p.name for p in ctx.command.params if p.name}
     defaults: dict[str, Any] = {}
     for key, val in section.items():
-        name = {"input": "input_dir", "output": "output_dir"}.get(key, key.replace("-", "_"))
+        name = {"input": "input_dir", "output": "output_dir", "storage_options": "storage_option"}.get(
+            key, key.replace("-", "_"))
+        if name == "storage_option" and isinstance(val, dict):  # a [convert.storage_options] table
+            val = [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in _flatten(val).items()]
         if name not in known or name == "config":
             raise click.BadParameter(f"{value}: unknown key {key!r}", param_hint="--config")
         defaults[name] = ",".join(map(str, val)) if name == "size" and isinstance(val, list) else val
@@ -129,7 +146,7 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
 @click.option("--crop", type=click.Choice(["center", "none"]), default="center", show_default=True,
               help="center: crop or pad to --size (TF resize_image_with_crop_or_pad); "
                    "none: shape set by --resize only.")
-@click.option("--label-encoding", type=click.Choice(["index", "onehot", "packed"]), default="index",
+@click.option("--label-encoding", type=click.Choice(encoding.NAMES), default="index",
               show_default=True, help="Stored labels: class ids, one-hot uint8, or bit-packed one-hot.")
 @click.option("--layout", type=click.Choice(["auto", "segnet", "listfile", "class_dict", "cityscapes", "voc",
                                              "generic"]), default="auto", show_default=True)
@@ -163,6 +180,9 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
               help="fail: stop at the first bad input; skip: leave it out, list it in the manifest, exit 3.")
 @click.option("--max-pixels", type=click.IntRange(1), default=DEFAULT_MAX_PIXELS, show_default=True,
               help="Largest image or label (height x width, read from its header) to decode; also caps --size.")
+@click.option("--storage-option", "storage_option", multiple=True, metavar="KEY=VALUE",
+              help="fsspec option for s3:// (or any fsspec URL) input/output, e.g. endpoint_url=http://host:9000, "
+                   "profile=NAME, anon=true (repeatable; dots nest: client_kwargs.region_name=eu-west-1).")
 @click.option("--strict", is_flag=True, help="Images without labels (or labels without images) are an error.")
 @click.option("--dry-run", is_flag=True, help="Report what was found; write nothing.")
 @click.option("--force", is_flag=True, help="Rebuild every shard, even those an earlier run left intact.")
@@ -179,12 +199,16 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
             palette: Path | None, num_classes: int | None, ignore_index: int | None, colour_tolerance: int,
             unknown_as: int | None, cityscapes_train_ids: bool, splits: tuple[str, ...], shard_size: ShardSize,
             compression: str, image_codec: str, label_codec: str, workers: int, backend: str, scheduler: str | None,
-            on_error: str, max_pixels: int,
+            on_error: str, max_pixels: int, storage_option: tuple[str, ...],
             strict: bool, dry_run: bool, force: bool, rehash: bool, quiet: bool, verbose: bool,
             log_format: str) -> None:
-    """Convert the dataset in INPUT_DIR into shards in OUTPUT_DIR/<split>/ with a manifest.json each."""
+    """Convert the dataset in INPUT_DIR into shards in OUTPUT_DIR/<split>/ with a manifest.json each.
+
+    Either may be an fsspec URL (s3://bucket/prefix, gs://…): see docs/object-storage.md.
+    """
     setup_logging(quiet=quiet, verbose=verbose, json_lines=log_format == "json")
     from .pipeline import convert as run
+    from .storage import parse_storage_options
 
     cfg = ConvertConfig(
         input=input_dir, output=output_dir, format=format, size=size, resize=resize, crop=crop,
@@ -194,6 +218,7 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
         compression=compression, image_codec=image_codec, label_codec=label_codec, workers=workers, backend=backend,
         scheduler=scheduler, on_error=on_error,
         strict=strict, dry_run=dry_run, force=force, rehash=rehash, quiet=quiet, max_pixels=max_pixels,
+        storage_options=parse_storage_options(storage_option),
     )
     summary = run(cfg)
     if dry_run:
@@ -222,24 +247,48 @@ def demo(output_dir: Path, train: int, val: int, seed: int) -> None:
     click.echo(f"demo dataset written to {root}", err=True)
 
 
+def _location(_ctx: click.Context, param: click.Parameter, value: str) -> str | Path:
+    """A URL as given (object storage), else a local path that must exist."""
+    from .storage import is_url, normalize_url
+
+    if is_url(value):
+        return normalize_url(value)
+    if not Path(value).exists():
+        raise click.BadParameter(f"{value!r} does not exist", param=param)
+    return Path(value)
+
+
+_STORAGE_OPTION = click.option(
+    "--storage-option", "storage_option", multiple=True, metavar="KEY=VALUE",
+    help="fsspec option for an s3:// (or other fsspec) URL, e.g. endpoint_url=http://host:9000 (repeatable).")
+
+
 @main.command()
-@click.argument("split_dir", type=click.Path(path_type=Path, exists=True))
+@click.argument("split_dir", callback=_location)
 @click.option("--plot", "plot", type=click.Path(path_type=Path, dir_okay=False), metavar="PNG",
               help="Also draw the class pixel-share chart to this PNG file.")
+@_STORAGE_OPTION
 @_errors_to_exit_codes
-def info(split_dir: Path, plot: Path | None) -> None:
-    """Summarise a converted split (or every split of an output folder): samples, shards, size, classes."""
-    from .verify import split_folders
+def info(split_dir: str | Path, plot: Path | None, storage_option: tuple[str, ...]) -> None:
+    """Summarise a converted split (or every split of an output folder): samples, shards, size, classes.
 
-    folders = split_folders(split_dir)
+    SPLIT_DIR may be a URL (s3://bucket/out/train); only its manifest is read.
+    """
+    from .storage import is_url, parse_storage_options
+    from .verify import split_locations
+
+    options = parse_storage_options(storage_option)
+    folders = split_locations(split_dir, options)
+    if plot is not None and is_url(split_dir):
+        raise click.UsageError("--plot needs a local split folder", ctx=None)
     if not folders:
         raise click.ClickException(f"{split_dir}: no manifest.json here or in its sub-folders — "
                                    "fix: point at a split or output folder written by shardkit convert")
     for folder in folders:
         chart = plot
         if plot is not None and len(folders) > 1:  # one chart per split: chart-train.png, chart-val.png, …
-            chart = plot.with_name(f"{plot.stem}-{folder.name}{plot.suffix}")
-        _info_split(folder, chart)
+            chart = plot.with_name(f"{plot.stem}-{Path(folder).name}{plot.suffix}")
+        _info_split(folder, chart, options)
 
 
 def _codec_name(codec: Any) -> str:
@@ -252,10 +301,10 @@ def _codec_name(codec: Any) -> str:
         return repr(codec)
 
 
-def _info_split(split_dir: Path, plot: Path | None) -> None:
-    from .manifest import load_manifest
+def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any]) -> None:
+    from .verify import load_split_manifest
 
-    m = load_manifest(split_dir)
+    m = load_split_manifest(split_dir, options)
     nbytes = sum(f.bytes for s in m.shards for f in s.files)
     shape = m.sample["image"]["shape"]
     codecs = m.format_options.get("codecs") if m.format_version >= 2 else None
@@ -273,7 +322,7 @@ def _info_split(split_dir: Path, plot: Path | None) -> None:
     if plot is not None:
         from .show import plot_classes
 
-        click.echo(f"class chart written to {plot_classes(split_dir, plot)}", err=True)
+        click.echo(f"class chart written to {plot_classes(Path(split_dir), plot)}", err=True)
 
 
 @main.command()
@@ -313,22 +362,26 @@ def show(split_dir: Path, index: int, output: Path | None, alpha: float, augment
 
 
 @main.command()
-@click.argument("path", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("path", callback=_location)
+@_STORAGE_OPTION
 @_errors_to_exit_codes
-def verify(path: Path) -> None:
+def verify(path: str | Path, storage_option: tuple[str, ...]) -> None:
     """Check every shard under PATH (an output folder or one split): sizes, sha256, decoding, class counts.
 
+    PATH may be a URL (s3://bucket/out): shards are then downloaded one at a time to a temporary folder.
     Exit 0 only when everything agrees with the manifests; 1 otherwise, with a report per shard.
     """
-    from .verify import split_folders, verify_split
+    from .storage import parse_storage_options
+    from .verify import split_locations, verify_split
 
-    folders = split_folders(path)
+    options = parse_storage_options(storage_option)
+    folders = split_locations(path, options)
     if not folders:
         raise click.ClickException(f"{path}: no manifest.json here or in its sub-folders — "
                                    "fix: point at an output folder written by shardkit convert")
     failed = 0
     for folder in folders:
-        report = verify_split(folder)
+        report = verify_split(folder, options)
         if report.ok:
             click.echo(f"ok      {folder}: {report.samples} samples in {report.shards} shards verified")
         else:

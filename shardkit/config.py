@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import encoding
 from .errors import ConfigError
 
 DEFAULT_SHARD_SAMPLES = 500
@@ -25,9 +26,6 @@ _UNITS = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4}
 #: Largest --shard-size: more samples or bytes than any shard can hold (and than int64 counts).
 MAX_SHARD_SAMPLES = 2**31 - 1
 MAX_SHARD_BYTES = 2**62
-#: ``s3://bucket/x``, ``gs://…``, ``https://…``: also as ``s3:/bucket/x``, what Path makes of it
-#: (two or more letters, so a Windows drive ``C:/`` is not a scheme).
-_URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
 
 
 def parse_size(text: str | None) -> tuple[int, int] | None:
@@ -38,6 +36,24 @@ def parse_size(text: str | None) -> tuple[int, int] | None:
     if not m or int(m.group(1)) <= 0 or int(m.group(2)) <= 0:
         raise ConfigError(f"--size {text!r} is not HEIGHTxWIDTH", fix="write it like --size 352x480")
     return int(m.group(1)), int(m.group(2))
+
+
+def parse_bytes(text: str, what: str = "size", example: str = "20GB") -> int:
+    """``"256MB"`` → 256000000, ``"1GiB"`` → 1073741824: a positive byte count (``what`` names it in errors)."""
+    m = _BYTES_RE.match(text)
+    if not m:
+        raise ConfigError(f"{what} {text!r} is not a byte size", fix=f"write it like {example}")
+    unit = _UNITS[m.group(2).lower()]
+    if m.group(3):
+        unit = {1: 1, 1000: 1024, 1000**2: 1024**2, 1000**3: 1024**3, 1000**4: 1024**4}[unit]
+    amount = float(m.group(1)) * unit
+    if not amount <= MAX_SHARD_BYTES:  # also inf (hundreds of digits) and nan
+        raise ConfigError(f"{what} {text!r} is too large (at most {MAX_SHARD_BYTES} bytes)",
+                          fix=f"use e.g. {example}")
+    nbytes = int(amount)
+    if nbytes <= 0:
+        raise ConfigError(f"{what} {text!r} must be positive")
+    return nbytes
 
 
 @dataclass(frozen=True)
@@ -57,23 +73,7 @@ class ShardSize:
             if s.isdigit():
                 value = int(s)
             else:
-                m = _BYTES_RE.match(s)
-                if not m:
-                    raise ConfigError(
-                        f"--shard-size {text!r} is neither a sample count nor a byte size",
-                        fix="use e.g. --shard-size 500 or --shard-size 256MB",
-                    )
-                unit = _UNITS[m.group(2).lower()]
-                if m.group(3):
-                    unit = {1: 1, 1000: 1024, 1000**2: 1024**2, 1000**3: 1024**3, 1000**4: 1024**4}[unit]
-                amount = float(m.group(1)) * unit
-                if not amount <= MAX_SHARD_BYTES:  # also inf (hundreds of digits) and nan
-                    raise ConfigError(f"--shard-size {text!r} is too large (at most {MAX_SHARD_BYTES} bytes)",
-                                      fix="use e.g. --shard-size 256MB")
-                nbytes = int(amount)
-                if nbytes <= 0:
-                    raise ConfigError(f"--shard-size {text!r} must be positive")
-                return cls(nbytes=nbytes)
+                return cls(nbytes=parse_bytes(s, "--shard-size", "500 (samples) or 256MB"))
         if value <= 0:
             raise ConfigError(f"--shard-size {text!r} must be positive")
         if value > MAX_SHARD_SAMPLES:
@@ -119,12 +119,23 @@ class ConvertConfig:
     quiet: bool = False
     max_pixels: int = DEFAULT_MAX_PIXELS
 
+    #: fsspec URLs (``s3://bucket/x``) when the input / output is on object storage; ``input``/``output``
+    #: then only echo them. Set from ``input``/``output`` themselves; ``file://`` becomes a local path.
+    input_url: str | None = None
+    output_url: str | None = None
+    #: fsspec storage options (endpoint, credentials, profile …) for the URLs; the environment completes them.
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
     def __post_init__(self) -> None:
+        from .storage import is_url, local_path, normalize_url
+
         for name in ("input", "output"):
-            if _URL_RE.match(text := str(getattr(self, name))):
-                url = re.sub(r"^([^:/]+):/(?!/)", r"\1://", text)  # undo Path's "s3://b" -> "s3:/b"
-                raise ConfigError(f"{name} {url!r}: object storage is not supported yet",
-                                  fix=f"use a local {name} folder (copy or mount the data first)")
+            value = getattr(self, name)
+            if is_url(value):
+                url = normalize_url(value)
+                path = local_path(url)
+                object.__setattr__(self, name, path if path is not None else Path(url))
+                object.__setattr__(self, f"{name}_url", None if path is not None else url)
         object.__setattr__(self, "input", Path(self.input))
         object.__setattr__(self, "output", Path(self.output))
         self._normalise()
@@ -134,7 +145,7 @@ class ConvertConfig:
         self._check_choice("format", self.format, names())
         self._check_choice("resize", self.resize, ("none", "exact", "shorter"))
         self._check_choice("crop", self.crop, ("center", "none"))
-        self._check_choice("label_encoding", self.label_encoding, ("index", "onehot", "packed"))
+        self._check_choice("label_encoding", self.label_encoding, encoding.NAMES)
         self._check_choice("on_error", self.on_error, ("fail", "skip"))
         self._check_choice("backend", self.backend, ("local", "dask"))
         if self.scheduler and self.backend != "dask":

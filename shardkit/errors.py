@@ -62,3 +62,7 @@ class WorkerError(ShardkitError, RuntimeError):
 
 class OutputError(ShardkitError, OSError):
     """The output folder cannot be written (exists, inside the input, disk full, locked)."""
+
+
+class StorageError(ShardkitError, OSError):
+    """Object storage cannot be reached or refuses a transfer (endpoint, credentials, missing extra)."""

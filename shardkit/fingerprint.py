@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -94,10 +94,19 @@ def fingerprint_samples(
     known = {**fresh, **unreadable}
     for key in unreadable:
         fresh.pop(key, None)
+    return combine_fingerprints(pairs, options_digest, lambda p: str(known[str(p)][-1])), fresh
+
+
+def combine_fingerprints(pairs: Sequence[SamplePair], options_digest: str,
+                         file_digest: Callable[[Path], str]) -> list[str]:
+    """sha256(options digest, digest of the image, digest of the label or "-") per pair, in pair order.
+
+    ``file_digest`` is the file's sha256 for local inputs, the listing's content id (size + ETag) for
+    object storage (:mod:`shardkit.staging`)."""
     out = []
     for pair in pairs:
         h = hashlib.sha256(options_digest.encode())
-        h.update(known[str(pair.image)][-1].encode())
-        h.update(known[str(pair.label)][-1].encode() if pair.label is not None else b"-")
+        h.update(file_digest(pair.image).encode())
+        h.update(file_digest(pair.label).encode() if pair.label is not None else b"-")
         out.append(h.hexdigest())
-    return out, fresh
+    return out

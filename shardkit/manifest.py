@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeGuard
 
+from . import encoding
 from .errors import ShardFormatError, UnsafePathError
 
 MANIFEST_NAME = "manifest.json"
@@ -24,7 +25,6 @@ MANIFEST_VERSION = 1
 MAX_CLASSES = 65536  # class ids are stored as uint8 or uint16
 MAX_SIDE = 65536  # pixels per image side
 MAX_PIXELS = 1 << 28  # pixels per image (a 16384 x 16384 image)
-LABEL_ENCODINGS = ("index", "onehot", "packed")
 CLASS_ID_DTYPES = ("|u1", "<u2")
 
 
@@ -165,8 +165,8 @@ class Manifest:
         n = label.get("num_classes")
         if not _is_int(n) or not 1 <= n <= MAX_CLASSES:
             raise bad(f"num_classes {n!r} is not an integer in 1..{MAX_CLASSES}")
-        if label.get("encoding") not in LABEL_ENCODINGS:
-            raise bad(f"label encoding {label.get('encoding')!r} is not one of {', '.join(LABEL_ENCODINGS)}")
+        if label.get("encoding") not in encoding.NAMES:
+            raise bad(f"label encoding {label.get('encoding')!r} is not one of {', '.join(encoding.NAMES)}")
         if label.get("class_id_dtype") not in CLASS_ID_DTYPES:
             raise bad(f"class_id_dtype {label.get('class_id_dtype')!r} is not one of {', '.join(CLASS_ID_DTYPES)}")
         shape = image.get("shape")

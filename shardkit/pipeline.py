@@ -19,18 +19,17 @@ from ._version import __version__
 from .config import ConvertConfig
 from .discover import Discovery, discover
 from .errors import OutputError
-from .fingerprint import CACHE_NAME, fingerprint_samples, load_cache, save_cache
+from .fingerprint import CACHE_NAME, load_cache, save_cache
 from .formats.base import SampleSpec
 from .formats.registry import all_formats, get
-from .imageio import read_image_size
 from .labels import ClassTable, LabelDecoder, build_class_table
-from .lock import OutputLock
 from .manifest import Manifest, ShardInfo
 from .plan import ShardTask, plan_split
 from .pool import run_tasks
 from .preprocess import fixed_size
 from .publish import collect_garbage, dump_manifest, remove_temps, rename_into_place
-from .records import RECORD_PREFIX, ShardRecord, reuse
+from .records import RECORD_PREFIX, ShardRecord
+from .staging import StorageSession
 from .stats import Stats
 from .worker import ShardResult, WorkerContext
 
@@ -50,7 +49,7 @@ class ConvertSummary:
     seconds: float = 0.0
     reused: int = 0
     skipped: list[dict[str, str]] = field(default_factory=list)
-    manifests: list[Path] = field(default_factory=list)
+    manifests: list[Path | str] = field(default_factory=list)  # a URL where the output is on object storage
 
     @property
     def samples_per_second(self) -> float:
@@ -89,7 +88,18 @@ def check_output(cfg: ConvertConfig) -> None:
 
 
 def convert(cfg: ConvertConfig) -> ConvertSummary:
-    """Run one conversion as configured; raises a ShardkitError on anything a user must fix."""
+    """Run one conversion as configured; raises a ShardkitError on anything a user must fix.
+
+    Inputs and outputs on object storage (``cfg.input_url`` / ``cfg.output_url``) are staged through
+    local folders by :class:`~shardkit.staging.StorageSession`; local folders are used as they are.
+    """
+    if cfg.input_url is None and cfg.output_url is None:
+        return _convert(cfg, StorageSession(cfg))
+    with StorageSession(cfg) as session:
+        return _convert(session.cfg, session)
+
+
+def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
     started = time.perf_counter()
     found = discover(cfg.input, layout=cfg.layout, label_suffix=cfg.label_suffix, splits=cfg.splits,
                      strict=cfg.strict)
@@ -116,12 +126,12 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
     ctx = WorkerContext(cfg.format, spec, decoder, found.root.resolve(), cfg.size, cfg.resize, cfg.crop,
                         cfg.compression, cfg.on_error, sync_files=cfg.backend == "dask",
-                        max_pixels=cfg.max_pixels, codecs=cfg.codecs)
-    log.info("convert %s → %s as %s", cfg.input, cfg.output, cfg.format,
-             extra={"event": "start", "input": str(cfg.input), "output": str(cfg.output), "format": cfg.format,
-                    "workers": cfg.effective_workers(), "backend": cfg.backend})
-    with OutputLock(cfg.output):
-        tasks, reused, caches = _plan(cfg, found, spec, settings, digest)
+                        max_pixels=cfg.max_pixels, codecs=cfg.codecs, source=session.source)
+    log.info("convert %s → %s as %s", session.input_name, session.output_name, cfg.format,
+             extra={"event": "start", "input": session.input_name, "output": session.output_name,
+                    "format": cfg.format, "workers": cfg.effective_workers(), "backend": cfg.backend})
+    with session.lock():
+        tasks, reused, caches = _plan(cfg, found, spec, settings, digest, session)
         todo = [t for t in tasks if (t.split, t.key) not in reused]
         log.info("%d shards planned, %d reused, %d to write, %d workers", len(tasks), len(reused), len(todo),
                  min(cfg.effective_workers(), max(len(todo), 1)))
@@ -132,6 +142,7 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
             nonlocal padded
             padded += result.padded
             record = publish_files(result)
+            session.shard_published(result.directory, record)
             reused[(result.split, result.key)] = record
             log.info("%s shard %s: %d samples", result.split, result.index, len(record.samples),
                       extra={"event": "shard_done", "split": result.split, "shard": result.index,
@@ -154,9 +165,11 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
                         "losses will count as real pixels: pass --ignore-index ID to pad with an ignore id", padded)
         for split, pairs in found.splits.items():
             records = [reused[(t.split, t.key)] for t in tasks if t.split == split]
-            path = publish_split(cfg, split, pairs, records, found, table, spec, recorded, fmt)
+            path = publish_split(cfg, split, pairs, records, found, table, spec, recorded, fmt,
+                                 source_root=session.input_name)
             save_cache(cfg.output / split, caches[split])
-            summary.manifests.append(path)
+            session.split_committed(cfg.output / split, records)
+            summary.manifests.append(session.committed(split, path))
             summary.samples += sum(len(r.samples) for r in records)
             summary.shards += len(records)
             summary.bytes += sum(f.bytes for r in records for f in r.files)
@@ -171,7 +184,8 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
 
 
 def _plan(
-    cfg: ConvertConfig, found: Discovery, spec: SampleSpec, settings: dict[str, Any], digest: str
+    cfg: ConvertConfig, found: Discovery, spec: SampleSpec, settings: dict[str, Any], digest: str,
+    session: StorageSession,
 ) -> tuple[list[ShardTask], dict[tuple[str, str], ShardRecord], dict[str, dict[str, Any]]]:
     """Fingerprint every split's samples, cut shards, and find the shards that can be reused."""
     tasks: list[ShardTask] = []
@@ -186,15 +200,16 @@ def _plan(
             raise OutputError(f"cannot create the output folder ({exc.strerror})", path=directory,
                               fix="check the path and its permissions") from None
         remove_temps(directory)
+        session.prepare_split(directory)
         old_cache = {} if cfg.force or cfg.rehash else load_cache(directory)
-        fingerprints, caches[split] = fingerprint_samples(pairs, digest, old_cache,
-                                                          threads=2 * cfg.effective_workers(),
-                                                          on_error=cfg.on_error)
+        fingerprints, caches[split] = session.fingerprints(pairs, digest, old_cache,
+                                                           threads=2 * cfg.effective_workers(),
+                                                           on_error=cfg.on_error)
         planned = plan_split(split, directory, pairs, fingerprints, cfg.shard_size, spec, cfg, settings,
-                             read_image_size)
+                             session.header_size)
         for task in planned:
             if not cfg.force:
-                record = reuse(directory, task.key, fmt.file_names(task.stem, spec), rehash=cfg.rehash)
+                record = session.reuse(directory, task.key, fmt.file_names(task.stem, spec), rehash=cfg.rehash)
                 if record is not None:
                     reused[(split, task.key)] = record
                     log.info("%s shard %s reused", split, task.index, extra={
@@ -224,6 +239,8 @@ def publish_split(
     spec: SampleSpec,
     options: dict[str, Any],
     fmt: Any,
+    *,
+    source_root: str | None = None,
 ) -> Path:
     """Write the split's manifest (the commit marker), then remove files no manifest names any more."""
     directory = cfg.output / split
@@ -248,7 +265,7 @@ def publish_split(
         source={
             "layout": found.layout,
             "label_kind": found.label_kind,
-            "root": found.root.resolve().as_posix(),
+            "root": source_root or found.root.resolve().as_posix(),
             "fingerprint": fingerprint,
             "pairs": len(pairs),
             "unmatched_images": list(found.unmatched_images.get(split, ())),

@@ -1,4 +1,4 @@
-"""Offline preprocessing of decoded pixels: fit image/label pairs to a size, encode labels.
+"""Offline preprocessing of decoded pixels: fit image/label pairs to a size (label encodings: :mod:`shardkit.encoding`).
 
 Everything here runs inside worker processes and is a pure function of its inputs.
 Labels are never interpolated: they are resized with nearest neighbour only and
@@ -13,8 +13,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from .errors import ConfigError, LabelError, ShardFormatError
-from .onehot import onehot_into
+# label encodings live in shardkit.encoding; these names stay importable from here
+from .encoding import decode_label_encoding, encode_label, stored_label_shape  # noqa: F401
+from .errors import ConfigError, LabelError
 
 #: Nearest neighbour with pixel centres aligned the way INTER_LINEAR / INTER_AREA align
 #: them (the same sampling as PIL's NEAREST). Plain ``cv2.INTER_NEAREST`` samples
@@ -24,7 +25,6 @@ LABEL_INTERPOLATION = cv2.INTER_NEAREST_EXACT
 
 RESIZE_MODES = ("none", "exact", "shorter")
 CROP_MODES = ("center", "none")
-ENCODINGS = ("index", "onehot", "packed")
 
 
 def resized_hw(hw: tuple[int, int], size: tuple[int, int] | None, resize: str) -> tuple[int, int]:
@@ -135,85 +135,3 @@ def fit_pair(
         image = _crop_or_pad(image, size, 0)
         label = _crop_or_pad(label, size, pad_label)
     return np.ascontiguousarray(image), np.ascontiguousarray(label)
-
-
-def stored_label_shape(hw: tuple[int, int], encoding: str, num_classes: int) -> tuple[int, ...]:
-    """Shape of one stored label of height/width ``hw`` under ``encoding``."""
-    h, w = hw
-    if encoding == "index":
-        return (h, w)
-    if encoding == "onehot":
-        return (h, w, num_classes)
-    if encoding == "packed":
-        return (h, w, (num_classes + 7) // 8)
-    raise ConfigError(f"label encoding {encoding!r} is not one of {', '.join(ENCODINGS)}")
-
-
-def encode_label(
-    ids: np.ndarray, encoding: str, num_classes: int, out: np.ndarray | None = None
-) -> np.ndarray:
-    """Turn ``(H, W)`` class ids (or a batch ``(..., H, W)``) into the stored label encoding.
-
-    ``index`` keeps ids; ``onehot`` is ``(H, W, C)`` uint8 0/1; ``packed`` is the
-    one-hot packed to bits along the last axis (``np.packbits``, big bit order),
-    ``(H, W, ceil(C / 8))``. Ids ``>= C`` (an ignore id like 255) give all-zero vectors.
-    ``out``, if given, must have exactly the stored shape and dtype and is filled.
-    """
-    if ids.ndim < 2:
-        raise LabelError(f"label ids must be (H, W) or (..., H, W), got shape {ids.shape}")
-    shape = (*ids.shape[:-2], *stored_label_shape(ids.shape[-2:], encoding, num_classes))
-    dtype = ids.dtype if encoding == "index" else np.dtype(np.uint8)
-    if out is not None and (out.shape != shape or out.dtype != dtype):
-        raise ConfigError(f"output buffer is {out.shape} {out.dtype}, expected {shape} {dtype}")
-    if encoding == "index":
-        if out is None:
-            return ids
-        np.copyto(out, ids)
-        return out
-    if out is None:
-        out = np.empty(shape, dtype=np.uint8)
-    if encoding == "onehot":
-        onehot_into(ids, num_classes, out, allow_numba=False)  # runs in convert's workers
-        return out
-    # packed: at most one bit per pixel (bit 7 - id % 8 of byte id // 8), so compare against
-    # the byte index and multiply by the bit instead of building and packing the one-hot.
-    nbytes = shape[-1]
-    bit = np.right_shift(np.uint8(0x80), (ids & 7).astype(np.uint8))
-    bit[ids >= num_classes] = 0
-    np.equal((ids >> 3)[..., None], np.arange(nbytes, dtype=np.min_scalar_type(nbytes - 1)), out=out)
-    np.multiply(out, bit[..., None], out=out)
-    return out
-
-
-def decode_label_encoding(
-    stored: np.ndarray, encoding: str, num_classes: int, ignore_index: int | None
-) -> np.ndarray:
-    """Inverse of :func:`encode_label`: back to class ids (any leading dims, e.g. a batch).
-
-    All-zero one-hot vectors become ``ignore_index``; without one they are an error,
-    as is a vector with more than one bit set.
-    """
-    if encoding == "index":
-        return stored
-    if encoding == "packed":
-        stored = np.unpackbits(stored, axis=-1, count=num_classes)
-    elif encoding != "onehot":
-        raise ConfigError(f"label encoding {encoding!r} is not one of {', '.join(ENCODINGS)}")
-    if stored.shape[-1] != num_classes:
-        raise ShardFormatError(
-            f"stored one-hot label has {stored.shape[-1]} channels, expected {num_classes}"
-        )
-    top = max(num_classes - 1, ignore_index or 0)
-    out_dtype = np.uint8 if top <= 255 else np.dtype("<u2")
-    hot = stored.sum(axis=-1, dtype=np.uint32)
-    if (hot > 1).any():
-        raise ShardFormatError("stored one-hot label has pixels with more than one class set")
-    ids = stored.argmax(axis=-1).astype(out_dtype)
-    empty = hot == 0
-    if empty.any():
-        if ignore_index is None:
-            raise ShardFormatError(
-                f"stored one-hot label has {int(empty.sum())} pixels with no class and no ignore index"
-            )
-        ids[empty] = ignore_index
-    return ids

@@ -7,17 +7,20 @@ equal the manifest's. Nothing is trusted; nothing is modified.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from .errors import ShardkitError
 from .formats.base import SampleSpec, sha256_file
 from .formats.registry import get
-from .manifest import MANIFEST_NAME, load_manifest
-from .preprocess import decode_label_encoding
+from .manifest import MANIFEST_NAME, Manifest, load_manifest
+from .storage import Remote, is_url
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +29,7 @@ log = logging.getLogger(__name__)
 class SplitReport:
     """What verify found in one split folder."""
 
-    path: Path
+    path: Path | str
     samples: int = 0
     shards: int = 0
     problems: list[str] = field(default_factory=list)
@@ -62,26 +65,67 @@ def published_digests(path: Path) -> dict[str, str]:
     return out
 
 
-def verify_split(path: Path) -> SplitReport:
-    report = SplitReport(Path(path))
-    try:
-        manifest = load_manifest(path)
-    except ShardkitError as exc:
-        report.problems.append(str(exc))
-        return report
-    try:
-        spec = SampleSpec.from_manifest(manifest.sample)
-        fmt = get(manifest.format)
-    except ShardkitError as exc:  # an unknown format is the manifest's problem here, not a usage error
-        report.problems.append(str(exc))
-        return report
+def split_locations(path: str | Path, storage_options: dict[str, Any] | None = None) -> list[str | Path]:
+    """:func:`split_folders` for a local path; for a URL, the URL itself if it holds a manifest, else its
+    sub-folders that do."""
+    if not is_url(path):
+        return list(split_folders(Path(path)))
+    remote = Remote(str(path), storage_options)
+    if remote.exists(MANIFEST_NAME):
+        return [remote.url]
+    return [remote.url_of(d) for d in remote.subfolders() if remote.exists(f"{d}/{MANIFEST_NAME}")]
+
+
+def load_split_manifest(path: str | Path, storage_options: dict[str, Any] | None = None) -> Manifest:
+    """The validated manifest of a local split folder or a split URL (fetched, then checked like a local one)."""
+    if not is_url(path):
+        return load_manifest(Path(path))
+    with tempfile.TemporaryDirectory(prefix="shardkit-manifest-") as tmp:
+        (Path(tmp) / MANIFEST_NAME).write_bytes(Remote(str(path), storage_options).read_bytes(MANIFEST_NAME))
+        return load_manifest(Path(tmp))
+
+
+def verify_split(path: str | Path, storage_options: dict[str, Any] | None = None) -> SplitReport:
+    """Check one split, local or on object storage (shards fetched one at a time into a temporary folder,
+    each downloaded file checked against its sha256, then every check below on the local copy)."""
+    report = SplitReport(path if is_url(path) else Path(path))
+    with contextlib.ExitStack() as stack:
+        try:
+            if is_url(path):
+                from .read.cache import ShardCache
+
+                tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="shardkit-verify-"))
+                fetched = ShardCache(str(path), cache_dir=tmp, limit=1,  # limit 1: every shard read through
+                                     storage_options=storage_options)
+                stack.callback(fetched.release_transient)
+                cache: ShardCache | None = fetched
+                folder = fetched.directory
+            else:
+                cache, folder = None, Path(path)
+            manifest = load_manifest(folder)
+            spec = SampleSpec.from_manifest(manifest.sample)
+            fmt = get(manifest.format)
+        except ShardkitError as exc:  # an unknown format is the manifest's problem here, not a usage error
+            report.problems.append(str(exc))
+            return report
+        _verify_shards(report, manifest, folder, spec, fmt, cache)
+    return report
+
+
+def _verify_shards(report: SplitReport, manifest: Manifest, path: Path, spec: SampleSpec, fmt: Any,
+                   cache: Any) -> None:
     ignore = manifest.classes.get("ignore_index")
     counts = np.zeros(spec.num_classes, np.int64)
     report.shards = len(manifest.shards)
     for shard in manifest.shards:
         where = f"shard {shard.index} ({', '.join(f.name for f in shard.files)})"
         try:
-            reader = fmt.open_shard(path, shard, spec, manifest)
+            if cache is not None:
+                from .read.cache import CachedShardReader
+
+                reader = CachedShardReader(cache, fmt, shard, spec, manifest)
+            else:
+                reader = fmt.open_shard(path, shard, spec, manifest)
             reader.verify_hashes()
             for i in range(shard.num_samples):
                 image, stored = reader.read(i)
@@ -90,8 +134,7 @@ def verify_split(path: Path) -> SplitReport:
                     report.problems.append(f"{where}: sample {i} has image shape {image.shape}, expected "
                                            f"({rec['height']}, {rec['width']}, 3)")
                     continue
-                ids = stored if spec.label_encoding == "index" else decode_label_encoding(
-                    stored, spec.label_encoding, spec.num_classes, ignore)
+                ids = spec.encoding.decode(stored, ignore)
                 counts += np.bincount(ids.ravel(), minlength=spec.num_classes)[: spec.num_classes]
                 report.samples += 1
         except ShardkitError as exc:
@@ -102,4 +145,3 @@ def verify_split(path: Path) -> SplitReport:
         report.problems.append(
             f"class pixel counts {counts.tolist()} differ from the manifest's {manifest.stats.get('class_pixels')}"
         )
-    return report

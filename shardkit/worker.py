@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,9 +26,12 @@ from .formats.registry import writer_class
 from .imageio import check_pixels, decode_image, regular_stat
 from .labels import LabelDecoder
 from .plan import ShardTask
-from .preprocess import encode_label, fit_pair, pads
+from .preprocess import fit_pair, pads
 from .progress import CounterRef, worker_tick
 from .stats import Stats
+
+if TYPE_CHECKING:
+    from .staging import RemoteSource
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,8 @@ class WorkerContext:
     max_pixels: int = DEFAULT_MAX_PIXELS
     #: per-array codecs (raw: format version 1 bytes)
     codecs: ArrayCodecs = RAW
+    #: Inputs on object storage: each worker fetches its own shard's files (:class:`shardkit.staging.RemoteSource`).
+    source: RemoteSource | None = None
 
 
 @dataclass
@@ -102,7 +107,7 @@ def process_sample(pair: Any, ctx: WorkerContext) -> tuple[np.ndarray, np.ndarra
     padded = pads(image.shape[:2], ctx.size, ctx.resize, ctx.crop)
     image, ids = fit_pair(image, ids, size=ctx.size, resize=ctx.resize, crop=ctx.crop, pad_label=pad,
                           label_path=pair.label)
-    return image, encode_label(ids, ctx.spec.label_encoding, ctx.spec.num_classes), ids, padded
+    return image, ctx.spec.encoding.encode(ids, allow_numba=False), ids, padded
 
 
 def _write(fn: Any, task: ShardTask, *args: Any) -> Any:
@@ -160,8 +165,14 @@ def convert_shard_in_worker(task: ShardTask, ctx: WorkerContext, parent_pid: int
 def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] | None = None) -> ShardResult:
     """Write shard ``task.stem`` of ``task.split`` to temporary names and describe it.
 
-    ``tick`` is called once per sample written or skipped (the progress bar).
+    ``tick`` is called once per sample written or skipped (the progress bar). With inputs on object
+    storage, the shard's files are fetched first into a temporary folder (deleted after).
     """
+    if ctx.source is not None:
+        import dataclasses
+
+        with ctx.source.staged(task) as (local_task, root):
+            return convert_shard(local_task, dataclasses.replace(ctx, root=root, source=None), tick)
     try:
         import cv2
 

@@ -23,8 +23,9 @@ def test_public_names_are_only_the_api() -> None:
 
 def test_open_takes_its_options_by_keyword_and_names_them() -> None:
     params = inspect.signature(shardkit.open).parameters
-    assert list(params) == ["path", "labels", "verify", "label_layout"]
-    assert all(params[n].kind is inspect.Parameter.KEYWORD_ONLY for n in ("labels", "verify", "label_layout"))
+    names = ["labels", "verify", "label_layout", "cache_dir", "cache_limit", "storage_options"]
+    assert list(params) == ["path", *names]
+    assert all(params[n].kind is inspect.Parameter.KEYWORD_ONLY for n in names)
 
 
 def test_open_refuses_an_unknown_option(tmp_path) -> None:  # type: ignore[no-untyped-def]

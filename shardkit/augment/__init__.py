@@ -14,6 +14,9 @@ from .config import from_toml
 from .ops import (
     ColorJitter,
     Compose,
+    Cutout,
+    Normalize,
+    OneHot,
     Params,
     RandomCrop,
     RandomFlip,
@@ -22,5 +25,5 @@ from .ops import (
     parse,
 )
 
-__all__ = ["ColorJitter", "Compose", "Params", "RandomCrop", "RandomFlip", "RandomRotate", "RandomScale",
-           "from_toml", "parse"]
+__all__ = ["ColorJitter", "Compose", "Cutout", "Normalize", "OneHot", "Params", "RandomCrop", "RandomFlip",
+           "RandomRotate", "RandomScale", "from_toml", "parse"]

@@ -85,6 +85,15 @@ def warp_image(image: np.ndarray, p: Params, out: np.ndarray | None = None) -> n
     return img
 
 
+def cut_holes(image: np.ndarray, label: np.ndarray, p: Params, ignore_index: int) -> None:
+    """Cutout, in place: ``p.holes`` of the (H, W, 3) image set to ``p.cutout_fill``; of the label set to
+    ``ignore_index`` when ``p.cutout_ignore``, else left as they are."""
+    for y0, x0, y1, x1 in p.holes:
+        image[y0:y1, x0:x1] = p.cutout_fill
+        if p.cutout_ignore:
+            label[y0:y1, x0:x1] = ignore_index
+
+
 def _samples(arr: Any, what: str, n: int) -> list[np.ndarray]:
     items = list(arr) if not isinstance(arr, np.ndarray) else [arr[i] for i in range(len(arr))]
     if len(items) != n:
@@ -94,7 +103,8 @@ def _samples(arr: Any, what: str, n: int) -> list[np.ndarray]:
 
 def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] | np.ndarray, *, seed: int,
                 epoch: int, ignore_index: int) -> tuple[np.ndarray, np.ndarray]:
-    """Augment a batch (stacked arrays or lists of per-sample arrays) → stacked (images, labels)."""
+    """Augment a batch (stacked arrays or lists of per-sample arrays) → stacked (images, labels): uint8 images
+    and id labels, or float32 normalised images / one-hot labels when the pipeline ends in those ops."""
     idx = [int(i) for i in np.asarray(indices).reshape(-1)]
     imgs, labs = _samples(images, "images", len(idx)), _samples(labels, "labels", len(idx))
     params = []
@@ -122,4 +132,20 @@ def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] |
     else:
         for k, (lab, p) in enumerate(zip(labs, params, strict=True)):
             out_lab[k] = warp_labels(lab, p.matrix, hw, ignore_index)
-    return out_img, out_lab
+    for k, p in enumerate(params):
+        if p.holes:
+            cut_holes(out_img[k], out_lab[k], p, ignore_index)
+    return apply_outputs(aug, out_img, out_lab)
+
+
+def apply_outputs(aug: Compose, images: np.ndarray, labels: np.ndarray) -> tuple[Any, Any]:
+    """The pipeline's output ops (:class:`~shardkit.augment.ops.Normalize`, :class:`~shardkit.augment.ops.OneHot`)
+    on an augmented batch; without them the batch as it is."""
+    from .ops import Normalize, OneHot
+
+    for op in aug.ops:
+        if isinstance(op, Normalize):
+            images = op.numpy(images)
+        elif isinstance(op, OneHot):
+            labels = op.numpy(labels)
+    return images, labels

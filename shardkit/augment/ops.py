@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import encoding
 from ..errors import ConfigError
 
 
@@ -33,6 +34,9 @@ class Params:
     contrast: float = 1.0
     saturation: float = 1.0
     hue: float = 0.0
+    holes: tuple[tuple[int, int, int, int], ...] = ()  # Cutout: (y0, x0, y1, x1) output pixels, ends exclusive
+    cutout_fill: tuple[int, int, int] = (0, 0, 0)  # RGB written into the image's holes
+    cutout_ignore: bool = False  # True: label pixels in holes become the ignore index
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Params) and np.array_equal(self.matrix, other.matrix)
@@ -64,6 +68,8 @@ class _State:
 
 class Op:
     geometric = False
+    #: Output ops (Normalize, OneHot) change the batch's dtype or shape; they come last and draw nothing.
+    output = False
 
     def draw(self, rng: np.random.Generator, st: _State) -> None:
         raise NotImplementedError
@@ -202,6 +208,119 @@ class ColorJitter(Op):
                          saturation=float(1 + self.saturation * u[2]), hue=float(self.hue * u[3]) + 0.0)
 
 
+def _ints(values: Any, lo: int, hi: int | None) -> tuple[int, ...] | None:
+    """``values`` as a tuple of integers in [lo, hi] (no bools, no fractions), or None."""
+    try:
+        vals = tuple(values)
+        ok = all(not isinstance(v, bool) and int(v) == v and lo <= v and (hi is None or v <= hi) for v in vals)
+    except (TypeError, ValueError):
+        return None
+    return tuple(int(v) for v in vals) if ok else None
+
+
+class Cutout(Op):
+    """Cut ``holes`` rectangles of ``h`` x ``w`` output pixels (mmseg's ``RandomCutOut``): image pixels there
+    become ``fill`` (one grey level or an RGB triple); labels stay unchanged, or with ``ignore_labels``
+    become the ignore index (mmseg's ``seg_fill_in``).
+
+    ``holes`` is a count or a (lo, hi) range drawn per sample (``(0, 2)``: none, one or two). Each
+    hole's top-left corner is drawn uniformly over the output; holes are clipped at its border and
+    may overlap. Holes are cut in the output canvas, after the geometry and colour ops, so a Cutout
+    must follow every geometry op, and a pipeline has at most one.
+    """
+
+    def __init__(self, holes: int | tuple[int, int], h: int, w: int, *, fill: int | Sequence[int] = 0,
+                 ignore_labels: bool = False) -> None:
+        counts = _ints((holes, holes) if np.ndim(holes) == 0 else holes, 0, None)
+        if counts is None or len(counts) != 2 or counts[0] > counts[1]:
+            raise ConfigError(f"cutout holes must be a count >= 0 or a range (lo, hi) with lo <= hi, got {holes!r}")
+        lo, hi = counts
+        if _ints((h, w), 1, None) is None:
+            raise ConfigError(f"cutout hole size must be positive integers, got {h}x{w}")
+        rgb = _ints((fill,) * 3 if np.ndim(fill) == 0 else fill, 0, 255)
+        if rgb is None or len(rgb) != 3:
+            raise ConfigError(f"cutout fill must be a level 0..255 or an RGB triple of them, got {fill!r}")
+        self.holes = (int(lo), int(hi))
+        self.h, self.w = int(h), int(w)
+        self.fill = rgb
+        self.ignore_labels = bool(ignore_labels)
+
+    def draw(self, rng: np.random.Generator, st: _State) -> None:
+        n = int(rng.integers(self.holes[0], self.holes[1] + 1))
+        h, w = st.hw
+        ys, xs = rng.integers(0, h, n), rng.integers(0, w, n)
+        st.values.update(holes=tuple((int(y), int(x), min(int(y) + self.h, h), min(int(x) + self.w, w))
+                                     for y, x in zip(ys, xs, strict=True)),
+                         cutout_fill=self.fill, cutout_ignore=self.ignore_labels)
+
+
+class Normalize(Op):
+    """Images → float32 ``(x - mean) * (1 / std)`` per RGB channel, stats on the 0–255 scale (e.g. a split's
+    ``ds.mean`` / ``ds.std``). The one definition of normalising that every reader and backend applies."""
+
+    output = True
+
+    def __init__(self, mean: Sequence[float] | np.ndarray, std: Sequence[float] | np.ndarray) -> None:
+        m, s = np.asarray(mean, np.float64).reshape(-1), np.asarray(std, np.float64).reshape(-1)
+        if m.shape != (3,) or s.shape != (3,) or not np.isfinite(m).all() or not np.isfinite(s).all() or (s <= 0).any():
+            raise ConfigError(f"Normalize needs 3 finite means and 3 positive stds (RGB, 0-255 scale), got "
+                              f"mean={mean!r} std={std!r}")
+        self.mean = tuple(float(v) for v in m)  # as given: each backend rounds them to its dtype
+        self.std = tuple(float(v) for v in s)
+
+    def draw(self, rng: np.random.Generator, st: _State) -> None:
+        return None
+
+    @property
+    def mean_f32(self) -> np.ndarray:
+        return np.asarray(self.mean, np.float32)
+
+    @property
+    def inv_std_f32(self) -> np.ndarray:
+        """``1 / std`` rounded to float32 once: every backend multiplies by this same value."""
+        return np.float32(1.0) / np.asarray(self.std, np.float32)
+
+    def numpy(self, images: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The numpy application (channels last; no OpenCV, so the reader core uses it too), into ``out``."""
+        if out is None:
+            out = np.empty(images.shape, np.float32)
+        np.subtract(images, self.mean_f32, out=out, dtype=np.float32)
+        np.multiply(out, self.inv_std_f32, out=out)
+        return out
+
+
+class OneHot(Op):
+    """Label ids → one-hot, ``(…, H, W, C)`` or with ``channels_first`` ``(…, C, H, W)``, uint8 or float32;
+    ids ``>= num_classes`` (the ignore index) become all-zero vectors. The label side of an output: it is
+    :class:`shardkit.encoding.OneHot`, the encoding a reader's ``labels="onehot"`` gives."""
+
+    output = True
+
+    def __init__(self, num_classes: int, dtype: Any = np.uint8, *, channels_first: bool = False) -> None:
+        if isinstance(num_classes, bool) or int(num_classes) != num_classes or num_classes < 1:
+            raise ConfigError(f"OneHot num_classes must be a positive integer, got {num_classes!r}")
+        try:
+            dt = np.dtype(dtype)
+        except TypeError:
+            dt = None
+        if dt not in (np.dtype(np.uint8), np.dtype(np.float32)):
+            raise ConfigError(f"OneHot dtype must be uint8 or float32, got {dtype!r}")
+        self.num_classes = int(num_classes)
+        self.dtype = dt.name
+        self.channels_first = bool(channels_first)
+
+    def draw(self, rng: np.random.Generator, st: _State) -> None:
+        return None
+
+    @property
+    def encoding(self) -> encoding.OneHot:
+        return encoding.OneHot(self.num_classes, self.dtype, channels_first=self.channels_first)
+
+    def numpy(self, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The numpy application: :meth:`shardkit.encoding.OneHot.encode` (numba kernels when installed)."""
+        return self.encoding.encode(ids, out)
+
+
 class Compose:
     """A pipeline of ops. ``aug(images, labels, indices, seed=, epoch=, ignore_index=)`` → augmented batch."""
 
@@ -209,6 +328,19 @@ class Compose:
         for op in ops:
             if not isinstance(op, Op):
                 raise ConfigError(f"Compose takes augmentation ops, got {type(op).__name__}")
+        cutouts = [k for k, op in enumerate(ops) if isinstance(op, Cutout)]
+        if len(cutouts) > 1:
+            raise ConfigError("a pipeline takes one Cutout", fix="draw more holes with Cutout(holes=(lo, hi), ...)")
+        if cutouts and any(op.geometric for op in ops[cutouts[0]:]):
+            raise ConfigError("Cutout must come after the geometry ops (scale, crop, flip, rotate): it cuts "
+                              "holes in the output", fix="move cutout to the end of the pipeline")
+        firsts = [k for k, op in enumerate(ops) if op.output]
+        if firsts and not all(op.output for op in ops[firsts[0]:]):
+            raise ConfigError("Normalize and OneHot must end the pipeline: they turn the batch into float "
+                              "images / one-hot labels", fix="move them after the other ops")
+        for kind in (Normalize, OneHot):
+            if sum(isinstance(op, kind) for op in ops) > 1:
+                raise ConfigError(f"a pipeline takes one {kind.__name__}")
         self.ops = list(ops)
 
     def __eq__(self, other: object) -> bool:
@@ -216,6 +348,16 @@ class Compose:
 
     def __repr__(self) -> str:
         return f"Compose({self.ops!r})"
+
+    @property
+    def normalizes(self) -> bool:
+        """True when the pipeline ends in :class:`Normalize` (float32 images out)."""
+        return any(isinstance(op, Normalize) for op in self.ops)
+
+    @property
+    def one_hot(self) -> bool:
+        """True when the pipeline ends in :class:`OneHot` (one-hot labels out)."""
+        return any(isinstance(op, OneHot) for op in self.ops)
 
     @property
     def out_hw(self) -> tuple[int, int] | None:
@@ -256,11 +398,41 @@ def _hw(key: str, text: str) -> tuple[int, int]:
     return int(h), int(w)
 
 
+_CUTOUT_FORM = "cutout=N:HxW[:FILL][:ignore], e.g. cutout=2:32x64 or cutout=0-3:48x48:128:ignore"
+
+
+def _cutout(val: str) -> Cutout:
+    """``N:HxW[:FILL][:ignore]`` (N a count or LO-HI) → :class:`Cutout`."""
+    parts = [p.strip() for p in val.split(":")]
+    if len(parts) < 2:
+        raise ConfigError(f"augment cutout={val!r}: expected {_CUTOUT_FORM}")
+    lo, dash, hi = parts[0].partition("-")
+    if not lo.isdigit() or (dash and not hi.isdigit()):
+        raise ConfigError(f"augment cutout={val!r}: hole count {parts[0]!r} is not N or LO-HI; expected "
+                          f"{_CUTOUT_FORM}")
+    h, sep, w = parts[1].lower().partition("x")
+    if not sep or not h.isdigit() or not w.isdigit():
+        raise ConfigError(f"augment cutout={val!r}: hole size {parts[1]!r} is not HxW; expected {_CUTOUT_FORM}")
+    fill: int | None = None
+    ignore = False
+    for extra in parts[2:]:
+        if extra.lower() == "ignore" and not ignore:
+            ignore = True
+        elif extra.isdigit() and fill is None:
+            fill = int(extra)
+        else:
+            raise ConfigError(f"augment cutout={val!r}: {extra!r} is neither a fill level 0..255 nor 'ignore'; "
+                              f"expected {_CUTOUT_FORM}")
+    return Cutout((int(lo), int(hi if dash else lo)), int(h), int(w), fill=fill or 0, ignore_labels=ignore)
+
+
 def parse(text: str) -> Compose:
-    """``"scale=0.5:2,crop=512x1024,hflip,rotate=10,jitter=0.2"`` → the equal :class:`Compose`.
+    """``"scale=0.5:2,crop=512x1024,hflip,rotate=10,jitter=0.2,cutout=2:32x64"`` → the equal :class:`Compose`.
 
     Keys: ``scale=LO:HI``, ``crop=HxW`` (``crop=HxW:R`` adds cat_max_ratio R), ``hflip`` or
-    ``hflip=P``, ``rotate=DEG``, ``jitter=V`` (brightness and contrast V) or ``jitter=B:C[:S[:H]]``.
+    ``hflip=P``, ``rotate=DEG``, ``jitter=V`` (brightness and contrast V) or ``jitter=B:C[:S[:H]]``,
+    ``cutout=N:HxW[:FILL][:ignore]``: N holes (or LO-HI, drawn per sample) of H x W pixels filled with
+    grey level FILL (default 0), whose labels become the ignore index with ``:ignore`` (else unchanged).
     """
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("augment string is empty; expected e.g. 'scale=0.5:2,crop=512x1024,hflip'")
@@ -287,6 +459,8 @@ def parse(text: str) -> Compose:
             if len(vals) > 4:
                 raise ConfigError(f"augment jitter={val!r}: at most B:C:S:H")
             ops.append(ColorJitter(*(vals * 2 if len(vals) == 1 else vals)))
+        elif key == "cutout":
+            ops.append(_cutout(val))
         else:
-            raise ConfigError(f"unknown augment item {key!r}; known: scale, crop, hflip, rotate, jitter")
+            raise ConfigError(f"unknown augment item {key!r}; known: scale, crop, hflip, rotate, jitter, cutout")
     return Compose(ops)

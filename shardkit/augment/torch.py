@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from ..errors import ConfigError
 from .cpu import colour_lut
+from .ops import Normalize, OneHot
 
 if TYPE_CHECKING:
     from .ops import Compose, Params
@@ -103,11 +104,66 @@ def _hue(img: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
     return torch.clamp(torch.round(out * 255.0), 0, 255).to(torch.uint8)
 
 
+class TorchNormalize:
+    """A :class:`~shardkit.augment.ops.Normalize` op's constants made once on ``device`` in ``dtype``;
+    calling it normalises a batch ((B, …) 4-D) or one sample (3-D): ``(x - mean) * (1 / std)``."""
+
+    def __init__(self, op: Normalize, device: torch.device | str, *, dtype: torch.dtype = torch.float32,
+                 channels_first: bool = True) -> None:
+        shape = (1, 3, 1, 1) if channels_first else (1, 1, 1, 3)
+        self.dtype = dtype
+        self.mean = torch.tensor(list(op.mean), dtype=dtype).reshape(shape).to(device)
+        self.inv_std = (1.0 / torch.tensor(list(op.std), dtype=dtype)).reshape(shape).to(device)
+
+    def __call__(self, x: torch.Tensor, memory_format: torch.memory_format | None = None) -> torch.Tensor:
+        """``x`` as ``dtype`` (in ``memory_format`` when given), normalised in place of that copy."""
+        x = x.to(dtype=self.dtype, memory_format=memory_format) if memory_format is not None else x.to(self.dtype)
+        mean, inv_std = (self.mean, self.inv_std) if x.ndim == 4 else (self.mean[0], self.inv_std[0])
+        return x.sub_(mean).mul_(inv_std)
+
+
+class TorchOneHot:
+    """A :class:`~shardkit.augment.ops.OneHot` op on ``device``: ids (B, H, W) or (H, W) → one-hot along
+    the class axis (after the batch axis with ``channels_first``, else last); ids ``>= C`` → all zero."""
+
+    def __init__(self, op: OneHot, device: torch.device | str) -> None:
+        self.classes = torch.arange(op.num_classes, device=device)
+        self.dtype = torch.float32 if op.dtype == "float32" else torch.uint8
+        self.channels_first = op.channels_first
+
+    def __call__(self, y: torch.Tensor, memory_format: torch.memory_format | None = None) -> torch.Tensor:
+        axis = (1 if y.ndim == 3 else 0) if self.channels_first else y.ndim
+        view = [1] * (y.ndim + 1)
+        view[axis] = -1
+        hot = (y.long().unsqueeze(axis) == self.classes.view(view)).to(self.dtype)
+        return hot.contiguous(memory_format=memory_format) if memory_format is not None else hot
+
+
+def hole_mask(params: Sequence[Params], hw: tuple[int, int], device: torch.device) -> torch.Tensor | None:
+    """(B, H, W) bool, True inside any of a sample's Cutout holes (None when no sample has one): one
+    broadcast comparison of every pixel row/column against all holes, holes padded with empty boxes."""
+    k = max((len(p.holes) for p in params), default=0)
+    if k == 0:
+        return None
+    boxes = np.zeros((len(params), k, 4), np.int64)
+    for i, p in enumerate(params):
+        if p.holes:
+            boxes[i, : len(p.holes)] = p.holes
+    b = torch.from_numpy(boxes).to(device)
+    y = torch.arange(hw[0], device=device)
+    x = torch.arange(hw[1], device=device)
+    rows = (y >= b[..., 0:1]) & (y < b[..., 2:3])  # (B, K, H)
+    cols = (x >= b[..., 1:2]) & (x < b[..., 3:4])  # (B, K, W)
+    return (rows.unsqueeze(-1) & cols.unsqueeze(-2)).any(1)
+
+
 def apply_batch(aug: Compose, images: torch.Tensor, labels: torch.Tensor, indices: Sequence[int] | np.ndarray
                 | torch.Tensor, *, seed: int, epoch: int, ignore_index: int, channels_first: bool = False,
                 params: list[Params] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Augment a stacked batch on its device: images (B, H, W, 3) uint8 (or (B, 3, H, W) with
-    ``channels_first``), labels (B, H, W) integer ids → augmented tensors in the same layout."""
+    ``channels_first``), labels (B, H, W) integer ids → augmented tensors in the same layout (float32
+    normalised images and one-hot labels when the pipeline ends in :class:`~shardkit.augment.ops.Normalize`
+    / ``OneHot``)."""
     if isinstance(indices, torch.Tensor):
         indices = indices.cpu().numpy()
     idx = [int(i) for i in np.asarray(indices).reshape(-1)]
@@ -141,6 +197,17 @@ def apply_batch(aug: Compose, images: torch.Tensor, labels: torch.Tensor, indice
     if any(p.hue != 0.0 for p in params):
         shift = torch.tensor([p.hue for p in params], dtype=torch.float32, device=dev)
         img = _hue(img, shift)
+    holes = hole_mask(params, hw, dev)
+    if holes is not None:
+        fill = torch.tensor([p.cutout_fill for p in params], dtype=torch.uint8, device=dev).view(-1, 3, 1, 1)
+        img = torch.where(holes.unsqueeze(1), fill, img)
+        ignore = torch.tensor([p.cutout_ignore for p in params], device=dev).view(-1, 1, 1)
+        out_lab.masked_fill_(holes & ignore, ignore_index)
     if not channels_first:
         img = img.permute(0, 2, 3, 1).contiguous()
+    for op in aug.ops:  # output ops
+        if isinstance(op, Normalize):
+            img = TorchNormalize(op, dev, channels_first=channels_first)(img)
+        elif isinstance(op, OneHot):
+            out_lab = TorchOneHot(op, dev)(out_lab)
     return img, out_lab

@@ -15,12 +15,15 @@ import socket
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ..codecs import RAW, ArrayCodecs, CodecDataError
+from ..encoding import LabelEncoding
+from ..encoding import stored as stored_encoding
 from ..errors import ConfigError, IntegrityError, ShardFormatError
 from ..manifest import ShardFile, ShardInfo, check_regular_file, member_path
 from ..publish import TMP_MARK, fsync_file
@@ -37,22 +40,22 @@ class SampleSpec:
     num_classes: int
     label_dtype: str  # numpy dtype string, little-endian: "|u1" or "<u2"
 
+    @cached_property
+    def encoding(self) -> LabelEncoding:
+        """The stored label encoding (:mod:`shardkit.encoding`): shape, dtype, encode, decode."""
+        return stored_encoding(self.label_encoding, self.num_classes, self.label_dtype)
+
     @property
     def label_channels(self) -> int | None:
         """Trailing label axis length: None for index maps (H, W), C or ceil(C/8) otherwise."""
-        if self.label_encoding == "onehot":
-            return self.num_classes
-        if self.label_encoding == "packed":
-            return (self.num_classes + 7) // 8
-        return None
+        return self.encoding.channels
 
     @property
     def stored_label_dtype(self) -> np.dtype:
-        return np.dtype(self.label_dtype) if self.label_encoding == "index" else np.dtype("|u1")
+        return self.encoding.dtype
 
     def label_shape(self, hw: tuple[int, int]) -> tuple[int, ...]:
-        c = self.label_channels
-        return (hw[0], hw[1]) if c is None else (hw[0], hw[1], c)
+        return self.encoding.shape(hw)
 
     def sample_nbytes(self, hw: tuple[int, int]) -> int:
         """Stored bytes of one sample of this (H, W): what shard byte limits count."""
@@ -76,7 +79,7 @@ class SampleSpec:
                 "encoding": self.label_encoding,
                 "num_classes": self.num_classes,
                 "class_id_dtype": self.label_dtype,
-                "bitorder": "big" if self.label_encoding == "packed" else None,
+                "bitorder": self.encoding.bitorder,
             },
         }
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..encoding import id_dtype
 from ..errors import ConfigError, ShardFormatError
 
 LABEL_KINDS = ("ids", "colour", "palette", "cityscapes")
@@ -99,8 +100,7 @@ class ClassTable:
 
     def label_dtype(self) -> np.dtype:
         """uint8 when every stored id (the ignore index included) fits a byte, else little-endian uint16."""
-        top = max(self.num_classes - 1, self.ignore_index if self.ignore_index is not None else 0)
-        return np.dtype(np.uint8) if top <= 255 else np.dtype("<u2")
+        return id_dtype(self.num_classes, self.ignore_index)
 
     def names(self) -> list[str]:
         return [c.name for c in self.classes]

@@ -13,25 +13,30 @@ stored encoding are produced vectorised into the output buffer.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import encoding
+from ..augment.ops import Normalize
 from ..errors import ConfigError
 from ..formats.base import SampleSpec, ShardReader
 from ..formats.registry import get
 from ..manifest import Manifest, load_manifest
-from ..onehot import onehot_into
+from ..storage import is_url
 from . import sampling
+
+if TYPE_CHECKING:
+    from .cache import ShardCache
 
 log = logging.getLogger(__name__)
 #: Runs of at least this many samples of one shard are gathered with one np.take, shorter ones row by row.
 TAKE_RUN = 8
 
-LABEL_OUTPUTS = ("ids", "onehot", "float_onehot", "stored")
 
 Batch = tuple[np.ndarray, np.ndarray]
 
@@ -44,30 +49,53 @@ class Dataset:
     "channels_first"`` gives one-hot outputs as (C, H, W). ``verify=True`` checks every
     shard's sha256 against the manifest on open. Arrays from ``ds[i]`` may be read-only views
     of the shard (zero-copy); arrays from :meth:`batch` are the caller's.
+
+    ``path`` may be an fsspec URL (``s3://bucket/out/train``): shards are then fetched whole on first use
+    into a local cache (``cache_dir``, at most ``cache_limit`` bytes such as ``"20GB"``; see
+    :mod:`shardkit.read.cache`), with ``storage_options`` for fsspec (endpoint, credentials).
     """
 
     def __init__(self, path: str | Path, *, labels: str = "ids", verify: bool = False,
-                 label_layout: str = "channels_last") -> None:
-        if labels not in LABEL_OUTPUTS:
-            raise ConfigError(f"labels={labels!r} is not one of {', '.join(LABEL_OUTPUTS)}")
+                 label_layout: str = "channels_last", cache_dir: str | os.PathLike[str] | None = None,
+                 cache_limit: int | str | None = None, storage_options: dict[str, Any] | None = None) -> None:
+        if labels not in encoding.READER_OUTPUTS:
+            raise ConfigError(f"labels={labels!r} is not one of {', '.join(encoding.READER_OUTPUTS)}")
         if label_layout not in ("channels_last", "channels_first"):
             raise ConfigError(f"label_layout={label_layout!r} is not channels_last or channels_first")
         # channels_first one-hot ((…, C, H, W)) is what PyTorch wants; both layouts are built by
         # shardkit.onehot (without numba, channels_first is ~2x faster to build).
         self.label_layout = label_layout
+        self.cache: ShardCache | None = None
+        if is_url(path):
+            from .cache import ShardCache
+
+            self.cache = ShardCache(str(path), cache_dir=cache_dir, limit=cache_limit,
+                                    storage_options=storage_options)
+            path = self.cache.directory
         self.path = Path(path)
         self.manifest: Manifest = load_manifest(self.path)
         if self.path.is_file():
             self.path = self.path.parent
         self.spec = SampleSpec.from_manifest(self.manifest.sample)
         self.labels = labels
+        #: The label encoding this reader outputs (``labels=`` as an encoding; the stored one for
+        #: ``"stored"``, and for ``"ids"`` of index storage: then labels are read as they are).
+        self.output: encoding.LabelEncoding = encoding.reader_output(
+            labels, self.spec.encoding, self.spec.label_dtype, channels_first=label_layout == "channels_first")
         self.ignore_index: int | None = self.manifest.classes.get("ignore_index")
         #: the format's facts (:class:`~shardkit.formats.base.ShardFormat`): versions, access pattern, …
         self.format_info = get(self.manifest.format)
         self.format_info.check_version(self.manifest.format_version, self.path / "manifest.json")
-        self.readers: list[ShardReader] = [
-            self.format_info.open_shard(self.path, shard, self.spec, self.manifest) for shard in self.manifest.shards
-        ]
+        if self.cache is not None:
+            from .cache import CachedShardReader
+
+            cache = self.cache
+            self.readers: list[ShardReader] = [
+                CachedShardReader(cache, self.format_info, shard, self.spec, self.manifest)
+                for shard in self.manifest.shards]
+        else:
+            self.readers = [self.format_info.open_shard(self.path, shard, self.spec, self.manifest)
+                            for shard in self.manifest.shards]
         self._starts = np.array([s.first_index for s in self.manifest.shards], dtype=np.int64)
         self._local = threading.local()
         self._sizes: dict[tuple[int, int], int] | None = None
@@ -79,9 +107,14 @@ class Dataset:
     def __len__(self) -> int:
         return self.manifest.num_samples
 
+    @property
+    def location(self) -> str:
+        """The split's URL (object storage) or local folder."""
+        return self.cache.remote.url if self.cache is not None else str(self.path)
+
     def __repr__(self) -> str:
         size = "x".join(map(str, self.spec.size)) if self.spec.size else "variable size"
-        return (f"<shardkit.Dataset {self.path} {self.manifest.format} {len(self)} samples {size} "
+        return (f"<shardkit.Dataset {self.location} {self.manifest.format} {len(self)} samples {size} "
                 f"labels={self.labels}>")
 
     @property
@@ -128,24 +161,16 @@ class Dataset:
     @property
     def label_dtype(self) -> np.dtype:
         """dtype of the label output asked for."""
-        if self.labels == "stored":
-            return self.spec.stored_label_dtype
-        if self.labels == "ids":
-            return np.dtype(self.spec.label_dtype)
-        return np.dtype(np.float32) if self.labels == "float_onehot" else np.dtype(np.uint8)
+        return self.output.dtype
 
     def label_shape(self, hw: tuple[int, int]) -> tuple[int, ...]:
         """Shape of one label output of height/width ``hw``."""
-        if self.labels == "stored":
-            return self.spec.label_shape(hw)
-        if self.labels == "ids":
-            return hw
-        return (self.num_classes, *hw) if self.channels_first else (*hw, self.num_classes)
+        return self.output.shape(hw)
 
     @property
     def channels_first(self) -> bool:
         """True when one-hot label outputs are (…, C, H, W)."""
-        return self.label_layout == "channels_first" and self.labels in ("onehot", "float_onehot")
+        return self.output.channels_first
 
     def key(self, i: int) -> str:
         return str(self.manifest.samples[i]["key"])
@@ -171,29 +196,15 @@ class Dataset:
 
     def convert_label(self, stored: np.ndarray) -> np.ndarray:
         """Stored encoding (one sample or a batch) → the label output asked for, in a new array if needed."""
-        if self.labels == "stored" or (self.labels == "ids" and self.spec.label_encoding == "index"):
+        if self.output is self.spec.encoding:
             return stored
-        lead = stored.shape[:-1] if self.spec.label_channels else stored.shape
-        out = np.empty((*lead[:-2], *self.label_shape(lead[-2:])), self.label_dtype)
+        out = np.empty(self.output.batch_shape(self.spec.encoding.lead_shape(stored.shape)), self.output.dtype)
         self._convert_into(stored, out)
         return out
 
     def _convert_into(self, stored: np.ndarray, out: np.ndarray) -> None:
         """Vectorised stored → output conversion, written into ``out`` (no per-class loop)."""
-        enc, c = self.spec.label_encoding, self.num_classes
-        if self.labels == "ids":
-            from ..preprocess import decode_label_encoding  # not at the top: preprocess loads OpenCV
-
-            np.copyto(out, decode_label_encoding(stored, enc, c, self.ignore_index), casting="unsafe")
-        elif enc == "index":  # ids ≥ C (an ignore id like 255): all-zero vectors
-            onehot_into(stored, c, out, channels_first=self.channels_first)
-        elif self.channels_first:
-            onehot = stored if enc == "onehot" else np.unpackbits(stored, axis=-1, count=c)
-            np.copyto(out, np.moveaxis(onehot, -1, -3), casting="unsafe")
-        elif enc == "onehot":
-            np.copyto(out, stored, casting="unsafe")
-        else:  # packed one-hot, big bit order
-            np.copyto(out, np.unpackbits(stored, axis=-1, count=c), casting="unsafe")
+        encoding.transcode_into(self.spec.encoding, self.output, stored, out, self.ignore_index)
 
     # ------------------------------------------------------------------ batches
     def require_fixed_size(self) -> tuple[int, int]:
@@ -311,8 +322,7 @@ class Dataset:
         idx = self._indices(indices)
         b = len(idx)
         images, labels = self._check_out(out, b, hw) if out is not None else self.empty_batch(b)
-        direct = self.labels == "stored" or (self.labels == "ids" and self.spec.label_encoding == "index")
-        if direct:
+        if self.output is self.spec.encoding:  # labels read as stored
             self.read_stored_into(idx, images, labels)
         else:
             stored = self._scratch((b, *self.spec.label_shape(hw)), self.spec.stored_label_dtype)
@@ -322,11 +332,12 @@ class Dataset:
 
     def normalize(self, images: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """``(images - mean) / std`` as float32 (channels last), written into ``out`` when given."""
-        if out is None:
-            out = np.empty(images.shape, np.float32)
-        np.subtract(images, self.mean, out=out, dtype=np.float32)
-        np.multiply(out, np.float32(1.0) / self.std, out=out)
-        return out
+        return self.normalizer.numpy(images, out)
+
+    @property
+    def normalizer(self) -> Normalize:
+        """This split's normalisation as a pipeline op: ``A.Normalize(ds.mean, ds.std)``."""
+        return Normalize(self.mean, self.std)
 
     # ------------------------------------------------------------------ epochs
     def sampler(self, batch_size: int, *, shuffle: bool = True, seed: int = 0, epoch: int = 0,

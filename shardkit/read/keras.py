@@ -65,6 +65,9 @@ class ShardkitPyDataset(keras.utils.PyDataset):
         self.normalize = normalize
         if augment is not None:
             self.dataset.check_augment(augment)
+            if augment.normalizes and normalize:
+                raise ConfigError("the augment pipeline normalises already (Normalize); the dataset would "
+                                  "normalise twice", fix="pass normalize=False")
         self.augment, self.seed = augment, int(seed)
         self.sampler = self.dataset.sampler(batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
                                             drop_last=drop_last, rank=rank, world_size=world_size,

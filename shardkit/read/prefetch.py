@@ -106,18 +106,32 @@ class CudaPrefetcher:
         self.normalize = normalize
         self.dtype = dtype
         self.memory_format = memory_format
+        if augment is not None:
+            if augment.normalizes and normalize:
+                raise ConfigError("the augment pipeline normalises already (Normalize); the prefetcher would "
+                                  "normalise twice", fix="pass normalize=False")
+            if augment.one_hot and labels is not None:
+                raise ConfigError(f"the augment pipeline ends in OneHot; the prefetcher's labels={labels!r} "
+                                  f"expects ids", fix="pass labels=None")
+        # normalising and one-hot expansion are the pipeline ops A.Normalize / A.OneHot, run by the torch backend
+        from ..augment.ops import Normalize, OneHot
+        from ..augment.torch import TorchNormalize, TorchOneHot
+
+        self._normalizer: TorchNormalize | None = None
         if normalize:
             if mean is None or std is None:
                 if core is None:
                     raise ConfigError("normalising needs mean and std", fix="pass mean=, std= (0-255 scale)")
                 mean = core.mean.tolist() if mean is None else mean
                 std = core.std.tolist() if std is None else std
-            shape = (1, 3, 1, 1) if self.layout == "NCHW" else (1, 1, 1, 3)
-            self._mean = torch.tensor(list(mean), dtype=dtype).reshape(shape).to(self.device)
-            self._inv_std = (1.0 / torch.tensor(list(std), dtype=dtype)).reshape(shape).to(self.device)
-        self._classes: torch.Tensor | None = None
-        if self.num_classes is not None:
-            self._classes = torch.arange(self.num_classes, device=self.device)
+            self._normalizer = TorchNormalize(Normalize(mean, std), self.device, dtype=dtype,
+                                              channels_first=self.layout == "NCHW")
+        self._onehot: TorchOneHot | None = None
+        if labels in ("onehot", "float_onehot"):
+            assert self.num_classes is not None
+            op = OneHot(self.num_classes, "float32" if labels == "float_onehot" else "uint8",
+                        channels_first=self.layout == "NCHW")
+            self._onehot = TorchOneHot(op, self.device)
 
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]
@@ -149,23 +163,14 @@ class CudaPrefetcher:
             x, y = apply_batch(self.augment, x, y, rest[-1], seed=self.seed, epoch=epoch,
                                ignore_index=self.ignore_index, channels_first=nchw)
         fmt = self.memory_format if batched and self.layout == "NCHW" else None
-        if self.normalize:
-            x = x.to(dtype=self.dtype, memory_format=fmt) if fmt is not None else x.to(self.dtype)
-            mean, inv_std = (self._mean, self._inv_std) if batched else (self._mean[0], self._inv_std[0])
-            x.sub_(mean).mul_(inv_std)
+        if self._normalizer is not None:
+            x = self._normalizer(x, fmt)
         elif fmt is not None:
             x = x.contiguous(memory_format=fmt)
         if self.labels == "ids":
             y = y.long()
-        elif self.labels in ("onehot", "float_onehot"):
-            assert self._classes is not None
-            axis = (1 if batched else 0) if self.layout == "NCHW" else y.ndim
-            view = [1] * (y.ndim + 1)
-            view[axis] = -1
-            hot = y.long().unsqueeze(axis) == self._classes.view(view)  # ids ≥ C (ignore) → all zero
-            y = hot.to(torch.float32 if self.labels == "float_onehot" else torch.uint8)
-            if fmt is not None:
-                y = y.contiguous(memory_format=fmt)
+        elif self._onehot is not None:  # ids ≥ C (ignore) → all zero
+            y = self._onehot(y, fmt)
         return (x, y, *rest)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:

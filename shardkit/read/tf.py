@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from .. import encoding
 from ..errors import ConfigError, ShardFormatError
 from ..formats.base import TfRecordLayout
 from . import sampling
@@ -65,7 +66,7 @@ def dataset(
     if batch_size < 1:
         raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
     layout = ds.format_info.tf_records(ds.manifest.format_options, ds.manifest.format_version)
-    if layout is not None:
+    if layout is not None and ds.cache is None:  # object storage: through the cache, shard by shard
         out = _tfrecord_pipeline(ds, layout, batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last,
                                  rank=rank, world_size=world_size, buffer_size=buffer_size,
                                  cycle_length=cycle_length, with_keys=with_keys)
@@ -74,7 +75,8 @@ def dataset(
                                   drop_last=drop_last, rank=rank, world_size=world_size,
                                   buffer_size=buffer_size, with_keys=with_keys)
     if normalize:
-        mean, inv_std = tf.constant(ds.mean), tf.constant(1.0 / ds.std)
+        op = ds.normalizer  # A.Normalize(ds.mean, ds.std): the same float32 constants as the numpy/torch paths
+        mean, inv_std = tf.constant(op.mean_f32), tf.constant(op.inv_std_f32)
 
         def norm(images: tf.Tensor, *rest: tf.Tensor) -> tuple[tf.Tensor, ...]:
             return ((tf.cast(images, tf.float32) - mean) * inv_std, *rest)
@@ -179,8 +181,9 @@ def _image_decoder(codec: str, hw: tuple[int, int]) -> Any:
 
 
 def _label_converter(ds: Dataset) -> Any:
-    """Stored labels (a batch) → the output asked for, in TensorFlow ops."""
-    enc, c, want = ds.spec.label_encoding, ds.num_classes, ds.labels
+    """Stored labels (a batch) → the output asked for (``ds.output``), in TensorFlow ops: the TensorFlow
+    side of :func:`shardkit.encoding.transcode_into`."""
+    src, dst, c = ds.spec.encoding, ds.output, ds.num_classes
     ignore = ds.ignore_index
     ids_dtype = tf.as_dtype(np.dtype(ds.spec.label_dtype).newbyteorder("="))
 
@@ -192,16 +195,17 @@ def _label_converter(ds: Dataset) -> Any:
         return tf.reshape(bits, (-1 if b is None else b, h, w, nbytes * 8))[..., :c]
 
     def convert(stored: tf.Tensor) -> tf.Tensor:
-        if want == "stored" or (want == "ids" and enc == "index"):
+        if dst is src:
             return stored
-        hot = stored if enc == "onehot" else unpack(stored) if enc == "packed" else None
-        if want == "ids":
+        hot = (unpack(stored) if isinstance(src, encoding.Packed)
+               else stored if isinstance(src, encoding.OneHot) else None)
+        if isinstance(dst, encoding.Index):
             assert hot is not None
             ids = tf.cast(tf.argmax(hot, axis=-1), ids_dtype)
             if ignore is not None:
                 ids = tf.where(tf.reduce_max(hot, axis=-1) == 0, tf.cast(ignore, ids_dtype), ids)
             return ids
-        dtype = tf.float32 if want == "float_onehot" else tf.uint8
+        dtype = tf.as_dtype(dst.dtype)
         if hot is None:  # ids ≥ C (an ignore id like 255) give all-zero vectors
             return tf.one_hot(tf.cast(stored, tf.int32), c, dtype=dtype)
         return tf.cast(hot, dtype)

@@ -90,10 +90,12 @@ class ShardkitTorchDataset(torch.utils.data.Dataset):
         return self.dataset.labels
 
     def _arrange(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Channels-last storage → the requested layout (a view, no copy)."""
+        """Channels-last storage → the requested layout (a view, no copy). One-hot labels made by a pipeline's
+        ``A.OneHot`` keep the layout that op was given."""
         if self.layout == "NCHW":
             images = images.movedim(-1, -3)
-            if labels.ndim == images.ndim and not self.dataset.channels_first:  # (…, H, W, C) → (…, C, H, W)
+            own = self.augment is not None and self.augment.one_hot
+            if labels.ndim == images.ndim and not self.dataset.channels_first and not own:  # (…, H, W, C) → (…, C, …)
                 labels = labels.movedim(-1, -3)
         return images, labels
 

@@ -1,0 +1,125 @@
+"""Read throughput from a local S3 endpoint through the shard cache, beside local disk, in one run.
+
+Converts a real CamVid split to npy shards on local disk, uploads them to a moto S3 server on
+127.0.0.1 (started and stopped here; nothing else is contacted), then times one epoch of
+``iter_batches`` for each row and prints samples/s and the ratio to local disk:
+
+* ``local disk``: the local shards (page cache warm, as after conversion), global and buffer shuffle;
+* ``s3 cold``: first epoch from the bucket into an empty cache (every shard downloaded, sha256-verified);
+* ``s3 warm``: the next epoch on the same cache (no download);
+  (local and warm rows: the median of ``--repeats`` epochs, interleaved so that load from other
+  processes falls on both alike; cold and limited rows: one epoch each);
+* ``s3 cache < split``: a cache limit of ``--limit-fraction`` of the split, an epoch after a first one
+  (the stable cached subset hit, the rest read through), with ``shuffle_mode="buffer"`` and a buffer
+  of one shard's samples;
+* the same with the global shuffle (read-through shards fetched again when revisited).
+
+The moto server is a single Python process on the same machine: "cold" measures shardkit's download
+path against a fast but not S3-like endpoint (no network latency, one Python server thread). Other
+agents load this machine's CPUs, so compare the ratios of one run, not absolute numbers across runs.
+
+    python scripts/bench_s3.py [--data ../shared/data/camvid-segnet] [--split train] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import shardkit  # noqa: E402
+from shardkit.config import ConvertConfig, ShardSize  # noqa: E402
+from shardkit.pipeline import convert  # noqa: E402
+from shardkit.read.cache import read_through_slots  # noqa: E402
+from shardkit.storage import Remote  # noqa: E402
+from shardkit.testing import local_s3, make_bucket  # noqa: E402
+
+
+def epoch(ds: shardkit.Dataset, batch_size: int, seed: int, ep: int, mode: str, buffer: int) -> tuple[float, int]:
+    """Seconds and samples of one shuffled epoch of batches (every byte touched)."""
+    start = time.perf_counter()
+    n = 0
+    for images, labels in ds.iter_batches(batch_size, shuffle=True, seed=seed, epoch=ep, shuffle_mode=mode,
+                                          buffer_size=buffer):
+        n += len(images)
+        images.sum(dtype="u8")  # make sure every page was read
+        labels.max()
+    return time.perf_counter() - start, n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "camvid-segnet")
+    parser.add_argument("--split", default="train")
+    parser.add_argument("--size", default="360x480")
+    parser.add_argument("--shard-size", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--limit-fraction", type=float, default=0.5)
+    parser.add_argument("--repeats", type=int, default=5, help="epochs timed (median) for local and warm rows")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    h, w = (int(v) for v in args.size.split("x"))
+    rows: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-s3-") as tmp, local_s3():
+        out = Path(tmp) / "shards"
+        convert(ConvertConfig(args.data, out, size=(h, w), splits=(args.split,), quiet=True, workers=2,
+                              shard_size=ShardSize(samples=args.shard_size)))
+        make_bucket("bench")
+        remote = Remote(f"s3://bench/shards/{args.split}")
+        split_dir = out / args.split
+        for p in sorted(split_dir.iterdir()):
+            if not p.name.startswith("."):
+                remote.upload(p, p.name)
+        total = sum(p.stat().st_size for p in split_dir.iterdir() if p.name.endswith(".npy"))
+        url = remote.url
+
+        def record(name: str, ds: shardkit.Dataset, seconds: float, n: int) -> None:
+            rows.append({"name": name, "samples": n, "seconds": round(seconds, 3),
+                         "samples_per_s": round(n / seconds, 1),
+                         "mb_per_s": round(total * n / len(ds) / seconds / 1e6, 1),
+                         "shards_downloaded_so_far": ds.cache.downloads if ds.cache is not None else 0})
+
+        local = shardkit.open(split_dir)
+        cached = shardkit.open(url, cache_dir=Path(tmp) / "cache")
+        cold = epoch(cached, args.batch_size, 0, 0, "global", args.shard_size)  # every shard downloaded
+        # local disk and the warm cache, interleaved so that load from other processes hits both alike
+        steady = {"local disk": (local, "global"), "local disk, buffer shuffle": (local, "buffer"),
+                  "s3 warm (cached)": (cached, "global")}
+        times: dict[str, list[tuple[float, int]]] = {name: [] for name in steady}
+        for r in range(args.repeats + 1):
+            for name, (ds, mode) in steady.items():
+                t = epoch(ds, args.batch_size, 0, 1, mode, args.shard_size)
+                if r:  # the first round only warms the page cache and the readers
+                    times[name].append(t)
+        for name, (ds, _) in steady.items():
+            record(name, ds, *sorted(times[name])[len(times[name]) // 2])
+        record("s3 cold (first epoch, downloads)", cached, *cold)
+        limit = int(total * args.limit_fraction)
+        for mode in ("buffer", "global"):
+            part = shardkit.open(url, cache_dir=Path(tmp) / f"cache-{mode}", cache_limit=limit)
+            epoch(part, args.batch_size, 0, 0, mode, args.shard_size)
+            before = part.cache.downloads if part.cache is not None else 0
+            record(f"s3 cache {args.limit_fraction:.0%} of split, epoch 2, {mode} shuffle", part,
+                   *epoch(part, args.batch_size, 0, 1, mode, args.shard_size))
+            rows[-1]["downloads_this_epoch"] = int(rows[-1]["shards_downloaded_so_far"]) - before  # type: ignore[call-overload]
+    base = float(rows[0]["samples_per_s"])  # type: ignore[arg-type]
+    print(f"{args.split}: {len(local)} samples, {total / 1e6:.0f} MB of npy shards, batch {args.batch_size}")
+    print(f"{len(local.shard_sizes)} shards; read-through slots per process: {read_through_slots()}")
+    print(f"{'row':<48} {'samples/s':>10} {'MB/s':>8} {'x local':>8} {'downloads':>10}")
+    for r in rows:
+        print(f"{r['name']:<48} {r['samples_per_s']:>10} {r['mb_per_s']:>8} "
+              f"{float(r['samples_per_s']) / base:>8.2f} {r['shards_downloaded_so_far']:>10}")  # type: ignore[arg-type]
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

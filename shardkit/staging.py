@@ -1,0 +1,305 @@
+"""A conversion from and/or to object storage, staged through local folders.
+
+Input on object storage (``RemoteSource``): the parent lists the bucket once and lays the listing out
+as a local *skeleton* folder — sub-folders, an empty placeholder per image, and the small text files
+discovery and class tables read (``*.txt``, ``*.csv``) — so discovery runs unchanged on
+the remote listing. Fingerprints come from the listing too (size + ETag, no download). Each worker then
+fetches only its own shard's images and labels into a private temporary folder, converts them, and
+deletes them.
+
+Output on object storage (``RemoteSink``): shards are written and renamed locally, exactly as for a
+local output, in a temporary staging folder; each finished shard is uploaded (files first, then its
+record ``.shard-<key>.json``) and its local files deleted, so local disk holds only the shards in flight.
+After every shard of a split is up, the fingerprint cache and then the manifest — the commit marker —
+are uploaded last, and only then are objects no manifest names deleted. A killed run leaves uploaded
+shards and records: the next run downloads the records, checks the objects' sizes, and reuses them.
+One run per output holds a :class:`~shardkit.lock.RemoteLock`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from .config import ConvertConfig
+from .discover import IMAGE_EXTENSIONS, SamplePair
+from .errors import ConfigError, OutputError
+from .fingerprint import CACHE_NAME, combine_fingerprints, fingerprint_samples
+from .imageio import read_image_size
+from .lock import OutputLock, RemoteLock
+from .manifest import MANIFEST_NAME, ShardFile
+from .plan import ShardTask
+from .records import RECORD_PREFIX, ShardRecord, reuse
+from .storage import Remote, content_id
+
+log = logging.getLogger(__name__)
+
+#: Non-image files the skeleton holds whole: list files (``*.txt``) and class tables (``*.csv``), which
+#: discovery reads; other files are left out of the skeleton.
+TEXT_EXTENSIONS = frozenset({".txt", ".csv"})
+MAX_TEXT_BYTES = 64 * 1024 * 1024
+HEADER_BYTES = 256 * 1024  # enough for any PNG/JPEG header PIL needs to report a size
+
+
+def staging_root() -> str | None:
+    """Where staging folders go: ``$SHARDKIT_STAGING_DIR`` or the system temporary folder."""
+    return os.environ.get("SHARDKIT_STAGING_DIR") or None
+
+
+def _ext(name: str) -> str:
+    dot = name.rfind(".")
+    return name[dot:].lower() if dot > 0 else ""
+
+
+@dataclass(frozen=True)
+class RemoteSource:
+    """An input folder on object storage, as the workers see it (picklable)."""
+
+    remote: Remote
+    skeleton: Path  # the local listing tree discovery ran on; pairs point into it
+    ids: dict[str, str]  # relative path -> content id (size + ETag …)
+
+    @classmethod
+    def build(cls, remote: Remote, skeleton: Path) -> RemoteSource:
+        """List the input once and lay it out under ``skeleton`` (see the module docstring)."""
+        listing = remote.listing(recursive=True)
+        if not listing:
+            from .errors import InputNotFoundError
+
+            raise InputNotFoundError("no objects under this URL", path=remote.url,
+                                     fix="point the input at the dataset's folder in the bucket")
+        texts: list[tuple[str, Path]] = []
+        for rel, info in listing.items():
+            parts = rel.split("/")
+            if any(p in ("", ".", "..") for p in parts):
+                continue
+            local = skeleton.joinpath(*parts)
+            ext = _ext(parts[-1])
+            if ext in IMAGE_EXTENSIONS:
+                local.parent.mkdir(parents=True, exist_ok=True)
+                local.touch()
+            elif ext in TEXT_EXTENSIONS and int(info.get("size") or 0) <= MAX_TEXT_BYTES:
+                texts.append((rel, local))
+        remote.download_many(texts)
+        log.info("%s: %d objects listed, %d small text files fetched; discovery runs on the listing laid out "
+                 "in %s", remote.url, len(listing), len(texts), skeleton)
+        return cls(remote, skeleton, {rel: content_id(info) for rel, info in listing.items()})
+
+    def rel(self, path: Path) -> str:
+        return Path(path).relative_to(self.skeleton).as_posix()
+
+    def fingerprints(self, pairs: Sequence[SamplePair], digest: str) -> list[str]:
+        """Fingerprints from the listing's content ids: a changed object (new ETag or size) changes them."""
+        return combine_fingerprints(pairs, digest, lambda p: self.ids[self.rel(p)])
+
+    def header_size(self, path: Path) -> tuple[int, int]:
+        """(H, W) from the first bytes of the object (byte-limited planning), falling back to the whole object."""
+        from io import BytesIO
+
+        from PIL import Image
+
+        rel = self.rel(path)
+        try:
+            with Image.open(BytesIO(self.remote.read_range(rel, 0, HEADER_BYTES))) as im:
+                w, h = im.size
+            return int(h), int(w)
+        except Exception:  # an unusual header: fetch the object and let the local reader decide
+            with tempfile.TemporaryDirectory(dir=staging_root()) as tmp:
+                local = Path(tmp) / Path(rel).name
+                self.remote.download(rel, local)
+                return read_image_size(local)
+
+    @contextlib.contextmanager
+    def staged(self, task: ShardTask) -> Iterator[tuple[ShardTask, Path]]:
+        """Fetch one shard's inputs into a private temporary folder: (the task pointing there, that root)."""
+        with tempfile.TemporaryDirectory(prefix="shardkit-in-", dir=staging_root()) as tmp:
+            root = Path(tmp)
+            wanted: dict[str, Path] = {}
+
+            def local(p: Path | None) -> Path | None:
+                if p is None:
+                    return None
+                rel = self.rel(p)
+                wanted[rel] = root.joinpath(*rel.split("/"))
+                return wanted[rel]
+
+            pairs = tuple(SamplePair(s.key, local(s.image), local(s.label)) for s in task.samples)  # type: ignore[arg-type]
+            self.remote.download_many(sorted(wanted.items()))
+            yield replace(task, samples=pairs), root
+
+
+class RemoteSink:
+    """An output folder on object storage, fed from the local staging folder (parent process only)."""
+
+    def __init__(self, remote: Remote) -> None:
+        self.remote = remote
+        self.listings: dict[str, dict[str, int]] = {}
+        self.lock: RemoteLock | None = None
+
+    def prepare_split(self, directory: Path) -> None:
+        """List the remote split folder; fetch its shard records and fingerprint cache into ``directory``."""
+        split = directory.name
+        listing = self.remote.listing(split)
+        self.listings[split] = {name: int(info.get("size") or 0) for name, info in listing.items()}
+        wanted = [(f"{split}/{n}", directory / n) for n in listing
+                  if "/" not in n and (n.startswith(RECORD_PREFIX) or n == CACHE_NAME)]
+        self.remote.download_many(wanted)
+
+    def reuse(self, directory: Path, key: str, wanted_names: tuple[str, ...]) -> ShardRecord | None:
+        """The record of shard ``key`` if every file it names is on the store with its recorded size.
+
+        Content is not re-hashed (that would download every shard): an object store writes an object
+        whole or not at all, names hold the shard's content key, and a file's record is uploaded only after
+        the file. ``shardkit verify URL`` re-checks every sha256. A shard whose position moved is copied
+        to its new names on the store (server side)."""
+        split = directory.name
+        sizes = self.listings.get(split, {})
+        record = ShardRecord.load(directory, key)
+        if record is None or len(record.files) != len(wanted_names) or record.key != key:
+            return None
+        if any(sizes.get(f.name) != f.bytes for f in record.files):
+            return None
+        files = []
+        for f, name in zip(record.files, wanted_names, strict=True):
+            if f.name != name:
+                self.remote.copy(f"{split}/{f.name}", f"{split}/{name}")
+                sizes[name] = f.bytes
+            files.append(ShardFile(name, f.bytes, f.sha256))
+        moved = ShardRecord(key, tuple(files), record.samples, record.stats, record.skipped)
+        if moved != record:
+            moved.save(directory)
+            self._upload_record(directory, key)
+        return moved
+
+    def _upload_record(self, directory: Path, key: str) -> None:
+        path = ShardRecord.path(directory, key)
+        self.remote.upload(path, f"{directory.name}/{path.name}")
+
+    def shard_published(self, directory: Path, record: ShardRecord) -> None:
+        """Upload a shard renamed into place locally: files, then its record; then free the local files."""
+        split = directory.name
+        for f in record.files:
+            self.remote.upload(directory / f.name, f"{split}/{f.name}")
+        self._upload_record(directory, record.key)
+        for f in record.files:
+            (directory / f.name).unlink(missing_ok=True)
+            self.listings.setdefault(split, {})[f.name] = f.bytes
+
+    def split_committed(self, directory: Path, records: Sequence[ShardRecord]) -> None:
+        """Upload the fingerprint cache, then the manifest (the commit marker), then delete what no
+        manifest names (old shards and records of earlier runs)."""
+        split = directory.name
+        if self.lock is not None:
+            self.lock.check()
+        if (directory / CACHE_NAME).is_file():
+            self.remote.upload(directory / CACHE_NAME, f"{split}/{CACHE_NAME}")
+        self.remote.upload(directory / MANIFEST_NAME, f"{split}/{MANIFEST_NAME}")
+        keep = {f.name for r in records for f in r.files}
+        keep |= {ShardRecord.path(directory, r.key).name for r in records}
+        keep |= {MANIFEST_NAME, CACHE_NAME}
+        from .pipeline import _owned
+
+        stale = [f"{split}/{n}" for n in self.remote.listing(split) if "/" not in n and n not in keep and _owned(n)]
+        self.remote.delete(stale)
+        log.info("%s: manifest uploaded, %d stale objects removed", self.remote.url_of(split), len(stale))
+
+
+class StorageSession:
+    """Where one conversion reads and writes; a no-op wrapper around local folders.
+
+    ``with StorageSession(cfg) as session:`` gives ``session.cfg`` (the config with local input and
+    output folders: the skeleton and the staging folder where object storage is involved) and the hooks
+    the pipeline calls. Staging folders are removed on exit, whatever happened.
+    """
+
+    def __init__(self, cfg: ConvertConfig) -> None:
+        self.original = cfg
+        self.cfg = cfg
+        self.source: RemoteSource | None = None
+        self.sink: RemoteSink | None = None
+        self.input_name = cfg.input_url or Path(cfg.input).expanduser().resolve().as_posix()
+        self.output_name = cfg.output_url or str(cfg.output)
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> StorageSession:
+        cfg = self.original
+        if cfg.input_url and cfg.output_url:
+            a, b = cfg.input_url.rstrip("/"), cfg.output_url.rstrip("/")
+            if b == a or b.startswith(a + "/"):
+                raise OutputError("the output folder is inside the input folder", path=cfg.output_url,
+                                  fix="choose an output folder outside the dataset, e.g. next to it")
+        if cfg.output_url and cfg.backend == "dask":
+            raise ConfigError("--backend dask cannot write to object storage yet",
+                              fix="convert to a shared folder with dask, or use --backend local")
+        try:
+            changes: dict[str, Any] = {}
+            if cfg.input_url:
+                skeleton = Path(self._stack.enter_context(tempfile.TemporaryDirectory(
+                    prefix="shardkit-list-", dir=staging_root())))
+                self.source = RemoteSource.build(Remote(cfg.input_url, cfg.storage_options), skeleton)
+                changes["input"] = skeleton
+            if cfg.output_url:
+                staging = Path(self._stack.enter_context(tempfile.TemporaryDirectory(
+                    prefix="shardkit-out-", dir=staging_root())))
+                self.sink = RemoteSink(Remote(cfg.output_url, cfg.storage_options))
+                changes["output"] = staging
+            if changes:
+                self.cfg = cfg.replace(**changes, input_url=None, output_url=None)
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def lock(self) -> contextlib.AbstractContextManager[Any]:
+        """flock on a local output; the lock object (and a local flock on the staging folder) on a remote one."""
+        if self.sink is None:
+            return OutputLock(self.cfg.output)
+        stack = contextlib.ExitStack()
+        stack.enter_context(OutputLock(self.cfg.output))
+        self.sink.lock = stack.enter_context(RemoteLock(self.sink.remote))
+        return stack
+
+    def fingerprints(self, pairs: Sequence[SamplePair], digest: str, old_cache: dict[str, Any], *, threads: int,
+                     on_error: str) -> tuple[list[str], dict[str, Any]]:
+        if self.source is not None:
+            return self.source.fingerprints(pairs, digest), {}
+        return fingerprint_samples(pairs, digest, old_cache, threads=threads, on_error=on_error)
+
+    @property
+    def header_size(self) -> Callable[[Path], tuple[int, int]]:
+        return self.source.header_size if self.source is not None else read_image_size
+
+    def prepare_split(self, directory: Path) -> None:
+        if self.sink is not None:
+            self.sink.prepare_split(directory)
+
+    def reuse(self, directory: Path, key: str, wanted_names: tuple[str, ...], *,
+              rehash: bool = False) -> ShardRecord | None:
+        """A reusable shard's record. ``rehash`` (local outputs): hash every file instead of trusting its stat;
+        on object storage sizes are compared and ``shardkit verify URL`` hashes (it would download every shard)."""
+        if self.sink is not None:
+            return self.sink.reuse(directory, key, wanted_names)
+        return reuse(directory, key, wanted_names, rehash=rehash)
+
+    def shard_published(self, directory: Path, record: ShardRecord) -> None:
+        if self.sink is not None:
+            self.sink.shard_published(directory, record)
+
+    def split_committed(self, directory: Path, records: Sequence[ShardRecord]) -> None:
+        if self.sink is not None:
+            self.sink.split_committed(directory, records)
+
+    def committed(self, split: str, local_manifest: Path) -> Path | str:
+        """Where the split's manifest now is: its URL on object storage, else the local path."""
+        if self.sink is not None:
+            return self.sink.remote.url_of(f"{split}/{MANIFEST_NAME}")
+        return local_manifest

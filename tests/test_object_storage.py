@@ -1,0 +1,402 @@
+"""Object storage end to end against a real S3 HTTP endpoint: moto's server on 127.0.0.1, started and stopped here.
+
+Nothing else is contacted: ``shardkit.testing.local_s3`` sets dummy credentials, no config files, no
+instance metadata, and ``AWS_ENDPOINT_URL`` to the local server (inherited by the subprocesses).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import shardkit
+from shardkit.cli import main
+from shardkit.config import ConvertConfig, ShardSize
+from shardkit.errors import IntegrityError, OutputError, StorageError
+from shardkit.lock import LOCK_NAME, RemoteLock
+from shardkit.pipeline import convert
+from shardkit.storage import Remote, parse_storage_options
+from shardkit.testing import local_s3, make_bucket
+
+ROOT = Path(__file__).resolve().parents[1]
+RAW = "s3://raw/camvid"
+OPTIONS = {"size": (360, 480), "splits": ("val",), "quiet": True, "shard_size": ShardSize(samples=13)}
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[str]:
+    """A fresh local S3 endpoint for this module, always stopped (and the environment restored) after."""
+    with local_s3() as endpoint:
+        make_bucket("raw")
+        make_bucket("out")
+        yield endpoint
+
+
+@pytest.fixture(scope="module")
+def raw_camvid(s3: str, camvid_root: Path) -> str:
+    """The real CamVid val split (26 pairs, its val.txt list file) uploaded to s3://raw/camvid."""
+    remote = Remote(RAW)
+    for sub in ("val", "valannot"):
+        for p in sorted((camvid_root / sub).iterdir()):
+            remote.upload(p, f"{sub}/{p.name}")
+    remote.upload(camvid_root / "val.txt", "val.txt")
+    return RAW
+
+
+def manifest_of(url: str) -> dict:
+    return json.loads(Remote(url).read_bytes("manifest.json"))
+
+
+def assert_same_samples(a: shardkit.Dataset, b: shardkit.Dataset) -> None:
+    assert len(a) == len(b) and a.num_classes == b.num_classes
+    for i in range(len(a)):
+        (ia, la), (ib, lb) = a[i], b[i]
+        assert ia.dtype == ib.dtype and la.dtype == lb.dtype
+        assert np.array_equal(ia, ib) and np.array_equal(la, lb), f"sample {i} differs"
+
+
+def test_convert_bucket_to_bucket_reads_back_bit_exactly(raw_camvid: str, camvid_val_npy: Path,
+                                                         tmp_path: Path) -> None:
+    out = "s3://out/exact"
+    summary = convert(ConvertConfig(raw_camvid, out, workers=2, **OPTIONS))
+    assert summary.samples == 26 and summary.reused == 0 and summary.manifests == [f"{out}/val/manifest.json"]
+    remote, local = manifest_of(f"{out}/val"), json.loads((camvid_val_npy / "manifest.json").read_text())
+    assert remote["source"]["root"] == raw_camvid
+    # same plan, same bytes: every shard file has the sha256 of the local conversion's
+    assert [[f["sha256"] for f in s["files"]] for s in remote["shards"]] == \
+           [[f["sha256"] for f in s["files"]] for s in local["shards"]]
+    assert remote["stats"] == local["stats"] and remote["classes"] == local["classes"]
+    ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "cache")
+    assert_same_samples(ds, shardkit.open(camvid_val_npy))
+    assert ds.cache is not None and ds.cache.downloads == len(remote["shards"])
+    # a second pass and a second Dataset on the same cache download nothing
+    again = shardkit.open(f"{out}/val", cache_dir=tmp_path / "cache")
+    assert_same_samples(again, ds)
+    assert again.cache is not None and again.cache.downloads == 0
+    # a re-run reuses every shard from the bucket, decoding nothing
+    rerun = convert(ConvertConfig(raw_camvid, out, workers=1, **OPTIONS))
+    assert rerun.reused == rerun.shards == len(remote["shards"])
+    assert manifest_of(f"{out}/val")["shards"] == remote["shards"]
+
+
+def test_local_input_to_bucket_and_bucket_to_local(raw_camvid: str, camvid_root: Path, camvid_val_npy: Path,
+                                                   tmp_path: Path) -> None:
+    convert(ConvertConfig(camvid_root, "s3://out/from-local", workers=1, **OPTIONS))
+    up = shardkit.open("s3://out/from-local/val", cache_dir=tmp_path / "cache")
+    assert_same_samples(up, shardkit.open(camvid_val_npy))
+    convert(ConvertConfig(raw_camvid, tmp_path / "down", workers=1, **OPTIONS))
+    assert_same_samples(shardkit.open(tmp_path / "down" / "val"), shardkit.open(camvid_val_npy))
+    names = {p.name for p in (tmp_path / "down" / "val").iterdir()}
+    assert "manifest.json" in names and not any(".tmp-" in n for n in names)
+
+
+def _objects(url: str) -> dict[str, int]:
+    return {k: int(v["size"]) for k, v in Remote(url).listing().items()}
+
+
+def test_killed_convert_resumes_from_the_bucket(raw_camvid: str, camvid_val_npy: Path, tmp_path: Path) -> None:
+    out = "s3://out/killed"
+    cmd = [sys.executable, "-m", "shardkit", "convert", raw_camvid, out, "--size", "360x480", "--split", "val",
+           "--shard-size", "2", "--workers", "1", "-q"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if sum(n.startswith(".shard-") for n in _objects(f"{out}/val")) >= 3:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, f"convert ended before it could be killed: {proc.stderr.read()!r}"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        proc.stderr.close()  # type: ignore[union-attr]
+    left = _objects(f"{out}/val")
+    assert "manifest.json" not in left  # nothing committed
+    assert LOCK_NAME in _objects(out)  # the killed run's lock object is still there
+    done = sum(n.startswith(".shard-") for n in left)
+    # the resumed run takes over the dead holder's lock and reuses every shard uploaded before the kill
+    summary = convert(ConvertConfig(raw_camvid, out, workers=1, **{**OPTIONS, "shard_size": ShardSize(samples=2)}))
+    assert summary.reused >= done >= 3 and summary.samples == 26
+    assert LOCK_NAME not in _objects(out)
+    ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "cache")
+    assert_same_samples(ds, shardkit.open(camvid_val_npy))
+    final = _objects(f"{out}/val")
+    named = {f["name"] for s in manifest_of(f"{out}/val")["shards"] for f in s["files"]}
+    assert {n for n in final if not n.startswith(".") and n != "manifest.json"} == named  # no orphans
+
+
+def test_changed_input_object_rewrites_only_its_shard(s3: str, camvid_root: Path, tmp_path: Path) -> None:
+    src = Remote("s3://raw/changing")
+    names = sorted(p.name for p in (camvid_root / "val").iterdir())[:12]
+    for sub in ("val", "valannot"):
+        for n in names:
+            src.upload(camvid_root / sub / n, f"{sub}/{n}")
+    opts = {**OPTIONS, "shard_size": ShardSize(samples=3)}
+    first = convert(ConvertConfig(src.url, "s3://out/changing", workers=1, **opts))
+    src.upload(camvid_root / "valannot" / names[1], f"valannot/{names[0]}")  # label 0 replaced by label 1
+    second = convert(ConvertConfig(src.url, "s3://out/changing", workers=1, **opts))
+    assert second.shards == first.shards and second.reused == first.shards - 1
+    # equal to a fresh local conversion of the changed data
+    for sub in ("val", "valannot"):
+        (tmp_path / "raw" / sub).mkdir(parents=True)
+        for n in names:
+            (tmp_path / "raw" / sub / n).write_bytes((camvid_root / sub / n).read_bytes())
+    (tmp_path / "raw" / "valannot" / names[0]).write_bytes((camvid_root / "valannot" / names[1]).read_bytes())
+    convert(ConvertConfig(tmp_path / "raw", tmp_path / "local", workers=1, **opts))
+    ds = shardkit.open("s3://out/changing/val", cache_dir=tmp_path / "cache")
+    assert_same_samples(ds, shardkit.open(tmp_path / "local" / "val"))
+
+
+def test_removed_inputs_move_shards_by_server_side_copy(s3: str, camvid_root: Path, tmp_path: Path) -> None:
+    src = Remote("s3://raw/shrinking")
+    names = sorted(p.name for p in (camvid_root / "val").iterdir())[:12]
+    for sub in ("val", "valannot"):
+        for n in names:
+            src.upload(camvid_root / sub / n, f"{sub}/{n}")
+    opts = {**OPTIONS, "shard_size": ShardSize(samples=3)}  # under 8: cuts at the limit only, 4 shards of 3
+    convert(ConvertConfig(src.url, "s3://out/shrinking", workers=1, **opts))
+    src.delete([f"{sub}/{n}" for sub in ("val", "valannot") for n in names[:3]])  # the whole first shard
+    again = convert(ConvertConfig(src.url, "s3://out/shrinking", workers=1, **opts))
+    assert again.shards == 3 and again.reused == 3  # every remaining shard reused under its new position
+    m = manifest_of("s3://out/shrinking/val")
+    assert [s["files"][0]["name"].split("-")[1] for s in m["shards"]] == ["00000", "00001", "00002"]
+    objects = {n for n in _objects("s3://out/shrinking/val") if not n.startswith(".") and n != "manifest.json"}
+    assert objects == {f["name"] for s in m["shards"] for f in s["files"]}  # old names collected
+    for sub in ("val", "valannot"):
+        (tmp_path / "raw" / sub).mkdir(parents=True)
+        for n in names[3:]:
+            (tmp_path / "raw" / sub / n).write_bytes((camvid_root / sub / n).read_bytes())
+    convert(ConvertConfig(tmp_path / "raw", tmp_path / "local", workers=1, **opts))
+    assert_same_samples(shardkit.open("s3://out/shrinking/val", cache_dir=tmp_path / "cache"),
+                        shardkit.open(tmp_path / "local" / "val"))
+
+
+def _read_all(url: str, cache_dir: str, barrier: object, queue: object) -> None:
+    """In a fresh process: open the split on the shared cache, read every sample, report downloads + digest."""
+    import hashlib
+
+    ds = shardkit.open(url, cache_dir=cache_dir)
+    barrier.wait()  # type: ignore[attr-defined]
+    h = hashlib.sha256()
+    for i in range(len(ds)):
+        image, label = ds[i]
+        h.update(image.tobytes())
+        h.update(label.tobytes())
+    assert ds.cache is not None
+    queue.put((ds.cache.downloads, h.hexdigest()))  # type: ignore[attr-defined]
+
+
+def test_two_reader_processes_share_one_cache_without_double_downloads(raw_camvid: str, camvid_val_npy: Path,
+                                                                       tmp_path: Path) -> None:
+    out = "s3://out/shared"
+    convert(ConvertConfig(raw_camvid, out, workers=1, **{**OPTIONS, "shard_size": ShardSize(samples=4)}))
+    shards = len(manifest_of(f"{out}/val")["shards"])
+    mp = multiprocessing.get_context("spawn")
+    barrier, queue = mp.Barrier(2), mp.Queue()
+    procs = [mp.Process(target=_read_all, args=(f"{out}/val", str(tmp_path / "cache"), barrier, queue))
+             for _ in range(2)]
+    for p in procs:
+        p.start()
+    try:
+        results = [queue.get(timeout=120) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    assert all(p.exitcode == 0 for p in procs)
+    import hashlib
+
+    ref = shardkit.open(camvid_val_npy)
+    h = hashlib.sha256()
+    for i in range(len(ref)):
+        image, label = ref[i]
+        h.update(image.tobytes())
+        h.update(label.tobytes())
+    assert [d for _, d in results] == [h.hexdigest()] * 2
+    assert sum(n for n, _ in results) == shards  # every shard downloaded once, by one of the two
+
+
+def test_cache_smaller_than_the_split_serves_correct_data_and_keeps_a_stable_subset(
+        raw_camvid: str, camvid_val_npy: Path, tmp_path: Path) -> None:
+    out = "s3://out/limited"
+    convert(ConvertConfig(raw_camvid, out, workers=1, **{**OPTIONS, "shard_size": ShardSize(samples=3)}))
+    m = manifest_of(f"{out}/val")
+    sizes = [sum(f["bytes"] for f in s["files"]) for s in m["shards"]]
+    limit = sum(sizes[:3]) + len(json.dumps(m)) + 16384  # room for about three of the nine shards
+    ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "cache", cache_limit=limit)
+    ref = shardkit.open(camvid_val_npy)
+    assert ds.cache is not None
+    cached_after: list[set[str]] = []
+    downloads: list[int] = []
+    for epoch in range(3):
+        before = ds.cache.downloads
+        for batch in ds.sampler(4, shuffle=True, seed=1, epoch=epoch, shuffle_mode="buffer",
+                                    buffer_size=2).batches():
+            images, labels = ds.batch(batch)
+            want_i, want_l = ref.batch(batch)
+            assert np.array_equal(images, want_i) and np.array_equal(labels, want_l)
+        downloads.append(ds.cache.downloads - before)
+        assert ds.cache.usage() <= limit
+        cached_after.append({p.name for p in ds.cache.directory.iterdir()
+                             if p.name.endswith(".npy") and not p.name.startswith(".")})
+    cached_shards = len(cached_after[0]) // 2
+    assert 1 <= cached_shards < len(sizes)
+    assert cached_after[0] == cached_after[1] == cached_after[2]  # a stable subset, never evicted by itself
+    # later epochs download only shards outside the cached subset (an LRU would re-download all of them)
+    assert all(d <= len(sizes) - cached_shards for d in downloads[1:]), (downloads, cached_shards)
+    ds.cache.release_transient()
+    assert not [p for p in ds.cache.directory.iterdir() if p.name.startswith(".transient-")]
+
+
+def test_another_split_evicts_least_recently_used_files_of_other_splits(raw_camvid: str, tmp_path: Path) -> None:
+    out = "s3://out/lru"
+    convert(ConvertConfig(raw_camvid, out, workers=1, **OPTIONS))
+    convert(ConvertConfig(raw_camvid, "s3://out/lru2", workers=1, **OPTIONS))
+    m = manifest_of(f"{out}/val")
+    total = sum(f["bytes"] for s in m["shards"] for f in s["files"])
+    limit = total + 65536  # one split fits, two do not
+    a = shardkit.open(f"{out}/val", cache_dir=tmp_path / "c", cache_limit=limit)
+    for i in range(len(a)):
+        a[i]
+    assert a.cache is not None and a.cache.cached_bytes() == total
+    b = shardkit.open("s3://out/lru2/val", cache_dir=tmp_path / "c", cache_limit=limit)
+    for i in range(len(b)):
+        b[i]
+    assert b.cache is not None and b.cache.cached_bytes() == total  # b evicted a's files to fit
+    assert a.cache.cached_bytes() == 0 and b.cache.usage() <= limit
+
+
+def test_verify_and_info_on_a_bucket(raw_camvid: str, tmp_path: Path) -> None:
+    out = "s3://out/verified"
+    convert(ConvertConfig(raw_camvid, out, workers=1, **OPTIONS))
+    n = len(manifest_of(f"{out}/val")["shards"])
+    res = CliRunner().invoke(main, ["verify", out])
+    assert res.exit_code == 0 and f"{out}/val: 26 samples in {n} shards verified" in res.output, res.output
+    res = CliRunner().invoke(main, ["info", out])
+    assert res.exit_code == 0 and f"split val, format npy v1, 26 samples, {n} shards" in res.output
+    # an object changed behind the manifest's back (same size): verify and the cache both refuse it
+    shard = manifest_of(f"{out}/val")["shards"][1]
+    name = shard["files"][1]["name"]
+    remote = Remote(f"{out}/val")
+    data = bytearray(remote.read_bytes(name))
+    data[-1] ^= 0xFF
+    remote.write_bytes(name, bytes(data))
+    res = CliRunner().invoke(main, ["verify", f"{out}/val"])
+    assert res.exit_code == 1 and "sha256" in res.output and name in res.output
+    ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "cache")
+    with pytest.raises(IntegrityError, match="sha256"):
+        ds[shard["first_index"]]
+    res = CliRunner().invoke(main, ["verify", "s3://out/no-such-thing"])
+    assert res.exit_code == 1 and "no manifest.json" in res.output and "Traceback" not in res.output
+
+
+def test_cli_convert_with_storage_options_and_a_wrong_endpoint(raw_camvid: str, tmp_path: Path) -> None:
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    config = tmp_path / "convert.toml"
+    config.write_text(f'[convert]\nsize = "360x480"\n[convert.storage_options]\nendpoint_url = "{endpoint}"\n'
+                      f'config_kwargs = {{ retries = {{ max_attempts = 2 }} }}\n')
+    res = CliRunner().invoke(main, ["convert", raw_camvid, "s3://out/cli", "--config", str(config), "--split", "val",
+                                    "-q"])
+    assert res.exit_code == 0, res.output
+    assert manifest_of("s3://out/cli/val")["sample"]["image"]["shape"] == [360, 480, 3]
+    res = CliRunner().invoke(main, ["convert", raw_camvid, "s3://out/cli2", "--split", "val", "-q",
+                                    "--storage-option", "endpoint_url=http://127.0.0.1:9",  # nothing listens
+                                    "--storage-option", "config_kwargs.retries.max_attempts=1"])
+    assert res.exit_code == 1 and "Traceback" not in res.output and "endpoint" in res.output, res.output
+
+
+def test_a_live_lock_refuses_a_second_run_and_a_silent_one_expires(s3: str) -> None:
+    remote = Remote("s3://out/locked")
+    with RemoteLock(remote, ttl=60), pytest.raises(OutputError, match="another shardkit convert"):
+        RemoteLock(remote, ttl=60).__enter__()
+    assert not remote.exists(LOCK_NAME)
+    # a lock from another machine written just now is live, whatever our own ttl
+    remote.write_bytes(LOCK_NAME, json.dumps({"host": "elsewhere", "pid": 1, "ttl": 30}).encode())
+    with pytest.raises(OutputError, match="host elsewhere"):
+        RemoteLock(remote, ttl=60).__enter__()
+    # one whose heartbeat stopped longer ago than its ttl is taken over
+    remote.write_bytes(LOCK_NAME, json.dumps({"host": "elsewhere", "pid": 1, "ttl": 0.5}).encode())
+    time.sleep(1.5)
+    with RemoteLock(remote, ttl=60) as lock:
+        assert json.loads(remote.read_bytes(LOCK_NAME))["token"] == lock.token
+    assert not remote.exists(LOCK_NAME)
+
+
+def test_storage_options_parse_nested_typed_values() -> None:
+    opts = parse_storage_options(["anon=true", "client_kwargs.region_name=eu-west-1", "max_concurrency=4",
+                                  "endpoint_url=http://h:9000"])
+    assert opts == {"anon": True, "client_kwargs": {"region_name": "eu-west-1"}, "max_concurrency": 4,
+                    "endpoint_url": "http://h:9000"}
+    from shardkit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_storage_options(["no-equals-sign"])
+
+
+def test_without_fsspec_a_url_is_a_one_line_error_naming_the_extra(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    monkeypatch.setitem(sys.modules, "fsspec", None)  # import fsspec now raises ImportError
+    with pytest.raises(StorageError, match=r"shardkit\[s3\]"):
+        Remote("s3://bucket/x").fs  # noqa: B018
+    res = CliRunner().invoke(main, ["info", "s3://bucket/x"])
+    assert res.exit_code == 1 and "shardkit[s3]" in res.output and "Traceback" not in res.output
+    with pytest.raises(StorageError, match=r"shardkit\[s3\]"):
+        shardkit.open("s3://bucket/x/val", cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_torch_loader_workers_read_a_bucket_through_one_cache(raw_camvid: str, camvid_val_npy: Path, tmp_path: Path,
+                                                              context: str) -> None:
+    import torch
+
+    from shardkit.read.torch import make_loader
+
+    out = "s3://out/torch"
+    if not Remote(f"{out}/val").exists("manifest.json"):
+        convert(ConvertConfig(raw_camvid, out, workers=1, **{**OPTIONS, "shard_size": ShardSize(samples=6)}))
+    ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "cache")
+    ds[0]  # the parent already holds a filesystem client and a cached shard when the workers start
+    loader = make_loader(ds, batch_size=4, shuffle=False, num_workers=2, multiprocessing_context=context)
+    ref = shardkit.open(camvid_val_npy)
+    seen = 0
+    for images, labels in loader:
+        want_i, want_l = ref.batch(list(range(seen, seen + len(images))))
+        assert torch.equal(images.permute(0, 2, 3, 1).cpu(), torch.from_numpy(want_i))
+        assert torch.equal(labels.cpu(), torch.from_numpy(want_l).to(labels.dtype))
+        seen += len(images)
+    assert seen == len(ref)
+    named = {f["name"] for s in manifest_of(f"{out}/val")["shards"] for f in s["files"]}
+    assert {p.name for p in (tmp_path / "cache").glob("*/*") if not p.name.startswith(".")} == named | {"manifest.json"}
+
+
+def test_tf_dataset_reads_a_tfrecord_split_from_a_bucket(raw_camvid: str, camvid_val_npy: Path,
+                                                         tmp_path: Path) -> None:
+    out = "s3://out/tfrecord"
+    convert(ConvertConfig(raw_camvid, out, workers=1, format="tfrecord", **OPTIONS))
+    import shardkit.tf
+
+    ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "cache")
+    ref = shardkit.open(camvid_val_npy)
+    seen = 0
+    for images, labels in shardkit.tf.dataset(ds, 8, shuffle=False):
+        want_i, want_l = ref.batch(list(range(seen, seen + len(images))))
+        assert np.array_equal(images.numpy(), want_i) and np.array_equal(labels.numpy(), want_l)
+        seen += len(images)
+    assert seen == len(ref)
