@@ -12,9 +12,10 @@ for: they hash every file against its recorded sha256. Records are plain JSON â€
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ class ShardRecord:
     samples: tuple[dict[str, Any], ...]
     stats: dict[str, Any]
     skipped: tuple[dict[str, str], ...]
-    stats_on_disk: tuple[FileStat | None, ...] = ()
+    stats_on_disk: tuple[FileStat | None, ...] = field(default=(), compare=False)  # this copy's, not the shard's
 
     @staticmethod
     def path(directory: Path, key: str) -> Path:
@@ -79,6 +80,24 @@ class ShardRecord:
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+
+def content_digest(path: Path) -> str:
+    """sha256 of a split folder's file as two conversions of the same input must agree on it.
+
+    Shard records are compared without each file's recorded stat (its inode and ctime belong to this
+    copy of the file, not to what was converted); every other file byte for byte.
+    """
+    data = Path(path).read_bytes()
+    if Path(path).name.startswith(RECORD_PREFIX):
+        try:
+            record = json.loads(data)
+            for f in record.get("files", []):
+                f.pop("stat", None)
+            data = json.dumps(record, sort_keys=True).encode()
+        except (ValueError, AttributeError, TypeError):
+            pass  # not a record after all: compared as bytes
+    return hashlib.sha256(data).hexdigest()
 
 
 def _stat_of(entry: dict[str, Any]) -> FileStat | None:
@@ -136,6 +155,6 @@ def reuse(directory: Path, key: str, wanted_names: tuple[str, ...], *, rehash: b
     moved = ShardRecord(key, tuple(files), record.samples, record.stats, record.skipped, now)
     if moved.files != record.files:  # a hard link changes the inode's ctime: record the new names' stats
         moved = moved.with_stats(directory)
-    if moved != record:
+    if moved != record or moved.stats_on_disk != record.stats_on_disk:
         moved.save(directory)
     return moved
