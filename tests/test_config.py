@@ -66,10 +66,9 @@ def test_every_bad_option_is_a_config_error(options: dict[str, object]) -> None:
         cfg(**options)
 
 
-def test_object_storage_urls_are_refused_with_a_fix() -> None:
-    with pytest.raises(ConfigError, match="object storage") as info:
-        ConvertConfig("s3://bucket/raw", Path("out"))  # type: ignore[arg-type]
-    assert "local" in (info.value.fix or "")
+def test_object_storage_urls_are_kept_as_urls_and_file_urls_become_paths() -> None:
+    c = ConvertConfig("s3://bucket/raw", "file:///tmp/out")  # type: ignore[arg-type]
+    assert c.input_url == "s3://bucket/raw" and c.output_url is None and c.output == Path("/tmp/out")
 
 
 def test_preprocessing_holds_what_changes_stored_bytes_only() -> None:

@@ -10,6 +10,12 @@ is interleaved across files, shuffled through a buffer, **batched before parsing
 ``tf.io.decode_png``/``decode_jpeg`` for format version 2 images),
 reshaped and prefetched. Other formats go through the core reader's batched reads
 (``tf.data.Dataset.from_generator``), each pass over the dataset being a new epoch.
+
+``augment=`` runs a :mod:`shardkit.augment` pipeline on each batch in TensorFlow ops
+(:mod:`shardkit.augment.tf`), after parsing and before normalising. Each batch carries its samples'
+global indices and the epoch it was drawn for: pass ``k`` over the dataset (each new iterator: a
+Keras epoch, one ``repeat()`` round) draws epoch ``epoch + k``, so a sample's draws depend on
+(seed, epoch, index) only, never on the batch it lands in.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
@@ -27,6 +33,9 @@ from ..errors import ConfigError, ShardFormatError
 from ..formats.base import TfRecordLayout
 from . import sampling
 from .dataset import Dataset
+
+if TYPE_CHECKING:
+    from ..augment import Compose
 
 AUTOTUNE = tf.data.AUTOTUNE
 _TF_TYPES = {"bytes": tf.string, "int64": tf.int64}
@@ -53,27 +62,50 @@ def dataset(
     cycle_length: int = 4,
     with_keys: bool = False,
     verify: bool = False,
+    augment: Compose | str | None = None,
 ) -> tf.data.Dataset:
     """Batches ``(images, labels)`` (``(images, labels, keys)`` with ``with_keys``) of a converted split.
 
     ``images``: ``(B, H, W, 3)`` uint8, or float32 ``(x - mean) / std`` with ``normalize``.
     ``labels`` as in :class:`~shardkit.read.dataset.Dataset` (``"ids"``, ``"onehot"``,
     ``"float_onehot"``, ``"stored"``). Every rank gets the same number of samples (padded
-    by wrapping around, or the tail dropped with ``drop_last``). Needs fixed-size samples.
+    by wrapping around, or the tail dropped with ``drop_last``). Needs fixed-size samples, unless augmented
+    through a pipeline ending in a crop.
+
+    ``augment``: a :class:`shardkit.augment.Compose` or its string form (``"scale=0.5:2,crop=352x480,hflip"``)
+    applied to each batch in TensorFlow ops with this split's ignore index (255 if none); needs
+    ``labels="ids"``. Pass ``k`` over the returned dataset draws epoch ``epoch + k``; for sample ``i`` the
+    parameters are ``aug.params(i, seed=seed, epoch=epoch + k, …)``, the same as the CPU and GPU paths.
+    Variable-size (non-TFRecord) splits are read one sample at a time and padded to a common canvas
+    (images 0, labels the ignore index), which the warp reads exactly as the outside of each sample.
     """
     ds = path if isinstance(path, Dataset) else Dataset(path, labels=labels, verify=verify)
-    ds.require_fixed_size()
+    aug = _augment_pipeline(augment)
+    layout = ds.format_info.tf_records(ds.manifest.format_options, ds.manifest.format_version)
+    tf_reads = layout is not None and ds.cache is None  # object storage: through the cache, shard by shard
+    if aug is None:
+        ds.require_fixed_size()
+    else:
+        ds.check_augment(aug)
+        if aug.normalizes and normalize:
+            raise ConfigError("the augment pipeline normalises already (Normalize); the dataset would normalise "
+                              "twice", fix="pass normalize=False")
+        if _one_size(ds) is None and tf_reads:
+            raise ConfigError("tf.data reads TFRecord splits of fixed-size samples only, and this split's "
+                              "images differ in size", path=ds.path,
+                              fix="convert with --size HxW, or to a random-access format (npy, lmdb, hdf5)")
     if batch_size < 1:
         raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
-    layout = ds.format_info.tf_records(ds.manifest.format_options, ds.manifest.format_version)
-    if layout is not None and ds.cache is None:  # object storage: through the cache, shard by shard
-        out = _tfrecord_pipeline(ds, layout, batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last,
-                                 rank=rank, world_size=world_size, buffer_size=buffer_size,
-                                 cycle_length=cycle_length, with_keys=with_keys)
+    if layout is not None and tf_reads:
+        out = _tfrecord_pipeline(ds, layout, batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
+                                 drop_last=drop_last, rank=rank, world_size=world_size, buffer_size=buffer_size,
+                                 cycle_length=cycle_length, with_keys=with_keys, with_indices=aug is not None)
     else:
         out = _generator_pipeline(ds, batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
                                   drop_last=drop_last, rank=rank, world_size=world_size,
-                                  buffer_size=buffer_size, with_keys=with_keys)
+                                  buffer_size=buffer_size, with_keys=with_keys, with_indices=aug is not None)
+    if aug is not None:
+        out = _augment_stage(ds, out, aug, seed=seed, with_keys=with_keys)
     if normalize:
         op = ds.normalizer  # A.Normalize(ds.mean, ds.std): the same float32 constants as the numpy/torch paths
         mean, inv_std = tf.constant(op.mean_f32), tf.constant(op.inv_std_f32)
@@ -85,29 +117,119 @@ def dataset(
     return out.prefetch(AUTOTUNE)
 
 
+def _one_size(ds: Dataset) -> tuple[int, int] | None:
+    """The (H, W) every sample of the split has, or None when sizes differ."""
+    try:
+        return ds.require_fixed_size()
+    except ConfigError:
+        return None
+
+
+def _augment_pipeline(augment: Compose | str | None) -> Compose | None:
+    """``augment=`` as a Compose: its string form parsed, anything else refused."""
+    from ..augment import Compose, parse
+
+    if augment is None or isinstance(augment, Compose):
+        return augment
+    if isinstance(augment, str):
+        return parse(augment)
+    raise ConfigError(f"augment must be a shardkit.augment.Compose or its string form, got {type(augment).__name__}",
+                      fix="e.g. augment='scale=0.5:2,crop=352x480,hflip'")
+
+
+def _augment_stage(ds: Dataset, out: tf.data.Dataset, aug: Compose, *, seed: int,
+                   with_keys: bool) -> tf.data.Dataset:
+    """Batches carrying ``index`` and ``epoch`` (and ``hw`` when padded) → augmented (images, labels[, keys])."""
+    from ..augment.tf import apply_batch, check_ops, output_hw
+
+    check_ops(aug)  # an op TF cannot apply, or samples of different sizes: ConfigError now, not inside TF
+    output_hw(aug, _one_size(ds))
+    ignore = 255 if ds.ignore_index is None else int(ds.ignore_index)
+
+    def augment(batch: dict[str, tf.Tensor]) -> tuple[tf.Tensor, ...]:
+        images, labels = apply_batch(aug, batch["images"], batch["labels"], batch["index"], seed=seed,
+                                     epoch=batch["epoch"], ignore_index=ignore, hw=batch.get("hw"))
+        return (images, labels, batch["keys"]) if with_keys else (images, labels)
+
+    return out.map(augment, num_parallel_calls=AUTOTUNE, deterministic=True)
+
+
+def _pass_epochs(first: int) -> tf.data.Dataset:
+    """An endless dataset of one epoch number, the next one on each new iterator: pass k → ``first + k``."""
+    counter = itertools.count(first)
+
+    def generate() -> Iterator[int]:
+        e = next(counter)
+        while True:
+            yield e
+
+    return tf.data.Dataset.from_generator(generate, output_signature=tf.TensorSpec((), tf.int64))
+
+
+def _padded(ds: Dataset, idx: np.ndarray, ignore: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Samples of different sizes on one canvas: images padded with 0, labels with ``ignore``; their (h, w)."""
+    samples = [ds[int(i)] for i in idx]
+    hw = np.array([img.shape[:2] for img, _ in samples], np.int32).reshape(-1, 2)
+    h, w = (int(v) for v in hw.max(0)) if len(samples) else (0, 0)
+    images = np.zeros((len(samples), h, w, 3), np.uint8)
+    labels = np.full((len(samples), h, w), ignore, ds.label_dtype)
+    for k, (img, lab) in enumerate(samples):
+        images[k, :img.shape[0], :img.shape[1]] = img
+        labels[k, :lab.shape[0], :lab.shape[1]] = lab
+    return images, labels, hw
+
+
 def _generator_pipeline(ds: Dataset, batch_size: int, *, shuffle: bool, seed: int, epoch: int,
                         drop_last: bool, rank: int, world_size: int, buffer_size: int,
-                        with_keys: bool) -> tf.data.Dataset:
-    """Random-access formats: the core reader's batches; each new iteration is the next epoch."""
-    (ishape, idt), (lshape, ldt) = ds.batch_layout(batch_size if drop_last else 0)
+                        with_keys: bool, with_indices: bool = False) -> tf.data.Dataset:
+    """Random-access formats: the core reader's batches; each new iteration is the next epoch.
+
+    ``with_indices``: elements are dicts with ``images``, ``labels``, ``index`` (global sample indices),
+    ``epoch`` (the pass's epoch), ``keys`` with ``with_keys``, and ``hw`` (each sample's size) for a split
+    of variable-size samples, which are padded to a common canvas."""
     bdim = batch_size if drop_last else None
-    signature: tuple[tf.TensorSpec, ...] = (
-        tf.TensorSpec((bdim, *ishape[1:]), tf.as_dtype(idt)),
-        tf.TensorSpec((bdim, *lshape[1:]), tf.as_dtype(ldt)))
+    variable = _one_size(ds) is None
+    if variable:
+        ishape, lshape = (None, None, None, 3), (None, None, None)
+        idt, ldt = np.dtype(np.uint8), ds.label_dtype
+    else:
+        (ishape, idt), (lshape, ldt) = ds.batch_layout(batch_size if drop_last else 0)  # type: ignore[assignment]
+    parts: dict[str, tf.TensorSpec] = {
+        "images": tf.TensorSpec((bdim, *ishape[1:]), tf.as_dtype(idt)),
+        "labels": tf.TensorSpec((bdim, *lshape[1:]), tf.as_dtype(ldt))}
     if with_keys:
-        signature = (*signature, tf.TensorSpec((bdim,), tf.string))
+        parts["keys"] = tf.TensorSpec((bdim,), tf.string)
+    if with_indices:
+        parts |= {"index": tf.TensorSpec((bdim,), tf.int64), "epoch": tf.TensorSpec((), tf.int64)}
+        if variable:
+            parts["hw"] = tf.TensorSpec((bdim, 2), tf.int32)
     keys = np.array([ds.key(i) for i in range(len(ds))], dtype=object) if with_keys else None
     epochs = itertools.count(epoch)
-    ds.sampler(batch_size, seed=seed, rank=rank, world_size=world_size)  # validate options now, not in TF
+    options = dict(shuffle=shuffle, seed=seed, drop_last=drop_last, rank=rank, world_size=world_size,
+                   buffer_size=buffer_size)
+    ds.sampler(batch_size, epoch=epoch, **options)  # type: ignore[arg-type]  # validate options now, not in TF
+    ignore = 255 if ds.ignore_index is None else int(ds.ignore_index)
+    names = list(parts)
 
-    def generate() -> Iterator[tuple[np.ndarray, ...]]:
-        # buffers=0: TensorFlow may keep referring to a yielded array, so never reuse one.
-        for idx, images, labels in ds.iter_batches(batch_size, shuffle=shuffle, seed=seed, epoch=next(epochs),
-                                                   drop_last=drop_last, rank=rank, world_size=world_size,
-                                                   buffer_size=buffer_size, buffers=0, with_indices=True):
-            yield (images, labels, keys[idx].astype(bytes)) if keys is not None else (images, labels)
+    def generate() -> Iterator[tuple[Any, ...]]:
+        e = next(epochs)
+        if variable:  # read one by one onto a padded canvas (only with augment: check_augment allowed it)
+            batches: Iterator[tuple[np.ndarray, ...]] = (
+                (idx, *_padded(ds, idx, ignore))
+                for idx in ds.sampler(batch_size, epoch=e, **options).batches())  # type: ignore[arg-type]
+        else:  # buffers=0: TensorFlow may keep referring to a yielded array, so never reuse one.
+            batches = ds.iter_batches(batch_size, epoch=e, buffers=0, with_indices=True,
+                                      **options)  # type: ignore[arg-type]
+        for idx, images, labels, *hw in batches:
+            got = {"images": images, "labels": labels, "index": np.asarray(idx, np.int64),
+                   "epoch": np.int64(e), "hw": hw[0] if hw else None,
+                   "keys": keys[idx].astype(bytes) if keys is not None else None}
+            yield tuple(got[n] for n in names)
 
-    return tf.data.Dataset.from_generator(generate, output_signature=signature)
+    out = tf.data.Dataset.from_generator(generate, output_signature=tuple(parts.values()))
+    if with_indices:
+        return out.map(lambda *t: dict(zip(names, t, strict=True)))
+    return out
 
 
 def _feature_spec(ds: Dataset, layout: TfRecordLayout, with_keys: bool) -> dict[str, Any]:
@@ -125,7 +247,9 @@ def _feature_spec(ds: Dataset, layout: TfRecordLayout, with_keys: bool) -> dict[
 
 def _tfrecord_pipeline(ds: Dataset, layout: TfRecordLayout, batch_size: int, *, shuffle: bool, seed: int,
                        epoch: int, drop_last: bool, rank: int, world_size: int, buffer_size: int, cycle_length: int,
-                       with_keys: bool) -> tf.data.Dataset:
+                       with_keys: bool, with_indices: bool = False) -> tf.data.Dataset:
+    """TFRecord read by TensorFlow. ``with_indices``: dict elements as :func:`_generator_pipeline` gives,
+    each record's global index counted from its shard's first index, the epoch from :func:`_pass_epochs`."""
     files = [str(ds.path / shard.files[0].name) for shard in ds.manifest.shards]
     ranges = sampling.stream_ranges(ds.shard_sizes, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
                                     world_size=world_size, drop_last=drop_last)
@@ -133,10 +257,12 @@ def _tfrecord_pipeline(ds: Dataset, layout: TfRecordLayout, batch_size: int, *, 
     sources = tf.data.Dataset.from_tensor_slices((
         tf.constant([files[s] for s, _, _ in ranges], tf.string),
         tf.constant([a for _, a, _ in ranges], tf.int64),
-        tf.constant([n for _, _, n in ranges], tf.int64)))
+        tf.constant([n for _, _, n in ranges], tf.int64),
+        tf.constant([ds.manifest.shards[s].first_index + a for s, a, _ in ranges], tf.int64)))
 
-    def records(file: tf.Tensor, skip: tf.Tensor, take: tf.Tensor) -> tf.data.Dataset:
-        return tf.data.TFRecordDataset(file, compression_type=compression).skip(skip).take(take)
+    def records(file: tf.Tensor, skip: tf.Tensor, take: tf.Tensor, first: tf.Tensor) -> tf.data.Dataset:
+        out = tf.data.TFRecordDataset(file, compression_type=compression).skip(skip).take(take)
+        return tf.data.Dataset.zip((out, tf.data.Dataset.range(first, first + take))) if with_indices else out
 
     # Without shuffling, keep the stream order (one file at a time).
     cycle = max(1, min(cycle_length, len(ranges))) if shuffle else 1
@@ -146,8 +272,7 @@ def _tfrecord_pipeline(ds: Dataset, layout: TfRecordLayout, batch_size: int, *, 
         out = out.shuffle(buffer_size, seed=_tf_seed(seed, epoch), reshuffle_each_iteration=True)
     out = out.batch(batch_size, drop_remainder=drop_last)
 
-    hw = ds.spec.size
-    assert hw is not None
+    hw = ds.require_fixed_size()  # also a split converted without --size whose records share one size
     feature_spec = _feature_spec(ds, layout, with_keys)
     decode_images = _image_decoder(layout.image_codec, hw)
     stored_dtype = ds.spec.stored_label_dtype
@@ -163,7 +288,16 @@ def _tfrecord_pipeline(ds: Dataset, layout: TfRecordLayout, batch_size: int, *, 
         result = (images, to_labels(stored))
         return (*result, ex["key"]) if with_keys else result
 
-    return out.map(parse, num_parallel_calls=AUTOTUNE, deterministic=True)
+    if not with_indices:
+        return out.map(parse, num_parallel_calls=AUTOTUNE, deterministic=True)
+
+    def parse_indexed(batch: tuple[tf.Tensor, tf.Tensor], epoch: tf.Tensor) -> dict[str, tf.Tensor]:
+        images, labels, *keys = parse(batch[0])
+        return {"images": images, "labels": labels, "index": batch[1], "epoch": epoch,
+                **({"keys": keys[0]} if keys else {})}
+
+    return tf.data.Dataset.zip((out, _pass_epochs(epoch))).map(parse_indexed, num_parallel_calls=AUTOTUNE,
+                                                                deterministic=True)
 
 
 def _image_decoder(codec: str, hw: tuple[int, int]) -> Any:

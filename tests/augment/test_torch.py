@@ -57,6 +57,18 @@ def test_labels_identical_and_images_close_to_the_cpu_path(data: tuple, spec: st
         assert np.mean(diff > 1) < 1e-3 and diff.max() <= 8
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_brightness_contrast_saturation_alone_equal_the_cpu_path_exactly(data: tuple, device: str) -> None:
+    """No geometry, no hue: the same LUT and OpenCV 5's integer grey (15-bit) give the same bytes."""
+    images, labels = data
+    aug = A.parse("jitter=0.3:0.3:0.3")
+    idx = np.arange(len(images))
+    want, _ = aug(images, labels, idx, seed=1, epoch=0, ignore_index=IGNORE)
+    got, _ = apply_batch(aug, torch.from_numpy(images).to(device), torch.from_numpy(labels).to(device), idx,
+                         seed=1, epoch=0, ignore_index=IGNORE)
+    assert np.array_equal(got.cpu().numpy(), want)
+
+
 def test_uint16_labels_keep_their_dtype_and_ids(data: tuple) -> None:
     images, labels = data
     wide = labels.astype(np.uint16) * 1000
