@@ -194,3 +194,19 @@ def test_without_rehash_the_command_hashes_nothing(small: ConvertConfig, hashes:
     assert res.exit_code == 0 and hashes.paths == []
 
 
+
+
+def test_content_digest_ignores_only_the_recorded_stats(small: ConvertConfig, tmp_path: Path) -> None:
+    """Two conversions of the same input agree on their records except the stats of their own file copies."""
+    from shardkit.records import content_digest
+
+    rec = records(small)[0]
+    data = json.loads(rec.read_text())
+    other = tmp_path / rec.name
+    for f in data["files"]:
+        f["stat"] = [f["stat"][0], 1, 2, 3]
+    other.write_text(json.dumps(data))
+    assert content_digest(other) == content_digest(rec)
+    data["files"][0]["sha256"] = "0" * 64
+    other.write_text(json.dumps(data))
+    assert content_digest(other) != content_digest(rec)
