@@ -84,6 +84,9 @@ from shardkit.bench import (
 )
 from shardkit.onehot import kernel_name
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scaled_camvid import replicated_source, source_pairs  # a sibling script module
+
 log = logging.getLogger("bench_peers")
 
 H, W = 352, 480
@@ -92,37 +95,6 @@ DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "camvid
 MDS_COLUMNS = {"image": f"ndarray:uint8:{H},{W},3", "label": f"ndarray:uint8:{H},{W}"}
 
 # --------------------------------------------------------------------------------------------- data
-
-
-def source_pairs(data: Path) -> list[tuple[Path, Path]]:
-    """Every (image, label) pair of a SegNet-layout folder: <split>/ + <split>annot/, splits sorted."""
-    if not data.is_dir():
-        raise SystemExit(f"no data folder {data}: pass --data PATH (a SegNet-layout CamVid folder)")
-    pairs = []
-    for split in sorted(p.name for p in data.iterdir() if p.is_dir() and not p.name.endswith("annot")):
-        labels = data / f"{split}annot"
-        if not labels.is_dir():
-            continue
-        for image in sorted((data / split).glob("*.png")):
-            if (labels / image.name).is_file():
-                pairs.append((image, labels / image.name))
-    if not pairs:
-        raise SystemExit(f"no <split>/ + <split>annot/ PNG pairs under {data}")
-    return pairs
-
-
-def replicated_source(pairs: list[tuple[Path, Path]], root: Path, times: int) -> list[tuple[str, str]]:
-    """A SegNet-layout folder ``root`` (split ``train``) of symlinks ``r{k}_{name}``, ``times`` × data."""
-    (root / "train").mkdir(parents=True)
-    (root / "trainannot").mkdir()
-    out = []
-    for k in range(times):
-        for image, label in pairs:
-            name = f"r{k}_{image.name}"
-            (root / "train" / name).symlink_to(image.resolve())
-            (root / "trainannot" / name).symlink_to(label.resolve())
-            out.append((str(root / "train" / name), str(root / "trainannot" / name)))
-    return out
 
 
 def _crop(a: np.ndarray) -> np.ndarray:

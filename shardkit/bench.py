@@ -89,7 +89,14 @@ def memcpy_limit(sample_bytes: int, batch_size: int, limit: int) -> Callable[[],
 
 def mmap_copy_limit(files: list[Path], sample_bytes: int, batch_size: int, limit: int,
                     seed: int) -> Callable[[], int]:
-    """Copy sample-sized chunks at random offsets out of the memory-mapped shard files: the reader's floor."""
+    """Copy sample-sized chunks out of the memory-mapped shard files in random order: the reader's floor.
+
+    The files' bytes are cut into ``sample_bytes`` slots taken in a random permutation (repeated up to
+    ``limit``), so a pass touches every byte of the data once per epoch, as a shuffled reader does —
+    whatever the split's size or shard count. (Drawing a file first and then an offset in it would
+    touch small files, e.g. the label arrays, far more often than large ones: at sizes where those fit
+    in the CPU cache and the images do not, that "limit" ran faster than any reader could.)
+    """
     maps = []
     for p in files:
         with open(p, "rb") as fh:
@@ -97,10 +104,10 @@ def mmap_copy_limit(files: list[Path], sample_bytes: int, batch_size: int, limit
                 maps.append(np.frombuffer(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ), np.uint8))
     if not maps:
         raise ConfigError("shards are smaller than one sample; nothing to measure")
+    slots = [(f, k * sample_bytes) for f, m in enumerate(maps) for k in range(len(m) // sample_bytes)]
+    order = np.resize(np.random.default_rng(seed).permutation(len(slots)), max(limit, 1))
+    offsets = [slots[int(i)] for i in order]
     dst = np.empty((batch_size, sample_bytes), np.uint8)
-    rng = np.random.default_rng(seed)
-    picks = [(int(rng.integers(len(maps))), 0) for _ in range(limit)]
-    offsets = [(f, int(rng.integers(0, len(maps[f]) - sample_bytes + 1))) for f, _ in picks]
 
     def run() -> int:
         for k, (f, off) in enumerate(offsets):
@@ -145,8 +152,12 @@ def torch_pass(path: Path, batch_size: int, limit: int, workers: int, seed: int,
     return run
 
 
-def naive_pass(ds: Any, limit: int, onehot: bool, source: Path | None = None) -> Callable[[], int]:
-    """What a training script does online per sample: decode image and label, crop, (float, one-hot)."""
+def naive_pass(ds: Any, limit: int, onehot: bool, source: Path | None = None,
+               order: np.ndarray | None = None) -> Callable[[], int]:
+    """What a training script does online per sample: decode image and label, crop, (float, one-hot).
+
+    Samples in index order, or in ``order`` (e.g. a shuffled permutation), repeated up to ``limit``.
+    """
     import cv2
 
     from .labels import ClassTable
@@ -161,6 +172,7 @@ def naive_pass(ds: Any, limit: int, onehot: bool, source: Path | None = None) ->
     colour_labels = ds.manifest.source.get("label_kind") == "colour"
     size = ds.spec.size
     recs = ds.manifest.samples
+    picks = np.resize(order if order is not None else np.arange(len(recs)), max(limit, 1))
 
     def crop(a: np.ndarray) -> np.ndarray:
         if size is None:
@@ -177,7 +189,7 @@ def naive_pass(ds: Any, limit: int, onehot: bool, source: Path | None = None) ->
 
     def run() -> int:
         for k in range(limit):
-            rec = recs[k % len(recs)]
+            rec = recs[int(picks[k])]
             image = crop(cv2.cvtColor(imread(root / rec["key"], cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB))
             raw = crop(imread(root / rec["label"], cv2.IMREAD_UNCHANGED))
             if colour_labels:

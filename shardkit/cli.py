@@ -194,6 +194,9 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
 @click.option("--strict", is_flag=True, help="Images without labels (or labels without images) are an error.")
 @click.option("--dry-run", is_flag=True, help="Report what was found; write nothing.")
 @click.option("--force", is_flag=True, help="Rebuild every shard, even those an earlier run left intact.")
+@click.option("--rehash", is_flag=True,
+              help="Trust no file's (size, mtime, ctime, inode): re-hash every source and shard file "
+                   "before reusing a shard (reads everything; catches what a stat cannot see, e.g. bit rot).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar, warnings and errors only.")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
@@ -205,7 +208,8 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
             unknown_as: int | None, cityscapes_train_ids: bool, splits: tuple[str, ...], shard_size: ShardSize,
             compression: str, image_codec: str, label_codec: str, workers: int, backend: str, scheduler: str | None,
             on_error: str, max_pixels: int, storage_option: tuple[str, ...],
-            strict: bool, dry_run: bool, force: bool, quiet: bool, verbose: bool, log_format: str) -> None:
+            strict: bool, dry_run: bool, force: bool, rehash: bool, quiet: bool, verbose: bool,
+            log_format: str) -> None:
     """Convert the dataset in INPUT_DIR into shards in OUTPUT_DIR/<split>/ with a manifest.json each.
 
     Either may be an fsspec URL (s3://bucket/prefix, gs://…): see docs/object-storage.md.
@@ -221,7 +225,7 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
         unknown_as=unknown_as, cityscapes_train_ids=cityscapes_train_ids, splits=splits, shard_size=shard_size,
         compression=compression, image_codec=image_codec, label_codec=label_codec, workers=workers, backend=backend,
         scheduler=scheduler, on_error=on_error,
-        strict=strict, dry_run=dry_run, force=force, quiet=quiet, max_pixels=max_pixels,
+        strict=strict, dry_run=dry_run, force=force, rehash=rehash, quiet=quiet, max_pixels=max_pixels,
         storage_options=parse_storage_options(storage_option),
     )
     summary = run(cfg)

@@ -115,6 +115,7 @@ class ConvertConfig:
     strict: bool = False
     dry_run: bool = False
     force: bool = False
+    rehash: bool = False
     quiet: bool = False
     max_pixels: int = DEFAULT_MAX_PIXELS
 

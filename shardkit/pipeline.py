@@ -201,7 +201,7 @@ def _plan(
                               fix="check the path and its permissions") from None
         remove_temps(directory)
         session.prepare_split(directory)
-        old_cache = {} if cfg.force else load_cache(directory)
+        old_cache = {} if cfg.force or cfg.rehash else load_cache(directory)
         fingerprints, caches[split] = session.fingerprints(pairs, digest, old_cache,
                                                            threads=2 * cfg.effective_workers(),
                                                            on_error=cfg.on_error)
@@ -209,7 +209,7 @@ def _plan(
                              session.header_size)
         for task in planned:
             if not cfg.force:
-                record = session.reuse(directory, task.key, fmt.file_names(task.stem, spec))
+                record = session.reuse(directory, task.key, fmt.file_names(task.stem, spec), rehash=cfg.rehash)
                 if record is not None:
                     reused[(split, task.key)] = record
                     log.info("%s shard %s reused", split, task.index, extra={
@@ -224,6 +224,7 @@ def publish_files(result: ShardResult) -> ShardRecord:
     record = ShardRecord(result.key, tuple(f.info() for f in result.files), tuple(result.samples),
                          result.stats, tuple(result.skipped))
     if result.files:
+        record = record.with_stats(result.directory)  # after the rename, which may change ctime
         record.save(result.directory)
     return record
 

@@ -1,16 +1,21 @@
 """Per-shard records kept beside the shards: what lets a killed or repeated run reuse finished work.
 
 When a shard is renamed into place the parent writes ``.shard-<key>.json`` (atomically):
-its files with sizes and sha256, its sample records and statistics. A later run whose plan
-contains the same shard key re-hashes the files and, if they match, reuses the shard
-without decoding anything. Records are plain JSON — never pickle.
+its files with sizes, sha256 and the ``(size, mtime_ns, ctime_ns, inode)`` each had once
+published, its sample records and statistics. A later run whose plan contains the same shard
+key reuses the shard without decoding anything, and — when every file's four stat values still
+match — without reading a byte of it: any write through the file system moves ``ctime`` (which
+no user call can set back), a replaced file has a new inode. What a stat cannot see (bit rot,
+writes to the raw device, a clock set back) is what ``--rehash`` and ``shardkit verify`` are
+for: they hash every file against its recorded sha256. Records are plain JSON — never pickle.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,26 +25,45 @@ from .publish import atomic_write_bytes, link_into_place
 
 log = logging.getLogger(__name__)
 RECORD_PREFIX = ".shard-"
+#: (size, mtime_ns, ctime_ns, inode) of a published shard file.
+FileStat = tuple[int, int, int, int]
+
+
+def file_stat(path: Path) -> FileStat:
+    """The four values that change whenever a file's content can have changed through the file system."""
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
 
 
 @dataclass(frozen=True)
 class ShardRecord:
-    """A finished, published shard."""
+    """A finished, published shard; ``stats_on_disk[i]`` is ``file_stat`` of ``files[i]`` (``None``: unknown)."""
 
     key: str
     files: tuple[ShardFile, ...]
     samples: tuple[dict[str, Any], ...]
     stats: dict[str, Any]
     skipped: tuple[dict[str, str], ...]
+    stats_on_disk: tuple[FileStat | None, ...] = field(default=(), compare=False)  # this copy's, not the shard's
 
     @staticmethod
     def path(directory: Path, key: str) -> Path:
         return directory / f"{RECORD_PREFIX}{key}.json"
 
     def save(self, directory: Path) -> None:
-        data = {"key": self.key, "files": [f.__dict__ for f in self.files], "samples": list(self.samples),
+        files = [{**f.__dict__, **({"stat": list(s)} if s is not None else {})}
+                 for f, s in zip(self.files, self._padded_stats(), strict=True)]
+        data = {"key": self.key, "files": files, "samples": list(self.samples),
                 "stats": self.stats, "skipped": list(self.skipped)}
         atomic_write_bytes(self.path(directory, self.key), json.dumps(data, sort_keys=True).encode())
+
+    def _padded_stats(self) -> tuple[FileStat | None, ...]:
+        return self.stats_on_disk if len(self.stats_on_disk) == len(self.files) else (None,) * len(self.files)
+
+    def with_stats(self, directory: Path) -> ShardRecord:
+        """This record with the current stat of each of its files (taken right after they were verified)."""
+        stats = tuple(file_stat(directory / f.name) for f in self.files)
+        return ShardRecord(self.key, self.files, self.samples, self.stats, self.skipped, stats)
 
     @classmethod
     def load(cls, directory: Path, key: str) -> ShardRecord | None:
@@ -52,34 +76,85 @@ class ShardRecord:
                 samples=tuple(d["samples"]),
                 stats=dict(d["stats"]),
                 skipped=tuple(d["skipped"]),
+                stats_on_disk=tuple(_stat_of(f) for f in d["files"]),
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
 
-def reuse(directory: Path, key: str, wanted_names: tuple[str, ...]) -> ShardRecord | None:
-    """The record of shard ``key`` if its files are intact (size and sha256), linked to ``wanted_names``.
+def content_digest(path: Path) -> str:
+    """sha256 of a split folder's file as two conversions of the same input must agree on it.
 
-    A shard whose position moved (its stem's index changed) is hard-linked (or copied) to
-    its new names, leaving the old names — possibly still named by the current manifest — intact.
+    Shard records are compared without each file's recorded stat (its inode and ctime belong to this
+    copy of the file, not to what was converted); every other file byte for byte.
     """
-    record = ShardRecord.load(directory, key)
-    if record is None or len(record.files) != len(wanted_names) or record.key != key:
-        return None
-    for f in record.files:
+    data = Path(path).read_bytes()
+    if Path(path).name.startswith(RECORD_PREFIX):
+        try:
+            record = json.loads(data)
+            for f in record.get("files", []):
+                f.pop("stat", None)
+            data = json.dumps(record, sort_keys=True).encode()
+        except (ValueError, AttributeError, TypeError):
+            pass  # not a record after all: compared as bytes
+    return hashlib.sha256(data).hexdigest()
+
+
+def _stat_of(entry: dict[str, Any]) -> FileStat | None:
+    """The recorded stat of one file entry; ``None`` when absent or malformed (records of older versions)."""
+    s = entry.get("stat")
+    if isinstance(s, list) and len(s) == 4 and all(isinstance(v, int) and not isinstance(v, bool) for v in s):
+        return s[0], s[1], s[2], s[3]
+    return None
+
+
+def _intact(directory: Path, record: ShardRecord, rehash: bool) -> tuple[FileStat, ...] | None:
+    """Each file's stat if every file is intact, else ``None``.
+
+    A file whose stat equals the recorded one is trusted unread unless ``rehash``; any other is hashed.
+    The stat is taken before hashing, so a write during the hash leaves a stat that the next run re-checks.
+    """
+    now: list[FileStat] = []
+    for f, recorded in zip(record.files, record._padded_stats(), strict=True):
         p = directory / f.name
         try:
-            if p.stat().st_size != f.bytes or sha256_file(p) != f.sha256:
+            st = file_stat(p)
+            if st[0] != f.bytes:
+                log.info("shard file %s changed size on disk; rewriting its shard", p)
+                return None
+            if (rehash or st != recorded) and sha256_file(p) != f.sha256:
                 log.info("shard file %s changed on disk; rewriting its shard", p)
                 return None
         except OSError:
             return None
+        now.append(st)
+    return tuple(now)
+
+
+def reuse(directory: Path, key: str, wanted_names: tuple[str, ...], *, rehash: bool = False) -> ShardRecord | None:
+    """The record of shard ``key`` if its files are intact, linked to ``wanted_names``.
+
+    Intact means: each file's recorded ``(size, mtime_ns, ctime_ns, inode)`` is unchanged (nothing
+    read), or — with ``rehash``, for a record without stats, or when a stat changed (a copy, a
+    restore from backup) — its size and sha256 match; the record then gets the new stats, so the
+    next run reads nothing again. A shard whose position moved (its stem's index changed) is
+    hard-linked (or copied) to its new names, leaving the old names — possibly still named by the
+    current manifest — intact.
+    """
+    record = ShardRecord.load(directory, key)
+    if record is None or len(record.files) != len(wanted_names) or record.key != key:
+        return None
+    now = _intact(directory, record, rehash)
+    if now is None:
+        return None
     files = []
     for f, name in zip(record.files, wanted_names, strict=True):
         if f.name != name:
             link_into_place(directory, f.name, name)
         files.append(ShardFile(name, f.bytes, f.sha256))
-    moved = ShardRecord(key, tuple(files), record.samples, record.stats, record.skipped)
-    if moved != record:
+    moved = ShardRecord(key, tuple(files), record.samples, record.stats, record.skipped, now)
+    if moved.files != record.files:  # a hard link changes the inode's ctime: record the new names' stats
+        moved = moved.with_stats(directory)
+    if moved != record or moved.stats_on_disk != record.stats_on_disk:
         moved.save(directory)
     return moved

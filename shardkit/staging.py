@@ -282,10 +282,13 @@ class StorageSession:
         if self.sink is not None:
             self.sink.prepare_split(directory)
 
-    def reuse(self, directory: Path, key: str, wanted_names: tuple[str, ...]) -> ShardRecord | None:
+    def reuse(self, directory: Path, key: str, wanted_names: tuple[str, ...], *,
+              rehash: bool = False) -> ShardRecord | None:
+        """A reusable shard's record. ``rehash`` (local outputs): hash every file instead of trusting its stat;
+        on object storage sizes are compared and ``shardkit verify URL`` hashes (it would download every shard)."""
         if self.sink is not None:
             return self.sink.reuse(directory, key, wanted_names)
-        return reuse(directory, key, wanted_names)
+        return reuse(directory, key, wanted_names, rehash=rehash)
 
     def shard_published(self, directory: Path, record: ShardRecord) -> None:
         if self.sink is not None:

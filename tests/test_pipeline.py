@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import hashlib
 import logging
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import shardkit
 from shardkit.config import ConvertConfig, ShardSize
 from shardkit.errors import DecodeError, LabelError, OutputError
 from shardkit.pipeline import convert
+from shardkit.records import content_digest
 
 CROP = (352, 480)
 
@@ -29,7 +29,7 @@ def camvid_expected(root: Path, key: str, label_rel: str) -> tuple[np.ndarray, n
 
 
 def file_digests(directory: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir()) if p.is_file()}
+    return {p.name: content_digest(p) for p in sorted(directory.iterdir()) if p.is_file()}
 
 
 @pytest.fixture(scope="module", params=["npy", "lmdb"])

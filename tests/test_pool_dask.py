@@ -6,7 +6,6 @@ worker processes, and a scheduler + workers started as separate ``dask`` process
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
@@ -30,6 +29,7 @@ from shardkit.config import ConvertConfig, ShardSize
 from shardkit.errors import DecodeError, WorkerError
 from shardkit.pipeline import convert
 from shardkit.publish import TMP_MARK
+from shardkit.records import content_digest
 
 SIZE = (352, 480)
 SHARD = 5
@@ -71,9 +71,10 @@ def config(root: Path, out: Path, **kw: Any) -> ConvertConfig:
 
 
 def split_digests(out: Path) -> dict[str, str]:
-    """sha256 of every file of the split: shards, manifest, per-shard records, fingerprint cache."""
+    """sha256 of every file of the split: shards, manifest, per-shard records (without their files' stats),
+    fingerprint cache."""
     files = sorted(p for p in (out / SPLIT).iterdir() if p.is_file())
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+    return {p.name: content_digest(p) for p in files}
 
 
 def assert_same_as_local(out: Path, local: Path) -> None:

@@ -337,6 +337,14 @@ class ShardReader(ABC):
     def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Local sample ``i`` → (image (H, W, 3) uint8, stored label)."""
 
+    def fixed_arrays(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(images (n, H, W, 3), stored labels (n, …)) as plain arrays over the files, opened in this process.
+
+        Only formats that store fixed-size samples uncompressed in memory-mappable arrays return them
+        (``None`` otherwise): a batch is then gathered with one row copy per sample, with no per-shard set-up.
+        """
+        return None
+
     def read_batch_into(self, local_indices: Sequence[int] | np.ndarray, out_images: np.ndarray,
                         out_labels: np.ndarray) -> None:
         """Read samples ``local_indices`` into ``out_images[k]``/``out_labels[k]`` (fixed-size data).

@@ -122,9 +122,11 @@ class NpyReader(ShardReader):
     _images: np.ndarray | None = None
     _labels: np.ndarray | None = None
     _offsets: np.ndarray | None = None
+    _plain: tuple[np.ndarray, np.ndarray] | None = None
+    _plain_pid: int | None = None
 
     def _handle_attrs(self) -> tuple[str, ...]:
-        return ("_images", "_labels", "_offsets", "_shapes")
+        return ("_images", "_labels", "_offsets", "_shapes", "_plain", "_plain_pid")
 
     def _open(self) -> None:
         names = [f.name for f in self.shard.files]
@@ -178,6 +180,18 @@ class NpyReader(ShardReader):
         a0, b0 = self._offsets[i]
         a1, b1 = self._offsets[i + 1]
         return (self._images[a0:a1].reshape(h, w, 3), self._labels[b0:b1].reshape(self.spec.label_shape((h, w))))
+
+    def fixed_arrays(self) -> tuple[np.ndarray, np.ndarray] | None:
+        if self.spec.size is None:
+            return None
+        self.ensure_open()
+        if self._plain_pid != self._pid:  # plain ndarray views: indexing a np.memmap runs Python code per view
+            images, labels = np.asarray(self._images), np.asarray(self._labels)
+            fits = (images.dtype == np.uint8 and labels.dtype == self.spec.stored_label_dtype
+                    and labels.shape == (len(self), *self.spec.label_shape(self.spec.size)))
+            self._plain = (images, labels) if fits else None  # else read_batch_into copies (and reports) it
+            self._plain_pid = self._pid
+        return self._plain
 
     def read_batch_into(self, local_indices: Sequence[int] | np.ndarray, out_images: np.ndarray,
                         out_labels: np.ndarray) -> None:
