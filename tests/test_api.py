@@ -33,12 +33,17 @@ def test_open_refuses_an_unknown_option(tmp_path) -> None:  # type: ignore[no-un
         shardkit.open(tmp_path, label="ids")  # type: ignore[call-arg]
 
 
-def test_reading_imports_no_image_decoder(tmp_path: Path) -> None:
-    """The numpy core reader (open, index, batch) loads neither OpenCV nor PIL nor libspng."""
-    golden = Path(__file__).resolve().parents[1] / "formats" / "golden" / "npy-fixed" / "train"
-    code = ("import sys, shardkit; ds = shardkit.open(sys.argv[1]); ds[0]; ds.batch([0, 1]); "
+@pytest.mark.parametrize(("variant", "labels"), [("npy-fixed", "ids"), ("npy-variable", "onehot"),
+                                               ("lmdb", "ids"), ("lmdb", "float_onehot")])
+def test_reading_imports_no_image_decoder(variant: str, labels: str) -> None:
+    """The numpy core reader (open, index, batch) loads neither OpenCV nor PIL nor libspng, whatever the stored
+    label encoding (index, packed, one-hot) and the label output."""
+    golden = Path(__file__).resolve().parents[1] / "formats" / "golden" / variant / "train"
+    code = ("import sys, shardkit; ds = shardkit.open(sys.argv[1], labels=sys.argv[2]); ds[0]; "
+            "ds.batch([0]) if ds.spec.size else None; "
             "print(' '.join(m for m in ('cv2', 'PIL', 'pyspng') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code, str(golden)], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code, str(golden), labels], capture_output=True, text=True,
+                         check=True)
     assert out.stdout.split() == [], f"the reader imported {out.stdout.strip()}"
 
 
