@@ -138,13 +138,13 @@ def _iterate(
             from joblib.executor import get_memmapping_executor
 
             with _children_ignore_sigint():
-                executor = get_memmapping_executor(1)
+                executor = get_memmapping_executor(1, max_nbytes=None)
                 first = executor.submit(convert_shard_in_worker, tasks[0], ctx, parent, ref, 0)
             yield first.result()
             for slot, task in enumerate(tasks[1:], 1):
                 yield executor.submit(convert_shard_in_worker, task, ctx, parent, ref, slot).result()
             return
-        parallel = Parallel(n_jobs=n_jobs, backend="loky", return_as="generator_unordered",
+        parallel = Parallel(n_jobs=n_jobs, backend="loky", return_as="generator_unordered", max_nbytes=None,
                             pre_dispatch="2*n_jobs")
         with _children_ignore_sigint():  # joblib starts the workers and dispatches the first tasks here
             results = parallel(delayed(convert_shard_in_worker)(t, ctx, parent, ref, slot)
