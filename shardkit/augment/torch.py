@@ -84,25 +84,49 @@ def _grey(img: torch.Tensor) -> torch.Tensor:
     return ((i[:, 0:1] * 9798 + i[:, 1:2] * 19235 + i[:, 2:3] * 3735 + 16384) >> 15).to(torch.float32)
 
 
+# OpenCV's 8-bit RGB2HSV division tables (hsv_shift 12): round(255 * 4096 / v), round(180 * 4096 / (6 * d))
+_SDIV = np.concatenate([[0], np.rint((255 << 12) / np.arange(1.0, 256))]).astype(np.int32)
+_HDIV = np.concatenate([[0], np.rint((180 << 12) / (6.0 * np.arange(1.0, 256)))]).astype(np.int32)
+
+
+# float32 constants as OpenCV's vector HSV2RGB uses them (Python floats holding exactly the float32 values)
+_SIX_180 = float(np.float32(6.0 / 180))
+_INV_255 = float(np.float32(1.0 / 255))
+_INV_6 = float(np.float32(1.0 / 6))
+
+
+def _one_minus(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``1 - a * b`` rounded once to float32, as the fused multiply-add OpenCV's vector code compiles to."""
+    return (1.0 - a.to(torch.float64) * b.to(torch.float64)).to(torch.float32)
+
+
 def _hue(img: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
-    """Rotate hue by ``shift`` (fraction of the circle, per sample) through a float HSV round trip; uint8."""
-    x = img.to(torch.float32) / 255.0
+    """Rotate hue by ``shift`` (per sample, OpenCV's 8-bit hue units: 180 = the full circle) as the CPU path:
+    OpenCV 5's 8-bit ``RGB2HSV`` in integers (bit-exact), the hue shifted modulo 180, then ``HSV2RGB`` as its
+    vector path computes it (float32 sectors, truncated); (B, 3, H, W) uint8. The same rule as the TF path."""
+    x = img.to(torch.int32)
     r, g, b = x[:, 0], x[:, 1], x[:, 2]
-    mx, _ = x.max(1)
-    mn, _ = x.min(1)
-    d = mx - mn
-    safe = torch.where(d > 0, d, torch.ones_like(d))
-    h = torch.where(mx == r, (g - b) / safe, torch.where(mx == g, 2.0 + (b - r) / safe, 4.0 + (r - g) / safe))
-    h = torch.where(d > 0, h, torch.zeros_like(h)) / 6.0
-    # OpenCV stores 8-bit hue as round(h * 180); the CPU path shifts that integer: do the same
-    h8 = torch.remainder(torch.round(h * 180.0) + torch.round(shift * 180.0).view(-1, 1, 1), 180.0)
-    hh = h8 / 30.0  # sector 0..6
-    s = torch.where(mx > 0, d / torch.where(mx > 0, mx, torch.ones_like(mx)), torch.zeros_like(mx))
-    v = mx
-    k = lambda n: torch.remainder(n + hh, 6.0)  # noqa: E731
-    f = lambda n: v - v * s * torch.clamp(torch.minimum(k(n), 4.0 - k(n)), 0.0, 1.0)  # noqa: E731
-    out = torch.stack([f(5.0), f(3.0), f(1.0)], 1)
-    return torch.clamp(torch.round(out * 255.0), 0, 255).to(torch.uint8)
+    v = torch.maximum(torch.maximum(r, g), b)
+    diff = v - torch.minimum(torch.minimum(r, g), b)
+    sdiv = torch.from_numpy(_SDIV).to(img.device)
+    hdiv = torch.from_numpy(_HDIV).to(img.device)
+    s = (diff * sdiv[v.long()] + 2048) >> 12
+    h = torch.where(v == r, g - b, torch.where(v == g, b - r + 2 * diff, r - g + 4 * diff))
+    h = (h * hdiv[diff.long()] + 2048) >> 12  # arithmetic shift, as OpenCV's
+    h = torch.where(h < 0, h + 180, h)
+    h = torch.remainder(h + shift.to(torch.int32).view(-1, 1, 1), 180)
+    hf = h.to(torch.float32) * _SIX_180
+    sf = s.to(torch.float32) * _INV_255
+    vf = v.to(torch.float32) * _INV_255
+    sector = torch.floor(hf)
+    f = hf - sector
+    sector = sector - torch.floor(sector * _INV_6) * 6.0
+    t0, t1, t2, t3 = vf, vf * (1.0 - sf), vf * _one_minus(sf, f), vf * _one_minus(sf, 1.0 - f)
+    rr = torch.where(sector < 1, t0, torch.where(sector < 2, t2, torch.where(sector < 4, t1,
+                                                                          torch.where(sector < 5, t3, t0))))
+    gg = torch.where(sector < 1, t3, torch.where(sector < 3, t0, torch.where(sector < 4, t2, t1)))
+    bb = torch.where(sector < 2, t1, torch.where(sector < 3, t3, torch.where(sector < 5, t0, t2)))
+    return torch.clamp(torch.floor(torch.stack([rr, gg, bb], 1) * 255.0), 0.0, 255.0).to(torch.uint8)
 
 
 class TorchNormalize:
@@ -196,7 +220,7 @@ def apply_batch(aug: Compose, images: torch.Tensor, labels: torch.Tensor, indice
         grey = _grey(img)
         img = torch.clamp(grey + (img.to(torch.float32) - grey) * sat + 0.5, 0, 255).to(torch.uint8)
     if any(p.hue != 0.0 for p in params):
-        shift = torch.tensor([p.hue for p in params], dtype=torch.float32, device=dev)
+        shift = torch.tensor([round(p.hue * 180) for p in params], dtype=torch.int32, device=dev)  # as the CPU path
         img = _hue(img, shift)
     holes = hole_mask(params, hw, dev)
     if holes is not None:
