@@ -303,6 +303,16 @@ class Hdf5Reader(ShardReader):
         return True
 
 
+def _chunk_infos(ds: Any) -> list[Any]:
+    """Every stored chunk's info (offset in the dataset, byte offset and size in the file, filter mask)."""
+    infos: list[Any] = []
+    try:
+        ds.id.chunk_iter(infos.append)
+    except (AttributeError, NotImplementedError, RuntimeError):  # HDF5 before 1.12.3 / 1.14
+        infos = [ds.id.get_chunk_info(j) for j in range(ds.id.get_num_chunks())]
+    return infos
+
+
 class _CodedChunks:
     """Where each compressed chunk (one sample) of a version 2 fixed-size dataset lies, and how to decode it.
 
@@ -327,12 +337,7 @@ class _CodedChunks:
             return None
         n = int(ds.shape[0])
         offsets, sizes = np.full(n, -1, np.int64), np.zeros(n, np.int64)
-        infos: list[Any] = []
-        try:
-            ds.id.chunk_iter(infos.append)
-        except (AttributeError, NotImplementedError, RuntimeError):  # HDF5 before 1.12.3 / 1.14
-            infos = [ds.id.get_chunk_info(j) for j in range(ds.id.get_num_chunks())]
-        for info in infos:
+        for info in _chunk_infos(ds):
             first, *rest = info.chunk_offset
             if any(rest) or not 0 <= first < n:
                 continue
@@ -432,12 +437,7 @@ class _ChunkTable:
         chunk_nbytes = rows * int(np.prod(ds.shape[1:], dtype=np.int64)) * dtype.itemsize
         count = -(-int(ds.shape[0]) // rows)
         offsets = np.full(count, -1, np.int64)
-        infos: list[Any] = []
-        try:
-            ds.id.chunk_iter(infos.append)
-        except (AttributeError, NotImplementedError, RuntimeError):  # HDF5 before 1.12.3 / 1.14
-            infos = [ds.id.get_chunk_info(j) for j in range(ds.id.get_num_chunks())]
-        for info in infos:
+        for info in _chunk_infos(ds):
             first, *rest = info.chunk_offset
             if first % rows or any(rest) or first // rows >= count:
                 continue  # not a chunk of the current extent (never written by shardkit)
