@@ -7,6 +7,7 @@ missing, they fail loudly, because CI must exercise them.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,14 @@ def validate_manifest():
         return validate_manifest_file(path / "manifest.json" if path.is_dir() else path)
 
     return check
+
+
+@pytest.fixture(scope="module")
+def tf():
+    """TensorFlow, imported before anything in the module converts a tfrecord split (the ``tfrecord`` package's
+    protobuf classes clash with TensorFlow's: shardkit only imports it in worker processes)."""
+    assert "tfrecord" not in sys.modules, "an earlier test imported the tfrecord package into this process"
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow
+
+    return tensorflow

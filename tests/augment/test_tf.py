@@ -7,7 +7,6 @@ here converts (the ``tfrecord`` package must never share its process).
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -23,15 +22,6 @@ from shardkit.pipeline import convert
 IGNORE = 11
 GEOMETRY = "scale=0.5:2,crop=256x384,hflip,rotate=10"
 SMALL = "scale=0.4:0.8,crop=128x160,hflip,rotate=10"  # whole-dataset passes: a small crop keeps them fast
-
-
-@pytest.fixture(scope="module")
-def tf():
-    assert "tfrecord" not in sys.modules
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow
-
-    return tensorflow
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ import gzip
 import hashlib
 import importlib.util
 import json
-import os
 import pickle
 import struct
 import subprocess
@@ -82,16 +81,6 @@ def camvid_val(root: Path, out: Path, **kw) -> Path:
                         quiet=True, **{"workers": 2, **kw})
     convert(cfg)
     return out / "val"
-
-
-@pytest.fixture(scope="module")
-def tf():
-    """TensorFlow, imported before anything in this module converts a tfrecord split."""
-    assert "tfrecord" not in sys.modules, "an earlier test imported the tfrecord package into this process"
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow
-
-    return tensorflow
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ package must never share its process)."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -16,15 +15,6 @@ from shardkit.config import ConvertConfig, ShardSize
 from shardkit.pipeline import convert
 
 CROP = (352, 480)
-
-
-@pytest.fixture(scope="module")
-def tf():
-    assert "tfrecord" not in sys.modules
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow
-
-    return tensorflow
 
 
 @pytest.fixture(scope="module")
