@@ -87,8 +87,7 @@ def test_uint16_labels_get_the_ignore_index_in_holes(data: tuple) -> None:
 
 
 torch = pytest.importorskip("torch")
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
-                                                                reason="needs a CUDA GPU"))]
+from .devices import DEVICES  # noqa: E402
 
 
 @pytest.mark.parametrize("device", DEVICES)

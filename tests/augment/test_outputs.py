@@ -95,8 +95,7 @@ def test_output_ops_must_end_the_pipeline() -> None:
 
 
 torch = pytest.importorskip("torch")
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
-                                                                reason="needs a CUDA GPU"))]
+from .devices import DEVICES  # noqa: E402
 
 
 @pytest.mark.parametrize("device", DEVICES)

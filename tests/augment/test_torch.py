@@ -22,8 +22,7 @@ from shardkit.read.torch import CudaPrefetcher, make_loader  # noqa: E402
 
 IGNORE = 11
 GEOMETRY = "scale=0.5:2,crop=256x384,hflip,rotate=10"
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
-                                                                reason="needs a CUDA GPU"))]
+from .devices import DEVICES  # noqa: E402
 
 
 @pytest.fixture(scope="module")
