@@ -2,8 +2,8 @@
 
 Workers of the local pool count their samples in a small shared file (one int64 slot per shard
 task, memory-mapped by every process); a thread in the parent polls it and moves the bar. No extra
-process, no pipe traffic per sample, nothing the worker waits for. The in-process path (one
-worker) moves the bar directly. Dask workers may sit on other machines: their bar moves per shard.
+process, no pipe traffic per sample, nothing the worker waits for. A task run in the parent itself
+(one worker) counts in the same slots. Dask workers may sit on other machines: their bar moves per shard.
 """
 
 from __future__ import annotations
@@ -72,10 +72,14 @@ def worker_tick(ref: CounterRef | None, slot: int) -> Callable[[], None] | None:
         slots = _Slots(ref.path, slot + 1, create=False, identity=(ref.device, ref.inode))
     except OSError:  # the parent already finished with it: count nothing
         return None
-    counts = slots.counts
+    return _ticker(slots.counts, slot)
+
+
+def _ticker(counts: np.ndarray, slot: int) -> Callable[[], None]:
+    """Add one to ``counts[slot]``: one writer per slot, so a torn read in the parent only shows an older count."""
 
     def tick() -> None:
-        counts[slot] += 1  # one writer per slot; a torn read only shows an older count
+        counts[slot] += 1
 
     return tick
 
@@ -124,12 +128,7 @@ class SampleCounter:
 
     def tick(self, slot: int) -> Callable[[], None]:
         """For a task run in this process: add one to ``slot``."""
-        counts = self._slots.counts
-
-        def tick() -> None:
-            counts[slot] += 1
-
-        return tick
+        return _ticker(self._slots.counts, slot)
 
     def settle(self, slot: int, final: int) -> None:
         with self._lock:
