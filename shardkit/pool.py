@@ -60,7 +60,7 @@ def run_tasks(
     if backend not in ("local", "dask"):
         raise WorkerError(f"unknown backend {backend!r}", fix="use backend 'local' or 'dask'")
     slot_of = {(t.split, t.index): i for i, t in enumerate(tasks)}
-    with progress_bar(total, quiet) as bar, _counter(len(tasks), bar, backend, quiet) as counter:
+    with progress_bar(total, quiet) as bar, _counter(len(tasks), bar, backend) as counter:
         if backend == "dask":
             stream = _iterate_dask(tasks, ctx, workers, scheduler)
         else:
@@ -75,15 +75,14 @@ def run_tasks(
             if on_result is not None:
                 on_result(result)
             results.append(result)
-    order = {(t.split, t.index): i for i, t in enumerate(tasks)}
-    results.sort(key=lambda r: order[(r.split, r.index)])
+    results.sort(key=lambda r: slot_of[(r.split, r.index)])
     return results
 
 
 @contextlib.contextmanager
-def _counter(n: int, bar: Any, backend: str, quiet: bool) -> Iterator[SampleCounter | None]:
+def _counter(n: int, bar: Any, backend: str) -> Iterator[SampleCounter | None]:
     """The workers' shared per-sample counter, when a bar is shown and the workers are local processes."""
-    if backend != "local" or quiet or bar.disable:
+    if backend != "local" or bar.disable:
         yield None
         return
     try:
