@@ -50,6 +50,18 @@ def read_bytes(path: Path, what: str = "image") -> np.ndarray:
     return data
 
 
+_JPEG_SOI = b"\xff\xd8"  # start of image: every JPEG file begins with it
+
+
+def is_jpeg_file(path: Path) -> bool:
+    """Whether ``path`` holds a JPEG (by its first bytes); False when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(_JPEG_SOI)) == _JPEG_SOI
+    except OSError:
+        return False
+
+
 def _jpeg_truncated(data: np.ndarray) -> bool:
     """True for a JPEG whose last scan has no end-of-image marker after it.
 
@@ -58,7 +70,7 @@ def _jpeg_truncated(data: np.ndarray) -> bool:
     such files to a half-grey picture with only a warning on stderr; this catches them.
     """
     raw = data.tobytes()
-    if not raw.startswith(b"\xff\xd8"):
+    if not raw.startswith(_JPEG_SOI):
         return False
     return raw.rfind(b"\xff\xd9") < raw.rfind(b"\xff\xda")
 

@@ -23,7 +23,7 @@ from .discover import rel_path
 from .errors import LabelError, ShardkitError
 from .formats.base import SampleSpec, WrittenFile
 from .formats.registry import writer_class
-from .imageio import check_pixels, decode_image, regular_stat
+from .imageio import check_pixels, decode_image, is_jpeg_file, regular_stat
 from .labels import LabelDecoder
 from .plan import ShardTask
 from .preprocess import fit_pair, pads
@@ -79,12 +79,7 @@ class ShardResult:
 
 def _lossy_label_hint(exc: LabelError, label: Path | None) -> LabelError:
     """``exc`` as it is, or — for a JPEG label — the reason its ids or colours are wrong and the real fix."""
-    try:
-        with open(label or "", "rb") as f:
-            jpeg = f.read(3) == b"\xff\xd8\xff"
-    except OSError:
-        jpeg = False
-    if not jpeg:
+    if label is None or not is_jpeg_file(label):
         return exc
     return LabelError(f"{exc.problem} — the label is a JPEG: lossy compression changes ids and colours along every "
                       "edge, so labels must be stored losslessly", fix="re-export the labels as PNG from their "
