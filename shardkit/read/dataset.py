@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -98,7 +99,7 @@ class Dataset:
                             for shard in self.manifest.shards]
         self._starts = np.array([s.first_index for s in self.manifest.shards], dtype=np.int64)
         self._local = threading.local()
-        self._sizes: dict[tuple[int, int], int] | None = None
+        self._sizes: Counter[tuple[int, int]] | None = None
         if verify:
             for r in self.readers:
                 r.verify_hashes()
@@ -218,21 +219,17 @@ class Dataset:
         sizes = self.sample_sizes()
         if len(sizes) == 1:
             return next(iter(sizes))
-        common = ", ".join(f"{h}x{w} ({n})" for (h, w), n in sorted(sizes.items(), key=lambda kv: -kv[1])[:3])
+        common = ", ".join(f"{h}x{w} ({n})" for (h, w), n in sizes.most_common(3))
         raise ConfigError(
             f"batching needs samples of one size, but this split's {len(self)} samples have {len(sizes)} sizes "
             f"(e.g. {common})",
             fix="augment with a pipeline that ends in a crop (augment='…,crop=HxW'), read samples one by one with "
             "ds[i], or convert with --size HxW")
 
-    def sample_sizes(self) -> dict[tuple[int, int], int]:
+    def sample_sizes(self) -> Counter[tuple[int, int]]:
         """How many samples of each (H, W) the split holds (from the manifest)."""
         if self._sizes is None:
-            sizes: dict[tuple[int, int], int] = {}
-            for rec in self.manifest.samples:
-                hw = (int(rec["height"]), int(rec["width"]))
-                sizes[hw] = sizes.get(hw, 0) + 1
-            self._sizes = sizes
+            self._sizes = Counter((int(rec["height"]), int(rec["width"])) for rec in self.manifest.samples)
         return self._sizes
 
     def batch_layout(self, batch_size: int) -> tuple[tuple[tuple[int, ...], np.dtype], ...]:
