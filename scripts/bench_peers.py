@@ -24,6 +24,7 @@ Run::
     python scripts/bench_peers.py                       # CamVid train+val × 5 (745 samples), ~5–8 min
     python scripts/bench_peers.py --quick               # smoke run, ~1 min
     python scripts/bench_peers.py --json bench.json     # also write every figure as JSON
+    python scripts/bench_peers.py --write-only          # only the write section (decode bounds, convert, peers)
 
 What is measured (medians of timed passes after one untimed warm-up pass; the writers run interleaved,
 one pass of each per round for ``--write-repeats`` rounds, so that a burst of outside load on a shared
@@ -609,6 +610,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the written datasets")
     ap.add_argument("--json", type=Path, default=None, help="also write every figure to this JSON file")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1× data, 1 repeat, short passes")
+    ap.add_argument("--write-only", action="store_true",
+                    help="only the write section (pure decode, shardkit convert, peer writers): no reads, no memory")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     if args.quick:
@@ -736,6 +739,11 @@ def run(args: argparse.Namespace, work: Path, versions: dict[str, str], notes: l
         if peer in versions:
             write(name, make(pairs, out / folder, 2, shard_size), "peer")
     writes += measure_rounds(jobs, args.write_repeats, notes)
+    if args.write_only:
+        return {"samples": n, "pairs": len(base), "replicate": args.replicate, "repeats": args.write_repeats,
+                "shard_size": shard_size, "batch_size": bs, "machine": machine(), "peers": versions,
+                "command": command, "writes": writes, "reads": reads, "rss": [], "notes": notes,
+                "statistics": "median"}
     # The write rounds leave gigabytes of dirty pages; flush them now, or the kernel's writeback would run
     # (and take CPU and memory bandwidth) during the read measurements below.
     log.info("flushing written data to disk before the reads")

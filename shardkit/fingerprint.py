@@ -16,10 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .discover import SamplePair
 from .errors import ShardkitError
 from .formats.base import sha256_file
-from .imageio import regular_stat
+from .imageio import METADATA_SLACK, regular_stat
 from .publish import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -37,10 +39,52 @@ def file_sha256(path: Path) -> str:
     try:
         return sha256_file(path)
     except PermissionError as exc:
-        from .errors import DecodeError
+        raise _unreadable(path, exc) from None
 
-        raise DecodeError(f"cannot read file ({exc.strerror})", path=path,
-                          fix="check the file's permissions, or --on-error skip") from None
+
+def _unreadable(path: Path, exc: OSError) -> ShardkitError:
+    from .errors import DecodeError
+
+    return DecodeError(f"cannot read file ({exc.strerror})", path=path,
+                       fix="check the file's permissions, or --on-error skip")
+
+
+#: Largest source file :func:`source_digest` keeps in memory for the decoder (bigger ones are hashed in chunks
+#: and read again by the decoder): the size any file passes :func:`shardkit.imageio.check_pixels` with.
+KEEP_LIMIT = METADATA_SLACK
+
+
+def source_digest(path: Path, cache: dict[str, Any], on_error: str, *,
+                  keep: bool = False) -> tuple[list[Any], bool, np.ndarray | None]:
+    """One source file's cache entry ``[size, mtime_ns, ctime_ns, inode, sha256]``, whether it may be cached,
+    and (``keep``) the bytes that were hashed, for the worker to decode without reading the file again.
+
+    A file that is not a regular file (FIFO, broken link, …) is an error, or with ``on_error="skip"``
+    a placeholder digest that is never cached (its worker then skips the sample). A cache entry whose
+    four stat values match is reused without reading the file. Kept bytes are only returned for files
+    up to :data:`KEEP_LIMIT` bytes.
+    """
+    try:
+        key = list(_stat(path))
+    except ShardkitError as exc:
+        if on_error != "skip":
+            raise
+        return [None, None, None, None, hashlib.sha256(f"unreadable: {exc}".encode()).hexdigest()], False, None
+    hit = cache.get(str(path))
+    if isinstance(hit, list) and len(hit) == 5 and hit[:4] == key:  # older 3-field caches: re-hash
+        return hit, True, None
+    if not keep or key[0] > KEEP_LIMIT:
+        return [*key, file_sha256(path)], True, None
+    try:
+        with open(path, "rb", buffering=0) as fh:
+            data = fh.read(key[0] + 1)  # one read of the size stat said; more means it grew meanwhile
+            if len(data) > key[0]:
+                data += fh.readall()
+    except PermissionError as exc:
+        raise _unreadable(path, exc) from None
+    if len(data) > KEEP_LIMIT:
+        return [*key, file_sha256(path)], True, None
+    return [*key, hashlib.sha256(data).hexdigest()], True, np.frombuffer(data, dtype=np.uint8)
 
 
 def load_cache(directory: Path) -> dict[str, Any]:
@@ -65,21 +109,14 @@ def fingerprint_samples(
     placeholder digest instead of an error and no cache entry; its worker then skips the sample.
     """
     paths = sorted({p for pair in pairs for p in (pair.image, pair.label) if p is not None})
-    fresh: dict[str, Any] = {}
-    unreadable: dict[str, Any] = {}
+    fresh: dict[str, Any] = {}  # readable files only: a placeholder digest is never cached
+    known: dict[str, Any] = {}
 
     def digest(path: Path) -> tuple[str, list[Any]]:
-        try:
-            key = list(_stat(path))
-        except ShardkitError as exc:
-            if on_error != "skip":
-                raise
-            unreadable[str(path)] = [None, None, None, None, hashlib.sha256(f"unreadable: {exc}".encode()).hexdigest()]
-            return str(path), unreadable[str(path)]
-        hit = cache.get(str(path))
-        if isinstance(hit, list) and len(hit) == 5 and hit[:4] == key:  # older 3-field caches: re-hash
-            return str(path), hit
-        return str(path), [*key, file_sha256(path)]
+        entry, cacheable, _ = source_digest(path, cache, on_error)
+        if cacheable:
+            fresh[str(path)] = entry
+        return str(path), entry
 
     def digest_all(part: Sequence[Path]) -> list[tuple[str, list[Any]]]:
         return [digest(p) for p in part]
@@ -90,10 +127,7 @@ def fingerprint_samples(
     parts = [paths[i * len(paths) // n : (i + 1) * len(paths) // n] for i in range(n)]
     with ThreadPoolExecutor(max_workers=n) as pool:
         for part in pool.map(digest_all, parts):
-            fresh.update(part)
-    known = {**fresh, **unreadable}
-    for key in unreadable:
-        fresh.pop(key, None)
+            known.update(part)
     return combine_fingerprints(pairs, options_digest, lambda p: str(known[str(p)][-1])), fresh
 
 

@@ -50,6 +50,21 @@ def read_bytes(path: Path, what: str = "image") -> np.ndarray:
     return data
 
 
+def file_bytes(path: Path, what: str, data: np.ndarray | None) -> np.ndarray:
+    """``data`` (the file's bytes, already read by the caller) checked like :func:`read_bytes`, else a read."""
+    if data is None:
+        return read_bytes(path, what)
+    if data.size == 0:
+        raise DecodeError(f"cannot decode {what}: the file is empty (0 bytes)", path=path, fix=_FIX_CORRUPT)
+    return data
+
+
+def _as_bytes(data: np.ndarray) -> bytes:
+    """The bytes of ``data``, without a copy when it is a view of a whole ``bytes`` object (libspng wants bytes)."""
+    base = data.base
+    return base if isinstance(base, bytes) and len(base) == data.nbytes else data.tobytes()
+
+
 _JPEG_SOI = b"\xff\xd8"  # start of image: every JPEG file begins with it
 
 
@@ -114,7 +129,7 @@ def _decode_png_rgb(data: np.ndarray) -> np.ndarray | None:
     if _spng is None or data[:8].tobytes() != _PNG_SIGNATURE:
         return None
     try:
-        return _spng.load(data.tobytes())
+        return _spng.load(_as_bytes(data))
     except Exception:  # any libspng failure: let OpenCV decide and word the error
         return None
 
@@ -138,15 +153,16 @@ def _png_plain_8bit(data: np.ndarray) -> bool:
     return depth == 8 and colour_type in (0, 2)
 
 
-def decode_label_pixels(path: Path) -> np.ndarray:
+def decode_label_pixels(path: Path, data: np.ndarray | None = None) -> np.ndarray:
     """A label file's pixels exactly as ``cv2.imdecode(…, IMREAD_UNCHANGED)`` gives them (BGR order).
 
     8-bit gray and RGB PNGs (the usual id maps and colour masks) are decoded with libspng,
     ~1.3-1.6x faster to the same pixels (tested on the real datasets); anything else
-    (palette, 16-bit, transparency, other formats) goes through OpenCV.
+    (palette, 16-bit, transparency, other formats) goes through OpenCV. ``data``: the file's bytes, when
+    the caller has read them already.
     """
     path = Path(path)
-    data = read_bytes(path, "label")
+    data = file_bytes(path, "label", data)
     if _png_plain_8bit(data):
         arr = _decode_png_rgb(data)  # None when libspng is missing or refuses: OpenCV decides below
         if arr is not None and arr.dtype == np.uint8:
@@ -156,16 +172,17 @@ def decode_label_pixels(path: Path) -> np.ndarray:
     return decode_raw(path, "label", data)
 
 
-def decode_image(path: Path) -> np.ndarray:
+def decode_image(path: Path, data: np.ndarray | None = None) -> np.ndarray:
     """Decode an image to ``(H, W, 3)`` uint8 RGB.
 
     Grayscale is repeated to three channels; an alpha channel is dropped (segmentation
     images are opaque pictures; the alpha is not blended against anything); 16-bit
     images are reduced to 8-bit by ``>> 8`` (the high byte, i.e. floor(v / 256)).
-    Floating-point images are refused: their value range is unknown.
+    Floating-point images are refused: their value range is unknown. ``data``: the file's bytes, when the
+    caller has read them already.
     """
     global _warned_16bit
-    data = read_bytes(Path(path), "image")
+    data = file_bytes(Path(path), "image", data)
     rgb = _decode_png_rgb(data)
     arr = rgb if rgb is not None else decode_raw(Path(path), "image", data)
     if arr.dtype == np.uint16:
@@ -240,17 +257,18 @@ def _check_file_size(path: Path, size: int, max_pixels: int, hw: tuple[int, int]
                           path=path, fix="re-export the file, or --on-error skip")
 
 
-def check_pixels(path: Path, max_pixels: int, what: str = "image") -> None:
+def check_pixels(path: Path, max_pixels: int, what: str = "image", data: np.ndarray | None = None) -> None:
     """Refuse a file whose header declares more than ``max_pixels`` pixels, before anything is decoded.
 
     PNG: width and height from the IHDR chunk; anything else: PIL, which reads only the header.
-    A header neither can read is left to the decoder (which reports it as corrupt).
+    A header neither can read is left to the decoder (which reports it as corrupt). ``data``: the
+    file's bytes, when the caller has read them already (then the file is not opened again).
     """
     path = Path(path)
     hw: tuple[int, int] | None = None
     try:
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
+        with open(path, "rb") if data is None else io.BytesIO(_as_bytes(data)) as fh:
+            size = os.fstat(fh.fileno()).st_size if data is None else data.size
             _check_file_size(path, size, max_pixels, None, what)
             head = fh.read(24)
             if head[:8] == _PNG_SIGNATURE and head[12:16] == b"IHDR":
@@ -313,13 +331,13 @@ def read_image_size(path: Path) -> tuple[int, int]:
         raise DecodeError(f"cannot read image header: {exc}", path=path, fix=_FIX_CORRUPT) from None
 
 
-def decode_palette_label(path: Path) -> tuple[str, np.ndarray]:
+def decode_palette_label(path: Path, data: np.ndarray | None = None) -> tuple[str, np.ndarray]:
     """A label file's PIL mode and pixels as stored: palette PNGs give their indices (OpenCV would expand colours)."""
-    data = read_bytes(path, "label")
+    data = file_bytes(path, "label", data)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data.tobytes())) as im:
+            with Image.open(io.BytesIO(_as_bytes(data))) as im:
                 im.load()
                 return im.mode, np.array(im)
     except (

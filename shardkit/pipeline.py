@@ -8,7 +8,6 @@ written after them, atomically.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from .formats.base import SampleSpec
 from .formats.registry import all_formats, get
 from .labels import ClassTable, LabelDecoder, build_class_table
 from .manifest import Manifest, ShardInfo
-from .plan import ShardTask, plan_split
+from .plan import ShardTask, plan_split, settings_text
 from .pool import run_tasks
 from .preprocess import fixed_size
 from .publish import collect_garbage, dump_manifest, remove_temps, rename_into_place
@@ -123,16 +122,17 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
     settings = {"format": cfg.format, "format_version": fmt.version_for(cfg.compression, cfg.codecs),
                 "sample": spec.to_manifest(),
                 "classes": table.to_json(), "preprocessing": options, "on_error": cfg.on_error}
-    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+    digest = hashlib.sha256(settings_text(settings).encode()).hexdigest()
     ctx = WorkerContext(cfg.format, spec, decoder, found.root.resolve(), cfg.size, cfg.resize, cfg.crop,
                         cfg.compression, cfg.on_error, sync_files=cfg.backend == "dask",
-                        max_pixels=cfg.max_pixels, codecs=cfg.codecs, source=session.source)
+                        max_pixels=cfg.max_pixels, codecs=cfg.codecs, source=session.source,
+                        settings=settings_text(settings))
     log.info("convert %s → %s as %s", session.input_name, session.output_name, cfg.format,
              extra={"event": "start", "input": session.input_name, "output": session.output_name,
                     "format": cfg.format, "workers": cfg.effective_workers(), "backend": cfg.backend})
     with session.lock():
         tasks, reused, caches = _plan(cfg, found, spec, settings, digest, session)
-        todo = [t for t in tasks if (t.split, t.key) not in reused]
+        todo = [t for t in tasks if (t.split, t.index) not in reused]
         log.info("%d shards planned, %d reused, %d to write, %d workers", len(tasks), len(reused), len(todo),
                  min(cfg.effective_workers(), max(len(todo), 1)))
 
@@ -143,7 +143,8 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
             padded += result.padded
             record = publish_files(result)
             session.shard_published(result.directory, record)
-            reused[(result.split, result.key)] = record
+            reused[(result.split, result.index)] = record
+            caches[result.split].update(result.sources)  # fingerprints computed by the worker
             log.info("%s shard %s: %d samples", result.split, result.index, len(record.samples),
                       extra={"event": "shard_done", "split": result.split, "shard": result.index,
                              "samples": len(record.samples), "bytes": sum(f.bytes for f in record.files),
@@ -164,7 +165,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
             log.warning("%d samples were smaller than --size and their labels were padded with class 0, which "
                         "losses will count as real pixels: pass --ignore-index ID to pad with an ignore id", padded)
         for split, pairs in found.splits.items():
-            records = [reused[(t.split, t.key)] for t in tasks if t.split == split]
+            records = [reused[(t.split, t.index)] for t in tasks if t.split == split]
             path = publish_split(cfg, split, pairs, records, found, table, spec, recorded, fmt,
                                  source_root=session.input_name)
             save_cache(cfg.output / split, caches[split])
@@ -186,10 +187,16 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
 def _plan(
     cfg: ConvertConfig, found: Discovery, spec: SampleSpec, settings: dict[str, Any], digest: str,
     session: StorageSession,
-) -> tuple[list[ShardTask], dict[tuple[str, str], ShardRecord], dict[str, dict[str, Any]]]:
-    """Fingerprint every split's samples, cut shards, and find the shards that can be reused."""
+) -> tuple[list[ShardTask], dict[tuple[str, int], ShardRecord], dict[str, dict[str, Any]]]:
+    """Fingerprint every split's samples, cut shards, and find the shards that can be reused (by split and
+    shard index).
+
+    Where no shard can be reused (``--force``, or a split folder with no shard records: a first conversion)
+    the fingerprints are left to the workers, which hash each source file from the same read that
+    decodes it, in parallel, instead of this process reading and hashing every file first.
+    """
     tasks: list[ShardTask] = []
-    reused: dict[tuple[str, str], ShardRecord] = {}
+    reused: dict[tuple[str, int], ShardRecord] = {}
     caches: dict[str, dict[str, Any]] = {}
     fmt = get(cfg.format)
     for split, pairs in found.splits.items():
@@ -201,21 +208,29 @@ def _plan(
                               fix="check the path and its permissions") from None
         remove_temps(directory)
         session.prepare_split(directory)
-        old_cache = {} if cfg.force or cfg.rehash else load_cache(directory)
-        fingerprints, caches[split] = session.fingerprints(pairs, digest, old_cache,
-                                                           threads=2 * cfg.effective_workers(),
-                                                           on_error=cfg.on_error)
+        fingerprints: list[str] | None = None
+        caches[split] = {}
+        if session.source is not None or (not cfg.force and _has_records(directory)):
+            old_cache = {} if cfg.force or cfg.rehash else load_cache(directory)
+            fingerprints, caches[split] = session.fingerprints(pairs, digest, old_cache,
+                                                               threads=2 * cfg.effective_workers(),
+                                                               on_error=cfg.on_error)
         planned = plan_split(split, directory, pairs, fingerprints, cfg.shard_size, spec, cfg, settings,
                              session.header_size)
         for task in planned:
-            if not cfg.force:
+            if not cfg.force and task.key is not None:
                 record = session.reuse(directory, task.key, fmt.file_names(task.stem, spec), rehash=cfg.rehash)
                 if record is not None:
-                    reused[(split, task.key)] = record
+                    reused[(split, task.index)] = record
                     log.info("%s shard %s reused", split, task.index, extra={
                         "event": "shard_reused", "split": split, "shard": task.index, "samples": len(record.samples)})
         tasks += planned
     return tasks, reused, caches
+
+
+def _has_records(directory: Path) -> bool:
+    """Whether ``directory`` holds any shard record: without one, no shard of it can be reused."""
+    return any(p.name.startswith(RECORD_PREFIX) for p in directory.iterdir())
 
 
 def publish_files(result: ShardResult) -> ShardRecord:

@@ -31,14 +31,22 @@ class ShardTask:
 
     split: str
     index: int
-    key: str  # sha256 hex of everything that determines the shard's content
+    #: sha256 hex of everything that determines the shard's content; None when the worker computes the
+    #: fingerprints (a fresh or forced conversion: nothing to reuse), and with them the key
+    key: str | None
     directory: Path
     samples: tuple[SamplePair, ...]
-    fingerprints: tuple[str, ...]
+    fingerprints: tuple[str, ...] | None
 
     @property
     def stem(self) -> str:
-        return f"{self.index:05d}-{self.key[:12]}"
+        """``NNNNN-<12 hex of the key>``; ``NNNNN-pending`` (temporary names only) while the key is unknown."""
+        return stem(self.index, self.key)
+
+
+def stem(index: int, key: str | None) -> str:
+    """A shard's file name stem: its position and the start of its content key."""
+    return f"{index:05d}-{key[:12] if key is not None else 'pending'}"
 
 
 def _key_hash(key: str) -> int:
@@ -78,9 +86,15 @@ def cut_shards(sizes: Sequence[int], keys: Sequence[str], max_samples: int | Non
     return lengths
 
 
-def shard_key(settings: dict[str, Any], pairs: Sequence[SamplePair], fingerprints: Sequence[str]) -> str:
-    """sha256 of the format settings and the ordered (key, fingerprint) list of a shard."""
-    h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+def settings_text(settings: dict[str, Any]) -> str:
+    """The canonical JSON of a conversion's settings: its sha256 is the options digest of every fingerprint."""
+    return json.dumps(settings, sort_keys=True)
+
+
+def shard_key(settings: dict[str, Any] | str, pairs: Sequence[SamplePair], fingerprints: Sequence[str]) -> str:
+    """sha256 of the format settings (or their :func:`settings_text`) and the ordered (key, fingerprint) list
+    of a shard."""
+    h = hashlib.sha256((settings if isinstance(settings, str) else settings_text(settings)).encode())
     for pair, fp in zip(pairs, fingerprints, strict=True):
         h.update(f"{pair.key}\0{fp}\n".encode())
     return h.hexdigest()
@@ -90,21 +104,28 @@ def plan_split(
     split: str,
     directory: Path,
     pairs: Sequence[SamplePair],
-    fingerprints: Sequence[str],
+    fingerprints: Sequence[str] | None,
     limit: ShardSize,
     spec: SampleSpec,
     cfg: ConvertConfig,
     settings: dict[str, Any],
     header_size: Callable[[Path], tuple[int, int]],
 ) -> list[ShardTask]:
-    """Cut one split's ordered pairs into shard tasks."""
+    """Cut one split's ordered pairs into shard tasks.
+
+    ``fingerprints`` None: the workers compute them (and the shard keys) from the bytes they decode.
+    """
     if spec.size is not None or limit.nbytes is None:
         sizes = [spec.sample_nbytes(spec.size or (1, 1))] * len(pairs)
     else:
         sizes = [spec.sample_nbytes(stored_hw(header_size(p.image), cfg.size, cfg.resize, cfg.crop)) for p in pairs]
     tasks, start = [], 0
     for index, n in enumerate(cut_shards(sizes, [p.key for p in pairs], limit.samples, limit.nbytes)):
-        chunk, fps = tuple(pairs[start : start + n]), tuple(fingerprints[start : start + n])
-        tasks.append(ShardTask(split, index, shard_key(settings, chunk, fps), directory, chunk, fps))
+        chunk = tuple(pairs[start : start + n])
+        if fingerprints is None:
+            tasks.append(ShardTask(split, index, None, directory, chunk, None))
+        else:
+            fps = tuple(fingerprints[start : start + n])
+            tasks.append(ShardTask(split, index, shard_key(settings, chunk, fps), directory, chunk, fps))
         start += n
     return tasks

@@ -6,6 +6,8 @@ sizes, hashes, per-sample records, statistics) travels back to the parent.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import logging
 import os
 import signal
@@ -21,11 +23,12 @@ from .codecs import RAW, ArrayCodecs
 from .config import DEFAULT_MAX_PIXELS
 from .discover import rel_path
 from .errors import LabelError, ShardkitError
+from .fingerprint import combine_fingerprints, source_digest
 from .formats.base import SampleSpec, WrittenFile
 from .formats.registry import writer_class
 from .imageio import check_pixels, decode_image, is_jpeg_file, regular_stat
 from .labels import LabelDecoder
-from .plan import ShardTask
+from .plan import ShardTask, shard_key, stem
 from .preprocess import fit_pair, pads
 from .progress import CounterRef, worker_tick
 from .stats import Stats
@@ -59,6 +62,9 @@ class WorkerContext:
     codecs: ArrayCodecs = RAW
     #: Inputs on object storage: each worker fetches its own shard's files (:class:`shardkit.staging.RemoteSource`).
     source: RemoteSource | None = None
+    #: The conversion's :func:`~shardkit.plan.settings_text`: what a worker hashes into the fingerprints and the
+    #: shard key of a task planned without them (``task.fingerprints is None``)
+    settings: str = ""
 
 
 @dataclass
@@ -75,6 +81,9 @@ class ShardResult:
     skipped: list[dict[str, str]] = field(default_factory=list)
     synced: bool = True  # False: the files still need an fsync before they are published
     padded: int = 0  # samples smaller than --size after resizing, padded (image 0, label the pad id)
+    #: fingerprint cache entries {path: [size, mtime_ns, ctime_ns, inode, sha256]} of the source files this
+    #: worker hashed (tasks planned without fingerprints), for the split's cache
+    sources: dict[str, list[Any]] = field(default_factory=dict)
 
 
 def _lossy_label_hint(exc: LabelError, label: Path | None) -> LabelError:
@@ -86,16 +95,24 @@ def _lossy_label_hint(exc: LabelError, label: Path | None) -> LabelError:
                       "source (converting the JPEG cannot restore the lost values)")
 
 
-def process_sample(pair: Any, ctx: WorkerContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
-    """Decode + fit + encode one pair → (image, stored label, class ids, whether it was padded)."""
-    regular_stat(pair.image, "image")  # before anything opens it: a FIFO would block
-    check_pixels(pair.image, ctx.max_pixels, "image")
+def process_sample(pair: Any, ctx: WorkerContext,
+                   data: dict[Path, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """Decode + fit + encode one pair → (image, stored label, class ids, whether it was padded).
+
+    ``data``: source files already read (and found regular) by :func:`fingerprint_pair`; others are read here.
+    """
+    image_data = data.get(pair.image) if data else None
+    label_data = data.get(pair.label) if data and pair.label is not None else None
+    if image_data is None:
+        regular_stat(pair.image, "image")  # before anything opens it: a FIFO would block
+    check_pixels(pair.image, ctx.max_pixels, "image", image_data)
     if pair.label is not None:
-        regular_stat(pair.label, "label")
-        check_pixels(pair.label, ctx.max_pixels, "label")
-    image = decode_image(pair.image)
+        if label_data is None:
+            regular_stat(pair.label, "label")
+        check_pixels(pair.label, ctx.max_pixels, "label", label_data)
+    image = decode_image(pair.image, image_data)
     try:
-        ids = ctx.decoder.decode(pair.label)
+        ids = ctx.decoder.decode(pair.label, label_data)
     except LabelError as exc:
         raise _lossy_label_hint(exc, pair.label) from None
     pad = ctx.decoder.table.ignore_index if ctx.decoder.table.ignore_index is not None else 0
@@ -103,6 +120,24 @@ def process_sample(pair: Any, ctx: WorkerContext) -> tuple[np.ndarray, np.ndarra
     image, ids = fit_pair(image, ids, size=ctx.size, resize=ctx.resize, crop=ctx.crop, pad_label=pad,
                           label_path=pair.label)
     return image, ctx.spec.encoding.encode(ids, allow_numba=False), ids, padded
+
+
+def fingerprint_pair(pair: Any, ctx: WorkerContext, options_digest: str, sources: dict[str, list[Any]],
+                     data: dict[Path, np.ndarray]) -> str:
+    """The pair's fingerprint, exactly as :func:`shardkit.fingerprint.fingerprint_samples` computes it in the
+    parent, from one read of each file: its bytes go into ``data`` for the decoder (files up to
+    :data:`~shardkit.fingerprint.KEEP_LIMIT`), its cache entry into ``sources``."""
+    digests: dict[Path, str] = {}
+    for path in (pair.image, pair.label):
+        if path is None:
+            continue
+        entry, cacheable, kept = source_digest(path, {}, ctx.on_error, keep=True)
+        digests[path] = str(entry[-1])
+        if cacheable:
+            sources[str(path)] = entry
+        if kept is not None:
+            data[path] = kept
+    return combine_fingerprints([pair], options_digest, digests.__getitem__)[0]
 
 
 def _write(fn: Any, task: ShardTask, *args: Any) -> Any:
@@ -164,8 +199,6 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
     storage, the shard's files are fetched first into a temporary folder (deleted after).
     """
     if ctx.source is not None:
-        import dataclasses
-
         with ctx.source.staged(task) as (local_task, root):
             return convert_shard(local_task, dataclasses.replace(ctx, root=root, source=None), tick)
     try:
@@ -182,10 +215,19 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
     samples: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
     padded = 0
+    fingerprints: list[str] = []
+    sources: dict[str, list[Any]] = {}  # cache entries of the files hashed here (task.fingerprints is None)
+    options_digest = hashlib.sha256(ctx.settings.encode()).hexdigest()
     try:
-        for pair, fingerprint in zip(task.samples, task.fingerprints, strict=True):
+        for i, pair in enumerate(task.samples):
+            data: dict[Path, np.ndarray] = {}
+            if task.fingerprints is None:  # hashed here, from the bytes the decoder then uses
+                fingerprint = fingerprint_pair(pair, ctx, options_digest, sources, data)
+            else:
+                fingerprint = task.fingerprints[i]
+            fingerprints.append(fingerprint)
             try:
-                image, stored, ids, was_padded = process_sample(pair, ctx)
+                image, stored, ids, was_padded = process_sample(pair, ctx, data)
             except ShardkitError as exc:
                 if ctx.on_error != "skip":
                     raise
@@ -211,5 +253,10 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
     except BaseException:
         writer.abort()
         raise
-    return ShardResult(task.split, task.index, task.key, task.directory, files, samples, stats.to_wire(), skipped,
-                       ctx.sync_files, padded)
+    key = task.key
+    if key is None:  # the shard's final names carry the key its fingerprints give
+        key = shard_key(ctx.settings, task.samples, fingerprints)
+        names = writer.file_names(stem(task.index, key), ctx.spec)
+        files = tuple(dataclasses.replace(f, final_name=name) for f, name in zip(files, names, strict=True))
+    return ShardResult(task.split, task.index, key, task.directory, files, samples, stats.to_wire(), skipped,
+                       ctx.sync_files, padded, sources)

@@ -67,3 +67,48 @@ def test_the_cache_round_trips_and_a_damaged_one_is_empty(tmp_path: Path, pairs:
     assert load_cache(tmp_path) == {}
     (tmp_path / CACHE_NAME).write_text("[1, 2]")
     assert load_cache(tmp_path) == {}
+
+
+def _small_camvid(camvid_root: Path, dst: Path, n: int = 6) -> Path:
+    """A SegNet-layout copy of the first ``n`` CamVid val pairs (real files, so stats and inodes are their own)."""
+    import shutil
+
+    for sub in ("val", "valannot"):
+        (dst / sub).mkdir(parents=True)
+        for p in sorted((camvid_root / sub).glob("*.png"))[:n]:
+            shutil.copyfile(p, dst / sub / p.name)
+    return dst
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_fingerprints_hashed_in_workers_equal_the_parents(camvid_root: Path, tmp_path: Path, workers: int,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first conversion hashes sources in the workers (from the bytes they decode); its fingerprints, cache
+    and shard names are those the parent computes, so a run that hashes in the parent reuses every shard."""
+    import shardkit.staging as staging
+    from shardkit.config import ConvertConfig, ShardSize
+    from shardkit.manifest import load_manifest
+    from shardkit.pipeline import convert
+
+    src = _small_camvid(camvid_root, tmp_path / "src")
+    out = tmp_path / "out" / "val"
+    cfg = ConvertConfig(input=src, output=tmp_path / "out", size=(352, 480), layout="segnet", workers=workers,
+                        shard_size=ShardSize(samples=2), quiet=True)
+    in_parent: list[tuple[list[str], dict]] = []
+    real = fp.fingerprint_samples
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        in_parent.append(real(*args, **kwargs))
+        return in_parent[-1]
+
+    monkeypatch.setattr(staging, "fingerprint_samples", spy)
+    first = convert(cfg)
+    assert in_parent == [] and first.shards == 3  # nothing to reuse: the parent hashed nothing
+    from_workers = [s["fingerprint"] for s in load_manifest(out).samples]
+    worker_cache = load_cache(out)
+    assert len(set(from_workers)) == 6 and len(worker_cache) == 12
+    (out / CACHE_NAME).unlink()  # shard records are there: the parent hashes every file itself
+    again = convert(cfg)
+    assert len(in_parent) == 1 and again.reused == again.shards == 3  # same shard keys
+    assert in_parent[0] == (from_workers, worker_cache)
+    assert load_cache(out) == worker_cache

@@ -105,12 +105,13 @@ class LabelDecoder:
 
     # -- entry point
 
-    def decode(self, path: Path) -> np.ndarray:
-        """Read one label file and return its stored class ids; errors name the file and the fix."""
+    def decode(self, path: Path, data: np.ndarray | None = None) -> np.ndarray:
+        """Read one label file (or decode its already-read bytes ``data``) and return its stored class ids;
+        errors name the file and the fix."""
         path = Path(path)
         if self.kind == "palette":
-            return self._decode_palette(path)
-        raw = decode_label_pixels(path)
+            return self._decode_palette(path, data)
+        raw = decode_label_pixels(path, data)
         if self.kind == "colour":
             return self._map_colours(self._colour_keys(raw, path), path)
         ids = self._as_ids(raw, path)
@@ -291,9 +292,9 @@ class LabelDecoder:
 
     # -- palette PNGs
 
-    def _decode_palette(self, path: Path) -> np.ndarray:
+    def _decode_palette(self, path: Path, data: np.ndarray | None = None) -> np.ndarray:
         """Palette-indexed labels via PIL: mode P gives indices directly (OpenCV would expand colours)."""
-        mode, arr = decode_palette_label(path)
+        mode, arr = decode_palette_label(path, data)
         if mode in ("RGB", "RGBA"):
             return self._map_colours(_pack(arr[:, :, :3]), path)
         if mode in ("P", "PA", "L", "LA"):
