@@ -35,6 +35,9 @@ machine hits every writer once rather than one writer every time; the readers ``
   ``ShardWriter`` and MosaicML ``MDSWriter`` (2 processes writing one part each; MDS parts merged
   with ``merge_index``), LitData ``optimize(num_workers=2)``. Peers and shardkit are called
   in-process as libraries; a last row times the ``shardkit convert`` command as a user runs it.
+  Each write row also gives its median CPU milliseconds per sample over its whole process tree (this
+  process, its pool or loky workers): on a shared machine that figure moves far less than samples/s,
+  and its ratio to the 2-process libspng decode says how much work beyond decoding a writer does.
 * read, random order: shardkit's core batched reader (npy, lmdb, hdf5, tfrecord: ``ds.batch`` of
   sorted random index batches into one reused buffer), its torch loader at 0 and 2 workers, and each
   peer's own reader with its own shuffle in a plain loop (per-sample arrays, not stacked into a batch:
@@ -544,12 +547,20 @@ def render(res: dict[str, Any]) -> str:
     if best_w is not None:
         lines.append(f"  best peer writer = {best_w.name}")
     lines.append(rule)
+    cpu = res.get("write_cpu") or {}
+    spng2 = by.get("pure decode, libspng (pyspng) instead of cv2, 2 processes")
     for m in writes:
         parts = []
         procs = 2 if ("2 workers" in m.name or "2 processes" in m.name) else 1
         dec = dec2 if procs == 2 else dec1
         if dec is not None and m is not dec:
             parts.append(f"{_ratio(m.samples_per_s, dec.samples_per_s)} pure decode ({procs}p)")
+        if spng2 is not None and procs == 2 and m.note != "decode":
+            parts.append(f"{_ratio(m.samples_per_s, spng2.samples_per_s)} libspng decode (2p)")
+        if m.name in cpu:
+            parts.append(f"{cpu[m.name]:.2f} CPU ms/sample"
+                         + (f" ({_ratio(cpu[spng2.name], cpu[m.name])} libspng decode by CPU)"
+                            if spng2 is not None and spng2.name in cpu and m is not spng2 else ""))
         if best_w is not None and m.note != "decode" and m is not best_w:
             parts.append(f"{_ratio(m.samples_per_s, best_w.samples_per_s)} best peer writer")
         if "2 workers" in m.name and m.note == "shardkit":
@@ -655,13 +666,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def tree_cpu_seconds() -> float:
+    """CPU seconds (user + system) used so far by this process and every process it started: the children
+    already waited for (``os.times``) plus the live ones (joblib's loky workers persist between runs)."""
+    import psutil
+
+    t = os.times()
+    live = 0.0
+    for p in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            c = p.cpu_times()
+            live += c.user + c.system
+    return t.user + t.system + t.children_user + t.children_system + live
+
+
 def measure_rounds(jobs: list[tuple[str, Callable[[], int], str]], repeats: int,
-                   notes: list[str]) -> list[Measurement]:
+                   notes: list[str], cpu: dict[str, float] | None = None) -> list[Measurement]:
     """Like ``shardkit.bench._measure`` for each job, but interleaved: one warm-up pass of every job,
     then ``repeats`` rounds in which every job runs once. On a shared machine a burst of outside load
     then hits one pass of every job rather than all passes of one, so the medians stay comparable.
     Before every timed pass the page cache's dirty data is flushed (untimed): a job that leaves its
-    writes unflushed must not slow the next job's writes, or its fsyncs, with that backlog."""
+    writes unflushed must not slow the next job's writes, or its fsyncs, with that backlog.
+
+    ``cpu`` receives each job's median CPU milliseconds per sample over its whole process tree: on a machine
+    shared with other work, this moves far less than samples/s (kernel writeback threads are not counted)."""
     alive = []
     for name, fn, note in jobs:
         try:
@@ -671,18 +699,24 @@ def measure_rounds(jobs: list[tuple[str, Callable[[], int], str]], repeats: int,
             notes.append(f"{name}: failed ({type(exc).__name__}: {str(exc)[:200]})")
             log.warning("%s failed: %r", name, exc)
     rates: dict[str, list[float]] = {name: [] for name, _, _ in alive}
+    cpu_ms: dict[str, list[float]] = {name: [] for name, _, _ in alive}
     for r in range(repeats):
         for name, fn, _ in alive:
             os.sync()
+            c0 = tree_cpu_seconds()
             t = time.perf_counter()
             count = fn()
             rates[name].append(count / max(time.perf_counter() - t, 1e-9))
+            cpu_ms[name].append(1000 * (tree_cpu_seconds() - c0) / max(count, 1))
         log.info("write round %d/%d done", r + 1, repeats)
     out = []
     for name, _, note in alive:
         med = statistics.median(rates[name])
         out.append(Measurement(name, med, med * SAMPLE_BYTES / 1e6, rates[name], note))
-        log.info("%-66s %8.0f samples/s  runs %s", name, med, " ".join(f"{x:.0f}" for x in rates[name]))
+        if cpu is not None:
+            cpu[name] = statistics.median(cpu_ms[name])
+        log.info("%-66s %8.0f samples/s  runs %s  cpu ms/sample %s", name, med,
+                 " ".join(f"{x:.0f}" for x in rates[name]), " ".join(f"{x:.2f}" for x in cpu_ms[name]))
     return out
 
 
@@ -738,12 +772,13 @@ def run(args: argparse.Namespace, work: Path, versions: dict[str, str], notes: l
     for peer, name, make, folder in peer_writers:
         if peer in versions:
             write(name, make(pairs, out / folder, 2, shard_size), "peer")
-    writes += measure_rounds(jobs, args.write_repeats, notes)
+    write_cpu: dict[str, float] = {}
+    writes += measure_rounds(jobs, args.write_repeats, notes, write_cpu)
     if args.write_only:
         return {"samples": n, "pairs": len(base), "replicate": args.replicate, "repeats": args.write_repeats,
                 "shard_size": shard_size, "batch_size": bs, "machine": machine(), "peers": versions,
                 "command": command, "writes": writes, "reads": reads, "rss": [], "notes": notes,
-                "statistics": "median"}
+                "statistics": "median", "write_cpu": write_cpu}
     # The write rounds leave gigabytes of dirty pages; flush them now, or the kernel's writeback would run
     # (and take CPU and memory bandwidth) during the read measurements below.
     log.info("flushing written data to disk before the reads")
@@ -805,7 +840,7 @@ def run(args: argparse.Namespace, work: Path, versions: dict[str, str], notes: l
     return {"samples": n, "pairs": len(base), "replicate": args.replicate, "repeats": reps,
             "shard_size": shard_size, "batch_size": bs, "machine": machine(), "peers": versions,
             "command": command, "writes": writes, "reads": reads, "rss": rss, "notes": notes,
-            "statistics": "median"}
+            "statistics": "median", "write_cpu": write_cpu}
 
 
 if __name__ == "__main__":
