@@ -345,6 +345,15 @@ class ShardReader(ABC):
         """
         return None
 
+    def prefetch(self, local_indices: Sequence[int] | np.ndarray, cold: bool = True) -> None:
+        """Tell the OS that samples ``local_indices`` are read next (a hint: no effect by default).
+
+        ``cold``: this thread's previous batch read from storage, so these samples may not be cached.
+        Memory-mapped formats then ask the kernel for exactly their bytes (:mod:`shardkit.formats.mapping`),
+        so that the batch is read in a few large, queued requests.
+        """
+        return None
+
     def read_batch_into(self, local_indices: Sequence[int] | np.ndarray, out_images: np.ndarray,
                         out_labels: np.ndarray) -> None:
         """Read samples ``local_indices`` into ``out_images[k]``/``out_labels[k]`` (fixed-size data).
