@@ -346,11 +346,11 @@ class ShardReader(ABC):
         return None
 
     def prefetch(self, local_indices: Sequence[int] | np.ndarray, cold: bool = True) -> None:
-        """Tell the OS that samples ``local_indices`` are read next (a hint: no effect by default).
+        """Tell the OS that samples ``local_indices`` are read next and may not be cached (a hint: no
+        effect by default; nothing when not ``cold``).
 
-        ``cold``: this thread's previous batch read from storage, so these samples may not be cached.
-        Memory-mapped formats then ask the kernel for exactly their bytes (:mod:`shardkit.formats.mapping`),
-        so that the batch is read in a few large, queued requests.
+        Memory-mapped formats ask the kernel for exactly their bytes (:mod:`shardkit.formats.mapping`),
+        so that a batch is read from storage in a few large, queued requests.
         """
         return None
 

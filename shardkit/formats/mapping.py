@@ -7,8 +7,8 @@ a memory-mapped reader read 17x the bytes it needed (docs/scale.md). For a batch
 storage, the reader instead turns read-around off for the mapping (``MADV_RANDOM``) and asks for
 exactly each sample's byte range (``MADV_WILLNEED``): the kernel queues those reads at once, in large
 requests, and the copy then waits only for them. For data already in the page cache the hints are
-skipped (they cost a page-cache walk per sample) and read-around is restored (``MADV_NORMAL``).
-Hints never change what is read, only when; where ``madvise`` is missing or refused they are no-ops.
+skipped (they cost a page-cache walk per sample); ``MADV_RANDOM`` stays (it changes nothing for cached
+pages). Hints never change what is read, only when; where ``madvise`` is missing or refused they are no-ops.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import mmap
 
 import numpy as np
 
-_MADV_NORMAL: int | None = getattr(mmap, "MADV_NORMAL", None)
 _MADV_RANDOM: int | None = getattr(mmap, "MADV_RANDOM", None)
 _MADV_WILLNEED: int | None = getattr(mmap, "MADV_WILLNEED", None)
 _PAGE = mmap.PAGESIZE
@@ -31,7 +30,7 @@ class MappedArray:
 
     def __init__(self, mm: mmap.mmap, start: int) -> None:
         self.mm, self.start = mm, start
-        self.random = False  # the advice in force: MADV_RANDOM (True) or the default (False)
+        self.random = False  # MADV_RANDOM given
 
     @classmethod
     def of(cls, arr: np.ndarray) -> MappedArray | None:
@@ -43,12 +42,11 @@ class MappedArray:
         start = offset % mmap.ALLOCATIONGRANULARITY
         return cls(mm, start) if len(mm) == start + arr.nbytes else None
 
-    def set_random(self, random: bool) -> None:
-        """Read-around off (``random``) for reads hinted range by range, or back on for cached data."""
-        advice = _MADV_RANDOM if random else _MADV_NORMAL
-        if random != self.random and advice is not None:
-            self.random = random
-            self._advise(advice, 0, len(self.mm))
+    def set_random(self) -> None:
+        """Read-around off: reads of this mapping are hinted range by range from now on."""
+        if not self.random and _MADV_RANDOM is not None:
+            self.random = True
+            self._advise(_MADV_RANDOM, 0, len(self.mm))
 
     def will_need(self, begin: np.ndarray, end: np.ndarray) -> None:
         """Start reading the array's byte ranges ``[begin[k], end[k])`` (sorted; touching ranges merged)."""

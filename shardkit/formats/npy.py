@@ -153,8 +153,10 @@ class NpyReader(ShardReader):
         self._maps = (MappedArray.of(self._images), MappedArray.of(self._labels))
 
     def prefetch(self, local_indices: Sequence[int] | np.ndarray, cold: bool = True) -> None:
-        """Cold: read-around off and ``MADV_WILLNEED`` on exactly the bytes of samples ``local_indices``
-        (sorted runs merged). Warm (the data is cached): read-around back on, no per-sample hints."""
+        """Read-around off and ``MADV_WILLNEED`` on exactly the bytes of samples ``local_indices``
+        (sorted runs merged); nothing when not ``cold``."""
+        if not cold:
+            return
         self.ensure_open()
         idx = np.asarray(local_indices, dtype=np.int64).reshape(-1)
         if not len(idx) or idx.min() < 0 or idx.max() >= len(self):
@@ -162,9 +164,7 @@ class NpyReader(ShardReader):
         for k, (arr, m) in enumerate(zip((self._images, self._labels), self._maps, strict=True)):
             if m is None or arr is None:
                 continue
-            m.set_random(cold)
-            if not cold:
-                continue
+            m.set_random()
             if self.spec.size is not None:
                 row = arr.nbytes // len(arr)
                 begin = idx * row

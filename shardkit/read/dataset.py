@@ -297,9 +297,9 @@ class Dataset:
         rows = local.tolist()
         runs = list(zip([0, *cuts], [*cuts, len(indices)], strict=True))
         reads = self._storage_reads()
-        cold = reads.begin()
-        for a, b in runs:  # all of the batch's reads queued before the first copy waits on one
-            self.readers[int(shard[a])].prefetch(local[a:b], cold)
+        if reads.begin():  # the last batch read from storage: queue all of this one's reads first
+            for a, b in runs:
+                self.readers[int(shard[a])].prefetch(local[a:b])
         for a, b in runs:
             reader = self.readers[int(shard[a])]
             arrays = reader.fixed_arrays()
