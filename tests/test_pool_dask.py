@@ -51,9 +51,9 @@ def _note(what, task):
     with open(LOG, "a") as fh:
         fh.write(f"{{what}} {{os.getpid()}} {{task.stem}}\\n")
 
-def process_sample(pair, ctx):
+def process_sample(pair, ctx, *rest):
     time.sleep(0.2)
-    return w._unslowed[0](pair, ctx)
+    return w._unslowed[0](pair, ctx, *rest)
 
 def convert_shard(task, ctx):
     _note("start", task)
