@@ -112,3 +112,25 @@ def test_fingerprints_hashed_in_workers_equal_the_parents(camvid_root: Path, tmp
     assert len(in_parent) == 1 and again.reused == again.shards == 3  # same shard keys
     assert in_parent[0] == (from_workers, worker_cache)
     assert load_cache(out) == worker_cache
+
+
+def test_unreadable_inputs_skipped_in_workers_get_the_parents_placeholder(camvid_root: Path, tmp_path: Path) -> None:
+    """With --on-error skip, a source that is not a regular file gets the same placeholder digest in a worker as
+    in the parent: the shard holding it keeps its name, and a run that hashes in the parent reuses it."""
+    from shardkit.config import ConvertConfig, ShardSize
+    from shardkit.manifest import load_manifest
+    from shardkit.pipeline import convert
+
+    src = _small_camvid(camvid_root, tmp_path / "src", n=4)
+    fifo = sorted((src / "valannot").iterdir())[1]
+    fifo.unlink()
+    os.mkfifo(fifo)
+    out = tmp_path / "out" / "val"
+    cfg = ConvertConfig(input=src, output=tmp_path / "out", size=(352, 480), layout="segnet", workers=1,
+                        shard_size=ShardSize(samples=2), on_error="skip", quiet=True)
+    first = convert(cfg)
+    assert len(first.skipped) == 1 and str(fifo) not in load_cache(out)
+    (out / CACHE_NAME).unlink()
+    again = convert(cfg)
+    assert again.reused == again.shards == 2 and len(again.skipped) == 1
+    assert [s["key"] for s in load_manifest(out).skipped] == [first.skipped[0]["key"]]
