@@ -223,15 +223,14 @@ def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] |
     and id labels, or float32 normalised images / one-hot labels when the pipeline ends in those ops."""
     idx = [int(i) for i in np.asarray(indices).reshape(-1)]
     imgs, labs = _samples(images, "images", len(idx)), _samples(labels, "labels", len(idx))
-    params = []
-    for i, img, lab in zip(idx, imgs, labs, strict=True):
+    for img, lab in zip(imgs, labs, strict=True):
         if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8:
             raise ConfigError(f"augment needs (H, W, 3) uint8 images, got {img.shape} {img.dtype}")
         if lab.shape != img.shape[:2] or not np.issubdtype(lab.dtype, np.integer):
             raise ConfigError(f"augment needs (H, W) integer id labels matching the image, got {lab.shape} "
                               f"{lab.dtype}", fix="open the split with labels='ids'")
-        params.append(aug.params(i, seed=seed, epoch=epoch, hw=img.shape[:2], label=lab,
-                                 ignore_index=ignore_index))
+    params = aug.params_batch(idx, seed=seed, epoch=epoch, hws=[img.shape[:2] for img in imgs], labels=labs,
+                              ignore_index=ignore_index)
     sizes = {p.out_hw for p in params}
     if len(sizes) > 1:
         raise ConfigError(f"augmented samples differ in size {sorted(sizes)}; end the pipeline with a crop")

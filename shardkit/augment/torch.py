@@ -200,8 +200,8 @@ def apply_batch(aug: Compose, images: torch.Tensor, labels: torch.Tensor, indice
     if params is None:
         need_label = any(getattr(op, "cat_max_ratio", None) is not None for op in aug.ops)
         host = labels.cpu().numpy() if need_label else None
-        params = [aug.params(i, seed=seed, epoch=epoch, hw=hw_in, label=None if host is None else host[k],
-                             ignore_index=ignore_index) for k, i in enumerate(idx)]
+        params = aug.params_batch(idx, seed=seed, epoch=epoch, hws=[hw_in] * len(idx),
+                                  labels=None if host is None else list(host), ignore_index=ignore_index)
     sizes = {p.out_hw for p in params}
     if len(sizes) != 1:
         raise ConfigError(f"augmented samples differ in size {sorted(sizes)}; end the pipeline with a crop")
