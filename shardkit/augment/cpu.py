@@ -9,6 +9,7 @@ with the same matrix disagrees on ~3 pixels in 10^5 under scale + rotation, meas
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -183,12 +184,46 @@ def colour_lut(p: Params) -> np.ndarray:
     return np.clip(np.rint((v - 128.0) * p.contrast + 128.0), 0, 255).astype(np.uint8)
 
 
-def warp_image(image: np.ndarray, p: Params, out: np.ndarray | None = None) -> np.ndarray:
-    """One (H, W, 3) uint8 image warped (bilinear, border 0) and colour-jittered, into ``out`` when given."""
+#: Source pixels of margin around the box the warp's float32 coordinates can reach (they err by < 0.01).
+_BOX_MARGIN = 2
+
+
+def source_box(m: np.ndarray, out_hw: tuple[int, int], in_hw: tuple[int, int]) -> tuple[int, int, int, int]:
+    """``(y0, y1, x0, x1)``: the source pixels a bilinear warp by ``m`` (output → source) into ``out_hw`` can read,
+    plus a margin, clipped to the source (empty when the output maps entirely outside it). The map is affine,
+    so its extremes over the output rectangle are at the corners; bilinear reads ``floor(c)`` and the next pixel."""
+    oh, ow = out_hw
+    xs = [m[0, 0] * x + m[0, 1] * y + m[0, 2] for x in (0, ow - 1) for y in (0, oh - 1)]
+    ys = [m[1, 0] * x + m[1, 1] * y + m[1, 2] for x in (0, ow - 1) for y in (0, oh - 1)]
+    h, w = in_hw
+    y0, y1 = max(0, math.floor(min(ys)) - _BOX_MARGIN), min(h, math.floor(max(ys)) + 1 + _BOX_MARGIN)
+    x0, x1 = max(0, math.floor(min(xs)) - _BOX_MARGIN), min(w, math.floor(max(xs)) + 1 + _BOX_MARGIN)
+    return y0, max(y0, y1), x0, max(x0, x1)
+
+
+def warp_image(image: np.ndarray, p: Params, out: np.ndarray | None = None,
+               scratch: np.ndarray | None = None) -> np.ndarray:
+    """One (H, W, 3) uint8 image warped (bilinear, border 0) and colour-jittered, into ``out`` when given.
+
+    OpenCV 5's ``warpAffine`` is ~2.5x faster on 4-channel images than on 3-channel ones and computes each
+    channel the same way (the same float32 coordinates and weights), so the part of the source the warp can
+    read (:func:`source_box`) is copied to RGBA, at its own place in an (H, W, 4) ``scratch`` buffer (reused
+    across a batch; the rest of it is never read), warped there, and converted back to RGB: the same pixels
+    as warping the 3-channel image, for a fraction of the time (tested equal, pixel for pixel)."""
     h, w = p.out_hw
-    img = cv2.warpAffine(np.ascontiguousarray(image), np.asarray(p.matrix), (w, h), dst=out,
-                         flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_CONSTANT,
-                         borderValue=(0, 0, 0))
+    if out is None:
+        out = np.empty((h, w, 3), np.uint8)
+    if scratch is None or scratch.shape != (*image.shape[:2], 4):
+        scratch = np.empty((*image.shape[:2], 4), np.uint8)
+    y0, y1, x0, x1 = source_box(np.asarray(p.matrix), (h, w), image.shape[:2])
+    if y1 > y0 and x1 > x0:
+        roi = scratch[y0:y1, x0:x1]
+        got = cv2.cvtColor(image[y0:y1, x0:x1], cv2.COLOR_RGB2RGBA, dst=roi)
+        if not np.shares_memory(got, scratch):  # pragma: no cover - cv2 reallocated dst
+            roi[...] = got
+    rgba = cv2.warpAffine(scratch, np.asarray(p.matrix), (w, h), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
+                          borderMode=cv2.BORDER_CONSTANT, borderValue=(0, 0, 0, 0))
+    img = cv2.cvtColor(rgba, cv2.COLOR_RGBA2RGB, dst=out)
     if p.brightness != 1.0 or p.contrast != 1.0:
         cv2.LUT(img, colour_lut(p), dst=img)
     if p.saturation != 1.0:
@@ -238,8 +273,10 @@ def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] |
     dtype = labs[0].dtype if labs else np.dtype(np.uint8)
     out_img = np.empty((len(idx), *hw, 3), np.uint8)
     out_lab = np.empty((len(idx), *hw), dtype)
+    scratch: dict[tuple[int, ...], np.ndarray] = {}  # one RGBA buffer per source size
     for k, (img, p) in enumerate(zip(imgs, params, strict=True)):
-        got = warp_image(img, p, out=out_img[k])
+        buf = scratch.setdefault(img.shape[:2], np.empty((*img.shape[:2], 4), np.uint8))
+        got = warp_image(img, p, out=out_img[k], scratch=buf)
         if not np.shares_memory(got, out_img):  # cv2 reallocated dst
             out_img[k] = got
     for k, (lab, p) in enumerate(zip(labs, params, strict=True)):

@@ -11,6 +11,7 @@ pixel centres at integer coordinates) while tracking the current canvas size.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -323,6 +324,18 @@ class OneHot(Op):
         return self.encoding.encode(ids, out)
 
 
+_local = threading.local()
+
+
+def _generator() -> np.random.Generator:
+    """This thread's reusable Generator, re-seeded by :func:`seeding.reseed` before every op's draw (building
+    one costs a SeedSequence run; draws within a thread never interleave)."""
+    gen = getattr(_local, "gen", None)
+    if gen is None:
+        gen = _local.gen = np.random.Generator(np.random.PCG64(0))
+    return gen
+
+
 class Compose:
     """A pipeline of ops. ``aug(images, labels, indices, seed=, epoch=, ignore_index=)`` → augmented batch."""
 
@@ -380,7 +393,7 @@ class Compose:
         values, with the per-op generators' seeding done for the whole batch at once (:mod:`.seeding`)."""
         idx = [int(i) for i in np.asarray(indices).reshape(-1)]
         states = seeding.op_states(seed, epoch, idx, len(self.ops))
-        gen = np.random.Generator(np.random.PCG64(0))
+        gen = _generator()
         out = []
         for s in range(len(idx)):
             st = _State(hws[s], None if labels is None else labels[s], ignore_index)

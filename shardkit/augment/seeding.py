@@ -14,7 +14,9 @@ The constants and steps are numpy's (``numpy/random/bit_generator.pyx``: ``SeedS
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -38,51 +40,55 @@ def _words(n: int) -> list[int]:
     return out or [0]
 
 
-def _hash_consts(init: int, mult: int, count: int) -> list[int]:
-    """The running hash constants: numpy multiplies the constant on every call, whatever the data."""
+@functools.lru_cache(maxsize=16)
+def _hash_steps(init: int, mult: int, count: int) -> tuple[tuple[int, int], ...]:
+    """The running hash constant before and after each call: numpy multiplies it on every call, whatever
+    the data, so the sequence is fixed."""
     out, c = [], init
     for _ in range(count):
-        c = (c * mult) & _M32
-        out.append(c)
-    return out
+        out.append((c, (c * mult) & _M32))
+        c = out[-1][1]
+    return tuple(out)
 
 
-def _hashmix(value: np.ndarray, before: int, after: int) -> np.ndarray:
-    v = (value ^ np.uint32(before)) * np.uint32(after)
-    return v ^ (v >> np.uint32(_XSHIFT))
+# The hash below runs on words that are Python ints (one seed) or uint32 arrays (one word of many seeds):
+# the same operators, wrapping modulo 2**32 either way (arrays wrap by themselves; `& _M32` masks the ints).
+def _hashmix(value: Any, steps: tuple[int, int]) -> Any:
+    v = ((value ^ steps[0]) * steps[1]) & _M32
+    return v ^ (v >> _XSHIFT)
 
 
-def _mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    r: np.ndarray = np.subtract(x * np.uint32(_MIX_L), y * np.uint32(_MIX_R), dtype=np.uint32)
-    return r ^ (r >> np.uint32(_XSHIFT))
+def _mix(x: Any, y: Any) -> Any:
+    r = (x * _MIX_L - y * _MIX_R) & _M32
+    return r ^ (r >> _XSHIFT)
+
+
+def _generate(words: Sequence[Any], zero: Any) -> list[Any]:
+    """SeedSequence: ``mix_entropy`` of the entropy ``words`` into the pool, then ``generate_state(8)``."""
+    length = len(words)
+    steps = iter(_hash_steps(_INIT_A, _MULT_A, _POOL * _POOL + max(0, length - _POOL) * _POOL))
+    mixer = [_hashmix(words[i] if i < length else zero, next(steps)) for i in range(_POOL)]
+    for src in range(_POOL):
+        for dst in range(_POOL):
+            if src != dst:
+                mixer[dst] = _mix(mixer[dst], _hashmix(mixer[src], next(steps)))
+    for src in range(_POOL, length):
+        for dst in range(_POOL):
+            mixer[dst] = _mix(mixer[dst], _hashmix(words[src], next(steps)))
+    return [_hashmix(mixer[i % _POOL], st) for i, st in enumerate(_hash_steps(_INIT_B, _MULT_B, 8))]
+
+
+#: Up to this many seeds, the hash runs on Python ints, one seed at a time (fewer, cheaper operations).
+_SMALL = 8
 
 
 def seed_words(entropy: np.ndarray) -> np.ndarray:
     """(n, L) uint32 entropy words → (n, 8) uint32: ``SeedSequence(words).generate_state(8)`` for each row."""
     ent = np.asarray(entropy, np.uint32)
     n, length = ent.shape
-    calls = _POOL + _POOL * (_POOL - 1) + max(0, length - _POOL) * _POOL
-    consts = _hash_consts(_INIT_A, _MULT_A, calls)
-    befores = [_INIT_A, *consts[:-1]]
-    k = 0
-
-    def hashmix(value: np.ndarray) -> np.ndarray:
-        nonlocal k
-        k += 1
-        return _hashmix(value, befores[k - 1], consts[k - 1])
-
-    zero = np.zeros(n, np.uint32)
-    mixer = [hashmix(ent[:, i] if i < length else zero) for i in range(_POOL)]
-    for src in range(_POOL):
-        for dst in range(_POOL):
-            if src != dst:
-                mixer[dst] = _mix(mixer[dst], hashmix(mixer[src]))
-    for src in range(_POOL, length):
-        for dst in range(_POOL):
-            mixer[dst] = _mix(mixer[dst], hashmix(ent[:, src]))
-    out_consts = _hash_consts(_INIT_B, _MULT_B, 8)
-    befores = [_INIT_B, *out_consts[:-1]]
-    return np.stack([_hashmix(mixer[i % _POOL], befores[i], out_consts[i]) for i in range(8)], axis=1)
+    if n <= _SMALL:
+        return np.array([_generate(row, 0) for row in ent.tolist()], np.uint32).reshape(n, 8)
+    return np.stack(_generate([ent[:, i] for i in range(length)], np.zeros(n, np.uint32)), axis=1)
 
 
 def pcg64_states(words: np.ndarray) -> list[dict[str, object]]:
