@@ -154,6 +154,17 @@ def _gather_loop(label: Any, m: Any, out: Any, fill: Any) -> None:  # pragma: no
             dst[row + x] = src[i] if i >= 0 else fill
 
 
+def _lut_loop(pairs: Any, lut: Any, table: Any) -> None:  # pragma: no cover - runs compiled
+    """A 256-entry uint8 ``lut`` applied in place to bytes viewed as uint16 ``pairs``, two bytes per lookup:
+    ``table`` (65536 uint16) is filled with every byte pair's two looked-up bytes first. The high byte maps
+    to the high byte and the low to the low, so the byte order does not matter."""
+    for hi in range(256):
+        for lo in range(256):
+            table[hi * 256 + lo] = (lut[hi] << 8) | lut[lo]
+    for i in range(pairs.size):
+        pairs[i] = table[pairs[i]]
+
+
 _compiled: list[tuple[Any, ...] | None] = []  # []: not tried; [None]: no numba
 _compile_lock = threading.Lock()
 
@@ -164,18 +175,33 @@ def _gather_kernels() -> tuple[Any, ...] | None:
         return None
     with _compile_lock:
         if not _compiled:
-            _compiled.append(jit.compile_kernels((_gather_loop,), _warm, "label gather"))
+            _compiled.append(jit.compile_kernels((_gather_loop, _lut_loop), _warm, "augment"))
         return _compiled[0]
 
 
 def _warm(kernels: tuple[Any, ...]) -> None:
     """Compile (or load from numba's cache) the uint8 case now, so a failure shows here."""
     kernels[0](np.zeros((2, 2), np.uint8), np.eye(2, 3), np.empty((1, 1), np.uint8), np.uint8(0))
+    kernels[1](np.zeros(2, np.uint16), np.arange(256, dtype=np.uint16), np.empty(65536, np.uint16))
 
 
 def kernel_name() -> str:
     """Which label gather runs here: ``"numba"`` or ``"numpy"`` (benchmarks print it)."""
     return "numba" if _gather_kernels() is not None else "numpy"
+
+
+def apply_lut(image: np.ndarray, lut: np.ndarray) -> None:
+    """``image[...] = lut[image]`` in place for a uint8 ``image``: the compiled two-bytes-per-lookup loop
+    (numba) on C-contiguous images, ~3x faster than ``cv2.LUT``; else ``cv2.LUT``. The same values."""
+    kernels = _gather_kernels()
+    flat = image.reshape(-1) if image.flags.c_contiguous else None
+    if kernels is None or flat is None:
+        image[...] = cv2.LUT(image, lut)
+        return
+    even = flat.size & ~1
+    kernels[1](flat[:even].view(np.uint16), lut.astype(np.uint16), np.empty(65536, np.uint16))
+    if even < flat.size:
+        flat[-1] = lut[flat[-1]]
 
 
 def colour_lut(p: Params) -> np.ndarray:
@@ -202,14 +228,15 @@ def source_box(m: np.ndarray, out_hw: tuple[int, int], in_hw: tuple[int, int]) -
 
 
 def warp_image(image: np.ndarray, p: Params, out: np.ndarray | None = None,
-               scratch: np.ndarray | None = None) -> np.ndarray:
+               scratch: np.ndarray | None = None, rgba: np.ndarray | None = None) -> np.ndarray:
     """One (H, W, 3) uint8 image warped (bilinear, border 0) and colour-jittered, into ``out`` when given.
 
     OpenCV 5's ``warpAffine`` is ~2.5x faster on 4-channel images than on 3-channel ones and computes each
     channel the same way (the same float32 coordinates and weights), so the part of the source the warp can
     read (:func:`source_box`) is copied to RGBA, at its own place in an (H, W, 4) ``scratch`` buffer (reused
     across a batch; the rest of it is never read), warped there, and converted back to RGB: the same pixels
-    as warping the 3-channel image, for a fraction of the time (tested equal, pixel for pixel)."""
+    as warping the 3-channel image, for a fraction of the time (tested equal, pixel for pixel). ``rgba``: an
+    (h, w, 4) buffer for the warped RGBA image (reused across a batch: no fresh pages per sample)."""
     h, w = p.out_hw
     if out is None:
         out = np.empty((h, w, 3), np.uint8)
@@ -221,11 +248,14 @@ def warp_image(image: np.ndarray, p: Params, out: np.ndarray | None = None,
         got = cv2.cvtColor(image[y0:y1, x0:x1], cv2.COLOR_RGB2RGBA, dst=roi)
         if not np.shares_memory(got, scratch):  # pragma: no cover - cv2 reallocated dst
             roi[...] = got
-    rgba = cv2.warpAffine(scratch, np.asarray(p.matrix), (w, h), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
-                          borderMode=cv2.BORDER_CONSTANT, borderValue=(0, 0, 0, 0))
+    if rgba is None or rgba.shape != (h, w, 4):
+        rgba = np.empty((h, w, 4), np.uint8)
+    rgba = cv2.warpAffine(scratch, np.asarray(p.matrix), (w, h), dst=rgba,
+                          flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_CONSTANT,
+                          borderValue=(0, 0, 0, 0))
     img = cv2.cvtColor(rgba, cv2.COLOR_RGBA2RGB, dst=out)
     if p.brightness != 1.0 or p.contrast != 1.0:
-        cv2.LUT(img, colour_lut(p), dst=img)
+        apply_lut(img, colour_lut(p))
     if p.saturation != 1.0:
         grey = cv2.cvtColor(img, cv2.COLOR_RGB2GRAY)[..., None].astype(np.float32)
         img[...] = np.clip(grey + (img.astype(np.float32) - grey) * p.saturation + 0.5, 0, 255)
@@ -274,9 +304,12 @@ def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] |
     out_img = np.empty((len(idx), *hw, 3), np.uint8)
     out_lab = np.empty((len(idx), *hw), dtype)
     scratch: dict[tuple[int, ...], np.ndarray] = {}  # one RGBA buffer per source size
+    rgba = np.empty((*hw, 4), np.uint8)
     for k, (img, p) in enumerate(zip(imgs, params, strict=True)):
-        buf = scratch.setdefault(img.shape[:2], np.empty((*img.shape[:2], 4), np.uint8))
-        got = warp_image(img, p, out=out_img[k], scratch=buf)
+        buf = scratch.get(img.shape[:2])
+        if buf is None:
+            buf = scratch[img.shape[:2]] = np.empty((*img.shape[:2], 4), np.uint8)
+        got = warp_image(img, p, out=out_img[k], scratch=buf, rgba=rgba)
         if not np.shares_memory(got, out_img):  # cv2 reallocated dst
             out_img[k] = got
     for k, (lab, p) in enumerate(zip(labs, params, strict=True)):

@@ -106,3 +106,32 @@ def test_batches_from_the_pipeline_equal_the_reference(images: list[np.ndarray])
     out, _ = aug(ims, labels, [4, 9, 2], seed=1, epoch=2, ignore_index=11)
     for k, (i, im) in enumerate(zip((4, 9, 2), ims, strict=True)):
         np.testing.assert_array_equal(out[k], _reference(im, aug.params(i, seed=1, epoch=2, hw=im.shape[:2])))
+
+
+@pytest.mark.parametrize("numba", [True, False], ids=["numba", "cv2"])
+def test_apply_lut_is_cv2_lut(numba: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if numba:
+        pytest.importorskip("numba")
+        assert cpu.kernel_name() == "numba"
+    else:
+        monkeypatch.setenv("SHARDKIT_NO_NUMBA", "1")
+    rng = np.random.default_rng(3)
+    lut = rng.integers(0, 256, 256, dtype=np.uint8)
+    for shape in ((352, 480, 3), (7, 5, 3), (1, 1, 3), (3, 3)):  # even and odd byte counts
+        image = rng.integers(0, 256, shape, dtype=np.uint8)
+        want = cv2.LUT(image, lut)
+        got = image.copy()
+        cpu.apply_lut(got, lut)
+        np.testing.assert_array_equal(got, want)
+    image = rng.integers(0, 256, (40, 60, 3), dtype=np.uint8)
+    view = image[::2, 1:-1]  # not contiguous: cv2.LUT, written back in place
+    want = cv2.LUT(np.ascontiguousarray(view), lut)
+    cpu.apply_lut(view, lut)
+    np.testing.assert_array_equal(image[::2, 1:-1], want)
+
+
+def test_warp_image_without_numba_is_the_same(images: list[np.ndarray], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHARDKIT_NO_NUMBA", "1")
+    for j, p in enumerate(_params(images[0])[:8]):
+        np.testing.assert_array_equal(cpu.warp_image(images[0], p, scratch=_noisy_scratch(images[0], j)),
+                                      _reference(images[0], p))
