@@ -135,3 +135,14 @@ def test_warp_image_without_numba_is_the_same(images: list[np.ndarray], monkeypa
     for j, p in enumerate(_params(images[0])[:8]):
         np.testing.assert_array_equal(cpu.warp_image(images[0], p, scratch=_noisy_scratch(images[0], j)),
                                       _reference(images[0], p))
+
+
+def test_batch_luts_equal_the_per_sample_formula() -> None:
+    aug = A.parse("jitter=0.9:0.9")
+    params = [*aug.params_batch(range(200), seed=4, hws=[(8, 8)] * 200),
+              A.Params(matrix=np.eye(2, 3), out_hw=(8, 8), brightness=1.0, contrast=1.0),
+              A.Params(matrix=np.eye(2, 3), out_hw=(8, 8), brightness=0.5, contrast=1.5)]
+    got = cpu.colour_luts(params)
+    for p, row in zip(params, got, strict=True):
+        v = np.arange(256, dtype=np.float64) * p.brightness
+        np.testing.assert_array_equal(row, np.clip(np.rint((v - 128.0) * p.contrast + 128.0), 0, 255).astype(np.uint8))
