@@ -66,12 +66,12 @@ def run_tasks(
         else:
             stream = _iterate(tasks, ctx, workers, isolate, counter)
         for result in stream:
-            done = len(result.samples) + len(result.skipped)
+            done = result.num_samples + len(result.skipped)
             if counter is not None:
                 counter.settle(slot_of[(result.split, result.index)], done)
             else:
                 bar.update(done)
-            log.debug("shard %s/%05d done: %d samples", result.split, result.index, len(result.samples))
+            log.debug("shard %s/%05d done: %d samples", result.split, result.index, result.num_samples)
             if on_result is not None:
                 on_result(result)
             results.append(result)

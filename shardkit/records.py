@@ -1,8 +1,9 @@
 """Per-shard records kept beside the shards: what lets a killed or repeated run reuse finished work.
 
 When a shard is renamed into place the parent writes ``.shard-<key>.json`` (atomically):
-its files with sizes, sha256 and the ``(size, mtime_ns, ctime_ns, inode)`` each had once
-published, its sample records and statistics. A later run whose plan contains the same shard
+its files (the format's, then the samples sidecar) with sizes, sha256 and the
+``(size, mtime_ns, ctime_ns, inode)`` each had once published, its sample count, fingerprint digest
+and statistics — never per-sample records, which live in the sidecar. A later run whose plan contains the same shard
 key reuses the shard without decoding anything, and — when every file's four stat values still
 match — without reading a byte of it: any write through the file system moves ``ctime`` (which
 no user call can set back), a replaced file has a new inode. What a stat cannot see (bit rot,
@@ -15,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +41,9 @@ class ShardRecord:
     """A finished, published shard; ``stats_on_disk[i]`` is ``file_stat`` of ``files[i]`` (``None``: unknown)."""
 
     key: str
-    files: tuple[ShardFile, ...]
-    samples: tuple[dict[str, Any], ...]
+    files: tuple[ShardFile, ...]  # the format's files, then the samples sidecar
+    num_samples: int
+    fingerprint: str  # sha256 of the shard's raw sample fingerprints (formats/samples.md)
     stats: dict[str, Any]
     skipped: tuple[dict[str, str], ...]
     stats_on_disk: tuple[FileStat | None, ...] = field(default=(), compare=False)  # this copy's, not the shard's
@@ -53,7 +55,7 @@ class ShardRecord:
     def save(self, directory: Path) -> None:
         files = [{**f.__dict__, **({"stat": list(s)} if s is not None else {})}
                  for f, s in zip(self.files, self._padded_stats(), strict=True)]
-        data = {"key": self.key, "files": files, "samples": list(self.samples),
+        data = {"key": self.key, "files": files, "num_samples": self.num_samples, "fingerprint": self.fingerprint,
                 "stats": self.stats, "skipped": list(self.skipped)}
         atomic_write_bytes(self.path(directory, self.key), json.dumps(data, sort_keys=True).encode())
 
@@ -63,7 +65,7 @@ class ShardRecord:
     def with_stats(self, directory: Path) -> ShardRecord:
         """This record with the current stat of each of its files (taken right after they were verified)."""
         stats = tuple(file_stat(directory / f.name) for f in self.files)
-        return ShardRecord(self.key, self.files, self.samples, self.stats, self.skipped, stats)
+        return replace(self, stats_on_disk=stats)
 
     @classmethod
     def load(cls, directory: Path, key: str) -> ShardRecord | None:
@@ -73,7 +75,8 @@ class ShardRecord:
                 key=str(d["key"]),
                 files=tuple(ShardFile(safe_member(str(f["name"]), directory), int(f["bytes"]), str(f["sha256"]))
                             for f in d["files"]),
-                samples=tuple(d["samples"]),
+                num_samples=_count(d["num_samples"]),
+                fingerprint=str(d["fingerprint"]),
                 stats=dict(d["stats"]),
                 skipped=tuple(d["skipped"]),
                 stats_on_disk=tuple(_stat_of(f) for f in d["files"]),
@@ -98,6 +101,12 @@ def content_digest(path: Path) -> str:
         except (ValueError, AttributeError, TypeError):
             pass  # not a record after all: compared as bytes
     return hashlib.sha256(data).hexdigest()
+
+
+def _count(v: Any) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise ValueError(f"sample count {v!r}")
+    return v
 
 
 def _stat_of(entry: dict[str, Any]) -> FileStat | None:
@@ -152,7 +161,7 @@ def reuse(directory: Path, key: str, wanted_names: tuple[str, ...], *, rehash: b
         if f.name != name:
             link_into_place(directory, f.name, name)
         files.append(ShardFile(name, f.bytes, f.sha256))
-    moved = ShardRecord(key, tuple(files), record.samples, record.stats, record.skipped, now)
+    moved = replace(record, files=tuple(files), stats_on_disk=now)
     if moved.files != record.files:  # a hard link changes the inode's ctime: record the new names' stats
         moved = moved.with_stats(directory)
     if moved != record or moved.stats_on_disk != record.stats_on_disk:

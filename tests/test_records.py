@@ -15,7 +15,7 @@ def shard(directory: Path, key: str, *names: str) -> ShardRecord:
         data = f"{n} of {key}".encode()
         (directory / n).write_bytes(data)
         files.append(ShardFile(n, len(data), hashlib.sha256(data).hexdigest()))
-    record = ShardRecord(key, tuple(files), ({"key": "a.png", "height": 2, "width": 3},), {"pixels": 6}, ())
+    record = ShardRecord(key, tuple(files), 1, "ab" * 32, {"pixels": 6}, ())
     record.save(directory)
     return record
 
@@ -25,6 +25,22 @@ def test_a_saved_record_loads_back_equal(tmp_path: Path) -> None:
     assert ShardRecord.path(tmp_path, "k1").name == f"{RECORD_PREFIX}k1.json"
     assert ShardRecord.load(tmp_path, "k1") == record
     assert ShardRecord.load(tmp_path, "k2") is None
+
+
+def test_a_record_holds_no_sample_records(tmp_path: Path) -> None:
+    """The journal keeps a count and a digest per shard; per-sample records live in the shard's sidecar."""
+    import json
+
+    shard(tmp_path, "k1", "images-00000-k1.npy")
+    saved = json.loads(ShardRecord.path(tmp_path, "k1").read_text())
+    assert "samples" not in saved and saved["num_samples"] == 1 and saved["fingerprint"] == "ab" * 32
+
+
+def test_a_record_of_an_older_version_is_not_reused(tmp_path: Path) -> None:
+    """Records written before the sidecars (inline samples, no count) make the shard rewritten."""
+    ShardRecord.path(tmp_path, "k1").write_text(
+        '{"key": "k1", "files": [], "samples": [], "stats": {}, "skipped": []}')
+    assert ShardRecord.load(tmp_path, "k1") is None
 
 
 def test_a_damaged_or_unsafe_record_is_not_trusted(tmp_path: Path) -> None:
