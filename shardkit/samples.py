@@ -25,7 +25,7 @@ import numpy as np
 from .errors import IntegrityError, ShardFormatError, ShardkitError
 
 if TYPE_CHECKING:
-    from .manifest import ShardInfo
+    from .manifest import Manifest, ShardInfo
 
 SIDECAR_PREFIX = "samples-"
 SIDECAR_SUFFIX = ".npy"
@@ -189,6 +189,11 @@ def read_sidecar(directory: Path, shard: ShardInfo, num_classes: int,
         raise bad(f"holds a sample size outside 1..{MAX_SIDE} per side and {MAX_PIXELS} pixels")
     if size is not None and len(rows) and not ((h == size[0]).all() and (w == size[1]).all()):
         raise bad(f"holds a sample size other than the split's fixed {size[0]}x{size[1]}")
+    for field in ("key", "label"):
+        try:
+            b"\n".join(rows[field].tolist()).decode("utf-8")
+        except UnicodeDecodeError:
+            raise bad(f"holds a {field} path that is not UTF-8") from None
     return rows
 
 
@@ -276,7 +281,7 @@ class SampleTable(Sequence[dict[str, Any]]):
         while self.shards[pos].num_samples == 0 or i >= self.shards[pos].first_index + self.shards[pos].num_samples:
             pos += 1  # empty shards share their first_index with the next one
         shard = self.shards[pos]
-        return record(self.rows(pos), i - shard.first_index, self.num_classes, self._folder(shard))
+        return record(self.rows(pos), i - shard.first_index, self.num_classes, self._path(shard))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         """Every record, shard by shard (only one shard's rows held at a time beyond the cache)."""
@@ -286,7 +291,10 @@ class SampleTable(Sequence[dict[str, Any]]):
         for pos, shard in enumerate(self.shards):
             rows = self.rows(pos)
             for j in range(shard.num_samples):
-                yield record(rows, j, self.num_classes, self._folder(shard))
+                yield record(rows, j, self.num_classes, self._path(shard))
+
+    def _path(self, shard: ShardInfo) -> Path | None:
+        return self._folder(shard) / shard.samples.name if shard.samples is not None else None
 
     def _folder(self, shard: ShardInfo) -> Path:
         if self.locate is not None:
@@ -330,3 +338,18 @@ class SampleTable(Sequence[dict[str, Any]]):
             return h.hexdigest()
         return split_fingerprint([hashlib.sha256(self.rows(pos)["fingerprint"].tobytes()).hexdigest()
                                   for pos in range(len(self.shards))])
+
+
+def inline_manifest(manifest: Manifest) -> Manifest:
+    """``manifest`` as manifest version 1: every record inline, ``source.fingerprint`` as version 1 computes it.
+
+    For readers that only know version 1, and for benchmarks and golden examples of it; the sidecars are
+    then files the manifest does not name.
+    """
+    from dataclasses import replace
+
+    records = list(manifest.samples)
+    table = SampleTable(manifest.shards, manifest.samples.num_classes, manifest.samples.directory, records)
+    shards = tuple(replace(s, samples=None) for s in manifest.shards)
+    return replace(manifest, shards=shards, samples=table, manifest_version=1,
+                   source={**manifest.source, "fingerprint": table.fingerprint()})
