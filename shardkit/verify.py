@@ -51,7 +51,8 @@ def split_folders(path: Path) -> list[Path]:
 
 
 def published_digests(path: Path) -> dict[str, str]:
-    """sha256 of a split's manifest (``source.root`` blanked) and of every file it names: what a reader sees.
+    """sha256 of a split's manifest (``source.root`` blanked) and of every file it names (samples sidecars
+    included): what a reader sees.
 
     Two conversions of the same input with the same options must give equal digests (used to compare a
     resumed, incremental or Dask run with a fresh local one).
@@ -63,7 +64,7 @@ def published_digests(path: Path) -> dict[str, str]:
     m["source"]["root"] = ""
     out = {MANIFEST_NAME: hashlib.sha256(json.dumps(m, sort_keys=True).encode()).hexdigest()}
     for shard in m["shards"]:
-        for f in shard["files"]:
+        for f in [*shard["files"], *([shard["samples"]] if "samples" in shard else [])]:
             out[f["name"]] = sha256_file(Path(path) / f["name"])
     return out
 
