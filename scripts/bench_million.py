@@ -201,11 +201,11 @@ def _hwm_mb(pid: int) -> float:
     return 0.0
 
 
-def fresh(code: str, *args: str) -> dict[str, Any]:
-    """Run ``code`` in a new interpreter (this checkout first on the path) and parse its JSON line; adds
-    ``largest_descendant_rss_mb``: the highest VmHWM of any process it started, polled while it ran."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
-                                                         os.environ.get("PYTHONPATH", "")])}
+def fresh(code: str, *args: str, checkout: Path | None = None) -> dict[str, Any]:
+    """Run ``code`` in a new interpreter (this checkout, or ``checkout``, first on the path) and parse its JSON
+    line; adds ``largest_descendant_rss_mb``: the highest VmHWM of any process it started, polled while it ran."""
+    root = checkout or Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
     with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
         proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=stdout, stderr=stderr, env=env)
         peaks: dict[int, float] = {}
@@ -257,52 +257,79 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="fresh processes per open measurement (median)")
     ap.add_argument("--tmp", type=Path, default=Path("/dev/shm") if Path("/dev/shm").is_dir() else None)
     ap.add_argument("--skip-convert", action="store_true")
+    ap.add_argument("--skip-open", action="store_true", help="only the convert measurement")
+    ap.add_argument("--baseline", type=Path, help="also convert with this shardkit checkout (e.g. the previous "
+                    "version's) first on the path, for a before/after of the converting processes")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     res: dict[str, Any] = {"samples": args.samples, "shard_size": args.shard_size}
     with tempfile.TemporaryDirectory(prefix="shardkit-million-", dir=args.tmp) as tmp:
-        t = time.perf_counter()
-        v2 = build_split(Path(tmp) / "v2", args.samples, args.shard_size)
-        res["build_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        v1 = write_version1(v2, Path(tmp) / "v1" / "train")
-        res["build_v1_s"] = time.perf_counter() - t
-        res["manifest_bytes"] = {k: (p / "manifest.json").stat().st_size for k, p in (("v1", v1), ("v2", v2))}
-        res["sidecar_bytes"] = sum(p.stat().st_size for p in v2.glob("samples-*.npy"))
-        log.info("built %d samples in %.1f s (v1 manifest %.1f s): manifests %s bytes, sidecars %d bytes",
-                 args.samples, res["build_s"], res["build_v1_s"], res["manifest_bytes"], res["sidecar_bytes"])
-        for name, split in (("v2", v2), ("v1", v1)):
-            res[f"open_{name}"] = median_of(OPEN, args.repeats, str(split))
-            log.info("open %s: %s", name, res[f"open_{name}"])
-            res[f"spawn_{name}"] = median_of(SPAWN, args.repeats, str(split))
-            log.info("spawned worker %s: %s", name, res[f"spawn_{name}"])
-            res[f"info_{name}"] = fresh(CLI, "info", str(split))
-            log.info("info %s: %s", name, res[f"info_{name}"])
-        res["verify_v2"] = fresh(CLI, "verify", str(v2))
-        log.info("verify v2: %s", res["verify_v2"])
-        shutil.rmtree(Path(tmp) / "v1")
-        shutil.rmtree(Path(tmp) / "v2")
+        if not args.skip_open:
+            measure_split(res, Path(tmp), args)
         if not args.skip_convert:
             for scale in (1, args.scale):
                 n = args.pairs * scale
-                raw, out = Path(tmp) / f"raw{scale}", Path(tmp) / f"out{scale}"
+                raw = Path(tmp) / f"raw{scale}"
                 t = time.perf_counter()
                 write_pairs(raw, n)
                 log.info("wrote %d tiny PNG pairs in %.1f s", n, time.perf_counter() - t)
-                res[f"convert_{scale}x"] = fresh(CONVERT, str(raw), str(out))
-                log.info("convert %dx (%d pairs): %s", scale, n, res[f"convert_{scale}x"])
+                for name, checkout in (("", None), ("baseline_", args.baseline)):
+                    if name and checkout is None:
+                        continue
+                    out = Path(tmp) / f"out{scale}"
+                    res[f"{name}convert_{scale}x"] = fresh(CONVERT, str(raw), str(out), checkout=checkout)
+                    log.info("%sconvert %dx (%d pairs): %s", name, scale, n, res[f"{name}convert_{scale}x"])
+                    shutil.rmtree(out)
                 shutil.rmtree(raw)
-                shutil.rmtree(out)
     report(res, args.scale)
     if args.json:
         args.json.write_text(json.dumps(res, indent=1) + "\n")
     return 0
 
 
+def measure_split(res: dict[str, Any], tmp: Path, args: argparse.Namespace) -> None:
+    """Build the split (both manifest versions) and take every reader-side measurement."""
+    t = time.perf_counter()
+    v2 = build_split(tmp / "v2", args.samples, args.shard_size)
+    res["build_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    v1 = write_version1(v2, tmp / "v1" / "train")
+    res["build_v1_s"] = time.perf_counter() - t
+    res["manifest_bytes"] = {k: (p / "manifest.json").stat().st_size for k, p in (("v1", v1), ("v2", v2))}
+    res["sidecar_bytes"] = sum(p.stat().st_size for p in v2.glob("samples-*.npy"))
+    log.info("built %d samples in %.1f s (v1 manifest %.1f s): manifests %s bytes, sidecars %d bytes",
+             args.samples, res["build_s"], res["build_v1_s"], res["manifest_bytes"], res["sidecar_bytes"])
+    for name, split in (("v2", v2), ("v1", v1)):
+        res[f"open_{name}"] = median_of(OPEN, args.repeats, str(split))
+        log.info("open %s: %s", name, res[f"open_{name}"])
+        res[f"spawn_{name}"] = median_of(SPAWN, args.repeats, str(split))
+        log.info("spawned worker %s: %s", name, res[f"spawn_{name}"])
+        res[f"info_{name}"] = fresh(CLI, "info", str(split))
+        log.info("info %s: %s", name, res[f"info_{name}"])
+    res["verify_v2"] = fresh(CLI, "verify", str(v2))
+    log.info("verify v2: %s", res["verify_v2"])
+    shutil.rmtree(tmp / "v1")
+    shutil.rmtree(tmp / "v2")
+
+
 def report(res: dict[str, Any], scale: int) -> None:
+    lines = _split_lines(res) if "open_v2" in res else []
+    for name in ("", "baseline_"):
+        if f"{name}convert_1x" in res:
+            c1, c10 = res[f"{name}convert_1x"], res[f"{name}convert_{scale}x"]
+            big1 = max(c1["parent_rss_mb"], c1["largest_descendant_rss_mb"])
+            big10 = max(c10["parent_rss_mb"], c10["largest_descendant_rss_mb"])
+            lines.append(
+                f"{name or 'this checkout: '}convert {c1['samples']} vs {c10['samples']} pairs: parent "
+                f"{c1['parent_rss_mb']:.0f} → {c10['parent_rss_mb']:.0f} MB, largest process {big1:.0f} → "
+                f"{big10:.0f} MB ({big10 / big1:.2f}x); {c1['seconds']:.1f} s vs {c10['seconds']:.1f} s")
+    print("\n".join(lines))
+
+
+def _split_lines(res: dict[str, Any]) -> list[str]:
     o1, o2, s1, s2 = res["open_v1"], res["open_v2"], res["spawn_v1"], res["spawn_v2"]
-    lines = [
+    return [
         f"{res['samples']} samples in shards of {res['shard_size']}: manifest v1 "
         f"{res['manifest_bytes']['v1'] / 1e6:.1f} MB, v2 {res['manifest_bytes']['v2'] / 1e6:.3f} MB + sidecars "
         f"{res['sidecar_bytes'] / 1e6:.1f} MB",
@@ -316,16 +343,6 @@ def report(res: dict[str, Any], scale: int) -> None:
         f"{'verify peak RSS MB':<34} {'':>12} {res['verify_v2']['peak_rss_mb']:>14.0f}",
         f"{'verify s':<34} {'':>12} {res['verify_v2']['seconds']:>14.1f}",
     ]
-    if "convert_1x" in res:
-        c1, c10 = res["convert_1x"], res[f"convert_{scale}x"]
-        big1 = max(c1["parent_rss_mb"], c1["largest_descendant_rss_mb"])
-        big10 = max(c10["parent_rss_mb"], c10["largest_descendant_rss_mb"])
-        lines += [
-            f"convert {c1['samples']} vs {c10['samples']} pairs: parent {c1['parent_rss_mb']:.0f} → "
-            f"{c10['parent_rss_mb']:.0f} MB, largest process {big1:.0f} → {big10:.0f} MB ({big10 / big1:.2f}x); "
-            f"{c1['seconds']:.1f} s vs {c10['seconds']:.1f} s",
-        ]
-    print("\n".join(lines))
 
 
 if __name__ == "__main__":
