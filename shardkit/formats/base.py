@@ -365,6 +365,15 @@ class ShardReader(ABC):
         """
         return None
 
+    def prefetch(self, local_indices: Sequence[int] | np.ndarray, cold: bool = True) -> None:
+        """Tell the OS that samples ``local_indices`` are read next and may not be cached (a hint: no
+        effect by default; nothing when not ``cold``).
+
+        Memory-mapped formats ask the kernel for exactly their bytes (:mod:`shardkit.formats.mapping`),
+        so that a batch is read from storage in a few large, queued requests.
+        """
+        return None
+
     def read_batch_into(self, local_indices: Sequence[int] | np.ndarray, out_images: np.ndarray,
                         out_labels: np.ndarray) -> None:
         """Read samples ``local_indices`` into ``out_images[k]``/``out_labels[k]`` (fixed-size data).

@@ -4,6 +4,7 @@ Fixed size: ``images-<stem>.npy`` (n, H, W, 3) uint8 and ``labels-<stem>.npy`` (
 where ``<stem>`` is ``NNNNN-<12 hex>`` (shard position and input digest).
 Variable size: both flattened to 1-D, plus ``shapes-<stem>.npy`` (n, 2) int64 of (H, W);
 sample i starts at the sum of the sizes before it. Spec: ``formats/npy.md``.
+Batches read from storage are hinted sample by sample (:mod:`shardkit.formats.mapping`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 
 from ..manifest import MAX_SIDE
 from .base import SampleSpec, ShardFormat, ShardReader, ShardWriter
+from .mapping import MappedArray
 
 
 def _names(stem: str, fixed: bool) -> tuple[str, ...]:
@@ -124,9 +126,10 @@ class NpyReader(ShardReader):
     _offsets: np.ndarray | None = None
     _plain: tuple[np.ndarray, np.ndarray] | None = None
     _plain_pid: int | None = None
+    _maps: tuple[MappedArray | None, MappedArray | None] = (None, None)
 
     def _handle_attrs(self) -> tuple[str, ...]:
-        return ("_images", "_labels", "_offsets", "_shapes", "_plain", "_plain_pid")
+        return ("_images", "_labels", "_offsets", "_shapes", "_plain", "_plain_pid", "_maps")
 
     def _open(self) -> None:
         names = [f.name for f in self.shard.files]
@@ -147,6 +150,42 @@ class NpyReader(ShardReader):
             # np.load: a bad magic or header, an object/structured dtype, a shape the file cannot hold
             raise self.corrupt(f"not a readable .npy shard ({type(exc).__name__}: {exc})") from None
         self._check_shapes()
+        self._maps = (MappedArray.of(self._images), MappedArray.of(self._labels))
+
+    def prefetch(self, local_indices: Sequence[int] | np.ndarray, cold: bool = True) -> None:
+        """Read-around off and ``MADV_WILLNEED`` on exactly the bytes of samples ``local_indices``
+        (sorted runs merged); nothing when not ``cold``."""
+        if not cold:
+            return
+        self.ensure_open()
+        idx = np.asarray(local_indices, dtype=np.int64).reshape(-1)
+        if not len(idx) or idx.min() < 0 or idx.max() >= len(self):
+            return
+        for k, (arr, m) in enumerate(zip((self._images, self._labels), self._maps, strict=True)):
+            if m is None or arr is None:
+                continue
+            m.set_random()
+            if self.spec.size is not None:
+                row = arr.nbytes // len(arr)
+                begin = idx * row
+                end = begin + row
+            else:
+                assert self._offsets is not None
+                begin = self._offsets[idx, k] * arr.itemsize
+                end = self._offsets[idx + 1, k] * arr.itemsize
+            m.will_need(begin, end)
+
+    def _will_need_one(self, i: int) -> None:
+        """``MADV_WILLNEED`` on sample ``i``'s bytes (``read`` calls it: one sample costs one hint)."""
+        for k, (arr, m) in enumerate(zip((self._images, self._labels), self._maps, strict=True)):
+            if m is None or arr is None:
+                continue
+            if self.spec.size is not None:
+                row = arr.nbytes // len(arr)
+                m.will_need_one(i * row, (i + 1) * row)
+            else:
+                assert self._offsets is not None
+                m.will_need_one(int(self._offsets[i, k]) * arr.itemsize, int(self._offsets[i + 1, k]) * arr.itemsize)
 
     def _check_shapes(self) -> None:
         from ..errors import ShardFormatError
@@ -173,6 +212,8 @@ class NpyReader(ShardReader):
     def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         self.ensure_open()
         assert self._images is not None and self._labels is not None
+        if 0 <= i < len(self):
+            self._will_need_one(i)
         if self.spec.size is not None:
             return self._images[i], self._labels[i]
         assert self._offsets is not None
@@ -207,6 +248,7 @@ class NpyReader(ShardReader):
             return
         if idx.min() < 0 or idx.max() >= len(self):
             raise IndexError(f"local indices {idx.min()}..{idx.max()} out of range for {len(self)} samples")
+        self.prefetch(idx)
         first = int(idx[0])
         if int(idx[-1]) - first == n - 1 and (n < 3 or bool(np.all(np.diff(idx) == 1))):
             np.copyto(out_images, self._images[first:first + n])

@@ -1,6 +1,6 @@
 """Format name → its :class:`~shardkit.formats.base.ShardFormat` (facts, writer, reader).
 
-Every module of this package other than ``base`` and ``registry`` is a format and exposes
+Every module of this package other than ``base``, ``registry`` and ``mapping`` (shared helpers) is a format and exposes
 ``FORMAT``: the list is discovered, so a new format needs no line here. Modules are
 imported when a format is first asked for.
 """
@@ -14,7 +14,7 @@ from functools import cache
 from ..errors import ConfigError
 from .base import ShardFormat, ShardReader, ShardWriter
 
-_NOT_FORMATS = frozenset({"base", "registry"})
+_NOT_FORMATS = frozenset({"base", "mapping", "registry"})
 
 
 @cache

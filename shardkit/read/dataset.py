@@ -30,6 +30,7 @@ from ..formats.registry import get
 from ..manifest import Manifest, load_manifest
 from ..storage import is_url
 from . import sampling
+from .residency import StorageReads
 
 if TYPE_CHECKING:
     from .cache import ShardCache
@@ -301,7 +302,12 @@ class Dataset:
         local = indices - self._starts[shard]
         cuts = (np.flatnonzero(shard[1:] != shard[:-1]) + 1).tolist()
         rows = local.tolist()
-        for a, b in zip([0, *cuts], [*cuts, len(indices)], strict=True):
+        runs = list(zip([0, *cuts], [*cuts, len(indices)], strict=True))
+        reads = self._storage_reads()
+        if reads.begin():  # the last batch read from storage: queue all of this one's reads first
+            for a, b in runs:
+                self.readers[int(shard[a])].prefetch(local[a:b])
+        for a, b in runs:
             reader = self.readers[int(shard[a])]
             arrays = reader.fixed_arrays()
             if arrays is None:
@@ -314,6 +320,14 @@ class Dataset:
                 for k in range(a, b):
                     images[k] = src_images[rows[k]]
                     stored[k] = src_labels[rows[k]]
+        reads.end()
+
+    def _storage_reads(self) -> StorageReads:
+        """This thread's :class:`~shardkit.read.residency.StorageReads` (whether to hint the next batch)."""
+        reads = getattr(self._local, "reads", None)
+        if reads is None:
+            reads = self._local.reads = StorageReads()
+        return reads
 
     def batch(self, indices: Sequence[int] | np.ndarray, out: Batch | None = None) -> Batch:
         """Stacked (images (B, H, W, 3) uint8, labels (B, …)) of fixed-size samples, in ``indices`` order.
