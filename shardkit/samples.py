@@ -36,7 +36,7 @@ MAX_BITMAP_CLASSES = 256
 #: Largest sidecar read (a shard of ~1M samples with long paths): checked before anything is allocated.
 MAX_SIDECAR_BYTES = 1 << 30
 #: Bytes of sidecar rows :class:`SampleTable` keeps cached (at least one shard's).
-CACHE_BYTES = 64 << 20
+CACHE_BYTES = 16 << 20
 FINGERPRINT_BYTES = 32
 
 
