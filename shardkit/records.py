@@ -47,6 +47,8 @@ class ShardRecord:
     stats: dict[str, Any]
     skipped: tuple[dict[str, str], ...]
     stats_on_disk: tuple[FileStat | None, ...] = field(default=(), compare=False)  # this copy's, not the shard's
+    #: the inline sample records of a record written before samples sidecars (see :func:`reuse`)
+    legacy_samples: tuple[dict[str, Any], ...] | None = field(default=None, compare=False, repr=False)
 
     @staticmethod
     def path(directory: Path, key: str) -> Path:
@@ -71,15 +73,17 @@ class ShardRecord:
     def load(cls, directory: Path, key: str) -> ShardRecord | None:
         try:
             d = json.loads(cls.path(directory, key).read_text(encoding="utf-8"))
+            legacy = tuple(d["samples"]) if "num_samples" not in d else None  # written before sidecars
             return cls(
                 key=str(d["key"]),
                 files=tuple(ShardFile(safe_member(str(f["name"]), directory), int(f["bytes"]), str(f["sha256"]))
                             for f in d["files"]),
-                num_samples=_count(d["num_samples"]),
-                fingerprint=str(d["fingerprint"]),
+                num_samples=_count(d["num_samples"] if legacy is None else len(legacy)),
+                fingerprint=str(d["fingerprint"]) if legacy is None else "",
                 stats=dict(d["stats"]),
                 skipped=tuple(d["skipped"]),
                 stats_on_disk=tuple(_stat_of(f) for f in d["files"]),
+                legacy_samples=legacy,
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
@@ -101,6 +105,31 @@ def content_digest(path: Path) -> str:
         except (ValueError, AttributeError, TypeError):
             pass  # not a record after all: compared as bytes
     return hashlib.sha256(data).hexdigest()
+
+
+def _with_sidecar(directory: Path, record: ShardRecord, name: str, rehash: bool) -> ShardRecord | None:
+    """A shard recorded before samples sidecars (its records inline in the journal), its files intact: its
+    sidecar written from those records, so upgrading shardkit does not rewrite the shard. ``None``: not intact."""
+    from .samples import SidecarBuilder
+
+    now = _intact(directory, record, rehash)
+    if now is None or record.legacy_samples is None:
+        return None
+    try:
+        builder = SidecarBuilder(int(record.stats["num_classes"]))
+        for s in record.legacy_samples:
+            builder.add(str(s["key"]), s.get("label"), int(s["height"]), int(s["width"]), str(s["fingerprint"]),
+                        [int(c) for c in s.get("classes", ())])
+        data = builder.to_bytes()
+    except (KeyError, TypeError, ValueError, IndexError):
+        return None  # a malformed old record: the shard is rewritten
+    atomic_write_bytes(directory / name, data)
+    sidecar = ShardFile(name, len(data), hashlib.sha256(data).hexdigest())
+    upgraded = replace(record, files=(*record.files, sidecar), fingerprint=builder.digest(),
+                       stats_on_disk=(*now, file_stat(directory / name)), legacy_samples=None)
+    upgraded.save(directory)
+    log.info("shard %s: samples sidecar %s written from its record", record.key, name)
+    return upgraded
 
 
 def _count(v: Any) -> int:
@@ -151,6 +180,8 @@ def reuse(directory: Path, key: str, wanted_names: tuple[str, ...], *, rehash: b
     current manifest — intact.
     """
     record = ShardRecord.load(directory, key)
+    if record is not None and record.legacy_samples is not None and len(record.files) == len(wanted_names) - 1:
+        record = _with_sidecar(directory, record, wanted_names[-1], rehash)
     if record is None or len(record.files) != len(wanted_names) or record.key != key:
         return None
     now = _intact(directory, record, rehash)

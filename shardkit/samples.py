@@ -116,9 +116,13 @@ class SidecarBuilder:
                 rows["classes"] = np.packbits(present, axis=-1, bitorder="big")
         return rows
 
+    def to_bytes(self) -> bytes:
+        """The sidecar file's bytes (``.npy`` format 1.0)."""
+        return _npy_bytes(self.array())
+
     def write(self, path: Path) -> str:
-        """Write the sidecar to ``path`` (``.npy`` format 1.0) and return its sha256."""
-        data = _npy_bytes(self.array())
+        """Write the sidecar to ``path`` and return its sha256."""
+        data = self.to_bytes()
         with open(path, "wb") as fh:
             fh.write(data)
         return hashlib.sha256(data).hexdigest()
