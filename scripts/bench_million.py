@@ -13,7 +13,9 @@
    DataLoader worker's start (first batch of a ``num_workers=1`` spawn loader); ``shardkit info`` and
    ``shardkit verify`` peak RSS (version 2 only for verify: it decodes every sample).
 3. Converts ``--pairs`` and ``--scale`` x ``--pairs`` tiny real PNG pairs (segnet layout, in ``--tmp``) with
-   ``--workers 2`` and reports the converting parent's and the largest process's peak RSS.
+   ``--workers 2`` and reports the converting parent's and the largest process's peak RSS, and (1x, under
+   ``tracemalloc``) the parent's Python heap peaks while planning and while publishing the manifest. With
+   ``--baseline CHECKOUT`` the same runs use another shardkit checkout too (the version before this change).
 
 Peak RSS is ``VmHWM`` from ``/proc`` (Linux): the measured process's own at its end, and every descendant's
 polled every 20 ms while it runs (``ru_maxrss`` would carry the forking process's peak across ``exec``). Every
@@ -179,6 +181,29 @@ print(json.dumps({"samples": s.samples, "shards": s.shards, "seconds": time.perf
 """
 
 
+HEAP = """
+import json, sys, tracemalloc
+from pathlib import Path
+tracemalloc.start()
+import shardkit.pipeline as pl
+from shardkit.config import ConvertConfig
+marks = {}
+plan, publish = pl._plan, pl.publish_split
+def traced_plan(*a, **k):
+    r = plan(*a, **k)
+    marks["plan_mb"] = tracemalloc.get_traced_memory()[1] / 1e6
+    return r
+def traced_publish(*a, **k):
+    tracemalloc.reset_peak()
+    r = publish(*a, **k)
+    marks["publish_peak_mb"] = tracemalloc.get_traced_memory()[1] / 1e6
+    return r
+pl._plan, pl.publish_split = traced_plan, traced_publish
+pl.convert(ConvertConfig(Path(sys.argv[1]), Path(sys.argv[2]), layout="segnet", num_classes=4, workers=2, quiet=True))
+print(json.dumps(marks))
+"""
+
+
 def _children(pid: int) -> set[int]:
     out: set[int] = set()
     try:
@@ -281,6 +306,10 @@ def main(argv: list[str] | None = None) -> int:
                     res[f"{name}convert_{scale}x"] = fresh(CONVERT, str(raw), str(out), checkout=checkout)
                     log.info("%sconvert %dx (%d pairs): %s", name, scale, n, res[f"{name}convert_{scale}x"])
                     shutil.rmtree(out)
+                    if scale == 1:  # where the parent's Python heap peaks (tracemalloc, so slower: 1x only)
+                        res[f"{name}heap_1x"] = fresh(HEAP, str(raw), str(out), checkout=checkout)
+                        log.info("%sheap 1x: %s", name, res[f"{name}heap_1x"])
+                        shutil.rmtree(out)
                 shutil.rmtree(raw)
     report(res, args.scale)
     if args.json:
@@ -324,6 +353,10 @@ def report(res: dict[str, Any], scale: int) -> None:
                 f"{name or 'this checkout: '}convert {c1['samples']} vs {c10['samples']} pairs: parent "
                 f"{c1['parent_rss_mb']:.0f} → {c10['parent_rss_mb']:.0f} MB, largest process {big1:.0f} → "
                 f"{big10:.0f} MB ({big10 / big1:.2f}x); {c1['seconds']:.1f} s vs {c10['seconds']:.1f} s")
+        if f"{name}heap_1x" in res:
+            h = res[f"{name}heap_1x"]
+            lines.append(f"{name or 'this checkout: '}parent's Python heap at 1x: {h['plan_mb']:.0f} MB peak until the "
+                         f"shards are planned, {h['publish_peak_mb']:.0f} MB peak while the manifest is published")
     print("\n".join(lines))
 
 
