@@ -29,7 +29,7 @@ from .pool import run_tasks
 from .preprocess import fixed_size
 from .publish import collect_garbage, dump_manifest, remove_temps, rename_into_place
 from .records import RECORD_PREFIX, ShardRecord
-from .samples import SampleTable, is_sidecar_name, sidecar_name, split_fingerprint
+from .samples import SampleTable, is_sidecar_name, split_fingerprint
 from .staging import StorageSession
 from .stats import Stats
 from .worker import ShardResult, WorkerContext
@@ -210,8 +210,8 @@ def _plan(
                              session.header_size)
         for task in planned:
             if not cfg.force:
-                names = (*fmt.file_names(task.stem, spec), sidecar_name(task.stem))
-                record = session.reuse(directory, task.key, names, rehash=cfg.rehash)
+                record = session.reuse(directory, task.key, fmt.published_names(task.stem, spec),
+                                       rehash=cfg.rehash)
                 if record is not None:
                     reused[(split, task.key)] = record
                     log.info("%s shard %s reused", split, task.index, extra={

@@ -315,7 +315,7 @@ def _remove_lost_attempts(tasks: Sequence[ShardTask], ctx: WorkerContext) -> int
     fmt = get(ctx.format)
     removed = 0
     for task in tasks:
-        for name in fmt.file_names(task.stem, ctx.spec):
+        for name in fmt.published_names(task.stem, ctx.spec):
             for p in task.directory.glob(fmt.tmp_glob(name)):
                 p.unlink(missing_ok=True)
                 removed += 1

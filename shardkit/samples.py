@@ -15,6 +15,7 @@ bounds) and a bad one is a one-line :class:`~shardkit.errors.ShardFormatError`.
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -250,11 +251,17 @@ class SampleTable(Sequence[dict[str, Any]]):
         self._starts = np.array([s.first_index for s in self.shards], np.int64)
         self._total = sum(s.num_samples for s in self.shards)
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()  # readers' threads share the cache
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_cache"] = OrderedDict()
+        del state["_lock"]
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.inline) if self.inline is not None else self._total
@@ -312,16 +319,18 @@ class SampleTable(Sequence[dict[str, Any]]):
         """The checked sidecar rows of the shard at position ``pos`` (cached; ``directory`` overrides)."""
         if self.inline is not None:
             raise TypeError("a version 1 manifest has no sidecars")
-        hit = self._cache.get(pos)
-        if hit is not None:
-            self._cache.move_to_end(pos)
-            return hit
+        with self._lock:
+            hit = self._cache.get(pos)
+            if hit is not None:
+                self._cache.move_to_end(pos)
+                return hit
         shard = self.shards[pos]
         rows = read_sidecar(directory or self._folder(shard), shard, self.num_classes, self.size)
-        self.loads += 1
-        self._cache[pos] = rows
-        while len(self._cache) > 1 and sum(r.nbytes for r in self._cache.values()) > CACHE_BYTES:
-            self._cache.popitem(last=False)
+        with self._lock:
+            self.loads += 1
+            self._cache[pos] = rows
+            while len(self._cache) > 1 and sum(r.nbytes for r in self._cache.values()) > CACHE_BYTES:
+                self._cache.popitem(last=False)
         return rows
 
     def hw(self, pos: int, directory: Path | None = None) -> np.ndarray:

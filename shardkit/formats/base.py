@@ -444,6 +444,13 @@ class ShardFormat:
         return cls.writer.file_names(stem, spec)
 
     @classmethod
+    def published_names(cls, stem: str, spec: SampleSpec) -> tuple[str, ...]:
+        """Every file a converted shard publishes: the format's files, then its samples sidecar."""
+        from ..samples import sidecar_name
+
+        return (*cls.file_names(stem, spec), sidecar_name(stem))
+
+    @classmethod
     def tf_records(cls, format_options: dict[str, Any], version: int) -> TfRecordLayout | None:
         """How TensorFlow reads this format's files natively (``tf.data.TFRecordDataset``), or None."""
         return None
