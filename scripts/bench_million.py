@@ -232,7 +232,8 @@ def fresh(code: str, *args: str, checkout: Path | None = None) -> dict[str, Any]
     root = checkout or Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
     with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
-        proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=stdout, stderr=stderr, env=env)
+        # cwd: ``python -c`` puts the current folder first on the path, ahead of PYTHONPATH
+        proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=stdout, stderr=stderr, env=env, cwd=root)
         peaks: dict[int, float] = {}
         while proc.poll() is None:
             for pid in _children(proc.pid):
