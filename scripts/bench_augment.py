@@ -39,7 +39,8 @@ Rows, per size (samples/s; "x cpu" is the ratio to the first row):
 
 The DataLoader rows run --rounds rounds, each timing every loader row once in turn (--batches batches after
 a warm-up batch per worker), so each round's ratios are measured side by side; the
-summary prints every round's ratios and their median. albumentations, torchvision and kornia are optional
+summary prints every round's ratios and their median, and the load average at each round's start.
+albumentations, torchvision and kornia are optional
 (``pip install albumentations``; ``PIP_CONSTRAINT=constraints/ci.txt pip install torchvision==0.28.0``;
 ``pip install --no-deps kornia kornia_rs``): a missing one's row is skipped with a note. The torchvision
 wheel on PyPI is a CUDA build; beside a CPU-only torch its C++ ops do not load and ``import torchvision``
@@ -271,19 +272,23 @@ def bench_size(args: argparse.Namespace, aug: O.Compose, split: Path, first: boo
         else:
             notes.append("shardkit torch (cpu) row: first size only (CPU torch at this size is slow)")
     rounds: list[dict[str, float]] = []
+    loads: list[float] = []
     if torch is not None and args.workers > 0:
-        rounds = loader_rounds(args, aug, split, views, rows, notes)
+        rounds = loader_rounds(args, aug, split, views, rows, notes, loads)
     base = rows[0][1]
     print(f"\n{'path':48s} {'samples/s':>10s} {'x cpu':>7s}   stored {hw[0]}x{hw[1]}, "
           f"spec={args.spec} batch={args.batch} label gather={augment_cpu.kernel_name()}")
     for name, rate in rows:
         print(f"{name:48s} {rate:10.1f} {rate / base:7.2f}")
+    if loads:
+        print(f"load average (1 min) at the start of each round: {'  '.join(f'{v:.2f}' for v in loads)} "
+              f"({os.cpu_count()} cores)")
     for key in sorted({k for r in rounds for k in r}):
         vals = [r[key] for r in rounds if key in r]
         print(f"{key}: " + "  ".join(f"{v:.2f}x" for v in vals) + f"   (median {statistics.median(vals):.2f}x)")
     for note in notes:
         print(f"note: {note}")
-    return {"stored_hw": list(hw), "rows": dict(rows), "rounds": rounds,
+    return {"stored_hw": list(hw), "rows": dict(rows), "rounds": rounds, "load_average": loads,
             "notes": notes}
 
 
@@ -309,8 +314,9 @@ def kornia_row(aug: O.Compose, ti: Any, tl: Any, dev: str, timed: Callable[..., 
 
 
 def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, views: list[tuple[np.ndarray, np.ndarray]],
-                  rows: list[tuple[str, float]], notes: list[str]) -> list[dict[str, float]]:
-    """The DataLoader rows, --rounds times in turn; each row's best round goes into ``rows``."""
+                  rows: list[tuple[str, float]], notes: list[str], loads: list[float]) -> list[dict[str, float]]:
+    """The DataLoader rows, --rounds times in turn; each row's best round goes into ``rows``, the 1-minute
+    load average at each round's start into ``loads``."""
     import torch
     from torch.utils.data import DataLoader, Dataset
 
@@ -388,6 +394,7 @@ def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, views: 
     best: dict[str, float] = {}
     rounds = []
     for _ in range(max(1, args.rounds)):
+        loads.append(os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan"))
         got = {key: rate(make()) for key, make in loaders.items()}
         for key, (r, _) in got.items():
             best[key] = max(best.get(key, 0.0), r)

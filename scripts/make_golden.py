@@ -15,6 +15,14 @@ id 255) is written in the ``class_dict`` layout and converted with shardkit thre
 ``hdf5-zstd/``     hdf5 format version 2, ``--size 4x6``, ``index`` labels, images zstd, labels lz4
                    (hdf5plugin's registered Zstd and LZ4 filters)
 
+The folders above keep manifest version 1 (sample records inline: what shardkit wrote before the
+samples sidecars; written here with :func:`shardkit.samples.inline_manifest`). These are manifest
+version 2 (one ``samples-<stem>.npy`` sidecar per shard, formats/samples.md), as convert writes today:
+
+``manifest2-npy-fixed/``     as ``npy-fixed``
+``manifest2-npy-variable/``  as ``npy-variable``
+``manifest2-lmdb-zstd/``     as ``lmdb-zstd``
+
 all with ``--shard-size 2`` (two shards: 2 + 1 samples) and ``--workers 1``. Each golden folder
 keeps only the dataset (``manifest.json`` and the shard files it names).
 ``expected.json`` holds what a reader must get back, computed here from the synthetic
@@ -72,7 +80,11 @@ VARIANTS: dict[str, tuple[str, str, tuple[int, int] | None, str, str]] = {
     "lmdb-zstd": ("lmdb", "index", None, "zstd", "zstd"),
     "lmdb-png": ("lmdb", "packed", FIXED_SIZE, "png", "lz4"),
     "hdf5-zstd": ("hdf5", "index", FIXED_SIZE, "zstd", "lz4"),
+    "manifest2-npy-fixed": ("npy", "index", FIXED_SIZE, "raw", "raw"),
+    "manifest2-npy-variable": ("npy", "packed", None, "raw", "raw"),
+    "manifest2-lmdb-zstd": ("lmdb", "index", None, "zstd", "zstd"),
 }
+MANIFEST2_PREFIX = "manifest2-"  # folders kept in manifest version 2; the others are written as version 1
 
 
 # --------------------------------------------------------------------------- synthetic source
@@ -177,6 +189,8 @@ def expected() -> dict[str, Any]:
         }
         if (image_codec, label_codec) != ("raw", "raw"):  # version 1 folders keep their entry unchanged
             datasets[folder]["codecs"] = {"image": image_codec, "label": label_codec}
+        if folder.startswith(MANIFEST2_PREFIX):
+            datasets[folder]["manifest_version"] = 2
     return {
         "about": "Expected contents of the golden datasets, computed by scripts/make_golden.py from its "
                  "synthetic source, not read back through shardkit. image: (H, W, 3) RGB uint8; label_ids: "
@@ -199,7 +213,10 @@ def make_golden(out: Path) -> Path:
     ``.shard-*.json`` and the output folder's ``.shardkit.lock``) is not part of the format.
     """
     from shardkit.config import ConvertConfig, ShardSize
+    from shardkit.manifest import load_manifest
     from shardkit.pipeline import convert
+    from shardkit.publish import dump_manifest
+    from shardkit.samples import inline_manifest
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -217,9 +234,12 @@ def make_golden(out: Path) -> Path:
             if target.exists():
                 shutil.rmtree(target)
             (target / SPLIT).mkdir(parents=True)
+            if not folder.startswith(MANIFEST2_PREFIX):
+                dump_manifest(inline_manifest(load_manifest(converted / SPLIT)), converted / SPLIT)
             manifest = json.loads((converted / SPLIT / "manifest.json").read_text(encoding="utf-8"))
             check_coverage(folder, manifest)
-            names = ["manifest.json"] + [f["name"] for s in manifest["shards"] for f in s["files"]]
+            names = ["manifest.json"] + [f["name"] for s in manifest["shards"]
+                                         for f in [*s["files"], *([s["samples"]] if "samples" in s else [])]]
             for name in names:
                 shutil.copyfile(converted / SPLIT / name, target / SPLIT / name)
     text = json.dumps(expected(), indent=None, separators=(",", ":"), sort_keys=True)

@@ -313,7 +313,7 @@ def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any
     from .verify import load_split_manifest
 
     m = load_split_manifest(split_dir, options)
-    nbytes = sum(f.bytes for s in m.shards for f in s.files)
+    nbytes = sum(f.bytes for s in m.shards for f in s.all_files)
     shape = m.sample["image"]["shape"]
     codecs = m.format_options.get("codecs") if m.format_version >= 2 else None
     coded = f" (images {_codec_name(codecs['image'])}, labels {_codec_name(codecs['label'])})" if codecs else ""

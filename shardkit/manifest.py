@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from dataclasses import asdict, dataclass, field
-from pathlib import Path, PurePosixPath
-from typing import Any, TypeGuard
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from . import encoding
 from .errors import ShardFormatError, UnsafePathError
 
+if TYPE_CHECKING:
+    from .samples import SampleTable
+
 MANIFEST_NAME = "manifest.json"
 SCHEMA_ID = "shardkit.manifest"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+#: Manifest versions this shardkit reads: 1 keeps sample records inline, 2 in one sidecar per shard.
+READ_VERSIONS = (1, 2)
 # Bounds on manifest numbers, checked before anything is allocated from them.
 MAX_CLASSES = 65536  # class ids are stored as uint8 or uint16
 MAX_SIDE = 65536  # pixels per image side
@@ -56,12 +62,19 @@ class ShardFile:
 
 @dataclass(frozen=True)
 class ShardInfo:
-    """One shard: its files, how many samples it holds and the global index of its first sample."""
+    """One shard: its files, how many samples it holds, the global index of its first sample and (manifest
+    version 2) its samples sidecar."""
 
     index: int
     num_samples: int
     first_index: int
     files: tuple[ShardFile, ...]
+    samples: ShardFile | None = None
+
+    @property
+    def all_files(self) -> tuple[ShardFile, ...]:
+        """The format's files and the sidecar: everything of the shard that is hashed, copied and cached."""
+        return self.files + ((self.samples,) if self.samples is not None else ())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -69,23 +82,27 @@ class ShardInfo:
             "num_samples": self.num_samples,
             "first_index": self.first_index,
             "files": [asdict(f) for f in self.files],
+            **({"samples": asdict(self.samples)} if self.samples is not None else {}),
         }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ShardInfo:
         if not isinstance(d, dict) or not isinstance(d["files"], list):
             raise TypeError(f"shard entry {str(d)[:80]!r} is not an object with a list of files")
-        files = []
-        for f in d["files"]:
-            if not isinstance(f, dict) or not isinstance(f["name"], str) or not isinstance(f["sha256"], str):
-                raise TypeError(f"shard file entry {str(f)[:80]!r} has no name and sha256 strings")
-            files.append(ShardFile(f["name"], strict_int(f["bytes"], "bytes"), f["sha256"]))
+        files = [_file_from_json(f) for f in d["files"]]
         return cls(
             index=strict_int(d["index"], "index"),
             num_samples=strict_int(d["num_samples"], "num_samples"),
             first_index=strict_int(d["first_index"], "first_index"),
             files=tuple(files),
+            samples=_file_from_json(d["samples"]) if "samples" in d else None,
         )
+
+
+def _file_from_json(f: Any) -> ShardFile:
+    if not isinstance(f, dict) or not isinstance(f["name"], str) or not isinstance(f["sha256"], str):
+        raise TypeError(f"shard file entry {str(f)[:80]!r} has no name and sha256 strings")
+    return ShardFile(f["name"], strict_int(f["bytes"], "bytes"), f["sha256"])
 
 
 @dataclass(frozen=True)
@@ -101,16 +118,24 @@ class Manifest:
     preprocessing: dict[str, Any]
     source: dict[str, Any]
     shards: tuple[ShardInfo, ...]
-    samples: tuple[dict[str, Any], ...]
+    #: one record per sample (:class:`~shardkit.samples.SampleTable`: inline in version 1, sidecars in 2)
+    samples: SampleTable
     stats: dict[str, Any]
     skipped: tuple[dict[str, Any], ...] = ()
     format_options: dict[str, Any] = field(default_factory=dict)
     tool_version: str = ""
+    manifest_version: int = MANIFEST_VERSION
 
     def to_json(self) -> dict[str, Any]:
+        """The manifest as JSON; version 1 carries ``samples`` inline, version 2 names a sidecar per shard."""
+        inline = {"samples": list(self.samples)} if self.manifest_version == 1 else {}
+        shards = [s.to_json() for s in self.shards]
+        if self.manifest_version == 1:
+            for s in shards:
+                s.pop("samples", None)
         return {
             "schema": SCHEMA_ID,
-            "manifest_version": MANIFEST_VERSION,
+            "manifest_version": self.manifest_version,
             "tool": {"name": "shardkit", "version": self.tool_version},
             "format": self.format,
             "format_version": self.format_version,
@@ -122,8 +147,8 @@ class Manifest:
             "preprocessing": self.preprocessing,
             "source": self.source,
             "stats": self.stats,
-            "shards": [s.to_json() for s in self.shards],
-            "samples": list(self.samples),
+            "shards": shards,
+            **inline,
             "skipped": list(self.skipped),
         }
 
@@ -134,9 +159,10 @@ class Manifest:
             raise ShardFormatError("not a shardkit manifest", path=where,
                                    fix="point at a folder written by shardkit convert")
         version = d.get("manifest_version")
-        if version != MANIFEST_VERSION:
+        if not _is_int(version) or version not in READ_VERSIONS:
             raise ShardFormatError(
-                f"manifest version {version!r} is not supported (this shardkit reads version {MANIFEST_VERSION})",
+                f"manifest version {version!r} is not supported (this shardkit reads versions "
+                f"{', '.join(map(str, READ_VERSIONS))})",
                 path=where,
                 fix="re-convert with this shardkit version or upgrade shardkit",
             )
@@ -144,8 +170,22 @@ class Manifest:
             tool = d.get("tool", {})
             if not isinstance(tool, dict) or not isinstance(tool.get("version", ""), str):
                 raise TypeError("tool is not an object with a version string")
-            if not isinstance(d["shards"], list) or not isinstance(d["samples"], list):
-                raise TypeError("shards and samples are not lists")
+            if not isinstance(d["shards"], list):
+                raise TypeError("shards is not a list")
+            shards = tuple(ShardInfo.from_json(s) for s in d["shards"])
+            if version == 1:
+                if not isinstance(d["samples"], list) or any(s.samples is not None for s in shards):
+                    raise TypeError("version 1: samples is not a list, or a shard names a sidecar")
+                inline: list[Any] | None = d["samples"]
+            else:
+                if "samples" in d or any(s.samples is None for s in shards):
+                    raise TypeError("version 2: samples are inline, or a shard names no sidecar")
+                inline = None
+            from .samples import SampleTable  # here: samples imports this module
+
+            label = d["sample"]["label"]
+            image_shape = d["sample"]["image"]["shape"]
+            fixed = (image_shape[0], image_shape[1]) if image_shape[0] is not None else None
             manifest = cls(
                 format=str(d["format"]),
                 format_version=strict_int(d["format_version"], "format_version"),
@@ -155,12 +195,13 @@ class Manifest:
                 classes=dict(d["classes"]),
                 preprocessing=dict(d["preprocessing"]),
                 source=dict(d["source"]),
-                shards=tuple(ShardInfo.from_json(s) for s in d["shards"]),
-                samples=tuple(d["samples"]),
+                shards=shards,
+                samples=SampleTable(shards, label["num_classes"], where.parent, inline, fixed),
                 stats=dict(d["stats"]),
                 skipped=tuple(d.get("skipped", ())),
                 format_options=dict(d.get("format_options", {})),
                 tool_version=tool.get("version", ""),
+                manifest_version=version,
             )
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise ShardFormatError(f"manifest is malformed ({exc!r})", path=where,
@@ -210,7 +251,8 @@ class Manifest:
             if colour is not None and (not isinstance(colour, list) or len(colour) != 3
                                        or not all(_is_int(v) and 0 <= v <= 255 for v in colour)):
                 raise bad(f"class {c['id']} colour {colour!r} is not three integers 0..255")
-        for i, rec in enumerate(self.samples):
+        inline = getattr(self.samples, "inline", self.samples)  # version 2 sidecars are checked when read
+        for i, rec in enumerate(inline or ()):
             if not isinstance(rec, dict) or not isinstance(rec.get("key"), str):
                 raise bad(f"sample record {i} is not an object with a key string")
             self._check_size(rec.get("height"), rec.get("width"), f"sample {i}", bad)
@@ -221,7 +263,7 @@ class Manifest:
             if key in ("image_mean", "image_std") and key in self.stats and len(values) != 3:
                 raise bad(f"stats.{key} has {len(values)} values, not one per RGB channel")
         for shard in self.shards:
-            if shard.num_samples < 0 or any(f.bytes < 0 for f in shard.files):
+            if shard.num_samples < 0 or any(f.bytes < 0 for f in shard.all_files):
                 raise bad(f"shard {shard.index} has a negative sample or byte count")
 
     @staticmethod
@@ -240,7 +282,7 @@ class Manifest:
                     fix="re-convert this split",
                 )
             expected += shard.num_samples
-            for f in shard.files:
+            for f in shard.all_files:
                 safe_member(f.name, where)
         if expected != self.num_samples or len(self.samples) != self.num_samples:
             raise ShardFormatError(
@@ -251,18 +293,14 @@ class Manifest:
             )
 
 
+#: Non-empty, not starting with "/" or ".", without "\\", ":" or control characters (checked once per name,
+#: on every open: a regular expression, not a path parse).
+_PLAIN = re.compile(r"(?![./])[^\x00-\x1f\x7f\\:]+\Z")
+
+
 def safe_member(name: str, where: Path) -> str:
     """A shard file name from a manifest, refused unless it is a plain relative name in the folder."""
-    p = PurePosixPath(name)
-    if (
-        not name
-        or p.is_absolute()
-        or "\\" in name
-        or any(part in ("..", "") for part in p.parts)
-        or ":" in name
-        or name.startswith(".")
-        or any(ord(ch) < 32 or ord(ch) == 127 for ch in name)
-    ):
+    if not isinstance(name, str) or not _PLAIN.match(name) or ".." in name.split("/"):
         raise UnsafePathError(
             f"shard path {name!r} escapes the dataset folder",
             path=where,

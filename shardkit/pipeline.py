@@ -28,6 +28,7 @@ from .pool import run_tasks
 from .preprocess import fixed_size
 from .publish import collect_garbage, dump_manifest, remove_temps, rename_into_place
 from .records import RECORD_PREFIX, ShardRecord
+from .samples import SampleTable, is_sidecar_name, split_fingerprint
 from .staging import StorageSession
 from .stats import Stats
 from .worker import ShardResult, WorkerContext
@@ -145,9 +146,9 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
             session.shard_published(result.directory, record)
             reused[(result.split, result.index)] = record
             caches[result.split].update(result.sources)  # fingerprints computed by the worker
-            log.info("%s shard %s: %d samples", result.split, result.index, len(record.samples),
+            log.info("%s shard %s: %d samples", result.split, result.index, record.num_samples,
                       extra={"event": "shard_done", "split": result.split, "shard": result.index,
-                             "samples": len(record.samples), "bytes": sum(f.bytes for f in record.files),
+                             "samples": record.num_samples, "bytes": sum(f.bytes for f in record.files),
                              "files": [f.name for f in record.files]})
             for s in record.skipped:
                 log.warning("skipped %s: %s", s["key"], s["reason"],
@@ -171,7 +172,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
             save_cache(cfg.output / split, caches[split])
             session.split_committed(cfg.output / split, records)
             summary.manifests.append(session.committed(split, path))
-            summary.samples += sum(len(r.samples) for r in records)
+            summary.samples += sum(r.num_samples for r in records)
             summary.shards += len(records)
             summary.bytes += sum(f.bytes for r in records for f in r.files)
             summary.skipped += [s for r in records for s in r.skipped]
@@ -219,11 +220,12 @@ def _plan(
                              session.header_size)
         for task in planned:
             if not cfg.force and task.key is not None:
-                record = session.reuse(directory, task.key, fmt.file_names(task.stem, spec), rehash=cfg.rehash)
+                record = session.reuse(directory, task.key, fmt.published_names(task.stem, spec),
+                                       rehash=cfg.rehash)
                 if record is not None:
                     reused[(split, task.index)] = record
                     log.info("%s shard %s reused", split, task.index, extra={
-                        "event": "shard_reused", "split": split, "shard": task.index, "samples": len(record.samples)})
+                        "event": "shard_reused", "split": split, "shard": task.index, "samples": record.num_samples})
         tasks += planned
     return tasks, reused, caches
 
@@ -236,7 +238,7 @@ def _has_records(directory: Path) -> bool:
 def publish_files(result: ShardResult) -> ShardRecord:
     """Rename one finished shard's temporary files into place, then record it (crash-safe order)."""
     rename_into_place(result.directory, [(f.tmp_name, f.final_name) for f in result.files], synced=result.synced)
-    record = ShardRecord(result.key, tuple(f.info() for f in result.files), tuple(result.samples),
+    record = ShardRecord(result.key, tuple(f.info() for f in result.files), result.num_samples, result.fingerprint,
                          result.stats, tuple(result.skipped))
     if result.files:
         record = record.with_stats(result.directory)  # after the rename, which may change ctime
@@ -257,18 +259,20 @@ def publish_split(
     *,
     source_root: str | None = None,
 ) -> Path:
-    """Write the split's manifest (the commit marker), then remove files no manifest names any more."""
+    """Write the split's manifest (the commit marker), then remove files no manifest names any more.
+
+    Each record's last file is the shard's samples sidecar: the manifest names it, and holds no
+    per-sample record itself (manifest version 2).
+    """
     directory = cfg.output / split
     shards: list[ShardInfo] = []
-    samples: list[dict[str, Any]] = []
     stats = Stats(table.num_classes)
     first = 0
     for index, r in enumerate(records):
-        shards.append(ShardInfo(index, len(r.samples), first, r.files))
-        first += len(r.samples)
-        samples += r.samples
+        shards.append(ShardInfo(index, r.num_samples, first, r.files[:-1], r.files[-1]))
+        first += r.num_samples
         stats.merge(Stats.from_wire(r.stats))
-    fingerprint = hashlib.sha256("\n".join(s["fingerprint"] for s in samples).encode()).hexdigest()
+    fingerprint = split_fingerprint([r.fingerprint for r in records])
     manifest = Manifest(
         format=cfg.format,
         format_version=fmt.version_for(cfg.compression, cfg.codecs),
@@ -287,7 +291,7 @@ def publish_split(
             "unmatched_labels": list(found.unmatched_labels.get(split, ())),
         },
         shards=tuple(shards),
-        samples=tuple(samples),
+        samples=SampleTable(shards, table.num_classes, directory),
         stats=stats.to_manifest(),
         skipped=tuple(s for r in records for s in r.skipped),
         format_options=fmt.format_options(spec, cfg.compression, cfg.codecs),
@@ -301,8 +305,8 @@ def publish_split(
 
 
 def _owned(name: str) -> bool:
-    """A file name shardkit writes into a split folder: a shard record or a shard file."""
-    return name.startswith(RECORD_PREFIX) or _is_shard_name(name)
+    """A file name shardkit writes into a split folder: a shard record, a shard file or a samples sidecar."""
+    return name.startswith(RECORD_PREFIX) or _is_shard_name(name) or is_sidecar_name(name)
 
 
 def _is_shard_name(name: str) -> bool:

@@ -66,12 +66,12 @@ def run_tasks(
         else:
             stream = _iterate(tasks, ctx, workers, isolate, counter)
         for result in stream:
-            done = len(result.samples) + len(result.skipped)
+            done = result.num_samples + len(result.skipped)
             if counter is not None:
                 counter.settle(slot_of[(result.split, result.index)], done)
             else:
                 bar.update(done)
-            log.debug("shard %s/%05d done: %d samples", result.split, result.index, len(result.samples))
+            log.debug("shard %s/%05d done: %d samples", result.split, result.index, result.num_samples)
             if on_result is not None:
                 on_result(result)
             results.append(result)
@@ -315,7 +315,7 @@ def _remove_lost_attempts(tasks: Sequence[ShardTask], ctx: WorkerContext) -> int
     fmt = get(ctx.format)
     removed = 0
     for task in tasks:
-        for name in fmt.file_names(task.stem, ctx.spec):
+        for name in fmt.published_names(task.stem, ctx.spec):
             for p in task.directory.glob(fmt.tmp_glob(name)):
                 p.unlink(missing_ok=True)
                 removed += 1

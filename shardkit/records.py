@@ -1,8 +1,9 @@
 """Per-shard records kept beside the shards: what lets a killed or repeated run reuse finished work.
 
 When a shard is renamed into place the parent writes ``.shard-<key>.json`` (atomically):
-its files with sizes, sha256 and the ``(size, mtime_ns, ctime_ns, inode)`` each had once
-published, its sample records and statistics. A later run whose plan contains the same shard
+its files (the format's, then the samples sidecar) with sizes, sha256 and the
+``(size, mtime_ns, ctime_ns, inode)`` each had once published, its sample count, fingerprint digest
+and statistics — never per-sample records, which live in the sidecar. A later run whose plan contains the same shard
 key reuses the shard without decoding anything, and — when every file's four stat values still
 match — without reading a byte of it: any write through the file system moves ``ctime`` (which
 no user call can set back), a replaced file has a new inode. What a stat cannot see (bit rot,
@@ -15,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +41,14 @@ class ShardRecord:
     """A finished, published shard; ``stats_on_disk[i]`` is ``file_stat`` of ``files[i]`` (``None``: unknown)."""
 
     key: str
-    files: tuple[ShardFile, ...]
-    samples: tuple[dict[str, Any], ...]
+    files: tuple[ShardFile, ...]  # the format's files, then the samples sidecar
+    num_samples: int
+    fingerprint: str  # sha256 of the shard's raw sample fingerprints (formats/samples.md)
     stats: dict[str, Any]
     skipped: tuple[dict[str, str], ...]
     stats_on_disk: tuple[FileStat | None, ...] = field(default=(), compare=False)  # this copy's, not the shard's
+    #: the inline sample records of a record written before samples sidecars (see :func:`reuse`)
+    legacy_samples: tuple[dict[str, Any], ...] | None = field(default=None, compare=False, repr=False)
 
     @staticmethod
     def path(directory: Path, key: str) -> Path:
@@ -53,7 +57,7 @@ class ShardRecord:
     def save(self, directory: Path) -> None:
         files = [{**f.__dict__, **({"stat": list(s)} if s is not None else {})}
                  for f, s in zip(self.files, self._padded_stats(), strict=True)]
-        data = {"key": self.key, "files": files, "samples": list(self.samples),
+        data = {"key": self.key, "files": files, "num_samples": self.num_samples, "fingerprint": self.fingerprint,
                 "stats": self.stats, "skipped": list(self.skipped)}
         atomic_write_bytes(self.path(directory, self.key), json.dumps(data, sort_keys=True).encode())
 
@@ -63,20 +67,23 @@ class ShardRecord:
     def with_stats(self, directory: Path) -> ShardRecord:
         """This record with the current stat of each of its files (taken right after they were verified)."""
         stats = tuple(file_stat(directory / f.name) for f in self.files)
-        return ShardRecord(self.key, self.files, self.samples, self.stats, self.skipped, stats)
+        return replace(self, stats_on_disk=stats)
 
     @classmethod
     def load(cls, directory: Path, key: str) -> ShardRecord | None:
         try:
             d = json.loads(cls.path(directory, key).read_text(encoding="utf-8"))
+            legacy = tuple(d["samples"]) if "num_samples" not in d else None  # written before sidecars
             return cls(
                 key=str(d["key"]),
                 files=tuple(ShardFile(safe_member(str(f["name"]), directory), int(f["bytes"]), str(f["sha256"]))
                             for f in d["files"]),
-                samples=tuple(d["samples"]),
+                num_samples=_count(d["num_samples"] if legacy is None else len(legacy)),
+                fingerprint=str(d["fingerprint"]) if legacy is None else "",
                 stats=dict(d["stats"]),
                 skipped=tuple(d["skipped"]),
                 stats_on_disk=tuple(_stat_of(f) for f in d["files"]),
+                legacy_samples=legacy,
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
@@ -98,6 +105,37 @@ def content_digest(path: Path) -> str:
         except (ValueError, AttributeError, TypeError):
             pass  # not a record after all: compared as bytes
     return hashlib.sha256(data).hexdigest()
+
+
+def _with_sidecar(directory: Path, record: ShardRecord, name: str, rehash: bool) -> ShardRecord | None:
+    """A shard recorded before samples sidecars (its records inline in the journal), its files intact: its
+    sidecar written from those records, so upgrading shardkit does not rewrite the shard. ``None``: not intact."""
+    from .samples import SidecarBuilder
+
+    now = _intact(directory, record, rehash)
+    if now is None or record.legacy_samples is None:
+        return None
+    try:
+        builder = SidecarBuilder(int(record.stats["num_classes"]))
+        for s in record.legacy_samples:
+            builder.add(str(s["key"]), s.get("label"), int(s["height"]), int(s["width"]), str(s["fingerprint"]),
+                        [int(c) for c in s.get("classes", ())])
+        data = builder.to_bytes()
+    except (KeyError, TypeError, ValueError, IndexError):
+        return None  # a malformed old record: the shard is rewritten
+    atomic_write_bytes(directory / name, data)
+    sidecar = ShardFile(name, len(data), hashlib.sha256(data).hexdigest())
+    upgraded = replace(record, files=(*record.files, sidecar), fingerprint=builder.digest(),
+                       stats_on_disk=(*now, file_stat(directory / name)), legacy_samples=None)
+    upgraded.save(directory)
+    log.info("shard %s: samples sidecar %s written from its record", record.key, name)
+    return upgraded
+
+
+def _count(v: Any) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise ValueError(f"sample count {v!r}")
+    return v
 
 
 def _stat_of(entry: dict[str, Any]) -> FileStat | None:
@@ -142,6 +180,8 @@ def reuse(directory: Path, key: str, wanted_names: tuple[str, ...], *, rehash: b
     current manifest — intact.
     """
     record = ShardRecord.load(directory, key)
+    if record is not None and record.legacy_samples is not None and len(record.files) == len(wanted_names) - 1:
+        record = _with_sidecar(directory, record, wanted_names[-1], rehash)
     if record is None or len(record.files) != len(wanted_names) or record.key != key:
         return None
     now = _intact(directory, record, rehash)
@@ -152,7 +192,7 @@ def reuse(directory: Path, key: str, wanted_names: tuple[str, ...], *, rehash: b
         if f.name != name:
             link_into_place(directory, f.name, name)
         files.append(ShardFile(name, f.bytes, f.sha256))
-    moved = ShardRecord(key, tuple(files), record.samples, record.stats, record.skipped, now)
+    moved = replace(record, files=tuple(files), stats_on_disk=now)
     if moved.files != record.files:  # a hard link changes the inode's ctime: record the new names' stats
         moved = moved.with_stats(directory)
     if moved != record or moved.stats_on_disk != record.stats_on_disk:

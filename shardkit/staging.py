@@ -171,7 +171,7 @@ class RemoteSink:
                 self.remote.copy(f"{split}/{f.name}", f"{split}/{name}")
                 sizes[name] = f.bytes
             files.append(ShardFile(name, f.bytes, f.sha256))
-        moved = ShardRecord(key, tuple(files), record.samples, record.stats, record.skipped)
+        moved = replace(record, files=tuple(files), stats_on_disk=())
         if moved != record:
             moved.save(directory)
             self._upload_record(directory, key)

@@ -1,13 +1,15 @@
 """``shardkit verify``: re-check everything a manifest promises, shard by shard.
 
-For every shard: files exist with the stated size and sha256; every sample decodes with
-the stated shapes; and the per-class pixel counts recomputed from the stored labels
-equal the manifest's. Nothing is trusted; nothing is modified.
+For every shard: files (samples sidecar included) exist with the stated size and sha256; every
+sample decodes with the stated shapes; the per-class pixel counts recomputed from the stored labels
+equal the manifest's, and so does ``source.fingerprint`` recomputed from the sample records.
+Shard by shard: no list of all samples is held. Nothing is trusted; nothing is modified.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import tempfile
 from dataclasses import dataclass, field
@@ -20,6 +22,7 @@ from .errors import ShardkitError
 from .formats.base import SampleSpec, sha256_file
 from .formats.registry import get
 from .manifest import MANIFEST_NAME, Manifest, load_manifest
+from .samples import split_fingerprint
 from .storage import Remote, is_url
 
 log = logging.getLogger(__name__)
@@ -48,7 +51,8 @@ def split_folders(path: Path) -> list[Path]:
 
 
 def published_digests(path: Path) -> dict[str, str]:
-    """sha256 of a split's manifest (``source.root`` blanked) and of every file it names: what a reader sees.
+    """sha256 of a split's manifest (``source.root`` blanked) and of every file it names (samples sidecars
+    included): what a reader sees.
 
     Two conversions of the same input with the same options must give equal digests (used to compare a
     resumed, incremental or Dask run with a fresh local one).
@@ -60,7 +64,7 @@ def published_digests(path: Path) -> dict[str, str]:
     m["source"]["root"] = ""
     out = {MANIFEST_NAME: hashlib.sha256(json.dumps(m, sort_keys=True).encode()).hexdigest()}
     for shard in m["shards"]:
-        for f in shard["files"]:
+        for f in [*shard["files"], *([shard["samples"]] if "samples" in shard else [])]:
             out[f["name"]] = sha256_file(Path(path) / f["name"])
     return out
 
@@ -117,8 +121,9 @@ def _verify_shards(report: SplitReport, manifest: Manifest, path: Path, spec: Sa
     ignore = manifest.classes.get("ignore_index")
     counts = np.zeros(spec.num_classes, np.int64)
     report.shards = len(manifest.shards)
-    for shard in manifest.shards:
-        where = f"shard {shard.index} ({', '.join(f.name for f in shard.files)})"
+    digests: list[str] = []
+    for pos, shard in enumerate(manifest.shards):
+        where = f"shard {shard.index} ({', '.join(f.name for f in shard.all_files)})"
         try:
             if cache is not None:
                 from .read.cache import CachedShardReader
@@ -127,12 +132,15 @@ def _verify_shards(report: SplitReport, manifest: Manifest, path: Path, spec: Sa
             else:
                 reader = fmt.open_shard(path, shard, spec, manifest)
             reader.verify_hashes()
+            reader.ensure_open()
+            hw = manifest.samples.hw(pos, reader.local_directory)  # this shard's only
+            digests.append(_shard_digest(manifest, pos, reader))
             for i in range(shard.num_samples):
                 image, stored = reader.read(i)
-                rec = manifest.samples[shard.first_index + i]
-                if image.shape != (rec["height"], rec["width"], 3) or image.dtype != np.uint8:
+                h, w = int(hw[i, 0]), int(hw[i, 1])
+                if image.shape != (h, w, 3) or image.dtype != np.uint8:
                     report.problems.append(f"{where}: sample {i} has image shape {image.shape}, expected "
-                                           f"({rec['height']}, {rec['width']}, 3)")
+                                           f"({h}, {w}, 3)")
                     continue
                 ids = spec.encoding.decode(stored, ignore)
                 counts += np.bincount(ids.ravel(), minlength=spec.num_classes)[: spec.num_classes]
@@ -145,3 +153,16 @@ def _verify_shards(report: SplitReport, manifest: Manifest, path: Path, spec: Sa
         report.problems.append(
             f"class pixel counts {counts.tolist()} differ from the manifest's {manifest.stats.get('class_pixels')}"
         )
+    if not report.problems and manifest.manifest_version >= 2:
+        fingerprint = split_fingerprint(digests)
+        if fingerprint != manifest.source.get("fingerprint"):
+            report.problems.append(f"source fingerprint {fingerprint[:12]}… recomputed from the samples sidecars "
+                                   f"differs from the manifest's {str(manifest.source.get('fingerprint'))[:12]}…")
+
+
+def _shard_digest(manifest: Manifest, pos: int, reader: Any) -> str:
+    """sha256 of one shard's raw sample fingerprints (manifest version 2; "" for version 1)."""
+    if manifest.manifest_version < 2:
+        return ""
+    rows = manifest.samples.rows(pos, reader.local_directory)
+    return hashlib.sha256(rows["fingerprint"].tobytes()).hexdigest()

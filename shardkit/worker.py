@@ -1,7 +1,8 @@
 """What runs inside a pool worker: decode, transform, encode and write one whole shard.
 
 Decoded pixels never leave the worker; only a small :class:`ShardResult` (file names,
-sizes, hashes, per-sample records, statistics) travels back to the parent.
+sizes, hashes, statistics) travels back to the parent. Per-sample records stay here too: the
+worker writes them into the shard's samples sidecar (:mod:`shardkit.samples`).
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ from .discover import rel_path
 from .errors import LabelError, ShardkitError
 from .fingerprint import combine_fingerprints, source_digest
 from .formats.base import SampleSpec, WrittenFile
-from .formats.registry import writer_class
+from .formats.registry import get, writer_class
 from .imageio import check_pixels, decode_image, is_jpeg_file, regular_stat
 from .labels import LabelDecoder
 from .plan import ShardTask, shard_key, stem
 from .preprocess import fit_pair, pads
 from .progress import CounterRef, worker_tick
+from .samples import SidecarBuilder, sidecar_name
 from .stats import Stats
 
 if TYPE_CHECKING:
@@ -75,8 +77,9 @@ class ShardResult:
     index: int
     key: str
     directory: Path
-    files: tuple[WrittenFile, ...]
-    samples: list[dict[str, Any]] = field(default_factory=list)
+    files: tuple[WrittenFile, ...]  # the format's files, then the samples sidecar
+    num_samples: int = 0
+    fingerprint: str = ""  # sha256 of the shard's raw sample fingerprints (formats/samples.md)
     stats: dict[str, Any] = field(default_factory=dict)
     skipped: list[dict[str, str]] = field(default_factory=list)
     synced: bool = True  # False: the files still need an fsync before they are published
@@ -212,7 +215,7 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
     stats = Stats(ctx.spec.num_classes)
     writer = writer_class(ctx.format)(task.directory, task.stem, ctx.spec, len(task.samples), ctx.compression,
                                       ctx.codecs)
-    samples: list[dict[str, Any]] = []
+    samples = SidecarBuilder(ctx.spec.num_classes)
     skipped: list[dict[str, str]] = []
     padded = 0
     fingerprints: list[str] = []
@@ -239,24 +242,33 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
             _write(writer.add, task, image, stored, pair.key)
             padded += was_padded
             present = stats.add(image, ids)
-            samples.append({
-                "key": pair.key,
-                "label": rel_path(ctx.root, pair.label) if pair.label is not None else None,
-                "height": int(image.shape[0]),
-                "width": int(image.shape[1]),
-                "classes": present,
-                "fingerprint": fingerprint,
-            })
+            samples.add(pair.key, rel_path(ctx.root, pair.label) if pair.label is not None else None,
+                        int(image.shape[0]), int(image.shape[1]), fingerprint, present)
             if tick is not None:
                 tick()
-        files = _write(writer.close, task, ctx.sync_files)
+        files = (*_write(writer.close, task, ctx.sync_files),
+                 _write(_write_sidecar, task, writer, samples, ctx.sync_files))
     except BaseException:
         writer.abort()
+        for p in task.directory.glob(writer.tmp_glob(sidecar_name(task.stem))):
+            p.unlink(missing_ok=True)
         raise
     key = task.key
-    if key is None:  # the shard's final names carry the key its fingerprints give
+    if key is None:  # the shard's final names (format files, then sidecar) carry the key its fingerprints give
         key = shard_key(ctx.settings, task.samples, fingerprints)
-        names = writer.file_names(stem(task.index, key), ctx.spec)
+        names = get(ctx.format).published_names(stem(task.index, key), ctx.spec)
         files = tuple(dataclasses.replace(f, final_name=name) for f, name in zip(files, names, strict=True))
-    return ShardResult(task.split, task.index, key, task.directory, files, samples, stats.to_wire(), skipped,
-                       ctx.sync_files, padded, sources)
+    return ShardResult(task.split, task.index, key, task.directory, files, len(samples), samples.digest(),
+                       stats.to_wire(), skipped, ctx.sync_files, padded, sources)
+
+
+def _write_sidecar(writer: Any, samples: SidecarBuilder, sync: bool) -> WrittenFile:
+    """Write the shard's samples sidecar under a temporary name, like the writer's own files."""
+    from .publish import fsync_file
+
+    name = sidecar_name(writer.stem)
+    tmp = writer.tmp_path(name)
+    digest = samples.write(tmp)
+    if sync:
+        fsync_file(tmp)
+    return WrittenFile(name, tmp.name, tmp.stat().st_size, digest)

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 import shardkit
 from shardkit.cli import main
 from shardkit.verify import verify_split
+from tests.sample_records import records
 
 
 def make_raw(camvid_root: Path, dst: Path, n: int = 4) -> list[str]:
@@ -388,7 +389,7 @@ def test_folder_symlink_loop_is_walked_once(camvid_root: Path, tmp_path: Path) -
     res = invoke("convert", raw, tmp_path / "out", "-q", "--workers", "1")
     assert res.exit_code == 0, res.output
     manifest = json.loads((tmp_path / "out" / "val" / "manifest.json").read_text())
-    assert sorted(s["key"] for s in manifest["samples"]) == [f"val/{n}" for n in names]
+    assert sorted(s["key"] for s in records(tmp_path / "out" / "val", manifest)) == [f"val/{n}" for n in names]
 
 
 def test_input_file_far_larger_than_its_header_is_refused_unread(camvid_root: Path, tmp_path: Path) -> None:

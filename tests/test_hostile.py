@@ -19,7 +19,9 @@ import shardkit
 from shardkit.cli import main
 from shardkit.config import ConvertConfig, ShardSize
 from shardkit.errors import ShardFormatError, ShardkitError, UnsafePathError
+from shardkit.manifest import load_manifest
 from shardkit.pipeline import convert
+from shardkit.samples import MAX_PATH_BYTES, inline_manifest
 
 CROP = (64, 96)
 
@@ -220,7 +222,10 @@ def _hostile_split(camvid_splits: dict[str, Path], tmp_path: Path, case: str) ->
         text = path.read_text()
         path.write_text(text.replace('"num_samples": ', '"num_samples": ' + "9" * 100_000 + ', "x": ', 1))
     else:
-        m = json.loads(path.read_text())
+        if case.startswith("sample-"):  # inline records: a manifest version 1 (what older shardkit wrote)
+            m = inline_manifest(load_manifest(split)).to_json()
+        else:
+            m = json.loads(path.read_text())
         HOSTILE_MANIFESTS[case](m)
         path.write_text(json.dumps(m))
     return split
@@ -498,3 +503,133 @@ def test_tf_dataset_on_a_damaged_shard_fails_at_construction(camvid_splits: dict
     with pytest.raises(ShardkitError) as exc_info:
         shardkit.tf.dataset(split, 2)
     assert name in str(exc_info.value) and "\n" not in str(exc_info.value)
+
+
+# --- samples sidecars (manifest version 2): checked like shard files, one line, nothing big allocated ----
+
+
+def _sidecar_rows(split: Path) -> tuple[Path, np.ndarray]:
+    name = json.loads((split / "manifest.json").read_text())["shards"][0]["samples"]["name"]
+    return split / name, np.load(split / name, allow_pickle=False)
+
+
+def _rewrite_sidecar(split: Path, data: bytes, *, refresh: bool = True) -> None:
+    """Replace shard 0's sidecar with ``data``; ``refresh``: fix its size and sha256 in the manifest (an attacker)."""
+    path = split / "manifest.json"
+    m = json.loads(path.read_text())
+    entry = m["shards"][0]["samples"]
+    (split / entry["name"]).write_bytes(data)
+    if refresh:
+        entry["bytes"], entry["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+        path.write_text(json.dumps(m))
+
+
+def _npy(rows: np.ndarray) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, rows, allow_pickle=True)
+    return buf.getvalue()
+
+
+def _with_field(rows: np.ndarray, name: str, dtype: str) -> np.ndarray:
+    fields = [(n, dtype if n == name else rows.dtype.fields[n][0]) for n in rows.dtype.names]
+    out = np.zeros(rows.shape, fields)
+    for n in rows.dtype.names:
+        out[n] = rows[n] if n != name else rows[n].astype(dtype) if rows.dtype.fields[n][0].kind != "S" else rows[n]
+    return out
+
+
+def _bad_values(rows: np.ndarray, field: str, value: object) -> np.ndarray:
+    rows = rows.copy()
+    rows[field][0] = value
+    return rows
+
+
+HOSTILE_SIDECARS: dict[str, Callable[[np.ndarray], bytes]] = {
+    "not-npy": lambda rows: b"not a numpy file at all" * 10,
+    "truncated-header": lambda rows: _npy(rows)[:20],
+    "object-dtype": lambda rows: _npy(np.array([{"key": "x"}] * len(rows), dtype=object)),
+    "plain-uint8": lambda rows: _npy(np.zeros(len(rows) * rows.dtype.itemsize, np.uint8)),
+    "height-float": lambda rows: _npy(_with_field(rows, "height", "<f8")),
+    "height-big-endian": lambda rows: _npy(_with_field(rows, "height", ">u4")),
+    "key-too-wide": lambda rows: _npy(_with_field(rows, "key", f"S{MAX_PATH_BYTES + 1}")),
+    "key-unicode": lambda rows: _npy(_with_field(rows, "key", "<U8")),
+    "extra-row": lambda rows: _npy(np.concatenate([rows, rows[:1]])),
+    "two-dimensional": lambda rows: _npy(rows.reshape(-1, 1)),
+    "height-huge": lambda rows: _npy(_bad_values(rows, "height", 4_000_000_000)),
+    "height-zero": lambda rows: _npy(_bad_values(rows, "height", 0)),
+    "height-not-the-fixed-size": lambda rows: _npy(_bad_values(rows, "height", CROP[0] + 1)),
+    "key-not-utf8": lambda rows: _npy(_bad_values(rows, "key", b"\xff\xfe")),
+    "trailing-bytes": lambda rows: _npy(rows) + b"\0" * 64,
+    "header-claims-1e12-rows": lambda rows: _npy(rows).replace(
+        f"'shape': ({len(rows)},)".encode(), f"'shape': ({10**12},)".encode().ljust(len(f"'shape': ({len(rows)},)"))),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_SIDECARS))
+def test_hostile_sidecar_is_one_clear_error(camvid_splits: dict[str, Path], tmp_path: Path, case: str) -> None:
+    """A sidecar whose size and sha256 an attacker put into the manifest is still refused in one line."""
+    split = _copy_split(camvid_splits["npy"], tmp_path / "out" / "val")
+    path, rows = _sidecar_rows(split)
+    _rewrite_sidecar(split, HOSTILE_SIDECARS[case](rows))
+    ds = shardkit.open(split)  # a fixed-size split: opening reads no sidecar
+    with pytest.raises(ShardFormatError) as exc_info:
+        ds.key(0)
+    assert path.name in str(exc_info.value) and "\n" not in str(exc_info.value)
+    result = invoke("verify", split)
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    problems = [ln for ln in result.output.splitlines() if ln.startswith("  - ")]
+    assert len(problems) == 1 and path.name in problems[0], result.output
+
+
+def test_a_truncated_sidecar_is_refused_by_its_size(camvid_splits: dict[str, Path], tmp_path: Path) -> None:
+    split = _copy_split(camvid_splits["npy"], tmp_path / "out" / "val")
+    path, _ = _sidecar_rows(split)
+    _rewrite_sidecar(split, path.read_bytes()[:-1], refresh=False)
+    with pytest.raises(ShardkitError, match="truncated or replaced"):
+        shardkit.open(split).key(0)
+
+
+def test_a_sidecar_with_the_wrong_hash_fails_verify(camvid_splits: dict[str, Path], tmp_path: Path) -> None:
+    split = _copy_split(camvid_splits["npy"], tmp_path / "out" / "val")
+    path, rows = _sidecar_rows(split)
+    _rewrite_sidecar(split, _npy(_bad_values(rows, "fingerprint", 7)), refresh=False)  # same size, other bytes
+    assert shardkit.open(split).key(0) == rows["key"][0].decode()  # a read checks sizes, not hashes
+    result = invoke("verify", split)
+    assert result.exit_code == 1 and path.name in result.output and "sha256" in result.output
+
+
+@pytest.mark.parametrize("kind", ["symlink-outside", "directory"])
+def test_a_sidecar_outside_the_folder_or_not_a_file_is_refused(camvid_splits: dict[str, Path], tmp_path: Path,
+                                                               kind: str) -> None:
+    split = _copy_split(camvid_splits["npy"], tmp_path / "out" / "val")
+    path, _ = _sidecar_rows(split)
+    if kind == "symlink-outside":
+        shutil.move(path, tmp_path / "elsewhere.npy")  # same bytes: size and sha256 still match
+        path.symlink_to(tmp_path / "elsewhere.npy")
+    else:
+        path.unlink()
+        path.mkdir()
+    with pytest.raises(UnsafePathError):
+        shardkit.open(split).key(0)
+    result = invoke("verify", split)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+
+
+def test_a_hostile_sidecar_of_a_variable_size_split_fails_the_read_of_its_shard_only(
+        camvid_root: Path, tmp_path: Path) -> None:
+    """Variable size: a shard's sizes come from its sidecar when that shard is first read, checked then (LMDB
+    bounds each record's claimed size by them)."""
+    out = tmp_path / "var"
+    convert(ConvertConfig(camvid_root, out, format="lmdb", splits=("val",), workers=1, quiet=True,
+                          shard_size=ShardSize(samples=9)))
+    split = out / "val"
+    path, rows = _sidecar_rows(split)
+    _rewrite_sidecar(split, _npy(_bad_values(rows, "width", 70_000)))
+    ds = shardkit.open(split)
+    assert ds.manifest.samples.loads == 0  # opening read no sidecar
+    with pytest.raises(ShardFormatError, match=re.escape(path.name)):
+        ds[0]
+    image, _ = ds[len(ds) - 1]  # another shard is fine
+    assert image.shape[2] == 3

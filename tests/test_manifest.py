@@ -15,7 +15,8 @@ from shardkit.publish import dump_manifest
 GOLDEN = Path(__file__).resolve().parents[1] / "formats" / "golden"
 
 
-@pytest.mark.parametrize("name", ["npy-fixed", "npy-variable", "lmdb"])
+@pytest.mark.parametrize("name", ["npy-fixed", "npy-variable", "lmdb", "manifest2-npy-fixed",
+                                  "manifest2-lmdb-zstd"])
 def test_a_loaded_manifest_dumps_to_the_same_bytes(tmp_path: Path, name: str) -> None:
     m = load_manifest(GOLDEN / name / "train")
     assert m.num_samples == sum(s.num_samples for s in m.shards) == len(m.samples)

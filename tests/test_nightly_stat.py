@@ -65,9 +65,9 @@ def records(cfg: ConvertConfig) -> list[Path]:
 
 
 def published(cfg: ConvertConfig) -> list[Path]:
-    """Every shard file the manifest names."""
+    """Every shard file the manifest names (samples sidecars included)."""
     manifest = json.loads((cfg.output / "val" / "manifest.json").read_text())
-    return sorted(cfg.output / "val" / f["name"] for s in manifest["shards"] for f in s["files"])
+    return sorted(cfg.output / "val" / f["name"] for s in manifest["shards"] for f in [*s["files"], s["samples"]])
 
 
 def flip_a_byte(path: Path) -> None:

@@ -137,7 +137,7 @@ def test_killed_convert_resumes_from_the_bucket(raw_camvid: str, camvid_val_npy:
     ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "cache")
     assert_same_samples(ds, shardkit.open(camvid_val_npy))
     final = _objects(f"{out}/val")
-    named = {f["name"] for s in manifest_of(f"{out}/val")["shards"] for f in s["files"]}
+    named = {f["name"] for s in manifest_of(f"{out}/val")["shards"] for f in [*s["files"], s["samples"]]}
     assert {n for n in final if not n.startswith(".") and n != "manifest.json"} == named  # no orphans
 
 
@@ -177,7 +177,7 @@ def test_removed_inputs_move_shards_by_server_side_copy(s3: str, camvid_root: Pa
     m = manifest_of("s3://out/shrinking/val")
     assert [s["files"][0]["name"].split("-")[1] for s in m["shards"]] == ["00000", "00001", "00002"]
     objects = {n for n in _objects("s3://out/shrinking/val") if not n.startswith(".") and n != "manifest.json"}
-    assert objects == {f["name"] for s in m["shards"] for f in s["files"]}  # old names collected
+    assert objects == {f["name"] for s in m["shards"] for f in [*s["files"], s["samples"]]}  # old names collected
     for sub in ("val", "valannot"):
         (tmp_path / "raw" / sub).mkdir(parents=True)
         for n in names[3:]:
@@ -270,7 +270,7 @@ def test_another_split_evicts_least_recently_used_files_of_other_splits(raw_camv
     convert(ConvertConfig(raw_camvid, out, workers=1, **OPTIONS))
     convert(ConvertConfig(raw_camvid, "s3://out/lru2", workers=1, **OPTIONS))
     m = manifest_of(f"{out}/val")
-    total = sum(f["bytes"] for s in m["shards"] for f in s["files"])
+    total = sum(f["bytes"] for s in m["shards"] for f in [*s["files"], s["samples"]])
     limit = total + 65536  # one split fits, two do not
     a = shardkit.open(f"{out}/val", cache_dir=tmp_path / "c", cache_limit=limit)
     for i in range(len(a)):
@@ -280,7 +280,7 @@ def test_another_split_evicts_least_recently_used_files_of_other_splits(raw_camv
     for i in range(len(b)):
         b[i]
     assert b.cache is not None and b.cache.cached_bytes() == total  # b evicted a's files to fit
-    assert a.cache.cached_bytes() == 0 and b.cache.usage() <= limit
+    assert a.cache.cached_bytes() <= limit - total and b.cache.usage() <= limit  # at most a small sidecar left
 
 
 def test_verify_and_info_on_a_bucket(raw_camvid: str, tmp_path: Path) -> None:
@@ -382,7 +382,7 @@ def test_torch_loader_workers_read_a_bucket_through_one_cache(raw_camvid: str, c
         assert torch.equal(labels.cpu(), torch.from_numpy(want_l).to(labels.dtype))
         seen += len(images)
     assert seen == len(ref)
-    named = {f["name"] for s in manifest_of(f"{out}/val")["shards"] for f in s["files"]}
+    named = {f["name"] for s in manifest_of(f"{out}/val")["shards"] for f in [*s["files"], s["samples"]]}
     assert {p.name for p in (tmp_path / "cache").glob("*/*") if not p.name.startswith(".")} == named | {"manifest.json"}
 
 

@@ -15,6 +15,7 @@ from shardkit.config import ConvertConfig, ShardSize
 from shardkit.errors import DecodeError, LabelError, OutputError
 from shardkit.pipeline import convert
 from shardkit.records import content_digest
+from tests.sample_records import records
 
 CROP = (352, 480)
 
@@ -49,11 +50,12 @@ def test_camvid_round_trips_every_sample_exactly(camvid_converted, camvid_root: 
         assert manifest["format"] == fmt
         ds = shardkit.open(out / split)
         assert len(ds) == n
-        keys = [s["key"] for s in manifest["samples"]]
+        recs = records(out / split, manifest)
+        keys = [s["key"] for s in recs]
         assert keys == sorted(keys)
         for i in range(len(ds)):
             image, label = ds[i]
-            rec = manifest["samples"][i]
+            rec = recs[i]
             want_image, want_label = camvid_expected(camvid_root, rec["key"], rec["label"])
             assert image.dtype == np.uint8 and image.shape == (*CROP, 3)
             np.testing.assert_array_equal(image, want_image)
@@ -121,8 +123,9 @@ def test_rgb_masks_variable_size_round_trip(rgb_masks_root: Path, tmp_path: Path
         assert manifest["sample"]["image"]["shape"] == [None, None, 3]
         ds = shardkit.open(out / split)
         sizes = set()
+        recs = records(out / split, manifest)
         for i in range(len(ds)):
-            rec = manifest["samples"][i]
+            rec = recs[i]
             image, ids = ds[i]
             src = cv2.cvtColor(cv2.imread(str(rgb_masks_root / rec["key"])), cv2.COLOR_BGR2RGB)
             mask = cv2.cvtColor(cv2.imread(str(rgb_masks_root / rec["label"])), cv2.COLOR_BGR2RGB)

@@ -30,6 +30,7 @@ from shardkit.errors import DecodeError, WorkerError
 from shardkit.pipeline import convert
 from shardkit.publish import TMP_MARK
 from shardkit.records import content_digest
+from tests.sample_records import records
 
 SIZE = (352, 480)
 SHARD = 5
@@ -88,7 +89,7 @@ def assert_same_as_local(out: Path, local: Path) -> None:
 
 def assert_every_sample_once(out: Path, root: Path) -> None:
     manifest = json.loads((out / SPLIT / "manifest.json").read_text(encoding="utf-8"))
-    keys = [s["key"] for s in manifest["samples"]]
+    keys = [s["key"] for s in records(out / SPLIT, manifest)]
     expected = sorted(p.relative_to(root).as_posix() for p in (root / SPLIT).iterdir() if p.suffix == ".png")
     assert len(keys) == len(set(keys)) == manifest["num_samples"] == len(expected)
     assert sorted(keys) == expected
@@ -111,7 +112,7 @@ def test_local_cluster_is_byte_identical_to_local_pool(
     original = pipeline.publish_files
 
     def spy(result: Any) -> Any:  # the on_result path: what the progress bar counts
-        seen.append((result.index, len(result.samples)))
+        seen.append((result.index, result.num_samples))
         return original(result)
 
     monkeypatch.setattr(pipeline, "publish_files", spy)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 from shardkit.manifest import ShardFile
@@ -15,7 +16,7 @@ def shard(directory: Path, key: str, *names: str) -> ShardRecord:
         data = f"{n} of {key}".encode()
         (directory / n).write_bytes(data)
         files.append(ShardFile(n, len(data), hashlib.sha256(data).hexdigest()))
-    record = ShardRecord(key, tuple(files), ({"key": "a.png", "height": 2, "width": 3},), {"pixels": 6}, ())
+    record = ShardRecord(key, tuple(files), 1, "ab" * 32, {"pixels": 6}, ())
     record.save(directory)
     return record
 
@@ -25,6 +26,59 @@ def test_a_saved_record_loads_back_equal(tmp_path: Path) -> None:
     assert ShardRecord.path(tmp_path, "k1").name == f"{RECORD_PREFIX}k1.json"
     assert ShardRecord.load(tmp_path, "k1") == record
     assert ShardRecord.load(tmp_path, "k2") is None
+
+
+def test_a_record_holds_no_sample_records(tmp_path: Path) -> None:
+    """The journal keeps a count and a digest per shard; per-sample records live in the shard's sidecar."""
+    shard(tmp_path, "k1", "images-00000-k1.npy")
+    saved = json.loads(ShardRecord.path(tmp_path, "k1").read_text())
+    assert "samples" not in saved and saved["num_samples"] == 1 and saved["fingerprint"] == "ab" * 32
+
+
+def test_a_record_of_an_older_version_is_not_reused_when_malformed(tmp_path: Path) -> None:
+    """Records written before the sidecars hold their samples inline; a malformed one makes the shard rewritten."""
+    record = shard(tmp_path, "k1", "images-00000-k1.npy")
+    data = json.loads(ShardRecord.path(tmp_path, "k1").read_text())
+    del data["num_samples"], data["fingerprint"]
+    data["samples"] = [{"key": "a.png"}]  # no size, no fingerprint
+    ShardRecord.path(tmp_path, "k1").write_text(json.dumps(data))
+    old = ShardRecord.load(tmp_path, "k1")
+    assert old is not None and old.legacy_samples == ({"key": "a.png"},) and old.num_samples == 1
+    assert reuse(tmp_path, "k1", (record.files[0].name, "samples-00000-k1.npy")) is None
+    assert not (tmp_path / "samples-00000-k1.npy").exists()
+
+
+def test_an_output_of_an_older_shardkit_is_upgraded_without_rewriting_its_shards(camvid_root: Path,
+                                                                                  tmp_path: Path) -> None:
+    """Shards whose records hold their samples inline (before sidecars) get their sidecars from those records:
+    the re-run reuses every shard and publishes what a fresh conversion publishes."""
+    from shardkit.config import ConvertConfig, ShardSize
+    from shardkit.manifest import load_manifest
+    from shardkit.pipeline import convert
+    from shardkit.publish import dump_manifest
+    from shardkit.samples import inline_manifest
+    from shardkit.verify import published_digests
+
+    cfg = ConvertConfig(camvid_root, tmp_path / "out", size=(64, 96), splits=("val",), workers=1, quiet=True,
+                        shard_size=ShardSize(samples=9))
+    convert(cfg)
+    split = tmp_path / "out" / "val"
+    want = published_digests(split)
+    m = load_manifest(split)
+    by_sidecar = {s.samples.name: s for s in m.shards if s.samples is not None}
+    for path in split.glob(f"{RECORD_PREFIX}*.json"):  # what an older shardkit left
+        data = json.loads(path.read_text())
+        sidecar = by_sidecar[data["files"].pop()["name"]]
+        data["samples"] = m.samples[sidecar.first_index : sidecar.first_index + sidecar.num_samples]
+        del data["num_samples"], data["fingerprint"]
+        path.write_text(json.dumps(data))
+    dump_manifest(inline_manifest(m), split)
+    for name in by_sidecar:
+        (split / name).unlink()
+    again = convert(cfg)
+    assert again.reused == again.shards == len(by_sidecar)
+    assert published_digests(split) == want
+    assert all("num_samples" in json.loads(p.read_text()) for p in split.glob(f"{RECORD_PREFIX}*.json"))
 
 
 def test_a_damaged_or_unsafe_record_is_not_trusted(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import cv2
@@ -15,6 +16,8 @@ from shardkit.labels import ClassInfo, ClassTable, LabelDecoder
 from shardkit.plan import ShardTask
 from shardkit.publish import TMP_MARK
 from shardkit.worker import WorkerContext, convert_shard, process_sample
+
+F1, F2 = "f1" * 32, "f2" * 32  # sample fingerprints (64 hex digits)
 
 RNG = np.random.default_rng(3)
 TABLE = ClassTable(tuple(ClassInfo(i, f"c{i}") for i in range(4)), 255)
@@ -48,13 +51,16 @@ def test_a_shard_is_written_under_temp_names_with_its_records(tmp_path: Path) ->
     pairs = (pair(tmp_path, "a", (8, 8)), pair(tmp_path, "b", (8, 8)))
     out = tmp_path / "out"
     out.mkdir()
-    task = ShardTask("train", 0, "k" * 64, out, pairs, ("f1", "f2"))
+    task = ShardTask("train", 0, "k" * 64, out, pairs, (F1, F2))
     ticks: list[int] = []
     result = convert_shard(task, context(tmp_path), lambda: ticks.append(1))
     assert len(ticks) == 2 and result.skipped == [] and result.padded == 0
-    assert [s["key"] for s in result.samples] == ["a.png", "b.png"]
-    assert [s["label"] for s in result.samples] == ["a_L.png", "b_L.png"]
-    assert [s["fingerprint"] for s in result.samples] == ["f1", "f2"]
+    assert result.num_samples == 2 and result.files[-1].final_name == "samples-00000-kkkkkkkkkkkk.npy"
+    rows = np.load(out / result.files[-1].tmp_name, allow_pickle=False)  # the sidecar, as the spec reads it
+    assert rows["key"].tolist() == [b"a.png", b"b.png"] and rows["label"].tolist() == [b"a_L.png", b"b_L.png"]
+    assert [bytes(f).hex() for f in rows["fingerprint"]] == [F1, F2]
+    assert rows["height"].tolist() == rows["width"].tolist() == [8, 8]
+    assert result.fingerprint == hashlib.sha256(bytes.fromhex(F1 + F2)).hexdigest()
     assert all(TMP_MARK in p.name for p in out.iterdir())  # the parent publishes them
     assert sorted(f.tmp_name for f in result.files) == sorted(p.name for p in out.iterdir())
     assert sum(result.stats["class_pixels"]) == 2 * 64
@@ -66,12 +72,13 @@ def test_a_broken_input_fails_the_shard_or_is_skipped(tmp_path: Path, on_error: 
     bad.image.write_bytes(b"\x89PNG\r\n\x1a\n broken")
     out = tmp_path / "out"
     out.mkdir()
-    task = ShardTask("train", 0, "k" * 64, out, (good, bad), ("f1", "f2"))
+    task = ShardTask("train", 0, "k" * 64, out, (good, bad), (F1, F2))
     if on_error == "fail":
         with pytest.raises(DecodeError, match=r"b\.png"):
             convert_shard(task, context(tmp_path, on_error=on_error))
         assert list(out.iterdir()) == []  # the aborted shard left no temp file
     else:
         result = convert_shard(task, context(tmp_path, on_error=on_error))
-        assert [s["key"] for s in result.samples] == ["a.png"]
+        rows = np.load(out / result.files[-1].tmp_name, allow_pickle=False)
+        assert result.num_samples == 1 and rows["key"].tolist() == [b"a.png"]
         assert [s["key"] for s in result.skipped] == ["b.png"] and "cannot decode" in result.skipped[0]["reason"]

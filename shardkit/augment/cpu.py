@@ -9,6 +9,7 @@ with the same matrix disagrees on ~3 pixels in 10^5 under scale + rotation, meas
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -153,6 +154,17 @@ def _gather_loop(label: Any, m: Any, out: Any, fill: Any) -> None:  # pragma: no
             dst[row + x] = src[i] if i >= 0 else fill
 
 
+def _lut_loop(pairs: Any, lut: Any, table: Any) -> None:  # pragma: no cover - runs compiled
+    """A 256-entry uint8 ``lut`` applied in place to bytes viewed as uint16 ``pairs``, two bytes per lookup:
+    ``table`` (65536 uint16) is filled with every byte pair's two looked-up bytes first. The high byte maps
+    to the high byte and the low to the low, so the byte order does not matter."""
+    for hi in range(256):
+        for lo in range(256):
+            table[hi * 256 + lo] = (lut[hi] << 8) | lut[lo]
+    for i in range(pairs.size):
+        pairs[i] = table[pairs[i]]
+
+
 _compiled: list[tuple[Any, ...] | None] = []  # []: not tried; [None]: no numba
 _compile_lock = threading.Lock()
 
@@ -163,13 +175,14 @@ def _gather_kernels() -> tuple[Any, ...] | None:
         return None
     with _compile_lock:
         if not _compiled:
-            _compiled.append(jit.compile_kernels((_gather_loop,), _warm, "label gather"))
+            _compiled.append(jit.compile_kernels((_gather_loop, _lut_loop), _warm, "augment"))
         return _compiled[0]
 
 
 def _warm(kernels: tuple[Any, ...]) -> None:
     """Compile (or load from numba's cache) the uint8 case now, so a failure shows here."""
     kernels[0](np.zeros((2, 2), np.uint8), np.eye(2, 3), np.empty((1, 1), np.uint8), np.uint8(0))
+    kernels[1](np.zeros(2, np.uint16), np.arange(256, dtype=np.uint16), np.empty(65536, np.uint16))
 
 
 def kernel_name() -> str:
@@ -177,20 +190,82 @@ def kernel_name() -> str:
     return "numba" if _gather_kernels() is not None else "numpy"
 
 
+def apply_lut(image: np.ndarray, lut: np.ndarray) -> None:
+    """``image[...] = lut[image]`` in place for a uint8 ``image``: the compiled two-bytes-per-lookup loop
+    (numba) on C-contiguous images, ~3x faster than ``cv2.LUT``; else ``cv2.LUT``. The same values."""
+    kernels = _gather_kernels()
+    flat = image.reshape(-1) if image.flags.c_contiguous else None
+    if kernels is None or flat is None:
+        image[...] = cv2.LUT(image, lut)
+        return
+    even = flat.size & ~1
+    kernels[1](flat[:even].view(np.uint16), lut.astype(np.uint16), np.empty(65536, np.uint16))
+    if even < flat.size:
+        flat[-1] = lut[flat[-1]]
+
+
 def colour_lut(p: Params) -> np.ndarray:
     """Brightness then contrast (about 128) as one uint8 LUT of 256 entries."""
-    v = np.arange(256, dtype=np.float64) * p.brightness
-    return np.clip(np.rint((v - 128.0) * p.contrast + 128.0), 0, 255).astype(np.uint8)
+    return colour_luts([p])[0]
 
 
-def warp_image(image: np.ndarray, p: Params, out: np.ndarray | None = None) -> np.ndarray:
-    """One (H, W, 3) uint8 image warped (bilinear, border 0) and colour-jittered, into ``out`` when given."""
+def colour_luts(params: Sequence[Params]) -> np.ndarray:
+    """:func:`colour_lut` of each sample, (B, 256), computed for the batch at once (the same float64
+    operations element by element, so the same values)."""
+    b = np.array([p.brightness for p in params], np.float64).reshape(-1, 1)
+    c = np.array([p.contrast for p in params], np.float64).reshape(-1, 1)
+    v = np.arange(256, dtype=np.float64) * b
+    return np.clip(np.rint((v - 128.0) * c + 128.0), 0, 255).astype(np.uint8)
+
+
+#: Source pixels of margin around the box the warp's float32 coordinates can reach (they err by < 0.01).
+_BOX_MARGIN = 2
+
+
+def source_box(m: np.ndarray, out_hw: tuple[int, int], in_hw: tuple[int, int]) -> tuple[int, int, int, int]:
+    """``(y0, y1, x0, x1)``: the source pixels a bilinear warp by ``m`` (output → source) into ``out_hw`` can read,
+    plus a margin, clipped to the source (empty when the output maps entirely outside it). The map is affine,
+    so its extremes over the output rectangle are at the corners; bilinear reads ``floor(c)`` and the next pixel."""
+    oh, ow = out_hw
+    xs = [m[0, 0] * x + m[0, 1] * y + m[0, 2] for x in (0, ow - 1) for y in (0, oh - 1)]
+    ys = [m[1, 0] * x + m[1, 1] * y + m[1, 2] for x in (0, ow - 1) for y in (0, oh - 1)]
+    h, w = in_hw
+    y0, y1 = max(0, math.floor(min(ys)) - _BOX_MARGIN), min(h, math.floor(max(ys)) + 1 + _BOX_MARGIN)
+    x0, x1 = max(0, math.floor(min(xs)) - _BOX_MARGIN), min(w, math.floor(max(xs)) + 1 + _BOX_MARGIN)
+    return y0, max(y0, y1), x0, max(x0, x1)
+
+
+def warp_image(image: np.ndarray, p: Params, out: np.ndarray | None = None,
+               scratch: np.ndarray | None = None, rgba: np.ndarray | None = None,
+               lut: np.ndarray | None = None) -> np.ndarray:
+    """One (H, W, 3) uint8 image warped (bilinear, border 0) and colour-jittered, into ``out`` when given.
+
+    OpenCV 5's ``warpAffine`` is ~2.5x faster on 4-channel images than on 3-channel ones and computes each
+    channel the same way (the same float32 coordinates and weights), so the part of the source the warp can
+    read (:func:`source_box`) is copied to RGBA, at its own place in an (H, W, 4) ``scratch`` buffer (reused
+    across a batch; the rest of it is never read), warped there, and converted back to RGB: the same pixels
+    as warping the 3-channel image, for a fraction of the time (tested equal, pixel for pixel). ``rgba``: an
+    (h, w, 4) buffer for the warped RGBA image (reused across a batch: no fresh pages per sample); ``lut``:
+    this sample's :func:`colour_lut` when already computed."""
     h, w = p.out_hw
-    img = cv2.warpAffine(np.ascontiguousarray(image), np.asarray(p.matrix), (w, h), dst=out,
-                         flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_CONSTANT,
-                         borderValue=(0, 0, 0))
+    if out is None:
+        out = np.empty((h, w, 3), np.uint8)
+    if scratch is None or scratch.shape != (*image.shape[:2], 4):
+        scratch = np.empty((*image.shape[:2], 4), np.uint8)
+    y0, y1, x0, x1 = source_box(np.asarray(p.matrix), (h, w), image.shape[:2])
+    if y1 > y0 and x1 > x0:
+        roi = scratch[y0:y1, x0:x1]
+        got = cv2.cvtColor(image[y0:y1, x0:x1], cv2.COLOR_RGB2RGBA, dst=roi)
+        if not np.shares_memory(got, scratch):  # pragma: no cover - cv2 reallocated dst
+            roi[...] = got
+    if rgba is None or rgba.shape != (h, w, 4):
+        rgba = np.empty((h, w, 4), np.uint8)
+    rgba = cv2.warpAffine(scratch, np.asarray(p.matrix), (w, h), dst=rgba,
+                          flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_CONSTANT,
+                          borderValue=(0, 0, 0, 0))
+    img = cv2.cvtColor(rgba, cv2.COLOR_RGBA2RGB, dst=out)
     if p.brightness != 1.0 or p.contrast != 1.0:
-        cv2.LUT(img, colour_lut(p), dst=img)
+        apply_lut(img, colour_lut(p) if lut is None else lut)
     if p.saturation != 1.0:
         grey = cv2.cvtColor(img, cv2.COLOR_RGB2GRAY)[..., None].astype(np.float32)
         img[...] = np.clip(grey + (img.astype(np.float32) - grey) * p.saturation + 0.5, 0, 255)
@@ -223,15 +298,14 @@ def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] |
     and id labels, or float32 normalised images / one-hot labels when the pipeline ends in those ops."""
     idx = [int(i) for i in np.asarray(indices).reshape(-1)]
     imgs, labs = _samples(images, "images", len(idx)), _samples(labels, "labels", len(idx))
-    params = []
-    for i, img, lab in zip(idx, imgs, labs, strict=True):
+    for img, lab in zip(imgs, labs, strict=True):
         if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8:
             raise ConfigError(f"augment needs (H, W, 3) uint8 images, got {img.shape} {img.dtype}")
         if lab.shape != img.shape[:2] or not np.issubdtype(lab.dtype, np.integer):
             raise ConfigError(f"augment needs (H, W) integer id labels matching the image, got {lab.shape} "
                               f"{lab.dtype}", fix="open the split with labels='ids'")
-        params.append(aug.params(i, seed=seed, epoch=epoch, hw=img.shape[:2], label=lab,
-                                 ignore_index=ignore_index))
+    params = aug.params_batch(idx, seed=seed, epoch=epoch, hws=[img.shape[:2] for img in imgs], labels=labs,
+                              ignore_index=ignore_index)
     sizes = {p.out_hw for p in params}
     if len(sizes) > 1:
         raise ConfigError(f"augmented samples differ in size {sorted(sizes)}; end the pipeline with a crop")
@@ -239,8 +313,14 @@ def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] |
     dtype = labs[0].dtype if labs else np.dtype(np.uint8)
     out_img = np.empty((len(idx), *hw, 3), np.uint8)
     out_lab = np.empty((len(idx), *hw), dtype)
+    scratch: dict[tuple[int, ...], np.ndarray] = {}  # one RGBA buffer per source size
+    rgba = np.empty((*hw, 4), np.uint8)
+    luts = colour_luts(params)
     for k, (img, p) in enumerate(zip(imgs, params, strict=True)):
-        got = warp_image(img, p, out=out_img[k])
+        buf = scratch.get(img.shape[:2])
+        if buf is None:
+            buf = scratch[img.shape[:2]] = np.empty((*img.shape[:2], 4), np.uint8)
+        got = warp_image(img, p, out=out_img[k], scratch=buf, rgba=rgba, lut=luts[k])
         if not np.shares_memory(got, out_img):  # cv2 reallocated dst
             out_img[k] = got
     for k, (lab, p) in enumerate(zip(labs, params, strict=True)):

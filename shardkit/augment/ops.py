@@ -3,13 +3,15 @@
 Every op draws from its own ``np.random.Generator(PCG64([seed, epoch, index, position]))``,
 so a sample's parameters depend on (seed, epoch, index) only — never on the batch it is in
 or the worker reading it — and a retried draw in one op (``cat_max_ratio``) does not shift
-the draws of the others. Geometry ops compose into one 3x3 matrix (output → source pixel,
+the draws of the others. (:mod:`.seeding` computes those generators' states for a whole batch at
+once; the draws are the same.) Geometry ops compose into one 3x3 matrix (output → source pixel,
 pixel centres at integer coordinates) while tracking the current canvas size.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +20,7 @@ import numpy as np
 
 from .. import encoding
 from ..errors import ConfigError
+from . import seeding
 
 
 @dataclass(frozen=True)
@@ -321,6 +324,18 @@ class OneHot(Op):
         return self.encoding.encode(ids, out)
 
 
+_local = threading.local()
+
+
+def _generator() -> np.random.Generator:
+    """This thread's reusable Generator, re-seeded by :func:`seeding.reseed` before every op's draw (building
+    one costs a SeedSequence run; draws within a thread never interleave)."""
+    gen = getattr(_local, "gen", None)
+    if gen is None:
+        gen = _local.gen = np.random.Generator(np.random.PCG64(0))
+    return gen
+
+
 class Compose:
     """A pipeline of ops. ``aug(images, labels, indices, seed=, epoch=, ignore_index=)`` → augmented batch."""
 
@@ -368,12 +383,27 @@ class Compose:
     def params(self, index: int, *, seed: int = 0, epoch: int = 0, hw: tuple[int, int],
                label: np.ndarray | None = None, ignore_index: int = 255) -> Params:
         """Draw sample ``index``'s parameters for an input of height/width ``hw``."""
-        st = _State(hw, label, ignore_index)
-        for k, op in enumerate(self.ops):
-            op.draw(np.random.Generator(np.random.PCG64([int(seed), int(epoch), int(index), k])), st)
-        m = st.t[:2].copy()
-        m.setflags(write=False)
-        return Params(matrix=m, out_hw=st.hw, **st.values)
+        return self.params_batch([index], seed=seed, epoch=epoch, hws=[hw], labels=[label],
+                                 ignore_index=ignore_index)[0]
+
+    def params_batch(self, indices: Sequence[int] | np.ndarray, *, seed: int = 0, epoch: int = 0,
+                     hws: Sequence[tuple[int, int]], labels: Sequence[np.ndarray | None] | None = None,
+                     ignore_index: int = 255) -> list[Params]:
+        """:meth:`params` for each of ``indices`` (input sizes ``hws``, labels for ``cat_max_ratio``): the same
+        values, with the per-op generators' seeding done for the whole batch at once (:mod:`.seeding`)."""
+        idx = [int(i) for i in np.asarray(indices).reshape(-1)]
+        states = seeding.op_states(seed, epoch, idx, len(self.ops))
+        gen = _generator()
+        out = []
+        for s in range(len(idx)):
+            st = _State(hws[s], None if labels is None else labels[s], ignore_index)
+            for k, op in enumerate(self.ops):
+                if not op.output:  # output ops draw nothing
+                    op.draw(seeding.reseed(gen, states[s][k]), st)
+            m = st.t[:2].copy()
+            m.setflags(write=False)
+            out.append(Params(matrix=m, out_hw=st.hw, **st.values))
+        return out
 
     def __call__(self, images: Any, labels: Any, indices: Sequence[int] | np.ndarray, *, seed: int = 0,
                  epoch: int = 0, ignore_index: int | None = 255) -> tuple[np.ndarray, np.ndarray]:

@@ -76,10 +76,11 @@ def _draw(aug: Compose, seed: int, ignore_index: int, out_hw: tuple[int, int] | 
     def draw(indices: np.ndarray, epoch: np.ndarray, hw: np.ndarray,
              labels: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
         mats, luts, sat, hue, holes = [], [], [], [], []
-        for k, i in enumerate(np.asarray(indices).reshape(-1)):
-            h, w = (int(v) for v in hw[k])
-            lab = None if labels is None else labels[k, :h, :w]
-            p = aug.params(int(i), seed=seed, epoch=int(epoch), hw=(h, w), label=lab, ignore_index=ignore_index)
+        idx = [int(i) for i in np.asarray(indices).reshape(-1)]
+        hws = [(int(hw[k][0]), int(hw[k][1])) for k in range(len(idx))]
+        labs = None if labels is None else [labels[k, :h, :w] for k, (h, w) in enumerate(hws)]
+        drawn = aug.params_batch(idx, seed=seed, epoch=int(epoch), hws=hws, labels=labs, ignore_index=ignore_index)
+        for i, p in zip(idx, drawn, strict=True):
             if out_hw is not None and p.out_hw != out_hw:
                 raise ConfigError(f"augmented sample {int(i)} is {p.out_hw}, the batch is {out_hw}",
                                   fix="end the pipeline with a crop")

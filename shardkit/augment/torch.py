@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ConfigError
-from .cpu import colour_lut
+from .cpu import colour_luts
 from .ops import Normalize, OneHot
 
 if TYPE_CHECKING:
@@ -200,8 +200,8 @@ def apply_batch(aug: Compose, images: torch.Tensor, labels: torch.Tensor, indice
     if params is None:
         need_label = any(getattr(op, "cat_max_ratio", None) is not None for op in aug.ops)
         host = labels.cpu().numpy() if need_label else None
-        params = [aug.params(i, seed=seed, epoch=epoch, hw=hw_in, label=None if host is None else host[k],
-                             ignore_index=ignore_index) for k, i in enumerate(idx)]
+        params = aug.params_batch(idx, seed=seed, epoch=epoch, hws=[hw_in] * len(idx),
+                                  labels=None if host is None else list(host), ignore_index=ignore_index)
     sizes = {p.out_hw for p in params}
     if len(sizes) != 1:
         raise ConfigError(f"augmented samples differ in size {sorted(sizes)}; end the pipeline with a crop")
@@ -212,7 +212,7 @@ def apply_batch(aug: Compose, images: torch.Tensor, labels: torch.Tensor, indice
     out_lab = warp_labels(labels, sx, sy, ignore_index)
     img = warp_images(nchw, mats, hw)
     if any(p.brightness != 1.0 or p.contrast != 1.0 for p in params):
-        luts = torch.from_numpy(np.stack([colour_lut(p) for p in params])).to(dev).long()
+        luts = torch.from_numpy(colour_luts(params)).to(dev).long()
         b = img.shape[0]
         img = torch.gather(luts, 1, img.reshape(b, -1).long()).to(torch.uint8).view(img.shape)
     if any(p.saturation != 1.0 for p in params):

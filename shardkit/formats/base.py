@@ -13,9 +13,9 @@ import os
 import secrets
 import socket
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -244,8 +244,10 @@ class ShardReader(ABC):
                 f"manifest lists {len(shard.files)} files for shard {shard.index}, this format has {want}",
                 path=self.directory / "manifest.json",
                 fix="re-convert this split; do not use manifests from untrusted sources")
-        #: (n, 2) (H, W) of each local sample from the manifest (variable-size splits), set by ``open_shard``
-        self.expected_hw: np.ndarray | None = None
+        #: (n, 2) (H, W) of each local sample from the manifest (variable-size splits), loaded on first use
+        #: from ``hw_source`` (set by ``open_shard``: the manifest's records, read from this reader's folder)
+        self._expected_hw: np.ndarray | None = None
+        self.hw_source: Callable[[Path], np.ndarray] | None = None
         self.check_files()
 
     def __len__(self) -> int:
@@ -253,6 +255,23 @@ class ShardReader(ABC):
 
     def path(self, name: str) -> Path:
         return member_path(name, self.directory)
+
+    @property
+    def local_directory(self) -> Path:
+        """The folder holding this shard's files on this machine (a remote split's cache copy)."""
+        return self.directory
+
+    @property
+    def expected_hw(self) -> np.ndarray | None:
+        """(n, 2) (H, W) of each local sample as the manifest says (variable-size splits; None when unknown)."""
+        source = getattr(self, "hw_source", None)
+        if self._expected_hw is None and source is not None:
+            self._expected_hw = source(self.directory)
+        return self._expected_hw
+
+    @expected_hw.setter
+    def expected_hw(self, value: np.ndarray | None) -> None:
+        self._expected_hw = value
 
     def check_files(self) -> None:
         """Every file exists with the size the manifest states (cheap; hashes only in verify)."""
@@ -296,7 +315,8 @@ class ShardReader(ABC):
             raise self.corrupt(f"sample {i} {codec_kind}: {exc}") from None
 
     def verify_hashes(self) -> None:
-        for f in self.shard.files:
+        """Hash every file of the shard, its samples sidecar included, against the manifest."""
+        for f in self.shard.all_files:
             p = self.path(f.name)
             digest = sha256_file(p)
             if digest != f.sha256:
@@ -424,6 +444,13 @@ class ShardFormat:
         return cls.writer.file_names(stem, spec)
 
     @classmethod
+    def published_names(cls, stem: str, spec: SampleSpec) -> tuple[str, ...]:
+        """Every file a converted shard publishes: the format's files, then its samples sidecar."""
+        from ..samples import sidecar_name
+
+        return (*cls.file_names(stem, spec), sidecar_name(stem))
+
+    @classmethod
     def tf_records(cls, format_options: dict[str, Any], version: int) -> TfRecordLayout | None:
         """How TensorFlow reads this format's files natively (``tf.data.TFRecordDataset``), or None."""
         return None
@@ -468,8 +495,10 @@ class ShardFormat:
         cls.check_version(manifest.format_version, Path(directory) / "manifest.json")
         reader = cls.reader(directory, shard, spec, manifest.format_options, manifest.format_version)
         if spec.size is None:  # variable size: each sample's (H, W) from the manifest bounds what a record may claim
-            records = manifest.samples[shard.first_index : shard.first_index + shard.num_samples]
-            reader.expected_hw = np.array([(r["height"], r["width"]) for r in records], np.int64).reshape(-1, 2)
+            shards = manifest.shards
+            pos = shard.index if 0 <= shard.index < len(shards) and shards[shard.index] is shard else \
+                next(k for k, s in enumerate(shards) if s == shard)
+            reader.hw_source = partial(manifest.samples.hw, pos)  # read on first use, from its folder
         return reader
 
     @classmethod

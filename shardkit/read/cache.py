@@ -140,7 +140,8 @@ class ShardCache:
                 return
             atomic_write_bytes(path, data)
             try:
-                names = {f["name"] for s in json.loads(data)["shards"] for f in s["files"]}
+                names = {f["name"] for s in json.loads(data)["shards"] for f in s["files"] + [s.get("samples", {})]
+                         if "name" in f}
             except (ValueError, KeyError, TypeError):
                 return  # load_manifest reports it
             for p in self.directory.iterdir():
@@ -211,7 +212,7 @@ class ShardCache:
 
     # ------------------------------------------------------------------ shards
     def _present(self, shard: ShardInfo, directory: Path) -> bool:
-        for f in shard.files:
+        for f in shard.all_files:
             try:
                 if (directory / f.name).stat().st_size != f.bytes:
                     return False
@@ -221,7 +222,7 @@ class ShardCache:
 
     def _download(self, shard: ShardInfo, directory: Path) -> None:
         """Download the shard's files into ``directory``, each verified by sha256 before it gets its name."""
-        for f in shard.files:
+        for f in shard.all_files:
             final = member_path(f.name, directory)
             part = directory / f".{f.name}.part-{os.getpid()}-{secrets.token_hex(4)}"
             try:
@@ -247,7 +248,7 @@ class ShardCache:
             if self._present(shard, self.directory):  # another process downloaded it while we waited
                 self._touch(shard)
                 return self.directory
-            need = sum(f.bytes for f in shard.files)
+            need = sum(f.bytes for f in shard.all_files)
             reservation = self._admit(need)
             if reservation is not None:
                 try:
@@ -330,8 +331,13 @@ class CachedShardReader(ShardReader):
             folder = self.cache.fetch(self.shard, self)
             reader = self.fmt.open_shard(folder, self.shard, self.spec, self.manifest)
             reader.ensure_open()  # a read-through folder may be deleted later: hold its files open now
+            reader.expected_hw  # noqa: B018 - and read the sizes from its sidecar now (variable-size splits)
             self._inner, self._pid = reader, pid
         return self._inner
+
+    @property
+    def local_directory(self) -> Path:
+        return self.inner().directory
 
     def release(self) -> None:
         """Forget the local copy (a read-through shard whose folder is being deleted)."""

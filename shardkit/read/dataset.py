@@ -76,6 +76,8 @@ class Dataset:
             path = self.cache.directory
         self.path = Path(path)
         self.manifest: Manifest = load_manifest(self.path)
+        if self.cache is not None:  # sample records of a remote split: from the shard's cached copy
+            self.manifest.samples.locate = self.cache.fetch
         if self.path.is_file():
             self.path = self.path.parent
         self.spec = SampleSpec.from_manifest(self.manifest.sample)
@@ -228,9 +230,14 @@ class Dataset:
             "ds[i], or convert with --size HxW")
 
     def sample_sizes(self) -> Counter[tuple[int, int]]:
-        """How many samples of each (H, W) the split holds (from the manifest)."""
+        """How many samples of each (H, W) the split holds (from the manifest; sidecars read shard by shard)."""
         if self._sizes is None:
-            self._sizes = Counter((int(rec["height"]), int(rec["width"])) for rec in self.manifest.samples)
+            if self.spec.size is not None:  # fixed size: no record needed
+                self._sizes = Counter({self.spec.size: len(self)} if len(self) else {})
+            else:
+                self._sizes = Counter()
+                for pos in range(len(self.manifest.shards)):
+                    self._sizes.update(map(tuple, self.manifest.samples.hw(pos).tolist()))
         return self._sizes
 
     def batch_layout(self, batch_size: int) -> tuple[tuple[tuple[int, ...], np.dtype], ...]:

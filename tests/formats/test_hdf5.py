@@ -19,6 +19,7 @@ import shardkit
 from shardkit.config import ConvertConfig, ShardSize
 from shardkit.errors import ShardFormatError
 from shardkit.pipeline import convert
+from tests.sample_records import records
 
 CROP = (352, 480)
 SPEC = Path(__file__).resolve().parents[2] / "formats" / "hdf5.md"
@@ -67,7 +68,7 @@ def test_plain_h5py_reads_every_sample(camvid_h5: Path, camvid_root: Path, valid
     """Only json + h5py + the text of formats/hdf5.md: no shardkit on this path."""
     manifest = validate_manifest(camvid_h5)
     assert manifest["format"] == "hdf5" and manifest["format_version"] == 1
-    records = iter(manifest["samples"])
+    recs = iter(records(camvid_h5, manifest))
     seen = 0
     for shard in manifest["shards"]:
         (entry,) = shard["files"]
@@ -81,7 +82,7 @@ def test_plain_h5py_reads_every_sample(camvid_h5: Path, camvid_root: Path, valid
             assert labels.shape == (n, *CROP) and labels.dtype == np.uint8 and labels.chunks == (1, *CROP)
             assert images.compression is None
             for i in range(n):
-                rec = next(records)
+                rec = next(recs)
                 assert f["keys"][i].decode() == rec["key"]
                 want_image, want_label = cropped_source(camvid_root, rec["key"], rec["label"])
                 np.testing.assert_array_equal(images[i], want_image)

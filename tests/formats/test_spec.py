@@ -3,7 +3,8 @@
 Nothing here imports shardkit: the reader below uses only json, hashlib, numpy, py-lmdb,
 h5py + hdf5plugin, and for format version 2 the codec libraries ``formats/codecs.md`` names
 (zstandard, lz4, Pillow), and follows the MUST rules of ``formats/manifest.md``,
-``formats/npy.md``, ``formats/lmdb.md``, ``formats/hdf5.md`` and ``formats/codecs.md``. It reads
+``formats/npy.md``, ``formats/lmdb.md``, ``formats/hdf5.md``, ``formats/codecs.md`` and
+``formats/samples.md`` (the per-shard sample records of manifest version 2). It reads
 the golden examples in ``formats/golden/`` (compared with ``expected.json``, which
 ``scripts/make_golden.py`` computes without shardkit), refuses tampered copies, and reads a real
 CamVid conversion made with the ``shardkit`` command.
@@ -27,13 +28,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "formats" / "golden"
-VARIANTS = ("npy-fixed", "npy-variable", "lmdb", "lmdb-zstd", "lmdb-png", "hdf5-zstd")
+VARIANTS = ("npy-fixed", "npy-variable", "lmdb", "lmdb-zstd", "lmdb-png", "hdf5-zstd",
+            "manifest2-npy-fixed", "manifest2-npy-variable", "manifest2-lmdb-zstd")
 CODEC_VARIANTS = ("lmdb-zstd", "lmdb-png", "hdf5-zstd")
 
 # --------------------------------------------------------------------------- the spec-only reader
 
 SCHEMA_ID = "shardkit.manifest"
-KNOWN_MANIFEST_VERSIONS = {1}
+KNOWN_MANIFEST_VERSIONS = {1, 2}
+MAX_PATH_BYTES = 4096  # samples.md: longest key / label path
 KNOWN_FORMAT_VERSIONS = {"npy": {1}, "lmdb": {1, 2}, "hdf5": {1, 2}}
 CODEC_PARAMS = {"raw": set(), "zstd": {"level"}, "lz4": set(), "png": set(), "jpeg": {"quality"}}
 LOSSLESS = {"raw", "zstd", "lz4", "png"}
@@ -66,10 +69,13 @@ def load_manifest(folder: Path) -> dict[str, Any]:
     for shard in m["shards"]:
         need(shard["first_index"] == expected_first, f"shard {shard['index']} is not contiguous")
         expected_first += shard["num_samples"]
-        for f in shard["files"]:
+        for f in files_of(shard):
             name = f["name"]
             need(isinstance(name, str) and PLAIN_NAME.match(name), f"unsafe file name {name!r}")
-    need(expected_first == m["num_samples"] == len(m["samples"]), "sample counts disagree")
+        need(("samples" in shard) == (version == 2), "a shard's samples sidecar disagrees with manifest_version")
+    need(("samples" in m) == (version == 1), "inline samples disagree with manifest_version")
+    inline = len(m["samples"]) if version == 1 else expected_first
+    need(expected_first == m["num_samples"] == inline, "sample counts disagree")
     lab = m["sample"]["label"]
     classes = m["classes"]
     need(lab["num_classes"] == classes["num_classes"] == len(classes["classes"]), "class counts disagree")
@@ -85,6 +91,56 @@ def load_manifest(folder: Path) -> dict[str, Any]:
             need(set(c) - {"name"} <= CODEC_PARAMS[c["name"]], f"{kind} codec {c!r} has unknown parameters")
         need(codecs["label"]["name"] in LOSSLESS - {"png"}, "labels must use a lossless codec")
     return m
+
+
+def files_of(shard: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every file a shard entry names: the format's files, then (manifest version 2) its samples sidecar."""
+    return [*shard["files"], *([shard["samples"]] if "samples" in shard else [])]
+
+
+def sidecar_dtype(m: dict[str, Any], key_bytes: int, label_bytes: int) -> np.dtype:
+    """samples.md "Layout": the packed row of a sidecar."""
+    c = m["sample"]["label"]["num_classes"]
+    fields: list[tuple[Any, ...]] = [("height", "<u4"), ("width", "<u4"), ("fingerprint", "u1", (32,))]
+    if c <= 256:
+        fields.append(("classes", "u1", ((c + 7) // 8,)))
+    return np.dtype([*fields, ("key", f"S{key_bytes}"), ("label", f"S{label_bytes}")])
+
+
+def sample_records(folder: Path, m: dict[str, Any], *, verify: bool = True) -> list[dict[str, Any]]:
+    """Every sample record in global index order: inline (version 1) or from the sidecars (samples.md)."""
+    if m["manifest_version"] == 1:
+        return list(m["samples"])
+    c = m["sample"]["label"]["num_classes"]
+    out = []
+    for shard in m["shards"]:
+        path = check_file(folder, shard["samples"], verify=verify)
+        rows = np.load(path, mmap_mode="r", allow_pickle=False)
+        need(rows.shape == (shard["num_samples"],), "sidecar row count disagrees with num_samples")
+        widths = [rows.dtype.fields[k][0].itemsize if rows.dtype.fields and k in rows.dtype.fields else 0
+                  for k in ("key", "label")]
+        need(all(1 <= w <= MAX_PATH_BYTES for w in widths) and rows.dtype == sidecar_dtype(m, *widths)
+             and rows.dtype.names == sidecar_dtype(m, *widths).names, f"sidecar dtype {rows.dtype} is not the spec's")
+        for row in rows:
+            rec = {"key": row["key"].decode("utf-8"), "label": row["label"].decode("utf-8") or None,
+                   "height": int(row["height"]), "width": int(row["width"]),
+                   "fingerprint": bytes(row["fingerprint"]).hex()}
+            if c <= 256:
+                rec["classes"] = np.flatnonzero(np.unpackbits(row["classes"], count=c, bitorder="big")).tolist()
+            out.append(rec)
+    return out
+
+
+def source_fingerprint(records: list[dict[str, Any]], m: dict[str, Any]) -> str:
+    """manifest.md "source": version 1 hashes the joined hex fingerprints; version 2 the per-shard digests."""
+    if m["manifest_version"] == 1:
+        return hashlib.sha256("\n".join(r["fingerprint"] for r in records).encode()).hexdigest()
+    h, k = hashlib.sha256(), 0
+    for shard in m["shards"]:
+        part = records[k : k + shard["num_samples"]]
+        k += shard["num_samples"]
+        h.update(hashlib.sha256(b"".join(bytes.fromhex(r["fingerprint"]) for r in part)).digest())
+    return h.hexdigest()
 
 
 def codecs_of(m: dict[str, Any]) -> dict[str, Any]:
@@ -259,8 +315,11 @@ def read_split(folder: Path, *, verify: bool = True) -> tuple[dict[str, Any], li
     samples: list = []
     for shard in m["shards"]:
         samples += READERS[m["format"]](folder, m, shard, verify)
-    for record, (image, _) in zip(m["samples"], samples, strict=True):
+    records = sample_records(folder, m, verify=verify)
+    for record, (image, _) in zip(records, samples, strict=True):
         need(image.shape[:2] == (record["height"], record["width"]), f"{record['key']}: size disagrees")
+    need(source_fingerprint(records, m) == m["source"]["fingerprint"], "source fingerprint disagrees")
+    m["records"] = records  # for the tests below: what this reader found
     return m, samples
 
 
@@ -312,7 +371,9 @@ def test_golden_manifest_validates(variant: str, expected: dict[str, Any], valid
     assert len(counts) >= 2 and max(counts) >= 2, "golden covers several shards with several samples"
     assert m["classes"]["ignore_index"] == expected["ignore_index"]
     assert [c["name"] for c in m["classes"]["classes"]] == expected["class_names"]
-    assert [(s["key"], s["height"], s["width"]) for s in m["samples"]] == [
+    assert m["manifest_version"] == exp.get("manifest_version", 1)
+    records = sample_records(split_dir(variant, expected), m)
+    assert [(s["key"], s["height"], s["width"]) for s in records] == [
         (s["key"], s["height"], s["width"]) for s in exp["samples"]
     ]
 
@@ -323,7 +384,7 @@ def test_golden_sizes_and_hashes(variant: str, expected: dict[str, Any]) -> None
     m = load_manifest(folder)
     named = set()
     for shard in m["shards"]:
-        for f in shard["files"]:
+        for f in files_of(shard):
             data = (folder / f["name"]).read_bytes()
             assert len(data) == f["bytes"]
             assert hashlib.sha256(data).hexdigest() == f["sha256"]
@@ -379,7 +440,7 @@ def rehash(folder: Path) -> None:
 
     def fix(m: dict[str, Any]) -> None:
         for shard in m["shards"]:
-            for f in shard["files"]:
+            for f in files_of(shard):
                 data = (folder / f["name"]).read_bytes()
                 f["bytes"], f["sha256"] = len(data), hashlib.sha256(data).hexdigest()
 
@@ -389,6 +450,7 @@ def rehash(folder: Path) -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
+        (lambda m: m.__setitem__("manifest_version", 3), "manifest_version"),
         (lambda m: m.__setitem__("manifest_version", 2), "manifest_version"),
         (lambda m: m.__setitem__("format_version", 2), "format_version"),
         (lambda m: m.__setitem__("schema", "other"), "not a shardkit manifest"),
@@ -505,7 +567,7 @@ def test_camvid_conversion_reads_like_cv2_center_crop(tmp_path: Path, camvid_roo
     m, samples = read_split(out / "val")
     assert m["sample"]["image"]["shape"] == [352, 480, 3] and m["sample"]["label"]["encoding"] == "index"
     for i in (0, len(samples) - 1):
-        record = m["samples"][i]
+        record = m["records"][i]
         bgr = cv2.imread(str(camvid_root / record["key"]), cv2.IMREAD_UNCHANGED)
         ids = cv2.imread(str(camvid_root / record["label"]), cv2.IMREAD_UNCHANGED)
         assert bgr.shape == (360, 480, 3) and ids.shape == (360, 480)
@@ -553,3 +615,48 @@ def test_reader_refuses_a_frame_claiming_a_huge_size(tmp_path: Path, expected: d
     rehash(folder)
     with pytest.raises(SpecError, match="zstd frame size"):
         read_split(folder)
+
+
+# --------------------------------------------------------------------------- manifest version 2 (samples.md)
+
+
+def rewrite_sidecar(folder: Path, change) -> None:
+    """Replace shard 0's sidecar rows with ``change(rows)`` and fix the manifest's sizes and hashes."""
+    path = folder / load_manifest(folder)["shards"][0]["samples"]["name"]
+    rows = np.load(path, allow_pickle=False)
+    with open(path, "wb") as fh:
+        np.save(fh, change(rows), allow_pickle=False)
+    rehash(folder)
+
+
+def other_fingerprint(rows: np.ndarray) -> np.ndarray:
+    rows = rows.copy()
+    rows["fingerprint"][0] ^= 1
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda rows: rows[:-1], "row count"),
+        (lambda rows: rows.astype([(n, "<u8" if n == "height" else rows.dtype.fields[n][0]) for n in rows.dtype.names]),
+         "not the spec's"),
+        (other_fingerprint, "source fingerprint"),
+    ],
+)
+def test_reader_refuses_bad_sidecars(tmp_path: Path, expected: dict[str, Any], change, message: str) -> None:
+    folder = tampered(tmp_path, "manifest2-npy-variable", expected)
+    rewrite_sidecar(folder, change)
+    with pytest.raises(SpecError, match=message):
+        read_split(folder)
+
+
+def test_a_version_2_split_reads_with_numpy_and_json_only(expected: dict[str, Any]) -> None:
+    """samples.md: np.load(mmap_mode="r", allow_pickle=False) of a sidecar gives every record; with the
+    shard files, the split decodes without shardkit (the same arrays as its version 1 twin)."""
+    m2, samples2 = read_split(split_dir("manifest2-npy-variable", expected))
+    m1, samples1 = read_split(split_dir("npy-variable", expected))
+    assert m2["manifest_version"] == 2 and "samples" not in m2 and m1["manifest_version"] == 1
+    assert m2["records"] == m1["records"]  # the same records, inline or in sidecars
+    for (i2, l2), (i1, l1) in zip(samples2, samples1, strict=True):
+        assert np.array_equal(i2, i1) and np.array_equal(l2, l1)

@@ -1,0 +1,368 @@
+"""Per-sample records of a split: one sidecar ``.npy`` per shard (manifest version 2), read lazily.
+
+A sidecar ``samples-<stem>.npy`` is a 1-D NumPy array with a packed structured dtype of fixed-width
+fields (height, width, fingerprint, optional class bitmap, key and label path): readable with
+``numpy.load(path, mmap_mode="r", allow_pickle=False)`` alone. The worker that writes a shard writes
+its sidecar, so the converting parent never holds per-sample records, and ``shardkit.open`` parses
+none of them. Spec: ``formats/samples.md``.
+
+:class:`SampleTable` is ``Manifest.samples``: a read-only sequence of the same dicts manifest version 1
+kept inline, loaded per shard on first touch (a bounded cache). Every sidecar read is checked (regular
+file inside the folder, size as the manifest says, dtype and shape exactly as specified, sizes within
+bounds) and a bad one is a one-line :class:`~shardkit.errors.ShardFormatError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, overload
+
+import numpy as np
+
+from .errors import IntegrityError, ShardFormatError, ShardkitError
+
+if TYPE_CHECKING:
+    from .manifest import Manifest, ShardInfo
+
+SIDECAR_PREFIX = "samples-"
+SIDECAR_SUFFIX = ".npy"
+#: Longest key or label path (UTF-8 bytes) a sidecar may hold.
+MAX_PATH_BYTES = 4096
+#: Splits with at most this many classes keep a per-sample bitmap of the classes present.
+MAX_BITMAP_CLASSES = 256
+#: Largest sidecar read (a shard of ~1M samples with long paths): checked before anything is allocated.
+MAX_SIDECAR_BYTES = 1 << 30
+#: Bytes of sidecar rows :class:`SampleTable` keeps cached (at least one shard's).
+CACHE_BYTES = 16 << 20
+FINGERPRINT_BYTES = 32
+
+
+def sidecar_name(stem: str) -> str:
+    """File name of the sidecar of the shard called ``stem`` (``NNNNN-<12 hex>``)."""
+    return f"{SIDECAR_PREFIX}{stem}{SIDECAR_SUFFIX}"
+
+
+def is_sidecar_name(name: str) -> bool:
+    """True for a (final) sidecar file name: what garbage collection may delete."""
+    return name.startswith(SIDECAR_PREFIX) and name.endswith(SIDECAR_SUFFIX)
+
+
+def sidecar_dtype(num_classes: int, key_bytes: int, label_bytes: int) -> np.dtype:
+    """The packed structured dtype of a sidecar row (formats/samples.md)."""
+    fields: list[tuple[Any, ...]] = [("height", "<u4"), ("width", "<u4"), ("fingerprint", "|u1", (FINGERPRINT_BYTES,))]
+    if num_classes <= MAX_BITMAP_CLASSES:
+        fields.append(("classes", "|u1", ((num_classes + 7) // 8,)))
+    fields += [("key", f"|S{key_bytes}"), ("label", f"|S{label_bytes}")]
+    return np.dtype(fields)
+
+
+def split_fingerprint(shard_digests: Sequence[str]) -> str:
+    """``source.fingerprint`` of manifest version 2: sha256 of the shards' fingerprint digests, raw, in order."""
+    h = hashlib.sha256()
+    for d in shard_digests:
+        h.update(bytes.fromhex(d))
+    return h.hexdigest()
+
+
+class SidecarBuilder:
+    """Collects one shard's sample records in the worker and writes them as the shard's sidecar."""
+
+    def __init__(self, num_classes: int) -> None:
+        self.num_classes = num_classes
+        self.keys: list[bytes] = []
+        self.labels: list[bytes] = []
+        self.hw: list[tuple[int, int]] = []
+        self.fingerprints: list[bytes] = []
+        self.classes: list[Sequence[int]] = []
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def add(self, key: str, label: str | None, height: int, width: int, fingerprint: str,
+            classes: Sequence[int]) -> None:
+        """One written sample: its key and label paths, stored size, 64-hex fingerprint, classes present."""
+        raw = bytes.fromhex(fingerprint)
+        if len(raw) != FINGERPRINT_BYTES:
+            raise ValueError(f"fingerprint {fingerprint[:16]!r} is not 64 hex digits")
+        k, lab = key.encode("utf-8"), (label or "").encode("utf-8")
+        if not k or len(k) > MAX_PATH_BYTES or len(lab) > MAX_PATH_BYTES or b"\0" in k + lab:
+            raise ValueError(f"sample path {key!r} is empty, longer than {MAX_PATH_BYTES} bytes or holds a NUL")
+        self.keys.append(k)
+        self.labels.append(lab)
+        self.hw.append((height, width))
+        self.fingerprints.append(raw)
+        self.classes.append(classes)
+
+    def digest(self) -> str:
+        """The shard's fingerprint digest: sha256 of its samples' raw fingerprints in order."""
+        return hashlib.sha256(b"".join(self.fingerprints)).hexdigest()
+
+    def array(self) -> np.ndarray:
+        """The sidecar rows."""
+        dtype = sidecar_dtype(self.num_classes, max(map(len, self.keys), default=1),
+                              max(max(map(len, self.labels), default=1), 1))
+        rows = np.zeros(len(self.keys), dtype)
+        if len(rows):
+            rows["height"], rows["width"] = np.asarray(self.hw, np.uint32).T
+            rows["fingerprint"] = np.frombuffer(b"".join(self.fingerprints), np.uint8).reshape(-1, FINGERPRINT_BYTES)
+            rows["key"], rows["label"] = self.keys, self.labels
+            if "classes" in (dtype.names or ()):
+                present = np.zeros((len(rows), self.num_classes), np.uint8)
+                for j, ids in enumerate(self.classes):
+                    present[j, list(ids)] = 1
+                rows["classes"] = np.packbits(present, axis=-1, bitorder="big")
+        return rows
+
+    def to_bytes(self) -> bytes:
+        """The sidecar file's bytes (``.npy`` format 1.0)."""
+        return _npy_bytes(self.array())
+
+    def write(self, path: Path) -> str:
+        """Write the sidecar to ``path`` and return its sha256."""
+        data = self.to_bytes()
+        with open(path, "wb") as fh:
+            fh.write(data)
+        return hashlib.sha256(data).hexdigest()
+
+
+def _npy_bytes(rows: np.ndarray) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, rows, version=(1, 0), allow_pickle=False)
+    return buf.getvalue()
+
+
+def read_sidecar(directory: Path, shard: ShardInfo, num_classes: int,
+                 size: tuple[int, int] | None = None) -> np.ndarray:
+    """The checked rows of ``shard``'s sidecar in ``directory``; anything off is a one-line ShardFormatError.
+
+    ``size``: the split's fixed (H, W), which every row must have.
+    """
+    from .manifest import MAX_PIXELS, MAX_SIDE, check_regular_file, member_path
+
+    entry = shard.samples
+    if entry is None:
+        raise ShardFormatError(f"shard {shard.index} names no samples sidecar", path=Path(directory) / "manifest.json",
+                               fix="re-convert this split")
+    path = member_path(entry.name, Path(directory))
+
+    def bad(problem: str) -> ShardFormatError:
+        return ShardFormatError(f"samples sidecar {problem}", path=path,
+                                fix="re-convert this split; do not use datasets from untrusted sources")
+
+    try:
+        st = check_regular_file(path)
+        if st.st_size != entry.bytes:
+            raise IntegrityError(f"samples sidecar has {st.st_size} bytes, the manifest says {entry.bytes} "
+                                 "(truncated or replaced)", path=path, fix="re-convert this split or restore the file")
+        if entry.bytes > MAX_SIDECAR_BYTES:
+            raise bad(f"is {entry.bytes} bytes, more than the {MAX_SIDECAR_BYTES} shardkit reads")
+        with open(path, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            if version not in ((1, 0), (2, 0)):
+                raise bad(f"has .npy version {version}, not 1.0 or 2.0")
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, fortran, dtype = read_header(fh)
+            offset = fh.tell()
+            if fortran or shape != (shard.num_samples,):
+                raise bad(f"has shape {shape}, expected ({shard.num_samples},) in C order")
+            _check_dtype(dtype, num_classes, bad)
+            if offset + shard.num_samples * dtype.itemsize != entry.bytes:
+                raise bad(f"holds {entry.bytes - offset} data bytes, {shard.num_samples} rows need "
+                          f"{shard.num_samples * dtype.itemsize}")
+            rows = np.frombuffer(fh.read(entry.bytes - offset), dtype)
+    except ShardkitError:
+        raise
+    except FileNotFoundError:
+        raise ShardFormatError("samples sidecar is missing", path=path, fix="re-convert this split") from None
+    except OSError as exc:
+        raise ShardFormatError(f"samples sidecar cannot be read ({exc.strerror or exc})", path=path,
+                               fix="re-convert this split or restore the file") from None
+    except (ValueError, TypeError, SyntaxError) as exc:  # a malformed .npy header
+        raise bad(f"is not a valid .npy file ({' '.join(str(exc).split())[:120]})") from None
+    if len(rows) != shard.num_samples:
+        raise bad(f"has {len(rows)} rows, the shard {shard.num_samples} samples")
+    h, w = rows["height"].astype(np.int64), rows["width"].astype(np.int64)
+    if len(rows) and (h.min() < 1 or w.min() < 1 or h.max() > MAX_SIDE or w.max() > MAX_SIDE
+                      or (h * w).max() > MAX_PIXELS):
+        raise bad(f"holds a sample size outside 1..{MAX_SIDE} per side and {MAX_PIXELS} pixels")
+    if size is not None and len(rows) and not ((h == size[0]).all() and (w == size[1]).all()):
+        raise bad(f"holds a sample size other than the split's fixed {size[0]}x{size[1]}")
+    for field in ("key", "label"):
+        try:
+            b"\n".join(rows[field].tolist()).decode("utf-8")
+        except UnicodeDecodeError:
+            raise bad(f"holds a {field} path that is not UTF-8") from None
+    return rows
+
+
+def _check_dtype(dtype: np.dtype, num_classes: int, bad: Callable[[str], ShardFormatError]) -> None:
+    """Refuse any dtype but the spec's (field names, order, types, packing; path widths 1..MAX_PATH_BYTES)."""
+    names = dtype.names or ()
+    widths = []
+    for field in ("key", "label"):
+        sub = dtype.fields.get(field) if dtype.fields else None
+        if sub is None or sub[0].kind != "S" or not 1 <= sub[0].itemsize <= MAX_PATH_BYTES:
+            raise bad(f"has dtype {str(dtype)[:120]}, not the specified record")
+        widths.append(sub[0].itemsize)
+    if dtype != sidecar_dtype(num_classes, *widths) or names != sidecar_dtype(num_classes, *widths).names:
+        raise bad(f"has dtype {str(dtype)[:120]}, not the specified record")
+
+
+def record(rows: np.ndarray, j: int, num_classes: int, where: Path | None = None) -> dict[str, Any]:
+    """Row ``j`` as the manifest version 1 dict (key, label, height, width, fingerprint, classes)."""
+    row = rows[j]
+    try:
+        key, label = bytes(row["key"]).decode("utf-8"), bytes(row["label"]).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ShardFormatError(f"samples sidecar row {j} holds a path that is not UTF-8", path=where,
+                               fix="re-convert this split") from None
+    out: dict[str, Any] = {"key": key, "label": label or None, "height": int(row["height"]),
+                           "width": int(row["width"]), "fingerprint": bytes(row["fingerprint"]).hex()}
+    if "classes" in (rows.dtype.names or ()):
+        bits = np.unpackbits(row["classes"], count=num_classes, bitorder="big")
+        out["classes"] = np.flatnonzero(bits).tolist()
+    return out
+
+
+class SampleTable(Sequence[dict[str, Any]]):
+    """``Manifest.samples``: one read-only record per sample, in global index order.
+
+    Version 1 manifests hand their inline list; version 2 tables read each shard's sidecar on first touch
+    and keep the rows of recently used shards (at most :data:`CACHE_BYTES`). ``locate`` maps a shard to the
+    folder holding its files (a remote split's cache); by default the manifest's folder.
+    """
+
+    def __init__(self, shards: Sequence[ShardInfo], num_classes: int, directory: Path | None = None,
+                 inline: Sequence[dict[str, Any]] | None = None, size: tuple[int, int] | None = None) -> None:
+        self.shards = tuple(shards)
+        self.num_classes = num_classes
+        self.directory = directory
+        self.inline = tuple(inline) if inline is not None else None
+        self.size = size
+        self.locate: Callable[[ShardInfo], Path] | None = None
+        self.loads = 0  # sidecars read by this process (tests check that opening reads none)
+        self._starts = np.array([s.first_index for s in self.shards], np.int64)
+        self._total = sum(s.num_samples for s in self.shards)
+        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()  # readers' threads share the cache
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_cache"] = OrderedDict()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.inline) if self.inline is not None else self._total
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SampleTable):
+            return NotImplemented
+        return (self.inline, self.shards) == (other.inline, other.shards)  # the same records, wherever they lie
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        if self.inline is not None:
+            return self.inline[i]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"sample {i} out of range for {n} samples")
+        i %= n
+        pos = int(np.searchsorted(self._starts, i, side="right")) - 1
+        while self.shards[pos].num_samples == 0 or i >= self.shards[pos].first_index + self.shards[pos].num_samples:
+            pos += 1  # empty shards share their first_index with the next one
+        shard = self.shards[pos]
+        return record(self.rows(pos), i - shard.first_index, self.num_classes, self._path(shard))
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        """Every record, shard by shard (only one shard's rows held at a time beyond the cache)."""
+        if self.inline is not None:
+            yield from self.inline
+            return
+        for pos, shard in enumerate(self.shards):
+            rows = self.rows(pos)
+            for j in range(shard.num_samples):
+                yield record(rows, j, self.num_classes, self._path(shard))
+
+    def _path(self, shard: ShardInfo) -> Path | None:
+        return self._folder(shard) / shard.samples.name if shard.samples is not None else None
+
+    def _folder(self, shard: ShardInfo) -> Path:
+        if self.locate is not None:
+            return self.locate(shard)
+        if self.directory is None:
+            raise ShardFormatError("sample records are not available (no split folder)", path=None,
+                                   fix="load the manifest from its split folder")
+        return self.directory
+
+    def rows(self, pos: int, directory: Path | None = None) -> np.ndarray:
+        """The checked sidecar rows of the shard at position ``pos`` (cached; ``directory`` overrides)."""
+        if self.inline is not None:
+            raise TypeError("a version 1 manifest has no sidecars")
+        with self._lock:
+            hit = self._cache.get(pos)
+            if hit is not None:
+                self._cache.move_to_end(pos)
+                return hit
+        shard = self.shards[pos]
+        rows = read_sidecar(directory or self._folder(shard), shard, self.num_classes, self.size)
+        with self._lock:
+            self.loads += 1
+            self._cache[pos] = rows
+            while len(self._cache) > 1 and sum(r.nbytes for r in self._cache.values()) > CACHE_BYTES:
+                self._cache.popitem(last=False)
+        return rows
+
+    def hw(self, pos: int, directory: Path | None = None) -> np.ndarray:
+        """(n, 2) int64 (H, W) of the shard at position ``pos``'s samples."""
+        shard = self.shards[pos]
+        if self.inline is not None:
+            recs = self.inline[shard.first_index : shard.first_index + shard.num_samples]
+            return np.array([(r["height"], r["width"]) for r in recs], np.int64).reshape(-1, 2)
+        rows = self.rows(pos, directory)
+        return np.stack([rows["height"], rows["width"]], axis=1).astype(np.int64).reshape(-1, 2)
+
+    def fingerprint(self) -> str:
+        """``source.fingerprint`` recomputed from the records, streamed shard by shard (what verify checks)."""
+        if self.inline is not None:
+            h = hashlib.sha256()
+            for k, rec in enumerate(self.inline):
+                h.update((("\n" if k else "") + str(rec.get("fingerprint"))).encode())
+            return h.hexdigest()
+        return split_fingerprint([hashlib.sha256(self.rows(pos)["fingerprint"].tobytes()).hexdigest()
+                                  for pos in range(len(self.shards))])
+
+
+def inline_manifest(manifest: Manifest) -> Manifest:
+    """``manifest`` as manifest version 1: every record inline, ``source.fingerprint`` as version 1 computes it.
+
+    For readers that only know version 1, and for benchmarks and golden examples of it; the sidecars are
+    then files the manifest does not name.
+    """
+    from dataclasses import replace
+
+    records = list(manifest.samples)
+    table = SampleTable(manifest.shards, manifest.samples.num_classes, manifest.samples.directory, records)
+    shards = tuple(replace(s, samples=None) for s in manifest.shards)
+    return replace(manifest, shards=shards, samples=table, manifest_version=1,
+                   source={**manifest.source, "fingerprint": table.fingerprint()})
