@@ -36,7 +36,7 @@ EXPECTED: dict[str, str] = {
 _SHOW = 5
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class SamplePair:
     """One image and its label; ``key`` (image path relative to the root, POSIX) sorts and names it."""
 

@@ -102,10 +102,15 @@ def test_ctrl_c_is_one_line_and_leaves_no_temporary_files(camvid_root: Path, tmp
             status = Path(f"/proc/{proc.pid}/status").read_text()
             return bool(int(status.split("SigIgn:")[1].split()[0], 16) & (1 << (signal.SIGINT - 1)))
 
+        def is_worker(child: psutil.Process) -> bool:
+            try:
+                return "popen_loky" in " ".join(child.cmdline())
+            except psutil.NoSuchProcess:  # a short-lived helper process that exited meanwhile
+                return False
+
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and (sum(
-                "popen_loky" in " ".join(c.cmdline()) for c in psutil.Process(proc.pid).children()) < 2
-                or ignoring_sigint()):
+        while time.monotonic() < deadline and (sum(map(is_worker, psutil.Process(proc.pid).children())) < 2
+                                               or ignoring_sigint()):
             time.sleep(0.002)  # until both workers exist
         time.sleep(0.2)  # Python is up in them, they are importing numpy, OpenCV …
     else:
