@@ -25,6 +25,24 @@ def class_counts(ids: np.ndarray, num_classes: int) -> np.ndarray:
     return np.bincount(ids.ravel(), minlength=num_classes)
 
 
+_LEVELS = np.arange(256, dtype=np.int64)
+_HIST_EXACT = 1 << 24  # float32 histogram bins count exactly below this many pixels
+_SQUARES = _LEVELS * _LEVELS
+
+
+def channel_histograms(image: np.ndarray) -> np.ndarray:
+    """(3, 256) int64: pixels per level of each channel of a uint8 (H, W, 3) image.
+
+    Channel sums and sums of squares follow exactly as integers (``hist @ levels``). OpenCV's histogram
+    reads the interleaved image in place (no channel split), ~1.6x faster than summing split channels, and
+    its float32 bins are exact below 2**24 pixels; larger images are counted with ``np.bincount``.
+    """
+    if image.shape[0] * image.shape[1] < _HIST_EXACT:
+        image = np.ascontiguousarray(image)
+        return np.stack([cv2.calcHist([image], [c], None, [256], [0, 256]).ravel() for c in range(3)]).astype(np.int64)
+    return np.stack([np.bincount(image[..., c].ravel(), minlength=256) for c in range(3)]).astype(np.int64)
+
+
 @dataclass
 class Stats:
     """Running totals over stored samples (after preprocessing, before label encoding)."""
@@ -52,11 +70,9 @@ class Stats:
         self.class_pixels += inside
         self.ignore_pixels += int(counts[self.num_classes :].sum())
         self.pixels += image.shape[0] * image.shape[1]
-        # OpenCV's contiguous per-channel reductions are ~10x faster than numpy's strided axis sums;
-        # both are exact (integer-valued doubles far below 2**53), so totals do not depend on merge order.
-        for c, channel in enumerate(cv2.split(np.ascontiguousarray(image))):
-            self.channel_sum[c] += cv2.sumElems(channel)[0]
-            self.channel_sumsq[c] += cv2.norm(channel, cv2.NORM_L2SQR)
+        hist = channel_histograms(image)  # exact integer sums, so totals do not depend on merge order
+        self.channel_sum += (hist @ _LEVELS).astype(np.float64)
+        self.channel_sumsq += (hist @ _SQUARES).astype(np.float64)
         return [int(c) for c in np.flatnonzero(inside)]
 
     def merge(self, other: Stats) -> None:

@@ -28,3 +28,20 @@ def test_stats_count_ignore_pixels_apart_from_classes() -> None:
     present = s.add(np.zeros((4, 5, 3), np.uint8), ids)
     assert present == [0, 1, 2]
     assert s.class_pixels.tolist() == [1, 2, 2] and s.ignore_pixels == 15 and s.pixels == 20
+
+
+@pytest.mark.parametrize("histogram", [True, False])
+def test_channel_sums_and_squares_are_exact(histogram: bool, monkeypatch) -> None:
+    from shardkit import stats
+
+    if not histogram:
+        monkeypatch.setattr(stats, "_HIST_EXACT", 0)  # the np.bincount path of images of 2**24+ pixels
+    rng = np.random.default_rng(3)
+    s = Stats(4)
+    images = [rng.integers(0, 256, (37, 53, 3), dtype=np.uint8) for _ in range(3)]
+    images.append(np.full((20, 30, 3), 255, np.uint8)[:, ::2])  # a strided view
+    for image in images:
+        s.add(image, np.zeros(image.shape[:2], np.uint8))
+    wide = [im.astype(np.int64) for im in images]
+    assert s.channel_sum.tolist() == sum(w.sum(axis=(0, 1)) for w in wide).tolist()
+    assert s.channel_sumsq.tolist() == sum((w * w).sum(axis=(0, 1)) for w in wide).tolist()
