@@ -633,3 +633,24 @@ def test_a_hostile_sidecar_of_a_variable_size_split_fails_the_read_of_its_shard_
         ds[0]
     image, _ = ds[len(ds) - 1]  # another shard is fine
     assert image.shape[2] == 3
+
+
+@pytest.mark.parametrize("fmt", ["npy", "hdf5"])
+def test_a_shard_sizes_table_that_disagrees_with_the_samples_records_is_refused(
+        camvid_root: Path, tmp_path: Path, fmt: str) -> None:
+    """npy and HDF5 variable-size shards carry their own (H, W) table; a sample whose table entry differs from its
+    record (here 480x360 for a 360x480 sample: the same pixel count, so every array length still adds up) is
+    refused when its shard is first read, naming the sample and both sizes."""
+    out = tmp_path / fmt
+    convert(ConvertConfig(camvid_root, out, format=fmt, splits=("val",), workers=1, quiet=True,
+                          shard_size=ShardSize(samples=9)))
+    split = out / "val"
+    _, rows = _sidecar_rows(split)
+    h, w = int(rows["height"][0]), int(rows["width"][0])
+    rows = _bad_values(_bad_values(rows, "height", w), "width", h)
+    _rewrite_sidecar(split, _npy(rows))
+    ds = shardkit.open(split)
+    with pytest.raises(ShardFormatError, match=f"sample 0 is {h}x{w}, the manifest says {w}x{h}"):
+        ds[0]
+    image, _ = ds[len(ds) - 1]  # another shard is fine
+    assert image.shape[2] == 3

@@ -306,6 +306,14 @@ class ShardReader(ABC):
         if hw is not None and 0 <= i < len(hw) and (int(hw[i, 0]), int(hw[i, 1])) != (h, w):
             raise self.corrupt(f"sample {i} is {h}x{w}, the manifest says {int(hw[i, 0])}x{int(hw[i, 1])}")
 
+    def check_shapes_table(self, shapes: np.ndarray, name: str) -> None:
+        """Refuse a variable-size shard's own (n, 2) sizes table where it disagrees with the manifest's samples."""
+        hw = self.expected_hw
+        if hw is not None and hw.shape == shapes.shape and not np.array_equal(hw, shapes):
+            i = int(np.flatnonzero((hw != shapes).any(axis=1))[0])
+            raise self.corrupt(f"sample {i} is {int(shapes[i, 0])}x{int(shapes[i, 1])}, the manifest says "
+                               f"{int(hw[i, 0])}x{int(hw[i, 1])}", name)
+
     def decode_into(self, codec_kind: str, data: Any, out: np.ndarray, i: int) -> None:
         """Decode sample ``i``'s image or label bytes into ``out`` with this split's codec; damage → one-line error."""
         codec = self.codecs.image if codec_kind == "image" else self.codecs.label

@@ -212,6 +212,8 @@ class Hdf5Reader(ShardReader):
             assert shapes is not None and offsets is not None
             ok = (shapes.shape == (n, 2) and np.array_equal(offsets, self.spec.flat_offsets(shapes))
                   and images.shape == (offsets[-1, 0],) and labels.shape == (offsets[-1, 1],))
+            if ok:
+                self.check_shapes_table(shapes, self.shard.files[0].name)
         if not ok or images.dtype != np.uint8 or labels.dtype != self.spec.stored_label_dtype:
             raise self.corrupt(f"datasets {images.shape}/{labels.shape} disagree with manifest ({n} samples)")
         for ds in (images, labels):  # a read decompresses whole chunks: one chunk must not outweigh a sample

@@ -145,6 +145,7 @@ class NpyReader(ShardReader):
                 if len(self) and not (self._shapes.min() >= 1 and self._shapes.max() <= MAX_SIDE):
                     raise self.corrupt(f"sample shapes are not in 1..{MAX_SIDE}", names[2])
                 self._offsets = self.spec.flat_offsets(self._shapes)
+                self.check_shapes_table(self._shapes, names[2])
         except (OSError, ValueError, EOFError, SyntaxError, TypeError, OverflowError, MemoryError,
                 tokenize.TokenError) as exc:
             # np.load: a bad magic or header, an object/structured dtype, a shape the file cannot hold
