@@ -90,8 +90,16 @@ def test_ctrl_c_is_one_line_and_leaves_no_temporary_files(camvid_root: Path, tmp
     import sys
     import time
 
+    # CamVid train hard-linked 4x under new names: a run long enough (~500 samples) that a loaded machine
+    # cannot finish it before the test has seen its workers or its first temporary file
+    src = tmp_path / "src"
+    for folder in ("train", "trainannot"):
+        (src / folder).mkdir(parents=True)
+        for f in sorted((camvid_root / folder).iterdir()):
+            for k in range(4):
+                os.link(f, src / folder / f"{k}{f.name}")
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "shardkit", "convert", str(camvid_root), str(out), "--size",
+    proc = subprocess.Popen([sys.executable, "-m", "shardkit", "convert", str(src), str(out), "--size",
                              "360x480", "--workers", "2", "--shard-size", "16"], start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
@@ -109,13 +117,14 @@ def test_ctrl_c_is_one_line_and_leaves_no_temporary_files(camvid_root: Path, tmp
                 return False
 
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and (sum(map(is_worker, psutil.Process(proc.pid).children())) < 2
-                                               or ignoring_sigint()):
+        while time.monotonic() < deadline and proc.poll() is None and (
+                sum(map(is_worker, psutil.Process(proc.pid).children())) < 2 or ignoring_sigint()):
             time.sleep(0.002)  # until both workers exist
         time.sleep(0.2)  # Python is up in them, they are importing numpy, OpenCV …
     else:
         deadline = time.monotonic() + 120
-        while not any(".tmp-" in p.name for p in out.rglob("*")) and time.monotonic() < deadline:
+        while (not any(".tmp-" in p.name for p in out.rglob("*")) and time.monotonic() < deadline
+               and proc.poll() is None):
             time.sleep(0.01)
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
     output, _ = proc.communicate(timeout=120)
