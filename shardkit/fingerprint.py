@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -96,7 +96,23 @@ def load_cache(directory: Path) -> dict[str, Any]:
 
 
 def save_cache(directory: Path, cache: dict[str, Any]) -> None:
-    atomic_write_bytes(directory / CACHE_NAME, json.dumps(cache, sort_keys=True).encode())
+    atomic_write_bytes(directory / CACHE_NAME, cache_json(cache))
+
+
+#: Entries encoded per piece of the cache file (~1 MB of JSON).
+CACHE_CHUNK = 4096
+
+
+def cache_json(cache: dict[str, Any]) -> Iterator[bytes]:
+    """``json.dumps(cache, sort_keys=True)``'s bytes in pieces of :data:`CACHE_CHUNK` entries, so that the
+    cache of a large input is never one string in memory (it was the convert parent's largest peak: ~1 KB
+    per sample pair at its end)."""
+    keys = sorted(cache)
+    yield b"{"
+    for a in range(0, len(keys), CACHE_CHUNK):
+        part = json.dumps({k: cache[k] for k in keys[a : a + CACHE_CHUNK]}, sort_keys=True)[1:-1]
+        yield (", " + part if a else part).encode()
+    yield b"}"
 
 
 def fingerprint_samples(

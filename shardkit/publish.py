@@ -32,14 +32,16 @@ def fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same folder, fsync, rename, fsync the folder."""
+def atomic_write_bytes(path: Path, data: bytes | Iterable[bytes]) -> None:
+    """Write ``data`` (bytes, or pieces of them written in turn) to ``path`` via a temp file in the same
+    folder, fsync, rename, fsync the folder."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            for piece in (data,) if isinstance(data, (bytes, bytearray, memoryview)) else data:
+                fh.write(piece)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import shardkit.fingerprint as fp
@@ -134,3 +136,16 @@ def test_unreadable_inputs_skipped_in_workers_get_the_parents_placeholder(camvid
     again = convert(cfg)
     assert again.reused == again.shards == 2 and len(again.skipped) == 1
     assert [s["key"] for s in load_manifest(out).skipped] == [first.skipped[0]["key"]]
+
+
+@pytest.mark.parametrize("entries", [0, 1, 5, 12])
+def test_the_cache_file_is_json_dumps_bytes_written_in_pieces(entries: int, monkeypatch) -> None:
+    from shardkit import fingerprint
+
+    monkeypatch.setattr(fingerprint, "CACHE_CHUNK", 5)
+    rng = np.random.default_rng(entries)
+    cache = {f"/data/{rng.integers(10**6)}/ü{i}.png": [int(rng.integers(10**9)), 1, 2, 3, "ab" * 32]
+             for i in range(entries)}
+    pieces = list(fingerprint.cache_json(cache))
+    assert b"".join(pieces) == json.dumps(cache, sort_keys=True).encode()
+    assert len(pieces) == 2 + -(-entries // 5)  # "{", one piece per 5 entries, "}"
