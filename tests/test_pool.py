@@ -99,8 +99,16 @@ def test_ctrl_c_is_one_line_and_leaves_no_temporary_files(camvid_root: Path, tmp
             for k in range(4):
                 os.link(f, src / folder / f"{k}{f.name}")
     out = tmp_path / "out"
+
+    def as_a_terminal_starts_it() -> None:  # SIGINT handled and not blocked, whatever this test process inherited
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+    mine = {k: v.strip() for k, v in (line.split(":", 1) for line in Path("/proc/self/status").read_text()
+                                       .splitlines() if line.startswith(("SigBlk", "SigIgn")))}
     proc = subprocess.Popen([sys.executable, "-m", "shardkit", "convert", str(src), str(out), "--size",
                              "360x480", "--workers", "2", "--shard-size", "16"], start_new_session=True,
+                            preexec_fn=as_a_terminal_starts_it,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     if when == "workers starting":
@@ -128,7 +136,7 @@ def test_ctrl_c_is_one_line_and_leaves_no_temporary_files(camvid_root: Path, tmp
             time.sleep(0.01)
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
     output, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 130, output
+    assert proc.returncode == 130, f"{output}\n(the test process's signal masks: {mine})"
     assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
     assert output.splitlines()[-1].startswith("interrupted;")
     time.sleep(0.5)  # a surviving worker would keep writing: give it the chance to show
