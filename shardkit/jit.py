@@ -1,7 +1,7 @@
 """Optional compiled kernels (``pip install "shardkit[fast]"`` brings numba): one place that compiles them.
 
 Each user (one-hot, the augmentation label gather) keeps its plain-Python loop next to the numpy
-code it replaces and asks :func:`compile_kernels` for compiled versions; without numba, with
+code it replaces and holds a :class:`LazyKernels` that compiles them on first use; without numba, with
 ``SHARDKIT_NO_NUMBA=1``, or when compiling fails, it gets ``None`` and runs numpy instead.
 Kernels are compiled with numba's defaults otherwise (no ``fastmath``: float operations stay in
 source order, unfused), so a compiled loop computes what the same loop computes in Python.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,6 +30,37 @@ def compile_kernels(funcs: Sequence[Callable[..., Any]], warm: Callable[[tuple[A
     if disabled():
         return None
     return _compile(funcs, warm, what, cache=True) or _compile(funcs, warm, what, cache=False)
+
+
+class LazyKernels:
+    """``funcs`` compiled by :func:`compile_kernels` on first use, once per process and thread-safely.
+
+    :meth:`get` gives the compiled tuple, or None without numba (or with ``SHARDKIT_NO_NUMBA=1``, checked
+    on every call, so the switch works after a first compile)."""
+
+    def __init__(self, funcs: Sequence[Callable[..., Any]], warm: Callable[[tuple[Any, ...]], None],
+                 what: str) -> None:
+        self.funcs, self.warm, self.what = tuple(funcs), warm, what
+        self._lock = threading.Lock()
+        self._tried = False
+        self._kernels: tuple[Any, ...] | None = None
+
+    def get(self) -> tuple[Any, ...] | None:
+        if disabled():
+            return None
+        with self._lock:
+            if not self._tried:
+                self._kernels = compile_kernels(self.funcs, self.warm, self.what)
+                self._tried = True
+            return self._kernels
+
+    def name(self) -> str:
+        """Which kernels run here: ``"numba"`` or ``"numpy"`` (benchmarks print it)."""
+        return "numba" if self.get() is not None else "numpy"
+
+    def fresh(self) -> LazyKernels:
+        """The same kernels, not compiled yet (tests swap it in to compile again)."""
+        return LazyKernels(self.funcs, self.warm, self.what)
 
 
 def _compile(funcs: Sequence[Callable[..., Any]], warm: Callable[[tuple[Any, ...]], None], what: str,

@@ -13,7 +13,6 @@ as 255) give all-zero vectors.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -23,9 +22,6 @@ from . import jit
 
 #: Pixels per step of the channels-last kernel (~1.5 MB of float32 output: stays in L2).
 CHUNK = 32768
-
-_compiled: list[tuple[Callable[..., None], Callable[..., None]] | None] = []  # []: not tried; [None]: no numba
-_compile_lock = threading.Lock()
 
 
 def _rows_loop(ids: Any, out: Any) -> None:  # pragma: no cover - runs compiled
@@ -51,12 +47,7 @@ def _planes_loop(ids: Any, out: Any) -> None:  # pragma: no cover - runs compile
 def numba_kernels() -> tuple[Callable[..., None], Callable[..., None]] | None:
     """The compiled (channels-last, channels-first) kernels, or None without numba (or with
     ``SHARDKIT_NO_NUMBA=1``). Compiled on first use and cached on disk by numba."""
-    if jit.disabled():
-        return None
-    with _compile_lock:
-        if not _compiled:
-            _compiled.append(jit.compile_kernels((_rows_loop, _planes_loop), _warm, "one-hot"))
-        return _compiled[0]
+    return KERNELS.get()
 
 
 def _warm(kernels: tuple[Any, ...]) -> None:
@@ -66,9 +57,13 @@ def _warm(kernels: tuple[Any, ...]) -> None:
     kernels[1](ids, np.empty((1, 2, 1), np.float32))
 
 
+#: The compiled one-hot loops (:func:`numba_kernels`).
+KERNELS = jit.LazyKernels((_rows_loop, _planes_loop), _warm, "one-hot")
+
+
 def kernel_name() -> str:
     """Which one-hot kernels run here: ``"numba"`` or ``"numpy"`` (benchmarks print it)."""
-    return "numba" if numba_kernels() is not None else "numpy"
+    return KERNELS.name()
 
 
 def onehot_into(ids: np.ndarray, num_classes: int, out: np.ndarray, *, channels_first: bool = False,

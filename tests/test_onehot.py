@@ -78,7 +78,7 @@ def test_without_numba_installed_numpy_kernels_run(monkeypatch: pytest.MonkeyPat
     import sys
 
     monkeypatch.setitem(sys.modules, "numba", None)  # import numba → ImportError
-    monkeypatch.setattr(onehot, "_compiled", [])
+    monkeypatch.setattr(onehot, "KERNELS", onehot.KERNELS.fresh())
     assert onehot.kernel_name() == "numpy"
     ids = np.random.default_rng(4).integers(0, 5, (3, 9, 11)).astype(np.uint8)
     out = np.empty((3, 9, 11, 5), np.float32)
@@ -97,7 +97,7 @@ def test_numba_without_a_usable_cache_still_compiles(monkeypatch: pytest.MonkeyP
         return real(*args, **kwargs)
 
     monkeypatch.setattr(numba, "njit", no_cache)
-    monkeypatch.setattr(onehot, "_compiled", [])
+    monkeypatch.setattr(onehot, "KERNELS", onehot.KERNELS.fresh())
     assert onehot.kernel_name() == "numba"
 
 

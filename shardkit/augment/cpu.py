@@ -10,7 +10,6 @@ with the same matrix disagrees on ~3 pixels in 10^5 under scale + rotation, meas
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -165,18 +164,9 @@ def _lut_loop(pairs: Any, lut: Any, table: Any) -> None:  # pragma: no cover - r
         pairs[i] = table[pairs[i]]
 
 
-_compiled: list[tuple[Any, ...] | None] = []  # []: not tried; [None]: no numba
-_compile_lock = threading.Lock()
-
-
 def _gather_kernels() -> tuple[Any, ...] | None:
-    """The compiled label gather, or None without numba (or with ``SHARDKIT_NO_NUMBA=1``)."""
-    if jit.disabled():
-        return None
-    with _compile_lock:
-        if not _compiled:
-            _compiled.append(jit.compile_kernels((_gather_loop, _lut_loop), _warm, "augment"))
-        return _compiled[0]
+    """The compiled label gather and pair LUT, or None without numba (or with ``SHARDKIT_NO_NUMBA=1``)."""
+    return KERNELS.get()
 
 
 def _warm(kernels: tuple[Any, ...]) -> None:
@@ -185,9 +175,13 @@ def _warm(kernels: tuple[Any, ...]) -> None:
     kernels[1](np.zeros(2, np.uint16), np.arange(256, dtype=np.uint16), np.empty(65536, np.uint16))
 
 
+#: The compiled label gather and pair LUT (:func:`_gather_kernels`).
+KERNELS = jit.LazyKernels((_gather_loop, _lut_loop), _warm, "augment")
+
+
 def kernel_name() -> str:
     """Which label gather runs here: ``"numba"`` or ``"numpy"`` (benchmarks print it)."""
-    return "numba" if _gather_kernels() is not None else "numpy"
+    return KERNELS.name()
 
 
 def apply_lut(image: np.ndarray, lut: np.ndarray) -> None:
