@@ -258,6 +258,13 @@ def warp_image(image: np.ndarray, p: Params, out: np.ndarray | None = None,
                           flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_CONSTANT,
                           borderValue=(0, 0, 0, 0))
     img = cv2.cvtColor(rgba, cv2.COLOR_RGBA2RGB, dst=out)
+    jitter_colour(img, p, lut)
+    return img
+
+
+def jitter_colour(img: np.ndarray, p: Params, lut: np.ndarray | None = None) -> None:
+    """Sample ``p``'s colour jitter on a warped (h, w, 3) uint8 image, in place: brightness and contrast as
+    one lookup table (``lut``: :func:`colour_lut` when already computed), then saturation, then hue."""
     if p.brightness != 1.0 or p.contrast != 1.0:
         apply_lut(img, colour_lut(p) if lut is None else lut)
     if p.saturation != 1.0:
@@ -267,7 +274,6 @@ def warp_image(image: np.ndarray, p: Params, out: np.ndarray | None = None,
         hsv = cv2.cvtColor(img, cv2.COLOR_RGB2HSV)
         hsv[..., 0] = ((hsv[..., 0].astype(np.int16) + round(p.hue * 180)) % 180).astype(np.uint8)
         cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB, dst=img)
-    return img
 
 
 def cut_holes(image: np.ndarray, label: np.ndarray, p: Params, ignore_index: int) -> None:

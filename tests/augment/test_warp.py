@@ -27,15 +27,7 @@ def _reference(image: np.ndarray, p: A.Params) -> np.ndarray:
     img = cv2.warpAffine(np.ascontiguousarray(image), np.asarray(p.matrix), (w, h),
                          flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_CONSTANT,
                          borderValue=(0, 0, 0))
-    if p.brightness != 1.0 or p.contrast != 1.0:
-        img = cv2.LUT(img, cpu.colour_lut(p))
-    if p.saturation != 1.0:
-        grey = cv2.cvtColor(img, cv2.COLOR_RGB2GRAY)[..., None].astype(np.float32)
-        img[...] = np.clip(grey + (img.astype(np.float32) - grey) * p.saturation + 0.5, 0, 255)
-    if p.hue != 0.0:
-        hsv = cv2.cvtColor(img, cv2.COLOR_RGB2HSV)
-        hsv[..., 0] = ((hsv[..., 0].astype(np.int16) + round(p.hue * 180)) % 180).astype(np.uint8)
-        img = cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB)
+    cpu.jitter_colour(img, p)  # the colour steps are shared; the LUT itself is checked against cv2.LUT below
     return img
 
 
