@@ -12,6 +12,8 @@ from typing import Any
 import cv2
 import numpy as np
 
+_HIST_EXACT = 1 << 24  # OpenCV's float32 histogram bins count exactly below this many pixels
+
 
 def class_counts(ids: np.ndarray, num_classes: int) -> np.ndarray:
     """Pixels per id value (int64, at least ``num_classes`` long).
@@ -19,14 +21,13 @@ def class_counts(ids: np.ndarray, num_classes: int) -> np.ndarray:
     uint8 ids go through OpenCV's histogram (~2x faster than ``np.bincount``, which first widens
     every pixel to int64); its float32 bins are exact below 2**24 pixels per image.
     """
-    if ids.dtype == np.uint8 and ids.size < 1 << 24:
+    if ids.dtype == np.uint8 and ids.size < _HIST_EXACT:
         hist = cv2.calcHist([np.ascontiguousarray(ids)], [0], None, [256], [0, 256]).ravel().astype(np.int64)
         return hist if num_classes <= 256 else np.pad(hist, (0, num_classes - 256))
     return np.bincount(ids.ravel(), minlength=num_classes)
 
 
 _LEVELS = np.arange(256, dtype=np.int64)
-_HIST_EXACT = 1 << 24  # float32 histogram bins count exactly below this many pixels
 _SQUARES = _LEVELS * _LEVELS
 
 
