@@ -67,7 +67,7 @@ def assert_same_samples(a: shardkit.Dataset, b: shardkit.Dataset) -> None:
 
 
 def test_convert_bucket_to_bucket_reads_back_bit_exactly(raw_camvid: str, camvid_val_npy: Path,
-                                                         tmp_path: Path) -> None:
+                                                         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = "s3://out/exact"
     summary = convert(ConvertConfig(raw_camvid, out, workers=2, **OPTIONS))
     assert summary.samples == 26 and summary.reused == 0 and summary.manifests == [f"{out}/val/manifest.json"]
@@ -84,6 +84,13 @@ def test_convert_bucket_to_bucket_reads_back_bit_exactly(raw_camvid: str, camvid
     again = shardkit.open(f"{out}/val", cache_dir=tmp_path / "cache")
     assert_same_samples(again, ds)
     assert again.cache is not None and again.cache.downloads == 0
+    # a first batch is hinted (read-ahead) through the cache's reader, like a local split's
+    from shardkit.formats.npy import NpyReader
+
+    hinted: list[tuple[int, bool]] = []
+    monkeypatch.setattr(NpyReader, "prefetch", lambda self, idx, cold=True: hinted.append((len(idx), cold)))
+    again.batch(np.arange(len(again)))
+    assert sum(n for n, _ in hinted) == len(again) and all(cold for _, cold in hinted)
     # a re-run reuses every shard from the bucket, decoding nothing
     rerun = convert(ConvertConfig(raw_camvid, out, workers=1, **OPTIONS))
     assert rerun.reused == rerun.shards == len(remote["shards"])

@@ -249,7 +249,6 @@ class NpyReader(ShardReader):
             return
         if idx.min() < 0 or idx.max() >= len(self):
             raise IndexError(f"local indices {idx.min()}..{idx.max()} out of range for {len(self)} samples")
-        self.prefetch(idx)
         first = int(idx[0])
         if int(idx[-1]) - first == n - 1 and (n < 3 or bool(np.all(np.diff(idx) == 1))):
             np.copyto(out_images, self._images[first:first + n])

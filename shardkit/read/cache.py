@@ -361,6 +361,9 @@ class CachedShardReader(ShardReader):
     def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         return self.inner().read(i)
 
+    def prefetch(self, local_indices: Sequence[int] | np.ndarray, cold: bool = True) -> None:
+        self.inner().prefetch(local_indices, cold)
+
     def read_batch_into(self, local_indices: Sequence[int] | np.ndarray, out_images: np.ndarray,
                         out_labels: np.ndarray) -> None:
         self.inner().read_batch_into(local_indices, out_images, out_labels)
