@@ -78,6 +78,14 @@ def _refresh_manifest(split: Path) -> None:
     path.write_text(json.dumps(m))
 
 
+def _set_byte(split: Path, shard: Path, offset: int, value: int) -> None:
+    """Change one byte of a shard file (a fuzzing find) and refresh the manifest, as an attacker would."""
+    data = bytearray(shard.read_bytes())
+    data[offset] = value
+    shard.write_bytes(bytes(data))
+    _refresh_manifest(split)
+
+
 def _external_storage(f: h5py.File, secret: Path) -> None:
     data = f["images"][()]
     secret.write_bytes(data.tobytes())
@@ -441,10 +449,7 @@ def test_hdf5_with_a_damaged_heap_is_one_clear_error(camvid_splits: dict[str, Pa
     ("bad heap free list") while visiting links, which must become the shard's one-line error."""
     split = _copy_split(camvid_splits["hdf5"], tmp_path / "out" / "val")
     shard = sorted(split.glob("*.h5"))[0]
-    data = bytearray(shard.read_bytes())
-    data[696] = 107
-    shard.write_bytes(bytes(data))
-    _refresh_manifest(split)
+    _set_byte(split, shard, 696, 107)
     with h5py.File(shard, "r") as f, pytest.raises(RuntimeError):  # the damage this test is about
         f.visit_links(lambda name: None)
     _check_one_line_everywhere(split, tmp_path, "cannot open HDF5 shard")
@@ -457,10 +462,7 @@ def test_lmdb_with_a_damaged_btree_is_one_clear_error(camvid_splits: dict[str, P
 
     split = _copy_split(camvid_splits["lmdb"], tmp_path / "out" / "val")
     shard = sorted(split.glob("shard-00001-*.lmdb"))[0]
-    data = bytearray(shard.read_bytes())
-    data[12258] = 88
-    shard.write_bytes(bytes(data))
-    _refresh_manifest(split)
+    _set_byte(split, shard, 12258, 88)
     env = lmdb.open(str(shard), subdir=False, readonly=True, lock=False)
     with env.begin() as txn, pytest.raises(lmdb.Error):  # the damage this test is about
         for k in range(3):
@@ -481,10 +483,7 @@ def test_npy_header_that_does_not_tokenize_is_one_clear_error(camvid_splits: dic
     """A '}' in the header's space padding (found by fuzzing): np.load raises tokenize.TokenError."""
     split = _copy_split(camvid_splits["npy"], tmp_path / "out" / "val")
     name = json.loads((split / "manifest.json").read_text())["shards"][0]["files"][1]["name"]
-    data = bytearray((split / name).read_bytes())
-    data[93] = ord("}")
-    (split / name).write_bytes(bytes(data))
-    _refresh_manifest(split)
+    _set_byte(split, split / name, 93, ord("}"))
     _check_one_line_everywhere(split, tmp_path, "not a readable .npy shard")
 
 

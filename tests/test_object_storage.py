@@ -54,6 +54,15 @@ def raw_camvid(s3: str, camvid_root: Path) -> str:
     return RAW
 
 
+def upload_val(remote: Remote, camvid_root: Path, count: int) -> list[str]:
+    """The first ``count`` CamVid val pairs uploaded under val/ and valannot/; returns their file names."""
+    names = sorted(p.name for p in (camvid_root / "val").iterdir())[:count]
+    for sub in ("val", "valannot"):
+        for n in names:
+            remote.upload(camvid_root / sub / n, f"{sub}/{n}")
+    return names
+
+
 def manifest_of(url: str) -> dict:
     return json.loads(Remote(url).read_bytes("manifest.json"))
 
@@ -150,10 +159,7 @@ def test_killed_convert_resumes_from_the_bucket(raw_camvid: str, camvid_val_npy:
 
 def test_changed_input_object_rewrites_only_its_shard(s3: str, camvid_root: Path, tmp_path: Path) -> None:
     src = Remote("s3://raw/changing")
-    names = sorted(p.name for p in (camvid_root / "val").iterdir())[:12]
-    for sub in ("val", "valannot"):
-        for n in names:
-            src.upload(camvid_root / sub / n, f"{sub}/{n}")
+    names = upload_val(src, camvid_root, 12)
     opts = {**OPTIONS, "shard_size": ShardSize(samples=3)}
     first = convert(ConvertConfig(src.url, "s3://out/changing", workers=1, **opts))
     src.upload(camvid_root / "valannot" / names[1], f"valannot/{names[0]}")  # label 0 replaced by label 1
@@ -172,10 +178,7 @@ def test_changed_input_object_rewrites_only_its_shard(s3: str, camvid_root: Path
 
 def test_removed_inputs_move_shards_by_server_side_copy(s3: str, camvid_root: Path, tmp_path: Path) -> None:
     src = Remote("s3://raw/shrinking")
-    names = sorted(p.name for p in (camvid_root / "val").iterdir())[:12]
-    for sub in ("val", "valannot"):
-        for n in names:
-            src.upload(camvid_root / sub / n, f"{sub}/{n}")
+    names = upload_val(src, camvid_root, 12)
     opts = {**OPTIONS, "shard_size": ShardSize(samples=3)}  # under 8: cuts at the limit only, 4 shards of 3
     convert(ConvertConfig(src.url, "s3://out/shrinking", workers=1, **opts))
     src.delete([f"{sub}/{n}" for sub in ("val", "valannot") for n in names[:3]])  # the whole first shard

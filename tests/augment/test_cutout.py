@@ -87,21 +87,18 @@ def test_uint16_labels_get_the_ignore_index_in_holes(data: tuple) -> None:
 
 
 torch = pytest.importorskip("torch")
-from .devices import DEVICES  # noqa: E402
+from .devices import DEVICES, cpu_and_torch  # noqa: E402
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("spec", [GEOMETRY + ",cutout=0-4:64x96", GEOMETRY + ",jitter=0.2,cutout=2:32x64:128:ignore",
                                   "crop=352x480,cutout=3:100x20:ignore"])
 def test_torch_labels_identical_and_holes_equal_to_the_cpu_path(data: tuple, spec: str, device: str) -> None:
-    from shardkit.augment.torch import apply_batch
-
     images, labels = data
     aug = A.parse(spec)
     idx = np.arange(len(images))
-    want_img, want_lab = aug(images, labels, idx, seed=5, epoch=2, ignore_index=IGNORE)
-    got_img, got_lab = apply_batch(aug, torch.from_numpy(images).to(device), torch.from_numpy(labels).to(device),
-                                   idx, seed=5, epoch=2, ignore_index=IGNORE)
+    want_img, want_lab, got_img, got_lab = cpu_and_torch(aug, images, labels, device, seed=5, epoch=2,
+                                                         ignore_index=IGNORE)
     assert np.array_equal(got_lab.cpu().numpy(), want_lab)
     got = got_img.cpu().numpy()
     hw = want_lab.shape[1:]

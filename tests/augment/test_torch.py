@@ -22,7 +22,7 @@ from shardkit.read.torch import CudaPrefetcher, make_loader  # noqa: E402
 
 IGNORE = 11
 GEOMETRY = "scale=0.5:2,crop=256x384,hflip,rotate=10"
-from .devices import DEVICES  # noqa: E402
+from .devices import DEVICES, cpu_and_torch  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +42,8 @@ def data(split: Path) -> tuple[np.ndarray, np.ndarray]:
                                   "scale=0.7:1.5,crop=352x480,rotate=15,jitter=0.2:0.2:0.2:0.05"])
 def test_labels_identical_and_images_close_to_the_cpu_path(data: tuple, spec: str, device: str) -> None:
     images, labels = data
-    aug = A.parse(spec)
-    idx = np.arange(len(images))
-    want_img, want_lab = aug(images, labels, idx, seed=5, epoch=2, ignore_index=IGNORE)
-    got_img, got_lab = apply_batch(aug, torch.from_numpy(images).to(device), torch.from_numpy(labels).to(device),
-                                   idx, seed=5, epoch=2, ignore_index=IGNORE)
+    want_img, want_lab, got_img, got_lab = cpu_and_torch(A.parse(spec), images, labels, device, seed=5, epoch=2,
+                                                         ignore_index=IGNORE)
     assert got_lab.dtype == torch.uint8 and got_img.shape == want_img.shape
     assert np.array_equal(got_lab.cpu().numpy(), want_lab)
     diff = np.abs(got_img.cpu().numpy().astype(np.int16) - want_img)
