@@ -212,6 +212,12 @@ def colour_luts(params: Sequence[Params]) -> np.ndarray:
     return np.clip(np.rint((v - 128.0) * c + 128.0), 0, 255).astype(np.uint8)
 
 
+#: OpenCV's 8-bit ``RGB2HSV`` division tables (hsv_shift 12): ``round(255 * 4096 / v)``, ``round(180 * 4096 /
+#: (6 * d))``; the torch and TF backends compute OpenCV's hue and saturation with them, bit-exact.
+HSV_SDIV = np.concatenate([[0], np.rint((255 << 12) / np.arange(1.0, 256))]).astype(np.int32)
+HSV_HDIV = np.concatenate([[0], np.rint((180 << 12) / (6.0 * np.arange(1.0, 256)))]).astype(np.int32)
+
+
 #: Source pixels of margin around the box the warp's float32 coordinates can reach (they err by < 0.01).
 _BOX_MARGIN = 2
 
