@@ -9,6 +9,7 @@ with the same matrix disagrees on ~3 pixels in 10^5 under scale + rotation, meas
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,27 @@ from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from .ops import Compose, Params
+
+logger = logging.getLogger(__name__)
+
+
+def opencv_mismatch(version: str) -> str | None:
+    """Why images warped by this OpenCV would not agree with the torch and TF paths (None from OpenCV 5 on).
+
+    OpenCV 4's ``warpAffine`` rounds bilinear source coordinates to 1/32 pixel: up to ~3 levels from the exact
+    bilinear value where OpenCV 5 (float32 coordinates, as the other backends) is within 0.5. pyproject asks for
+    OpenCV 5; this catches a 4.x ``cv2`` that another package (e.g. ``opencv-python``) put first on the path.
+    Labels never go through it (exact integer gather), so they stay identical either way."""
+    major = version.split(".", 1)[0]
+    if major.isdigit() and int(major) >= 5:
+        return None
+    return (f"OpenCV {version}: augmented images will differ from the torch/TF paths by up to ~3 levels "
+            "(warpAffine rounds coordinates to 1/32 pixel before OpenCV 5; labels are unaffected) — "
+            "install opencv-python-headless>=5")
+
+
+if (_MISMATCH := opencv_mismatch(cv2.__version__)) is not None:
+    logger.warning(_MISMATCH)
 
 
 def warp_labels(label: np.ndarray, m: np.ndarray, hw: tuple[int, int], ignore_index: int,

@@ -9,7 +9,7 @@ gathered as integers, so label outputs are bit-identical to the CPU path; outsid
 coordinates (float32, as OpenCV 5's ``warpAffine`` computes them), zero outside, then the
 brightness/contrast LUT and saturation (OpenCV's integer grey) as batched tensor ops; hue through a
 float HSV round trip. Geometry and brightness/contrast/saturation agree with the CPU path within one
-level (OpenCV < 4.11 used fixed-point weights: a few levels there); labels exactly.
+level (OpenCV 4 rounded coordinates to 1/32 pixel: a few levels there, hence OpenCV >= 5); labels exactly.
 """
 
 from __future__ import annotations
