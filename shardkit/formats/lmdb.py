@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import mmap
 import os
 import threading
 from collections.abc import Sequence
@@ -24,7 +25,9 @@ import numpy as np
 
 from ..codecs import RAW, ArrayCodecs, run_parallel
 from ..errors import ShardFormatError
+from ._lmdb_pages import value_ranges
 from .base import SampleSpec, ShardFormat, ShardReader, ShardWriter
+from .mapping import MappedArray
 
 FORMAT_ID = "shardkit-lmdb"
 META_KEY = b"__shardkit__"
@@ -123,9 +126,62 @@ class LmdbReader(ShardReader):
     """One read-only environment per process, opened lazily (py-lmdb refuses a second open per process)."""
 
     _env: Any = None
+    #: read-ahead hints: a read-only map of the file (for ``MADV_WILLNEED``) and each record's byte range in it;
+    #: False once found unavailable. Built on the first batch read from storage.
+    _hints: tuple[MappedArray, np.ndarray] | bool | None = None
 
     def _handle_attrs(self) -> tuple[str, ...]:
-        return ("_env",)
+        return ("_env", "_hints")
+
+    def prefetch(self, local_indices: Sequence[int] | np.ndarray, cold: bool = True) -> None:
+        """``MADV_WILLNEED`` on exactly the file bytes of records ``local_indices`` (sorted, touching ranges
+        merged), so that a batch read from storage arrives in a few large requests instead of py-lmdb's
+        one 4 KB fault at a time; nothing when not ``cold``. Where the records lie comes from the file's B-tree
+        pages (:mod:`shardkit.formats._lmdb_pages`); without a table, no hints."""
+        if not cold:
+            return
+        self.ensure_open()
+        hints = self._value_hints()
+        idx = np.asarray(local_indices, dtype=np.int64).reshape(-1)
+        if hints is None or not len(idx) or idx.min() < 0 or idx.max() >= len(self):
+            return
+        mapping, ranges = hints
+        picked = ranges[np.sort(idx)]
+        mapping.will_need(picked[:, 0], picked[:, 1])
+
+    def _value_hints(self) -> tuple[MappedArray, np.ndarray] | None:
+        """The hint table, built once per process: a read-only map of the shard file and the ``(n, 2)`` byte
+        ranges of its records, kept only when two of them agree with what LMDB itself returns."""
+        if self._hints is None:
+            self._hints = self._build_hints() or False
+        return self._hints or None  # type: ignore[return-value]
+
+    def _build_hints(self) -> tuple[MappedArray, np.ndarray] | None:
+        self.ensure_open()
+        path, n = self.path(self.shard.files[0].name), len(self)
+        try:
+            with open(path, "rb") as fh:
+                if os.fstat(fh.fileno()).st_size == 0:
+                    return None
+                mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            ranges = value_ranges(mm, n)
+            if ranges is None or n == 0:
+                return None
+            with self._env.begin(buffers=True) as txn:  # the table must say what LMDB says, for two records
+                found = [(j, txn.get(sample_key(j))) for j in {0, n - 1}]
+                addrs = [(j, np.frombuffer(buf, np.uint8).ctypes.data, len(buf)) for j, buf in found if buf]
+            if len(addrs) != len(found):
+                return None
+            base = addrs[0][1] - int(ranges[addrs[0][0], 0])  # where LMDB's own map of the file starts
+            for j, addr, length in addrs:
+                begin, end = (int(v) for v in ranges[j])
+                if addr - base != begin or length != end - begin:
+                    return None
+        except (OSError, ValueError, lmdb.Error):
+            return None
+        mapping = MappedArray(mm, 0)
+        mapping.set_random()  # this map is only ever hinted, never read
+        return mapping, ranges
 
     def _open(self) -> None:
         path = self.path(self.shard.files[0].name)
@@ -179,6 +235,9 @@ class LmdbReader(ShardReader):
 
     def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         self.ensure_open()
+        hints = self._hints
+        if isinstance(hints, tuple) and 0 <= i < len(self):  # once built (by a batch from storage), as npy
+            hints[0].will_need_one(int(hints[1][i, 0]), int(hints[1][i, 1]))
         try:
             with self._env.begin(buffers=False) as txn:
                 return self.decode_record(txn.get(sample_key(i)), i)
