@@ -4,6 +4,11 @@ A sample's fingerprint is sha256(options digest, sha256(image bytes), sha256(lab
 Hashing reads the sources but decodes nothing; a stat cache (size, mtime, ctime, inode) kept beside
 the manifest lets an unchanged file skip even the read. The ctime and inode catch an edit that restored
 size and mtime (``touch -r``) and a file replaced by another (rename over it).
+
+The cache file is ``{path: [size, mtime_ns, ctime_ns, inode, sha256 hex]}`` sorted by path. In the converting
+parent it is a :class:`SourceCache`: 64 bytes per source file in a NumPy array aligned with the split's
+:class:`~shardkit.pairs.PairTable` (a ``dict`` of lists was ~0.9 KB per pair), read from and written to the
+file a piece at a time.
 """
 
 from __future__ import annotations
@@ -11,17 +16,21 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterator, Sequence
+import os
+import re
+import struct
+import tempfile
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .discover import SamplePair
 from .errors import ShardkitError
 from .formats.base import sha256_file
 from .imageio import METADATA_SLACK, regular_stat
+from .pairs import PairTable
 from .publish import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -54,13 +63,13 @@ def _unreadable(path: Path, exc: OSError) -> ShardkitError:
 KEEP_LIMIT = METADATA_SLACK
 
 
-def source_digest(path: Path, cache: dict[str, Any], on_error: str, *,
+def source_digest(path: Path, cached: list[Any] | None, on_error: str, *,
                   keep: bool = False) -> tuple[list[Any], bool, np.ndarray | None]:
     """One source file's cache entry ``[size, mtime_ns, ctime_ns, inode, sha256]``, whether it may be cached,
     and (``keep``) the bytes that were hashed, for the worker to decode without reading the file again.
 
     A file that is not a regular file (FIFO, broken link, …) is an error, or with ``on_error="skip"``
-    a placeholder digest that is never cached (its worker then skips the sample). A cache entry whose
+    a placeholder digest that is never cached (its worker then skips the sample). A ``cached`` entry whose
     four stat values match is reused without reading the file. Kept bytes are only returned for files
     up to :data:`KEEP_LIMIT` bytes.
     """
@@ -70,9 +79,8 @@ def source_digest(path: Path, cache: dict[str, Any], on_error: str, *,
         if on_error != "skip":
             raise
         return [None, None, None, None, hashlib.sha256(f"unreadable: {exc}".encode()).hexdigest()], False, None
-    hit = cache.get(str(path))
-    if isinstance(hit, list) and len(hit) == 5 and hit[:4] == key:  # older 3-field caches: re-hash
-        return hit, True, None
+    if cached is not None and cached[:4] == key:
+        return cached, True, None
     if not keep or key[0] > KEEP_LIMIT:
         return [*key, file_sha256(path)], True, None
     try:
@@ -87,76 +95,237 @@ def source_digest(path: Path, cache: dict[str, Any], on_error: str, *,
     return [*key, hashlib.sha256(data).hexdigest()], True, np.frombuffer(data, dtype=np.uint8)
 
 
-def load_cache(directory: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((directory / CACHE_NAME).read_text(encoding="utf-8"))
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
+#: One cache entry, 64 bytes: (size, mtime_ns, ctime_ns, inode as int64 two's complement) and the sha256; an
+#: all-zero digest (no file has it) marks "no entry"
+ENTRY = np.dtype([("stat", "<i8", (4,)), ("sha256", "u1", (32,))])
+_STRUCT = struct.Struct("<4q32s")
+_HEX = re.compile("[0-9a-f]{64}")
+_INT64 = 1 << 63
+_EMPTY = bytes(ENTRY.itemsize)
 
 
-def save_cache(directory: Path, cache: dict[str, Any]) -> None:
-    atomic_write_bytes(directory / CACHE_NAME, cache_json(cache))
+def _pack(entry: Any) -> bytes | None:
+    """A cache file entry as an :data:`ENTRY` row's bytes; None unless it is ``[4 ints, 64 lowercase hex]``
+    (an older 3-field cache, or anything else: the file is hashed again)."""
+    if not (isinstance(entry, list) and len(entry) == 5 and all(type(v) is int for v in entry[:4])
+            and isinstance(entry[4], str) and _HEX.fullmatch(entry[4])):
+        return None
+    size, mtime, ctime, inode = entry[:4]
+    if not (all(-_INT64 <= v < _INT64 for v in (size, mtime, ctime)) and 0 <= inode < 2 * _INT64):
+        return None
+    return _STRUCT.pack(size, mtime, ctime, inode - 2 * _INT64 if inode >= _INT64 else inode, bytes.fromhex(entry[4]))
+
+
+def _unpack(buf: bytes | memoryview, offset: int) -> list[Any] | None:
+    size, mtime, ctime, inode, digest = _STRUCT.unpack_from(buf, offset)
+    if not any(digest):
+        return None
+    return [size, mtime, ctime, inode + 2 * _INT64 if inode < 0 else inode, digest.hex()]
+
+
+class SourceCache:
+    """Cache entries of one split's source files, aligned with its pairs: entry (i, 0) is pair ``i``'s image,
+    (i, 1) its label; 64 bytes each (:data:`ENTRY`).
+
+    In memory by default (zeroed pages cost nothing until written). With ``spill_dir``, in an unlinked
+    temporary file there instead: a first conversion's entries come back from the workers shard by shard
+    (:meth:`put`) and wait for the cache file there, not in the parent's memory; :meth:`get` reads them back a
+    block of pairs at a time.
+    """
+
+    BLOCK = 4096  # pairs per block read back from a spill file
+    ROW = 2 * ENTRY.itemsize  # bytes per pair
+
+    def __init__(self, n: int, *, spill_dir: Path | None = None) -> None:
+        self.n = n
+        self._file = None if spill_dir is None else tempfile.TemporaryFile(dir=spill_dir)  # noqa: SIM115 (close())
+        self._mem = np.zeros(0 if self._file else n * self.ROW, np.uint8).data
+        if self._file is not None:
+            self._file.truncate(n * self.ROW)  # a hole: all zero, "no entry"
+        self._blocks: dict[int, bytes] = {}
+
+    def put(self, start: int, rows: np.ndarray) -> None:
+        """Entries of pairs ``start …`` (an (m, 2) :data:`ENTRY` array)."""
+        data = np.ascontiguousarray(rows, ENTRY).tobytes()
+        if self._file is None:
+            self._mem[start * self.ROW : start * self.ROW + len(data)] = data
+        else:
+            os.pwrite(self._file.fileno(), data, start * self.ROW)
+            self._blocks.clear()
+
+    def rows(self, start: int, count: int) -> np.ndarray:
+        """Entries of pairs ``start … start + count`` (an (m, 2) :data:`ENTRY` array; read back when spilled)."""
+        a, b = start * self.ROW, min(start + count, self.n) * self.ROW
+        data = self._mem[a:b] if self._file is None else os.pread(self._file.fileno(), b - a, a)
+        return np.frombuffer(data, ENTRY).reshape(-1, 2)
+
+    def get(self, i: int, side: int) -> list[Any] | None:
+        """The entry of pair ``i``'s image (``side`` 0) or label (1) as the cache file writes it; None if none."""
+        offset = i * self.ROW + side * ENTRY.itemsize
+        if self._file is None:
+            return _unpack(self._mem, offset)
+        block = i // self.BLOCK
+        if block not in self._blocks:
+            if len(self._blocks) > 1:  # two blocks: images and labels may be read in turn
+                self._blocks.pop(next(iter(self._blocks)))
+            self._blocks[block] = self.rows(block * self.BLOCK, self.BLOCK).tobytes()
+        return _unpack(self._blocks[block], offset - block * self.BLOCK * self.ROW)
+
+    def set(self, i: int, side: int, entry: list[Any] | None) -> bool:
+        """Set one entry (``[size, mtime_ns, ctime_ns, inode, sha256 hex]``) or clear it (None) in memory;
+        False (nothing set) for an entry that is not one."""
+        if self._file is not None:
+            raise TypeError("a spilled cache takes whole rows (put)")
+        row = _EMPTY if entry is None else _pack(entry)
+        if row is None:
+            return False
+        offset = i * self.ROW + side * ENTRY.itemsize
+        self._mem[offset : offset + ENTRY.itemsize] = row
+        return True
+
+    def close(self) -> None:
+        """Remove the spill file (if any)."""
+        if self._file is not None:
+            self._file.close()
+
+
+#: Bytes of the cache file parsed at a time.
+READ_BLOCK = 1 << 20
+
+
+def _entries_streamed(path: Path) -> Iterator[tuple[str, Any]]:
+    """The cache file's entries in file order, parsed a piece at a time: cut after an entry's closing ``]``
+    before ``, "`` (no JSON string holds an unescaped ``"``; a value with a nested list fails the parse)."""
+    with open(path, "rb") as fh:
+        if fh.read(1) != b"{":
+            raise ValueError("not a JSON object")
+        rest = b""
+        while block := fh.read(READ_BLOCK):
+            rest += block
+            cut = rest.rfind(b'], "')
+            if cut >= 0:
+                yield from json.loads(b"{" + rest[: cut + 1] + b"}").items()
+                rest = rest[cut + 3 :]
+        yield from json.loads(b"{" + rest).items()
+
+
+def _entries_whole(path: Path) -> Iterator[tuple[str, Any]]:
+    """The cache file's entries sorted by path, parsed whole (a file not laid out as :func:`cache_json` does)."""
+    data = json.loads(path.read_bytes())
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    yield from sorted(data.items())
+
+
+def load_cache(directory: Path, pairs: PairTable) -> SourceCache:
+    """The entries of ``directory``'s cache file for the source files of ``pairs``; empty if it is missing or
+    damaged. Entries of other files are read and dropped, a piece of the file at a time."""
+    path = directory / CACHE_NAME
+    for entries in (_entries_streamed, _entries_whole):
+        cache = SourceCache(len(pairs))
+        try:
+            _merge(cache, pairs, entries(path))
+            return cache
+        except ValueError:  # streamed: try the whole file; whole: damaged
+            continue
+        except OSError:
+            break
+    return SourceCache(len(pairs))
+
+
+def _merge(cache: SourceCache, pairs: PairTable, entries: Iterable[tuple[str, Any]]) -> None:
+    """Fill ``cache`` from entries sorted by path: a merge with the pairs' files in path order (a file out of
+    order is missed: hashed again)."""
+    files = pairs.files_in_path_order()
+    current = next(files, None)
+    for path, value in entries:
+        while current is not None and current[0] < path:
+            current = next(files, None)
+        while current is not None and current[0] == path:  # one file may be in two pairs
+            cache.set(current[1], current[2], value)
+            current = next(files, None)
+        if current is None:
+            return
+
+
+def save_cache(directory: Path, pairs: PairTable, cache: SourceCache) -> None:
+    atomic_write_bytes(directory / CACHE_NAME, cache_json(cache_items(pairs, cache)))
+
+
+def cache_items(pairs: PairTable, cache: SourceCache) -> Iterator[tuple[str, list[Any]]]:
+    """The cache file's (path, entry) items, sorted by path, each path once."""
+    last = None
+    for path, i, side in pairs.files_in_path_order():
+        if path != last and (entry := cache.get(i, side)) is not None:
+            last = path
+            yield path, entry
 
 
 #: Entries encoded per piece of the cache file (~35 KB of JSON: larger pieces raised the peak RSS by MBs).
 CACHE_CHUNK = 256
 
 
-def cache_json(cache: dict[str, Any]) -> Iterator[bytes]:
-    """``json.dumps(cache, sort_keys=True)``'s bytes in pieces of :data:`CACHE_CHUNK` entries, so that the
-    cache of a large input is never one string in memory (it was the convert parent's largest peak: ~1 KB
-    per sample pair at its end)."""
-    keys = sorted(cache)
+def cache_json(items: Iterable[tuple[str, list[Any]]]) -> Iterator[bytes]:
+    """``json.dumps(dict(items), sort_keys=True)``'s bytes for ``items`` sorted by path (each once), in pieces
+    of :data:`CACHE_CHUNK` entries, so that the cache of a large input is never one string in memory."""
     yield b"{"
-    for a in range(0, len(keys), CACHE_CHUNK):
-        part = json.dumps({k: cache[k] for k in keys[a : a + CACHE_CHUNK]}, sort_keys=True)[1:-1]
-        yield (", " + part if a else part).encode()
+    chunk: list[tuple[str, list[Any]]] = []
+    first = True
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == CACHE_CHUNK:
+            yield _piece(chunk, first)
+            chunk, first = [], False
+    if chunk:
+        yield _piece(chunk, first)
     yield b"}"
 
 
+def _piece(chunk: list[tuple[str, list[Any]]], first: bool) -> bytes:
+    part = json.dumps(dict(chunk), sort_keys=True)[1:-1]
+    return (part if first else ", " + part).encode()
+
+
 def fingerprint_samples(
-    pairs: Sequence[SamplePair], options_digest: str, cache: dict[str, Any], *, threads: int = 4,
-    on_error: str = "fail",
-) -> tuple[list[str], dict[str, Any]]:
-    """Fingerprints in pair order, and the refreshed cache {path: [size, mtime_ns, ctime_ns, inode, sha256]}.
+    pairs: PairTable, options_digest: str, cache: SourceCache, *, threads: int = 4, on_error: str = "fail",
+) -> tuple[np.ndarray, SourceCache]:
+    """Fingerprints in pair order (an (n, 32) uint8 array), and ``cache`` refreshed in place: every readable
+    source file's current entry.
 
     With ``on_error="skip"`` a file that cannot be read (not a regular file, broken link, …) gets a
     placeholder digest instead of an error and no cache entry; its worker then skips the sample.
     """
-    paths = sorted({p for pair in pairs for p in (pair.image, pair.label) if p is not None})
-    fresh: dict[str, Any] = {}  # readable files only: a placeholder digest is never cached
-    known: dict[str, Any] = {}
+    out = np.zeros((len(pairs), 32), np.uint8)
 
-    def digest(path: Path) -> tuple[str, list[Any]]:
-        entry, cacheable, _ = source_digest(path, cache, on_error)
-        if cacheable:
-            fresh[str(path)] = entry
-        return str(path), entry
+    def digest(i: int, side: int) -> str | None:
+        path = pairs.path(i, side)
+        if path is None:
+            return None
+        entry, cacheable, _ = source_digest(Path(path), cache.get(i, side), on_error)
+        cache.set(i, side, entry if cacheable else None)
+        return str(entry[-1])
 
-    def digest_all(part: Sequence[Path]) -> list[tuple[str, list[Any]]]:
-        return [digest(p) for p in part]
+    def digest_all(part: range) -> None:
+        for i in part:
+            image = digest(i, 0)
+            assert image is not None
+            out[i] = np.frombuffer(sample_fingerprint(options_digest, image, digest(i, 1)), np.uint8)
 
-    # One contiguous run of paths per thread (sha256 and reads release the GIL): a future per file
+    # One contiguous run of pairs per thread (sha256 and reads release the GIL): a future per file
     # would cost about a third of the hashing itself in scheduling.
-    n = max(1, min(threads, len(paths)))
-    parts = [paths[i * len(paths) // n : (i + 1) * len(paths) // n] for i in range(n)]
+    n = max(1, min(threads, len(pairs)))
+    parts = [range(k * len(pairs) // n, (k + 1) * len(pairs) // n) for k in range(n)]
     with ThreadPoolExecutor(max_workers=n) as pool:
-        for part in pool.map(digest_all, parts):
-            known.update(part)
-    return combine_fingerprints(pairs, options_digest, lambda p: str(known[str(p)][-1])), fresh
+        list(pool.map(digest_all, parts))
+    return out, cache
 
 
-def combine_fingerprints(pairs: Sequence[SamplePair], options_digest: str,
-                         file_digest: Callable[[Path], str]) -> list[str]:
-    """sha256(options digest, digest of the image, digest of the label or "-") per pair, in pair order.
+def sample_fingerprint(options_digest: str, image_digest: str, label_digest: str | None) -> bytes:
+    """sha256(options digest, digest of the image, digest of the label or "-"): a sample's fingerprint.
 
-    ``file_digest`` is the file's sha256 for local inputs, the listing's content id (size + ETag) for
-    object storage (:mod:`shardkit.staging`)."""
-    out = []
-    for pair in pairs:
-        h = hashlib.sha256(options_digest.encode())
-        h.update(file_digest(pair.image).encode())
-        h.update(file_digest(pair.label).encode() if pair.label is not None else b"-")
-        out.append(h.hexdigest())
-    return out
+    The file digests are sha256 hex for local inputs, the listing's content id (size + ETag) for object
+    storage (:mod:`shardkit.staging`)."""
+    h = hashlib.sha256(options_digest.encode())
+    h.update(image_digest.encode())
+    h.update(label_digest.encode() if label_digest is not None else b"-")
+    return h.digest()
