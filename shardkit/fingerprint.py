@@ -301,8 +301,10 @@ def fingerprint_samples(
         path = pairs.path(i, side)
         if path is None:
             return None
-        entry, cacheable, _ = source_digest(Path(path), cache.get(i, side), on_error)
-        cache.set(i, side, entry if cacheable else None)
+        cached = cache.get(i, side)
+        entry, cacheable, _ = source_digest(Path(path), cached, on_error)
+        if entry is not cached:  # a hit is already there
+            cache.set(i, side, entry if cacheable else None)
         return str(entry[-1])
 
     def digest_all(part: range) -> None:
