@@ -16,7 +16,8 @@ Rows, per size (samples/s; "x cpu" is the ratio to the first row):
 
 - ``shardkit numpy/OpenCV batched``: ``aug(images, labels, indices)`` on in-memory arrays, this process.
 - ``shardkit torch (DEV)``: :func:`shardkit.augment.torch.apply_batch` on the same arrays as tensors on DEV
-  (on CUDA synchronised after every batch); on the CPU only for the first size.
+  (on CUDA synchronised before and after the timed batches, as the Kornia row: throughput, host and GPU
+  overlapping as in training); on the CPU only for the first size.
 - ``shardkit numpy DataLoader(N workers)``: the numpy path on in-memory arrays, one list of indices per
   ``__getitem__`` (batch_size=None) — the like-for-like row against the peers below.
 - ``shardkit split DataLoader(N workers)``: the product path: the dataset ``make_loader(split, augment=aug)``

@@ -9,6 +9,7 @@ with the same matrix disagrees on ~3 pixels in 10^5 under scale + rotation, meas
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,27 @@ from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from .ops import Compose, Params
+
+logger = logging.getLogger(__name__)
+
+
+def opencv_mismatch(version: str) -> str | None:
+    """Why images warped by this OpenCV would not agree with the torch and TF paths (None from OpenCV 5 on).
+
+    OpenCV 4's ``warpAffine`` rounds bilinear source coordinates to 1/32 pixel: up to ~3 levels from the exact
+    bilinear value where OpenCV 5 (float32 coordinates, as the other backends) is within 0.5. pyproject asks for
+    OpenCV 5; this catches a 4.x ``cv2`` that another package (e.g. ``opencv-python``) put first on the path.
+    Labels never go through it (exact integer gather), so they stay identical either way."""
+    major = version.split(".", 1)[0]
+    if major.isdigit() and int(major) >= 5:
+        return None
+    return (f"OpenCV {version}: augmented images will differ from the torch/TF paths by up to ~3 levels "
+            "(warpAffine rounds coordinates to 1/32 pixel before OpenCV 5; labels are unaffected) — "
+            "install opencv-python-headless>=5")
+
+
+if (_MISMATCH := opencv_mismatch(cv2.__version__)) is not None:
+    logger.warning(_MISMATCH)
 
 
 def warp_labels(label: np.ndarray, m: np.ndarray, hw: tuple[int, int], ignore_index: int,
@@ -210,6 +232,12 @@ def colour_luts(params: Sequence[Params]) -> np.ndarray:
     c = np.array([p.contrast for p in params], np.float64).reshape(-1, 1)
     v = np.arange(256, dtype=np.float64) * b
     return np.clip(np.rint((v - 128.0) * c + 128.0), 0, 255).astype(np.uint8)
+
+
+#: OpenCV's 8-bit ``RGB2HSV`` division tables (hsv_shift 12): ``round(255 * 4096 / v)``, ``round(180 * 4096 /
+#: (6 * d))``; the torch and TF backends compute OpenCV's hue and saturation with them, bit-exact.
+HSV_SDIV = np.concatenate([[0], np.rint((255 << 12) / np.arange(1.0, 256))]).astype(np.int32)
+HSV_HDIV = np.concatenate([[0], np.rint((180 << 12) / (6.0 * np.arange(1.0, 256)))]).astype(np.int32)
 
 
 #: Source pixels of margin around the box the warp's float32 coordinates can reach (they err by < 0.01).

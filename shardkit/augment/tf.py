@@ -28,7 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..errors import ConfigError
-from .cpu import colour_lut
+from .cpu import HSV_HDIV, HSV_SDIV, colour_lut
 from .ops import ColorJitter, Cutout, Normalize, OneHot, RandomCrop, RandomFlip, RandomRotate, RandomScale
 
 if TYPE_CHECKING:
@@ -185,20 +185,15 @@ def saturate(images: tf.Tensor, sat: tf.Tensor) -> tf.Tensor:
     return tf.cast(tf.clip_by_value(v, 0.0, 255.0), tf.uint8)
 
 
-# OpenCV's 8-bit RGB2HSV division tables (hsv_shift 12): round(255 * 4096 / v), round(180 * 4096 / (6 * d))
-_SDIV = np.concatenate([[0], np.rint((255 << 12) / np.arange(1.0, 256))]).astype(np.int32)
-_HDIV = np.concatenate([[0], np.rint((180 << 12) / (6.0 * np.arange(1.0, 256)))]).astype(np.int32)
-
-
 def _rgb2hsv(img: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """OpenCV's ``COLOR_RGB2HSV`` for uint8 in integer ops (bit-exact): h in [0, 180), s, v; int32 each."""
     x = tf.cast(img, tf.int32)
     r, g, b = x[..., 0], x[..., 1], x[..., 2]
     v = tf.maximum(tf.maximum(r, g), b)
     diff = v - tf.minimum(tf.minimum(r, g), b)
-    s = tf.bitwise.right_shift(diff * tf.gather(_SDIV, v) + 2048, 12)
+    s = tf.bitwise.right_shift(diff * tf.gather(HSV_SDIV, v) + 2048, 12)
     h = tf.where(v == r, g - b, tf.where(v == g, b - r + 2 * diff, r - g + 4 * diff))
-    h = tf.bitwise.right_shift(h * tf.gather(_HDIV, diff) + 2048, 12)  # arithmetic shift, as OpenCV's
+    h = tf.bitwise.right_shift(h * tf.gather(HSV_HDIV, diff) + 2048, 12)  # arithmetic shift, as OpenCV's
     return tf.where(h < 0, h + 180, h), s, v
 
 

@@ -9,7 +9,7 @@ gathered as integers, so label outputs are bit-identical to the CPU path; outsid
 coordinates (float32, as OpenCV 5's ``warpAffine`` computes them), zero outside, then the
 brightness/contrast LUT and saturation (OpenCV's integer grey) as batched tensor ops; hue through a
 float HSV round trip. Geometry and brightness/contrast/saturation agree with the CPU path within one
-level (OpenCV < 4.11 used fixed-point weights: a few levels there); labels exactly.
+level (OpenCV 4 rounded coordinates to 1/32 pixel: a few levels there, hence OpenCV >= 5); labels exactly.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ConfigError
-from .cpu import colour_luts
+from .cpu import HSV_HDIV, HSV_SDIV, colour_luts
 from .ops import Normalize, OneHot
 
 if TYPE_CHECKING:
@@ -84,9 +84,14 @@ def _grey(img: torch.Tensor) -> torch.Tensor:
     return ((i[:, 0:1] * 9798 + i[:, 1:2] * 19235 + i[:, 2:3] * 3735 + 16384) >> 15).to(torch.float32)
 
 
-# OpenCV's 8-bit RGB2HSV division tables (hsv_shift 12): round(255 * 4096 / v), round(180 * 4096 / (6 * d))
-_SDIV = np.concatenate([[0], np.rint((255 << 12) / np.arange(1.0, 256))]).astype(np.int32)
-_HDIV = np.concatenate([[0], np.rint((180 << 12) / (6.0 * np.arange(1.0, 256)))]).astype(np.int32)
+_TABLES: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _hsv_tables(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """OpenCV's RGB2HSV division tables on ``device``, made once per device (not copied every batch)."""
+    if device not in _TABLES:
+        _TABLES[device] = (torch.from_numpy(HSV_SDIV).to(device), torch.from_numpy(HSV_HDIV).to(device))
+    return _TABLES[device]
 
 
 # float32 constants as OpenCV's vector HSV2RGB uses them (Python floats holding exactly the float32 values)
@@ -108,8 +113,7 @@ def _hue(img: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
     r, g, b = x[:, 0], x[:, 1], x[:, 2]
     v = torch.maximum(torch.maximum(r, g), b)
     diff = v - torch.minimum(torch.minimum(r, g), b)
-    sdiv = torch.from_numpy(_SDIV).to(img.device)
-    hdiv = torch.from_numpy(_HDIV).to(img.device)
+    sdiv, hdiv = _hsv_tables(img.device)
     s = (diff * sdiv[v.long()] + 2048) >> 12
     h = torch.where(v == r, g - b, torch.where(v == g, b - r + 2 * diff, r - g + 4 * diff))
     h = (h * hdiv[diff.long()] + 2048) >> 12  # arithmetic shift, as OpenCV's
@@ -134,11 +138,19 @@ class TorchNormalize:
     calling it normalises a batch ((B, …) 4-D) or one sample (3-D): ``(x - mean) * (1 / std)``."""
 
     def __init__(self, op: Normalize, device: torch.device | str, *, dtype: torch.dtype = torch.float32,
-                 channels_first: bool = True) -> None:
+                 channels_first: bool = True, constants: torch.Tensor | None = None) -> None:
         shape = (1, 3, 1, 1) if channels_first else (1, 1, 1, 3)
         self.dtype = dtype
+        if constants is not None:  # float32 (2, 3) already on the device, from float32_constants
+            self.mean, self.inv_std = (c.to(dtype).reshape(shape) for c in constants)
+            return
         self.mean = torch.tensor(list(op.mean), dtype=dtype).reshape(shape).to(device)
         self.inv_std = (1.0 / torch.tensor(list(op.std), dtype=dtype)).reshape(shape).to(device)
+
+    @staticmethod
+    def float32_constants(op: Normalize) -> np.ndarray:
+        """(2, 3) float32: the mean and ``1 / std`` as ``__init__`` computes them for float32."""
+        return np.stack([np.asarray(op.mean, np.float32), np.float32(1.0) / np.asarray(op.std, np.float32)])
 
     def __call__(self, x: torch.Tensor, memory_format: torch.memory_format | None = None) -> torch.Tensor:
         """``x`` as ``dtype`` (in ``memory_format`` when given), normalised in place of that copy."""
@@ -164,9 +176,9 @@ class TorchOneHot:
         return hot.contiguous(memory_format=memory_format) if memory_format is not None else hot
 
 
-def hole_mask(params: Sequence[Params], hw: tuple[int, int], device: torch.device) -> torch.Tensor | None:
-    """(B, H, W) bool, True inside any of a sample's Cutout holes (None when no sample has one): one
-    broadcast comparison of every pixel row/column against all holes, holes padded with empty boxes."""
+def hole_boxes(params: Sequence[Params]) -> np.ndarray | None:
+    """(B, K, 4) int64 ``(y0, x0, y1, x1)`` of each sample's Cutout holes, padded with empty boxes; None when
+    no sample has one."""
     k = max((len(p.holes) for p in params), default=0)
     if k == 0:
         return None
@@ -174,12 +186,38 @@ def hole_mask(params: Sequence[Params], hw: tuple[int, int], device: torch.devic
     for i, p in enumerate(params):
         if p.holes:
             boxes[i, : len(p.holes)] = p.holes
-    b = torch.from_numpy(boxes).to(device)
-    y = torch.arange(hw[0], device=device)
-    x = torch.arange(hw[1], device=device)
-    rows = (y >= b[..., 0:1]) & (y < b[..., 2:3])  # (B, K, H)
-    cols = (x >= b[..., 1:2]) & (x < b[..., 3:4])  # (B, K, W)
+    return boxes
+
+
+def hole_mask(boxes: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+    """(B, H, W) bool, True inside any of a sample's holes (``boxes`` from :func:`hole_boxes`, on the
+    device): one broadcast comparison of every pixel row/column against all holes."""
+    y = torch.arange(hw[0], device=boxes.device)
+    x = torch.arange(hw[1], device=boxes.device)
+    rows = (y >= boxes[..., 0:1]) & (y < boxes[..., 2:3])  # (B, K, H)
+    cols = (x >= boxes[..., 1:2]) & (x < boxes[..., 3:4])  # (B, K, W)
     return (rows.unsqueeze(-1) & cols.unsqueeze(-2)).any(1)
+
+
+_ALIGN = 8  # every packed array starts on an 8-byte boundary, so its bytes view as any dtype
+
+
+def upload(arrays: Sequence[np.ndarray], device: torch.device) -> list[torch.Tensor]:
+    """``arrays`` on ``device`` through one host buffer and one copy. On CUDA the buffer is pinned and the copy
+    asynchronous: a blocking copy per array would wait for all queued GPU work each time, so the host could
+    not draw the next batch's parameters while the GPU still works on this one. (The caching host allocator
+    keeps a pinned block until the copies that read it are done.)"""
+    offsets, total = [], 0
+    for a in arrays:
+        offsets.append(total)
+        total += -(-a.nbytes // _ALIGN) * _ALIGN
+    host = np.zeros(max(total, _ALIGN), np.uint8)
+    for a, o in zip(arrays, offsets, strict=True):
+        host[o : o + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    buf = torch.from_numpy(host)
+    buf = buf.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else buf.to(device)
+    return [buf[o : o + a.nbytes].view(torch.from_numpy(a[:0]).dtype).view(a.shape)
+            for a, o in zip(arrays, offsets, strict=True)]
 
 
 def apply_batch(aug: Compose, images: torch.Tensor, labels: torch.Tensor, indices: Sequence[int] | np.ndarray
@@ -199,40 +237,52 @@ def apply_batch(aug: Compose, images: torch.Tensor, labels: torch.Tensor, indice
     hw_in = (int(nchw.shape[2]), int(nchw.shape[3]))
     if params is None:
         need_label = any(getattr(op, "cat_max_ratio", None) is not None for op in aug.ops)
-        host = labels.cpu().numpy() if need_label else None
+        host_labels = labels.cpu().numpy() if need_label else None
         params = aug.params_batch(idx, seed=seed, epoch=epoch, hws=[hw_in] * len(idx),
-                                  labels=None if host is None else list(host), ignore_index=ignore_index)
+                                  labels=None if host_labels is None else list(host_labels),
+                                  ignore_index=ignore_index)
     sizes = {p.out_hw for p in params}
     if len(sizes) != 1:
         raise ConfigError(f"augmented samples differ in size {sorted(sizes)}; end the pipeline with a crop")
     hw = sizes.pop()
     dev = images.device
-    mats = torch.from_numpy(np.stack([np.asarray(p.matrix, np.float64) for p in params])).to(dev)
-    sx, sy = _coords(mats, hw)
-    out_lab = warp_labels(labels, sx, sy, ignore_index)
-    img = warp_images(nchw, mats, hw)
+    host: dict[str, np.ndarray] = {"mats": np.stack([np.asarray(p.matrix, np.float64) for p in params])}
     if any(p.brightness != 1.0 or p.contrast != 1.0 for p in params):
-        luts = torch.from_numpy(colour_luts(params)).to(dev).long()
-        b = img.shape[0]
-        img = torch.gather(luts, 1, img.reshape(b, -1).long()).to(torch.uint8).view(img.shape)
+        host["luts"] = colour_luts(params)
     if any(p.saturation != 1.0 for p in params):
-        sat = torch.tensor([p.saturation for p in params], dtype=torch.float32, device=dev).view(-1, 1, 1, 1)
-        grey = _grey(img)
-        img = torch.clamp(grey + (img.to(torch.float32) - grey) * sat + 0.5, 0, 255).to(torch.uint8)
+        host["sat"] = np.array([p.saturation for p in params], np.float32)
     if any(p.hue != 0.0 for p in params):
-        shift = torch.tensor([round(p.hue * 180) for p in params], dtype=torch.int32, device=dev)  # as the CPU path
-        img = _hue(img, shift)
-    holes = hole_mask(params, hw, dev)
-    if holes is not None:
-        fill = torch.tensor([p.cutout_fill for p in params], dtype=torch.uint8, device=dev).view(-1, 3, 1, 1)
-        img = torch.where(holes.unsqueeze(1), fill, img)
-        ignore = torch.tensor([p.cutout_ignore for p in params], device=dev).view(-1, 1, 1)
-        out_lab.masked_fill_(holes & ignore, ignore_index)
+        host["shift"] = np.array([round(p.hue * 180) for p in params], np.int32)  # as the CPU path
+    boxes = hole_boxes(params)
+    if boxes is not None:
+        host["boxes"] = boxes
+        host["fill"] = np.array([p.cutout_fill for p in params], np.uint8)
+        host["ignore"] = np.array([p.cutout_ignore for p in params], np.bool_)
+    for i, op in enumerate(aug.ops):
+        if isinstance(op, Normalize):
+            host[f"normalize{i}"] = TorchNormalize.float32_constants(op)
+    on = dict(zip(host, upload(list(host.values()), dev), strict=True))
+    sx, sy = _coords(on["mats"], hw)
+    out_lab = warp_labels(labels, sx, sy, ignore_index)
+    img = warp_images(nchw, on["mats"], hw)
+    if "luts" in on:
+        b = img.shape[0]
+        img = torch.gather(on["luts"].long(), 1, img.reshape(b, -1).long()).to(torch.uint8).view(img.shape)
+    if "sat" in on:
+        grey = _grey(img)
+        img = torch.clamp(grey + (img.to(torch.float32) - grey) * on["sat"].view(-1, 1, 1, 1) + 0.5,
+                          0, 255).to(torch.uint8)
+    if "shift" in on:
+        img = _hue(img, on["shift"])
+    if "boxes" in on:
+        holes = hole_mask(on["boxes"], hw)
+        img = torch.where(holes.unsqueeze(1), on["fill"].view(-1, 3, 1, 1), img)
+        out_lab.masked_fill_(holes & on["ignore"].view(-1, 1, 1), ignore_index)
     if not channels_first:
         img = img.permute(0, 2, 3, 1).contiguous()
-    for op in aug.ops:  # output ops
+    for i, op in enumerate(aug.ops):  # output ops
         if isinstance(op, Normalize):
-            img = TorchNormalize(op, dev, channels_first=channels_first)(img)
+            img = TorchNormalize(op, dev, channels_first=channels_first, constants=on[f"normalize{i}"])(img)
         elif isinstance(op, OneHot):
             out_lab = TorchOneHot(op, dev)(out_lab)
     return img, out_lab

@@ -149,8 +149,10 @@ class CudaPrefetcher:
         """Copy one batch to the device (asynchronously from pinned memory); non-tensors pass through."""
         return tuple(t.to(self.device, non_blocking=True) if isinstance(t, torch.Tensor) else t for t in batch)
 
-    def _convert(self, batch: Sequence[Any], epoch: int = 0) -> tuple[Any, ...]:
-        """Convert one batch already on the device: augment, normalise images, expand or widen labels."""
+    def _convert(self, batch: Sequence[Any], epoch: int = 0, indices: Any = None) -> tuple[Any, ...]:
+        """Convert one batch already on the device: augment, normalise images, expand or widen labels.
+        ``indices``: the batch's sample indices still on the host, when the caller has them (reading them
+        back from the device would wait for the copy)."""
         x, y, *rest = batch
         batched = x.ndim == 4
         if self.augment is not None:
@@ -160,8 +162,8 @@ class CudaPrefetcher:
             from ..augment.torch import apply_batch
 
             nchw = self.layout == "NCHW"
-            x, y = apply_batch(self.augment, x, y, rest[-1], seed=self.seed, epoch=epoch,
-                               ignore_index=self.ignore_index, channels_first=nchw)
+            x, y = apply_batch(self.augment, x, y, rest[-1] if indices is None else indices, seed=self.seed,
+                               epoch=epoch, ignore_index=self.ignore_index, channels_first=nchw)
         fmt = self.memory_format if batched and self.layout == "NCHW" else None
         if self._normalizer is not None:
             x = self._normalizer(x, fmt)
@@ -233,7 +235,7 @@ class CudaPrefetcher:
                     moved = self._move(batch)
                     copied = torch.cuda.Event()
                     copied.record(stream)
-                    out = self._convert(moved, epoch)
+                    out = self._convert(moved, epoch, indices=batch[-1] if len(batch) > 2 else None)
                     converted = torch.cuda.Event()
                     converted.record(stream)
                 if not put((out, converted)):

@@ -1,7 +1,7 @@
 """The PyTorch augmentation backend and CudaPrefetcher(augment=) against the numpy/OpenCV path, on real CamVid.
 
 Labels must be identical to the CPU path for the same (seed, epoch, index); images within one level for
-geometry (OpenCV >= 4.11 computes warpAffine in float32, as this backend does). On a CUDA machine the same
+geometry (OpenCV 5 computes warpAffine in float32, as this backend does). On a CUDA machine the same
 checks run on the GPU (``cuda`` parameter); without one those cases skip.
 """
 
@@ -119,3 +119,18 @@ def test_make_loader_augments_in_workers_the_same_for_any_worker_count(split: Pa
 def test_make_loader_refuses_augment_without_id_labels(split: Path) -> None:
     with pytest.raises(ConfigError, match="id labels"):
         make_loader(split, 8, labels="onehot", augment=A.parse(GEOMETRY))
+
+
+def test_upload_sends_every_array_through_one_buffer_unchanged() -> None:
+    """A batch's parameters travel as one packed buffer (one copy, asynchronous on CUDA); each comes back with
+    its dtype, shape and values, whatever the sizes and alignments around it."""
+    from shardkit.augment.torch import upload
+
+    rng = np.random.default_rng(3)
+    arrays = [rng.random((5, 2, 3)), rng.integers(0, 256, (5, 256), dtype=np.uint8),
+              np.array([True, False, True]), rng.random(7).astype(np.float32), np.zeros((0, 4), np.int64),
+              rng.integers(-(2**40), 2**40, (5, 3, 4)), np.array([-3, 0, 179], np.int32)]
+    got = upload(arrays, torch.device("cpu"))
+    for a, t in zip(arrays, got, strict=True):
+        assert t.dtype == torch.from_numpy(a).dtype and tuple(t.shape) == a.shape
+        assert np.array_equal(t.numpy(), a)

@@ -138,3 +138,39 @@ def test_batch_luts_equal_the_per_sample_formula() -> None:
     for p, row in zip(params, got, strict=True):
         v = np.arange(256, dtype=np.float64) * p.brightness
         np.testing.assert_array_equal(row, np.clip(np.rint((v - 128.0) * p.contrast + 128.0), 0, 255).astype(np.uint8))
+
+
+def _exact_bilinear(image: np.ndarray, m: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
+    """Bilinear in float64 at the source coordinate ``m @ [x, y, 1]`` of every output pixel; 0 outside."""
+    ys, xs = np.mgrid[0 : hw[0], 0 : hw[1]].astype(np.float64)
+    sx, sy = m[0, 0] * xs + m[0, 1] * ys + m[0, 2], m[1, 0] * xs + m[1, 1] * ys + m[1, 2]
+    x0, y0 = np.floor(sx).astype(np.int64), np.floor(sy).astype(np.int64)
+    fx, fy = (sx - x0)[..., None], (sy - y0)[..., None]
+    h, w = image.shape[:2]
+
+    def at(y: np.ndarray, x: np.ndarray) -> np.ndarray:
+        inside = (y >= 0) & (y < h) & (x >= 0) & (x < w)
+        return np.where(inside[..., None], image[y.clip(0, h - 1), x.clip(0, w - 1)].astype(np.float64), 0.0)
+
+    return (at(y0, x0) * (1 - fx) * (1 - fy) + at(y0, x0 + 1) * fx * (1 - fy)
+            + at(y0 + 1, x0) * (1 - fx) * fy + at(y0 + 1, x0 + 1) * fx * fy)
+
+
+def test_the_installed_opencv_warps_within_half_a_level_of_exact_bilinear(images: list[np.ndarray]) -> None:
+    """What pyproject's OpenCV >= 5 buys: warpAffine in float32 coordinates, so the CPU path's images agree with
+    the torch/TF paths within one level. OpenCV 4 (coordinates rounded to 1/32 pixel) is ~2.9 levels off here."""
+    for p in _params(images[0])[:16]:
+        m = np.asarray(p.matrix, np.float64)
+        got = cv2.warpAffine(images[0], m, p.out_hw[::-1], flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
+                             borderMode=cv2.BORDER_CONSTANT)
+        # 0.5 of rounding plus float32 coordinates and weights (~0.001 here); OpenCV 4: ~2.9
+        assert np.abs(got - _exact_bilinear(images[0], m, p.out_hw)).max() <= 0.55
+
+
+@pytest.mark.parametrize(("version", "warns"), [("5.0.0", False), ("5.1.2-dev", False), ("4.12.0", True),
+                                                ("4.8.1", True), ("custom", True)])
+def test_an_opencv_older_than_5_is_named_in_a_warning(version: str, warns: bool) -> None:
+    msg = cpu.opencv_mismatch(version)
+    assert (msg is not None) == warns
+    if msg is not None:
+        assert version in msg and "labels are unaffected" in msg and "opencv-python-headless>=5" in msg
