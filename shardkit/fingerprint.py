@@ -127,18 +127,18 @@ class SourceCache:
     """Cache entries of one split's source files, aligned with its pairs: entry (i, 0) is pair ``i``'s image,
     (i, 1) its label; 64 bytes each (:data:`ENTRY`).
 
-    In memory by default (zeroed pages cost nothing until written). With ``spill_dir``, in an unlinked
-    temporary file there instead: a first conversion's entries come back from the workers shard by shard
-    (:meth:`put`) and wait for the cache file there, not in the parent's memory; :meth:`get` reads them back a
-    block of pairs at a time.
+    In memory by default (zeroed pages cost nothing until written). With ``spill``, in an unlinked temporary
+    file (the system's temporary folder, ``TMPDIR``) instead: a first conversion's entries come back from the
+    workers shard by shard (:meth:`put`) and wait for the cache file there, not in the parent's memory;
+    :meth:`get` reads them back a block of pairs at a time.
     """
 
     BLOCK = 4096  # pairs per block read back from a spill file
     ROW = 2 * ENTRY.itemsize  # bytes per pair
 
-    def __init__(self, n: int, *, spill_dir: Path | None = None) -> None:
+    def __init__(self, n: int, *, spill: bool = False) -> None:
         self.n = n
-        self._file = None if spill_dir is None else tempfile.TemporaryFile(dir=spill_dir)  # noqa: SIM115 (close())
+        self._file = tempfile.TemporaryFile(prefix="shardkit-cache-") if spill else None  # noqa: SIM115 (close())
         self._mem = np.zeros(0 if self._file else n * self.ROW, np.uint8).data
         if self._file is not None:
             self._file.truncate(n * self.ROW)  # a hole: all zero, "no entry"

@@ -225,7 +225,7 @@ def _plan(
                                                                threads=2 * cfg.effective_workers(),
                                                                on_error=cfg.on_error)
         else:
-            caches[split] = SourceCache(len(pairs), spill_dir=directory)
+            caches[split] = SourceCache(len(pairs), spill=True)
         planned = plan_split(split, directory, pairs, fingerprints, cfg.shard_size, spec, cfg, settings,
                              session.header_size)
         for task in planned:

@@ -105,15 +105,19 @@ def test_the_cache_is_read_a_piece_at_a_time_and_keeps_only_this_splits_files(
             assert got == (expected if "AB" in text else mine), (piece, text[:40])
 
 
-def test_spilled_entries_come_back_as_written(tmp_path: Path, pairs: PairTable) -> None:
+def test_spilled_entries_come_back_as_written(tmp_path: Path, pairs: PairTable,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """A first conversion's cache waits in a spill file: put in blocks, read back a block at a time."""
+    import tempfile
+
     _, cache = prints(pairs, "opts")
-    spilled = SourceCache(len(pairs), spill_dir=tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    spilled = SourceCache(len(pairs), spill=True)
     spilled.put(1, cache.rows(1, 2))
     spilled.put(0, cache.rows(0, 1))
     assert entries(pairs, spilled) == entries(pairs, cache)
     spilled.close()
-    assert list(tmp_path.glob("tmp*")) == []
+    assert list(tmp_path.glob("shardkit-cache-*")) == []
 
 
 def _small_camvid(camvid_root: Path, dst: Path, n: int = 6) -> Path:
