@@ -17,7 +17,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import struct
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -30,7 +29,7 @@ import numpy as np
 from .errors import ShardkitError
 from .formats.base import sha256_file
 from .imageio import METADATA_SLACK, regular_stat
-from .pairs import PairTable
+from .pairs import PairTable, root_prefix
 from .publish import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -99,7 +98,6 @@ def source_digest(path: Path, cached: list[Any] | None, on_error: str, *,
 #: all-zero digest (no file has it) marks "no entry"
 ENTRY = np.dtype([("stat", "<i8", (4,)), ("sha256", "u1", (32,))])
 _STRUCT = struct.Struct("<4q32s")
-_HEX = re.compile("[0-9a-f]{64}")
 _INT64 = 1 << 63
 _EMPTY = bytes(ENTRY.itemsize)
 
@@ -107,13 +105,18 @@ _EMPTY = bytes(ENTRY.itemsize)
 def _pack(entry: Any) -> bytes | None:
     """A cache file entry as an :data:`ENTRY` row's bytes; None unless it is ``[4 ints, 64 lowercase hex]``
     (an older 3-field cache, or anything else: the file is hashed again)."""
-    if not (isinstance(entry, list) and len(entry) == 5 and all(type(v) is int for v in entry[:4])
-            and isinstance(entry[4], str) and _HEX.fullmatch(entry[4])):
+    if type(entry) is not list or len(entry) != 5:
         return None
-    size, mtime, ctime, inode = entry[:4]
-    if not (all(-_INT64 <= v < _INT64 for v in (size, mtime, ctime)) and 0 <= inode < 2 * _INT64):
+    size, mtime, ctime, inode, digest = entry
+    if not (type(size) is type(mtime) is type(ctime) is type(inode) is int and type(digest) is str):
         return None
-    return _STRUCT.pack(size, mtime, ctime, inode - 2 * _INT64 if inode >= _INT64 else inode, bytes.fromhex(entry[4]))
+    try:
+        raw = bytes.fromhex(digest)
+        if len(raw) != 32 or raw.hex() != digest:  # not 64 lowercase hex digits
+            return None
+        return _STRUCT.pack(size, mtime, ctime, inode - 2 * _INT64 if inode >= _INT64 else inode, raw)
+    except (ValueError, struct.error):  # not hex; a number beyond 64 bits
+        return None
 
 
 def _unpack(buf: bytes | memoryview, offset: int) -> list[Any] | None:
@@ -296,22 +299,23 @@ def fingerprint_samples(
     placeholder digest instead of an error and no cache entry; its worker then skips the sample.
     """
     out = np.zeros((len(pairs), 32), np.uint8)
+    prints = out.reshape(-1).data  # written 32 bytes at a time by the threads
+    prefix = root_prefix(pairs.root)
 
-    def digest(i: int, side: int) -> str | None:
-        path = pairs.path(i, side)
-        if path is None:
+    def digest(i: int, side: int, text: str) -> str | None:
+        if not text:  # no label
             return None
         cached = cache.get(i, side)
-        entry, cacheable, _ = source_digest(Path(path), cached, on_error)
+        entry, cacheable, _ = source_digest(Path(prefix + text), cached, on_error)
         if entry is not cached:  # a hit is already there
             cache.set(i, side, entry if cacheable else None)
         return str(entry[-1])
 
     def digest_all(part: range) -> None:
-        for i in part:
-            image = digest(i, 0)
-            assert image is not None
-            out[i] = np.frombuffer(sample_fingerprint(options_digest, image, digest(i, 1)), np.uint8)
+        rows = zip(part, pairs.images[part.start : part.stop], pairs.labels[part.start : part.stop], strict=True)
+        for i, image, label in rows:
+            fingerprint = sample_fingerprint(options_digest, str(digest(i, 0, image)), digest(i, 1, label))
+            prints[32 * i : 32 * i + 32] = fingerprint
 
     # One contiguous run of pairs per thread (sha256 and reads release the GIL): a future per file
     # would cost about a third of the hashing itself in scheduling.

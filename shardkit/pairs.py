@@ -107,12 +107,17 @@ class PairTable(Sequence[SamplePair]):
         """(absolute path, pair index, side) of every image and label, ordered as ``sorted`` orders the paths."""
         def column(side: int) -> Iterator[tuple[str, int, int]]:
             col = self.images if side == 0 else self._labels
+            prefix = self._prefix
+            if col.is_sorted():  # the common case: the column's own order
+                for i, text in enumerate(col):
+                    if text:
+                        yield prefix + text, i, side
+                return
             order = col.argsort()
             for a in range(0, len(order), 4096):  # not one Python int per pair at once
                 for i in order[a : a + 4096].tolist():
-                    text = col[i]
-                    if text:
-                        yield self._prefix + text, i, side
+                    if text := col[i]:
+                        yield prefix + text, i, side
 
         return heapq.merge(column(0), column(1))
 

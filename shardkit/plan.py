@@ -27,7 +27,7 @@ from .pairs import PairTable, SamplePair
 from .preprocess import stored_hw
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared by identity: the fields hold arrays and column views
 class ShardTask:
     """One unit of work: a worker decodes these samples and writes shard ``stem`` of ``split`` itself."""
 

@@ -79,4 +79,5 @@ def test_a_pair_table_of_many_pairs_holds_about_its_bytes(tmp_path: Path) -> Non
     held = table.keys.nbytes + table.labels.nbytes + 2 * 8 * (n + 1)
     assert held / n < 60
     assert table.images is table.keys  # POSIX: an image's relative path is its key, stored once
+    assert len(pickle.dumps(table[5:15])) < 1000  # a shard task sends its own rows, not the split's ~1 MB
     assert np.array_equal(table.keys.argsort(), np.arange(n))
