@@ -19,6 +19,9 @@ import logging
 import os
 import struct
 import tempfile
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -119,7 +122,7 @@ def _pack(entry: Any) -> bytes | None:
         return None
 
 
-def _unpack(buf: bytes | memoryview, offset: int) -> list[Any] | None:
+def _unpack(buf: bytes | bytearray | memoryview, offset: int) -> list[Any] | None:
     size, mtime, ctime, inode, digest = _STRUCT.unpack_from(buf, offset)
     if not any(digest):
         return None
@@ -131,13 +134,15 @@ class SourceCache:
     (i, 1) its label; 64 bytes each (:data:`ENTRY`).
 
     In memory by default (zeroed pages cost nothing until written). With ``spill``, in an unlinked temporary
-    file (the system's temporary folder, ``TMPDIR``) instead: a first conversion's entries come back from the
-    workers shard by shard (:meth:`put`) and wait for the cache file there, not in the parent's memory;
-    :meth:`get` reads them back a block of pairs at a time.
+    file (the system's temporary folder, ``TMPDIR``) instead, so that the parent's memory does not grow with
+    the input: a first conversion's entries come back from the workers shard by shard (:meth:`put`); a re-run's
+    are read from the cache file into it and refreshed a block of pairs at a time (:meth:`part`, :meth:`put`).
+    Single entries (:meth:`get`, :meth:`set`) go through a few blocks kept in memory and written back.
     """
 
-    BLOCK = 4096  # pairs per block read back from a spill file
+    BLOCK = 4096  # pairs per block
     ROW = 2 * ENTRY.itemsize  # bytes per pair
+    KEEP = 4  # blocks of a spill file kept in memory (2 MiB)
 
     def __init__(self, n: int, *, spill: bool = False) -> None:
         self.n = n
@@ -145,51 +150,88 @@ class SourceCache:
         self._mem = np.zeros(0 if self._file else n * self.ROW, np.uint8).data
         if self._file is not None:
             self._file.truncate(n * self.ROW)  # a hole: all zero, "no entry"
-        self._blocks: dict[int, bytes] = {}
+            self._closer = weakref.finalize(self, self._file.close)  # also when dropped unclosed
+        self._blocks: OrderedDict[int, bytearray] = OrderedDict()  # spill file blocks in memory
+        self._dirty: set[int] = set()
+        self._lock = threading.Lock()  # threads put and read blocks (fingerprint_samples)
 
     def put(self, start: int, rows: np.ndarray) -> None:
         """Entries of pairs ``start …`` (an (m, 2) :data:`ENTRY` array)."""
         data = np.ascontiguousarray(rows, ENTRY).tobytes()
         if self._file is None:
             self._mem[start * self.ROW : start * self.ROW + len(data)] = data
-        else:
+            return
+        with self._lock:
+            self._flush()
+            for block in range(start // self.BLOCK, (start + len(rows) - 1) // self.BLOCK + 1):
+                self._blocks.pop(block, None)
             os.pwrite(self._file.fileno(), data, start * self.ROW)
-            self._blocks.clear()
 
     def rows(self, start: int, count: int) -> np.ndarray:
         """Entries of pairs ``start … start + count`` (an (m, 2) :data:`ENTRY` array; read back when spilled)."""
         a, b = start * self.ROW, min(start + count, self.n) * self.ROW
-        data = self._mem[a:b] if self._file is None else os.pread(self._file.fileno(), b - a, a)
-        return np.frombuffer(data, ENTRY).reshape(-1, 2)
+        if self._file is None:
+            return np.frombuffer(self._mem[a:b], ENTRY).reshape(-1, 2)
+        with self._lock:
+            self._flush()
+            return np.frombuffer(os.pread(self._file.fileno(), b - a, a), ENTRY).reshape(-1, 2)
+
+    def part(self, start: int, count: int) -> SourceCache:
+        """Pairs ``start … start + count`` as an in-memory cache of their own (a copy; :meth:`put` it back)."""
+        part = SourceCache(count)
+        part._mem[:] = self.rows(start, count).tobytes()
+        return part
 
     def get(self, i: int, side: int) -> list[Any] | None:
         """The entry of pair ``i``'s image (``side`` 0) or label (1) as the cache file writes it; None if none."""
-        offset = i * self.ROW + side * ENTRY.itemsize
         if self._file is None:
-            return _unpack(self._mem, offset)
-        block = i // self.BLOCK
-        if block not in self._blocks:
-            if len(self._blocks) > 1:  # two blocks: images and labels may be read in turn
-                self._blocks.pop(next(iter(self._blocks)))
-            self._blocks[block] = self.rows(block * self.BLOCK, self.BLOCK).tobytes()
-        return _unpack(self._blocks[block], offset - block * self.BLOCK * self.ROW)
+            return _unpack(self._mem, i * self.ROW + side * ENTRY.itemsize)
+        with self._lock:
+            return _unpack(self._block(i // self.BLOCK), (i % self.BLOCK) * self.ROW + side * ENTRY.itemsize)
 
     def set(self, i: int, side: int, entry: list[Any] | None) -> bool:
-        """Set one entry (``[size, mtime_ns, ctime_ns, inode, sha256 hex]``) or clear it (None) in memory;
-        False (nothing set) for an entry that is not one."""
-        if self._file is not None:
-            raise TypeError("a spilled cache takes whole rows (put)")
+        """Set one entry (``[size, mtime_ns, ctime_ns, inode, sha256 hex]``) or clear it (None); False (nothing
+        set) for an entry that is not one."""
         row = _EMPTY if entry is None else _pack(entry)
         if row is None:
             return False
-        offset = i * self.ROW + side * ENTRY.itemsize
-        self._mem[offset : offset + ENTRY.itemsize] = row
+        if self._file is None:
+            offset = i * self.ROW + side * ENTRY.itemsize
+            self._mem[offset : offset + ENTRY.itemsize] = row
+            return True
+        with self._lock:
+            offset = (i % self.BLOCK) * self.ROW + side * ENTRY.itemsize
+            self._block(i // self.BLOCK)[offset : offset + ENTRY.itemsize] = row
+            self._dirty.add(i // self.BLOCK)
         return True
+
+    def _block(self, block: int) -> bytearray:
+        """Block ``block`` of the spill file, kept among the :data:`KEEP` last used (under the lock)."""
+        if block in self._blocks:
+            self._blocks.move_to_end(block)
+            return self._blocks[block]
+        if len(self._blocks) >= self.KEEP:
+            old, data = self._blocks.popitem(last=False)
+            if old in self._dirty:
+                self._write(old, data)
+        assert self._file is not None
+        data = bytearray(os.pread(self._file.fileno(), self.BLOCK * self.ROW, block * self.BLOCK * self.ROW))
+        self._blocks[block] = data
+        return data
+
+    def _write(self, block: int, data: bytearray) -> None:
+        assert self._file is not None
+        os.pwrite(self._file.fileno(), data, block * self.BLOCK * self.ROW)
+        self._dirty.discard(block)
+
+    def _flush(self) -> None:
+        for block in list(self._dirty):
+            self._write(block, self._blocks[block])
 
     def close(self) -> None:
         """Remove the spill file (if any)."""
         if self._file is not None:
-            self._file.close()
+            self._closer()
 
 
 #: Bytes of the cache file parsed at a time.
@@ -221,19 +263,21 @@ def _entries_whole(path: Path) -> Iterator[tuple[str, Any]]:
 
 
 def load_cache(directory: Path, pairs: PairTable) -> SourceCache:
-    """The entries of ``directory``'s cache file for the source files of ``pairs``; empty if it is missing or
-    damaged. Entries of other files are read and dropped, a piece of the file at a time."""
+    """The entries of ``directory``'s cache file for the source files of ``pairs`` (spilled: see
+    :class:`SourceCache`); empty if it is missing or damaged. Entries of other files are read and dropped, a
+    piece of the file at a time."""
     path = directory / CACHE_NAME
     for entries in (_entries_streamed, _entries_whole):
-        cache = SourceCache(len(pairs))
+        cache = SourceCache(len(pairs), spill=True)
         try:
             _merge(cache, pairs, entries(path))
             return cache
         except ValueError:  # streamed: try the whole file; whole: damaged
-            continue
+            cache.close()
         except OSError:
+            cache.close()
             break
-    return SourceCache(len(pairs))
+    return SourceCache(len(pairs), spill=True)
 
 
 def _merge(cache: SourceCache, pairs: PairTable, entries: Iterable[tuple[str, Any]]) -> None:
@@ -302,20 +346,24 @@ def fingerprint_samples(
     prints = out.reshape(-1).data  # written 32 bytes at a time by the threads
     prefix = root_prefix(pairs.root)
 
-    def digest(i: int, side: int, text: str) -> str | None:
+    def digest(part: SourceCache, i: int, side: int, text: str) -> str | None:
         if not text:  # no label
             return None
-        cached = cache.get(i, side)
+        cached = part.get(i, side)
         entry, cacheable, _ = source_digest(Path(prefix + text), cached, on_error)
         if entry is not cached:  # a hit is already there
-            cache.set(i, side, entry if cacheable else None)
+            part.set(i, side, entry if cacheable else None)
         return str(entry[-1])
 
-    def digest_all(part: range) -> None:
-        rows = zip(part, pairs.images[part.start : part.stop], pairs.labels[part.start : part.stop], strict=True)
-        for i, image, label in rows:
-            fingerprint = sample_fingerprint(options_digest, str(digest(i, 0, image)), digest(i, 1, label))
-            prints[32 * i : 32 * i + 32] = fingerprint
+    def digest_all(run: range) -> None:
+        for a in range(run.start, run.stop, SourceCache.BLOCK):  # a block of the cache at a time, put back
+            b = min(a + SourceCache.BLOCK, run.stop)
+            part = cache.part(a, b - a)
+            for i, image, label in zip(range(b - a), pairs.images[a:b], pairs.labels[a:b], strict=True):
+                fingerprint = sample_fingerprint(options_digest, str(digest(part, i, 0, image)),
+                                                 digest(part, i, 1, label))
+                prints[32 * (a + i) : 32 * (a + i + 1)] = fingerprint
+            cache.put(a, part.rows(0, b - a))
 
     # One contiguous run of pairs per thread (sha256 and reads release the GIL): a future per file
     # would cost about a third of the hashing itself in scheduling.

@@ -220,7 +220,8 @@ def _plan(
         session.prepare_split(directory)
         fingerprints: np.ndarray | None = None
         if session.source is not None or (not cfg.force and _has_records(directory)):
-            old_cache = SourceCache(len(pairs)) if cfg.force or cfg.rehash else load_cache(directory, pairs)
+            old_cache = (SourceCache(len(pairs), spill=True) if cfg.force or cfg.rehash
+                         else load_cache(directory, pairs))
             fingerprints, caches[split] = session.fingerprints(pairs, digest, old_cache,
                                                                threads=2 * cfg.effective_workers(),
                                                                on_error=cfg.on_error)

@@ -278,6 +278,7 @@ class StorageSession:
                      on_error: str) -> tuple[np.ndarray, SourceCache]:
         """Fingerprints of ``pairs`` and the refreshed cache (object storage: from the listing, no cache)."""
         if self.source is not None:
+            old_cache.close()
             return self.source.fingerprints(pairs, digest), SourceCache(len(pairs))
         return fingerprint_samples(pairs, digest, old_cache, threads=threads, on_error=on_error)
 

@@ -199,3 +199,34 @@ def test_the_cache_file_is_json_dumps_bytes_written_in_pieces(entries: int, monk
     pieces = list(fingerprint.cache_json(sorted(cache.items())))
     assert b"".join(pieces) == json.dumps(cache, sort_keys=True).encode()
     assert len(pieces) == 2 + -(-entries // 5)  # "{", one piece per 5 entries, "}"
+
+
+def test_a_spilled_cache_reads_and_writes_like_one_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Single entries go through a few write-back blocks, whole rows straight to the file: any mix of the two
+    reads back what an in-memory cache holds (tiny blocks, so that blocks are evicted and rewritten)."""
+    import random
+
+    monkeypatch.setattr(SourceCache, "BLOCK", 3)
+    monkeypatch.setattr(SourceCache, "KEEP", 2)
+    rng = random.Random(0)
+    n = 40
+    memory, spilled = SourceCache(n), SourceCache(n, spill=True)
+    for step in range(2000):
+        op, i, side = rng.random(), rng.randrange(n), rng.randrange(2)
+        if op < 0.4:
+            entry = None if rng.random() < 0.2 else [rng.randrange(1 << 40), step, -step, rng.randrange(1 << 64),
+                                                     bytes(rng.randrange(256) for _ in range(32)).hex()]
+            assert memory.set(i, side, entry) and spilled.set(i, side, entry)
+        elif op < 0.5:
+            count = rng.randrange(1, n - i + 1)
+            part = memory.part(i, count)
+            part.set(0, side, [1, 2, 3, 4, "ab" * 32])
+            memory.put(i, part.rows(0, count))
+            spilled.put(i, part.rows(0, count))
+        elif op < 0.6:
+            count = rng.randrange(1, n - i + 1)
+            assert spilled.rows(i, count).tobytes() == memory.rows(i, count).tobytes()
+        else:
+            assert spilled.get(i, side) == memory.get(i, side)
+    assert spilled.rows(0, n).tobytes() == memory.rows(0, n).tobytes()
+    spilled.close()
