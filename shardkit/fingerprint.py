@@ -157,7 +157,7 @@ class SourceCache:
 
     def put(self, start: int, rows: np.ndarray) -> None:
         """Entries of pairs ``start …`` (an (m, 2) :data:`ENTRY` array)."""
-        data = np.ascontiguousarray(rows, ENTRY).tobytes()
+        data = np.ascontiguousarray(rows, ENTRY).reshape(-1).view(np.uint8).data  # no copy
         if self._file is None:
             self._mem[start * self.ROW : start * self.ROW + len(data)] = data
             return
@@ -179,7 +179,12 @@ class SourceCache:
     def part(self, start: int, count: int) -> SourceCache:
         """Pairs ``start … start + count`` as an in-memory cache of their own (a copy; :meth:`put` it back)."""
         part = SourceCache(count)
-        part._mem[:] = self.rows(start, count).tobytes()
+        if self._file is None:
+            part._mem[:] = self._mem[start * self.ROW : (start + count) * self.ROW]
+            return part
+        with self._lock:
+            self._flush()
+            os.preadv(self._file.fileno(), [part._mem], start * self.ROW)  # straight into its memory
         return part
 
     def get(self, i: int, side: int) -> list[Any] | None:
@@ -235,7 +240,7 @@ class SourceCache:
 
 
 #: Bytes of the cache file parsed at a time.
-READ_BLOCK = 1 << 20
+READ_BLOCK = 1 << 18
 
 
 def _entries_streamed(path: Path) -> Iterator[tuple[str, Any]]:
@@ -356,8 +361,8 @@ def fingerprint_samples(
         return str(entry[-1])
 
     def digest_all(run: range) -> None:
-        for a in range(run.start, run.stop, SourceCache.BLOCK):  # a block of the cache at a time, put back
-            b = min(a + SourceCache.BLOCK, run.stop)
+        for a in range(run.start, run.stop, PART):  # a piece of the cache at a time, put back
+            b = min(a + PART, run.stop)
             part = cache.part(a, b - a)
             for i, image, label in zip(range(b - a), pairs.images[a:b], pairs.labels[a:b], strict=True):
                 fingerprint = sample_fingerprint(options_digest, str(digest(part, i, 0, image)),
@@ -372,6 +377,10 @@ def fingerprint_samples(
     with ThreadPoolExecutor(max_workers=n) as pool:
         list(pool.map(digest_all, parts))
     return out, cache
+
+
+#: Pairs whose cache entries a hashing thread holds at a time (128 KiB).
+PART = 1024
 
 
 def sample_fingerprint(options_digest: str, image_digest: str, label_digest: str | None) -> bytes:
