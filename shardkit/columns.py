@@ -95,35 +95,43 @@ class StringColumn(Sequence[str]):
         """The permutation ``sorted(range(len(c)), key=c.__getitem__)`` gives (stable), as an int64 array.
 
         Radix sort by 8-byte words, most significant first, refining only the runs of items still equal so far:
-        a handful of NumPy passes and about 40 bytes per item, where ``sorted`` would make a ``str`` of each.
+        a handful of NumPy passes and at most ~50 bytes per item at a time (indices as int32), where ``sorted``
+        would make a ``str`` of each.
         """
-        order = np.arange(len(self), dtype=np.int64)
+        n = len(self)
         if self.is_sorted():  # the common case (keys, and most label columns): no NumPy passes at all
-            return order
+            return np.arange(n, dtype=np.int64)
+        index = np.int32 if n < 2**31 else np.int64
         data, off = self._arrays()
-        starts, lengths = off[:-1], np.diff(off)
+        starts, lengths = off[:-1], np.diff(off).astype(index)
+        order = np.arange(n, dtype=index)
         # order positions [a, b) with equal prefixes so far form a run; ``run`` numbers them along ``order``
-        run = np.zeros(len(order), np.int64)
+        run = np.zeros(n, index)
         depth = 0
         while True:
             counts = np.bincount(run)
             need = np.zeros(len(counts), bool)  # runs of several items, one of them longer than ``depth``
             need[run[(counts[run] > 1) & (lengths[order] > depth)]] = True
-            todo = np.flatnonzero(need[run])  # whole runs, each a contiguous block of positions
+            del counts
+            todo = np.flatnonzero(need[run]).astype(index)  # whole runs, each a contiguous block of positions
+            del need
             if not len(todo):
                 break
             items = order[todo]
-            word = _words(data, starts[items] + depth, lengths[items] - depth)
-            perm = np.lexsort((word, run[todo]))  # within each run, by the next word (past an item's end: 0)
+            word = _words(data, starts[items], depth, lengths[items] - depth)
+            perm = np.lexsort((word, run[todo])).astype(index)  # within each run, by the next word (0 past the end)
             order[todo] = items[perm]
+            del items
             word, sub = word[perm], run[todo]
-            cut = np.zeros(len(order), bool)
+            del perm
+            cut = np.zeros(n, bool)
             cut[1:] = run[1:] != run[:-1]
             cut[todo[1:]] |= (word[1:] != word[:-1]) | (sub[1:] != sub[:-1])
-            run = np.cumsum(cut)
+            del word, sub, todo
+            run = np.cumsum(cut, dtype=index)
             depth += _WORD
         # equal up to the last byte of the longest: a shorter one (a prefix padded with zero bytes) first
-        return order[np.lexsort((lengths[order], run))]
+        return order[np.lexsort((lengths[order], run))].astype(np.int64)
 
     def is_sorted(self) -> bool:
         """Whether the items are in ``sorted`` order (one pass, an item's bytes at a time)."""
@@ -137,23 +145,35 @@ class StringColumn(Sequence[str]):
         return True
 
     def take(self, order: np.ndarray) -> StringColumn:
-        """A new column of items ``order`` (an index array), copied."""
-        builder = ColumnBuilder()
-        for i in order.tolist():
-            builder.append_bytes(self.raw(i))
-        return builder.build()
+        """A new column of items ``order`` (an index array), copied into buffers of their exact final size."""
+        off = np.frombuffer(self._off, np.int64)
+        new_off = np.zeros(len(order) + 1, np.int64)
+        np.cumsum(np.diff(off)[order], out=new_off[1:])
+        out = bytearray(int(new_off[-1]))
+        src, at, to = self._data, self._off, new_off.data
+        for a in range(0, len(order), 4096):  # not one Python int per item at once
+            for j, i in enumerate(order[a : a + 4096].tolist(), a):
+                out[to[j] : to[j + 1]] = src[at[i] : at[i + 1]]
+        return StringColumn(out, to)
 
 
-def _words(data: np.ndarray, starts: np.ndarray, left: np.ndarray) -> np.ndarray:
-    """The 8 bytes at each of ``starts`` as big-endian uint64 (bytes past the item's end, ``left``, read as 0)."""
+def _words(data: np.ndarray, starts: np.ndarray, depth: int, left: np.ndarray) -> np.ndarray:
+    """The 8 bytes at ``starts + depth`` as big-endian uint64 (bytes past an item's end, ``left``, read as 0).
+
+    A byte at a time and :data:`_CHUNK` items at a time: a few small arrays, never one (items, 8) array."""
     word = np.zeros(len(starts), np.uint64)
     last = len(data) - 1
-    for k in range(_WORD):  # a byte at a time: a few arrays of one value per item, never (items, 8)
-        byte = data[np.minimum(starts + k, last)]
-        byte[left <= k] = 0
-        word <<= np.uint64(8)
-        word |= byte
+    for a in range(0, len(starts), _CHUNK):
+        at, end, out = starts[a : a + _CHUNK].astype(np.int64) + depth, left[a : a + _CHUNK], word[a : a + _CHUNK]
+        for k in range(_WORD):
+            byte = data[np.minimum(at + k, last)]
+            byte[end <= k] = 0
+            out <<= np.uint64(8)
+            out |= byte
     return word
+
+
+_CHUNK = 1 << 14
 
 
 class ColumnBuilder:
