@@ -16,6 +16,7 @@ import functools
 import mmap
 import os
 import struct
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import numpy as np
 from ..codecs import RAW, ArrayCodecs, Codec, CodecDataError, require, run_parallel
 from ..errors import ConfigError, ShardFormatError
 from .base import SampleSpec, ShardFormat, ShardReader, ShardWriter
+from .mapping import MappedArray
 
 FORMAT_ID = "shardkit-hdf5"
 LIBVER = ("earliest", "v110")
@@ -163,9 +165,10 @@ class Hdf5Reader(ShardReader):
     _shapes: np.ndarray | None = None
     _map: np.ndarray | None = None  # the whole file, read-only uint8 (memory map); None: h5py path
     _chunks: dict[str, _ChunkTable] | None = None  # "images"/"labels" → where each chunk's bytes are
+    _mapping: MappedArray | None = None  # the mmap under _map, for read-ahead hints
 
     def _handle_attrs(self) -> tuple[str, ...]:
-        return ("_file", "_offsets", "_shapes", "_map", "_chunks")
+        return ("_file", "_offsets", "_shapes", "_map", "_chunks", "_mapping")
 
     @property
     def direct(self) -> bool:
@@ -174,7 +177,7 @@ class Hdf5Reader(ShardReader):
         return self._map is not None
 
     def _open(self) -> None:
-        self._map = self._chunks = None
+        self._map = self._chunks = self._mapping = None
         register_filters(self.codecs)
         try:
             self._file = f = h5py.File(self.path(self.shard.files[0].name), "r")
@@ -247,7 +250,29 @@ class Hdf5Reader(ShardReader):
                 tables[ds.name.lstrip("/")] = table
         except (OSError, ValueError, RuntimeError, NotImplementedError, AttributeError, TypeError):
             return
-        self._map, self._chunks = whole, tables
+        self._map, self._chunks, self._mapping = whole, tables, MappedArray(mm, 0)
+
+    def prefetch(self, local_indices: Sequence[int] | np.ndarray, cold: bool = True) -> None:
+        """Read-around off and ``MADV_WILLNEED`` on exactly the file bytes of the chunks that hold samples
+        ``local_indices`` (raw or coded, sorted, touching ranges merged), when they are read from the memory map;
+        nothing when not ``cold`` or on the h5py path (HDF5 reads exactly what it needs itself)."""
+        if not cold:
+            return
+        self.ensure_open()
+        mapping, chunks = self._mapping, self._chunks
+        idx = np.asarray(local_indices, dtype=np.int64).reshape(-1)
+        if mapping is None or chunks is None or not len(idx) or idx.min() < 0 or idx.max() >= len(self):
+            return
+        if self.spec.size is not None:
+            parts = [chunks[name].row_ranges(idx, idx + 1) for name in ("images", "labels")]
+        else:
+            assert self._offsets is not None
+            parts = [chunks[name].row_ranges(self._offsets[idx, k], self._offsets[idx + 1, k])
+                     for k, name in enumerate(("images", "labels"))]
+        begin, end = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+        order = np.argsort(begin, kind="stable")
+        mapping.set_random()
+        mapping.will_need(begin[order], end[order])
 
     def _get(self, name: str, sel: Any, out: np.ndarray | None = None, dest: Any = None) -> np.ndarray:
         """``self._file[name][sel]`` (or straight into ``out[dest]``), with HDF5 errors as one-line errors."""
@@ -351,6 +376,11 @@ class _CodedChunks:
         kind = "image" if ds.name.lstrip("/") == "images" else "label"
         return cls(offsets, sizes, tuple(int(v) for v in ds.shape[1:]), np.dtype(ds.dtype), codec, reader, kind)
 
+    def row_ranges(self, r0: np.ndarray, r1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """File byte ranges ``[begin, end)`` of samples ``r0`` (one sample per chunk: ``r1`` is ``r0 + 1``)."""
+        begin = self.offsets[r0]
+        return begin, begin + self.sizes[r0]
+
     def spot_check(self, ds: Any, whole: np.ndarray) -> bool:
         """The first and last samples decoded here equal h5py's own reading of them."""
         n = len(self.offsets)
@@ -450,6 +480,22 @@ class _ChunkTable:
         if (offsets < 0).any():  # an unwritten chunk reads as fill values: leave that to HDF5
             return None
         return cls(offsets, rows, tuple(int(v) for v in ds.shape[1:]), dtype)
+
+    def row_ranges(self, r0: np.ndarray, r1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """File byte ranges ``[begin, end)`` holding rows ``[r0[k], r1[k])`` for every ``k``: one per sample with
+        one row per chunk, else one per chunk a sample's rows touch."""
+        if self.per_chunk == 1 and np.array_equal(r1 - r0, np.ones_like(r0)):
+            begin = self.offsets[r0]
+            return begin, begin + self.row_nbytes
+        begins: list[int] = []
+        ends: list[int] = []
+        per = self.per_chunk
+        for a, b in zip(np.asarray(r0).tolist(), np.asarray(r1).tolist(), strict=True):
+            for c in range(a // per, (b - 1) // per + 1) if b > a else ():
+                start = int(self.offsets[c])
+                begins.append(start + (max(a, c * per) - c * per) * self.row_nbytes)
+                ends.append(start + (min(b, (c + 1) * per) - c * per) * self.row_nbytes)
+        return np.array(begins, np.int64), np.array(ends, np.int64)
 
     def spot_check(self, ds: Any, whole: np.ndarray) -> bool:
         """The first and last rows read through h5py equal the mapped bytes (guards the offsets' meaning)."""

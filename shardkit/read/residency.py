@@ -1,10 +1,10 @@
-"""Whether a thread's reads come from storage: decides if per-sample read-ahead hints are worth their cost.
+"""Whether a thread's batches come from storage: decides if per-sample read-ahead hints are worth their cost.
 
 Hints for memory-mapped shards (:mod:`shardkit.formats.mapping`) make reads from storage many times
 faster but cost a page-cache walk per sample when the data is cached (about 6-8 % of a warm batched
-read). The cheap signal is the kernel's count of blocks this thread read from storage
-(``getrusage`` ``ru_inblock``: page-cache misses, read-ahead included): a batch is hinted when the
-previous batch of the same thread read anything from storage, and the first batch always is.
+read). The cheap signal is the kernel's count of blocks the process read from storage
+(``getrusage`` ``ru_inblock``: page-cache misses, read-ahead included): a batch is hinted when anything was
+read from storage while the same thread read its previous batch, and the first batch always is.
 """
 
 from __future__ import annotations
@@ -14,11 +14,14 @@ try:
 except ImportError:  # not a Unix: no counter, always hint
     resource = None  # type: ignore[assignment]
 
-_WHO = getattr(resource, "RUSAGE_THREAD", getattr(resource, "RUSAGE_SELF", 0))
+# The whole process, not the reading thread: compressed chunks are decoded (and so read from the mapping) by the
+# codec thread pool, whose page faults a per-thread count would miss; a warm batch would then switch the hints
+# off for good. Counting the other threads' storage reads too errs towards hinting, which costs little.
+_WHO = getattr(resource, "RUSAGE_SELF", 0)
 
 
 def blocks_read() -> int:
-    """512-byte blocks this thread (or, where the OS does not count per thread, process) read from storage."""
+    """512-byte blocks this process read from storage (its threads' page-cache misses, read-ahead included)."""
     return resource.getrusage(_WHO).ru_inblock if resource is not None else -1
 
 

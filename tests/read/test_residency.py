@@ -74,3 +74,78 @@ def test_cold_batches_ask_for_exactly_their_samples_and_warm_ones_for_nothing(
     images, labels = ds.batch(idx)
     assert not advice  # cached: no per-sample hints
     assert np.array_equal(images, expect_i) and np.array_equal(labels, expect_l)
+
+
+@pytest.fixture(scope="module")
+def camvid_val_hdf5(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """CamVid val as HDF5 shards three ways: raw chunks, zstd-coded chunks, and variable size (no --size)."""
+    from shardkit.config import ConvertConfig, ShardSize
+    from shardkit.pipeline import convert
+
+    out: dict[str, Path] = {}
+    for name, size, codec in (("raw", (360, 480), "raw"), ("zstd", (360, 480), "zstd"), ("flat", None, "raw")):
+        root = tmp_path_factory.mktemp(f"camvid-val-h5-{name}")
+        convert(ConvertConfig(camvid_root, root, format="hdf5", size=size, splits=("val",), workers=2, quiet=True,
+                              shard_size=ShardSize(samples=13), image_codec=codec, label_codec=codec))
+        out[name] = root / "val"
+    return out
+
+
+def _h5_ranges(path: Path, local: list[int], offsets: np.ndarray | None) -> list[tuple[int, int]]:
+    """The file byte ranges holding samples ``local`` of one HDF5 shard, from h5py's own chunk index."""
+    import h5py
+
+    ranges = []
+    with h5py.File(path, "r") as f:
+        for k, name in enumerate(("images", "labels")):
+            ds = f[name]
+            infos = [ds.id.get_chunk_info(j) for j in range(ds.id.get_num_chunks())]
+            by_first = {info.chunk_offset[0]: info for info in infos}
+            for i in local:
+                if offsets is None:  # one sample per chunk
+                    info = by_first[i]
+                    ranges.append((info.byte_offset, info.byte_offset + info.size))
+                    continue
+                a, b, per = int(offsets[i, k]), int(offsets[i + 1, k]), ds.chunks[0]
+                for c in range(a // per, (b - 1) // per + 1):
+                    info, item = by_first[c * per], ds.dtype.itemsize
+                    lo, hi = max(a, c * per) - c * per, min(b, (c + 1) * per) - c * per
+                    ranges.append((info.byte_offset + lo * item, info.byte_offset + hi * item))
+    return ranges
+
+
+@pytest.mark.parametrize("kind", ["raw", "zstd", "flat"])
+def test_hdf5_cold_batches_ask_for_exactly_their_chunks(camvid_val_hdf5: dict[str, Path], kind: str,
+                                                        advice: list, monkeypatch) -> None:
+    """HDF5 shards read through the memory map (raw or zstd chunks, fixed or variable size) are hinted like npy:
+    read-around off, then ``MADV_WILLNEED`` on exactly the bytes of each sample's chunks, as h5py indexes them."""
+    import mmap
+
+    counter = iter(range(0, 10**6, 7))
+    monkeypatch.setattr(residency, "blocks_read", lambda: next(counter))
+    ds = shardkit.open(camvid_val_hdf5[kind])
+    reader = ds.readers[1]
+    assert reader.direct  # read from the memory map, not through h5py
+    first = reader.shard.first_index
+    local = [0, 2, 3, 5]  # a run of two and two singles
+    if kind == "flat":  # variable size: no batches; a sample's rows span several 1-D chunks
+        reader.prefetch(np.array(local))
+    else:  # through the dataset, which decides to hint
+        import h5py
+
+        images, _ = ds.batch(np.array(local) + first)
+        with h5py.File(reader.path(reader.shard.files[0].name), "r") as f:
+            assert np.array_equal(images, f["images"][local])
+    assert any(a == mmap.MADV_RANDOM for a, _, _ in advice)
+    willneed = sorted((s, s + n) for a, s, n in advice if a == mmap.MADV_WILLNEED)
+    offsets = reader._offsets if kind == "flat" else None
+    want = sorted(_h5_ranges(reader.path(reader.shard.files[0].name), local, offsets))
+    merged: list[list[int]] = []
+    for a, b in want:  # touching ranges are asked for as one
+        if merged and merged[-1][1] == a:
+            merged[-1][1] = b
+        else:
+            merged.append([a, b])
+    assert len(willneed) == len(merged)
+    for (s, e), (a, b) in zip(willneed, merged, strict=True):
+        assert s == a - a % mmap.PAGESIZE and e == b  # from the page holding the first byte to the last byte
