@@ -14,8 +14,8 @@ drops the page cache) and Linux. It
    one shuffled epoch (shardkit's batched reader: sorted random index batches of ``--batch-size`` into
    one reused buffer; the naive row: ``cv2.imread`` of both PNGs + centre crop per sample, shuffled) and
    reports samples/s, the bytes it read from disk (``/proc/self/io`` ``read_bytes``: page-cache misses,
-   read-ahead included) and its peak RSS; the npy split is also read without the reader's read-ahead
-   hints (a plain memory map) and through the ``preadv`` prototype;
+   read-ahead included) and its peak RSS; the first raw npy and raw HDF5 splits are also read without the
+   readers' read-ahead hints (a plain memory map), and the npy split through the ``preadv`` prototype;
 4. measures each row warm too (no limit, every file read once before the timed epoch: the CPU bound;
    the process still maps the shard pages on first touch), and prints the break-even
    table: for a disk of D MB/s a row reads at about min(warm rate, D / bytes read per sample);
@@ -139,10 +139,10 @@ def child(kind: str, path: str, batch_size: int, seed: int, warm: bool, source: 
     import shardkit
     from shardkit.bench import naive_pass, reader_pass, shard_files
 
-    if kind == "plain":  # the npy reader without its read-ahead hints: a plain memory map
-        from shardkit.formats.npy import NpyReader
+    if kind == "plain":  # the reader without its read-ahead hints: a plain memory map (npy, HDF5)
+        from shardkit.formats.mapping import MappedArray
 
-        NpyReader.prefetch = lambda self, local_indices, cold=True: None  # type: ignore[method-assign]
+        MappedArray._advise = lambda self, advice, start, length: None  # type: ignore[method-assign]
     ds = shardkit.open(path)
     n = len(ds)
     if kind in ("reader", "plain"):
@@ -271,8 +271,11 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         results["cgroup"] = f"v{cg.version} {cg.path}"
         jobs = [(f"shardkit {o}", "reader", split, size) for o, split, size in converted]
         npy = next(((split, size) for o, split, size in converted if "--format npy" in o and "codec" not in o), None)
-        if npy is not None and not args.no_plain:
-            jobs.append(("npy without read-ahead hints (plain memory map)", "plain", *npy))
+        for fmt in ("npy", "hdf5"):  # the memory-mapped readers, once each with their hints off
+            plain = next(((split, size) for o, split, size in converted if f"--format {fmt}" in o
+                          and "codec" not in o and "compression" not in o), None)
+            if plain is not None and not args.no_plain:
+                jobs.append((f"{fmt} without read-ahead hints (plain memory map)", "plain", *plain))
         if npy is not None and not args.no_pread:
             jobs.append(("prototype: npy via preadv (not in shardkit)", "pread", *npy))
         jobs.append(("naive: cv2.imread image + label, crop (PNG)", "naive", converted[0][1], png_bytes))
@@ -335,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--child", nargs=2, metavar=("KIND", "SPLIT"), help=argparse.SUPPRESS)
     ap.add_argument("--no-pread", action="store_true", help="leave out the preadv prototype row")
-    ap.add_argument("--no-plain", action="store_true", help="leave out the npy row without read-ahead hints")
+    ap.add_argument("--no-plain", action="store_true", help="leave out the npy and HDF5 rows without read-ahead hints")
     ap.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--source", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -285,8 +285,25 @@ class Hdf5Reader(ShardReader):
         except (OSError, ValueError, RuntimeError) as exc:
             raise self.corrupt(f"cannot read {name} {sel} ({exc})") from None
 
+    def _will_need_one(self, i: int) -> None:
+        """``MADV_WILLNEED`` on sample ``i``'s chunk bytes (``read`` calls it, as npy's does: a single read from
+        storage then comes in one request instead of the kernel's read-around of every page it touches)."""
+        mapping, chunks = self._mapping, self._chunks
+        if mapping is None or chunks is None:
+            return
+        for k, name in enumerate(("images", "labels")):
+            if self.spec.size is not None:
+                begin, end = chunks[name].sample_range(i)
+                mapping.will_need_one(begin, end)
+            else:
+                assert self._offsets is not None
+                r = self._offsets[i : i + 2, k]
+                mapping.will_need(*chunks[name].row_ranges(r[:1], r[1:]))
+
     def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         self.ensure_open()
+        if 0 <= i < len(self):
+            self._will_need_one(i)
         chunks, whole = self._chunks, self._map
         if self.spec.size is not None:
             if chunks is not None and whole is not None:
@@ -375,6 +392,11 @@ class _CodedChunks:
             return None
         kind = "image" if ds.name.lstrip("/") == "images" else "label"
         return cls(offsets, sizes, tuple(int(v) for v in ds.shape[1:]), np.dtype(ds.dtype), codec, reader, kind)
+
+    def sample_range(self, i: int) -> tuple[int, int]:
+        """File byte range ``[begin, end)`` of sample ``i``'s chunk."""
+        begin = int(self.offsets[i])
+        return begin, begin + int(self.sizes[i])
 
     def row_ranges(self, r0: np.ndarray, r1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """File byte ranges ``[begin, end)`` of samples ``r0`` (one sample per chunk: ``r1`` is ``r0 + 1``)."""
@@ -480,6 +502,11 @@ class _ChunkTable:
         if (offsets < 0).any():  # an unwritten chunk reads as fill values: leave that to HDF5
             return None
         return cls(offsets, rows, tuple(int(v) for v in ds.shape[1:]), dtype)
+
+    def sample_range(self, i: int) -> tuple[int, int]:
+        """File byte range ``[begin, end)`` of row ``i`` of a one-row-per-chunk dataset (a fixed-layout sample)."""
+        begin = int(self.offsets[i])
+        return begin, begin + self.row_nbytes
 
     def row_ranges(self, r0: np.ndarray, r1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """File byte ranges ``[begin, end)`` holding rows ``[r0[k], r1[k])`` for every ``k``: one per sample with

@@ -137,15 +137,44 @@ def test_hdf5_cold_batches_ask_for_exactly_their_chunks(camvid_val_hdf5: dict[st
         with h5py.File(reader.path(reader.shard.files[0].name), "r") as f:
             assert np.array_equal(images, f["images"][local])
     assert any(a == mmap.MADV_RANDOM for a, _, _ in advice)
+    _assert_asked_for(advice, reader, local, kind)
+
+
+def _assert_asked_for(advice: list, reader: object, local: list[int], kind: str) -> None:
+    """The ``MADV_WILLNEED`` calls in ``advice`` are exactly samples ``local``'s chunk bytes (touching ranges as
+    one), each from the page holding its first byte to its last byte."""
+    import mmap
+
     willneed = sorted((s, s + n) for a, s, n in advice if a == mmap.MADV_WILLNEED)
-    offsets = reader._offsets if kind == "flat" else None
-    want = sorted(_h5_ranges(reader.path(reader.shard.files[0].name), local, offsets))
+    offsets = reader._offsets if kind == "flat" else None  # type: ignore[attr-defined]
+    want = sorted(_h5_ranges(reader.path(reader.shard.files[0].name), local, offsets))  # type: ignore[attr-defined]
     merged: list[list[int]] = []
-    for a, b in want:  # touching ranges are asked for as one
+    for a, b in want:
         if merged and merged[-1][1] == a:
             merged[-1][1] = b
         else:
             merged.append([a, b])
     assert len(willneed) == len(merged)
     for (s, e), (a, b) in zip(willneed, merged, strict=True):
-        assert s == a - a % mmap.PAGESIZE and e == b  # from the page holding the first byte to the last byte
+        assert s == a - a % mmap.PAGESIZE and e == b
+
+
+@pytest.mark.parametrize("kind", ["raw", "zstd", "flat"])
+def test_hdf5_single_reads_ask_for_their_sample(camvid_val_hdf5: dict[str, Path], kind: str, advice: list) -> None:
+    """``read(i)`` (``ds[i]``; variable-size splits are augmented from it) asks for sample ``i``'s chunk bytes, as
+    npy's does, and returns what h5py reads."""
+    import h5py
+
+    ds = shardkit.open(camvid_val_hdf5[kind])
+    reader = ds.readers[1]
+    image, label = reader.read(0)  # opens the file; the hint of this read is checked next time
+    advice.clear()
+    image, label = reader.read(3)
+    _assert_asked_for(advice, reader, [3], kind)
+    with h5py.File(reader.path(reader.shard.files[0].name), "r") as f:
+        if kind == "flat":
+            (a0, b0), (a1, b1) = reader._offsets[3], reader._offsets[4]
+            assert np.array_equal(image.reshape(-1), f["images"][a0:a1])
+            assert np.array_equal(label.reshape(-1), f["labels"][b0:b1])
+        else:
+            assert np.array_equal(image, f["images"][3]) and np.array_equal(label, f["labels"][3])
