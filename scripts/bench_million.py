@@ -14,8 +14,9 @@
    ``shardkit verify`` peak RSS (version 2 only for verify: it decodes every sample).
 3. Converts ``--pairs`` and ``--scale`` x ``--pairs`` tiny real PNG pairs (segnet layout, in ``--tmp``) with
    ``--workers 2`` and reports the converting parent's and the largest process's peak RSS, and (1x, under
-   ``tracemalloc``) the parent's Python heap peaks while planning and while publishing the manifest. With
-   ``--baseline CHECKOUT`` the same runs use another shardkit checkout too (the version before this change).
+   ``tracemalloc``) the parent's Python heap peaks while planning and while publishing the manifest; with
+   ``--rerun`` also a no-op re-run of each (every shard reused). With ``--baseline CHECKOUT`` the same runs use
+   another shardkit checkout too (the version before this change).
 
 Peak RSS is ``VmHWM`` from ``/proc`` (Linux): the measured process's own at its end, and every descendant's
 polled every 20 ms while it runs (``ru_maxrss`` would carry the forking process's peak across ``exec``). Every
@@ -286,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-open", action="store_true", help="only the convert measurement")
     ap.add_argument("--baseline", type=Path, help="also convert with this shardkit checkout (e.g. the previous "
                     "version's) first on the path, for a before/after of the converting processes")
+    ap.add_argument("--rerun", action="store_true", help="also a no-op re-run of each conversion (every shard "
+                    "reused; the parent reads the fingerprint cache and stats every source file)")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -306,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
                     out = Path(tmp) / f"out{scale}"
                     res[f"{name}convert_{scale}x"] = fresh(CONVERT, str(raw), str(out), checkout=checkout)
                     log.info("%sconvert %dx (%d pairs): %s", name, scale, n, res[f"{name}convert_{scale}x"])
+                    if args.rerun:  # the same command again: every shard reused, the cache read back
+                        res[f"{name}rerun_{scale}x"] = fresh(CONVERT, str(raw), str(out), checkout=checkout)
+                        log.info("%sno-op re-run %dx: %s", name, scale, res[f"{name}rerun_{scale}x"])
                     shutil.rmtree(out)
                     if scale == 1:  # where the parent's Python heap peaks (tracemalloc, so slower: 1x only)
                         res[f"{name}heap_1x"] = fresh(HEAP, str(raw), str(out), checkout=checkout)
@@ -354,6 +360,11 @@ def report(res: dict[str, Any], scale: int) -> None:
                 f"{name or 'this checkout: '}convert {c1['samples']} vs {c10['samples']} pairs: parent "
                 f"{c1['parent_rss_mb']:.0f} → {c10['parent_rss_mb']:.0f} MB, largest process {big1:.0f} → "
                 f"{big10:.0f} MB ({big10 / big1:.2f}x); {c1['seconds']:.1f} s vs {c10['seconds']:.1f} s")
+        if f"{name}rerun_1x" in res:
+            r1, r10 = res[f"{name}rerun_1x"], res[f"{name}rerun_{scale}x"]
+            lines.append(f"{name or 'this checkout: '}no-op re-run: parent {r1['parent_rss_mb']:.0f} → "
+                         f"{r10['parent_rss_mb']:.0f} MB ({r10['parent_rss_mb'] / r1['parent_rss_mb']:.2f}x); "
+                         f"{r1['seconds']:.1f} s vs {r10['seconds']:.1f} s")
         if f"{name}heap_1x" in res:
             h = res[f"{name}heap_1x"]
             lines.append(f"{name or 'this checkout: '}parent's Python heap at 1x: {h['plan_mb']:.0f} MB peak until the "

@@ -4,6 +4,11 @@ A sample's fingerprint is sha256(options digest, sha256(image bytes), sha256(lab
 Hashing reads the sources but decodes nothing; a stat cache (size, mtime, ctime, inode) kept beside
 the manifest lets an unchanged file skip even the read. The ctime and inode catch an edit that restored
 size and mtime (``touch -r``) and a file replaced by another (rename over it).
+
+The cache file is ``{path: [size, mtime_ns, ctime_ns, inode, sha256 hex]}`` sorted by path. In the converting
+parent it is a :class:`SourceCache`: 64 bytes per source file in a NumPy array aligned with the split's
+:class:`~shardkit.pairs.PairTable` (a ``dict`` of lists was ~0.9 KB per pair), read from and written to the
+file a piece at a time.
 """
 
 from __future__ import annotations
@@ -11,17 +16,23 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterator, Sequence
+import os
+import struct
+import tempfile
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .discover import SamplePair
 from .errors import ShardkitError
 from .formats.base import sha256_file
 from .imageio import METADATA_SLACK, regular_stat
+from .pairs import PairTable, root_prefix
 from .publish import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -54,13 +65,13 @@ def _unreadable(path: Path, exc: OSError) -> ShardkitError:
 KEEP_LIMIT = METADATA_SLACK
 
 
-def source_digest(path: Path, cache: dict[str, Any], on_error: str, *,
+def source_digest(path: Path, cached: list[Any] | None, on_error: str, *,
                   keep: bool = False) -> tuple[list[Any], bool, np.ndarray | None]:
     """One source file's cache entry ``[size, mtime_ns, ctime_ns, inode, sha256]``, whether it may be cached,
     and (``keep``) the bytes that were hashed, for the worker to decode without reading the file again.
 
     A file that is not a regular file (FIFO, broken link, …) is an error, or with ``on_error="skip"``
-    a placeholder digest that is never cached (its worker then skips the sample). A cache entry whose
+    a placeholder digest that is never cached (its worker then skips the sample). A ``cached`` entry whose
     four stat values match is reused without reading the file. Kept bytes are only returned for files
     up to :data:`KEEP_LIMIT` bytes.
     """
@@ -70,9 +81,8 @@ def source_digest(path: Path, cache: dict[str, Any], on_error: str, *,
         if on_error != "skip":
             raise
         return [None, None, None, None, hashlib.sha256(f"unreadable: {exc}".encode()).hexdigest()], False, None
-    hit = cache.get(str(path))
-    if isinstance(hit, list) and len(hit) == 5 and hit[:4] == key:  # older 3-field caches: re-hash
-        return hit, True, None
+    if cached is not None and cached[:4] == key:
+        return cached, True, None
     if not keep or key[0] > KEEP_LIMIT:
         return [*key, file_sha256(path)], True, None
     try:
@@ -87,76 +97,298 @@ def source_digest(path: Path, cache: dict[str, Any], on_error: str, *,
     return [*key, hashlib.sha256(data).hexdigest()], True, np.frombuffer(data, dtype=np.uint8)
 
 
-def load_cache(directory: Path) -> dict[str, Any]:
+#: One cache entry, 64 bytes: (size, mtime_ns, ctime_ns, inode as int64 two's complement) and the sha256; an
+#: all-zero digest (no file has it) marks "no entry"
+ENTRY = np.dtype([("stat", "<i8", (4,)), ("sha256", "u1", (32,))])
+_STRUCT = struct.Struct("<4q32s")
+_INT64 = 1 << 63
+_EMPTY = bytes(ENTRY.itemsize)
+
+
+def _pack(entry: Any) -> bytes | None:
+    """A cache file entry as an :data:`ENTRY` row's bytes; None unless it is ``[4 ints, 64 lowercase hex]``
+    (an older 3-field cache, or anything else: the file is hashed again)."""
+    if type(entry) is not list or len(entry) != 5:
+        return None
+    size, mtime, ctime, inode, digest = entry
+    if not (type(size) is type(mtime) is type(ctime) is type(inode) is int and type(digest) is str):
+        return None
     try:
-        data = json.loads((directory / CACHE_NAME).read_text(encoding="utf-8"))
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
+        raw = bytes.fromhex(digest)
+        if len(raw) != 32 or raw.hex() != digest:  # not 64 lowercase hex digits
+            return None
+        return _STRUCT.pack(size, mtime, ctime, inode - 2 * _INT64 if inode >= _INT64 else inode, raw)
+    except (ValueError, struct.error):  # not hex; a number beyond 64 bits
+        return None
 
 
-def save_cache(directory: Path, cache: dict[str, Any]) -> None:
-    atomic_write_bytes(directory / CACHE_NAME, cache_json(cache))
+def _unpack(buf: bytes | bytearray | memoryview, offset: int) -> list[Any] | None:
+    size, mtime, ctime, inode, digest = _STRUCT.unpack_from(buf, offset)
+    if not any(digest):
+        return None
+    return [size, mtime, ctime, inode + 2 * _INT64 if inode < 0 else inode, digest.hex()]
+
+
+class SourceCache:
+    """Cache entries of one split's source files, aligned with its pairs: entry (i, 0) is pair ``i``'s image,
+    (i, 1) its label; 64 bytes each (:data:`ENTRY`).
+
+    In memory by default (zeroed pages cost nothing until written). With ``spill``, in an unlinked temporary
+    file (the system's temporary folder, ``TMPDIR``) instead, so that the parent's memory does not grow with
+    the input: a first conversion's entries come back from the workers shard by shard (:meth:`put`); a re-run's
+    are read from the cache file into it and refreshed a block of pairs at a time (:meth:`part`, :meth:`put`).
+    Single entries (:meth:`get`, :meth:`set`) go through a few blocks kept in memory and written back.
+    """
+
+    BLOCK = 4096  # pairs per block
+    ROW = 2 * ENTRY.itemsize  # bytes per pair
+    KEEP = 4  # blocks of a spill file kept in memory (2 MiB)
+
+    def __init__(self, n: int, *, spill: bool = False) -> None:
+        self.n = n
+        self._file = tempfile.TemporaryFile(prefix="shardkit-cache-") if spill else None  # noqa: SIM115 (close())
+        self._mem = np.zeros(0 if self._file else n * self.ROW, np.uint8).data
+        if self._file is not None:
+            self._file.truncate(n * self.ROW)  # a hole: all zero, "no entry"
+            self._closer = weakref.finalize(self, self._file.close)  # also when dropped unclosed
+        self._blocks: OrderedDict[int, bytearray] = OrderedDict()  # spill file blocks in memory
+        self._dirty: set[int] = set()
+        self._lock = threading.Lock()  # threads put and read blocks (fingerprint_samples)
+
+    def put(self, start: int, rows: np.ndarray) -> None:
+        """Entries of pairs ``start …`` (an (m, 2) :data:`ENTRY` array)."""
+        data = np.ascontiguousarray(rows, ENTRY).reshape(-1).view(np.uint8).data  # no copy
+        if self._file is None:
+            self._mem[start * self.ROW : start * self.ROW + len(data)] = data
+            return
+        with self._lock:
+            self._flush()
+            for block in range(start // self.BLOCK, (start + len(rows) - 1) // self.BLOCK + 1):
+                self._blocks.pop(block, None)
+            os.pwrite(self._file.fileno(), data, start * self.ROW)
+
+    def rows(self, start: int, count: int) -> np.ndarray:
+        """Entries of pairs ``start … start + count`` (an (m, 2) :data:`ENTRY` array; read back when spilled)."""
+        a, b = start * self.ROW, min(start + count, self.n) * self.ROW
+        if self._file is None:
+            return np.frombuffer(self._mem[a:b], ENTRY).reshape(-1, 2)
+        with self._lock:
+            self._flush()
+            return np.frombuffer(os.pread(self._file.fileno(), b - a, a), ENTRY).reshape(-1, 2)
+
+    def part(self, start: int, count: int) -> SourceCache:
+        """Pairs ``start … start + count`` as an in-memory cache of their own (a copy; :meth:`put` it back)."""
+        part = SourceCache(count)
+        if self._file is None:
+            part._mem[:] = self._mem[start * self.ROW : (start + count) * self.ROW]
+            return part
+        with self._lock:
+            self._flush()
+            os.preadv(self._file.fileno(), [part._mem], start * self.ROW)  # straight into its memory
+        return part
+
+    def get(self, i: int, side: int) -> list[Any] | None:
+        """The entry of pair ``i``'s image (``side`` 0) or label (1) as the cache file writes it; None if none."""
+        if self._file is None:
+            return _unpack(self._mem, i * self.ROW + side * ENTRY.itemsize)
+        with self._lock:
+            return _unpack(self._block(i // self.BLOCK), (i % self.BLOCK) * self.ROW + side * ENTRY.itemsize)
+
+    def set(self, i: int, side: int, entry: list[Any] | None) -> bool:
+        """Set one entry (``[size, mtime_ns, ctime_ns, inode, sha256 hex]``) or clear it (None); False (nothing
+        set) for an entry that is not one."""
+        row = _EMPTY if entry is None else _pack(entry)
+        if row is None:
+            return False
+        if self._file is None:
+            offset = i * self.ROW + side * ENTRY.itemsize
+            self._mem[offset : offset + ENTRY.itemsize] = row
+            return True
+        with self._lock:
+            offset = (i % self.BLOCK) * self.ROW + side * ENTRY.itemsize
+            self._block(i // self.BLOCK)[offset : offset + ENTRY.itemsize] = row
+            self._dirty.add(i // self.BLOCK)
+        return True
+
+    def _block(self, block: int) -> bytearray:
+        """Block ``block`` of the spill file, kept among the :data:`KEEP` last used (under the lock)."""
+        if block in self._blocks:
+            self._blocks.move_to_end(block)
+            return self._blocks[block]
+        if len(self._blocks) >= self.KEEP:
+            old, data = self._blocks.popitem(last=False)
+            if old in self._dirty:
+                self._write(old, data)
+        assert self._file is not None
+        data = bytearray(os.pread(self._file.fileno(), self.BLOCK * self.ROW, block * self.BLOCK * self.ROW))
+        self._blocks[block] = data
+        return data
+
+    def _write(self, block: int, data: bytearray) -> None:
+        assert self._file is not None
+        os.pwrite(self._file.fileno(), data, block * self.BLOCK * self.ROW)
+        self._dirty.discard(block)
+
+    def _flush(self) -> None:
+        for block in list(self._dirty):
+            self._write(block, self._blocks[block])
+
+    def close(self) -> None:
+        """Remove the spill file (if any)."""
+        if self._file is not None:
+            self._closer()
+
+
+#: Bytes of the cache file parsed at a time.
+READ_BLOCK = 1 << 18
+
+
+def _entries_streamed(path: Path) -> Iterator[tuple[str, Any]]:
+    """The cache file's entries in file order, parsed a piece at a time: cut after an entry's closing ``]``
+    before ``, "`` (no JSON string holds an unescaped ``"``; a value with a nested list fails the parse)."""
+    with open(path, "rb") as fh:
+        if fh.read(1) != b"{":
+            raise ValueError("not a JSON object")
+        rest = b""
+        while block := fh.read(READ_BLOCK):
+            rest += block
+            cut = rest.rfind(b'], "')
+            if cut >= 0:
+                yield from json.loads(b"{" + rest[: cut + 1] + b"}").items()
+                rest = rest[cut + 3 :]
+        yield from json.loads(b"{" + rest).items()
+
+
+def _entries_whole(path: Path) -> Iterator[tuple[str, Any]]:
+    """The cache file's entries sorted by path, parsed whole (a file not laid out as :func:`cache_json` does)."""
+    data = json.loads(path.read_bytes())
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    yield from sorted(data.items())
+
+
+def load_cache(directory: Path, pairs: PairTable) -> SourceCache:
+    """The entries of ``directory``'s cache file for the source files of ``pairs`` (spilled: see
+    :class:`SourceCache`); empty if it is missing or damaged. Entries of other files are read and dropped, a
+    piece of the file at a time."""
+    path = directory / CACHE_NAME
+    for entries in (_entries_streamed, _entries_whole):
+        cache = SourceCache(len(pairs), spill=True)
+        try:
+            _merge(cache, pairs, entries(path))
+            return cache
+        except ValueError:  # streamed: try the whole file; whole: damaged
+            cache.close()
+        except OSError:
+            cache.close()
+            break
+    return SourceCache(len(pairs), spill=True)
+
+
+def _merge(cache: SourceCache, pairs: PairTable, entries: Iterable[tuple[str, Any]]) -> None:
+    """Fill ``cache`` from entries sorted by path: a merge with the pairs' files in path order (a file out of
+    order is missed: hashed again)."""
+    files = pairs.files_in_path_order()
+    current = next(files, None)
+    for path, value in entries:
+        while current is not None and current[0] < path:
+            current = next(files, None)
+        while current is not None and current[0] == path:  # one file may be in two pairs
+            cache.set(current[1], current[2], value)
+            current = next(files, None)
+        if current is None:
+            return
+
+
+def save_cache(directory: Path, pairs: PairTable, cache: SourceCache) -> None:
+    atomic_write_bytes(directory / CACHE_NAME, cache_json(cache_items(pairs, cache)))
+
+
+def cache_items(pairs: PairTable, cache: SourceCache) -> Iterator[tuple[str, list[Any]]]:
+    """The cache file's (path, entry) items, sorted by path, each path once."""
+    last = None
+    for path, i, side in pairs.files_in_path_order():
+        if path != last and (entry := cache.get(i, side)) is not None:
+            last = path
+            yield path, entry
 
 
 #: Entries encoded per piece of the cache file (~35 KB of JSON: larger pieces raised the peak RSS by MBs).
 CACHE_CHUNK = 256
 
 
-def cache_json(cache: dict[str, Any]) -> Iterator[bytes]:
-    """``json.dumps(cache, sort_keys=True)``'s bytes in pieces of :data:`CACHE_CHUNK` entries, so that the
-    cache of a large input is never one string in memory (it was the convert parent's largest peak: ~1 KB
-    per sample pair at its end)."""
-    keys = sorted(cache)
+def cache_json(items: Iterable[tuple[str, list[Any]]]) -> Iterator[bytes]:
+    """``json.dumps(dict(items), sort_keys=True)``'s bytes for ``items`` sorted by path (each once), in pieces
+    of :data:`CACHE_CHUNK` entries, so that the cache of a large input is never one string in memory."""
     yield b"{"
-    for a in range(0, len(keys), CACHE_CHUNK):
-        part = json.dumps({k: cache[k] for k in keys[a : a + CACHE_CHUNK]}, sort_keys=True)[1:-1]
-        yield (", " + part if a else part).encode()
+    chunk: list[tuple[str, list[Any]]] = []
+    first = True
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == CACHE_CHUNK:
+            yield _piece(chunk, first)
+            chunk, first = [], False
+    if chunk:
+        yield _piece(chunk, first)
     yield b"}"
 
 
+def _piece(chunk: list[tuple[str, list[Any]]], first: bool) -> bytes:
+    part = json.dumps(dict(chunk), sort_keys=True)[1:-1]
+    return (part if first else ", " + part).encode()
+
+
 def fingerprint_samples(
-    pairs: Sequence[SamplePair], options_digest: str, cache: dict[str, Any], *, threads: int = 4,
-    on_error: str = "fail",
-) -> tuple[list[str], dict[str, Any]]:
-    """Fingerprints in pair order, and the refreshed cache {path: [size, mtime_ns, ctime_ns, inode, sha256]}.
+    pairs: PairTable, options_digest: str, cache: SourceCache, *, threads: int = 4, on_error: str = "fail",
+) -> tuple[np.ndarray, SourceCache]:
+    """Fingerprints in pair order (an (n, 32) uint8 array), and ``cache`` refreshed in place: every readable
+    source file's current entry.
 
     With ``on_error="skip"`` a file that cannot be read (not a regular file, broken link, …) gets a
     placeholder digest instead of an error and no cache entry; its worker then skips the sample.
     """
-    paths = sorted({p for pair in pairs for p in (pair.image, pair.label) if p is not None})
-    fresh: dict[str, Any] = {}  # readable files only: a placeholder digest is never cached
-    known: dict[str, Any] = {}
+    out = np.zeros((len(pairs), 32), np.uint8)
+    prints = out.reshape(-1).data  # written 32 bytes at a time by the threads
+    prefix = root_prefix(pairs.root)
 
-    def digest(path: Path) -> tuple[str, list[Any]]:
-        entry, cacheable, _ = source_digest(path, cache, on_error)
-        if cacheable:
-            fresh[str(path)] = entry
-        return str(path), entry
+    def digest(part: SourceCache, i: int, side: int, text: str) -> str | None:
+        if not text:  # no label
+            return None
+        cached = part.get(i, side)
+        entry, cacheable, _ = source_digest(Path(prefix + text), cached, on_error)
+        if entry is not cached:  # a hit is already there
+            part.set(i, side, entry if cacheable else None)
+        return str(entry[-1])
 
-    def digest_all(part: Sequence[Path]) -> list[tuple[str, list[Any]]]:
-        return [digest(p) for p in part]
+    def digest_all(run: range) -> None:
+        for a in range(run.start, run.stop, PART):  # a piece of the cache at a time, put back
+            b = min(a + PART, run.stop)
+            part = cache.part(a, b - a)
+            for i, image, label in zip(range(b - a), pairs.images[a:b], pairs.labels[a:b], strict=True):
+                fingerprint = sample_fingerprint(options_digest, str(digest(part, i, 0, image)),
+                                                 digest(part, i, 1, label))
+                prints[32 * (a + i) : 32 * (a + i + 1)] = fingerprint
+            cache.put(a, part.rows(0, b - a))
 
-    # One contiguous run of paths per thread (sha256 and reads release the GIL): a future per file
+    # One contiguous run of pairs per thread (sha256 and reads release the GIL): a future per file
     # would cost about a third of the hashing itself in scheduling.
-    n = max(1, min(threads, len(paths)))
-    parts = [paths[i * len(paths) // n : (i + 1) * len(paths) // n] for i in range(n)]
+    n = max(1, min(threads, len(pairs)))
+    parts = [range(k * len(pairs) // n, (k + 1) * len(pairs) // n) for k in range(n)]
     with ThreadPoolExecutor(max_workers=n) as pool:
-        for part in pool.map(digest_all, parts):
-            known.update(part)
-    return combine_fingerprints(pairs, options_digest, lambda p: str(known[str(p)][-1])), fresh
+        list(pool.map(digest_all, parts))
+    return out, cache
 
 
-def combine_fingerprints(pairs: Sequence[SamplePair], options_digest: str,
-                         file_digest: Callable[[Path], str]) -> list[str]:
-    """sha256(options digest, digest of the image, digest of the label or "-") per pair, in pair order.
+#: Pairs whose cache entries a hashing thread holds at a time (128 KiB).
+PART = 1024
 
-    ``file_digest`` is the file's sha256 for local inputs, the listing's content id (size + ETag) for
-    object storage (:mod:`shardkit.staging`)."""
-    out = []
-    for pair in pairs:
-        h = hashlib.sha256(options_digest.encode())
-        h.update(file_digest(pair.image).encode())
-        h.update(file_digest(pair.label).encode() if pair.label is not None else b"-")
-        out.append(h.hexdigest())
-    return out
+
+def sample_fingerprint(options_digest: str, image_digest: str, label_digest: str | None) -> bytes:
+    """sha256(options digest, digest of the image, digest of the label or "-"): a sample's fingerprint.
+
+    The file digests are sha256 hex for local inputs, the listing's content id (size + ETag) for object
+    storage (:mod:`shardkit.staging`)."""
+    h = hashlib.sha256(options_digest.encode())
+    h.update(image_digest.encode())
+    h.update(label_digest.encode() if label_digest is not None else b"-")
+    return h.digest()

@@ -7,6 +7,7 @@ written after them, atomically.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import time
@@ -14,11 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ._version import __version__
 from .config import ConvertConfig
 from .discover import Discovery, discover
 from .errors import OutputError
-from .fingerprint import CACHE_NAME, load_cache, save_cache
+from .fingerprint import CACHE_NAME, SourceCache, load_cache, save_cache
 from .formats.base import SampleSpec
 from .formats.registry import all_formats, get
 from .labels import ClassTable, LabelDecoder, build_class_table
@@ -131,8 +134,11 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
     log.info("convert %s → %s as %s", session.input_name, session.output_name, cfg.format,
              extra={"event": "start", "input": session.input_name, "output": session.output_name,
                     "format": cfg.format, "workers": cfg.effective_workers(), "backend": cfg.backend})
-    with session.lock():
+    with session.lock(), contextlib.ExitStack() as stack:
         tasks, reused, caches = _plan(cfg, found, spec, settings, digest, session)
+        for cache in caches.values():
+            stack.callback(cache.close)
+        starts = {(t.split, t.index): t.start for t in tasks}
         todo = [t for t in tasks if (t.split, t.index) not in reused]
         log.info("%d shards planned, %d reused, %d to write, %d workers", len(tasks), len(reused), len(todo),
                  min(cfg.effective_workers(), max(len(todo), 1)))
@@ -145,7 +151,9 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
             record = publish_files(result)
             session.shard_published(result.directory, record)
             reused[(result.split, result.index)] = record
-            caches[result.split].update(result.sources)  # fingerprints computed by the worker
+            if result.sources is not None:  # cache entries of the files the worker hashed: moved to the cache
+                caches[result.split].put(starts[(result.split, result.index)], result.sources)
+                result.sources = None  # (run_tasks keeps every result until the end)
             log.info("%s shard %s: %d samples", result.split, result.index, record.num_samples,
                       extra={"event": "shard_done", "split": result.split, "shard": result.index,
                              "samples": record.num_samples, "bytes": sum(f.bytes for f in record.files),
@@ -169,7 +177,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
             records = [reused[(t.split, t.index)] for t in tasks if t.split == split]
             path = publish_split(cfg, split, pairs, records, found, table, spec, recorded, fmt,
                                  source_root=session.input_name)
-            save_cache(cfg.output / split, caches[split])
+            save_cache(cfg.output / split, pairs, caches[split])
             session.split_committed(cfg.output / split, records)
             summary.manifests.append(session.committed(split, path))
             summary.samples += sum(r.num_samples for r in records)
@@ -188,17 +196,18 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
 def _plan(
     cfg: ConvertConfig, found: Discovery, spec: SampleSpec, settings: dict[str, Any], digest: str,
     session: StorageSession,
-) -> tuple[list[ShardTask], dict[tuple[str, int], ShardRecord], dict[str, dict[str, Any]]]:
+) -> tuple[list[ShardTask], dict[tuple[str, int], ShardRecord], dict[str, SourceCache]]:
     """Fingerprint every split's samples, cut shards, and find the shards that can be reused (by split and
-    shard index).
+    shard index); each split's fingerprint cache, to be completed by the workers and saved.
 
     Where no shard can be reused (``--force``, or a split folder with no shard records: a first conversion)
     the fingerprints are left to the workers, which hash each source file from the same read that
-    decodes it, in parallel, instead of this process reading and hashing every file first.
+    decodes it, in parallel, instead of this process reading and hashing every file first. Their cache entries
+    then wait in a spill file (:class:`~shardkit.fingerprint.SourceCache`), not in this process's memory.
     """
     tasks: list[ShardTask] = []
     reused: dict[tuple[str, int], ShardRecord] = {}
-    caches: dict[str, dict[str, Any]] = {}
+    caches: dict[str, SourceCache] = {}
     fmt = get(cfg.format)
     for split, pairs in found.splits.items():
         directory = cfg.output / split
@@ -209,13 +218,15 @@ def _plan(
                               fix="check the path and its permissions") from None
         remove_temps(directory)
         session.prepare_split(directory)
-        fingerprints: list[str] | None = None
-        caches[split] = {}
+        fingerprints: np.ndarray | None = None
         if session.source is not None or (not cfg.force and _has_records(directory)):
-            old_cache = {} if cfg.force or cfg.rehash else load_cache(directory)
+            old_cache = (SourceCache(len(pairs), spill=True) if cfg.force or cfg.rehash
+                         else load_cache(directory, pairs))
             fingerprints, caches[split] = session.fingerprints(pairs, digest, old_cache,
                                                                threads=2 * cfg.effective_workers(),
                                                                on_error=cfg.on_error)
+        else:
+            caches[split] = SourceCache(len(pairs), spill=True)
         planned = plan_split(split, directory, pairs, fingerprints, cfg.shard_size, spec, cfg, settings,
                              session.header_size)
         for task in planned:

@@ -14,18 +14,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .config import ConvertConfig, ShardSize
-from .discover import SamplePair
 from .formats.base import SampleSpec
+from .pairs import PairTable, SamplePair
 from .preprocess import stored_hw
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared by identity: the fields hold arrays and column views
 class ShardTask:
     """One unit of work: a worker decodes these samples and writes shard ``stem`` of ``split`` itself."""
 
@@ -35,8 +37,13 @@ class ShardTask:
     #: fingerprints (a fresh or forced conversion: nothing to reuse), and with them the key
     key: str | None
     directory: Path
-    samples: tuple[SamplePair, ...]
-    fingerprints: tuple[str, ...] | None
+    #: the shard's pairs: a slice (view) of its split's :class:`~shardkit.pairs.PairTable`, which pickles its own
+    #: rows only
+    samples: Sequence[SamplePair]
+    #: the samples' fingerprints, an (m, 32) uint8 array (a view of the split's); None: see ``key``
+    fingerprints: np.ndarray | None
+    #: index of the first sample in its split's pairs
+    start: int = 0
 
     @property
     def stem(self) -> str:
@@ -91,20 +98,25 @@ def settings_text(settings: dict[str, Any]) -> str:
     return json.dumps(settings, sort_keys=True)
 
 
-def shard_key(settings: dict[str, Any] | str, pairs: Sequence[SamplePair], fingerprints: Sequence[str]) -> str:
-    """sha256 of the format settings (or their :func:`settings_text`) and the ordered (key, fingerprint) list
-    of a shard."""
+def shard_key(settings: dict[str, Any] | str, keys: Iterable[str], fingerprints: Iterable[str]) -> str:
+    """sha256 of the format settings (or their :func:`settings_text`) and the ordered (key, fingerprint hex)
+    list of a shard."""
     h = hashlib.sha256((settings if isinstance(settings, str) else settings_text(settings)).encode())
-    for pair, fp in zip(pairs, fingerprints, strict=True):
-        h.update(f"{pair.key}\0{fp}\n".encode())
+    for key, fp in zip(keys, fingerprints, strict=True):
+        h.update(f"{key}\0{fp}\n".encode())
     return h.hexdigest()
+
+
+def hex_rows(fingerprints: np.ndarray) -> list[str]:
+    """An (m, 32) uint8 array of fingerprints as their 64-hex strings."""
+    return [row.tobytes().hex() for row in fingerprints]
 
 
 def plan_split(
     split: str,
     directory: Path,
-    pairs: Sequence[SamplePair],
-    fingerprints: Sequence[str] | None,
+    pairs: PairTable,
+    fingerprints: np.ndarray | None,
     limit: ShardSize,
     spec: SampleSpec,
     cfg: ConvertConfig,
@@ -113,19 +125,21 @@ def plan_split(
 ) -> list[ShardTask]:
     """Cut one split's ordered pairs into shard tasks.
 
-    ``fingerprints`` None: the workers compute them (and the shard keys) from the bytes they decode.
+    ``fingerprints`` (an (n, 32) uint8 array) None: the workers compute them (and the shard keys) from the
+    bytes they decode.
     """
     if spec.size is not None or limit.nbytes is None:
         sizes = [spec.sample_nbytes(spec.size or (1, 1))] * len(pairs)
     else:
         sizes = [spec.sample_nbytes(stored_hw(header_size(p.image), cfg.size, cfg.resize, cfg.crop)) for p in pairs]
     tasks, start = [], 0
-    for index, n in enumerate(cut_shards(sizes, [p.key for p in pairs], limit.samples, limit.nbytes)):
-        chunk = tuple(pairs[start : start + n])
+    for index, n in enumerate(cut_shards(sizes, pairs.keys, limit.samples, limit.nbytes)):
+        chunk = pairs[start : start + n]
         if fingerprints is None:
-            tasks.append(ShardTask(split, index, None, directory, chunk, None))
+            tasks.append(ShardTask(split, index, None, directory, chunk, None, start))
         else:
-            fps = tuple(fingerprints[start : start + n])
-            tasks.append(ShardTask(split, index, shard_key(settings, chunk, fps), directory, chunk, fps))
+            fps = fingerprints[start : start + n]
+            key = shard_key(settings, chunk.keys, hex_rows(fps))
+            tasks.append(ShardTask(split, index, key, directory, chunk, fps, start))
         start += n
     return tasks

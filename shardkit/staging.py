@@ -27,13 +27,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .config import ConvertConfig
-from .discover import IMAGE_EXTENSIONS, SamplePair
+from .discover import IMAGE_EXTENSIONS
 from .errors import ConfigError, OutputError
-from .fingerprint import CACHE_NAME, combine_fingerprints, fingerprint_samples
+from .fingerprint import CACHE_NAME, SourceCache, fingerprint_samples, sample_fingerprint
 from .imageio import read_image_size
 from .lock import OutputLock, RemoteLock
 from .manifest import MANIFEST_NAME, ShardFile
+from .pairs import PairTable
 from .plan import ShardTask
 from .records import RECORD_PREFIX, ShardRecord, reuse
 from .storage import Remote, content_id
@@ -50,6 +53,11 @@ HEADER_BYTES = 256 * 1024  # enough for any PNG/JPEG header PIL needs to report 
 def staging_root() -> str | None:
     """Where staging folders go: ``$SHARDKIT_STAGING_DIR`` or the system temporary folder."""
     return os.environ.get("SHARDKIT_STAGING_DIR") or None
+
+
+def _posix(text: str) -> str:
+    """A path relative to the skeleton (a pair table's text) as the listing names it."""
+    return text.replace(os.sep, "/")
 
 
 def _ext(name: str) -> str:
@@ -94,9 +102,14 @@ class RemoteSource:
     def rel(self, path: Path) -> str:
         return Path(path).relative_to(self.skeleton).as_posix()
 
-    def fingerprints(self, pairs: Sequence[SamplePair], digest: str) -> list[str]:
-        """Fingerprints from the listing's content ids: a changed object (new ETag or size) changes them."""
-        return combine_fingerprints(pairs, digest, lambda p: self.ids[self.rel(p)])
+    def fingerprints(self, pairs: PairTable, digest: str) -> np.ndarray:
+        """Fingerprints from the listing's content ids (an (n, 32) uint8 array): a changed object (new ETag or
+        size) changes them."""
+        ids = self.ids
+        out = bytearray()
+        for image, label in zip(pairs.images, pairs.labels, strict=True):
+            out += sample_fingerprint(digest, ids[_posix(image)], ids[_posix(label)] if label else None)
+        return np.frombuffer(bytes(out), np.uint8).reshape(-1, 32)
 
     def header_size(self, path: Path) -> tuple[int, int]:
         """(H, W) from the first bytes of the object (byte-limited planning), falling back to the whole object."""
@@ -120,18 +133,11 @@ class RemoteSource:
         """Fetch one shard's inputs into a private temporary folder: (the task pointing there, that root)."""
         with tempfile.TemporaryDirectory(prefix="shardkit-in-", dir=staging_root()) as tmp:
             root = Path(tmp)
-            wanted: dict[str, Path] = {}
-
-            def local(p: Path | None) -> Path | None:
-                if p is None:
-                    return None
-                rel = self.rel(p)
-                wanted[rel] = root.joinpath(*rel.split("/"))
-                return wanted[rel]
-
-            pairs = tuple(SamplePair(s.key, local(s.image), local(s.label)) for s in task.samples)  # type: ignore[arg-type]
+            assert isinstance(task.samples, PairTable)  # the pipeline's tasks carry slices of a split's pairs
+            wanted = {rel: root.joinpath(*rel.split("/")) for col in (task.samples.images, task.samples.labels)
+                      for rel in map(_posix, col) if rel}
             self.remote.download_many(sorted(wanted.items()))
-            yield replace(task, samples=pairs), root
+            yield replace(task, samples=task.samples.with_root(root)), root
 
 
 class RemoteSink:
@@ -268,10 +274,12 @@ class StorageSession:
         self.sink.lock = stack.enter_context(RemoteLock(self.sink.remote))
         return stack
 
-    def fingerprints(self, pairs: Sequence[SamplePair], digest: str, old_cache: dict[str, Any], *, threads: int,
-                     on_error: str) -> tuple[list[str], dict[str, Any]]:
+    def fingerprints(self, pairs: PairTable, digest: str, old_cache: SourceCache, *, threads: int,
+                     on_error: str) -> tuple[np.ndarray, SourceCache]:
+        """Fingerprints of ``pairs`` and the refreshed cache (object storage: from the listing, no cache)."""
         if self.source is not None:
-            return self.source.fingerprints(pairs, digest), {}
+            old_cache.close()
+            return self.source.fingerprints(pairs, digest), SourceCache(len(pairs))
         return fingerprint_samples(pairs, digest, old_cache, threads=threads, on_error=on_error)
 
     @property

@@ -24,12 +24,12 @@ from .codecs import RAW, ArrayCodecs
 from .config import DEFAULT_MAX_PIXELS
 from .discover import rel_path
 from .errors import LabelError, ShardkitError
-from .fingerprint import combine_fingerprints, source_digest
+from .fingerprint import SourceCache, sample_fingerprint, source_digest
 from .formats.base import SampleSpec, WrittenFile
 from .formats.registry import get, writer_class
 from .imageio import check_pixels, decode_image, is_jpeg_file, regular_stat
 from .labels import LabelDecoder
-from .plan import ShardTask, shard_key, stem
+from .plan import ShardTask, hex_rows, shard_key, stem
 from .preprocess import fit_pair, pads
 from .progress import CounterRef, worker_tick
 from .samples import SidecarBuilder, sidecar_name
@@ -84,9 +84,9 @@ class ShardResult:
     skipped: list[dict[str, str]] = field(default_factory=list)
     synced: bool = True  # False: the files still need an fsync before they are published
     padded: int = 0  # samples smaller than --size after resizing, padded (image 0, label the pad id)
-    #: fingerprint cache entries {path: [size, mtime_ns, ctime_ns, inode, sha256]} of the source files this
-    #: worker hashed (tasks planned without fingerprints), for the split's cache
-    sources: dict[str, list[Any]] = field(default_factory=dict)
+    #: fingerprint cache entries of the source files this worker hashed (tasks planned without fingerprints),
+    #: for the split's cache: an (m, 2) :data:`~shardkit.fingerprint.ENTRY` array aligned with the task's pairs
+    sources: np.ndarray | None = None
 
 
 def _lossy_label_hint(exc: LabelError, label: Path | None) -> LabelError:
@@ -125,22 +125,25 @@ def process_sample(pair: Any, ctx: WorkerContext,
     return image, ctx.spec.encoding.encode(ids, allow_numba=False), ids, padded
 
 
-def fingerprint_pair(pair: Any, ctx: WorkerContext, options_digest: str, sources: dict[str, list[Any]],
+def fingerprint_pair(pair: Any, ctx: WorkerContext, options_digest: str, sources: SourceCache, i: int,
                      data: dict[Path, np.ndarray]) -> str:
     """The pair's fingerprint, exactly as :func:`shardkit.fingerprint.fingerprint_samples` computes it in the
     parent, from one read of each file: its bytes go into ``data`` for the decoder (files up to
-    :data:`~shardkit.fingerprint.KEEP_LIMIT`), its cache entry into ``sources``."""
-    digests: dict[Path, str] = {}
-    for path in (pair.image, pair.label):
+    :data:`~shardkit.fingerprint.KEEP_LIMIT`), its cache entry into ``sources`` (as pair ``i``)."""
+    digests: list[str | None] = []
+    for side, path in enumerate((pair.image, pair.label)):
         if path is None:
+            digests.append(None)
             continue
-        entry, cacheable, kept = source_digest(path, {}, ctx.on_error, keep=True)
-        digests[path] = str(entry[-1])
+        entry, cacheable, kept = source_digest(path, None, ctx.on_error, keep=True)
+        digests.append(str(entry[-1]))
         if cacheable:
-            sources[str(path)] = entry
+            sources.set(i, side, entry)
         if kept is not None:
             data[path] = kept
-    return combine_fingerprints([pair], options_digest, digests.__getitem__)[0]
+    image, label = digests
+    assert image is not None
+    return sample_fingerprint(options_digest, image, label).hex()
 
 
 def _write(fn: Any, task: ShardTask, *args: Any) -> Any:
@@ -218,16 +221,16 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
     samples = SidecarBuilder(ctx.spec.num_classes)
     skipped: list[dict[str, str]] = []
     padded = 0
+    given = None if task.fingerprints is None else hex_rows(task.fingerprints)
     fingerprints: list[str] = []
-    sources: dict[str, list[Any]] = {}  # cache entries of the files hashed here (task.fingerprints is None)
+    sources = SourceCache(len(task.samples) if given is None else 0)  # entries of the files hashed here
     options_digest = hashlib.sha256(ctx.settings.encode()).hexdigest()
     try:
         for i, pair in enumerate(task.samples):
             data: dict[Path, np.ndarray] = {}
-            if task.fingerprints is None:  # hashed here, from the bytes the decoder then uses
-                fingerprint = fingerprint_pair(pair, ctx, options_digest, sources, data)
-            else:
-                fingerprint = task.fingerprints[i]
+            # hashed here (task.fingerprints None), from the bytes the decoder then uses
+            fingerprint = given[i] if given is not None else fingerprint_pair(pair, ctx, options_digest, sources,
+                                                                                i, data)
             fingerprints.append(fingerprint)
             try:
                 image, stored, ids, was_padded = process_sample(pair, ctx, data)
@@ -255,11 +258,12 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
         raise
     key = task.key
     if key is None:  # the shard's final names (format files, then sidecar) carry the key its fingerprints give
-        key = shard_key(ctx.settings, task.samples, fingerprints)
+        key = shard_key(ctx.settings, [p.key for p in task.samples], fingerprints)
         names = get(ctx.format).published_names(stem(task.index, key), ctx.spec)
         files = tuple(dataclasses.replace(f, final_name=name) for f, name in zip(files, names, strict=True))
     return ShardResult(task.split, task.index, key, task.directory, files, len(samples), samples.digest(),
-                       stats.to_wire(), skipped, ctx.sync_files, padded, sources)
+                       stats.to_wire(), skipped, ctx.sync_files, padded,
+                       None if given is not None else sources.rows(0, len(task.samples)))
 
 
 def _write_sidecar(writer: Any, samples: SidecarBuilder, sync: bool) -> WrittenFile:

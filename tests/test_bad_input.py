@@ -324,7 +324,7 @@ def test_other_os_errors_are_one_line(camvid_root: Path, tmp_path: Path, monkeyp
     raw = tmp_path / "raw"
     make_raw(camvid_root, raw, n=2)
 
-    def denied(directory: Path, cache: object) -> None:  # root ignores chmod, so simulate EACCES
+    def denied(directory: Path, *args: object) -> None:  # root ignores chmod, so simulate EACCES
         raise PermissionError(errno.EACCES, "Permission denied", str(directory / ".fingerprints.json"))
 
     monkeypatch.setattr("shardkit.pipeline.save_cache", denied)

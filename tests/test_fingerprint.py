@@ -10,65 +10,114 @@ import numpy as np
 import pytest
 
 import shardkit.fingerprint as fp
-from shardkit.discover import SamplePair
 from shardkit.errors import InputNotFoundError
-from shardkit.fingerprint import CACHE_NAME, fingerprint_samples, load_cache, save_cache
+from shardkit.fingerprint import CACHE_NAME, SourceCache, cache_items, fingerprint_samples, load_cache, save_cache
+from shardkit.pairs import PairBuilder, PairTable
 
 
 @pytest.fixture
-def pairs(tmp_path: Path) -> list[SamplePair]:
-    out = []
+def pairs(tmp_path: Path) -> PairTable:
+    out = PairBuilder(tmp_path)
     for i in range(3):
         (tmp_path / f"{i}.png").write_bytes(f"image {i}".encode())
         (tmp_path / f"{i}_L.png").write_bytes(f"label {i}".encode())
-        out.append(SamplePair(f"{i}.png", tmp_path / f"{i}.png", tmp_path / f"{i}_L.png"))
-    return out
+        out.add(f"{i}.png", str(tmp_path / f"{i}.png"), str(tmp_path / f"{i}_L.png"))
+    return out.build()
 
 
-def test_fingerprints_follow_content_and_options_only(pairs: list[SamplePair]) -> None:
-    a, cache = fingerprint_samples(pairs, "opts", {}, threads=2)
-    assert len(set(a)) == 3 and set(cache) == {str(p) for pair in pairs for p in (pair.image, pair.label)}
-    assert fingerprint_samples(pairs, "opts", {}, threads=1)[0] == a  # threads change nothing
-    assert all(x != y for x, y in zip(fingerprint_samples(pairs, "other", {})[0], a, strict=True))
+def prints(pairs: PairTable, options: str, cache: SourceCache | None = None, **kw) -> tuple[list[str], SourceCache]:
+    """Fingerprints as hex, and the refreshed cache."""
+    out, cache = fingerprint_samples(pairs, options, cache or SourceCache(len(pairs)), **kw)
+    return [row.tobytes().hex() for row in out], cache
+
+
+def entries(pairs: PairTable, cache: SourceCache) -> dict[str, list]:
+    """The cache as the cache file holds it: {path: [size, mtime_ns, ctime_ns, inode, sha256 hex]}."""
+    return dict(cache_items(pairs, cache))
+
+
+def test_fingerprints_follow_content_and_options_only(pairs: PairTable) -> None:
+    a, cache = prints(pairs, "opts", threads=2)
+    files = {str(p) for pair in pairs for p in (pair.image, pair.label)}
+    assert len(set(a)) == 3 and set(entries(pairs, cache)) == files
+    assert prints(pairs, "opts", threads=1)[0] == a  # threads change nothing
+    assert all(x != y for x, y in zip(prints(pairs, "other")[0], a, strict=True))
     pairs[1].label.write_bytes(b"label 1 edited")  # type: ignore[union-attr]
-    b, _ = fingerprint_samples(pairs, "opts", cache)
+    b, _ = prints(pairs, "opts", cache)
     assert (b[0], b[2]) == (a[0], a[2]) and b[1] != a[1]
 
 
-def test_an_unchanged_file_is_not_read_again(pairs: list[SamplePair], monkeypatch: pytest.MonkeyPatch) -> None:
-    first, cache = fingerprint_samples(pairs, "opts", {})
+def test_an_unchanged_file_is_not_read_again(pairs: PairTable, monkeypatch: pytest.MonkeyPatch) -> None:
+    first, cache = prints(pairs, "opts")
     reads: list[Path] = []
     real = fp.file_sha256
     monkeypatch.setattr(fp, "file_sha256", lambda p: (reads.append(p), real(p))[1])
-    assert fingerprint_samples(pairs, "opts", cache)[0] == first
+    assert prints(pairs, "opts", cache)[0] == first
     assert reads == []
 
 
-def test_an_edit_that_restores_size_and_mtime_is_still_seen(pairs: list[SamplePair]) -> None:
-    first, cache = fingerprint_samples(pairs, "opts", {})
+def test_an_edit_that_restores_size_and_mtime_is_still_seen(pairs: PairTable) -> None:
+    first, cache = prints(pairs, "opts")
     image = pairs[0].image
     st = image.stat()
     image.write_bytes(b"image X")  # same size
     os.utime(image, ns=(st.st_atime_ns, st.st_mtime_ns))  # like touch -r: only the ctime tells
-    assert fingerprint_samples(pairs, "opts", cache)[0][0] != first[0]
+    assert prints(pairs, "opts", cache)[0][0] != first[0]
 
 
-def test_missing_files_fail_or_get_a_placeholder_with_skip(pairs: list[SamplePair]) -> None:
+def test_missing_files_fail_or_get_a_placeholder_with_skip(pairs: PairTable) -> None:
     pairs[2].image.unlink()
     with pytest.raises(InputNotFoundError):
-        fingerprint_samples(pairs, "opts", {})
-    prints, cache = fingerprint_samples(pairs, "opts", {}, on_error="skip")
-    assert len(prints) == 3 and str(pairs[2].image) not in cache
+        prints(pairs, "opts")
+    found, cache = prints(pairs, "opts", on_error="skip")
+    assert len(found) == 3 and str(pairs[2].image) not in entries(pairs, cache)
 
 
-def test_the_cache_round_trips_and_a_damaged_one_is_empty(tmp_path: Path, pairs: list[SamplePair]) -> None:
-    _, cache = fingerprint_samples(pairs, "opts", {})
-    save_cache(tmp_path, cache)
-    assert load_cache(tmp_path) == cache
-    (tmp_path / CACHE_NAME).write_text("[1, 2")
-    assert load_cache(tmp_path) == {}
-    (tmp_path / CACHE_NAME).write_text("[1, 2]")
-    assert load_cache(tmp_path) == {}
+def test_the_cache_round_trips_and_a_damaged_one_is_empty(tmp_path: Path, pairs: PairTable) -> None:
+    _, cache = prints(pairs, "opts")
+    save_cache(tmp_path, pairs, cache)
+    written = json.loads((tmp_path / CACHE_NAME).read_text())
+    assert entries(pairs, load_cache(tmp_path, pairs)) == entries(pairs, cache) == written
+    assert (tmp_path / CACHE_NAME).read_bytes() == json.dumps(written, sort_keys=True).encode()
+    for damaged in ("[1, 2", "[1, 2]", '{"a": [1, 2, 3, 4, "' + "0" * 64 + '"], "b": ['):
+        (tmp_path / CACHE_NAME).write_text(damaged)
+        assert entries(pairs, load_cache(tmp_path, pairs)) == {}
+
+
+def test_the_cache_is_read_a_piece_at_a_time_and_keeps_only_this_splits_files(
+        tmp_path: Path, pairs: PairTable, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Entries of other files are dropped, malformed ones (an older 3-field cache, a bad digest) hashed again; a
+    file laid out otherwise (indented) is read whole; the result is the same whatever the piece size."""
+    _, cache = prints(pairs, "opts")
+    mine = entries(pairs, cache)
+    other = {str(tmp_path / f"other{i}.png"): [i, 2, 3, 4, "ab" * 32] for i in range(50)}
+    bad = dict(mine)
+    image0, label2 = str(pairs[0].image), str(pairs[2].label)
+    bad[image0] = bad[image0][:2] + bad[image0][3:]  # 3 stat fields
+    bad[label2] = [*bad[label2][:4], "AB" * 32]  # not lowercase hex
+    expected = {k: v for k, v in mine.items() if k not in (image0, label2)}
+    for text in (json.dumps(mine | other, sort_keys=True), json.dumps(mine | other, sort_keys=True, indent=1),
+                 json.dumps(bad | other, sort_keys=True)):
+        (tmp_path / CACHE_NAME).write_text(text)
+        for piece in (7, 64, 1 << 20):
+            monkeypatch.setattr(fp, "READ_BLOCK", piece)
+            got = entries(pairs, load_cache(tmp_path, pairs))
+            assert got == (expected if "AB" in text else mine), (piece, text[:40])
+
+
+def test_spilled_entries_come_back_as_written(tmp_path: Path, pairs: PairTable,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first conversion's cache waits in a spill file: put in blocks, read back a block at a time."""
+    import tempfile
+
+    _, cache = prints(pairs, "opts")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    spilled = SourceCache(len(pairs), spill=True)
+    spilled.put(1, cache.rows(1, 2))
+    spilled.put(0, cache.rows(0, 1))
+    assert entries(pairs, spilled) == entries(pairs, cache)
+    spilled.close()
+    assert list(tmp_path.glob("shardkit-cache-*")) == []
 
 
 def _small_camvid(camvid_root: Path, dst: Path, n: int = 6) -> Path:
@@ -99,21 +148,22 @@ def test_fingerprints_hashed_in_workers_equal_the_parents(camvid_root: Path, tmp
     in_parent: list[tuple[list[str], dict]] = []
     real = fp.fingerprint_samples
 
-    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
-        in_parent.append(real(*args, **kwargs))
-        return in_parent[-1]
+    def spy(pairs, *args, **kwargs):  # type: ignore[no-untyped-def]
+        out, cache = real(pairs, *args, **kwargs)
+        in_parent.append(([row.tobytes().hex() for row in out], entries(pairs, cache)))
+        return out, cache
 
     monkeypatch.setattr(staging, "fingerprint_samples", spy)
     first = convert(cfg)
     assert in_parent == [] and first.shards == 3  # nothing to reuse: the parent hashed nothing
     from_workers = [s["fingerprint"] for s in load_manifest(out).samples]
-    worker_cache = load_cache(out)
+    worker_cache = json.loads((out / CACHE_NAME).read_text())
     assert len(set(from_workers)) == 6 and len(worker_cache) == 12
     (out / CACHE_NAME).unlink()  # shard records are there: the parent hashes every file itself
     again = convert(cfg)
     assert len(in_parent) == 1 and again.reused == again.shards == 3  # same shard keys
     assert in_parent[0] == (from_workers, worker_cache)
-    assert load_cache(out) == worker_cache
+    assert json.loads((out / CACHE_NAME).read_text()) == worker_cache
 
 
 def test_unreadable_inputs_skipped_in_workers_get_the_parents_placeholder(camvid_root: Path, tmp_path: Path) -> None:
@@ -131,7 +181,7 @@ def test_unreadable_inputs_skipped_in_workers_get_the_parents_placeholder(camvid
     cfg = ConvertConfig(input=src, output=tmp_path / "out", size=(352, 480), layout="segnet", workers=1,
                         shard_size=ShardSize(samples=2), on_error="skip", quiet=True)
     first = convert(cfg)
-    assert len(first.skipped) == 1 and str(fifo) not in load_cache(out)
+    assert len(first.skipped) == 1 and str(fifo) not in json.loads((out / CACHE_NAME).read_text())
     (out / CACHE_NAME).unlink()
     again = convert(cfg)
     assert again.reused == again.shards == 2 and len(again.skipped) == 1
@@ -146,6 +196,37 @@ def test_the_cache_file_is_json_dumps_bytes_written_in_pieces(entries: int, monk
     rng = np.random.default_rng(entries)
     cache = {f"/data/{rng.integers(10**6)}/ü{i}.png": [int(rng.integers(10**9)), 1, 2, 3, "ab" * 32]
              for i in range(entries)}
-    pieces = list(fingerprint.cache_json(cache))
+    pieces = list(fingerprint.cache_json(sorted(cache.items())))
     assert b"".join(pieces) == json.dumps(cache, sort_keys=True).encode()
     assert len(pieces) == 2 + -(-entries // 5)  # "{", one piece per 5 entries, "}"
+
+
+def test_a_spilled_cache_reads_and_writes_like_one_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Single entries go through a few write-back blocks, whole rows straight to the file: any mix of the two
+    reads back what an in-memory cache holds (tiny blocks, so that blocks are evicted and rewritten)."""
+    import random
+
+    monkeypatch.setattr(SourceCache, "BLOCK", 3)
+    monkeypatch.setattr(SourceCache, "KEEP", 2)
+    rng = random.Random(0)
+    n = 40
+    memory, spilled = SourceCache(n), SourceCache(n, spill=True)
+    for step in range(2000):
+        op, i, side = rng.random(), rng.randrange(n), rng.randrange(2)
+        if op < 0.4:
+            entry = None if rng.random() < 0.2 else [rng.randrange(1 << 40), step, -step, rng.randrange(1 << 64),
+                                                     bytes(rng.randrange(256) for _ in range(32)).hex()]
+            assert memory.set(i, side, entry) and spilled.set(i, side, entry)
+        elif op < 0.5:
+            count = rng.randrange(1, n - i + 1)
+            part = memory.part(i, count)
+            part.set(0, side, [1, 2, 3, 4, "ab" * 32])
+            memory.put(i, part.rows(0, count))
+            spilled.put(i, part.rows(0, count))
+        elif op < 0.6:
+            count = rng.randrange(1, n - i + 1)
+            assert spilled.rows(i, count).tobytes() == memory.rows(i, count).tobytes()
+        else:
+            assert spilled.get(i, side) == memory.get(i, side)
+    assert spilled.rows(0, n).tobytes() == memory.rows(0, n).tobytes()
+    spilled.close()

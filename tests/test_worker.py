@@ -18,6 +18,7 @@ from shardkit.publish import TMP_MARK
 from shardkit.worker import WorkerContext, convert_shard, process_sample
 
 F1, F2 = "f1" * 32, "f2" * 32  # sample fingerprints (64 hex digits)
+PRINTS = np.frombuffer(bytes.fromhex(F1 + F2), np.uint8).reshape(2, 32)  # as a task carries them
 
 RNG = np.random.default_rng(3)
 TABLE = ClassTable(tuple(ClassInfo(i, f"c{i}") for i in range(4)), 255)
@@ -51,7 +52,7 @@ def test_a_shard_is_written_under_temp_names_with_its_records(tmp_path: Path) ->
     pairs = (pair(tmp_path, "a", (8, 8)), pair(tmp_path, "b", (8, 8)))
     out = tmp_path / "out"
     out.mkdir()
-    task = ShardTask("train", 0, "k" * 64, out, pairs, (F1, F2))
+    task = ShardTask("train", 0, "k" * 64, out, pairs, PRINTS)
     ticks: list[int] = []
     result = convert_shard(task, context(tmp_path), lambda: ticks.append(1))
     assert len(ticks) == 2 and result.skipped == [] and result.padded == 0
@@ -72,7 +73,7 @@ def test_a_broken_input_fails_the_shard_or_is_skipped(tmp_path: Path, on_error: 
     bad.image.write_bytes(b"\x89PNG\r\n\x1a\n broken")
     out = tmp_path / "out"
     out.mkdir()
-    task = ShardTask("train", 0, "k" * 64, out, (good, bad), (F1, F2))
+    task = ShardTask("train", 0, "k" * 64, out, (good, bad), PRINTS)
     if on_error == "fail":
         with pytest.raises(DecodeError, match=r"b\.png"):
             convert_shard(task, context(tmp_path, on_error=on_error))
