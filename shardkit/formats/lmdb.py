@@ -167,16 +167,16 @@ class LmdbReader(ShardReader):
             ranges = value_ranges(mm, n)
             if ranges is None or n == 0:
                 return None
-            with self._env.begin(buffers=True) as txn:  # the table must say what LMDB says, for two records
+            with self._env.begin(buffers=True) as txn:  # the table must say what LMDB says, for two records:
                 found = [(j, txn.get(sample_key(j))) for j in {0, n - 1}]
-                addrs = [(j, np.frombuffer(buf, np.uint8).ctypes.data, len(buf)) for j, buf in found if buf]
-            if len(addrs) != len(found):
-                return None
-            base = addrs[0][1] - int(ranges[addrs[0][0], 0])  # where LMDB's own map of the file starts
-            for j, addr, length in addrs:
-                begin, end = (int(v) for v in ranges[j])
-                if addr - base != begin or length != end - begin:
+                if any(buf is None for _, buf in found):
                     return None
+                base = np.frombuffer(found[0][1], np.uint8).ctypes.data - int(ranges[found[0][0], 0])
+                for j, buf in found:  # the same place in LMDB's own map, the same length, the same first and
+                    begin, end = (int(v) for v in ranges[j])  # last bytes in the file
+                    if (np.frombuffer(buf, np.uint8).ctypes.data - base != begin or len(buf) != end - begin
+                            or mm[begin : begin + 64] != bytes(buf[:64]) or mm[end - 64 : end] != bytes(buf[-64:])):
+                        return None
         except (OSError, ValueError, lmdb.Error):
             return None
         mapping = MappedArray(mm, 0)

@@ -178,3 +178,74 @@ def test_hdf5_single_reads_ask_for_their_sample(camvid_val_hdf5: dict[str, Path]
             assert np.array_equal(label.reshape(-1), f["labels"][b0:b1])
         else:
             assert np.array_equal(image, f["images"][3]) and np.array_equal(label, f["labels"][3])
+
+
+@pytest.fixture(scope="module")
+def camvid_val_lmdb(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from shardkit.config import ConvertConfig, ShardSize
+    from shardkit.pipeline import convert
+
+    root = tmp_path_factory.mktemp("camvid-val-lmdb")
+    convert(ConvertConfig(camvid_root, root, format="lmdb", size=(360, 480), splits=("val",), workers=2, quiet=True,
+                          shard_size=ShardSize(samples=13)))
+    return root / "val"
+
+
+def test_lmdb_cold_batches_ask_for_exactly_their_records(camvid_val_lmdb: Path, advice: list, monkeypatch) -> None:
+    """LMDB: a batch read from storage asks for exactly its records' bytes (as LMDB returns them), touching
+    records as one range; a cached batch asks for nothing; pixels are unchanged."""
+    import mmap
+
+    from shardkit.formats.lmdb import sample_key
+
+    counter = iter(range(0, 10**6, 7))
+    monkeypatch.setattr(residency, "blocks_read", lambda: next(counter))
+    ds = shardkit.open(camvid_val_lmdb)
+    reader = ds.readers[0]
+    first = reader.shard.first_index
+    local = [1, 2, 5, len(reader) - 1]
+    assert len(reader) > 6
+    images, _ = ds.batch(np.array(local) + first)
+    path = reader.path(reader.shard.files[0].name)
+    data = path.read_bytes()
+    with reader._env.begin(buffers=False) as txn:  # this process's one environment of the file
+        records = [txn.get(sample_key(j)) for j in local]
+    starts = [data.find(r) for r in records]  # each record's bytes, found in the file itself
+    want = [[s, s + len(r)] for s, r in zip(starts, records, strict=True)]
+    merged: list[list[int]] = []
+    for a, b in sorted(want):
+        if merged and merged[-1][1] == a:
+            merged[-1][1] = b
+        else:
+            merged.append([a, b])
+    willneed = sorted((s, s + n) for a, s, n in advice if a == mmap.MADV_WILLNEED)
+    assert len(willneed) == len(merged)
+    for (s, e), (a, b) in zip(willneed, merged, strict=True):
+        assert s == a - a % mmap.PAGESIZE and e == b
+    header = 16
+    for k, r in enumerate(records):
+        assert np.array_equal(images[k].reshape(-1), np.frombuffer(r, np.uint8)[header : header + 360 * 480 * 3])
+
+    monkeypatch.setattr(residency, "blocks_read", lambda: 5)
+    ds.batch(np.array(local) + first)
+    advice.clear()
+    ds.batch(np.array(local) + first)
+    assert not advice
+
+
+def test_lmdb_gives_no_hints_when_the_table_disagrees_with_lmdb(camvid_val_lmdb: Path, advice: list,
+                                                                 monkeypatch) -> None:
+    """A table that does not say what LMDB returns (here: every range shifted by a page, which keeps their
+    distances) is not used."""
+    import mmap
+
+    from shardkit.formats import lmdb as lmdb_format
+
+    real = lmdb_format.value_ranges
+    monkeypatch.setattr(lmdb_format, "value_ranges", lambda data, n: (lambda r: None if r is None else r + 4096)(
+        real(data, n)))
+    ds = shardkit.open(camvid_val_lmdb)
+    reader = ds.readers[1]
+    reader.prefetch(np.array([0, 1, 2]))
+    assert not [a for a, _, _ in advice if a == mmap.MADV_WILLNEED]
+    assert reader._hints is False
