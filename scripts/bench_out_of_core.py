@@ -14,8 +14,10 @@ drops the page cache) and Linux. It
    one shuffled epoch (shardkit's batched reader: sorted random index batches of ``--batch-size`` into
    one reused buffer; the naive row: ``cv2.imread`` of both PNGs + centre crop per sample, shuffled) and
    reports samples/s, the bytes it read from disk (``/proc/self/io`` ``read_bytes``: page-cache misses,
-   read-ahead included) and its peak RSS; the first raw npy and raw HDF5 splits are also read without the
-   readers' read-ahead hints (a plain memory map), and the npy split through the ``preadv`` prototype;
+   read-ahead included) and its peak RSS; the first raw npy, HDF5 and LMDB splits are also read without the
+   readers' read-ahead hints (npy, HDF5: a plain memory map; LMDB: page by page), and the npy split through
+   the ``preadv`` prototype; with ``--disk-mbps`` the out-of-core reads are also limited to that many MB/s of
+   disk (cgroup v1 ``blkio.throttle.read_bps_device`` / v2 ``io.max``), a slower disk on the same machine;
 4. measures each row warm too (no limit, every file read once before the timed epoch: the CPU bound;
    the process still maps the shard pages on first touch), and prints the break-even
    table: for a disk of D MB/s a row reads at about min(warm rate, D / bytes read per sample);
@@ -116,6 +118,50 @@ class MemoryCgroup:
         print(f"note: could not remove the cgroup {self.path}; remove it with: rmdir {self.path}", file=sys.stderr)
 
 
+def whole_disk(path: Path) -> str:
+    """``MAJ:MIN`` of the disk (not the partition) that holds ``path``; SystemExit when it is not on one."""
+    st = path.stat()
+    dev = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
+    if not dev.exists():
+        raise SystemExit(f"--disk-mbps: {path} is not on a block device (device {os.major(st.st_dev)}:"
+                         f"{os.minor(st.st_dev)}); put --work on a disk")
+    if (dev / "partition").exists():
+        dev = dev.resolve().parent
+    return (dev / "dev").read_text().strip()
+
+
+class DiskThrottle:
+    """Reads from one disk limited to ``mbps`` MB/s for the processes that join: a slower disk (a network file
+    system, a cloud volume) on this machine. v1: a ``blkio`` cgroup with ``blkio.throttle.read_bps_device``;
+    v2: ``io.max`` ``rbps`` written into the memory cgroup (one hierarchy). Removed on exit (v1)."""
+
+    def __init__(self, mbps: float, disk: str, name: str, memory: MemoryCgroup) -> None:
+        self.rule = f"{disk} {int(mbps * 1e6)}"
+        self.memory = memory
+        self.path = memory.path if memory.version == 2 else Path("/sys/fs/cgroup/blkio") / name
+
+    def __enter__(self) -> DiskThrottle:
+        try:
+            if self.memory.version == 2:
+                (self.path / "io.max").write_text(self.rule.replace(" ", " rbps=", 1))
+            else:
+                self.path.mkdir()
+                (self.path / "blkio.throttle.read_bps_device").write_text(self.rule)
+        except OSError as exc:
+            raise SystemExit(f"cannot throttle reads in {self.path} ({exc.strerror}); on cgroup v2 the io "
+                             "controller must be enabled in /sys/fs/cgroup/cgroup.subtree_control") from None
+        return self
+
+    def procs(self) -> Path | None:
+        """The v1 group's member list (v2: the memory cgroup is the same group)."""
+        return None if self.memory.version == 2 else self.path / "cgroup.procs"
+
+    def __exit__(self, *exc: object) -> None:
+        if self.memory.version == 1:
+            with contextlib.suppress(OSError):
+                self.path.rmdir()
+
+
 def drop_caches() -> None:
     os.sync()
     Path("/proc/sys/vm/drop_caches").write_text("3\n")
@@ -139,7 +185,7 @@ def child(kind: str, path: str, batch_size: int, seed: int, warm: bool, source: 
     import shardkit
     from shardkit.bench import naive_pass, reader_pass, shard_files
 
-    if kind == "plain":  # the reader without its read-ahead hints: a plain memory map (npy, HDF5)
+    if kind == "plain":  # the reader without its read-ahead hints (npy, HDF5: a plain memory map; LMDB)
         from shardkit.formats.mapping import MappedArray
 
         MappedArray._advise = lambda self, advice, start, length: None  # type: ignore[method-assign]
@@ -204,14 +250,18 @@ def pread_pass(ds: Any, batch_size: int, seed: int) -> Any:
 
 
 def run_child(args: argparse.Namespace, kind: str, path: Path, source: Path,
-              cgroup: MemoryCgroup | None) -> dict[str, Any]:
-    """One epoch in a fresh process: inside ``cgroup`` (cold, out of core), or without one (warm)."""
+              cgroup: MemoryCgroup | None, throttle: DiskThrottle | None = None) -> dict[str, Any]:
+    """One epoch in a fresh process: inside ``cgroup`` (cold, out of core; and ``throttle``'s disk limit when
+    given), or without one (warm)."""
     cmd = [sys.executable, __file__, "--child", kind, str(path), "--batch-size", str(args.batch_size),
            "--seed", str(args.seed), "--source", str(source), *([] if cgroup is not None else ["--warm"])]
+    throttled = throttle.procs() if throttle is not None and cgroup is not None else None
 
-    def enter() -> None:  # in the child, before exec: join the cgroup before anything is read
+    def enter() -> None:  # in the child, before exec: join the cgroups before anything is read
         if cgroup is not None:
             cgroup.procs().write_text(str(os.getpid()))
+        if throttled is not None:
+            throttled.write_text(str(os.getpid()))
 
     if cgroup is not None:
         cgroup.reset_peak()
@@ -267,21 +317,28 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     n = len(pairs) * args.times
     results: dict[str, Any] = {"limit": args.limit, "samples": n, "times": args.times, "png_bytes": png_bytes,
                                "rows": [], "cgroup": None}
-    with MemoryCgroup(args.limit, f"shardkit-ooc-{os.getpid()}") as cg:
+    with contextlib.ExitStack() as stack:
+        cg = stack.enter_context(MemoryCgroup(args.limit, f"shardkit-ooc-{os.getpid()}"))
         results["cgroup"] = f"v{cg.version} {cg.path}"
+        throttle = None
+        if args.disk_mbps:
+            disk = whole_disk(work)
+            throttle = stack.enter_context(DiskThrottle(args.disk_mbps, disk, f"shardkit-ooc-{os.getpid()}", cg))
+            results["disk_mbps"] = args.disk_mbps
+            results["cgroup"] += f"; reads from disk {disk} limited to {args.disk_mbps:g} MB/s"
         jobs = [(f"shardkit {o}", "reader", split, size) for o, split, size in converted]
         npy = next(((split, size) for o, split, size in converted if "--format npy" in o and "codec" not in o), None)
-        for fmt in ("npy", "hdf5"):  # the memory-mapped readers, once each with their hints off
+        for fmt in ("npy", "hdf5", "lmdb"):  # the hinted readers, once each with their hints off
             plain = next(((split, size) for o, split, size in converted if f"--format {fmt}" in o
                           and "codec" not in o and "compression" not in o), None)
             if plain is not None and not args.no_plain:
-                jobs.append((f"{fmt} without read-ahead hints (plain memory map)", "plain", *plain))
+                jobs.append((f"{fmt} without read-ahead hints", "plain", *plain))
         if npy is not None and not args.no_pread:
             jobs.append(("prototype: npy via preadv (not in shardkit)", "pread", *npy))
         jobs.append(("naive: cv2.imread image + label, crop (PNG)", "naive", converted[0][1], png_bytes))
         for name, kind, split, size in jobs:
             drop_caches()
-            cold = run_child(args, kind, split, src, cg)
+            cold = run_child(args, kind, split, src, cg, throttle)
             warm = run_child(args, kind, split, src, None)
             row = {"name": name, "stored_bytes": size, "cold": cold, "warm": warm}
             results["rows"].append(row)
@@ -330,6 +387,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="SegNet-layout CamVid folder")
     ap.add_argument("--times", type=int, default=10, help="copies of the shared pairs (149 each)")
     ap.add_argument("--limit", type=parse_bytes, default=parse_bytes("300MB"), help="memory limit, e.g. 300MB")
+    ap.add_argument("--disk-mbps", type=float, default=0.0,
+                    help="also limit the out-of-core reads to this many MB/s of disk (a slower disk; cgroup v1 blkio "
+                         "or v2 io.max); default: the disk as it is")
     ap.add_argument("--row", action="append", help='convert options of one row, e.g. "--format lmdb" (repeatable)')
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--workers", type=int, default=2, help="convert workers")
@@ -338,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--child", nargs=2, metavar=("KIND", "SPLIT"), help=argparse.SUPPRESS)
     ap.add_argument("--no-pread", action="store_true", help="leave out the preadv prototype row")
-    ap.add_argument("--no-plain", action="store_true", help="leave out the npy and HDF5 rows without read-ahead hints")
+    ap.add_argument("--no-plain", action="store_true", help="leave out the npy, HDF5 and LMDB rows without read-ahead hints")
     ap.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--source", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
