@@ -398,7 +398,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--child", nargs=2, metavar=("KIND", "SPLIT"), help=argparse.SUPPRESS)
     ap.add_argument("--no-pread", action="store_true", help="leave out the preadv prototype row")
-    ap.add_argument("--no-plain", action="store_true", help="leave out the npy, HDF5 and LMDB rows without read-ahead hints")
+    ap.add_argument("--no-plain", action="store_true",
+                    help="leave out the npy, HDF5 and LMDB rows without read-ahead hints")
     ap.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--source", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
