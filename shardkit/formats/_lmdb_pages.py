@@ -44,6 +44,8 @@ def value_ranges(data: Any, n: int) -> np.ndarray | None:
 
 def _walk(data: Any, n: int) -> np.ndarray | None:
     size = len(data)
+    if n > size // _NODE:  # every record needs a leaf node of at least 8 bytes: no table for a claim like that
+        return None
     meta = _current_meta(data, size)
     if meta is None:
         return None

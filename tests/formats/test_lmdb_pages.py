@@ -57,6 +57,7 @@ def test_every_record_range_is_the_bytes_lmdb_returns(lmdb_splits: dict[str, Pat
 def test_a_split_with_fewer_records_than_asked_for_has_no_table(lmdb_splits: dict[str, Path]) -> None:
     path, n = _shards(lmdb_splits["raw"])[0]
     assert value_ranges(path.read_bytes(), n + 1) is None  # record n is missing
+    assert value_ranges(path.read_bytes(), 10**15) is None  # a manifest's claim is not allocated
     assert value_ranges(path.read_bytes(), 0) is not None
 
 
