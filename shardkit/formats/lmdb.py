@@ -126,12 +126,13 @@ class LmdbReader(ShardReader):
     """One read-only environment per process, opened lazily (py-lmdb refuses a second open per process)."""
 
     _env: Any = None
-    #: read-ahead hints: a read-only map of the file (for ``MADV_WILLNEED``) and each record's byte range in it;
-    #: False once found unavailable. Built on the first batch read from storage.
-    _hints: tuple[MappedArray, np.ndarray] | bool | None = None
+    #: read-ahead hints: a read-only map of the file (for ``MADV_WILLNEED``) and each record's byte range in it,
+    #: built on the first batch read from storage (``_hints_tried``); None when unavailable.
+    _hints: tuple[MappedArray, np.ndarray] | None = None
+    _hints_tried: bool | None = None
 
     def _handle_attrs(self) -> tuple[str, ...]:
-        return ("_env", "_hints")
+        return ("_env", "_hints", "_hints_tried")
 
     def prefetch(self, local_indices: Sequence[int] | np.ndarray, cold: bool = True) -> None:
         """``MADV_WILLNEED`` on exactly the file bytes of records ``local_indices`` (sorted, touching ranges
@@ -152,36 +153,44 @@ class LmdbReader(ShardReader):
     def _value_hints(self) -> tuple[MappedArray, np.ndarray] | None:
         """The hint table, built once per process: a read-only map of the shard file and the ``(n, 2)`` byte
         ranges of its records, kept only when two of them agree with what LMDB itself returns."""
-        if self._hints is None:
-            self._hints = self._build_hints() or False
-        return self._hints or None  # type: ignore[return-value]
+        if not self._hints_tried:
+            self._hints, self._hints_tried = self._build_hints(), True
+        return self._hints
 
     def _build_hints(self) -> tuple[MappedArray, np.ndarray] | None:
         self.ensure_open()
         path, n = self.path(self.shard.files[0].name), len(self)
         try:
             with open(path, "rb") as fh:
-                if os.fstat(fh.fileno()).st_size == 0:
+                if n == 0 or os.fstat(fh.fileno()).st_size == 0:
                     return None
                 mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
             ranges = value_ranges(mm, n)
-            if ranges is None or n == 0:
+            if ranges is None or not self._agrees_with_lmdb(mm, ranges):
+                mm.close()
                 return None
-            with self._env.begin(buffers=True) as txn:  # the table must say what LMDB says, for two records:
-                found = [(j, txn.get(sample_key(j))) for j in {0, n - 1}]
-                if any(buf is None for _, buf in found):
-                    return None
-                base = np.frombuffer(found[0][1], np.uint8).ctypes.data - int(ranges[found[0][0], 0])
-                for j, buf in found:  # the same place in LMDB's own map, the same length, the same first and
-                    begin, end = (int(v) for v in ranges[j])  # last bytes in the file
-                    if (np.frombuffer(buf, np.uint8).ctypes.data - base != begin or len(buf) != end - begin
-                            or mm[begin : begin + 64] != bytes(buf[:64]) or mm[end - 64 : end] != bytes(buf[-64:])):
-                        return None
         except (OSError, ValueError, lmdb.Error):
             return None
         mapping = MappedArray(mm, 0)
         mapping.set_random()  # this map is only ever hinted, never read
         return mapping, ranges
+
+    def _agrees_with_lmdb(self, mm: mmap.mmap, ranges: np.ndarray) -> bool:
+        """For the first and last record: the table's range is where LMDB's own map holds the value (the same
+        distance apart), as long as it, and holds the same first and last bytes in the file."""
+        n = len(ranges)
+        with self._env.begin(buffers=True) as txn:
+            found = [(j, txn.get(sample_key(j))) for j in sorted({0, n - 1})]
+            if any(buf is None for _, buf in found):
+                return False
+            base = np.frombuffer(found[0][1], np.uint8).ctypes.data - int(ranges[found[0][0], 0])
+            for j, buf in found:
+                begin, end = (int(v) for v in ranges[j])
+                k = min(64, end - begin)
+                if (np.frombuffer(buf, np.uint8).ctypes.data - base != begin or len(buf) != end - begin
+                        or mm[begin : begin + k] != bytes(buf[:k]) or mm[end - k : end] != bytes(buf[len(buf) - k :])):
+                    return False
+        return True
 
     def _open(self) -> None:
         path = self.path(self.shard.files[0].name)
@@ -236,7 +245,7 @@ class LmdbReader(ShardReader):
     def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         self.ensure_open()
         hints = self._hints
-        if isinstance(hints, tuple) and 0 <= i < len(self):  # once built (by a batch from storage), as npy
+        if hints is not None and 0 <= i < len(self):  # once built (by a batch from storage), as npy
             hints[0].will_need_one(int(hints[1][i, 0]), int(hints[1][i, 1]))
         try:
             with self._env.begin(buffers=False) as txn:

@@ -248,4 +248,4 @@ def test_lmdb_gives_no_hints_when_the_table_disagrees_with_lmdb(camvid_val_lmdb:
     reader = ds.readers[1]
     reader.prefetch(np.array([0, 1, 2]))
     assert not [a for a, _, _ in advice if a == mmap.MADV_WILLNEED]
-    assert reader._hints is False
+    assert reader._hints is None and reader._hints_tried
