@@ -244,9 +244,9 @@ class LmdbReader(ShardReader):
 
     def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         self.ensure_open()
-        hints = self._hints
-        if hints is not None and 0 <= i < len(self):  # once built (by a batch from storage), as npy
-            hints[0].will_need_one(int(hints[1][i, 0]), int(hints[1][i, 1]))
+        hints = self._value_hints() if 0 <= i < len(self) else None
+        if hints is not None:  # one request for the record, as npy's and HDF5's single reads (variable-size
+            hints[0].will_need_one(int(hints[1][i, 0]), int(hints[1][i, 1]))  # splits are augmented from them)
         try:
             with self._env.begin(buffers=False) as txn:
                 return self.decode_record(txn.get(sample_key(i)), i)

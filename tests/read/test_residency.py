@@ -249,3 +249,18 @@ def test_lmdb_gives_no_hints_when_the_table_disagrees_with_lmdb(camvid_val_lmdb:
     reader.prefetch(np.array([0, 1, 2]))
     assert not [a for a, _, _ in advice if a == mmap.MADV_WILLNEED]
     assert reader._hints is None and reader._hints_tried
+
+
+def test_lmdb_single_reads_ask_for_their_record(camvid_val_lmdb: Path, advice: list) -> None:
+    """``read(i)`` (``ds[i]``; variable-size splits are augmented from it) asks for record ``i``'s bytes."""
+    import mmap
+
+    ds = shardkit.open(camvid_val_lmdb)
+    reader = ds.readers[1]
+    reader.read(0)  # builds the table
+    advice.clear()
+    image, _ = reader.read(2)
+    (s, n), = [(s, n) for a, s, n in advice if a == mmap.MADV_WILLNEED]
+    begin, end = (int(v) for v in reader._hints[1][2])
+    assert s == begin - begin % mmap.PAGESIZE and s + n == end
+    assert np.array_equal(image, ds[reader.shard.first_index + 2][0])
