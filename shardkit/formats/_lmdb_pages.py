@@ -51,11 +51,11 @@ def _walk(data: Any, n: int) -> np.ndarray | None:
         return None
     psize, root = meta
     out = np.full((n, 2), -1, np.int64)
+    if n == 0:
+        return out
     pages = size // psize
     seen: set[int] = set()
     stack = [(root, 0)]
-    if n == 0:
-        return out
     while stack:
         pgno, depth = stack.pop()
         if not 2 <= pgno < pages or pgno in seen or depth > _MAX_DEPTH:

@@ -382,6 +382,15 @@ class ShardReader(ABC):
         """
         return None
 
+    def hint_indices(self, local_indices: Sequence[int] | np.ndarray, cold: bool) -> np.ndarray | None:
+        """What a :meth:`prefetch` should hint: ``local_indices`` as a flat int64 array (this shard opened), or
+        None when not ``cold``, empty or out of range (no hints; the read itself reports a bad index)."""
+        if not cold:
+            return None
+        self.ensure_open()
+        idx = np.asarray(local_indices, dtype=np.int64).reshape(-1)
+        return idx if len(idx) and idx.min() >= 0 and idx.max() < len(self) else None
+
     def read_batch_into(self, local_indices: Sequence[int] | np.ndarray, out_images: np.ndarray,
                         out_labels: np.ndarray) -> None:
         """Read samples ``local_indices`` into ``out_images[k]``/``out_labels[k]`` (fixed-size data).

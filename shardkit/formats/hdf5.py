@@ -256,12 +256,9 @@ class Hdf5Reader(ShardReader):
         """Read-around off and ``MADV_WILLNEED`` on exactly the file bytes of the chunks that hold samples
         ``local_indices`` (raw or coded, sorted, touching ranges merged), when they are read from the memory map;
         nothing when not ``cold`` or on the h5py path (HDF5 reads exactly what it needs itself)."""
-        if not cold:
-            return
-        self.ensure_open()
+        idx = self.hint_indices(local_indices, cold)
         mapping, chunks = self._mapping, self._chunks
-        idx = np.asarray(local_indices, dtype=np.int64).reshape(-1)
-        if mapping is None or chunks is None or not len(idx) or idx.min() < 0 or idx.max() >= len(self):
+        if idx is None or mapping is None or chunks is None:
             return
         if self.spec.size is not None:
             parts = [chunks[name].row_ranges(idx, idx + 1) for name in ("images", "labels")]

@@ -139,12 +139,9 @@ class LmdbReader(ShardReader):
         merged), so that a batch read from storage arrives in a few large requests instead of py-lmdb's
         one 4 KB fault at a time; nothing when not ``cold``. Where the records lie comes from the file's B-tree
         pages (:mod:`shardkit.formats._lmdb_pages`); without a table, no hints."""
-        if not cold:
-            return
-        self.ensure_open()
-        hints = self._value_hints()
-        idx = np.asarray(local_indices, dtype=np.int64).reshape(-1)
-        if hints is None or not len(idx) or idx.min() < 0 or idx.max() >= len(self):
+        idx = self.hint_indices(local_indices, cold)
+        hints = None if idx is None else self._value_hints()
+        if idx is None or hints is None:
             return
         mapping, ranges = hints
         picked = ranges[np.sort(idx)]

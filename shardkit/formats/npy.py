@@ -156,11 +156,8 @@ class NpyReader(ShardReader):
     def prefetch(self, local_indices: Sequence[int] | np.ndarray, cold: bool = True) -> None:
         """Read-around off and ``MADV_WILLNEED`` on exactly the bytes of samples ``local_indices``
         (sorted runs merged); nothing when not ``cold``."""
-        if not cold:
-            return
-        self.ensure_open()
-        idx = np.asarray(local_indices, dtype=np.int64).reshape(-1)
-        if not len(idx) or idx.min() < 0 or idx.max() >= len(self):
+        idx = self.hint_indices(local_indices, cold)
+        if idx is None:
             return
         for k, (arr, m) in enumerate(zip((self._images, self._labels), self._maps, strict=True)):
             if m is None or arr is None:
