@@ -51,14 +51,17 @@ def run_tasks(
 
     ``backend="dask"`` runs the tasks on the Dask cluster at ``scheduler`` (e.g.
     ``tcp://host:8786``), or on a local cluster of ``workers`` processes when it is ``None``.
+    No tasks (a re-run that reuses every shard) starts no pool and returns an empty list.
     """
+    if backend not in ("local", "dask"):
+        raise WorkerError(f"unknown backend {backend!r}", fix="use backend 'local' or 'dask'")
+    if not tasks:
+        return []
     total = sum(len(t.samples) for t in tasks)
     results: list[ShardResult] = []
     # Largest shards first, so the run does not end with one worker busy on a big shard and the
     # rest idle (shard sizes vary with content-defined cuts). Output order does not depend on it.
     tasks = sorted(tasks, key=lambda t: -len(t.samples))
-    if backend not in ("local", "dask"):
-        raise WorkerError(f"unknown backend {backend!r}", fix="use backend 'local' or 'dask'")
     slot_of = {(t.split, t.index): i for i, t in enumerate(tasks)}
     with progress_bar(total, quiet) as bar, _counter(len(tasks), bar, backend) as counter:
         if backend == "dask":
@@ -77,6 +80,13 @@ def run_tasks(
             results.append(result)
     results.sort(key=lambda r: slot_of[(r.split, r.index)])
     return results
+
+
+def _first_line(exc: BaseException, limit: int) -> str:
+    """The first line of ``exc``'s message, at most ``limit`` characters; its type's name when it has no text
+    (``str(TimeoutError())`` is empty: indexing its lines would raise over the error being reported)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0][:limit] if lines else type(exc).__name__
 
 
 @contextlib.contextmanager
@@ -122,6 +132,8 @@ def _iterate(
 
     Each task counts its samples in its slot of ``counter`` (shared with the worker processes).
     """
+    if not tasks:  # (run_tasks already returns early; a pool started for nothing would index tasks[0])
+        return
     n_jobs = max(1, min(workers, len(tasks)))
     if n_jobs == 1 and not isolate:
         for slot, task in enumerate(tasks):
@@ -151,7 +163,7 @@ def _iterate(
         yield from results
     except TerminatedWorkerError as exc:
         raise WorkerError(
-            f"a worker process died ({str(exc).splitlines()[0][:200]})",
+            f"a worker process died ({_first_line(exc, 200)})",
             fix="it was probably killed or ran out of memory; re-run with fewer --workers or a smaller "
             "--shard-size",
         ) from None
@@ -198,12 +210,12 @@ def _iterate_dask(
                         results.close()
         except distributed.KilledWorker as exc:
             raise WorkerError(
-                f"a shard task was lost with its Dask worker too often ({str(exc).splitlines()[0][:200]})",
+                f"a shard task was lost with its Dask worker too often ({_first_line(exc, 200)})",
                 fix="it probably exhausts a worker's memory: use a smaller --shard-size or give workers "
                 "more memory",
             ) from None
         except TimeoutError as exc:  # joblib: no worker joined within wait_for_workers_timeout
-            raise WorkerError(f"the Dask cluster has no workers ({str(exc).splitlines()[0][:120]})",
+            raise WorkerError(f"the Dask cluster has no workers ({_first_line(exc, 120)})",
                               fix="start workers with: dask worker SCHEDULER_ADDRESS") from None
     removed = _remove_lost_attempts(tasks, ctx)
     if removed:
@@ -221,9 +233,8 @@ def _convert_on_dask(task: ShardTask, ctx: WorkerContext) -> ShardResult:
     except ShardkitError:
         raise
     except Exception as exc:
-        text = (str(exc).splitlines() or [""])[0][:200]
         raise WorkerError(f"shard {task.split}/{task.stem} failed on a Dask worker: {type(exc).__name__}: "
-                          f"{text}", fix="see the worker's log for the traceback") from None
+                          f"{_first_line(exc, 200)}", fix="see the worker's log for the traceback") from None
 
 
 class _DaskClient:
@@ -253,7 +264,7 @@ class _DaskClient:
             self.client = d.Client(self.scheduler, timeout=CONNECT_TIMEOUT, set_as_default=False)
         except (OSError, ValueError, TimeoutError) as exc:
             raise WorkerError(
-                f"cannot reach the Dask scheduler at {self.scheduler} ({str(exc).splitlines()[0][:160]})",
+                f"cannot reach the Dask scheduler at {self.scheduler} ({_first_line(exc, 160)})",
                 fix="check the address and port (e.g. --scheduler tcp://host:8786) and that `dask scheduler` "
                 "runs there",
             ) from None

@@ -142,3 +142,89 @@ def test_ctrl_c_is_one_line_and_leaves_no_temporary_files(camvid_root: Path, tmp
     time.sleep(0.5)  # a surviving worker would keep writing: give it the chance to show
     assert not [p for p in out.rglob("*") if ".tmp-" in p.name]
     assert not list(out.rglob("manifest.json"))
+
+
+# --- nothing to do: the empty-list cases (issue 24, defect 5) -------------------------------------
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_tfrecord_rerun_with_nothing_to_rewrite_succeeds(camvid_root: Path, tmp_path: Path, workers: int) -> None:
+    """TFRecord writes in a subprocess even with one worker (``isolate``): an unchanged re-run has no task for
+    it, and must reuse every shard instead of failing on the first task of an empty list."""
+    cfg = ConvertConfig(camvid_root, tmp_path / "out", format="tfrecord", size=(64, 96), splits=("val",),
+                        workers=workers, quiet=True, shard_size=ShardSize(samples=13))
+    first = convert(cfg)
+    manifest = (tmp_path / "out" / "val" / "manifest.json").read_bytes()
+    again = convert(cfg)
+    assert again.samples == first.samples == 26
+    assert again.reused == again.shards == first.shards
+    assert (tmp_path / "out" / "val" / "manifest.json").read_bytes() == manifest
+    assert "nothing changed" in again.line()
+
+
+def test_a_rerun_after_every_shard_was_published_writes_the_manifest(camvid_root: Path, tmp_path: Path) -> None:
+    """A run that failed after publishing every shard but before its manifest (here: the manifest removed) is
+    finished by a re-run that has no shard left to write."""
+    cfg = ConvertConfig(camvid_root, tmp_path / "out", format="tfrecord", size=(64, 96), splits=("val",),
+                        workers=1, quiet=True, shard_size=ShardSize(samples=13))
+    first = convert(cfg)
+    manifest = tmp_path / "out" / "val" / "manifest.json"
+    before = manifest.read_bytes()
+    manifest.unlink()
+    again = convert(cfg)
+    assert again.reused == again.shards == first.shards and again.samples == 26
+    assert manifest.read_bytes() == before
+
+
+@pytest.mark.parametrize(("backend", "isolate"), [("local", False), ("local", True), ("dask", False)])
+def test_run_tasks_with_no_task_starts_nothing(backend: str, isolate: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_pool(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a pool was started for no task")
+
+    monkeypatch.setattr("joblib.executor.get_memmapping_executor", no_pool)
+    monkeypatch.setattr(pool, "_DaskClient", no_pool)
+    seen: list[object] = []
+    assert pool.run_tasks([], None, workers=2, quiet=True, on_result=seen.append,  # type: ignore[arg-type]
+                          isolate=isolate, backend=backend) == []
+    assert seen == []
+    assert list(pool._iterate([], None, 1, True, None)) == []  # type: ignore[arg-type]
+
+
+def test_an_unknown_backend_is_refused_even_with_no_task() -> None:
+    with pytest.raises(WorkerError, match="unknown backend"):
+        pool.run_tasks([], None, workers=1, backend="spark")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("exc", [TimeoutError(), OSError(), ValueError("\n\n")])
+def test_an_error_without_text_is_reported_by_its_type(exc: BaseException) -> None:
+    """``str(TimeoutError())`` is empty: the one-line report must not index its (absent) first line."""
+
+    class Distributed:
+        class Client:
+            def __init__(self, *args: object, **kwargs: object) -> None:
+                raise exc
+
+    with pytest.raises(WorkerError, match=rf"cannot reach the Dask scheduler at tcp://x:1 \({type(exc).__name__}\)"):
+        pool._DaskClient(Distributed, "tcp://x:1", 1, 1).__enter__()
+    assert pool._first_line(RuntimeError("first\nsecond"), 3) == "fir"
+
+
+@pytest.mark.parametrize("fmt", ["npy", "tfrecord"])
+def test_a_shard_whose_every_sample_is_skipped_converts_and_reruns(camvid_root: Path, tmp_path: Path,
+                                                                   fmt: str) -> None:
+    """The other empty list: a shard with no sample written (every image unreadable, ``--on-error skip``)."""
+    from shardkit.verify import verify_split
+
+    label = sorted((camvid_root / "valannot").iterdir())[0]
+    for folder in ("train", "trainannot"):
+        (tmp_path / "in" / folder).mkdir(parents=True)
+    for k in range(2):
+        (tmp_path / "in" / "train" / f"a{k}.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(100))
+        os.link(label, tmp_path / "in" / "trainannot" / f"a{k}.png")
+    cfg = ConvertConfig(tmp_path / "in", tmp_path / "out", format=fmt, size=(64, 96), workers=1, quiet=True,
+                        on_error="skip")
+    first = convert(cfg)
+    assert first.samples == 0 and len(first.skipped) == 2
+    again = convert(cfg)
+    assert again.samples == 0 and again.reused == again.shards == first.shards
+    assert verify_split(tmp_path / "out" / "train").ok
