@@ -73,14 +73,13 @@ def sizes(folder: Path) -> dict[str, float]:
     total = sum(f.bytes for s in ds.manifest.shards for f in s.files)
     out = {"bytes_per_sample": total / len(ds)}
     if ds.format == "lmdb":  # label bytes from the record headers
-        from shardkit.formats.lmdb import RECORD_HEADER, sample_key
+        from shardkit.formats.lmdb import RECORD_HEADER
 
         label_bytes = 0
         for r in ds.readers:
             r.ensure_open()
-            with r._env.begin(buffers=True) as txn:
-                for j in range(len(r)):
-                    label_bytes += int(np.frombuffer(txn.get(sample_key(j)), RECORD_HEADER, count=1)[0][3])
+            for j in range(len(r)):
+                label_bytes += int(np.frombuffer(r.record(j), RECORD_HEADER, count=1)[0][3])
         out["label_bytes_per_sample"] = label_bytes / len(ds)
     return out
 

@@ -21,6 +21,7 @@ import os
 import struct
 import sys
 import threading
+import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +31,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from . import jit
 from .errors import ConfigError
 
 IMAGE, LABEL = "image", "label"
@@ -197,6 +199,129 @@ class Lz4(Codec):
             raise CodecDataError(f"lz4 frame decodes to {len(got)} bytes from {used} of {len(data)}, "
                                  f"expected {dst.size} from all")
         dst[:] = np.frombuffer(got, np.uint8)
+
+
+# --------------------------------------------------------------------------- bounded stream decoders
+# For data whose decompressed size is known in advance (an HDF5 chunk, a TFRecord stream): each stops as soon
+# as its output would pass that size, so a small input that claims gigabytes never allocates them.
+
+
+def inflate_into(data: Any, dst: np.ndarray, wbits: int = 15) -> None:
+    """Inflate one zlib (``wbits`` 15; 31: gzip) stream into ``dst`` (flat uint8), which it must fill exactly:
+    never more than ``dst.size + 1`` bytes are produced, whatever the stream holds."""
+    d = zlib.decompressobj(wbits)
+    try:
+        got = d.decompress(data, dst.size + 1)
+    except zlib.error as exc:
+        raise CodecDataError(f"deflate stream does not decode ({exc})") from None
+    if len(got) != dst.size or not d.eof:
+        more = "more than " if len(got) > dst.size or d.unconsumed_tail else ""
+        raise CodecDataError(f"deflate stream decodes to {more}{len(got)} bytes, expected {dst.size}"
+                             f"{'' if d.eof or more else ' (it is truncated)'}")
+    dst[:] = np.frombuffer(got, np.uint8)
+
+
+def _lzf_loop(src: np.ndarray, dst: np.ndarray) -> int:
+    """LZF (liblzf's ``lzf_decompress``) from ``src`` into ``dst``: bytes written, -1 for malformed data, -2 when
+    the output would not fit. Every index is checked here (numba compiles it without bounds checks)."""
+    ip, op, n_in, n_out = 0, 0, src.size, dst.size
+    while ip < n_in:
+        ctrl = int(src[ip])
+        ip += 1
+        if ctrl < 32:  # a literal run of ctrl + 1 bytes
+            run = ctrl + 1
+            if op + run > n_out:
+                return -2
+            if ip + run > n_in:
+                return -1
+            for k in range(run):
+                dst[op + k] = src[ip + k]
+            ip += run
+            op += run
+        else:  # a back reference: length (ctrl >> 5) + 2, distance from the low bits and the next byte
+            length = ctrl >> 5
+            if ip >= n_in:
+                return -1
+            if length == 7:
+                length += int(src[ip])
+                ip += 1
+                if ip >= n_in:
+                    return -1
+            ref = op - ((ctrl & 0x1F) << 8) - 1 - int(src[ip])
+            ip += 1
+            length += 2
+            if op + length > n_out:
+                return -2
+            if ref < 0:
+                return -1
+            for k in range(length):  # byte by byte: the source may overlap what is being written
+                dst[op + k] = dst[ref + k]
+            op += length
+    return op
+
+
+def _lzf_python(src: bytes, dst: bytearray) -> int:
+    """:func:`_lzf_loop` without numba: the same decoding and results, on bytes (slices instead of loops)."""
+    ip, op, n_in, n_out = 0, 0, len(src), len(dst)
+    while ip < n_in:
+        ctrl = src[ip]
+        ip += 1
+        if ctrl < 32:
+            run = ctrl + 1
+            if op + run > n_out:
+                return -2
+            if ip + run > n_in:
+                return -1
+            dst[op : op + run] = src[ip : ip + run]
+            ip += run
+            op += run
+        else:
+            length = ctrl >> 5
+            if ip >= n_in:
+                return -1
+            if length == 7:
+                length += src[ip]
+                ip += 1
+                if ip >= n_in:
+                    return -1
+            ref = op - ((ctrl & 0x1F) << 8) - 1 - src[ip]
+            ip += 1
+            length += 2
+            if op + length > n_out:
+                return -2
+            if ref < 0:
+                return -1
+            if ref + length <= op:
+                dst[op : op + length] = dst[ref : ref + length]
+            else:  # overlapping: the pattern of op - ref bytes repeats
+                for k in range(length):
+                    dst[op + k] = dst[ref + k]
+            op += length
+    return op
+
+
+def _warm_lzf(kernels: tuple[Any, ...]) -> None:
+    kernels[0](np.array([1, 65, 66, 32, 1], np.uint8), np.empty(5, np.uint8))
+
+
+_LZF = jit.LazyKernels((_lzf_loop,), _warm_lzf, "lzf")
+
+
+def lzf_decode_into(data: Any, dst: np.ndarray) -> None:
+    """Decode one LZF block (HDF5's filter 32000, as h5py writes it) into ``dst`` (flat uint8), which it must
+    fill exactly; the output never passes ``dst`` (h5py's own filter retries with ever larger buffers)."""
+    kernels = _LZF.get()
+    if kernels is not None:
+        got = int(kernels[0](np.frombuffer(data, np.uint8), dst))
+    else:
+        buf = bytearray(dst.size)
+        got = _lzf_python(bytes(data), buf)
+        if got >= 0:
+            dst[:got] = np.frombuffer(buf, np.uint8, got)
+    if got != dst.size:
+        raise CodecDataError("lzf block is malformed" if got == -1 else
+                             f"lzf block decodes to more than {dst.size} bytes" if got == -2 else
+                             f"lzf block decodes to {got} bytes, expected {dst.size}")
 
 
 def _image_size(data: Any) -> tuple[str, int, int, int]:

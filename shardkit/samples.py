@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import tokenize
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -184,7 +185,8 @@ def read_sidecar(directory: Path, shard: ShardInfo, num_classes: int,
     except OSError as exc:
         raise ShardFormatError(f"samples sidecar cannot be read ({exc.strerror or exc})", path=path,
                                fix="re-convert this split or restore the file") from None
-    except (ValueError, TypeError, SyntaxError) as exc:  # a malformed .npy header
+    except (ValueError, TypeError, SyntaxError, tokenize.TokenError, RecursionError, MemoryError,
+            OverflowError) as exc:  # a malformed .npy header (numpy parses it with tokenize and literal_eval)
         raise bad(f"is not a valid .npy file ({' '.join(str(exc).split())[:120]})") from None
     if len(rows) != shard.num_samples:
         raise bad(f"has {len(rows)} rows, the shard {shard.num_samples} samples")

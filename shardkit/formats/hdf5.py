@@ -23,7 +23,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ..codecs import RAW, ArrayCodecs, Codec, CodecDataError, require, run_parallel
+from ..codecs import RAW, ArrayCodecs, Codec, CodecDataError, Zstd, inflate_into, lzf_decode_into, require, run_parallel
 from ..errors import ConfigError, ShardFormatError
 from .base import SampleSpec, ShardFormat, ShardReader, ShardWriter
 from .mapping import MappedArray
@@ -119,6 +119,11 @@ class Hdf5Writer(ShardWriter):
         f.close()
 
 
+def _nfilters(ds: Any) -> int:
+    """How many filters (compression) a dataset's chunks pass through; 0 for contiguous storage."""
+    return int(ds.id.get_create_plist().get_nfilters())
+
+
 def _plain(value: Any) -> Any:
     """An HDF5 attribute as a plain str or int to compare (an array or anything else: its repr, never equal)."""
     if isinstance(value, (bytes, np.bytes_)):
@@ -197,8 +202,11 @@ class Hdf5Reader(ShardReader):
             if self.spec.size is None:
                 sh, off, n = f["shapes"], f["offsets"], len(self)
                 if not (isinstance(sh, h5py.Dataset) and isinstance(off, h5py.Dataset)
-                        and sh.shape == (n, 2) and off.shape == (n + 1, 2)):  # checked before reading them
-                    raise self.corrupt(f"'shapes'/'offsets' are not ({n}, 2)/({n + 1}, 2) datasets")
+                        and sh.shape == (n, 2) and off.shape == (n + 1, 2)  # checked before reading them
+                        and sh.dtype.kind in "iu" and off.dtype.kind in "iu"
+                        and not _nfilters(sh) and not _nfilters(off)):  # HDF5's filters are unbounded
+                    raise self.corrupt(f"'shapes'/'offsets' are not uncompressed ({n}, 2)/({n + 1}, 2) integer "
+                                       "datasets")
                 self._shapes, self._offsets = sh[()], off[()]
         except ShardFormatError:
             raise
@@ -227,30 +235,39 @@ class Hdf5Reader(ShardReader):
         self._open_map(f, images, labels)
 
     def _open_map(self, f: Any, images: Any, labels: Any) -> None:
-        """Memory-map the file and index its chunks if every check passes; otherwise keep the h5py path."""
+        """Memory-map the file and index its chunks. Uncompressed datasets whose table a check refuses keep the
+        h5py path (HDF5 copies a raw chunk of its declared size); compressed ones are only ever decoded here,
+        bounded by the declared chunk (HDF5's own filters are not), so for them any refusal is an error."""
+        problem = self._map_tables(f, images, labels)
+        if problem is not None and (_nfilters(images) or _nfilters(labels)):
+            raise self.corrupt(f"its compressed chunks cannot be read safely: {problem}")
+
+    def _map_tables(self, f: Any, images: Any, labels: Any) -> str | None:
+        """Set up the memory-mapped path, or say why not."""
         try:
             if f.id.get_create_plist().get_userblock() != 0:
-                return
+                return "it has a user block (shardkit writes none)"
             with open(self.path(self.shard.files[0].name), "rb") as fh:
                 size = os.fstat(fh.fileno()).st_size
                 if size == 0:
-                    return
+                    return "the file is empty"
                 mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
             whole = np.frombuffer(mm, np.uint8)
             tables: dict[str, Any] = {}
-            for ds, codec in ((images, self.codecs.image), (labels, self.codecs.label)):
-                if codec.name == "raw":
-                    table: Any = _ChunkTable.build(ds, size)
-                elif self.spec.size is not None:  # version 2, fixed size: decode chunks ourselves, in parallel
-                    table = _CodedChunks.build(ds, size, codec, self)
+            for ds in (images, labels):
+                if _nfilters(ds):
+                    table: Any = _FilteredChunks.build(ds, size, self)
+                    if isinstance(table, str):
+                        return table
                 else:
-                    return
-                if table is None or not table.spot_check(ds, whole):
-                    return
+                    table = _ChunkTable.build(ds, size)
+                    if table is None or not table.spot_check(ds, whole):
+                        return f"{ds.name!r} chunks are not where HDF5 says"
                 tables[ds.name.lstrip("/")] = table
-        except (OSError, ValueError, RuntimeError, NotImplementedError, AttributeError, TypeError):
-            return
+        except (OSError, ValueError, RuntimeError, NotImplementedError, AttributeError, TypeError) as exc:
+            return f"{type(exc).__name__}: {exc}"
         self._map, self._chunks, self._mapping = whole, tables, MappedArray(mm, 0)
+        return None
 
     def prefetch(self, local_indices: Sequence[int] | np.ndarray, cold: bool = True) -> None:
         """Read-around off and ``MADV_WILLNEED`` on exactly the file bytes of the chunks that hold samples
@@ -310,7 +327,7 @@ class Hdf5Reader(ShardReader):
         (a0, b0), (a1, b1) = (int(v) for v in self._offsets[i]), (int(v) for v in self._offsets[i + 1])
         hw = (int(self._shapes[i, 0]), int(self._shapes[i, 1]))
         if chunks is not None and whole is not None:
-            image, label = chunks["images"].rows(whole, a0, a1), chunks["labels"].rows(whole, b0, b1)
+            image, label = chunks["images"].rows(whole, a0, a1, i), chunks["labels"].rows(whole, b0, b1, i)
         else:
             image, label = self._get("images", np.s_[a0:a1]), self._get("labels", np.s_[b0:b1])
         return image.reshape(*hw, 3), label.reshape(self.spec.label_shape(hw))
@@ -324,7 +341,7 @@ class Hdf5Reader(ShardReader):
             jobs: list[Any] = []
             for name, out in (("images", out_images), ("labels", out_labels)):
                 table = chunks[name]
-                if isinstance(table, _CodedChunks):
+                if isinstance(table, _FilteredChunks):
                     jobs += table.jobs(whole, idx, out)
                 else:
                     table.gather(whole, idx, out)
@@ -354,75 +371,137 @@ def _chunk_infos(ds: Any) -> list[Any]:
     return infos
 
 
-class _CodedChunks:
-    """Where each compressed chunk (one sample) of a version 2 fixed-size dataset lies, and how to decode it.
+#: Filters whose chunks shardkit decodes itself, bounded by the chunk's size (:class:`_FilteredChunks`).
+DEFLATE, LZF = 1, 32000
+DECODED_FILTERS = (DEFLATE, LZF, FILTER_IDS["zstd"], FILTER_IDS["lz4"])
 
-    Chunks are read from the memory map and decoded by shardkit's codecs on the decoding thread pool,
-    straight into the caller's arrays (h5py would decode them one at a time under its global lock).
-    ``zstd`` chunks (filter 32015) are single zstd frames; ``lz4`` chunks (filter 32004) are the HDF5 LZ4
-    filter's framing, decoded by :func:`decode_h5lz4`. Anything unexpected: no table (the h5py path).
+
+class _FilteredChunks:
+    """Where each compressed chunk of a dataset chunked along axis 0 lies, and its decoding by shardkit's own
+    bounded decoders, never by HDF5's filters.
+
+    HDF5's deflate filter doubles its buffer until the stream ends and h5py's LZF filter retries with ever
+    larger buffers, so a 507 KB chunk that inflates to 2 GiB was served as an image (and an LZF one took
+    455 s). Here every chunk (gzip: :func:`~shardkit.codecs.inflate_into`; LZF:
+    :func:`~shardkit.codecs.lzf_decode_into`; zstd: one frame of the declared size; lz4: :func:`decode_h5lz4`)
+    is decoded from the memory map into exactly the declared chunk's bytes and refused the moment it would
+    produce more: nothing larger than one declared chunk is ever allocated. Fixed size: one sample per chunk,
+    decoded straight into the caller's array (batches on the decoding thread pool); variable size: the chunks
+    a sample's rows touch, each decoded into one chunk-sized buffer.
     """
 
-    def __init__(self, offsets: np.ndarray, sizes: np.ndarray, row_shape: tuple[int, ...], dtype: np.dtype,
-                 codec: Codec, reader: ShardReader, kind: str) -> None:
-        self.offsets, self.sizes = offsets, sizes
-        self.row_shape, self.dtype = row_shape, dtype
-        self.codec, self.reader, self.kind = codec, reader, kind
+    def __init__(self, offsets: np.ndarray, sizes: np.ndarray, masks: np.ndarray, per_chunk: int, length: int,
+                 row_shape: tuple[int, ...], dtype: np.dtype, filter_id: int, reader: ShardReader,
+                 kind: str) -> None:
+        self.offsets, self.sizes, self.masks = offsets, sizes, masks
+        self.per_chunk, self.length, self.row_shape, self.dtype = per_chunk, length, row_shape, dtype
+        self.filter_id, self.reader, self.kind = filter_id, reader, kind
+        self.row_nbytes = int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
+        self.chunk_nbytes = per_chunk * self.row_nbytes
 
     @classmethod
-    def build(cls, ds: Any, file_size: int, codec: Codec, reader: ShardReader) -> _CodedChunks | None:
+    def build(cls, ds: Any, file_size: int, reader: ShardReader) -> _FilteredChunks | str:
+        """The table of ``ds``, or what makes it unreadable this way (a one-filter chunked dataset whose chunks
+        are whole rows, each stored inside the file and no larger than its data could compress to)."""
         dcpl = ds.id.get_create_plist()
-        if (ds.chunks is None or dcpl.get_layout() != h5py.h5d.CHUNKED or dcpl.get_nfilters() != 1
-                or dcpl.get_filter(0)[0] != FILTER_IDS.get(codec.name) or ds.external or ds.is_virtual
-                or ds.chunks[0] != 1 or tuple(ds.chunks[1:]) != tuple(ds.shape[1:])):
-            return None
-        n = int(ds.shape[0])
-        offsets, sizes = np.full(n, -1, np.int64), np.zeros(n, np.int64)
+        if ds.chunks is None or dcpl.get_layout() != h5py.h5d.CHUNKED or ds.external or ds.is_virtual:
+            return f"{ds.name!r} is not a chunked dataset"
+        filters = [dcpl.get_filter(k)[0] for k in range(dcpl.get_nfilters())]
+        if len(filters) != 1 or filters[0] not in DECODED_FILTERS or tuple(ds.chunks[1:]) != tuple(ds.shape[1:]):
+            return f"{ds.name!r} has filters {filters} or chunks {ds.chunks} shardkit does not write"
+        fid = int(filters[0])
+        if fid in FILTER_IDS.values():
+            require("hdf5plugin", "zstd/lz4 in HDF5")
+        dtype, per, length = np.dtype(ds.dtype), int(ds.chunks[0]), int(ds.shape[0])
+        row_shape = tuple(int(v) for v in ds.shape[1:])
+        nbytes = per * int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
+        most = nbytes + nbytes // 64 + 4096  # the largest any of these codecs makes a chunk of nbytes
+        count = -(-length // per)
+        offsets, sizes, masks = np.full(count, -1, np.int64), np.zeros(count, np.int64), np.zeros(count, np.int64)
         for info in _chunk_infos(ds):
             first, *rest = info.chunk_offset
-            if any(rest) or not 0 <= first < n:
-                continue
-            if info.filter_mask != 0 or info.byte_offset is None or not 0 <= info.byte_offset <= file_size - info.size:
-                return None
-            offsets[first], sizes[first] = info.byte_offset, info.size
-        if (offsets < 0).any():
-            return None
+            if first % per or any(rest) or not 0 <= first // per < count:
+                continue  # not a chunk of the current extent: never read
+            if (info.byte_offset is None or not 0 < info.size <= most or info.filter_mask not in (0, 1)
+                    or not 0 <= info.byte_offset <= file_size - info.size):
+                return f"{ds.name!r} chunk {first // per} lies outside the file or is larger than its data"
+            offsets[first // per], sizes[first // per], masks[first // per] = info.byte_offset, info.size, \
+                info.filter_mask
         kind = "image" if ds.name.lstrip("/") == "images" else "label"
-        return cls(offsets, sizes, tuple(int(v) for v in ds.shape[1:]), np.dtype(ds.dtype), codec, reader, kind)
+        return cls(offsets, sizes, masks, per, length, row_shape, dtype, fid, reader, kind)
+
+    def _decode_chunk(self, whole: np.ndarray, c: int, dst: np.ndarray, i: int) -> None:
+        """Chunk ``c`` (holding sample ``i``'s bytes) decoded into ``dst`` (flat uint8 of the chunk's size)."""
+        begin, size = int(self.offsets[c]), int(self.sizes[c])
+        try:
+            if begin < 0:
+                raise CodecDataError(f"chunk {c} is missing")
+            data = whole[begin : begin + size]
+            if self.masks[c] & 1:  # the filter was skipped for this chunk (it did not shrink): stored as is
+                if size != dst.size:
+                    raise CodecDataError(f"unfiltered chunk {c} has {size} bytes, expected {dst.size}")
+                dst[:] = data
+            elif self.filter_id == DEFLATE:
+                inflate_into(data, dst)
+            elif self.filter_id == LZF:
+                lzf_decode_into(data, dst)
+            elif self.filter_id == FILTER_IDS["lz4"]:
+                decode_h5lz4(data, dst)
+            else:
+                _ZSTD.decode_into(data, dst)
+        except CodecDataError as exc:
+            raise self.reader.corrupt(f"sample {i} {self.kind}: {exc}") from None
 
     def sample_range(self, i: int) -> tuple[int, int]:
-        """File byte range ``[begin, end)`` of sample ``i``'s chunk."""
+        """File byte range ``[begin, end)`` of sample ``i``'s chunk (one sample per chunk)."""
         begin = int(self.offsets[i])
         return begin, begin + int(self.sizes[i])
 
     def row_ranges(self, r0: np.ndarray, r1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """File byte ranges ``[begin, end)`` of samples ``r0`` (one sample per chunk: ``r1`` is ``r0 + 1``)."""
-        begin = self.offsets[r0]
-        return begin, begin + self.sizes[r0]
+        """File byte ranges ``[begin, end)`` of every stored chunk that rows ``[r0[k], r1[k])`` touch."""
+        begins: list[int] = []
+        ends: list[int] = []
+        per = self.per_chunk
+        for a, b in zip(np.asarray(r0).tolist(), np.asarray(r1).tolist(), strict=True):
+            for c in range(a // per, (b - 1) // per + 1) if b > a else ():
+                if self.offsets[c] >= 0:
+                    begins.append(int(self.offsets[c]))
+                    ends.append(int(self.offsets[c] + self.sizes[c]))
+        return np.array(begins, np.int64), np.array(ends, np.int64)
 
-    def spot_check(self, ds: Any, whole: np.ndarray) -> bool:
-        """The first and last samples decoded here equal h5py's own reading of them."""
-        n = len(self.offsets)
-        return n == 0 or all(np.array_equal(ds[r], self.sample(whole, r)) for r in {0, n - 1})
-
-    def _decode(self, whole: np.ndarray, i: int, out: np.ndarray) -> None:
-        data = whole[int(self.offsets[i]) : int(self.offsets[i] + self.sizes[i])]
-        if self.codec.name == "lz4":
-            try:
-                decode_h5lz4(data, out)
-            except CodecDataError as exc:
-                raise self.reader.corrupt(f"sample {i} {self.kind}: {exc}") from None
+    def _into(self, whole: np.ndarray, i: int, out: np.ndarray) -> None:
+        """Sample ``i`` (one per chunk) decoded straight into ``out`` (or through a buffer when ``out`` is not a
+        C-contiguous array of the stored dtype)."""
+        direct = out.flags.c_contiguous and out.flags.writeable and out.dtype == self.dtype
+        if direct and out.nbytes == self.chunk_nbytes:
+            self._decode_chunk(whole, i, out.reshape(-1).view(np.uint8), i)
         else:
-            self.reader.decode_into(self.kind, data, out, i)
+            out[...] = self.sample(whole, i)
 
     def sample(self, whole: np.ndarray, i: int) -> np.ndarray:
         out = np.empty(self.row_shape, self.dtype)
-        self._decode(whole, i, out)
+        self._decode_chunk(whole, i, out.reshape(-1).view(np.uint8), i)
+        return out
+
+    def rows(self, whole: np.ndarray, r0: int, r1: int, i: int) -> np.ndarray:
+        """Rows ``[r0, r1)`` (sample ``i``'s) assembled from the chunks they touch, each decoded once."""
+        out = np.empty((max(0, r1 - r0), *self.row_shape), self.dtype)
+        if r1 <= r0:
+            return out
+        buf = np.empty(self.chunk_nbytes, np.uint8)
+        chunk = buf.view(self.dtype).reshape(self.per_chunk, *self.row_shape)
+        for c in range(r0 // self.per_chunk, (r1 - 1) // self.per_chunk + 1):
+            self._decode_chunk(whole, c, buf, i)
+            a, b = max(r0, c * self.per_chunk), min(r1, (c + 1) * self.per_chunk)
+            out[a - r0 : b - r0] = chunk[a - c * self.per_chunk : b - c * self.per_chunk]
         return out
 
     def jobs(self, whole: np.ndarray, idx: np.ndarray, out: np.ndarray) -> list[Any]:
         """One decode per sample, ``out[k]`` ← chunk ``idx[k]`` (indices checked by the caller)."""
-        return [functools.partial(self._decode, whole, i, out[k]) for k, i in enumerate(idx.tolist())]
+        return [functools.partial(self._into, whole, i, out[k]) for k, i in enumerate(idx.tolist())]
+
+
+_ZSTD = Zstd()
 
 
 def decode_h5lz4(data: Any, out: np.ndarray) -> None:
@@ -536,8 +615,9 @@ class _ChunkTable:
         start = int(self.offsets[i])
         return whole[start : start + self.row_nbytes].view(self.dtype).reshape(self.row_shape)
 
-    def rows(self, whole: np.ndarray, r0: int, r1: int) -> np.ndarray:
-        """Rows ``[r0, r1)``: a view when they lie in one chunk, else a copy assembled from each chunk."""
+    def rows(self, whole: np.ndarray, r0: int, r1: int, i: int = -1) -> np.ndarray:
+        """Rows ``[r0, r1)`` (of sample ``i``): a view when they lie in one chunk, else a copy assembled from
+        each chunk."""
         if r1 <= r0:
             return np.empty((0, *self.row_shape), self.dtype)
         first, last = r0 // self.per_chunk, (r1 - 1) // self.per_chunk

@@ -15,7 +15,6 @@ import functools
 import json
 import mmap
 import os
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,12 +24,11 @@ import numpy as np
 
 from ..codecs import RAW, ArrayCodecs, run_parallel
 from ..errors import ShardFormatError
-from ._lmdb_pages import value_ranges
+from ._lmdb_pages import META_KEY, LmdbLayoutError, RecordTable, check_overflow, read_table
 from .base import SampleSpec, ShardFormat, ShardReader, ShardWriter
 from .mapping import MappedArray
 
 FORMAT_ID = "shardkit-lmdb"
-META_KEY = b"__shardkit__"
 RECORD_HEADER = np.dtype([("height", "<u4"), ("width", "<u4"), ("image_nbytes", "<u4"), ("label_nbytes", "<u4")])
 _MIN_MAP = 1 << 20
 
@@ -45,36 +43,6 @@ def _env(path: Path, *, write: bool, map_size: int = _MIN_MAP) -> lmdb.Environme
         str(path), subdir=False, readonly=not write, lock=False, readahead=False,
         map_size=map_size, meminit=True, max_dbs=0, sync=False, metasync=False,
     )
-
-
-#: Read-only environments of this process, one per shard file: (pid, file identity, environment).
-_READ_ENVS: dict[str, tuple[int, tuple[int, int, int], lmdb.Environment]] = {}
-_READ_ENVS_LOCK = threading.Lock()
-
-
-def shared_read_env(path: Path, map_size: int) -> lmdb.Environment:
-    """The one read-only environment of ``path`` in this process.
-
-    py-lmdb refuses to open an environment twice in one process, and a forked child inherits
-    the parent's open environments (and its registry of open paths), so it could never open
-    its own: here every reader of a path shares one environment per process, and a child
-    closes the inherited one (its own mapping only; the parent's stays open) before opening
-    its own. A file replaced on disk (new inode or mtime) gets a new environment.
-    """
-    key = os.path.realpath(path)
-    st = Path(key).stat()
-    ident = (st.st_dev, st.st_ino, st.st_mtime_ns)
-    pid = os.getpid()
-    with _READ_ENVS_LOCK:
-        entry = _READ_ENVS.get(key)
-        if entry is not None:
-            owner, old_ident, env = entry
-            if owner == pid and old_ident == ident:
-                return env
-            env.close()
-        env = _env(Path(key), write=False, map_size=map_size)
-        _READ_ENVS[key] = (pid, ident, env)
-        return env
 
 
 class LmdbWriter(ShardWriter):
@@ -123,90 +91,76 @@ class LmdbWriter(ShardWriter):
 
 
 class LmdbReader(ShardReader):
-    """One read-only environment per process, opened lazily (py-lmdb refuses a second open per process)."""
+    """Reads records through its own checked walk of the file's B-tree (:mod:`._lmdb_pages`), never through
+    the LMDB library, from a read-only memory map opened lazily in each process.
 
-    _env: Any = None
-    #: read-ahead hints: a read-only map of the file (for ``MADV_WILLNEED``) and each record's byte range in it,
-    #: built on the first batch read from storage (``_hints_tried``); None when unavailable.
-    _hints: tuple[MappedArray, np.ndarray] | None = None
-    _hints_tried: bool | None = None
+    LMDB trusts its file: it copies whatever size a leaf node states out of its map, so one flipped bit in a
+    shard killed the process (SIGSEGV, or SIGBUS for an overflow page past the end of the file). The walk
+    checks every page number, node and value range against its page and the file's size once per process,
+    and each read checks its record's overflow page header, so a damaged shard is a one-line
+    :class:`ShardFormatError` naming the shard and the sample. Records are zero-copy views of the map (version
+    1) or decoded from it (version 2); the same table gives read-ahead hints (``MADV_WILLNEED``).
+    """
+
+    #: this process's read-only map of the file (``MappedArray``: also the read-ahead hints) and record table
+    _mapping: MappedArray | None = None
+    _table: RecordTable | None = None
 
     def _handle_attrs(self) -> tuple[str, ...]:
-        return ("_env", "_hints", "_hints_tried")
+        return ("_mapping", "_table")
 
     def prefetch(self, local_indices: Sequence[int] | np.ndarray, cold: bool = True) -> None:
         """``MADV_WILLNEED`` on exactly the file bytes of records ``local_indices`` (sorted, touching ranges
-        merged), so that a batch read from storage arrives in a few large requests instead of py-lmdb's
-        one 4 KB fault at a time; nothing when not ``cold``. Where the records lie comes from the file's B-tree
-        pages (:mod:`shardkit.formats._lmdb_pages`); without a table, no hints."""
+        merged), so that a batch read from storage arrives in a few large requests instead of one 4 KB fault
+        at a time; nothing when not ``cold``. Missing (damaged) records are left to the read to report."""
         idx = self.hint_indices(local_indices, cold)
-        hints = None if idx is None else self._value_hints()
-        if idx is None or hints is None:
+        if idx is None or self._mapping is None or self._table is None:
             return
-        mapping, ranges = hints
-        picked = ranges[np.sort(idx)]
-        mapping.will_need(picked[:, 0], picked[:, 1])
-
-    def _value_hints(self) -> tuple[MappedArray, np.ndarray] | None:
-        """The hint table, built once per process: a read-only map of the shard file and the ``(n, 2)`` byte
-        ranges of its records, kept only when two of them agree with what LMDB itself returns."""
-        if not self._hints_tried:
-            self._hints, self._hints_tried = self._build_hints(), True
-        return self._hints
-
-    def _build_hints(self) -> tuple[MappedArray, np.ndarray] | None:
-        self.ensure_open()
-        path, n = self.path(self.shard.files[0].name), len(self)
-        try:
-            with open(path, "rb") as fh:
-                if n == 0 or os.fstat(fh.fileno()).st_size == 0:
-                    return None
-                mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-            ranges = value_ranges(mm, n)
-            if ranges is None or not self._agrees_with_lmdb(mm, ranges):
-                mm.close()
-                return None
-        except (OSError, ValueError, lmdb.Error):
-            return None
-        mapping = MappedArray(mm, 0)
-        mapping.set_random()  # this map is only ever hinted, never read
-        return mapping, ranges
-
-    def _agrees_with_lmdb(self, mm: mmap.mmap, ranges: np.ndarray) -> bool:
-        """For the first and last record: the table's range is where LMDB's own map holds the value (the same
-        distance apart), as long as it, and holds the same first and last bytes in the file."""
-        n = len(ranges)
-        with self._env.begin(buffers=True) as txn:
-            found = [(j, txn.get(sample_key(j))) for j in sorted({0, n - 1})]
-            if any(buf is None for _, buf in found):
-                return False
-            base = np.frombuffer(found[0][1], np.uint8).ctypes.data - int(ranges[found[0][0], 0])
-            for j, buf in found:
-                begin, end = (int(v) for v in ranges[j])
-                k = min(64, end - begin)
-                if (np.frombuffer(buf, np.uint8).ctypes.data - base != begin or len(buf) != end - begin
-                        or mm[begin : begin + k] != bytes(buf[:k]) or mm[end - k : end] != bytes(buf[len(buf) - k :])):
-                    return False
-        return True
+        picked = self._table.ranges[np.sort(idx)]
+        picked = picked[picked[:, 0] >= 0]
+        self._mapping.will_need(picked[:, 0], picked[:, 1])
 
     def _open(self) -> None:
+        self._mapping = self._table = None
         path = self.path(self.shard.files[0].name)
         try:
-            self._env = shared_read_env(path, max(_MIN_MAP, self.shard.files[0].bytes))
-            with self._env.begin(buffers=False) as txn:
-                raw = txn.get(META_KEY)
-            meta = json.loads(raw) if raw is not None else None
-        except (lmdb.Error, ValueError) as exc:
-            raise ShardFormatError(f"cannot open LMDB shard ({exc})", path=path, fix="re-convert this split") from None
+            with open(path, "rb") as fh:
+                if os.fstat(fh.fileno()).st_size == 0:
+                    raise LmdbLayoutError("the file is empty")
+                mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            table = read_table(mm, len(self))
+        except (OSError, LmdbLayoutError) as exc:
+            raise self.corrupt(f"not a readable LMDB shard: {exc}") from None
+        meta: Any = None
+        if table.meta is not None:
+            try:
+                meta = json.loads(bytes(mm[table.meta[0] : table.meta[1]]))
+            except (ValueError, RecursionError):
+                meta = None
         want: dict[str, Any] = {"format_version": self.format_version, "num_samples": len(self)}
         if self.format_version >= 2:
             want["codecs"] = self.codecs.to_json()
         if not isinstance(meta, dict) or {k: meta.get(k) for k in want} != want:
-            raise ShardFormatError(
-                f"LMDB shard metadata {meta!r} disagrees with the manifest ({want})",
-                path=path,
-                fix="re-convert this split",
-            )
+            detail = f"{meta!r}"[:200] if table.meta is not None else f"missing ({table.problem or 'no record'})"
+            raise ShardFormatError(f"LMDB shard metadata {detail} disagrees with the manifest ({want})",
+                                   path=path, fix="re-convert this split")
+        self._mapping, self._table = MappedArray(mm, 0), table
+        self._mapping.set_random()  # read-around off, as LMDB's readahead=False: reads are hinted range by range
+
+    def record(self, i: int) -> memoryview:
+        """Local record ``i``'s bytes, a read-only view of the map (shard open), checked to lie in the file."""
+        table, mapping = self._table, self._mapping
+        assert table is not None and mapping is not None
+        if not 0 <= i < len(self):
+            raise IndexError(f"local index {i} out of range for {len(self)} samples")
+        begin, end = (int(v) for v in table.ranges[i])
+        if begin < 0:
+            raise self.corrupt(f"sample {i} cannot be found in the LMDB B-tree (the file is damaged: "
+                               f"{table.problem or 'no such record'})")
+        problem = check_overflow(mapping.mm, table, i)
+        if problem is not None:
+            raise self.corrupt(f"sample {i}: {problem}")
+        return memoryview(mapping.mm)[begin:end]
 
     def _parts(self, buf: Any, i: int) -> tuple[int, int, Any, Any]:
         """(H, W, image bytes, label bytes) of one record, its header checked against its length and the spec.
@@ -241,26 +195,15 @@ class LmdbReader(ShardReader):
 
     def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         self.ensure_open()
-        hints = self._value_hints() if 0 <= i < len(self) else None
-        if hints is not None:  # one request for the record, as npy's and HDF5's single reads (variable-size
-            hints[0].will_need_one(int(hints[1][i, 0]), int(hints[1][i, 1]))  # splits are augmented from them)
-        try:
-            with self._env.begin(buffers=False) as txn:
-                return self.decode_record(txn.get(sample_key(i)), i)
-        except lmdb.Error as exc:  # a damaged B-tree: MDB_PAGE_NOTFOUND, MDB_CORRUPTED
-            raise self.corrupt(f"cannot read sample {i} ({exc})") from None
+        buf = self.record(i)
+        assert self._mapping is not None and self._table is not None
+        begin, end = (int(v) for v in self._table.ranges[i])
+        self._mapping.will_need_one(begin, end)  # one request for the record, as npy's and HDF5's single reads
+        return self.decode_record(buf, i)
 
     def read_batch_into(self, local_indices: Sequence[int] | np.ndarray, out_images: np.ndarray,
                         out_labels: np.ndarray) -> None:
-        """:meth:`_read_batch_into`, with LMDB's own errors (a damaged B-tree) as the shard's one-line error."""
-        try:
-            self._read_batch_into(local_indices, out_images, out_labels)
-        except lmdb.Error as exc:
-            raise self.corrupt(f"cannot read samples ({exc})") from None
-
-    def _read_batch_into(self, local_indices: Sequence[int] | np.ndarray, out_images: np.ndarray,
-                         out_labels: np.ndarray) -> None:
-        """One read transaction per run; each record is viewed in place and copied once into ``out``.
+        """Each record viewed in place and copied (or decoded) once into ``out``.
 
         Fixed-size shards take a lean path: every record must be exactly the expected length and
         start with the expected header bytes (one comparison instead of parsing), else the full
@@ -272,35 +215,31 @@ class LmdbReader(ShardReader):
         for i in idx:
             if not 0 <= i < n:
                 raise IndexError(f"local index {i} out of range for {n} samples")
-        with self._env.begin(buffers=True) as txn:
-            if self.spec.size is None:
-                for k, i in enumerate(idx):
-                    out_images[k], out_labels[k] = self.decode_record(txn.get(sample_key(i)), i)
-                return
-            if self.format_version >= 2:
-                self._decode_batch(txn, idx, out_images, out_labels)
-                return
-            images = out_images.reshape(len(out_images), -1)
-            labels = out_labels.reshape(len(out_labels), -1).view(np.uint8)
-            header, ni = self._fixed_header(), images.shape[1]
-            start, total = len(header), len(header) + ni + labels.shape[1]
+        if self.spec.size is None:
             for k, i in enumerate(idx):
-                buf = txn.get(sample_key(i))
-                if buf is None or len(buf) != total or buf[:start] != header:
-                    self.decode_record(buf, i)  # raises with the details
-                    raise self.corrupt(f"sample {i} record does not match the fixed-size header")
-                rec = np.frombuffer(buf, np.uint8)
-                images[k] = rec[start : start + ni]
-                labels[k] = rec[start + ni :]
+                out_images[k], out_labels[k] = self.decode_record(self.record(i), i)
+            return
+        if self.format_version >= 2:
+            self._decode_batch(idx, out_images, out_labels)
+            return
+        images = out_images.reshape(len(out_images), -1)
+        labels = out_labels.reshape(len(out_labels), -1).view(np.uint8)
+        header, ni = self._fixed_header(), images.shape[1]
+        start, total = len(header), len(header) + ni + labels.shape[1]
+        for k, i in enumerate(idx):
+            buf = self.record(i)
+            if len(buf) != total or buf[:start] != header:
+                self.decode_record(buf, i)  # raises with the details
+                raise self.corrupt(f"sample {i} record does not match the fixed-size header")
+            rec = np.frombuffer(buf, np.uint8)
+            images[k] = rec[start : start + ni]
+            labels[k] = rec[start + ni :]
 
-    def _decode_batch(self, txn: Any, idx: list[int], out_images: np.ndarray, out_labels: np.ndarray) -> None:
-        """Version 2, fixed size: every record's parts checked here, then decoded in parallel into ``out[k]``.
-
-        The buffers stay valid while ``txn`` is open (the caller's ``with``), which outlives the pool's work.
-        """
+    def _decode_batch(self, idx: list[int], out_images: np.ndarray, out_labels: np.ndarray) -> None:
+        """Version 2, fixed size: every record's parts checked here, then decoded in parallel into ``out[k]``."""
         jobs = []
         for k, i in enumerate(idx):
-            _, _, image, label = self._parts(txn.get(sample_key(i)), i)
+            _, _, image, label = self._parts(self.record(i), i)
             jobs.append(functools.partial(self._decode_pair, image, label, out_images[k], out_labels[k], i))
         run_parallel(jobs)
 

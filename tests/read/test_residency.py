@@ -192,11 +192,9 @@ def camvid_val_lmdb(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory)
 
 
 def test_lmdb_cold_batches_ask_for_exactly_their_records(camvid_val_lmdb: Path, advice: list, monkeypatch) -> None:
-    """LMDB: a batch read from storage asks for exactly its records' bytes (as LMDB returns them), touching
+    """LMDB: a batch read from storage asks for exactly its records' bytes (as the record table finds them), touching
     records as one range; a cached batch asks for nothing; pixels are unchanged."""
     import mmap
-
-    from shardkit.formats.lmdb import sample_key
 
     counter = iter(range(0, 10**6, 7))
     monkeypatch.setattr(residency, "blocks_read", lambda: next(counter))
@@ -208,8 +206,7 @@ def test_lmdb_cold_batches_ask_for_exactly_their_records(camvid_val_lmdb: Path, 
     images, _ = ds.batch(np.array(local) + first)
     path = reader.path(reader.shard.files[0].name)
     data = path.read_bytes()
-    with reader._env.begin(buffers=False) as txn:  # this process's one environment of the file
-        records = [txn.get(sample_key(j)) for j in local]
+    records = [bytes(reader.record(j)) for j in local]
     starts = [data.find(r) for r in records]  # each record's bytes, found in the file itself
     want = [[s, s + len(r)] for s, r in zip(starts, records, strict=True)]
     merged: list[list[int]] = []
@@ -233,24 +230,6 @@ def test_lmdb_cold_batches_ask_for_exactly_their_records(camvid_val_lmdb: Path, 
     assert not advice
 
 
-def test_lmdb_gives_no_hints_when_the_table_disagrees_with_lmdb(camvid_val_lmdb: Path, advice: list,
-                                                                 monkeypatch) -> None:
-    """A table that does not say what LMDB returns (here: every range shifted by a page, which keeps their
-    distances) is not used."""
-    import mmap
-
-    from shardkit.formats import lmdb as lmdb_format
-
-    real = lmdb_format.value_ranges
-    monkeypatch.setattr(lmdb_format, "value_ranges", lambda data, n: (lambda r: None if r is None else r + 4096)(
-        real(data, n)))
-    ds = shardkit.open(camvid_val_lmdb)
-    reader = ds.readers[1]
-    reader.prefetch(np.array([0, 1, 2]))
-    assert not [a for a, _, _ in advice if a == mmap.MADV_WILLNEED]
-    assert reader._hints is None and reader._hints_tried
-
-
 def test_lmdb_single_reads_ask_for_their_record(camvid_val_lmdb: Path, advice: list) -> None:
     """``read(i)`` (``ds[i]``; variable-size splits are augmented from it) asks for record ``i``'s bytes."""
     import mmap
@@ -261,6 +240,6 @@ def test_lmdb_single_reads_ask_for_their_record(camvid_val_lmdb: Path, advice: l
     advice.clear()
     image, _ = reader.read(2)
     (s, n), = [(s, n) for a, s, n in advice if a == mmap.MADV_WILLNEED]
-    begin, end = (int(v) for v in reader._hints[1][2])
+    begin, end = (int(v) for v in reader._table.ranges[2])
     assert s == begin - begin % mmap.PAGESIZE and s + n == end
     assert np.array_equal(image, ds[reader.shard.first_index + 2][0])
