@@ -71,7 +71,7 @@ import numpy as np
 
 import shardkit
 from shardkit import augment as A
-from shardkit.augment import cpu as augment_cpu
+from shardkit.augment import geometry as augment_geometry
 from shardkit.augment import ops as O
 from shardkit.config import ConvertConfig
 from shardkit.pipeline import convert
@@ -215,7 +215,7 @@ def main() -> None:
     aug = A.parse(args.spec)
     sizes = [tuple(int(v) for v in s.lower().split("x")) for s in args.sizes.split(",") if s.strip()]
     report: dict[str, Any] = {"spec": args.spec, "batch": args.batch, "batches": args.batches,
-                              "workers": args.workers, "label_gather": augment_cpu.kernel_name(), "sizes": {}}
+                              "workers": args.workers, "label_gather": augment_geometry.kernel_name(), "sizes": {}}
     tmp = Path(tempfile.mkdtemp(prefix="bench-augment-"))
     try:
         for k, hw in enumerate(sizes):
@@ -278,7 +278,7 @@ def bench_size(args: argparse.Namespace, aug: O.Compose, split: Path, first: boo
         rounds = loader_rounds(args, aug, split, views, rows, notes, loads)
     base = rows[0][1]
     print(f"\n{'path':48s} {'samples/s':>10s} {'x cpu':>7s}   stored {hw[0]}x{hw[1]}, "
-          f"spec={args.spec} batch={args.batch} label gather={augment_cpu.kernel_name()}")
+          f"spec={args.spec} batch={args.batch} label gather={augment_geometry.kernel_name()}")
     for name, rate in rows:
         print(f"{name:48s} {rate:10.1f} {rate / base:7.2f}")
     if loads:

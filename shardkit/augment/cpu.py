@@ -19,6 +19,8 @@ import numpy as np
 
 from .. import jit
 from ..errors import ConfigError
+from . import backends
+from .geometry import warp_labels
 
 if TYPE_CHECKING:
     from .ops import Compose, Params
@@ -45,136 +47,6 @@ if (_MISMATCH := opencv_mismatch(cv2.__version__)) is not None:
     logger.warning(_MISMATCH)
 
 
-def warp_labels(label: np.ndarray, m: np.ndarray, hw: tuple[int, int], ignore_index: int,
-                out: np.ndarray | None = None) -> np.ndarray:
-    """One (H, W) label warped by ``m`` (output → source) into ``hw``; outside → ``ignore_index``.
-
-    The rule of :func:`gather_labels_exact`, computed the fastest exact way available: for a matrix
-    without rotation or shear, one row and one column index vector; else the compiled per-pixel loop
-    (numba, ``shardkit[fast]``); else the float64 rule itself in blocks of rows."""
-    label = np.asarray(label)
-    m = np.asarray(m, np.float64)
-    if out is None:
-        out = np.empty(hw, label.dtype)
-    fill = label.dtype.type(ignore_index)  # OverflowError when the id does not fit, as np.full
-    kernels = _gather_kernels() if label.dtype in _COMPILED_DTYPES else None
-    if m[0, 1] == 0 and m[1, 0] == 0:
-        _gather_separable(label, m, out, fill)
-    elif kernels is not None:
-        dst = out if out.flags.c_contiguous else np.empty(hw, label.dtype)
-        kernels[0](np.ascontiguousarray(label), m, dst, fill)
-        if dst is not out:
-            out[...] = dst
-    else:
-        gather_labels_exact(label[None], m[None], hw, ignore_index, out=out[None], block_rows=_BLOCK_ROWS)
-    return out
-
-
-def warp_labels_batch(labels: np.ndarray, matrices: np.ndarray, hw: tuple[int, int], ignore_index: int,
-                      out: np.ndarray | None = None) -> np.ndarray:
-    """Stacked (B, H, W) labels, one (2, 3) matrix each → (B, *hw), each by :func:`warp_labels`."""
-    if out is None:
-        out = np.empty((len(labels), *hw), labels.dtype)
-    for k in range(len(labels)):
-        warp_labels(labels[k], matrices[k], hw, ignore_index, out=out[k])
-    return out
-
-
-def gather_labels_exact(labels: np.ndarray, matrices: np.ndarray, hw: tuple[int, int], ignore_index: int,
-                        out: np.ndarray | None = None, block_rows: int | None = None) -> np.ndarray:
-    """The label rule, in plain float64 numpy: stacked (B, H, W) labels, one (2, 3) matrix each → (B, *hw).
-
-    Output pixel (x, y) takes the source label at ``floor(M @ [x, y, 1] + 0.5)`` when that lies inside
-    the source, else ``ignore_index``; the dtype is kept. Coordinates are summed as
-    ``((m00*x + m01*y) + m02) + 0.5`` in float64 (the torch backend and the compiled loop use the same
-    order). The labels get a one-pixel ring of ``ignore_index`` and coordinates are clamped onto it, so
-    pixels that map outside read the ring: no mask pass. ``block_rows``: that many output rows at a time
-    (the same values; smaller temporaries). Every faster path is tested equal to this one."""
-    b, h, w = labels.shape
-    padded = np.full((b, h + 2, w + 2), ignore_index, labels.dtype)
-    padded[:, 1:-1, 1:-1] = labels
-    flat = padded.reshape(-1)
-    if out is None:
-        out = np.empty((b, *hw), labels.dtype)
-    m = np.asarray(matrices, np.float64)[:, :, :, None, None]
-    x = np.arange(hw[1], dtype=np.float64)[None, :]
-    base = 1 + (np.arange(b, dtype=np.float64) * (h + 2))[:, None, None]
-    step = max(1, block_rows or hw[0])
-    for r in range(0, hw[0], step):
-        y = np.arange(r, min(r + step, hw[0]), dtype=np.float64)[:, None]
-        fx = m[:, 0, 0] * x + m[:, 0, 1] * y
-        fx += m[:, 0, 2]
-        fx += 0.5
-        np.floor(fx, out=fx)
-        np.clip(fx, -1, w, out=fx)
-        fy = m[:, 1, 0] * x + m[:, 1, 1] * y
-        fy += m[:, 1, 2]
-        fy += 0.5
-        np.floor(fy, out=fy)
-        np.clip(fy, -1, h, out=fy)
-        fy += base
-        fy *= w + 2
-        fy += fx
-        fy += 1
-        np.take(flat, fy.astype(np.intp), out=out[:, r : r + len(y)])
-    return out
-
-
-#: Output rows per step of the numpy rule for rotated matrices (float64 temporaries stay in cache).
-_BLOCK_ROWS = 32
-#: Label dtypes the compiled loop is used for (others: numpy).
-_COMPILED_DTYPES = tuple(np.dtype(t) for t in (np.uint8, np.uint16, np.int8, np.int16, np.int32, np.uint32,
-                                              np.int64))
-
-
-def _gather_separable(label: np.ndarray, m: np.ndarray, out: np.ndarray, fill: Any) -> None:
-    """The rule for a matrix with ``m01 == m10 == 0`` (scale, flip, crop): the source column depends on the
-    output column only and the row on the row, so two index vectors and one gather. Exact: ``m01 * y`` is
-    then ±0, and adding ±0 to ``m00 * x`` changes no value, so the coordinates are the rule's own."""
-    h, w = label.shape
-    oh, ow = out.shape
-    fx = m[0, 0] * np.arange(ow, dtype=np.float64) + m[0, 2]
-    fy = m[1, 1] * np.arange(oh, dtype=np.float64) + m[1, 2]
-    fx += 0.5
-    fy += 0.5
-    np.floor(fx, out=fx)
-    np.floor(fy, out=fy)
-    ok_x, ok_y = (fx >= 0) & (fx < w), (fy >= 0) & (fy < h)
-    ix = np.clip(fx, 0, w - 1).astype(np.intp)
-    iy = np.clip(fy, 0, h - 1).astype(np.intp)
-    np.take(np.take(label, iy, axis=0), ix, axis=1, out=out)
-    out[~ok_y] = fill
-    out[:, ~ok_x] = fill
-
-
-def _gather_loop(label: Any, m: Any, out: Any, fill: Any) -> None:  # pragma: no cover - runs compiled
-    """The rule pixel by pixel (compiled by numba), for C-contiguous ``label`` and ``out``: the same float64
-    operations in the same order; ``floor(c) in [0, n)`` is tested as ``0 <= c < n`` (the same for an
-    integer n), so truncating ``c`` is its floor. Per output row, one loop computes the flat source
-    indices (-1 outside; it vectorises) and a second gathers them."""
-    h, w = label.shape
-    oh, ow = out.shape
-    m00, m01, m02, m10, m11, m12 = m[0, 0], m[0, 1], m[0, 2], m[1, 0], m[1, 1], m[1, 2]
-    fw, fh = float(w), float(h)
-    src = label.ravel()
-    dst = out.ravel()
-    idx = np.empty(ow, np.int64)
-    for y in range(oh):
-        yf = float(y)
-        ay = m01 * yf
-        by = m11 * yf
-        for x in range(ow):
-            xf = float(x)
-            fx = ((m00 * xf + ay) + m02) + 0.5
-            fy = ((m10 * xf + by) + m12) + 0.5
-            inside = (fx >= 0.0) & (fx < fw) & (fy >= 0.0) & (fy < fh)
-            idx[x] = np.int64(fy) * w + np.int64(fx) if inside else -1
-        row = y * ow
-        for x in range(ow):
-            i = idx[x]
-            dst[row + x] = src[i] if i >= 0 else fill
-
-
 def _lut_loop(pairs: Any, lut: Any, table: Any) -> None:  # pragma: no cover - runs compiled
     """A 256-entry uint8 ``lut`` applied in place to bytes viewed as uint16 ``pairs``, two bytes per lookup:
     ``table`` (65536 uint16) is filled with every byte pair's two looked-up bytes first. The high byte maps
@@ -186,36 +58,30 @@ def _lut_loop(pairs: Any, lut: Any, table: Any) -> None:  # pragma: no cover - r
         pairs[i] = table[pairs[i]]
 
 
-def _gather_kernels() -> tuple[Any, ...] | None:
-    """The compiled label gather and pair LUT, or None without numba (or with ``SHARDKIT_NO_NUMBA=1``)."""
+def _lut_kernels() -> tuple[Any, ...] | None:
+    """The compiled pair LUT, or None without numba (or with ``SHARDKIT_NO_NUMBA=1``)."""
     return KERNELS.get()
 
 
 def _warm(kernels: tuple[Any, ...]) -> None:
-    """Compile (or load from numba's cache) the uint8 case now, so a failure shows here."""
-    kernels[0](np.zeros((2, 2), np.uint8), np.eye(2, 3), np.empty((1, 1), np.uint8), np.uint8(0))
-    kernels[1](np.zeros(2, np.uint16), np.arange(256, dtype=np.uint16), np.empty(65536, np.uint16))
+    """Compile (or load from numba's cache) the pair LUT now, so a failure shows here."""
+    kernels[0](np.zeros(2, np.uint16), np.arange(256, dtype=np.uint16), np.empty(65536, np.uint16))
 
 
-#: The compiled label gather and pair LUT (:func:`_gather_kernels`).
-KERNELS = jit.LazyKernels((_gather_loop, _lut_loop), _warm, "augment")
-
-
-def kernel_name() -> str:
-    """Which label gather runs here: ``"numba"`` or ``"numpy"`` (benchmarks print it)."""
-    return KERNELS.name()
+#: The compiled pair LUT (:func:`_lut_kernels`).
+KERNELS = jit.LazyKernels((_lut_loop,), _warm, "colour LUT")
 
 
 def apply_lut(image: np.ndarray, lut: np.ndarray) -> None:
     """``image[...] = lut[image]`` in place for a uint8 ``image``: the compiled two-bytes-per-lookup loop
     (numba) on C-contiguous images, ~3x faster than ``cv2.LUT``; else ``cv2.LUT``. The same values."""
-    kernels = _gather_kernels()
+    kernels = _lut_kernels()
     flat = image.reshape(-1) if image.flags.c_contiguous else None
     if kernels is None or flat is None:
         image[...] = cv2.LUT(image, lut)
         return
     even = flat.size & ~1
-    kernels[1](flat[:even].view(np.uint16), lut.astype(np.uint16), np.empty(65536, np.uint16))
+    kernels[0](flat[:even].view(np.uint16), lut.astype(np.uint16), np.empty(65536, np.uint16))
     if even < flat.size:
         flat[-1] = lut[flat[-1]]
 
@@ -370,3 +236,6 @@ def apply_outputs(aug: Compose, images: np.ndarray, labels: np.ndarray) -> tuple
         elif isinstance(op, OneHot):
             labels = op.numpy(labels)
     return images, labels
+
+
+backends.register("numpy", apply_batch)

@@ -20,7 +20,8 @@ import numpy as np
 
 from .. import encoding
 from ..errors import ConfigError
-from . import seeding
+from . import backends, seeding
+from .geometry import warp_labels
 
 
 @dataclass(frozen=True)
@@ -172,8 +173,6 @@ class RandomCrop(Op):
     def draw(self, rng: np.random.Generator, st: _State) -> None:
         y0, x0 = self._window(rng, st)
         if self.cat_max_ratio is not None and self.cat_max_ratio < 1 and st.label is not None:
-            from .cpu import warp_labels
-
             for _ in range(self.TRIES):  # as mmseg: 10 checks, the last re-draw kept unchecked
                 m = (st.t @ _shift(x0, y0))[:2]
                 crop = warp_labels(st.label, m, (self.h, self.w), st.ignore_index)
@@ -407,10 +406,9 @@ class Compose:
 
     def __call__(self, images: Any, labels: Any, indices: Sequence[int] | np.ndarray, *, seed: int = 0,
                  epoch: int = 0, ignore_index: int | None = 255) -> tuple[np.ndarray, np.ndarray]:
-        from .cpu import apply_batch
-
-        return apply_batch(self, images, labels, indices, seed=seed, epoch=epoch,
-                           ignore_index=255 if ignore_index is None else int(ignore_index))
+        apply = backends.apply_batch("numpy")
+        return apply(self, images, labels, indices, seed=seed, epoch=epoch,
+                     ignore_index=255 if ignore_index is None else int(ignore_index))
 
 
 # ---------------------------------------------------------------------- string form

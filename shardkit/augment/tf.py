@@ -6,7 +6,7 @@ so they depend on (seed, epoch, index) only and equal the CPU/GPU draws. Everyth
 pixels is TensorFlow ops over the whole batch:
 
 - labels: source coordinates in float64, summed in the order of
-  :func:`shardkit.augment.cpu.warp_labels_batch` and rounded the same way (``floor(c + 0.5)``), then one
+  :func:`shardkit.augment.geometry.warp_labels_batch` and rounded the same way (``floor(c + 0.5)``), then one
   integer gather from the labels padded with a ring of ``ignore_index``, so outputs are identical to the
   CPU path; outside the source → ``ignore_index``; the dtype is kept (uint8, uint16, …).
 - images: one batched bilinear gather in float32 (as OpenCV 5's ``warpAffine`` and the torch backend compute

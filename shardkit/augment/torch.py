@@ -3,7 +3,7 @@
 The parameters are drawn on the host by the same :meth:`Compose.params` as the numpy/OpenCV
 backend, so a sample's geometry and colour factors are identical on every backend. Labels: the
 source coordinate of every output pixel is computed in float64 in the same order as
-:func:`shardkit.augment.cpu.gather_labels_exact` and rounded the same way (``floor(c + 0.5)``), then
+:func:`shardkit.augment.geometry.gather_labels_exact` and rounded the same way (``floor(c + 0.5)``), then
 gathered as integers, so label outputs are bit-identical to the CPU path; outside the source →
 ``ignore_index``, dtype kept. Images: one batched bilinear gather over the same
 coordinates (float32, as OpenCV 5's ``warpAffine`` computes them), zero outside, then the

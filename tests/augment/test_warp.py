@@ -16,7 +16,7 @@ import pytest
 import shardkit
 from shardkit import augment as A
 from shardkit.augment import cpu
-from tests.augment.test_gather import MATRICES
+from tests.augment.test_geometry import MATRICES
 
 OUT_HW = (256, 384)
 
@@ -104,7 +104,7 @@ def test_batches_from_the_pipeline_equal_the_reference(images: list[np.ndarray])
 def test_apply_lut_is_cv2_lut(numba: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     if numba:
         pytest.importorskip("numba")
-        assert cpu.kernel_name() == "numba"
+        assert cpu.KERNELS.name() == "numba"
     else:
         monkeypatch.setenv("SHARDKIT_NO_NUMBA", "1")
     rng = np.random.default_rng(3)

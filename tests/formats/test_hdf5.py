@@ -123,9 +123,18 @@ def test_bytes_identical_for_one_and_two_workers(camvid_h5: Path, camvid_root: P
 @pytest.mark.parametrize("compression", ["gzip", "lzf"])
 def test_compression_is_lossless_and_deterministic(compression: str, camvid_h5: Path, camvid_root: Path,
                                                    tmp_path: Path) -> None:
+    """gzip shards are byte-identical for 1 and 2 workers; lzf shards decode identically, but their bytes are not
+    promised (h5py's bundled liblzf leaves its hash table uninitialised: formats/hdf5.md)."""
     split = camvid_val(camvid_root, tmp_path / "a", compression=compression)
     again = camvid_val(camvid_root, tmp_path / "b", compression=compression, workers=1)
-    assert shard_digests(split) == shard_digests(again)
+    if compression == "gzip":
+        assert shard_digests(split) == shard_digests(again)
+    else:
+        assert shard_digests(split).keys() == shard_digests(again).keys()
+        first, second = shardkit.open(split), shardkit.open(again)
+        for i in range(len(first)):
+            for a, b in zip(first[i], second[i], strict=True):
+                np.testing.assert_array_equal(a, b)
     plain, packed = shardkit.open(camvid_h5), shardkit.open(split)
     assert packed.manifest.format_options["compression"] == compression
     for i in range(len(plain)):

@@ -1,7 +1,7 @@
 """The numpy/OpenCV augmentation path: its fast label gathers give exactly the float64 rule's labels.
 
-:func:`~shardkit.augment.cpu.gather_labels_exact` is the rule in plain float64 numpy (the one the torch
-backend reproduces). :func:`~shardkit.augment.cpu.warp_labels` picks a faster way — one row and one
+:func:`~shardkit.augment.geometry.gather_labels_exact` is the rule in plain float64 numpy (the one the torch
+backend reproduces). :func:`~shardkit.augment.geometry.warp_labels` picks a faster way — one row and one
 column index vector for matrices without rotation, a compiled loop (numba) otherwise, or the rule in
 blocks of rows without numba. Each is compared here with the rule, pixel for pixel, on real CamVid
 labels (uint8 and uint16 with ids above 255) under drawn and hand-made matrices, including coordinates
@@ -17,7 +17,7 @@ import pytest
 
 import shardkit
 from shardkit import augment as A
-from shardkit.augment import cpu
+from shardkit.augment import geometry
 
 IGNORE = 11
 OUT_HW = (256, 384)
@@ -56,7 +56,7 @@ MATRICES = _matrices()
 
 
 def _rule(label: np.ndarray, m: np.ndarray) -> np.ndarray:
-    return cpu.gather_labels_exact(label[None], m[None], OUT_HW, IGNORE)[0]
+    return geometry.gather_labels_exact(label[None], m[None], OUT_HW, IGNORE)[0]
 
 
 def test_matrices_cover_both_paths() -> None:
@@ -69,15 +69,15 @@ def test_warp_labels_equals_the_float64_rule(labels: list[np.ndarray], numba: bo
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     if numba:
         pytest.importorskip("numba")
-        assert cpu.kernel_name() == "numba"
+        assert geometry.kernel_name() == "numba"
     else:
         monkeypatch.setenv("SHARDKIT_NO_NUMBA", "1")
-        assert cpu.kernel_name() == "numpy"
+        assert geometry.kernel_name() == "numpy"
     some_outside = False
     for lab in labels:
         for m in MATRICES:
             want = _rule(lab, m)
-            got = cpu.warp_labels(lab, m, OUT_HW, IGNORE)
+            got = geometry.warp_labels(lab, m, OUT_HW, IGNORE)
             assert got.dtype == lab.dtype and np.array_equal(got, want), (lab.dtype, m.tolist())
             some_outside |= bool((want == IGNORE).any()) and bool((want != IGNORE).any())
     assert some_outside
@@ -86,7 +86,7 @@ def test_warp_labels_equals_the_float64_rule(labels: list[np.ndarray], numba: bo
 def test_each_fast_path_alone_equals_the_rule(labels: list[np.ndarray]) -> None:
     """The separable gather on separable matrices, the compiled loop and the blocked rule on all."""
     pytest.importorskip("numba")
-    loop = cpu._gather_kernels()
+    loop = geometry._gather_kernels()
     assert loop is not None
     for lab in labels:
         fill = lab.dtype.type(IGNORE)
@@ -95,11 +95,11 @@ def test_each_fast_path_alone_equals_the_rule(labels: list[np.ndarray]) -> None:
             out = np.empty(OUT_HW, lab.dtype)
             loop[0](lab, m, out, fill)
             assert np.array_equal(out, want), m.tolist()
-            blocked = cpu.gather_labels_exact(lab[None], m[None], OUT_HW, IGNORE, block_rows=7)[0]
+            blocked = geometry.gather_labels_exact(lab[None], m[None], OUT_HW, IGNORE, block_rows=7)[0]
             assert np.array_equal(blocked, want), m.tolist()
             if m[0, 1] == 0 and m[1, 0] == 0:
                 out[...] = 0
-                cpu._gather_separable(lab, m, out, fill)
+                geometry._gather_separable(lab, m, out, fill)
                 assert np.array_equal(out, want), m.tolist()
 
 
@@ -121,20 +121,20 @@ def test_batched_views_and_strided_outputs(labels: list[np.ndarray]) -> None:
     """Stacked labels, a non-contiguous source and a non-contiguous output give the same labels."""
     stack = np.stack(labels[:4])
     mats = np.stack(MATRICES[:4])
-    want = cpu.gather_labels_exact(stack, mats, OUT_HW, IGNORE)
-    assert np.array_equal(cpu.warp_labels_batch(stack, mats, OUT_HW, IGNORE), want)
+    want = geometry.gather_labels_exact(stack, mats, OUT_HW, IGNORE)
+    assert np.array_equal(geometry.warp_labels_batch(stack, mats, OUT_HW, IGNORE), want)
     wide = np.zeros((2, OUT_HW[0], OUT_HW[1] * 2), np.uint8)
     src = np.ascontiguousarray(np.repeat(labels[0], 2, axis=1))[:, ::2]  # strided view of the same values
     assert not src.flags.c_contiguous
     for m in MATRICES[:2]:
         out = wide[0, :, ::2]
-        cpu.warp_labels(src, m, OUT_HW, IGNORE, out=out)
+        geometry.warp_labels(src, m, OUT_HW, IGNORE, out=out)
         assert np.array_equal(out, _rule(labels[0], m))
 
 
 def test_ignore_index_that_does_not_fit_the_dtype_is_refused(labels: list[np.ndarray]) -> None:
     with pytest.raises(OverflowError):
-        cpu.warp_labels(labels[0], MATRICES[0], OUT_HW, 300)
+        geometry.warp_labels(labels[0], MATRICES[0], OUT_HW, 300)
 
 
 
