@@ -49,7 +49,7 @@ def _targets(split: Path) -> list[str]:
     return names
 
 
-def _refresh(split: Path) -> None:
+def refresh_manifest(split: Path) -> None:
     """Recompute every file's size and sha256 in the manifest, as an attacker (or a careless tool) would."""
     path = split / "manifest.json"
     m = json.loads(path.read_text())
@@ -96,7 +96,7 @@ def mutate(split: Path, rng: np.random.Generator) -> str:
     path.write_bytes(bytes(data))
     if name != "manifest.json" and rng.random() < 0.8:
         try:
-            _refresh(split)
+            refresh_manifest(split)
             what += " (manifest refreshed)"
         except (ValueError, KeyError, TypeError, OSError):
             pass
