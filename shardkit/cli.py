@@ -187,7 +187,9 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
 @click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
               help="fail: stop at the first bad input; skip: leave it out, list it in the manifest, exit 3.")
 @click.option("--max-pixels", type=click.IntRange(1), default=DEFAULT_MAX_PIXELS, show_default=True,
-              help="Largest image or label (height x width, read from its header) to decode; also caps --size.")
+              help="Largest image or label (height x width, read from its header before any decoder runs); also "
+                   "caps --size. The default, 4096x4096, keeps one worker under ~1 GB (0.5 GB measured at the "
+                   "limit); raise it for larger images and expect ~30 bytes per pixel per worker.")
 @click.option("--storage-option", "storage_option", multiple=True, metavar="KEY=VALUE",
               help="fsspec option for s3:// (or any fsspec URL) input/output, e.g. endpoint_url=http://host:9000, "
                    "profile=NAME, anon=true (repeatable; dots nest: client_kwargs.region_name=eu-west-1).")

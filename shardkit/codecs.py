@@ -190,14 +190,17 @@ class Lz4(Codec):
         dst = _bytes_of(out)
         try:
             info = frame.get_frame_info(data)
-            if info.get("content_size") != dst.size:  # checked first: the output is sized from it below
+            if info.get("content_size") != dst.size:  # checked first: never sized from the data
                 raise CodecDataError(f"lz4 frame says {info.get('content_size')} bytes, expected {dst.size}")
-            got, used = frame.decompress(data, return_bytearray=True, return_bytes_read=True)
+            d = frame.LZ4FrameDecompressor()
+            got = d.decompress(data, max_length=dst.size + 1)  # a frame that holds more stops here
         except RuntimeError as exc:
             raise CodecDataError(f"lz4 frame does not decode ({exc})") from None
-        if len(got) != dst.size or used != len(data):
-            raise CodecDataError(f"lz4 frame decodes to {len(got)} bytes from {used} of {len(data)}, "
-                                 f"expected {dst.size} from all")
+        if len(got) != dst.size or not d.eof or d.unused_data:
+            more = "more than " if len(got) > dst.size else ""
+            tail = (" (unfinished)" if not d.eof else "") + (" and has bytes after it" if d.unused_data else "")
+            raise CodecDataError(f"lz4 frame decodes to {more}{len(got)} bytes{tail}, expected {dst.size} from "
+                                 "one frame")
         dst[:] = np.frombuffer(got, np.uint8)
 
 
@@ -324,28 +327,51 @@ def lzf_decode_into(data: Any, dst: np.ndarray) -> None:
                              f"lzf block decodes to {got} bytes, expected {dst.size}")
 
 
+#: JPEG start-of-frame markers libjpeg takes the image size from (every SOFn but DHT, JPG and DAC).
+_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
 def _image_size(data: Any) -> tuple[str, int, int, int]:
-    """(kind, height, width, components) from a PNG or JPEG header, without decoding pixels."""
+    """(kind, height, width, components) from a PNG or JPEG header, without decoding pixels: the size the
+    decoder will decode, or ``("?", 0, 0, 0)`` when the header is not read exactly as the decoder reads it."""
     head = bytes(data[:33])
     if head.startswith(b"\x89PNG\r\n\x1a\n") and head[12:16] == b"IHDR":
         w, h, depth, colour = struct.unpack(">IIBB", head[16:26])
         return "png", h, w, {2: 3, 6: 4, 0: 1, 4: 2}.get(colour, 0) if depth == 8 else 0
-    view = memoryview(data)
-    if bytes(view[:2]) == b"\xff\xd8":
-        pos = 2
-        while pos + 4 <= len(view):
-            if view[pos] != 0xFF:
-                break
-            marker = view[pos + 1]
-            if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
-                pos += 2
-                continue
-            (length,) = struct.unpack(">H", view[pos + 2 : pos + 4])
-            if marker in (0xC0, 0xC1, 0xC2) and pos + 10 <= len(view):
-                h, w = struct.unpack(">HH", view[pos + 5 : pos + 9])
-                return "jpeg", h, w, view[pos + 9]
-            pos += 2 + length
-    return "?", 0, 0, 0
+    found = _jpeg_size(memoryview(data).cast("B")) if head.startswith(b"\xff\xd8") else None
+    return ("jpeg", *found) if found is not None else ("?", 0, 0, 0)
+
+
+def _jpeg_size(view: memoryview) -> tuple[int, int, int] | None:
+    """(height, width, components) of the first start-of-frame, found as libjpeg's marker reader
+    (``jdmarker.c``) finds it, or None. libjpeg swallows any number of ``FF`` fill bytes before a marker (the
+    ``FF FF C0`` trick once made a decoy SOF inside a segment look real here) and takes its size from the first
+    SOF before the first scan; where libjpeg would skip bytes that are not a marker, or stop with an error (a
+    second SOI, a scan or the end before any SOF), this refuses: the answer is libjpeg's or none."""
+    pos, n = 2, len(view)
+    while pos < n:
+        if view[pos] != 0xFF:
+            return None  # garbage between segments: libjpeg skips it with a warning; refused here
+        while pos < n and view[pos] == 0xFF:
+            pos += 1  # fill bytes
+        if pos >= n:
+            return None
+        marker = view[pos]
+        pos += 1
+        if marker == 0x01 or 0xD0 <= marker <= 0xD7:
+            continue  # TEM, RSTn: no length
+        if marker in (0x00, 0xD8, 0xD9, 0xDA) or pos + 2 > n:
+            return None  # a stuffed zero, a second SOI, the end or a scan before any frame
+        (length,) = struct.unpack(">H", view[pos : pos + 2])
+        if length < 2:
+            return None
+        if marker in _SOF:
+            if length < 8 or pos + 8 > n or view[pos + 2] != 8:
+                return None  # too short, or not 8-bit samples
+            h, w = struct.unpack(">HH", view[pos + 3 : pos + 7])
+            return h, w, view[pos + 7]
+        pos += length
+    return None
 
 
 class _Picture(Codec):

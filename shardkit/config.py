@@ -18,7 +18,11 @@ from . import encoding
 from .errors import ConfigError
 
 DEFAULT_SHARD_SAMPLES = 500
-DEFAULT_MAX_PIXELS = 2**28  # per image (height x width), checked from the file header before decoding
+#: Largest image or label (height x width), checked from the file header before any decoder runs. 2^24
+#: (4096 x 4096): one worker converting a sample at the limit peaks at 0.5 GB RSS (a colour-mask label, the
+#: costliest kind; TFRecord 0.68 GB with TensorFlow loaded), under ~1 GB per worker at default settings
+#: (scripts/max_pixels_memory.py; README "Memory"). 2^28 cost 3.4 GB per worker for one 16384^2 PNG.
+DEFAULT_MAX_PIXELS = 2**24
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*[xX×,]\s*(\d+)\s*$")
 _BYTES_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?)[bB]\s*$")

@@ -17,7 +17,9 @@ import logging
 import os
 import stat
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 import cv2
 import numpy as np
@@ -94,6 +96,9 @@ def decode_raw(path: Path, what: str = "image", data: np.ndarray | None = None) 
     """Decode a file (or its already-read ``data``) exactly as stored with OpenCV; BGR order."""
     if data is None:
         data = read_bytes(path, what)
+    kind = sniff(data[:16].tobytes())
+    if kind is None or kind.startswith("unsupported"):  # (check_pixels refuses these first, with the reason)
+        raise DecodeError(f"cannot decode {what}: not a {SUPPORTED_TYPES} file", path=path, fix=_FIX_CORRUPT)
     try:
         arr = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
     except cv2.error:
@@ -244,6 +249,276 @@ def regular_stat(path: Path, what: str = "image") -> os.stat_result:
 #: Most bytes a file may hold per pixel its header states (16-bit RGBA stored uncompressed), plus metadata.
 MAX_BYTES_PER_PIXEL = 8
 METADATA_SLACK = 64 << 20
+#: Most bytes per allowed pixel a decode may allocate: 12 is a progressive CMYK JPEG (2 bytes of coefficients per
+#: component sample kept for the whole image, and the output); a file needing more is allowed fewer pixels.
+DECODE_BYTES_PER_PIXEL = 12
+#: Bytes :func:`read_header` reads from a file: every header it parses fits (JPEG's markers before the frame
+#: header included: EXIF and ICC segments are at most 64 KiB each, a few of them); a frame header further in
+#: is refused rather than searched for.
+HEADER_BYTES = 1 << 20
+#: A TIFF's tile or strip buffer (OpenCV allocates one whole tile) may exceed its image by this many pixels.
+TIFF_TILE_SLACK = 1 << 20
+
+#: The input file types convert decodes, by the first bytes OpenCV recognises them by (in its order). Anything
+#: else OpenCV would decode (Radiance HDR, PFM, PAM, Sun raster, JPEG 2000, AVIF …) is refused before decoding:
+#: its size is not known first.
+SUPPORTED_TYPES = "PNG, JPEG, TIFF, BMP, GIF, WebP, PPM/PGM/PBM"
+_PNM_WHITESPACE = b" \t\r\n\v\f"
+
+
+@dataclass(frozen=True)
+class ImageHeader:
+    """What a file's header says, read without decoding: its type, size, and the bytes per pixel its decode
+    allocates at most (channels x bytes per channel, and JPEG's coefficient buffers)."""
+
+    kind: str
+    height: int
+    width: int
+    bytes_per_pixel: int
+
+    @property
+    def pixels(self) -> int:
+        return self.height * self.width
+
+
+def sniff(head: bytes) -> str | None:
+    """The type OpenCV will decode a file as, from its first bytes (OpenCV picks its decoder by signature, not
+    by name); None for anything else. ``"unsupported: …"`` for types OpenCV decodes but convert does not."""
+    if head.startswith(b"BM"):
+        return "BMP"
+    if head.startswith((b"#?RGBE", b"#?RADIANCE")):
+        return "unsupported: Radiance HDR"
+    if head.startswith(b"\xff\xd8\xff"):
+        return "JPEG"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "WebP"
+    if head.startswith(b"\x59\xa6\x6a\x95"):
+        return "unsupported: Sun raster"
+    if len(head) > 2 and head[:1] == b"P" and head[2:3] in _PNM_WHITESPACE:
+        if head[1:2] in b"123456":
+            return "PNM"
+        if head[1:2] == b"7":
+            return "unsupported: PAM"
+    if head[:2] in (b"Pf", b"PF"):
+        return "unsupported: PFM"
+    if head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):
+        return "TIFF"
+    if head.startswith(_PNG_SIGNATURE):
+        return "PNG"
+    if head.startswith((b"\x00\x00\x00\x0cjP  \r\n\x87\n", b"\xff\x4f\xff\x51")):
+        return "unsupported: JPEG 2000"
+    if head.startswith((b"GIF87a", b"GIF89a")):
+        return "GIF"
+    if head[4:8] == b"ftyp" and head[8:12] in (b"avif", b"avis", b"mif1", b"msf1"):
+        return "unsupported: AVIF/HEIF"
+    return None
+
+
+def _png_header(head: bytes) -> tuple[int, int, int]:
+    """(height, width, bytes per pixel) from a PNG's IHDR, which must be its first chunk (as libpng requires)."""
+    if len(head) < 29 or head[12:16] != b"IHDR":
+        raise ValueError("no IHDR chunk first")
+    width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+    depth, colour = head[24], head[25]
+    channels = {0: 1, 2: 3, 3: 4, 4: 2, 6: 4}.get(colour)  # palette: OpenCV may expand it to BGRA
+    if channels is None or depth not in (1, 2, 4, 8, 16):
+        raise ValueError(f"colour type {colour} / bit depth {depth}")
+    return height, width, channels * (2 if depth == 16 else 1)
+
+
+_JPEG_NO_LENGTH = frozenset({0x01, *range(0xD0, 0xD8)})  # TEM and RST0-7: markers without a length
+_JPEG_NOT_SOF = frozenset({0xC4, 0xC8, 0xCC})  # DHT, JPG, DAC share the SOF range
+
+
+def _jpeg_header(head: bytes) -> tuple[int, int, int]:
+    """(height, width, bytes per pixel) from the first frame header (SOFn), found as libjpeg finds it.
+
+    libjpeg skips any bytes before a marker's 0xFF and any number of 0xFF fill bytes (``FF FF C0`` is a SOF0
+    marker, not a marker 0xFF), and uses the first frame header before the first scan; so does this walk.
+    A progressive decode keeps 2 bytes of coefficients per component sample besides the output.
+    """
+    pos, n = 2, len(head)
+    while True:
+        while pos < n and head[pos] != 0xFF:  # garbage before a marker: libjpeg warns and skips it
+            pos += 1
+        while pos < n and head[pos] == 0xFF:  # fill bytes
+            pos += 1
+        if pos >= n:
+            raise ValueError("no frame header in its first bytes")
+        marker = head[pos]
+        pos += 1
+        if marker == 0 or marker in _JPEG_NO_LENGTH:
+            continue
+        if marker in (0xD9, 0xDA):  # end of image, or a scan, before any frame header
+            raise ValueError("a scan or the end before the frame header")
+        if pos + 2 > n:
+            raise ValueError("cut inside a marker")
+        length = int.from_bytes(head[pos : pos + 2], "big")
+        if 0xC0 <= marker <= 0xCF and marker not in _JPEG_NOT_SOF:
+            if pos + 8 > n:
+                raise ValueError("cut inside the frame header")
+            height = int.from_bytes(head[pos + 3 : pos + 5], "big")
+            width = int.from_bytes(head[pos + 5 : pos + 7], "big")
+            components = head[pos + 7]
+            if components not in (1, 3, 4):
+                raise ValueError(f"{components} colour components")
+            progressive = marker in (0xC2, 0xC6, 0xCA, 0xCE)
+            return height, width, (components * 2 if progressive else 0) + max(components, 3)
+        pos += max(length, 2)
+
+
+#: Most bytes one TIFF tag's values may hold: PIL turns each value into a Python object, so a directory claiming
+#: millions of strip offsets would cost gigabytes before any pixel (4096 one-row strips take 16 KiB).
+MAX_TIFF_TAG_BYTES = 1 << 20
+_TIFF_TYPE_BYTES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 1, 8: 2, 9: 4, 10: 8, 11: 4, 12: 8, 13: 4, 16: 8, 17: 8,
+                    18: 8}
+
+
+def _check_tiff_entries(fh: Any, offset: int, little: bool, big: bool) -> None:
+    """Refuse a TIFF directory with too many entries or a tag with more than :data:`MAX_TIFF_TAG_BYTES` of values,
+    from the entries' declared counts, before PIL reads any value."""
+    order: Literal["little", "big"] = "little" if little else "big"
+    fh.seek(offset)
+    count_size, entry_size, count_at = (8, 20, 4) if big else (2, 12, 4)
+    n = int.from_bytes(fh.read(count_size), order)
+    if n > 4096:
+        raise ValueError(f"a directory of {n} entries")
+    entries = fh.read(n * entry_size)
+    for i in range(0, len(entries) - entry_size + 1, entry_size):
+        kind = int.from_bytes(entries[i + 2 : i + 4], order)
+        count = int.from_bytes(entries[i + count_at : i + count_at + (8 if big else 4)], order)
+        if count * _TIFF_TYPE_BYTES.get(kind, 1) > MAX_TIFF_TAG_BYTES:
+            raise ValueError(f"tag {int.from_bytes(entries[i : i + 2], order)} holds {count} values")
+
+
+def _tiff_header(fh: Any) -> tuple[int, int, int]:
+    """(height, width, bytes per pixel) from a TIFF's first directory, the one OpenCV (libtiff) decodes.
+
+    Read as tags (PIL's directory parser), so a TIFF PIL cannot decode (float RGBA, 12-bit …) is sized too.
+    OpenCV allocates one whole tile (or strip) at once: one far larger than the image is refused.
+    """
+    from PIL import TiffImagePlugin
+
+    prefix = fh.read(8)
+    if prefix[2:4] in (b"+\x00", b"\x00+"):  # BigTIFF: a 16-byte header
+        prefix += fh.read(8)
+    ifd = TiffImagePlugin.ImageFileDirectory_v2(prefix)
+    _check_tiff_entries(fh, ifd.next, prefix[:2] == b"II", len(prefix) == 16)
+    fh.seek(ifd.next)
+    ifd.load(fh)
+    width, height = int(ifd[256]), int(ifd[257])
+    spp = int(ifd.get(277, 1) or 1)
+    bits = max(int(b) for b in (ifd.get(258) or (1,)))
+    if not 1 <= spp <= 4 or not 1 <= bits <= 64:  # OpenCV refuses the rest too
+        raise ValueError(f"{spp} samples of {bits} bits per pixel")
+    per_pixel = max(spp, 3) * max(1, (bits + 7) // 8)  # 1-bit and palette TIFFs decode to 3 channels
+    if 322 in ifd and 323 in ifd:
+        tile = int(ifd[322]) * int(ifd[323])
+    else:
+        rows = int(ifd.get(278, height) or height)
+        tile = width * (height if rows >= 2**32 - 1 else rows)
+    if tile > max(width * height, 1) + TIFF_TILE_SLACK:
+        raise ValueError(f"a tile or strip of {tile} pixels for a {height}x{width} image")
+    return height, width, per_pixel
+
+
+def _pil_header(fh: Any, kind: str) -> tuple[int, int, int]:
+    """(height, width, bytes per pixel) by PIL, which reads only the header, held to the type OpenCV sniffed."""
+    if kind == "TIFF":
+        return _tiff_header(fh)
+    fmt = {"PNM": "PPM"}.get(kind, kind.upper())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        with Image.open(fh, formats=[fmt]) as im:
+            width, height = (int(v) for v in im.size)
+            depth = {"I;16": 2, "I;16B": 2, "I;16L": 2, "I": 4, "F": 4}.get(im.mode, 1)
+            # OpenCV decodes palette, 1-bit and gray BMP/GIF to 3 or 4 channels
+            channels = max(len(im.getbands()), 4 if kind == "GIF" else 3 if kind == "BMP" else 1)
+    return height, width, channels * depth
+
+
+def read_header(path: Path, what: str = "image", data: np.ndarray | None = None) -> ImageHeader:
+    """The file's :class:`ImageHeader`, from its first :data:`HEADER_BYTES` only, never a decode.
+
+    Its type is what OpenCV will take it for (by its first bytes, whatever its name). PNG and JPEG are parsed
+    here as libpng and libjpeg read them; TIFF, BMP, GIF, WebP and PNM by PIL, held to that type. A file of
+    another type, or whose header cannot be read, is a DecodeError: without its size it must not be decoded.
+    """
+    path = Path(path)
+    try:
+        if data is None:
+            with open(path, "rb") as fh:
+                head = fh.read(HEADER_BYTES)
+        else:
+            head = data[:HEADER_BYTES].tobytes()
+            data_bytes = _as_bytes(data)
+    except FileNotFoundError:
+        raise InputNotFoundError(f"{what} file does not exist", path=path,
+                                 fix="check the input folder or list file") from None
+    except OSError as exc:
+        raise DecodeError(f"cannot read {what}: {exc.strerror or exc}", path=path,
+                          fix="check the file and its permissions, or --on-error skip") from None
+    if not head:
+        raise DecodeError(f"cannot decode {what}: the file is empty (0 bytes)", path=path, fix=_FIX_CORRUPT)
+    kind = sniff(head)
+    if kind is None or kind.startswith("unsupported"):
+        said = "not a " + SUPPORTED_TYPES + " file" if kind is None else f"a {kind.split(': ')[1]} file"
+        raise DecodeError(f"cannot decode {what}: {said} (convert reads {SUPPORTED_TYPES}; the size of anything "
+                          "else is not known before decoding)", path=path,
+                          fix=f"re-export it as PNG (or another of {SUPPORTED_TYPES}), or --on-error skip")
+    try:
+        if kind == "PNG":
+            h, w, bpp = _png_header(head)
+        elif kind == "JPEG":
+            h, w, bpp = _jpeg_header(head)
+        elif data is not None:
+            h, w, bpp = _pil_header(io.BytesIO(data_bytes), kind)
+        else:  # PIL seeks to what it needs (a TIFF's directory is often at the end of the file)
+            with open(path, "rb") as fh:
+                h, w, bpp = _pil_header(fh, kind)
+    except Image.DecompressionBombError:
+        bomb = 2 * (Image.MAX_IMAGE_PIXELS or 0)
+        raise DecodeError(f"{what} is larger than {bomb} pixels (its {kind} header), more than any --max-pixels "
+                          "convert can check", path=path, fix="shrink the file, or --on-error skip") from None
+    except (ValueError, SyntaxError, OSError, EOFError, IndexError, KeyError, TypeError,
+            UnidentifiedImageError) as exc:
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
+        raise DecodeError(f"cannot decode {what}: its {kind} header cannot be read ({reason}), corrupt or "
+                          "truncated", path=path, fix=_FIX_CORRUPT) from None
+    return ImageHeader(kind, h, w, bpp)
+
+
+def check_pixels(path: Path, max_pixels: int, what: str = "image", data: np.ndarray | None = None) -> ImageHeader:
+    """Refuse a file before any decoder sees it, unless its header is readable and within ``max_pixels``.
+
+    The one check every decode of an input file goes through (images and labels of every type): a regular
+    file no larger than its pixels can need, a type convert reads (:func:`read_header`), at most
+    ``max_pixels`` pixels, and a decode of at most :data:`DECODE_BYTES_PER_PIXEL` bytes per allowed pixel.
+    ``data``: the file's bytes, when the caller has read them already (then the file is not opened again).
+    Returns the header.
+    """
+    path = Path(path)
+    size = regular_stat(path, what).st_size if data is None else data.size
+    _check_file_size(path, size, max_pixels, None, what)
+    header = read_header(path, what, data)
+    hw = header.height, header.width
+    if min(hw) == 0:  # libpng would print its own complaint before the decode fails
+        raise DecodeError(f"cannot decode {what}: its header says {hw[0]}x{hw[1]} pixels", path=path,
+                          fix=_FIX_CORRUPT)
+    if header.pixels > max_pixels:
+        raise DecodeError(
+            f"{what} is {hw[0]}x{hw[1]} = {header.pixels} pixels, more than --max-pixels {max_pixels}",
+            path=path, fix="shrink the file, raise --max-pixels, or --on-error skip",
+        )
+    need = header.pixels * header.bytes_per_pixel
+    if need > max_pixels * DECODE_BYTES_PER_PIXEL:
+        raise DecodeError(
+            f"{what} is {hw[0]}x{hw[1]} pixels of {header.bytes_per_pixel} bytes ({header.kind}): its decode needs "
+            f"{need} bytes, more than --max-pixels {max_pixels} allows ({DECODE_BYTES_PER_PIXEL} bytes per pixel)",
+            path=path, fix="shrink the file, raise --max-pixels, or --on-error skip",
+        )
+    _check_file_size(path, size, max_pixels, hw, what)
+    return header
 
 
 def _check_file_size(path: Path, size: int, max_pixels: int, hw: tuple[int, int] | None, what: str) -> None:
@@ -257,78 +532,16 @@ def _check_file_size(path: Path, size: int, max_pixels: int, hw: tuple[int, int]
                           path=path, fix="re-export the file, or --on-error skip")
 
 
-def check_pixels(path: Path, max_pixels: int, what: str = "image", data: np.ndarray | None = None) -> None:
-    """Refuse a file whose header declares more than ``max_pixels`` pixels, before anything is decoded.
-
-    PNG: width and height from the IHDR chunk; anything else: PIL, which reads only the header.
-    A header neither can read is left to the decoder (which reports it as corrupt). ``data``: the
-    file's bytes, when the caller has read them already (then the file is not opened again).
-    """
-    path = Path(path)
-    hw: tuple[int, int] | None = None
-    try:
-        with open(path, "rb") if data is None else io.BytesIO(_as_bytes(data)) as fh:
-            size = os.fstat(fh.fileno()).st_size if data is None else data.size
-            _check_file_size(path, size, max_pixels, None, what)
-            head = fh.read(24)
-            if head[:8] == _PNG_SIGNATURE and head[12:16] == b"IHDR":
-                hw = int.from_bytes(head[20:24], "big"), int.from_bytes(head[16:20], "big")
-            else:
-                fh.seek(0)
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-                    try:
-                        with Image.open(fh) as im:
-                            hw = int(im.size[1]), int(im.size[0])
-                    except Image.DecompressionBombError:
-                        bomb = 2 * (Image.MAX_IMAGE_PIXELS or 0)
-                        if bomb and max_pixels < bomb:
-                            raise DecodeError(
-                                f"{what} is larger than {bomb} pixels, more than --max-pixels {max_pixels}",
-                                path=path, fix="shrink the file, raise --max-pixels, or --on-error skip",
-                            ) from None
-    except FileNotFoundError:
-        raise InputNotFoundError(f"{what} file does not exist", path=path,
-                                 fix="check the input folder or list file") from None
-    except DecodeError:  # a ValueError too: not to be taken for an unreadable header below
-        raise
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
-        return  # not a header we can read: the decoder gives the one-line error
-    if hw is not None:
-        _check_file_size(path, size, max_pixels, hw, what)
-    if hw is not None and min(hw) == 0:  # libpng would print its own complaint before the decode fails
-        raise DecodeError(f"cannot decode {what}: its header says {hw[0]}x{hw[1]} pixels", path=path,
-                          fix=_FIX_CORRUPT)
-    if hw is not None and hw[0] * hw[1] > max_pixels:
-        raise DecodeError(
-            f"{what} is {hw[0]}x{hw[1]} = {hw[0] * hw[1]} pixels, more than --max-pixels {max_pixels}",
-            path=path, fix="shrink the file, raise --max-pixels, or --on-error skip",
-        )
-
-
 def read_image_size(path: Path) -> tuple[int, int]:
-    """``(H, W)`` from the file header, without decoding pixels (used to plan shards by bytes).
+    """``(H, W)`` from the file header, never decoding pixels (used to plan shards by bytes).
 
-    PIL reads headers lazily. A format PIL does not know (or refuses as too large)
-    but OpenCV decodes falls back to a full decode. Like ``decode_image``, EXIF orientation is ignored.
+    The same header parse as :func:`check_pixels` (a file whose size its header does not tell is refused there
+    and here); like ``decode_image``, EXIF orientation is ignored.
     """
     path = Path(path)
     regular_stat(path, "image")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(path) as im:
-                w, h = im.size
-        return int(h), int(w)
-    except FileNotFoundError:
-        raise InputNotFoundError(
-            "image file does not exist", path=path, fix="check the input folder"
-        ) from None
-    except (UnidentifiedImageError, Image.DecompressionBombError):
-        arr = decode_raw(path, "image")
-        return int(arr.shape[0]), int(arr.shape[1])
-    except OSError as exc:
-        raise DecodeError(f"cannot read image header: {exc}", path=path, fix=_FIX_CORRUPT) from None
+    header = read_header(path, "image")
+    return header.height, header.width
 
 
 def decode_palette_label(path: Path, data: np.ndarray | None = None) -> tuple[str, np.ndarray]:

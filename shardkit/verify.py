@@ -142,8 +142,7 @@ def _verify_shards(report: SplitReport, manifest: Manifest, path: Path, spec: Sa
                     report.problems.append(f"{where}: sample {i} has image shape {image.shape}, expected "
                                            f"({h}, {w}, 3)")
                     continue
-                ids = spec.encoding.decode(stored, ignore)
-                counts += np.bincount(ids.ravel(), minlength=spec.num_classes)[: spec.num_classes]
+                counts += class_pixels(spec, stored, ignore)
                 report.samples += 1
         except ShardkitError as exc:
             report.problems.append(f"{where}: {exc}")
@@ -158,6 +157,24 @@ def _verify_shards(report: SplitReport, manifest: Manifest, path: Path, spec: Sa
         if fingerprint != manifest.source.get("fingerprint"):
             report.problems.append(f"source fingerprint {fingerprint[:12]}… recomputed from the samples sidecars "
                                    f"differs from the manifest's {str(manifest.source.get('fingerprint'))[:12]}…")
+
+
+#: Label rows decoded and counted at a time in :func:`class_pixels` (about this many pixels per block).
+COUNT_BLOCK_PIXELS = 1 << 18
+
+
+def class_pixels(spec: SampleSpec, stored: np.ndarray, ignore: int | None) -> np.ndarray:
+    """Pixels of each class id in one stored label, decoded and counted a block of rows at a time: a sample at
+    the largest size a manifest allows (2**28 pixels) costs a few MB here, not the 2 GB of a whole-label
+    ``np.bincount`` (which widens every id to int64). Ids at or above ``num_classes`` are not counted (the
+    total then disagrees with the manifest's, which verify reports)."""
+    c = spec.num_classes
+    counts = np.zeros(c, np.int64)
+    rows = max(1, COUNT_BLOCK_PIXELS // max(1, int(stored.shape[1]) if stored.ndim > 1 else 1))
+    for r in range(0, int(stored.shape[0]), rows):
+        ids = spec.encoding.decode(stored[r : r + rows], ignore).ravel()
+        counts += np.bincount(ids, minlength=c)[:c]
+    return counts
 
 
 def _shard_digest(manifest: Manifest, pos: int, reader: Any) -> str:

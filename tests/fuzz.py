@@ -49,7 +49,7 @@ def _targets(split: Path) -> list[str]:
     return names
 
 
-def _refresh(split: Path) -> None:
+def refresh_manifest(split: Path) -> None:
     """Recompute every file's size and sha256 in the manifest, as an attacker (or a careless tool) would."""
     path = split / "manifest.json"
     m = json.loads(path.read_text())
@@ -96,7 +96,7 @@ def mutate(split: Path, rng: np.random.Generator) -> str:
     path.write_bytes(bytes(data))
     if name != "manifest.json" and rng.random() < 0.8:
         try:
-            _refresh(split)
+            refresh_manifest(split)
             what += " (manifest refreshed)"
         except (ValueError, KeyError, TypeError, OSError):
             pass
@@ -119,13 +119,8 @@ SPLITS: dict[str, dict[str, Any]] = {
 }
 
 
-def build_splits(camvid_root: Path, out: Path, names: list[str] | None = None, pairs: int = 4) -> dict[str, Path]:
-    """The first ``pairs`` CamVid val pairs (real data, linked) converted as each of :data:`SPLITS`, two samples
-    per shard; variable-size splits keep the stored 360x480."""
-    from shardkit.config import ConvertConfig, ShardSize
-    from shardkit.pipeline import convert
-
-    src = out / "input"
+def camvid_subset(camvid_root: Path, src: Path, pairs: int) -> Path:
+    """An input folder (``val``, ``valannot``) linking the first ``pairs`` real CamVid val pairs."""
     for sub in ("val", "valannot"):
         (src / sub).mkdir(parents=True, exist_ok=True)
     for name in sorted(p.name for p in (camvid_root / "val").iterdir())[:pairs]:
@@ -133,6 +128,16 @@ def build_splits(camvid_root: Path, out: Path, names: list[str] | None = None, p
             link = src / sub / name
             if not link.exists():
                 link.symlink_to(camvid_root / sub / name)
+    return src
+
+
+def build_splits(camvid_root: Path, out: Path, names: list[str] | None = None, pairs: int = 4) -> dict[str, Path]:
+    """The first ``pairs`` CamVid val pairs (real data, linked) converted as each of :data:`SPLITS`, two samples
+    per shard; variable-size splits keep the stored 360x480."""
+    from shardkit.config import ConvertConfig, ShardSize
+    from shardkit.pipeline import convert
+
+    src = camvid_subset(camvid_root, out / "input", pairs)
     splits = {}
     for name in names or list(SPLITS):
         convert(ConvertConfig(src, out / name, splits=("val",), workers=0, quiet=True,

@@ -427,3 +427,49 @@ def test_list_file_that_is_a_device_is_refused(camvid_root: Path, tmp_path: Path
     res = invoke("convert", raw, tmp_path / "out", "-q", "--workers", "1", "--layout", "listfile")
     assert res.exit_code == 1
     assert "listfile" in one_line_error(res.output)
+
+
+def _bomb_jpeg(path: Path, h: int, w: int) -> None:
+    """A real 16x16 JPEG (under 1 KB) whose frame header says h x w, behind two 0xFF fill bytes: libjpeg would
+    allocate h x w x 3 bytes before finding out the data is short."""
+    _ok, buf = cv2.imencode(".jpg", np.zeros((16, 16, 3), np.uint8))
+    raw = buf.tobytes()
+    sof = raw.index(b"\xff\xc0")
+    frame = raw[sof + 2 :]
+    path.write_bytes(raw[:sof] + b"\xff\xff\xff\xc0" + frame[:3] + h.to_bytes(2, "big") + w.to_bytes(2, "big")
+                     + frame[7:])
+
+
+def _convert_limited(args: list[str], limit: int = 3 << 30) -> tuple[int, str]:
+    """``shardkit convert ARGS`` in a subprocess whose address space is capped at ``limit`` bytes."""
+    import subprocess
+    import sys
+
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, ({0}, {0})); "
+            "from shardkit.cli import main; sys.argv = ['shardkit', 'convert'] + sys.argv[1:]; main()").format(limit)
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("shard_size", ["500", "64MB"])  # 64MB: shards planned from every image's header
+@pytest.mark.parametrize("bomb", ["jpeg", "hdr"])
+def test_a_decompression_bomb_is_refused_before_any_decoder_runs(camvid_root: Path, tmp_path: Path,
+                                                                 shard_size: str, bomb: str) -> None:
+    """A 30000x30000 JPEG of under 1 KB (5.2 GB RSS before), and a Radiance HDR named .png (OpenCV decodes what
+    PIL cannot parse: OOM-killed at 6 GB before): one line, under a 3 GB address-space cap."""
+    raw = tmp_path / "raw"
+    names = make_raw(camvid_root, raw, n=2)
+    target = raw / "val" / names[1]
+    if bomb == "jpeg":
+        _bomb_jpeg(target, 30000, 30000)
+    else:
+        target.write_bytes(b"#?RADIANCE\nFORMAT=32-bit_rle_rgbe\n\n-Y 30000 +X 30000\n" + bytes(64))
+    rc, output = _convert_limited([str(raw), str(tmp_path / "out"), "-q", "--workers", "1", "--shard-size",
+                                   shard_size])
+    assert rc == 1, output
+    line = one_line_error(output)
+    assert names[1] in line
+    assert ("30000x30000 = 900000000 pixels, more than --max-pixels 16777216" in line if bomb == "jpeg"
+            else "Radiance HDR" in line)
+    assert not (tmp_path / "out" / "val" / "manifest.json").exists()

@@ -367,3 +367,77 @@ def test_variable_size_record_claiming_a_bigger_sample_is_refused_before_decodin
         tracemalloc.stop()
     assert peak < 64 << 20
     assert ds[1][0].shape == (7, 9, 3)
+
+
+# --------------------------------------------------------------------------- bombs inside a frame or header
+def _xxh32(data: bytes) -> int:
+    """xxHash32 (seed 0) of fewer than 16 bytes: the LZ4 frame descriptor's checksum."""
+    p1, p2, p3, p4, p5, m = 2654435761, 2246822519, 3266489917, 668265263, 374761393, 0xFFFFFFFF
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & m
+
+    h, i = (p5 + len(data)) & m, 0
+    while i + 4 <= len(data):
+        h = rotl((h + int.from_bytes(data[i : i + 4], "little") * p3) & m, 17) * p4 & m
+        i += 4
+    for b in data[i:]:
+        h = rotl((h + b * p5) & m, 11) * p1 & m
+    h ^= h >> 15
+    h = h * p2 & m
+    h ^= h >> 13
+    h = h * p3 & m
+    return h ^ (h >> 16)
+
+
+def test_lz4_frame_holding_more_than_its_stated_size_stops_at_the_sample() -> None:
+    """An LZ4 frame whose header states the sample's size but whose blocks hold 256 MiB is refused after at most
+    one byte more than the sample; before, the decompressor grew its buffer to 605 MB first (tracemalloc)."""
+    size = 64 * 96 * 3
+    frame = bytearray(__import__("lz4.frame").frame.compress(bytes(256 << 20), store_size=True))
+    assert (_xxh32(bytes(frame[4:14])) >> 8) & 0xFF == frame[14]  # the descriptor checksum, recomputed below
+    frame[6:14] = size.to_bytes(8, "little")
+    frame[14] = (_xxh32(bytes(frame[4:14])) >> 8) & 0xFF
+    data, out = bytes(frame), np.empty(size, np.uint8)
+    tracemalloc.start()
+    try:
+        with pytest.raises(CodecDataError):
+            Lz4().decode_into(data, out)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20
+
+
+def _jpeg_with_decoy_frame(camvid_root: Path) -> bytes:
+    """A real 360x480 JPEG with a fill byte before a comment segment; where a reader that takes ``FF FF`` for a
+    marker with a length would jump to, the comment holds a start-of-frame claiming 48x64."""
+    import cv2
+
+    _, encoded = cv2.imencode(".jpg", cv2.imread(str(sorted((camvid_root / "val").glob("*.png"))[0])))
+    jpeg = bytes(encoded)
+    length = 0xFFF0
+    comment = bytearray(b"\xff\xfe" + length.to_bytes(2, "big") + bytes(length - 2))
+    at = 4 + 0xFEFF - 3  # FF FF FE FF read as marker FF, length 0xFEFF: 4 + 0xFEFF, inside the comment
+    decoy = b"\xff\xc0\x00\x11\x08" + (48).to_bytes(2, "big") + (64).to_bytes(2, "big") + b"\x03" + bytes(9)
+    comment[at : at + len(decoy)] = decoy
+    return jpeg[:2] + b"\xff" + bytes(comment) + jpeg[2:]
+
+
+def test_jpeg_size_is_read_as_libjpeg_reads_it(camvid_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fill bytes before a marker are skipped as libjpeg skips them, so the decoy frame is not taken for the
+    size: the 360x480 image is refused for a 48x64 sample before OpenCV decodes a pixel."""
+    import cv2
+
+    from shardkit.codecs import _image_size
+
+    bomb = _jpeg_with_decoy_frame(camvid_root)
+    assert cv2.imdecode(np.frombuffer(bomb, np.uint8), cv2.IMREAD_COLOR).shape == (360, 480, 3)  # what libjpeg does
+    assert _image_size(bomb) == ("jpeg", 360, 480, 3)
+    monkeypatch.setattr(cv2, "imdecode", lambda *a: pytest.fail("decoded before the size was refused"))
+    with pytest.raises(CodecDataError, match="360x480"):
+        Jpeg().decode_into(bomb, np.empty((48, 64, 3), np.uint8))
+    for bad in (bomb[:2] + b"\x00" + bomb[2:],  # a byte libjpeg would skip with a warning
+                bomb[:2] + b"\xff\xd8" + bomb[2:],  # a second SOI (libjpeg: an error)
+                b"\xff\xd8\xff\xda\x00\x02" + bomb[2:]):  # a scan before any frame
+        assert _image_size(bad) == ("?", 0, 0, 0)

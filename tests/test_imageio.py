@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import cv2
@@ -14,6 +15,7 @@ from shardkit.errors import DecodeError, InputNotFoundError
 from shardkit.imageio import _jpeg_truncated, _png_plain_8bit, decode_image, decode_label_pixels, read_image_size
 
 RNG = np.random.default_rng(2024)
+Arm = Callable[[], None]
 
 
 def write(path: Path, arr: np.ndarray, params: list[int] | None = None) -> Path:
@@ -227,3 +229,175 @@ def test_libspng_and_opencv_agree_on_every_png_kind(tmp_path: Path, mode: str,
     fast = tr.decode_image(path)
     monkeypatch.setattr(tr, "_spng", None)
     assert np.array_equal(fast, tr.decode_image(path))
+
+
+# --------------------------------------------------------------------------- check_pixels: before any decoder
+
+
+def _tiny(kind: str, path: Path, h: int = 30, w: int = 40) -> Path:
+    """A real ``h`` x ``w`` file of ``kind``, under a ``.png`` name (OpenCV goes by content, so must the check)."""
+    rgb = rgb_image(h, w)
+    if kind in ("gif", "ppm-pil", "pgm"):
+        im = Image.fromarray(rgb)
+        buf = path.with_suffix(".tmp")
+        {"gif": lambda: im.convert("P").save(buf, "GIF"), "ppm-pil": lambda: im.save(buf, "PPM"),
+         "pgm": lambda: im.convert("L").save(buf, "PPM")}[kind]()
+        return buf.rename(path)
+    ext, params = {"png": (".png", []), "jpeg": (".jpg", []),
+                   "jpeg-progressive": (".jpg", [cv2.IMWRITE_JPEG_PROGRESSIVE, 1]), "tiff": (".tiff", []),
+                   "bmp": (".bmp", []), "webp": (".webp", []), "ppm": (".ppm", [])}[kind]
+    _ok, buf = cv2.imencode(ext, rgb, params)
+    path.write_bytes(buf.tobytes())
+    return path
+
+
+KINDS = ["png", "jpeg", "jpeg-progressive", "tiff", "bmp", "gif", "webp", "ppm", "ppm-pil", "pgm"]
+
+
+@pytest.fixture()
+def no_decoder(monkeypatch: pytest.MonkeyPatch) -> Arm:
+    """Call it once the test's files exist: from then on any decoder call fails the test (headers alone)."""
+
+    def decoded(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a decoder ran")
+
+    def arm() -> None:
+        Image.init()  # (importing PIL's plugins builds images)
+        monkeypatch.setattr(cv2, "imdecode", decoded)
+        monkeypatch.setattr(Image.Image, "load", decoded)
+        monkeypatch.setattr("shardkit.imageio._spng", None)
+
+    return arm
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_check_pixels_reads_every_type_from_its_header_alone(kind: str, tmp_path: Path, no_decoder: Arm) -> None:
+    from shardkit.imageio import check_pixels
+
+    p = _tiny(kind, tmp_path / "x.png")
+    no_decoder()
+    header = check_pixels(p, 1200)
+    assert (header.height, header.width) == (30, 40)
+    with pytest.raises(DecodeError, match=r"30x40 = 1200 pixels, more than --max-pixels 1199"):
+        check_pixels(p, 1199)
+    data = np.fromfile(p, np.uint8)  # the same from bytes already read
+    assert check_pixels(p, 1200, "label", data).pixels == 1200
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_check_pixels_agrees_with_what_opencv_decodes(kind: str, tmp_path: Path) -> None:
+    from shardkit.imageio import read_header
+
+    p = _tiny(kind, tmp_path / "x.png", 37, 53)
+    assert decode_image(p).shape[:2] == (read_header(p).height, read_header(p).width) == (37, 53)
+
+
+def _jpeg_with_frame(h: int, w: int, *, fill: bytes = b"", decoy: bool = False) -> bytes:
+    """A real 16x16 JPEG whose frame header (SOF0) is made to say ``h`` x ``w``; ``fill``: 0xFF fill bytes
+    before that marker; ``decoy``: an APP segment holding a 16x16 SOF0 look-alike first."""
+    _ok, buf = cv2.imencode(".jpg", rgb_image(16, 16))
+    raw = buf.tobytes()
+    sof = raw.index(b"\xff\xc0")
+    frame = raw[sof + 2 :]
+    frame = frame[:3] + h.to_bytes(2, "big") + w.to_bytes(2, "big") + frame[7:]
+    app = b""
+    if decoy:
+        fake = b"\xff\xc0\x00\x11\x08\x00\x10\x00\x10\x03" + bytes(9)
+        app = b"\xff\xe5" + (len(fake) + 2).to_bytes(2, "big") + fake
+    return raw[:2] + app + raw[2:sof] + fill + b"\xff\xc0" + frame
+
+
+@pytest.mark.parametrize(("fill", "decoy"), [(b"", False), (b"\xff\xff", False), (b"\xff", True)])
+def test_a_jpeg_frame_is_found_as_libjpeg_finds_it(fill: bytes, decoy: bool, tmp_path: Path,
+                                                   no_decoder: Arm) -> None:
+    """Fill bytes (``FF FF C0``) and a SOF look-alike inside another segment do not hide the real size."""
+    from shardkit.imageio import check_pixels
+
+    p = tmp_path / "bomb.jpg"
+    p.write_bytes(_jpeg_with_frame(30000, 30000, fill=fill, decoy=decoy))
+    no_decoder()
+    with pytest.raises(DecodeError, match="30000x30000 = 900000000 pixels, more than --max-pixels"):
+        check_pixels(p, 2**24)
+    assert read_image_size(p) == (30000, 30000)  # planning reads the header too, never a decode
+
+
+def test_the_jpeg_walk_matches_libjpeg_on_fill_bytes(tmp_path: Path) -> None:
+    from shardkit.imageio import read_header
+
+    p = tmp_path / "filled.jpg"
+    p.write_bytes(_jpeg_with_frame(16, 16, fill=b"\xff\xff\xff"))
+    assert decode_image(p).shape == (16, 16, 3)
+    assert (read_header(p).height, read_header(p).width) == (16, 16)
+
+
+def test_a_file_opencv_decodes_but_cannot_be_sized_first_is_refused(tmp_path: Path, no_decoder: Arm) -> None:
+    """A Radiance HDR named .png: PIL cannot parse it, OpenCV would decode it whatever its size."""
+    from shardkit.imageio import check_pixels
+
+    p = tmp_path / "x.png"
+    p.write_bytes(b"#?RADIANCE\nFORMAT=32-bit_rle_rgbe\n\n-Y 30000 +X 30000\n" + bytes(64))
+    no_decoder()
+    for call in (lambda: check_pixels(p, 2**24), lambda: read_image_size(p), lambda: decode_image(p)):
+        with pytest.raises(DecodeError, match="cannot decode image") as e:
+            call()
+        assert "\n" not in str(e.value) and str(p) in str(e.value)
+    with pytest.raises(DecodeError, match="Radiance HDR"):
+        check_pixels(p, 2**24)
+
+
+def test_a_decode_needing_more_than_the_per_pixel_budget_is_refused(tmp_path: Path, no_decoder: Arm) -> None:
+    """4 float32 channels (16 bytes a pixel) are allowed fewer pixels than --max-pixels states."""
+    from shardkit.imageio import DECODE_BYTES_PER_PIXEL, check_pixels
+
+    p = tmp_path / "f.tiff"
+    cv2.imencode(".tiff", np.ones((30, 40, 4), np.float32))[1].tofile(p)
+    no_decoder()
+    with pytest.raises(DecodeError, match="its decode needs 19200 bytes"):
+        check_pixels(p, 1200)
+    assert check_pixels(p, 1200 * 16 // DECODE_BYTES_PER_PIXEL).bytes_per_pixel == 16
+
+
+def test_an_unreadable_header_is_refused_not_decoded(tmp_path: Path, no_decoder: Arm) -> None:
+    from shardkit.imageio import check_pixels
+
+    p = tmp_path / "cut.png"
+    p.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    with pytest.raises(DecodeError, match="PNG header cannot be read"):
+        check_pixels(p, 2**24)
+    q = tmp_path / "cut.jpg"
+    q.write_bytes(_jpeg_with_frame(16, 16)[:20])
+    no_decoder()
+    with pytest.raises(DecodeError, match="JPEG header cannot be read"):
+        check_pixels(q, 2**24)
+
+
+def test_a_tiff_directory_claiming_millions_of_values_is_refused_before_read(tmp_path: Path,
+                                                                               no_decoder: Arm) -> None:
+    import struct
+
+    from shardkit.imageio import check_pixels
+
+    # little-endian classic TIFF: a 10x10 image whose StripOffsets tag claims 50 million LONG values
+    entries = [(256, 4, 1, 10), (257, 4, 1, 10), (258, 3, 1, 8), (273, 4, 50_000_000, 8), (277, 3, 1, 1)]
+    ifd = struct.pack("<H", len(entries)) + b"".join(struct.pack("<HHII", *e) for e in entries) + bytes(4)
+    p = tmp_path / "x.tif"
+    p.write_bytes(b"II*\x00" + struct.pack("<I", 8) + ifd)
+    no_decoder()
+    with pytest.raises(DecodeError, match="tag 273 holds 50000000 values"):
+        check_pixels(p, 2**24)
+
+
+def test_a_tiff_tile_far_larger_than_its_image_is_refused(tmp_path: Path, no_decoder: Arm) -> None:
+    """OpenCV allocates one whole tile (up to 1 GiB) whatever the image's size."""
+    import struct
+
+    from shardkit.imageio import check_pixels
+
+    entries = [(256, 4, 1, 10), (257, 4, 1, 10), (258, 3, 1, 8), (277, 3, 1, 1), (322, 4, 1, 16384),
+               (323, 4, 1, 16384)]
+    ifd = struct.pack("<H", len(entries)) + b"".join(struct.pack("<HHII", *e) for e in entries) + bytes(4)
+    p = tmp_path / "x.tif"
+    p.write_bytes(b"II*\x00" + struct.pack("<I", 8) + ifd)
+    no_decoder()
+    with pytest.raises(DecodeError, match="a tile or strip of 268435456 pixels for a 10x10 image"):
+        check_pixels(p, 2**24)

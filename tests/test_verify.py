@@ -73,3 +73,27 @@ def test_published_digests_ignore_where_the_source_was(split: Path, tmp_path: Pa
     m["skipped"] = [{"key": "x", "reason": "y"}]
     (other / MANIFEST_NAME).write_text(json.dumps(m))
     assert published_digests(other) != published_digests(split)
+
+
+def test_verifying_a_large_sample_costs_a_few_mb_not_the_label_widened(camvid_root: Path, tmp_path: Path) -> None:
+    """Class counts are taken a block of rows at a time: verifying 1440x1920 samples (2.8 M pixels) peaks at a
+    few MB of Python allocations; a whole-label ``np.bincount`` widened every id to int64 first (22 MB here;
+    2 GB at the largest size a manifest may state), and the manifest was read into a 512 MiB buffer."""
+    import tracemalloc
+
+    from shardkit.config import ConvertConfig, ShardSize
+    from shardkit.pipeline import convert
+    from tests.fuzz import camvid_subset
+
+    src = camvid_subset(camvid_root, tmp_path / "input", 2)
+    convert(ConvertConfig(src, tmp_path / "out", format="npy", size=(1440, 1920), splits=("val",), quiet=True,
+                          workers=0, shard_size=ShardSize(samples=2)))
+    verify_split(tmp_path / "out" / "val")  # imports and caches outside the measurement
+    tracemalloc.start()
+    try:
+        report = verify_split(tmp_path / "out" / "val")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert report.ok and report.samples == 2
+    assert peak < 24 << 20  # ~17 MB: sha256's 8 MiB reads; the labels' counts a few MB more

@@ -270,12 +270,19 @@ class TfrecordReader(ShardReader):
         self._lengths = lengths.tolist()
 
     def max_stream_bytes(self) -> int:
-        """Most bytes this shard's records may take uncompressed: its samples at the manifest's size (or the
-        largest size a manifest may state) plus framing and Example overhead. Bounds gzip decompression."""
+        """Most bytes this shard's records may take uncompressed: its samples at the sizes the manifest states
+        (fixed size, or each sample's size from the samples sidecar) plus framing and Example overhead, or where
+        the sidecar is unknown, the largest size a manifest may state. Bounds gzip decompression."""
         from ..manifest import MAX_PIXELS, MAX_SIDE
 
-        hw = self.spec.size or (MAX_SIDE, MAX_PIXELS // MAX_SIDE)
-        return len(self) * (self.spec.sample_nbytes(hw) + RECORD_OVERHEAD)
+        if self.spec.size is not None:
+            return len(self) * (self.spec.sample_nbytes(self.spec.size) + RECORD_OVERHEAD)
+        hw = self.expected_hw
+        if hw is None or len(hw) != len(self):
+            return len(self) * (self.spec.sample_nbytes((MAX_SIDE, MAX_PIXELS // MAX_SIDE)) + RECORD_OVERHEAD)
+        px = hw.astype(np.int64).prod(axis=1)
+        per_px = self.spec.sample_nbytes((1, 1))
+        return int(px.sum()) * per_px + len(self) * RECORD_OVERHEAD
 
     def _gunzip(self, data: Path) -> bytearray:
         """The decompressed stream of a gzip shard, refused as soon as it outgrows :meth:`max_stream_bytes`
