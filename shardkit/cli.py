@@ -19,6 +19,7 @@ from . import encoding
 from ._version import __version__
 from .config import DEFAULT_MAX_PIXELS, ConvertConfig, ShardSize, parse_size
 from .errors import ConfigError, ShardkitError
+from .publish import DEFAULT_KEEP_VERSIONS
 from .formats.registry import all_formats
 from .formats.registry import names as format_names
 from .logs import JsonFormatter
@@ -197,6 +198,9 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
 @click.option("--rehash", is_flag=True,
               help="Trust no file's (size, mtime, ctime, inode): re-hash every source and shard file "
                    "before reusing a shard (reads everything; catches what a stat cannot see, e.g. bit rot).")
+@click.option("--keep-versions", type=click.IntRange(1), default=DEFAULT_KEEP_VERSIONS, show_default=True,
+              help="Publishes of each split kept (manifest-v<N>.json and their shards) for readers that opened "
+                   "them; older ones are removed unless a live reader holds a lease on them.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar, warnings and errors only.")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
@@ -208,8 +212,8 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
             unknown_as: int | None, cityscapes_train_ids: bool, splits: tuple[str, ...], shard_size: ShardSize,
             compression: str, image_codec: str, label_codec: str, workers: int, backend: str, scheduler: str | None,
             on_error: str, max_pixels: int, storage_option: tuple[str, ...],
-            strict: bool, dry_run: bool, force: bool, rehash: bool, quiet: bool, verbose: bool,
-            log_format: str) -> None:
+            strict: bool, dry_run: bool, force: bool, rehash: bool, keep_versions: int, quiet: bool,
+            verbose: bool, log_format: str) -> None:
     """Convert the dataset in INPUT_DIR into shards in OUTPUT_DIR/<split>/ with a manifest.json each.
 
     Either may be an fsspec URL (s3://bucket/prefix, gs://…): see docs/object-storage.md.
@@ -226,7 +230,7 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
         compression=compression, image_codec=image_codec, label_codec=label_codec, workers=workers, backend=backend,
         scheduler=scheduler, on_error=on_error,
         strict=strict, dry_run=dry_run, force=force, rehash=rehash, quiet=quiet, max_pixels=max_pixels,
-        storage_options=parse_storage_options(storage_option),
+        storage_options=parse_storage_options(storage_option), keep_versions=keep_versions,
     )
     summary = run(cfg)
     if dry_run:
