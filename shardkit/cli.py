@@ -19,11 +19,11 @@ from . import encoding
 from ._version import __version__
 from .config import DEFAULT_MAX_PIXELS, ConvertConfig, ShardSize, parse_size
 from .errors import ConfigError, ShardkitError
-from .publish import DEFAULT_KEEP_VERSIONS
 from .formats.registry import all_formats
 from .formats.registry import names as format_names
 from .logs import JsonFormatter
 from .logs import setup as setup_logging
+from .publish import DEFAULT_KEEP_VERSIONS
 
 EXIT_SKIPPED = 3  # converted, but --on-error skip left some inputs out (README: exit codes)
 F = TypeVar("F", bound=Callable[..., Any])

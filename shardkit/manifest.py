@@ -12,9 +12,9 @@ import json
 import os
 import re
 import stat
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from . import encoding

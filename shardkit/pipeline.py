@@ -189,7 +189,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
             path = publish_split(cfg, split, pairs, records, found, table, spec, recorded, fmt,
                                  source_root=session.input_name)
             save_cache(cfg.output / split, pairs, caches[split])
-            session.split_committed(cfg.output / split, records)
+            session.split_committed(cfg.output / split, records, cfg.keep_versions)
             summary.manifests.append(session.committed(split, path))
             summary.samples += sum(r.num_samples for r in records)
             summary.shards += len(records)
