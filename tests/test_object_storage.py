@@ -154,7 +154,8 @@ def test_killed_convert_resumes_from_the_bucket(raw_camvid: str, camvid_val_npy:
     assert_same_samples(ds, shardkit.open(camvid_val_npy))
     final = _objects(f"{out}/val")
     named = {f["name"] for s in manifest_of(f"{out}/val")["shards"] for f in [*s["files"], s["samples"]]}
-    assert {n for n in final if not n.startswith(".") and n != "manifest.json"} == named  # no orphans
+    assert {n for n in final if not n.startswith((".", "manifest"))} == named  # no orphans
+    assert {n for n in final if n.startswith("manifest")} == {"manifest.json", "manifest-v1.json"}
 
 
 def test_changed_input_object_rewrites_only_its_shard(s3: str, camvid_root: Path, tmp_path: Path) -> None:
@@ -182,11 +183,13 @@ def test_removed_inputs_move_shards_by_server_side_copy(s3: str, camvid_root: Pa
     opts = {**OPTIONS, "shard_size": ShardSize(samples=3)}  # under 8: cuts at the limit only, 4 shards of 3
     convert(ConvertConfig(src.url, "s3://out/shrinking", workers=1, **opts))
     src.delete([f"{sub}/{n}" for sub in ("val", "valannot") for n in names[:3]])  # the whole first shard
-    again = convert(ConvertConfig(src.url, "s3://out/shrinking", workers=1, **opts))
+    again = convert(ConvertConfig(src.url, "s3://out/shrinking", workers=1, keep_versions=1, **opts))
     assert again.shards == 3 and again.reused == 3  # every remaining shard reused under its new position
     m = manifest_of("s3://out/shrinking/val")
     assert [s["files"][0]["name"].split("-")[1] for s in m["shards"]] == ["00000", "00001", "00002"]
     objects = {n for n in _objects("s3://out/shrinking/val") if not n.startswith(".") and n != "manifest.json"}
+    assert "manifest-v2.json" in objects and "manifest-v1.json" not in objects  # --keep-versions 1
+    objects.discard("manifest-v2.json")
     assert objects == {f["name"] for s in m["shards"] for f in [*s["files"], s["samples"]]}  # old names collected
     for sub in ("val", "valannot"):
         (tmp_path / "raw" / sub).mkdir(parents=True)
@@ -286,6 +289,14 @@ def test_another_split_evicts_least_recently_used_files_of_other_splits(raw_camv
     for i in range(len(a)):
         a[i]
     assert a.cache is not None and a.cache.cached_bytes() == total
+    b = shardkit.open("s3://out/lru2/val", cache_dir=tmp_path / "c", cache_limit=limit)
+    for i in range(len(b)):
+        b[i]
+    # a still reads its files (pinned): b may not evict them and reads its shards through instead
+    assert b.cache is not None and b.cache.cached_bytes() == 0 and a.cache.cached_bytes() == total
+    assert np.array_equal(a[0][0], b[0][0]) and np.array_equal(a[len(a) - 1][1], b[len(b) - 1][1])
+    a.close()
+    b.close()
     b = shardkit.open("s3://out/lru2/val", cache_dir=tmp_path / "c", cache_limit=limit)
     for i in range(len(b)):
         b[i]
@@ -393,7 +404,7 @@ def test_torch_loader_workers_read_a_bucket_through_one_cache(raw_camvid: str, c
         seen += len(images)
     assert seen == len(ref)
     named = {f["name"] for s in manifest_of(f"{out}/val")["shards"] for f in [*s["files"], s["samples"]]}
-    assert {p.name for p in (tmp_path / "cache").glob("*/*") if not p.name.startswith(".")} == named | {"manifest.json"}
+    assert {p.name for p in (tmp_path / "cache").glob("*/*") if not p.name.startswith(".")} == named | {"manifest.json", "manifest-v1.json"}
 
 
 def test_tf_dataset_reads_a_tfrecord_split_from_a_bucket(raw_camvid: str, camvid_val_npy: Path,

@@ -134,9 +134,14 @@ class Dataset:
 
     def close(self) -> None:
         """Give up this reader's lease on its version (also done when the Dataset is garbage-collected or
-        the process exits); reading afterwards still works while the version is kept."""
+        the process exits) and, for a split on object storage, its pins on cached shards (so that other
+        splits may evict them); reading afterwards still works while the version is kept."""
         if self._lease is not None:
             self._lease()
+        for reader in self.readers:
+            release = getattr(reader, "release", None)
+            if release is not None:
+                release()
 
     @property
     def location(self) -> str:
