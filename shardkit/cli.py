@@ -405,6 +405,37 @@ def verify(path: str | Path, storage_option: tuple[str, ...]) -> None:
         raise click.ClickException(f"{failed} of {len(folders)} split(s) failed verification")
 
 
+@main.command("diff")
+@click.argument("path", callback=_location)
+@click.option("--from", "old", type=click.IntRange(1), metavar="V1",
+              help="The older version (default: the kept version before --to).")
+@click.option("--to", "new", type=click.IntRange(1), metavar="V2", help="The newer version (default: the current).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: every split's added, removed, changed.")
+@_STORAGE_OPTION
+@_errors_to_exit_codes
+def diff(path: str | Path, old: int | None, new: int | None, as_json: bool, storage_option: tuple[str, ...]) -> None:
+    """List the samples added, removed and changed (by key and fingerprint) between two kept versions of each
+    split under PATH (an output folder or one split; a URL too). Versions are numbered per split."""
+    import json
+
+    from .diff import diff_split
+    from .storage import parse_storage_options
+    from .verify import split_locations
+
+    options = parse_storage_options(storage_option)
+    folders = split_locations(path, options)
+    if not folders:
+        raise click.ClickException(f"{path}: no manifest.json here or in its sub-folders — "
+                                   "fix: point at an output folder written by shardkit convert")
+    reports = [diff_split(folder, old, new, storage_options=options) for folder in folders]
+    if as_json:
+        click.echo(json.dumps({"splits": [r.to_json() for r in reports]}, indent=1))
+        return
+    for report in reports:
+        for line in report.lines():
+            click.echo(line)
+
+
 @main.command()
 @click.argument("split_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--against", "against", metavar="[RAW_DIR]", is_flag=False, flag_value="", default="",
