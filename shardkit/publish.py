@@ -105,7 +105,7 @@ def dump_manifest(manifest: Manifest, directory: Path) -> Path:
     then as ``manifest.json``, the commit."""
     directory = Path(directory)
     data = manifest_text(manifest).encode("utf-8")
-    if manifest.version is not None:
+    if manifest.version is not None and manifest.manifest_version >= 3:
         atomic_write_bytes(directory / version_name(manifest.version), data)
     path = directory / MANIFEST_NAME
     atomic_write_bytes(path, data)
