@@ -152,7 +152,7 @@ class ShardCache:
     """
 
     def __init__(self, url: str, *, cache_dir: str | os.PathLike[str] | None = None, limit: int | str | None = None,
-                 storage_options: Mapping[str, Any] | None = None) -> None:
+                 storage_options: Mapping[str, Any] | None = None, version: int | None = None) -> None:
         self.remote = Remote(url, storage_options)
         self.root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.limit = parse_limit(limit)
@@ -168,7 +168,8 @@ class ShardCache:
         self._transient: OrderedDict[str, tuple[Path, list[Any]]] = OrderedDict()
         self._transient_pid = os.getpid()
         self._remove_dead_leftovers()
-        self.manifest = self.manifest_path()
+        #: the local copy of the manifest opened: the current one, or the kept publish ``version``
+        self.manifest = self.manifest_path(version)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

@@ -81,8 +81,8 @@ class Dataset:
             from .cache import ShardCache
 
             self.cache = ShardCache(str(path), cache_dir=cache_dir, limit=cache_limit,
-                                    storage_options=storage_options)
-            path = self.cache.manifest_path(version)
+                                    storage_options=storage_options, version=version)
+            path = self.cache.manifest
             version = None  # the cache fetched that version's manifest
         self.path = Path(path)
         self.manifest: Manifest = load_manifest(self.path, version)
