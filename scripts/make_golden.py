@@ -23,6 +23,11 @@ version 2 (one ``samples-<stem>.npy`` sidecar per shard, formats/samples.md), as
 ``manifest2-npy-variable/``  as ``npy-variable``
 ``manifest2-lmdb-zstd/``     as ``lmdb-zstd``
 
+and this one manifest version 3 (version 2 plus the publish number ``version``; the publish is also kept
+as ``manifest-v1.json``), as convert writes today:
+
+``manifest3-npy-fixed/``     as ``npy-fixed``
+
 all with ``--shard-size 2`` (two shards: 2 + 1 samples) and ``--workers 1``. Each golden folder
 keeps only the dataset (``manifest.json`` and the shard files it names).
 ``expected.json`` holds what a reader must get back, computed here from the synthetic
@@ -83,8 +88,10 @@ VARIANTS: dict[str, tuple[str, str, tuple[int, int] | None, str, str]] = {
     "manifest2-npy-fixed": ("npy", "index", FIXED_SIZE, "raw", "raw"),
     "manifest2-npy-variable": ("npy", "packed", None, "raw", "raw"),
     "manifest2-lmdb-zstd": ("lmdb", "index", None, "zstd", "zstd"),
+    "manifest3-npy-fixed": ("npy", "index", FIXED_SIZE, "raw", "raw"),
 }
-MANIFEST2_PREFIX = "manifest2-"  # folders kept in manifest version 2; the others are written as version 1
+MANIFEST2_PREFIX = "manifest2-"  # folders kept in manifest version 2
+MANIFEST3_PREFIX = "manifest3-"  # folders in manifest version 3; the others are written as version 1
 
 
 # --------------------------------------------------------------------------- synthetic source
@@ -191,6 +198,8 @@ def expected() -> dict[str, Any]:
             datasets[folder]["codecs"] = {"image": image_codec, "label": label_codec}
         if folder.startswith(MANIFEST2_PREFIX):
             datasets[folder]["manifest_version"] = 2
+        if folder.startswith(MANIFEST3_PREFIX):
+            datasets[folder]["manifest_version"] = 3
     return {
         "about": "Expected contents of the golden datasets, computed by scripts/make_golden.py from its "
                  "synthetic source, not read back through shardkit. image: (H, W, 3) RGB uint8; label_ids: "
@@ -208,10 +217,13 @@ def expected() -> dict[str, Any]:
 def make_golden(out: Path) -> Path:
     """Write ``out/<variant>/train/…`` for every variant plus ``out/expected.json``; returns ``out``.
 
-    Only the dataset is kept: ``manifest.json`` and the shard files it names. shardkit's
+    Only the dataset is kept: ``manifest.json`` (and, in version 3, the kept ``manifest-v1.json``) and the
+    shard files it names. shardkit's
     bookkeeping for resumed and incremental runs (hidden files such as ``.fingerprints.json``,
     ``.shard-*.json`` and the output folder's ``.shardkit.lock``) is not part of the format.
     """
+    from dataclasses import replace
+
     from shardkit.config import ConvertConfig, ShardSize
     from shardkit.manifest import load_manifest
     from shardkit.pipeline import convert
@@ -234,11 +246,15 @@ def make_golden(out: Path) -> Path:
             if target.exists():
                 shutil.rmtree(target)
             (target / SPLIT).mkdir(parents=True)
-            if not folder.startswith(MANIFEST2_PREFIX):
-                dump_manifest(inline_manifest(load_manifest(converted / SPLIT)), converted / SPLIT)
+            written = load_manifest(converted / SPLIT)
+            if folder.startswith(MANIFEST2_PREFIX):
+                dump_manifest(replace(written, manifest_version=2, version=None), converted / SPLIT)
+            elif not folder.startswith(MANIFEST3_PREFIX):
+                dump_manifest(inline_manifest(replace(written, version=None)), converted / SPLIT)
             manifest = json.loads((converted / SPLIT / "manifest.json").read_text(encoding="utf-8"))
             check_coverage(folder, manifest)
-            names = ["manifest.json"] + [f["name"] for s in manifest["shards"]
+            kept = ["manifest-v1.json"] if folder.startswith(MANIFEST3_PREFIX) else []
+            names = ["manifest.json", *kept] + [f["name"] for s in manifest["shards"]
                                          for f in [*s["files"], *([s["samples"]] if "samples" in s else [])]]
             for name in names:
                 shutil.copyfile(converted / SPLIT / name, target / SPLIT / name)

@@ -34,21 +34,23 @@ def __getattr__(name: str) -> _Any:
 
 def open(path: "str | _os.PathLike[str]", *, labels: str = "ids", verify: bool = False,
          label_layout: str = "channels_last", cache_dir: "str | _os.PathLike[str] | None" = None,
-         cache_limit: "int | str | None" = None, storage_options: "dict[str, _Any] | None" = None) -> "Dataset":
+         cache_limit: "int | str | None" = None, storage_options: "dict[str, _Any] | None" = None,
+         version: "int | None" = None) -> "Dataset":
     """Open a converted split folder (``out/train``) or URL (``s3://bucket/out/train``) as a :class:`Dataset`.
 
     ``labels``: ``"ids"``, ``"onehot"``, ``"float_onehot"`` or ``"stored"``; ``verify=True`` checks every
     shard's sha256 on open; ``label_layout``: ``"channels_last"`` or ``"channels_first"`` one-hot.
     For a URL, shards are cached whole in ``cache_dir`` (default ``$SHARDKIT_CACHE_DIR`` or
     ``~/.cache/shardkit``) up to ``cache_limit`` (e.g. ``"20GB"``); ``storage_options`` go to fsspec
-    (docs/object-storage.md).
+    (docs/object-storage.md). ``version=N`` opens the kept publish N of the split (its ``manifest-v<N>.json``)
+    instead of the current one; either way the Dataset keeps reading the version it opened.
     """
     from .read.dataset import Dataset
     from .storage import is_url
 
     return Dataset(_os.fspath(path) if is_url(path) else _Path(path), labels=labels, verify=verify,
                    label_layout=label_layout, cache_dir=cache_dir, cache_limit=cache_limit,
-                   storage_options=storage_options)
+                   storage_options=storage_options, version=version)
 
 
 def convert(config: "ConvertConfig | str | _os.PathLike[str]", output: "str | _os.PathLike[str] | None" = None,

@@ -23,6 +23,7 @@ from .formats.registry import all_formats
 from .formats.registry import names as format_names
 from .logs import JsonFormatter
 from .logs import setup as setup_logging
+from .publish import DEFAULT_KEEP_VERSIONS
 
 EXIT_SKIPPED = 3  # converted, but --on-error skip left some inputs out (README: exit codes)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -199,6 +200,9 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
 @click.option("--rehash", is_flag=True,
               help="Trust no file's (size, mtime, ctime, inode): re-hash every source and shard file "
                    "before reusing a shard (reads everything; catches what a stat cannot see, e.g. bit rot).")
+@click.option("--keep-versions", type=click.IntRange(1), default=DEFAULT_KEEP_VERSIONS, show_default=True,
+              help="Publishes of each split kept (manifest-v<N>.json and their shards) for readers that opened "
+                   "them; older ones are removed unless a live reader holds a lease on them.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar, warnings and errors only.")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
@@ -210,8 +214,8 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
             unknown_as: int | None, cityscapes_train_ids: bool, splits: tuple[str, ...], shard_size: ShardSize,
             compression: str, image_codec: str, label_codec: str, workers: int, backend: str, scheduler: str | None,
             on_error: str, max_pixels: int, storage_option: tuple[str, ...],
-            strict: bool, dry_run: bool, force: bool, rehash: bool, quiet: bool, verbose: bool,
-            log_format: str) -> None:
+            strict: bool, dry_run: bool, force: bool, rehash: bool, keep_versions: int, quiet: bool,
+            verbose: bool, log_format: str) -> None:
     """Convert the dataset in INPUT_DIR into shards in OUTPUT_DIR/<split>/ with a manifest.json each.
 
     Either may be an fsspec URL (s3://bucket/prefix, gs://…): see docs/object-storage.md.
@@ -228,7 +232,7 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
         compression=compression, image_codec=image_codec, label_codec=label_codec, workers=workers, backend=backend,
         scheduler=scheduler, on_error=on_error,
         strict=strict, dry_run=dry_run, force=force, rehash=rehash, quiet=quiet, max_pixels=max_pixels,
-        storage_options=parse_storage_options(storage_option),
+        storage_options=parse_storage_options(storage_option), keep_versions=keep_versions,
     )
     summary = run(cfg)
     if dry_run:
@@ -401,6 +405,37 @@ def verify(path: str | Path, storage_option: tuple[str, ...]) -> None:
                 click.echo(f"  - {problem}")
     if failed:
         raise click.ClickException(f"{failed} of {len(folders)} split(s) failed verification")
+
+
+@main.command("diff")
+@click.argument("path", callback=_location)
+@click.option("--from", "old", type=click.IntRange(1), metavar="V1",
+              help="The older version (default: the kept version before --to).")
+@click.option("--to", "new", type=click.IntRange(1), metavar="V2", help="The newer version (default: the current).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: every split's added, removed, changed.")
+@_STORAGE_OPTION
+@_errors_to_exit_codes
+def diff(path: str | Path, old: int | None, new: int | None, as_json: bool, storage_option: tuple[str, ...]) -> None:
+    """List the samples added, removed and changed (by key and fingerprint) between two kept versions of each
+    split under PATH (an output folder or one split; a URL too). Versions are numbered per split."""
+    import json
+
+    from .diff import diff_split
+    from .storage import parse_storage_options
+    from .verify import split_locations
+
+    options = parse_storage_options(storage_option)
+    folders = split_locations(path, options)
+    if not folders:
+        raise click.ClickException(f"{path}: no manifest.json here or in its sub-folders — "
+                                   "fix: point at an output folder written by shardkit convert")
+    reports = [diff_split(folder, old, new, storage_options=options) for folder in folders]
+    if as_json:
+        click.echo(json.dumps({"splits": [r.to_json() for r in reports]}, indent=1))
+        return
+    for report in reports:
+        for line in report.lines():
+            click.echo(line)
 
 
 @main.command()

@@ -16,6 +16,7 @@ from typing import Any
 
 from . import encoding
 from .errors import ConfigError
+from .publish import DEFAULT_KEEP_VERSIONS
 
 DEFAULT_SHARD_SAMPLES = 500
 #: Largest image or label (height x width), checked from the file header before any decoder runs. 2^24
@@ -120,6 +121,8 @@ class ConvertConfig:
     dry_run: bool = False
     force: bool = False
     rehash: bool = False
+    #: publishes of each split kept for readers that opened them (``--keep-versions``; formats/manifest.md)
+    keep_versions: int = DEFAULT_KEEP_VERSIONS
     quiet: bool = False
     max_pixels: int = DEFAULT_MAX_PIXELS
 
@@ -168,6 +171,13 @@ class ConvertConfig:
                               fix="choose a smaller --size or raise --max-pixels")
         if self.workers < 0:
             raise ConfigError("--workers must be >= 0 (0 = all cores)")
+        keep = self.keep_versions
+        if isinstance(keep, str) and keep.strip().isdigit():
+            keep = int(keep.strip())
+            object.__setattr__(self, "keep_versions", keep)
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise ConfigError(f"--keep-versions {keep!r} must be an integer of at least 1 (1 keeps only the current "
+                              "version)")
         codecs = ArrayCodecs.parse(self.image_codec, self.label_codec)
         object.__setattr__(self, "image_codec", str(codecs.image))  # one spelling: "zstd:3" → "zstd"
         object.__setattr__(self, "label_codec", str(codecs.label))

@@ -12,21 +12,25 @@ import json
 import os
 import re
 import stat
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from . import encoding
-from .errors import ShardFormatError, UnsafePathError
+from .errors import ConfigError, InputNotFoundError, ShardFormatError, UnsafePathError
 
 if TYPE_CHECKING:
     from .samples import SampleTable
 
 MANIFEST_NAME = "manifest.json"
 SCHEMA_ID = "shardkit.manifest"
-MANIFEST_VERSION = 2
-#: Manifest versions this shardkit reads: 1 keeps sample records inline, 2 in one sidecar per shard.
-READ_VERSIONS = (1, 2)
+MANIFEST_VERSION = 3
+#: Manifest versions this shardkit reads: 1 keeps sample records inline, 2 in one sidecar per shard, 3 is 2
+#: plus the split's publish number (``version``; each publish also kept as ``manifest-v<N>.json``).
+READ_VERSIONS = (1, 2, 3)
+#: A kept publish of a split: ``manifest-v<N>.json`` beside ``manifest.json`` (which is a copy of the newest).
+_VERSION_NAME = re.compile(r"manifest-v([1-9][0-9]{0,8})\.json\Z")
 # Bounds on manifest numbers, checked before anything is allocated from them.
 MAX_CLASSES = 65536  # class ids are stored as uint8 or uint16
 MAX_SIDE = 65536  # pixels per image side
@@ -37,6 +41,8 @@ MAX_MANIFEST_BYTES = 512 << 20
 #: parsing (Python objects cost up to ~30x their JSON: ``[{},{},…]``); a manifest over it is refused unparsed.
 MAX_PARSE_BYTES = 512 << 20
 CLASS_ID_DTYPES = ("|u1", "<u2")
+#: Largest publish number (nine digits in a version file name).
+MAX_PUBLISH = 999_999_999
 
 
 def _is_int(v: Any) -> TypeGuard[int]:
@@ -128,6 +134,8 @@ class Manifest:
     format_options: dict[str, Any] = field(default_factory=dict)
     tool_version: str = ""
     manifest_version: int = MANIFEST_VERSION
+    #: the split's publish number (manifest version 3; None for older manifests, which carry none)
+    version: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The manifest as JSON; version 1 carries ``samples`` inline, version 2 names a sidecar per shard."""
@@ -153,6 +161,7 @@ class Manifest:
             "shards": shards,
             **inline,
             "skipped": list(self.skipped),
+            **({"version": self.version} if self.manifest_version >= 3 else {}),
         }
 
     @classmethod
@@ -182,8 +191,11 @@ class Manifest:
                 inline: list[Any] | None = d["samples"]
             else:
                 if "samples" in d or any(s.samples is None for s in shards):
-                    raise TypeError("version 2: samples are inline, or a shard names no sidecar")
+                    raise TypeError(f"version {version}: samples are inline, or a shard names no sidecar")
                 inline = None
+            published = strict_int(d["version"], "version") if version >= 3 else None
+            if published is not None and not 1 <= published <= MAX_PUBLISH:
+                raise ValueError(f"version {published} is not in 1..{MAX_PUBLISH}")
             from .samples import SampleTable  # here: samples imports this module
 
             label = d["sample"]["label"]
@@ -205,6 +217,7 @@ class Manifest:
                 format_options=dict(d.get("format_options", {})),
                 tool_version=tool.get("version", ""),
                 manifest_version=version,
+                version=published,
             )
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise ShardFormatError(f"manifest is malformed ({exc!r})", path=where,
@@ -348,8 +361,41 @@ def parse_cost(raw: bytes) -> int:
     return 2 * len(raw) + 96 * containers + 48 * raw.count(b",") + 40 * raw.count(b'"') + 24 * raw.count(b":")
 
 
-def load_manifest(directory: Path) -> Manifest:
-    """Read and validate ``directory/manifest.json`` (a split folder).
+def version_name(number: int) -> str:
+    """The file name of a split's kept publish ``number``: ``manifest-v<N>.json``."""
+    return f"manifest-v{int(number)}.json"
+
+
+def version_number(name: str) -> int | None:
+    """``manifest-v7.json`` → 7; None for any other name."""
+    m = _VERSION_NAME.match(name)
+    return int(m.group(1)) if m else None
+
+
+def kept_versions(names: Iterable[str]) -> list[int]:
+    """The publish numbers among file ``names`` (a split folder's listing), ascending."""
+    return sorted(n for n in map(version_number, names) if n is not None)
+
+
+def named_files(data: Any) -> set[str]:
+    """Every file name a parsed manifest (JSON) names, sidecars included; empty for anything malformed.
+
+    Used to decide what must be kept for a kept version: a manifest shardkit wrote itself, read without the
+    full validation (a damaged one names nothing, so nothing is kept for it)."""
+    names: set[str] = set()
+    try:
+        for shard in data["shards"]:
+            for f in [*shard["files"], *([shard["samples"]] if "samples" in shard else [])]:
+                if isinstance(f.get("name"), str):
+                    names.add(f["name"])
+    except (KeyError, TypeError, AttributeError):
+        return set()
+    return names
+
+
+def load_manifest(directory: Path, version: int | None = None) -> Manifest:
+    """Read and validate ``directory/manifest.json`` (a split folder), or the kept publish ``version``
+    (``manifest-v<N>.json``) of it.
 
     The manifest must be a regular file whose real path lies inside the split folder, at most
     :data:`MAX_MANIFEST_BYTES` long and at most :data:`MAX_PARSE_BYTES` to parse (:func:`parse_cost`, checked
@@ -358,9 +404,17 @@ def load_manifest(directory: Path) -> Manifest:
     """
     directory = Path(directory)
     path = directory / MANIFEST_NAME if directory.is_dir() else directory
+    if version is not None:
+        if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= MAX_PUBLISH:
+            raise ConfigError(f"version={version!r} is not a publish number (an integer from 1)",
+                              fix="list the kept versions with: shardkit info SPLIT")
+        path = path.parent / version_name(version)
+        if not path.is_file():
+            kept = kept_versions(p.name for p in path.parent.iterdir()) if path.parent.is_dir() else []
+            raise InputNotFoundError(
+                f"version {version} of this split is not kept (kept: {', '.join(map(str, kept)) or 'none'})",
+                path=path.parent, fix="open one of the kept versions, or the current one without version=")
     if not path.is_file():
-        from .errors import InputNotFoundError
-
         raise InputNotFoundError(
             "no manifest.json here",
             path=directory,
@@ -386,4 +440,8 @@ def load_manifest(directory: Path) -> Manifest:
     except RecursionError:
         raise ShardFormatError("manifest is nested too deeply to be a shardkit manifest", path=path,
                                fix="re-convert this split; do not use manifests from untrusted sources") from None
-    return Manifest.from_json(data, origin=path)
+    manifest = Manifest.from_json(data, origin=path)
+    if version is not None and manifest.version not in (None, version):
+        raise ShardFormatError(f"{path.name} says it is version {manifest.version}", path=path,
+                               fix="re-convert this split; do not edit version files")
+    return manifest

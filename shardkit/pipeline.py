@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +26,21 @@ from .fingerprint import CACHE_NAME, SourceCache, load_cache, save_cache
 from .formats.base import SampleSpec
 from .formats.registry import all_formats, get
 from .labels import ClassTable, LabelDecoder, build_class_table
-from .manifest import Manifest, ShardInfo
+from .manifest import MANIFEST_NAME, Manifest, ShardInfo
 from .plan import ShardTask, plan_split, settings_text
 from .pool import run_tasks
 from .preprocess import fixed_size
-from .publish import collect_garbage, dump_manifest, remove_temps, rename_into_place
+from .publish import (
+    current_manifest,
+    drop_uncommitted,
+    dump_manifest,
+    keep_legacy,
+    manifest_text,
+    published_number,
+    reclaim,
+    remove_temps,
+    rename_into_place,
+)
 from .records import RECORD_PREFIX, ShardRecord
 from .samples import SampleTable, is_sidecar_name, split_fingerprint
 from .staging import StorageSession
@@ -178,7 +189,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
             path = publish_split(cfg, split, pairs, records, found, table, spec, recorded, fmt,
                                  source_root=session.input_name)
             save_cache(cfg.output / split, pairs, caches[split])
-            session.split_committed(cfg.output / split, records)
+            session.split_committed(cfg.output / split, records, cfg.keep_versions)
             summary.manifests.append(session.committed(split, path))
             summary.samples += sum(r.num_samples for r in records)
             summary.shards += len(records)
@@ -217,6 +228,7 @@ def _plan(
             raise OutputError(f"cannot create the output folder ({exc.strerror})", path=directory,
                               fix="check the path and its permissions") from None
         remove_temps(directory)
+        drop_uncommitted(directory)
         session.prepare_split(directory)
         fingerprints: np.ndarray | None = None
         if session.source is not None or (not cfg.force and _has_records(directory)):
@@ -285,6 +297,7 @@ def publish_split(
         stats.merge(Stats.from_wire(r.stats))
     fingerprint = split_fingerprint([r.fingerprint for r in records])
     manifest = Manifest(
+        version=1,
         format=cfg.format,
         format_version=fmt.version_for(cfg.compression, cfg.codecs),
         split=split,
@@ -308,11 +321,25 @@ def publish_split(
         format_options=fmt.format_options(spec, cfg.compression, cfg.codecs),
         tool_version=__version__,
     )
-    path = dump_manifest(manifest, directory)
+    current = current_manifest(directory)
+    if current is not None and _body(current) == _body(json.loads(manifest_text(manifest))):
+        path = directory / MANIFEST_NAME  # nothing changed: no new version
+        log.info("%s: unchanged, still version %d", split, published_number(current))
+    else:
+        manifest = replace(manifest, version=keep_legacy(directory, current) + 1)
+        path = dump_manifest(manifest, directory)
+        log.info("%s: published version %d", split, manifest.version,
+                 extra={"event": "published", "split": split, "version": manifest.version})
     keep = {f.name for r in records for f in r.files} | {ShardRecord.path(directory, r.key).name for r in records}
-    collect_garbage(directory, keep | {CACHE_NAME}, _owned)
-    log.info("%s: %d samples in %d shards → %s", split, first, len(shards), path)
+    kept = reclaim(directory, cfg.keep_versions, keep | {CACHE_NAME}, _owned)
+    log.info("%s: %d samples in %d shards → %s (versions kept: %s)", split, first, len(shards), path,
+             ", ".join(map(str, kept)) or "none")
     return path
+
+
+def _body(data: dict[str, Any]) -> dict[str, Any]:
+    """A parsed manifest without its publish number: what tells whether a publish changed anything."""
+    return {k: v for k, v in data.items() if k != "version"}
 
 
 def _owned(name: str) -> bool:

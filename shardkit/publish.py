@@ -2,21 +2,45 @@
 
 Every file shardkit publishes is first complete under a temporary name, fsynced, then renamed into
 place and its folder fsynced, so a file is either absent, complete under a temp name, or complete
-under its final name. The manifest, the commit marker of a split, is written last in the same way;
-then the files that no manifest names any more are removed. Everything here is plain ``os``: the
-pipeline, the format writers, shard records and the fingerprint cache share it.
+under its final name. The manifest, the commit marker of a split, is written last in the same way.
+
+Versions: each publish of a split is kept as ``manifest-v<N>.json`` and then copied to ``manifest.json``
+(the commit). A reader holds the manifest it opened, so it keeps reading that version's files; those are
+removed only once no kept version names them. The newest ``--keep-versions`` versions are kept, plus any
+version a live reader on this host holds a *lease* on (``.lease-v<N>-<host>-<pid>-<random>``, a file the
+reader makes when it opens a local split, if it may write there; a lease from another host counts for
+:data:`LEASE_TTL` seconds after it was last touched). Everything here is plain ``os``: the pipeline, the
+format writers, shard records and the fingerprint cache share it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import secrets
 import shutil
+import socket
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from .manifest import MANIFEST_NAME, Manifest
+from .lock import pid_alive
+from .manifest import MANIFEST_NAME, Manifest, kept_versions, named_files, version_name, version_number
+
+log = logging.getLogger(__name__)
+
+#: Publishes of a split kept by default (``convert --keep-versions``): the current one and the two before
+#: it, so a reader that opened a split survives two more publishes even where it could not take a lease
+#: (a read-only folder, object storage), e.g. a two-day training job under a nightly convert.
+DEFAULT_KEEP_VERSIONS = 3
+#: Reader leases: ``.lease-v<N>-<host>-<pid>-<random>``.
+LEASE_PREFIX = ".lease-v"
+#: How long a lease from another host protects its version after it was last touched (a week: a
+#: reader on another host cannot be asked whether it still runs).
+LEASE_TTL = 7 * 24 * 3600.0
 
 #: Marks a temporary name: ``.<final name>.tmp-<host>-<pid>-<random>``; anything hidden carrying it is
 #: unfinished work of some run, and :func:`remove_temps` deletes it.
@@ -71,12 +95,136 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def manifest_text(manifest: Manifest) -> str:
+    """The manifest's file content: sorted keys and a fixed indent keep it deterministic."""
+    return json.dumps(manifest.to_json(), indent=1, sort_keys=True, allow_nan=False) + "\n"
+
+
 def dump_manifest(manifest: Manifest, directory: Path) -> Path:
-    """Write ``directory/manifest.json`` atomically; sorted keys and fixed indent keep it deterministic."""
-    path = Path(directory) / MANIFEST_NAME
-    text = json.dumps(manifest.to_json(), indent=1, sort_keys=True, allow_nan=False) + "\n"
-    atomic_write_bytes(path, text.encode("utf-8"))
+    """Write the manifest atomically: first as its kept version ``manifest-v<N>.json`` (manifest version 3),
+    then as ``manifest.json``, the commit."""
+    directory = Path(directory)
+    data = manifest_text(manifest).encode("utf-8")
+    if manifest.version is not None and manifest.manifest_version >= 3:
+        atomic_write_bytes(directory / version_name(manifest.version), data)
+    path = directory / MANIFEST_NAME
+    atomic_write_bytes(path, data)
     return path
+
+
+def current_manifest(directory: Path) -> dict[str, object] | None:
+    """The parsed ``manifest.json`` of a split folder as it stands (None if absent or unreadable)."""
+    try:
+        with open(Path(directory) / MANIFEST_NAME, "rb") as fh:
+            data = json.loads(fh.read())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def published_number(data: dict[str, object] | None) -> int:
+    """The publish number of a parsed current manifest: its ``version``; 0 when there is none."""
+    number = data.get("version") if data is not None else None
+    return number if isinstance(number, int) and not isinstance(number, bool) and number > 0 else 0
+
+
+def drop_uncommitted(directory: Path) -> None:
+    """Remove version files newer than ``manifest.json`` (a run killed between the two writes): the next
+    publish takes their number again, so a resumed run equals an uninterrupted one."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return
+    current = published_number(current_manifest(directory))
+    for p in directory.iterdir():
+        number = version_number(p.name)
+        if number is not None and number > current:
+            p.unlink(missing_ok=True)
+
+
+def keep_legacy(directory: Path, data: dict[str, object] | None) -> int:
+    """A current manifest without a publish number (written before versions existed): kept as version 1, so
+    readers that opened it keep their files; returns the number the next publish follows (1, else 0)."""
+    directory = Path(directory)
+    if data is None or published_number(data):
+        return published_number(data)
+    with contextlib.suppress(OSError):
+        link_into_place(directory, MANIFEST_NAME, version_name(1))
+        return 1
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- leases
+def take_lease(directory: Path, number: int) -> Path | None:
+    """Tell publishers that this process reads version ``number`` of the split in ``directory``: an empty
+    lease file, removed by :func:`drop_lease` (a reader that cannot write there gets None: retention only)."""
+    path = Path(directory) / f"{LEASE_PREFIX}{number}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except OSError as exc:
+        log.debug("no reader lease in %s (%s): the version is kept by --keep-versions only", directory, exc)
+        return None
+    os.close(fd)
+    return path
+
+
+def drop_lease(path: Path, pid: int) -> None:
+    """Remove a lease, only in the process that took it (a forked child's copy of the reader must not)."""
+    if os.getpid() == pid:
+        Path(path).unlink(missing_ok=True)
+
+
+def leased_versions(directory: Path, *, now: float | None = None) -> set[int]:
+    """Versions a live reader holds a lease on; leases of dead processes on this host are removed."""
+    host = socket.gethostname()
+    now = time.time() if now is None else now
+    out: set[int] = set()
+    for p in Path(directory).iterdir():
+        if not p.name.startswith(LEASE_PREFIX):
+            continue
+        number, _, rest = p.name[len(LEASE_PREFIX):].partition("-")
+        holder, _, tail = rest.rpartition("-")  # "<host>-<pid>", "<random>"
+        lease_host, _, pid = holder.rpartition("-")
+        if not number.isdigit() or not pid.isdigit() or not tail:
+            continue
+        if lease_host == host:
+            if not pid_alive(int(pid)):
+                p.unlink(missing_ok=True)
+                continue
+        else:
+            try:
+                if now - p.stat().st_mtime > LEASE_TTL:
+                    continue
+            except OSError:
+                continue
+        out.add(int(number))
+    return out
+
+
+def versions_to_keep(numbers: Iterable[int], keep: int, leased: Iterable[int] = ()) -> set[int]:
+    """The newest ``keep`` of the publish ``numbers`` and every leased one that exists."""
+    ordered = sorted(set(numbers))
+    return set(ordered[-max(keep, 1):]) | (set(leased) & set(ordered))
+
+
+def reclaim(directory: Path, keep: int, current: set[str], owned: Callable[[str], bool]) -> list[int]:
+    """Retire old versions of a split: remove the version files beyond :func:`versions_to_keep`, then every
+    file shardkit ``owned`` that neither ``current`` (this publish's files and records) nor a kept version
+    names. Returns the kept version numbers."""
+    directory = Path(directory)
+    numbers = kept_versions(p.name for p in directory.iterdir())
+    kept = versions_to_keep(numbers, keep, leased_versions(directory))
+    names = set(current)
+    for number in numbers:
+        path = directory / version_name(number)
+        if number not in kept:
+            path.unlink(missing_ok=True)
+            continue
+        try:
+            names |= named_files(json.loads(path.read_bytes()))
+        except (OSError, ValueError, RecursionError):
+            continue
+    collect_garbage(directory, names, owned)
+    return sorted(kept)
 
 
 def rename_into_place(directory: Path, names: Iterable[tuple[str, str]], *, synced: bool = False) -> None:

@@ -10,15 +10,17 @@ deletes them.
 Output on object storage (``RemoteSink``): shards are written and renamed locally, exactly as for a
 local output, in a temporary staging folder; each finished shard is uploaded (files first, then its
 record ``.shard-<key>.json``) and its local files deleted, so local disk holds only the shards in flight.
-After every shard of a split is up, the fingerprint cache and then the manifest — the commit marker —
-are uploaded last, and only then are objects no manifest names deleted. A killed run leaves uploaded
-shards and records: the next run downloads the records, checks the objects' sizes, and reuses them.
-One run per output holds a :class:`~shardkit.lock.RemoteLock`.
+After every shard of a split is up, the fingerprint cache, the new version's ``manifest-v<N>.json`` and then
+``manifest.json`` — the commit marker — are uploaded last, and only then are objects that no kept version
+names deleted (``--keep-versions``; object storage has no reader leases, retention alone protects readers).
+A killed run leaves uploaded shards and records: the next run downloads the records, checks the objects'
+sizes, and reuses them. One run per output holds a :class:`~shardkit.lock.RemoteLock`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import tempfile
@@ -35,9 +37,10 @@ from .errors import ConfigError, OutputError
 from .fingerprint import CACHE_NAME, SourceCache, fingerprint_samples, sample_fingerprint
 from .imageio import read_image_size
 from .lock import OutputLock, RemoteLock
-from .manifest import MANIFEST_NAME, ShardFile
+from .manifest import MANIFEST_NAME, ShardFile, kept_versions, named_files, version_name, version_number
 from .pairs import PairTable
 from .plan import ShardTask
+from .publish import current_manifest, published_number, versions_to_keep
 from .records import RECORD_PREFIX, ShardRecord, reuse
 from .storage import Remote, content_id
 
@@ -149,13 +152,17 @@ class RemoteSink:
         self.lock: RemoteLock | None = None
 
     def prepare_split(self, directory: Path) -> None:
-        """List the remote split folder; fetch its shard records and fingerprint cache into ``directory``."""
+        """List the remote split folder; fetch its shard records, fingerprint cache and current manifest into
+        ``directory``; delete version files newer than that manifest (a run killed before its commit)."""
         split = directory.name
         listing = self.remote.listing(split)
         self.listings[split] = {name: int(info.get("size") or 0) for name, info in listing.items()}
         wanted = [(f"{split}/{n}", directory / n) for n in listing
-                  if "/" not in n and (n.startswith(RECORD_PREFIX) or n == CACHE_NAME)]
+                  if "/" not in n and (n.startswith(RECORD_PREFIX) or n in (CACHE_NAME, MANIFEST_NAME))]
         self.remote.download_many(wanted)
+        current = published_number(current_manifest(directory))
+        orphans = [f"{split}/{n}" for n in listing if (version_number(n) or 0) > current]
+        self.remote.delete(orphans)
 
     def reuse(self, directory: Path, key: str, wanted_names: tuple[str, ...]) -> ShardRecord | None:
         """The record of shard ``key`` if every file it names is on the store with its recorded size.
@@ -197,23 +204,45 @@ class RemoteSink:
             (directory / f.name).unlink(missing_ok=True)
             self.listings.setdefault(split, {})[f.name] = f.bytes
 
-    def split_committed(self, directory: Path, records: Sequence[ShardRecord]) -> None:
-        """Upload the fingerprint cache, then the manifest (the commit marker), then delete what no
-        manifest names (old shards and records of earlier runs)."""
+    def split_committed(self, directory: Path, records: Sequence[ShardRecord], keep_versions: int) -> None:
+        """Upload the fingerprint cache, the new version file(s), then ``manifest.json`` (the commit marker),
+        then delete what no kept version names (old shards, records and version files of earlier runs)."""
         split = directory.name
         if self.lock is not None:
             self.lock.check()
         if (directory / CACHE_NAME).is_file():
             self.remote.upload(directory / CACHE_NAME, f"{split}/{CACHE_NAME}")
+        remote_names = set(self.remote.listing(split))
+        local_names = [p.name for p in directory.iterdir()]
+        for number in kept_versions(local_names):  # the new version (and a pre-version manifest kept as 1)
+            name = version_name(number)
+            if name not in remote_names:
+                self.remote.upload(directory / name, f"{split}/{name}")
         self.remote.upload(directory / MANIFEST_NAME, f"{split}/{MANIFEST_NAME}")
         keep = {f.name for r in records for f in r.files}
         keep |= {ShardRecord.path(directory, r.key).name for r in records}
         keep |= {MANIFEST_NAME, CACHE_NAME}
+        listing = self.remote.listing(split)
+        numbers = kept_versions(listing)
+        kept = versions_to_keep(numbers, keep_versions)
+        stale = []
+        for number in numbers:
+            name = version_name(number)
+            if number not in kept:
+                stale.append(f"{split}/{name}")
+                continue
+            local = directory / name
+            data = local.read_bytes() if local.is_file() else self.remote.read_bytes(f"{split}/{name}")
+            try:
+                keep |= named_files(json.loads(data)) | {name}
+            except (ValueError, RecursionError):
+                continue
         from .pipeline import _owned
 
-        stale = [f"{split}/{n}" for n in self.remote.listing(split) if "/" not in n and n not in keep and _owned(n)]
+        stale += [f"{split}/{n}" for n in listing if "/" not in n and n not in keep and _owned(n)]
         self.remote.delete(stale)
-        log.info("%s: manifest uploaded, %d stale objects removed", self.remote.url_of(split), len(stale))
+        log.info("%s: manifest uploaded (versions kept: %s), %d stale objects removed", self.remote.url_of(split),
+                 ", ".join(map(str, sorted(kept))) or "none", len(stale))
 
 
 class StorageSession:
@@ -302,9 +331,9 @@ class StorageSession:
         if self.sink is not None:
             self.sink.shard_published(directory, record)
 
-    def split_committed(self, directory: Path, records: Sequence[ShardRecord]) -> None:
+    def split_committed(self, directory: Path, records: Sequence[ShardRecord], keep_versions: int) -> None:
         if self.sink is not None:
-            self.sink.split_committed(directory, records)
+            self.sink.split_committed(directory, records, keep_versions)
 
     def committed(self, split: str, local_manifest: Path) -> Path | str:
         """Where the split's manifest now is: its URL on object storage, else the local path."""

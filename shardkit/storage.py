@@ -33,6 +33,8 @@ URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
 EXTRA_HINT = "install the object-storage extra: pip install 'shardkit[s3]' (fsspec + s3fs)"
 #: Largest small object read whole into memory (manifests, records, list files, the lock).
 MAX_SMALL_OBJECT = 256 * 1024 * 1024
+#: Bytes read at a time by a size-bounded download.
+DOWNLOAD_CHUNK = 8 * 1024 * 1024
 
 
 def is_url(path: str | os.PathLike[str] | None) -> bool:
@@ -272,18 +274,38 @@ class Remote:
         data: bytes = self._call("read", rel, self.fs.cat_file, self.path(rel), start=start, end=end)
         return data
 
-    def download(self, rel: str, local: Path) -> None:
-        """Copy an object to ``local`` via a temporary name in the same folder (never half a file under it)."""
+    def download(self, rel: str, local: Path, *, max_bytes: int | None = None) -> None:
+        """Copy an object to ``local`` via a temporary name in the same folder (never half a file under it).
+
+        ``max_bytes``: stream it and stop with a one-line error as soon as more arrives (an object replaced
+        by a larger one after its size was checked never fills the disk)."""
         local = Path(local)
         local.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{local.name}.", suffix=".part", dir=local.parent)
         os.close(fd)
         try:
-            self._call("download", rel, self.fs.get_file, self.path(rel), tmp)
+            if max_bytes is None:
+                self._call("download", rel, self.fs.get_file, self.path(rel), tmp)
+            else:
+                self._call("download", rel, self._bounded_get, rel, tmp, max_bytes)
             os.replace(tmp, local)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+    def _bounded_get(self, rel: str, tmp: str, max_bytes: int) -> None:
+        got = 0
+        with self.fs.open(self.path(rel), "rb", block_size=DOWNLOAD_CHUNK) as src, open(tmp, "wb") as dst:
+            while True:
+                piece = src.read(min(DOWNLOAD_CHUNK, max_bytes + 1 - got))
+                if not piece:
+                    return
+                got += len(piece)
+                if got > max_bytes:
+                    raise StorageError(f"object is larger than the {max_bytes} bytes expected: download stopped",
+                                       path=self.url_of(rel),
+                                       fix="the object was replaced after conversion; re-convert this split")
+                dst.write(piece)
 
     def download_many(self, pairs: list[tuple[str, Path]]) -> None:
         """Several downloads at once (fsspec runs them concurrently where the filesystem is async)."""

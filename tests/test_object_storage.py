@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -154,7 +155,8 @@ def test_killed_convert_resumes_from_the_bucket(raw_camvid: str, camvid_val_npy:
     assert_same_samples(ds, shardkit.open(camvid_val_npy))
     final = _objects(f"{out}/val")
     named = {f["name"] for s in manifest_of(f"{out}/val")["shards"] for f in [*s["files"], s["samples"]]}
-    assert {n for n in final if not n.startswith(".") and n != "manifest.json"} == named  # no orphans
+    assert {n for n in final if not n.startswith((".", "manifest"))} == named  # no orphans
+    assert {n for n in final if n.startswith("manifest")} == {"manifest.json", "manifest-v1.json"}
 
 
 def test_changed_input_object_rewrites_only_its_shard(s3: str, camvid_root: Path, tmp_path: Path) -> None:
@@ -182,11 +184,13 @@ def test_removed_inputs_move_shards_by_server_side_copy(s3: str, camvid_root: Pa
     opts = {**OPTIONS, "shard_size": ShardSize(samples=3)}  # under 8: cuts at the limit only, 4 shards of 3
     convert(ConvertConfig(src.url, "s3://out/shrinking", workers=1, **opts))
     src.delete([f"{sub}/{n}" for sub in ("val", "valannot") for n in names[:3]])  # the whole first shard
-    again = convert(ConvertConfig(src.url, "s3://out/shrinking", workers=1, **opts))
+    again = convert(ConvertConfig(src.url, "s3://out/shrinking", workers=1, keep_versions=1, **opts))
     assert again.shards == 3 and again.reused == 3  # every remaining shard reused under its new position
     m = manifest_of("s3://out/shrinking/val")
     assert [s["files"][0]["name"].split("-")[1] for s in m["shards"]] == ["00000", "00001", "00002"]
     objects = {n for n in _objects("s3://out/shrinking/val") if not n.startswith(".") and n != "manifest.json"}
+    assert "manifest-v2.json" in objects and "manifest-v1.json" not in objects  # --keep-versions 1
+    objects.discard("manifest-v2.json")
     assert objects == {f["name"] for s in m["shards"] for f in [*s["files"], s["samples"]]}  # old names collected
     for sub in ("val", "valannot"):
         (tmp_path / "raw" / sub).mkdir(parents=True)
@@ -286,6 +290,14 @@ def test_another_split_evicts_least_recently_used_files_of_other_splits(raw_camv
     for i in range(len(a)):
         a[i]
     assert a.cache is not None and a.cache.cached_bytes() == total
+    b = shardkit.open("s3://out/lru2/val", cache_dir=tmp_path / "c", cache_limit=limit)
+    for i in range(len(b)):
+        b[i]
+    # a still reads its files (pinned): b may not evict them and reads its shards through instead
+    assert b.cache is not None and b.cache.cached_bytes() == 0 and a.cache.cached_bytes() == total
+    assert np.array_equal(a[0][0], b[0][0]) and np.array_equal(a[len(a) - 1][1], b[len(b) - 1][1])
+    a.close()
+    b.close()
     b = shardkit.open("s3://out/lru2/val", cache_dir=tmp_path / "c", cache_limit=limit)
     for i in range(len(b)):
         b[i]
@@ -393,7 +405,8 @@ def test_torch_loader_workers_read_a_bucket_through_one_cache(raw_camvid: str, c
         seen += len(images)
     assert seen == len(ref)
     named = {f["name"] for s in manifest_of(f"{out}/val")["shards"] for f in [*s["files"], s["samples"]]}
-    assert {p.name for p in (tmp_path / "cache").glob("*/*") if not p.name.startswith(".")} == named | {"manifest.json"}
+    cached = {p.name for p in (tmp_path / "cache").glob("*/*") if not p.name.startswith(".")}
+    assert cached == named | {"manifest.json", "manifest-v1.json"}
 
 
 def test_tf_dataset_reads_a_tfrecord_split_from_a_bucket(raw_camvid: str, camvid_val_npy: Path,
@@ -410,3 +423,159 @@ def test_tf_dataset_reads_a_tfrecord_split_from_a_bucket(raw_camvid: str, camvid
         assert np.array_equal(images.numpy(), want_i) and np.array_equal(labels.numpy(), want_l)
         seen += len(images)
     assert seen == len(ref)
+
+
+# ------------------------------------------------------------------ versions and a shared cache (issue 24)
+def _tree_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def test_a_reader_keeps_its_version_while_a_changed_input_is_published(s3: str, camvid_root: Path,
+                                                                        tmp_path: Path) -> None:
+    src = Remote("s3://raw/versioned")
+    names = upload_val(src, camvid_root, 6)
+    out = "s3://out/versioned"
+    opts = {**OPTIONS, "shard_size": ShardSize(samples=2)}
+    convert(ConvertConfig(src.url, out, workers=1, **opts))
+    old = shardkit.open(f"{out}/val", cache_dir=tmp_path / "c")
+    assert old.version == 1  # nothing read yet: its shards are fetched only after the next publish
+    image = cv2.imread(str(camvid_root / "val" / names[0]))
+    image[:, :] = 7
+    src.write_bytes(f"val/{names[0]}", cv2.imencode(".png", image)[1].tobytes())
+    convert(ConvertConfig(src.url, out, workers=1, **opts))  # version 2 (default --keep-versions 3)
+    first_old, _ = old[0]
+    assert not (first_old == 7).all()  # the version it opened, fetched after the publish
+    new = shardkit.open(f"{out}/val", cache_dir=tmp_path / "c")
+    assert new.version == 2 and (new[0][0] == 7).all()
+    again = shardkit.open(f"{out}/val", cache_dir=tmp_path / "c2", version=1)
+    assert np.array_equal(again[0][0], first_old)
+    assert all(np.array_equal(again[i][1], old[i][1]) for i in range(len(old)))
+    convert(ConvertConfig(src.url, out, workers=1, keep_versions=1, **{**opts, "force": True}))
+    objects = _objects(f"{out}/val")
+    assert [n for n in objects if n.startswith("manifest-v")] == ["manifest-v2.json"]
+    with pytest.raises(shardkit.errors.InputNotFoundError):
+        shardkit.open(f"{out}/val", cache_dir=tmp_path / "c3", version=1)
+
+
+def test_key_over_a_split_larger_than_the_cache_leaves_nothing_behind(raw_camvid: str, camvid_val_npy: Path,
+                                                                      tmp_path: Path) -> None:
+    out = "s3://out/keys"
+    convert(ConvertConfig(raw_camvid, out, workers=1, **{**OPTIONS, "shard_size": ShardSize(samples=3)}))
+    m = manifest_of(f"{out}/val")
+    shard_bytes = max(sum(f["bytes"] for f in [*s["files"], s["samples"]]) for s in m["shards"])
+    limit = 4096  # not even one sidecar fits: everything is read through
+    ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "cache", cache_limit=limit)
+    ref = shardkit.open(camvid_val_npy)
+    peak = 0
+    for i in range(len(ds)):
+        assert ds.key(i) == ref.key(i)
+        peak = max(peak, _tree_bytes(tmp_path / "cache"))
+    assert ds.cache is not None and ds.cache.downloads == 0  # keys need sidecars only, never whole shards
+    assert peak < shard_bytes  # (each read-through used to download the whole shard and keep it)
+    for i in range(len(ds)):
+        ds[i]
+    assert _tree_bytes(tmp_path / "cache") <= limit + 4 * shard_bytes + 65536  # the read-through slots
+    ds.cache.release_transient()
+    assert _tree_bytes(tmp_path / "cache") <= limit + 65536  # manifests and lock files only
+    assert not [p for p in ds.cache.directory.iterdir() if p.name.startswith(".transient-")]
+
+
+def _loader_epoch(url: str, cache_dir: str) -> None:
+    from shardkit.read.torch import make_loader
+
+    ds = shardkit.open(url, cache_dir=cache_dir, cache_limit=1)
+    for _ in make_loader(ds, batch_size=4, shuffle=False, num_workers=2, multiprocessing_context="fork"):
+        pass
+    os._exit(0)  # like a job killed after its epoch: no atexit in this process either
+
+
+def test_read_through_folders_of_exited_workers_are_reclaimed(raw_camvid: str, tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    out = "s3://out/transient"
+    convert(ConvertConfig(raw_camvid, out, workers=1, **{**OPTIONS, "shard_size": ShardSize(samples=6)}))
+    cache = tmp_path / "cache"
+    proc = multiprocessing.get_context("fork").Process(target=_loader_epoch, args=(f"{out}/val", str(cache)))
+    proc.start()
+    proc.join(timeout=120)
+    assert proc.exitcode == 0
+    left = [p for p in cache.glob("*/.transient-*")]
+    # the DataLoader workers removed their own folders on exit; the parent's (which never ran atexit) are
+    # removed by the next process that opens the split
+    assert all(p.name.startswith(f".transient-{proc.pid}-") for p in left), left
+    shardkit.open(f"{out}/val", cache_dir=cache, cache_limit=1)
+    assert not list(cache.glob("*/.transient-*"))
+
+
+def _hold_split(url: str, cache_dir: str, limit: int, ready: object, go: object, queue: object) -> None:
+    """Open a split, read it all (its shards cached and pinned), wait, then read it all again."""
+    import hashlib
+
+    try:
+        ds = shardkit.open(url, cache_dir=cache_dir, cache_limit=limit)
+        for i in range(len(ds)):
+            ds[i]
+        ready.set()  # type: ignore[attr-defined]
+        go.wait(120)  # type: ignore[attr-defined]
+        h = hashlib.sha256()
+        for i in range(len(ds)):
+            image, label = ds[i]
+            h.update(image.tobytes() + label.tobytes())
+        queue.put(h.hexdigest())  # type: ignore[attr-defined]
+    except Exception as exc:  # reported to the test
+        queue.put(f"error: {exc}")  # type: ignore[attr-defined]
+
+
+def test_another_job_on_the_same_cache_never_evicts_files_a_reader_has_open(raw_camvid: str, tmp_path: Path) -> None:
+    a_url, b_url = "s3://out/job-a", "s3://out/job-b"
+    convert(ConvertConfig(raw_camvid, a_url, workers=1, **OPTIONS))
+    convert(ConvertConfig(raw_camvid, b_url, workers=1, **OPTIONS))
+    m = manifest_of(f"{a_url}/val")
+    total = sum(f["bytes"] for s in m["shards"] for f in [*s["files"], s["samples"]])
+    limit = total + 65536  # one split fits, two do not: b would evict a's files
+    mp = multiprocessing.get_context("fork")
+    ready, go, queue = mp.Event(), mp.Event(), mp.Queue()
+    job_a = mp.Process(target=_hold_split, args=(f"{a_url}/val", str(tmp_path / "c"), limit, ready, go, queue))
+    job_a.start()
+    try:
+        assert ready.wait(120)
+        b = shardkit.open(f"{b_url}/val", cache_dir=tmp_path / "c", cache_limit=limit)
+        for i in range(len(b)):
+            b[i]
+        assert b.cache is not None and b.cache.usage() <= limit + total // 2  # within the limit ± one shard
+        held = tmp_path / "c" / Remote(f"{a_url}/val").token()
+        assert {p.name for p in held.iterdir() if p.suffix == ".npy" and not p.name.startswith(".")} == {
+            f["name"] for s in m["shards"] for f in [*s["files"], s["samples"]]}  # a's open files all stayed
+        go.set()
+        result = queue.get(timeout=120)
+    finally:
+        job_a.join(timeout=60)
+        if job_a.is_alive():
+            job_a.kill()
+    import hashlib
+
+    h = hashlib.sha256()
+    for i in range(len(b)):
+        image, label = b[i]
+        h.update(image.tobytes() + label.tobytes())
+    assert result == h.hexdigest()  # a read every sample again, from files b could not evict
+    b.close()
+
+
+def test_an_object_larger_than_the_manifest_says_is_not_downloaded(raw_camvid: str, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    out = "s3://out/oversized"
+    convert(ConvertConfig(raw_camvid, out, workers=1, **OPTIONS))
+    name = manifest_of(f"{out}/val")["shards"][0]["files"][0]["name"]
+    Remote(f"{out}/val").write_bytes(name, b"\0" * (32 << 20))  # replaced by 32 MB
+    fetched: list[str] = []
+    real = Remote.download
+
+    def spy(self: Remote, rel: str, local: Path, **kwargs: object) -> None:
+        fetched.append(rel)
+        real(self, rel, local, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Remote, "download", spy)
+    ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "c")
+    with pytest.raises(IntegrityError, match=r"33554432 bytes, the manifest says .*not downloaded"):
+        ds[0]
+    assert name not in fetched and _tree_bytes(tmp_path / "c") < (1 << 20)

@@ -83,3 +83,86 @@ def test_link_into_place_gives_a_second_name_and_keeps_the_first(tmp_path: Path)
     link_into_place(tmp_path, "images-00000-old.npy", "images-00001-old.npy")
     assert (tmp_path / "images-00000-old.npy").read_bytes() == (tmp_path / "images-00001-old.npy").read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["images-00000-old.npy", "images-00001-old.npy"]
+
+
+# ------------------------------------------------------------------------------------------ versions
+def _version(directory: Path, number: int, names: list[str]) -> None:
+    """A kept version naming ``names`` (and the files themselves)."""
+    import json
+
+    for name in names:
+        (directory / name).write_bytes(name.encode())
+    shards = [{"files": [{"name": n, "bytes": len(n), "sha256": "0" * 64}]} for n in names]
+    (directory / f"manifest-v{number}.json").write_text(json.dumps({"version": number, "shards": shards}))
+
+
+def _owned(name: str) -> bool:
+    return name.startswith("images-")
+
+
+def test_versions_to_keep_takes_the_newest_and_every_leased_one() -> None:
+    assert publish.versions_to_keep([1, 2, 3, 4, 5], 3) == {3, 4, 5}
+    assert publish.versions_to_keep([1, 2, 3, 4, 5], 1, leased=[2, 9]) == {2, 5}  # 9 does not exist
+    assert publish.versions_to_keep([4], 3) == {4}
+    assert publish.versions_to_keep([], 3) == set()
+
+
+def test_reclaim_keeps_the_files_of_kept_versions_only(tmp_path: Path) -> None:
+    for number in (1, 2, 3):
+        _version(tmp_path, number, [f"images-{number}.npy", "images-shared.npy"])
+    (tmp_path / "unowned.txt").write_text("x")
+    kept = publish.reclaim(tmp_path, 2, {"images-current.npy"}, _owned)
+    assert kept == [2, 3]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "images-2.npy", "images-3.npy", "images-shared.npy", "manifest-v2.json", "manifest-v3.json", "unowned.txt"]
+
+
+def test_a_live_lease_keeps_its_version_and_a_dead_or_expired_one_does_not(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    for number in (1, 2, 3, 4):
+        _version(tmp_path, number, [f"images-{number}.npy"])
+    lease = publish.take_lease(tmp_path, 1)
+    assert lease is not None and lease.name.startswith(f".lease-v1-{socket.gethostname()}-{os.getpid()}-")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    (tmp_path / f".lease-v2-{socket.gethostname()}-{dead.stdout.strip()}-abcd").touch()  # its process is gone
+    far = tmp_path / ".lease-v3-other-host.example-123-abcd"
+    far.touch()
+    os.utime(far, (0, 0))  # another host's lease, untouched for longer than LEASE_TTL
+    assert publish.leased_versions(tmp_path) == {1}
+    assert not (tmp_path / f".lease-v2-{socket.gethostname()}-{dead.stdout.strip()}-abcd").exists()
+    assert publish.reclaim(tmp_path, 1, set(), _owned) == [1, 4]
+    assert (tmp_path / "images-1.npy").exists() and not (tmp_path / "images-2.npy").exists()
+    publish.drop_lease(lease, os.getpid() + 1)  # another process's copy of the reader: not its lease
+    assert lease.exists()
+    publish.drop_lease(lease, os.getpid())
+    assert publish.reclaim(tmp_path, 1, set(), _owned) == [4]
+    assert not (tmp_path / "images-1.npy").exists()
+
+
+def test_a_reader_that_cannot_write_the_folder_gets_no_lease(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    def read_only(*args: object, **kwargs: object) -> int:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "open", read_only)
+    assert publish.take_lease(tmp_path, 1) is None
+
+
+def test_uncommitted_versions_are_dropped_and_a_legacy_manifest_is_kept_as_version_1(tmp_path: Path) -> None:
+    import json
+
+    (tmp_path / "manifest.json").write_text(json.dumps({"manifest_version": 2, "shards": []}))
+    (tmp_path / "manifest-v1.json").write_text("{}")  # a killed first publish of a newer shardkit
+    publish.drop_uncommitted(tmp_path)
+    assert not (tmp_path / "manifest-v1.json").exists()
+    assert publish.keep_legacy(tmp_path, publish.current_manifest(tmp_path)) == 1
+    assert (tmp_path / "manifest-v1.json").read_bytes() == (tmp_path / "manifest.json").read_bytes()
+    (tmp_path / "manifest.json").write_text(json.dumps({"manifest_version": 3, "version": 4, "shards": []}))
+    (tmp_path / "manifest-v5.json").write_text("{}")
+    publish.drop_uncommitted(tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("manifest-v*")) == ["manifest-v1.json"]
+    assert publish.keep_legacy(tmp_path, publish.current_manifest(tmp_path)) == 4

@@ -26,6 +26,7 @@ import contextlib
 import fcntl
 import json
 import logging
+import multiprocessing.util
 import os
 import secrets
 import shutil
@@ -41,7 +42,19 @@ from ..config import parse_bytes
 from ..errors import ConfigError, IntegrityError
 from ..formats.base import SampleSpec, ShardFormat, ShardReader, sha256_file
 from ..lock import pid_alive
-from ..manifest import MANIFEST_NAME, Manifest, ShardInfo, member_path
+from ..manifest import (
+    MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
+    MAX_PUBLISH,
+    Manifest,
+    ShardFile,
+    ShardInfo,
+    kept_versions,
+    member_path,
+    named_files,
+    version_name,
+    version_number,
+)
 from ..publish import atomic_write_bytes
 from ..storage import Remote
 
@@ -94,15 +107,52 @@ def _flock(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def _same_bytes(path: Path, data: bytes) -> bool:
+    try:
+        return path.read_bytes() == data
+    except OSError:
+        return False
+
+
+def _is_manifest_name(name: str) -> bool:
+    return name == MANIFEST_NAME or version_number(name) is not None
+
+
+def unpin(fds: Sequence[int]) -> None:
+    """Close descriptors from :meth:`ShardCache.pin` (their shared locks go with them)."""
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _remove_unpinned(path: Path) -> bool:
+    """Delete a cached file unless a process holds it pinned (a shared ``flock``); whether it was deleted."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # pinned by a reader
+        os.close(fd)
+        return False
+    try:
+        path.unlink(missing_ok=True)
+    finally:
+        os.close(fd)  # a reader that opened it meanwhile sees st_nlink == 0 under its lock and fetches again
+    return True
+
+
 class ShardCache:
     """The local cache of one split on object storage. Picklable: a worker process gets its own transient slots.
 
-    ``directory`` holds ``manifest.json`` and the admitted shard files under their manifest names.
+    ``directory`` holds the manifests fetched (``manifest.json``, the current one, and ``manifest-v<N>.json``
+    of each version a reader opened) and the admitted shard files under their manifest names.
     ``downloads`` counts the shards this process downloaded (cached or read through), for tests and logs.
     """
 
     def __init__(self, url: str, *, cache_dir: str | os.PathLike[str] | None = None, limit: int | str | None = None,
-                 storage_options: Mapping[str, Any] | None = None) -> None:
+                 storage_options: Mapping[str, Any] | None = None, version: int | None = None) -> None:
         self.remote = Remote(url, storage_options)
         self.root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.limit = parse_limit(limit)
@@ -115,9 +165,11 @@ class ShardCache:
             raise OutputError(f"cannot create the cache folder ({exc.strerror or exc})", path=self.root,
                               fix="pass a writable cache_dir= (or set SHARDKIT_CACHE_DIR)") from None
         self.downloads = 0
-        self._transient: OrderedDict[int, tuple[Path, Any]] = OrderedDict()
+        self._transient: OrderedDict[str, tuple[Path, list[Any]]] = OrderedDict()
         self._transient_pid = os.getpid()
-        self._refresh_manifest()
+        self._remove_dead_leftovers()
+        #: the local copy of the manifest opened: the current one, or the kept publish ``version``
+        self.manifest = self.manifest_path(version)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -127,30 +179,56 @@ class ShardCache:
         return state
 
     # ------------------------------------------------------------------ manifest
-    def _refresh_manifest(self) -> None:
-        """Fetch the manifest (always: it is the commit marker), and drop cached files it no longer names."""
-        data = self.remote.read_bytes(MANIFEST_NAME)
-        path = self.directory / MANIFEST_NAME
+    def manifest_path(self, version: int | None = None) -> Path:
+        """Fetch the split's manifest — the current one (always fetched: it is the commit marker), or the kept
+        publish ``version`` — into the cache folder; its path there. Cached files that no kept version of the
+        split names any more, and that no process has open, are removed."""
+        rel = MANIFEST_NAME if version is None else version_name(version)
+        data = self.remote.read_bytes(rel, limit=MAX_MANIFEST_BYTES)
+        number = version
+        if number is None:
+            try:
+                parsed = json.loads(data)
+            except (ValueError, RecursionError):
+                parsed = None
+            number = parsed.get("version") if isinstance(parsed, dict) else None
         with _flock(self.directory / ".manifest.lock"):
-            try:
-                same = path.read_bytes() == data
-            except OSError:
-                same = False
-            if same:
-                return
-            atomic_write_bytes(path, data)
-            try:
-                names = {f["name"] for s in json.loads(data)["shards"] for f in s["files"] + [s.get("samples", {})]
-                         if "name" in f}
-            except (ValueError, KeyError, TypeError):
-                return  # load_manifest reports it
-            for p in self.directory.iterdir():
-                if not p.name.startswith(".") and p.name != MANIFEST_NAME and p.name not in names and p.is_file():
-                    p.unlink(missing_ok=True)
-        self._remove_dead_leftovers()
+            if isinstance(number, int) and not isinstance(number, bool) and 1 <= number <= MAX_PUBLISH:
+                path = self.directory / version_name(number)
+                changed = not _same_bytes(path, data)
+                if changed:
+                    atomic_write_bytes(path, data)
+            else:  # a manifest written before versions (or a malformed one: load_manifest reports it)
+                path = self.directory / MANIFEST_NAME
+                changed = False
+            if version is None and not _same_bytes(self.directory / MANIFEST_NAME, data):
+                atomic_write_bytes(self.directory / MANIFEST_NAME, data)
+                changed = True
+            if changed:
+                self._drop_retired()
+        return path
+
+    def _drop_retired(self) -> None:
+        """Remove cached manifests of versions the store no longer keeps, and cached files none of the
+        remaining manifests names (never a file a process has open: :func:`_remove_unpinned`)."""
+        kept = set(kept_versions(self.remote.listing().keys()))
+        names: set[str] = set()
+        for p in self.directory.iterdir():
+            number = version_number(p.name)
+            if number is not None and number not in kept:
+                p.unlink(missing_ok=True)
+                continue
+            if number is not None or p.name == MANIFEST_NAME:
+                try:
+                    names |= named_files(json.loads(p.read_bytes()))
+                except (OSError, ValueError, RecursionError):
+                    continue
+        for p in self.directory.iterdir():
+            if not p.name.startswith(".") and not _is_manifest_name(p.name) and p.name not in names:
+                _remove_unpinned(p)
 
     def _remove_dead_leftovers(self) -> None:
-        """Reservations and read-through folders of processes that died."""
+        """Reservations and read-through folders of processes that died (a forked worker never runs atexit)."""
         for p in self.directory.iterdir():
             for prefix in (_RESERVE, _TRANSIENT):
                 if p.name.startswith(prefix):
@@ -178,13 +256,14 @@ class ShardCache:
         return total
 
     def _evict(self, need: int) -> int:
-        """Delete least recently used files of *other* splits until ``need`` bytes are freed; bytes freed."""
+        """Delete least recently used files of *other* splits until ``need`` bytes are freed; bytes freed.
+        A file some process has open (pinned) is never deleted."""
         candidates = []
         for folder in self.root.iterdir():
             if not folder.is_dir() or folder == self.directory:
                 continue
             for p in folder.iterdir():
-                if not p.name.startswith(".") and p.name != MANIFEST_NAME and p.is_file():
+                if not p.name.startswith(".") and not _is_manifest_name(p.name) and p.is_file():
                     with contextlib.suppress(OSError):
                         st = p.stat()
                         candidates.append((st.st_mtime, st.st_size, p))
@@ -192,9 +271,9 @@ class ShardCache:
         for _, size, p in sorted(candidates, key=lambda c: c[0]):
             if freed >= need:
                 break
-            p.unlink(missing_ok=True)
-            freed += size
-            log.debug("cache: evicted %s (%d bytes)", p, size)
+            if _remove_unpinned(p):
+                freed += size
+                log.debug("cache: evicted %s (%d bytes)", p, size)
         return freed
 
     def _admit(self, need: int) -> Path | None:
@@ -211,8 +290,8 @@ class ShardCache:
             return reservation
 
     # ------------------------------------------------------------------ shards
-    def _present(self, shard: ShardInfo, directory: Path) -> bool:
-        for f in shard.all_files:
+    def _present(self, files: Sequence[ShardFile], directory: Path) -> bool:
+        for f in files:
             try:
                 if (directory / f.name).stat().st_size != f.bytes:
                     return False
@@ -220,13 +299,21 @@ class ShardCache:
                 return False
         return True
 
-    def _download(self, shard: ShardInfo, directory: Path) -> None:
-        """Download the shard's files into ``directory``, each verified by sha256 before it gets its name."""
-        for f in shard.all_files:
+    def _download(self, files: Sequence[ShardFile], directory: Path) -> None:
+        """Download ``files`` into ``directory``, each verified by size (asked of the store first, and
+        counted while it arrives) and sha256 before it gets its name."""
+        for f in files:
             final = member_path(f.name, directory)
+            info = self.remote.info(f.name)
+            stored = int(info.get("size") or 0) if info is not None else None
+            if stored != f.bytes:
+                raise IntegrityError(
+                    f"the object is {stored if stored is not None else 'missing'} bytes, the manifest says "
+                    f"{f.bytes}: not downloaded", path=self.remote.url_of(f.name),
+                    fix="the object was changed or removed after conversion; re-open the split or re-convert it")
             part = directory / f".{f.name}.part-{os.getpid()}-{secrets.token_hex(4)}"
             try:
-                self.remote.download(f.name, part)
+                self.remote.download(f.name, part, max_bytes=f.bytes)
                 digest = sha256_file(part)
                 if digest != f.sha256 or part.stat().st_size != f.bytes:
                     raise IntegrityError(
@@ -236,68 +323,109 @@ class ShardCache:
                 os.replace(part, final)
             finally:
                 part.unlink(missing_ok=True)
-        self.downloads += 1
 
     def fetch(self, shard: ShardInfo, owner: Any = None) -> Path:
         """The folder holding ``shard``'s verified files: the cache folder, or (when the shard does not fit
         under the limit) a private read-through folder released when ``owner.release()`` is called."""
-        if self._present(shard, self.directory):
-            self._touch(shard)
+        return self._fetch(shard, shard.all_files, owner, count=True)
+
+    def fetch_sidecar(self, shard: ShardInfo) -> Path:
+        """The folder holding ``shard``'s samples sidecar (only that file is fetched: keys and sizes)."""
+        files = (shard.samples,) if shard.samples is not None else shard.all_files
+        return self._fetch(shard, files, None, count=shard.samples is None)
+
+    def _fetch(self, shard: ShardInfo, files: Sequence[ShardFile], owner: Any, *, count: bool) -> Path:
+        if self._present(files, self.directory):
+            self._touch(files)
             return self.directory
-        with _flock(self.directory / f".lock-{shard.files[0].name}"):
-            if self._present(shard, self.directory):  # another process downloaded it while we waited
-                self._touch(shard)
+        with _flock(self.directory / f".lock-{files[0].name}"):
+            if self._present(files, self.directory):  # another process downloaded it while we waited
+                self._touch(files)
                 return self.directory
-            need = sum(f.bytes for f in shard.all_files)
+            need = sum(f.bytes for f in files)
             reservation = self._admit(need)
             if reservation is not None:
                 try:
-                    self._download(shard, self.directory)
+                    self._download(files, self.directory)
                 finally:
                     reservation.unlink(missing_ok=True)
+                self.downloads += count
                 log.debug("cache: shard %d cached (%d bytes)", shard.index, need)
                 return self.directory
-        return self._read_through(shard, owner)
+        return self._read_through(shard, files, owner, count=count)
 
-    def _touch(self, shard: ShardInfo) -> None:
+    def pin(self, files: Sequence[ShardFile], directory: Path) -> list[int] | None:
+        """Hold ``files`` in ``directory`` open with a shared ``flock`` so that no process evicts them while they
+        are read (eviction takes the lock exclusively, without waiting, before it deletes); the descriptors,
+        to close when done, or None when a file is gone or changed (fetch again)."""
+        fds: list[int] = []
+        try:
+            for f in files:
+                fd = os.open(member_path(f.name, directory), os.O_RDONLY)
+                fds.append(fd)
+                fcntl.flock(fd, fcntl.LOCK_SH)
+                st = os.fstat(fd)
+                if st.st_nlink == 0 or st.st_size != f.bytes:  # deleted (or replaced) before the lock
+                    raise FileNotFoundError(f.name)
+        except OSError:
+            unpin(fds)
+            return None
+        return fds
+
+    def _touch(self, files: Sequence[ShardFile]) -> None:
         """Mark the shard recently used (mtime), for the LRU order other splits evict in."""
         with contextlib.suppress(OSError):
-            os.utime(self.directory / shard.files[0].name)
+            os.utime(self.directory / files[0].name)
 
-    def _read_through(self, shard: ShardInfo, owner: Any) -> Path:
+    def _read_through(self, shard: ShardInfo, files: Sequence[ShardFile], owner: Any, *, count: bool) -> Path:
+        """A private folder holding ``files``, kept in one of :func:`read_through_slots` slots keyed by the first
+        file's name: the same shard read through again reuses its folder; the oldest slot's folder is deleted
+        (and its owners released) when a new one is needed. Released at exit, also in worker processes."""
         if self._transient_pid != os.getpid():  # a forked child: the parent's read-through folders are not ours
             self._transient, self._transient_pid = OrderedDict(), os.getpid()
+        key = files[0].name if len(files) == len(shard.all_files) else f"{files[0].name}#part"
+        hit = self._transient.get(key)
+        if hit is not None and self._present(files, hit[0]):
+            self._transient.move_to_end(key)
+            if owner is not None and owner not in hit[1]:
+                hit[1].append(owner)
+            return hit[0]
+        if hit is not None:
+            self._drop_slot(key)
         if not self._transient:
             atexit.register(self.release_transient)
+            # multiprocessing workers (DataLoader) end through multiprocessing's exit hooks, not atexit
+            multiprocessing.util.Finalize(self, self.release_transient, exitpriority=10)
         folder = Path(tempfile.mkdtemp(prefix=f"{_TRANSIENT}{os.getpid()}-", dir=self.directory))
         try:
-            self._download(shard, folder)
+            self._download(files, folder)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
+        self.downloads += count
         log.debug("cache: shard %d read through (does not fit under the limit)", shard.index)
-        self._transient[id(owner)] = (folder, owner)
+        self._transient[key] = (folder, [owner] if owner is not None else [])
         while len(self._transient) > read_through_slots():
-            _, (old, old_owner) = self._transient.popitem(last=False)
-            if old_owner is not None:
-                old_owner.release()
-            shutil.rmtree(old, ignore_errors=True)
+            self._drop_slot(next(iter(self._transient)))
         return folder
+
+    def _drop_slot(self, key: str) -> None:
+        folder, owners = self._transient.pop(key)
+        for owner in owners:
+            owner.release()
+        shutil.rmtree(folder, ignore_errors=True)
 
     def release_transient(self) -> None:
         """Delete this process's read-through folders (also at exit)."""
         if self._transient_pid != os.getpid():
             return
         while self._transient:
-            _, (old, owner) = self._transient.popitem(last=False)
-            if owner is not None:
-                owner.release()
-            shutil.rmtree(old, ignore_errors=True)
+            self._drop_slot(next(iter(self._transient)))
 
     def cached_bytes(self) -> int:
         """Bytes of this split's shard files now in the cache."""
         return sum(p.stat().st_size for p in self.directory.iterdir()
-                   if not p.name.startswith(".") and p.name != MANIFEST_NAME and p.is_file())
+                   if not p.name.startswith(".") and not _is_manifest_name(p.name) and p.is_file())
 
 
 class CachedShardReader(ShardReader):
@@ -317,18 +445,35 @@ class CachedShardReader(ShardReader):
         self.expected_hw = None
         self._pid: int | None = None
         self._inner: ShardReader | None = None
+        self._pins: list[int] = []
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_pid"] = None
         state["_inner"] = None
+        state["_pins"] = []
         return state
 
     def inner(self) -> ShardReader:
-        """The format reader on the local copy (fetching the shard first, once per process)."""
+        """The format reader on the local copy (fetching the shard first, once per process). The local files
+        are pinned (:meth:`ShardCache.pin`) first, so another process sharing the cache cannot evict them
+        between the fetch and the open, nor while they are read."""
         pid = os.getpid()
         if self._inner is None or self._pid != pid:
-            folder = self.cache.fetch(self.shard, self)
+            if self._pid == pid:
+                unpin(self._pins)
+            self._pins = []  # a forked child's inherited descriptors stay with the parent's lock
+            for _ in range(3):
+                folder = self.cache.fetch(self.shard, self)
+                pins = self.cache.pin(self.shard.all_files, folder)
+                if pins is not None:
+                    break
+            else:
+                raise IntegrityError("shard files keep disappearing from the cache while being opened",
+                                     path=self.cache.directory,
+                                     fix="another process is deleting files in this cache_dir; give each job "
+                                         "its own cache_dir or a larger cache_limit")
+            self._pins = pins
             reader = self.fmt.open_shard(folder, self.shard, self.spec, self.manifest)
             reader.ensure_open()  # a read-through folder may be deleted later: hold its files open now
             reader.expected_hw  # noqa: B018 - and read the sizes from its sidecar now (variable-size splits)
@@ -340,8 +485,11 @@ class CachedShardReader(ShardReader):
         return self.inner().directory
 
     def release(self) -> None:
-        """Forget the local copy (a read-through shard whose folder is being deleted)."""
+        """Forget the local copy (a read-through shard whose folder is being deleted) and unpin it."""
         self._inner = None
+        if self._pid == os.getpid():
+            unpin(self._pins)
+        self._pins = []
 
     def check_files(self) -> None:
         self.inner()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -28,6 +29,7 @@ from ..errors import ConfigError
 from ..formats.base import SampleSpec, ShardReader
 from ..formats.registry import get
 from ..manifest import Manifest, load_manifest
+from ..publish import drop_lease, take_lease
 from ..storage import is_url
 from . import sampling
 from .residency import StorageReads
@@ -55,11 +57,18 @@ class Dataset:
     ``path`` may be an fsspec URL (``s3://bucket/out/train``): shards are then fetched whole on first use
     into a local cache (``cache_dir``, at most ``cache_limit`` bytes such as ``"20GB"``; see
     :mod:`shardkit.read.cache`), with ``storage_options`` for fsspec (endpoint, credentials).
+
+    A Dataset is a snapshot: it reads the version of the split it opened (``version=N`` opens the kept
+    publish ``manifest-v<N>.json``; by default the current one) until it is opened again, whatever a
+    convert publishes meanwhile; its worker processes (forked or spawned) read the same version. On a local
+    folder it takes a reader lease on that version (formats/manifest.md, "Versions"), so a publish does not
+    remove its files while this process lives.
     """
 
     def __init__(self, path: str | Path, *, labels: str = "ids", verify: bool = False,
                  label_layout: str = "channels_last", cache_dir: str | os.PathLike[str] | None = None,
-                 cache_limit: int | str | None = None, storage_options: dict[str, Any] | None = None) -> None:
+                 cache_limit: int | str | None = None, storage_options: dict[str, Any] | None = None,
+                 version: int | None = None) -> None:
         if labels not in encoding.READER_OUTPUTS:
             raise ConfigError(f"labels={labels!r} is not one of {', '.join(encoding.READER_OUTPUTS)}")
         if label_layout not in ("channels_last", "channels_first"):
@@ -72,14 +81,20 @@ class Dataset:
             from .cache import ShardCache
 
             self.cache = ShardCache(str(path), cache_dir=cache_dir, limit=cache_limit,
-                                    storage_options=storage_options)
-            path = self.cache.directory
+                                    storage_options=storage_options, version=version)
+            path = self.cache.manifest
+            version = None  # the cache fetched that version's manifest
         self.path = Path(path)
-        self.manifest: Manifest = load_manifest(self.path)
+        self.manifest: Manifest = load_manifest(self.path, version)
         if self.cache is not None:  # sample records of a remote split: from the shard's cached copy
-            self.manifest.samples.locate = self.cache.fetch
+            self.manifest.samples.locate = self.cache.fetch_sidecar
         if self.path.is_file():
             self.path = self.path.parent
+        self._lease: weakref.finalize | None = None
+        if self.cache is None and self.manifest.version is not None:
+            lease = take_lease(self.path, self.manifest.version)
+            if lease is not None:
+                self._lease = weakref.finalize(self, drop_lease, lease, os.getpid())
         self.spec = SampleSpec.from_manifest(self.manifest.sample)
         self.labels = labels
         #: The label encoding this reader outputs (``labels=`` as an encoding; the stored one for
@@ -110,6 +125,23 @@ class Dataset:
     # ------------------------------------------------------------------ facts
     def __len__(self) -> int:
         return self.manifest.num_samples
+
+    @property
+    def version(self) -> int | None:
+        """The publish number of the split version this reader reads (None for a split written before
+        versions existed)."""
+        return self.manifest.version
+
+    def close(self) -> None:
+        """Give up this reader's lease on its version (also done when the Dataset is garbage-collected or
+        the process exits) and, for a split on object storage, its pins on cached shards (so that other
+        splits may evict them); reading afterwards still works while the version is kept."""
+        if self._lease is not None:
+            self._lease()
+        for reader in self.readers:
+            release = getattr(reader, "release", None)
+            if release is not None:
+                release()
 
     @property
     def location(self) -> str:
@@ -440,6 +472,7 @@ class Dataset:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state.pop("_local", None)
+        state["_lease"] = None  # the opening process's lease covers its workers: they read while it lives
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

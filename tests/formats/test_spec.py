@@ -29,13 +29,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "formats" / "golden"
 VARIANTS = ("npy-fixed", "npy-variable", "lmdb", "lmdb-zstd", "lmdb-png", "hdf5-zstd",
-            "manifest2-npy-fixed", "manifest2-npy-variable", "manifest2-lmdb-zstd")
+            "manifest2-npy-fixed", "manifest2-npy-variable", "manifest2-lmdb-zstd", "manifest3-npy-fixed")
 CODEC_VARIANTS = ("lmdb-zstd", "lmdb-png", "hdf5-zstd")
 
 # --------------------------------------------------------------------------- the spec-only reader
 
 SCHEMA_ID = "shardkit.manifest"
-KNOWN_MANIFEST_VERSIONS = {1, 2}
+KNOWN_MANIFEST_VERSIONS = {1, 2, 3}
 MAX_PATH_BYTES = 4096  # samples.md: longest key / label path
 KNOWN_FORMAT_VERSIONS = {"npy": {1}, "lmdb": {1, 2}, "hdf5": {1, 2}}
 CODEC_PARAMS = {"raw": set(), "zstd": {"level"}, "lz4": set(), "png": set(), "jpeg": {"quality"}}
@@ -72,8 +72,14 @@ def load_manifest(folder: Path) -> dict[str, Any]:
         for f in files_of(shard):
             name = f["name"]
             need(isinstance(name, str) and PLAIN_NAME.match(name), f"unsafe file name {name!r}")
-        need(("samples" in shard) == (version == 2), "a shard's samples sidecar disagrees with manifest_version")
+        need(("samples" in shard) == (version >= 2), "a shard's samples sidecar disagrees with manifest_version")
     need(("samples" in m) == (version == 1), "inline samples disagree with manifest_version")
+    if version >= 3:  # manifest.md "Versions": the split's publish number
+        number = m.get("version")
+        need(isinstance(number, int) and not isinstance(number, bool) and number >= 1,
+             f"publish number (version) {number!r} is not an integer >= 1")
+    else:
+        need("version" not in m, "a publish number (version) in a manifest_version 1 or 2 manifest")
     inline = len(m["samples"]) if version == 1 else expected_first
     need(expected_first == m["num_samples"] == inline, "sample counts disagree")
     lab = m["sample"]["label"]
@@ -389,7 +395,8 @@ def test_golden_sizes_and_hashes(variant: str, expected: dict[str, Any]) -> None
             assert len(data) == f["bytes"]
             assert hashlib.sha256(data).hexdigest() == f["sha256"]
             named.add(f["name"])
-    assert {p.name for p in folder.iterdir()} == named | {"manifest.json"}
+    kept = {f"manifest-v{m['version']}.json"} if m["manifest_version"] >= 3 else set()  # "Versions"
+    assert {p.name for p in folder.iterdir() if not p.name.startswith(".")} == named | {"manifest.json"} | kept
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -450,7 +457,8 @@ def rehash(folder: Path) -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda m: m.__setitem__("manifest_version", 3), "manifest_version"),
+        (lambda m: m.__setitem__("manifest_version", 4), "manifest_version"),
+        (lambda m: m.__setitem__("version", 2), "publish number"),
         (lambda m: m.__setitem__("manifest_version", 2), "manifest_version"),
         (lambda m: m.__setitem__("format_version", 2), "format_version"),
         (lambda m: m.__setitem__("schema", "other"), "not a shardkit manifest"),
@@ -466,7 +474,7 @@ def test_reader_refuses_bad_manifests(tmp_path: Path, expected: dict[str, Any], 
     edit_manifest(folder, change)
     with pytest.raises(SpecError, match=message):
         read_split(folder)
-    if message in ("manifest_version", "unsafe", "not a shardkit manifest"):
+    if message in ("manifest_version", "unsafe", "not a shardkit manifest", "publish number"):
         import jsonschema
 
         with pytest.raises(jsonschema.ValidationError):
@@ -660,3 +668,28 @@ def test_a_version_2_split_reads_with_numpy_and_json_only(expected: dict[str, An
     assert m2["records"] == m1["records"]  # the same records, inline or in sidecars
     for (i2, l2), (i1, l1) in zip(samples2, samples1, strict=True):
         assert np.array_equal(i2, i1) and np.array_equal(l2, l1)
+
+
+def test_a_version_3_split_is_version_2_plus_its_publish_number(expected: dict[str, Any]) -> None:
+    """manifest.md "Versions": ``manifest.json`` is a copy of the newest kept ``manifest-v<N>.json``; apart from
+    ``version`` it is a version 2 manifest of the same data."""
+    folder = split_dir("manifest3-npy-fixed", expected)
+    m3, samples3 = read_split(folder)
+    m2, samples2 = read_split(split_dir("manifest2-npy-fixed", expected))
+    assert m3["manifest_version"] == 3 and m3["version"] == 1
+    assert (folder / "manifest-v1.json").read_bytes() == (folder / "manifest.json").read_bytes()
+    assert m3["records"] == m2["records"]
+    for (i3, l3), (i2, l2) in zip(samples3, samples2, strict=True):
+        assert np.array_equal(i3, i2) and np.array_equal(l3, l2)
+
+
+def test_a_version_3_manifest_without_its_publish_number_is_refused(tmp_path: Path, expected: dict[str, Any],
+                                                                     validate_manifest) -> None:
+    import jsonschema
+
+    folder = tampered(tmp_path, "manifest3-npy-fixed", expected)
+    edit_manifest(folder, lambda m: m.pop("version"))
+    with pytest.raises(SpecError, match="publish number"):
+        read_split(folder)
+    with pytest.raises(jsonschema.ValidationError):
+        validate_manifest(folder)
