@@ -27,6 +27,7 @@ from .errors import IntegrityError, ShardFormatError, ShardkitError
 
 if TYPE_CHECKING:
     from .manifest import Manifest, ShardInfo
+    from .storage import Remote
 
 SIDECAR_PREFIX = "samples-"
 SIDECAR_SUFFIX = ".npy"
@@ -53,7 +54,7 @@ def pixel_hash(image: np.ndarray) -> bytes:
     arr = np.ascontiguousarray(image)
     shape = "x".join(str(d) for d in (*arr.shape[:2], arr.shape[2] if arr.ndim == 3 else 1))
     h = hashlib.sha256(f"{shape}:{arr.dtype.str}\n".encode())
-    h.update(memoryview(arr).cast("B"))
+    h.update(arr.data)
     return h.digest()[:PIXEL_HASH_BYTES]
 
 
@@ -235,6 +236,39 @@ def read_sidecar(directory: Path, shard: ShardInfo, num_classes: int,
     return rows
 
 
+def fetch_sidecar(remote: Remote, shard: ShardInfo, directory: Path) -> Path:
+    """Download only ``shard``'s sidecar from the split at ``remote`` into ``directory`` (checked against the
+    manifest's size and sha256 before it gets its name); returns ``directory``. For what needs per-sample records
+    of a remote split (class weights, duplicates) but no pixels."""
+    from .manifest import member_path
+
+    entry = shard.samples
+    if entry is None:
+        raise ShardFormatError(f"shard {shard.index} names no samples sidecar", path=remote.url_of("manifest.json"),
+                               fix="re-convert this split")
+    final = member_path(entry.name, Path(directory))
+    if final.is_file() and final.stat().st_size == entry.bytes:
+        return Path(directory)
+    part = final.with_name(f".{final.name}.part")
+    try:
+        remote.download(entry.name, part)
+        if part.stat().st_size != entry.bytes or _sha256_of(part) != entry.sha256:
+            raise IntegrityError("downloaded samples sidecar differs from the manifest's size or sha256",
+                                 path=remote.url_of(entry.name), fix="re-convert this split")
+        part.replace(final)
+    finally:
+        part.unlink(missing_ok=True)
+    return Path(directory)
+
+
+def _sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def _check_dtype(dtype: np.dtype, num_classes: int, bad: Callable[[str], ShardFormatError]) -> None:
     """Refuse any dtype but the spec's (field names, order, types, packing; path widths 1..MAX_PATH_BYTES)."""
     names = dtype.names or ()
@@ -244,7 +278,7 @@ def _check_dtype(dtype: np.dtype, num_classes: int, bad: Callable[[str], ShardFo
         if sub is None or sub[0].kind != "S" or not 1 <= sub[0].itemsize <= MAX_PATH_BYTES:
             raise bad(f"has dtype {str(dtype)[:120]}, not the specified record")
         widths.append(sub[0].itemsize)
-    want = sidecar_dtype(num_classes, *widths, pixels="pixels" in names)  # both revisions (formats/samples.md)
+    want = sidecar_dtype(num_classes, widths[0], widths[1], pixels="pixels" in names)  # either revision
     if dtype != want or names != want.names:
         raise bad(f"has dtype {str(dtype)[:120]}, not the specified record")
 
