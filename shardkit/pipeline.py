@@ -8,10 +8,14 @@ written after them, atomically.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
+import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +24,8 @@ import numpy as np
 from ._version import __version__
 from .config import ConvertConfig
 from .discover import Discovery, discover
-from .errors import OutputError
+from .duplicates import DuplicateReport, ShardHashes, drops, find_duplicates, log_report, row_keys
+from .errors import DuplicateError, OutputError
 from .fingerprint import CACHE_NAME, SourceCache, load_cache, save_cache
 from .formats.base import SampleSpec
 from .formats.registry import all_formats, get
@@ -31,9 +36,10 @@ from .pool import run_tasks
 from .preprocess import fixed_size
 from .publish import collect_garbage, dump_manifest, remove_temps, rename_into_place
 from .records import RECORD_PREFIX, ShardRecord
-from .samples import SampleTable, is_sidecar_name, split_fingerprint
+from .samples import PIXEL_HASH_BYTES, SampleTable, fetch_sidecar, is_sidecar_name, read_sidecar, split_fingerprint
 from .staging import StorageSession
 from .stats import Stats
+from .storage import Remote
 from .worker import ShardResult, WorkerContext
 
 log = logging.getLogger(__name__)
@@ -53,6 +59,7 @@ class ConvertSummary:
     reused: int = 0
     skipped: list[dict[str, str]] = field(default_factory=list)
     manifests: list[Path | str] = field(default_factory=list)  # a URL where the output is on object storage
+    duplicates: DuplicateReport | None = None  # identical images within and across the converted splits
 
     @property
     def samples_per_second(self) -> float:
@@ -61,14 +68,19 @@ class ConvertSummary:
     def line(self) -> str:
         if self.dry_run:
             return f"dry run: {self.discovery.total()} pairs found, nothing written"
+        failed = [s for s in self.skipped if "duplicate_of" not in s]  # inputs left out for an error
+        dropped = len(self.skipped) - len(failed)
+        dupes = "" if self.duplicates is None else f"; {self.duplicates.line()}" + (
+            f" ({dropped} left out: --on-duplicate skip)" if dropped else "")
         if self.shards and self.reused == self.shards and not self.skipped:  # nothing was decoded: no rate
             return (f"nothing changed: {self.samples} samples in {self.shards} shards reused unchanged, "
-                    f"{self.bytes / 1e6:.1f} MB, checked in {self.seconds:.1f} s")
+                    f"{self.bytes / 1e6:.1f} MB, checked in {self.seconds:.1f} s{dupes}")
         return (
             f"converted {self.samples} samples into {self.shards} shards, {self.bytes / 1e6:.1f} MB, "
             f"in {self.seconds:.1f} s ({self.samples_per_second:.1f} samples/s)"
             + (f"; {self.reused} shards reused unchanged" if self.reused else "")
-            + (f"; {len(self.skipped)} inputs skipped" if self.skipped else "")
+            + (f"; {len(failed)} inputs skipped" if failed else "")
+            + dupes
         )
 
 
@@ -144,10 +156,13 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
                  min(cfg.effective_workers(), max(len(todo), 1)))
 
         padded = 0
+        pixels: dict[tuple[str, int], bytes] = {}  # each new shard's pixel hashes, for the duplicate check
 
         def publish_shard(result: ShardResult) -> None:
             nonlocal padded
             padded += result.padded
+            pixels[(result.split, result.index)] = result.pixels
+            result.pixels = b""
             record = publish_files(result)
             session.shard_published(result.directory, record)
             reused[(result.split, result.index)] = record
@@ -162,14 +177,18 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
                 log.warning("skipped %s: %s", s["key"], s["reason"],
                             extra={"event": "skipped", "split": result.split, "key": s["key"], "reason": s["reason"]})
 
-        try:
-            run_tasks(todo, ctx, workers=cfg.effective_workers(), quiet=cfg.quiet, on_result=publish_shard,
-                      isolate=fmt.writer.needs_subprocess, backend=cfg.backend,
-                      scheduler=cfg.scheduler)
-        except BaseException:
-            for split in found.splits:
-                remove_temps(cfg.output / split)
-            raise
+        def write(shards: list[ShardTask], drop: dict[tuple[str, str], str]) -> None:
+            try:
+                run_tasks(shards, dataclasses.replace(ctx, drop=tuple((s, k, v) for (s, k), v in drop.items())),
+                          workers=cfg.effective_workers(), quiet=cfg.quiet, on_result=publish_shard,
+                          isolate=fmt.writer.needs_subprocess, backend=cfg.backend, scheduler=cfg.scheduler)
+            except BaseException:
+                for split in found.splits:
+                    remove_temps(cfg.output / split)
+                raise
+
+        write(todo, {})
+        summary.duplicates = _duplicates(cfg, found, tasks, reused, pixels, spec, session, write)
         if padded and table.ignore_index is None:
             log.warning("%d samples were smaller than --size and their labels were padded with class 0, which "
                         "losses will count as real pixels: pass --ignore-index ID to pad with an ignore id", padded)
@@ -191,6 +210,68 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
         "bytes": summary.bytes, "seconds": round(summary.seconds, 3),
         "samples_per_second": round(summary.samples_per_second, 2), "skipped": len(summary.skipped)})
     return summary
+
+
+def _duplicates(cfg: ConvertConfig, found: Discovery, tasks: list[ShardTask],
+                records: dict[tuple[str, int], ShardRecord], pixels: dict[tuple[str, int], bytes], spec: SampleSpec,
+                session: StorageSession,
+                write: Callable[[list[ShardTask], dict[tuple[str, str], str]], None]) -> DuplicateReport:
+    """Find identical images across every converted split (plan order) and apply ``--on-duplicate``.
+
+    Shards a run with ``skip`` wrote without their duplicates are first written whole again (so the check sees
+    every sample, whichever copies the input now holds); with ``skip``, the shards holding a later copy are then
+    rewritten without it. ``error`` raises before any manifest is written; the shards stay, reusable.
+    """
+    restore = [t for t in tasks if any("duplicate_of" in s for s in records[(t.split, t.index)].skipped)]
+    if restore:
+        write(restore, {})
+    report = find_duplicates(_shard_hashes(cfg, found, tasks, records, pixels, spec, session))
+    if report.groups:
+        log_report(report)
+        if cfg.on_duplicate == "error":
+            g = report.groups[0]
+            raise DuplicateError(f"{report.extra_copies} image(s) have identical pixels to an earlier one "
+                                 f"({report.across_splits} group(s) across splits), e.g. {g}",
+                                 fix="remove the copies from the input, or convert with --on-duplicate skip "
+                                     "(keeps the first copy) or warn")
+        if cfg.on_duplicate == "skip":
+            drop = drops(report)
+            write([t for t in tasks if any((t.split, p.key) in drop for p in t.samples)], drop)
+    return report
+
+
+def _shard_hashes(cfg: ConvertConfig, found: Discovery, tasks: list[ShardTask],
+                  records: dict[tuple[str, int], ShardRecord], pixels: dict[tuple[str, int], bytes],
+                  spec: SampleSpec, session: StorageSession) -> list[ShardHashes]:
+    """Every shard's pixel hashes in plan order: from the worker (shards written now) or the sidecar (reused)."""
+    out: list[ShardHashes] = []
+    for split in found.splits:
+        first = 0
+        for t in (t for t in tasks if t.split == split):
+            record = records[(split, t.index)]
+            shard = ShardInfo(t.index, record.num_samples, first, record.files[:-1], record.files[-1])
+            raw = pixels.get((split, t.index))
+            if raw is not None:
+                skipped = {s["key"] for s in record.skipped}
+                written = [p.key for p in t.samples if p.key not in skipped]
+                out.append(ShardHashes(split, first, np.frombuffer(raw, np.uint8).reshape(-1, PIXEL_HASH_BYTES),
+                                       partial(list, written)))
+            else:
+                rows = _reused_sidecar(cfg.output / split, shard, spec, session)
+                hashes = np.asarray(rows["pixels"]) if "pixels" in (rows.dtype.names or ()) else None
+                out.append(ShardHashes(split, first, hashes, partial(row_keys, rows)))
+            first += record.num_samples
+    return out
+
+
+def _reused_sidecar(directory: Path, shard: ShardInfo, spec: SampleSpec, session: StorageSession) -> np.ndarray:
+    """The checked sidecar rows of a reused shard: in the split folder, or fetched from the object store."""
+    if session.sink is None or (directory / shard.all_files[-1].name).is_file():
+        return read_sidecar(directory, shard, spec.num_classes, spec.size)
+    with tempfile.TemporaryDirectory(prefix="shardkit-sidecar-") as tmp:
+        remote = session.sink.remote
+        split_remote = Remote(remote.url_of(directory.name), remote.options)
+        return read_sidecar(fetch_sidecar(split_remote, shard, Path(tmp)), shard, spec.num_classes, spec.size)
 
 
 def _plan(

@@ -14,7 +14,9 @@ bounds) and a bad one is a one-line :class:`~shardkit.errors.ShardFormatError`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -259,6 +261,19 @@ def fetch_sidecar(remote: Remote, shard: ShardInfo, directory: Path) -> Path:
     finally:
         part.unlink(missing_ok=True)
     return Path(directory)
+
+
+@contextlib.contextmanager
+def remote_sidecars(remote: Remote, cached: Path | None = None) -> Iterator[Callable[[ShardInfo], Path]]:
+    """A map from a shard of the split at ``remote`` to a folder holding its verified sidecar: ``cached`` where
+    the sidecar is already there (a read cache), else a temporary folder (deleted on exit) it is downloaded to."""
+    with tempfile.TemporaryDirectory(prefix="shardkit-sidecars-") as tmp:
+        def folder(shard: ShardInfo) -> Path:
+            if cached is not None and shard.samples is not None and (cached / shard.samples.name).is_file():
+                return cached
+            return fetch_sidecar(remote, shard, Path(tmp))
+
+        yield folder
 
 
 def _sha256_of(path: Path) -> str:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import cv2
 import numpy as np
 
 from .errors import ConfigError
@@ -37,6 +36,8 @@ def class_counts(ids: np.ndarray, num_classes: int) -> np.ndarray:
     every pixel to int64); its float32 bins are exact below 2**24 pixels per image.
     """
     if ids.dtype == np.uint8 and ids.size < _HIST_EXACT:
+        import cv2  # here, not at import: `shardkit info` reads class weights without loading OpenCV
+
         hist = cv2.calcHist([np.ascontiguousarray(ids)], [0], None, [256], [0, 256]).ravel().astype(np.int64)
         return hist if num_classes <= 256 else np.pad(hist, (0, num_classes - 256))
     return np.bincount(ids.ravel(), minlength=num_classes)
@@ -54,6 +55,8 @@ def channel_histograms(image: np.ndarray) -> np.ndarray:
     its float32 bins are exact below 2**24 pixels; larger images are counted with ``np.bincount``.
     """
     if image.shape[0] * image.shape[1] < _HIST_EXACT:
+        import cv2
+
         image = np.ascontiguousarray(image)
         return np.stack([cv2.calcHist([image], [c], None, [256], [0, 256]).ravel() for c in range(3)]).astype(np.int64)
     return np.stack([np.bincount(image[..., c].ravel(), minlength=256) for c in range(3)]).astype(np.int64)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -29,7 +28,7 @@ from ..errors import ConfigError
 from ..formats.base import SampleSpec, ShardReader
 from ..formats.registry import get
 from ..manifest import Manifest, ShardInfo, load_manifest
-from ..samples import fetch_sidecar
+from ..samples import remote_sidecars
 from ..stats import ENET_K, ClassFrequencies, class_weights, split_frequencies
 from ..storage import is_url
 from . import sampling as _sampling
@@ -368,13 +367,7 @@ class Dataset:
         a remote one the cache (when the shard is there) or a temporary folder holding only the sidecar."""
         if self.cache is None:
             return use(None)
-        cache = self.cache
-        with tempfile.TemporaryDirectory(prefix="shardkit-sidecars-") as tmp:
-            def folder(shard: ShardInfo) -> Any:
-                if shard.samples is not None and (cache.directory / shard.samples.name).is_file():
-                    return cache.directory
-                return fetch_sidecar(cache.remote, shard, Path(tmp))
-
+        with remote_sidecars(self.cache.remote, self.cache.directory) as folder:
             return use(folder)
 
     def class_frequencies(self) -> ClassFrequencies:
