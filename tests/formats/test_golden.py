@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "formats" / "golden"
 VARIANTS = ("npy-fixed", "npy-variable", "lmdb", "lmdb-zstd", "lmdb-png", "hdf5-zstd",
-            "manifest2-npy-fixed", "manifest2-npy-variable", "manifest2-lmdb-zstd")
+            "manifest2-npy-fixed", "manifest2-npy-variable", "manifest2-lmdb-zstd", "manifest2-npy-pixels")
 
 
 def load_script() -> Any:
