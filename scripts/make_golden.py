@@ -285,7 +285,8 @@ def drop_pixel_hashes(split: Path) -> None:
         np.lib.format.write_array(buf, kept, version=(1, 0), allow_pickle=False)
         data = buf.getvalue()
         (split / shard.samples.name).write_bytes(data)
-        shards.append(replace(shard, samples=ShardFile(shard.samples.name, len(data), hashlib.sha256(data).hexdigest())))
+        digest = hashlib.sha256(data).hexdigest()
+        shards.append(replace(shard, samples=ShardFile(shard.samples.name, len(data), digest)))
     dump_manifest(replace(m, shards=tuple(shards), samples=type(m.samples)(tuple(shards), m.samples.num_classes,
                                                                          split, None, m.samples.size)), split)
 
