@@ -208,7 +208,8 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
     log.info("%s", summary.line(), extra={
         "event": "summary", "samples": summary.samples, "shards": summary.shards, "reused_shards": summary.reused,
         "bytes": summary.bytes, "seconds": round(summary.seconds, 3),
-        "samples_per_second": round(summary.samples_per_second, 2), "skipped": len(summary.skipped)})
+        "samples_per_second": round(summary.samples_per_second, 2), "skipped": len(summary.skipped),
+        "duplicates": summary.duplicates.extra_copies if summary.duplicates is not None else 0})
     return summary
 
 

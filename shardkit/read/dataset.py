@@ -514,6 +514,7 @@ class Dataset:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state.pop("_local", None)
+        state["_freqs"], state["_repeats"] = None, {}  # the sampler's, in the parent: workers read batches only
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
