@@ -14,11 +14,14 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .samples import PIXEL_HASH_BYTES
+
+if TYPE_CHECKING:
+    from .manifest import Manifest, ShardInfo
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +165,8 @@ def row_keys(rows: np.ndarray) -> list[str]:
     return [bytes(k).decode("utf-8") for k in rows["key"].tolist()]
 
 
-def split_hashes(manifest: Any, split: str, folder: Callable[[Any], Path] | None = None) -> list[ShardHashes]:
+def split_hashes(manifest: Manifest, split: str,
+                 folder: Callable[[ShardInfo], Path] | None = None) -> list[ShardHashes]:
     """The :class:`ShardHashes` of a converted split from its sidecars (``folder``: where a shard's sidecar lies,
     for a remote split; by default the manifest's folder)."""
     table = manifest.samples
