@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,6 +80,7 @@ class DuplicateReport:
     groups: list[DuplicateGroup]
     samples: int
     unchecked: list[tuple[str, int]]  # (split, first index) of shards whose records keep no pixel hashes
+    hashes: list[bytes] = field(default_factory=list)  # each group's pixel hash
 
     @property
     def extra_copies(self) -> int:
@@ -141,13 +142,19 @@ def find_duplicates(shards: Sequence[ShardHashes]) -> DuplicateReport:
         local = row - int(starts[k])
         return Copy(have[k].split, have[k].first + local, str(keys[k][local]))
 
-    groups = [DuplicateGroup(tuple(copy(int(r)) for r in g)) for g in group_rows(hashes)]
-    return DuplicateReport(groups, total, unchecked)
+    rows = group_rows(hashes)
+    groups = [DuplicateGroup(tuple(copy(int(r)) for r in g)) for g in rows]
+    return DuplicateReport(groups, total, unchecked, [bytes(hashes[int(g[0])]) for g in rows])
 
 
-def drops(report: DuplicateReport) -> dict[tuple[str, str], str]:
-    """``(split, key)`` of every copy after the first of its group → the kept copy (``split:key``)."""
-    return {(c.split, c.key): str(g.copies[0]) for g in report.groups for c in g.copies[1:]}
+#: ``(split, key)`` of a sample to leave out → (the kept copy ``split:key``, its pixel hash in hex)
+Drops = dict[tuple[str, str], tuple[str, str]]
+
+
+def drops(report: DuplicateReport) -> Drops:
+    """Every copy after the first of its group, for ``--on-duplicate skip``."""
+    return {(c.split, c.key): (str(g.copies[0]), report.hashes[i].hex())
+            for i, g in enumerate(report.groups) for c in g.copies[1:]}
 
 
 def log_report(report: DuplicateReport, level: int = logging.WARNING) -> None:

@@ -24,7 +24,7 @@ import numpy as np
 from ._version import __version__
 from .config import ConvertConfig
 from .discover import Discovery, discover
-from .duplicates import DuplicateReport, ShardHashes, drops, find_duplicates, log_report, row_keys
+from .duplicates import Drops, DuplicateReport, ShardHashes, drops, find_duplicates, log_report, row_keys
 from .errors import DuplicateError, OutputError
 from .fingerprint import CACHE_NAME, SourceCache, load_cache, save_cache
 from .formats.base import SampleSpec
@@ -72,7 +72,7 @@ class ConvertSummary:
         dropped = len(self.skipped) - len(failed)
         dupes = "" if self.duplicates is None else f"; {self.duplicates.line()}" + (
             f" ({dropped} left out: --on-duplicate skip)" if dropped else "")
-        if self.shards and self.reused == self.shards and not self.skipped:  # nothing was decoded: no rate
+        if self.shards and self.reused == self.shards and not failed:  # nothing was decoded: no rate
             return (f"nothing changed: {self.samples} samples in {self.shards} shards reused unchanged, "
                     f"{self.bytes / 1e6:.1f} MB, checked in {self.seconds:.1f} s{dupes}")
         return (
@@ -177,9 +177,9 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
                 log.warning("skipped %s: %s", s["key"], s["reason"],
                             extra={"event": "skipped", "split": result.split, "key": s["key"], "reason": s["reason"]})
 
-        def write(shards: list[ShardTask], drop: dict[tuple[str, str], str]) -> None:
+        def write(shards: list[ShardTask], drop: Drops) -> None:
             try:
-                run_tasks(shards, dataclasses.replace(ctx, drop=tuple((s, k, v) for (s, k), v in drop.items())),
+                run_tasks(shards, dataclasses.replace(ctx, drop=tuple((s, k, *v) for (s, k), v in drop.items())),
                           workers=cfg.effective_workers(), quiet=cfg.quiet, on_result=publish_shard,
                           isolate=fmt.writer.needs_subprocess, backend=cfg.backend, scheduler=cfg.scheduler)
             except BaseException:
@@ -188,7 +188,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
                 raise
 
         write(todo, {})
-        summary.duplicates = _duplicates(cfg, found, tasks, reused, pixels, spec, session, write)
+        summary.duplicates, rewritten = _duplicates(cfg, found, tasks, reused, pixels, spec, session, write)
         if padded and table.ignore_index is None:
             log.warning("%d samples were smaller than --size and their labels were padded with class 0, which "
                         "losses will count as real pixels: pass --ignore-index ID to pad with an ignore id", padded)
@@ -203,7 +203,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
             summary.shards += len(records)
             summary.bytes += sum(f.bytes for r in records for f in r.files)
             summary.skipped += [s for r in records for s in r.skipped]
-    summary.reused = len(tasks) - len(todo)
+    summary.reused = len(tasks) - len(todo) - rewritten
     summary.seconds = time.perf_counter() - started
     log.info("%s", summary.line(), extra={
         "event": "summary", "samples": summary.samples, "shards": summary.shards, "reused_shards": summary.reused,
@@ -216,16 +216,16 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
 def _duplicates(cfg: ConvertConfig, found: Discovery, tasks: list[ShardTask],
                 records: dict[tuple[str, int], ShardRecord], pixels: dict[tuple[str, int], bytes], spec: SampleSpec,
                 session: StorageSession,
-                write: Callable[[list[ShardTask], dict[tuple[str, str], str]], None]) -> DuplicateReport:
-    """Find identical images across every converted split (plan order) and apply ``--on-duplicate``.
+                write: Callable[[list[ShardTask], Drops], None]) -> tuple[DuplicateReport, int]:
+    """Find identical images across every converted split (plan order) and apply ``--on-duplicate``; returns the
+    report and how many shards were written again.
 
-    Shards a run with ``skip`` wrote without their duplicates are first written whole again (so the check sees
-    every sample, whichever copies the input now holds); with ``skip``, the shards holding a later copy are then
-    rewritten without it. ``error`` raises before any manifest is written; the shards stay, reusable.
+    The check covers every sample of the input: those in the shards, and those an earlier ``skip`` run left out
+    (their hashes are kept in the manifest's ``skipped`` entries). A shard is written again only where what it
+    should leave out differs from what it left out: with ``skip`` the later copies, otherwise nothing (a ``warn``
+    run after a ``skip`` run puts the copies back). ``error`` raises before any manifest is written; the shards
+    stay, reusable.
     """
-    restore = [t for t in tasks if any("duplicate_of" in s for s in records[(t.split, t.index)].skipped)]
-    if restore:
-        write(restore, {})
     report = find_duplicates(_shard_hashes(cfg, found, tasks, records, pixels, spec, session))
     if report.groups:
         log_report(report)
@@ -235,16 +235,19 @@ def _duplicates(cfg: ConvertConfig, found: Discovery, tasks: list[ShardTask],
                                  f"({report.across_splits} group(s) across splits), e.g. {g}",
                                  fix="remove the copies from the input, or convert with --on-duplicate skip "
                                      "(keeps the first copy) or warn")
-        if cfg.on_duplicate == "skip":
-            drop = drops(report)
-            write([t for t in tasks if any((t.split, p.key) in drop for p in t.samples)], drop)
-    return report
+    want = drops(report) if cfg.on_duplicate == "skip" else {}
+    redo = [t for t in tasks if {s["key"] for s in records[(t.split, t.index)].skipped if "duplicate_of" in s}
+            != {p.key for p in t.samples if (t.split, p.key) in want}]
+    if redo:
+        write(redo, want)
+    return report, len(redo)
 
 
 def _shard_hashes(cfg: ConvertConfig, found: Discovery, tasks: list[ShardTask],
                   records: dict[tuple[str, int], ShardRecord], pixels: dict[tuple[str, int], bytes],
                   spec: SampleSpec, session: StorageSession) -> list[ShardHashes]:
-    """Every shard's pixel hashes in plan order: from the worker (shards written now) or the sidecar (reused)."""
+    """Every shard's pixel hashes in plan order: from the worker (shards written now) or the sidecar (reused),
+    with the samples an earlier ``skip`` run left out as duplicates put back in their places."""
     out: list[ShardHashes] = []
     for split in found.splits:
         first = 0
@@ -253,15 +256,21 @@ def _shard_hashes(cfg: ConvertConfig, found: Discovery, tasks: list[ShardTask],
             shard = ShardInfo(t.index, record.num_samples, first, record.files[:-1], record.files[-1])
             raw = pixels.get((split, t.index))
             if raw is not None:
+                hashes: np.ndarray | None = np.frombuffer(raw, np.uint8).reshape(-1, PIXEL_HASH_BYTES)
                 skipped = {s["key"] for s in record.skipped}
-                written = [p.key for p in t.samples if p.key not in skipped]
-                out.append(ShardHashes(split, first, np.frombuffer(raw, np.uint8).reshape(-1, PIXEL_HASH_BYTES),
-                                       partial(list, written)))
+                keys = [p.key for p in t.samples if p.key not in skipped]
             else:
                 rows = _reused_sidecar(cfg.output / split, shard, spec, session)
                 hashes = np.asarray(rows["pixels"]) if "pixels" in (rows.dtype.names or ()) else None
-                out.append(ShardHashes(split, first, hashes, partial(row_keys, rows)))
-            first += record.num_samples
+                keys = row_keys(rows)
+            left_out = {s["key"]: s["pixels"] for s in record.skipped if "duplicate_of" in s and "pixels" in s}
+            if left_out and hashes is not None:  # merged back in plan order
+                have = dict(zip(keys, hashes, strict=True))
+                keys = [p.key for p in t.samples if p.key in have or p.key in left_out]
+                hashes = np.stack([have[k] if k in have else np.frombuffer(bytes.fromhex(left_out[k]), np.uint8)
+                                   for k in keys]).reshape(-1, PIXEL_HASH_BYTES)
+            out.append(ShardHashes(split, first, hashes, partial(list, keys)))
+            first += len(keys)
     return out
 
 

@@ -67,9 +67,9 @@ class WorkerContext:
     #: The conversion's :func:`~shardkit.plan.settings_text`: what a worker hashes into the fingerprints and the
     #: shard key of a task planned without them (``task.fingerprints is None``)
     settings: str = ""
-    #: ``--on-duplicate skip``: ``(split, key, kept copy)`` of samples to leave out as duplicates of an earlier
-    #: sample (decided by the parent from every shard's pixel hashes; see :mod:`shardkit.duplicates`)
-    drop: tuple[tuple[str, str, str], ...] = ()
+    #: ``--on-duplicate skip``: ``(split, key, kept copy, pixel hash hex)`` of samples to leave out as duplicates of
+    #: an earlier sample (decided by the parent from every shard's pixel hashes; see :mod:`shardkit.duplicates`)
+    drop: tuple[tuple[str, str, str, str], ...] = ()
 
 
 @dataclass
@@ -230,7 +230,7 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
     fingerprints: list[str] = []
     sources = SourceCache(len(task.samples) if given is None else 0)  # entries of the files hashed here
     options_digest = hashlib.sha256(ctx.settings.encode()).hexdigest()
-    drop = {key: kept for split, key, kept in ctx.drop if split == task.split}
+    drop = {key: (kept, pixels) for split, key, kept, pixels in ctx.drop if split == task.split}
     try:
         for i, pair in enumerate(task.samples):
             data: dict[Path, np.ndarray] = {}
@@ -239,8 +239,9 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
                                                                                 i, data)
             fingerprints.append(fingerprint)
             if pair.key in drop:  # --on-duplicate skip: the same pixels as an earlier sample
-                skipped.append({"key": pair.key, "reason": f"identical pixels to {drop[pair.key]}",
-                                "duplicate_of": drop[pair.key]})
+                kept, pixels = drop[pair.key]  # its hash stays in the record: later runs check it undecoded
+                skipped.append({"key": pair.key, "reason": f"identical pixels to {kept}", "duplicate_of": kept,
+                                "pixels": pixels})
                 if tick is not None:
                     tick()
                 continue

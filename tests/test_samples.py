@@ -237,6 +237,10 @@ def test_on_duplicate_skip_keeps_the_first_copy_for_any_worker_count(camvid_root
         assert load_manifest(out / "val").skipped[0]["duplicate_of"].startswith("train:train/")
         digests.append({split: published_digests(out / split) for split in ("train", "val")})
     assert digests[0] == digests[1]
+    same = convert(ConvertConfig(raw, tmp_path / "out1", workers=1, quiet=True, on_duplicate="skip",
+                                 shard_size=ShardSize(samples=2)))
+    assert same.reused == same.shards and same.line().startswith("nothing changed"), same.line()
+    assert published_digests(tmp_path / "out1" / "val") == digests[0]["val"]
     again = convert(ConvertConfig(raw, tmp_path / "out1", workers=1, quiet=True, shard_size=ShardSize(samples=2)))
     assert len(shardkit.open(tmp_path / "out1" / "val")) == 4, "a warn run puts the copy back"
     assert again.duplicates is not None and len(again.duplicates.groups) == 1
