@@ -1,14 +1,16 @@
 """The ``shardkit`` command: parse options, build a frozen config, call the library, map errors to exit codes.
 
 Exit codes: 0 success; 1 failed (bad input, I/O, a worker died); 2 usage error (bad
-options); 3 finished but skipped some inputs (``--on-error skip``); 130 interrupted.
+options); 3 finished but skipped some inputs (``--on-error skip``); 4 identical images found with
+``--on-duplicate error`` (no manifest written); 130 interrupted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import wraps
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -18,14 +20,17 @@ import click
 from . import encoding
 from ._version import __version__
 from .config import DEFAULT_MAX_PIXELS, ConvertConfig, ShardSize, parse_size
-from .errors import ConfigError, ShardkitError
+from .duplicates import ON_DUPLICATE
+from .errors import ConfigError, DuplicateError, ShardkitError
 from .formats.registry import all_formats
 from .formats.registry import names as format_names
 from .logs import JsonFormatter
 from .logs import setup as setup_logging
 from .publish import DEFAULT_KEEP_VERSIONS
+from .stats import WEIGHT_METHODS
 
 EXIT_SKIPPED = 3  # converted, but --on-error skip left some inputs out (README: exit codes)
+EXIT_DUPLICATES = 4  # --on-duplicate error found identical images; no manifest was written
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -36,13 +41,15 @@ class _UsageLine(click.ClickException):
     exit_code = 2
 
 
-def _fail(message: str) -> NoReturn:
-    """Exit 1 with one line: a JSON ``error`` event when ``--log-format json`` is active, else click's line."""
+def _fail(message: str, code: int = 1) -> NoReturn:
+    """Exit ``code`` with one line: a JSON ``error`` event when ``--log-format json`` is active, else click's."""
     handlers = logging.getLogger("shardkit").handlers
     if any(isinstance(h.formatter, JsonFormatter) for h in handlers):
-        logging.getLogger("shardkit").error(message, extra={"event": "error", "exit_code": 1})
-        sys.exit(1)
-    raise click.ClickException(message) from None
+        logging.getLogger("shardkit").error(message, extra={"event": "error", "exit_code": code})
+        sys.exit(code)
+    exc = click.ClickException(message)
+    exc.exit_code = code
+    raise exc from None
 
 
 def _errors_to_exit_codes(fn: F) -> F:
@@ -54,6 +61,8 @@ def _errors_to_exit_codes(fn: F) -> F:
             return fn(*args, **kwargs)
         except ConfigError as exc:
             raise _UsageLine(str(exc)) from None
+        except DuplicateError as exc:
+            _fail(str(exc), EXIT_DUPLICATES)
         except ShardkitError as exc:
             _fail(str(exc))
         except OSError as exc:  # an I/O error no layer below named: still one line, exit 1
@@ -187,6 +196,9 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
 @click.option("--scheduler", metavar="ADDRESS", help="Dask scheduler, e.g. tcp://host:8786 (default: a local cluster).")
 @click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
               help="fail: stop at the first bad input; skip: leave it out, list it in the manifest, exit 3.")
+@click.option("--on-duplicate", type=click.Choice(list(ON_DUPLICATE)), default="warn", show_default=True,
+              help="Identical images (same decoded pixels) within or across splits: warn: list them; error: exit 4 "
+                   "before writing a manifest; skip: keep the first copy (split order, then index), drop the rest.")
 @click.option("--max-pixels", type=click.IntRange(1), default=DEFAULT_MAX_PIXELS, show_default=True,
               help="Largest image or label (height x width, read from its header before any decoder runs); also "
                    "caps --size. The default, 4096x4096, keeps one worker under ~1 GB (0.5 GB measured at the "
@@ -213,7 +225,7 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
             palette: Path | None, num_classes: int | None, ignore_index: int | None, colour_tolerance: int,
             unknown_as: int | None, cityscapes_train_ids: bool, splits: tuple[str, ...], shard_size: ShardSize,
             compression: str, image_codec: str, label_codec: str, workers: int, backend: str, scheduler: str | None,
-            on_error: str, max_pixels: int, storage_option: tuple[str, ...],
+            on_error: str, on_duplicate: str, max_pixels: int, storage_option: tuple[str, ...],
             strict: bool, dry_run: bool, force: bool, rehash: bool, keep_versions: int, quiet: bool,
             verbose: bool, log_format: str) -> None:
     """Convert the dataset in INPUT_DIR into shards in OUTPUT_DIR/<split>/ with a manifest.json each.
@@ -230,7 +242,7 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
         palette=palette, num_classes=num_classes, ignore_index=ignore_index, colour_tolerance=colour_tolerance,
         unknown_as=unknown_as, cityscapes_train_ids=cityscapes_train_ids, splits=splits, shard_size=shard_size,
         compression=compression, image_codec=image_codec, label_codec=label_codec, workers=workers, backend=backend,
-        scheduler=scheduler, on_error=on_error,
+        scheduler=scheduler, on_error=on_error, on_duplicate=on_duplicate,
         strict=strict, dry_run=dry_run, force=force, rehash=rehash, quiet=quiet, max_pixels=max_pixels,
         storage_options=parse_storage_options(storage_option), keep_versions=keep_versions,
     )
@@ -242,7 +254,7 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
         click.echo(f"classes: {t.num_classes} from {t.source}, ignore index {t.ignore_index}")
         for c in t.classes:
             click.echo(f"  {c.id:>3} {c.name}" + (f"  rgb{tuple(c.colour)}" if c.colour else ""))
-    if summary.skipped:
+    if any("duplicate_of" not in s for s in summary.skipped):  # duplicates left out as asked are no failure
         sys.exit(EXIT_SKIPPED)
 
 
@@ -281,12 +293,22 @@ _STORAGE_OPTION = click.option(
 @click.argument("split_dir", callback=_location)
 @click.option("--plot", "plot", type=click.Path(path_type=Path, dir_okay=False), metavar="PNG",
               help="Also draw the class pixel-share chart to this PNG file.")
+@click.option("--class-weights", "weights", type=click.Choice(list(WEIGHT_METHODS)), metavar="METHOD",
+              help="Print per-class loss weights instead: " + ", ".join(WEIGHT_METHODS)
+                   + " (docs/class-imbalance.md; from the manifest and sidecars, no label is read).")
+@click.option("--enet-k", type=click.FloatRange(1.0, min_open=True), default=1.02, show_default=True,
+              help="With --class-weights enet: k in 1 / ln(k + p).")
+@click.option("--duplicates", is_flag=True,
+              help="List identical images (same decoded pixels) within and across the splits under SPLIT_DIR.")
+@click.option("--json", "as_json", is_flag=True, help="With --class-weights or --duplicates: print JSON.")
 @_STORAGE_OPTION
 @_errors_to_exit_codes
-def info(split_dir: str | Path, plot: Path | None, storage_option: tuple[str, ...]) -> None:
+def info(split_dir: str | Path, plot: Path | None, weights: str | None, enet_k: float, duplicates: bool,
+         as_json: bool, storage_option: tuple[str, ...]) -> None:
     """Summarise a converted split (or every split of an output folder): samples, shards, size, classes.
 
-    SPLIT_DIR may be a URL (s3://bucket/out/train); only its manifest is read.
+    SPLIT_DIR may be a URL (s3://bucket/out/train); only its manifest (and, for --class-weights and
+    --duplicates, its samples sidecars) is read.
     """
     from .storage import is_url, parse_storage_options
     from .verify import split_locations
@@ -295,14 +317,86 @@ def info(split_dir: str | Path, plot: Path | None, storage_option: tuple[str, ..
     folders = split_locations(split_dir, options)
     if plot is not None and is_url(split_dir):
         raise click.UsageError("--plot needs a local split folder", ctx=None)
+    if as_json and not (weights or duplicates):
+        raise click.UsageError("--json goes with --class-weights or --duplicates", ctx=None)
     if not folders:
         raise click.ClickException(f"{split_dir}: no manifest.json here or in its sub-folders — "
                                    "fix: point at a split or output folder written by shardkit convert")
+    if duplicates:
+        _info_duplicates(folders, options, as_json)
+        return
+    if weights:
+        tables = [_info_weights(folder, weights, enet_k, options, as_json) for folder in folders]
+        if as_json:
+            import json
+
+            click.echo(json.dumps(tables[0] if len(tables) == 1 else tables, indent=1))
+        return
     for folder in folders:
         chart = plot
         if plot is not None and len(folders) > 1:  # one chart per split: chart-train.png, chart-val.png, …
             chart = plot.with_name(f"{plot.stem}-{Path(folder).name}{plot.suffix}")
         _info_split(folder, chart, options)
+
+
+@contextlib.contextmanager
+def _split_records(folder: str | Path, options: dict[str, Any]) -> Iterator[tuple[Any, Any]]:
+    """(manifest, sidecar folder map) of a local split or a split URL (whose sidecars alone are downloaded)."""
+    from .samples import remote_sidecars
+    from .storage import Remote, is_url
+    from .verify import load_split_manifest
+
+    m = load_split_manifest(folder, options)
+    if not is_url(folder):
+        yield m, None
+        return
+    with remote_sidecars(Remote(str(folder), options)) as where:
+        yield m, where
+
+
+def _info_weights(folder: str | Path, method: str, k: float, options: dict[str, Any], as_json: bool) -> dict[str, Any]:
+    """Print (or return, for --json) one split's class weights with the counts they come from."""
+    from .stats import class_weights, split_frequencies, weight_table
+
+    with _split_records(folder, options) as (m, where):
+        freqs = split_frequencies(m, where)
+    w = class_weights(method, freqs, k=k)
+    names = {int(c["id"]): str(c["name"]) for c in m.classes["classes"]}
+    rows = weight_table(w.tolist(), freqs, [names.get(c, str(c)) for c in range(freqs.num_classes)])
+    if not as_json:
+        click.echo(f"{folder}: split {m.split}, {freqs.num_images} samples, class weights {method}"
+                   + (f" (k={k})" if method == "enet" else ""))
+        click.echo(f"  {'id':>3} {'class':<20} {'weight':>9} {'pixels %':>9} {'images':>7}")
+        for r in rows:
+            share = "ignore" if r["share"] is None else f"{100 * r['share']:.3f}"
+            images = "" if r["images"] is None else str(r["images"])
+            click.echo(f"  {r['id']:>3} {r['name']:<20} {r['weight']:>9.4f} {share:>9} {images:>7}")
+    return {"location": str(folder), "split": m.split, "method": method, "k": k if method == "enet" else None,
+            "weights": w.tolist(), "classes": rows}
+
+
+def _info_duplicates(folders: list[str | Path], options: dict[str, Any], as_json: bool) -> None:
+    """Identical images across ``folders`` (one output's splits), with their keys."""
+    import json
+
+    from .duplicates import find_duplicates, split_hashes
+
+    shards = []
+    with contextlib.ExitStack() as stack:
+        for folder in folders:
+            m, where = stack.enter_context(_split_records(folder, options))
+            shards += split_hashes(m, m.split, where)
+        report = find_duplicates(shards)
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=1))
+        return
+    if report.unchecked and not report.samples:
+        click.echo(f"{len(report.unchecked)} shard(s) have no pixel hashes (written by an older shardkit); "
+                   "re-run convert with --force to compute them")
+        return
+    click.echo(report.line())
+    for g in report.groups:
+        click.echo(f"  {'across splits' if g.across_splits else 'within split '}  {g}")
 
 
 def _codec_name(codec: Any) -> str:

@@ -117,6 +117,9 @@ class ConvertConfig:
     backend: str = "local"
     scheduler: str | None = None
     on_error: str = "fail"
+    #: identical images (by decoded pixels) within or across splits: "warn" (log them), "error" (exit 4, no
+    #: manifest written) or "skip" (keep the first copy in plan order, leave the others out)
+    on_duplicate: str = "warn"
     strict: bool = False
     dry_run: bool = False
     force: bool = False
@@ -154,6 +157,7 @@ class ConvertConfig:
         self._check_choice("crop", self.crop, ("center", "none"))
         self._check_choice("label_encoding", self.label_encoding, encoding.NAMES)
         self._check_choice("on_error", self.on_error, ("fail", "skip"))
+        self._check_choice("on_duplicate", self.on_duplicate, ("warn", "error", "skip"))  # duplicates.ON_DUPLICATE
         self._check_choice("backend", self.backend, ("local", "dask"))
         if self.scheduler and self.backend != "dask":
             raise ConfigError("--scheduler needs --backend dask")

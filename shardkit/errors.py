@@ -66,3 +66,7 @@ class OutputError(ShardkitError, OSError):
 
 class StorageError(ShardkitError, OSError):
     """Object storage cannot be reached or refuses a transfer (endpoint, credentials, missing extra)."""
+
+
+class DuplicateError(ShardkitError, ValueError):
+    """Identical images in the input where ``convert --on-duplicate error`` allows none (exit code 4)."""

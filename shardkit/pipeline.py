@@ -8,11 +8,15 @@ written after them, atomically.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
+import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +25,8 @@ import numpy as np
 from ._version import __version__
 from .config import ConvertConfig
 from .discover import Discovery, discover
-from .errors import OutputError
+from .duplicates import Drops, DuplicateReport, ShardHashes, drops, find_duplicates, log_report, row_keys
+from .errors import DuplicateError, OutputError
 from .fingerprint import CACHE_NAME, SourceCache, load_cache, save_cache
 from .formats.base import SampleSpec
 from .formats.registry import all_formats, get
@@ -42,9 +47,10 @@ from .publish import (
     rename_into_place,
 )
 from .records import RECORD_PREFIX, ShardRecord
-from .samples import SampleTable, is_sidecar_name, split_fingerprint
+from .samples import PIXEL_HASH_BYTES, SampleTable, fetch_sidecar, is_sidecar_name, read_sidecar, split_fingerprint
 from .staging import StorageSession
 from .stats import Stats
+from .storage import Remote
 from .worker import ShardResult, WorkerContext
 
 log = logging.getLogger(__name__)
@@ -64,6 +70,7 @@ class ConvertSummary:
     reused: int = 0
     skipped: list[dict[str, str]] = field(default_factory=list)
     manifests: list[Path | str] = field(default_factory=list)  # a URL where the output is on object storage
+    duplicates: DuplicateReport | None = None  # identical images within and across the converted splits
 
     @property
     def samples_per_second(self) -> float:
@@ -72,14 +79,19 @@ class ConvertSummary:
     def line(self) -> str:
         if self.dry_run:
             return f"dry run: {self.discovery.total()} pairs found, nothing written"
-        if self.shards and self.reused == self.shards and not self.skipped:  # nothing was decoded: no rate
+        failed = [s for s in self.skipped if "duplicate_of" not in s]  # inputs left out for an error
+        dropped = len(self.skipped) - len(failed)
+        dupes = "" if self.duplicates is None else f"; {self.duplicates.line()}" + (
+            f" ({dropped} left out: --on-duplicate skip)" if dropped else "")
+        if self.shards and self.reused == self.shards and not failed:  # nothing was decoded: no rate
             return (f"nothing changed: {self.samples} samples in {self.shards} shards reused unchanged, "
-                    f"{self.bytes / 1e6:.1f} MB, checked in {self.seconds:.1f} s")
+                    f"{self.bytes / 1e6:.1f} MB, checked in {self.seconds:.1f} s{dupes}")
         return (
             f"converted {self.samples} samples into {self.shards} shards, {self.bytes / 1e6:.1f} MB, "
             f"in {self.seconds:.1f} s ({self.samples_per_second:.1f} samples/s)"
             + (f"; {self.reused} shards reused unchanged" if self.reused else "")
-            + (f"; {len(self.skipped)} inputs skipped" if self.skipped else "")
+            + (f"; {len(failed)} inputs skipped" if failed else "")
+            + dupes
         )
 
 
@@ -155,10 +167,13 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
                  min(cfg.effective_workers(), max(len(todo), 1)))
 
         padded = 0
+        pixels: dict[tuple[str, int], bytes] = {}  # each new shard's pixel hashes, for the duplicate check
 
         def publish_shard(result: ShardResult) -> None:
             nonlocal padded
             padded += result.padded
+            pixels[(result.split, result.index)] = result.pixels
+            result.pixels = b""
             record = publish_files(result)
             session.shard_published(result.directory, record)
             reused[(result.split, result.index)] = record
@@ -173,14 +188,18 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
                 log.warning("skipped %s: %s", s["key"], s["reason"],
                             extra={"event": "skipped", "split": result.split, "key": s["key"], "reason": s["reason"]})
 
-        try:
-            run_tasks(todo, ctx, workers=cfg.effective_workers(), quiet=cfg.quiet, on_result=publish_shard,
-                      isolate=fmt.writer.needs_subprocess, backend=cfg.backend,
-                      scheduler=cfg.scheduler)
-        except BaseException:
-            for split in found.splits:
-                remove_temps(cfg.output / split)
-            raise
+        def write(shards: list[ShardTask], drop: Drops) -> None:
+            try:
+                run_tasks(shards, dataclasses.replace(ctx, drop=tuple((s, k, *v) for (s, k), v in drop.items())),
+                          workers=cfg.effective_workers(), quiet=cfg.quiet, on_result=publish_shard,
+                          isolate=fmt.writer.needs_subprocess, backend=cfg.backend, scheduler=cfg.scheduler)
+            except BaseException:
+                for split in found.splits:
+                    remove_temps(cfg.output / split)
+                raise
+
+        write(todo, {})
+        summary.duplicates, rewritten = _duplicates(cfg, found, tasks, reused, pixels, spec, session, write)
         if padded and table.ignore_index is None:
             log.warning("%d samples were smaller than --size and their labels were padded with class 0, which "
                         "losses will count as real pixels: pass --ignore-index ID to pad with an ignore id", padded)
@@ -195,13 +214,85 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
             summary.shards += len(records)
             summary.bytes += sum(f.bytes for r in records for f in r.files)
             summary.skipped += [s for r in records for s in r.skipped]
-    summary.reused = len(tasks) - len(todo)
+    summary.reused = len(tasks) - len(todo) - rewritten
     summary.seconds = time.perf_counter() - started
     log.info("%s", summary.line(), extra={
         "event": "summary", "samples": summary.samples, "shards": summary.shards, "reused_shards": summary.reused,
         "bytes": summary.bytes, "seconds": round(summary.seconds, 3),
-        "samples_per_second": round(summary.samples_per_second, 2), "skipped": len(summary.skipped)})
+        "samples_per_second": round(summary.samples_per_second, 2), "skipped": len(summary.skipped),
+        "duplicates": summary.duplicates.extra_copies if summary.duplicates is not None else 0})
     return summary
+
+
+def _duplicates(cfg: ConvertConfig, found: Discovery, tasks: list[ShardTask],
+                records: dict[tuple[str, int], ShardRecord], pixels: dict[tuple[str, int], bytes], spec: SampleSpec,
+                session: StorageSession,
+                write: Callable[[list[ShardTask], Drops], None]) -> tuple[DuplicateReport, int]:
+    """Find identical images across every converted split (plan order) and apply ``--on-duplicate``; returns the
+    report and how many shards were written again.
+
+    The check covers every sample of the input: those in the shards, and those an earlier ``skip`` run left out
+    (their hashes are kept in the manifest's ``skipped`` entries). A shard is written again only where what it
+    should leave out differs from what it left out: with ``skip`` the later copies, otherwise nothing (a ``warn``
+    run after a ``skip`` run puts the copies back). ``error`` raises before any manifest is written; the shards
+    stay, reusable.
+    """
+    report = find_duplicates(_shard_hashes(cfg, found, tasks, records, pixels, spec, session))
+    if report.groups:
+        log_report(report)
+        if cfg.on_duplicate == "error":
+            g = report.groups[0]
+            raise DuplicateError(f"{report.extra_copies} image(s) have identical pixels to an earlier one "
+                                 f"({report.across_splits} group(s) across splits), e.g. {g}",
+                                 fix="remove the copies from the input, or convert with --on-duplicate skip "
+                                     "(keeps the first copy) or warn")
+    want = drops(report) if cfg.on_duplicate == "skip" else {}
+    redo = [t for t in tasks if {s["key"] for s in records[(t.split, t.index)].skipped if "duplicate_of" in s}
+            != {p.key for p in t.samples if (t.split, p.key) in want}]
+    if redo:
+        write(redo, want)
+    return report, len(redo)
+
+
+def _shard_hashes(cfg: ConvertConfig, found: Discovery, tasks: list[ShardTask],
+                  records: dict[tuple[str, int], ShardRecord], pixels: dict[tuple[str, int], bytes],
+                  spec: SampleSpec, session: StorageSession) -> list[ShardHashes]:
+    """Every shard's pixel hashes in plan order: from the worker (shards written now) or the sidecar (reused),
+    with the samples an earlier ``skip`` run left out as duplicates put back in their places."""
+    out: list[ShardHashes] = []
+    for split in found.splits:
+        first = 0
+        for t in (t for t in tasks if t.split == split):
+            record = records[(split, t.index)]
+            shard = ShardInfo(t.index, record.num_samples, first, record.files[:-1], record.files[-1])
+            raw = pixels.get((split, t.index))
+            if raw is not None:
+                hashes: np.ndarray | None = np.frombuffer(raw, np.uint8).reshape(-1, PIXEL_HASH_BYTES)
+                skipped = {s["key"] for s in record.skipped}
+                keys = [p.key for p in t.samples if p.key not in skipped]
+            else:
+                rows = _reused_sidecar(cfg.output / split, shard, spec, session)
+                hashes = np.asarray(rows["pixels"]) if "pixels" in (rows.dtype.names or ()) else None
+                keys = row_keys(rows)
+            left_out = {s["key"]: s["pixels"] for s in record.skipped if "duplicate_of" in s and "pixels" in s}
+            if left_out and hashes is not None:  # merged back in plan order
+                have = dict(zip(keys, hashes, strict=True))
+                keys = [p.key for p in t.samples if p.key in have or p.key in left_out]
+                hashes = np.stack([have[k] if k in have else np.frombuffer(bytes.fromhex(left_out[k]), np.uint8)
+                                   for k in keys]).reshape(-1, PIXEL_HASH_BYTES)
+            out.append(ShardHashes(split, first, hashes, partial(list, keys)))
+            first += len(keys)
+    return out
+
+
+def _reused_sidecar(directory: Path, shard: ShardInfo, spec: SampleSpec, session: StorageSession) -> np.ndarray:
+    """The checked sidecar rows of a reused shard: in the split folder, or fetched from the object store."""
+    if session.sink is None or (directory / shard.all_files[-1].name).is_file():
+        return read_sidecar(directory, shard, spec.num_classes, spec.size)
+    with tempfile.TemporaryDirectory(prefix="shardkit-sidecar-") as tmp:
+        remote = session.sink.remote
+        split_remote = Remote(remote.url_of(directory.name), remote.options)
+        return read_sidecar(fetch_sidecar(split_remote, shard, Path(tmp)), shard, spec.num_classes, spec.size)
 
 
 def _plan(

@@ -1,7 +1,7 @@
 """Per-sample records of a split: one sidecar ``.npy`` per shard (manifest version 2), read lazily.
 
 A sidecar ``samples-<stem>.npy`` is a 1-D NumPy array with a packed structured dtype of fixed-width
-fields (height, width, fingerprint, optional class bitmap, key and label path): readable with
+fields (height, width, fingerprint, pixel hash, optional class bitmap, key and label path): readable with
 ``numpy.load(path, mmap_mode="r", allow_pickle=False)`` alone. The worker that writes a shard writes
 its sidecar, so the converting parent never holds per-sample records, and ``shardkit.open`` parses
 none of them. Spec: ``formats/samples.md``.
@@ -14,7 +14,9 @@ bounds) and a bad one is a one-line :class:`~shardkit.errors.ShardFormatError`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import tempfile
 import threading
 import tokenize
 from collections import OrderedDict
@@ -28,6 +30,7 @@ from .errors import IntegrityError, ShardFormatError, ShardkitError
 
 if TYPE_CHECKING:
     from .manifest import Manifest, ShardInfo
+    from .storage import Remote
 
 SIDECAR_PREFIX = "samples-"
 SIDECAR_SUFFIX = ".npy"
@@ -40,6 +43,22 @@ MAX_SIDECAR_BYTES = 1 << 30
 #: Bytes of sidecar rows :class:`SampleTable` keeps cached (at least one shard's).
 CACHE_BYTES = 16 << 20
 FINGERPRINT_BYTES = 32
+#: Bytes of a sample's pixel hash (:func:`pixel_hash`): the first 16 bytes of a SHA-256.
+PIXEL_HASH_BYTES = 16
+
+
+def pixel_hash(image: np.ndarray) -> bytes:
+    """The stored image's pixel hash (formats/samples.md ``pixels``): equal for equal decoded pixels.
+
+    SHA-256 of ``"<H>x<W>x<C>:<dtype.str>\\n"`` then the C-order pixel bytes, first 16 bytes. It hashes the
+    pixels as stored (after preprocessing, before any image codec), so a copy of an image re-encoded
+    losslessly (other PNG settings, another container) has the same hash; its file fingerprint does not.
+    """
+    arr = np.ascontiguousarray(image)
+    shape = "x".join(str(d) for d in (*arr.shape[:2], arr.shape[2] if arr.ndim == 3 else 1))
+    h = hashlib.sha256(f"{shape}:{arr.dtype.str}\n".encode())
+    h.update(arr.data)
+    return h.digest()[:PIXEL_HASH_BYTES]
 
 
 def sidecar_name(stem: str) -> str:
@@ -52,9 +71,14 @@ def is_sidecar_name(name: str) -> bool:
     return name.startswith(SIDECAR_PREFIX) and name.endswith(SIDECAR_SUFFIX)
 
 
-def sidecar_dtype(num_classes: int, key_bytes: int, label_bytes: int) -> np.dtype:
-    """The packed structured dtype of a sidecar row (formats/samples.md)."""
+def sidecar_dtype(num_classes: int, key_bytes: int, label_bytes: int, pixels: bool = True) -> np.dtype:
+    """The packed structured dtype of a sidecar row (formats/samples.md).
+
+    ``pixels=False``: the row of sidecars written before the pixel hash column (still read).
+    """
     fields: list[tuple[Any, ...]] = [("height", "<u4"), ("width", "<u4"), ("fingerprint", "|u1", (FINGERPRINT_BYTES,))]
+    if pixels:
+        fields.append(("pixels", "|u1", (PIXEL_HASH_BYTES,)))
     if num_classes <= MAX_BITMAP_CLASSES:
         fields.append(("classes", "|u1", ((num_classes + 7) // 8,)))
     fields += [("key", f"|S{key_bytes}"), ("label", f"|S{label_bytes}")]
@@ -78,17 +102,23 @@ class SidecarBuilder:
         self.labels: list[bytes] = []
         self.hw: list[tuple[int, int]] = []
         self.fingerprints: list[bytes] = []
+        self.pixels: list[bytes] = []
+        self.hashed = True  # every sample added with its pixel hash
         self.classes: list[Sequence[int]] = []
 
     def __len__(self) -> int:
         return len(self.keys)
 
     def add(self, key: str, label: str | None, height: int, width: int, fingerprint: str,
-            classes: Sequence[int]) -> None:
-        """One written sample: its key and label paths, stored size, 64-hex fingerprint, classes present."""
+            classes: Sequence[int], pixels: bytes | None = None) -> None:
+        """One written sample: its key and label paths, stored size, 64-hex fingerprint, classes present,
+        and its :func:`pixel_hash` (None: unknown, e.g. a shard recorded before pixel hashes; the sidecar then
+        has no ``pixels`` column)."""
         raw = bytes.fromhex(fingerprint)
         if len(raw) != FINGERPRINT_BYTES:
             raise ValueError(f"fingerprint {fingerprint[:16]!r} is not 64 hex digits")
+        if pixels is not None and len(pixels) != PIXEL_HASH_BYTES:
+            raise ValueError(f"pixel hash of {len(pixels)} bytes, not {PIXEL_HASH_BYTES}")
         k, lab = key.encode("utf-8"), (label or "").encode("utf-8")
         if not k or len(k) > MAX_PATH_BYTES or len(lab) > MAX_PATH_BYTES or b"\0" in k + lab:
             raise ValueError(f"sample path {key!r} is empty, longer than {MAX_PATH_BYTES} bytes or holds a NUL")
@@ -96,6 +126,10 @@ class SidecarBuilder:
         self.labels.append(lab)
         self.hw.append((height, width))
         self.fingerprints.append(raw)
+        if pixels is None:
+            self.hashed = False
+        else:
+            self.pixels.append(bytes(pixels))
         self.classes.append(classes)
 
     def digest(self) -> str:
@@ -105,11 +139,13 @@ class SidecarBuilder:
     def array(self) -> np.ndarray:
         """The sidecar rows."""
         dtype = sidecar_dtype(self.num_classes, max(map(len, self.keys), default=1),
-                              max(max(map(len, self.labels), default=1), 1))
+                              max(max(map(len, self.labels), default=1), 1), pixels=self.hashed)
         rows = np.zeros(len(self.keys), dtype)
         if len(rows):
             rows["height"], rows["width"] = np.asarray(self.hw, np.uint32).T
             rows["fingerprint"] = np.frombuffer(b"".join(self.fingerprints), np.uint8).reshape(-1, FINGERPRINT_BYTES)
+            if self.hashed:
+                rows["pixels"] = np.frombuffer(b"".join(self.pixels), np.uint8).reshape(-1, PIXEL_HASH_BYTES)
             rows["key"], rows["label"] = self.keys, self.labels
             if "classes" in (dtype.names or ()):
                 present = np.zeros((len(rows), self.num_classes), np.uint8)
@@ -204,6 +240,52 @@ def read_sidecar(directory: Path, shard: ShardInfo, num_classes: int,
     return rows
 
 
+def fetch_sidecar(remote: Remote, shard: ShardInfo, directory: Path) -> Path:
+    """Download only ``shard``'s sidecar from the split at ``remote`` into ``directory`` (checked against the
+    manifest's size and sha256 before it gets its name); returns ``directory``. For what needs per-sample records
+    of a remote split (class weights, duplicates) but no pixels."""
+    from .manifest import member_path
+
+    entry = shard.samples
+    if entry is None:
+        raise ShardFormatError(f"shard {shard.index} names no samples sidecar", path=remote.url_of("manifest.json"),
+                               fix="re-convert this split")
+    final = member_path(entry.name, Path(directory))
+    if final.is_file() and final.stat().st_size == entry.bytes:
+        return Path(directory)
+    part = final.with_name(f".{final.name}.part")
+    try:
+        remote.download(entry.name, part)
+        if part.stat().st_size != entry.bytes or _sha256_of(part) != entry.sha256:
+            raise IntegrityError("downloaded samples sidecar differs from the manifest's size or sha256",
+                                 path=remote.url_of(entry.name), fix="re-convert this split")
+        part.replace(final)
+    finally:
+        part.unlink(missing_ok=True)
+    return Path(directory)
+
+
+@contextlib.contextmanager
+def remote_sidecars(remote: Remote, cached: Path | None = None) -> Iterator[Callable[[ShardInfo], Path]]:
+    """A map from a shard of the split at ``remote`` to a folder holding its verified sidecar: ``cached`` where
+    the sidecar is already there (a read cache), else a temporary folder (deleted on exit) it is downloaded to."""
+    with tempfile.TemporaryDirectory(prefix="shardkit-sidecars-") as tmp:
+        def folder(shard: ShardInfo) -> Path:
+            if cached is not None and shard.samples is not None and (cached / shard.samples.name).is_file():
+                return cached
+            return fetch_sidecar(remote, shard, Path(tmp))
+
+        yield folder
+
+
+def _sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def _check_dtype(dtype: np.dtype, num_classes: int, bad: Callable[[str], ShardFormatError]) -> None:
     """Refuse any dtype but the spec's (field names, order, types, packing; path widths 1..MAX_PATH_BYTES)."""
     names = dtype.names or ()
@@ -213,7 +295,8 @@ def _check_dtype(dtype: np.dtype, num_classes: int, bad: Callable[[str], ShardFo
         if sub is None or sub[0].kind != "S" or not 1 <= sub[0].itemsize <= MAX_PATH_BYTES:
             raise bad(f"has dtype {str(dtype)[:120]}, not the specified record")
         widths.append(sub[0].itemsize)
-    if dtype != sidecar_dtype(num_classes, *widths) or names != sidecar_dtype(num_classes, *widths).names:
+    want = sidecar_dtype(num_classes, widths[0], widths[1], pixels="pixels" in names)  # either revision
+    if dtype != want or names != want.names:
         raise bad(f"has dtype {str(dtype)[:120]}, not the specified record")
 
 
@@ -227,6 +310,8 @@ def record(rows: np.ndarray, j: int, num_classes: int, where: Path | None = None
                                fix="re-convert this split") from None
     out: dict[str, Any] = {"key": key, "label": label or None, "height": int(row["height"]),
                            "width": int(row["width"]), "fingerprint": bytes(row["fingerprint"]).hex()}
+    if "pixels" in (rows.dtype.names or ()):
+        out["pixels"] = bytes(row["pixels"]).hex()
     if "classes" in (rows.dtype.names or ()):
         bits = np.unpackbits(row["classes"], count=num_classes, bitorder="big")
         out["classes"] = np.flatnonzero(bits).tolist()
@@ -343,6 +428,43 @@ class SampleTable(Sequence[dict[str, Any]]):
             return np.array([(r["height"], r["width"]) for r in recs], np.int64).reshape(-1, 2)
         rows = self.rows(pos, directory)
         return np.stack([rows["height"], rows["width"]], axis=1).astype(np.int64).reshape(-1, 2)
+
+    def _inline_records(self, pos: int) -> Sequence[dict[str, Any]]:
+        shard = self.shards[pos]
+        return (self.inline or ())[shard.first_index : shard.first_index + shard.num_samples]
+
+    def presence(self, pos: int, directory: Path | None = None) -> np.ndarray | None:
+        """(n, num_classes) bool: which classes each sample of the shard at ``pos`` contains (its bitmap);
+        None where the records keep no bitmap (more than :data:`MAX_BITMAP_CLASSES` classes)."""
+        n, c = self.shards[pos].num_samples, self.num_classes
+        if self.inline is not None:
+            recs = self._inline_records(pos)
+            if any("classes" not in r for r in recs):
+                return None
+            out = np.zeros((n, c), bool)
+            for j, r in enumerate(recs):
+                ids = np.asarray(r["classes"], np.int64)
+                out[j, ids[(ids >= 0) & (ids < c)]] = True
+            return out
+        rows = self.rows(pos, directory)
+        if "classes" not in (rows.dtype.names or ()):
+            return None
+        return np.unpackbits(rows["classes"], axis=-1, count=c, bitorder="big").astype(bool).reshape(n, c)
+
+    def pixel_hashes(self, pos: int, directory: Path | None = None) -> np.ndarray | None:
+        """(n, PIXEL_HASH_BYTES) uint8 pixel hashes of the shard at ``pos``'s samples; None where its records
+        keep none (written before the ``pixels`` column)."""
+        n = self.shards[pos].num_samples
+        if self.inline is not None:
+            recs = self._inline_records(pos)
+            if any("pixels" not in r for r in recs):
+                return None
+            return np.frombuffer(bytes.fromhex("".join(str(r["pixels"]) for r in recs)),
+                                 np.uint8).reshape(n, PIXEL_HASH_BYTES)
+        rows = self.rows(pos, directory)
+        if "pixels" not in (rows.dtype.names or ()):
+            return None
+        return np.asarray(rows["pixels"]).reshape(n, PIXEL_HASH_BYTES)
 
     def fingerprint(self) -> str:
         """``source.fingerprint`` recomputed from the records, streamed shard by shard (what verify checks)."""

@@ -1,16 +1,30 @@
-"""Per-class pixel counts, class presence and image channel statistics, mergeable per shard.
+"""Per-class pixel counts, class presence and image channel statistics, mergeable per shard; class weights.
 
 Workers compute one :class:`Stats` per shard; the parent merges them in shard order,
 so the floating-point sums (and hence the manifest) are the same for any worker count.
+
+:func:`class_weights` turns what a split already keeps — its per-class pixel counts (manifest
+``stats.class_pixels``) and, per sample, its size and class-presence bitmap (the samples sidecars) —
+into loss weights, without reading a label (formulae: ``docs/class-imbalance.md``).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import cv2
 import numpy as np
+
+from .errors import ConfigError
+from .samples import MAX_BITMAP_CLASSES
+
+if TYPE_CHECKING:
+    from .manifest import Manifest, ShardInfo
+
+log = logging.getLogger(__name__)
 
 _HIST_EXACT = 1 << 24  # OpenCV's float32 histogram bins count exactly below this many pixels
 
@@ -22,6 +36,8 @@ def class_counts(ids: np.ndarray, num_classes: int) -> np.ndarray:
     every pixel to int64); its float32 bins are exact below 2**24 pixels per image.
     """
     if ids.dtype == np.uint8 and ids.size < _HIST_EXACT:
+        import cv2  # here, not at import: `shardkit info` reads class weights without loading OpenCV
+
         hist = cv2.calcHist([np.ascontiguousarray(ids)], [0], None, [256], [0, 256]).ravel().astype(np.int64)
         return hist if num_classes <= 256 else np.pad(hist, (0, num_classes - 256))
     return np.bincount(ids.ravel(), minlength=num_classes)
@@ -39,6 +55,8 @@ def channel_histograms(image: np.ndarray) -> np.ndarray:
     its float32 bins are exact below 2**24 pixels; larger images are counted with ``np.bincount``.
     """
     if image.shape[0] * image.shape[1] < _HIST_EXACT:
+        import cv2
+
         image = np.ascontiguousarray(image)
         return np.stack([cv2.calcHist([image], [c], None, [256], [0, 256]).ravel() for c in range(3)]).astype(np.int64)
     return np.stack([np.bincount(image[..., c].ravel(), minlength=256) for c in range(3)]).astype(np.int64)
@@ -118,3 +136,137 @@ class Stats:
             "image_mean": [round(float(v), 6) for v in mean],
             "image_std": [round(float(v), 6) for v in np.sqrt(var)],
         }
+
+
+#: Class weighting methods of :func:`class_weights` (docs/class-imbalance.md).
+WEIGHT_METHODS = ("median_frequency", "inverse", "inverse_sqrt", "enet")
+#: ENet's k in ``1 / ln(k + p(c))`` (Paszke et al. 2016): bounds the largest weight at 1 / ln(1.02) ~ 50.5.
+ENET_K = 1.02
+
+
+@dataclass(frozen=True)
+class ClassFrequencies:
+    """What class weights are computed from, for one split (all int64 counts, one entry per class).
+
+    ``class_pixels``: pixels of each class (manifest ``stats.class_pixels``). ``image_pixels``: for each class,
+    the height x width summed over the samples that contain it, and ``images``: how many samples contain it —
+    both from the samples' sizes and class bitmaps; None where the split keeps no bitmap (more than 256
+    classes). ``ignore_index``: a class id that gets weight 0 and whose pixels no frequency counts.
+    """
+
+    class_pixels: np.ndarray
+    num_images: int
+    image_pixels: np.ndarray | None = None
+    images: np.ndarray | None = None
+    ignore_index: int | None = None
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_pixels)
+
+    def valid(self) -> np.ndarray:
+        """bool per class: not the ignore class (the classes that get a weight)."""
+        ok = np.ones(self.num_classes, bool)
+        if self.ignore_index is not None and 0 <= self.ignore_index < self.num_classes:
+            ok[self.ignore_index] = False
+        return ok
+
+
+def presence_totals(shards: Iterable[tuple[np.ndarray, np.ndarray | None]],
+                    num_classes: int) -> tuple[int, np.ndarray | None, np.ndarray | None]:
+    """(samples, image pixels per class, images per class) from each shard's ((n, 2) sizes, (n, C) presence).
+
+    ``image_pixels[c]`` = sum of height x width over the samples whose bitmap has class ``c``; both
+    per-class arrays are None when any shard has no bitmap. Exact int64 sums.
+    """
+    total = 0
+    image_pixels: np.ndarray | None = np.zeros(num_classes, np.int64)
+    images: np.ndarray | None = np.zeros(num_classes, np.int64)
+    for hw, present in shards:
+        total += len(hw)
+        if present is None or image_pixels is None or images is None:
+            image_pixels = images = None
+            continue
+        area = hw[:, 0].astype(np.int64) * hw[:, 1].astype(np.int64)
+        image_pixels += area @ present.astype(np.int64)
+        images += present.sum(axis=0, dtype=np.int64)
+    return total, image_pixels, images
+
+
+def split_frequencies(manifest: Manifest,
+                      folder: Callable[[ShardInfo], Path] | None = None) -> ClassFrequencies:
+    """The split's :class:`ClassFrequencies` from its manifest and its samples sidecars (no label is read).
+
+    ``folder`` maps a shard to the folder holding its sidecar (a remote split's downloaded copy); by default
+    the manifest's own. Splits of more than 256 classes keep no bitmap: no sidecar is read for them.
+    """
+    num_classes = int(manifest.sample["label"]["num_classes"])
+    counts = np.zeros(num_classes, np.int64)
+    stored = np.asarray(manifest.stats.get("class_pixels", []), np.int64)[:num_classes]
+    counts[: len(stored)] = stored
+    ignore = manifest.classes.get("ignore_index")
+    if num_classes > MAX_BITMAP_CLASSES:
+        return ClassFrequencies(counts, manifest.num_samples, ignore_index=ignore)
+    table = manifest.samples
+
+    def shards() -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+        for pos, shard in enumerate(manifest.shards):
+            where = folder(shard) if folder is not None and table.inline is None else None
+            yield table.hw(pos, where), table.presence(pos, where)
+
+    n, image_pixels, images = presence_totals(shards(), num_classes)
+    return ClassFrequencies(counts, n, image_pixels, images, ignore)
+
+
+def class_weights(method: str, freqs: ClassFrequencies, *, k: float = ENET_K) -> np.ndarray:
+    """Loss weights per class (float32, ``num_classes`` long); docs/class-imbalance.md gives the formulae.
+
+    * ``median_frequency`` (Eigen & Fergus 2015, SegNet): ``freq(c) = pixels of c / pixels of the images
+      containing c``, ``w(c) = median(freq) / freq(c)``, the median over the classes that get a weight.
+    * ``inverse``: ``w(c) = 1 / (K p(c))``, ``p(c) = pixels of c / non-ignore pixels``, K the classes with pixels
+      (the pixel-weighted mean weight is 1; scikit-learn's "balanced").
+    * ``inverse_sqrt``: ``w(c) = p(c)^-1/2 / sum_c' p(c')^1/2`` (again a pixel-weighted mean of 1).
+    * ``enet`` (Paszke et al. 2016): ``w(c) = 1 / ln(k + p(c))``, k = 1.02.
+
+    The ignore class gets 0; a class without pixels gets 0 and a warning.
+    """
+    if method not in WEIGHT_METHODS:
+        raise ConfigError(f"class weight method {method!r} is not one of {', '.join(WEIGHT_METHODS)}")
+    if method == "enet" and not k > 1.0:
+        raise ConfigError(f"enet's k must be greater than 1 (got {k}): 1 / ln(k + p) is infinite or negative below")
+    counts = np.asarray(freqs.class_pixels, np.int64)
+    valid = freqs.valid()
+    has = valid & (counts > 0)
+    empty = np.flatnonzero(valid & (counts == 0)).tolist()
+    if empty:
+        log.warning("class weights: class(es) %s have no pixels in this split; their weight is 0",
+                    ", ".join(map(str, empty)))
+    w = np.zeros(freqs.num_classes, np.float64)
+    if not has.any():
+        return w.astype(np.float32)
+    p = counts[has] / counts[valid].sum()
+    if method == "median_frequency":
+        if freqs.image_pixels is None:
+            raise ConfigError("median_frequency needs the per-sample class bitmap, which splits of more than 256 "
+                              "classes do not keep", fix="use 'inverse', 'inverse_sqrt' or 'enet'")
+        freq = counts[has] / np.asarray(freqs.image_pixels, np.int64)[has]
+        w[has] = np.median(freq) / freq
+    elif method == "inverse":
+        w[has] = 1.0 / (int(has.sum()) * p)
+    elif method == "inverse_sqrt":
+        w[has] = 1.0 / (np.sqrt(p) * np.sqrt(p).sum())
+    else:
+        w[has] = 1.0 / np.log(k + p)
+    return w.astype(np.float32)
+
+
+def weight_table(weights: Sequence[float], freqs: ClassFrequencies, names: Sequence[str]) -> list[dict[str, Any]]:
+    """One row per class (id, name, weight, pixels, pixel share, images containing it): for ``shardkit info``."""
+    counts = np.asarray(freqs.class_pixels, np.int64)
+    total = max(int(counts[freqs.valid()].sum()), 1)
+    rows = []
+    for c in range(freqs.num_classes):
+        rows.append({"id": c, "name": names[c] if c < len(names) else str(c), "weight": float(weights[c]),
+                     "pixels": int(counts[c]), "share": float(counts[c]) / total if freqs.valid()[c] else None,
+                     "images": int(freqs.images[c]) if freqs.images is not None else None})
+    return rows

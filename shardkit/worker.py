@@ -32,7 +32,7 @@ from .labels import LabelDecoder
 from .plan import ShardTask, hex_rows, shard_key, stem
 from .preprocess import fit_pair, pads
 from .progress import CounterRef, worker_tick
-from .samples import SidecarBuilder, sidecar_name
+from .samples import SidecarBuilder, pixel_hash, sidecar_name
 from .stats import Stats
 
 if TYPE_CHECKING:
@@ -67,6 +67,9 @@ class WorkerContext:
     #: The conversion's :func:`~shardkit.plan.settings_text`: what a worker hashes into the fingerprints and the
     #: shard key of a task planned without them (``task.fingerprints is None``)
     settings: str = ""
+    #: ``--on-duplicate skip``: ``(split, key, kept copy, pixel hash hex)`` of samples to leave out as duplicates of
+    #: an earlier sample (decided by the parent from every shard's pixel hashes; see :mod:`shardkit.duplicates`)
+    drop: tuple[tuple[str, str, str, str], ...] = ()
 
 
 @dataclass
@@ -87,6 +90,8 @@ class ShardResult:
     #: fingerprint cache entries of the source files this worker hashed (tasks planned without fingerprints),
     #: for the split's cache: an (m, 2) :data:`~shardkit.fingerprint.ENTRY` array aligned with the task's pairs
     sources: np.ndarray | None = None
+    #: the written samples' pixel hashes, concatenated in order (the parent's duplicate check)
+    pixels: bytes = b""
 
 
 def _lossy_label_hint(exc: LabelError, label: Path | None) -> LabelError:
@@ -225,6 +230,7 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
     fingerprints: list[str] = []
     sources = SourceCache(len(task.samples) if given is None else 0)  # entries of the files hashed here
     options_digest = hashlib.sha256(ctx.settings.encode()).hexdigest()
+    drop = {key: (kept, pixels) for split, key, kept, pixels in ctx.drop if split == task.split}
     try:
         for i, pair in enumerate(task.samples):
             data: dict[Path, np.ndarray] = {}
@@ -232,6 +238,13 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
             fingerprint = given[i] if given is not None else fingerprint_pair(pair, ctx, options_digest, sources,
                                                                                 i, data)
             fingerprints.append(fingerprint)
+            if pair.key in drop:  # --on-duplicate skip: the same pixels as an earlier sample
+                kept, pixels = drop[pair.key]  # its hash stays in the record: later runs check it undecoded
+                skipped.append({"key": pair.key, "reason": f"identical pixels to {kept}", "duplicate_of": kept,
+                                "pixels": pixels})
+                if tick is not None:
+                    tick()
+                continue
             try:
                 image, stored, ids, was_padded = process_sample(pair, ctx, data)
             except ShardkitError as exc:
@@ -246,7 +259,7 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
             padded += was_padded
             present = stats.add(image, ids)
             samples.add(pair.key, rel_path(ctx.root, pair.label) if pair.label is not None else None,
-                        int(image.shape[0]), int(image.shape[1]), fingerprint, present)
+                        int(image.shape[0]), int(image.shape[1]), fingerprint, present, pixel_hash(image))
             if tick is not None:
                 tick()
         files = (*_write(writer.close, task, ctx.sync_files),
@@ -263,7 +276,7 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
         files = tuple(dataclasses.replace(f, final_name=name) for f, name in zip(files, names, strict=True))
     return ShardResult(task.split, task.index, key, task.directory, files, len(samples), samples.digest(),
                        stats.to_wire(), skipped, ctx.sync_files, padded,
-                       None if given is not None else sources.rows(0, len(task.samples)))
+                       None if given is not None else sources.rows(0, len(task.samples)), b"".join(samples.pixels))
 
 
 def _write_sidecar(writer: Any, samples: SidecarBuilder, sync: bool) -> WrittenFile:

@@ -13,9 +13,10 @@ import pytest
 
 import shardkit
 import shardkit.samples as samples_module
+from shardkit.duplicates import group_rows
 from shardkit.manifest import MANIFEST_NAME, load_manifest
 from shardkit.publish import dump_manifest
-from shardkit.samples import SampleTable, SidecarBuilder, inline_manifest, split_fingerprint
+from shardkit.samples import SampleTable, SidecarBuilder, inline_manifest, pixel_hash, split_fingerprint
 from shardkit.verify import verify_split
 
 GOLDEN = Path(__file__).resolve().parents[1] / "formats" / "golden"
@@ -130,3 +131,125 @@ def test_many_classes_keep_no_bitmap(tmp_path: Path) -> None:
     b.add("a.png", "a_L.png", 3, 4, "ab" * 32, [999])
     rows = b.array()
     assert "classes" not in (rows.dtype.names or ()) and rows.dtype.itemsize == 4 + 4 + 32 + 5 + 7
+
+
+# --------------------------------------------------------------------------- pixel hashes and duplicates
+
+
+def test_the_pixel_hash_is_of_the_pixels_not_the_file() -> None:
+    image = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3)
+    want = hashlib.sha256(b"2x3x3:|u1\n" + image.tobytes()).digest()[:16]
+    assert pixel_hash(image) == want == pixel_hash(np.asfortranarray(image))
+    assert pixel_hash(image.reshape(3, 2, 3)) != want  # same bytes, other shape
+
+
+def test_sidecars_keep_pixel_hashes_and_older_ones_are_read_without(tmp_path: Path) -> None:
+    b = SidecarBuilder(num_classes=12)
+    b.add("a.png", None, 3, 4, "ab" * 32, [1], b"\x01" * 16)
+    rows = b.array()
+    assert rows.dtype.names[:4] == ("height", "width", "fingerprint", "pixels")
+    assert bytes(rows["pixels"][0]) == b"\1" * 16
+    old = shardkit.open(GOLDEN / "manifest2-npy-fixed" / "train")  # written before the pixels column
+    assert old.manifest.samples.pixel_hashes(0) is None and "pixels" not in old.manifest.samples[0]
+    new = shardkit.open(GOLDEN / "manifest3-npy-fixed" / "train")
+    hashes = new.manifest.samples.pixel_hashes(0)
+    assert hashes is not None and bytes(hashes[0]) == pixel_hash(new[0][0])
+
+
+def test_group_rows_finds_equal_hashes_in_plan_order() -> None:
+    h = np.zeros((6, 16), np.uint8)
+    h[:, 0] = [5, 1, 5, 2, 1, 5]
+    assert [g.tolist() for g in group_rows(h)] == [[0, 2, 5], [1, 4]]
+    assert group_rows(np.arange(32, dtype=np.uint8).reshape(2, 16)) == []
+
+
+def _planted(camvid_root: Path, tmp_path: Path) -> Path:
+    """A small CamVid copy (4 train, 3 val pairs) plus one train image re-encoded (other PNG settings, other bytes)
+    into val under a new name: a cross-split duplicate whose file fingerprint differs."""
+    from PIL import Image
+
+    raw = tmp_path / "raw"
+    for split, n in (("train", 4), ("val", 3)):
+        for sub in (split, f"{split}annot"):
+            (raw / sub).mkdir(parents=True)
+            for p in sorted((camvid_root / sub).glob("*.png"))[:n]:
+                shutil.copyfile(p, raw / sub / p.name)
+    src = sorted((raw / "train").glob("*.png"))[1]
+    Image.open(src).save(raw / "val" / "zz_copy.png", compress_level=1)
+    shutil.copyfile(raw / "trainannot" / src.name, raw / "valannot" / "zz_copy.png")
+    assert (raw / "val" / "zz_copy.png").read_bytes() != src.read_bytes()
+    return raw
+
+
+def test_a_re_encoded_copy_across_train_and_val_is_reported_with_both_keys(camvid_root: Path, tmp_path: Path,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    from click.testing import CliRunner
+
+    from shardkit.cli import main
+    from shardkit.config import ConvertConfig
+    from shardkit.pipeline import convert
+
+    raw = _planted(camvid_root, tmp_path)
+    with caplog.at_level("WARNING"):
+        summary = convert(ConvertConfig(raw, tmp_path / "out", workers=2, quiet=True))
+    train_key = f"train/{sorted((raw / 'train').glob('*.png'))[1].name}"
+    assert summary.duplicates is not None and len(summary.duplicates.groups) == 1
+    group = summary.duplicates.groups[0]
+    assert [(c.split, c.key) for c in group.copies] == [("train", train_key), ("val", "val/zz_copy.png")]
+    assert group.across_splits and "1 group(s) across splits" in summary.line()
+    assert f"train:{train_key} = val:val/zz_copy.png" in caplog.text
+    run = CliRunner().invoke(main, ["info", str(tmp_path / "out"), "--duplicates"])
+    assert run.exit_code == 0 and f"across splits  train:{train_key} = val:val/zz_copy.png" in run.output
+    data = json.loads(CliRunner().invoke(main, ["info", str(tmp_path / "out"), "--duplicates", "--json"]).output)
+    assert data["groups"][0]["copies"] == [{"split": "train", "index": 1, "key": train_key},
+                                           {"split": "val", "index": 3, "key": "val/zz_copy.png"}]
+
+
+def test_on_duplicate_error_exits_4_with_one_line_and_writes_no_manifest(camvid_root: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    raw = _planted(camvid_root, tmp_path)
+    run = subprocess.run([sys.executable, "-m", "shardkit", "convert", str(raw), str(tmp_path / "out"), "-q",
+                          "--workers", "1", "--on-duplicate", "error"], capture_output=True, text=True, timeout=240,
+                         check=False)
+    assert run.returncode == 4, run.stderr
+    lines = [ln for ln in run.stderr.splitlines() if ln.strip()]
+    assert lines[-1].startswith("Error: 1 image(s) have identical pixels") and "val:val/zz_copy.png" in lines[-1]
+    assert "Traceback" not in run.stderr
+    assert not list((tmp_path / "out").glob("*/manifest.json"))
+
+
+def test_on_duplicate_skip_keeps_the_first_copy_for_any_worker_count(camvid_root: Path, tmp_path: Path) -> None:
+    from shardkit.config import ConvertConfig, ShardSize
+    from shardkit.pipeline import convert
+    from shardkit.verify import published_digests
+
+    raw = _planted(camvid_root, tmp_path)
+    digests = []
+    for workers in (1, 2):
+        out = tmp_path / f"out{workers}"
+        summary = convert(ConvertConfig(raw, out, workers=workers, quiet=True, on_duplicate="skip",
+                                        shard_size=ShardSize(samples=2)))
+        assert [s["key"] for s in summary.skipped] == ["val/zz_copy.png"]
+        val = shardkit.open(out / "val")
+        assert len(val) == 3 and "val/zz_copy.png" not in [val.key(i) for i in range(len(val))]
+        assert load_manifest(out / "val").skipped[0]["duplicate_of"].startswith("train:train/")
+        digests.append({split: published_digests(out / split) for split in ("train", "val")})
+    assert digests[0] == digests[1]
+    same = convert(ConvertConfig(raw, tmp_path / "out1", workers=1, quiet=True, on_duplicate="skip",
+                                 shard_size=ShardSize(samples=2)))
+    assert same.reused == same.shards and same.line().startswith("nothing changed"), same.line()
+    assert published_digests(tmp_path / "out1" / "val") == digests[0]["val"]
+    again = convert(ConvertConfig(raw, tmp_path / "out1", workers=1, quiet=True, shard_size=ShardSize(samples=2)))
+    assert len(shardkit.open(tmp_path / "out1" / "val")) == 4, "a warn run puts the copy back"
+    assert again.duplicates is not None and len(again.duplicates.groups) == 1
+
+
+def test_an_output_without_pixel_hashes_says_so() -> None:
+    from click.testing import CliRunner
+
+    from shardkit.cli import main
+
+    run = CliRunner().invoke(main, ["info", str(GOLDEN / "manifest2-npy-fixed" / "train"), "--duplicates"])
+    assert run.exit_code == 0 and "no pixel hashes" in run.output and "re-run convert" in run.output

@@ -1,11 +1,16 @@
-"""Per-sample statistics: class counts agree with np.bincount whichever counting path is taken."""
+"""Per-sample statistics: class counts agree with np.bincount whichever counting path is taken; class weights
+equal their formulae computed from the label files."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from shardkit.stats import Stats, class_counts
+from shardkit.errors import ConfigError
+from shardkit.stats import WEIGHT_METHODS, ClassFrequencies, Stats, class_counts, class_weights
 
 
 @pytest.mark.parametrize(("dtype", "high", "num_classes"), [
@@ -45,3 +50,154 @@ def test_channel_sums_and_squares_are_exact(histogram: bool, monkeypatch) -> Non
     wide = [im.astype(np.int64) for im in images]
     assert s.channel_sum.tolist() == sum(w.sum(axis=(0, 1)) for w in wide).tolist()
     assert s.channel_sumsq.tolist() == sum((w * w).sum(axis=(0, 1)) for w in wide).tolist()
+
+
+# --------------------------------------------------------------------------- class weights
+
+
+def _label_counts(camvid_root: Path, split: str, num_classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Straight from the label PNGs (PIL): pixels per id, and per class the H x W of the images holding it and
+    how many images hold it. Independent of shardkit."""
+    from PIL import Image
+
+    pixels = np.zeros(256, np.int64)
+    image_pixels = np.zeros(num_classes, np.int64)
+    images = np.zeros(num_classes, np.int64)
+    for path in sorted((camvid_root / f"{split}annot").glob("*.png")):
+        ids = np.asarray(Image.open(path))
+        counts = np.bincount(ids.ravel(), minlength=256)
+        pixels += counts
+        present = counts[:num_classes] > 0
+        image_pixels[present] += ids.shape[0] * ids.shape[1]
+        images[present] += 1
+    return pixels, image_pixels, images
+
+
+def _independent_weights(method: str, pixels: np.ndarray, image_pixels: np.ndarray, num_classes: int,
+                         ignore: int) -> np.ndarray:
+    """docs/class-imbalance.md's formulae, written out again in plain numpy."""
+    counts = pixels[:num_classes].astype(np.float64)
+    keep = [c for c in range(num_classes) if c != ignore and counts[c] > 0]
+    p = {c: counts[c] / sum(counts[k] for k in keep) for c in keep}
+    w = np.zeros(num_classes)
+    if method == "median_frequency":
+        freq = {c: counts[c] / image_pixels[c] for c in keep}
+        med = float(np.median(list(freq.values())))
+        for c in keep:
+            w[c] = med / freq[c]
+    elif method == "inverse":
+        for c in keep:
+            w[c] = 1.0 / (len(keep) * p[c])
+    elif method == "inverse_sqrt":
+        s = sum(np.sqrt(v) for v in p.values())
+        for c in keep:
+            w[c] = 1.0 / (np.sqrt(p[c]) * s)
+    else:
+        for c in keep:
+            w[c] = 1.0 / np.log(1.02 + p[c])
+    return w
+
+
+@pytest.mark.parametrize("method", WEIGHT_METHODS)
+def test_class_weights_equal_a_numpy_computation_from_the_label_files(camvid_root: Path, camvid_val_npy: Path,
+                                                                      method: str) -> None:
+    """CamVid val (26 labels, ignore id 11 inside the class range): every method, from the manifest and the
+    sidecars, equals the same formula computed from the label PNGs read with PIL."""
+    import shardkit
+
+    ds = shardkit.open(camvid_val_npy)
+    assert ds.ignore_index == 11 and ds.num_classes == 12
+    pixels, image_pixels, images = _label_counts(camvid_root, "val", 12)
+    freqs = ds.class_frequencies()
+    assert freqs.class_pixels.tolist() == pixels[:12].tolist()
+    assert freqs.image_pixels is not None and freqs.images is not None
+    assert freqs.image_pixels.tolist() == image_pixels.tolist() and freqs.images.tolist() == images.tolist()
+    got = ds.class_weights(method)
+    assert got.dtype == np.float32 and got.shape == (12,)
+    assert got[11] == 0.0, "the ignore class weighs nothing"
+    np.testing.assert_allclose(got, _independent_weights(method, pixels, image_pixels, 12, 11), rtol=1e-6)
+
+
+def test_median_frequency_reads_no_label(camvid_val_npy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shardkit
+    from shardkit.formats.base import ShardReader
+
+    ds = shardkit.open(camvid_val_npy)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a shard was read")
+
+    for name in ("read", "read_batch_into"):
+        for reader in ds.readers:
+            monkeypatch.setattr(type(reader), name, refuse)
+    monkeypatch.setattr(ShardReader, "read", refuse)
+    assert ds.class_weights("median_frequency")[0] > 0
+
+
+def test_a_class_without_pixels_gets_zero_and_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    freqs = ClassFrequencies(np.array([100, 0, 300, 50]), 4, np.array([400, 0, 800, 400]), np.array([1, 0, 2, 1]),
+                             ignore_index=3)
+    with caplog.at_level("WARNING", logger="shardkit.stats"):
+        w = class_weights("median_frequency", freqs)
+    assert w[1] == 0 and w[3] == 0 and "class(es) 1 have no pixels" in caplog.text
+    # freq = 100/400, 300/800 → median 0.3125 (of the two classes that get a weight)
+    np.testing.assert_allclose(w, [0.3125 / 0.25, 0, 0.3125 / 0.375, 0], rtol=1e-6)
+    np.testing.assert_allclose(class_weights("enet", freqs), [1 / np.log(1.02 + 0.25), 0, 1 / np.log(1.02 + 0.75),
+                                                              0], rtol=1e-6)
+
+
+def test_inverse_weights_have_a_pixel_weighted_mean_of_one() -> None:
+    counts = np.array([5000, 300, 20, 0, 7])
+    freqs = ClassFrequencies(counts, 10, ignore_index=255)  # an ignore id past the classes: no class dropped
+    p = counts / counts.sum()
+    for method in ("inverse", "inverse_sqrt"):
+        assert float((p * class_weights(method, freqs)).sum()) == pytest.approx(1.0, rel=1e-6)
+
+
+def test_median_frequency_needs_the_bitmap_and_other_methods_do_not() -> None:
+    freqs = ClassFrequencies(np.arange(1, 301), 5)  # 300 classes: sidecars keep no bitmap
+    with pytest.raises(ConfigError, match="median_frequency needs the per-sample class bitmap"):
+        class_weights("median_frequency", freqs)
+    assert class_weights("enet", freqs).shape == (300,)
+    with pytest.raises(ConfigError, match="not one of"):
+        class_weights("median", freqs)
+
+
+def test_info_class_weights_json_and_text(camvid_val_npy: Path) -> None:
+    from click.testing import CliRunner
+
+    import shardkit
+    from shardkit.cli import main
+
+    want = shardkit.open(camvid_val_npy).class_weights("median_frequency")
+    run = CliRunner().invoke(main, ["info", str(camvid_val_npy), "--class-weights", "median_frequency", "--json"])
+    assert run.exit_code == 0, run.output
+    data = json.loads(run.output)
+    assert data["method"] == "median_frequency" and np.array_equal(np.float32(data["weights"]), want)
+    assert [r["name"] for r in data["classes"]][:2] == ["Sky", "Building"]
+    text = CliRunner().invoke(main, ["info", str(camvid_val_npy), "--class-weights", "enet"])
+    assert text.exit_code == 0 and "class weights enet (k=1.02)" in text.output and "Bicyclist" in text.output
+
+
+def test_class_weights_of_a_remote_split_download_only_sidecars(camvid_val_npy: Path, tmp_path: Path) -> None:
+    """A split on object storage (a local S3 server): the same weights, and no shard file is downloaded."""
+    from click.testing import CliRunner
+
+    import shardkit
+    from shardkit.cli import main
+    from shardkit.storage import Remote
+    from shardkit.testing import local_s3, make_bucket
+
+    want = shardkit.open(camvid_val_npy).class_weights("median_frequency")
+    with local_s3():
+        make_bucket("weights")
+        remote = Remote("s3://weights/val")
+        for p in camvid_val_npy.iterdir():
+            if p.is_file() and not p.name.startswith("."):
+                remote.upload(p, p.name)
+        ds = shardkit.open("s3://weights/val", cache_dir=tmp_path / "cache")
+        assert np.array_equal(ds.class_weights("median_frequency"), want)
+        assert ds.cache is not None and ds.cache.downloads == 0 and ds.cache.cached_bytes() == 0
+        run = CliRunner().invoke(main, ["info", "s3://weights/val", "--class-weights", "median_frequency", "--json"])
+        assert run.exit_code == 0, run.output
+        assert np.array_equal(np.float32(json.loads(run.output)["weights"]), want)

@@ -17,7 +17,7 @@ import os
 import threading
 import weakref
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,10 +28,12 @@ from ..augment.ops import Normalize
 from ..errors import ConfigError
 from ..formats.base import SampleSpec, ShardReader
 from ..formats.registry import get
-from ..manifest import Manifest, load_manifest
+from ..manifest import Manifest, ShardInfo, load_manifest
 from ..publish import drop_lease, take_lease
+from ..samples import remote_sidecars
+from ..stats import ENET_K, ClassFrequencies, class_weights, split_frequencies
 from ..storage import is_url
-from . import sampling
+from . import sampling as _sampling
 from .residency import StorageReads
 
 if TYPE_CHECKING:
@@ -118,6 +120,8 @@ class Dataset:
         self._starts = np.array([s.first_index for s in self.manifest.shards], dtype=np.int64)
         self._local = threading.local()
         self._sizes: Counter[tuple[int, int]] | None = None
+        self._freqs: ClassFrequencies | None = None
+        self._repeats: dict[tuple[str, float], np.ndarray] = {}
         if verify:
             for r in self.readers:
                 r.verify_hashes()
@@ -389,27 +393,93 @@ class Dataset:
         """This split's normalisation as a pipeline op: ``A.Normalize(ds.mean, ds.std)``."""
         return Normalize(self.mean, self.std)
 
+    # ------------------------------------------------------------------ class balance
+    def _sidecar_folders(self, use: Callable[[Callable[[ShardInfo], Any] | None], Any]) -> Any:
+        """``use(folder)`` with ``folder`` mapping a shard to the folder of its sidecar: None for a local split; for
+        a remote one the cache (when the shard is there) or a temporary folder holding only the sidecar."""
+        if self.cache is None:
+            return use(None)
+        with remote_sidecars(self.cache.remote, self.cache.directory) as folder:
+            return use(folder)
+
+    def class_frequencies(self) -> ClassFrequencies:
+        """Per-class pixel counts, and image pixels and images per class, from the manifest and the samples
+        sidecars: no label is read (a remote split downloads only its sidecars). Cached."""
+        if self._freqs is None:
+            self._freqs = self._sidecar_folders(lambda folder: split_frequencies(self.manifest, folder))
+        return self._freqs
+
+    def class_weights(self, method: str = "median_frequency", *, k: float = ENET_K) -> np.ndarray:
+        """Loss weights, float32 of ``num_classes``: ``"median_frequency"``, ``"inverse"``, ``"inverse_sqrt"`` or
+        ``"enet"`` (formulae: :func:`shardkit.stats.class_weights`, docs/class-imbalance.md). The ignore class and
+        classes without pixels get 0. E.g. ``torch.nn.CrossEntropyLoss(weight=torch.from_numpy(w))``."""
+        return class_weights(method, self.class_frequencies(), k=k)
+
+    def repeat_factors(self, sampling: str = "class-balanced") -> np.ndarray:
+        """Each sample's repeat factor (float64) for ``sampling`` (``"class-balanced[:T]"``: DAFormer's rare class
+        sampling; ``"repeat-factor[:t]"``: LVIS; :mod:`shardkit.read.sampling`), from the manifest's class pixel
+        counts and the class bitmaps in the sidecars; a ConfigError where the split keeps none (more than 256
+        classes)."""
+        mode, param = _sampling.parse_sampling(sampling)
+        if mode == "uniform" or param is None:
+            return np.ones(len(self), np.float64)
+        if (mode, param) not in self._repeats:
+            freqs = self.class_frequencies()
+            if freqs.images is None:
+                raise ConfigError(f"sampling={sampling!r} needs the per-sample class bitmap, which splits of more "
+                                  f"than 256 classes ({self.num_classes} here) do not keep",
+                                  fix="use sampling='uniform' (and class weights: ds.class_weights('enet'))")
+            if mode == "repeat-factor":
+                per_class = _sampling.class_repeat_factors(freqs.images, freqs.num_images, param, freqs.valid())
+            else:
+                per_class = _sampling.rare_class_factors(freqs.class_pixels, freqs.images, freqs.num_images, param,
+                                                         freqs.valid())
+            combine = "max" if mode == "repeat-factor" else "sum"
+
+            def each(folder: Callable[[ShardInfo], Any] | None) -> np.ndarray:
+                table = self.manifest.samples
+                parts = []
+                for pos, shard in enumerate(self.manifest.shards):
+                    present = table.presence(pos, folder(shard) if folder is not None and table.inline is None
+                                             else None)
+                    if present is None:
+                        present = np.zeros((shard.num_samples, self.num_classes), bool)
+                    parts.append(_sampling.sample_repeat_factors(present, per_class, combine))
+                return np.concatenate(parts) if parts else np.zeros(0, np.float64)
+
+            self._repeats[(mode, param)] = self._sidecar_folders(each)
+        return self._repeats[(mode, param)]
+
     # ------------------------------------------------------------------ epochs
     def sampler(self, batch_size: int, *, shuffle: bool = True, seed: int = 0, epoch: int = 0,
                 drop_last: bool = False, rank: int = 0, world_size: int = 1, shuffle_mode: str = "auto",
-                buffer_size: int = sampling.DEFAULT_BUFFER) -> sampling.EpochBatchSampler:
+                buffer_size: int = _sampling.DEFAULT_BUFFER, sampling: str = "uniform") -> _sampling.EpochBatchSampler:
         """The batch index sampler :meth:`iter_batches` uses (see :mod:`shardkit.read.sampling`).
 
         ``shuffle_mode``: ``"auto"`` (global for random-access formats, shard-then-buffer for
-        sequential ones), ``"global"`` or ``"buffer"``.
+        sequential ones), ``"global"`` or ``"buffer"``. ``sampling``: ``"uniform"`` (each sample once per
+        epoch), ``"class-balanced[:T]"`` or ``"repeat-factor[:t]"`` (repeat factors from the classes each sample
+        contains, :meth:`repeat_factors`; always one global order, for every format).
         """
-        if shuffle_mode not in sampling.SHUFFLE_MODES:
-            modes = ", ".join(sampling.SHUFFLE_MODES)
+        if shuffle_mode not in _sampling.SHUFFLE_MODES:
+            modes = ", ".join(_sampling.SHUFFLE_MODES)
             raise ConfigError(f"shuffle_mode={shuffle_mode!r} is not one of {modes}")
+        repeats = None
+        if _sampling.parse_sampling(sampling)[0] != "uniform":
+            if shuffle_mode == "buffer":
+                raise ConfigError(f"sampling={sampling!r} draws one global order; shuffle_mode='buffer' cannot "
+                                  "repeat samples", fix="leave shuffle_mode='auto' (or 'global')")
+            repeats = self.repeat_factors(sampling)
+            shuffle_mode = "global"
         mode = shuffle_mode if shuffle_mode != "auto" else "global" if self.random_access else "buffer"
-        return sampling.EpochBatchSampler(self.shard_sizes, batch_size, shuffle=shuffle, seed=seed,
+        return _sampling.EpochBatchSampler(self.shard_sizes, batch_size, shuffle=shuffle, seed=seed,
                                           epoch=epoch, drop_last=drop_last, rank=rank, world_size=world_size,
-                                          mode=mode, buffer_size=buffer_size)
+                                          mode=mode, buffer_size=buffer_size, repeats=repeats)
 
     def iter_batches(self, batch_size: int, shuffle: bool = True, seed: int = 0, epoch: int = 0,
                      drop_last: bool = False, rank: int = 0, world_size: int = 1, *,
-                     shuffle_mode: str = "auto", buffer_size: int = sampling.DEFAULT_BUFFER, buffers: int = 2,
-                     with_indices: bool = False, augment: Any = None) -> Iterator[Any]:
+                     shuffle_mode: str = "auto", buffer_size: int = _sampling.DEFAULT_BUFFER, buffers: int = 2,
+                     with_indices: bool = False, augment: Any = None, sampling: str = "uniform") -> Iterator[Any]:
         """Yield one epoch of ``(images, labels)`` batches for ``rank`` of ``world_size``.
 
         Every rank gets the same number of samples and batches (padded by wrapping around, or
@@ -424,6 +494,10 @@ class Dataset:
         depend on (seed, epoch, index) only. Augmented batches are fresh arrays. Splits whose
         samples differ in size batch only through a pipeline ending in a crop (samples are
         then read one by one).
+
+        ``sampling="class-balanced"`` (DAFormer's rare class sampling; ``"class-balanced:T"`` sets its temperature)
+        or ``"repeat-factor[:t]"`` (LVIS): samples holding rare classes are read more often, from the class
+        bitmaps the split keeps (:mod:`shardkit.read.sampling`); every epoch has the same length on every rank.
         """
         if augment is None:
             self.require_fixed_size()
@@ -433,7 +507,7 @@ class Dataset:
             raise ConfigError(f"buffers must be >= 0, got {buffers}")
         sampler = self.sampler(batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last,
                                rank=rank, world_size=world_size, shuffle_mode=shuffle_mode,
-                               buffer_size=buffer_size)
+                               buffer_size=buffer_size, sampling=sampling)
         ring = [self.empty_batch(batch_size) for _ in range(buffers)] if augment is None else []
         for k, idx in enumerate(sampler.batches()):
             if augment is not None:
@@ -473,6 +547,7 @@ class Dataset:
         state = self.__dict__.copy()
         state.pop("_local", None)
         state["_lease"] = None  # the opening process's lease covers its workers: they read while it lives
+        state["_freqs"], state["_repeats"] = None, {}  # the sampler's, in the parent: workers read batches only
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -32,7 +32,8 @@ class ShardkitPyDataset(keras.utils.PyDataset):
     ``rank``/``world_size`` with equal batch counts. ``workers``, ``use_multiprocessing`` and
     ``max_queue_size`` go to ``PyDataset`` (shard files are opened lazily in each worker).
     ``augment``: a :mod:`shardkit.augment` pipeline applied to each batch (numpy/OpenCV path) before
-    normalising, drawn from ``(seed, epoch, index)``; needs ``labels="ids"``.
+    normalising, drawn from ``(seed, epoch, index)``; needs ``labels="ids"``. ``sampling``: ``"uniform"``,
+    ``"class-balanced[:T]"`` or ``"repeat-factor[:t]"`` (rare-class sampling; every epoch has the same length).
     """
 
     def __init__(
@@ -55,6 +56,7 @@ class ShardkitPyDataset(keras.utils.PyDataset):
         use_multiprocessing: bool = False,
         max_queue_size: int = 10,
         augment: Compose | None = None,
+        sampling: str = "uniform",
     ) -> None:
         super().__init__(workers=workers, use_multiprocessing=use_multiprocessing,
                          max_queue_size=max_queue_size)
@@ -71,7 +73,8 @@ class ShardkitPyDataset(keras.utils.PyDataset):
         self.augment, self.seed = augment, int(seed)
         self.sampler = self.dataset.sampler(batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
                                             drop_last=drop_last, rank=rank, world_size=world_size,
-                                            shuffle_mode=shuffle_mode, buffer_size=buffer_size)
+                                            shuffle_mode=shuffle_mode, buffer_size=buffer_size,
+                                            sampling=sampling)
         self._batches: list[np.ndarray] | None = None
         self._lock = threading.Lock()
 

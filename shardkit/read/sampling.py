@@ -15,6 +15,21 @@ padded by wrapping around to its start (a few samples are seen twice), with ``dr
 tail is dropped. Within an epoch, ranks are disjoint apart from that padding. Randomness comes
 only from ``numpy.random.Generator(PCG64(SeedSequence([seed, epoch])))``: the same seed and
 epoch give the same order on any machine, and every rank computes the same global order.
+
+**Rare-class sampling** repeats samples by per-sample factors ``r(i)`` from the classes each one contains
+(its bitmap in the samples sidecar; no label is read), two ways (docs/class-imbalance.md says which when):
+
+* ``sampling="class-balanced"`` (the default rare-class sampler): DAFormer's rare class sampling (Hoyer et
+  al. 2022). A class of pixel frequency ``f(c)`` is drawn with ``P(c) = softmax((1 - f(c)) / T)``, then a
+  sample uniformly among the ``N(c)`` samples holding it: ``r(i) = n * sum over its classes of P(c) / N(c)``
+  (``sum r = n``). ``"class-balanced:T"`` sets the temperature (default 0.01, DAFormer's).
+* ``sampling="repeat-factor"``: LVIS's repeat-factor sampling (Gupta et al. 2019): a class in a fraction
+  ``f(c)`` of the samples has ``r(c) = max(1, sqrt(t / f(c)))``, a sample ``r(i) = max`` over its classes
+  (1 with none). ``"repeat-factor:t"`` sets the threshold (default 0.3).
+
+An epoch holds ``L = ceil(sum r(i))`` draws; sample ``i`` appears ``floor`` or ``ceil`` of ``r(i) L / sum r``
+times (systematic sampling, so every epoch has the same length), and the list is permuted once; ranks then
+split it as above. The ignore class never counts.
 """
 
 from __future__ import annotations
@@ -28,6 +43,30 @@ from ..errors import ConfigError
 
 DEFAULT_BUFFER = 1024
 SHUFFLE_MODES = ("auto", "global", "buffer")
+SAMPLING_MODES = ("uniform", "class-balanced", "repeat-factor")
+#: DAFormer's rare-class-sampling temperature T (its published default).
+DEFAULT_TEMPERATURE = 0.01
+#: LVIS's repeat-factor threshold t: classes present in fewer than this fraction of samples are repeated.
+DEFAULT_REPEAT_THRESHOLD = 0.3
+
+
+def parse_sampling(text: str) -> tuple[str, float | None]:
+    """``"uniform"`` → ("uniform", None); ``"class-balanced[:T]"`` / ``"repeat-factor[:t]"`` → (mode, parameter)."""
+    mode, _, value = str(text).partition(":")
+    if mode not in SAMPLING_MODES or (mode == "uniform" and value):
+        raise ConfigError(f"sampling={text!r} is not one of uniform, class-balanced[:T], repeat-factor[:t]",
+                          fix="e.g. sampling='class-balanced' or 'repeat-factor:0.1'")
+    if mode == "uniform":
+        return mode, None
+    try:
+        param = float(value) if value else DEFAULT_TEMPERATURE if mode == "class-balanced" else DEFAULT_REPEAT_THRESHOLD
+    except ValueError:
+        raise ConfigError(f"sampling={text!r}: {value!r} is not a number") from None
+    if mode == "class-balanced" and not param > 0:
+        raise ConfigError(f"sampling={text!r}: the temperature must be positive")
+    if mode == "repeat-factor" and not 0.0 < param <= 1.0:
+        raise ConfigError(f"sampling={text!r}: the threshold must be in (0, 1]")
+    return mode, param
 
 
 def epoch_rng(seed: int, epoch: int) -> np.random.Generator:
@@ -57,6 +96,75 @@ def even_out(order: np.ndarray, world_size: int, drop_last: bool) -> np.ndarray:
         raise ConfigError("cannot pad an empty dataset across ranks")
     reps = -(-total // n)
     return np.tile(order, reps)[:total]
+
+
+def class_repeat_factors(images: np.ndarray, num_images: int, threshold: float,
+                         valid: np.ndarray | None = None) -> np.ndarray:
+    """LVIS's per-class repeat factor ``r(c) = max(1, sqrt(t / f(c)))``, ``f(c) = images[c] / num_images``.
+
+    Classes that are not ``valid`` (the ignore class) or in no image get 1: they never raise a sample's factor.
+    A sample's factor is the max over its classes (:func:`sample_repeat_factors` with ``combine="max"``).
+    """
+    counts = np.asarray(images, np.float64)
+    f = counts / max(int(num_images), 1)
+    r = np.ones(len(counts), np.float64)
+    ok = f > 0 if valid is None else (f > 0) & np.asarray(valid, bool)
+    r[ok] = np.maximum(1.0, np.sqrt(threshold / f[ok]))
+    return r
+
+
+def rare_class_factors(class_pixels: np.ndarray, images: np.ndarray, num_images: int, temperature: float,
+                       valid: np.ndarray | None = None) -> np.ndarray:
+    """DAFormer's rare class sampling as per-class terms ``n P(c) / N(c)``: a sample's factor is their sum over
+    its classes (:func:`sample_repeat_factors` with ``combine="sum"``).
+
+    ``P(c) = softmax((1 - f(c)) / T)`` over the classes with pixels and samples (not the ignore class),
+    ``f(c)`` = pixels of ``c`` / pixels of those classes, ``N(c)`` = samples holding ``c``.
+    """
+    pixels = np.asarray(class_pixels, np.float64)
+    held = np.asarray(images, np.float64)
+    ok = (pixels > 0) & (held > 0) & (np.ones(len(pixels), bool) if valid is None else np.asarray(valid, bool))
+    out = np.zeros(len(pixels), np.float64)
+    if not ok.any():
+        return out
+    f = pixels[ok] / pixels[ok].sum()
+    logits = (1.0 - f) / temperature
+    p = np.exp(logits - logits.max())
+    p /= p.sum()
+    out[ok] = num_images * p / held[ok]
+    return out
+
+
+def sample_repeat_factors(presence: np.ndarray, class_factors: np.ndarray, combine: str = "max") -> np.ndarray:
+    """Each sample's ``r(i)`` from the classes its (n, C) bool ``presence`` row holds: the ``max`` of their
+    factors (1 with none; LVIS) or their ``sum`` (rare class sampling)."""
+    if not len(presence):
+        return np.zeros(0, np.float64)
+    if combine == "sum":
+        return presence.astype(np.float64) @ class_factors
+    return np.where(presence, class_factors[None, :], 1.0).max(axis=1)
+
+
+def epoch_length(repeats: np.ndarray) -> int:
+    """Draws per class-balanced epoch: ``ceil(sum r(i))`` (the same every epoch)."""
+    return int(np.ceil(np.sum(repeats) - 1e-9)) if len(repeats) else 0
+
+
+def repeated_indices(repeats: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Sample indices, each ``floor`` or ``ceil`` of ``r(i) L / sum r`` times (``L`` = :func:`epoch_length`), in
+    index order: systematic sampling over a random order of the samples, so the total is exactly ``L`` and each
+    sample's expected count is exactly ``r(i) L / sum r``."""
+    r = np.asarray(repeats, np.float64)
+    n, length = len(r), epoch_length(r)
+    if not n or not length:
+        return np.zeros(0, np.int64)
+    scaled = r * (length / r.sum())
+    perm = rng.permutation(n)
+    ends = np.minimum(np.floor(np.cumsum(scaled[perm]) + rng.random()), length).astype(np.int64)
+    ends[-1] = length
+    counts = np.empty(n, np.int64)
+    counts[perm] = np.diff(ends, prepend=0)
+    return np.repeat(np.arange(n, dtype=np.int64), counts)
 
 
 def shard_stream(shard_sizes: Sequence[int] | np.ndarray, *, shuffle: bool,
@@ -103,17 +211,27 @@ def epoch_indices(
     drop_last: bool = False,
     mode: str = "global",
     buffer_size: int = DEFAULT_BUFFER,
+    repeats: np.ndarray | None = None,
 ) -> np.ndarray:
     """The global sample indices ``rank`` reads in ``epoch``, in reading order.
 
     ``mode``: ``"global"`` (random access) or ``"buffer"`` (shard-then-buffer, sequential formats).
-    Every rank gets :func:`per_rank` samples.
+    Every rank gets :func:`per_rank` samples. ``repeats``: per-sample repeat factors (class-balanced
+    sampling, global mode only): the epoch is :func:`repeated_indices`, permuted when ``shuffle``.
     """
     check_partition(rank, world_size)
     if mode not in ("global", "buffer"):
         raise ConfigError(f"shuffle mode {mode!r} is not one of global, buffer")
     n = int(np.sum(shard_sizes)) if len(shard_sizes) else 0
     rng = epoch_rng(seed, epoch)
+    if repeats is not None:
+        if mode != "global":
+            raise ConfigError("class-balanced sampling draws one global order", fix="use shuffle_mode='global'")
+        if len(repeats) != n:
+            raise ConfigError(f"{len(repeats)} repeat factors for {n} samples")
+        drawn = repeated_indices(repeats, rng)
+        order = rng.permutation(drawn) if shuffle else drawn
+        return even_out(order, world_size, drop_last)[rank::world_size]
     if mode == "global":
         order = rng.permutation(n).astype(np.int64, copy=False) if shuffle else np.arange(n, dtype=np.int64)
         return even_out(order, world_size, drop_last)[rank::world_size]
@@ -210,24 +328,32 @@ class EpochBatchSampler:
     mode: str = "global"
     buffer_size: int = DEFAULT_BUFFER
     auto_epoch: bool = False
+    #: per-sample repeat factors: class-balanced sampling (:func:`sample_repeat_factors`); None: each sample once
+    repeats: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         check_partition(self.rank, self.world_size)
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be at least 1, got {self.batch_size}")
         self.shard_sizes = [int(s) for s in self.shard_sizes]
+        if self.repeats is not None:
+            self.repeats = np.asarray(self.repeats, np.float64)
+            if len(self.repeats) != sum(self.shard_sizes):
+                raise ConfigError(f"{len(self.repeats)} repeat factors for {sum(self.shard_sizes)} samples")
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
 
     @property
     def samples_per_rank(self) -> int:
-        return per_rank(sum(self.shard_sizes), self.world_size, self.drop_last)
+        """Samples each rank reads per epoch: the same every epoch, also when class-balanced."""
+        n = sum(self.shard_sizes) if self.repeats is None else epoch_length(self.repeats)
+        return per_rank(n, self.world_size, self.drop_last)
 
     def indices(self) -> np.ndarray:
         return epoch_indices(self.shard_sizes, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
                              rank=self.rank, world_size=self.world_size, drop_last=self.drop_last,
-                             mode=self.mode, buffer_size=self.buffer_size)
+                             mode=self.mode, buffer_size=self.buffer_size, repeats=self.repeats)
 
     def batches(self) -> list[np.ndarray]:
         return split_batches(self.indices(), self.batch_size, drop_last=self.drop_last)

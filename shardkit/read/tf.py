@@ -33,6 +33,7 @@ from ..errors import ConfigError, ShardFormatError
 from ..formats.base import TfRecordLayout
 from . import sampling
 from .dataset import Dataset
+from .sampling import parse_sampling
 
 if TYPE_CHECKING:
     from ..augment import Compose
@@ -63,6 +64,7 @@ def dataset(
     with_keys: bool = False,
     verify: bool = False,
     augment: Compose | str | None = None,
+    sampling: str = "uniform",
 ) -> tf.data.Dataset:
     """Batches ``(images, labels)`` (``(images, labels, keys)`` with ``with_keys``) of a converted split.
 
@@ -78,11 +80,16 @@ def dataset(
     parameters are ``aug.params(i, seed=seed, epoch=epoch + k, …)``, the same as the CPU and GPU paths.
     Variable-size (non-TFRecord) splits are read one sample at a time and padded to a common canvas
     (images 0, labels the ignore index), which the warp reads exactly as the outside of each sample.
+
+    ``sampling``: ``"uniform"``, ``"class-balanced[:T]"`` (DAFormer's rare class sampling) or
+    ``"repeat-factor[:t]"`` (LVIS), as in :meth:`shardkit.read.dataset.Dataset.iter_batches`; a rare-class
+    sampler draws one global order, so a TFRecord split is then read through the core reader, not tf.data's.
     """
     ds = path if isinstance(path, Dataset) else Dataset(path, labels=labels, verify=verify)
     aug = _augment_pipeline(augment)
     layout = ds.format_info.tf_records(ds.manifest.format_options, ds.manifest.format_version)
-    tf_reads = layout is not None and ds.cache is None  # object storage: through the cache, shard by shard
+    balanced = parse_sampling(sampling)[0] != "uniform"  # one global order: read by index
+    tf_reads = layout is not None and ds.cache is None and not balanced  # object storage: via the cache
     if aug is None:
         ds.require_fixed_size()
     else:
@@ -104,7 +111,8 @@ def dataset(
     else:
         out = _generator_pipeline(ds, batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
                                   drop_last=drop_last, rank=rank, world_size=world_size,
-                                  buffer_size=buffer_size, with_keys=with_keys, with_indices=aug is not None)
+                                  buffer_size=buffer_size, with_keys=with_keys, with_indices=aug is not None,
+                                  sampling=sampling)
     if aug is not None:
         out = _augment_stage(ds, out, aug, seed=seed, with_keys=with_keys)
     if normalize:
@@ -194,7 +202,7 @@ def _padded(ds: Dataset, idx: np.ndarray, ignore: int) -> tuple[np.ndarray, np.n
 
 def _generator_pipeline(ds: Dataset, batch_size: int, *, shuffle: bool, seed: int, epoch: int,
                         drop_last: bool, rank: int, world_size: int, buffer_size: int,
-                        with_keys: bool, with_indices: bool = False) -> tf.data.Dataset:
+                        with_keys: bool, with_indices: bool = False, sampling: str = "uniform") -> tf.data.Dataset:
     """Random-access formats: the core reader's batches; each new iteration is the next epoch.
 
     ``with_indices``: elements are dicts with ``images``, ``labels``, ``index`` (global sample indices),
@@ -219,7 +227,7 @@ def _generator_pipeline(ds: Dataset, batch_size: int, *, shuffle: bool, seed: in
     keys = np.array([ds.key(i) for i in range(len(ds))], dtype=object) if with_keys else None
     epochs = itertools.count(epoch)
     options = dict(shuffle=shuffle, seed=seed, drop_last=drop_last, rank=rank, world_size=world_size,
-                   buffer_size=buffer_size)
+                   buffer_size=buffer_size, sampling=sampling)
     ds.sampler(batch_size, epoch=epoch, **options)  # type: ignore[arg-type]  # validate options now, not in TF
     ignore = 255 if ds.ignore_index is None else int(ds.ignore_index)
     names = list(parts)

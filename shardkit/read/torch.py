@@ -174,6 +174,7 @@ def make_loader(
     keep: int = 2,
     reuse_buffers: bool = False,
     augment: Compose | None = None,
+    sampling: str = "uniform",
 ) -> DataLoader | RingLoader:
     """A ``DataLoader`` that reads whole batches per worker task, for ``rank`` of ``world_size``.
 
@@ -195,6 +196,9 @@ def make_loader(
     each whole batch, drawn from ``(seed, epoch, index)`` (the epoch travels with each batch from the
     sampler), so batches are the same for any ``num_workers``; it needs ``labels="ids"`` and takes
     splits of mixed sample sizes when it ends in a crop. Augmented batches are always fresh memory.
+
+    ``sampling``: ``"uniform"``, ``"class-balanced[:T]"`` (DAFormer's rare class sampling) or
+    ``"repeat-factor[:t]"`` (LVIS), as in :meth:`shardkit.read.dataset.Dataset.iter_batches`.
     """
     if pin_memory is None:
         pin_memory = torch.cuda.is_available()
@@ -210,7 +214,7 @@ def make_loader(
                                    with_indices=with_indices, buffers=buffers, augment=augment, seed=seed)
     sampler = dataset.dataset.sampler(batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
                                       drop_last=drop_last, rank=rank, world_size=world_size,
-                                      shuffle_mode=shuffle_mode, buffer_size=buffer_size)
+                                      shuffle_mode=shuffle_mode, buffer_size=buffer_size, sampling=sampling)
     sampler.auto_epoch = auto_epoch
     kwargs: dict[str, Any] = {}
     if num_workers > 0:

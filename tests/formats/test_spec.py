@@ -104,10 +104,13 @@ def files_of(shard: dict[str, Any]) -> list[dict[str, Any]]:
     return [*shard["files"], *([shard["samples"]] if "samples" in shard else [])]
 
 
-def sidecar_dtype(m: dict[str, Any], key_bytes: int, label_bytes: int) -> np.dtype:
-    """samples.md "Layout": the packed row of a sidecar."""
+def sidecar_dtype(m: dict[str, Any], key_bytes: int, label_bytes: int, pixels: bool) -> np.dtype:
+    """samples.md "Layout": the packed row of a sidecar (``pixels``: with the pixel hash column, which sidecars
+    written before it lack)."""
     c = m["sample"]["label"]["num_classes"]
     fields: list[tuple[Any, ...]] = [("height", "<u4"), ("width", "<u4"), ("fingerprint", "u1", (32,))]
+    if pixels:
+        fields.append(("pixels", "u1", (16,)))
     if c <= 256:
         fields.append(("classes", "u1", ((c + 7) // 8,)))
     return np.dtype([*fields, ("key", f"S{key_bytes}"), ("label", f"S{label_bytes}")])
@@ -125,12 +128,15 @@ def sample_records(folder: Path, m: dict[str, Any], *, verify: bool = True) -> l
         need(rows.shape == (shard["num_samples"],), "sidecar row count disagrees with num_samples")
         widths = [rows.dtype.fields[k][0].itemsize if rows.dtype.fields and k in rows.dtype.fields else 0
                   for k in ("key", "label")]
-        need(all(1 <= w <= MAX_PATH_BYTES for w in widths) and rows.dtype == sidecar_dtype(m, *widths)
-             and rows.dtype.names == sidecar_dtype(m, *widths).names, f"sidecar dtype {rows.dtype} is not the spec's")
+        want = sidecar_dtype(m, *widths, pixels="pixels" in (rows.dtype.names or ()))
+        need(all(1 <= w <= MAX_PATH_BYTES for w in widths) and rows.dtype == want and rows.dtype.names == want.names,
+             f"sidecar dtype {rows.dtype} is not the spec's")
         for row in rows:
             rec = {"key": row["key"].decode("utf-8"), "label": row["label"].decode("utf-8") or None,
                    "height": int(row["height"]), "width": int(row["width"]),
                    "fingerprint": bytes(row["fingerprint"]).hex()}
+            if "pixels" in (rows.dtype.names or ()):
+                rec["pixels"] = bytes(row["pixels"]).hex()
             if c <= 256:
                 rec["classes"] = np.flatnonzero(np.unpackbits(row["classes"], count=c, bitorder="big")).tolist()
             out.append(rec)
@@ -324,6 +330,10 @@ def read_split(folder: Path, *, verify: bool = True) -> tuple[dict[str, Any], li
     records = sample_records(folder, m, verify=verify)
     for record, (image, _) in zip(records, samples, strict=True):
         need(image.shape[:2] == (record["height"], record["width"]), f"{record['key']}: size disagrees")
+        if "pixels" in record and codecs_of(m)["image"]["name"] in LOSSLESS:  # samples.md "pixels" (pre-codec)
+            head = f"{image.shape[0]}x{image.shape[1]}x{image.shape[2]}:{image.dtype.str}\n".encode()
+            need(hashlib.sha256(head + np.ascontiguousarray(image).tobytes()).hexdigest()[:32] == record["pixels"],
+                 f"{record['key']}: pixel hash disagrees with the stored image")
     need(source_fingerprint(records, m) == m["source"]["fingerprint"], "source fingerprint disagrees")
     m["records"] = records  # for the tests below: what this reader found
     return m, samples
@@ -656,6 +666,28 @@ def test_reader_refuses_bad_sidecars(tmp_path: Path, expected: dict[str, Any], c
     folder = tampered(tmp_path, "manifest2-npy-variable", expected)
     rewrite_sidecar(folder, change)
     with pytest.raises(SpecError, match=message):
+        read_split(folder)
+
+
+def test_pixel_hashes_follow_the_spec(expected: dict[str, Any]) -> None:
+    """samples.md "pixels": the golden's hashes are the ones make_golden.py computes from its synthetic images
+    (expected.json), and the reader above recomputes each from the stored image; the older goldens have none."""
+    m, _ = read_split(split_dir("manifest3-npy-fixed", expected))
+    assert [r["pixels"] for r in m["records"]] == [s["pixels"] for s in
+                                                   expected["datasets"]["manifest3-npy-fixed"]["samples"]]
+    assert all("pixels" not in r for r in read_split(split_dir("manifest2-npy-fixed", expected))[0]["records"])
+
+
+def other_pixels(rows: np.ndarray) -> np.ndarray:
+    rows = rows.copy()
+    rows["pixels"][0] ^= 1
+    return rows
+
+
+def test_reader_refuses_a_wrong_pixel_hash(tmp_path: Path, expected: dict[str, Any]) -> None:
+    folder = tampered(tmp_path, "manifest3-npy-fixed", expected)
+    rewrite_sidecar(folder, other_pixels)
+    with pytest.raises(SpecError, match="pixel hash disagrees"):
         read_split(folder)
 
 

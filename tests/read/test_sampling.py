@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -122,3 +123,160 @@ def test_bad_options_are_config_errors(kwargs: dict) -> None:
         sampling.epoch_indices(SHARDS, **kwargs)
     with pytest.raises(ConfigError):
         sampling.split_batches(np.arange(3), 0)
+
+
+# --------------------------------------------------------------------------- rare-class sampling
+
+
+def test_repeated_indices_round_each_factor_up_or_down_and_keep_the_length() -> None:
+    r = np.array([1.0, 2.5, 0.2, 1.3, 4.0, 0.0])
+    length = sampling.epoch_length(r)
+    assert length == 9
+    want = r * length / r.sum()
+    for epoch in range(50):
+        drawn = sampling.repeated_indices(r, sampling.epoch_rng(0, epoch))
+        counts = np.bincount(drawn, minlength=len(r))
+        assert len(drawn) == length
+        assert ((counts == np.floor(want)) | (counts == np.ceil(want))).all(), counts
+
+
+def test_rare_class_factors_follow_daformer() -> None:
+    """P(c) = softmax((1 - f(c)) / T); r(i) = n * sum over its classes of P(c) / N(c); sum r = n."""
+    presence = np.array([[1, 1, 0], [1, 0, 0], [1, 0, 1], [1, 1, 1]], bool)
+    pixels = np.array([900, 90, 10])
+    per_class = sampling.rare_class_factors(pixels, presence.sum(0), len(presence), 0.1)
+    f = pixels / pixels.sum()
+    p = np.exp((1 - f) / 0.1) / np.exp((1 - f) / 0.1).sum()
+    np.testing.assert_allclose(per_class, 4 * p / presence.sum(0))
+    r = sampling.sample_repeat_factors(presence, per_class, "sum")
+    assert r.sum() == pytest.approx(4.0)
+    assert r[3] > r[2] > r[0] > r[1]  # the sample holding both rarer classes most, the common-only one least
+
+
+def test_lvis_factors() -> None:
+    per_class = sampling.class_repeat_factors(np.array([10, 1, 0]), 10, 0.4)
+    np.testing.assert_allclose(per_class, [1.0, 2.0, 1.0])  # sqrt(0.4 / 0.1) = 2; absent: 1
+    presence = np.array([[1, 0, 0], [1, 1, 0], [0, 0, 0]], bool)
+    np.testing.assert_allclose(sampling.sample_repeat_factors(presence, per_class, "max"), [1, 2, 1])
+
+
+@pytest.mark.parametrize("text", ["balanced", "uniform:1", "class-balanced:x", "class-balanced:0",
+                                  "repeat-factor:2"])
+def test_bad_sampling_is_a_config_error(text: str) -> None:
+    with pytest.raises(ConfigError):
+        sampling.parse_sampling(text)
+
+
+@pytest.fixture(scope="module")
+def camvid_train_npy(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """CamVid train (123 pairs; Fence in 58 of them, Bicyclist in 66: rare per image, unlike val where every
+    image holds every class) as npy shards at its own 360x480."""
+    from shardkit.config import ConvertConfig, ShardSize
+    from shardkit.pipeline import convert
+
+    out = tmp_path_factory.mktemp("camvid-train-npy")
+    convert(ConvertConfig(camvid_root, out, format="npy", splits=("train",), workers=2, quiet=True,
+                          shard_size=ShardSize(samples=50)))
+    return out / "train"
+
+
+def _rcs_factors_from_label_files(root: Path, keys: list[str], temperature: float) -> np.ndarray:
+    """DAFormer's rare class sampling written out from the CamVid label PNGs (PIL), not from shardkit."""
+    from PIL import Image
+
+    labels = [np.asarray(Image.open(root / k.replace("train/", "trainannot/", 1))) for k in keys]
+    counts = np.stack([np.bincount(ids.ravel(), minlength=12)[:12] for ids in labels])
+    counts[:, 11] = 0  # the ignore class (11) never counts
+    present = counts > 0
+    f = counts.sum(0) / counts.sum()
+    held = present.sum(0)
+    ok = held > 0
+    p = np.zeros(12)
+    p[ok] = np.exp((1 - f[ok]) / temperature) / np.exp((1 - f[ok]) / temperature).sum()
+    per_sample = np.zeros(12)
+    per_sample[ok] = p[ok] / held[ok]
+    return len(keys) * (present * per_sample).sum(1)
+
+
+@pytest.mark.parametrize("temperature", [0.01, 0.1])
+def test_class_balanced_frequencies_follow_the_formula_over_epochs_and_ranks(camvid_root: Path,
+                                                                            camvid_train_npy: Path,
+                                                                            temperature: float) -> None:
+    """Over 300 epochs, 3 ranks: every rank gets the same count each epoch, and each sample's mean count per epoch
+    converges to r(i) L / sum r computed from the label files."""
+    import shardkit
+
+    ds = shardkit.open(camvid_train_npy)
+    keys = [ds.key(i) for i in range(len(ds))]
+    r = _rcs_factors_from_label_files(camvid_root, keys, temperature)
+    spec = f"class-balanced:{temperature}"
+    np.testing.assert_allclose(ds.repeat_factors(spec), r, rtol=1e-9)
+    length = sampling.epoch_length(r)
+    want = r * length / r.sum()
+    world, epochs = 3, 300
+    counts = np.zeros(len(ds))
+    for epoch in range(epochs):
+        parts = [ds.sampler(4, sampling=spec, seed=5, epoch=epoch, rank=k, world_size=world).indices()
+                 for k in range(world)]
+        assert len({len(p) for p in parts}) == 1 and len(parts[0]) == -(-length // world)
+        drawn = np.concatenate(parts)
+        counts += np.bincount(drawn, minlength=len(ds))
+    padding = world * len(parts[0]) - length  # wrap-around padding: at most world - 1 extra per epoch
+    assert 0 <= padding < world
+    mean = counts / epochs
+    # systematic sampling: each count is floor or ceil of want, so the mean is within the padding of want
+    np.testing.assert_allclose(mean, want, atol=0.1)
+    assert mean[np.argmax(r)] > 1.5 * mean[np.argmin(r)]
+
+
+def test_class_balanced_is_deterministic_per_seed_and_epoch(camvid_val_npy: Path) -> None:
+    import shardkit
+
+    ds = shardkit.open(camvid_val_npy)
+
+    def order(seed: int, epoch: int) -> list[int]:
+        return ds.sampler(4, sampling="class-balanced", seed=seed, epoch=epoch).indices().tolist()
+
+    assert order(1, 2) == order(1, 2) and order(1, 2) != order(1, 3) and order(1, 2) != order(2, 2)
+    assert len(order(1, 2)) == len(order(1, 3))
+
+
+def test_without_a_bitmap_class_balanced_sampling_is_one_clear_error(camvid_val_npy: Path) -> None:
+    import shardkit
+    from shardkit.stats import ClassFrequencies
+
+    ds = shardkit.open(camvid_val_npy)
+    ds._freqs = ClassFrequencies(np.ones(300, np.int64), len(ds))  # what a split of 300 classes keeps
+    with pytest.raises(ConfigError, match="needs the per-sample class bitmap") as err:
+        next(ds.iter_batches(4, sampling="class-balanced"))
+    assert "\n" not in str(err.value)
+
+
+def test_every_adapter_takes_the_class_balanced_sampler(camvid_train_npy: Path) -> None:
+    """iter_batches, make_loader, the Keras PyDataset and tf.data read the sampler's indices."""
+    import shardkit
+    from shardkit.read.torch import make_loader
+
+    ds = shardkit.open(camvid_train_npy)
+    want = ds.sampler(4, sampling="class-balanced", seed=3, epoch=1).indices()
+    assert sorted(want.tolist()) != list(range(len(ds))), "rare-class sampling repeats some samples, drops others"
+    got = np.concatenate([idx for idx, _, _ in ds.iter_batches(4, seed=3, epoch=1, sampling="class-balanced",
+                                                                with_indices=True)])
+    assert sorted(got.tolist()) == sorted(want.tolist())
+    loader = make_loader(ds, 4, seed=3, epoch=1, sampling="class-balanced", with_indices=True, auto_epoch=False)
+    assert sorted(np.concatenate([b[-1].numpy() for b in loader]).tolist()) == sorted(want.tolist())
+    assert len(loader) == -(-len(want) // 4)
+
+
+def test_keras_and_tf_take_the_class_balanced_sampler(camvid_train_npy: Path) -> None:
+    import shardkit
+    import shardkit.tf
+    from shardkit.read.keras import ShardkitPyDataset
+
+    ds = shardkit.open(camvid_train_npy)
+    want = ds.sampler(4, sampling="class-balanced", seed=3, epoch=0).indices()
+    seq = ShardkitPyDataset(ds, 4, seed=3, sampling="class-balanced")
+    assert sorted(np.concatenate([seq.batch_indices(i) for i in range(len(seq))]).tolist()) == sorted(want.tolist())
+    tfds = shardkit.tf.dataset(ds, 4, seed=3, sampling="class-balanced", with_keys=True)
+    got = [k.decode() for _, _, keys in tfds.take(1000) for k in keys.numpy().tolist()]
+    assert sorted(got) == sorted(ds.key(int(i)) for i in want)

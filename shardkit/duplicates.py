@@ -1,0 +1,191 @@
+"""Identical images within and across splits, found by the pixel hash every sample's sidecar row keeps.
+
+A sample's pixel hash (:func:`shardkit.samples.pixel_hash`) is taken of its stored pixels, so a copy of an
+image saved again under another name or re-encoded losslessly is found although its file bytes (and its
+fingerprint) differ; near-duplicates (a JPEG re-compression, a resize) are not. Copies are ordered as the
+conversion plans them (splits in discovery order, then sample index): the first copy is the one kept by
+``convert --on-duplicate skip``, so the choice is the same for any worker count. Pure numpy over
+(n, 16) hash arrays: no pixels are read here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .samples import PIXEL_HASH_BYTES
+
+if TYPE_CHECKING:
+    from .manifest import Manifest, ShardInfo
+
+log = logging.getLogger(__name__)
+
+#: ``convert --on-duplicate`` choices.
+ON_DUPLICATE = ("warn", "error", "skip")
+#: Duplicate groups a convert run logs one line each for (the rest are counted).
+LOGGED_GROUPS = 20
+
+
+@dataclass(frozen=True)
+class Copy:
+    """One sample of a duplicate group: its split, global index in that split and key (the image path)."""
+
+    split: str
+    index: int
+    key: str
+
+    def __str__(self) -> str:
+        return f"{self.split}:{self.key}"
+
+
+@dataclass(frozen=True)
+class DuplicateGroup:
+    """Samples with identical pixels, in plan order (the first is the one ``--on-duplicate skip`` keeps)."""
+
+    copies: tuple[Copy, ...]
+
+    @property
+    def across_splits(self) -> bool:
+        """Whether the copies lie in more than one split (leakage between train and val/test)."""
+        return len({c.split for c in self.copies}) > 1
+
+    def __str__(self) -> str:
+        return " = ".join(map(str, self.copies))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"across_splits": self.across_splits,
+                "copies": [{"split": c.split, "index": c.index, "key": c.key} for c in self.copies]}
+
+
+@dataclass
+class ShardHashes:
+    """One shard's pixel hashes ((n, 16) uint8, None where its sidecar keeps none) and its samples' keys (lazily:
+    only shards holding a duplicate are asked). ``first``: the global index of its first sample in its split."""
+
+    split: str
+    first: int
+    hashes: np.ndarray | None
+    keys: Callable[[], Sequence[str]]
+
+
+@dataclass
+class DuplicateReport:
+    """What :func:`find_duplicates` found: the groups, the samples checked and the shards without hashes."""
+
+    groups: list[DuplicateGroup]
+    samples: int
+    unchecked: list[tuple[str, int]]  # (split, first index) of shards whose records keep no pixel hashes
+    hashes: list[bytes] = field(default_factory=list)  # each group's pixel hash
+
+    @property
+    def extra_copies(self) -> int:
+        """Samples beyond the first of their group (what ``--on-duplicate skip`` leaves out)."""
+        return sum(len(g.copies) - 1 for g in self.groups)
+
+    @property
+    def across_splits(self) -> int:
+        return sum(g.across_splits for g in self.groups)
+
+    def line(self) -> str:
+        """One summary line (convert's summary, ``shardkit info --duplicates``)."""
+        if not self.groups:
+            text = f"no duplicate images among {self.samples} samples"
+        else:
+            text = (f"{self.extra_copies} duplicate image(s) in {len(self.groups)} group(s) among {self.samples} "
+                    f"samples, {self.across_splits} group(s) across splits")
+        if self.unchecked:
+            text += f"; {len(self.unchecked)} shard(s) have no pixel hashes (re-run convert with --force)"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {"samples": self.samples, "groups": [g.to_json() for g in self.groups],
+                "extra_copies": self.extra_copies, "across_splits": self.across_splits,
+                "shards_without_pixel_hashes": len(self.unchecked)}
+
+
+def group_rows(hashes: np.ndarray) -> list[np.ndarray]:
+    """Row positions of every hash that occurs more than once: each group ascending, groups by first position."""
+    rows = np.ascontiguousarray(hashes, np.uint8).reshape(-1, PIXEL_HASH_BYTES)
+    if len(rows) < 2:
+        return []
+    words = rows.view("<u8")  # (n, 2): two 64-bit halves, sorted lexicographically
+    order = np.lexsort((np.arange(len(rows)), words[:, 1], words[:, 0]))
+    sorted_words = words[order]
+    same = np.all(sorted_words[1:] == sorted_words[:-1], axis=1)
+    starts = np.flatnonzero(np.concatenate([[True], ~same]))
+    ends = np.append(starts[1:], len(rows))
+    groups = [order[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True) if b - a > 1]
+    return sorted(groups, key=lambda g: int(g[0]))
+
+
+def find_duplicates(shards: Sequence[ShardHashes]) -> DuplicateReport:
+    """Every group of identical images among ``shards`` (given in plan order)."""
+    have = [s for s in shards if s.hashes is not None]
+    unchecked = [(s.split, s.first) for s in shards if s.hashes is None]
+    sizes = np.array([len(s.hashes) for s in have if s.hashes is not None], np.int64)
+    total = int(sizes.sum())
+    if not total:
+        return DuplicateReport([], 0, unchecked)
+    hashes = np.concatenate([s.hashes for s in have if s.hashes is not None])
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    keys: dict[int, Sequence[str]] = {}
+
+    def copy(row: int) -> Copy:
+        k = int(np.searchsorted(starts, row, side="right")) - 1
+        if k not in keys:
+            keys[k] = have[k].keys()
+        local = row - int(starts[k])
+        return Copy(have[k].split, have[k].first + local, str(keys[k][local]))
+
+    rows = group_rows(hashes)
+    groups = [DuplicateGroup(tuple(copy(int(r)) for r in g)) for g in rows]
+    return DuplicateReport(groups, total, unchecked, [bytes(hashes[int(g[0])]) for g in rows])
+
+
+#: ``(split, key)`` of a sample to leave out → (the kept copy ``split:key``, its pixel hash in hex)
+Drops = dict[tuple[str, str], tuple[str, str]]
+
+
+def drops(report: DuplicateReport) -> Drops:
+    """Every copy after the first of its group, for ``--on-duplicate skip``."""
+    return {(c.split, c.key): (str(g.copies[0]), report.hashes[i].hex())
+            for i, g in enumerate(report.groups) for c in g.copies[1:]}
+
+
+def log_report(report: DuplicateReport, level: int = logging.WARNING) -> None:
+    """One line per group (at most :data:`LOGGED_GROUPS`), then how many more."""
+    for g in report.groups[:LOGGED_GROUPS]:
+        log.log(level, "identical images%s: %s", " across splits" if g.across_splits else "", g,
+                extra={"event": "duplicate", "copies": [str(c) for c in g.copies]})
+    if len(report.groups) > LOGGED_GROUPS:
+        log.log(level, "… and %d more groups of identical images (shardkit info OUT --duplicates lists them all)",
+                len(report.groups) - LOGGED_GROUPS)
+
+
+def row_keys(rows: np.ndarray) -> list[str]:
+    """The keys (image paths) of checked sidecar rows."""
+    return [bytes(k).decode("utf-8") for k in rows["key"].tolist()]
+
+
+def split_hashes(manifest: Manifest, split: str,
+                 folder: Callable[[ShardInfo], Path] | None = None) -> list[ShardHashes]:
+    """The :class:`ShardHashes` of a converted split from its sidecars (``folder``: where a shard's sidecar lies,
+    for a remote split; by default the manifest's folder)."""
+    table = manifest.samples
+    out = []
+    for pos, shard in enumerate(manifest.shards):
+        where = folder(shard) if folder is not None and table.inline is None else None
+
+        def keys(pos: int = pos, where: Path | None = where) -> list[str]:
+            if table.inline is not None:
+                first = manifest.shards[pos].first_index
+                return [str(table[first + j]["key"]) for j in range(manifest.shards[pos].num_samples)]
+            return row_keys(table.rows(pos, where))
+
+        out.append(ShardHashes(split, shard.first_index, table.pixel_hashes(pos, where), keys))
+    return out
