@@ -25,6 +25,7 @@ from .fingerprint import CACHE_NAME, SourceCache, load_cache, save_cache
 from .formats.base import SampleSpec
 from .formats.registry import all_formats, get
 from .labels import ClassTable, LabelDecoder, build_class_table
+from .labels.values import ignore_warning
 from .manifest import Manifest, ShardInfo
 from .plan import ShardTask, plan_split, settings_text
 from .pool import run_tasks
@@ -106,11 +107,15 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
     started = time.perf_counter()
     found = discover(cfg.input, layout=cfg.layout, label_suffix=cfg.label_suffix, splits=cfg.splits,
                      strict=cfg.strict)
+    values = cfg.value_map
     table = build_class_table(
         found.label_kind, class_dict=cfg.class_dict or found.class_dict, palette=cfg.palette, layout=found.layout,
-        num_classes=cfg.num_classes, ignore_index=cfg.ignore_index, cityscapes_train_ids=cfg.cityscapes_train_ids,
+        num_classes=cfg.num_classes if cfg.num_classes or cfg.class_dict or cfg.palette or found.class_dict
+        else values.implied_num_classes(cfg.ignore_index), ignore_index=cfg.ignore_index,
+        cityscapes_train_ids=cfg.cityscapes_train_ids,
     )
-    decoder = LabelDecoder(found.label_kind, table, cfg.colour_tolerance, cfg.unknown_as)
+    table = values.adapt_table(table)
+    decoder = LabelDecoder(found.label_kind, table, cfg.colour_tolerance, cfg.unknown_as, values)
     summary = ConvertSummary(found, table, cfg.dry_run)
     if cfg.dry_run:  # the caller (the CLI) prints the report itself
         return summary
@@ -283,6 +288,9 @@ def publish_split(
         shards.append(ShardInfo(index, r.num_samples, first, r.files[:-1], r.files[-1]))
         first += r.num_samples
         stats.merge(Stats.from_wire(r.stats))
+    warning = ignore_warning(table, stats.class_pixels, stats.ignore_pixels) if cfg.ignore_index is not None else None
+    if warning:  # e.g. --ignore-index 255 on 0/255 masks: every foreground pixel became ignore
+        log.warning("split %s: %s", split, warning)
     fingerprint = split_fingerprint([r.fingerprint for r in records])
     manifest = Manifest(
         format=cfg.format,
