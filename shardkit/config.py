@@ -174,7 +174,7 @@ class ConvertConfig:
         if self.label_map is not None and not isinstance(self.label_map, str):
             raise ConfigError(f"label_map {self.label_map!r} is not SRC:ID entries or a file path",
                               fix="write it like label_map = \"255:1,0:0\"")
-        self.value_map  # parsed once here, so a bad --label-map / --threshold is a usage error up front
+        _ = self.value_map  # parsed once here, so a bad --label-map / --threshold is a usage error up front
         codecs = ArrayCodecs.parse(self.image_codec, self.label_codec)
         object.__setattr__(self, "image_codec", str(codecs.image))  # one spelling: "zstd:3" → "zstd"
         object.__setattr__(self, "label_codec", str(codecs.label))

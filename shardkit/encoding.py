@@ -15,7 +15,8 @@ turning a stored label into the output asked for is one call, :func:`transcode_i
 Ids ``>= C`` (an ignore id such as 255) encode as all-zero vectors, which decode back to
 the ignore index. Stored encodings keep one plane per class id (a lossless store of the ids); the
 reader's one-hot *outputs* follow the one-hot rule of :mod:`shardkit.onehot`: the ignore class is
-never a channel, also when its id lies inside ``0..C-1`` (CamVid's 11), so ignore pixels are all zero. Only numpy is imported here (the reader core must not load OpenCV).
+never a channel, also when its id lies inside ``0..C-1`` (CamVid's 11), so ignore pixels are all zero.
+Only numpy is imported here (the reader core must not load OpenCV).
 """
 
 from __future__ import annotations
@@ -181,7 +182,8 @@ class OneHot(_Hot):
                  ignore_index: int | None = None) -> None:
         super().__init__(num_classes, dtype)
         self.channels_first = bool(channels_first)
-        self.ignore_index = int(ignore_index) if ignore_inside(num_classes, ignore_index) else None
+        self.ignore_index = ignore_index if ignore_index is not None and ignore_inside(num_classes, ignore_index) \
+            else None
 
     def __repr__(self) -> str:
         cf = ", channels_first=True" if self.channels_first else ""

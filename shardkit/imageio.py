@@ -187,12 +187,17 @@ def _pil_pixels(path: Path, what: str, data: np.ndarray, mode: str | None = None
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(_as_bytes(data))) as im:
                 im.load()
-                if mode is not None and im.mode != mode:
-                    im = im.convert(mode)
-                arr = np.array(im)
+                arr = np.array(im.convert(mode) if mode is not None and im.mode != mode else im)
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         raise DecodeError(f"cannot decode {what}: {exc}", path=path, fix=_FIX_CORRUPT) from None
     return arr.astype(np.uint8) if arr.dtype == np.bool_ else arr
+
+
+def _png_gray_depth(data: np.ndarray) -> int:
+    """The bit depth of a gray (colour type 0) PNG from its IHDR, 0 for anything else."""
+    if data.size < 26 or data[:8].tobytes() != _PNG_SIGNATURE or data[12:16].tobytes() != b"IHDR":
+        return 0
+    return int(data[24]) if int(data[25]) == 0 else 0
 
 
 def decode_label_pixels(path: Path, data: np.ndarray | None = None, *, indices: bool = False) -> np.ndarray:
@@ -201,8 +206,9 @@ def decode_label_pixels(path: Path, data: np.ndarray | None = None, *, indices: 
     8-bit gray and RGB PNGs (the usual id maps and colour masks) are decoded with libspng,
     ~1.3-1.6x faster to the same pixels (tested on the real datasets); other PNG, JPEG, BMP, WebP,
     PPM/PGM and TIFF files go through OpenCV, GIF through PIL (as RGB, or gray for a gray GIF). With
-    ``indices`` (id labels), palette images (PNG, GIF, BMP, TIFF) give their palette indices and 1-bit
-    images 0/1, not the colours or 0/255 OpenCV would expand them to. ``data``: the file's bytes, when
+    ``indices`` (id labels), palette images (PNG, GIF, BMP, TIFF) give their palette indices, 1-bit
+    images 0/1 and 2- or 4-bit gray PNGs their samples, not the colours or 0..255 levels OpenCV and PIL
+    expand them to. ``data``: the file's bytes, when
     the caller has read them already.
     """
     path = Path(path)
@@ -214,6 +220,9 @@ def decode_label_pixels(path: Path, data: np.ndarray | None = None, *, indices: 
                 arr = arr[:, :, 0]
             return arr[:, :, ::-1] if arr.ndim == 3 else arr
     header = _pil_header(path, "label", data)
+    depth = _png_gray_depth(data)
+    if indices and depth in (2, 4):  # decoders scale 2- and 4-bit gray to 0..255; ids are the samples
+        return decode_raw(path, "label", data) // (255 // ((1 << depth) - 1))
     if header is not None:
         fmt, mode = header
         if indices and mode in ("P", "1"):

@@ -13,6 +13,7 @@ change with it):
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from dataclasses import dataclass
@@ -30,10 +31,11 @@ MAX_VALUE = 65535  # raw label values are 8- or 16-bit
 REDUCE_ZERO_IGNORE = 255
 _ENTRY = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+))?\s*[:=,\s]\s*(\d+)\s*$")
 _FORM = "write it like --label-map 255:1,0:0 (ranges: 128-255:1), or give a file of 'SRC:ID' lines"
-#: --threshold on a JPEG: the two most common values must straddle T and, with the pixels within this many
-#: levels of them (compression noise along edges), cover at least this share of the label.
+#: --threshold on a JPEG: its two levels (most common value <= T and > T), with the pixels within this many
+#: levels of them (compression noise along edges), must cover at least this share of the label.
 _NOISE_LEVELS = 16
 _BINARY_SHARE = 0.95
+_THIRD_SHARE = 0.02  # flat regions of a JPEG decode exactly: a third level this common is a third class
 
 
 def _parse_entries(entries: list[str], where: str) -> tuple[tuple[int, int, int], ...]:
@@ -49,7 +51,7 @@ def _parse_entries(entries: list[str], where: str) -> tuple[tuple[int, int, int]
             raise ConfigError(f"{where}: {entry.strip()!r} is outside 0..{MAX_VALUE} (or LO > HI)", fix=_FORM)
         out.append((lo, hi, dst))
     out.sort()
-    for (a_lo, a_hi, _), (b_lo, b_hi, _) in zip(out, out[1:], strict=False):
+    for (a_lo, a_hi, _), (b_lo, b_hi, _) in itertools.pairwise(out):
         if b_lo <= a_hi:
             raise ConfigError(f"{where}: source values {a_lo}-{a_hi} and {b_lo}-{b_hi} overlap",
                               fix="give every raw value one target")
@@ -180,9 +182,10 @@ class ValueMap:
     def check_binary(self, raw: np.ndarray, lossy: bool, path: Path) -> None:
         """Refuse ``--threshold`` on a label that is not a binary mask.
 
-        Lossless files: at most two distinct values, one ``<= T`` and one ``> T``. JPEG: the two most common
-        values straddle T and, with the pixels within 16 levels of them (compression noise), cover 95 % of
-        the label — multi-class ids or grey levels do not.
+        Lossless files: at most two distinct values, one ``<= T`` and one ``> T``. JPEG: its two levels (most
+        common value ``<= T`` and ``> T``) with the pixels within 16 levels of them (compression noise along
+        edges) cover 95 % of the label, and no third value holds 2 % of it exactly (flat regions of a JPEG
+        decode exactly: a third class shows as one value) — multi-class ids and grey levels fail.
         """
         t = self.threshold
         if t is None:
@@ -199,14 +202,19 @@ class ValueMap:
             raise LabelError(f"--threshold {t} is for binary masks, but the label holds {present.size} values "
                              f"({shown}{more})", path=path,
                              fix="multi-class ids need --num-classes N (or --label-map), not --threshold")
-        top = np.argsort(counts, kind="stable")[::-1][:2]
-        lo, hi = sorted(int(v) for v in top)
+        low = int(np.argmax(counts[: t + 1]))
+        high = t + 1 + int(np.argmax(counts[t + 1 :])) if counts.size > t + 1 else low
         values = np.arange(counts.size)
-        near = (np.abs(values - lo) <= _NOISE_LEVELS) | (np.abs(values - hi) <= _NOISE_LEVELS)
-        share = float(counts[near].sum()) / max(int(counts.sum()), 1)
-        if not (lo <= t < hi and share >= _BINARY_SHARE):
-            raise LabelError(f"--threshold {t} is for binary masks, but this JPEG label's most common values are "
-                             f"{lo} and {hi} ({100 * share:.1f} % of its pixels near them)", path=path,
+        total = max(int(counts.sum()), 1)
+        near = (np.abs(values - low) <= _NOISE_LEVELS) | (np.abs(values - high) <= _NOISE_LEVELS)
+        share = float(counts[near].sum()) / total
+        rest = counts.copy()
+        rest[[low, high]] = 0
+        third = int(np.argmax(rest))  # noise spreads over many values; a third class is one flat value
+        if share < _BINARY_SHARE or rest[third] > _THIRD_SHARE * total:
+            raise LabelError(f"--threshold {t} is for binary masks, but this JPEG label is not one: "
+                             f"{100 * share:.1f} % of its pixels lie within {_NOISE_LEVELS} levels of {low} and "
+                             f"{high}, and {100 * rest[third] / total:.1f} % are exactly {third}", path=path,
                              fix="choose a T between the mask's two levels, or use --label-map with value ranges")
 
 

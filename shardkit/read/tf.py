@@ -354,6 +354,8 @@ def _label_converter(ds: Dataset) -> Any:
                 ids = tf.where(tf.reduce_max(hot, axis=-1) == 0, tf.cast(ignore, ids_dtype), ids)
             return ids
         dtype = tf.as_dtype(dst.dtype)
+        if not isinstance(dst, encoding.OneHot):  # reader_output: ids, one-hot, or the stored encoding itself
+            raise ShardFormatError(f"cannot turn {src!r} labels into {dst!r}")
         if hot is None:  # the ignore id (no channel, shardkit.onehot) and ids ≥ C give all-zero vectors
             ids = tf.cast(stored, tf.int32)
             if dst.dropped_class is not None:

@@ -233,7 +233,7 @@ def test_torch_onehot_follows_the_rule(ds: shardkit.Dataset, data: tuple, device
     aug = A.Compose([*A.parse(PADDING).ops, A.OneHot(ds.num_classes, np.float32, channels_first=True)])
     idx = np.arange(8)
     want = aug(images[:8], labels[:8], idx, seed=4, epoch=1, ignore_index=IGNORE)[1]
-    x, y = apply_batch(aug, torch.from_numpy(images[:8]).to(device), torch.from_numpy(labels[:8]).to(device),
+    _, y = apply_batch(aug, torch.from_numpy(images[:8]).to(device), torch.from_numpy(labels[:8]).to(device),
                        idx, seed=4, epoch=1, ignore_index=IGNORE)
     ids = A.parse(PADDING)(images[:8], labels[:8], idx, seed=4, epoch=1, ignore_index=IGNORE)[1]
     _check_rule(y.cpu().numpy(), ids, channels_first=True)
