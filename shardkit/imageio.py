@@ -398,6 +398,23 @@ def read_image_size(path: Path) -> tuple[int, int]:
         raise DecodeError(f"cannot read image header: {exc}", path=path, fix=_FIX_CORRUPT) from None
 
 
+def label_palette(path: Path) -> tuple[tuple[int, int, int], ...] | None:
+    """The RGB palette of a palette-indexed label (PNG, GIF, BMP, TIFF), read from its header (no pixels
+    decoded); None for any other file or one that cannot be read. ``show`` draws the ids in these colours."""
+    try:
+        regular_stat(path, "label")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(path) as im:
+                if im.mode not in ("P", "PA"):
+                    return None
+                flat = im.getpalette("RGB") or []
+    except (DecodeError, InputNotFoundError, UnidentifiedImageError, OSError, SyntaxError, ValueError,
+            Image.DecompressionBombError):
+        return None
+    return tuple((flat[k], flat[k + 1], flat[k + 2]) for k in range(0, len(flat) - 2, 3))
+
+
 def decode_palette_label(path: Path, data: np.ndarray | None = None) -> tuple[str, np.ndarray]:
     """A label file's PIL mode and pixels as stored: palette PNGs give their indices (OpenCV would expand colours)."""
     data = file_bytes(path, "label", data)

@@ -24,7 +24,9 @@ from .errors import OutputError
 from .fingerprint import CACHE_NAME, SourceCache, load_cache, save_cache
 from .formats.base import SampleSpec
 from .formats.registry import all_formats, get
+from .imageio import label_palette
 from .labels import ClassTable, LabelDecoder, build_class_table
+from .labels.builtin import with_palette_colours
 from .labels.values import ignore_warning
 from .manifest import Manifest, ShardInfo
 from .plan import ShardTask, plan_split, settings_text
@@ -115,6 +117,9 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
         cityscapes_train_ids=cfg.cityscapes_train_ids,
     )
     table = values.adapt_table(table)
+    if found.label_kind in ("ids", "palette"):  # palette labels' own colours draw them in `show` (header only)
+        first = next((p for pairs in found.splits.values() if len(pairs) and (p := pairs.path(0, 1))), None)
+        table = with_palette_colours(table, label_palette(Path(first)) if first else None)
     decoder = LabelDecoder(found.label_kind, table, cfg.colour_tolerance, cfg.unknown_as, values)
     summary = ConvertSummary(found, table, cfg.dry_run)
     if cfg.dry_run:  # the caller (the CLI) prints the report itself

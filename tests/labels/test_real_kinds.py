@@ -141,3 +141,15 @@ def test_palette_png_labels_are_ids_outside_the_voc_layout(tmp_path: Path) -> No
         with Image.open(label) as im:
             assert im.mode == "P"
         assert np.array_equal(got, _pil(label))  # the indices, not the palette's colours
+
+
+def test_palette_labels_give_show_their_own_colours(tmp_path: Path) -> None:
+    ds = _convert(_dataset(tmp_path, LABELME), tmp_path, num_classes=21, ignore_index=255)
+    with Image.open(LABELME[0][1]) as im:
+        pal = im.getpalette("RGB")
+    colours = [c["colour"] for c in ds.manifest.classes["classes"]]
+    assert colours[15] == pal[45:48] and colours[0] == pal[0:3]  # "person" in labelme's own palette
+    from shardkit.show import show_sample
+
+    picture = show_sample(ds.path, 0, tmp_path / "s.png")
+    assert picture.is_file()
