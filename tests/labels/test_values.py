@@ -197,3 +197,30 @@ def test_gif_images_decode_to_rgb(tmp_path: Path) -> None:
     path.write_bytes(buf.getvalue())
     with Image.open(path) as im:
         assert np.array_equal(decode_image(path), np.array(im.convert("RGB")))
+
+
+def test_value_maps_in_a_toml_config_and_in_the_dry_run(tmp_path: Path) -> None:
+    import shutil
+
+    from click.testing import CliRunner
+
+    from shardkit.cli import main
+
+    data = Path(__file__).resolve().parents[1] / "data" / "isbi-em"
+    raw = tmp_path / "raw"
+    for sub in ("images", "masks"):
+        (raw / sub).mkdir(parents=True)
+    shutil.copyfile(data / "image" / "0.png", raw / "images" / "0.png")
+    shutil.copyfile(data / "label" / "0.png", raw / "masks" / "0.png")
+    config = tmp_path / "c.toml"
+    config.write_text('[convert]\nlabel_map = "255:1,0:0"\nworkers = 1\n')
+    dry = CliRunner().invoke(main, ["convert", "--config", str(config), str(raw), str(tmp_path / "o"), "--dry-run"])
+    assert dry.exit_code == 0 and "label values: --label-map 0:0,255:1" in dry.output
+    assert "classes: 2" in dry.output
+    res = CliRunner().invoke(main, ["convert", "--config", str(config), str(raw), str(tmp_path / "o"), "-q"])
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((tmp_path / "o" / "all" / "manifest.json").read_text())
+    assert manifest["preprocessing"]["label_map"] == [[0, 0, 0], [255, 255, 1]]
+    bad = CliRunner().invoke(main, ["convert", str(raw), str(tmp_path / "o2"), "--threshold", "127",
+                                    "--reduce-zero-label"])
+    assert bad.exit_code == 2 and "both given" in bad.output
