@@ -20,7 +20,7 @@ from .errors import ConfigError, DecodeError, InputNotFoundError, LayoutError, S
 from .pairs import PairBuilder, PairTable, SamplePair
 from .smallfile import read_small_text
 
-__all__ = ["LABEL_SUFFIXES", "LAYOUTS", "Discovery", "PairTable", "SamplePair", "discover", "rel_path"]
+__all__ = ["LABEL_SUFFIXES", "LAYOUTS", "Discovery", "PairTable", "SamplePair", "discover", "file_types", "rel_path"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,11 +73,11 @@ class Discovery:
                 more = ", …" if len(missing) > _SHOW else ""
                 lines.append(f"split {name}: {len(missing)} {what}: {', '.join(missing[:_SHOW])}{more}")
         if self.skipped_types:
-            lines.append(f"skipped, not a file type shardkit reads: {_types(self.skipped_types)}")
+            lines.append(f"skipped, not a file type shardkit reads: {file_types(self.skipped_types)}")
         return lines
 
 
-def _types(counts: dict[str, int]) -> str:
+def file_types(counts: dict[str, int]) -> str:
     """``{".npy": 3, ".json": 1}`` → ``"3 .npy, 1 .json"`` (most first)."""
     return ", ".join(f"{n} {ext or '(no extension)'}" for ext, n in sorted(counts.items(), key=lambda e: (-e[1], e[0])))
 
@@ -507,7 +507,7 @@ def discover(root: Path, *, layout: str = "auto", label_suffix: str | None = Non
     _check_unmatched(root, images, labels, strict)
     skipped = dict(sum((r.skipped for r in results.values()), Counter()))
     if skipped:
-        logger.warning("%s: skipped, not a file type shardkit reads: %s", root, _types(skipped))
+        logger.warning("%s: skipped, not a file type shardkit reads: %s", root, file_types(skipped))
     pairs = {s: t for s, t in tables.items() if len(t)}
     if not pairs:
         raise LayoutError(f"layout {layout} found no image/label pairs in split(s) {', '.join(results)}",

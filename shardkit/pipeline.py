@@ -19,7 +19,7 @@ import numpy as np
 
 from ._version import __version__
 from .config import ConvertConfig
-from .discover import Discovery, discover
+from .discover import Discovery, discover, file_types
 from .errors import OutputError
 from .fingerprint import CACHE_NAME, SourceCache, load_cache, save_cache
 from .formats.base import SampleSpec
@@ -72,6 +72,8 @@ class ConvertSummary:
             f"in {self.seconds:.1f} s ({self.samples_per_second:.1f} samples/s)"
             + (f"; {self.reused} shards reused unchanged" if self.reused else "")
             + (f"; {len(self.skipped)} inputs skipped" if self.skipped else "")
+            + (f"; not read (file type): {file_types(self.discovery.skipped_types)}"
+               if self.discovery.skipped_types else "")
         )
 
 

@@ -100,10 +100,11 @@ DRIVE = [(DATA / "drive" / "images" / f"{i}_training.tif", DATA / "drive" / "1st
 def test_drive_gif_masks_and_tiff_images(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     root = _dataset(tmp_path, DRIVE)
     (root / "masks" / "notes.xml").write_text("<notes/>")  # a file type shardkit does not read
-    with caplog.at_level(logging.WARNING, logger="shardkit"):
+    with caplog.at_level(logging.INFO, logger="shardkit"):
         ds = _convert(root, tmp_path, label_map="255:1")
     text = " ".join(r.getMessage() for r in caplog.records)
     assert "without a label" not in text and "not a file type shardkit reads: 1 .xml" in text
+    assert "not read (file type): 1 .xml" in text  # the summary line names it too
     assert len(ds) == 2
     for i, (image, label) in enumerate(DRIVE):
         img, got = ds[i]
