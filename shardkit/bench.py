@@ -289,7 +289,7 @@ def run_bench(path: Path, *, against: bool = True, source: Path | None = None, b
         raise ConfigError("bench needs fixed-size samples", fix="convert with --size HxW")
     h, w = ds.spec.size
     sample_bytes = ds.spec.sample_nbytes((h, w))
-    onehot_bytes = h * w * 3 + h * w * ds.num_classes * 4
+    onehot_bytes = h * w * 3 + h * w * ds.onehot_channels * 4  # the one-hot output has no ignore channel
     limit = max(samples, batch_size)
     files = shard_files(ds, path)
     if against:

@@ -178,6 +178,16 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
 @click.option("--colour-tolerance", "--color-tolerance", type=click.IntRange(0, 255), default=0, show_default=True,
               help="Map colours within N per channel to their nearest class colour.")
 @click.option("--unknown-as", type=click.IntRange(0, 65535), help="Map unknown colours / out-of-range ids to this id.")
+# label values (shardkit.labels.values): at most one of these three
+@click.option("--label-map", metavar="SRC:ID,…|FILE",
+              help="Map raw label values to class ids, e.g. 255:1,0:0 for 0/255 masks (ranges: 128-255:1), or a "
+                   "file of SRC:ID lines / a JSON object; values it does not name are kept.")
+@click.option("--reduce-zero-label", is_flag=True,
+              help="mmsegmentation's rule (ADE20K, LoveDA): 0 becomes the ignore id (255 unless "
+                   "--ignore-index), every other value v becomes v-1.")
+@click.option("--threshold", type=click.IntRange(0, 65534), metavar="T",
+              help="Binary masks (JPEG ones too): value > T is class 1, else 0 (e.g. --threshold 127); "
+                   "refused on labels with more than two classes.")
 @click.option("--cityscapes-train-ids/--cityscapes-label-ids", default=True, show_default=True,
               help="Cityscapes: apply the official labelId→trainId mapping.")
 @click.option("--split", "splits", multiple=True, help="Only convert this split (repeatable).")
@@ -223,7 +233,8 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
 def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int] | None, resize: str, crop: str,
             label_encoding: str, layout: str, label_suffix: str | None, class_dict: Path | None,
             palette: Path | None, num_classes: int | None, ignore_index: int | None, colour_tolerance: int,
-            unknown_as: int | None, cityscapes_train_ids: bool, splits: tuple[str, ...], shard_size: ShardSize,
+            unknown_as: int | None, label_map: str | None, reduce_zero_label: bool, threshold: int | None,
+            cityscapes_train_ids: bool, splits: tuple[str, ...], shard_size: ShardSize,
             compression: str, image_codec: str, label_codec: str, workers: int, backend: str, scheduler: str | None,
             on_error: str, on_duplicate: str, max_pixels: int, storage_option: tuple[str, ...],
             strict: bool, dry_run: bool, force: bool, rehash: bool, keep_versions: int, quiet: bool,
@@ -240,7 +251,8 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
         input=input_dir, output=output_dir, format=format, size=size, resize=resize, crop=crop,
         label_encoding=label_encoding, layout=layout, label_suffix=label_suffix, class_dict=class_dict,
         palette=palette, num_classes=num_classes, ignore_index=ignore_index, colour_tolerance=colour_tolerance,
-        unknown_as=unknown_as, cityscapes_train_ids=cityscapes_train_ids, splits=splits, shard_size=shard_size,
+        unknown_as=unknown_as, label_map=label_map, reduce_zero_label=reduce_zero_label, threshold=threshold,
+        cityscapes_train_ids=cityscapes_train_ids, splits=splits, shard_size=shard_size,
         compression=compression, image_codec=image_codec, label_codec=label_codec, workers=workers, backend=backend,
         scheduler=scheduler, on_error=on_error, on_duplicate=on_duplicate,
         strict=strict, dry_run=dry_run, force=force, rehash=rehash, quiet=quiet, max_pixels=max_pixels,
@@ -252,6 +264,8 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
             click.echo(line)
         t = summary.table
         click.echo(f"classes: {t.num_classes} from {t.source}, ignore index {t.ignore_index}")
+        if cfg.value_map.active:
+            click.echo(f"label values: {cfg.value_map.describe()}")
         for c in t.classes:
             click.echo(f"  {c.id:>3} {c.name}" + (f"  rgb{tuple(c.colour)}" if c.colour else ""))
     if any("duplicate_of" not in s for s in summary.skipped):  # duplicates left out as asked are no failure
@@ -409,6 +423,19 @@ def _codec_name(codec: Any) -> str:
         return repr(codec)
 
 
+def _ignore_share(classes: dict[str, Any], stats: dict[str, Any]) -> str:
+    """``info``'s line on the ignore id: its pixels over all pixels (padding included), so that a class turned
+    into ignore by mistake (e.g. --ignore-index 255 on 0/255 masks) shows."""
+    ig = classes.get("ignore_index")
+    if ig is None:
+        return "ignore id: none (every pixel is a class)"
+    counts = stats.get("class_pixels") or []
+    ignored = int(counts[ig]) if 0 <= int(ig) < len(counts) else int(stats.get("ignore_pixels", 0))
+    total = int(stats.get("pixels", 0))
+    share = f"{100 * ignored / total:.2f} %" if total else "n/a"
+    return f"ignore id {ig}: {ignored} px, {share} of all pixels"
+
+
 def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any]) -> None:
     from .verify import load_split_manifest
 
@@ -425,6 +452,7 @@ def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any
     for c in m.classes["classes"]:
         s = share[c["id"]] if c["id"] < len(share) else 0.0
         click.echo(f"  {c['id']:>3} {c['name']:<20} {100 * s:6.2f} %")
+    click.echo(_ignore_share(m.classes, m.stats))
     if m.skipped:
         click.echo(f"{len(m.skipped)} inputs were skipped (see manifest.json 'skipped')")
     if plot is not None:

@@ -12,11 +12,14 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import encoding
 from .errors import ConfigError
 from .publish import DEFAULT_KEEP_VERSIONS
+
+if TYPE_CHECKING:
+    from .labels.values import ValueMap
 
 DEFAULT_SHARD_SAMPLES = 500
 #: Largest image or label (height x width), checked from the file header before any decoder runs. 2^24
@@ -107,6 +110,10 @@ class ConvertConfig:
     colour_tolerance: int = 0
     unknown_as: int | None = None
     cityscapes_train_ids: bool = True
+    # label values (shardkit.labels.values): at most one of the three
+    label_map: str | None = None  # "255:1,0:0" / "128-255:1", or a file of such entries
+    reduce_zero_label: bool = False
+    threshold: int | None = None
     splits: tuple[str, ...] = ()
     shard_size: ShardSize = field(default_factory=lambda: ShardSize(samples=DEFAULT_SHARD_SAMPLES))
     compression: str = "none"
@@ -182,6 +189,10 @@ class ConvertConfig:
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
             raise ConfigError(f"--keep-versions {keep!r} must be an integer of at least 1 (1 keeps only the current "
                               "version)")
+        if self.label_map is not None and not isinstance(self.label_map, str):
+            raise ConfigError(f"label_map {self.label_map!r} is not SRC:ID entries or a file path",
+                              fix="write it like label_map = \"255:1,0:0\"")
+        _ = self.value_map  # parsed once here, so a bad --label-map / --threshold is a usage error up front
         codecs = ArrayCodecs.parse(self.image_codec, self.label_codec)
         object.__setattr__(self, "image_codec", str(codecs.image))  # one spelling: "zstd:3" → "zstd"
         object.__setattr__(self, "label_codec", str(codecs.label))
@@ -214,7 +225,8 @@ class ConvertConfig:
         for name in ("class_dict", "palette"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, Path(getattr(self, name)))
-        for name in ("num_classes", "ignore_index", "unknown_as", "colour_tolerance", "workers", "max_pixels"):
+        for name in ("num_classes", "ignore_index", "unknown_as", "colour_tolerance", "workers", "max_pixels",
+                     "threshold"):
             value = getattr(self, name)
             if value is None or (isinstance(value, int) and not isinstance(value, bool)):
                 continue
@@ -236,6 +248,13 @@ class ConvertConfig:
             return max(1, len(os.sched_getaffinity(0)))
         except AttributeError:  # pragma: no cover - non-Linux
             return max(1, os.cpu_count() or 1)
+
+    @property
+    def value_map(self) -> ValueMap:
+        """The label value map of ``label_map`` / ``reduce_zero_label`` / ``threshold`` (checked on init)."""
+        from .labels.values import ValueMap  # the labels package loads OpenCV: not for every CLI command
+
+        return ValueMap.from_options(self.label_map, self.reduce_zero_label, self.threshold)
 
     @property
     def codecs(self) -> Any:
@@ -263,6 +282,7 @@ class ConvertConfig:
             "compression": self.compression,
             "image_interpolation": "area-down-linear-up",
             "label_interpolation": "nearest",
+            **self.value_map.to_json(),  # the label map's contents (not its file name); nothing when none
         }
 
     def replace(self, **changes: Any) -> ConvertConfig:

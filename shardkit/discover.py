@@ -10,6 +10,7 @@ import functools
 import logging
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,13 +20,15 @@ from .errors import ConfigError, DecodeError, InputNotFoundError, LayoutError, S
 from .pairs import PairBuilder, PairTable, SamplePair
 from .smallfile import read_small_text
 
-__all__ = ["LABEL_SUFFIXES", "LAYOUTS", "Discovery", "PairTable", "SamplePair", "discover", "rel_path"]
+__all__ = ["LABEL_SUFFIXES", "LAYOUTS", "Discovery", "PairTable", "SamplePair", "discover", "file_types", "rel_path"]
 
 logger = logging.getLogger(__name__)
 
 #: Layout names in the order ``layout="auto"`` tries them (most specific first).
 LAYOUTS: tuple[str, ...] = ("cityscapes", "voc", "generic", "class_dict", "segnet", "listfile")
-IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp"})
+#: What shardkit.imageio decodes (GIF: single frame; TIFF: single page; PPM/PGM/PBM: netpbm).
+IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".gif", ".ppm", ".pgm",
+                              ".pbm", ".pnm"})
 #: Label name = image stem + one of these (tried in this order; more than one hit is an error).
 LABEL_SUFFIXES: tuple[str, ...] = ("_L", "_color_mask", "_mask", "_label", "_labels", "")
 CLASS_DICT_NAMES: tuple[str, ...] = ("class_dict.csv", "classes.csv")
@@ -51,6 +54,9 @@ class Discovery:
     class_dict: Path | None
     unmatched_images: dict[str, tuple[str, ...]]
     unmatched_labels: dict[str, tuple[str, ...]]
+    #: files skipped in the image and label folders because their type is not an image shardkit reads:
+    #: extension (lower case, "" for none) → count
+    skipped_types: dict[str, int] = field(default_factory=dict)
 
     def total(self) -> int:
         """Number of pairs over all splits."""
@@ -66,7 +72,14 @@ class Discovery:
             for name, missing in table.items():
                 more = ", …" if len(missing) > _SHOW else ""
                 lines.append(f"split {name}: {len(missing)} {what}: {', '.join(missing[:_SHOW])}{more}")
+        if self.skipped_types:
+            lines.append(f"skipped, not a file type shardkit reads: {file_types(self.skipped_types)}")
         return lines
+
+
+def file_types(counts: dict[str, int]) -> str:
+    """``{".npy": 3, ".json": 1}`` → ``"3 .npy, 1 .json"`` (most first)."""
+    return ", ".join(f"{n} {ext or '(no extension)'}" for ext, n in sorted(counts.items(), key=lambda e: (-e[1], e[0])))
 
 
 @dataclass
@@ -76,6 +89,7 @@ class _Found:
     pairs: PairBuilder
     images: list[str] = field(default_factory=list)
     labels: list[str] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)  # other file types met, by extension
 
 
 _Job = Callable[[], _Found]
@@ -116,8 +130,9 @@ def _scan(folder: Path) -> tuple[list[str], StringColumn]:
     return sorted(dirs), names.take(names.argsort())
 
 
-def _walk(top: Path, recursive: bool = True) -> Iterator[tuple[str, str, str]]:
-    """Yield (relative folder, file name, absolute path) for each visible image below ``top``.
+def _walk(top: Path, recursive: bool = True, skipped: Counter[str] | None = None) -> Iterator[tuple[str, str, str]]:
+    """Yield (relative folder, file name, absolute path) for each visible image below ``top``; other files
+    are counted by extension in ``skipped``.
 
     A folder reached again through a symbolic link (two links to one folder), or a link to a folder above
     ``top``, is not walked (again): a loop must not turn six images into hundreds of duplicates.
@@ -138,6 +153,8 @@ def _walk(top: Path, recursive: bool = True) -> Iterator[tuple[str, str, str]]:
             if _is_image(name):
                 _check_name(folder, name)
                 yield rel, name, prefix + name
+            elif skipped is not None:
+                skipped[_split_ext(name)[1].lower()] += 1
         if recursive:
             stack.extend(f"{rel}/{d}" if rel else d for d in reversed(dirs))
 
@@ -172,7 +189,8 @@ def _match(root: Path, image_dir: Path, label_dir: Path, suffixes: tuple[str, ..
     # "rel\0stem" -> the label's extension (interned: no object per label), _PAIRED + it once paired, or the
     # extensions of several labels with that stem (an error if an image matches them)
     labels: dict[str, str | list[str]] = {}
-    for rel, name, _ in _walk(label_dir):
+    skipped: Counter[str] = Counter()
+    for rel, name, _ in _walk(label_dir, skipped=skipped if label_dir != image_dir else None):
         stem, ext = _split_ext(name)
         if stem.endswith(label_tag) and (not label_ext or ext.lower() == label_ext):
             k, ext = f"{rel}\0{stem}", sys.intern(ext)
@@ -187,8 +205,8 @@ def _match(root: Path, image_dir: Path, label_dir: Path, suffixes: tuple[str, ..
         v = labels[k]
         return [v] if isinstance(v, str) else v
 
-    found = _Found(PairBuilder(root))
-    for rel, name, path in _walk(image_dir):
+    found = _Found(PairBuilder(root), skipped=skipped)
+    for rel, name, path in _walk(image_dir, skipped=skipped):
         stem = _split_ext(name)[0]
         if image_tag and stem.endswith(image_tag):
             stem = stem[: -len(image_tag)]
@@ -487,12 +505,15 @@ def discover(root: Path, *, layout: str = "auto", label_suffix: str | None = Non
     images = {s: tuple(sorted(r.images)) for s, r in results.items() if r.images}
     labels = {s: tuple(sorted(r.labels)) for s, r in results.items() if r.labels}
     _check_unmatched(root, images, labels, strict)
+    skipped = dict(sum((r.skipped for r in results.values()), Counter()))
+    if skipped:
+        logger.warning("%s: skipped, not a file type shardkit reads: %s", root, file_types(skipped))
     pairs = {s: t for s, t in tables.items() if len(t)}
     if not pairs:
         raise LayoutError(f"layout {layout} found no image/label pairs in split(s) {', '.join(results)}",
                           path=root, fix=f"expected {EXPECTED[layout]} with matching names, or pass --layout")
     for s in sorted(set(results) - set(pairs)):
         logger.warning("%s: split %s has no image/label pairs; skipped", root, s)
-    result = Discovery(layout, root, pairs, kind, class_dict, images, labels)
+    result = Discovery(layout, root, pairs, kind, class_dict, images, labels, skipped)
     logger.info("%s: layout %s, %d pairs in %d splits", root, layout, result.total(), len(pairs))
     return result

@@ -13,7 +13,10 @@ turning a stored label into the output asked for is one call, :func:`transcode_i
   (``np.packbits``): ``(H, W, ceil(C / 8))``.
 
 Ids ``>= C`` (an ignore id such as 255) encode as all-zero vectors, which decode back to
-the ignore index. Only numpy is imported here (the reader core must not load OpenCV).
+the ignore index. Stored encodings keep one plane per class id (a lossless store of the ids); the
+reader's one-hot *outputs* follow the one-hot rule of :mod:`shardkit.onehot`: the ignore class is
+never a channel, also when its id lies inside ``0..C-1`` (CamVid's 11), so ignore pixels are all zero.
+Only numpy is imported here (the reader core must not load OpenCV).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .errors import ConfigError, LabelError, ShardFormatError
-from .onehot import onehot_into
+from .onehot import channel_classes, hot_channels, ignore_inside, onehot_into
 
 #: The stored label encodings, as named in manifests, the CLI and ``ConvertConfig``.
 NAMES = ("index", "onehot", "packed")
@@ -143,12 +146,16 @@ class _Hot(LabelEncoding):
         stored = self.hot(encoded)
         assert stored is not None
         c = self.num_classes
-        if stored.shape[-1] != c:
-            raise ShardFormatError(f"stored one-hot label has {stored.shape[-1]} channels, expected {c}")
+        dropped = self.dropped_class
+        want = c - (dropped is not None)
+        if stored.shape[-1] != want:
+            raise ShardFormatError(f"stored one-hot label has {stored.shape[-1]} channels, expected {want}")
         hot = stored.sum(axis=-1, dtype=np.uint32)
         if (hot > 1).any():
             raise ShardFormatError("stored one-hot label has pixels with more than one class set")
         ids = stored.argmax(axis=-1).astype(id_dtype(c, ignore_index))
+        if dropped is not None:  # channels above the dropped ignore class are class id - 1
+            ids += ids >= dropped
         empty = hot == 0
         if empty.any():
             if ignore_index is None:
@@ -157,26 +164,48 @@ class _Hot(LabelEncoding):
             ids[empty] = ignore_index
         return ids
 
+    @property
+    def dropped_class(self) -> int | None:
+        """The class id without a channel (the ignore class, in a one-hot output), or None."""
+        return None
+
 
 class OneHot(_Hot):
-    """0/1 per class: ``(H, W, C)``, or ``(C, H, W)`` with ``channels_first``; uint8 (stored) or float32."""
+    """0/1 per class: ``(H, W, C)``, or ``(C, H, W)`` with ``channels_first``; uint8 (stored) or float32.
+
+    ``ignore_index`` (outputs only; stored encodings leave it None): the ignore class gets no channel
+    (:func:`shardkit.onehot.hot_channels`): ``C - 1`` channels when it lies inside ``0..C-1``."""
 
     name = "onehot"
 
-    def __init__(self, num_classes: int, dtype: Any = np.uint8, *, channels_first: bool = False) -> None:
+    def __init__(self, num_classes: int, dtype: Any = np.uint8, *, channels_first: bool = False,
+                 ignore_index: int | None = None) -> None:
         super().__init__(num_classes, dtype)
         self.channels_first = bool(channels_first)
+        self.ignore_index = ignore_index if ignore_index is not None and ignore_inside(num_classes, ignore_index) \
+            else None
 
     def __repr__(self) -> str:
         cf = ", channels_first=True" if self.channels_first else ""
-        return f"OneHot({self.num_classes}, {self.dtype.str!r}{cf})"
+        ig = f", ignore_index={self.ignore_index}" if self.ignore_index is not None else ""
+        return f"OneHot({self.num_classes}, {self.dtype.str!r}{cf}{ig})"
 
     @property
     def channels(self) -> int:
-        return self.num_classes
+        return hot_channels(self.num_classes, self.ignore_index)
+
+    @property
+    def dropped_class(self) -> int | None:
+        return self.ignore_index
+
+    @property
+    def channel_classes(self) -> np.ndarray:
+        """The class id of each channel (``0..C-1`` less the dropped ignore class)."""
+        return channel_classes(self.num_classes, self.ignore_index)
 
     def encode_into(self, ids: np.ndarray, out: np.ndarray, *, allow_numba: bool = True) -> None:
-        onehot_into(ids, self.num_classes, out, channels_first=self.channels_first, allow_numba=allow_numba)
+        onehot_into(ids, self.num_classes, out, channels_first=self.channels_first, allow_numba=allow_numba,
+                    ignore_index=self.ignore_index)
 
     def hot(self, encoded: np.ndarray) -> np.ndarray:
         return np.moveaxis(encoded, -3, -1) if self.channels_first else encoded
@@ -222,9 +251,10 @@ def stored(name: str, num_classes: int, id_dtype: Any) -> LabelEncoding:
 
 
 def reader_output(labels: str, stored_as: LabelEncoding, id_dtype: Any, *,
-                  channels_first: bool = False) -> LabelEncoding:
+                  channels_first: bool = False, ignore_index: int | None = None) -> LabelEncoding:
     """The encoding a reader's ``labels=`` asks for; ``"stored"`` (and ``"ids"`` of index storage) is
-    ``stored_as`` itself, which a reader then hands out without conversion."""
+    ``stored_as`` itself, which a reader then hands out without conversion. One-hot outputs give the
+    ignore class (``ignore_index``) no channel (:mod:`shardkit.onehot`)."""
     if labels not in READER_OUTPUTS:
         raise ConfigError(f"labels={labels!r} is not one of {', '.join(READER_OUTPUTS)}")
     if labels == "stored" or (labels == "ids" and isinstance(stored_as, Index)):
@@ -232,7 +262,7 @@ def reader_output(labels: str, stored_as: LabelEncoding, id_dtype: Any, *,
     if labels == "ids":
         return Index(stored_as.num_classes, id_dtype)
     dtype = np.float32 if labels == "float_onehot" else np.uint8
-    return OneHot(stored_as.num_classes, dtype, channels_first=channels_first)
+    return OneHot(stored_as.num_classes, dtype, channels_first=channels_first, ignore_index=ignore_index)
 
 
 def transcode_into(src: LabelEncoding, dst: LabelEncoding, encoded: np.ndarray, out: np.ndarray,
@@ -247,6 +277,8 @@ def transcode_into(src: LabelEncoding, dst: LabelEncoding, encoded: np.ndarray, 
     elif isinstance(src, Index):
         dst.encode_into(encoded, out)
     elif isinstance(dst, OneHot) and (hot := src.hot(encoded)) is not None:
+        if dst.dropped_class is not None:  # the ignore class's plane is not an output channel
+            hot = hot[..., dst.channel_classes]
         np.copyto(out, np.moveaxis(hot, -1, -3) if dst.channels_first else hot, casting="unsafe")
     else:
         dst.encode_into(src.decode(encoded, ignore_index), out)

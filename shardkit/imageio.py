@@ -1,4 +1,8 @@
-"""Image and label files in, pixel arrays out: the one place that decodes PNG, JPEG and palette PNGs.
+"""Image and label files in, pixel arrays out: the one place that decodes image files.
+
+PNG, JPEG, BMP, WebP, PPM/PGM and TIFF go through OpenCV; GIF, palette and 1-bit labels through PIL.
+Files with several frames or pages (animated GIF/PNG/WebP, multi-page TIFF) are refused: which frame
+is the label has no one answer.
 
 Files are read with ``np.fromfile`` + ``cv2.imdecode`` rather than ``cv2.imread``
 because that works for non-ASCII paths on every platform and lets us tell an empty
@@ -30,6 +34,12 @@ from .errors import DecodeError, InputNotFoundError
 logger = logging.getLogger(__name__)
 
 _FIX_CORRUPT = "re-export or remove the file, or --on-error skip"
+#: File name extensions read as images and labels (lower case); any other file in an image or label folder
+#: is skipped, and named in the convert summary.
+IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".gif", ".ppm", ".pgm",
+                              ".pbm", ".pnm"})
+#: Formats whose files may hold several frames or pages (PIL's names).
+_MULTI_FRAME = frozenset({"GIF", "TIFF", "PNG", "WEBP"})  # not MPO: a phone JPEG's second picture is a preview
 _warned_16bit = False
 
 
@@ -68,15 +78,6 @@ def _as_bytes(data: np.ndarray) -> bytes:
 
 
 _JPEG_SOI = b"\xff\xd8"  # start of image: every JPEG file begins with it
-
-
-def is_jpeg_file(path: Path) -> bool:
-    """Whether ``path`` holds a JPEG (by its first bytes); False when it cannot be read."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(len(_JPEG_SOI)) == _JPEG_SOI
-    except OSError:
-        return False
 
 
 def _jpeg_truncated(data: np.ndarray) -> bool:
@@ -158,12 +159,61 @@ def _png_plain_8bit(data: np.ndarray) -> bool:
     return depth == 8 and colour_type in (0, 2)
 
 
-def decode_label_pixels(path: Path, data: np.ndarray | None = None) -> np.ndarray:
+def is_jpeg_data(data: np.ndarray) -> bool:
+    """Whether a file's bytes are a JPEG (lossy: labels in it carry compression noise)."""
+    return data[: len(_JPEG_SOI)].tobytes() == _JPEG_SOI
+
+
+def _pil_header(path: Path, what: str, data: np.ndarray) -> tuple[str, str] | None:
+    """``(format, mode)`` of a file from PIL's header (no pixels decoded), or None when PIL cannot read it
+    (OpenCV then decides). A file of several frames or pages is refused."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(_as_bytes(data))) as im:
+                fmt, mode = str(im.format), str(im.mode)
+                frames = int(getattr(im, "n_frames", 1)) if fmt in _MULTI_FRAME else 1
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+        return None
+    if frames > 1:
+        kind = {"GIF": "an animated GIF", "TIFF": "a multi-page TIFF", "PNG": "an animated PNG",
+                "WEBP": "an animated WebP"}[fmt]
+        pages = "pages" if fmt == "TIFF" else "frames"
+        raise DecodeError(f"{what} is {kind} ({frames} {pages}); which one is the {what} has no single answer",
+                          path=path, fix=f"export the {what} as a single-{pages[:-1]} file, or --on-error skip")
+    return fmt, mode
+
+
+def _pil_pixels(path: Path, what: str, data: np.ndarray, mode: str | None = None) -> np.ndarray:
+    """Pixels as PIL decodes them (converted to ``mode`` when given): palette indices for mode P, 0/1 for
+    mode 1."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(_as_bytes(data))) as im:
+                im.load()
+                arr = np.array(im.convert(mode) if mode is not None and im.mode != mode else im)
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+        raise DecodeError(f"cannot decode {what}: {exc}", path=path, fix=_FIX_CORRUPT) from None
+    return arr.astype(np.uint8) if arr.dtype == np.bool_ else arr
+
+
+def _png_gray_depth(data: np.ndarray) -> int:
+    """The bit depth of a gray (colour type 0) PNG from its IHDR, 0 for anything else."""
+    if data.size < 26 or data[:8].tobytes() != _PNG_SIGNATURE or data[12:16].tobytes() != b"IHDR":
+        return 0
+    return int(data[24]) if int(data[25]) == 0 else 0
+
+
+def decode_label_pixels(path: Path, data: np.ndarray | None = None, *, indices: bool = False) -> np.ndarray:
     """A label file's pixels exactly as ``cv2.imdecode(…, IMREAD_UNCHANGED)`` gives them (BGR order).
 
     8-bit gray and RGB PNGs (the usual id maps and colour masks) are decoded with libspng,
-    ~1.3-1.6x faster to the same pixels (tested on the real datasets); anything else
-    (palette, 16-bit, transparency, other formats) goes through OpenCV. ``data``: the file's bytes, when
+    ~1.3-1.6x faster to the same pixels (tested on the real datasets); other PNG, JPEG, BMP, WebP,
+    PPM/PGM and TIFF files go through OpenCV, GIF through PIL (as RGB, or gray for a gray GIF). With
+    ``indices`` (id labels), palette images (PNG, GIF, BMP, TIFF) give their palette indices, 1-bit
+    images 0/1 and 2- or 4-bit gray PNGs their samples, not the colours or 0..255 levels OpenCV and PIL
+    expand them to. ``data``: the file's bytes, when
     the caller has read them already.
     """
     path = Path(path)
@@ -174,6 +224,19 @@ def decode_label_pixels(path: Path, data: np.ndarray | None = None) -> np.ndarra
             if arr.ndim == 3 and arr.shape[2] == 1:
                 arr = arr[:, :, 0]
             return arr[:, :, ::-1] if arr.ndim == 3 else arr
+    header = _pil_header(path, "label", data)
+    depth = _png_gray_depth(data)
+    if indices and depth in (2, 4):  # decoders scale 2- and 4-bit gray to 0..255; ids are the samples
+        return decode_raw(path, "label", data) // (255 // ((1 << depth) - 1))
+    if header is not None:
+        fmt, mode = header
+        if indices and mode in ("P", "1"):
+            return _pil_pixels(path, "label", data)
+        if indices and mode == "PA":
+            return _pil_pixels(path, "label", data)[:, :, 0]
+        if fmt == "GIF":
+            rgb = _pil_pixels(path, "label", data, "L" if mode in ("L", "1") else "RGB")
+            return rgb if rgb.ndim == 2 else np.ascontiguousarray(rgb[:, :, ::-1])
     return decode_raw(path, "label", data)
 
 
@@ -189,6 +252,10 @@ def decode_image(path: Path, data: np.ndarray | None = None) -> np.ndarray:
     global _warned_16bit
     data = file_bytes(Path(path), "image", data)
     rgb = _decode_png_rgb(data)
+    if rgb is None:
+        header = _pil_header(Path(path), "image", data)  # refuses animations and multi-page files
+        if header is not None and header[0] == "GIF":
+            rgb = _pil_pixels(Path(path), "image", data, "RGB")
     arr = rgb if rgb is not None else decode_raw(Path(path), "image", data)
     if arr.dtype == np.uint16:
         if not _warned_16bit:
@@ -422,7 +489,7 @@ def _tiff_header(fh: Any) -> tuple[int, int, int]:
     return height, width, per_pixel
 
 
-def _pil_header(fh: Any, kind: str) -> tuple[int, int, int]:
+def _pil_size(fh: Any, kind: str) -> tuple[int, int, int]:
     """(height, width, bytes per pixel) by PIL, which reads only the header, held to the type OpenCV sniffed."""
     if kind == "TIFF":
         return _tiff_header(fh)
@@ -472,10 +539,10 @@ def read_header(path: Path, what: str = "image", data: np.ndarray | None = None)
         elif kind == "JPEG":
             h, w, bpp = _jpeg_header(head)
         elif data is not None:
-            h, w, bpp = _pil_header(io.BytesIO(data_bytes), kind)
+            h, w, bpp = _pil_size(io.BytesIO(data_bytes), kind)
         else:  # PIL seeks to what it needs (a TIFF's directory is often at the end of the file)
             with open(path, "rb") as fh:
-                h, w, bpp = _pil_header(fh, kind)
+                h, w, bpp = _pil_size(fh, kind)
     except Image.DecompressionBombError:
         bomb = 2 * (Image.MAX_IMAGE_PIXELS or 0)
         raise DecodeError(f"{what} is larger than {bomb} pixels (its {kind} header), more than any --max-pixels "
@@ -542,6 +609,23 @@ def read_image_size(path: Path) -> tuple[int, int]:
     regular_stat(path, "image")
     header = read_header(path, "image")
     return header.height, header.width
+
+
+def label_palette(path: Path) -> tuple[tuple[int, int, int], ...] | None:
+    """The RGB palette of a palette-indexed label (PNG, GIF, BMP, TIFF), read from its header (no pixels
+    decoded); None for any other file or one that cannot be read. ``show`` draws the ids in these colours."""
+    try:
+        regular_stat(path, "label")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(path) as im:
+                if im.mode not in ("P", "PA"):
+                    return None
+                flat = im.getpalette("RGB") or []
+    except (DecodeError, InputNotFoundError, UnidentifiedImageError, OSError, SyntaxError, ValueError,
+            Image.DecompressionBombError):
+        return None
+    return tuple((flat[k], flat[k + 1], flat[k + 2]) for k in range(0, len(flat) - 2, 3))
 
 
 def decode_palette_label(path: Path, data: np.ndarray | None = None) -> tuple[str, np.ndarray]:

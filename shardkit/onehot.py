@@ -9,6 +9,14 @@ loop writes each row once instead, ~2.5x faster again and close to the speed of 
 the output (and a compiled plane loop does channels first, ~1.3x numpy's comparison);
 ``SHARDKIT_NO_NUMBA=1`` turns them off. Ids outside ``0..C-1`` (an ignore id such
 as 255) give all-zero vectors.
+
+**The ignore class is never a channel** (one rule for every reader output and every augmentation
+backend): ignore pixels are all-zero vectors. When the ignore id lies outside ``0..C-1`` (255) the
+output has ``C`` channels, channel ``k`` = class ``k``. When it lies inside (CamVid's Unlabelled, 11 of
+12 classes) that class is dropped: ``C - 1`` channels, the classes below the ignore id keep their
+number and those above it move down by one (:func:`hot_channels`, :func:`channel_ids`,
+:func:`channel_classes`). The torch and TensorFlow kernels (:mod:`shardkit.augment`) apply the same
+numbering.
 """
 
 from __future__ import annotations
@@ -22,6 +30,41 @@ from . import jit
 
 #: Pixels per step of the channels-last kernel (~1.5 MB of float32 output: stays in L2).
 CHUNK = 32768
+
+
+def ignore_inside(num_classes: int, ignore_index: int | None) -> bool:
+    """Whether the ignore id is one of the classes ``0..C-1`` (then it loses its one-hot channel)."""
+    return ignore_index is not None and 0 <= int(ignore_index) < int(num_classes)
+
+
+def hot_channels(num_classes: int, ignore_index: int | None) -> int:
+    """Channels of a one-hot output: the classes, less the ignore class when it is one of them."""
+    return int(num_classes) - 1 if ignore_inside(num_classes, ignore_index) else int(num_classes)
+
+
+def channel_classes(num_classes: int, ignore_index: int | None) -> np.ndarray:
+    """The class id of each one-hot channel, in channel order (``0..C-1`` without the ignore id)."""
+    classes = np.arange(int(num_classes), dtype=np.int64)
+    return classes[classes != ignore_index] if ignore_inside(num_classes, ignore_index) else classes
+
+
+def channel_ids(ids: np.ndarray, num_classes: int, ignore_index: int | None) -> np.ndarray:
+    """Class ids → channel numbers (``ids`` itself when the ignore id lies outside the classes).
+
+    Ids below the ignore id keep their number, ids above it move down by one, the ignore id becomes
+    ``C - 1`` (no channel: an all-zero vector), as do ids ``>= C``."""
+    if not ignore_inside(num_classes, ignore_index):
+        return ids
+    ig = ids.dtype.type(ignore_index)
+    out = np.subtract(ids, ids > ig, dtype=ids.dtype)
+    np.putmask(out, ids == ig, ids.dtype.type(num_classes - 1))
+    return out
+
+
+def channel_lut(num_classes: int, ignore_index: int | None) -> np.ndarray:
+    """:func:`channel_ids` as an int64 table of ``C + 1`` entries for the torch and TensorFlow kernels: the
+    channel of id ``v`` is ``lut[min(v, C)]`` (entry ``C`` stands for every id ``>= C``: no channel)."""
+    return channel_ids(np.arange(int(num_classes) + 1, dtype=np.int64), num_classes, ignore_index)
 
 
 def _rows_loop(ids: Any, out: Any) -> None:  # pragma: no cover - runs compiled
@@ -67,12 +110,16 @@ def kernel_name() -> str:
 
 
 def onehot_into(ids: np.ndarray, num_classes: int, out: np.ndarray, *, channels_first: bool = False,
-                allow_numba: bool = True) -> None:
+                allow_numba: bool = True, ignore_index: int | None = None) -> None:
     """Write the one-hot encoding of ``ids`` (…, H, W) into ``out`` (float32 or uint8, C-contiguous).
 
-    ``allow_numba=False`` keeps to numpy: for convert's pool workers, where loading LLVM would add
-    ~130 MB to every worker (and loky restarts workers whose memory grows by 300 MB).
+    ``ignore_index`` inside ``0..num_classes-1`` drops that class's channel (:func:`hot_channels`): ``out``
+    then has ``num_classes - 1`` channels. ``allow_numba=False`` keeps to numpy: for convert's pool workers,
+    where loading LLVM would add ~130 MB to every worker (and loky restarts workers whose memory grows by 300 MB).
     """
+    if ignore_inside(num_classes, ignore_index):
+        ids = channel_ids(ids, num_classes, ignore_index)
+        num_classes -= 1
     # class values in a dtype wide enough for both the ids and every class (uint8 ids, 300 classes)
     classes = np.arange(num_classes, dtype=np.promote_types(ids.dtype, np.min_scalar_type(max(num_classes - 1, 0))))
     want = (*ids.shape[:-2], num_classes, *ids.shape[-2:]) if channels_first else (*ids.shape, num_classes)

@@ -24,13 +24,16 @@ import numpy as np
 
 from ._version import __version__
 from .config import ConvertConfig
-from .discover import Discovery, discover
+from .discover import Discovery, discover, file_types
 from .duplicates import Drops, DuplicateReport, ShardHashes, drops, find_duplicates, log_report, row_keys
 from .errors import DuplicateError, OutputError
 from .fingerprint import CACHE_NAME, SourceCache, load_cache, save_cache
 from .formats.base import SampleSpec
 from .formats.registry import all_formats, get
+from .imageio import label_palette
 from .labels import ClassTable, LabelDecoder, build_class_table
+from .labels.builtin import with_palette_colours
+from .labels.values import ignore_warning
 from .manifest import MANIFEST_NAME, Manifest, ShardInfo
 from .plan import ShardTask, plan_split, settings_text
 from .pool import run_tasks
@@ -91,6 +94,8 @@ class ConvertSummary:
             f"in {self.seconds:.1f} s ({self.samples_per_second:.1f} samples/s)"
             + (f"; {self.reused} shards reused unchanged" if self.reused else "")
             + (f"; {len(failed)} inputs skipped" if failed else "")
+            + (f"; not read (file type): {file_types(self.discovery.skipped_types)}"
+               if self.discovery.skipped_types else "")
             + dupes
         )
 
@@ -129,11 +134,18 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
     started = time.perf_counter()
     found = discover(cfg.input, layout=cfg.layout, label_suffix=cfg.label_suffix, splits=cfg.splits,
                      strict=cfg.strict)
+    values = cfg.value_map
     table = build_class_table(
         found.label_kind, class_dict=cfg.class_dict or found.class_dict, palette=cfg.palette, layout=found.layout,
-        num_classes=cfg.num_classes, ignore_index=cfg.ignore_index, cityscapes_train_ids=cfg.cityscapes_train_ids,
+        num_classes=cfg.num_classes if cfg.num_classes or cfg.class_dict or cfg.palette or found.class_dict
+        else values.implied_num_classes(cfg.ignore_index), ignore_index=cfg.ignore_index,
+        cityscapes_train_ids=cfg.cityscapes_train_ids,
     )
-    decoder = LabelDecoder(found.label_kind, table, cfg.colour_tolerance, cfg.unknown_as)
+    table = values.adapt_table(table)
+    if found.label_kind in ("ids", "palette"):  # palette labels' own colours draw them in `show` (header only)
+        first = next((p for pairs in found.splits.values() if len(pairs) and (p := pairs.path(0, 1))), None)
+        table = with_palette_colours(table, label_palette(Path(first)) if first else None)
+    decoder = LabelDecoder(found.label_kind, table, cfg.colour_tolerance, cfg.unknown_as, values)
     summary = ConvertSummary(found, table, cfg.dry_run)
     if cfg.dry_run:  # the caller (the CLI) prints the report itself
         return summary
@@ -386,6 +398,9 @@ def publish_split(
         shards.append(ShardInfo(index, r.num_samples, first, r.files[:-1], r.files[-1]))
         first += r.num_samples
         stats.merge(Stats.from_wire(r.stats))
+    warning = ignore_warning(table, stats.class_pixels, stats.ignore_pixels) if cfg.ignore_index is not None else None
+    if warning:  # e.g. --ignore-index 255 on 0/255 masks: every foreground pixel became ignore
+        log.warning("split %s: %s", split, warning)
     fingerprint = split_fingerprint([r.fingerprint for r in records])
     manifest = Manifest(
         version=1,

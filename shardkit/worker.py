@@ -23,11 +23,11 @@ import numpy as np
 from .codecs import RAW, ArrayCodecs
 from .config import DEFAULT_MAX_PIXELS
 from .discover import rel_path
-from .errors import LabelError, ShardkitError
+from .errors import ShardkitError
 from .fingerprint import SourceCache, sample_fingerprint, source_digest
 from .formats.base import SampleSpec, WrittenFile
 from .formats.registry import get, writer_class
-from .imageio import check_pixels, decode_image, is_jpeg_file, regular_stat
+from .imageio import check_pixels, decode_image, regular_stat
 from .labels import LabelDecoder
 from .plan import ShardTask, hex_rows, shard_key, stem
 from .preprocess import fit_pair, pads
@@ -94,15 +94,6 @@ class ShardResult:
     pixels: bytes = b""
 
 
-def _lossy_label_hint(exc: LabelError, label: Path | None) -> LabelError:
-    """``exc`` as it is, or — for a JPEG label — the reason its ids or colours are wrong and the real fix."""
-    if label is None or not is_jpeg_file(label):
-        return exc
-    return LabelError(f"{exc.problem} — the label is a JPEG: lossy compression changes ids and colours along every "
-                      "edge, so labels must be stored losslessly", fix="re-export the labels as PNG from their "
-                      "source (converting the JPEG cannot restore the lost values)")
-
-
 def process_sample(pair: Any, ctx: WorkerContext,
                    data: dict[Path, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """Decode + fit + encode one pair → (image, stored label, class ids, whether it was padded).
@@ -119,10 +110,7 @@ def process_sample(pair: Any, ctx: WorkerContext,
             regular_stat(pair.label, "label")
         check_pixels(pair.label, ctx.max_pixels, "label", label_data)
     image = decode_image(pair.image, image_data)
-    try:
-        ids = ctx.decoder.decode(pair.label, label_data)
-    except LabelError as exc:
-        raise _lossy_label_hint(exc, pair.label) from None
+    ids = ctx.decoder.decode(pair.label, label_data)  # JPEG labels: the decoder words their errors itself
     pad = ctx.decoder.table.ignore_index if ctx.decoder.table.ignore_index is not None else 0
     padded = pads(image.shape[:2], ctx.size, ctx.resize, ctx.crop)
     image, ids = fit_pair(image, ids, size=ctx.size, resize=ctx.resize, crop=ctx.crop, pad_label=pad,

@@ -110,3 +110,31 @@ def test_allow_numba_false_keeps_to_numpy(monkeypatch: pytest.MonkeyPatch) -> No
     out = np.empty((2, 7, 9, 5), np.uint8)
     onehot_into(ids, 5, out, allow_numba=False)
     assert np.array_equal(out, reference(ids, 5, np.uint8, False))
+
+
+@pytest.mark.parametrize("ignore", [0, 5, 11])
+@pytest.mark.parametrize("channels_first", [False, True])
+@pytest.mark.parametrize("ids_dtype", [np.uint8, np.uint16, np.int64])
+def test_an_ignore_id_inside_the_classes_has_no_channel(ignore: int, channels_first: bool, ids_dtype: type) -> None:
+    """Numba and numpy kernels alike: the ignore class is dropped, the classes above it move down one."""
+    ids = np.random.default_rng(2).integers(0, 12, (2, 19, 23)).astype(ids_dtype)
+    ids[0, :3, :4] = 255
+    keep = np.array([k for k in range(12) if k != ignore])
+    want = (ids[..., None] == keep).astype(np.float32)
+    want = np.moveaxis(want, -1, -3) if channels_first else want
+    out = np.full(want.shape, 3, np.float32)
+    onehot_into(ids, 12, out, channels_first=channels_first, ignore_index=ignore)
+    assert np.array_equal(out, want)
+    assert onehot.hot_channels(12, ignore) == 11 and onehot.hot_channels(12, 255) == 12
+    assert np.array_equal(onehot.channel_classes(12, ignore), keep)
+    lut = onehot.channel_lut(12, ignore)  # the torch / TF kernels' table: same numbering (>= 11: no channel)
+    via_lut = lut[np.minimum(ids, 12).astype(np.int64)]
+    assert np.array_equal(np.minimum(via_lut, 11), np.minimum(onehot.channel_ids(ids, 12, ignore), 11))
+
+
+def test_an_ignore_id_outside_the_classes_changes_nothing() -> None:
+    ids = np.array([[0, 3, 255]], np.uint8)
+    assert onehot.channel_ids(ids, 4, 255) is ids and onehot.channel_ids(ids, 4, None) is ids
+    out = np.empty((1, 3, 4), np.uint8)
+    onehot_into(ids, 4, out, ignore_index=255)
+    assert np.array_equal(out, reference(ids, 4, np.uint8, False))

@@ -222,19 +222,19 @@ def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] |
     for k, p in enumerate(params):
         if p.holes:
             cut_holes(out_img[k], out_lab[k], p, ignore_index)
-    return apply_outputs(aug, out_img, out_lab)
+    return apply_outputs(aug, out_img, out_lab, ignore_index)
 
 
-def apply_outputs(aug: Compose, images: np.ndarray, labels: np.ndarray) -> tuple[Any, Any]:
+def apply_outputs(aug: Compose, images: np.ndarray, labels: np.ndarray, ignore_index: int) -> tuple[Any, Any]:
     """The pipeline's output ops (:class:`~shardkit.augment.ops.Normalize`, :class:`~shardkit.augment.ops.OneHot`)
-    on an augmented batch; without them the batch as it is."""
+    on an augmented batch; without them the batch as it is. ``ignore_index`` gets no one-hot channel."""
     from .ops import Normalize, OneHot
 
     for op in aug.ops:
         if isinstance(op, Normalize):
             images = op.numpy(images)
         elif isinstance(op, OneHot):
-            labels = op.numpy(labels)
+            labels = op.numpy(labels, ignore_index)
     return images, labels
 
 

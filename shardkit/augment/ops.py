@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import encoding
 from ..errors import ConfigError
+from ..onehot import hot_channels
 from . import backends, seeding
 from .geometry import warp_labels
 
@@ -292,9 +293,14 @@ class Normalize(Op):
 
 
 class OneHot(Op):
-    """Label ids → one-hot, ``(…, H, W, C)`` or with ``channels_first`` ``(…, C, H, W)``, uint8 or float32;
-    ids ``>= num_classes`` (the ignore index) become all-zero vectors. The label side of an output: it is
-    :class:`shardkit.encoding.OneHot`, the encoding a reader's ``labels="onehot"`` gives."""
+    """Label ids → one-hot, ``(…, H, W, C)`` or with ``channels_first`` ``(…, C, H, W)``, uint8 or float32.
+
+    The ignore class is never a channel (the rule of :mod:`shardkit.onehot`, on every backend): ignore
+    pixels — augmentation padding included — are all-zero vectors, and when the ignore index (the one the
+    pipeline is called with) lies inside ``0..num_classes-1`` (CamVid's 11) the output has
+    ``num_classes - 1`` channels, the classes above the ignore id moved down by one (:meth:`channels`).
+    The label side of an output: it is :class:`shardkit.encoding.OneHot`, the encoding a reader's
+    ``labels="onehot"`` gives."""
 
     output = True
 
@@ -314,13 +320,18 @@ class OneHot(Op):
     def draw(self, rng: np.random.Generator, st: _State) -> None:
         return None
 
-    @property
-    def encoding(self) -> encoding.OneHot:
-        return encoding.OneHot(self.num_classes, self.dtype, channels_first=self.channels_first)
+    def channels(self, ignore_index: int | None) -> int:
+        """Output channels under ``ignore_index``: ``num_classes``, less one when the ignore id is a class."""
+        return hot_channels(self.num_classes, ignore_index)
 
-    def numpy(self, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    def encoding(self, ignore_index: int | None) -> encoding.OneHot:
+        """The encoding this op gives under ``ignore_index`` (the ignore class without a channel)."""
+        return encoding.OneHot(self.num_classes, self.dtype, channels_first=self.channels_first,
+                               ignore_index=ignore_index)
+
+    def numpy(self, ids: np.ndarray, ignore_index: int | None, out: np.ndarray | None = None) -> np.ndarray:
         """The numpy application: :meth:`shardkit.encoding.OneHot.encode` (numba kernels when installed)."""
-        return self.encoding.encode(ids, out)
+        return self.encoding(ignore_index).encode(ids, out)
 
 
 _local = threading.local()

@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..errors import ConfigError
+from ..onehot import channel_lut, ignore_inside
 from .cpu import HSV_HDIV, HSV_SDIV, colour_lut
 from .ops import ColorJitter, Cutout, Normalize, OneHot, RandomCrop, RandomFlip, RandomRotate, RandomScale
 
@@ -306,7 +307,7 @@ def apply_batch(aug: Compose, images: tf.Tensor, labels: tf.Tensor, indices: Any
         if isinstance(op, Normalize):
             img = (tf.cast(img, tf.float32) - op.mean_f32) * op.inv_std_f32
         elif isinstance(op, OneHot):
-            out_lab = one_hot(out_lab, op)
+            out_lab = one_hot(out_lab, op, ignore_index)
     return img, out_lab
 
 
@@ -325,7 +326,13 @@ def cut_holes(images: tf.Tensor, labels: tf.Tensor, boxes: tf.Tensor, op: Cutout
     return images, labels
 
 
-def one_hot(labels: tf.Tensor, op: OneHot) -> tf.Tensor:
-    """Ids (B, H, W) → one-hot (B, H, W, C), or (B, C, H, W) with ``channels_first``; ids ``>= C`` → all zero."""
-    hot = tf.one_hot(tf.cast(labels, tf.int32), op.num_classes, dtype=tf.as_dtype(op.dtype))
+def one_hot(labels: tf.Tensor, op: OneHot, ignore_index: int | None = None) -> tf.Tensor:
+    """Ids (B, H, W) → one-hot (B, H, W, C'), or (B, C', H, W) with ``channels_first``; the ignore id and ids
+    ``>= C`` → all zero, C' = :meth:`OneHot.channels` (the ignore class has no channel; channels numbered by
+    :func:`shardkit.onehot.channel_lut`)."""
+    c = op.num_classes
+    ids = tf.cast(labels, tf.int32)
+    if ignore_inside(c, ignore_index):
+        ids = tf.gather(tf.constant(channel_lut(c, ignore_index), tf.int32), tf.minimum(ids, c))
+    hot = tf.one_hot(ids, op.channels(ignore_index), dtype=tf.as_dtype(op.dtype))
     return tf.transpose(hot, (0, 3, 1, 2)) if op.channels_first else hot

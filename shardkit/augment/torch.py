@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ConfigError
+from ..onehot import channel_lut, ignore_inside
 from .cpu import HSV_HDIV, HSV_SDIV, colour_luts
 from .ops import Normalize, OneHot
 
@@ -161,10 +162,14 @@ class TorchNormalize:
 
 class TorchOneHot:
     """A :class:`~shardkit.augment.ops.OneHot` op on ``device``: ids (B, H, W) or (H, W) → one-hot along
-    the class axis (after the batch axis with ``channels_first``, else last); ids ``>= C`` → all zero."""
+    the class axis (after the batch axis with ``channels_first``, else last); the ignore id and ids ``>= C``
+    → all zero, and an ignore id inside ``0..C-1`` has no channel (:func:`shardkit.onehot.channel_ids`)."""
 
-    def __init__(self, op: OneHot, device: torch.device | str) -> None:
-        self.classes = torch.arange(op.num_classes, device=device)
+    def __init__(self, op: OneHot, device: torch.device | str, ignore_index: int | None = None) -> None:
+        c = op.num_classes
+        self.lut = (torch.from_numpy(channel_lut(c, ignore_index)).to(device) if ignore_inside(c, ignore_index)
+                    else None)
+        self.classes = torch.arange(op.channels(ignore_index), device=device)
         self.dtype = torch.float32 if op.dtype == "float32" else torch.uint8
         self.channels_first = op.channels_first
 
@@ -172,7 +177,10 @@ class TorchOneHot:
         axis = (1 if y.ndim == 3 else 0) if self.channels_first else y.ndim
         view = [1] * (y.ndim + 1)
         view[axis] = -1
-        hot = (y.long().unsqueeze(axis) == self.classes.view(view)).to(self.dtype)
+        ids = y.long()
+        if self.lut is not None:  # the ignore class has no channel: shardkit.onehot.channel_lut numbers them
+            ids = self.lut[ids.clamp(max=len(self.lut) - 1)]
+        hot = (ids.unsqueeze(axis) == self.classes.view(view)).to(self.dtype)
         return hot.contiguous(memory_format=memory_format) if memory_format is not None else hot
 
 
@@ -284,5 +292,5 @@ def apply_batch(aug: Compose, images: torch.Tensor, labels: torch.Tensor, indice
         if isinstance(op, Normalize):
             img = TorchNormalize(op, dev, channels_first=channels_first, constants=on[f"normalize{i}"])(img)
         elif isinstance(op, OneHot):
-            out_lab = TorchOneHot(op, dev)(out_lab)
+            out_lab = TorchOneHot(op, dev, ignore_index)(out_lab)
     return img, out_lab

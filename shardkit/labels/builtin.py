@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -18,6 +19,16 @@ def _table(
 ) -> ClassTable:
     classes = tuple(ClassInfo(i, n, c) for i, (n, c) in enumerate(zip(names, colours, strict=True)))
     return ClassTable(classes, ignore, remap=remap, source=source)
+
+
+def with_palette_colours(table: ClassTable, palette: Sequence[Sequence[int]] | None) -> ClassTable:
+    """``table`` with the label files' own palette as its class colours (for ``show``), when it has none:
+    class ``k`` gets palette entry ``k``. Ids, names and the ignore id are unchanged."""
+    if not palette or any(c.colour is not None for c in table.classes):
+        return table
+    classes = tuple(ClassInfo(c.id, c.name, tuple(palette[c.id]) if c.id < len(palette) else None)  # type: ignore[arg-type]
+                    for c in table.classes)
+    return dataclasses.replace(table, classes=classes)
 
 
 def voc_colormap(n: int = 256) -> np.ndarray:

@@ -4,7 +4,10 @@ A :class:`LabelDecoder` turns one label file into a ``(H, W)`` array of stored c
 ids, bit-exactly: ids are never interpolated or guessed, and anything that does not
 map to a class (an id out of range, a colour not in the table) is reported with its
 pixel count and a fix, unless the user asked for ``--colour-tolerance`` or
-``--unknown-as``. Reading the file's pixels is :mod:`shardkit.imageio`'s job.
+``--unknown-as``. Raw values become ids through the user's value map (:mod:`.values`: ``--label-map``,
+``--reduce-zero-label``, ``--threshold``) when one is given. JPEG id labels are read only through a
+threshold or a label map: their compression noise is never taken for class ids. Reading the file's pixels
+is :mod:`shardkit.imageio`'s job.
 """
 
 from __future__ import annotations
@@ -16,12 +19,15 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError, LabelError
-from ..imageio import decode_label_pixels, decode_palette_label
+from ..imageio import decode_label_pixels, decode_palette_label, file_bytes, is_jpeg_data
 from .builtin import _VOC_CMAP
 from .classes import _MAX_LISTED, LABEL_KINDS, ClassInfo, ClassTable
+from .values import ValueMap
 
 _TOLERANCE_HINT = 16  # suggest an exact --colour-tolerance only for near-misses (e.g. anti-aliasing)
 _FIX_RANGE = "pass --num-classes, --ignore-index V or --unknown-as ID"
+_FIX_JPEG = ("binary masks: --threshold 127 (value > 127 is the foreground); other masks: --label-map with value "
+             "ranges, e.g. 0-127:0,128-255:1")
 
 
 def _pack(rgb: np.ndarray) -> np.ndarray:
@@ -46,17 +52,19 @@ class LabelDecoder:
     ``kind`` is the label kind (ids, colour, palette, cityscapes). ``colour_tolerance``
     N maps a colour within N (on every channel) of its nearest class colour to that
     class; ``unknown_as`` maps any remaining unknown colour / out-of-range id to that
-    stored id instead of failing.
+    stored id instead of failing. ``values``: the user's value map for id labels (raw values → ids).
     """
 
     kind: str
     table: ClassTable
     colour_tolerance: int = 0
     unknown_as: int | None = None
+    values: ValueMap = field(default_factory=ValueMap)
     # Derived once, small, picklable: sorted colour keys → stored ids (colour / palette-RGB).
     _keys: np.ndarray = field(init=False, repr=False, compare=False)
     _key_ids: np.ndarray = field(init=False, repr=False, compare=False)
     _key_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _luts: dict[int, np.ndarray] = field(init=False, repr=False, compare=False)  # value-map tables by size
 
     def __post_init__(self) -> None:
         if self.kind not in LABEL_KINDS:
@@ -71,6 +79,9 @@ class LabelDecoder:
                 fix="choose a class id or the --ignore-index value",
             )
         pairs: list[tuple[int, int, str]] = []  # (key, stored id, name)
+        if self.kind == "colour" and self.values.active:
+            raise ConfigError(f"{self.values.describe()} maps label values, but these labels are colour masks",
+                              fix="drop it: colours map to classes through the class table")
         if self.kind == "colour":
             for c in t.classes:
                 if c.colour is None:
@@ -102,6 +113,7 @@ class LabelDecoder:
         object.__setattr__(self, "_keys", np.array([p[0] for p in pairs], dtype=np.uint32))
         object.__setattr__(self, "_key_ids", np.array([p[1] for p in pairs], dtype=dtype))
         object.__setattr__(self, "_key_names", tuple(p[2] for p in pairs))
+        object.__setattr__(self, "_luts", {})
 
     # -- entry point
 
@@ -109,15 +121,47 @@ class LabelDecoder:
         """Read one label file (or decode its already-read bytes ``data``) and return its stored class ids;
         errors name the file and the fix."""
         path = Path(path)
+        data = file_bytes(path, "label", data)
         if self.kind == "palette":
             return self._decode_palette(path, data)
-        raw = decode_label_pixels(path, data)
         if self.kind == "colour":
-            return self._map_colours(self._colour_keys(raw, path), path)
-        ids = self._as_ids(raw, path)
+            return self._map_colours(self._colour_keys(decode_label_pixels(path, data), path), path)
+        lossy = is_jpeg_data(data)
+        if lossy and not self.values.takes_lossy:
+            raise LabelError("label is a JPEG: lossy compression changes its values along every edge, so they "
+                             "cannot be read as class ids as they are", path=path, fix=_FIX_JPEG)
+        raw = decode_label_pixels(path, data, indices=True)
+        ids = self._as_ids(self._gray(raw) if self.values.threshold is not None else raw, path)
+        return self._ids_to_stored(ids, path, lossy)
+
+    def _ids_to_stored(self, ids: np.ndarray, path: Path, lossy: bool = False) -> np.ndarray:
+        """Raw ids → the value map, the table's remap, the range check."""
+        if self.values.active:
+            ids = self._apply_values(ids, path, lossy)
         if self.table.remap is not None:
             ids = self._apply_remap(ids, path)
         return self._check_range(ids, path)
+
+    @staticmethod
+    def _gray(raw: np.ndarray) -> np.ndarray:
+        """A colour mask as one gray channel for ``--threshold``: equal channels as they are, else ITU-R 601
+        luma as PIL's ``convert("L")`` computes it (``(19595 R + 38470 G + 7471 B + 2**15) >> 16``)."""
+        if raw.ndim != 3 or raw.shape[2] < 3 or raw.dtype != np.uint8:
+            return raw
+        b, g, r = (raw[:, :, k].astype(np.uint32) for k in range(3))
+        if np.array_equal(b, g) and np.array_equal(g, r):
+            return raw[:, :, 0]
+        return ((19595 * r + 38470 * g + 7471 * b + 32768) >> 16).astype(np.uint8)
+
+    def _apply_values(self, ids: np.ndarray, path: Path, lossy: bool) -> np.ndarray:
+        """The user's value map (a lookup table over the raw values' range)."""
+        if self.values.threshold is not None:
+            self.values.check_binary(ids, lossy, path)
+        size = 256 if ids.dtype == np.uint8 else 65536
+        lut = self._luts.get(size)
+        if lut is None:
+            lut = self._luts[size] = self.values.lut(size, self.table.ignore_index)
+        return lut[ids]
 
     # -- ids
 
@@ -164,6 +208,15 @@ class LabelDecoder:
         lut = np.asarray(self.table.remap, dtype=self.table.label_dtype())
         return lut[ids]
 
+    def _range_fix(self, present: np.ndarray) -> str:
+        """The fix for out-of-range ids: for a binary 0/V mask (V > 1, most medical and industrial sets) the
+        value map that makes V the foreground class 1, never ``--ignore-index`` (which would hide it)."""
+        values = [int(v) for v in present]
+        if not self.values.active and len(values) <= 2 and values[-1] > 1 and values[0] in (0, values[-1]):
+            v = values[-1]
+            return f"a binary 0/{v} mask: pass --label-map {v}:1 (or --threshold {min(127, v - 1)})"
+        return _FIX_RANGE
+
     @staticmethod
     def _list_counts(values: np.ndarray, counts: np.ndarray) -> str:
         order = sorted(values.tolist(), key=lambda v: (-int(counts[v]), v))
@@ -191,7 +244,7 @@ class LabelDecoder:
                     f"label has ids outside the {t.num_classes} classes (0..{t.num_classes - 1}{ig}): "
                     f"{self._list_counts(bad, counts)}",
                     path=path,
-                    fix=_FIX_RANGE,
+                    fix=self._range_fix(np.flatnonzero(counts)),
                 )
             lut = np.where(valid, np.arange(n), self.unknown_as).astype(dtype)
             return lut[ids]
@@ -311,7 +364,4 @@ class LabelDecoder:
                 path=path,
                 fix="re-export it as a palette (mode P) or grayscale PNG",
             )
-        ids = np.ascontiguousarray(ids)
-        if self.table.remap is not None:
-            ids = self._apply_remap(ids, path)
-        return self._check_range(ids, path)
+        return self._ids_to_stored(np.ascontiguousarray(ids), path)

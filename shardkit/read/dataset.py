@@ -29,6 +29,7 @@ from ..errors import ConfigError
 from ..formats.base import SampleSpec, ShardReader
 from ..formats.registry import get
 from ..manifest import Manifest, ShardInfo, load_manifest
+from ..onehot import hot_channels
 from ..publish import drop_lease, take_lease
 from ..samples import remote_sidecars
 from ..stats import ENET_K, ClassFrequencies, class_weights, split_frequencies
@@ -101,9 +102,10 @@ class Dataset:
         self.labels = labels
         #: The label encoding this reader outputs (``labels=`` as an encoding; the stored one for
         #: ``"stored"``, and for ``"ids"`` of index storage: then labels are read as they are).
-        self.output: encoding.LabelEncoding = encoding.reader_output(
-            labels, self.spec.encoding, self.spec.label_dtype, channels_first=label_layout == "channels_first")
         self.ignore_index: int | None = self.manifest.classes.get("ignore_index")
+        self.output: encoding.LabelEncoding = encoding.reader_output(
+            labels, self.spec.encoding, self.spec.label_dtype, channels_first=label_layout == "channels_first",
+            ignore_index=self.ignore_index)
         #: the format's facts (:class:`~shardkit.formats.base.ShardFormat`): versions, access pattern, …
         self.format_info = get(self.manifest.format)
         self.format_info.check_version(self.manifest.format_version, self.path / "manifest.json")
@@ -160,6 +162,12 @@ class Dataset:
     @property
     def num_classes(self) -> int:
         return self.spec.num_classes
+
+    @property
+    def onehot_channels(self) -> int:
+        """Channels of the one-hot outputs (and of a model's logits): the classes less the ignore class when
+        its id is one of them (CamVid: 11 of 12; :mod:`shardkit.onehot`)."""
+        return hot_channels(self.num_classes, self.ignore_index)
 
     @property
     def format(self) -> str:

@@ -131,7 +131,7 @@ class CudaPrefetcher:
             assert self.num_classes is not None
             op = OneHot(self.num_classes, "float32" if labels == "float_onehot" else "uint8",
                         channels_first=self.layout == "NCHW")
-            self._onehot = TorchOneHot(op, self.device)
+            self._onehot = TorchOneHot(op, self.device, self.ignore_index)
 
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]
@@ -171,7 +171,7 @@ class CudaPrefetcher:
             x = x.contiguous(memory_format=fmt)
         if self.labels == "ids":
             y = y.long()
-        elif self._onehot is not None:  # ids ≥ C (ignore) → all zero
+        elif self._onehot is not None:  # the ignore id (no channel) and ids ≥ C → all zero
             y = self._onehot(y, fmt)
         return (x, y, *rest)
 

@@ -31,6 +31,7 @@ import tensorflow as tf
 from .. import encoding
 from ..errors import ConfigError, ShardFormatError
 from ..formats.base import TfRecordLayout
+from ..onehot import channel_lut
 from . import sampling
 from .dataset import Dataset
 from .sampling import parse_sampling
@@ -361,8 +362,15 @@ def _label_converter(ds: Dataset) -> Any:
                 ids = tf.where(tf.reduce_max(hot, axis=-1) == 0, tf.cast(ignore, ids_dtype), ids)
             return ids
         dtype = tf.as_dtype(dst.dtype)
-        if hot is None:  # ids ≥ C (an ignore id like 255) give all-zero vectors
-            return tf.one_hot(tf.cast(stored, tf.int32), c, dtype=dtype)
+        if not isinstance(dst, encoding.OneHot):  # reader_output: ids, one-hot, or the stored encoding itself
+            raise ShardFormatError(f"cannot turn {src!r} labels into {dst!r}")
+        if hot is None:  # the ignore id (no channel, shardkit.onehot) and ids ≥ C give all-zero vectors
+            ids = tf.cast(stored, tf.int32)
+            if dst.dropped_class is not None:
+                ids = tf.gather(tf.constant(channel_lut(c, ignore), tf.int32), tf.minimum(ids, c))
+            return tf.one_hot(ids, dst.channels, dtype=dtype)
+        if dst.dropped_class is not None:  # the ignore class's stored plane is not an output channel
+            hot = tf.gather(hot, dst.channel_classes, axis=-1)
         return tf.cast(hot, dtype)
 
     return convert

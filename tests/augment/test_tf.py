@@ -257,7 +257,7 @@ def test_normalize_and_onehot_ops_end_the_pipeline_as_on_the_cpu_path(camvid_val
     aug = A.Compose([*A.parse(SMALL).ops, A.Normalize(core.mean, core.std),
                      A.OneHot(core.num_classes, "float32", channels_first=True)])
     x, y, keys = next(iter(tfdata(camvid_val_npy, 4, seed=2, augment=aug, with_keys=True)))
-    assert x.dtype.name == "float32" and y.dtype.name == "float32" and y.shape == (4, core.num_classes, 128, 160)
+    assert x.dtype.name == "float32" and y.dtype.name == "float32" and y.shape == (4, core.onehot_channels, 128, 160)
     index = {core.key(i): i for i in range(len(core))}
     idx = np.array([index[k.decode()] for k in keys.numpy()])
     want_x, want_y = aug(*core.batch(idx), idx, seed=2, epoch=0, ignore_index=IGNORE)

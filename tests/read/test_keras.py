@@ -61,7 +61,7 @@ def keras_training_check(split: str) -> dict[str, Any]:
 
     data = Recording(split, 4, labels="float_onehot", workers=2, max_queue_size=3, seed=1)
     model = keras.Sequential([keras.Input((*SIZE, 3)),
-                              keras.layers.Conv2D(core.num_classes, 1, activation="softmax")])
+                              keras.layers.Conv2D(core.onehot_channels, 1, activation="softmax")])
     model.compile(optimizer="adam", loss="categorical_crossentropy")
     history = model.fit(data, epochs=1, verbose=0)
     epoch = data.epoch - 1  # Keras calls on_epoch_end after the epoch

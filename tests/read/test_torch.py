@@ -82,14 +82,14 @@ def test_layouts_and_label_outputs(splits: dict[str, Path]) -> None:
     nchw = ShardkitTorchDataset(splits["hdf5"], labels="onehot")
     nhwc = ShardkitTorchDataset(splits["hdf5"], labels="onehot", layout="NHWC")
     image, label = nchw[3]
-    assert image.shape == (3, *CROP) and label.shape == (12, *CROP)
+    assert image.shape == (3, *CROP) and label.shape == (11, *CROP)  # the ignore class 11 has no channel
     assert np.array_equal(image.permute(1, 2, 0).numpy(), core[3][0])
     assert np.array_equal(label.permute(1, 2, 0).numpy(), core[3][1])
     images, labels = nchw[[1, 2, 9]]
-    assert images.shape == (3, 3, *CROP) and labels.shape == (3, 12, *CROP)
+    assert images.shape == (3, 3, *CROP) and labels.shape == (3, 11, *CROP)
     assert images.is_contiguous(memory_format=torch.channels_last)  # a zero-copy view of HWC storage
     images, labels = nhwc[torch.tensor([1, 2, 9])]
-    assert images.shape == (3, *CROP, 3) and labels.shape == (3, *CROP, 12)
+    assert images.shape == (3, *CROP, 3) and labels.shape == (3, *CROP, 11)
     assert np.array_equal(labels.numpy(), core.batch([1, 2, 9])[1])
     with pytest.raises(ConfigError):
         ShardkitTorchDataset(splits["hdf5"], layout="CHW")
@@ -123,7 +123,7 @@ def test_prefetcher_cpu_path_normalises_and_expands_like_numpy(splits: dict[str,
                 want_y = ids.astype(np.int64)
             else:
                 dtype = np.float32 if labels == "float_onehot" else np.uint8
-                want_y = (ids[..., None] == np.arange(12)).astype(dtype)
+                want_y = (ids[..., None] == np.arange(11)).astype(dtype)  # ignore 11: no channel
             if layout == "NCHW":
                 want_x = want_x.transpose(0, 3, 1, 2)
                 want_y = want_y.transpose(0, 3, 1, 2) if want_y.ndim == 4 else want_y
@@ -143,7 +143,7 @@ def test_prefetcher_refuses_what_it_cannot_do(splits: dict[str, Path]) -> None:
         CudaPrefetcher([], device="cpu")
     raw = CudaPrefetcher(loader, device="cpu", labels=None, normalize=False)
     x, y = next(iter(raw))
-    assert x.dtype == torch.uint8 and y.shape == (4, 12, *CROP)
+    assert x.dtype == torch.uint8 and y.shape == (4, 11, *CROP)
 
 
 def test_shared_ring_batches_stay_valid_for_keep_more_batches(splits: dict[str, Path]) -> None:
