@@ -20,11 +20,13 @@ import numpy as np
 from ._version import __version__
 from .config import ConvertConfig
 from .discover import Discovery, discover
-from .errors import OutputError
+from .errors import ConfigError, OutputError
 from .fingerprint import CACHE_NAME, SourceCache, load_cache, save_cache
 from .formats.base import SampleSpec
 from .formats.registry import all_formats, get
-from .labels import ClassTable, LabelDecoder, build_class_table
+from .labels import ClassTable, LabelDecoder
+from .labels.idscan import scan_table
+from .labels.policy import TableChoice, choose_class_table
 from .manifest import Manifest, ShardInfo
 from .plan import ShardTask, plan_split, settings_text
 from .pool import run_tasks
@@ -46,6 +48,7 @@ class ConvertSummary:
     discovery: Discovery
     table: ClassTable
     dry_run: bool
+    table_reason: str = ""  # where the class table came from, in words (every run logs it)
     samples: int = 0
     shards: int = 0
     bytes: int = 0
@@ -105,13 +108,13 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
 def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
     started = time.perf_counter()
     found = discover(cfg.input, layout=cfg.layout, label_suffix=cfg.label_suffix, splits=cfg.splits,
-                     strict=cfg.strict)
-    table = build_class_table(
-        found.label_kind, class_dict=cfg.class_dict or found.class_dict, palette=cfg.palette, layout=found.layout,
-        num_classes=cfg.num_classes, ignore_index=cfg.ignore_index, cityscapes_train_ids=cfg.cityscapes_train_ids,
-    )
+                     strict=cfg.strict, images=cfg.images, labels=cfg.labels, split_lists=dict(cfg.split_lists))
+    choice = class_table(cfg, found, remote=session.source is not None)
+    table = choice.table
+    log.info("%s", choice.line(), extra={"event": "class_table", "source": table.source, "reason": choice.reason,
+                                         "num_classes": table.num_classes, "ignore_index": table.ignore_index})
     decoder = LabelDecoder(found.label_kind, table, cfg.colour_tolerance, cfg.unknown_as)
-    summary = ConvertSummary(found, table, cfg.dry_run)
+    summary = ConvertSummary(found, table, cfg.dry_run, choice.reason)
     if cfg.dry_run:  # the caller (the CLI) prints the report itself
         return summary
     for line in found.report_lines():
@@ -191,6 +194,24 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
         "bytes": summary.bytes, "seconds": round(summary.seconds, 3),
         "samples_per_second": round(summary.samples_per_second, 2), "skipped": len(summary.skipped)})
     return summary
+
+
+def class_table(cfg: ConvertConfig, found: Discovery, *, remote: bool = False) -> TableChoice:
+    """The conversion's class table and where it came from (labels/policy.py has the rule); the label values
+    are scanned only when nothing else gives the classes, and not on object storage (no local label files)."""
+    def scan(ignore_index: int | None) -> TableChoice:
+        if remote:
+            raise ConfigError(f"the {found.layout} layout does not identify the dataset, and label files on object "
+                              "storage are not scanned for their ids", fix="pass --classes FILE or --num-classes N")
+        paths = [p.label for pairs in found.splits.values() for p in pairs if p.label is not None]
+        return scan_table(paths, ignore_index, max_pixels=cfg.max_pixels, threads=cfg.effective_workers(),
+                          root=found.root)
+
+    return choose_class_table(
+        found.label_kind, class_dict=cfg.class_dict or found.class_dict, palette=cfg.palette, classes=cfg.classes,
+        num_classes=cfg.num_classes, ignore_index=cfg.ignore_index, layout=found.layout, scan=scan,
+        default=found.default_table(cityscapes_train_ids=cfg.cityscapes_train_ids),
+    )
 
 
 def _plan(
