@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from .base import Context
+from .generic import IMAGE_DIRS, LABEL_DIRS
 from .registry import all_layouts
 from .scan import is_image, scan, split_ext
 
@@ -81,15 +82,17 @@ def _suggest(counts: list[tuple[str, int, Counter[str]]]) -> str:
     top = [c for c in counts if c[1]][:2]
     if len(top) < 2:
         return ""
-    labelish = ("annotations", "labels", "label", "masks", "mask", "gt", "segmentations", "manual")
-    a, b = sorted(top, key=lambda c: _similar(c[0], labelish)[0])
+
+    def image_like(c: tuple[str, int, Counter[str]]) -> float:
+        return _similar(c[0], IMAGE_DIRS)[0] - _similar(c[0], LABEL_DIRS)[0]
+
+    b, a = sorted(top, key=image_like)
     ext = {name: exts.most_common(1)[0][0] for name, _, exts in top}
-    return (f"to pair them: --images '{a[0]}/{{name}}{ext[a[0]]}' --labels '{b[0]}/{{name}}{ext[b[0]]}' "
-            "(add {split}/ where split folders are, and the label's own ending, e.g. {name}_mask.png)")
+    return f"--images '{a[0]}/{{name}}{ext[a[0]]}' --labels '{b[0]}/{{name}}{ext[b[0]]}'"
 
 
-def no_layout_message(ctx: Context) -> str:
-    """The multi-line report of a folder that matches no layout."""
+def no_layout_message(ctx: Context) -> tuple[str, str]:
+    """The report of a folder that matches no layout (a few lines) and the fix (the flags to pass)."""
     counts = [(d, *_count(ctx.root / d)) for d in sorted(ctx.dirs)]
     counts.sort(key=lambda c: (-c[1], c[0]))
     root_images = sum(1 for f in ctx.files if is_image(f))
@@ -105,6 +108,7 @@ def no_layout_message(ctx: Context) -> str:
              f"  {_closest(folders)}",
              "  tried: " + ", ".join(c.name for c in all_layouts() if c.auto)]
     hint = _suggest(counts)
-    if hint:
-        lines.append(f"  {hint}")
-    return "\n".join(lines) + "\n "
+    pair = hint or "--images 'DIR/[{split}/]{name}.EXT' --labels 'DIR/[{split}/]{name}_mask.EXT'"
+    fix = (f"pair them with {pair} ({{split}} where split folders are; the label's own ending, e.g. "
+           "{name}_mask.png), or --split-list SPLIT=FILE, or rename the folders as the closest layout expects")
+    return "\n".join(lines) + "\n ", fix

@@ -109,9 +109,8 @@ def _choose(ctx: Context, layout: str, pattern: PatternLayout | None) -> tuple[L
         return chosen, jobs
     found = [(cls(), jobs) for cls in all_layouts() if cls.auto and (jobs := cls().detect(ctx))]
     if not found:
-        raise LayoutError(no_layout_message(ctx), path=ctx.root,
-                          fix="pass --images 'DIR/{name}.EXT' --labels 'DIR/{name}.EXT' (see above), "
-                              "--split-list SPLIT=FILE, or --layout NAME")
+        message, fix = no_layout_message(ctx)
+        raise LayoutError(message, path=ctx.root, fix=fix)
     chosen, jobs = found[0]
     others = [c.name for c, _ in found[1:] if not (chosen.name == "segnet" and c.name == "listfile")]
     if others:

@@ -39,7 +39,7 @@ def split_jobs(ctx: Context, images: Path, labels: Path) -> dict[str, Job]:
 
 class GenericLayout(Layout):
     name = "generic"
-    expected = "images/[<split>/] + labels/[<split>/] (image(s)|img(s) + label(s)|mask(s)|annotation(s)|gt)"
+    expected = "images/[<split>/] + labels/[<split>/] (or image/, img(s)/ + masks/, annotations/, gt/ …)"
     order = 50
     image_dirs: ClassVar[tuple[str, ...]] = IMAGE_DIRS
     label_dirs: ClassVar[tuple[str, ...]] = LABEL_DIRS

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 _Index = tuple[dict[str, list[str]], dict[str, list[str]]]  # (images, labels) by stem
 _VOC_STEM = re.compile(r"\d{4}_\d{6}")  # 2007_000032: every PASCAL VOC image
+_VOC_FOLDER = re.compile(r"VOC(\d{4}|devkit)", re.IGNORECASE)  # VOC2012/, VOCdevkit/
 
 
 def voc_split(root: Path, index: Callable[[], _Index], listfile: Path | None, label_dir: str) -> Found:
@@ -102,10 +103,10 @@ class VocLayout(Layout):
         """PASCAL VOC's 21 classes only for PASCAL VOC itself: a VOC*/ folder or VOC image names throughout."""
         where = self.base(found.root)
         in_voc_folder = where is not None and any(
-            p.name.upper().startswith("VOC") for p in (where[0], *where[0].parents) if p.is_relative_to(found.root))
+            _VOC_FOLDER.match(p.name) for p in (where[0], *where[0].parents) if p.is_relative_to(found.root))
         stems = [k.rsplit("/", 1)[-1].rsplit(".", 1)[0] for pairs in found.splits.values() for k in pairs.keys]
         if in_voc_folder or (stems and all(_VOC_STEM.fullmatch(s) for s in stems)):
-            why = "a VOC*/ folder" if in_voc_folder else "PASCAL VOC image names (2007_000032 …)"
+            why = "a VOC2012/ or VOCdevkit/ folder" if in_voc_folder else "PASCAL VOC image names (2007_000032 …)"
             return TableChoice(VOC, f"the voc layout with {why}")
         return None
 
