@@ -17,7 +17,7 @@ import click
 
 from . import encoding
 from ._version import __version__
-from .config import DEFAULT_MAX_PIXELS, ConvertConfig, ShardSize, parse_size
+from .config import DEFAULT_MAX_PIXELS, ConvertConfig, ShardSize, parse_size, parse_split_lists
 from .errors import ConfigError, ShardkitError
 from .formats.registry import all_formats
 from .formats.registry import names as format_names
@@ -239,8 +239,8 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
 
     cfg = ConvertConfig(
         input=input_dir, output=output_dir, format=format, size=size, resize=resize, crop=crop,
-        label_encoding=label_encoding, layout=layout, images=images, labels=labels, split_lists=split_list,
-        classes=classes, label_suffix=label_suffix, class_dict=class_dict,
+        label_encoding=label_encoding, layout=layout, images=images, labels=labels,
+        split_lists=parse_split_lists(split_list), classes=classes, label_suffix=label_suffix, class_dict=class_dict,
         palette=palette, num_classes=num_classes, ignore_index=ignore_index, colour_tolerance=colour_tolerance,
         unknown_as=unknown_as, cityscapes_train_ids=cityscapes_train_ids, splits=splits, shard_size=shard_size,
         compression=compression, image_codec=image_codec, label_codec=label_codec, workers=workers, backend=backend,

@@ -7,6 +7,7 @@ the folder listings under each template's fixed prefix are read; nothing is writ
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,6 +98,10 @@ def pattern_pairs(root: Path, images: Template, labels: Template) -> dict[str, F
     return found
 
 
+def _given(found: Found) -> Found:
+    return found
+
+
 class PatternLayout(Layout):
     """Not detected: chosen by ``--images`` and ``--labels``."""
 
@@ -109,8 +114,8 @@ class PatternLayout(Layout):
     def __init__(self, images: str | None = None, labels: str | None = None) -> None:
         if (images is None) != (labels is None):
             given, missing = ("--images", "--labels") if labels is None else ("--labels", "--images")
-            raise ConfigError(f"{given} needs {missing}", fix=f"pass both, e.g. --images 'img/{{name}}.png' "
-                                                              "--labels 'gt/{name}.png'")
+            raise ConfigError(f"{given} needs {missing}",
+                              fix="pass both, e.g. --images 'img/{name}.png' --labels 'gt/{name}.png'")
         self.images = Template.parse(images, "--images") if images is not None else None
         self.labels = Template.parse(labels, "--labels") if labels is not None else None
         if self.images and self.labels and self.labels.has_split and not self.images.has_split:
@@ -121,7 +126,7 @@ class PatternLayout(Layout):
         if self.images is None or self.labels is None:
             return {}
         results = pattern_pairs(ctx.root, self.images, self.labels)
-        return {split: (lambda f=f: f) for split, f in results.items()}
+        return {split: functools.partial(_given, f) for split, f in results.items()}
 
 
 LAYOUT = PatternLayout

@@ -181,7 +181,7 @@ def match_pairs(root: Path, image_dir: Path, label_dir: Path, suffixes: tuple[st
         found.pairs.add(key, path, label)
     left = [(k, e) for k in labels for e in exts(k) if not e.startswith(_PAIRED)]
     if shared_part and loose and left:
-        paired = shared_part_pairs([(r, s) for r, s, _ in loose], [tuple(k.split("\0")) for k, _ in left])
+        paired = shared_part_pairs([(r, s) for r, s, _ in loose], [_rel_stem(k) for k, _ in left])
         for i, j in paired:
             found.pairs.add(rel_path(root, loose[i][2]), loose[i][2], path_of(*left[j]))
         taken_images, taken_labels = {i for i, _ in paired}, {j for _, j in paired}
@@ -190,6 +190,11 @@ def match_pairs(root: Path, image_dir: Path, label_dir: Path, suffixes: tuple[st
     found.images = [rel_path(root, path) for _, _, path in loose]
     found.labels = [rel_path(root, path_of(k, e)) for k, e in left]
     return found
+
+
+def _rel_stem(k: str) -> tuple[str, str]:
+    rel, _, stem = k.partition("\0")
+    return rel, stem
 
 
 def _cut(stem: str, tags: tuple[str, ...]) -> str:

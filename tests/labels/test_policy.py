@@ -100,7 +100,7 @@ def test_the_order_is_file_then_num_classes_then_layout_then_scan(tmp_path: Path
     assert scanned == []  # nothing is read while anything else gives the classes
     got = _choose(scan=scan, ignore_index=7)
     assert scanned == [7] and got.table.ignore_index == 7 and got.reason == "the scan"
-    with pytest.raises(ConfigError, match="--num-classes 3 disagrees with names.txt"):
+    with pytest.raises(ConfigError, match=r"--num-classes 3 disagrees with names\.txt"):
         _choose(classes=names, num_classes=3)
 
 

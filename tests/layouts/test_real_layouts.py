@@ -303,8 +303,8 @@ def test_cli_states_the_class_table_source_on_a_real_run(tmp_path: Path, read_on
 def test_cli_images_labels_and_split_list_from_a_toml_config(tmp_path: Path, read_only: list[Path]) -> None:
     root = freeze(drive_tree(tmp_path / "DRIVE"), read_only)
     cfg = tmp_path / "drive.toml"
-    cfg.write_text('[convert]\nimages = "{split}/images/{name}_*.tif"\nlabels = "{split}/1st_manual/{name}_manual1.gif"\n'
-                   'num_classes = 2\n')
+    cfg.write_text('[convert]\nimages = "{split}/images/{name}_*.tif"\n'
+                   'labels = "{split}/1st_manual/{name}_manual1.gif"\nnum_classes = 2\n')
     result = CliRunner().invoke(main, ["convert", "--config", str(cfg), str(root), str(tmp_path / "out"),
                                        "--dry-run"])
     assert result.exit_code == 0, result.output
@@ -329,7 +329,7 @@ def test_cli_no_layout_is_one_screen_with_what_it_saw_the_closest_layout_and_the
     root = freeze(build(tmp_path / "membrane", {f"{k}/{i}.png": m / ("image" if k == "imagez" else "label") / f"{i}.png"
                                                 for k in ("imagez", "truth") for i in (0, 1)}), read_only)
     result = CliRunner().invoke(main, ["convert", str(root), str(tmp_path / "out")])
-    assert result.exit_code == 1 and result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.exit_code == 1 and (result.exception is None or isinstance(result.exception, SystemExit))
     out = result.output
     assert "Traceback" not in out and len(out.splitlines()) <= 12
     assert "saw: imagez/ (2 images), truth/ (2 images)" in out
