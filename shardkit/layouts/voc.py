@@ -13,7 +13,7 @@ from ..errors import InputNotFoundError, LayoutError
 from ..labels.builtin import VOC
 from ..labels.policy import TableChoice
 from ..pairs import PairBuilder
-from .base import Context, Job, Layout
+from .base import Context, Job, Layout, has_images
 from .scan import Found, content_lines, one_file, rel_path, scan, split_ext, walk
 
 if TYPE_CHECKING:
@@ -55,16 +55,17 @@ class VocLayout(Layout):
     label_kind = "palette"
     colour_with_class_dict = False
     image_dirs = ("JPEGImages",)
-    label_dirs: ClassVar[tuple[str, ...]] = ("SegmentationClass",)
+    label_dirs: ClassVar[tuple[str, ...]] = ("SegmentationClass", "SegmentationClassPNG")
     takes_label_suffix = False
 
     def base(self, root: Path) -> tuple[Path, str] | None:
         """The folder holding JPEGImages/ and a label folder with images (root, root/VOC*, root/VOC*/VOC*), and
-        that label folder's name."""
+        that label folder's name (the first of :attr:`label_dirs` holding images: labelme2voc's
+        SegmentationClass/ may hold only .npy files beside SegmentationClassPNG/)."""
         level = [root]
         for _ in range(3):
             hits = [(d, lab) for d in level if (d / "JPEGImages").is_dir() for lab in self.label_dirs
-                    if (d / lab).is_dir() and self.accepts(d)]
+                    if (d / lab).is_dir() and self.accepts(d) and has_images(d / lab)]
             hits = [h for i, h in enumerate(hits) if h[0] not in (x[0] for x in hits[:i])]  # one per folder
             if len(hits) > 1:
                 raise LayoutError(f"several VOC folders: {', '.join(rel_path(root, h[0]) for h in hits)}",
