@@ -104,7 +104,7 @@ def test_split_list_errors_name_the_file_and_line(tmp_path: Path) -> None:
         discover(tmp_path / "d", split_lists={"train": bad})
     dup = tmp_path / "dup.txt"
     dup.write_text("x1\nx1.png\n")
-    with pytest.raises(LayoutError, match="lines 1 and 2 both name images/x1.png"):
+    with pytest.raises(LayoutError, match=r"lines 1 and 2 both name images/x1\.png"):
         discover(tmp_path / "d", split_lists={"train": dup})
     pair = tmp_path / "pair.txt"
     pair.write_text("images/x1.png labels/x1.png\n")
