@@ -19,7 +19,7 @@ import numpy as np
 
 from ._version import __version__
 from .config import ConvertConfig
-from .discover import Discovery, discover
+from .layouts import Discovery, discover
 from .errors import ConfigError, OutputError
 from .fingerprint import CACHE_NAME, SourceCache, load_cache, save_cache
 from .formats.base import SampleSpec
