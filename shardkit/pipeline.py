@@ -19,7 +19,6 @@ import numpy as np
 
 from ._version import __version__
 from .config import ConvertConfig
-from .layouts import Discovery, discover
 from .errors import ConfigError, OutputError
 from .fingerprint import CACHE_NAME, SourceCache, load_cache, save_cache
 from .formats.base import SampleSpec
@@ -27,6 +26,7 @@ from .formats.registry import all_formats, get
 from .labels import ClassTable, LabelDecoder
 from .labels.idscan import scan_table
 from .labels.policy import TableChoice, choose_class_table
+from .layouts import Discovery, discover, layout_table
 from .manifest import Manifest, ShardInfo
 from .plan import ShardTask, plan_split, settings_text
 from .pool import run_tasks
@@ -210,7 +210,7 @@ def class_table(cfg: ConvertConfig, found: Discovery, *, remote: bool = False) -
     return choose_class_table(
         found.label_kind, class_dict=cfg.class_dict or found.class_dict, palette=cfg.palette, classes=cfg.classes,
         num_classes=cfg.num_classes, ignore_index=cfg.ignore_index, layout=found.layout, scan=scan,
-        default=found.default_table(cityscapes_train_ids=cfg.cityscapes_train_ids),
+        default=layout_table(found, cityscapes_train_ids=cfg.cityscapes_train_ids),
     )
 
 

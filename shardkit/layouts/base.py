@@ -11,13 +11,41 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from ..labels.policy import TableChoice
-from .scan import IMAGE_EXTENSIONS, LABEL_SUFFIXES, Found, is_image, match_pairs, scan, split_ext
+from ..pairs import PairTable
+from .scan import IMAGE_EXTENSIONS, LABEL_SUFFIXES, SHOW, Found, is_image, match_pairs, scan, split_ext
 
-if TYPE_CHECKING:
-    from .discover import Discovery
+
+@dataclass(frozen=True)
+class Discovery:
+    """Everything discovery found: pairs per split (sorted by key, as columns) plus what could not be paired."""
+
+    layout: str
+    root: Path
+    splits: dict[str, PairTable]
+    label_kind: str
+    class_dict: Path | None
+    unmatched_images: dict[str, tuple[str, ...]]
+    unmatched_labels: dict[str, tuple[str, ...]]
+
+    def total(self) -> int:
+        """Number of pairs over all splits."""
+        return sum(len(pairs) for pairs in self.splits.values())
+
+    def report_lines(self) -> list[str]:
+        """A short human summary: layout, pairs per split, unmatched files (first few names)."""
+        lines = [f"layout {self.layout} (labels: {self.label_kind}) in {self.root}",
+                 f"class table file: {self.class_dict or 'none at the root'}"]
+        lines += [f"split {name}: {len(pairs)} pairs" for name, pairs in self.splits.items()]
+        for what, table in (("images without a label", self.unmatched_images),
+                            ("labels without an image", self.unmatched_labels)):
+            for name, missing in table.items():
+                more = ", …" if len(missing) > SHOW else ""
+                lines.append(f"split {name}: {len(missing)} {what}: {', '.join(missing[:SHOW])}{more}")
+        return lines
+
 
 Job = Callable[[], Found]
 #: Files at a dataset's root that hold a colour class table (name,r,g,b).

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
 
 from ..labels.builtin import CITYSCAPES, CITYSCAPES_LABEL_IDS
 from ..labels.policy import TableChoice
-from .base import Context, Job, Layout
+from .base import Context, Discovery, Job, Layout
 from .scan import match_pairs, scan
-
-if TYPE_CHECKING:
-    from .discover import Discovery
 
 
 class CityscapesLayout(Layout):

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, InputNotFoundError, LayoutError, ShardkitError
 from ..labels.policy import TableChoice
 from ..pairs import PairTable
-from .base import Context, Job, Layout
+from .base import Context, Discovery, Job, Layout
 from .diagnose import no_layout_message
 from .pattern import PatternLayout
 from .registry import all_layouts, get
@@ -24,37 +23,9 @@ from .splitlist import are_pair_lists, name_list_jobs, pair_list_jobs
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Discovery:
-    """Everything discovery found: pairs per split (sorted by key, as columns) plus what could not be paired."""
-
-    layout: str
-    root: Path
-    splits: dict[str, PairTable]
-    label_kind: str
-    class_dict: Path | None
-    unmatched_images: dict[str, tuple[str, ...]]
-    unmatched_labels: dict[str, tuple[str, ...]]
-
-    def total(self) -> int:
-        """Number of pairs over all splits."""
-        return sum(len(pairs) for pairs in self.splits.values())
-
-    def default_table(self, *, cityscapes_train_ids: bool = True) -> TableChoice | None:
-        """The class table the layout knows for this dataset (where it identifies it), else None."""
-        return get(self.layout)().default_table(self, cityscapes_train_ids=cityscapes_train_ids)
-
-    def report_lines(self) -> list[str]:
-        """A short human summary: layout, pairs per split, unmatched files (first few names)."""
-        lines = [f"layout {self.layout} (labels: {self.label_kind}) in {self.root}",
-                 f"class table file: {self.class_dict or 'none at the root'}"]
-        lines += [f"split {name}: {len(pairs)} pairs" for name, pairs in self.splits.items()]
-        for what, table in (("images without a label", self.unmatched_images),
-                            ("labels without an image", self.unmatched_labels)):
-            for name, missing in table.items():
-                more = ", …" if len(missing) > SHOW else ""
-                lines.append(f"split {name}: {len(missing)} {what}: {', '.join(missing[:SHOW])}{more}")
-        return lines
+def layout_table(found: Discovery, *, cityscapes_train_ids: bool = True) -> TableChoice | None:
+    """The class table ``found``'s layout knows for it (where the layout identifies the dataset), else None."""
+    return get(found.layout)().default_table(found, cityscapes_train_ids=cityscapes_train_ids)
 
 
 def _check_lists_agree(ctx: Context, folders: Mapping[str, Job], results: dict[str, PairTable]) -> None:

@@ -5,14 +5,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..labels.policy import TableChoice
 from ..labels.tablefiles import read_classes
+from .base import Discovery
 from .voc import VocLayout
-
-if TYPE_CHECKING:
-    from .discover import Discovery
 
 LABELME_IGNORE = 255  # labelme2voc writes __ignore__ (-1) as 255 into its uint8 PNGs
 

@@ -4,15 +4,11 @@ by their tail, so lists written on another machine still work)."""
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
 
 from ..labels.policy import TableChoice
-from .base import Context, Job, Layout
+from .base import Context, Discovery, Job, Layout
 from .scan import Listings, is_pair_list, read_pair_list
 from .segnet import camvid_table
-
-if TYPE_CHECKING:
-    from .discover import Discovery
 
 
 class ListfileLayout(Layout):

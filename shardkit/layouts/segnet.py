@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from ..labels.builtin import CAMVID_SEGNET
 from ..labels.policy import TableChoice
-from .base import Context, Job, Layout
+from .base import Context, Discovery, Job, Layout
 
-if TYPE_CHECKING:
-    from .discover import Discovery
-
-#: CamVid's frame names: the four sequences 0001TP, 0006R0, 0016E5 and Seq05VD, then a frame number.
-_CAMVID_STEM = re.compile(r"(0001TP|0006R0|0016E5|Seq05VD)_f?\d{5,6}")
+#: CamVid's frame names: the four sequences 0001TP, 0006R0, 0016E5 and Seq05VD, then a frame number (a name
+#: may carry more around it: ``copy_0001TP_006690``, ``0001TP_006690_L``).
+_CAMVID_FRAME = re.compile(r"(?:^|[_\-. ])(0001TP|0006R0|0016E5|Seq05VD)_f?\d{5,6}(?:$|[_\-. ])")
 
 
 def camvid_table(found: Discovery) -> TableChoice | None:
-    """CamVid's SegNet table when every image of ``found`` has a CamVid frame name; else None."""
+    """CamVid's SegNet table when every image name of ``found`` holds a CamVid frame name; else None."""
     names = [key.rsplit("/", 1)[-1].rsplit(".", 1)[0] for pairs in found.splits.values() for key in pairs.keys]
-    if names and all(_CAMVID_STEM.fullmatch(n) for n in names):
+    if names and all(_CAMVID_FRAME.search(n) for n in names):
         return TableChoice(CAMVID_SEGNET, f"the {found.layout} layout with CamVid frame names (0001TP_…, Seq05VD_…)")
     return None
 

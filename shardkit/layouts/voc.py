@@ -7,17 +7,14 @@ import functools
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from ..errors import InputNotFoundError, LayoutError
 from ..labels.builtin import VOC
 from ..labels.policy import TableChoice
 from ..pairs import PairBuilder
-from .base import Context, Job, Layout, has_images
+from .base import Context, Discovery, Job, Layout, has_images
 from .scan import Found, content_lines, one_file, rel_path, scan, split_ext, walk
-
-if TYPE_CHECKING:
-    from .discover import Discovery
 
 _Index = tuple[dict[str, list[str]], dict[str, list[str]]]  # (images, labels) by stem
 _VOC_STEM = re.compile(r"\d{4}_\d{6}")  # 2007_000032: every PASCAL VOC image
