@@ -337,3 +337,38 @@ def test_cli_no_layout_is_one_screen_with_what_it_saw_the_closest_layout_and_the
     assert "pair them with --images 'imagez/{name}.png' --labels 'truth/{name}.png'" in out
     with pytest.raises(LayoutError):
         discover(root)
+
+
+def test_cli_classes_file_names_a_palette_dataset_the_layout_does_not_identify(tmp_path: Path,
+                                                                               read_only: list[Path]) -> None:
+    """The labelme case of the issue: a palette export whose own names must win (before: PASCAL's, exit 0)."""
+    src = DATA / "labelme2voc" / "old"
+    files = {}
+    for i, s in enumerate(("2011_000003", "2011_000006", "2011_000025")):
+        files[f"JPEGImages/site_{i}.jpg"] = src / "JPEGImages" / f"{s}.jpg"
+        files[f"SegmentationClass/site_{i}.png"] = src / "SegmentationClassPNG" / f"{s}.png"
+    root = freeze(build(tmp_path / "site", files), read_only)
+    names = tmp_path / "labels.txt"  # labelme's own labels file: __ignore__ first
+    names.write_text("__ignore__\nbackground\n" + "".join(f"defect_{i}\n" for i in range(1, 19)))
+    result = CliRunner().invoke(main, ["convert", str(root), str(tmp_path / "out"), "--classes", str(names),
+                                       "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    assert f"class table: 19 classes from --classes {names}; ignore id 255" in result.output
+    manifest = json.loads((tmp_path / "out/all/manifest.json").read_text())
+    assert manifest["classes"]["source"] == "labels.txt" and manifest["classes"]["classes"][1]["name"] == "defect_1"
+    for got, s in zip(stored_labels(tmp_path / "out/all"), ("2011_000003", "2011_000006", "2011_000025"),
+                      strict=True):
+        assert np.array_equal(got, np.array(Image.open(src / "SegmentationClassPNG" / f"{s}.png")))
+
+
+def test_cli_split_list_table_in_a_toml_config(tmp_path: Path, read_only: list[Path]) -> None:
+    src = DATA / "mmseg" / "pseudo_dataset"
+    root = freeze(build(tmp_path / "pseudo", {f"{k}/{p.name}": p for k in ("imgs", "gts")
+                                              for p in sorted((src / k).iterdir())}), read_only)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[convert]\nnum-classes = 4\n[convert.split_list]\ntrain = "{src / "splits/train.txt"}"\n'
+                   f'val = "{src / "splits/val.txt"}"\n')
+    result = CliRunner().invoke(main, ["convert", "--config", str(cfg), str(root), str(tmp_path / "out"),
+                                       "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "split train: 4 pairs" in result.output and "split val: 1 pairs" in result.output
