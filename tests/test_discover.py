@@ -507,3 +507,9 @@ def test_the_manifest_schema_lists_every_layout() -> None:
 
     schema = json.loads((Path(__file__).resolve().parents[1] / "formats/manifest.schema.json").read_text())
     assert set(schema["$defs"]["source"]["properties"]["layout"]["enum"]) == set(names())
+
+
+def test_a_label_folder_without_images_is_passed_over(tmp_path: Path) -> None:
+    touch(tmp_path, "images/a.png", "labels/a.txt", "masks/a.png")  # labels/: YOLO boxes, not masks
+    found = discover(tmp_path)
+    assert found.layout == "generic" and labels(found, "all") == ["masks/a.png"]

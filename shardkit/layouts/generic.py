@@ -21,12 +21,19 @@ LABEL_DIRS: tuple[str, ...] = ("annotations", "annotation", "labels", "label", "
                                "masks", "mask")
 
 
-def choose_label_dir(ctx: Context, found: list[str], where: Path) -> str:
-    """The first of several candidate label folders, with a warning naming the others and how to choose."""
-    if len(found) > 1:
-        logger.warning("%s: labels from %s/, ignoring %s (pass --images and --labels to choose)", where, found[0],
-                       ", ".join(f"{d}/" for d in found[1:]))
-    return found[0]
+def _holds_images(folder: Path) -> bool:
+    """Images in ``folder`` or in one of its sub-folders (a label folder of YOLO .txt files holds none)."""
+    dirs, _ = scan(folder)
+    return has_images(folder) or any(has_images(folder / d) for d in dirs)
+
+
+def choose_label_dir(found: list[str], where: Path) -> str | None:
+    """The first candidate label folder that holds images, with a warning naming the other candidates."""
+    usable = [d for d in found if _holds_images(where / d)]
+    if len(usable) > 1:
+        logger.warning("%s: labels from %s/, ignoring %s (pass --images and --labels to choose)", where, usable[0],
+                       ", ".join(f"{d}/" for d in usable[1:]))
+    return usable[0] if usable else None
 
 
 def split_jobs(ctx: Context, images: Path, labels: Path) -> dict[str, Job]:
@@ -48,8 +55,8 @@ class GenericLayout(Layout):
         images, labels = ctx.dir_named(self.image_dirs), ctx.dir_named(self.label_dirs)
         if not images or not labels:
             return {}
-        label = choose_label_dir(ctx, labels, ctx.root)
-        return split_jobs(ctx, ctx.root / images[0], ctx.root / label)
+        label = choose_label_dir(labels, ctx.root)
+        return split_jobs(ctx, ctx.root / images[0], ctx.root / label) if label else {}
 
 
 LAYOUT = GenericLayout

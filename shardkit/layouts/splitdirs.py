@@ -19,8 +19,9 @@ class SplitDirsLayout(Layout):
         for split in sorted(ctx.dirs):
             where = ctx.root / split
             images, labels = ctx.dir_named(self.image_dirs, where), ctx.dir_named(self.label_dirs, where)
-            if images and labels:
-                jobs[split] = ctx.pairs(where / images[0], where / choose_label_dir(ctx, labels, where))
+            label = choose_label_dir(labels, where) if images and labels else None
+            if images and label:
+                jobs[split] = ctx.pairs(where / images[0], where / label)
         return jobs
 
 
