@@ -15,7 +15,7 @@ from typing import ClassVar
 
 from ..labels.policy import TableChoice
 from ..pairs import PairTable
-from .scan import IMAGE_EXTENSIONS, LABEL_SUFFIXES, SHOW, Found, is_image, match_pairs, scan, split_ext
+from .scan import IMAGE_EXTENSIONS, LABEL_SUFFIXES, SHOW, Found, any_image, match_pairs, split_ext, subdirs
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class Context:
     def dir_named(self, names: tuple[str, ...], where: Path | None = None) -> list[str]:
         """The sub-folders of ``where`` (default: the root) whose name is one of ``names`` (case-insensitive), in
         the order of ``names``."""
-        present = self.dirs if where is None else frozenset(scan(where)[0])
+        present = self.dirs if where is None else frozenset(subdirs(where))
         by_lower = {d.lower(): d for d in sorted(present)}
         return [by_lower[n.lower()] for n in names if n.lower() in by_lower]
 
@@ -86,7 +86,7 @@ class Context:
 
 def has_images(folder: Path) -> bool:
     """Whether ``folder`` holds image files directly (not only sub-folders)."""
-    return any(is_image(f) for f in scan(folder)[1])
+    return any_image(folder)
 
 
 class Layout:

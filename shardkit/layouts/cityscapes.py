@@ -7,7 +7,7 @@ import functools
 from ..labels.builtin import CITYSCAPES, CITYSCAPES_LABEL_IDS
 from ..labels.policy import TableChoice
 from .base import Context, Discovery, Job, Layout
-from .scan import match_pairs, scan
+from .scan import match_pairs, subdirs
 
 
 class CityscapesLayout(Layout):
@@ -26,7 +26,7 @@ class CityscapesLayout(Layout):
         r = ctx.root
         return {s: functools.partial(match_pairs, r, r / "leftImg8bit" / s, r / "gtFine" / s, ("_gtFine_labelIds",),
                                      image_tag="_leftImg8bit", label_tag="_gtFine_labelIds")
-                for s in scan(r / "leftImg8bit")[0]}
+                for s in subdirs(r / "leftImg8bit")}
 
     def default_table(self, found: Discovery, *, cityscapes_train_ids: bool = True) -> TableChoice | None:
         if cityscapes_train_ids:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from .base import Context, Job, Layout, has_images
-from .scan import scan
+from .scan import subdirs
 
 logger = logging.getLogger(__name__)
 
@@ -23,8 +23,7 @@ LABEL_DIRS: tuple[str, ...] = ("annotations", "annotation", "labels", "label", "
 
 def _holds_images(folder: Path) -> bool:
     """Images in ``folder`` or in one of its sub-folders (a label folder of YOLO .txt files holds none)."""
-    dirs, _ = scan(folder)
-    return has_images(folder) or any(has_images(folder / d) for d in dirs)
+    return has_images(folder) or any(has_images(folder / d) for d in subdirs(folder))
 
 
 def choose_label_dir(found: list[str], where: Path) -> str | None:
@@ -38,10 +37,10 @@ def choose_label_dir(found: list[str], where: Path) -> str | None:
 
 def split_jobs(ctx: Context, images: Path, labels: Path) -> dict[str, Job]:
     """One split ``all`` when ``images`` holds images itself; else one split per sub-folder of it."""
-    subdirs, _ = scan(images)
-    if has_images(images) or not subdirs:
+    splits = subdirs(images)
+    if not splits or has_images(images):
         return {"all": ctx.pairs(images, labels)}
-    return {s: ctx.pairs(images / s, labels / s) for s in subdirs}
+    return {s: ctx.pairs(images / s, labels / s) for s in splits}
 
 
 class GenericLayout(Layout):

@@ -83,6 +83,31 @@ def scan(folder: Path) -> tuple[list[str], StringColumn]:
     return sorted(dirs), names.take(names.argsort())
 
 
+def subdirs(folder: Path) -> list[str]:
+    """Sorted visible sub-folder names of ``folder`` (no file names kept: cheap on a folder of 100k files)."""
+    out = []
+    try:
+        with os.scandir(folder) as it:
+            for entry in it:
+                try:
+                    if not entry.name.startswith(".") and entry.is_dir():
+                        out.append(entry.name)
+                except OSError:
+                    continue
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    return sorted(out)
+
+
+def any_image(folder: Path) -> bool:
+    """Whether ``folder`` holds an image file directly (stops at the first)."""
+    try:
+        with os.scandir(folder) as it:
+            return any(not e.name.startswith(".") and is_image(e.name) for e in it)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
 def walk(top: Path, recursive: bool = True) -> Iterator[tuple[str, str, str]]:
     """Yield (relative folder, file name, absolute path) for each visible image below ``top``.
 

@@ -14,7 +14,7 @@ from ..labels.builtin import VOC
 from ..labels.policy import TableChoice
 from ..pairs import PairBuilder
 from .base import Context, Discovery, Job, Layout, has_images
-from .scan import Found, content_lines, one_file, rel_path, scan, split_ext, walk
+from .scan import Found, content_lines, one_file, rel_path, scan, split_ext, subdirs, walk
 
 _Index = tuple[dict[str, list[str]], dict[str, list[str]]]  # (images, labels) by stem
 _VOC_STEM = re.compile(r"\d{4}_\d{6}")  # 2007_000032: every PASCAL VOC image
@@ -69,7 +69,7 @@ class VocLayout(Layout):
                                   path=root, fix="point the input at one of them")
             if hits:
                 return hits[0]
-            level = [d / n for d in level for n in scan(d)[0] if n.upper().startswith("VOC")]
+            level = [d / n for d in level for n in subdirs(d) if n.upper().startswith("VOC")]
         return None
 
     def accepts(self, base: Path) -> bool:
