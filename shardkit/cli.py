@@ -21,7 +21,6 @@ from .config import DEFAULT_MAX_PIXELS, ConvertConfig, ShardSize, parse_size, pa
 from .errors import ConfigError, ShardkitError
 from .formats.registry import all_formats
 from .formats.registry import names as format_names
-from .layouts.registry import names as layout_names
 from .logs import JsonFormatter
 from .logs import setup as setup_logging
 
@@ -102,6 +101,27 @@ def _shard_size(_ctx: click.Context, _param: click.Parameter, value: str) -> Sha
         raise _UsageLine(str(exc)) from None
 
 
+class _LayoutName(click.ParamType):
+    """``--layout``: auto or a registered layout's name, looked up only when the option is used (importing the
+    layouts, and the label decoders they bring, would slow every other command's start)."""
+
+    name = "layout"
+
+    @staticmethod
+    def _names() -> list[str]:
+        from .layouts.registry import names
+
+        return ["auto", *names(auto_only=True)]
+
+    def get_metavar(self, param: click.Parameter, *args: Any, **kwargs: Any) -> str:
+        return "[" + "|".join(self._names()) + "]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if value not in self._names():
+            self.fail(f"{value!r} is not one of {', '.join(self._names())}", param, ctx)
+        return str(value)
+
+
 def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """{"client_kwargs": {"region_name": "x"}} → {"client_kwargs.region_name": "x"} (--storage-option keys)."""
     out: dict[str, Any] = {}
@@ -161,8 +181,8 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
 @click.option("--label-encoding", type=click.Choice(encoding.NAMES), default="index",
               show_default=True, help="Stored labels: class ids, one-hot uint8, or bit-packed one-hot.")
 # -- layout, pairing and classes (shardkit.layouts, labels/policy.py; docs/layouts.md)
-@click.option("--layout", type=click.Choice(["auto", *layout_names(auto_only=True)]), default="auto",
-              show_default=True, help="Input layout (docs/layouts.md); auto tries each in turn.")
+@click.option("--layout", type=_LayoutName(), default="auto", show_default=True,
+              help="Input layout (docs/layouts.md); auto tries each in turn.")
 @click.option("--images", "images", metavar="TEMPLATE",
               help="Pair explicitly: image paths under INPUT_DIR, e.g. 'img/{split}/{name}.tif' ({split} optional, "
                    "{name} the part image and label share; * ? ** globs). Needs --labels.")

@@ -128,3 +128,21 @@ def test_split_lists_accept_a_mapping_and_pairs(tmp_path: Path) -> None:
     assert parse_split_lists({"val": "v.txt"}) == (("val", Path("v.txt")),)
     cfg = ConvertConfig(tmp_path, tmp_path / "o", split_lists=("train=t.txt",))  # type: ignore[arg-type]
     assert cfg.split_lists == (("train", Path("t.txt")),)
+
+
+def test_the_cli_imports_the_layouts_only_when_convert_runs() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, shardkit.cli; print(sorted(m for m in sys.modules if m.startswith('shardkit.layouts')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_an_unknown_layout_is_a_usage_error_listing_the_registered_ones(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from shardkit.cli import main
+
+    result = CliRunner().invoke(main, ["convert", str(tmp_path), str(tmp_path / "o"), "--layout", "coco"])
+    assert result.exit_code == 2 and "'coco' is not one of auto, cityscapes, labelme2voc" in result.output
