@@ -19,7 +19,7 @@ import click
 
 from . import encoding
 from ._version import __version__
-from .config import DEFAULT_MAX_PIXELS, ConvertConfig, ShardSize, parse_size
+from .config import DEFAULT_MAX_PIXELS, ConvertConfig, ShardSize, parse_size, parse_split_lists
 from .duplicates import ON_DUPLICATE
 from .errors import ConfigError, DuplicateError, ShardkitError
 from .formats.registry import all_formats
@@ -111,6 +111,27 @@ def _shard_size(_ctx: click.Context, _param: click.Parameter, value: str) -> Sha
         raise _UsageLine(str(exc)) from None
 
 
+class _LayoutName(click.ParamType):
+    """``--layout``: auto or a registered layout's name, looked up only when the option is used (importing the
+    layouts, and the label decoders they bring, would slow every other command's start)."""
+
+    name = "layout"
+
+    @staticmethod
+    def _names() -> list[str]:
+        from .layouts.registry import names
+
+        return ["auto", *names(auto_only=True)]
+
+    def get_metavar(self, param: click.Parameter, *args: Any, **kwargs: Any) -> str:
+        return "[" + "|".join(self._names()) + "]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if value not in self._names():
+            self.fail(f"{value!r} is not one of {', '.join(self._names())}", param, ctx)
+        return str(value)
+
+
 def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """{"client_kwargs": {"region_name": "x"}} → {"client_kwargs.region_name": "x"} (--storage-option keys)."""
     out: dict[str, Any] = {}
@@ -143,6 +164,9 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
             key, key.replace("-", "_"))
         if name == "storage_option" and isinstance(val, dict):  # a [convert.storage_options] table
             val = [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in _flatten(val).items()]
+        if name in ("split_list", "split_lists"):  # split_list = {train = "lists/train.txt"} or ["train=…"]
+            name = "split_list"
+            val = [f"{k}={v}" for k, v in val.items()] if isinstance(val, dict) else val
         if name not in known or name == "config":
             raise click.BadParameter(f"{value}: unknown key {key!r}", param_hint="--config")
         defaults[name] = ",".join(map(str, val)) if name == "size" and isinstance(val, list) else val
@@ -166,14 +190,28 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
                    "none: shape set by --resize only.")
 @click.option("--label-encoding", type=click.Choice(encoding.NAMES), default="index",
               show_default=True, help="Stored labels: class ids, one-hot uint8, or bit-packed one-hot.")
-@click.option("--layout", type=click.Choice(["auto", "segnet", "listfile", "class_dict", "cityscapes", "voc",
-                                             "generic"]), default="auto", show_default=True)
+# -- layout, pairing and classes (shardkit.layouts, labels/policy.py; docs/layouts.md)
+@click.option("--layout", type=_LayoutName(), default="auto", show_default=True,
+              help="Input layout (docs/layouts.md); auto tries each in turn.")
+@click.option("--images", "images", metavar="TEMPLATE",
+              help="Pair explicitly: image paths under INPUT_DIR, e.g. 'img/{split}/{name}.tif' ({split} optional, "
+                   "{name} the part image and label share; * ? ** globs). Needs --labels.")
+@click.option("--labels", "labels", metavar="TEMPLATE",
+              help="Label paths for --images, e.g. 'gt/{split}/{name}_mask.gif'.")
+@click.option("--split-list", "split_list", multiple=True, metavar="SPLIT=FILE",
+              help="A list file from anywhere for one split (repeatable): 'image label' lines, or one image "
+                   "name a line choosing among the pairs found.")
 @click.option("--label-suffix", help="Label file name = image stem + this suffix (e.g. _L, _mask).")
+@click.option("--classes", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="Class list: names, optionally ids and colours (JSON, CSV with a name column, or text lines "
+                   "'name', 'id name', 'r g b name').")
 @click.option("--class-dict", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="class_dict.csv (name,r,g,b) if not at the input root.")
 @click.option("--palette", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="Colour table file (CSV, JSON or 'r g b name' lines) for colour masks.")
-@click.option("--num-classes", type=click.IntRange(1, 65535), help="Number of classes of grayscale id labels.")
+@click.option("--num-classes", type=click.IntRange(1, 65535),
+              help="Number of classes of id labels (names class_0 …); without it, --classes or a table the layout "
+                   "identifies, the ids found in the label files are used.")
 @click.option("--ignore-index", type=click.IntRange(0, 65535), help="Stored id meaning 'ignore' (e.g. 255).")
 @click.option("--colour-tolerance", "--color-tolerance", type=click.IntRange(0, 255), default=0, show_default=True,
               help="Map colours within N per channel to their nearest class colour.")
@@ -231,7 +269,8 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
               help="json: one JSON object per line on stderr (start, shard_done, skipped, summary).")
 @_errors_to_exit_codes
 def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int] | None, resize: str, crop: str,
-            label_encoding: str, layout: str, label_suffix: str | None, class_dict: Path | None,
+            label_encoding: str, layout: str, images: str | None, labels: str | None,
+            split_list: tuple[str, ...], label_suffix: str | None, classes: Path | None, class_dict: Path | None,
             palette: Path | None, num_classes: int | None, ignore_index: int | None, colour_tolerance: int,
             unknown_as: int | None, label_map: str | None, reduce_zero_label: bool, threshold: int | None,
             cityscapes_train_ids: bool, splits: tuple[str, ...], shard_size: ShardSize,
@@ -249,7 +288,8 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
 
     cfg = ConvertConfig(
         input=input_dir, output=output_dir, format=format, size=size, resize=resize, crop=crop,
-        label_encoding=label_encoding, layout=layout, label_suffix=label_suffix, class_dict=class_dict,
+        label_encoding=label_encoding, layout=layout, images=images, labels=labels,
+        split_lists=parse_split_lists(split_list), classes=classes, label_suffix=label_suffix, class_dict=class_dict,
         palette=palette, num_classes=num_classes, ignore_index=ignore_index, colour_tolerance=colour_tolerance,
         unknown_as=unknown_as, label_map=label_map, reduce_zero_label=reduce_zero_label, threshold=threshold,
         cityscapes_train_ids=cityscapes_train_ids, splits=splits, shard_size=shard_size,
@@ -263,7 +303,7 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
         for line in summary.discovery.report_lines():
             click.echo(line)
         t = summary.table
-        click.echo(f"classes: {t.num_classes} from {t.source}, ignore index {t.ignore_index}")
+        click.echo(f"classes: {t.num_classes} from {summary.table_reason or t.source}, ignore index {t.ignore_index}")
         if cfg.value_map.active:
             click.echo(f"label values: {cfg.value_map.describe()}")
         for c in t.classes:

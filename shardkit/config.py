@@ -64,6 +64,28 @@ def parse_bytes(text: str, what: str = "size", example: str = "20GB") -> int:
     return nbytes
 
 
+def parse_split_lists(value: Any) -> tuple[tuple[str, Path], ...]:
+    """``--split-list`` values (``"train=lists/train.txt"`` strings, (split, path) pairs, or a {split: path}
+    mapping) as (split, Path) pairs in the order given; a bad or repeated split is a ConfigError."""
+    items = list(value.items()) if isinstance(value, dict) else [value] if isinstance(value, str) else list(value)
+    out: list[tuple[str, Path]] = []
+    for item in items:
+        if isinstance(item, str):
+            split, sep, path = item.partition("=")
+            if not sep:
+                raise ConfigError(f"--split-list {item!r} is not SPLIT=PATH", fix="write it like train=lists/train.txt")
+        else:
+            split, path = item
+        split, text = str(split).strip(), str(path).strip()
+        if not split or not text or "/" in split or "\\" in split or split in (".", ".."):
+            raise ConfigError(f"--split-list {split}={text}: the split must be a plain name and the path not empty",
+                              fix="write it like train=lists/train.txt")
+        if split in (s for s, _ in out):
+            raise ConfigError(f"--split-list names split {split!r} twice", fix="give each split one list file")
+        out.append((split, Path(text).expanduser()))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class ShardSize:
     """A shard limit: a number of samples, or a number of bytes of stored sample data."""
@@ -135,6 +157,14 @@ class ConvertConfig:
     keep_versions: int = DEFAULT_KEEP_VERSIONS
     quiet: bool = False
     max_pixels: int = DEFAULT_MAX_PIXELS
+    # -- layout, pairing and classes (shardkit.layouts, labels/policy.py)
+    #: explicit pairing templates, relative to ``input``: ``"img/{split}/{name}.tif"`` (both or neither)
+    images: str | None = None
+    labels: str | None = None
+    #: (split, list file) pairs from ``--split-list SPLIT=PATH``: the files may live anywhere
+    split_lists: tuple[tuple[str, Path], ...] = ()
+    #: a class list (names, optionally ids and colours; JSON, CSV or text) from ``--classes FILE``
+    classes: Path | None = None
 
     #: fsspec URLs (``s3://bucket/x``) when the input / output is on object storage; ``input``/``output``
     #: then only echo them. Set from ``input``/``output`` themselves; ``file://`` becomes a local path.
@@ -222,7 +252,8 @@ class ConvertConfig:
             object.__setattr__(self, "splits", tuple(s.strip() for s in self.splits.split(",") if s.strip()))
         else:
             object.__setattr__(self, "splits", tuple(self.splits))
-        for name in ("class_dict", "palette"):
+        object.__setattr__(self, "split_lists", parse_split_lists(self.split_lists))
+        for name in ("class_dict", "palette", "classes"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, Path(getattr(self, name)))
         for name in ("num_classes", "ignore_index", "unknown_as", "colour_tolerance", "workers", "max_pixels",

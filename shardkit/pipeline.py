@@ -24,16 +24,18 @@ import numpy as np
 
 from ._version import __version__
 from .config import ConvertConfig
-from .discover import Discovery, discover, file_types
 from .duplicates import Drops, DuplicateReport, ShardHashes, drops, find_duplicates, log_report, row_keys
-from .errors import DuplicateError, OutputError
+from .errors import ConfigError, DuplicateError, OutputError
 from .fingerprint import CACHE_NAME, SourceCache, load_cache, save_cache
 from .formats.base import SampleSpec
 from .formats.registry import all_formats, get
 from .imageio import label_palette
-from .labels import ClassTable, LabelDecoder, build_class_table
+from .labels import ClassTable, LabelDecoder
 from .labels.builtin import with_palette_colours
-from .labels.values import ignore_warning
+from .labels.idscan import scan_table
+from .labels.policy import TableChoice, choose_class_table
+from .labels.values import REDUCE_ZERO_IGNORE, ignore_warning
+from .layouts import Discovery, discover, file_types, layout_table
 from .manifest import MANIFEST_NAME, Manifest, ShardInfo
 from .plan import ShardTask, plan_split, settings_text
 from .pool import run_tasks
@@ -66,6 +68,7 @@ class ConvertSummary:
     discovery: Discovery
     table: ClassTable
     dry_run: bool
+    table_reason: str = ""  # where the class table came from, in words (every run logs it)
     samples: int = 0
     shards: int = 0
     bytes: int = 0
@@ -133,20 +136,17 @@ def convert(cfg: ConvertConfig) -> ConvertSummary:
 def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
     started = time.perf_counter()
     found = discover(cfg.input, layout=cfg.layout, label_suffix=cfg.label_suffix, splits=cfg.splits,
-                     strict=cfg.strict)
+                     strict=cfg.strict, images=cfg.images, labels=cfg.labels, split_lists=dict(cfg.split_lists))
     values = cfg.value_map
-    table = build_class_table(
-        found.label_kind, class_dict=cfg.class_dict or found.class_dict, palette=cfg.palette, layout=found.layout,
-        num_classes=cfg.num_classes if cfg.num_classes or cfg.class_dict or cfg.palette or found.class_dict
-        else values.implied_num_classes(cfg.ignore_index), ignore_index=cfg.ignore_index,
-        cityscapes_train_ids=cfg.cityscapes_train_ids,
-    )
-    table = values.adapt_table(table)
+    choice = class_table(cfg, found, remote=session.source is not None)
+    table = values.adapt_table(choice.table)
     if found.label_kind in ("ids", "palette"):  # palette labels' own colours draw them in `show` (header only)
         first = next((p for pairs in found.splits.values() if len(pairs) and (p := pairs.path(0, 1))), None)
         table = with_palette_colours(table, label_palette(Path(first)) if first else None)
+    log.info("%s", choice.line(), extra={"event": "class_table", "source": table.source, "reason": choice.reason,
+                                         "num_classes": table.num_classes, "ignore_index": table.ignore_index})
     decoder = LabelDecoder(found.label_kind, table, cfg.colour_tolerance, cfg.unknown_as, values)
-    summary = ConvertSummary(found, table, cfg.dry_run)
+    summary = ConvertSummary(found, table, cfg.dry_run, choice.reason)
     if cfg.dry_run:  # the caller (the CLI) prints the report itself
         return summary
     for line in found.report_lines():
@@ -305,6 +305,35 @@ def _reused_sidecar(directory: Path, shard: ShardInfo, spec: SampleSpec, session
         remote = session.sink.remote
         split_remote = Remote(remote.url_of(directory.name), remote.options)
         return read_sidecar(fetch_sidecar(split_remote, shard, Path(tmp)), shard, spec.num_classes, spec.size)
+
+
+def class_table(cfg: ConvertConfig, found: Discovery, *, remote: bool = False) -> TableChoice:
+    """The conversion's class table and where it came from (labels/policy.py has the rule); the label values
+    are scanned only when nothing else gives the classes, and not on object storage (no local label files)."""
+    def scan(ignore_index: int | None) -> TableChoice:
+        if remote:
+            raise ConfigError(f"the {found.layout} layout does not identify the dataset, and label files on object "
+                              "storage are not scanned for their ids", fix="pass --classes FILE or --num-classes N")
+        paths = [p.label for pairs in found.splits.values() for p in pairs if p.label is not None]
+        if ignore_index is None and values.reduce_zero_label:
+            ignore_index = REDUCE_ZERO_IGNORE  # what the map turns 0 into
+        mapped = None if not values.active else partial(values.apply, ignore_index=ignore_index)
+        return scan_table(paths, ignore_index, max_pixels=cfg.max_pixels, threads=cfg.effective_workers(),
+                          root=found.root, value_map=mapped)
+
+    values = cfg.value_map
+    default = layout_table(found, cityscapes_train_ids=cfg.cityscapes_train_ids)
+    named = cfg.num_classes or cfg.classes or cfg.class_dict or cfg.palette or found.class_dict or default
+    implied = None if named else values.implied_num_classes(cfg.ignore_index)
+    choice = choose_class_table(
+        found.label_kind, class_dict=cfg.class_dict or found.class_dict, palette=cfg.palette, classes=cfg.classes,
+        num_classes=cfg.num_classes or implied, ignore_index=cfg.ignore_index, layout=found.layout, scan=scan,
+        default=default,
+    )
+    if implied is not None:  # the value map states the classes (2 for a threshold): say so, not "--num-classes"
+        choice = TableChoice(choice.table, f"{values.describe()} ({implied} classes, names class_0 … "
+                                           f"class_{implied - 1})")
+    return choice
 
 
 def _plan(

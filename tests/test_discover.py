@@ -356,9 +356,11 @@ def test_empty_input_folder_is_a_layout_error(tmp_path: Path) -> None:
 
 def test_unrecognisable_folder_names_layouts_tried_and_fix(tmp_path: Path) -> None:
     touch(tmp_path, "photos/a.png", "README.md")
-    tried = "tried cityscapes, voc, generic, class_dict, segnet, listfile"
-    with pytest.raises(LayoutError, match=rf"{tried}.*--layout NAME.*images/"):
+    with pytest.raises(LayoutError) as e:
         discover(tmp_path)
+    text = str(e.value)
+    assert "saw: photos/ (1 images)" in text and "no layout is close" in text
+    assert "tried: cityscapes, labelme2voc, voc, mmseg, generic" in text and "--images" in text
 
 
 def test_layout_with_no_pairs_at_all_is_a_layout_error(tmp_path: Path) -> None:
@@ -414,3 +416,100 @@ def test_real_rgb_masks_is_class_dict_with_color_mask_labels(rgb_masks_root: Pat
     assert {s: len(p) for s, p in found.splits.items()} == {"test": 5, "train": 10, "val": 5}
     assert all(p.label and p.label.name == f"{p.image.stem}_color_mask.png"
                for pairs in found.splits.values() for p in pairs)
+
+
+# --- the new layouts (synthetic trees; real samples: tests/layouts/test_real_layouts.py) ------------------------
+
+
+@pytest.mark.parametrize(("images", "labels"), [
+    ("images", "labels"), ("image", "label"), ("imgs", "masks"), ("img", "mask"), ("Images", "Annotations"),
+    ("images", "annotation"), ("img", "gt"), ("images", "gts"), ("images", "1st_manual"),
+])
+def test_generic_takes_singular_and_plural_folder_names(tmp_path: Path, images: str, labels: str) -> None:
+    touch(tmp_path, f"{images}/a.png", f"{labels}/a.png")
+    found = discover(tmp_path)
+    assert found.layout == "generic" and keys(found, "all") == [f"{images}/a.png"]
+
+
+@pytest.mark.parametrize("tag", ["_mask", "_label", "_gt", "_manual1", "_segmentation", "_seg", "-mask", ""])
+def test_labels_pair_by_stem_with_the_usual_suffix_variants(tmp_path: Path, tag: str) -> None:
+    touch(tmp_path, "images/p01.jpg", "images/p02.jpg", f"masks/p01{tag}.png", f"masks/p02{tag}.png")
+    found = discover(tmp_path)
+    assert labels(found, "all") == [f"masks/p01{tag}.png", f"masks/p02{tag}.png"]
+
+
+def test_a_shared_name_part_pairs_only_one_to_one(tmp_path: Path) -> None:
+    touch(tmp_path, "images/21_training.tif", "images/22_training.tif", "images/23_training.tif",
+          "images/23_test.tif", "labels/21_manual1.gif", "labels/22_manual1.gif", "labels/23_manual1.gif")
+    found = discover(tmp_path)
+    assert labels(found, "all") == ["labels/21_manual1.gif", "labels/22_manual1.gif"]
+    # 23: two images share the part "23", so neither is paired by it: both reported, never a guess
+    assert found.unmatched_images == {"all": ("images/23_test.tif", "images/23_training.tif")}
+    assert found.unmatched_labels == {"all": ("labels/23_manual1.gif",)}
+
+
+def test_a_given_label_suffix_turns_the_shared_part_pairing_off(tmp_path: Path) -> None:
+    touch(tmp_path, "images/21_training.tif", "labels/21_manual1.gif")
+    with pytest.raises(LayoutError, match="no image/label pairs"):
+        discover(tmp_path, label_suffix="_x")
+
+
+def test_mmseg_img_dir_ann_dir_with_and_without_splits(tmp_path: Path) -> None:
+    touch(tmp_path / "a", "img_dir/train/1.png", "img_dir/val/2.png", "ann_dir/train/1.png", "ann_dir/val/2.png")
+    found = discover(tmp_path / "a")
+    assert found.layout == "mmseg" and list(found.splits) == ["train", "val"]
+    touch(tmp_path / "b", "img_dir/1.png", "ann_dir/1.png")
+    assert list(discover(tmp_path / "b").splits) == ["all"]
+
+
+@pytest.mark.parametrize("labels_dir", ["segmentations", "labels", "masks", "annotations"])
+def test_lip_split_prefixed_folders(tmp_path: Path, labels_dir: str) -> None:
+    touch(tmp_path, "train_images/1.jpg", f"train_{labels_dir}/1.png", "val_images/2.jpg", f"val_{labels_dir}/2.png")
+    found = discover(tmp_path)
+    assert found.layout == "lip" and list(found.splits) == ["train", "val"]
+    assert labels(found, "val") == [f"val_{labels_dir}/2.png"]
+
+
+def test_split_folders_above_image_and_label_folders(tmp_path: Path) -> None:
+    touch(tmp_path, "training/images/1.png", "training/labels/1.png", "test/images/2.png", "test/labels/2.png",
+          "docs/readme.png")
+    found = discover(tmp_path)
+    assert found.layout == "split_dirs" and list(found.splits) == ["test", "training"]
+
+
+def test_labelme2voc_claims_voc_trees_with_class_names_txt(tmp_path: Path) -> None:
+    touch(tmp_path, "JPEGImages/a.jpg", "SegmentationClassPNG/a.png", "SegmentationClass/a.npy", "class_names.txt")
+    found = discover(tmp_path)
+    assert found.layout == "labelme2voc" and found.label_kind == "palette"
+    assert labels(found, "all") == ["SegmentationClassPNG/a.png"]
+    (tmp_path / "class_names.txt").unlink()  # then it is a VOC tree: the label folder is the one with images
+    found = discover(tmp_path)
+    assert found.layout == "voc" and labels(found, "all") == ["SegmentationClassPNG/a.png"]
+
+
+def test_layouts_are_declared_classes_discovered_like_formats() -> None:
+    from shardkit.layouts import all_layouts, get
+    from shardkit.layouts.base import Layout
+
+    classes = all_layouts()
+    assert all(issubclass(c, Layout) for c in classes)
+    assert [c.name for c in classes if c.auto][:3] == ["cityscapes", "labelme2voc", "voc"]
+    assert {"mmseg", "generic", "split_dirs", "lip", "class_dict", "segnet", "listfile", "pattern"} <= {
+        c.name for c in classes}
+    for c in classes:
+        assert c.expected and c.label_kind in ("ids", "colour", "palette", "cityscapes") and get(c.name) is c
+
+
+def test_the_manifest_schema_lists_every_layout() -> None:
+    import json
+
+    from shardkit.layouts import names
+
+    schema = json.loads((Path(__file__).resolve().parents[1] / "formats/manifest.schema.json").read_text())
+    assert set(schema["$defs"]["source"]["properties"]["layout"]["enum"]) == set(names())
+
+
+def test_a_label_folder_without_images_is_passed_over(tmp_path: Path) -> None:
+    touch(tmp_path, "images/a.png", "labels/a.txt", "masks/a.png")  # labels/: YOLO boxes, not masks
+    found = discover(tmp_path)
+    assert found.layout == "generic" and labels(found, "all") == ["masks/a.png"]

@@ -222,3 +222,117 @@ def read_palette(path: Path) -> ClassTable:
     if any(a in header for a in _HEADER_ALIASES["name"]) and any(a in header for a in _HEADER_ALIASES["r"]):
         return _parse_class_csv(text, path)
     return _parse_text_palette(text, path)
+
+
+_ID_NAME = re.compile(r"^(\d+)\s*[:,\s]\s*(.+)$")
+_RGB_NAME = re.compile(r"^(\d+)[\s,]+(\d+)[\s,]+(\d+)(?:[\s,]+(.*))?$")
+#: labelme's label files start with this line: class id -1, which labelme2voc writes as 255.
+LABELME_IGNORE_NAME = "__ignore__"
+
+
+def _named_table(entries: list[tuple[int | None, str, Colour | None, str]], path: Path) -> ClassTable:
+    """A table from (id or None, name, colour or None, where) entries: ids, when given, must be 0..n-1 once each;
+    duplicate names or colours are a LabelError."""
+    if not entries:
+        raise LabelError("class list names no classes", path=path, fix="write one class name a line")
+    ignore = None
+    if entries[0][1] == LABELME_IGNORE_NAME:  # labelme's labels.txt: __ignore__ (-1, stored 255), then id 0
+        entries, ignore = entries[1:], 255
+    ids = [e[0] for e in entries]
+    if any(i is not None for i in ids):
+        if any(i is None for i in ids) or sorted(ids) != list(range(len(ids))):  # type: ignore[type-var]
+            raise LabelError(f"class ids {ids[:8]} are not 0..{len(ids) - 1}, each once", path=path,
+                             fix="number the classes 0, 1, 2 … (or leave the ids out: line order gives them)")
+        entries = sorted(entries, key=lambda e: e[0])  # type: ignore[arg-type,return-value]
+    if len(entries) > MAX_CLASSES:
+        raise LabelError(f"class list names {len(entries)} classes, more than {MAX_CLASSES}", path=path)
+    seen: dict[object, str] = {}
+    for _, name, colour, where in entries:
+        for key, what in ((("name", name), f"class name {name!r}"), (("colour", colour), f"colour {colour}")):
+            if key[1] is None:
+                continue
+            if key in seen:
+                raise LabelError(f"{what} appears twice ({seen[key]} and {where})", path=path,
+                                 fix="give every class its own name and colour")
+            seen[key] = where
+    classes = tuple(ClassInfo(i, name, colour) for i, (_, name, colour, _) in enumerate(entries))
+    return ClassTable(classes, ignore, source=path.name)
+
+
+def _json_classes(obj: Any, path: Path) -> ClassTable:
+    """``["a", "b"]``, ``{"classes": [...]}``, or any palette JSON shape with colours optional."""
+    while isinstance(obj, dict) and any(k in obj for k in ("labels", "classes", "names")):
+        obj = next(obj[k] for k in ("labels", "classes", "names") if k in obj)
+    entries: list[tuple[int | None, str, Colour | None, str]] = []
+    items = list(obj.items()) if isinstance(obj, dict) else list(enumerate(obj)) if isinstance(obj, list) else None
+    if items is None:
+        raise LabelError("class list JSON is neither a list nor an object", path=path,
+                         fix='write ["name", …] or [{"name": …, "color": [r, g, b]}, …]')
+    for i, (key, value) in enumerate(items):
+        where = f"entry {i}"
+        if isinstance(value, str):
+            name, raw, cid = value, None, None
+        elif isinstance(value, dict):
+            name = str(value.get("name", key))
+            raw = next((value[k] for k in ("color", "colour", "rgb") if k in value), None)
+            cid = value.get("id")
+        else:  # {name: [r, g, b]}
+            name, raw, cid = str(key), value, None
+        colour = None if raw is None else _json_colour(raw, where, path)
+        entries.append((int(cid) if isinstance(cid, int) else None, name, colour, where))
+    return _named_table(entries, path)
+
+
+def read_classes(path: Path) -> ClassTable:
+    """Read a ``--classes`` file: class names, optionally with ids and colours, as JSON, CSV or text.
+
+    - JSON: ``["sky", "road"]``, ``{"classes": [...]}``, ``[{"name", "color"?, "id"?}]`` or ``{name: [r, g, b]}``;
+    - CSV with a header naming a ``name`` column (``r,g,b`` and ``id`` columns optional);
+    - text: one class a line as ``name``, ``id name`` (``0: sky``) or ``r g b name``; blank and ``#`` lines skipped.
+
+    Ids are the line order unless the file gives them (then 0..n-1, each once). A first class ``__ignore__``
+    (labelme's label files) is dropped and makes 255 the ignore id, as labelme2voc writes it.
+    """
+    path = Path(path)
+    text = _read_text(path, "class list")
+    head = text.lstrip("\ufeff").lstrip()
+    if path.suffix.lower() == ".json" or head.startswith(("{", "[")):
+        try:
+            return _json_classes(json.loads(text), path)
+        except json.JSONDecodeError as exc:
+            raise LabelError(f"class list JSON is invalid at line {exc.lineno}: {exc.msg}", path=path,
+                             fix="fix the JSON syntax") from None
+    lines = [(n, ln.strip()) for n, ln in enumerate(head.splitlines(), 1)
+             if ln.strip() and not ln.strip().startswith("#")]
+    header = [f.strip().lower() for f in lines[0][1].split(",")] if lines else []
+    entries: list[tuple[int | None, str, Colour | None, str]] = []
+    if len(header) > 1 and any(a in header for a in _HEADER_ALIASES["name"]):
+        cols = {key: next((header.index(a) for a in aliases if a in header), None)
+                for key, aliases in {**_HEADER_ALIASES, "id": ("id", "class_id", "index", "value")}.items()}
+        has_rgb = all(cols[k] is not None for k in "rgb")
+        for row_number, row in enumerate(csv.reader(io.StringIO("\n".join(ln for _, ln in lines[1:]))), 2):
+            fields = [f.strip() for f in row]
+            where = f"row {row_number}"
+            try:
+                name = fields[cols["name"]]  # type: ignore[index]
+                colour = tuple(int(fields[cols[k]]) for k in "rgb") if has_rgb else None  # type: ignore[index]
+                cid = int(fields[cols["id"]]) if cols["id"] is not None else None
+            except (IndexError, ValueError):
+                raise LabelError(f"{where}: {','.join(fields)!r} does not fit the header {','.join(header)!r}",
+                                 path=path, fix="write one class a row under the header") from None
+            if colour is not None and not all(0 <= v <= 255 for v in colour):
+                raise LabelError(f"{where}: colour {colour} is not three integers 0..255", path=path)
+            entries.append((cid, name, colour, where))  # type: ignore[arg-type]
+        return _named_table(entries, path)
+    for number, line in lines:
+        where = f"line {number}"
+        if m := _RGB_NAME.match(line):
+            rgb = tuple(int(v) for v in m.group(1, 2, 3))
+            if not all(0 <= v <= 255 for v in rgb):
+                raise LabelError(f"{where}: colour {rgb} is not three integers 0..255", path=path)
+            entries.append((None, (m.group(4) or f"class_{len(entries)}").strip(), rgb, where))  # type: ignore[arg-type]
+        elif m := _ID_NAME.match(line):
+            entries.append((int(m.group(1)), m.group(2).strip(), None, where))
+        else:
+            entries.append((None, line, None, where))
+    return _named_table(entries, path)

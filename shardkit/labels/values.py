@@ -179,6 +179,10 @@ class ValueMap:
                     lut[lo : min(hi, size - 1) + 1] = dst
         return lut.astype(np.uint8 if int(lut.max(initial=0)) <= 255 else np.uint16)
 
+    def apply(self, raw: np.ndarray, ignore_index: int | None) -> np.ndarray:
+        """Raw integer label values mapped to ids by :meth:`lut` (what the decoder does, for a scan of the values)."""
+        return self.lut(int(raw.max(initial=0)) + 1, ignore_index)[raw]
+
     def check_binary(self, raw: np.ndarray, lossy: bool, path: Path) -> None:
         """Refuse ``--threshold`` on a label that is not a binary mask.
 

@@ -9,6 +9,7 @@ import pytest
 
 from shardkit.errors import InputNotFoundError, LabelError
 from shardkit.labels import ClassInfo, read_class_dict, read_palette
+from shardkit.labels.tablefiles import read_classes
 
 # --------------------------------------------------------------------------- class_dict.csv / palettes
 
@@ -89,3 +90,59 @@ def test_read_palette_accepts_json_list_text_lines_and_csv(tmp_path: Path) -> No
     j.write_text("{bad json")
     with pytest.raises(LabelError, match="invalid"):
         read_palette(j)
+
+
+# --------------------------------------------------------------------------- --classes: names, ids, colours
+
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def test_read_classes_reads_labelme2voc_class_names(tmp_path: Path) -> None:
+    table = read_classes(DATA / "labelme2voc" / "old" / "class_names.txt")
+    assert table.num_classes == 21 and table.ignore_index is None
+    assert table.names()[:2] == ["_background_", "aeroplane"]
+    assert table.names()[16] == "potted plant" and table.names()[20] == "tv/monitor"
+    assert all(c.colour is None for c in table.classes) and table.source == "class_names.txt"
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("names.txt", "# classes\nbackground\n\ncrack\n"),
+    ("ids.txt", "1: crack\n0: background\n"),
+    ("rgb.txt", "0 0 0 background\n255 0 0 crack\n"),
+    ("table.csv", "name,r,g,b\nbackground,0,0,0\ncrack,255,0,0\n"),
+    ("names.csv", "id,name\n1,crack\n0,background\n"),
+    ("list.json", '["background", "crack"]'),
+    ("objects.json", '{"classes": [{"name": "background"}, {"name": "crack", "color": "#ff0000"}]}'),
+    ("mapping.json", '{"background": [0, 0, 0], "crack": [255, 0, 0]}'),
+])
+def test_read_classes_takes_names_with_optional_ids_and_colours(tmp_path: Path, name: str, text: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    table = read_classes(path)
+    assert table.names() == ["background", "crack"]
+    if "rgb" in name or "table" in name or "mapping" in name:
+        assert table.classes[1].colour == (255, 0, 0)
+    assert table.source == name
+
+
+def test_read_classes_labelme_labels_txt_drops_ignore_and_makes_255_the_ignore_id(tmp_path: Path) -> None:
+    path = tmp_path / "labels.txt"
+    path.write_text("__ignore__\n_background_\ncrack\n")
+    table = read_classes(path)
+    assert table.names() == ["_background_", "crack"] and table.ignore_index == 255
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("", r"names no classes"),
+    ("0 a\n2 b\n", r"class ids \[0, 2\] are not 0\.\.1"),
+    ("a\nb\na\n", r"class name 'a' appears twice \(line 1 and line 3\)"),
+    ("1 2 3 a\n1 2 3 b\n", r"colour \(1, 2, 3\) appears twice"),
+    ("300 0 0 a\n", r"line 1: colour \(300, 0, 0\) is not three integers"),
+])
+def test_read_classes_errors_name_file_and_line(tmp_path: Path, text: str, match: str) -> None:
+    path = tmp_path / "c.txt"
+    path.write_text(text)
+    with pytest.raises(LabelError, match=match) as e:
+        read_classes(path)
+    assert str(path) in str(e.value)

@@ -1,0 +1,103 @@
+"""A class table from the ids found in the label files, for datasets nothing else describes.
+
+Every label file is read once (threads; each file's header checked against ``--max-pixels`` first) and only
+its distinct values are kept, so memory stays bounded. The ids found become classes ``0..max``; the ignore id
+is one only when the user gives it. Values that cannot be class ids of one table — 0 and 255 of a binary
+mask, or 255 far above ids 0..20 — are refused with the flags that say what they mean, never guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import LabelError
+from ..imageio import check_pixels, decode_palette_label
+from .classes import MAX_CLASSES, ClassInfo, ClassTable
+from .policy import TableChoice
+
+SOURCE = "scan:label-values"
+_SPARSE_SLACK = 8  # ids 0..max may miss a few classes; a max far above the number of values is not ids
+
+
+ValueMap = Callable[[np.ndarray], np.ndarray]
+
+
+def _file_counts(path: Path, max_pixels: int, value_map: ValueMap | None = None) -> np.ndarray:
+    """Pixel count per value (index = value) of one label file, read as stored ids (palette indices too), after
+    ``value_map`` (the user's label value mapping, if any)."""
+    check_pixels(path, max_pixels, "label")
+    mode, arr = decode_palette_label(path)
+    if arr.ndim == 3:
+        if arr.shape[2] >= 3 and not (np.array_equal(arr[..., 0], arr[..., 1])
+                                      and np.array_equal(arr[..., 1], arr[..., 2])):
+            raise LabelError("label has colours, not class ids, and no class table says what they mean",
+                             path=path, fix="pass --classes FILE with name,r,g,b lines (or a class_dict.csv)")
+        arr = arr[..., 0]
+    if arr.dtype == bool:
+        arr = arr.astype(np.uint8)
+    if value_map is not None:
+        arr = value_map(arr)
+    if arr.dtype.kind not in "ui" or (arr.size and (int(arr.min()) < 0 or int(arr.max()) >= MAX_CLASSES)):
+        raise LabelError(f"label pixels are {arr.dtype} (mode {mode}), not 8- or 16-bit class ids", path=path,
+                         fix="re-export the label as an 8- or 16-bit grayscale or palette PNG")
+    return np.bincount(arr.ravel().astype(np.intp, copy=False), minlength=1)
+
+
+def scan_label_values(paths: Sequence[Path], *, max_pixels: int, threads: int = 4,
+                      value_map: ValueMap | None = None) -> tuple[np.ndarray, dict[int, Path]]:
+    """Pixels per value over every file of ``paths``, and the first file (in ``paths`` order) holding each value."""
+    total = np.zeros(1, dtype=np.int64)
+    first: dict[int, Path] = {}
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        for path, counts in zip(paths, pool.map(lambda p: _file_counts(p, max_pixels, value_map), paths), strict=True):
+            if counts.size > total.size:
+                total = np.pad(total, (0, counts.size - total.size))
+            total[: counts.size] += counts
+            for v in np.flatnonzero(counts).tolist():
+                first.setdefault(v, path)
+    return total, first
+
+
+def _px(n: int) -> str:
+    return f"{n / 1e6:.1f}M px" if n >= 1_000_000 else f"{n / 1e3:.0f}k px" if n >= 10_000 else f"{n} px"
+
+
+def table_from_values(counts: np.ndarray, first: dict[int, Path], files: int, ignore_index: int | None,
+                      root: Path | None = None) -> TableChoice:
+    """Classes ``0..max`` of the values found (the ignore id excluded when given); a LabelError when the values
+    cannot be ids of one table."""
+    values = [v for v in np.flatnonzero(counts).tolist() if v != ignore_index]
+
+    def where(v: int) -> str:
+        path = first[v]
+        return path.relative_to(root).as_posix() if root is not None and path.is_relative_to(root) else str(path)
+
+    if not values:
+        raise LabelError(f"the {files} label files hold no value but the ignore id {ignore_index}",
+                         fix="check --ignore-index, or pass --classes FILE / --num-classes N")
+    top = max(values)
+    if top + 1 > 2 * len(values) + _SPARSE_SLACK:
+        shown = ", ".join(f"{v} ({_px(int(counts[v]))})" for v in values[:6]) + (", …" if len(values) > 6 else "")
+        binary = len(values) == 2 and values[0] == 0
+        raise LabelError(
+            f"label values {shown} found in {files} label files (e.g. {top} in {where(top)}): {top} lies far above "
+            f"the other values, so they are not the class ids 0..N-1 of one table",
+            fix=(f"--label-map {top}:1 or --threshold {top // 2} for a 0/{top} binary mask; " if binary else "")
+            + f"--ignore-index {top} if {top} marks pixels to ignore; or --classes FILE / --num-classes N")
+    names = tuple(ClassInfo(i, f"class_{i}") for i in range(top + 1))
+    table = ClassTable(names, ignore_index, source=SOURCE)
+    missing = top + 1 - len(values)
+    gaps = f", {missing} of them absent" if missing else ""
+    return TableChoice(table, f"the label values found in all {files} label files (ids 0..{top}{gaps}; the layout "
+                              "does not identify the dataset: pass --classes FILE to name them)")
+
+
+def scan_table(paths: Sequence[Path], ignore_index: int | None, *, max_pixels: int, threads: int = 4,
+               root: Path | None = None, value_map: ValueMap | None = None) -> TableChoice:
+    """:func:`scan_label_values` then :func:`table_from_values`."""
+    counts, first = scan_label_values(paths, max_pixels=max_pixels, threads=threads, value_map=value_map)
+    return table_from_values(counts, first, len(paths), ignore_index, root)

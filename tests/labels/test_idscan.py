@@ -1,0 +1,71 @@
+"""A class table from the ids found in label files: edge cases on small synthetic labels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from shardkit.errors import DecodeError, LabelError
+from shardkit.labels.idscan import SOURCE, scan_table
+
+
+def save(path: Path, arr: np.ndarray, mode: str | None = None) -> Path:
+    if mode == "P":  # a palette PNG whose indices are the ids (colours unrelated to them)
+        im = Image.frombytes("P", (arr.shape[1], arr.shape[0]), arr.tobytes())
+        im.putpalette([v for i in range(256) for v in (i, 255 - i, 0)])
+    else:
+        im = Image.fromarray(arr)
+    im.save(path)
+    return path
+
+
+def test_ids_found_become_classes_0_to_max_with_gaps_said(tmp_path: Path) -> None:
+    a = save(tmp_path / "a.png", np.array([[0, 1], [1, 4]], np.uint8))
+    b = save(tmp_path / "b.png", np.array([[0, 2], [2, 2]], np.uint8), mode="P")  # palette indices are ids
+    choice = scan_table([a, b], None, max_pixels=1000)
+    assert choice.table.num_classes == 5 and choice.table.source == SOURCE and choice.table.ignore_index is None
+    assert "all 2 label files (ids 0..4, 1 of them absent" in choice.reason
+
+
+def test_the_ignore_id_only_when_given_and_then_not_a_class(tmp_path: Path) -> None:
+    a = save(tmp_path / "a.png", np.array([[0, 1], [2, 255]], np.uint8))
+    with pytest.raises(LabelError, match=r"255 lies far above.*--ignore-index 255") as e:
+        scan_table([a], None, max_pixels=1000)
+    assert "--label-map" not in str(e.value)  # three values: not a binary mask
+    choice = scan_table([a], 255, max_pixels=1000)
+    assert choice.table.num_classes == 3 and choice.table.ignore_index == 255
+
+
+def test_a_0_255_binary_mask_is_refused_with_label_map_or_threshold(tmp_path: Path) -> None:
+    a = save(tmp_path / "m.png", np.array([[0, 255], [255, 255]], np.uint8))
+    with pytest.raises(LabelError) as e:
+        scan_table([a], None, max_pixels=1000, root=tmp_path)
+    text = str(e.value)
+    assert "label values 0 (1 px), 255 (3 px) found in 1 label files (e.g. 255 in m.png)" in text
+    assert "--label-map 255:1 or --threshold 127" in text
+
+
+def test_a_value_map_is_applied_before_counting(tmp_path: Path) -> None:
+    a = save(tmp_path / "m.png", np.array([[0, 255]], np.uint8))
+    choice = scan_table([a], None, max_pixels=1000, value_map=lambda x: (x > 127).astype(np.uint8))
+    assert choice.table.num_classes == 2
+
+
+def test_sixteen_bit_ids_and_colour_labels(tmp_path: Path) -> None:
+    a = save(tmp_path / "a.png", np.array([[0, 300]], np.uint16))
+    b = save(tmp_path / "b.png", np.arange(301, dtype=np.uint16).reshape(1, 301))
+    assert scan_table([a, b], None, max_pixels=1000).table.num_classes == 301
+    c = save(tmp_path / "c.png", np.array([[[255, 0, 0], [0, 0, 0]]], np.uint8))
+    with pytest.raises(LabelError, match=r"c\.png: label has colours.*--classes FILE"):
+        scan_table([c], None, max_pixels=1000)
+    g = save(tmp_path / "g.png", np.array([[[3, 3, 3], [1, 1, 1]]], np.uint8))  # gray stored as RGB: ids
+    assert scan_table([g], None, max_pixels=1000).table.num_classes == 4
+
+
+def test_the_pixel_limit_is_checked_before_decoding(tmp_path: Path) -> None:
+    a = save(tmp_path / "a.png", np.zeros((10, 10), np.uint8))
+    with pytest.raises(DecodeError, match="more than --max-pixels 50"):
+        scan_table([a], None, max_pixels=50)
