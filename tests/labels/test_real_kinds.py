@@ -3,7 +3,8 @@ bit-exactly with an independent reading: PIL, and the dataset's own definition o
 (0/255 → 0/1, JPEG masks > 127, palette indices).
 
 Each dataset is copied into an ``images/`` + ``masks/`` folder (the bytes unchanged; only names made to
-pair), so these tests are about label values and file types, not about layouts.
+pair), so these tests are about label values and file types, not about layouts. DRIVE may not be
+redistributed: its kinds (TIFF images, GIF masks) are made from the shared CamVid files by tests/drive_like.py.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import shardkit
 from shardkit.config import ConvertConfig
 from shardkit.errors import LabelError
 from shardkit.pipeline import convert
+from tests.drive_like import TEST_FOREGROUND, drive_file_names, drive_tree
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -92,13 +94,34 @@ def test_one_bit_png_reads_as_0_1(tmp_path: Path) -> None:
     assert want.max() == 1 and np.array_equal(got, want)
 
 
-# ---------------------------------------------------------------- DRIVE: TIFF images, GIF masks
-DRIVE = [(DATA / "drive" / "images" / f"{i}_training.tif", DATA / "drive" / "1st_manual" / f"{i}_manual1.gif")
-         for i in (21, 22)]
+# ---------------------------------------------------------------- DRIVE kinds: TIFF images, GIF masks
+@pytest.fixture
+def drive_pairs(tmp_path: Path, camvid_root: Path) -> list[tuple[Path, Path]]:
+    """Two DRIVE-style training pairs (TIFF, 0/255 GIF) made from CamVid: DRIVE itself may not be redistributed."""
+    root = drive_tree(tmp_path / "DRIVE", camvid_root, (("training", "21"), ("training", "22")))
+    return [(root / drive_file_names("training", n)[0], root / drive_file_names("training", n)[1])
+            for n in ("21", "22")]
 
 
-def test_drive_gif_masks_and_tiff_images(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    root = _dataset(tmp_path, DRIVE)
+def test_drive_like_files_have_drives_kinds(tmp_path: Path, camvid_root: Path) -> None:
+    """The stand-ins are what DRIVE ships: RGB LZW TIFF, gray 0/255 GIF labels and masks, a palette 0/251 GIF."""
+    root = drive_tree(tmp_path / "DRIVE", camvid_root)
+    kinds = {}
+    for path in sorted(root.rglob("*.*")):
+        with Image.open(path) as im:
+            values = np.unique(np.array(im)).tolist() if im.format == "GIF" else None
+            kinds[path.relative_to(root).as_posix()] = (im.format, im.mode, im.info.get("compression"), values)
+    assert kinds == {"test/1st_manual/01_manual1.gif": ("GIF", "P", None, [0, TEST_FOREGROUND]),
+                     "test/images/01_test.tif": ("TIFF", "RGB", "tiff_lzw", None),
+                     "test/mask/01_test_mask.gif": ("GIF", "L", None, [0, 255]),
+                     "training/1st_manual/21_manual1.gif": ("GIF", "L", None, [0, 255]),
+                     "training/images/21_training.tif": ("TIFF", "RGB", "tiff_lzw", None),
+                     "training/mask/21_training_mask.gif": ("GIF", "L", None, [0, 255])}
+
+
+def test_drive_gif_masks_and_tiff_images(tmp_path: Path, drive_pairs: list[tuple[Path, Path]],
+                                         caplog: pytest.LogCaptureFixture) -> None:
+    root = _dataset(tmp_path, drive_pairs)
     (root / "masks" / "notes.xml").write_text("<notes/>")  # a file type shardkit does not read
     with caplog.at_level(logging.INFO, logger="shardkit"):
         ds = _convert(root, tmp_path, label_map="255:1")
@@ -106,7 +129,7 @@ def test_drive_gif_masks_and_tiff_images(tmp_path: Path, caplog: pytest.LogCaptu
     assert "without a label" not in text and "not a file type shardkit reads: 1 .xml" in text
     assert "not read (file type): 1 .xml" in text  # the summary line names it too
     assert len(ds) == 2
-    for i, (image, label) in enumerate(DRIVE):
+    for i, (image, label) in enumerate(drive_pairs):
         img, got = ds[i]
         assert np.array_equal(img, _pil(image, "RGB"))
         assert np.array_equal(got, (_pil(label) == 255).astype(np.uint8))
@@ -132,8 +155,8 @@ def test_jpeg_masks_match_the_standard_threshold(tmp_path: Path, option: dict) -
 
 
 # ---------------------------------------------------------------- labelme2voc: palette PNG ids
-LABELME = sorted((DATA / "labelme-voc" / "JPEGImages" / f"{p.stem}.jpg", p)
-                 for p in (DATA / "labelme-voc" / "SegmentationClass").glob("*.png"))
+LABELME = sorted((DATA / "labelme2voc" / "old" / "JPEGImages" / f"{p.stem}.jpg", p)
+                 for p in (DATA / "labelme2voc" / "old" / "SegmentationClassPNG").glob("*.png"))
 
 
 def test_palette_png_labels_are_ids_outside_the_voc_layout(tmp_path: Path) -> None:

@@ -1,5 +1,7 @@
 """Every new layout on real files (tests/data, see its README), each tree built in a read-only tmp folder.
 
+DRIVE may not be redistributed: its trees are made from the shared CamVid files by tests/drive_like.py.
+
 The dataset folders are made read-only (chmod) before discovery and conversion: nothing may be written there.
 """
 
@@ -23,6 +25,7 @@ from shardkit.config import ConvertConfig
 from shardkit.errors import LabelError, LayoutError
 from shardkit.layouts import discover
 from shardkit.pipeline import convert
+from tests.drive_like import drive_tree
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -68,17 +71,6 @@ def snapshot(root: Path) -> dict[str, tuple[int, int]]:
     return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in [root, *root.rglob("*")]}
 
 
-def drive_tree(root: Path, with_fov_masks: bool = True) -> Path:
-    d = DATA / "drive"
-    files = {f"{s}/{k}/{n}": d / s / k / n for s, k, n in [
-        ("training", "images", "21_training.tif"), ("training", "1st_manual", "21_manual1.gif"),
-        ("test", "images", "01_test.tif"), ("test", "1st_manual", "01_manual1.gif")]}
-    if with_fov_masks:
-        files |= {"training/mask/21_training_mask.gif": d / "training/mask/21_training_mask.gif",
-                  "test/mask/01_test_mask.gif": d / "test/mask/01_test_mask.gif"}
-    return build(root, files)
-
-
 def lip_files(prefix: str = "{split}_images", labels: str = "{split}_segmentations") -> dict[str, Path]:
     lip = DATA / "mmseg" / "pseudo_lip_dataset"
     out = {}
@@ -103,8 +95,9 @@ def stored_labels(split_dir: Path) -> list[np.ndarray]:
 
 
 def test_drive_pairs_1st_manual_by_shared_name_part_not_the_fov_masks(tmp_path: Path, read_only: list[Path],
+                                                                      camvid_root: Path,
                                                                       caplog: pytest.LogCaptureFixture) -> None:
-    root = freeze(drive_tree(tmp_path / "DRIVE"), read_only)
+    root = freeze(drive_tree(tmp_path / "DRIVE", camvid_root), read_only)
     with caplog.at_level(logging.WARNING):
         found = discover(root)
     assert found.layout == "split_dirs" and list(found.splits) == ["test", "training"]
@@ -113,9 +106,9 @@ def test_drive_pairs_1st_manual_by_shared_name_part_not_the_fov_masks(tmp_path: 
     assert "labels from 1st_manual/, ignoring mask/" in caplog.text
 
 
-def test_drive_flat_image_and_1st_manual_folders_are_the_generic_layout(tmp_path: Path,
-                                                                         read_only: list[Path]) -> None:
-    d = DATA / "drive" / "training"
+def test_drive_flat_image_and_1st_manual_folders_are_the_generic_layout(tmp_path: Path, read_only: list[Path],
+                                                                         camvid_root: Path) -> None:
+    d = drive_tree(tmp_path / "made", camvid_root, (("training", "21"),), with_fov_masks=False) / "training"
     root = freeze(build(tmp_path / "drive", {"images/21_training.tif": d / "images/21_training.tif",
                                              "1st_manual/21_manual1.gif": d / "1st_manual/21_manual1.gif"}),
                   read_only)
@@ -124,9 +117,9 @@ def test_drive_flat_image_and_1st_manual_folders_are_the_generic_layout(tmp_path
     assert pairs_of(found, "all") == [("images/21_training.tif", "1st_manual/21_manual1.gif")]
 
 
-def test_drive_explicit_templates_pair_tif_with_gif_by_the_shared_part(tmp_path: Path,
-                                                                        read_only: list[Path]) -> None:
-    root = freeze(drive_tree(tmp_path / "DRIVE"), read_only)
+def test_drive_explicit_templates_pair_tif_with_gif_by_the_shared_part(tmp_path: Path, read_only: list[Path],
+                                                                        camvid_root: Path) -> None:
+    root = freeze(drive_tree(tmp_path / "DRIVE", camvid_root), read_only)
     found = discover(root, images="{split}/images/{name}_*.tif", labels="{split}/1st_manual/{name}_manual1.gif")
     assert found.layout == "pattern" and list(found.splits) == ["test", "training"]
     assert pairs_of(found, "training") == [("training/images/21_training.tif", "training/1st_manual/21_manual1.gif")]
@@ -139,7 +132,7 @@ def test_drive_explicit_templates_pair_tif_with_gif_by_the_shared_part(tmp_path:
 
 
 def test_membranes_singular_folders_with_split_above(tmp_path: Path, read_only: list[Path]) -> None:
-    m = DATA / "membrane" / "train"
+    m = DATA / "isbi-em"
     root = freeze(build(tmp_path / "membrane", {f"train/{k}/{i}.png": m / k / f"{i}.png"
                                                 for k in ("image", "label") for i in (0, 1)}), read_only)
     found = discover(root)
@@ -150,7 +143,7 @@ def test_membranes_singular_folders_with_split_above(tmp_path: Path, read_only: 
 
 def test_membranes_0_255_masks_are_refused_with_the_flags_that_say_what_255_means(
         tmp_path: Path, read_only: list[Path]) -> None:
-    m = DATA / "membrane" / "train"
+    m = DATA / "isbi-em"
     before = build(tmp_path / "membrane", {f"{k}/{i}.png": m / k / f"{i}.png" for k in ("image", "label")
                                            for i in (0, 1)})
     root = freeze(before, read_only)
@@ -300,8 +293,9 @@ def test_cli_states_the_class_table_source_on_a_real_run(tmp_path: Path, read_on
     assert "class table: 16 classes from the label values found in all 2 label files" in result.output
 
 
-def test_cli_images_labels_and_split_list_from_a_toml_config(tmp_path: Path, read_only: list[Path]) -> None:
-    root = freeze(drive_tree(tmp_path / "DRIVE"), read_only)
+def test_cli_images_labels_and_split_list_from_a_toml_config(tmp_path: Path, read_only: list[Path],
+                                                            camvid_root: Path) -> None:
+    root = freeze(drive_tree(tmp_path / "DRIVE", camvid_root), read_only)
     cfg = tmp_path / "drive.toml"
     cfg.write_text('[convert]\nimages = "{split}/images/{name}_*.tif"\n'
                    'labels = "{split}/1st_manual/{name}_manual1.gif"\nnum_classes = 2\n')
@@ -325,7 +319,7 @@ def test_cli_split_list_flags_from_anywhere(tmp_path: Path, read_only: list[Path
 
 def test_cli_no_layout_is_one_screen_with_what_it_saw_the_closest_layout_and_the_flags(
         tmp_path: Path, read_only: list[Path]) -> None:
-    m = DATA / "membrane" / "train"
+    m = DATA / "isbi-em"
     root = freeze(build(tmp_path / "membrane", {f"{k}/{i}.png": m / ("image" if k == "imagez" else "label") / f"{i}.png"
                                                 for k in ("imagez", "truth") for i in (0, 1)}), read_only)
     result = CliRunner().invoke(main, ["convert", str(root), str(tmp_path / "out")])
