@@ -445,15 +445,25 @@ def _convert_limited(args: list[str], limit: int = 3 << 30) -> tuple[int, str]:
     import subprocess
     import sys
 
-    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, ({0}, {0})); "
-            "from shardkit.cli import main; sys.argv = ['shardkit', 'convert'] + sys.argv[1:]; main()").format(limit)
+    code = (f"import resource, sys; resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit})); "
+            "from shardkit.cli import main; sys.argv = ['shardkit', 'convert'] + sys.argv[1:]; main()")
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     return proc.returncode, proc.stdout + proc.stderr
 
 
+def _bomb_tiff(path: Path, h: int, w: int) -> None:
+    """A 100-byte TIFF whose directory says h x w 8-bit RGB pixels in one strip (libtiff would allocate them)."""
+    import struct
+
+    entries = [(256, 4, 1, w), (257, 4, 1, h), (258, 3, 1, 8), (259, 3, 1, 1), (262, 3, 1, 2), (273, 4, 1, 8),
+               (277, 3, 1, 3), (278, 4, 1, h), (279, 4, 1, 3 * h * w % 2**32)]
+    ifd = struct.pack("<H", len(entries)) + b"".join(struct.pack("<HHII", *e) for e in entries) + bytes(4)
+    path.write_bytes(b"II*\x00" + struct.pack("<I", 8) + ifd)
+
+
 @pytest.mark.parametrize("shard_size", ["500", "64MB"])  # 64MB: shards planned from every image's header
-@pytest.mark.parametrize("bomb", ["jpeg", "hdr"])
+@pytest.mark.parametrize("bomb", ["jpeg", "hdr", "tiff"])
 def test_a_decompression_bomb_is_refused_before_any_decoder_runs(camvid_root: Path, tmp_path: Path,
                                                                  shard_size: str, bomb: str) -> None:
     """A 30000x30000 JPEG of under 1 KB (5.2 GB RSS before), and a Radiance HDR named .png (OpenCV decodes what
@@ -463,6 +473,8 @@ def test_a_decompression_bomb_is_refused_before_any_decoder_runs(camvid_root: Pa
     target = raw / "val" / names[1]
     if bomb == "jpeg":
         _bomb_jpeg(target, 30000, 30000)
+    elif bomb == "tiff":
+        _bomb_tiff(target, 30000, 30000)
     else:
         target.write_bytes(b"#?RADIANCE\nFORMAT=32-bit_rle_rgbe\n\n-Y 30000 +X 30000\n" + bytes(64))
     rc, output = _convert_limited([str(raw), str(tmp_path / "out"), "-q", "--workers", "1", "--shard-size",
@@ -470,8 +482,8 @@ def test_a_decompression_bomb_is_refused_before_any_decoder_runs(camvid_root: Pa
     assert rc == 1, output
     line = one_line_error(output)
     assert names[1] in line
-    assert ("30000x30000 = 900000000 pixels, more than --max-pixels 16777216" in line if bomb == "jpeg"
-            else "Radiance HDR" in line)
+    assert ("Radiance HDR" in line if bomb == "hdr"
+            else "30000x30000 = 900000000 pixels, more than --max-pixels 16777216" in line)
     assert not (tmp_path / "out" / "val" / "manifest.json").exists()
 
 
