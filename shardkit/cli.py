@@ -149,12 +149,11 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
         return None
     import json
 
-    from .smallfile import read_small_text
-    from .tomlcompat import tomllib
+    from .tomlcompat import load_small_toml
 
     try:
-        data = tomllib.loads(read_small_text(value, "config file"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        data = load_small_toml(value, "config file")
+    except (OSError, ValueError) as exc:  # ValueError: bad TOML (UnicodeDecodeError is one too)
         raise click.BadParameter(f"{value}: cannot read ({exc})", param_hint="--config") from None
     section = data.get("convert", data)
     known = {p.name for p in ctx.command.params if p.name}

@@ -319,10 +319,10 @@ METADATA_SLACK = 64 << 20
 #: Most bytes per allowed pixel a decode may allocate: 12 is a progressive CMYK JPEG (2 bytes of coefficients per
 #: component sample kept for the whole image, and the output); a file needing more is allowed fewer pixels.
 DECODE_BYTES_PER_PIXEL = 12
-#: Bytes :func:`read_header` reads from a file: every header it parses fits (JPEG's markers before the frame
-#: header included: EXIF and ICC segments are at most 64 KiB each, a few of them); a frame header further in
-#: is refused rather than searched for.
-HEADER_BYTES = 1 << 20
+#: Bytes :func:`read_header` reads from a file: every header it parses fits (JPEG's segments before the frame
+#: header included: EXIF, ICC and MPF segments are at most 64 KiB each, 64 of them fit); a frame header further
+#: in is refused rather than searched for.
+HEADER_BYTES = 4 << 20
 #: A TIFF's tile or strip buffer (OpenCV allocates one whole tile) may exceed its image by this many pixels.
 TIFF_TILE_SLACK = 1 << 20
 

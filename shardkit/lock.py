@@ -85,7 +85,10 @@ class OutputLock:
 
 
 def pid_alive(pid: int) -> bool:
-    """True while process ``pid`` exists on this host (it may belong to another user)."""
+    """True while process ``pid`` exists on this host (it may belong to another user). A number no process can
+    have (0 and below would signal process groups; past 2^31 ``os.kill`` overflows) is no live process."""
+    if not 0 < pid < 2**31:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -106,6 +109,17 @@ def _age(info: dict[str, Any]) -> float | None:
         with contextlib.suppress(ValueError):
             return (datetime.now(timezone.utc) - datetime.fromisoformat(stamp).astimezone(timezone.utc)).total_seconds()
     return None
+
+
+#: Longest ttl a lock object may claim (a day): a lock saying more (or inf, or text) expires after our own ttl.
+MAX_LOCK_TTL = 86400.0
+
+
+def _lock_ttl(claimed: Any, default: float) -> float:
+    """The ttl a lock object states, when it is a number in (0, MAX_LOCK_TTL]; else ``default``."""
+    if isinstance(claimed, (int, float)) and not isinstance(claimed, bool) and 0 < claimed <= MAX_LOCK_TTL:
+        return float(claimed)
+    return default
 
 
 class RemoteLock:
@@ -151,13 +165,18 @@ class RemoteLock:
         return (body if isinstance(body, dict) else {}), info
 
     def _stale(self, body: dict[str, Any], info: dict[str, Any]) -> str | None:
-        """Why the lock's holder is gone, or None while it may be alive."""
-        if body.get("host") == socket.gethostname() and isinstance(body.get("pid"), int):
-            if not pid_alive(body["pid"]):
-                return f"its holder (pid {body['pid']} on this host) is dead"
-            return None
+        """Why the lock's holder is gone, or None while it may be alive.
+
+        A holder on this host whose pid is dead is gone at once. Otherwise the heartbeat decides, on this host
+        too: a live pid may be another process that reused the number after the holder was killed, so a lock
+        silent for longer than its ttl is stale whoever holds the pid now.
+        """
+        pid = body.get("pid")
+        same_host = body.get("host") == socket.gethostname()
+        if same_host and isinstance(pid, int) and not isinstance(pid, bool) and not pid_alive(pid):
+            return f"its holder (pid {pid} on this host) is dead"
         age = _age(info)
-        ttl = float(body.get("ttl") or self.ttl)
+        ttl = _lock_ttl(body.get("ttl"), self.ttl)
         if age is not None and age > ttl:
             return f"no heartbeat for {age:.0f} s (more than {ttl:.0f} s)"
         return None

@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import os
 import signal
+import sys
 import threading
 import uuid
 import warnings
@@ -125,6 +126,22 @@ def _children_ignore_sigint() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+#: A ``-W`` option for the processes loky starts: its resource tracker, when this process is killed, removes
+#: the pool's semaphores and memory-mapping folders (right) and warns about each "leaked" one on stderr, lines
+#: after the shell's "Killed" (noise: nothing is left behind).
+_TRACKER_WARNING = "ignore:resource_tracker:UserWarning"
+
+
+def _quiet_resource_tracker() -> None:
+    """Have the processes loky starts from now on (its resource tracker) ignore its "leaked semlock" warnings.
+
+    loky starts them with this interpreter's ``-W`` options (``sys.warnoptions``); this process's own warning
+    filters do not change.
+    """
+    if _TRACKER_WARNING not in sys.warnoptions:
+        sys.warnoptions.append(_TRACKER_WARNING)
+
+
 def _iterate(
     tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int, isolate: bool, counter: SampleCounter | None,
 ) -> Iterator[ShardResult]:
@@ -140,6 +157,7 @@ def _iterate(
             yield convert_shard(task, ctx, None if counter is None else counter.tick(slot))
         return
     ref = None if counter is None else counter.ref
+    _quiet_resource_tracker()
     from joblib import Parallel, delayed
     from joblib.externals.loky.process_executor import TerminatedWorkerError
 

@@ -8,9 +8,11 @@ worker writes them into the shard's samples sidecar (:mod:`shardkit.samples`).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable
@@ -23,7 +25,7 @@ import numpy as np
 from .codecs import RAW, ArrayCodecs
 from .config import DEFAULT_MAX_PIXELS
 from .discover import rel_path
-from .errors import ShardkitError
+from .errors import OutputError, ShardkitError
 from .fingerprint import SourceCache, sample_fingerprint, source_digest
 from .formats.base import SampleSpec, WrittenFile
 from .formats.registry import get, writer_class
@@ -139,18 +141,33 @@ def fingerprint_pair(pair: Any, ctx: WorkerContext, options_digest: str, sources
     return sample_fingerprint(options_digest, image, label).hex()
 
 
-def _write(fn: Any, task: ShardTask, *args: Any) -> Any:
-    """Call a writer method; an OS error there is the output's fault (disk full, read-only), said in one line."""
+#: Words in a writer library's message that mean the output device is full or failing (LMDB reports a full
+#: disk as "mdb_txn_commit: Input/output error"; HDF5 as "errno = 28, error message = 'No space left on device'").
+_DISK_FULL_WORDS = ("No space left", "Disk quota", "Input/output error", "errno = 28", "errno = 122")
+
+
+def output_problem(exc: BaseException) -> str:
+    """One line for a failed write: the OS's reason where the message carries one, else its first line."""
+    text = str(exc.strerror) if isinstance(exc, OSError) and exc.strerror else str(exc)
+    said = re.search(r"error message = '([^']*)'", text)  # HDF5's multi-line messages name the OS error
+    if said:
+        return said.group(1)
+    first = " ".join(text.split())  # HDF5 messages span lines: one line, shortened
+    return first[:200] or type(exc).__name__
+
+
+def _write(fn: Any, task: ShardTask, *args: Any, errors: tuple[type[Exception], ...] = (OSError,)) -> Any:
+    """Call a writer method; an output failure there (disk full, read-only, I/O error: ``errors``, the writer's
+    :attr:`~shardkit.formats.base.ShardWriter.write_errors`) is the output's fault, said in one line."""
     try:
         return fn(*args)
-    except OSError as exc:
-        import errno
-
-        from .errors import OutputError
-
-        fix = ("free disk space (or choose another output folder) and re-run; finished shards are kept"
-               if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "check the output folder and re-run")
-        raise OutputError(f"cannot write shard {task.stem} ({exc.strerror or exc})", path=task.directory,
+    except errors as exc:
+        text = str(exc)
+        full = (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO)) or any(
+            w in text for w in _DISK_FULL_WORDS)
+        fix = ("free disk space (or choose another output folder) and re-run; finished shards are kept" if full
+               else "check the output folder and re-run")
+        raise OutputError(f"cannot write shard {task.stem} ({output_problem(exc)})", path=task.directory,
                           fix=fix) from None
 
 
@@ -209,8 +226,10 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
     except Exception:  # pragma: no cover
         pass
     stats = Stats(ctx.spec.num_classes)
-    writer = writer_class(ctx.format)(task.directory, task.stem, ctx.spec, len(task.samples), ctx.compression,
-                                      ctx.codecs)
+    cls = writer_class(ctx.format)
+    errors = cls.write_errors
+    writer = _write(cls, task, task.directory, task.stem, ctx.spec, len(task.samples), ctx.compression, ctx.codecs,
+                    errors=errors)
     samples = SidecarBuilder(ctx.spec.num_classes)
     skipped: list[dict[str, str]] = []
     padded = 0
@@ -243,15 +262,15 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
                 if tick is not None:
                     tick()
                 continue
-            _write(writer.add, task, image, stored, pair.key)
+            _write(writer.add, task, image, stored, pair.key, errors=errors)
             padded += was_padded
             present = stats.add(image, ids)
             samples.add(pair.key, rel_path(ctx.root, pair.label) if pair.label is not None else None,
                         int(image.shape[0]), int(image.shape[1]), fingerprint, present, pixel_hash(image))
             if tick is not None:
                 tick()
-        files = (*_write(writer.close, task, ctx.sync_files),
-                 _write(_write_sidecar, task, writer, samples, ctx.sync_files))
+        files = (*_write(writer.close, task, ctx.sync_files, errors=errors),
+                 _write(_write_sidecar, task, writer, samples, ctx.sync_files, errors=errors))
     except BaseException:
         writer.abort()
         for p in task.directory.glob(writer.tmp_glob(sidecar_name(task.stem))):

@@ -447,15 +447,25 @@ def _convert_limited(args: list[str], limit: int = 3 << 30) -> tuple[int, str]:
     import subprocess
     import sys
 
-    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, ({0}, {0})); "
-            "from shardkit.cli import main; sys.argv = ['shardkit', 'convert'] + sys.argv[1:]; main()").format(limit)
+    code = (f"import resource, sys; resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit})); "
+            "from shardkit.cli import main; sys.argv = ['shardkit', 'convert'] + sys.argv[1:]; main()")
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     return proc.returncode, proc.stdout + proc.stderr
 
 
+def _bomb_tiff(path: Path, h: int, w: int) -> None:
+    """A 100-byte TIFF whose directory says h x w 8-bit RGB pixels in one strip (libtiff would allocate them)."""
+    import struct
+
+    entries = [(256, 4, 1, w), (257, 4, 1, h), (258, 3, 1, 8), (259, 3, 1, 1), (262, 3, 1, 2), (273, 4, 1, 8),
+               (277, 3, 1, 3), (278, 4, 1, h), (279, 4, 1, 3 * h * w % 2**32)]
+    ifd = struct.pack("<H", len(entries)) + b"".join(struct.pack("<HHII", *e) for e in entries) + bytes(4)
+    path.write_bytes(b"II*\x00" + struct.pack("<I", 8) + ifd)
+
+
 @pytest.mark.parametrize("shard_size", ["500", "64MB"])  # 64MB: shards planned from every image's header
-@pytest.mark.parametrize("bomb", ["jpeg", "hdr"])
+@pytest.mark.parametrize("bomb", ["jpeg", "hdr", "tiff"])
 def test_a_decompression_bomb_is_refused_before_any_decoder_runs(camvid_root: Path, tmp_path: Path,
                                                                  shard_size: str, bomb: str) -> None:
     """A 30000x30000 JPEG of under 1 KB (5.2 GB RSS before), and a Radiance HDR named .png (OpenCV decodes what
@@ -465,6 +475,8 @@ def test_a_decompression_bomb_is_refused_before_any_decoder_runs(camvid_root: Pa
     target = raw / "val" / names[1]
     if bomb == "jpeg":
         _bomb_jpeg(target, 30000, 30000)
+    elif bomb == "tiff":
+        _bomb_tiff(target, 30000, 30000)
     else:
         target.write_bytes(b"#?RADIANCE\nFORMAT=32-bit_rle_rgbe\n\n-Y 30000 +X 30000\n" + bytes(64))
     rc, output = _convert_limited([str(raw), str(tmp_path / "out"), "-q", "--workers", "1", "--shard-size",
@@ -472,6 +484,93 @@ def test_a_decompression_bomb_is_refused_before_any_decoder_runs(camvid_root: Pa
     assert rc == 1, output
     line = one_line_error(output)
     assert names[1] in line
-    assert ("30000x30000 = 900000000 pixels, more than --max-pixels 16777216" in line if bomb == "jpeg"
-            else "Radiance HDR" in line)
+    assert ("Radiance HDR" in line if bomb == "hdr"
+            else "30000x30000 = 900000000 pixels, more than --max-pixels 16777216" in line)
     assert not (tmp_path / "out" / "val" / "manifest.json").exists()
+
+
+def _lmdb_commit_failed() -> Exception:
+    import lmdb
+
+    return lmdb.Error("mdb_txn_commit: Input/output error")
+
+
+def _hdf5_flush_failed() -> Exception:  # h5py's text: the OS error inside a message that spans two lines
+    return RuntimeError("Unable to flush raw data (file write failed: time = Fri Nov 27 10:00:00 2026\n, filename = "
+                        "'x.h5', file descriptor = 5, errno = 28, error message = 'No space left on device', buf = "
+                        "0x5, total write size = 164944)")
+
+
+@pytest.mark.parametrize(("fmt", "writer", "method", "error", "says"), [
+    ("lmdb", "shardkit.formats.lmdb.LmdbWriter", "add", _lmdb_commit_failed, "mdb_txn_commit: Input/output error"),
+    ("lmdb", "shardkit.formats.lmdb.LmdbWriter", "_finish", _lmdb_commit_failed, "Input/output error"),
+    ("hdf5", "shardkit.formats.hdf5.Hdf5Writer", "add", _hdf5_flush_failed, "(No space left on device)"),
+    ("hdf5", "shardkit.formats.hdf5.Hdf5Writer", "_finish", _hdf5_flush_failed, "(No space left on device)"),
+])
+def test_a_writer_library_error_is_one_line(camvid_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            fmt: str, writer: str, method: str, error: Callable[[], Exception],
+                                            says: str) -> None:
+    """LMDB reports a full disk as ``lmdb.Error``, h5py as a RuntimeError spanning two lines: one line each."""
+    raw = tmp_path / "raw"
+    make_raw(camvid_root, raw)
+    out = tmp_path / "out"
+    assert invoke("convert", raw, out, "-q", "--format", fmt, "--size", "96x128").exit_code == 0
+    before = (out / "val" / "manifest.json").read_bytes()
+
+    def fails(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        raise error()
+
+    monkeypatch.setattr(f"{writer}.{method}", fails)
+    res = invoke("convert", raw, out, "-q", "--format", fmt, "--size", "64x96", "--workers", "1")
+    assert res.exit_code == 1
+    line = one_line_error(res.output)
+    assert says in line and "free disk space" in line and "errno" not in line
+    assert (out / "val" / "manifest.json").read_bytes() == before
+    assert verify_split(out / "val").ok
+    assert not [p for p in (out / "val").iterdir() if ".tmp-" in p.name]
+
+
+@pytest.fixture()
+def small_tmpfs(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A 4 MiB tmpfs mounted for the test and unmounted after (needs root: skipped elsewhere)."""
+    import subprocess
+
+    mount = tmp_path / "tmpfs"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.mark.parametrize("fmt", ["npy", "lmdb", "hdf5", "tfrecord"])
+def test_a_really_full_disk_is_one_line_and_keeps_previous_output(camvid_root: Path, small_tmpfs: Path,
+                                                                  fmt: str) -> None:
+    """A real full disk (a 4 MiB tmpfs), in a real process: no traceback, no crash at exit (HDF5 left open after
+    a failed flush crashed the process with SIGSEGV), the previous output intact."""
+    import subprocess
+    import sys
+
+    out = small_tmpfs / "out"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+
+    def run(size: str, shard_size: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "shardkit", "convert", str(camvid_root), str(out), "--split",
+                               "val", "-q", "--workers", "1", "--format", fmt, "--size", size, "--shard-size",
+                               shard_size], capture_output=True, text=True, timeout=300, env=env)
+
+    assert run("48x64", "500").returncode == 0
+    before = (out / "val" / "manifest.json").read_bytes()
+    for shard_size in ("500", "4"):  # fills up inside the first shard, or after some shards are finished
+        res = run("360x480", shard_size)
+        output = res.stdout + res.stderr
+        assert res.returncode == 1, output
+        lines = output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error:") and "Traceback" not in output, output
+        assert "space" in lines[0].lower()
+        assert (out / "val" / "manifest.json").read_bytes() == before
+        assert verify_split(out / "val").ok
+        assert not [p for p in (out / "val").iterdir() if ".tmp-" in p.name]

@@ -401,3 +401,22 @@ def test_a_tiff_tile_far_larger_than_its_image_is_refused(tmp_path: Path, no_dec
     no_decoder()
     with pytest.raises(DecodeError, match="a tile or strip of 268435456 pixels for a 10x10 image"):
         check_pixels(p, 2**24)
+
+
+@pytest.mark.slow
+def test_one_worker_stays_under_1_gb_at_the_default_max_pixels() -> None:
+    """The default --max-pixels is chosen so: the costliest kinds (a colour-mask label, a 16-bit RGBA PNG or
+    TIFF image) converted at exactly the limit, peak RSS of the converting process (scripts/max_pixels_memory.py,
+    which builds each case in another process so the measured one starts small)."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    res = subprocess.run([sys.executable, str(root / "scripts" / "max_pixels_memory.py"), "--cases",
+                          "colour-label,png16-rgba,tiff16-rgba,jpeg-cmyk-progressive"], capture_output=True,
+                         text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(root)})
+    assert res.returncode == 0, res.stderr
+    rows = [line.split() for line in res.stdout.splitlines()[2:]]
+    assert len(rows) == 4 and all(r[3] == "ok" for r in rows), res.stdout
+    assert all(float(r[2]) < 1024 for r in rows), res.stdout

@@ -41,3 +41,54 @@ def test_an_output_under_a_file_is_one_clear_error(tmp_path: Path) -> None:
             OutputLock(tmp_path / "file" / "out"):
         pass
     assert "\n" not in str(info.value)
+
+
+# --- RemoteLock: when a lock on object storage is stale ------------------------------------------
+
+
+def _remote_lock(ttl: float = 30.0):  # type: ignore[no-untyped-def]
+    from shardkit.lock import RemoteLock
+
+    return RemoteLock(None, ttl=ttl)  # type: ignore[arg-type]  # _stale reads no remote
+
+
+def test_a_same_host_lock_whose_pid_was_reused_expires_after_its_ttl() -> None:
+    """The holder died and its pid now belongs to another live process (here: this one): the heartbeat decides."""
+    import socket
+    import time
+
+    body = {"host": socket.gethostname(), "pid": os.getpid(), "ttl": 30}
+    lock = _remote_lock()
+    assert lock._stale(body, {"LastModified": time.time() - 5}) is None  # a live heartbeat: held
+    reason = lock._stale(body, {"LastModified": time.time() - 120})
+    assert reason is not None and "no heartbeat for 120 s" in reason
+
+
+def test_a_same_host_lock_whose_pid_is_dead_is_stale_at_once() -> None:
+    import socket
+    import time
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    body = {"host": socket.gethostname(), "pid": int(dead.stdout), "ttl": 30}
+    reason = _remote_lock()._stale(body, {"LastModified": time.time()})
+    assert reason is not None and "is dead" in reason
+
+
+@pytest.mark.parametrize("claimed", [float("inf"), 1e300, "600", -5, True, None, float("nan")])
+def test_a_lock_claiming_a_nonsense_ttl_expires_after_ours(claimed: object) -> None:
+    import time
+
+    body = {"host": "elsewhere", "pid": 1, "ttl": claimed}
+    lock = _remote_lock(ttl=30)
+    assert lock._stale(body, {"LastModified": time.time() - 10}) is None
+    assert lock._stale(body, {"LastModified": time.time() - 60}) is not None
+
+
+@pytest.mark.parametrize("pid", [0, -1, 2**70])
+def test_a_lock_naming_an_impossible_pid_is_stale_not_a_crash(pid: int) -> None:
+    import socket
+    import time
+
+    body = {"host": socket.gethostname(), "pid": pid, "ttl": 30}
+    reason = _remote_lock()._stale(body, {"LastModified": time.time()})
+    assert reason is not None and "is dead" in reason

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..tomlcompat import tomllib
+from ..tomlcompat import load_small_toml
 from .ops import Compose, parse
 
 
@@ -23,13 +23,15 @@ def from_toml(path: str | Path, key: str = "augment") -> Compose:
     naming the file.
     """
     path = Path(path)
-    try:
-        data: Any = tomllib.loads(path.read_text(encoding="utf-8"))
+    try:  # read as --config is: a regular file of bounded size (a FIFO or /dev/zero refused at once)
+        data: Any = load_small_toml(path, "augmentation config")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read the augmentation config ({exc.__class__.__name__}: {exc})", path=path,
-                          fix="check the path") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"not valid TOML ({exc})", path=path, fix="fix the file's syntax") from None
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{exc.__class__.__name__}: {exc}"
+        raise ConfigError(f"cannot read the augmentation config ({reason})", path=path,
+                          fix="check the path: a regular TOML file") from None
+    except ValueError as exc:  # tomllib.TOMLDecodeError, or nesting too deep
+        first = (str(exc).splitlines() or [""])[0][:200]
+        raise ConfigError(f"not valid TOML ({first})", path=path, fix="fix the file's syntax") from None
     for part in key.split("."):
         if not isinstance(data, dict) or part not in data:
             raise ConfigError(f"no {key!r} in the file", path=path,

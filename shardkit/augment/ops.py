@@ -87,14 +87,62 @@ class Op:
         return f"{type(self).__name__}({args})"
 
 
-def _num(name: str, value: Any, lo: float = 0.0) -> float:
+# ---------------------------------------------------------------------- bounds
+#: Largest side of an augmented sample, and most pixels: a 8192 x 8192 RGB sample is 200 MB (800 MB as float32
+#: after Normalize), per sample of a batch. Checked for a crop at construction and for every drawn sample.
+MAX_OUTPUT_SIDE = 16384
+MAX_OUTPUT_PIXELS = 1 << 26
+#: Most values one augmented sample may hold (pixels x channels, one-hot classes included): 1 GiB as uint8.
+MAX_OUTPUT_VALUES = 1 << 30
+#: Largest scale factor (the canvas grows by it before any crop), rotation in degrees, holes per sample,
+#: colour-jitter strength, and the smallest Normalize std (1 / std is applied in float32: 1e-45 would be inf).
+MAX_SCALE = 16.0
+MAX_DEGREES = 360.0
+MAX_HOLES = 1024
+MAX_JITTER = 10.0
+MIN_STD = 1e-3
+MAX_MEAN = 1e6
+#: OneHot classes: a stored label holds at most uint16 ids.
+MAX_CLASSES = 65536
+#: Longest augmentation string.
+MAX_TEXT = 4096
+
+
+def _num(name: str, value: Any, lo: float = 0.0, hi: float | None = None) -> float:
+    """``value`` as a finite float in [lo, hi]; a string must be ASCII (``float`` takes full-width digits)."""
+    if isinstance(value, bool) or (isinstance(value, str) and not value.isascii()):
+        raise ConfigError(f"{name} must be a number, got {value!r}")
     try:
         v = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ConfigError(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(v) or v < lo:
-        raise ConfigError(f"{name} must be a finite number >= {lo}, got {value!r}")
+    if not math.isfinite(v) or v < lo or (hi is not None and v > hi):
+        within = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ConfigError(f"{name} must be a finite number {within}, got {value!r}")
     return v
+
+
+def _int(name: str, value: Any, lo: int, hi: int) -> int:
+    """``value`` as an integer in [lo, hi]: no bools, no fractions, no non-ASCII digits."""
+    if isinstance(value, bool) or (isinstance(value, str) and not (value.isascii() and value.isdigit())):
+        raise ConfigError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+    try:
+        ok = int(value) == value if not isinstance(value, str) else True
+        v = int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}") from None
+    if not ok or not lo <= v <= hi:
+        raise ConfigError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+    return v
+
+
+def check_output(hw: tuple[int, int], channels: int = 3, what: str = "augmented sample") -> None:
+    """Refuse an output of ``hw`` (times ``channels`` values per pixel) past the bounds above, in one line."""
+    h, w = hw
+    if max(h, w) > MAX_OUTPUT_SIDE or h * w > MAX_OUTPUT_PIXELS or h * w * channels > MAX_OUTPUT_VALUES:
+        raise ConfigError(f"{what} would be {h}x{w} pixels x {channels} values, more than the {MAX_OUTPUT_SIDE} "
+                          f"per side, {MAX_OUTPUT_PIXELS} pixels and {MAX_OUTPUT_VALUES} values allowed",
+                          fix="crop to a smaller size (crop=HxW), or lower the scale or the class count")
 
 
 class RandomScale(Op):
@@ -103,7 +151,7 @@ class RandomScale(Op):
     geometric = True
 
     def __init__(self, lo: float, hi: float) -> None:
-        self.lo, self.hi = _num("scale lo", lo), _num("scale hi", hi)
+        self.lo, self.hi = _num("scale lo", lo, 0, MAX_SCALE), _num("scale hi", hi, 0, MAX_SCALE)
         if not 0 < self.lo <= self.hi:
             raise ConfigError(f"scale range must satisfy 0 < lo <= hi, got {lo}:{hi}")
 
@@ -122,9 +170,7 @@ class RandomFlip(Op):
     geometric = True
 
     def __init__(self, horizontal: float = 0.5) -> None:
-        self.horizontal = _num("flip probability", horizontal)
-        if self.horizontal > 1:
-            raise ConfigError(f"flip probability must be in [0, 1], got {horizontal}")
+        self.horizontal = _num("flip probability", horizontal, 0, 1)
 
     def draw(self, rng: np.random.Generator, st: _State) -> None:
         flip = bool(rng.random() < self.horizontal)
@@ -139,7 +185,7 @@ class RandomRotate(Op):
     geometric = True
 
     def __init__(self, degrees: float) -> None:
-        self.degrees = _num("rotate degrees", degrees)
+        self.degrees = _num("rotate degrees", degrees, 0, MAX_DEGREES)
 
     def draw(self, rng: np.random.Generator, st: _State) -> None:
         a = float(rng.uniform(-self.degrees, self.degrees))
@@ -162,10 +208,9 @@ class RandomCrop(Op):
     TRIES = 10
 
     def __init__(self, h: int, w: int, cat_max_ratio: float | None = None) -> None:
-        if int(h) != h or int(w) != w or h < 1 or w < 1:
-            raise ConfigError(f"crop size must be positive integers, got {h}x{w}")
-        self.h, self.w = int(h), int(w)
-        self.cat_max_ratio = None if cat_max_ratio is None else _num("cat_max_ratio", cat_max_ratio)
+        self.h, self.w = _int("crop height", h, 1, MAX_OUTPUT_SIDE), _int("crop width", w, 1, MAX_OUTPUT_SIDE)
+        check_output((self.h, self.w), what=f"crop {self.h}x{self.w}")
+        self.cat_max_ratio = None if cat_max_ratio is None else _num("cat_max_ratio", cat_max_ratio, 0, 1)
 
     def _window(self, rng: np.random.Generator, st: _State) -> tuple[int, int]:
         h, w = st.hw
@@ -198,12 +243,10 @@ class ColorJitter(Op):
 
     def __init__(self, brightness: float = 0.0, contrast: float = 0.0, saturation: float = 0.0,
                  hue: float = 0.0) -> None:
-        self.brightness = _num("brightness", brightness)
-        self.contrast = _num("contrast", contrast)
-        self.saturation = _num("saturation", saturation)
-        self.hue = _num("hue", hue)
-        if self.hue > 0.5:
-            raise ConfigError(f"hue must be in [0, 0.5], got {hue}")
+        self.brightness = _num("brightness", brightness, 0, MAX_JITTER)
+        self.contrast = _num("contrast", contrast, 0, MAX_JITTER)
+        self.saturation = _num("saturation", saturation, 0, MAX_JITTER)
+        self.hue = _num("hue", hue, 0, 0.5)
 
     def draw(self, rng: np.random.Generator, st: _State) -> None:
         u = rng.uniform(-1.0, 1.0, 4)
@@ -215,8 +258,9 @@ def _ints(values: Any, lo: int, hi: int | None) -> tuple[int, ...] | None:
     """``values`` as a tuple of integers in [lo, hi] (no bools, no fractions), or None."""
     try:
         vals = tuple(values)
-        ok = all(not isinstance(v, bool) and int(v) == v and lo <= v and (hi is None or v <= hi) for v in vals)
-    except (TypeError, ValueError):
+        ok = all(not isinstance(v, (bool, str)) and int(v) == v and lo <= v and (hi is None or v <= hi)
+                 for v in vals)
+    except (TypeError, ValueError, OverflowError):
         return None
     return tuple(int(v) for v in vals) if ok else None
 
@@ -234,12 +278,13 @@ class Cutout(Op):
 
     def __init__(self, holes: int | tuple[int, int], h: int, w: int, *, fill: int | Sequence[int] = 0,
                  ignore_labels: bool = False) -> None:
-        counts = _ints((holes, holes) if np.ndim(holes) == 0 else holes, 0, None)
+        counts = _ints((holes, holes) if np.ndim(holes) == 0 else holes, 0, MAX_HOLES)
         if counts is None or len(counts) != 2 or counts[0] > counts[1]:
-            raise ConfigError(f"cutout holes must be a count >= 0 or a range (lo, hi) with lo <= hi, got {holes!r}")
+            raise ConfigError(f"cutout holes must be a count in [0, {MAX_HOLES}] or a range (lo, hi) of them with "
+                              f"lo <= hi, got {holes!r}")
         lo, hi = counts
-        if _ints((h, w), 1, None) is None:
-            raise ConfigError(f"cutout hole size must be positive integers, got {h}x{w}")
+        if _ints((h, w), 1, MAX_OUTPUT_SIDE) is None:
+            raise ConfigError(f"cutout hole size must be integers in [1, {MAX_OUTPUT_SIDE}], got {h}x{w}")
         rgb = _ints((fill,) * 3 if np.ndim(fill) == 0 else fill, 0, 255)
         if rgb is None or len(rgb) != 3:
             raise ConfigError(f"cutout fill must be a level 0..255 or an RGB triple of them, got {fill!r}")
@@ -264,10 +309,14 @@ class Normalize(Op):
     output = True
 
     def __init__(self, mean: Sequence[float] | np.ndarray, std: Sequence[float] | np.ndarray) -> None:
-        m, s = np.asarray(mean, np.float64).reshape(-1), np.asarray(std, np.float64).reshape(-1)
-        if m.shape != (3,) or s.shape != (3,) or not np.isfinite(m).all() or not np.isfinite(s).all() or (s <= 0).any():
-            raise ConfigError(f"Normalize needs 3 finite means and 3 positive stds (RGB, 0-255 scale), got "
-                              f"mean={mean!r} std={std!r}")
+        try:
+            m, s = np.asarray(mean, np.float64).reshape(-1), np.asarray(std, np.float64).reshape(-1)
+        except (TypeError, ValueError, OverflowError):
+            m = s = np.zeros(0)
+        if (m.shape != (3,) or s.shape != (3,) or not (np.abs(m) <= MAX_MEAN).all()
+                or not ((s >= MIN_STD) & (s <= MAX_MEAN)).all()):
+            raise ConfigError(f"Normalize needs 3 means in [-{MAX_MEAN:g}, {MAX_MEAN:g}] and 3 stds in "
+                              f"[{MIN_STD:g}, {MAX_MEAN:g}] (RGB, 0-255 scale), got mean={mean!r} std={std!r}")
         self.mean = tuple(float(v) for v in m)  # as given: each backend rounds them to its dtype
         self.std = tuple(float(v) for v in s)
 
@@ -305,8 +354,7 @@ class OneHot(Op):
     output = True
 
     def __init__(self, num_classes: int, dtype: Any = np.uint8, *, channels_first: bool = False) -> None:
-        if isinstance(num_classes, bool) or int(num_classes) != num_classes or num_classes < 1:
-            raise ConfigError(f"OneHot num_classes must be a positive integer, got {num_classes!r}")
+        num_classes = _int("OneHot num_classes", num_classes, 1, MAX_CLASSES)
         try:
             dt = np.dtype(dtype)
         except TypeError:
@@ -367,6 +415,13 @@ class Compose:
             if sum(isinstance(op, kind) for op in ops) > 1:
                 raise ConfigError(f"a pipeline takes one {kind.__name__}")
         self.ops = list(ops)
+        if self.out_hw is not None:
+            check_output(self.out_hw, self.channels)
+
+    @property
+    def channels(self) -> int:
+        """Values per output pixel that bound a sample's size: 3 image channels, or the one-hot classes."""
+        return max([3] + [op.num_classes for op in self.ops if isinstance(op, OneHot)])
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Compose) and self.ops == other.ops
@@ -410,6 +465,7 @@ class Compose:
             for k, op in enumerate(self.ops):
                 if not op.output:  # output ops draw nothing
                     op.draw(seeding.reseed(gen, states[s][k]), st)
+            check_output(st.hw, self.channels, f"augmented sample {idx[s]} (input {hws[s][0]}x{hws[s][1]})")
             m = st.t[:2].copy()
             m.setflags(write=False)
             out.append(Params(matrix=m, out_hw=st.hw, **st.values))
@@ -430,9 +486,14 @@ def _range(key: str, text: str) -> tuple[float, float]:
     return _num(f"{key} lo", lo), _num(f"{key} hi", hi)
 
 
+def _digits(text: str) -> bool:
+    """ASCII digits only (``str.isdigit`` also takes full-width and other scripts' digits)."""
+    return text.isascii() and text.isdigit()
+
+
 def _hw(key: str, text: str) -> tuple[int, int]:
     h, sep, w = text.lower().partition("x")
-    if not sep or not h.isdigit() or not w.isdigit():
+    if not sep or not _digits(h) or not _digits(w):
         raise ConfigError(f"augment {key}={text!r}: expected HxW, e.g. {key}=512x1024")
     return int(h), int(w)
 
@@ -446,18 +507,18 @@ def _cutout(val: str) -> Cutout:
     if len(parts) < 2:
         raise ConfigError(f"augment cutout={val!r}: expected {_CUTOUT_FORM}")
     lo, dash, hi = parts[0].partition("-")
-    if not lo.isdigit() or (dash and not hi.isdigit()):
+    if not _digits(lo) or (dash and not _digits(hi)):
         raise ConfigError(f"augment cutout={val!r}: hole count {parts[0]!r} is not N or LO-HI; expected "
                           f"{_CUTOUT_FORM}")
     h, sep, w = parts[1].lower().partition("x")
-    if not sep or not h.isdigit() or not w.isdigit():
+    if not sep or not _digits(h) or not _digits(w):
         raise ConfigError(f"augment cutout={val!r}: hole size {parts[1]!r} is not HxW; expected {_CUTOUT_FORM}")
     fill: int | None = None
     ignore = False
     for extra in parts[2:]:
         if extra.lower() == "ignore" and not ignore:
             ignore = True
-        elif extra.isdigit() and fill is None:
+        elif _digits(extra) and fill is None:
             fill = int(extra)
         else:
             raise ConfigError(f"augment cutout={val!r}: {extra!r} is neither a fill level 0..255 nor 'ignore'; "
@@ -475,6 +536,8 @@ def parse(text: str) -> Compose:
     """
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("augment string is empty; expected e.g. 'scale=0.5:2,crop=512x1024,hflip'")
+    if len(text) > MAX_TEXT:
+        raise ConfigError(f"augment string is {len(text)} characters, more than {MAX_TEXT}")
     ops: list[Op] = []
     for part in text.split(","):
         key, sep, val = (s.strip() for s in part.partition("="))

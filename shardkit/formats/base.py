@@ -138,6 +138,9 @@ class ShardWriter(ABC):
     #: with one the caller may import, e.g. ``tfrecord``'s protobufs vs TensorFlow's): the pool then runs
     #: every task in a worker process, even with one worker.
     needs_subprocess: ClassVar[bool] = False
+    #: What the writer's library raises when the output fails (disk full, I/O error): the worker turns these
+    #: into one OutputError line. LMDB raises ``lmdb.Error``, h5py ``RuntimeError``, besides ``OSError``.
+    write_errors: ClassVar[tuple[type[Exception], ...]] = (OSError,)
 
     def __init__(self, directory: Path, stem: str, spec: SampleSpec, planned: int, compression: str,
                  codecs: ArrayCodecs = RAW) -> None:

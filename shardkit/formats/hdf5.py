@@ -12,6 +12,7 @@ zstd and lz4 through the standard registered HDF5 filters of ``hdf5plugin`` (ids
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import mmap
 import os
@@ -61,10 +62,16 @@ def register_filters(codecs: ArrayCodecs) -> None:
 
 
 class Hdf5Writer(ShardWriter):
+    write_errors = (OSError, RuntimeError)  # h5py: "Can't synchronously write data", "Unable to flush raw data"
+
     def __init__(self, directory: Path, stem: str, spec: SampleSpec, planned: int, compression: str,
                  codecs: ArrayCodecs = RAW) -> None:
         super().__init__(directory, stem, spec, planned, compression, codecs)
         self._file = h5py.File(self.tmp_files[0], "w", libver=LIBVER, track_order=False)
+        self._fd = int(self._file.id.get_vfd_handle())  # the sec2 driver's descriptor, for abort
+        st = os.fstat(self._fd)
+        self._fd_identity = (st.st_dev, st.st_ino)
+        self._closing = self._closed = False
         self._keys: list[str] = []
         self._shapes: list[tuple[int, int]] = []
         size = spec.size
@@ -116,7 +123,29 @@ class Hdf5Writer(ShardWriter):
         })
         if not self.codecs.raw:
             f.attrs.update({"image_codec": str(self.codecs.image), "label_codec": str(self.codecs.label)})
+        f.flush()  # a full disk fails here, with the file still whole enough for abort to close it (a failed
+        self._closing = True  # close leaves HDF5 half-closed: calling into it again crashes the process)
         f.close()
+        self._closed = True
+
+    def abort(self) -> None:
+        """Close the file before removing it. HDF5 flushes its caches on close (and when a dataset object is
+        freed): after a failed write (disk full) that flush fails again, and the file left open crashed the
+        process (SIGSEGV) at exit. So its descriptor is first pointed at ``/dev/null`` (the file is abandoned
+        anyway): the last flushes succeed into nothing and the close is clean."""
+        with contextlib.suppress(OSError):  # the descriptor taken at open: HDF5's own handles may be half-closed
+            st = os.fstat(self._fd)  # still our file's (once closed, the number may name another file)
+            if not self._closed and (st.st_dev, st.st_ino) == self._fd_identity:
+                null = os.open(os.devnull, os.O_RDWR)
+                try:
+                    os.dup2(null, self._fd)
+                finally:
+                    os.close(null)
+        if not self._closing:
+            with contextlib.suppress(Exception):
+                self._images = self._labels = None
+                self._file.close()
+        super().abort()
 
 
 def _nfilters(ds: Any) -> int:

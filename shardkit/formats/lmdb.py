@@ -11,6 +11,7 @@ Spec: ``formats/lmdb.md``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import mmap
@@ -46,6 +47,8 @@ def _env(path: Path, *, write: bool, map_size: int = _MIN_MAP) -> lmdb.Environme
 
 
 class LmdbWriter(ShardWriter):
+    write_errors = (OSError, lmdb.Error)  # a failed commit (disk full): "mdb_txn_commit: Input/output error"
+
     def __init__(self, directory: Path, stem: str, spec: SampleSpec, planned: int, compression: str,
                  codecs: ArrayCodecs = RAW) -> None:
         super().__init__(directory, stem, spec, planned, compression, codecs)
@@ -88,6 +91,11 @@ class LmdbWriter(ShardWriter):
             meta["codecs"] = self.codecs.to_json()
         self._put(META_KEY, json.dumps(meta, sort_keys=True).encode())
         self._env.close()  # every commit already wrote its pages; the caller fsyncs the file
+
+    def abort(self) -> None:
+        with contextlib.suppress(lmdb.Error, OSError):  # after a failed commit: nothing more to write
+            self._env.close()
+        super().abort()
 
 
 class LmdbReader(ShardReader):

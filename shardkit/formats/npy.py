@@ -9,6 +9,7 @@ Batches read from storage are hinted sample by sample (:mod:`shardkit.formats.ma
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import tokenize
 from collections.abc import Sequence
@@ -112,7 +113,8 @@ class NpyWriter(ShardWriter):
 
     def abort(self) -> None:
         for stream in self._streams:
-            stream.fh.close()
+            with contextlib.suppress(OSError):  # its last flush may fail as the write did (disk full)
+                stream.fh.close()
         super().abort()
 
 
