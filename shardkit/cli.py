@@ -1,7 +1,8 @@
 """The ``shardkit`` command: parse options, build a frozen config, call the library, map errors to exit codes.
 
 Exit codes: 0 success; 1 failed (bad input, I/O, a worker died); 2 usage error (bad
-options); 3 finished but skipped some inputs (``--on-error skip``); 130 interrupted.
+options); 3 finished but skipped some inputs (``--on-error skip``; 1 when it skipped every input);
+130 interrupted; a closed stdout (``| head``) ends a command quietly with 0.
 """
 
 from __future__ import annotations
@@ -44,8 +45,35 @@ def _fail(message: str) -> NoReturn:
     raise click.ClickException(message) from None
 
 
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (``shardkit info out | head -1`` after ``head`` exits)."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a test runner's buffer)
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+def _quiet_exit_after_closed_stdout() -> NoReturn:
+    """The reader of our output stopped reading, as ``head`` does: that is not an error, so exit 0 in silence.
+
+    stdout is pointed at /dev/null first, so that the interpreter's last flush cannot fail again."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    sys.exit(0)
+
+
 def _errors_to_exit_codes(fn: F) -> F:
-    """ShardkitError (and any other OSError) → one line on stderr and exit 1 (2 for ConfigError); no tracebacks."""
+    """ShardkitError (and any other OSError) → one line on stderr and exit 1 (2 for ConfigError); no tracebacks.
+
+    A closed stdout (the output piped into ``head``) ends the command quietly with exit 0."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -55,6 +83,10 @@ def _errors_to_exit_codes(fn: F) -> F:
             raise _UsageLine(str(exc)) from None
         except ShardkitError as exc:
             _fail(str(exc))
+        except BrokenPipeError:
+            if not _stdout_closed():  # a pipe to a worker or a server: a real failure
+                raise
+            _quiet_exit_after_closed_stdout()
         except OSError as exc:  # an I/O error no layer below named: still one line, exit 1
             where = f"{exc.filename}: " if exc.filename else ""
             _fail(f"{where}{exc.strerror or exc} — fix: check the path, its permissions and the free disk space, "
@@ -112,12 +144,87 @@ def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path | None:
-    """--config FILE.toml: its keys (same names as the flags) become defaults; flags and SHARDKIT_* win."""
-    if value is None:
-        return None
+ENV_PREFIX = "SHARDKIT_"
+# SHARDKIT_* variables the library itself reads (not options): no warning for these.
+# tests/test_cli.py checks that every SHARDKIT_ name the package's code reads is listed here.
+LIBRARY_ENV = frozenset({"SHARDKIT_CACHE_DIR", "SHARDKIT_CACHE_LIMIT", "SHARDKIT_DECODE_THREADS",
+                         "SHARDKIT_LOCK_TTL", "SHARDKIT_NO_NUMBA", "SHARDKIT_READ_THROUGH", "SHARDKIT_STAGING_DIR",
+                         "SHARDKIT_STORAGE_OPTIONS", "SHARDKIT_TEST_DATA", "SHARDKIT_CONFIG"})
+# a [convert.storage_options] table, as docs/object-storage.md has always shown it, is --storage-option
+_TABLE_ALIASES = {"storage-options": "storage-option"}
+
+
+def config_keys(command: click.Command) -> dict[str, click.Parameter]:
+    """Every key a ``--config`` file (and, upper-cased, a ``SHARDKIT_*`` variable) may use, from the command's own
+    parameter declarations: each long flag without its dashes (``split``, ``shard-size``, ``colour-tolerance``
+    and ``color-tolerance``), the parameter's Python name (``splits``), and for an argument the name its
+    ``envvar`` declares (``SHARDKIT_INPUT`` → ``input``). ``_`` and ``-`` are the same in a key."""
+    keys: dict[str, click.Parameter] = {}
+    for param in command.params:
+        if not param.name or param.name == "config":
+            continue
+        if isinstance(param, click.Option):
+            names = [o.lstrip("-") for o in param.opts if o.startswith("--")] + [param.name]
+        else:
+            declared = [param.envvar] if isinstance(param.envvar, str) else list(param.envvar or [])
+            names = [e[len(ENV_PREFIX):] for e in declared if e.startswith(ENV_PREFIX)] or [param.name]
+        for name in names:
+            keys.setdefault(name.lower().replace("_", "-"), param)
+    return keys
+
+
+def env_name(key: str) -> str:
+    """``shard-size`` → ``SHARDKIT_SHARD_SIZE``."""
+    return ENV_PREFIX + key.upper().replace("-", "_")
+
+
+def bind_env_names(command: click.Command) -> None:
+    """Let every option of ``command`` be set by ``SHARDKIT_<FLAG>`` for each of its config keys
+    (``SHARDKIT_SPLIT=val``, ``SHARDKIT_SHARD_SIZE=64``), the same names a ``--config`` file takes; a repeatable
+    option takes several values separated by spaces (``SHARDKIT_SPLIT="train val"``)."""
+    by_param: dict[str, list[str]] = {}
+    for key, param in config_keys(command).items():
+        by_param.setdefault(str(param.name), []).append(env_name(key))
+    for param in command.params:
+        if param.name in by_param:
+            param.envvar = by_param[param.name]
+
+
+def _warn_unknown_env(command: click.Command) -> None:
+    """A ``SHARDKIT_*`` variable that names no option and no library setting is a typo: say so (it is ignored)."""
+    import difflib
+    import os
+
+    known = {env_name(k) for k in config_keys(command)} | LIBRARY_ENV
+    for name in sorted(n for n in os.environ if n.startswith(ENV_PREFIX) and n not in known):
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        logging.getLogger("shardkit").warning(
+            "%s is not a shardkit setting and is ignored — %sthe options are SHARDKIT_<FLAG>, e.g. "
+            "SHARDKIT_FORMAT, SHARDKIT_SPLIT, SHARDKIT_SHARD_SIZE (shardkit convert --help lists the flags)",
+            name, hint)
+
+
+def _config_value(param: click.Parameter, val: Any) -> Any:
+    """A TOML value as the option's default: a table of storage options → KEY=VALUE strings; one value of a
+    repeatable option → a list of one; a ``size = [352, 480]`` list → ``"352,480"``."""
     import json
 
+    if param.name == "storage_option" and isinstance(val, dict):  # a [convert.storage_options] table
+        return [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in _flatten(val).items()]
+    if getattr(param, "multiple", False) and not isinstance(val, list):
+        return [val]
+    if param.name == "size" and isinstance(val, list):
+        return ",".join(map(str, val))
+    return val
+
+
+def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path | None:
+    """--config FILE.toml: its keys (the flags' names, see :func:`config_keys`) become defaults; SHARDKIT_*
+    variables and then flags win. Also warns about SHARDKIT_* variables that name nothing."""
+    _warn_unknown_env(ctx.command)
+    if value is None:
+        return None
     from .smallfile import read_small_text
     from .tomlcompat import tomllib
 
@@ -126,16 +233,19 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise click.BadParameter(f"{value}: cannot read ({exc})", param_hint="--config") from None
     section = data.get("convert", data)
-    known = {p.name for p in ctx.command.params if p.name}
+    keys = config_keys(ctx.command)
     defaults: dict[str, Any] = {}
     for key, val in section.items():
-        name = {"input": "input_dir", "output": "output_dir", "storage_options": "storage_option"}.get(
-            key, key.replace("-", "_"))
-        if name == "storage_option" and isinstance(val, dict):  # a [convert.storage_options] table
-            val = [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in _flatten(val).items()]
-        if name not in known or name == "config":
-            raise click.BadParameter(f"{value}: unknown key {key!r}", param_hint="--config")
-        defaults[name] = ",".join(map(str, val)) if name == "size" and isinstance(val, list) else val
+        norm = key.lower().replace("_", "-")
+        param = keys.get(_TABLE_ALIASES.get(norm, norm) if isinstance(val, dict) else norm)
+        if param is None or not param.name:
+            import difflib
+
+            close = difflib.get_close_matches(norm, sorted(keys), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise click.BadParameter(f"{value}: unknown key {key!r}{hint}; the keys are the flags' names, "
+                                     "e.g. format, size, split, shard-size", param_hint="--config")
+        defaults[param.name] = _config_value(param, val)
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
     return value
 
@@ -236,8 +346,14 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
         click.echo(f"classes: {t.num_classes} from {t.source}, ignore index {t.ignore_index}")
         for c in t.classes:
             click.echo(f"  {c.id:>3} {c.name}" + (f"  rgb{tuple(c.colour)}" if c.colour else ""))
+    if summary.skipped and not summary.samples:
+        _fail(f"every input was skipped ({len(summary.skipped)}): nothing was converted — fix: see the reasons "
+              "above (and the manifest's 'skipped' list), then re-run")
     if summary.skipped:
         sys.exit(EXIT_SKIPPED)
+
+
+bind_env_names(convert)  # SHARDKIT_<FLAG> for every flag of convert, the names --config takes
 
 
 @main.command()
