@@ -425,6 +425,20 @@ def _codec_name(codec: Any) -> str:
         return repr(codec)
 
 
+def _ignore_line(m: Any) -> str:
+    """``ignore index 11 (Unlabelled): 3.21 % of label pixels`` — what a loss must be told to ignore."""
+    from .stats import ignore_share
+
+    ignore = m.classes.get("ignore_index")
+    if ignore is None:
+        return "ignore index: none (every label pixel is a class)"
+    num = int(m.classes.get("num_classes", len(m.classes["classes"])))
+    name = next((f" ({c['name']})" for c in m.classes["classes"] if c["id"] == ignore), " (no class)")
+    share = ignore_share(m.stats, ignore, num)
+    where = f": {100 * share:.2f} % of label pixels" if share is not None else ""
+    return f"ignore index {ignore}{name}{where}"
+
+
 def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any]) -> None:
     from .verify import load_split_manifest
 
@@ -441,6 +455,7 @@ def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any
     for c in m.classes["classes"]:
         s = share[c["id"]] if c["id"] < len(share) else 0.0
         click.echo(f"  {c['id']:>3} {c['name']:<20} {100 * s:6.2f} %")
+    click.echo(_ignore_line(m))
     if m.skipped:
         click.echo(f"{len(m.skipped)} inputs were skipped (see manifest.json 'skipped')")
     if plot is not None:
@@ -450,7 +465,7 @@ def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any
 
 
 @main.command()
-@click.argument("split_dir", type=click.Path(path_type=Path, exists=True))
+@click.argument("split_dir", callback=_location)
 @click.option("--index", "-i", type=int, default=0, show_default=True,
               help="Sample index (negative counts from the end).")
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), metavar="PNG",
@@ -465,21 +480,26 @@ def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any
 @click.option("--seed", type=int, default=0, show_default=True, help="With --augment: augmentation seed.")
 @click.option("--epoch", type=click.IntRange(0), default=0, show_default=True,
               help="With --augment: epoch of the first row.")
+@_STORAGE_OPTION
 @_errors_to_exit_codes
-def show(split_dir: Path, index: int, output: Path | None, alpha: float, augment: str | None, draws: int,
-         seed: int, epoch: int) -> None:
+def show(split_dir: str | Path, index: int, output: Path | None, alpha: float, augment: str | None, draws: int,
+         seed: int, epoch: int, storage_option: tuple[str, ...]) -> None:
     """Draw one sample of a converted split: image, label in class colours, overlay and a legend.
 
-    With --augment: one row per draw, row k the sample as augmented in epoch EPOCH+k.
+    With --augment: one row per draw, row k the sample as augmented in epoch EPOCH+k. SPLIT_DIR may be a URL
+    (s3://bucket/out/train): the sample's shard is read through the local shard cache.
     """
     from .show import show_augmented, show_sample
+    from .storage import parse_storage_options
 
+    options = parse_storage_options(storage_option)
     try:
         if augment is not None:
             written = show_augmented(split_dir, index, output or Path(f"sample-{index}-augmented.png"), augment,
-                                     draws=draws, seed=seed, epoch=epoch, alpha=alpha)
+                                     draws=draws, seed=seed, epoch=epoch, alpha=alpha, storage_options=options)
         else:
-            written = show_sample(split_dir, index, output or Path(f"sample-{index}.png"), alpha=alpha)
+            written = show_sample(split_dir, index, output or Path(f"sample-{index}.png"), alpha=alpha,
+                                  storage_options=options)
     except IndexError as exc:
         raise click.BadParameter(str(exc), param_hint="--index") from None
     click.echo(f"sample {index} written to {written}", err=True)
