@@ -282,7 +282,7 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
               help="Cityscapes: apply the official labelId→trainId mapping.")
 @click.option("--split", "splits", multiple=True, help="Only convert this split (repeatable).")
 @click.option("--shard-size", callback=_shard_size, default="500", show_default=True,
-              help="Samples per shard (500) or bytes per shard (256MB).")
+              help="Samples per shard (500), or, given a byte size such as 256MB, bytes per shard instead.")
 @click.option("--compression", type=click.Choice(_compressions()), default="none", show_default=True,
               help="Whole-shard compression: " + _takes("compressions") + ".")
 @click.option("--image-codec", default="raw", show_default=True, metavar="CODEC",

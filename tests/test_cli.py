@@ -319,3 +319,28 @@ def test_closed_stdout_ends_quietly_with_exit_0(camvid_val_npy: Path) -> None:
         os.close(write_end)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == b""
+
+
+def test_object_storage_messages_name_the_bucket_and_the_url(camvid_root: Path, tmp_path: Path) -> None:
+    """A missing bucket is named as one (not 'creating the lock object: no such object'); a convert to a bucket
+    reports the manifest's URL, not the local staging folder it was written in first."""
+    from shardkit.testing import local_s3, make_bucket
+
+    with local_s3():
+        make_bucket("out")
+        args = ["--split", "val", "--size", "90x120", "--resize", "exact", "--workers", "1"]
+        res = CliRunner().invoke(main, ["convert", str(camvid_root), "s3://nobucket/x", *args])
+        assert res.exit_code == 1
+        error = [ln for ln in res.output.splitlines() if ln.startswith("Error:")]
+        assert error == [error[0]] and error[0].startswith("Error: s3://nobucket: the bucket does not exist")
+        assert "no such object" not in res.output and "create the bucket 'nobucket'" in error[0]
+        res = CliRunner().invoke(main, ["convert", str(camvid_root), "s3://out/x", *args])
+        assert res.exit_code == 0, res.output
+    assert "val: 26 samples in 1 shards → s3://out/x/val/manifest.json" in res.output
+    assert "/tmp" not in res.output and tempfile_dir() not in res.output
+
+
+def tempfile_dir() -> str:
+    import tempfile
+
+    return tempfile.gettempdir()
