@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import threading
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import keras
@@ -26,7 +27,7 @@ def _called_by_keras_reset(depth: int = 6) -> bool:
     """Whether Keras's ``EpochIterator.reset`` is among the callers: the set-up call that ends no epoch (the model
     was built from a first batch, or nothing was read yet). A finished epoch's end comes from the iterator's
     epoch loop instead."""
-    frame = sys._getframe(2)  # noqa: SLF001 - skip this function and on_epoch_end
+    frame: FrameType | None = sys._getframe(2)  # skip this function and on_epoch_end
     for _ in range(depth):
         if frame is None:
             return False
