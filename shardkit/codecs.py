@@ -31,9 +31,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .errors import ConfigError
+from .extras import install_hint
 
 IMAGE, LABEL = "image", "label"
-EXTRA = "codecs"  # pip install "shardkit[codecs]"
+EXTRA = "codecs"  # the extra that installs zstandard, lz4 and hdf5plugin
 
 
 class CodecDataError(ValueError):
@@ -49,7 +50,7 @@ def require(module: str, codec: str) -> ModuleType:
         return importlib.import_module(module)
     except ModuleNotFoundError:
         raise ConfigError(f"codec {codec!r} needs the Python package {module.split('.')[0]!r}, which is not "
-                          "installed", fix=f'pip install "shardkit[{EXTRA}]"') from None
+                          "installed", fix=install_hint(EXTRA)) from None
 
 
 def _bytes_of(out: np.ndarray) -> np.ndarray:

@@ -25,13 +25,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .errors import ConfigError, InputNotFoundError, ShardkitError, StorageError
+from .extras import install_hint
 
 log = logging.getLogger(__name__)
 
 #: ``s3://bucket/x``, ``gs://…``: also as ``s3:/bucket/x``, what ``Path`` makes of it (two or more
 #: letters, so a Windows drive ``C:/`` is not a scheme).
 URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
-EXTRA_HINT = "install the object-storage extra: pip install 'shardkit[s3]' (fsspec + s3fs)"
+EXTRA_HINT = "install the object-storage packages: " + install_hint("s3")
 #: Largest small object read whole into memory (manifests, records, list files, the lock).
 MAX_SMALL_OBJECT = 256 * 1024 * 1024
 
