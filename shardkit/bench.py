@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ConfigError, DecodeError, InputNotFoundError
+from .extras import install_hint
 from .onehot import kernel_name
 
 log = logging.getLogger(__name__)
@@ -312,7 +313,7 @@ def run_bench(path: Path, *, against: bool = True, source: Path | None = None, b
     try:
         import torch  # noqa: F401
     except ImportError:
-        log.warning("torch is not installed: skipping the PyTorch loader (pip install 'shardkit[torch]')")
+        log.warning("torch is not installed: skipping the PyTorch loader (%s)", install_hint("torch"))
     else:
         for n in workers:
             for reuse in (False, True):

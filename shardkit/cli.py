@@ -1,8 +1,9 @@
 """The ``shardkit`` command: parse options, build a frozen config, call the library, map errors to exit codes.
 
 Exit codes: 0 success; 1 failed (bad input, I/O, a worker died); 2 usage error (bad
-options); 3 finished but skipped some inputs (``--on-error skip``); 4 identical images found with
-``--on-duplicate error`` (no manifest written); 130 interrupted.
+options); 3 finished but skipped some inputs (``--on-error skip``; 1 when it skipped every input); 4
+identical images found with ``--on-duplicate error`` (no manifest written); 130 interrupted; a closed
+stdout (``| head``) ends a command quietly with 0.
 """
 
 from __future__ import annotations
@@ -52,8 +53,35 @@ def _fail(message: str, code: int = 1) -> NoReturn:
     raise exc from None
 
 
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (``shardkit info out | head -1`` after ``head`` exits)."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a test runner's buffer)
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+def _quiet_exit_after_closed_stdout() -> NoReturn:
+    """The reader of our output stopped reading, as ``head`` does: that is not an error, so exit 0 in silence.
+
+    stdout is pointed at /dev/null first, so that the interpreter's last flush cannot fail again."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    sys.exit(0)
+
+
 def _errors_to_exit_codes(fn: F) -> F:
-    """ShardkitError (and any other OSError) → one line on stderr and exit 1 (2 for ConfigError); no tracebacks."""
+    """ShardkitError (and any other OSError) → one line on stderr and exit 1 (2 for ConfigError); no tracebacks.
+
+    A closed stdout (the output piped into ``head``) ends the command quietly with exit 0."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -65,6 +93,10 @@ def _errors_to_exit_codes(fn: F) -> F:
             _fail(str(exc), EXIT_DUPLICATES)
         except ShardkitError as exc:
             _fail(str(exc))
+        except BrokenPipeError:
+            if not _stdout_closed():  # a pipe to a worker or a server: a real failure
+                raise
+            _quiet_exit_after_closed_stdout()
         except OSError as exc:  # an I/O error no layer below named: still one line, exit 1
             where = f"{exc.filename}: " if exc.filename else ""
             _fail(f"{where}{exc.strerror or exc} — fix: check the path, its permissions and the free disk space, "
@@ -143,12 +175,89 @@ def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path | None:
-    """--config FILE.toml: its keys (same names as the flags) become defaults; flags and SHARDKIT_* win."""
-    if value is None:
-        return None
+ENV_PREFIX = "SHARDKIT_"
+# SHARDKIT_* variables the library itself reads (not options): no warning for these.
+# tests/test_cli.py checks that every SHARDKIT_ name the package's code reads is listed here.
+LIBRARY_ENV = frozenset({"SHARDKIT_CACHE_DIR", "SHARDKIT_CACHE_LIMIT", "SHARDKIT_DECODE_THREADS",
+                         "SHARDKIT_LOCK_TTL", "SHARDKIT_NO_NUMBA", "SHARDKIT_READ_THROUGH", "SHARDKIT_STAGING_DIR",
+                         "SHARDKIT_STORAGE_OPTIONS", "SHARDKIT_TEST_DATA", "SHARDKIT_CONFIG"})
+# a [convert.storage_options] table, as docs/object-storage.md has always shown it, is --storage-option
+_TABLE_ALIASES = {"storage-options": "storage-option", "split-lists": "split-list"}
+
+
+def config_keys(command: click.Command) -> dict[str, click.Parameter]:
+    """Every key a ``--config`` file (and, upper-cased, a ``SHARDKIT_*`` variable) may use, from the command's own
+    parameter declarations: each long flag without its dashes (``split``, ``shard-size``, ``colour-tolerance``
+    and ``color-tolerance``), the parameter's Python name (``splits``), and for an argument the name its
+    ``envvar`` declares (``SHARDKIT_INPUT`` → ``input``). ``_`` and ``-`` are the same in a key."""
+    keys: dict[str, click.Parameter] = {}
+    for param in command.params:
+        if not param.name or param.name == "config":
+            continue
+        if isinstance(param, click.Option):
+            names = [o.lstrip("-") for o in param.opts if o.startswith("--")] + [param.name]
+        else:
+            declared = [param.envvar] if isinstance(param.envvar, str) else list(param.envvar or [])
+            names = [e[len(ENV_PREFIX):] for e in declared if e.startswith(ENV_PREFIX)] or [param.name]
+        for name in names:
+            keys.setdefault(name.lower().replace("_", "-"), param)
+    return keys
+
+
+def env_name(key: str) -> str:
+    """``shard-size`` → ``SHARDKIT_SHARD_SIZE``."""
+    return ENV_PREFIX + key.upper().replace("-", "_")
+
+
+def bind_env_names(command: click.Command) -> None:
+    """Let every option of ``command`` be set by ``SHARDKIT_<FLAG>`` for each of its config keys
+    (``SHARDKIT_SPLIT=val``, ``SHARDKIT_SHARD_SIZE=64``), the same names a ``--config`` file takes; a repeatable
+    option takes several values separated by spaces (``SHARDKIT_SPLIT="train val"``)."""
+    by_param: dict[str, list[str]] = {}
+    for key, param in config_keys(command).items():
+        by_param.setdefault(str(param.name), []).append(env_name(key))
+    for param in command.params:
+        if param.name in by_param:
+            param.envvar = by_param[param.name]
+
+
+def _warn_unknown_env(command: click.Command) -> None:
+    """A ``SHARDKIT_*`` variable that names no option and no library setting is a typo: say so (it is ignored)."""
+    import difflib
+    import os
+
+    known = {env_name(k) for k in config_keys(command)} | LIBRARY_ENV
+    for name in sorted(n for n in os.environ if n.startswith(ENV_PREFIX) and n not in known):
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        logging.getLogger("shardkit").warning(
+            "%s is not a shardkit setting and is ignored — %sthe options are SHARDKIT_<FLAG>, e.g. "
+            "SHARDKIT_FORMAT, SHARDKIT_SPLIT, SHARDKIT_SHARD_SIZE (shardkit convert --help lists the flags)",
+            name, hint)
+
+
+def _config_value(param: click.Parameter, val: Any) -> Any:
+    """A TOML value as the option's default: a table of storage options → KEY=VALUE strings; one value of a
+    repeatable option → a list of one; a ``size = [352, 480]`` list → ``"352,480"``."""
     import json
 
+    if param.name == "storage_option" and isinstance(val, dict):  # a [convert.storage_options] table
+        return [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in _flatten(val).items()]
+    if param.name == "split_list" and isinstance(val, dict):  # split_list = {train = "lists/train.txt"}
+        return [f"{k}={v}" for k, v in val.items()]
+    if getattr(param, "multiple", False) and not isinstance(val, list):
+        return [val]
+    if param.name == "size" and isinstance(val, list):
+        return ",".join(map(str, val))
+    return val
+
+
+def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path | None:
+    """--config FILE.toml: its keys (the flags' names, see :func:`config_keys`) become defaults; SHARDKIT_*
+    variables and then flags win. Also warns about SHARDKIT_* variables that name nothing."""
+    _warn_unknown_env(ctx.command)
+    if value is None:
+        return None
     from .tomlcompat import load_small_toml
 
     try:
@@ -156,19 +265,19 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
     except (OSError, ValueError) as exc:  # ValueError: bad TOML (UnicodeDecodeError is one too)
         raise click.BadParameter(f"{value}: cannot read ({exc})", param_hint="--config") from None
     section = data.get("convert", data)
-    known = {p.name for p in ctx.command.params if p.name}
+    keys = config_keys(ctx.command)
     defaults: dict[str, Any] = {}
     for key, val in section.items():
-        name = {"input": "input_dir", "output": "output_dir", "storage_options": "storage_option"}.get(
-            key, key.replace("-", "_"))
-        if name == "storage_option" and isinstance(val, dict):  # a [convert.storage_options] table
-            val = [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in _flatten(val).items()]
-        if name in ("split_list", "split_lists"):  # split_list = {train = "lists/train.txt"} or ["train=…"]
-            name = "split_list"
-            val = [f"{k}={v}" for k, v in val.items()] if isinstance(val, dict) else val
-        if name not in known or name == "config":
-            raise click.BadParameter(f"{value}: unknown key {key!r}", param_hint="--config")
-        defaults[name] = ",".join(map(str, val)) if name == "size" and isinstance(val, list) else val
+        norm = key.lower().replace("_", "-")
+        param = keys.get(_TABLE_ALIASES.get(norm, norm) if isinstance(val, dict) else norm)
+        if param is None or not param.name:
+            import difflib
+
+            close = difflib.get_close_matches(norm, sorted(keys), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise click.BadParameter(f"{value}: unknown key {key!r}{hint}; the keys are the flags' names, "
+                                     "e.g. format, size, split, shard-size", param_hint="--config")
+        defaults[param.name] = _config_value(param, val)
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
     return value
 
@@ -229,7 +338,7 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
               help="Cityscapes: apply the official labelId→trainId mapping.")
 @click.option("--split", "splits", multiple=True, help="Only convert this split (repeatable).")
 @click.option("--shard-size", callback=_shard_size, default="500", show_default=True,
-              help="Samples per shard (500) or bytes per shard (256MB).")
+              help="Samples per shard (500), or, given a byte size such as 256MB, bytes per shard instead.")
 @click.option("--compression", type=click.Choice(_compressions()), default="none", show_default=True,
               help="Whole-shard compression: " + _takes("compressions") + ".")
 @click.option("--image-codec", default="raw", show_default=True, metavar="CODEC",
@@ -307,8 +416,15 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
             click.echo(f"label values: {cfg.value_map.describe()}")
         for c in t.classes:
             click.echo(f"  {c.id:>3} {c.name}" + (f"  rgb{tuple(c.colour)}" if c.colour else ""))
-    if any("duplicate_of" not in s for s in summary.skipped):  # duplicates left out as asked are no failure
+    failed = [s for s in summary.skipped if "duplicate_of" not in s]  # duplicates left out as asked are no failure
+    if failed and not summary.samples:
+        _fail(f"every input was skipped ({len(failed)}): nothing was converted — fix: see the reasons "
+              "above (and the manifest's 'skipped' list), then re-run")
+    if failed:
         sys.exit(EXIT_SKIPPED)
+
+
+bind_env_names(convert)  # SHARDKIT_<FLAG> for every flag of convert, the names --config takes
 
 
 @main.command()
@@ -462,17 +578,18 @@ def _codec_name(codec: Any) -> str:
         return repr(codec)
 
 
-def _ignore_share(classes: dict[str, Any], stats: dict[str, Any]) -> str:
-    """``info``'s line on the ignore id: its pixels over all pixels (padding included), so that a class turned
-    into ignore by mistake (e.g. --ignore-index 255 on 0/255 masks) shows."""
-    ig = classes.get("ignore_index")
-    if ig is None:
-        return "ignore id: none (every pixel is a class)"
-    counts = stats.get("class_pixels") or []
-    ignored = int(counts[ig]) if 0 <= int(ig) < len(counts) else int(stats.get("ignore_pixels", 0))
-    total = int(stats.get("pixels", 0))
-    share = f"{100 * ignored / total:.2f} %" if total else "n/a"
-    return f"ignore id {ig}: {ignored} px, {share} of all pixels"
+def _ignore_line(m: Any) -> str:
+    """``ignore index 11 (Unlabelled): 3.21 % of label pixels`` — what a loss must be told to ignore."""
+    from .stats import ignore_share
+
+    ignore = m.classes.get("ignore_index")
+    if ignore is None:
+        return "ignore index: none (every label pixel is a class)"
+    num = int(m.classes.get("num_classes", len(m.classes["classes"])))
+    name = next((f" ({c['name']})" for c in m.classes["classes"] if c["id"] == ignore), " (no class)")
+    share = ignore_share(m.stats, ignore, num)
+    where = f": {100 * share:.2f} % of label pixels" if share is not None else ""
+    return f"ignore index {ignore}{name}{where}"
 
 
 def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any]) -> None:
@@ -488,10 +605,11 @@ def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any
     click.echo(f"image {shape[0] or 'var'}x{shape[1] or 'var'}x3 uint8; label {m.sample['label']['encoding']} "
                f"{m.sample['label'].get('dtype')}")
     share = m.stats.get("class_share", [])
+    click.echo(f"class table: {len(m.classes['classes'])} classes from {m.classes.get('source') or 'an unrecorded source'}")
     for c in m.classes["classes"]:
         s = share[c["id"]] if c["id"] < len(share) else 0.0
         click.echo(f"  {c['id']:>3} {c['name']:<20} {100 * s:6.2f} %")
-    click.echo(_ignore_share(m.classes, m.stats))
+    click.echo(_ignore_line(m))
     if m.skipped:
         click.echo(f"{len(m.skipped)} inputs were skipped (see manifest.json 'skipped')")
     if plot is not None:
@@ -501,7 +619,7 @@ def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any
 
 
 @main.command()
-@click.argument("split_dir", type=click.Path(path_type=Path, exists=True))
+@click.argument("split_dir", callback=_location)
 @click.option("--index", "-i", type=int, default=0, show_default=True,
               help="Sample index (negative counts from the end).")
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), metavar="PNG",
@@ -516,21 +634,26 @@ def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any
 @click.option("--seed", type=int, default=0, show_default=True, help="With --augment: augmentation seed.")
 @click.option("--epoch", type=click.IntRange(0), default=0, show_default=True,
               help="With --augment: epoch of the first row.")
+@_STORAGE_OPTION
 @_errors_to_exit_codes
-def show(split_dir: Path, index: int, output: Path | None, alpha: float, augment: str | None, draws: int,
-         seed: int, epoch: int) -> None:
+def show(split_dir: str | Path, index: int, output: Path | None, alpha: float, augment: str | None, draws: int,
+         seed: int, epoch: int, storage_option: tuple[str, ...]) -> None:
     """Draw one sample of a converted split: image, label in class colours, overlay and a legend.
 
-    With --augment: one row per draw, row k the sample as augmented in epoch EPOCH+k.
+    With --augment: one row per draw, row k the sample as augmented in epoch EPOCH+k. SPLIT_DIR may be a URL
+    (s3://bucket/out/train): the sample's shard is read through the local shard cache.
     """
     from .show import show_augmented, show_sample
+    from .storage import parse_storage_options
 
+    options = parse_storage_options(storage_option)
     try:
         if augment is not None:
             written = show_augmented(split_dir, index, output or Path(f"sample-{index}-augmented.png"), augment,
-                                     draws=draws, seed=seed, epoch=epoch, alpha=alpha)
+                                     draws=draws, seed=seed, epoch=epoch, alpha=alpha, storage_options=options)
         else:
-            written = show_sample(split_dir, index, output or Path(f"sample-{index}.png"), alpha=alpha)
+            written = show_sample(split_dir, index, output or Path(f"sample-{index}.png"), alpha=alpha,
+                                  storage_options=options)
     except IndexError as exc:
         raise click.BadParameter(str(exc), param_hint="--index") from None
     click.echo(f"sample {index} written to {written}", err=True)

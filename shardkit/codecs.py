@@ -33,9 +33,10 @@ import numpy as np
 
 from . import jit
 from .errors import ConfigError
+from .extras import install_hint
 
 IMAGE, LABEL = "image", "label"
-EXTRA = "codecs"  # pip install "shardkit[codecs]"
+EXTRA = "codecs"  # the extra that installs zstandard, lz4 and hdf5plugin
 
 
 class CodecDataError(ValueError):
@@ -51,7 +52,7 @@ def require(module: str, codec: str) -> ModuleType:
         return importlib.import_module(module)
     except ModuleNotFoundError:
         raise ConfigError(f"codec {codec!r} needs the Python package {module.split('.')[0]!r}, which is not "
-                          "installed", fix=f'pip install "shardkit[{EXTRA}]"') from None
+                          "installed", fix=install_hint(EXTRA)) from None
 
 
 def _bytes_of(out: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Optional compiled kernels (``pip install "shardkit[fast]"`` brings numba): one place that compiles them.
+"""Optional compiled kernels (shardkit's ``fast`` extra brings numba): one place that compiles them.
 
 Each user (one-hot, the augmentation label gather) keeps its plain-Python loop next to the numpy
 code it replaces and holds a :class:`LazyKernels` that compiles them on first use; without numba, with

@@ -4,7 +4,7 @@ Channels first, ``(…, C, H, W)``: one broadcast comparison whose inner loop ru
 Channels last, ``(…, H, W, C)``: the same comparison would run its inner loop over only C
 elements per pixel (~4x slower), so the output is instead zeroed and the ones are scattered
 in (``np.put`` at ``pixel * C + id``), chunk by chunk so the zeroed rows are still in cache
-when the ones land. With the optional ``numba`` (``pip install "shardkit[fast]"``) a compiled
+when the ones land. With the optional ``numba`` (shardkit's ``fast`` extra) a compiled
 loop writes each row once instead, ~2.5x faster again and close to the speed of a memset of
 the output (and a compiled plane loop does channels first, ~1.3x numpy's comparison);
 ``SHARDKIT_NO_NUMBA=1`` turns them off. Ids outside ``0..C-1`` (an ignore id such

@@ -221,7 +221,10 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
                                  source_root=session.input_name)
             save_cache(cfg.output / split, pairs, caches[split])
             session.split_committed(cfg.output / split, records, cfg.keep_versions)
-            summary.manifests.append(session.committed(split, path))
+            where = session.committed(split, path)  # the URL when the output is on object storage
+            log.info("%s: %d samples in %d shards → %s", split, sum(r.num_samples for r in records), len(records),
+                     where)
+            summary.manifests.append(where)
             summary.samples += sum(r.num_samples for r in records)
             summary.shards += len(records)
             summary.bytes += sum(f.bytes for r in records for f in r.files)
@@ -467,8 +470,7 @@ def publish_split(
                  extra={"event": "published", "split": split, "version": manifest.version})
     keep = {f.name for r in records for f in r.files} | {ShardRecord.path(directory, r.key).name for r in records}
     kept = reclaim(directory, cfg.keep_versions, keep | {CACHE_NAME}, _owned)
-    log.info("%s: %d samples in %d shards → %s (versions kept: %s)", split, first, len(shards), path,
-             ", ".join(map(str, kept)) or "none")
+    log.info("%s: versions kept: %s", split, ", ".join(map(str, kept)) or "none")
     return path
 
 

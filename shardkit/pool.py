@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ShardkitError, WorkerError
+from .extras import install_hint
 from .formats.registry import get
 from .plan import ShardTask
 from .progress import SampleCounter, progress_bar
@@ -209,7 +210,7 @@ def _iterate_dask(
         from joblib import Parallel, delayed, parallel_config
     except ImportError:
         raise WorkerError("the dask backend needs dask.distributed, which is not installed",
-                          fix='pip install "shardkit[dask]"') from None
+                          fix=install_hint("dask")) from None
     # Workers have their own working folder: give them absolute paths (the same on a shared filesystem).
     tasks = [dataclasses.replace(t, directory=Path(t.directory).absolute()) for t in tasks]
     with _DaskClient(distributed, scheduler, workers, len(tasks)) as client:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -23,8 +25,71 @@ log = logging.getLogger(__name__)
 FONT = cv2.FONT_HERSHEY_SIMPLEX
 BG = (255, 255, 255)
 INK = (20, 20, 20)
+FRAME = (90, 90, 90)  # around every panel and swatch, so a white class on the white page still shows
 IGNORE_CANDIDATES = ((0, 0, 0), (255, 255, 255), (255, 0, 255), (128, 128, 128), (0, 255, 255))
-MIN_PANEL_WIDTH = 360
+MIN_PANEL_WIDTH = 360  # smaller samples are enlarged (nearest, whole multiples) so the text fits beside them
+MAX_PANEL_SIDE = 960  # larger samples are drawn smaller (labels nearest), so three panels stay one screen wide
+BASE_PANEL_WIDTH = 480  # panels up to this wide get the base text size; wider ones scale every length with them
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Every length of a picture, scaled to its panels: text, gaps, legend rows and frames grow with the panel
+    width (``unit`` = width / 480, at least 1), so a picture reads the same when it is viewed fitted to a
+    screen, whatever the sample's size."""
+
+    panel_h: int
+    panel_w: int
+
+    @property
+    def unit(self) -> float:
+        return max(1.0, self.panel_w / BASE_PANEL_WIDTH)
+
+    def px(self, base: float) -> int:
+        """A length of ``base`` pixels at the base size, scaled."""
+        return round(base * self.unit)
+
+    @property
+    def font(self) -> float:
+        return 0.5 * self.unit
+
+    @property
+    def thickness(self) -> int:
+        return max(1, self.px(1))
+
+    @property
+    def gap(self) -> int:
+        return self.px(10)
+
+    @property
+    def legend_row(self) -> int:
+        return self.px(22)
+
+    @property
+    def swatch(self) -> int:
+        return self.px(14)
+
+    @property
+    def width(self) -> int:
+        """Three panels side by side with a gap around each."""
+        return 3 * self.panel_w + 4 * self.gap
+
+    def panel_top(self, titled: bool) -> int:
+        """Height of the caption (and title) lines above the panels of a row."""
+        return self.px(54 if titled else 30)
+
+    def panel_x(self, k: int) -> int:
+        return self.gap + k * (self.panel_w + self.gap)
+
+
+def display_scale(h: int, w: int) -> float:
+    """How much a (h, w) sample is scaled on the picture: a whole multiple up to at least 360 px wide, down to at
+    most 960 px on its longer side, else 1."""
+    if w < MIN_PANEL_WIDTH:
+        return float(-(-MIN_PANEL_WIDTH // w))
+    if max(h, w) > MAX_PANEL_SIDE:
+        return MAX_PANEL_SIDE / max(h, w)
+    return 1.0
 
 
 def palette(num_classes: int, colours: Sequence[Sequence[int] | None] = ()) -> np.ndarray:
@@ -58,29 +123,41 @@ def colourize(ids: np.ndarray, colours: np.ndarray, ignore_colour: Sequence[int]
     return lut[ids]
 
 
-def _text(img: np.ndarray, text: str, org: tuple[int, int], scale: float = 0.5,
-          colour: tuple[int, int, int] = INK, thickness: int = 1) -> None:
+def _text(img: np.ndarray, text: str, org: tuple[int, int], lay: Layout, scale: float = 1.0) -> None:
     safe = text.encode("ascii", "replace").decode("ascii")  # Hershey fonts draw ASCII only
-    cv2.putText(img, safe, org, FONT, scale, colour, thickness, cv2.LINE_AA)
+    cv2.putText(img, safe, org, FONT, lay.font * scale, INK, lay.thickness, cv2.LINE_AA)
 
 
-def _text_width(text: str, scale: float = 0.5, thickness: int = 1) -> int:
-    return cv2.getTextSize(text, FONT, scale, thickness)[0][0]
+def _text_width(text: str, lay: Layout) -> int:
+    return int(cv2.getTextSize(text, FONT, lay.font, lay.thickness)[0][0])
 
 
-def _swatch(img: np.ndarray, x: int, y: int, size: int, colour: Sequence[int] | np.ndarray) -> None:
+def _frame(img: np.ndarray, x: int, y: int, w: int, h: int, lay: Layout) -> None:
+    """A frame just outside the box (x, y, w, h): the box's own pixels stay as drawn."""
+    t = lay.thickness
+    y0, x0 = max(y - t, 0), max(x - t, 0)
+    img[y0:y, x0:x + w + t] = FRAME
+    img[y + h:y + h + t, x0:x + w + t] = FRAME
+    img[y0:y + h + t, x0:x] = FRAME
+    img[y0:y + h + t, x + w:x + w + t] = FRAME
+
+
+def _swatch(img: np.ndarray, x: int, y: int, lay: Layout, colour: Sequence[int] | np.ndarray) -> None:
+    size = lay.swatch
     cv2.rectangle(img, (x, y), (x + size, y + size), tuple(int(v) for v in colour), -1)
-    cv2.rectangle(img, (x, y), (x + size, y + size), (90, 90, 90), 1)
+    _frame(img, x, y, size + 1, size + 1, lay)
 
 
 def _panels(image: np.ndarray, ids: np.ndarray, pal: np.ndarray, alpha: float
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, tuple[int, int, int]]:
-    """(image, ids, label in class colours, overlay, no-class colour); small samples enlarged (nearest)."""
+    """(image, ids, label in class colours, overlay, no-class colour) at their size on the picture
+    (:func:`display_scale`; labels always nearest, so no id is invented)."""
     h, w = ids.shape[:2]
-    scale = max(1, -(-MIN_PANEL_WIDTH // w))  # small images are enlarged (nearest) so text stays readable
-    if scale > 1:
-        image = cv2.resize(image, (w * scale, h * scale), interpolation=cv2.INTER_NEAREST)
-        ids = cv2.resize(ids, (w * scale, h * scale), interpolation=cv2.INTER_NEAREST)
+    scale = display_scale(h, w)
+    if scale != 1.0:
+        size = (max(1, round(w * scale)), max(1, round(h * scale)))
+        image = cv2.resize(image, size, interpolation=cv2.INTER_NEAREST if scale > 1 else cv2.INTER_AREA)
+        ids = cv2.resize(ids, size, interpolation=cv2.INTER_NEAREST)
     no_class = ignore_colour(pal)
     label_rgb = colourize(ids, pal, no_class)
     overlay = cv2.addWeighted(image, 1.0 - alpha, label_rgb, alpha, 0.0)
@@ -88,17 +165,19 @@ def _panels(image: np.ndarray, ids: np.ndarray, pal: np.ndarray, alpha: float
 
 
 def _draw_row(canvas: np.ndarray, y: int, image: np.ndarray, label_rgb: np.ndarray, overlay: np.ndarray,
-              alpha: float, title: str = "", gap: int = 10) -> int:
-    """Draw image | label | overlay (with captions and an optional title line) from row ``y``; → panel top."""
-    h, w = label_rgb.shape[:2]
-    top = y + (54 if title else 30)
+              alpha: float, lay: Layout, title: str = "") -> int:
+    """Draw image | label | overlay (framed, with captions and an optional title line) from row ``y``;
+    → panel top."""
+    h, w = lay.panel_h, lay.panel_w
+    top = y + lay.panel_top(bool(title))
     panels = ((image, "image"), (label_rgb, "label"), (overlay, f"overlay {alpha:g}"))
     for k, (panel, caption) in enumerate(panels):
-        x = gap + k * (w + gap)
+        x = lay.panel_x(k)
         canvas[top:top + h, x:x + w] = panel
-        _text(canvas, caption, (x, top - 9))
+        _frame(canvas, x, top, w, h, lay)
+        _text(canvas, caption, (x, top - lay.gap), lay)
     if title:
-        _text(canvas, title, (gap, y + 20), scale=0.55)
+        _text(canvas, title, (lay.gap, y + lay.px(20)), lay, scale=1.1)
     return top
 
 
@@ -112,15 +191,16 @@ def render_sample(
     alpha: float = 0.5,
     title: str = "",
 ) -> np.ndarray:
-    """Image | label in class colours | overlay, with a legend of the classes present. RGB uint8."""
+    """Image | label in class colours | overlay, with a legend of the classes present. RGB uint8.
+
+    Pixel shares are counted on the sample as stored, before it is scaled for the picture."""
     num_classes = len(class_names)
     pal = palette(num_classes, colours)
-    image, ids, label_rgb, overlay, no_class = _panels(image, ids, pal, alpha)
-    h, w = ids.shape[:2]
-    gap, top = 10, 54 if title else 30
-    panels_w = 3 * w + 4 * gap
-
     counts = np.bincount(ids.ravel(), minlength=num_classes)
+    image, shown_ids, label_rgb, overlay, no_class = _panels(image, ids, pal, alpha)
+    lay = Layout(*shown_ids.shape[:2])
+    top = lay.panel_top(bool(title))
+
     present = [(c, int(n)) for c, n in enumerate(counts) if n]
     total = max(int(counts.sum()), 1)
     entries = []
@@ -130,21 +210,21 @@ def render_sample(
             name += " [ignore]"
         colour = pal[c] if c < num_classes else np.array(no_class)
         entries.append((colour, f"{c:>3} {name}  {100 * n / total:.1f}%"))
-    row_h, sw = 22, 14
-    col_w = max([_text_width(t) for _, t in entries] + [100]) + sw + 30
-    cols = max(1, (panels_w - 2 * gap) // col_w)
+    sw = lay.swatch
+    col_w = max([_text_width(t, lay) for _, t in entries] + [lay.px(100)]) + sw + lay.px(30)
+    cols = max(1, (lay.width - 2 * lay.gap) // col_w)
     rows = -(-len(entries) // cols)
-    legend_h = 30 + rows * row_h + gap
+    legend_h = lay.px(30) + rows * lay.legend_row + 2 * lay.gap
 
-    canvas = np.full((top + h + legend_h, panels_w, 3), BG, np.uint8)
-    _draw_row(canvas, 0, image, label_rgb, overlay, alpha, title, gap)
-    y0 = top + h + 22
-    _text(canvas, "classes in this sample (id, name, pixel share):", (gap, y0))
+    canvas = np.full((top + lay.panel_h + legend_h, lay.width, 3), BG, np.uint8)
+    _draw_row(canvas, 0, image, label_rgb, overlay, alpha, lay, title)
+    y0 = top + lay.panel_h + lay.px(26)
+    _text(canvas, "classes in this sample (id, name, pixel share):", (lay.gap, y0), lay)
     for k, (colour, text) in enumerate(entries):
-        x = gap + (k // rows) * col_w if rows else gap
-        y = y0 + 10 + (k % rows) * row_h
-        _swatch(canvas, x, y, sw, colour)
-        _text(canvas, text, (x + sw + 8, y + sw - 2))
+        x = lay.gap + (k // rows) * col_w if rows else lay.gap
+        y = y0 + lay.gap + (k % rows) * lay.legend_row
+        _swatch(canvas, x, y, lay, colour)
+        _text(canvas, text, (x + sw + lay.px(8), y + sw - lay.px(2)), lay)
     return canvas
 
 
@@ -161,37 +241,38 @@ def render_rows(rows: Sequence[tuple[np.ndarray, np.ndarray, str]], class_names:
     sizes = {d[1].shape[:2] for d, _ in drawn}
     if len(sizes) > 1:
         raise ValueError(f"rows differ in size {sorted(sizes)}")
-    (h, w), gap = sizes.pop(), 10
-    row_h = 54 + h + gap
-    canvas = np.full((row_h * len(drawn), 3 * w + 4 * gap, 3), BG, np.uint8)
+    lay = Layout(*sizes.pop())
+    row_h = lay.panel_top(True) + lay.panel_h + lay.gap
+    canvas = np.full((row_h * len(drawn), lay.width, 3), BG, np.uint8)
     for k, ((image, _ids, label_rgb, overlay, _nc), title) in enumerate(drawn):
-        _draw_row(canvas, k * row_h, image, label_rgb, overlay, alpha, title or " ", gap)
+        _draw_row(canvas, k * row_h, image, label_rgb, overlay, alpha, lay, title or " ")
     return canvas
 
 
 def render_class_chart(class_names: Sequence[str], shares: Sequence[float],
                        colours: Sequence[Sequence[int] | None] = (), *, title: str = "") -> np.ndarray:
-    """Horizontal bars of each class's share of labelled pixels, with the value at each bar. RGB uint8."""
+    """Horizontal bars of each class's share (``shares``, as given), with the value at each bar. RGB uint8."""
     pal = palette(len(class_names), colours)
+    lay = Layout(0, BASE_PANEL_WIDTH)  # a chart has no sample to scale with: the base text size
     labels = [f"{c:>3} {name}" for c, name in enumerate(class_names)]
-    label_w = max([_text_width(t) for t in labels] + [60]) + 20
+    label_w = max([_text_width(t, lay) for t in labels] + [60]) + 20
     bar_w, row_h, gap, top = 420, 24, 12, 44
-    width = label_w + bar_w + 90
+    width = max(label_w + bar_w + 90, _text_width(title, lay) * 6 // 5 + 2 * gap)
     canvas = np.full((top + row_h * len(labels) + 2 * gap, width, 3), BG, np.uint8)
-    _text(canvas, title or "class pixel share", (gap, 26), scale=0.6)
+    _text(canvas, title or "class pixel share", (gap, 26), lay, scale=1.2)
     top_share = max([float(s) for s in shares] + [1e-12])
     for c, text in enumerate(labels):
         y = top + c * row_h
         share = float(shares[c]) if c < len(shares) else 0.0
-        _text(canvas, text, (gap, y + 16))
+        _text(canvas, text, (gap, y + 16), lay)
         length = round(bar_w * share / top_share)
         x0 = label_w
         cv2.rectangle(canvas, (x0, y + 3), (x0 + bar_w, y + row_h - 3), (238, 238, 238), -1)
         if length > 0:
             colour = tuple(int(v) for v in pal[c])
             cv2.rectangle(canvas, (x0, y + 3), (x0 + length, y + row_h - 3), colour, -1)
-            cv2.rectangle(canvas, (x0, y + 3), (x0 + length, y + row_h - 3), (90, 90, 90), 1)
-        _text(canvas, f"{100 * share:.2f}%", (x0 + bar_w + 8, y + 16))
+            cv2.rectangle(canvas, (x0, y + 3), (x0 + length, y + row_h - 3), FRAME, 1)
+        _text(canvas, f"{100 * share:.2f}%", (x0 + bar_w + 8, y + 16), lay)
     return canvas
 
 
@@ -211,11 +292,13 @@ def write_png(path: str | Path, rgb: np.ndarray) -> Path:
     return path
 
 
-def show_sample(split_dir: str | Path, index: int, output: str | Path, *, alpha: float = 0.5) -> Path:
-    """Render sample ``index`` of a converted split to ``output`` (PNG)."""
+def show_sample(split_dir: str | Path, index: int, output: str | Path, *, alpha: float = 0.5,
+                storage_options: dict[str, Any] | None = None) -> Path:
+    """Render sample ``index`` of a converted split (a folder, or a URL such as ``s3://bucket/out/train`` read
+    through the shard cache with ``storage_options``) to ``output`` (PNG)."""
     from .read.dataset import Dataset
 
-    ds = Dataset(split_dir, labels="ids")
+    ds = Dataset(split_dir, labels="ids", storage_options=storage_options)
     image, ids = ds[index]
     i = index % len(ds)
     title = f"{ds.manifest.split} #{i}: {ds.key(i)}"
@@ -225,7 +308,8 @@ def show_sample(split_dir: str | Path, index: int, output: str | Path, *, alpha:
 
 
 def show_augmented(split_dir: str | Path, index: int, output: str | Path, augment: str, *, draws: int = 8,
-                   seed: int = 0, epoch: int = 0, alpha: float = 0.5) -> Path:
+                   seed: int = 0, epoch: int = 0, alpha: float = 0.5,
+                   storage_options: dict[str, Any] | None = None) -> Path:
     """Draw sample ``index`` as augmented in ``draws`` successive epochs (one row each) to ``output`` (PNG).
 
     Row k is ``aug(image, label, [index], seed=seed, epoch=epoch + k)``: what a model sees of that
@@ -235,7 +319,7 @@ def show_augmented(split_dir: str | Path, index: int, output: str | Path, augmen
     from .read.dataset import Dataset
 
     aug = A.parse(augment)  # ConfigError before any shard is read
-    ds = Dataset(split_dir, labels="ids")
+    ds = Dataset(split_dir, labels="ids", storage_options=storage_options)
     image, ids = ds[index]
     i = index % len(ds)
     ignore = 255 if ds.ignore_index is None else ds.ignore_index
@@ -247,6 +331,23 @@ def show_augmented(split_dir: str | Path, index: int, output: str | Path, augmen
     return write_png(output, render_rows(rows, ds.class_names, ds.class_colours, alpha=alpha))
 
 
+def class_share_basis(manifest: Any) -> str:
+    """What a manifest's ``class_share`` counts, in words for a chart title: the pixels with a class id — the
+    ignore class among them when the ignore index is a class (CamVid's 11), else not (255)."""
+    from .stats import ignore_share
+
+    classes = manifest.classes
+    ignore, num = classes.get("ignore_index"), int(classes.get("num_classes", len(classes["classes"])))
+    if ignore is None:
+        return "class share of label pixels"
+    if ignore < num:
+        name = next((str(c["name"]) for c in classes["classes"] if c["id"] == ignore), str(ignore))
+        return f"class share of label pixels, ignore class {ignore} ({name}) included"
+    share = ignore_share(manifest.stats, ignore, num)
+    counted = f", {100 * share:.2f} % of pixels" if share is not None else ""
+    return f"class share of label pixels with a class id (ignore index {ignore}{counted}, not counted)"
+
+
 def plot_classes(split_dir: str | Path, output: str | Path) -> Path:
     """Draw a split's class pixel-share chart (from its manifest; no shard is read) to ``output`` (PNG)."""
     from .manifest import load_manifest
@@ -256,5 +357,5 @@ def plot_classes(split_dir: str | Path, output: str | Path) -> Path:
     names = [str(c["name"]) for c in classes]
     colours = [c.get("colour") for c in classes]
     shares = m.stats.get("class_share", [])
-    title = f"{m.split}: class share of labelled pixels ({m.num_samples} samples)"
+    title = f"{m.split}: {class_share_basis(m)} ({m.num_samples} samples)"
     return write_png(output, render_class_chart(names, shares, colours, title=title))

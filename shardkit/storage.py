@@ -22,15 +22,17 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from .errors import ConfigError, InputNotFoundError, ShardkitError, StorageError
+from .extras import install_hint
 
 log = logging.getLogger(__name__)
 
 #: ``s3://bucket/x``, ``gs://…``: also as ``s3:/bucket/x``, what ``Path`` makes of it (two or more
 #: letters, so a Windows drive ``C:/`` is not a scheme).
 URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
-EXTRA_HINT = "install the object-storage extra: pip install 'shardkit[s3]' (fsspec + s3fs)"
+EXTRA_HINT = "install the object-storage packages: " + install_hint("s3")
 #: Largest small object read whole into memory (manifests, records, list files, the lock).
 MAX_SMALL_OBJECT = 256 * 1024 * 1024
 #: Bytes read at a time by a size-bounded download.
@@ -134,8 +136,15 @@ def resolve_options(url: str, given: Mapping[str, Any] | None) -> dict[str, Any]
 
 
 def _wrap(exc: BaseException, what: str, where: str) -> ShardkitError:
-    """Any error of a transfer → one line naming the object and what to check."""
+    """Any error of a transfer → one line naming the object and what to check; a missing bucket is named as such
+    (s3fs reports it as a FileNotFoundError of whatever object was asked for)."""
     if isinstance(exc, FileNotFoundError):
+        if "bucket" in str(exc).lower():
+            parts = urlsplit(where)
+            bucket = f"{parts.scheme}://{parts.netloc}"
+            return InputNotFoundError(f"the bucket does not exist ({what})", path=bucket,
+                                      fix=f"create the bucket {parts.netloc!r} first, or correct the URL (or the "
+                                          "endpoint: AWS_ENDPOINT_URL, --storage-option endpoint_url=…)")
         return InputNotFoundError(f"{what}: no such object", path=where, fix="check the URL")
     if isinstance(exc, PermissionError):
         return StorageError(f"{what}: access denied", path=where,

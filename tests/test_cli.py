@@ -223,3 +223,124 @@ def test_usage_errors_shardkit_finds_are_one_line_exit_2(camvid_root: Path, tmp_
     res = CliRunner().invoke(main, ["convert", str(camvid_root), str(tmp_path / "o"), *args])
     assert res.exit_code == 2
     assert res.output.strip().splitlines() == [res.output.strip()] and res.output.startswith("Error:"), res.output
+
+
+def _dry_run_splits(output: str) -> list[str]:
+    """The split names a --dry-run report lists ('split val: 26 pairs')."""
+    return [ln.split()[1].rstrip(":") for ln in output.splitlines() if ln.startswith("split ")]
+
+
+def test_config_keys_are_the_flag_names(camvid_root: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    for text in ('split = ["val"]\n', 'split = "val"\n', '[convert]\nsplits = ["val"]\n',
+                 'split = ["val"]\ncolor-tolerance = 3\nshard_size = "64"\n'):
+        cfg.write_text(text)
+        res = run("convert", camvid_root, tmp_path / "o", "--dry-run", "--config", cfg)
+        assert res.exit_code == 0, (text, res.output)
+        assert _dry_run_splits(res.output) == ["val"], (text, res.output)
+    cfg.write_text('splitt = ["val"]\n')
+    res = CliRunner().invoke(main, ["convert", str(camvid_root), str(tmp_path / "o"), "--dry-run", "--config",
+                                    str(cfg)])
+    assert res.exit_code == 2 and "'splitt'" in res.output and "did you mean 'split'" in res.output
+
+
+def test_every_convert_flag_is_a_config_key_and_an_environment_variable() -> None:
+    from shardkit.cli import config_keys, convert
+
+    keys = config_keys(convert)
+    for param in convert.params:
+        if param.name == "config":
+            continue
+        for opt in getattr(param, "opts", []):
+            if opt.startswith("--"):
+                key = opt[2:]
+                assert keys[key] is param, opt
+                assert f"SHARDKIT_{key.upper().replace('-', '_')}" in param.envvar, (opt, param.envvar)
+    assert keys["input"].name == "input_dir" and keys["output"].name == "output_dir"
+
+
+def test_environment_variables_take_the_flag_names(camvid_root: Path, tmp_path: Path) -> None:
+    res = run("convert", camvid_root, tmp_path / "o", "--dry-run", env={"SHARDKIT_SPLIT": "val"})
+    assert res.exit_code == 0 and _dry_run_splits(res.output) == ["val"], res.output
+    res = run("convert", camvid_root, tmp_path / "o", "--dry-run", env={"SHARDKIT_SPLIT": "train val"})
+    assert _dry_run_splits(res.output) == ["train", "val"], res.output
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('split = ["train"]\n')  # the environment wins over the file, flags over both
+    res = run("convert", camvid_root, tmp_path / "o", "--dry-run", "--config", cfg, env={"SHARDKIT_SPLIT": "val"})
+    assert _dry_run_splits(res.output) == ["val"], res.output
+    res = run("convert", camvid_root, tmp_path / "o", "--dry-run", "--split", "train", env={"SHARDKIT_SPLIT": "val"})
+    assert _dry_run_splits(res.output) == ["train"], res.output
+
+
+def test_unknown_shardkit_environment_variable_warns(camvid_root: Path, tmp_path: Path) -> None:
+    res = run("convert", camvid_root, tmp_path / "o", "--dry-run",
+              env={"SHARDKIT_SPLTI": "val", "SHARDKIT_NO_NUMBA": "1"})
+    assert res.exit_code == 0
+    lines = [ln for ln in res.stderr.splitlines() if "is not a shardkit setting" in ln]
+    assert len(lines) == 1 and "SHARDKIT_SPLTI" in lines[0] and "did you mean SHARDKIT_SPLIT?" in lines[0]
+    assert _dry_run_splits(res.output) == ["train", "val"]  # ignored, as it says
+
+
+def test_library_environment_variables_are_known_to_the_warning() -> None:
+    """Every SHARDKIT_* name the package reads is either a flag's or listed in LIBRARY_ENV (no false warning)."""
+    import re
+
+    from shardkit.cli import LIBRARY_ENV, config_keys, convert, env_name
+
+    known = LIBRARY_ENV | {env_name(k) for k in config_keys(convert)}
+    root = Path(shardkit.__file__).parent
+    read = {m for f in root.rglob("*.py") for m in re.findall(r"SHARDKIT_[A-Z0-9_]*[A-Z0-9]", f.read_text())}
+    assert read and read <= known, sorted(read - known)
+
+
+def test_everything_skipped_exits_1(camvid_root: Path, tmp_path: Path) -> None:
+    raw = small_camvid(camvid_root, tmp_path / "raw", n=2)
+    for f in (raw / "val").iterdir():
+        f.write_bytes(b"")
+    res = CliRunner().invoke(main, ["convert", str(raw), str(tmp_path / "out"), "--on-error", "skip", "-q",
+                                    "--workers", "1"])
+    assert res.exit_code == 1, res.output
+    assert "every input was skipped (2)" in res.output
+
+
+def test_closed_stdout_ends_quietly_with_exit_0(camvid_val_npy: Path) -> None:
+    """`shardkit info out | head -1`: the reader is gone before shardkit writes; exit 0, nothing on stderr."""
+    import os
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # as `head` does once it has its line
+    env = {**os.environ, "PYTHONPATH": str(Path(shardkit.__file__).parent.parent)}
+    try:
+        proc = subprocess.run([sys.executable, "-m", "shardkit", "info", str(camvid_val_npy)], stdout=write_end,
+                              stderr=subprocess.PIPE, env=env, timeout=120, check=False)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == b""
+
+
+def test_object_storage_messages_name_the_bucket_and_the_url(camvid_root: Path, tmp_path: Path) -> None:
+    """A missing bucket is named as one (not 'creating the lock object: no such object'); a convert to a bucket
+    reports the manifest's URL, not the local staging folder it was written in first."""
+    from shardkit.testing import local_s3, make_bucket
+
+    with local_s3():
+        make_bucket("out")
+        args = ["--split", "val", "--size", "90x120", "--resize", "exact", "--workers", "1"]
+        res = CliRunner().invoke(main, ["convert", str(camvid_root), "s3://nobucket/x", *args])
+        assert res.exit_code == 1
+        error = [ln for ln in res.output.splitlines() if ln.startswith("Error:")]
+        assert error == [error[0]] and error[0].startswith("Error: s3://nobucket: the bucket does not exist")
+        assert "no such object" not in res.output and "create the bucket 'nobucket'" in error[0]
+        res = CliRunner().invoke(main, ["convert", str(camvid_root), "s3://out/x", *args])
+        assert res.exit_code == 0, res.output
+    assert "val: 26 samples in 1 shards → s3://out/x/val/manifest.json" in res.output
+    assert "/tmp" not in res.output and tempfile_dir() not in res.output
+
+
+def tempfile_dir() -> str:
+    import tempfile
+
+    return tempfile.gettempdir()

@@ -146,3 +146,112 @@ def test_show_augment_bad_string_is_a_usage_error(camvid: Path, tmp_path: Path) 
         assert "augment" in result.output and "Traceback" not in result.output
         assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit)
     assert not out.exists()
+
+
+def _ink_blocks(region: np.ndarray) -> list[tuple[int, int]]:
+    """(first row, height) of each run of rows that hold dark pixels (text, swatch frames)."""
+    dark = (region.max(axis=2) < 120).any(axis=1)
+    blocks, start = [], None
+    for y, d in enumerate([*dark, False]):
+        if d and start is None:
+            start = y
+        elif not d and start is not None:
+            blocks.append((start, y - start))
+            start = None
+    return blocks
+
+
+def test_show_scales_layout_and_legend_to_a_1080p_sample(camvid: Path) -> None:
+    """A 1080x1920 sample: panels drawn at most 960 px wide (not a 5800 px picture), text as large relative to
+    the picture as for a 480 px sample, frames around the panels."""
+    from shardkit.show import FRAME, MAX_PANEL_SIDE, Layout
+
+    ds = shardkit.open(camvid)
+    image, ids = ds[5]
+    big = cv2.resize(image, (1920, 1080), interpolation=cv2.INTER_LINEAR)
+    big_ids = cv2.resize(ids, (1920, 1080), interpolation=cv2.INTER_NEAREST)
+    pictures = {}
+    for name, (img, lab) in {"base": (image, ids), "big": (big, big_ids)}.items():
+        pictures[name] = render_sample(img, lab, ds.class_names, ds.class_colours, ignore_index=ds.ignore_index)
+    lay = Layout(540, MAX_PANEL_SIDE)
+    pic = pictures["big"]
+    assert pic.shape[1] == lay.width <= 3 * MAX_PANEL_SIDE + 4 * lay.gap
+    below = lay.panel_top(False) + lay.panel_h + lay.thickness
+    heights = {}
+    for name, p in pictures.items():
+        first = _ink_blocks(p[below if name == "big" else 30 + CROP[0] + 1:, : p.shape[1] // 3])[0]
+        heights[name] = first[1] / p.shape[1]  # the legend heading's height, relative to the picture width
+    assert heights["big"] >= 0.8 * heights["base"], heights
+    top, t = lay.panel_top(False), lay.thickness
+    for k in range(3):  # a frame just outside each panel
+        x = lay.panel_x(k)
+        assert (pic[top - t, x:x + lay.panel_w] == FRAME).all() and (pic[top:top + lay.panel_h, x - t] == FRAME).all()
+
+
+def test_white_class_on_white_page_is_framed() -> None:
+    from shardkit.show import BG, FRAME, Layout
+
+    ids = np.zeros((400, 500), np.uint8)
+    image = np.full((400, 500, 3), 255, np.uint8)
+    pic = render_sample(image, ids, ["Void"], [(255, 255, 255)])
+    lay = Layout(400, 500)
+    top, x = lay.panel_top(False), lay.panel_x(1)
+    label = pic[top:top + 400, x:x + 500]
+    assert (label == BG).all()  # the class really is white
+    t = lay.thickness
+    assert (pic[top - t, x:x + 500] == FRAME).all() and (pic[top + 400 + t - 1, x:x + 500] == FRAME).all()
+    assert (pic[top:top + 400, x - t] == FRAME).all() and (pic[top:top + 400, x + 500 + t - 1] == FRAME).all()
+
+
+def test_info_prints_the_ignore_index_and_its_share(camvid: Path, rgb_masks_root: Path, tmp_path: Path) -> None:
+    res = CliRunner().invoke(main, ["info", str(camvid)])
+    assert res.exit_code == 0, res.output
+    m = shardkit.open(camvid).manifest
+    want = m.stats["class_pixels"][11] / m.stats["pixels"]
+    assert f"ignore index 11 (Unlabelled): {100 * want:.2f} % of label pixels" in res.output
+    convert(ConvertConfig(rgb_masks_root, tmp_path / "o", format="npy", splits=("val",), workers=1, quiet=True,
+                          unknown_as=255, ignore_index=255))
+    res = CliRunner().invoke(main, ["info", str(tmp_path / "o" / "val")])
+    m = shardkit.open(tmp_path / "o" / "val").manifest
+    assert m.stats["ignore_pixels"] > 0
+    want = m.stats["ignore_pixels"] / m.stats["pixels"]
+    assert f"ignore index 255 (no class): {100 * want:.2f} % of label pixels" in res.output, res.output
+
+
+def test_class_chart_title_says_what_the_shares_count(camvid: Path) -> None:
+    from shardkit.show import class_share_basis
+
+    m = shardkit.open(camvid).manifest
+    assert class_share_basis(m) == "class share of label pixels, ignore class 11 (Unlabelled) included"
+    assert "labelled pixels" not in class_share_basis(m)
+
+
+def test_show_augment_unknown_op_lists_the_ops(camvid: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["show", str(camvid), "--augment", "scale=0.5:2,flip",
+                                       "-o", str(tmp_path / "x.png")])
+    assert result.exit_code == 2
+    assert "unknown augment item 'flip'" in result.output and "needs a value" not in result.output
+    assert "scale, crop, hflip, rotate, jitter, cutout" in result.output
+
+
+def test_show_reads_a_split_on_object_storage(camvid_root: Path, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from shardkit.config import ShardSize
+    from shardkit.testing import local_s3, make_bucket
+
+    monkeypatch.setenv("SHARDKIT_CACHE_DIR", str(tmp_path / "cache"))
+    with local_s3():
+        make_bucket("out")
+        convert(ConvertConfig(camvid_root, "s3://out/show", format="npy", size=(90, 120), resize="exact",
+                              splits=("val",), workers=1, quiet=True, shard_size=ShardSize(samples=13)))
+        out = tmp_path / "remote.png"
+        result = CliRunner().invoke(main, ["show", "s3://out/show/val", "-i", "14", "-o", str(out)])
+        assert result.exit_code == 0, result.output
+    local = tmp_path / "local"
+    convert(ConvertConfig(camvid_root, local, format="npy", size=(90, 120), resize="exact", splits=("val",),
+                          workers=1, quiet=True, shard_size=ShardSize(samples=13)))
+    assert CliRunner().invoke(main, ["show", str(local / "val"), "-i", "14", "-o", str(tmp_path / "l.png")]
+                              ).exit_code == 0
+    remote, here = _read_rgb(out), _read_rgb(tmp_path / "l.png")
+    assert remote.shape == here.shape
+    assert np.array_equal(remote[60:], here[60:])  # the same sample drawn (the title names another folder)

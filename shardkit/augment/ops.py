@@ -526,6 +526,9 @@ def _cutout(val: str) -> Cutout:
     return Cutout((int(lo), int(hi if dash else lo)), int(h), int(w), fill=fill or 0, ignore_labels=ignore)
 
 
+PARSE_KEYS = ("scale", "crop", "hflip", "rotate", "jitter", "cutout")  # the items parse() knows, in docs order
+
+
 def parse(text: str) -> Compose:
     """``"scale=0.5:2,crop=512x1024,hflip,rotate=10,jitter=0.2,cutout=2:32x64"`` → the equal :class:`Compose`.
 
@@ -544,6 +547,9 @@ def parse(text: str) -> Compose:
         key = key.lower()
         if not key:
             raise ConfigError(f"augment string {text!r} has an empty item")
+        if key not in PARSE_KEYS:
+            raise ConfigError(f"unknown augment item {key!r}; known: {', '.join(PARSE_KEYS)} "
+                              "(docs/augment-grammar.md)")
         if key == "hflip":
             ops.append(RandomFlip(_num("hflip", val) if sep else 0.5))
             continue
@@ -561,8 +567,6 @@ def parse(text: str) -> Compose:
             if len(vals) > 4:
                 raise ConfigError(f"augment jitter={val!r}: at most B:C:S:H")
             ops.append(ColorJitter(*(vals * 2 if len(vals) == 1 else vals)))
-        elif key == "cutout":
+        else:  # cutout, the last of PARSE_KEYS
             ops.append(_cutout(val))
-        else:
-            raise ConfigError(f"unknown augment item {key!r}; known: scale, crop, hflip, rotate, jitter, cutout")
     return Compose(ops)

@@ -6,8 +6,10 @@ Importing this module imports keras (choose the backend first, e.g. ``KERAS_BACK
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import keras
@@ -21,6 +23,20 @@ if TYPE_CHECKING:
     from ..augment import Compose
 
 
+def _called_by_keras_reset(depth: int = 6) -> bool:
+    """Whether Keras's ``EpochIterator.reset`` is among the callers: the set-up call that ends no epoch (the model
+    was built from a first batch, or nothing was read yet). A finished epoch's end comes from the iterator's
+    epoch loop instead."""
+    frame: FrameType | None = sys._getframe(2)  # skip this function and on_epoch_end
+    for _ in range(depth):
+        if frame is None:
+            return False
+        if frame.f_code.co_name == "reset" and str(frame.f_globals.get("__name__", "")).startswith("keras."):
+            return True
+        frame = frame.f_back
+    return False
+
+
 class ShardkitPyDataset(keras.utils.PyDataset):
     """Batches ``(x, y)`` of a converted split for ``model.fit``.
 
@@ -28,12 +44,19 @@ class ShardkitPyDataset(keras.utils.PyDataset):
     (``normalize=True``), or the stored uint8 images; channels last ``(B, H, W, 3)``.
     ``y``: class ids ``(B, H, W)`` (``labels="ids"``, for sparse categorical losses),
     ``"onehot"`` / ``"float_onehot"`` ``(B, H, W, C)``. Each epoch is a new shuffle
-    (:mod:`shardkit.read.sampling`; the epoch advances in :meth:`on_epoch_end`), split across
+    (:mod:`shardkit.read.sampling`), split across
     ``rank``/``world_size`` with equal batch counts. ``workers``, ``use_multiprocessing`` and
     ``max_queue_size`` go to ``PyDataset`` (shard files are opened lazily in each worker).
     ``augment``: a :mod:`shardkit.augment` pipeline applied to each batch (numpy/OpenCV path) before
     normalising, drawn from ``(seed, epoch, index)``; needs ``labels="ids"``. ``sampling``: ``"uniform"``,
     ``"class-balanced[:T]"`` or ``"repeat-factor[:t]"`` (rare-class sampling; every epoch has the same length).
+
+    Epochs line up with Keras's: ``fit(data, epochs=2)`` trains its first epoch on shardkit epoch ``epoch``
+    (0 by default) and its second on ``epoch + 1``, and leaves ``data.epoch`` at ``epoch + 2``, ready for the
+    next ``fit``. The epoch advances in :meth:`on_epoch_end` only after an :meth:`on_epoch_begin`, and not when
+    Keras's ``EpochIterator.reset`` makes the call: ``fit`` (and ``evaluate``) reset their iterator once while
+    setting up, after reading a first batch to build the model, before any epoch. Outside ``fit``, call
+    :meth:`set_epoch`. Give ``fit`` another instance as ``validation_data``.
     """
 
     def __init__(
@@ -76,6 +99,7 @@ class ShardkitPyDataset(keras.utils.PyDataset):
                                             shuffle_mode=shuffle_mode, buffer_size=buffer_size,
                                             sampling=sampling)
         self._batches: list[np.ndarray] | None = None
+        self._in_epoch = False  # on_epoch_begin ran and on_epoch_end has not yet
         self._lock = threading.Lock()
 
     @property
@@ -109,8 +133,16 @@ class ShardkitPyDataset(keras.utils.PyDataset):
         x = self.dataset.normalize(images) if self.normalize else images
         return x, labels
 
+    def on_epoch_begin(self) -> None:
+        """Keras starts an epoch: the next :meth:`on_epoch_end` moves to the next shardkit epoch."""
+        self._in_epoch = True
+
     def on_epoch_end(self) -> None:
-        self.set_epoch(self.sampler.epoch + 1)
+        """Keras ended an epoch: the next one reads shardkit epoch ``epoch + 1``. An end without a begin (Keras's
+        set-up call before the first epoch) is ignored, so Keras epoch k trains on shardkit epoch k."""
+        began, self._in_epoch = self._in_epoch, False
+        if began and not _called_by_keras_reset():
+            self.set_epoch(self.sampler.epoch + 1)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

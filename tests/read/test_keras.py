@@ -39,7 +39,8 @@ def small(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def keras_training_check(split: str) -> dict[str, Any]:
-    """Fit a 1x1 conv + softmax for one epoch; record which samples each trained epoch saw, check labels."""
+    """Fit a 1x1 conv + softmax for two epochs, then one more; record which samples each shardkit epoch gave
+    out (epoch 0 also gives the batches Keras reads to build the model), and check labels."""
     import keras
 
     from shardkit.read.keras import ShardkitPyDataset
@@ -63,10 +64,12 @@ def keras_training_check(split: str) -> dict[str, Any]:
     model = keras.Sequential([keras.Input((*SIZE, 3)),
                               keras.layers.Conv2D(core.onehot_channels, 1, activation="softmax")])
     model.compile(optimizer="adam", loss="categorical_crossentropy")
-    history = model.fit(data, epochs=1, verbose=0)
-    epoch = data.epoch - 1  # Keras calls on_epoch_end after the epoch
+    history = model.fit(data, epochs=2, verbose=0)
+    after_first_fit = data.epoch
+    model.fit(data, epochs=1, verbose=0)
     return {"backend": keras.backend.backend(), "loss": [float(v) for v in history.history["loss"]],
-            "trained_epoch": sorted(seen.get(epoch, [])), "num_samples": len(core)}
+            "epochs_seen": {str(k): sorted(set(v)) for k, v in seen.items()}, "after_first_fit": after_first_fit,
+            "after_second_fit": data.epoch, "num_samples": len(core)}
 
 
 def _in_keras_process(check: str, split: Path) -> dict[str, Any]:
@@ -83,11 +86,16 @@ def _in_keras_process(check: str, split: Path) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_tiny_model_trains_one_epoch_on_every_sample_once(small: Path) -> None:
+def test_keras_epochs_are_shardkit_epochs(small: Path) -> None:
+    """fit(epochs=2) trains Keras epoch k on shardkit epoch k, every sample once each, and leaves the next epoch
+    (2) ready: the next fit trains epoch 2. (Keras's set-up call to on_epoch_end before the first epoch used to
+    move training one epoch ahead: epoch 1 and 2, leaving 3.)"""
     result = _in_keras_process("keras_training_check", small)
     assert result["backend"] == "torch"
-    assert len(result["loss"]) == 1 and np.isfinite(result["loss"][0])
-    assert result["trained_epoch"] == list(range(result["num_samples"]))
+    assert len(result["loss"]) == 2 and np.all(np.isfinite(result["loss"]))
+    everything = list(range(result["num_samples"]))
+    assert result["epochs_seen"] == {"0": everything, "1": everything, "2": everything}
+    assert result["after_first_fit"] == 2 and result["after_second_fit"] == 3
 
 
 def pydataset_options_check(split: str) -> dict[str, Any]:
@@ -105,6 +113,9 @@ def pydataset_options_check(split: str) -> dict[str, Any]:
     clone = pickle.loads(pickle.dumps(data))  # what a spawned worker pool receives
     assert np.array_equal(clone[0][1], y)
     first = data.batch_indices(0).tolist()
+    data.on_epoch_end()  # without on_epoch_begin (Keras's set-up call): no epoch has passed
+    assert data.epoch == 0 and data.batch_indices(0).tolist() == first
+    data.on_epoch_begin()
     data.on_epoch_end()
     assert data.epoch == 1 and data.batch_indices(0).tolist() != first
     with pytest.raises(IndexError):
@@ -131,6 +142,7 @@ def pydataset_augment_check(split: str) -> dict[str, Any]:
         want = aug(*core.batch(idx), idx, seed=2, epoch=data.epoch, ignore_index=core.ignore_index)
         assert x.shape == (8, 64, 96, 3) and np.array_equal(x, want[0]) and np.array_equal(y, want[1])
         outputs.append(x)
+        data.on_epoch_begin()
         data.on_epoch_end()
     assert not np.array_equal(*outputs)
     return {"ok": True}
