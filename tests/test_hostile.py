@@ -653,3 +653,26 @@ def test_a_shard_sizes_table_that_disagrees_with_the_samples_records_is_refused(
         ds[0]
     image, _ = ds[len(ds) - 1]  # another shard is fine
     assert image.shape[2] == 3
+
+
+# --- fuzzing: flipped bits and truncations in every format's files, sidecars and manifests -----------------
+
+
+@pytest.fixture(scope="module")
+def fuzz_splits(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    from tests.fuzz import build_splits
+
+    return list(build_splits(camvid_root, tmp_path_factory.mktemp("fuzz")).values())
+
+
+def test_damaged_files_never_kill_hang_or_traceback(fuzz_splits: list[Path]) -> None:
+    """55 seeded cases (5 per split: npy, LMDB, HDF5 and TFRecord; fixed and variable size; raw, gzip, LZF, zstd,
+    lz4, PNG and JPEG): one file of the split damaged, then open, every sample, a batch, ``info``, ``show`` and
+    ``verify``, in a child process whose address space is limited to its size after imports plus 1 GiB. No case
+    may end in a signal, a traceback, a multi-line error or a MemoryError. ``scripts/fuzz_shards.py`` runs more."""
+    from tests.fuzz import run
+
+    outcome = run(fuzz_splits, seed=2024, cases=5 * len(fuzz_splits))
+    assert outcome.cases == 5 * len(fuzz_splits)
+    assert not outcome.failures, "\n\n".join(outcome.failures[:5])
+    assert sum(outcome.errors.values()) > outcome.cases // 2  # the damage was met, and refused in one line
