@@ -676,3 +676,30 @@ def test_damaged_files_never_kill_hang_or_traceback(fuzz_splits: list[Path]) -> 
     assert outcome.cases == 5 * len(fuzz_splits)
     assert not outcome.failures, "\n\n".join(outcome.failures[:5])
     assert sum(outcome.errors.values()) > outcome.cases // 2  # the damage was met, and refused in one line
+
+
+def test_a_manifest_too_costly_to_parse_is_refused_unparsed(camvid_splits: dict[str, Path], tmp_path: Path) -> None:
+    """A 12 MB manifest of empty objects under an unknown key would take ~300 MB once parsed (25x its size); the
+    parse cost is estimated from its bytes and, over the limit, refused before ``json.loads`` runs. A small one is
+    read into a buffer of its own size, not one of the 512 MiB a manifest may have."""
+    import tracemalloc
+
+    from shardkit import manifest as manifest_module
+
+    split = _copy_split(camvid_splits["npy"], tmp_path / "split")
+    m = json.loads((split / "manifest.json").read_text())
+    m["future_key"] = {"note": "unknown keys are ignored"}
+    (split / "manifest.json").write_text(json.dumps(m))
+    tracemalloc.start()
+    try:
+        assert load_manifest(split).num_samples == m["num_samples"]  # an unknown key: ignored
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20
+    m["future_key"] = [{}] * 4_000_000
+    (split / "manifest.json").write_text(json.dumps(m, separators=(",", ":")))
+    assert manifest_module.parse_cost((split / "manifest.json").read_bytes()) > manifest_module.MAX_PARSE_BYTES
+    with pytest.raises(ShardFormatError, match="to parse") as err:
+        load_manifest(split)
+    assert "\n" not in str(err.value)
