@@ -131,7 +131,7 @@ def camvid_subset(camvid_root: Path, src: Path, pairs: int) -> Path:
     return src
 
 
-def build_splits(camvid_root: Path, out: Path, names: list[str] | None = None, pairs: int = 4) -> dict[str, Path]:
+def build_splits(camvid_root: Path, out: Path, names: list[str] | None = None, pairs: int = 3) -> dict[str, Path]:
     """The first ``pairs`` CamVid val pairs (real data, linked) converted as each of :data:`SPLITS`, two samples
     per shard; variable-size splits keep the stored 360x480."""
     from shardkit.config import ConvertConfig, ShardSize
@@ -199,7 +199,7 @@ def _say(line: str) -> None:
     sys.stdout.flush()
 
 
-def _child(src: Path, seed: int, start: int, stop: int, budget: int) -> None:
+def _child(srcs: list[Path], seed: int, start: int, stop: int, budget: int) -> None:
     import shardkit.cli  # everything imported before the limit is set
     import shardkit.verify  # noqa: F401
 
@@ -211,8 +211,9 @@ def _child(src: Path, seed: int, start: int, stop: int, budget: int) -> None:
             rng = np.random.default_rng([seed, k])
             work = Path(tmp) / "split"
             shutil.rmtree(work, ignore_errors=True)
+            src = srcs[k % len(srcs)]
             shutil.copytree(src, work)
-            what = mutate(work, rng)
+            what = f"{src.parent.name}: {mutate(work, rng)}"
             _say(f"CASE {k} {what}")
             try:
                 seen = _exercise(work, Path(tmp))
@@ -222,13 +223,15 @@ def _child(src: Path, seed: int, start: int, stop: int, budget: int) -> None:
                 _say(json.dumps({"case": k, "ok": False, "what": what, "error": text}))
 
 
-def run(src: Path, seed: int, cases: int, budget: int = BUDGET, timeout: float = 600) -> Outcome:
-    """Run ``cases`` seeded cases against a copy of split ``src``; every failure named in the result."""
+def run(srcs: list[Path], seed: int, cases: int, budget: int = BUDGET, timeout: float = 600) -> Outcome:
+    """Run ``cases`` seeded cases, case ``k`` against a damaged copy of split ``srcs[k % len(srcs)]``, all in one
+    child process (a new one after a case that kills it); every failure named in the result."""
     out, k = Outcome(), 0
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SHARDKIT_DECODE_THREADS": "2"}
     while k < cases:
-        proc = subprocess.run([sys.executable, "-m", "tests.fuzz", "CHILD", str(src), str(seed), str(k), str(cases),
-                               str(budget)], capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
+        proc = subprocess.run([sys.executable, "-m", "tests.fuzz", "CHILD", json.dumps([str(p) for p in srcs]),
+                               str(seed), str(k), str(cases), str(budget)],
+                              capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
         current, what = None, ""
         for line in proc.stdout.splitlines():
             if line.startswith("CASE "):
@@ -254,4 +257,5 @@ def run(src: Path, seed: int, cases: int, budget: int = BUDGET, timeout: float =
 
 
 if __name__ == "__main__" and len(sys.argv) == 7 and sys.argv[1] == "CHILD":
-    _child(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]))
+    _child([Path(p) for p in json.loads(sys.argv[2])], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
+           int(sys.argv[6]))

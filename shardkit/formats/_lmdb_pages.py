@@ -120,6 +120,7 @@ class _Walk:
         self.meta: tuple[int, int] | None = None
         self.problem: str | None = None
         self.stop = False
+        self.last = -1  # the last sample key met: keys come out of an in-order walk strictly increasing
 
     def damaged(self, problem: str) -> None:
         if self.problem is None:
@@ -208,11 +209,14 @@ class _Walk:
         if not ok:
             self.damaged(f"sample {j}'s node on leaf page {pgno} is damaged")
             return
-        if self.out[j, 0] != MISSING:  # a key seen twice: neither copy can be trusted
-            self.out[j] = (-2, -2)
-            self.damaged(f"sample {j} appears twice in the tree")
+        if self.out[j, 0] != MISSING or j <= self.last:  # keys out of order or seen twice (bits flipped in a
+            for k in {j, self.last} - {-1}:  # key): which record is whose cannot be told, so neither is served
+                self.out[k] = (-2, -2)
+            self.damaged(f"sample {j}'s key is out of order in the tree")
+            self.last = max(self.last, j)
             return
         self.out[j] = (begin, begin + dsize)
+        self.last = j
 
 
 def _current_meta(data: Any, size: int) -> tuple[int, int]:

@@ -156,9 +156,11 @@ class LmdbReader(ShardReader):
         self._mapping.set_random()  # read-around off, as LMDB's readahead=False: reads are hinted range by range
 
     def record(self, i: int) -> memoryview:
-        """Local record ``i``'s bytes, a read-only view of the map (shard open), checked to lie in the file."""
+        """Local record ``i``'s bytes, a read-only view of the map, checked to lie in the file."""
+        self.ensure_open()
         table, mapping = self._table, self._mapping
-        assert table is not None and mapping is not None
+        if table is None or mapping is None:  # pragma: no cover - _open sets both or raises
+            raise self.corrupt("the shard is not open")
         if not 0 <= i < len(self):
             raise IndexError(f"local index {i} out of range for {len(self)} samples")
         begin, end = (int(v) for v in table.ranges[i])
@@ -202,11 +204,10 @@ class LmdbReader(ShardReader):
         return img, lab
 
     def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        self.ensure_open()
         buf = self.record(i)
-        assert self._mapping is not None and self._table is not None
-        begin, end = (int(v) for v in self._table.ranges[i])
-        self._mapping.will_need_one(begin, end)  # one request for the record, as npy's and HDF5's single reads
+        table, mapping = self._table, self._mapping  # set: record(i) succeeded
+        if table is not None and mapping is not None:  # one request for the record, as npy's and HDF5's reads
+            mapping.will_need_one(int(table.ranges[i, 0]), int(table.ranges[i, 1]))
         return self.decode_record(buf, i)
 
     def read_batch_into(self, local_indices: Sequence[int] | np.ndarray, out_images: np.ndarray,

@@ -142,3 +142,20 @@ def test_a_manifest_claiming_more_samples_than_the_file_holds_allocates_nothing(
     assert (table.ranges >= 0).all() and table.meta is not None and table.problem is None
     short = read_table(data, 1)  # sample 1's key is then not one of the shard's: the walk stops there
     assert short.problem is not None and "not one of the 1 samples" in short.problem
+
+
+def test_keys_out_of_order_are_not_served_as_each_other(camvid_lmdb: Path, tmp_path: Path) -> None:
+    """Two sample keys swapped in a leaf page (flipped key bits): an in-order walk meets them out of order, so
+    neither record is served as the other's sample (LMDB's own binary search would have returned them swapped)."""
+    def swap(data: bytearray, node: int) -> None:
+        page = node - node % 4096
+        other = data.find(struct.pack("<H", 8) + sample_key(0), page, page + 4096) + 2  # the key itself
+        assert other > page
+        data[other : other + 8], data[node + 8 : node + 16] = sample_key(1), sample_key(0)
+
+    split = _damage_node(camvid_lmdb, tmp_path, 1, swap)
+    ds = shardkit.open(split)
+    for i in (0, 1):
+        with pytest.raises(ShardFormatError, match=f"sample {i} cannot be found"):
+            ds[i]
+    np.testing.assert_array_equal(ds[2][0], shardkit.open(camvid_lmdb)[2][0])

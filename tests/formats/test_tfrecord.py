@@ -308,3 +308,22 @@ def test_damage_after_a_first_read_is_still_detected(path: str, camvid_tfr: Path
     reader.read_batch_into([1, 0], out_img, out_lab)
     np.testing.assert_array_equal(out_img[0], want[1][0])
     np.testing.assert_array_equal(out_lab[1], want[0][1])
+
+
+def test_a_variable_size_gzip_stream_is_bounded_by_the_sidecar_sizes(camvid_root: Path, tmp_path: Path) -> None:
+    """A gzip shard of variable-size samples inflates to at most its samples at the sizes the sidecar states (plus
+    64 KiB of framing per record), not samples x the largest size a manifest may state (1 GiB each): a stream of
+    zeros four times that is refused while inflating."""
+    from tests.fuzz import camvid_subset, refresh_manifest
+
+    convert(ConvertConfig(camvid_subset(camvid_root, tmp_path / "input", 2), tmp_path / "out", format="tfrecord",
+                          compression="gzip", splits=("val",), workers=0, quiet=True, shard_size=ShardSize(samples=2)))
+    split = tmp_path / "out" / "val"
+    reader = shardkit.open(split).readers[0]
+    limit = reader.max_stream_bytes()
+    assert limit == 2 * (360 * 480 * 4 + (1 << 16))  # RGB + a uint8 id per pixel, per sample
+    (data,) = split.glob("shard-*.tfrecord")
+    data.write_bytes(gzip.compress(bytes(4 * limit), 9))
+    refresh_manifest(split)
+    with pytest.raises(ShardFormatError, match=f"more than the {limit} bytes"):
+        shardkit.open(split)[0]
