@@ -41,7 +41,7 @@ from .publish import (
     remove_temps,
     rename_into_place,
 )
-from .records import RECORD_PREFIX, ShardRecord
+from .records import RECORD_PREFIX, ShardRecord, records_within
 from .samples import SampleTable, is_sidecar_name, split_fingerprint
 from .staging import StorageSession
 from .stats import Stats
@@ -331,7 +331,7 @@ def publish_split(
         log.info("%s: published version %d", split, manifest.version,
                  extra={"event": "published", "split": split, "version": manifest.version})
     keep = {f.name for r in records for f in r.files} | {ShardRecord.path(directory, r.key).name for r in records}
-    kept = reclaim(directory, cfg.keep_versions, keep | {CACHE_NAME}, _owned)
+    kept = reclaim(directory, cfg.keep_versions, keep | {CACHE_NAME}, _owned, records_within)
     log.info("%s: %d samples in %d shards → %s (versions kept: %s)", split, first, len(shards), path,
              ", ".join(map(str, kept)) or "none")
     return path
