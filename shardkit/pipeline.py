@@ -282,7 +282,8 @@ def publish_split(
     *,
     source_root: str | None = None,
 ) -> Path:
-    """Write the split's manifest (the commit marker), then remove files no manifest names any more.
+    """Publish the split's manifest as its next version (the commit marker; nothing when nothing changed), then
+    remove files that no kept version names any more (:func:`~shardkit.publish.reclaim`).
 
     Each record's last file is the shard's samples sidecar: the manifest names it, and holds no
     per-sample record itself (manifest version 2).
