@@ -51,7 +51,7 @@ from .publish import (
     remove_temps,
     rename_into_place,
 )
-from .records import RECORD_PREFIX, ShardRecord
+from .records import RECORD_PREFIX, ShardRecord, records_within
 from .samples import PIXEL_HASH_BYTES, SampleTable, fetch_sidecar, is_sidecar_name, read_sidecar, split_fingerprint
 from .staging import StorageSession
 from .stats import Stats
@@ -417,7 +417,8 @@ def publish_split(
     *,
     source_root: str | None = None,
 ) -> Path:
-    """Write the split's manifest (the commit marker), then remove files no manifest names any more.
+    """Publish the split's manifest as its next version (the commit marker; nothing when nothing changed), then
+    remove files that no kept version names any more (:func:`~shardkit.publish.reclaim`).
 
     Each record's last file is the shard's samples sidecar: the manifest names it, and holds no
     per-sample record itself (manifest version 2).
@@ -469,7 +470,7 @@ def publish_split(
         log.info("%s: published version %d", split, manifest.version,
                  extra={"event": "published", "split": split, "version": manifest.version})
     keep = {f.name for r in records for f in r.files} | {ShardRecord.path(directory, r.key).name for r in records}
-    kept = reclaim(directory, cfg.keep_versions, keep | {CACHE_NAME}, _owned)
+    kept = reclaim(directory, cfg.keep_versions, keep | {CACHE_NAME}, _owned, records_within)
     log.info("%s: versions kept: %s", split, ", ".join(map(str, kept)) or "none")
     return path
 

@@ -206,10 +206,12 @@ def versions_to_keep(numbers: Iterable[int], keep: int, leased: Iterable[int] = 
     return set(ordered[-max(keep, 1):]) | (set(leased) & set(ordered))
 
 
-def reclaim(directory: Path, keep: int, current: set[str], owned: Callable[[str], bool]) -> list[int]:
+def reclaim(directory: Path, keep: int, current: set[str], owned: Callable[[str], bool],
+            bookkeeping: Callable[[Path, set[str]], set[str]] | None = None) -> list[int]:
     """Retire old versions of a split: remove the version files beyond :func:`versions_to_keep`, then every
     file shardkit ``owned`` that neither ``current`` (this publish's files and records) nor a kept version
-    names. Returns the kept version numbers."""
+    names, nor ``bookkeeping`` keeps for the files that stay (shard records: a later run that goes back to a
+    kept version's content reuses its files instead of rewriting them). Returns the kept version numbers."""
     directory = Path(directory)
     numbers = kept_versions(p.name for p in directory.iterdir())
     kept = versions_to_keep(numbers, keep, leased_versions(directory))
@@ -223,6 +225,8 @@ def reclaim(directory: Path, keep: int, current: set[str], owned: Callable[[str]
             names |= named_files(json.loads(path.read_bytes()))
         except (OSError, ValueError, RecursionError):
             continue
+    if bookkeeping is not None:
+        names |= bookkeeping(directory, names)
     collect_garbage(directory, names, owned)
     return sorted(kept)
 

@@ -89,6 +89,22 @@ class ShardRecord:
             return None
 
 
+def records_within(directory: Path, names: set[str]) -> set[str]:
+    """The names of the shard records in ``directory`` all of whose files are among ``names`` (files kept for
+    a kept version): kept with them, so that a run that goes back to that content reuses the files."""
+    out: set[str] = set()
+    for p in directory.iterdir():
+        if not p.name.startswith(RECORD_PREFIX) or not p.name.endswith(".json"):
+            continue
+        try:
+            files = json.loads(p.read_bytes())["files"]
+            if files and all(isinstance(f, dict) and f.get("name") in names for f in files):
+                out.add(p.name)
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
+            continue
+    return out
+
+
 def content_digest(path: Path) -> str:
     """sha256 of a split folder's file as two conversions of the same input must agree on it.
 

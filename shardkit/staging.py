@@ -41,7 +41,7 @@ from .manifest import MANIFEST_NAME, ShardFile, kept_versions, named_files, vers
 from .pairs import PairTable
 from .plan import ShardTask
 from .publish import current_manifest, published_number, versions_to_keep
-from .records import RECORD_PREFIX, ShardRecord, reuse
+from .records import RECORD_PREFIX, ShardRecord, records_within, reuse
 from .storage import Remote, content_id
 
 log = logging.getLogger(__name__)
@@ -163,6 +163,9 @@ class RemoteSink:
         current = published_number(current_manifest(directory))
         orphans = [f"{split}/{n}" for n in listing if (version_number(n) or 0) > current]
         self.remote.delete(orphans)
+        # the kept versions too: their shards' records stay (a run back to their content reuses the objects)
+        self.remote.download_many([(f"{split}/{n}", directory / n) for n in listing
+                                   if 0 < (version_number(n) or 0) <= current])
 
     def reuse(self, directory: Path, key: str, wanted_names: tuple[str, ...]) -> ShardRecord | None:
         """The record of shard ``key`` if every file it names is on the store with its recorded size.
@@ -237,6 +240,7 @@ class RemoteSink:
                 keep |= named_files(json.loads(data)) | {name}
             except (ValueError, RecursionError):
                 continue
+        keep |= records_within(directory, keep)  # the records fetched by prepare_split
         from .pipeline import _owned
 
         stale += [f"{split}/{n}" for n in listing if "/" not in n and n not in keep and _owned(n)]

@@ -23,7 +23,7 @@ def test_public_names_are_only_the_api() -> None:
 
 def test_open_takes_its_options_by_keyword_and_names_them() -> None:
     params = inspect.signature(shardkit.open).parameters
-    names = ["labels", "verify", "label_layout", "cache_dir", "cache_limit", "storage_options"]
+    names = ["labels", "verify", "label_layout", "cache_dir", "cache_limit", "storage_options", "version"]
     assert list(params) == ["path", *names]
     assert all(params[n].kind is inspect.Parameter.KEYWORD_ONLY for n in names)
 

@@ -229,3 +229,24 @@ def test_workers_die_with_a_sigkilled_parent(camvid_root: Path, tmp_path: Path) 
     for c in left:
         c.kill()
     assert not left, f"processes outlived their SIGKILLed parent: {left}"
+
+
+def test_going_back_to_a_kept_versions_content_reuses_its_files(camvid_root: Path, tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    names = copy_split(camvid_root, raw, n=6)
+    cfg = ConvertConfig(raw, tmp_path / "out", format="lmdb", shard_size=ShardSize(samples=2), quiet=True,
+                        workers=1)
+    convert(cfg)
+    split = tmp_path / "out" / "val"
+    v1 = json.loads((split / "manifest.json").read_text())
+    original = (raw / "val" / names[2]).read_bytes()
+    image = cv2.imread(str(raw / "val" / names[2]))
+    image[:4, :4] = 0
+    cv2.imwrite(str(raw / "val" / names[2]), image)
+    assert convert(cfg).reused == 2
+    (raw / "val" / names[2]).write_bytes(original)  # the edit is undone
+    third = convert(cfg)
+    assert third.reused == third.shards == 3, "version 1's shard is reused, not rewritten (LMDB bytes would differ)"
+    v3 = json.loads((split / "manifest.json").read_text())
+    assert v3["version"] == 3 and v3["shards"] == v1["shards"]
+    assert verify_split(split).ok

@@ -28,6 +28,7 @@ import json
 import logging
 import multiprocessing.util
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -65,6 +66,8 @@ READ_THROUGH_SLOTS = 4
 _RESERVE = ".reserve-"
 _TRANSIENT = ".transient-"
 _GLOBAL_LOCK = ".cache.lock"
+_PIN = ".pin-"
+_STEM = re.compile(r"-([0-9]{5}-[0-9a-f]{12})\.")
 
 
 def default_cache_dir() -> Path:
@@ -125,10 +128,18 @@ def unpin(fds: Sequence[int]) -> None:
             os.close(fd)
 
 
+def _pin_path(path: Path) -> Path:
+    """The lock file that pins the shard ``path`` belongs to: ``.pin-<stem>`` (every file of a shard, its
+    sidecar included, carries the shard's stem ``NNNNN-<12 hex>``), else one for the file alone."""
+    m = _STEM.search(path.name)
+    return path.parent / f"{_PIN}{m.group(1) if m else path.name}"
+
+
 def _remove_unpinned(path: Path) -> bool:
-    """Delete a cached file unless a process holds it pinned (a shared ``flock``); whether it was deleted."""
+    """Delete a cached file unless a process holds its shard pinned (a shared ``flock`` on the shard's pin
+    file); whether it was deleted."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(_pin_path(path), os.O_RDWR | os.O_CREAT, 0o644)
     except OSError:
         return False
     try:
@@ -139,7 +150,7 @@ def _remove_unpinned(path: Path) -> bool:
     try:
         path.unlink(missing_ok=True)
     finally:
-        os.close(fd)  # a reader that opened it meanwhile sees st_nlink == 0 under its lock and fetches again
+        os.close(fd)  # a reader waiting for its shared lock finds the file gone and fetches again
     return True
 
 
@@ -355,22 +366,22 @@ class ShardCache:
         return self._read_through(shard, files, owner, count=count)
 
     def pin(self, files: Sequence[ShardFile], directory: Path) -> list[int] | None:
-        """Hold ``files`` in ``directory`` open with a shared ``flock`` so that no process evicts them while they
-        are read (eviction takes the lock exclusively, without waiting, before it deletes); the descriptors,
-        to close when done, or None when a file is gone or changed (fetch again)."""
+        """Pin ``files`` in ``directory`` so that no process evicts them while they are read: a shared ``flock``
+        on their shard's pin file (one descriptor per shard, however many files it has), which eviction must
+        take exclusively, without waiting, before it deletes. The descriptors, to close when done, or None when
+        a file is gone or changed (fetch again)."""
         fds: list[int] = []
         try:
-            for f in files:
-                fd = os.open(member_path(f.name, directory), os.O_RDONLY)
+            for pin in dict.fromkeys(_pin_path(directory / f.name) for f in files):
+                fd = os.open(pin, os.O_RDWR | os.O_CREAT, 0o644)
                 fds.append(fd)
                 fcntl.flock(fd, fcntl.LOCK_SH)
-                st = os.fstat(fd)
-                if st.st_nlink == 0 or st.st_size != f.bytes:  # deleted (or replaced) before the lock
-                    raise FileNotFoundError(f.name)
+            if self._present(files, directory):  # checked under the lock: they stay until it is released
+                return fds
         except OSError:
-            unpin(fds)
-            return None
-        return fds
+            pass
+        unpin(fds)
+        return None
 
     def _touch(self, files: Sequence[ShardFile]) -> None:
         """Mark the shard recently used (mtime), for the LRU order other splits evict in."""

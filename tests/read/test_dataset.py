@@ -289,3 +289,23 @@ def test_batch_refuses_a_damaged_lmdb_record(splits: dict[str, Path], tmp_path: 
     assert np.array_equal(fresh.batch([0, 1])[0], ds.batch([0, 1])[0])  # undamaged records still read
     with pytest.raises(ShardFormatError, match="sample 2"):
         fresh.batch([1, 2, 3])
+
+
+def test_a_dataset_reads_its_version_and_holds_a_lease_until_closed(tmp_path: Path) -> None:
+    golden = Path(__file__).resolve().parents[2] / "formats" / "golden"
+    split = tmp_path / "train"
+    shutil.copytree(golden / "manifest3-npy-fixed" / "train", split)
+    ds = shardkit.open(split)
+    assert ds.version == 1
+    leases = [p.name for p in split.glob(".lease-v1-*")]
+    assert len(leases) == 1
+    clone = pickle.loads(pickle.dumps(ds))  # a spawned worker: same version, no lease of its own
+    assert clone.version == 1 and np.array_equal(clone[2][0], ds[2][0])
+    del clone
+    assert [p.name for p in split.glob(".lease-v1-*")] == leases
+    ds.close()
+    assert not list(split.glob(".lease-*"))
+    assert shardkit.open(golden / "manifest2-npy-fixed" / "train").version is None  # written before versions
+    for bad in (0, -1, True, "1"):
+        with pytest.raises(ConfigError, match="is not a publish number"):
+            shardkit.open(split, version=bad)  # type: ignore[arg-type]
