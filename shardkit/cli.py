@@ -605,7 +605,8 @@ def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any
     click.echo(f"image {shape[0] or 'var'}x{shape[1] or 'var'}x3 uint8; label {m.sample['label']['encoding']} "
                f"{m.sample['label'].get('dtype')}")
     share = m.stats.get("class_share", [])
-    click.echo(f"class table: {len(m.classes['classes'])} classes from {m.classes.get('source') or 'an unrecorded source'}")
+    source = m.classes.get("source") or "an unrecorded source"
+    click.echo(f"class table: {len(m.classes['classes'])} classes from {source}")
     for c in m.classes["classes"]:
         s = share[c["id"]] if c["id"] < len(share) else 0.0
         click.echo(f"  {c['id']:>3} {c['name']:<20} {100 * s:6.2f} %")
