@@ -56,9 +56,10 @@ def build_split(out: Path, n: int, shard_size: int) -> Path:
     from shardkit.formats.base import SampleSpec, sha256_file
     from shardkit.formats.npy import FORMAT
     from shardkit.labels import ClassInfo, ClassTable
-    from shardkit.manifest import Manifest, ShardFile, ShardInfo
+    from shardkit.manifest import Manifest
     from shardkit.publish import dump_manifest
     from shardkit.samples import SampleTable, SidecarBuilder, sidecar_name, split_fingerprint
+    from shardkit.splitfiles import ShardFile, ShardInfo
     from shardkit.stats import Stats
 
     split = out / "train"
@@ -103,8 +104,7 @@ def build_split(out: Path, n: int, shard_size: int) -> Path:
 def write_version1(src: Path, dst: Path) -> Path:
     """The same shards (hard links) with a manifest version 1, streamed record by record, laid out as
     ``dump_manifest`` wrote it (indent 1, sorted keys): the "before" of this change."""
-    from shardkit.manifest import load_manifest
-    from shardkit.samples import inline_manifest
+    from shardkit.manifest import inline_manifest, load_manifest
 
     dst.mkdir(parents=True)
     m = load_manifest(src)

@@ -21,7 +21,8 @@ import numpy as np
 from .samples import PIXEL_HASH_BYTES
 
 if TYPE_CHECKING:
-    from .manifest import Manifest, ShardInfo
+    from .manifest import Manifest
+    from .splitfiles import ShardInfo
 
 log = logging.getLogger(__name__)
 

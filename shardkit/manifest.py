@@ -11,17 +11,24 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import Any
 
 from . import encoding
-from .errors import ConfigError, InputNotFoundError, ShardFormatError, UnsafePathError
-
-if TYPE_CHECKING:
-    from .samples import SampleTable
+from .errors import ConfigError, InputNotFoundError, ShardFormatError
+from .formats.registry import names
+from .samples import SampleTable
+from .splitfiles import (
+    MAX_PIXELS,
+    MAX_SIDE,
+    ShardInfo,
+    _is_int,
+    member_path,
+    safe_member,
+    strict_int,
+)
 
 MANIFEST_NAME = "manifest.json"
 SCHEMA_ID = "shardkit.manifest"
@@ -33,8 +40,6 @@ READ_VERSIONS = (1, 2, 3)
 _VERSION_NAME = re.compile(r"manifest-v([1-9][0-9]{0,8})\.json\Z")
 # Bounds on manifest numbers, checked before anything is allocated from them.
 MAX_CLASSES = 65536  # class ids are stored as uint8 or uint16
-MAX_SIDE = 65536  # pixels per image side
-MAX_PIXELS = 1 << 28  # pixels per image (a 16384 x 16384 image)
 #: Largest manifest read (about 2 million samples): the JSON is parsed in memory.
 MAX_MANIFEST_BYTES = 512 << 20
 #: Most memory the parse of a manifest may take, as :func:`parse_cost` estimates it from the bytes before
@@ -45,73 +50,8 @@ CLASS_ID_DTYPES = ("|u1", "<u2")
 MAX_PUBLISH = 999_999_999
 
 
-def _is_int(v: Any) -> TypeGuard[int]:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def strict_int(v: Any, what: str) -> int:
-    """``v`` if it is a JSON integer (not a bool, float, string, NaN or Infinity), else TypeError naming ``what``."""
-    if not _is_int(v):
-        raise TypeError(f"{what} {str(v)[:40]!r} is not an integer")
-    return v
-
-
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-@dataclass(frozen=True)
-class ShardFile:
-    """One file of a shard as it lies on disk under its final name."""
-
-    name: str
-    bytes: int
-    sha256: str
-
-
-@dataclass(frozen=True)
-class ShardInfo:
-    """One shard: its files, how many samples it holds, the global index of its first sample and (manifest
-    version 2) its samples sidecar."""
-
-    index: int
-    num_samples: int
-    first_index: int
-    files: tuple[ShardFile, ...]
-    samples: ShardFile | None = None
-
-    @property
-    def all_files(self) -> tuple[ShardFile, ...]:
-        """The format's files and the sidecar: everything of the shard that is hashed, copied and cached."""
-        return self.files + ((self.samples,) if self.samples is not None else ())
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "num_samples": self.num_samples,
-            "first_index": self.first_index,
-            "files": [asdict(f) for f in self.files],
-            **({"samples": asdict(self.samples)} if self.samples is not None else {}),
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> ShardInfo:
-        if not isinstance(d, dict) or not isinstance(d["files"], list):
-            raise TypeError(f"shard entry {str(d)[:80]!r} is not an object with a list of files")
-        files = [_file_from_json(f) for f in d["files"]]
-        return cls(
-            index=strict_int(d["index"], "index"),
-            num_samples=strict_int(d["num_samples"], "num_samples"),
-            first_index=strict_int(d["first_index"], "first_index"),
-            files=tuple(files),
-            samples=_file_from_json(d["samples"]) if "samples" in d else None,
-        )
-
-
-def _file_from_json(f: Any) -> ShardFile:
-    if not isinstance(f, dict) or not isinstance(f["name"], str) or not isinstance(f["sha256"], str):
-        raise TypeError(f"shard file entry {str(f)[:80]!r} has no name and sha256 strings")
-    return ShardFile(f["name"], strict_int(f["bytes"], "bytes"), f["sha256"])
 
 
 @dataclass(frozen=True)
@@ -196,8 +136,6 @@ class Manifest:
             published = strict_int(d["version"], "version") if version >= 3 else None
             if published is not None and not 1 <= published <= MAX_PUBLISH:
                 raise ValueError(f"version {published} is not in 1..{MAX_PUBLISH}")
-            from .samples import SampleTable  # here: samples imports this module
-
             label = d["sample"]["label"]
             image_shape = d["sample"]["image"]["shape"]
             fixed = (image_shape[0], image_shape[1]) if image_shape[0] is not None else None
@@ -232,8 +170,6 @@ class Manifest:
         def bad(problem: str) -> ShardFormatError:
             return ShardFormatError(f"manifest {problem}", path=where,
                                     fix="re-convert this split; do not use manifests from untrusted sources")
-
-        from .formats.registry import names  # here: the formats package imports this module
 
         if self.format not in names():
             raise bad(f"format {self.format!r} is not one of {', '.join(names())}")
@@ -307,49 +243,6 @@ class Manifest:
                 path=where,
                 fix="re-convert this split",
             )
-
-
-#: Non-empty, not starting with "/" or ".", without "\\", ":" or control characters (checked once per name,
-#: on every open: a regular expression, not a path parse).
-_PLAIN = re.compile(r"(?![./])[^\x00-\x1f\x7f\\:]+\Z")
-
-
-def safe_member(name: str, where: Path) -> str:
-    """A shard file name from a manifest, refused unless it is a plain relative name in the folder."""
-    if not isinstance(name, str) or not _PLAIN.match(name) or ".." in name.split("/"):
-        raise UnsafePathError(
-            f"shard path {name!r} escapes the dataset folder",
-            path=where,
-            fix="do not use manifests from untrusted sources; re-convert the data",
-        )
-    return name
-
-
-def member_path(name: str, directory: Path) -> Path:
-    """``directory / name`` for a shard file named in a manifest, refused unless it is a safe relative name
-    (:func:`safe_member`) whose real path (symlinks resolved) stays inside the real ``directory``."""
-    directory = Path(directory)
-    path = directory / safe_member(name, directory)
-    real, root = os.path.realpath(path), os.path.realpath(directory)
-    if os.path.commonpath([real, root]) != root:
-        raise UnsafePathError(
-            f"shard file {name!r} resolves to {real}, outside the dataset folder",
-            path=path,
-            fix="do not use shards from untrusted sources; re-convert the data",
-        )
-    return path
-
-
-def check_regular_file(path: Path) -> os.stat_result:
-    """``stat`` of a shard file (symlinks followed), refused unless it is a regular file."""
-    st = Path(path).stat()  # follows symlinks, like os.stat
-    if not stat.S_ISREG(st.st_mode):
-        raise UnsafePathError(
-            "shard file is not a regular file",
-            path=path,
-            fix="do not use shards from untrusted sources; re-convert the data",
-        )
-    return st
 
 
 def parse_cost(raw: bytes) -> int:
@@ -445,3 +338,16 @@ def load_manifest(directory: Path, version: int | None = None) -> Manifest:
         raise ShardFormatError(f"{path.name} says it is version {manifest.version}", path=path,
                                fix="re-convert this split; do not edit version files")
     return manifest
+
+
+def inline_manifest(manifest: Manifest) -> Manifest:
+    """``manifest`` as manifest version 1: every record inline, ``source.fingerprint`` as version 1 computes it.
+
+    For readers that only know version 1, and for benchmarks and golden examples of it; the sidecars are
+    then files the manifest does not name.
+    """
+    records = list(manifest.samples)
+    table = SampleTable(manifest.shards, manifest.samples.num_classes, manifest.samples.directory, records)
+    shards = tuple(replace(s, samples=None) for s in manifest.shards)
+    return replace(manifest, shards=shards, samples=table, manifest_version=1,
+                   source={**manifest.source, "fingerprint": table.fingerprint()})

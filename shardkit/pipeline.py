@@ -28,7 +28,7 @@ from .duplicates import Drops, DuplicateReport, ShardHashes, drops, find_duplica
 from .errors import ConfigError, DuplicateError, OutputError
 from .fingerprint import CACHE_NAME, SourceCache, load_cache, save_cache
 from .formats.base import SampleSpec
-from .formats.registry import all_formats, get
+from .formats.registry import get
 from .imageio import label_palette
 from .labels import ClassTable, LabelDecoder
 from .labels.builtin import with_palette_colours
@@ -36,7 +36,7 @@ from .labels.idscan import scan_table
 from .labels.policy import TableChoice, choose_class_table
 from .labels.values import REDUCE_ZERO_IGNORE, ignore_warning
 from .layouts import Discovery, discover, file_types, layout_table
-from .manifest import MANIFEST_NAME, Manifest, ShardInfo
+from .manifest import MANIFEST_NAME, Manifest
 from .plan import ShardTask, plan_split, settings_text
 from .pool import run_tasks
 from .preprocess import fixed_size
@@ -52,7 +52,9 @@ from .publish import (
     rename_into_place,
 )
 from .records import RECORD_PREFIX, ShardRecord, records_within
-from .samples import PIXEL_HASH_BYTES, SampleTable, fetch_sidecar, is_sidecar_name, read_sidecar, split_fingerprint
+from .samples import PIXEL_HASH_BYTES, SampleTable, fetch_sidecar, read_sidecar, split_fingerprint
+from .splitdir import owned
+from .splitfiles import ShardInfo
 from .staging import StorageSession
 from .stats import Stats
 from .storage import Remote
@@ -470,7 +472,7 @@ def publish_split(
         log.info("%s: published version %d", split, manifest.version,
                  extra={"event": "published", "split": split, "version": manifest.version})
     keep = {f.name for r in records for f in r.files} | {ShardRecord.path(directory, r.key).name for r in records}
-    kept = reclaim(directory, cfg.keep_versions, keep | {CACHE_NAME}, _owned, records_within)
+    kept = reclaim(directory, cfg.keep_versions, keep | {CACHE_NAME}, owned, records_within)
     log.info("%s: versions kept: %s", split, ", ".join(map(str, kept)) or "none")
     return path
 
@@ -478,13 +480,3 @@ def publish_split(
 def _body(data: dict[str, Any]) -> dict[str, Any]:
     """A parsed manifest without its publish number: what tells whether a publish changed anything."""
     return {k: v for k, v in data.items() if k != "version"}
-
-
-def _owned(name: str) -> bool:
-    """A file name shardkit writes into a split folder: a shard record, a shard file or a samples sidecar."""
-    return name.startswith(RECORD_PREFIX) or _is_shard_name(name) or is_sidecar_name(name)
-
-
-def _is_shard_name(name: str) -> bool:
-    """A final shard file name of any format (a split folder may hold an earlier run's other format)."""
-    return any(fmt.owns(name) for fmt in all_formats())

@@ -27,7 +27,7 @@ from .extras import install_hint
 from .formats.registry import get
 from .plan import ShardTask
 from .progress import SampleCounter, progress_bar
-from .publish import TMP_MARK
+from .splitfiles import TMP_MARK
 from .worker import ShardResult, WorkerContext, convert_shard, convert_shard_in_worker
 
 log = logging.getLogger(__name__)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from .lock import pid_alive
 from .manifest import MANIFEST_NAME, Manifest, kept_versions, named_files, version_name, version_number
+from .splitfiles import TMP_MARK, fsync_file
 
 log = logging.getLogger(__name__)
 
@@ -41,20 +42,6 @@ LEASE_PREFIX = ".lease-v"
 #: How long a lease from another host protects its version after it was last touched (a week: a
 #: reader on another host cannot be asked whether it still runs).
 LEASE_TTL = 7 * 24 * 3600.0
-
-#: Marks a temporary name: ``.<final name>.tmp-<host>-<pid>-<random>``; anything hidden carrying it is
-#: unfinished work of some run, and :func:`remove_temps` deletes it.
-TMP_MARK = ".tmp-"
-
-
-def fsync_file(path: Path) -> None:
-    """Make a file's data durable before a name points at it."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
 
 def atomic_write_bytes(path: Path, data: bytes | Iterable[bytes]) -> None:
     """Write ``data`` (bytes, or pieces of them written in turn) to ``path`` via a temp file in the same

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from .formats.base import sha256_file
-from .manifest import ShardFile, safe_member
 from .publish import atomic_write_bytes, link_into_place
+from .splitfiles import ShardFile, safe_member
 
 log = logging.getLogger(__name__)
 RECORD_PREFIX = ".shard-"

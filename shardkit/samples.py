@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 from .errors import IntegrityError, ShardFormatError, ShardkitError
+from .splitfiles import MAX_PIXELS, MAX_SIDE, check_regular_file, member_path
 
 if TYPE_CHECKING:
-    from .manifest import Manifest, ShardInfo
+    from .splitfiles import ShardInfo
     from .storage import Remote
 
 SIDECAR_PREFIX = "samples-"
@@ -180,7 +181,6 @@ def read_sidecar(directory: Path, shard: ShardInfo, num_classes: int,
 
     ``size``: the split's fixed (H, W), which every row must have.
     """
-    from .manifest import MAX_PIXELS, MAX_SIDE, check_regular_file, member_path
 
     entry = shard.samples
     if entry is None:
@@ -244,7 +244,6 @@ def fetch_sidecar(remote: Remote, shard: ShardInfo, directory: Path) -> Path:
     """Download only ``shard``'s sidecar from the split at ``remote`` into ``directory`` (checked against the
     manifest's size and sha256 before it gets its name); returns ``directory``. For what needs per-sample records
     of a remote split (class weights, duplicates) but no pixels."""
-    from .manifest import member_path
 
     entry = shard.samples
     if entry is None:
@@ -475,18 +474,3 @@ class SampleTable(Sequence[dict[str, Any]]):
             return h.hexdigest()
         return split_fingerprint([hashlib.sha256(self.rows(pos)["fingerprint"].tobytes()).hexdigest()
                                   for pos in range(len(self.shards))])
-
-
-def inline_manifest(manifest: Manifest) -> Manifest:
-    """``manifest`` as manifest version 1: every record inline, ``source.fingerprint`` as version 1 computes it.
-
-    For readers that only know version 1, and for benchmarks and golden examples of it; the sidecars are
-    then files the manifest does not name.
-    """
-    from dataclasses import replace
-
-    records = list(manifest.samples)
-    table = SampleTable(manifest.shards, manifest.samples.num_classes, manifest.samples.directory, records)
-    shards = tuple(replace(s, samples=None) for s in manifest.shards)
-    return replace(manifest, shards=shards, samples=table, manifest_version=1,
-                   source={**manifest.source, "fingerprint": table.fingerprint()})

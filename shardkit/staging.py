@@ -37,11 +37,13 @@ from .errors import ConfigError, OutputError
 from .fingerprint import CACHE_NAME, SourceCache, fingerprint_samples, sample_fingerprint
 from .imageio import read_image_size
 from .lock import OutputLock, RemoteLock
-from .manifest import MANIFEST_NAME, ShardFile, kept_versions, named_files, version_name, version_number
+from .manifest import MANIFEST_NAME, kept_versions, named_files, version_name, version_number
 from .pairs import PairTable
 from .plan import ShardTask
 from .publish import current_manifest, published_number, versions_to_keep
 from .records import RECORD_PREFIX, ShardRecord, records_within, reuse
+from .splitdir import owned
+from .splitfiles import ShardFile
 from .storage import Remote, content_id
 
 log = logging.getLogger(__name__)
@@ -241,9 +243,7 @@ class RemoteSink:
             except (ValueError, RecursionError):
                 continue
         keep |= records_within(directory, keep)  # the records fetched by prepare_split
-        from .pipeline import _owned
-
-        stale += [f"{split}/{n}" for n in listing if "/" not in n and n not in keep and _owned(n)]
+        stale += [f"{split}/{n}" for n in listing if "/" not in n and n not in keep and owned(n)]
         self.remote.delete(stale)
         log.info("%s: manifest uploaded (versions kept: %s), %d stale objects removed", self.remote.url_of(split),
                  ", ".join(map(str, sorted(kept))) or "none", len(stale))

@@ -22,7 +22,8 @@ from .errors import ConfigError
 from .samples import MAX_BITMAP_CLASSES
 
 if TYPE_CHECKING:
-    from .manifest import Manifest, ShardInfo
+    from .manifest import Manifest
+    from .splitfiles import ShardInfo
 
 log = logging.getLogger(__name__)
 

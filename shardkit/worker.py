@@ -288,7 +288,7 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
 
 def _write_sidecar(writer: Any, samples: SidecarBuilder, sync: bool) -> WrittenFile:
     """Write the shard's samples sidecar under a temporary name, like the writer's own files."""
-    from .publish import fsync_file
+    from .splitfiles import fsync_file
 
     name = sidecar_name(writer.stem)
     tmp = writer.tmp_path(name)

@@ -19,9 +19,9 @@ import shardkit
 from shardkit.cli import main
 from shardkit.config import ConvertConfig, ShardSize
 from shardkit.errors import ShardFormatError, ShardkitError, UnsafePathError
-from shardkit.manifest import load_manifest
+from shardkit.manifest import inline_manifest, load_manifest
 from shardkit.pipeline import convert
-from shardkit.samples import MAX_PATH_BYTES, inline_manifest
+from shardkit.samples import MAX_PATH_BYTES
 
 CROP = (64, 96)
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from shardkit.errors import InputNotFoundError, ShardFormatError, UnsafePathError
-from shardkit.manifest import MANIFEST_NAME, Manifest, load_manifest, member_path, safe_member
+from shardkit.manifest import MANIFEST_NAME, Manifest, load_manifest
 from shardkit.publish import dump_manifest
+from shardkit.splitfiles import member_path, safe_member
 
 GOLDEN = Path(__file__).resolve().parents[1] / "formats" / "golden"
 

@@ -28,8 +28,8 @@ from shardkit.cli import main
 from shardkit.config import ConvertConfig, ShardSize
 from shardkit.errors import DecodeError, WorkerError
 from shardkit.pipeline import convert
-from shardkit.publish import TMP_MARK
 from shardkit.records import content_digest
+from shardkit.splitfiles import TMP_MARK
 from tests.sample_records import records
 
 SIZE = (352, 480)

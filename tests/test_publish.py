@@ -8,14 +8,8 @@ from pathlib import Path
 import pytest
 
 import shardkit.publish as publish
-from shardkit.publish import (
-    TMP_MARK,
-    atomic_write_bytes,
-    collect_garbage,
-    link_into_place,
-    remove_temps,
-    rename_into_place,
-)
+from shardkit.publish import atomic_write_bytes, collect_garbage, link_into_place, remove_temps, rename_into_place
+from shardkit.splitfiles import TMP_MARK
 
 
 def test_atomic_write_replaces_the_whole_file_and_leaves_no_temp(tmp_path: Path) -> None:

@@ -6,8 +6,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from shardkit.manifest import ShardFile
 from shardkit.records import RECORD_PREFIX, ShardRecord, reuse
+from shardkit.splitfiles import ShardFile
 
 
 def shard(directory: Path, key: str, *names: str) -> ShardRecord:
@@ -53,10 +53,9 @@ def test_an_output_of_an_older_shardkit_is_upgraded_without_rewriting_its_shards
     """Shards whose records hold their samples inline (before sidecars) get their sidecars from those records:
     the re-run reuses every shard and publishes what a fresh conversion publishes."""
     from shardkit.config import ConvertConfig, ShardSize
-    from shardkit.manifest import load_manifest
+    from shardkit.manifest import inline_manifest, load_manifest
     from shardkit.pipeline import convert
     from shardkit.publish import dump_manifest
-    from shardkit.samples import inline_manifest
     from shardkit.verify import published_digests
 
     cfg = ConvertConfig(camvid_root, tmp_path / "out", size=(64, 96), splits=("val",), workers=1, quiet=True,

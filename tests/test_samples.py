@@ -14,9 +14,9 @@ import pytest
 import shardkit
 import shardkit.samples as samples_module
 from shardkit.duplicates import group_rows
-from shardkit.manifest import MANIFEST_NAME, load_manifest
+from shardkit.manifest import MANIFEST_NAME, inline_manifest, load_manifest
 from shardkit.publish import dump_manifest
-from shardkit.samples import SampleTable, SidecarBuilder, inline_manifest, pixel_hash, split_fingerprint
+from shardkit.samples import SampleTable, SidecarBuilder, pixel_hash, split_fingerprint
 from shardkit.verify import verify_split
 
 GOLDEN = Path(__file__).resolve().parents[1] / "formats" / "golden"

@@ -14,7 +14,7 @@ from shardkit.errors import DecodeError
 from shardkit.formats.base import SampleSpec
 from shardkit.labels import ClassInfo, ClassTable, LabelDecoder
 from shardkit.plan import ShardTask
-from shardkit.publish import TMP_MARK
+from shardkit.splitfiles import TMP_MARK
 from shardkit.worker import WorkerContext, convert_shard, process_sample
 
 F1, F2 = "f1" * 32, "f2" * 32  # sample fingerprints (64 hex digits)

@@ -25,8 +25,8 @@ from ..codecs import RAW, ArrayCodecs, CodecDataError
 from ..encoding import LabelEncoding
 from ..encoding import stored as stored_encoding
 from ..errors import ConfigError, IntegrityError, ShardFormatError, ShardkitError
-from ..manifest import ShardFile, ShardInfo, check_regular_file, member_path
-from ..publish import TMP_MARK, fsync_file
+from ..samples import sidecar_name
+from ..splitfiles import TMP_MARK, ShardFile, ShardInfo, check_regular_file, fsync_file, member_path
 
 HASH_CHUNK = 8 * 1024 * 1024
 
@@ -466,8 +466,6 @@ class ShardFormat:
     @classmethod
     def published_names(cls, stem: str, spec: SampleSpec) -> tuple[str, ...]:
         """Every file a converted shard publishes: the format's files, then its samples sidecar."""
-        from ..samples import sidecar_name
-
         return (*cls.file_names(stem, spec), sidecar_name(stem))
 
     @classmethod

@@ -273,7 +273,7 @@ class TfrecordReader(ShardReader):
         """Most bytes this shard's records may take uncompressed: its samples at the sizes the manifest states
         (fixed size, or each sample's size from the samples sidecar) plus framing and Example overhead, or where
         the sidecar is unknown, the largest size a manifest may state. Bounds gzip decompression."""
-        from ..manifest import MAX_PIXELS, MAX_SIDE
+        from ..splitfiles import MAX_PIXELS, MAX_SIDE
 
         if self.spec.size is not None:
             return len(self) * (self.spec.sample_nbytes(self.spec.size) + RECORD_OVERHEAD)

@@ -48,15 +48,13 @@ from ..manifest import (
     MAX_MANIFEST_BYTES,
     MAX_PUBLISH,
     Manifest,
-    ShardFile,
-    ShardInfo,
     kept_versions,
-    member_path,
     named_files,
     version_name,
     version_number,
 )
 from ..publish import atomic_write_bytes
+from ..splitfiles import ShardFile, ShardInfo, member_path
 from ..storage import Remote
 
 log = logging.getLogger(__name__)

@@ -28,10 +28,11 @@ from ..augment.ops import Normalize
 from ..errors import ConfigError
 from ..formats.base import SampleSpec, ShardReader
 from ..formats.registry import get
-from ..manifest import Manifest, ShardInfo, load_manifest
+from ..manifest import Manifest, load_manifest
 from ..onehot import hot_channels
 from ..publish import drop_lease, take_lease
 from ..samples import remote_sidecars
+from ..splitfiles import ShardInfo
 from ..stats import ENET_K, ClassFrequencies, class_weights, split_frequencies
 from ..storage import is_url
 from . import sampling as _sampling

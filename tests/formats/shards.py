@@ -8,8 +8,8 @@ import numpy as np
 
 from shardkit.formats.base import SampleSpec, ShardReader
 from shardkit.formats.registry import reader_class, writer_class
-from shardkit.manifest import ShardInfo
-from shardkit.publish import TMP_MARK, rename_into_place
+from shardkit.publish import rename_into_place
+from shardkit.splitfiles import TMP_MARK, ShardInfo
 
 RNG = np.random.default_rng(7)
 SIZES = [(4, 6), (3, 5), (6, 2), (4, 6), (1, 1)]

@@ -10,7 +10,7 @@ import pytest
 from shardkit.errors import ShardFormatError
 from shardkit.formats.base import SampleSpec
 from shardkit.formats.npy import NpyReader
-from shardkit.manifest import ShardInfo
+from shardkit.splitfiles import ShardInfo
 
 from .shards import STEM, samples, write_shard
 
