@@ -255,3 +255,16 @@ def test_show_reads_a_split_on_object_storage(camvid_root: Path, tmp_path: Path,
     remote, here = _read_rgb(out), _read_rgb(tmp_path / "l.png")
     assert remote.shape == here.shape
     assert np.array_equal(remote[60:], here[60:])  # the same sample drawn (the title names another folder)
+
+
+def test_info_says_where_the_class_table_came_from(camvid: Path, rgb_masks_root: Path, tmp_path: Path) -> None:
+    """The manifest's classes.source, shown by info: CamVid's built-in table, and a class_dict.csv file."""
+    res = CliRunner().invoke(main, ["info", str(camvid)])
+    assert res.exit_code == 0, res.output
+    assert "class table: 12 classes from builtin:camvid-segnet" in res.output, res.output
+    convert(ConvertConfig(rgb_masks_root, tmp_path / "o", format="npy", splits=("val",), workers=1, quiet=True,
+                          unknown_as=255, ignore_index=255))
+    res = CliRunner().invoke(main, ["info", str(tmp_path / "o" / "val")])
+    source = shardkit.open(tmp_path / "o" / "val").manifest.classes["source"]
+    assert "class_dict.csv" in source and f"classes from {source}" in res.output, res.output
+
