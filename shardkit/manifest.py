@@ -173,6 +173,13 @@ class Manifest:
 
         if self.format not in names():
             raise bad(f"format {self.format!r} is not one of {', '.join(names())}")
+        if "codecs" in self.format_options:  # read by info, show and every reader: checked once, here
+            from .codecs import ArrayCodecs
+
+            try:
+                ArrayCodecs.from_json(self.format_options["codecs"])
+            except ValueError as exc:
+                raise bad(f"format_options.codecs is invalid ({exc})") from None
         image, label = self.sample.get("image"), self.sample.get("label")
         if not isinstance(image, dict) or not isinstance(label, dict):
             raise bad("sample has no image and label description")

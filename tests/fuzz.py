@@ -199,28 +199,28 @@ def _say(line: str) -> None:
     sys.stdout.flush()
 
 
-def _child(srcs: list[Path], seed: int, start: int, stop: int, budget: int) -> None:
+def _child(srcs: list[Path], seed: int, start: int, stop: int, budget: int, tmp: str) -> None:
     import shardkit.cli  # everything imported before the limit is set
     import shardkit.verify  # noqa: F401
 
     with open("/proc/self/statm") as fh:
         size = int(fh.read().split()[0]) * resource.getpagesize()
     resource.setrlimit(resource.RLIMIT_AS, (size + budget, size + budget))
-    with tempfile.TemporaryDirectory(prefix="shardkit-fuzz-") as tmp:
-        for k in range(start, stop):
-            rng = np.random.default_rng([seed, k])
-            work = Path(tmp) / "split"
-            shutil.rmtree(work, ignore_errors=True)
-            src = srcs[k % len(srcs)]
-            shutil.copytree(src, work)
-            what = f"{src.parent.name}: {mutate(work, rng)}"
-            _say(f"CASE {k} {what}")
-            try:
-                seen = _exercise(work, Path(tmp))
-                _say(json.dumps({"case": k, "ok": True, "errors": seen}))
-            except BaseException as exc:  # reported to the parent, which fails the case
-                text = "".join(traceback.format_exception(exc))[-3000:]
-                _say(json.dumps({"case": k, "ok": False, "what": what, "error": text}))
+    # ``tmp`` is the parent's: a child killed by a signal leaves nothing behind
+    for k in range(start, stop):
+        rng = np.random.default_rng([seed, k])
+        work = Path(tmp) / "split"
+        shutil.rmtree(work, ignore_errors=True)
+        src = srcs[k % len(srcs)]
+        shutil.copytree(src, work)
+        what = f"{src.parent.name}: {mutate(work, rng)}"
+        _say(f"CASE {k} {what}")
+        try:
+            seen = _exercise(work, Path(tmp))
+            _say(json.dumps({"case": k, "ok": True, "errors": seen}))
+        except BaseException as exc:  # reported to the parent, which fails the case
+            text = "".join(traceback.format_exception(exc))[-3000:]
+            _say(json.dumps({"case": k, "ok": False, "what": what, "error": text}))
 
 
 def run(srcs: list[Path], seed: int, cases: int, budget: int = BUDGET, timeout: float = 600) -> Outcome:
@@ -229,9 +229,10 @@ def run(srcs: list[Path], seed: int, cases: int, budget: int = BUDGET, timeout: 
     out, k = Outcome(), 0
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SHARDKIT_DECODE_THREADS": "2"}
     while k < cases:
-        proc = subprocess.run([sys.executable, "-m", "tests.fuzz", "CHILD", json.dumps([str(p) for p in srcs]),
-                               str(seed), str(k), str(cases), str(budget)],
-                              capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
+        with tempfile.TemporaryDirectory(prefix="shardkit-fuzz-") as tmp:
+            proc = subprocess.run([sys.executable, "-m", "tests.fuzz", "CHILD", json.dumps([str(p) for p in srcs]),
+                                   str(seed), str(k), str(cases), str(budget), tmp],
+                                  capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
         current, what = None, ""
         for line in proc.stdout.splitlines():
             if line.startswith("CASE "):
@@ -256,6 +257,6 @@ def run(srcs: list[Path], seed: int, cases: int, budget: int = BUDGET, timeout: 
     return out
 
 
-if __name__ == "__main__" and len(sys.argv) == 7 and sys.argv[1] == "CHILD":
+if __name__ == "__main__" and len(sys.argv) == 8 and sys.argv[1] == "CHILD":
     _child([Path(p) for p in json.loads(sys.argv[2])], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
-           int(sys.argv[6]))
+           int(sys.argv[6]), sys.argv[7])

@@ -705,3 +705,35 @@ def test_a_manifest_too_costly_to_parse_is_refused_unparsed(camvid_splits: dict[
     with pytest.raises(ShardFormatError, match="to parse") as err:
         load_manifest(split)
     assert "\n" not in str(err.value)
+
+
+def test_hdf5_datatype_damaged_into_one_numpy_lacks_is_one_line(fuzz_splits: list[Path], tmp_path: Path) -> None:
+    """Found by ``scripts/fuzz_shards.py --seed 99`` (case 150): bit flips turn a dataset's datatype into an HDF5
+    time type, and h5py's ``.dtype`` raised TypeError, a traceback; it is the shard's one-line error."""
+    import numpy as np
+
+    from tests.fuzz import mutate
+
+    (src,) = [p for p in fuzz_splits if p.parent.name == "hdf5-fixed-zstd"]
+    split = _copy_split(src, tmp_path / "split")
+    assert "[88, 16936, 12311, 904, 16400]" in mutate(split, np.random.default_rng([99, 150]))
+    ds = shardkit.open(split)
+    with pytest.raises(ShardFormatError) as err:
+        for i in range(len(ds)):
+            ds[i]
+    assert "\n" not in str(err.value)
+
+
+def test_a_damaged_codecs_entry_in_the_manifest_is_one_line_for_info(fuzz_splits: list[Path], tmp_path: Path) -> None:
+    """Found by ``scripts/fuzz_shards.py --seed 5``: a flipped bit in ``format_options.codecs`` (``"label"`` no
+    longer a key) made ``info`` print a KeyError traceback; the manifest's codecs are checked when it is loaded."""
+    (src,) = [p for p in fuzz_splits if p.parent.name == "hdf5-fixed-zstd"]
+    split = _copy_split(src, tmp_path / "split")
+    m = json.loads((split / "manifest.json").read_text())
+    m["format_options"]["codecs"]["lab\u00e5l"] = m["format_options"]["codecs"].pop("label")
+    (split / "manifest.json").write_text(json.dumps(m))
+    for command in ("info", "verify"):
+        result = invoke(command, split)
+        assert result.exit_code == 1 and "Traceback" not in result.output and "codecs" in result.output
+    with pytest.raises(ShardFormatError, match=r"format_options\.codecs is invalid"):
+        load_manifest(split)

@@ -241,6 +241,15 @@ class Hdf5Reader(ShardReader):
             raise
         except (OSError, KeyError, ValueError, RuntimeError) as exc:  # RuntimeError: a damaged heap or B-tree
             raise self.corrupt(f"cannot open HDF5 shard ({exc})") from None
+        try:
+            self._check_datasets(attrs, images, labels)
+        except (OSError, ValueError, RuntimeError, TypeError) as exc:  # a damaged datatype or dataspace
+            raise self.corrupt(f"cannot read the HDF5 datasets' shapes and types ({type(exc).__name__}: {exc})") \
+                from None
+        self._open_map(f, images, labels)
+
+    def _check_datasets(self, attrs: dict[str, Any], images: Any, labels: Any) -> None:
+        """The root attributes and the datasets' shapes, dtypes and chunk sizes against the manifest."""
         n = len(self)
         if attrs != {"format": FORMAT_ID, "format_version": self.format_version, "num_samples": n}:
             raise self.corrupt(f"HDF5 attributes {attrs} disagree with the manifest ({n} samples)")
@@ -261,14 +270,17 @@ class Hdf5Reader(ShardReader):
             if chunk is not None and int(np.prod(chunk, dtype=np.int64)) * ds.dtype.itemsize > limit:
                 raise self.corrupt(f"dataset {ds.name!r} has chunks of {chunk}, larger than one sample "
                                    f"(a read would decompress all of it)")
-        self._open_map(f, images, labels)
 
     def _open_map(self, f: Any, images: Any, labels: Any) -> None:
         """Memory-map the file and index its chunks. Uncompressed datasets whose table a check refuses keep the
         h5py path (HDF5 copies a raw chunk of its declared size); compressed ones are only ever decoded here,
         bounded by the declared chunk (HDF5's own filters are not), so for them any refusal is an error."""
         problem = self._map_tables(f, images, labels)
-        if problem is not None and (_nfilters(images) or _nfilters(labels)):
+        try:
+            filtered = bool(_nfilters(images) or _nfilters(labels))
+        except (OSError, ValueError, RuntimeError, TypeError):
+            filtered = True  # cannot tell: never hand it to HDF5's filters
+        if problem is not None and filtered:
             raise self.corrupt(f"its compressed chunks cannot be read safely: {problem}")
 
     def _map_tables(self, f: Any, images: Any, labels: Any) -> str | None:
