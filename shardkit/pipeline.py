@@ -336,8 +336,8 @@ def class_table(cfg: ConvertConfig, found: Discovery, *, remote: bool = False) -
         default=default,
     )
     if implied is not None:  # the value map states the classes (2 for a threshold): say so, not "--num-classes"
-        choice = TableChoice(choice.table, f"{values.describe()} ({implied} classes, names class_0 … "
-                                           f"class_{implied - 1})")
+        choice = TableChoice(replace(choice.table, source=values.describe()),
+                             f"{values.describe()} ({implied} classes, names class_0 … class_{implied - 1})")
     return choice
 
 

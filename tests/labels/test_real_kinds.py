@@ -61,6 +61,9 @@ ISBI = [(DATA / "isbi-em" / "image" / f"{i}.png", DATA / "isbi-em" / "label" / f
 def test_binary_0_255_png_masks(tmp_path: Path, option: dict) -> None:
     ds = _convert(_dataset(tmp_path, ISBI), tmp_path, **option)
     assert ds.num_classes == 2 and ds.manifest.preprocessing.get(next(iter(option))) is not None
+    # the map states the classes, and the table says it came from the map (not from a --num-classes never given)
+    flag = "--label-map 0:0,255:1" if "label_map" in option else "--threshold 127"  # the map, sorted
+    assert ds.manifest.classes["source"] == flag
     for got, (_, label) in zip(_labels(ds), ISBI, strict=True):
         raw = _pil(label)
         assert set(np.unique(raw)) == {0, 255}
