@@ -25,6 +25,6 @@ def on_files(files: Files, config: Any) -> Files:
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
-    if page.file.src_uri.startswith("formats/"):
-        return markdown
+    if page.file.src_uri.startswith("formats/"):  # formats/x.md links a guide as ../docs/g.md; on the site: ../g.md
+        return markdown.replace("](../docs/", "](../")
     return re.sub(r"\]\(\.\./(formats|examples)/", r"](\1/", markdown)
