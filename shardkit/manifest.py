@@ -293,6 +293,42 @@ def named_files(data: Any) -> set[str]:
     return names
 
 
+def parse_manifest_bytes(raw: bytes, path: str | Path) -> Any:
+    """The parsed JSON of a manifest's bytes (``path`` names it in errors): a ShardFormatError when it is longer
+    than :data:`MAX_MANIFEST_BYTES`, when its parse would take more than :data:`MAX_PARSE_BYTES`
+    (:func:`parse_cost`, checked before parsing), or when it is not JSON."""
+    if len(raw) > MAX_MANIFEST_BYTES or parse_cost(raw) > MAX_PARSE_BYTES:
+        raise ShardFormatError(
+            f"manifest ({len(raw)} bytes) would take more than {MAX_PARSE_BYTES >> 20} MiB to parse "
+            "(a shardkit manifest names shards, not samples)", path=path,
+            fix="re-convert this split; do not use manifests from untrusted sources")
+    try:
+        return json.loads(raw)
+    except ValueError as exc:  # UnicodeDecodeError, JSONDecodeError, integer digit limit
+        raise ShardFormatError(f"manifest cannot be read ({exc})", path=path, fix="re-convert this split") from None
+    except RecursionError:
+        raise ShardFormatError("manifest is nested too deeply to be a shardkit manifest", path=path,
+                               fix="re-convert this split; do not use manifests from untrusted sources") from None
+
+
+def read_manifest_json(path: Path) -> Any:
+    """The parsed JSON of the manifest file ``path`` (``manifest.json`` or a kept ``manifest-v<N>.json``): its real
+    path must lie inside its folder, and it is read and parsed within the bounds of :func:`parse_manifest_bytes`
+    (a file over :data:`MAX_MANIFEST_BYTES` is refused unread)."""
+    member_path(path.name, path.parent)  # a manifest.json symlinked to outside the folder is refused
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size > MAX_MANIFEST_BYTES:
+                raise ShardFormatError(
+                    f"manifest is {size} bytes, more than the {MAX_MANIFEST_BYTES} a shardkit manifest may have",
+                    path=path, fix="re-convert this split; do not use manifests from untrusted sources")
+            raw = fh.read(size + 1)  # exactly what is there: no MAX_MANIFEST_BYTES buffer for a small file
+    except OSError as exc:
+        raise ShardFormatError(f"manifest cannot be read ({exc})", path=path, fix="re-convert this split") from None
+    return parse_manifest_bytes(raw, path)
+
+
 def load_manifest(directory: Path, version: int | None = None) -> Manifest:
     """Read and validate ``directory/manifest.json`` (a split folder), or the kept publish ``version``
     (``manifest-v<N>.json``) of it.
@@ -320,26 +356,7 @@ def load_manifest(directory: Path, version: int | None = None) -> Manifest:
             path=directory,
             fix="point at a split folder written by shardkit convert (e.g. out/train)",
         )
-    member_path(path.name, path.parent)  # a manifest.json symlinked to outside the folder is refused
-    try:
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            if size > MAX_MANIFEST_BYTES:
-                raise ShardFormatError(
-                    f"manifest is {size} bytes, more than the {MAX_MANIFEST_BYTES} a shardkit manifest may have",
-                    path=path, fix="re-convert this split; do not use manifests from untrusted sources")
-            raw = fh.read(size + 1)  # exactly what is there: no MAX_MANIFEST_BYTES buffer for a small file
-            if len(raw) > MAX_MANIFEST_BYTES or parse_cost(raw) > MAX_PARSE_BYTES:
-                raise ShardFormatError(
-                    f"manifest ({len(raw)} bytes) would take more than {MAX_PARSE_BYTES >> 20} MiB to parse "
-                    "(a shardkit manifest names shards, not samples)", path=path,
-                    fix="re-convert this split; do not use manifests from untrusted sources")
-            data = json.loads(raw)
-    except (OSError, ValueError) as exc:  # UnicodeDecodeError, JSONDecodeError, integer digit limit
-        raise ShardFormatError(f"manifest cannot be read ({exc})", path=path, fix="re-convert this split") from None
-    except RecursionError:
-        raise ShardFormatError("manifest is nested too deeply to be a shardkit manifest", path=path,
-                               fix="re-convert this split; do not use manifests from untrusted sources") from None
+    data = read_manifest_json(path)
     manifest = Manifest.from_json(data, origin=path)
     if version is not None and manifest.version not in (None, version):
         raise ShardFormatError(f"{path.name} says it is version {manifest.version}", path=path,

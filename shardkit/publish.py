@@ -27,8 +27,17 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from .errors import ShardkitError
 from .lock import pid_alive
-from .manifest import MANIFEST_NAME, Manifest, kept_versions, named_files, version_name, version_number
+from .manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    kept_versions,
+    named_files,
+    read_manifest_json,
+    version_name,
+    version_number,
+)
 from .splitfiles import TMP_MARK, fsync_file
 
 log = logging.getLogger(__name__)
@@ -101,10 +110,12 @@ def dump_manifest(manifest: Manifest, directory: Path) -> Path:
 
 def current_manifest(directory: Path) -> dict[str, object] | None:
     """The parsed ``manifest.json`` of a split folder as it stands (None if absent or unreadable)."""
+    path = Path(directory) / MANIFEST_NAME
+    if not path.is_file():
+        return None
     try:
-        with open(Path(directory) / MANIFEST_NAME, "rb") as fh:
-            data = json.loads(fh.read())
-    except (OSError, ValueError, RecursionError):
+        data = read_manifest_json(path)
+    except ShardkitError:
         return None
     return data if isinstance(data, dict) else None
 
@@ -209,8 +220,8 @@ def reclaim(directory: Path, keep: int, current: set[str], owned: Callable[[str]
             path.unlink(missing_ok=True)
             continue
         try:
-            names |= named_files(json.loads(path.read_bytes()))
-        except (OSError, ValueError, RecursionError):
+            names |= named_files(read_manifest_json(path))
+        except ShardkitError:
             continue
     if bookkeeping is not None:
         names |= bookkeeping(directory, names)

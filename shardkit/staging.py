@@ -20,7 +20,6 @@ sizes, and reuses them. One run per output holds a :class:`~shardkit.lock.Remote
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import tempfile
@@ -33,11 +32,18 @@ import numpy as np
 
 from .config import ConvertConfig
 from .discover import IMAGE_EXTENSIONS
-from .errors import ConfigError, OutputError
+from .errors import ConfigError, OutputError, ShardkitError
 from .fingerprint import CACHE_NAME, SourceCache, fingerprint_samples, sample_fingerprint
 from .imageio import read_image_size
 from .lock import OutputLock, RemoteLock
-from .manifest import MANIFEST_NAME, kept_versions, named_files, version_name, version_number
+from .manifest import (
+    MANIFEST_NAME,
+    kept_versions,
+    named_files,
+    parse_manifest_bytes,
+    version_name,
+    version_number,
+)
 from .pairs import PairTable
 from .plan import ShardTask
 from .publish import current_manifest, published_number, versions_to_keep
@@ -239,8 +245,8 @@ class RemoteSink:
             local = directory / name
             data = local.read_bytes() if local.is_file() else self.remote.read_bytes(f"{split}/{name}")
             try:
-                keep |= named_files(json.loads(data)) | {name}
-            except (ValueError, RecursionError):
+                keep |= named_files(parse_manifest_bytes(data, self.remote.url_of(f"{split}/{name}"))) | {name}
+            except ShardkitError:
                 continue
         keep |= records_within(directory, keep)  # the records fetched by prepare_split
         stale += [f"{split}/{n}" for n in listing if "/" not in n and n not in keep and owned(n)]

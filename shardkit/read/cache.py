@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from ..config import parse_bytes
-from ..errors import ConfigError, IntegrityError
+from ..errors import ConfigError, IntegrityError, ShardkitError
 from ..formats.base import SampleSpec, ShardFormat, ShardReader, sha256_file
 from ..lock import pid_alive
 from ..manifest import (
@@ -50,6 +50,7 @@ from ..manifest import (
     Manifest,
     kept_versions,
     named_files,
+    parse_manifest_bytes,
     version_name,
     version_number,
 )
@@ -197,8 +198,8 @@ class ShardCache:
         number = version
         if number is None:
             try:
-                parsed = json.loads(data)
-            except (ValueError, RecursionError):
+                parsed = parse_manifest_bytes(data, self.remote.url_of(rel))
+            except ShardkitError:
                 parsed = None
             number = parsed.get("version") if isinstance(parsed, dict) else None
         with _flock(self.directory / ".manifest.lock"):
