@@ -296,6 +296,12 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
 @click.option("--crop", type=click.Choice(["center", "none"]), default="center", show_default=True,
               help="center: crop or pad to --size (TF resize_image_with_crop_or_pad); "
                    "none: shape set by --resize only.")
+@click.option("--tile", metavar="HxW", help="Store each source as a grid of HxW tiles (docs/tiling.md); the last "
+              "row and column align to the image edge, sources smaller than a tile are padded.")
+@click.option("--stride", metavar="HxW", help="Step between tile starts (default: the tile size); needs --tile.")
+@click.option("--overlap", metavar="HxW", help="Overlap of neighbouring tiles (stride = tile - overlap); needs --tile.")
+@click.option("--drop-tiles-ignored", type=click.FloatRange(0, 1, min_open=True), metavar="SHARE",
+              help="Drop tiles whose label is at least SHARE ignore index, e.g. 0.95 (counted in the manifest).")
 @click.option("--label-encoding", type=click.Choice(encoding.NAMES), default="index",
               show_default=True, help="Stored labels: class ids, one-hot uint8, or bit-packed one-hot.")
 # -- layout, pairing and classes (shardkit.layouts, labels/policy.py; docs/layouts.md)
@@ -377,6 +383,7 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
               help="json: one JSON object per line on stderr (start, shard_done, skipped, summary).")
 @_errors_to_exit_codes
 def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int] | None, resize: str, crop: str,
+            tile: str | None, stride: str | None, overlap: str | None, drop_tiles_ignored: float | None,
             label_encoding: str, layout: str, images: str | None, labels: str | None,
             split_list: tuple[str, ...], label_suffix: str | None, classes: Path | None, class_dict: Path | None,
             palette: Path | None, num_classes: int | None, ignore_index: int | None, colour_tolerance: int,
@@ -396,6 +403,7 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
 
     cfg = ConvertConfig(
         input=input_dir, output=output_dir, format=format, size=size, resize=resize, crop=crop,
+        tile=tile, stride=stride, overlap=overlap, drop_tiles_ignored=drop_tiles_ignored,
         label_encoding=label_encoding, layout=layout, images=images, labels=labels,
         split_lists=parse_split_lists(split_list), classes=classes, label_suffix=label_suffix, class_dict=class_dict,
         palette=palette, num_classes=num_classes, ignore_index=ignore_index, colour_tolerance=colour_tolerance,

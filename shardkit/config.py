@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from . import encoding
 from .errors import ConfigError
 from .publish import DEFAULT_KEEP_VERSIONS
+from .tiles import Tiling
 
 if TYPE_CHECKING:
     from .labels.values import ValueMap
@@ -157,6 +158,13 @@ class ConvertConfig:
     keep_versions: int = DEFAULT_KEEP_VERSIONS
     quiet: bool = False
     max_pixels: int = DEFAULT_MAX_PIXELS
+    # -- tiling (shardkit.tiles; docs/tiling.md): each source stored as a grid of tiles of ``tile`` (HxW)
+    tile: tuple[int, int] | str | None = None
+    #: tile starts' step (HxW; default: the tile), or ``overlap`` (stride = tile - overlap): not both
+    stride: tuple[int, int] | str | None = None
+    overlap: tuple[int, int] | str | None = None
+    #: drop a tile whose stored label is at least this share ignore index (0..1]; counted in the manifest
+    drop_tiles_ignored: float | None = None
     # -- layout, pairing and classes (shardkit.layouts, labels/policy.py)
     #: explicit pairing templates, relative to ``input``: ``"img/{split}/{name}.tif"`` (both or neither)
     images: str | None = None
@@ -212,6 +220,7 @@ class ConvertConfig:
                               fix="choose a smaller --size or raise --max-pixels")
         if self.workers < 0:
             raise ConfigError("--workers must be >= 0 (0 = all cores)")
+        self._check_tiling()
         keep = self.keep_versions
         if isinstance(keep, str) and keep.strip().isdigit():
             keep = int(keep.strip())
@@ -266,6 +275,31 @@ class ConvertConfig:
             except ValueError:
                 raise ConfigError(f"{name}={value!r} is not an integer") from None
 
+    def _check_tiling(self) -> None:
+        """Normalise ``tile``/``stride`` (``overlap`` folded into ``stride``) and refuse what cannot be tiled."""
+        tiling = Tiling.from_options(self.tile, self.stride, self.overlap, self.drop_tiles_ignored)
+        if tiling is None:
+            return
+        if self.size is not None or self.resize != "none":
+            raise ConfigError("--tile cuts sources at their own resolution: --size/--resize do not combine with it",
+                              fix="drop --size/--resize (or resize the sources first)")
+        if self.on_duplicate != "warn":
+            raise ConfigError(f"--on-duplicate {self.on_duplicate} compares whole images; tiles are not checked "
+                              "for duplicates", fix="drop --on-duplicate (tiled conversions skip the check)")
+        if tiling.tile[0] * tiling.tile[1] > self.max_pixels:
+            h, w = tiling.tile
+            raise ConfigError(f"--tile {h}x{w} is {h * w} pixels, more than --max-pixels {self.max_pixels}",
+                              fix="choose a smaller --tile or raise --max-pixels")
+        object.__setattr__(self, "tile", tiling.tile)
+        object.__setattr__(self, "stride", tiling.stride)
+        object.__setattr__(self, "overlap", None)
+        object.__setattr__(self, "drop_tiles_ignored", tiling.drop_ignored)
+
+    @property
+    def tiling(self) -> Tiling | None:
+        """The :class:`~shardkit.tiles.Tiling` of ``tile``/``stride``/``drop_tiles_ignored``; None without a tile."""
+        return Tiling.from_options(self.tile, self.stride, None, self.drop_tiles_ignored)
+
     @staticmethod
     def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
         if value not in choices:
@@ -314,6 +348,7 @@ class ConvertConfig:
             "image_interpolation": "area-down-linear-up",
             "label_interpolation": "nearest",
             **self.value_map.to_json(),  # the label map's contents (not its file name); nothing when none
+            **(self.tiling.to_json() if self.tiling is not None else {}),  # nothing when not tiling
         }
 
     def replace(self, **changes: Any) -> ConvertConfig:

@@ -58,6 +58,7 @@ from .splitfiles import ShardInfo
 from .staging import StorageSession
 from .stats import Stats
 from .storage import Remote
+from .tiles import TileCounts
 from .worker import ShardResult, WorkerContext
 
 log = logging.getLogger(__name__)
@@ -107,8 +108,8 @@ class ConvertSummary:
 
 def sample_spec(cfg: ConvertConfig, table: ClassTable) -> SampleSpec:
     """What every stored sample of this conversion looks like (its size, when one size fits all)."""
-    return SampleSpec(fixed_size(cfg.size, cfg.resize, cfg.crop), cfg.label_encoding, table.num_classes,
-                      table.label_dtype().str)
+    size = cfg.tiling.tile if cfg.tiling is not None else fixed_size(cfg.size, cfg.resize, cfg.crop)
+    return SampleSpec(size, cfg.label_encoding, table.num_classes, table.label_dtype().str)
 
 
 def check_output(cfg: ConvertConfig) -> None:
@@ -154,6 +155,9 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
     for line in found.report_lines():
         log.info("%s", line)
     check_output(cfg)
+    if cfg.drop_tiles_ignored is not None and table.ignore_index is None:
+        raise ConfigError(f"--drop-tiles-ignored {cfg.drop_tiles_ignored} drops tiles of ignore pixels, but the class "
+                          "table has no ignore index", fix="pass --ignore-index ID")
     spec = sample_spec(cfg, table)
     options = cfg.preprocessing()
     # The manifest records what took effect: the Cityscapes id remap only means something for Cityscapes.
@@ -167,7 +171,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
     ctx = WorkerContext(cfg.format, spec, decoder, found.root.resolve(), cfg.size, cfg.resize, cfg.crop,
                         cfg.compression, cfg.on_error, sync_files=cfg.backend == "dask",
                         max_pixels=cfg.max_pixels, codecs=cfg.codecs, source=session.source,
-                        settings=settings_text(settings))
+                        settings=settings_text(settings), tiling=cfg.tiling)
     log.info("convert %s → %s as %s", session.input_name, session.output_name, cfg.format,
              extra={"event": "start", "input": session.input_name, "output": session.output_name,
                     "format": cfg.format, "workers": cfg.effective_workers(), "backend": cfg.backend})
@@ -213,10 +217,13 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
                 raise
 
         write(todo, {})
-        summary.duplicates, rewritten = _duplicates(cfg, found, tasks, reused, pixels, spec, session, write)
+        rewritten = 0
+        if cfg.tiling is None:  # tiles of one source share its key: the duplicate check compares whole sources
+            summary.duplicates, rewritten = _duplicates(cfg, found, tasks, reused, pixels, spec, session, write)
         if padded and table.ignore_index is None:
-            log.warning("%d samples were smaller than --size and their labels were padded with class 0, which "
-                        "losses will count as real pixels: pass --ignore-index ID to pad with an ignore id", padded)
+            log.warning("%d samples were smaller than %s and their labels were padded with class 0, which "
+                        "losses will count as real pixels: pass --ignore-index ID to pad with an ignore id", padded,
+                        "the tile" if cfg.tiling is not None else "--size")
         for split, pairs in found.splits.items():
             records = [reused[(t.split, t.index)] for t in tasks if t.split == split]
             path = publish_split(cfg, split, pairs, records, found, table, spec, recorded, fmt,
@@ -454,6 +461,7 @@ def publish_split(
             "pairs": len(pairs),
             "unmatched_images": list(found.unmatched_images.get(split, ())),
             "unmatched_labels": list(found.unmatched_labels.get(split, ())),
+            **_tile_counts(records),  # "tiles": sources, written, dropped_ignored (with --tile only)
         },
         shards=tuple(shards),
         samples=SampleTable(shards, table.num_classes, directory),
@@ -475,6 +483,16 @@ def publish_split(
     kept = reclaim(directory, cfg.keep_versions, keep | {CACHE_NAME}, owned, records_within)
     log.info("%s: versions kept: %s", split, ", ".join(map(str, kept)) or "none")
     return path
+
+
+def _tile_counts(records: list[ShardRecord]) -> dict[str, Any]:
+    """``{"tiles": {...}}``: the split's tile counts summed from its shards' records; ``{}`` when not tiled."""
+    if not any("tiles" in r.stats for r in records):
+        return {}
+    counts = TileCounts()
+    for r in records:
+        counts.merge(r.stats.get("tiles", {}))
+    return {"tiles": counts.to_json()}
 
 
 def _body(data: dict[str, Any]) -> dict[str, Any]:

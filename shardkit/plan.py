@@ -22,9 +22,11 @@ from typing import Any
 import numpy as np
 
 from .config import ConvertConfig, ShardSize
+from .errors import ShardkitError
 from .formats.base import SampleSpec
 from .pairs import PairTable, SamplePair
 from .preprocess import stored_hw
+from .tiles import Tiling
 
 
 @dataclass(frozen=True, eq=False)  # compared by identity: the fields hold arrays and column views
@@ -60,8 +62,12 @@ def _key_hash(key: str) -> int:
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little")
 
 
-def cut_shards(sizes: Sequence[int], keys: Sequence[str], max_samples: int | None, max_bytes: int | None) -> list[int]:
+def cut_shards(sizes: Sequence[int], keys: Sequence[str], max_samples: int | None, max_bytes: int | None,
+               counts: Sequence[int] | None = None) -> list[int]:
     """Content-defined cut points → list of shard lengths.
+
+    ``counts``: samples each source gives (its tiles, with ``--tile``; default 1 each). A source's samples stay
+    in one shard, so a source with more tiles than the limit gets a shard of its own.
 
     A shard holds at most ``max_samples`` samples (or ``max_bytes`` bytes, always ≥ 1 sample).
     Once it holds half its limit, it also ends after any sample whose key hash is 0 modulo a
@@ -78,18 +84,21 @@ def cut_shards(sizes: Sequence[int], keys: Sequence[str], max_samples: int | Non
     modulus = max(1, per_shard // 3)
     lengths: list[int] = []
     count = used = 0
-    for size, key in zip(sizes, keys, strict=True):
-        if count and ((max_samples is not None and count >= max_samples)
+    sources = 0  # sources in the current shard (what the lengths count); ``count`` counts their samples
+    for k, (size, key) in enumerate(zip(sizes, keys, strict=True)):
+        n = 1 if counts is None else counts[k]
+        if count and ((max_samples is not None and count + n > max_samples)
                       or (max_bytes is not None and used + size > max_bytes)):
-            lengths.append(count)
-            count = used = 0
-        count += 1
+            lengths.append(sources)
+            count = used = sources = 0
+        count += n
         used += size
+        sources += 1
         if count >= min_fill and per_shard >= 8 and _key_hash(key) % modulus == 0:
-            lengths.append(count)
-            count = used = 0
-    if count:
-        lengths.append(count)
+            lengths.append(sources)
+            count = used = sources = 0
+    if sources:
+        lengths.append(sources)
     return lengths
 
 
@@ -112,6 +121,14 @@ def hex_rows(fingerprints: np.ndarray) -> list[str]:
     return [row.tobytes().hex() for row in fingerprints]
 
 
+def tile_count(tiling: Tiling, image: Path, header_size: Callable[[Path], tuple[int, int]]) -> int:
+    """Tiles a source gives, from its header; 1 where the header cannot be read (its worker reports why)."""
+    try:
+        return tiling.count(header_size(image))
+    except ShardkitError:
+        return 1
+
+
 def plan_split(
     split: str,
     directory: Path,
@@ -128,12 +145,16 @@ def plan_split(
     ``fingerprints`` (an (n, 32) uint8 array) None: the workers compute them (and the shard keys) from the
     bytes they decode.
     """
-    if spec.size is not None or limit.nbytes is None:
+    counts = None
+    if cfg.tiling is not None:  # one sample per tile: sizes and counts from each source's header
+        counts = [tile_count(cfg.tiling, p.image, header_size) for p in pairs]
+        sizes = [spec.sample_nbytes(cfg.tiling.tile) * n for n in counts]
+    elif spec.size is not None or limit.nbytes is None:
         sizes = [spec.sample_nbytes(spec.size or (1, 1))] * len(pairs)
     else:
         sizes = [spec.sample_nbytes(stored_hw(header_size(p.image), cfg.size, cfg.resize, cfg.crop)) for p in pairs]
     tasks, start = [], 0
-    for index, n in enumerate(cut_shards(sizes, pairs.keys, limit.samples, limit.nbytes)):
+    for index, n in enumerate(cut_shards(sizes, pairs.keys, limit.samples, limit.nbytes, counts)):
         chunk = pairs[start : start + n]
         if fingerprints is None:
             tasks.append(ShardTask(split, index, None, directory, chunk, None, start))

@@ -28,6 +28,7 @@ import numpy as np
 
 from .errors import IntegrityError, ShardFormatError, ShardkitError
 from .splitfiles import MAX_PIXELS, MAX_SIDE, check_regular_file, member_path
+from .tiles import TILE_FIELDS
 
 if TYPE_CHECKING:
     from .splitfiles import ShardInfo
@@ -72,16 +73,20 @@ def is_sidecar_name(name: str) -> bool:
     return name.startswith(SIDECAR_PREFIX) and name.endswith(SIDECAR_SUFFIX)
 
 
-def sidecar_dtype(num_classes: int, key_bytes: int, label_bytes: int, pixels: bool = True) -> np.dtype:
+def sidecar_dtype(num_classes: int, key_bytes: int, label_bytes: int, pixels: bool = True,
+                  tiles: bool = False) -> np.dtype:
     """The packed structured dtype of a sidecar row (formats/samples.md).
 
-    ``pixels=False``: the row of sidecars written before the pixel hash column (still read).
+    ``pixels=False``: the row of sidecars written before the pixel hash column (still read). ``tiles``: the
+    optional ``tile`` column of tiled conversions (``--tile``; :data:`~shardkit.tiles.TILE_FIELDS`).
     """
     fields: list[tuple[Any, ...]] = [("height", "<u4"), ("width", "<u4"), ("fingerprint", "|u1", (FINGERPRINT_BYTES,))]
     if pixels:
         fields.append(("pixels", "|u1", (PIXEL_HASH_BYTES,)))
     if num_classes <= MAX_BITMAP_CLASSES:
         fields.append(("classes", "|u1", ((num_classes + 7) // 8,)))
+    if tiles:
+        fields.append(("tile", "<u4", (len(TILE_FIELDS),)))
     fields += [("key", f"|S{key_bytes}"), ("label", f"|S{label_bytes}")]
     return np.dtype(fields)
 
@@ -106,15 +111,21 @@ class SidecarBuilder:
         self.pixels: list[bytes] = []
         self.hashed = True  # every sample added with its pixel hash
         self.classes: list[Sequence[int]] = []
+        self.tiles: list[tuple[int, ...]] = []  # the tile column's values, for tiled conversions (all or none)
 
     def __len__(self) -> int:
         return len(self.keys)
 
     def add(self, key: str, label: str | None, height: int, width: int, fingerprint: str,
-            classes: Sequence[int], pixels: bytes | None = None) -> None:
+            classes: Sequence[int], pixels: bytes | None = None, tile: Sequence[int] | None = None) -> None:
         """One written sample: its key and label paths, stored size, 64-hex fingerprint, classes present,
         and its :func:`pixel_hash` (None: unknown, e.g. a shard recorded before pixel hashes; the sidecar then
-        has no ``pixels`` column)."""
+        has no ``pixels`` column); ``tile``: its provenance (:data:`~shardkit.tiles.TILE_FIELDS`), given for every
+        sample of a tiled shard and for none of another."""
+        if (tile is None) != (not self.tiles) and self.keys:
+            raise ValueError("a sidecar holds tile provenance for every sample or for none")
+        if tile is not None and len(tile) != len(TILE_FIELDS):
+            raise ValueError(f"tile provenance {tile!r} is not {len(TILE_FIELDS)} values")
         raw = bytes.fromhex(fingerprint)
         if len(raw) != FINGERPRINT_BYTES:
             raise ValueError(f"fingerprint {fingerprint[:16]!r} is not 64 hex digits")
@@ -132,6 +143,8 @@ class SidecarBuilder:
         else:
             self.pixels.append(bytes(pixels))
         self.classes.append(classes)
+        if tile is not None:
+            self.tiles.append(tuple(int(v) for v in tile))
 
     def digest(self) -> str:
         """The shard's fingerprint digest: sha256 of its samples' raw fingerprints in order."""
@@ -140,7 +153,8 @@ class SidecarBuilder:
     def array(self) -> np.ndarray:
         """The sidecar rows."""
         dtype = sidecar_dtype(self.num_classes, max(map(len, self.keys), default=1),
-                              max(max(map(len, self.labels), default=1), 1), pixels=self.hashed)
+                              max(max(map(len, self.labels), default=1), 1), pixels=self.hashed,
+                              tiles=bool(self.tiles))
         rows = np.zeros(len(self.keys), dtype)
         if len(rows):
             rows["height"], rows["width"] = np.asarray(self.hw, np.uint32).T
@@ -148,6 +162,8 @@ class SidecarBuilder:
             if self.hashed:
                 rows["pixels"] = np.frombuffer(b"".join(self.pixels), np.uint8).reshape(-1, PIXEL_HASH_BYTES)
             rows["key"], rows["label"] = self.keys, self.labels
+            if self.tiles:
+                rows["tile"] = np.asarray(self.tiles, np.uint32).reshape(-1, len(TILE_FIELDS))
             if "classes" in (dtype.names or ()):
                 present = np.zeros((len(rows), self.num_classes), np.uint8)
                 for j, ids in enumerate(self.classes):
@@ -232,6 +248,11 @@ def read_sidecar(directory: Path, shard: ShardInfo, num_classes: int,
         raise bad(f"holds a sample size outside 1..{MAX_SIDE} per side and {MAX_PIXELS} pixels")
     if size is not None and len(rows) and not ((h == size[0]).all() and (w == size[1]).all()):
         raise bad(f"holds a sample size other than the split's fixed {size[0]}x{size[1]}")
+    if "tile" in (rows.dtype.names or ()) and len(rows):
+        t = rows["tile"].astype(np.int64)
+        ty, tx, th, tw, sh, sw = (t[:, k] for k in range(len(TILE_FIELDS)))
+        if ((th < 1) | (tw < 1) | (th > h) | (tw > w) | (ty + th > sh) | (tx + tw > sw)).any():
+            raise bad("holds a tile region outside its stored sample or its source")
     for field in ("key", "label"):
         try:
             b"\n".join(rows[field].tolist()).decode("utf-8")
@@ -294,7 +315,8 @@ def _check_dtype(dtype: np.dtype, num_classes: int, bad: Callable[[str], ShardFo
         if sub is None or sub[0].kind != "S" or not 1 <= sub[0].itemsize <= MAX_PATH_BYTES:
             raise bad(f"has dtype {str(dtype)[:120]}, not the specified record")
         widths.append(sub[0].itemsize)
-    want = sidecar_dtype(num_classes, widths[0], widths[1], pixels="pixels" in names)  # either revision
+    want = sidecar_dtype(num_classes, widths[0], widths[1], pixels="pixels" in names,  # either revision
+                         tiles="tile" in names)
     if dtype != want or names != want.names:
         raise bad(f"has dtype {str(dtype)[:120]}, not the specified record")
 
@@ -314,6 +336,8 @@ def record(rows: np.ndarray, j: int, num_classes: int, where: Path | None = None
     if "classes" in (rows.dtype.names or ()):
         bits = np.unpackbits(row["classes"], count=num_classes, bitorder="big")
         out["classes"] = np.flatnonzero(bits).tolist()
+    if "tile" in (rows.dtype.names or ()):
+        out["tile"] = dict(zip(TILE_FIELDS, (int(v) for v in row["tile"]), strict=True))
     return out
 
 

@@ -15,7 +15,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,17 +25,18 @@ import numpy as np
 from .codecs import RAW, ArrayCodecs
 from .config import DEFAULT_MAX_PIXELS
 from .discover import rel_path
-from .errors import OutputError, ShardkitError
+from .errors import LabelError, OutputError, ShardkitError
 from .fingerprint import SourceCache, sample_fingerprint, source_digest
 from .formats.base import SampleSpec, WrittenFile
 from .formats.registry import get, writer_class
-from .imageio import check_pixels, decode_image, regular_stat
+from .imageio import check_pixels, decode_image, read_header, read_image_size, regular_stat
 from .labels import LabelDecoder
 from .plan import ShardTask, hex_rows, shard_key, stem
 from .preprocess import fit_pair, pads
 from .progress import CounterRef, worker_tick
 from .samples import SidecarBuilder, pixel_hash, sidecar_name
 from .stats import Stats
+from .tiles import Tile, TileCounts, Tiling, ignored_share, tiles_in_memory, tiles_windowed
 
 if TYPE_CHECKING:
     from .staging import RemoteSource
@@ -72,6 +73,8 @@ class WorkerContext:
     #: ``--on-duplicate skip``: ``(split, key, kept copy, pixel hash hex)`` of samples to leave out as duplicates of
     #: an earlier sample (decided by the parent from every shard's pixel hashes; see :mod:`shardkit.duplicates`)
     drop: tuple[tuple[str, str, str, str], ...] = ()
+    #: ``--tile``: each source stored as its tiles (:mod:`shardkit.tiles`); None: one sample per source
+    tiling: Tiling | None = None
 
 
 @dataclass
@@ -102,6 +105,17 @@ def process_sample(pair: Any, ctx: WorkerContext,
 
     ``data``: source files already read (and found regular) by :func:`fingerprint_pair`; others are read here.
     """
+    image, ids = decode_pair(pair, ctx, data)
+    pad = pad_label(ctx)
+    padded = pads(image.shape[:2], ctx.size, ctx.resize, ctx.crop)
+    image, ids = fit_pair(image, ids, size=ctx.size, resize=ctx.resize, crop=ctx.crop, pad_label=pad,
+                          label_path=pair.label)
+    return image, ctx.spec.encoding.encode(ids, allow_numba=False), ids, padded
+
+
+def decode_pair(pair: Any, ctx: WorkerContext, data: dict[Path, np.ndarray] | None = None) -> tuple[np.ndarray,
+                                                                                                  np.ndarray]:
+    """Decode one pair whole → (image, label ids), each file checked against ``--max-pixels`` first."""
     image_data = data.get(pair.image) if data else None
     label_data = data.get(pair.label) if data and pair.label is not None else None
     if image_data is None:
@@ -113,11 +127,49 @@ def process_sample(pair: Any, ctx: WorkerContext,
         check_pixels(pair.label, ctx.max_pixels, "label", label_data)
     image = decode_image(pair.image, image_data)
     ids = ctx.decoder.decode(pair.label, label_data)  # JPEG labels: the decoder words their errors itself
-    pad = ctx.decoder.table.ignore_index if ctx.decoder.table.ignore_index is not None else 0
-    padded = pads(image.shape[:2], ctx.size, ctx.resize, ctx.crop)
-    image, ids = fit_pair(image, ids, size=ctx.size, resize=ctx.resize, crop=ctx.crop, pad_label=pad,
-                          label_path=pair.label)
-    return image, ctx.spec.encoding.encode(ids, allow_numba=False), ids, padded
+    return image, ids
+
+
+def pad_label(ctx: WorkerContext) -> int:
+    """The id labels are padded with: the ignore index, else 0."""
+    return ctx.decoder.table.ignore_index if ctx.decoder.table.ignore_index is not None else 0
+
+
+def tile_pair(pair: Any, ctx: WorkerContext, tiling: Tiling,
+              data: dict[Path, np.ndarray] | None) -> Iterator[tuple[Tile, np.ndarray, np.ndarray] | None]:
+    """One source's tiles (stored image, label ids) in grid order; None for each tile dropped as ignore.
+
+    A source within ``--max-pixels`` is decoded whole; a larger one is read window by window (tiled TIFFs
+    only; anything else is refused by :class:`~shardkit.tiles.TiledTiff`)."""
+    image_data = data.get(pair.image) if data else None
+    if image_data is None:
+        regular_stat(pair.image, "image")
+    header = read_header(pair.image, "image", image_data)
+    ignore = ctx.decoder.table.ignore_index
+    if header.pixels <= ctx.max_pixels or pair.label is None:
+        image, ids = decode_pair(pair, ctx, data)
+        if image.shape[:2] != ids.shape[:2]:
+            raise LabelError(f"label is {ids.shape[0]}x{ids.shape[1]} (HxW) but its image is "
+                             f"{image.shape[0]}x{image.shape[1]}", path=pair.label,
+                             fix="re-export the label at the image size")
+        for tile, img, lab in tiles_in_memory(pair.key, image, ids, tiling, pad_label(ctx)):
+            keep = tiling.drop_ignored is None or ignored_share(lab, ignore) < tiling.drop_ignored
+            yield (tile, img, lab) if keep else None
+        return
+    regular_stat(pair.label, "label")
+    yield from tiles_windowed(pair.key, pair.image, pair.label, tiling, ctx.max_pixels, ctx.decoder.decode_pixels,
+                              pad_label(ctx), ignore)
+
+
+def planned_tiles(task: ShardTask, tiling: Tiling) -> int:
+    """Tiles the task's sources give at most (from their headers; 1 for a header that cannot be read)."""
+    total = 0
+    for pair in task.samples:
+        try:
+            total += tiling.count(read_image_size(pair.image))
+        except ShardkitError:
+            total += 1
+    return total
 
 
 def fingerprint_pair(pair: Any, ctx: WorkerContext, options_digest: str, sources: SourceCache, i: int,
@@ -228,8 +280,10 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
     stats = Stats(ctx.spec.num_classes)
     cls = writer_class(ctx.format)
     errors = cls.write_errors
-    writer = _write(cls, task, task.directory, task.stem, ctx.spec, len(task.samples), ctx.compression, ctx.codecs,
+    planned = len(task.samples) if ctx.tiling is None else planned_tiles(task, ctx.tiling)
+    writer = _write(cls, task, task.directory, task.stem, ctx.spec, planned, ctx.compression, ctx.codecs,
                     errors=errors)
+    counts = TileCounts()
     samples = SidecarBuilder(ctx.spec.num_classes)
     skipped: list[dict[str, str]] = []
     padded = 0
@@ -249,6 +303,19 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
                 kept, pixels = drop[pair.key]  # its hash stays in the record: later runs check it undecoded
                 skipped.append({"key": pair.key, "reason": f"identical pixels to {kept}", "duplicate_of": kept,
                                 "pixels": pixels})
+                if tick is not None:
+                    tick()
+                continue
+            if ctx.tiling is not None:
+                written = counts.written
+                try:
+                    padded += _write_tiles(pair, ctx, ctx.tiling, data, writer, task, stats, samples, fingerprint,
+                                           counts)
+                except ShardkitError as exc:
+                    if ctx.on_error != "skip" or counts.written != written:  # some of its tiles are written
+                        raise
+                    log.debug("skipped %s: %s", pair.key, exc)
+                    skipped.append({"key": pair.key, "reason": exc.problem})
                 if tick is not None:
                     tick()
                 continue
@@ -281,9 +348,51 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
         key = shard_key(ctx.settings, [p.key for p in task.samples], fingerprints)
         names = get(ctx.format).published_names(stem(task.index, key), ctx.spec)
         files = tuple(dataclasses.replace(f, final_name=name) for f, name in zip(files, names, strict=True))
+    wire = stats.to_wire() if ctx.tiling is None else {**stats.to_wire(), "tiles": counts.to_json()}
     return ShardResult(task.split, task.index, key, task.directory, files, len(samples), samples.digest(),
-                       stats.to_wire(), skipped, ctx.sync_files, padded,
+                       wire, skipped, ctx.sync_files, padded,
                        None if given is not None else sources.rows(0, len(task.samples)), b"".join(samples.pixels))
+
+
+def _write_tiles(pair: Any, ctx: WorkerContext, tiling: Tiling, data: dict[Path, np.ndarray], writer: Any,
+                 task: ShardTask, stats: Stats, samples: SidecarBuilder, fingerprint: str, counts: TileCounts) -> int:
+    """Write one source's tiles (each a sample with its provenance; every tile carries the source's
+    fingerprint); returns how many were padded. A source decoded whole fails before any of its tiles is
+    written; a windowed one may fail after (a bad TIFF tile deep inside): the caller then fails the shard, as
+    ``--on-error skip`` cannot take back written tiles."""
+    label = rel_path(ctx.root, pair.label) if pair.label is not None else None
+    kept: list[tuple[Tile, np.ndarray, np.ndarray]] = []
+    dropped = padded = 0
+    for item in tile_pair(pair, ctx, tiling, data):
+        if item is None:
+            dropped += 1
+        else:
+            kept.append(item)
+        if len(kept) >= _TILE_BATCH:  # a windowed source: write as it goes, memory stays bounded
+            padded += _flush_tiles(kept, ctx, tiling, writer, task, stats, samples, label, fingerprint)
+            counts.written += len(kept)
+            kept = []
+    padded += _flush_tiles(kept, ctx, tiling, writer, task, stats, samples, label, fingerprint)
+    counts.written += len(kept)
+    counts.dropped += dropped
+    counts.sources += 1
+    return padded
+
+
+#: Tiles of one source held before they are written (a source decoded whole is cut whole first).
+_TILE_BATCH = 64
+
+
+def _flush_tiles(kept: list[tuple[Tile, np.ndarray, np.ndarray]], ctx: WorkerContext, tiling: Tiling, writer: Any,
+                 task: ShardTask, stats: Stats, samples: SidecarBuilder, label: str | None, fingerprint: str) -> int:
+    """Write tiles as samples; returns how many hold padding (their source is smaller than a tile)."""
+    for tile, image, ids in kept:
+        _write(writer.add, task, image, ctx.spec.encoding.encode(ids, allow_numba=False), tile.key,
+               errors=type(writer).write_errors)
+        present = stats.add(image, ids)
+        samples.add(tile.key, label, int(image.shape[0]), int(image.shape[1]), fingerprint, present,
+                    pixel_hash(image), tile.values)
+    return sum(1 for t, _, _ in kept if (t.height, t.width) != tiling.tile)
 
 
 def _write_sidecar(writer: Any, samples: SidecarBuilder, sync: bool) -> WrittenFile:

@@ -134,6 +134,19 @@ class LabelDecoder:
         ids = self._as_ids(self._gray(raw) if self.values.threshold is not None else raw, path)
         return self._ids_to_stored(ids, path, lossy)
 
+    def decode_pixels(self, raw: np.ndarray, path: Path) -> np.ndarray:
+        """Stored class ids of already-decoded label pixels in RGB(A) or gray order (a window of a tiled TIFF
+        read by :mod:`shardkit.tiles`), with every check :meth:`decode` makes; palette labels need their file."""
+        if self.kind == "palette":
+            raise LabelError("palette labels are read whole, not window by window", path=path,
+                             fix="store the labels as one-channel class ids, or raise --max-pixels")
+        if raw.ndim == 3 and raw.shape[2] >= 3:  # the decoders below take OpenCV's BGR(A) order
+            raw = np.ascontiguousarray(raw[:, :, [2, 1, 0, *range(3, raw.shape[2])]])
+        if self.kind == "colour":
+            return self._map_colours(self._colour_keys(raw, path), path)
+        ids = self._as_ids(self._gray(raw) if self.values.threshold is not None else raw, path)
+        return self._ids_to_stored(ids, path)
+
     def _ids_to_stored(self, ids: np.ndarray, path: Path, lossy: bool = False) -> np.ndarray:
         """Raw ids → the value map, the table's remap, the range check."""
         if self.values.active:

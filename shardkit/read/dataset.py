@@ -35,6 +35,7 @@ from ..samples import remote_sidecars
 from ..splitfiles import ShardInfo
 from ..stats import ENET_K, ClassFrequencies, class_weights, split_frequencies
 from ..storage import is_url
+from ..tiles import Tile
 from . import sampling as _sampling
 from .residency import StorageReads
 
@@ -223,6 +224,19 @@ class Dataset:
 
     def key(self, i: int) -> str:
         return str(self.manifest.samples[i]["key"])
+
+    def tile(self, i: int) -> Tile:
+        """Sample ``i``'s provenance in a split converted with ``--tile``: its source key and region
+        (:class:`~shardkit.tiles.Tile`; what :func:`shardkit.tiles.stitch` takes). A ConfigError otherwise."""
+        tile = Tile.from_record(self.manifest.samples[i])
+        if tile is None:
+            raise ConfigError(f"sample {i} of {self.location} is not a tile: the split was converted without --tile",
+                              fix="convert with --tile HxW to store tiles with their provenance")
+        return tile
+
+    def tiles(self) -> list[Tile]:
+        """Every sample's :meth:`tile`, in order (reads each shard's sidecar once)."""
+        return [self.tile(i) for i in range(len(self))]
 
     def locate(self, i: int) -> tuple[int, int]:
         """Global index → (shard number, local index)."""

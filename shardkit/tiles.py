@@ -1,0 +1,564 @@
+"""Tiling large sources into fixed-size samples, their provenance, and stitching per-tile predictions back.
+
+``convert --tile 512x512 --stride 384`` (or ``--overlap 128``) stores each source image as a grid of tiles
+instead of one sample. The grid is a pure function of the source's size and the options:
+
+- along each axis the tiles start at ``0, s, 2s, …`` while they fit, and **the last tile is aligned to the
+  image edge** (it starts at ``n - t``) instead of running past it, so every source pixel is covered, no tile
+  holds padding where the source is large enough, and no start repeats;
+- a source smaller than the tile along an axis gets one tile there, padded at the bottom / right (images with
+  0, labels with the ignore index);
+- tiles are ordered row-major (y, then x) within a source, and sources keep the plan's order, so the output is
+  the same for any worker count.
+
+Each stored tile records its provenance (:class:`Tile`: source key, y, x, h, w, source size) in the samples
+sidecar's optional ``tile`` column (formats/samples.md). :func:`stitch` puts per-tile predictions back on one
+source's grid; :func:`by_source` groups a split's tiles per source.
+
+Sources larger than ``--max-pixels`` are read window by window when they are tiled TIFFs
+(:class:`TiledTiff`: only the TIFF tiles under the current row of windows are decoded and kept), and refused
+otherwise — nothing here ever holds such a source whole.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import ConfigError, DecodeError, LabelError
+
+log = logging.getLogger(__name__)
+
+_PAIR_RE = re.compile(r"^\s*(\d+)\s*(?:[xX×,]\s*(\d+))?\s*$")
+#: Names of the sidecar ``tile`` column's six values, in order (formats/samples.md).
+TILE_FIELDS = ("y", "x", "height", "width", "source_height", "source_width")
+#: Largest grid stitched in memory by default (pixels of one source); :func:`stitch` takes ``max_pixels``.
+STITCH_MAX_PIXELS = 1 << 30
+#: Largest compressed TIFF tile (bytes) read for one tile of ``n`` decoded bytes: ``2 n + this``.
+_SEGMENT_SLACK = 1 << 20
+
+
+def parse_pair(text: str | int | Sequence[int] | None, flag: str) -> tuple[int, int] | None:
+    """``"512x384"`` → (512, 384) (height x width); ``"512"`` or 512 → (512, 512); None stays None."""
+    if text is None or text == "":
+        return None
+    if isinstance(text, (int, np.integer)) and not isinstance(text, bool):
+        h = w = int(text)
+    elif isinstance(text, str):
+        m = _PAIR_RE.match(text)
+        if not m:
+            raise ConfigError(f"{flag} {text!r} is not HEIGHTxWIDTH or one number", fix=f"write it like {flag} 512x512")
+        h, w = int(m.group(1)), int(m.group(2) or m.group(1))
+    else:
+        try:
+            h, w = (int(v) for v in text)  # type: ignore[union-attr]
+        except (TypeError, ValueError):
+            raise ConfigError(f"{flag} {text!r} is not (height, width)", fix=f"write it like {flag} 512x512") from None
+    return h, w
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """The tiling options of a conversion: tile size, stride (both (height, width)) and the drop threshold."""
+
+    tile: tuple[int, int]
+    stride: tuple[int, int]
+    #: drop a tile when at least this share of its stored label pixels is the ignore index (None: keep all)
+    drop_ignored: float | None = None
+
+    @classmethod
+    def from_options(cls, tile: Any, stride: Any = None, overlap: Any = None,
+                     drop_ignored: float | str | None = None) -> Tiling | None:
+        """The tiling of ``--tile/--stride/--overlap/--drop-tiles-ignored``; None without ``--tile``.
+
+        ``stride`` defaults to the tile (no overlap); ``overlap`` o means ``stride = tile - o``. A stride larger
+        than the tile would leave pixels uncovered and is refused.
+        """
+        size = parse_pair(tile, "--tile")
+        step, over = parse_pair(stride, "--stride"), parse_pair(overlap, "--overlap")
+        if size is None:
+            for name, value in (("--stride", step), ("--overlap", over), ("--drop-tiles-ignored", drop_ignored)):
+                if value is not None:
+                    raise ConfigError(f"{name} needs --tile", fix="add --tile HxW, e.g. --tile 512x512")
+            return None
+        if min(size) < 1:
+            raise ConfigError(f"--tile {size[0]}x{size[1]} must be at least 1x1")
+        if step is not None and over is not None:
+            raise ConfigError("--stride and --overlap both given", fix="pass one: --overlap O means --stride TILE-O")
+        if over is not None:
+            if not (0 <= over[0] < size[0] and 0 <= over[1] < size[1]):
+                raise ConfigError(f"--overlap {over[0]}x{over[1]} must be at least 0 and smaller than --tile "
+                                  f"{size[0]}x{size[1]}")
+            step = (size[0] - over[0], size[1] - over[1])
+        step = step or size
+        if not (1 <= step[0] <= size[0] and 1 <= step[1] <= size[1]):
+            raise ConfigError(f"--stride {step[0]}x{step[1]} must be 1..the tile size {size[0]}x{size[1]} per axis "
+                              "(a larger stride would leave pixels uncovered)", fix="choose a smaller --stride")
+        threshold = None
+        if drop_ignored is not None:
+            try:
+                threshold = float(drop_ignored)
+            except ValueError:
+                raise ConfigError(f"--drop-tiles-ignored {drop_ignored!r} is not a number",
+                                  fix="write it like --drop-tiles-ignored 0.95") from None
+            if not 0.0 < threshold <= 1.0:
+                raise ConfigError(f"--drop-tiles-ignored {drop_ignored} must be in (0, 1]",
+                                  fix="write it like --drop-tiles-ignored 0.95")
+        return cls(size, step, threshold)
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest's ``preprocessing`` keys (hashed into every fingerprint)."""
+        return {"tile": list(self.tile), "stride": list(self.stride), "drop_tiles_ignored": self.drop_ignored}
+
+    def windows(self, hw: tuple[int, int]) -> list[tuple[int, int, int, int]]:
+        """The (y, x, h, w) source regions of a source of size ``hw``, row-major."""
+        ys = grid_starts(hw[0], self.tile[0], self.stride[0])
+        xs = grid_starts(hw[1], self.tile[1], self.stride[1])
+        th, tw = min(self.tile[0], hw[0]), min(self.tile[1], hw[1])
+        return [(y, x, th, tw) for y in ys for x in xs]
+
+    def count(self, hw: tuple[int, int]) -> int:
+        """How many tiles a source of size ``hw`` gives (before any is dropped)."""
+        return (len(grid_starts(hw[0], self.tile[0], self.stride[0]))
+                * len(grid_starts(hw[1], self.tile[1], self.stride[1])))
+
+
+def grid_starts(n: int, tile: int, stride: int) -> list[int]:
+    """Tile starts along an axis of length ``n``: ``0, s, 2s, …`` below ``n - tile``, then ``n - tile`` (the
+    last tile aligned to the edge); ``[0]`` when the axis is no longer than one tile."""
+    if n <= tile:
+        return [0]
+    starts = list(range(0, n - tile, stride))
+    starts.append(n - tile)
+    return starts
+
+
+@dataclass(frozen=True)
+class Tile:
+    """Where a stored tile came from: the region ``[y:y+height, x:x+width]`` of source ``key``, whose size is
+    ``source_height x source_width``. The region is the stored sample's top-left corner; the rest of the stored
+    sample (only where the source is smaller than the tile) is padding."""
+
+    key: str
+    y: int
+    x: int
+    height: int
+    width: int
+    source_height: int
+    source_width: int
+
+    @property
+    def values(self) -> tuple[int, int, int, int, int, int]:
+        """The sidecar column's six values (:data:`TILE_FIELDS` order)."""
+        return self.y, self.x, self.height, self.width, self.source_height, self.source_width
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Tile | None:
+        """The provenance of a ``Manifest.samples`` record; None for a sample that is not a tile."""
+        tile = record.get("tile")
+        if tile is None:
+            return None
+        return cls(str(record["key"]), *(int(tile[f]) for f in TILE_FIELDS))
+
+
+def pad_to(arr: np.ndarray, size: tuple[int, int], fill: int | float) -> np.ndarray:
+    """``arr`` (H, W[, C]) with H, W ≤ ``size``, padded at the bottom and right to exactly ``size`` with ``fill``."""
+    h, w = arr.shape[:2]
+    if (h, w) == size:
+        return np.ascontiguousarray(arr)
+    out = np.full((*size, *arr.shape[2:]), fill, dtype=arr.dtype)
+    out[:h, :w] = arr
+    return out
+
+
+def ignored_share(ids: np.ndarray, ignore_index: int | None) -> float:
+    """The share of a stored tile's label pixels (padding included) that are the ignore index."""
+    if ignore_index is None or ids.size == 0:
+        return 0.0
+    return float(np.count_nonzero(ids == ignore_index)) / ids.size
+
+
+# -- reading sources -----------------------------------------------------------------------------------------
+
+
+class TiledTiff:
+    """Windows of one page of a tiled TIFF, decoded TIFF tile by TIFF tile (``tifffile``).
+
+    Decoded TIFF tiles are kept in a least-recently-used cache of ``cache_tiles`` entries: windows visited
+    row-major with the tile grid's overlap decode each TIFF tile about once, and memory stays at the cache
+    (e.g. one band of the source as tall as a window plus two TIFF tiles), whatever the file's size.
+    """
+
+    def __init__(self, path: Path, what: str, max_tile_pixels: int) -> None:
+        import tifffile  # only conversions of sources too large to decode whole need it
+
+        self.path, self.what = Path(path), what
+        try:
+            self._file = tifffile.TiffFile(self.path)
+        except Exception as exc:  # tifffile raises TiffFileError, ValueError, struct.error … on a bad file
+            raise DecodeError(f"cannot read {what} as a TIFF ({_first_line(exc)})", path=self.path,
+                              fix=_FIX_TILED) from None
+        try:
+            page = self._file.pages.first
+            self.page = page
+            if not page.is_tiled or page.tiledepth != 1 or page.imagedepth != 1:
+                raise DecodeError(f"{what} is a TIFF but not a tiled one (it is stored in strips), so it cannot be "
+                                  "read window by window", path=self.path, fix=_FIX_TILED)
+            self.height, self.width = int(page.imagelength), int(page.imagewidth)
+            self.samples = int(page.samplesperpixel)
+            self.planar = int(page.planarconfig) == 2
+            self.dtype = np.dtype(page.dtype)
+            self.tile_h, self.tile_w = int(page.tilelength), int(page.tilewidth)
+        except DecodeError:
+            self.close()
+            raise
+        except Exception as exc:
+            self.close()
+            raise DecodeError(f"cannot read {what}'s TIFF header ({_first_line(exc)})", path=self.path,
+                              fix=_FIX_TILED) from None
+        if self.tile_h < 1 or self.tile_w < 1 or self.tile_h * self.tile_w > max_tile_pixels:
+            self.close()
+            raise DecodeError(f"{what}'s TIFF tiles are {self.tile_h}x{self.tile_w} pixels, more than --max-pixels "
+                              f"{max_tile_pixels}", path=self.path, fix=_FIX_TILED)
+        self.across = -(-self.width // self.tile_w)
+        self.down = -(-self.height // self.tile_h)
+        per_plane = self.across * self.down
+        if len(page.dataoffsets) != per_plane * (self.samples if self.planar else 1):
+            self.close()
+            raise DecodeError(f"{what}'s TIFF tile table has {len(page.dataoffsets)} entries, its size needs "
+                              f"{per_plane * (self.samples if self.planar else 1)}", path=self.path, fix=_FIX_TILED)
+        self.cache_tiles = 1
+        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self.decoded = 0  # TIFF tiles decoded (tests and the benchmark read it)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """(H, W) or (H, W, C) of the page, as tifffile would return it."""
+        return (self.height, self.width) if self.samples == 1 else (self.height, self.width, self.samples)
+
+    def plan_cache(self, window_h: int) -> None:
+        """Keep enough TIFF tiles for one row of windows ``window_h`` tall (plus one TIFF tile row)."""
+        rows = -(-window_h // self.tile_h) + 1
+        self.cache_tiles = max(1, rows * self.across * (self.samples if self.planar else 1))
+
+    def close(self) -> None:
+        self._cache.clear()
+        self._file.close()
+
+    def __enter__(self) -> TiledTiff:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _segment(self, index: int) -> np.ndarray:
+        """TIFF tile ``index`` decoded, (tile_h, tile_w, samples-in-segment)."""
+        hit = self._cache.get(index)
+        if hit is not None:
+            self._cache.move_to_end(index)
+            return hit
+        page = self.page
+        per_sample = 1 if self.planar else self.samples
+        want = self.tile_h * self.tile_w * per_sample * self.dtype.itemsize
+        offset, count = int(page.dataoffsets[index]), int(page.databytecounts[index])
+        if count > 2 * want + _SEGMENT_SLACK:
+            raise DecodeError(f"{self.what}'s TIFF tile {index} claims {count} bytes, more than a "
+                              f"{self.tile_h}x{self.tile_w} tile can need", path=self.path, fix=_FIX_TILED)
+        try:
+            fh = self._file.filehandle
+            fh.seek(offset)
+            data = fh.read(count) if count else None
+            seg, _, _ = page.decode(data, index, jpegtables=page.jpegtables)
+        except Exception as exc:
+            raise DecodeError(f"cannot decode {self.what}'s TIFF tile {index} ({_first_line(exc)})", path=self.path,
+                              fix=_FIX_TILED) from None
+        if seg is None:  # an empty tile (no bytes): tifffile fills nothing; TIFF says it is 0
+            seg = np.zeros((self.tile_h, self.tile_w, per_sample), self.dtype)
+        seg = np.asarray(seg).reshape(-1, *np.asarray(seg).shape[-3:])[0]  # drop the depth axis
+        if seg.shape[2] != per_sample or seg.shape[0] > self.tile_h or seg.shape[1] > self.tile_w:
+            raise DecodeError(f"{self.what}'s TIFF tile {index} decodes to {seg.shape}, not a "
+                              f"{self.tile_h}x{self.tile_w}x{per_sample} tile", path=self.path, fix=_FIX_TILED)
+        self.decoded += 1
+        self._cache[index] = seg
+        while len(self._cache) > self.cache_tiles:
+            self._cache.popitem(last=False)
+        return seg
+
+    def read(self, y: int, x: int, h: int, w: int) -> np.ndarray:
+        """The window ``[y:y+h, x:x+w]`` as (h, w) or (h, w, C) of the page's dtype."""
+        if not (0 <= y and 0 <= x and 1 <= h and 1 <= w and y + h <= self.height and x + w <= self.width):
+            raise ValueError(f"window {y},{x} {h}x{w} outside {self.height}x{self.width}")
+        out = np.empty((h, w, self.samples), self.dtype)
+        per_plane = self.across * self.down
+        for ty in range(y // self.tile_h, (y + h - 1) // self.tile_h + 1):
+            for tx in range(x // self.tile_w, (x + w - 1) // self.tile_w + 1):
+                y0, x0 = ty * self.tile_h, tx * self.tile_w
+                sy, sx = max(y, y0), max(x, x0)
+                ey, ex = min(y + h, y0 + self.tile_h), min(x + w, x0 + self.tile_w)
+                for plane in range(self.samples if self.planar else 1):
+                    seg = self._segment(plane * per_plane + ty * self.across + tx)
+                    part = seg[sy - y0 : ey - y0, sx - x0 : ex - x0]
+                    if part.shape[:2] != (ey - sy, ex - sx):
+                        raise DecodeError(f"{self.what}'s TIFF tile at {y0},{x0} is smaller than the tile grid",
+                                          path=self.path, fix=_FIX_TILED)
+                    if self.planar:
+                        out[sy - y : ey - y, sx - x : ex - x, plane] = part[:, :, 0]
+                    else:
+                        out[sy - y : ey - y, sx - x : ex - x] = part
+        return out[:, :, 0] if self.samples == 1 else out
+
+
+_FIX_TILED = ("re-save it as a tiled TIFF (e.g. tifffile.imwrite(path, data, tile=(256, 256)) or gdal_translate "
+              "-co TILED=YES), raise --max-pixels, or --on-error skip")
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:120]
+
+
+def windowed_image(raw: np.ndarray, path: Path) -> np.ndarray:
+    """A window of a source image as convert stores images (the rule of ``imageio.decode_image``): (h, w, 3)
+    uint8 RGB; gray repeated, alpha dropped, 16-bit by ``>> 8``. tifffile returns RGB order already."""
+    arr = raw
+    if arr.dtype == np.uint16:
+        arr = (arr >> 8).astype(np.uint8)
+    elif arr.dtype != np.uint8:
+        raise DecodeError(f"cannot decode image: pixel type {arr.dtype} is not supported (only 8- or 16-bit "
+                          "integer)", path=path, fix="convert the image to 8-bit or 16-bit")
+    if arr.ndim == 3 and arr.shape[2] in (1, 2):
+        arr = arr[:, :, 0]
+    if arr.ndim == 2:
+        return np.repeat(arr[:, :, None], 3, axis=2)
+    if arr.ndim == 3 and arr.shape[2] in (3, 4):
+        return np.ascontiguousarray(arr[:, :, :3])
+    raise DecodeError(f"cannot decode image: unsupported shape {arr.shape}", path=path,
+                      fix="convert it to an RGB image")
+
+
+@dataclass
+class TileCounts:
+    """One shard's tiling counts (the worker's; summed into the manifest's ``source.tiles``)."""
+
+    sources: int = 0
+    written: int = 0
+    dropped: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {"sources": self.sources, "written": self.written, "dropped_ignored": self.dropped}
+
+    def merge(self, d: Mapping[str, Any]) -> None:
+        self.sources += int(d.get("sources", 0))
+        self.written += int(d.get("written", 0))
+        self.dropped += int(d.get("dropped_ignored", 0))
+
+
+def tiles_in_memory(key: str, image: np.ndarray, ids: np.ndarray, tiling: Tiling,
+                    pad_label: int) -> Iterator[tuple[Tile, np.ndarray, np.ndarray]]:
+    """Cut a decoded source (image and its label ids, same H x W) into its tiles, in grid order."""
+    hw = (int(image.shape[0]), int(image.shape[1]))
+    for y, x, h, w in tiling.windows(hw):
+        yield (Tile(key, y, x, h, w, *hw), pad_to(image[y : y + h, x : x + w], tiling.tile, 0),
+               pad_to(ids[y : y + h, x : x + w], tiling.tile, pad_label))
+
+
+def tiles_windowed(key: str, image_path: Path, label_path: Path, tiling: Tiling, max_pixels: int,
+                   decode_label: Callable[[np.ndarray, Path], np.ndarray], pad_label: int,
+                   ignore_index: int | None) -> Iterator[tuple[Tile, np.ndarray, np.ndarray] | None]:
+    """Cut a source too large to decode whole (both files tiled TIFFs of one size) into its tiles, reading
+    only the windows; yields None for a tile dropped by ``tiling.drop_ignored`` (its image is never read).
+
+    ``decode_label``: raw label window → stored ids (the conversion's label decoder, with its checks).
+    """
+    if tiling.tile[0] * tiling.tile[1] > max_pixels:
+        raise ConfigError(f"--tile {tiling.tile[0]}x{tiling.tile[1]} is more than --max-pixels {max_pixels}")
+    with TiledTiff(image_path, "image", max_pixels) as img, TiledTiff(label_path, "label", max_pixels) as lab:
+        if (img.height, img.width) != (lab.height, lab.width):
+            raise LabelError(f"label is {lab.height}x{lab.width} (HxW) but its image is {img.height}x{img.width}",
+                             path=label_path, fix="re-export the label at the image size")
+        hw = (img.height, img.width)
+        window_h = min(tiling.tile[0], hw[0])
+        img.plan_cache(window_h)
+        lab.plan_cache(window_h)
+        log.debug("%s: %dx%d read window by window (%dx%d TIFF tiles)", image_path, *hw, img.tile_h, img.tile_w)
+        for y, x, h, w in tiling.windows(hw):
+            ids = pad_to(decode_label(lab.read(y, x, h, w), label_path), tiling.tile, pad_label)
+            if tiling.drop_ignored is not None and ignored_share(ids, ignore_index) >= tiling.drop_ignored:
+                yield None
+                continue
+            image = pad_to(windowed_image(img.read(y, x, h, w), image_path), tiling.tile, 0)
+            yield Tile(key, y, x, h, w, *hw), image, ids
+
+
+# -- stitching ------------------------------------------------------------------------------------------------
+
+
+def by_source(tiles: Iterable[Tile | None]) -> dict[str, list[int]]:
+    """Sample indices grouped by source key, in order of first appearance (the conversion's order)."""
+    out: dict[str, list[int]] = {}
+    for i, t in enumerate(tiles):
+        if t is None:
+            raise ValueError(f"sample {i} is not a tile (converted without --tile)")
+        out.setdefault(t.key, []).append(i)
+    return out
+
+
+def weight_window(kind: str | np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """A (h, w) float64 weight window: ``"mean"`` (all 1: plain overlap averaging), ``"hann"`` (a 2-D Hann
+    window sampled strictly inside its zeros, so every pixel keeps a positive weight), or a given array."""
+    if isinstance(kind, np.ndarray):
+        w = np.asarray(kind, np.float64)
+        if w.shape != size or not np.isfinite(w).all() or (w < 0).any():
+            raise ValueError(f"weight window of shape {w.shape} must be {size} finite values >= 0")
+        return w
+    if kind == "mean":
+        return np.ones(size, np.float64)
+    if kind == "hann":
+        wy = np.hanning(size[0] + 2)[1:-1]
+        wx = np.hanning(size[1] + 2)[1:-1]
+        return np.outer(wy, wx)
+    raise ValueError(f"weight window {kind!r} is not 'mean', 'hann' or an array")
+
+
+def stitch(predictions: Sequence[np.ndarray] | np.ndarray, tiles: Sequence[Tile], *, reduce: str = "mean",
+           window: str | np.ndarray = "mean", max_pixels: int = STITCH_MAX_PIXELS) -> np.ndarray:
+    """Put one source's per-tile predictions back on its grid.
+
+    ``predictions[k]`` belongs to ``tiles[k]`` (all of one source) and has the stored tile's (height, width),
+    optionally followed by channels: (th, tw) or (th, tw, C) — logits, probabilities, class ids. Only each
+    tile's source region (its top-left ``height x width``) is used; padding is cut off.
+
+    ``reduce="mean"``: overlapping values are averaged with the weight ``window`` (``"mean"``, ``"hann"`` or
+    an array; see :func:`weight_window`) → float32. For floating-point predictions only: averaging class ids
+    would invent ids between two classes, so integer predictions with ``"mean"`` are a ValueError.
+
+    ``reduce="vote"``: per pixel the value most tiles agree on (ties: the smallest); for class ids (any integer
+    dtype, kept). Stitching a source's stored label tiles this way returns the source label exactly.
+
+    Pixels no tile covers (only when tiles were dropped by ``--drop-tiles-ignored``) are NaN with ``"mean"``
+    and raise with ``"vote"`` unless covered. Returns (H, W) or (H, W, C).
+    """
+    if not len(tiles):
+        raise ValueError("no tiles to stitch")
+    if len(predictions) != len(tiles):
+        raise ValueError(f"{len(predictions)} predictions for {len(tiles)} tiles")
+    first = tiles[0]
+    hw = (first.source_height, first.source_width)
+    for t in tiles:
+        if t.key != first.key or (t.source_height, t.source_width) != hw:
+            raise ValueError(f"tiles of more than one source ({first.key!r}, {t.key!r}): stitch one source at a "
+                             "time (see by_source)")
+        if not (0 <= t.y and 0 <= t.x and t.y + t.height <= hw[0] and t.x + t.width <= hw[1]):
+            raise ValueError(f"tile {t} lies outside its source")
+    if hw[0] * hw[1] > max_pixels:
+        raise ValueError(f"source {first.key!r} is {hw[0]}x{hw[1]} pixels, more than max_pixels={max_pixels}")
+    pred0 = np.asarray(predictions[0])
+    extra = pred0.shape[2:]
+    if pred0.ndim not in (2, 3):
+        raise ValueError(f"a prediction must be (h, w) or (h, w, C), not {pred0.shape}")
+    if reduce == "mean":
+        return _stitch_mean(predictions, tiles, hw, extra, window)
+    if reduce == "vote":
+        return _stitch_vote(predictions, tiles, hw, extra)
+    raise ValueError(f"reduce={reduce!r} is not 'mean' or 'vote'")
+
+
+def _checked(pred: Any, tile: Tile, extra: tuple[int, ...]) -> np.ndarray:
+    arr = np.asarray(pred)
+    if arr.shape[2:] != extra or arr.shape[0] < tile.height or arr.shape[1] < tile.width:
+        raise ValueError(f"prediction of shape {arr.shape} does not hold tile {tile.y},{tile.x} "
+                         f"({tile.height}x{tile.width}{'x' + str(extra[0]) if extra else ''})")
+    return arr[: tile.height, : tile.width]
+
+
+def _stitch_mean(predictions: Sequence[np.ndarray] | np.ndarray, tiles: Sequence[Tile], hw: tuple[int, int],
+                 extra: tuple[int, ...], window: str | np.ndarray) -> np.ndarray:
+    if not np.issubdtype(np.asarray(predictions[0]).dtype, np.floating):
+        raise ValueError("averaging integer predictions (class ids) would invent ids between classes: pass "
+                         "reduce='vote' for ids, or stitch logits / probabilities")
+    acc = np.zeros((*hw, *extra), np.float64)
+    total = np.zeros(hw, np.float64)
+    tile_hw = np.asarray(predictions[0]).shape[:2]
+    weights = weight_window(window, (int(tile_hw[0]), int(tile_hw[1])))
+    for pred, t in zip(predictions, tiles, strict=True):
+        part = _checked(pred, t, extra)
+        w = weights[: t.height, : t.width]
+        acc[t.y : t.y + t.height, t.x : t.x + t.width] += part * (w[..., None] if extra else w)
+        total[t.y : t.y + t.height, t.x : t.x + t.width] += w
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = acc / (total[..., None] if extra else total)
+    out[total == 0] = np.nan
+    return out.astype(np.float32)
+
+
+def _stitch_vote(predictions: Sequence[np.ndarray] | np.ndarray, tiles: Sequence[Tile], hw: tuple[int, int],
+                 extra: tuple[int, ...]) -> np.ndarray:
+    dtype = np.asarray(predictions[0]).dtype
+    if not np.issubdtype(dtype, np.integer) and dtype != np.bool_:
+        raise ValueError(f"reduce='vote' takes class ids (an integer dtype), not {dtype}: use reduce='mean'")
+    cover = np.zeros(hw, np.int32)
+    for t in tiles:
+        cover[t.y : t.y + t.height, t.x : t.x + t.width] += 1
+    if (cover == 0).any():
+        raise ValueError(f"{int((cover == 0).sum())} pixels of {tiles[0].key!r} are covered by no tile (tiles "
+                         "were dropped): stitch them with reduce='mean' on scores, or fill them yourself")
+    depth = int(cover.max())
+    # every covering value per pixel, in layers; unused slots hold a value no id has (int64 minimum)
+    sentinel = np.iinfo(np.int64).min
+    layers = np.full((depth, *hw, *extra), sentinel, np.int64)
+    filled = np.zeros(hw, np.int32)
+    for pred, t in zip(predictions, tiles, strict=True):
+        part = _checked(pred, t, extra)
+        if part.dtype != dtype:
+            raise ValueError(f"predictions mix dtypes {dtype} and {part.dtype}")
+        ys, xs = slice(t.y, t.y + t.height), slice(t.x, t.x + t.width)
+        level = filled[ys, xs]
+        for d in range(depth):  # place each pixel's value in its next free layer
+            here = level == d
+            if here.any():
+                view = layers[d, ys, xs]
+                view[here] = part[here]
+        filled[ys, xs] += 1
+    layers.sort(axis=0)
+    best = layers[0].copy()
+    best_count = np.zeros(best.shape, np.int32)
+    for k in range(depth):  # depth is small (tiles overlapping one pixel): depth^2 passes over the grid
+        value = layers[k]
+        count = np.sum(layers == value, axis=0, dtype=np.int32)
+        count[value == sentinel] = 0
+        better = count > best_count  # strictly more: ties keep the smaller id (sorted first)
+        best[better] = value[better]
+        best_count[better] = count[better]
+    return best.astype(dtype)
+
+
+def stitch_split(tiles: Sequence[Tile], predict: Callable[[list[int]], Sequence[np.ndarray] | np.ndarray],
+                 **kwargs: Any) -> Iterator[tuple[str, np.ndarray]]:
+    """(source key, stitched prediction) for every source of a split, one source at a time: ``predict(indices)``
+    returns the predictions of those sample indices; ``kwargs`` go to :func:`stitch`."""
+    for key, indices in by_source(tiles).items():
+        yield key, stitch(predict(indices), [tiles[i] for i in indices], **kwargs)
+
+
+def grid_shape(hw: tuple[int, int], tiling: Tiling) -> tuple[int, int]:
+    """(rows, columns) of the tile grid of a source of size ``hw``."""
+    return (len(grid_starts(hw[0], tiling.tile[0], tiling.stride[0])),
+            len(grid_starts(hw[1], tiling.tile[1], tiling.stride[1])))
+
+
+def coverage(hw: tuple[int, int], tiling: Tiling) -> np.ndarray:
+    """How many tiles cover each pixel of a source of size ``hw`` (tests: never 0)."""
+    cover = np.zeros(hw, np.int32)
+    for y, x, h, w in tiling.windows(hw):
+        cover[y : y + h, x : x + w] += 1
+    return cover
+
+
+__all__ = ["TILE_FIELDS", "Tile", "TileCounts", "TiledTiff", "Tiling", "by_source", "coverage", "grid_starts",
+           "grid_shape", "stitch", "stitch_split", "weight_window"]
