@@ -200,6 +200,9 @@ class TiledTiff:
         import tifffile  # only conversions of sources too large to decode whole need it
 
         self.path, self.what = Path(path), what
+        self.cache_tiles = 1
+        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self.decoded = 0  # TIFF tiles decoded (the benchmark reads it)
         try:
             self._file = tifffile.TiffFile(self.path)
         except Exception as exc:  # tifffile raises TiffFileError, ValueError, struct.error … on a bad file
@@ -234,9 +237,6 @@ class TiledTiff:
             self.close()
             raise DecodeError(f"{what}'s TIFF tile table has {len(page.dataoffsets)} entries, its size needs "
                               f"{per_plane * (self.samples if self.planar else 1)}", path=self.path, fix=_FIX_TILED)
-        self.cache_tiles = 1
-        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
-        self.decoded = 0  # TIFF tiles decoded (tests and the benchmark read it)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -293,7 +293,7 @@ class TiledTiff:
 
     def read(self, y: int, x: int, h: int, w: int) -> np.ndarray:
         """The window ``[y:y+h, x:x+w]`` as (h, w) or (h, w, C) of the page's dtype."""
-        if not (0 <= y and 0 <= x and 1 <= h and 1 <= w and y + h <= self.height and x + w <= self.width):
+        if min(y, x) < 0 or min(h, w) < 1 or y + h > self.height or x + w > self.width:
             raise ValueError(f"window {y},{x} {h}x{w} outside {self.height}x{self.width}")
         out = np.empty((h, w, self.samples), self.dtype)
         per_plane = self.across * self.down
@@ -454,7 +454,7 @@ def stitch(predictions: Sequence[np.ndarray] | np.ndarray, tiles: Sequence[Tile]
         if t.key != first.key or (t.source_height, t.source_width) != hw:
             raise ValueError(f"tiles of more than one source ({first.key!r}, {t.key!r}): stitch one source at a "
                              "time (see by_source)")
-        if not (0 <= t.y and 0 <= t.x and t.y + t.height <= hw[0] and t.x + t.width <= hw[1]):
+        if min(t.y, t.x) < 0 or min(t.height, t.width) < 1 or t.y + t.height > hw[0] or t.x + t.width > hw[1]:
             raise ValueError(f"tile {t} lies outside its source")
     if hw[0] * hw[1] > max_pixels:
         raise ValueError(f"source {first.key!r} is {hw[0]}x{hw[1]} pixels, more than max_pixels={max_pixels}")
@@ -530,7 +530,7 @@ def _stitch_vote(predictions: Sequence[np.ndarray] | np.ndarray, tiles: Sequence
     best_count = np.zeros(best.shape, np.int32)
     for k in range(depth):  # depth is small (tiles overlapping one pixel): depth^2 passes over the grid
         value = layers[k]
-        count = np.sum(layers == value, axis=0, dtype=np.int32)
+        count: np.ndarray = (layers == value).sum(axis=0, dtype=np.int32)
         count[value == sentinel] = 0
         better = count > best_count  # strictly more: ties keep the smaller id (sorted first)
         best[better] = value[better]
@@ -559,6 +559,3 @@ def coverage(hw: tuple[int, int], tiling: Tiling) -> np.ndarray:
         cover[y : y + h, x : x + w] += 1
     return cover
 
-
-__all__ = ["TILE_FIELDS", "Tile", "TileCounts", "TiledTiff", "Tiling", "by_source", "coverage", "grid_starts",
-           "grid_shape", "stitch", "stitch_split", "weight_window"]

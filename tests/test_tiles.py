@@ -1,0 +1,341 @@
+"""Tiling: the grid, convert --tile on real CamVid images, provenance, stitching, windowed TIFF reads."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import tifffile
+
+import shardkit
+from shardkit.config import ConvertConfig
+from shardkit.errors import ConfigError, DecodeError, ShardFormatError
+from shardkit.pipeline import convert
+from shardkit.samples import SidecarBuilder, read_sidecar
+from shardkit.splitfiles import ShardFile, ShardInfo
+from shardkit.tiles import Tile, Tiling, by_source, coverage, grid_starts, stitch
+
+ROOT = Path(__file__).resolve().parents[1]
+#: CamVid SegNet images are 360x480: 400 rows > 360 (padded, one tile row), 176 wide with stride 150 gives
+#: starts 0, 150, 300 and the edge-aligned 304 (overlaps of 26 and 146 pixels)
+TILE, STRIDE = (400, 176), (400, 150)
+CAMVID_IGNORE = 11  # the SegNet layout's built-in table: 11 classes, 11 = unlabelled
+
+
+# -- the grid ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n,t,s", [(360, 128, 100), (480, 176, 150), (100, 100, 7), (99, 100, 50), (1, 5, 1),
+                                   (1000, 512, 384), (513, 512, 512), (30000, 512, 384)])
+def test_grid_covers_every_pixel_and_ends_at_the_edge(n: int, t: int, s: int) -> None:
+    starts = grid_starts(n, t, s)
+    assert starts == sorted(set(starts)) and starts[0] == 0
+    if n <= t:
+        assert starts == [0]
+    else:
+        assert starts[-1] == n - t  # the last tile aligned to the edge, never past it
+        assert all(b - a <= s for a, b in itertools.pairwise(starts))  # no gap wider than the stride
+    cover = np.zeros(n, int)
+    for a in starts:
+        cover[a : a + t] += 1
+    assert cover.min() >= 1
+
+
+def test_coverage_and_order_of_a_2d_grid() -> None:
+    tiling = Tiling.from_options("128x160", overlap="28x40")
+    assert tiling is not None and tiling.stride == (100, 120)
+    windows = tiling.windows((360, 480))
+    assert windows == sorted(windows)  # row-major: y, then x
+    assert len(windows) == tiling.count((360, 480)) == 16
+    assert coverage((360, 480), tiling).min() == 1
+    small = Tiling.from_options("512")
+    assert small is not None and small.windows((300, 700)) == [(0, 0, 300, 512), (0, 188, 300, 512)]
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"tile": "64", "stride": "65"}, "larger stride would leave pixels uncovered"),
+    ({"tile": "64", "stride": "32", "overlap": "8"}, "both given"),
+    ({"tile": "64", "overlap": "64"}, "smaller than --tile"),
+    ({"stride": "32"}, "needs --tile"),
+    ({"tile": "64", "drop_ignored": "1.5"}, r"must be in \(0, 1\]"),
+    ({"tile": "0x5"}, "at least 1x1"),
+    ({"tile": "axb"}, "not HEIGHTxWIDTH"),
+])
+def test_bad_tiling_options_are_one_line_errors(kwargs: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Tiling.from_options(kwargs.pop("tile", None), **kwargs)
+
+
+def test_tiling_does_not_combine_with_size_or_duplicate_checks(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--size/--resize"):
+        ConvertConfig(tmp_path / "in", tmp_path / "out", tile="64", size="32x32")
+    with pytest.raises(ConfigError, match="tiles are not checked"):
+        ConvertConfig(tmp_path / "in", tmp_path / "out", tile="64", on_duplicate="skip")
+    with pytest.raises(ConfigError, match="more than --max-pixels"):
+        ConvertConfig(tmp_path / "in", tmp_path / "out", tile="64", max_pixels=1000)
+    cfg = ConvertConfig(tmp_path / "in", tmp_path / "out", tile="64x32", overlap="16x0")
+    assert (cfg.tile, cfg.stride, cfg.overlap) == ((64, 32), (48, 32), None)
+    plain = ConvertConfig(tmp_path / "in", tmp_path / "out")
+    assert "tile" not in plain.preprocessing()  # untiled manifests and fingerprints stay as they were
+
+
+# -- CamVid end to end -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def camvid_tiles(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tiles") / "out"
+    convert(ConvertConfig(camvid_root, out, splits=("val",), tile=TILE, stride=STRIDE, workers=2, quiet=True,
+                          shard_size=40))
+    return out / "val"
+
+
+def _source_label(camvid_root: Path, key: str) -> np.ndarray:
+    return cv2.imread(str(camvid_root / key.replace("val/", "valannot/")), cv2.IMREAD_UNCHANGED)
+
+
+def test_stitching_stored_label_tiles_returns_every_camvid_label_exactly(camvid_tiles: Path, camvid_root: Path,
+                                                                         validate_manifest) -> None:
+    manifest = validate_manifest(camvid_tiles)
+    ds = shardkit.open(camvid_tiles)
+    tiles = ds.tiles()
+    groups = by_source(tiles)
+    sources = sorted((camvid_root / "val").glob("*.png"))
+    assert len(groups) == len(sources) and len(ds) == 4 * len(sources)  # one tile row of 4 per 360x480 source
+    assert manifest["source"]["tiles"] == {"sources": len(sources), "written": len(ds), "dropped_ignored": 0}
+    assert manifest["sample"]["image"]["shape"] == [*TILE, 3]
+    for key, indices in groups.items():
+        images, labels = ds.batch(indices)
+        source = _source_label(camvid_root, key)
+        picture = cv2.cvtColor(cv2.imread(str(camvid_root / key)), cv2.COLOR_BGR2RGB)
+        group = [tiles[i] for i in indices]
+        assert [(t.y, t.x) for t in group] == [(0, 0), (0, 150), (0, 300), (0, 304)]
+        voted = stitch(labels, group, reduce="vote")
+        assert voted.dtype == source.dtype and np.array_equal(voted, source), key
+        assert np.array_equal(stitch(images.astype(np.float32), group), picture)  # exact: equal values averaged
+        for t, lab, img in zip(group, labels, images, strict=True):  # padding: ignore under labels, 0 under images
+            assert (t.height, t.width, t.source_height, t.source_width) == (360, 176, 360, 480)
+            assert (lab[360:] == CAMVID_IGNORE).all() and (img[360:] == 0).all()
+
+
+def test_provenance_is_in_the_sidecar_for_numpy_alone(camvid_tiles: Path) -> None:
+    manifest = json.loads((camvid_tiles / "manifest.json").read_text())
+    ds = shardkit.open(camvid_tiles)
+    shard = manifest["shards"][1]
+    rows = np.load(camvid_tiles / shard["samples"]["name"], allow_pickle=False)
+    for j, row in enumerate(rows):
+        t = ds.tile(shard["first_index"] + j)
+        assert row["key"].decode() == t.key and tuple(int(v) for v in row["tile"]) == t.values
+
+
+def test_tile_of_an_untiled_split_is_a_clear_error(camvid_val_npy: Path) -> None:
+    with pytest.raises(ConfigError, match="converted without --tile"):
+        shardkit.open(camvid_val_npy).tile(0)
+
+
+def _shard_files(split: Path) -> dict[str, str]:
+    """The current manifest's shard files and sidecars → their sha256, each checked against the file."""
+    shards = json.loads((split / "manifest.json").read_text())["shards"]
+    files = {f["name"]: f["sha256"] for s in shards for f in (*s["files"], s["samples"])}
+    assert all(hashlib.sha256((split / n).read_bytes()).hexdigest() == h for n, h in files.items())
+    return files
+
+
+def test_same_bytes_for_any_worker_count(camvid_tiles: Path, camvid_root: Path, tmp_path: Path) -> None:
+    out = tmp_path / "one"
+    convert(ConvertConfig(camvid_root, out, splits=("val",), tile=TILE, stride=STRIDE, workers=1, quiet=True,
+                          shard_size=40))
+    assert _shard_files(out / "val") == _shard_files(camvid_tiles)
+
+
+def test_rerun_reuses_and_an_edit_rewrites_only_its_shard(camvid_root: Path, tmp_path: Path) -> None:
+    src = tmp_path / "camvid"
+    for part in ("val", "valannot"):
+        shutil.copytree(camvid_root / part, src / part)
+    (src / "val.txt").write_text((camvid_root / "val.txt").read_text())
+    out = tmp_path / "out"
+
+    def run(**kw: object) -> shardkit.pipeline.ConvertSummary:
+        return convert(ConvertConfig(src, out, splits=("val",), tile="200x240", workers=1, quiet=True,
+                                     shard_size=30, **kw))
+
+    first = run()
+    assert first.shards > 2 and first.reused == 0
+    again = run(rehash=True)
+    assert again.reused == first.shards and _shard_files(out / "val")
+    before = _shard_files(out / "val")
+    label = sorted((src / "valannot").glob("*.png"))[-1]
+    ids = cv2.imread(str(label), cv2.IMREAD_UNCHANGED)
+    ids[:10, :10] = 3
+    cv2.imwrite(str(label), ids)
+    edited = run()
+    assert edited.reused == first.shards - 1
+    after = _shard_files(out / "val")
+    changed = {name for name, _ in set(after.items()) - set(before.items())}
+    assert len(changed) == 3 and len({n.split("-")[1] for n in changed}) == 1  # one shard: images, labels, sidecar
+    fresh = tmp_path / "fresh"
+    convert(ConvertConfig(src, fresh, splits=("val",), tile="200x240", workers=2, quiet=True, shard_size=30))
+    assert _shard_files(fresh / "val") == after  # an incremental run equals a fresh conversion
+    ds = shardkit.open(out / "val")
+    idx = by_source(ds.tiles())[label.relative_to(src).as_posix().replace("valannot", "val")]
+    assert np.array_equal(stitch(ds.batch(idx)[1], [ds.tile(i) for i in idx], reduce="vote"), ids)
+
+
+def test_a_failed_run_leaves_no_manifest_and_the_next_reuses_its_shards(camvid_root: Path, tmp_path: Path) -> None:
+    src = tmp_path / "camvid"
+    for part in ("val", "valannot"):
+        shutil.copytree(camvid_root / part, src / part)
+    out = tmp_path / "out"
+    bad = sorted((src / "valannot").glob("*.png"))[-1]
+    good = bad.read_bytes()
+    bad.write_bytes(good[:200])  # truncated: its shard fails, the others are written and recorded
+
+    def cfg() -> ConvertConfig:
+        return ConvertConfig(src, out, splits=("val",), tile="200x240", workers=1, quiet=True, shard_size=30)
+
+    with pytest.raises(DecodeError):
+        convert(cfg())
+    assert not (out / "val" / "manifest.json").exists()
+    assert not [p for p in (out / "val").iterdir() if ".tmp" in p.name]
+    bad.write_bytes(good)
+    summary = convert(cfg())
+    assert summary.reused >= 1 and (out / "val" / "manifest.json").exists()
+
+
+def test_drop_tiles_ignored_counts_in_the_manifest(camvid_root: Path, tmp_path: Path) -> None:
+    src = tmp_path / "camvid"
+    for part in ("val", "valannot"):
+        shutil.copytree(camvid_root / part, src / part)
+    first = sorted((src / "valannot").glob("*.png"))[0]
+    ids = cv2.imread(str(first), cv2.IMREAD_UNCHANGED)
+    ids[:180] = CAMVID_IGNORE  # the top half of one source: its top row of tiles is all ignore
+    cv2.imwrite(str(first), ids)
+    out = tmp_path / "out"
+    convert(ConvertConfig(src, out, splits=("val",), tile="180x240", workers=1, quiet=True,
+                          drop_tiles_ignored=0.95))
+    manifest = json.loads((out / "val" / "manifest.json").read_text())
+    n = len(list((src / "val").glob("*.png")))
+    assert manifest["source"]["tiles"] == {"sources": n, "written": 4 * n - 2, "dropped_ignored": 2}
+    assert manifest["preprocessing"]["drop_tiles_ignored"] == 0.95
+    ds = shardkit.open(out / "val")
+    kept = [t for t in ds.tiles() if t.key == first.relative_to(src).as_posix().replace("valannot", "val")]
+    assert [(t.y, t.x) for t in kept] == [(180, 0), (180, 240)]
+
+
+# -- stitching ---------------------------------------------------------------------------------------------------
+
+
+def _grid(hw: tuple[int, int], tiling: Tiling) -> list[Tile]:
+    return [Tile("s", y, x, h, w, *hw) for y, x, h, w in tiling.windows(hw)]
+
+
+def _cut(arr: np.ndarray, tiles: list[Tile], size: tuple[int, int]) -> list[np.ndarray]:
+    out = []
+    for t in tiles:
+        part = np.zeros((*size, *arr.shape[2:]), arr.dtype)
+        part[: t.height, : t.width] = arr[t.y : t.y + t.height, t.x : t.x + t.width]
+        out.append(part)
+    return out
+
+
+def test_stitch_averages_logits_with_a_weight_window() -> None:
+    tiling = Tiling.from_options("32x48", "20x30")
+    assert tiling is not None
+    tiles = _grid((70, 100), tiling)
+    field = np.random.default_rng(0).normal(size=(70, 100, 5)).astype(np.float32)
+    for window in ("mean", "hann", np.ones((32, 48))):
+        out = stitch(_cut(field, tiles, (32, 48)), tiles, window=window)
+        assert out.shape == field.shape and np.allclose(out, field, atol=1e-6)
+    # disagreeing overlaps are averaged: tile k predicts the constant k
+    preds = [np.full((32, 48, 1), float(k), np.float32) for k in range(len(tiles))]
+    out = stitch(preds, tiles)[..., 0]
+    assert out[0, 25] == 0.0 and out[0, 35] == 0.5  # columns 0..29: tile 0 only; 30..47: tiles 0 and 1
+
+
+def test_stitch_votes_ids_and_refuses_to_average_them() -> None:
+    tiling = Tiling.from_options("4x4", "2x2")
+    assert tiling is not None
+    tiles = _grid((6, 6), tiling)  # the centre pixels are covered by 4 tiles
+    preds = [np.full((4, 4), 7, np.uint16) for _ in tiles]
+    preds[0][:] = 3
+    out = stitch(preds, tiles, reduce="vote")
+    assert out.dtype == np.uint16 and out[0, 0] == 3 and out[3, 3] == 7  # 3 of 4 tiles say 7 in the centre
+    preds[3][:] = 3  # now 2 against 2 at (2..3, 2..3): ties go to the smaller id
+    assert stitch(preds, tiles, reduce="vote")[2, 2] == 3
+    with pytest.raises(ValueError, match="would invent ids"):
+        stitch(preds, tiles)
+    with pytest.raises(ValueError, match="one source at a time"):
+        stitch(preds[:2], [tiles[0], Tile("other", 0, 0, 4, 4, 6, 6)], reduce="vote")
+    with pytest.raises(ValueError, match="covered by no tile"):
+        stitch(preds[:1], tiles[:1], reduce="vote")
+    assert np.isnan(stitch([p.astype(np.float32) for p in preds[:1]], tiles[:1])[5, 5])
+
+
+def test_a_sidecar_tile_outside_its_source_is_refused(tmp_path: Path) -> None:
+    b = SidecarBuilder(3)
+    b.add("a.png", None, 8, 8, "00" * 32, [0], bytes(16), (0, 4, 8, 8, 8, 10))  # x + width = 12 > 10
+    digest = b.write(tmp_path / "samples-00000-abc.npy")
+    size = (tmp_path / "samples-00000-abc.npy").stat().st_size
+    shard = ShardInfo(0, 1, 0, (), ShardFile("samples-00000-abc.npy", size, digest))
+    with pytest.raises(ShardFormatError, match="tile region outside"):
+        read_sidecar(tmp_path, shard, 3, (8, 8))
+
+
+# -- windowed reads of tiled TIFFs -------------------------------------------------------------------------------
+
+
+def _scene(root: Path, tiled: bool) -> None:
+    """A 1500x1100 scene: the label ignore (255) but for a block of ids 0..4, the image textured."""
+    h, w = 1500, 1100
+    yy, xx = np.mgrid[0:h, 0:w]
+    image = np.stack([(yy * 7 + xx * 3) % 256, (yy * 3) % 256, (xx * 5) % 256], axis=-1).astype(np.uint8)
+    label = np.full((h, w), 255, np.uint8)
+    label[300:900, 200:1000] = ((yy[300:900, 200:1000] // 64 + xx[300:900, 200:1000] // 64) % 5).astype(np.uint8)
+    kw = {"tile": (128, 128)} if tiled else {"rowsperstrip": 64}
+    for sub, arr in (("img", image), ("lbl", label)):
+        (root / sub / "train").mkdir(parents=True, exist_ok=True)
+        tifffile.imwrite(root / sub / "train" / "scene.tif", arr, compression="zlib", **kw)
+
+
+def _scene_cfg(root: Path, out: Path, **kw: object) -> ConvertConfig:
+    return ConvertConfig(root, out, images="img/{split}/{name}.tif", labels="lbl/{split}/{name}.tif",
+                         num_classes=5, ignore_index=255, tile="256x256", stride="200x192",
+                         drop_tiles_ignored=0.95, workers=1, quiet=True, **kw)
+
+
+def test_a_tiled_tiff_above_max_pixels_is_read_window_by_window_bit_exactly(tmp_path: Path) -> None:
+    _scene(tmp_path / "src", tiled=True)
+    convert(_scene_cfg(tmp_path / "src", tmp_path / "whole"))  # 1.65 M pixels, within the default: decoded whole
+    convert(_scene_cfg(tmp_path / "src", tmp_path / "windows", max_pixels=500_000))  # window by window
+    assert _shard_files(tmp_path / "windows" / "train") == _shard_files(tmp_path / "whole" / "train")
+    manifest = json.loads((tmp_path / "windows" / "train" / "manifest.json").read_text())
+    counts = manifest["source"]["tiles"]
+    assert counts["dropped_ignored"] > 0 and counts["written"] + counts["dropped_ignored"] == 8 * 6
+
+
+def test_an_untiled_tiff_above_max_pixels_is_refused_clearly(tmp_path: Path) -> None:
+    _scene(tmp_path / "src", tiled=False)
+    with pytest.raises(DecodeError, match="not a tiled one") as err:
+        convert(_scene_cfg(tmp_path / "src", tmp_path / "out", max_pixels=500_000))
+    assert "tiled TIFF" in (err.value.fix or "")
+    assert not (tmp_path / "out" / "train" / "manifest.json").exists()
+
+
+def test_a_large_tiled_tiff_converts_in_bounded_memory() -> None:
+    """scripts/tiling_memory.py at 8000x8000 (a 192 MB image and a 64 MB label decoded whole): the converting
+    process (under RLIMIT_AS) peaks far below them. The 30000x30000 case runs the same script by hand."""
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "tiling_memory.py"), "--size", "8000"],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stdout + res.stderr
+    result = json.loads(res.stdout.splitlines()[-1])
+    assert result["tiles_written"] > 0 and result["tiles_dropped"] > 0
+    assert result["peak_rss_mb"] - result["baseline_rss_mb"] < 150, result
