@@ -339,3 +339,24 @@ def test_a_large_tiled_tiff_converts_in_bounded_memory() -> None:
     result = json.loads(res.stdout.splitlines()[-1])
     assert result["tiles_written"] > 0 and result["tiles_dropped"] > 0
     assert result["peak_rss_mb"] - result["baseline_rss_mb"] < 150, result
+
+
+# -- the command line --------------------------------------------------------------------------------------------
+
+
+def test_cli_tiles_with_overlap_and_refuses_a_stride_without_a_tile(camvid_root: Path, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from shardkit.cli import main
+
+    out = tmp_path / "out"
+    res = CliRunner().invoke(main, ["convert", str(camvid_root), str(out), "--split", "val", "-q", "--workers", "1",
+                                    "--tile", "360x256", "--overlap", "0x32"])
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((out / "val" / "manifest.json").read_text())
+    assert (manifest["preprocessing"]["tile"], manifest["preprocessing"]["stride"]) == ([360, 256], [360, 224])
+    assert manifest["num_samples"] == 2 * manifest["source"]["tiles"]["sources"]  # x = 0 and the edge, 224
+    for args in (["--stride", "32"], ["--tile", "64", "--stride", "80"], ["--tile", "64", "--size", "32x32"]):
+        res = CliRunner().invoke(main, ["convert", str(camvid_root), str(tmp_path / "o"), *args])
+        lines = [line for line in res.output.splitlines() if line.strip()]
+        assert res.exit_code == 2 and len(lines) == 1 and "Traceback" not in res.output, res.output
