@@ -43,6 +43,9 @@ TILE_FIELDS = ("y", "x", "height", "width", "source_height", "source_width")
 STITCH_MAX_PIXELS = 1 << 30
 #: Largest compressed TIFF tile (bytes) read for one tile of ``n`` decoded bytes: ``2 n + this``.
 _SEGMENT_SLACK = 1 << 20
+#: The fix of every "cannot be read window by window" error.
+TILED_FIX = ("re-save it as a tiled TIFF (e.g. tifffile.imwrite(path, data, tile=(256, 256)) or gdal_translate "
+              "-co TILED=YES), raise --max-pixels, or --on-error skip")
 
 
 def parse_pair(text: str | int | Sequence[int] | None, flag: str) -> tuple[int, int] | None:
@@ -207,13 +210,13 @@ class TiledTiff:
             self._file = tifffile.TiffFile(self.path)
         except Exception as exc:  # tifffile raises TiffFileError, ValueError, struct.error … on a bad file
             raise DecodeError(f"cannot read {what} as a TIFF ({_first_line(exc)})", path=self.path,
-                              fix=_FIX_TILED) from None
+                              fix=TILED_FIX) from None
         try:
             page = self._file.pages.first
             self.page = page
             if not page.is_tiled or page.tiledepth != 1 or page.imagedepth != 1:
                 raise DecodeError(f"{what} is a TIFF but not a tiled one (it is stored in strips), so it cannot be "
-                                  "read window by window", path=self.path, fix=_FIX_TILED)
+                                  "read window by window", path=self.path, fix=TILED_FIX)
             self.height, self.width = int(page.imagelength), int(page.imagewidth)
             self.samples = int(page.samplesperpixel)
             self.planar = int(page.planarconfig) == 2
@@ -225,18 +228,18 @@ class TiledTiff:
         except Exception as exc:
             self.close()
             raise DecodeError(f"cannot read {what}'s TIFF header ({_first_line(exc)})", path=self.path,
-                              fix=_FIX_TILED) from None
+                              fix=TILED_FIX) from None
         if self.tile_h < 1 or self.tile_w < 1 or self.tile_h * self.tile_w > max_tile_pixels:
             self.close()
             raise DecodeError(f"{what}'s TIFF tiles are {self.tile_h}x{self.tile_w} pixels, more than --max-pixels "
-                              f"{max_tile_pixels}", path=self.path, fix=_FIX_TILED)
+                              f"{max_tile_pixels}", path=self.path, fix=TILED_FIX)
         self.across = -(-self.width // self.tile_w)
         self.down = -(-self.height // self.tile_h)
         per_plane = self.across * self.down
         if len(page.dataoffsets) != per_plane * (self.samples if self.planar else 1):
             self.close()
             raise DecodeError(f"{what}'s TIFF tile table has {len(page.dataoffsets)} entries, its size needs "
-                              f"{per_plane * (self.samples if self.planar else 1)}", path=self.path, fix=_FIX_TILED)
+                              f"{per_plane * (self.samples if self.planar else 1)}", path=self.path, fix=TILED_FIX)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -270,7 +273,7 @@ class TiledTiff:
         offset, count = int(page.dataoffsets[index]), int(page.databytecounts[index])
         if count > 2 * want + _SEGMENT_SLACK:
             raise DecodeError(f"{self.what}'s TIFF tile {index} claims {count} bytes, more than a "
-                              f"{self.tile_h}x{self.tile_w} tile can need", path=self.path, fix=_FIX_TILED)
+                              f"{self.tile_h}x{self.tile_w} tile can need", path=self.path, fix=TILED_FIX)
         try:
             fh = self._file.filehandle
             fh.seek(offset)
@@ -278,13 +281,13 @@ class TiledTiff:
             seg, _, _ = page.decode(data, index, jpegtables=page.jpegtables)
         except Exception as exc:
             raise DecodeError(f"cannot decode {self.what}'s TIFF tile {index} ({_first_line(exc)})", path=self.path,
-                              fix=_FIX_TILED) from None
+                              fix=TILED_FIX) from None
         if seg is None:  # an empty tile (no bytes): tifffile fills nothing; TIFF says it is 0
             seg = np.zeros((self.tile_h, self.tile_w, per_sample), self.dtype)
         seg = np.asarray(seg).reshape(-1, *np.asarray(seg).shape[-3:])[0]  # drop the depth axis
         if seg.shape[2] != per_sample or seg.shape[0] > self.tile_h or seg.shape[1] > self.tile_w:
             raise DecodeError(f"{self.what}'s TIFF tile {index} decodes to {seg.shape}, not a "
-                              f"{self.tile_h}x{self.tile_w}x{per_sample} tile", path=self.path, fix=_FIX_TILED)
+                              f"{self.tile_h}x{self.tile_w}x{per_sample} tile", path=self.path, fix=TILED_FIX)
         self.decoded += 1
         self._cache[index] = seg
         while len(self._cache) > self.cache_tiles:
@@ -307,16 +310,12 @@ class TiledTiff:
                     part = seg[sy - y0 : ey - y0, sx - x0 : ex - x0]
                     if part.shape[:2] != (ey - sy, ex - sx):
                         raise DecodeError(f"{self.what}'s TIFF tile at {y0},{x0} is smaller than the tile grid",
-                                          path=self.path, fix=_FIX_TILED)
+                                          path=self.path, fix=TILED_FIX)
                     if self.planar:
                         out[sy - y : ey - y, sx - x : ex - x, plane] = part[:, :, 0]
                     else:
                         out[sy - y : ey - y, sx - x : ex - x] = part
         return out[:, :, 0] if self.samples == 1 else out
-
-
-_FIX_TILED = ("re-save it as a tiled TIFF (e.g. tifffile.imwrite(path, data, tile=(256, 256)) or gdal_translate "
-              "-co TILED=YES), raise --max-pixels, or --on-error skip")
 
 
 def _first_line(exc: BaseException) -> str:

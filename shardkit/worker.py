@@ -25,7 +25,7 @@ import numpy as np
 from .codecs import RAW, ArrayCodecs
 from .config import DEFAULT_MAX_PIXELS
 from .discover import rel_path
-from .errors import LabelError, OutputError, ShardkitError
+from .errors import DecodeError, LabelError, OutputError, ShardkitError
 from .fingerprint import SourceCache, sample_fingerprint, source_digest
 from .formats.base import SampleSpec, WrittenFile
 from .formats.registry import get, writer_class
@@ -36,7 +36,7 @@ from .preprocess import fit_pair, pads
 from .progress import CounterRef, worker_tick
 from .samples import SidecarBuilder, pixel_hash, sidecar_name
 from .stats import Stats
-from .tiles import Tile, TileCounts, Tiling, ignored_share, tiles_in_memory, tiles_windowed
+from .tiles import TILED_FIX, Tile, TileCounts, Tiling, ignored_share, tiles_in_memory, tiles_windowed
 
 if TYPE_CHECKING:
     from .staging import RemoteSource
@@ -156,6 +156,10 @@ def tile_pair(pair: Any, ctx: WorkerContext, tiling: Tiling,
             keep = tiling.drop_ignored is None or ignored_share(lab, ignore) < tiling.drop_ignored
             yield (tile, img, lab) if keep else None
         return
+    if header.kind != "TIFF":
+        raise DecodeError(f"image is {header.height}x{header.width} = {header.pixels} pixels, more than --max-pixels "
+                          f"{ctx.max_pixels}, and a {header.kind} file: only tiled TIFFs are read window by window",
+                          path=pair.image, fix=TILED_FIX)
     regular_stat(pair.label, "label")
     yield from tiles_windowed(pair.key, pair.image, pair.label, tiling, ctx.max_pixels, ctx.decoder.decode_pixels,
                               pad_label(ctx), ignore)

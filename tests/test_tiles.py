@@ -330,6 +330,12 @@ def test_an_untiled_tiff_above_max_pixels_is_refused_clearly(tmp_path: Path) -> 
     assert not (tmp_path / "out" / "train" / "manifest.json").exists()
 
 
+def test_a_png_above_max_pixels_is_refused_clearly(camvid_root: Path, tmp_path: Path) -> None:
+    with pytest.raises(DecodeError, match=r"360x480 = 172800 pixels, more than --max-pixels 100000, and a PNG file"):
+        convert(ConvertConfig(camvid_root, tmp_path / "out", splits=("val",), tile="128", max_pixels=100_000,
+                              workers=1, quiet=True))
+
+
 def test_a_large_tiled_tiff_converts_in_bounded_memory() -> None:
     """scripts/tiling_memory.py at 8000x8000 (a 192 MB image and a 64 MB label decoded whole): the converting
     process (under RLIMIT_AS) peaks far below them. The 30000x30000 case runs the same script by hand."""
