@@ -137,6 +137,17 @@ def test_provenance_is_in_the_sidecar_for_numpy_alone(camvid_tiles: Path) -> Non
         assert row["key"].decode() == t.key and tuple(int(v) for v in row["tile"]) == t.values
 
 
+def test_the_numpy_only_spec_reader_reads_a_tiled_split(camvid_tiles: Path) -> None:
+    from tests.formats.test_spec import read_split
+
+    m, samples = read_split(camvid_tiles)
+    ds = shardkit.open(camvid_tiles)
+    assert len(samples) == len(ds)
+    for i in (0, 5, len(ds) - 1):
+        assert Tile.from_record(m["records"][i]) == ds.tile(i)
+        assert np.array_equal(samples[i][0], ds[i][0]) and np.array_equal(samples[i][1], ds[i][1])
+
+
 def test_tile_of_an_untiled_split_is_a_clear_error(camvid_val_npy: Path) -> None:
     with pytest.raises(ConfigError, match="converted without --tile"):
         shardkit.open(camvid_val_npy).tile(0)

@@ -106,13 +106,15 @@ def files_of(shard: dict[str, Any]) -> list[dict[str, Any]]:
 
 def sidecar_dtype(m: dict[str, Any], key_bytes: int, label_bytes: int, pixels: bool) -> np.dtype:
     """samples.md "Layout": the packed row of a sidecar (``pixels``: with the pixel hash column, which sidecars
-    written before it lack)."""
+    written before it lack; ``tile`` exactly in tiled splits, samples.md "Tiles")."""
     c = m["sample"]["label"]["num_classes"]
     fields: list[tuple[Any, ...]] = [("height", "<u4"), ("width", "<u4"), ("fingerprint", "u1", (32,))]
     if pixels:
         fields.append(("pixels", "u1", (16,)))
     if c <= 256:
         fields.append(("classes", "u1", ((c + 7) // 8,)))
+    if "tile" in m["preprocessing"]:
+        fields.append(("tile", "<u4", (6,)))
     return np.dtype([*fields, ("key", f"S{key_bytes}"), ("label", f"S{label_bytes}")])
 
 
@@ -139,6 +141,11 @@ def sample_records(folder: Path, m: dict[str, Any], *, verify: bool = True) -> l
                 rec["pixels"] = bytes(row["pixels"]).hex()
             if c <= 256:
                 rec["classes"] = np.flatnonzero(np.unpackbits(row["classes"], count=c, bitorder="big")).tolist()
+            if "tile" in m["preprocessing"]:  # samples.md "Tiles": the region lies in the sample and the source
+                y, x, h, w, sh, sw = (int(v) for v in row["tile"])
+                need(1 <= h <= rec["height"] and 1 <= w <= rec["width"] and y + h <= sh and x + w <= sw,
+                     f"{rec['key']}: tile region outside its sample or source")
+                rec["tile"] = {"y": y, "x": x, "height": h, "width": w, "source_height": sh, "source_width": sw}
             out.append(rec)
     return out
 
