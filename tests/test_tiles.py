@@ -22,7 +22,7 @@ from shardkit.errors import ConfigError, DecodeError, ShardFormatError
 from shardkit.pipeline import convert
 from shardkit.samples import SidecarBuilder, read_sidecar
 from shardkit.splitfiles import ShardFile, ShardInfo
-from shardkit.tiles import Tile, Tiling, by_source, coverage, grid_starts, stitch
+from shardkit.tiles import Tile, TiledTiff, Tiling, by_source, coverage, grid_starts, stitch
 
 ROOT = Path(__file__).resolve().parents[1]
 #: CamVid SegNet images are 360x480: 400 rows > 360 (padded, one tile row), 176 wide with stride 150 gives
@@ -302,6 +302,32 @@ def test_a_sidecar_tile_outside_its_source_is_refused(tmp_path: Path) -> None:
 
 
 # -- windowed reads of tiled TIFFs -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape,dtype,planar", [((300, 170, 3), np.uint8, False), ((300, 170, 3), np.uint8, True),
+                                                 ((300, 170), np.uint16, False), ((300, 170, 4), np.uint16, True)])
+def test_tiled_tiff_windows_equal_the_array(tmp_path: Path, shape: tuple[int, ...], dtype: type, planar: bool) -> None:
+    arr = np.random.default_rng(1).integers(0, np.iinfo(dtype).max, shape, dtype=dtype)
+    path = tmp_path / "x.tif"
+    if planar:
+        tifffile.imwrite(path, np.moveaxis(arr, -1, 0), tile=(64, 48), planarconfig="separate", compression="zlib",
+                         photometric="rgb" if shape[2] == 3 else "minisblack")
+    else:
+        tifffile.imwrite(path, arr, tile=(64, 48), compression="zlib", photometric="minisblack" if arr.ndim == 2
+                         else "rgb")
+    with TiledTiff(path, "image", 10_000) as tif:
+        assert tif.shape == shape and tif.planar == planar
+        tif.plan_cache(100)
+        for y, x, h, w in [(0, 0, 300, 170), (63, 47, 2, 2), (250, 100, 50, 70), (10, 0, 100, 1)]:
+            assert np.array_equal(tif.read(y, x, h, w), arr[y : y + h, x : x + w])
+        decoded = tif.decoded
+        assert decoded <= 2 * 5 * 4 * (shape[2] if planar else 1)  # a bounded cache, never the whole file twice
+
+
+def test_tiled_tiff_refuses_tiles_above_max_pixels(tmp_path: Path) -> None:
+    tifffile.imwrite(tmp_path / "x.tif", np.zeros((512, 512), np.uint8), tile=(256, 256))
+    with pytest.raises(DecodeError, match="TIFF tiles are 256x256 pixels, more than --max-pixels 1000"):
+        TiledTiff(tmp_path / "x.tif", "label", 1000)
 
 
 def _scene(root: Path, tiled: bool) -> None:
