@@ -373,6 +373,7 @@ def test_a_png_above_max_pixels_is_refused_clearly(camvid_root: Path, tmp_path: 
                               workers=1, quiet=True))
 
 
+@pytest.mark.slow
 def test_a_large_tiled_tiff_converts_in_bounded_memory() -> None:
     """scripts/tiling_memory.py at 8000x8000 (a 192 MB image and a 64 MB label decoded whole): the converting
     process (under RLIMIT_AS) peaks far below them. The 30000x30000 case runs the same script by hand."""
