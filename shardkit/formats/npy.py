@@ -51,16 +51,21 @@ class _StreamedArray:
         self.fh.close()
         if count == self.shape[0]:
             return self.sha.hexdigest()
-        # The header still says the planned count, so the file is shorter than np.load expects: read the
-        # samples that did come straight after the header, then rewrite the file with the true shape.
-        with open(self.path, "rb") as fh:
-            np.lib.format.read_magic(fh)
-            np.lib.format.read_array_header_1_0(fh)
-            per_sample = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
-            data = fh.read(count * per_sample)
-        kept = np.frombuffer(data, dtype=self.dtype).reshape((count, *self.shape[1:]))
-        with open(self.path, "wb") as fh:  # a file object: np.save(path) would append ".npy" to the name
-            np.save(fh, kept, allow_pickle=False)
+        # The header still says the planned count, so the file is shorter than np.load expects: copy the
+        # samples that did come, chunk by chunk (a shard of many tiles may be larger than memory), behind the
+        # header of the true shape (the bytes np.save writes), then replace the file.
+        part = self.path.with_name(self.path.name + ".part")
+        with open(self.path, "rb") as src, open(part, "wb") as dst:
+            np.lib.format.read_magic(src)
+            np.lib.format.read_array_header_1_0(src)
+            header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False,
+                      "shape": (count, *self.shape[1:])}
+            np.lib.format.write_array_header_1_0(dst, header)
+            left = count * int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
+            while left > 0 and (chunk := src.read(min(left, 1 << 24))):
+                dst.write(chunk)
+                left -= len(chunk)
+        part.replace(self.path)
         return None
 
 
