@@ -128,10 +128,8 @@ def _verify_shards(report: SplitReport, manifest: Manifest, path: Path, spec: Sa
     for pos, shard in enumerate(manifest.shards):
         where = f"shard {shard.index} ({', '.join(f.name for f in shard.all_files)})"
         try:
-            if remote is not None:  # the format's reader on the shard's fetched copy
-                reader = remote.reader(pos)
-            else:
-                reader = fmt.open_shard(path, shard, spec, manifest)
+            # a remote split: the format's reader on the shard's fetched copy
+            reader = remote.reader(pos) if remote is not None else fmt.open_shard(path, shard, spec, manifest)
             reader.verify_hashes()
             reader.ensure_open()
             hw = manifest.samples.hw(pos, reader.local_directory)  # this shard's only

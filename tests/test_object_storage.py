@@ -395,7 +395,7 @@ def test_torch_loader_workers_read_a_bucket_through_one_cache(raw_camvid: str, c
         convert(ConvertConfig(raw_camvid, out, workers=1, **{**OPTIONS, "shard_size": ShardSize(samples=6)}))
     ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "cache")
     ds[0]  # the parent already holds a filesystem client and a cached shard when the workers start
-    loader = make_loader(ds, batch_size=4, shuffle=False, num_workers=2, multiprocessing_context=context)
+    loader = make_loader(ds, shardkit.EpochPlan(4, shuffle=False), num_workers=2, multiprocessing_context=context)
     ref = shardkit.open(camvid_val_npy)
     seen = 0
     for images, labels in loader:
@@ -418,7 +418,7 @@ def test_tf_dataset_reads_a_tfrecord_split_from_a_bucket(raw_camvid: str, camvid
     ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "cache")
     ref = shardkit.open(camvid_val_npy)
     seen = 0
-    for images, labels in shardkit.tf.dataset(ds, 8, shuffle=False):
+    for images, labels in shardkit.tf.dataset(ds, shardkit.EpochPlan(8, shuffle=False)):
         want_i, want_l = ref.batch(list(range(seen, seen + len(images))))
         assert np.array_equal(images.numpy(), want_i) and np.array_equal(labels.numpy(), want_l)
         seen += len(images)
@@ -484,7 +484,7 @@ def _loader_epoch(url: str, cache_dir: str) -> None:
     from shardkit.read.torch import make_loader
 
     ds = shardkit.open(url, cache_dir=cache_dir, cache_limit=1)
-    for _ in make_loader(ds, batch_size=4, shuffle=False, num_workers=2, multiprocessing_context="fork"):
+    for _ in make_loader(ds, shardkit.EpochPlan(4, shuffle=False), num_workers=2, multiprocessing_context="fork"):
         pass
     os._exit(0)  # like a job killed after its epoch: no atexit in this process either
 

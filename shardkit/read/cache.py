@@ -37,8 +37,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..config import parse_bytes
 from ..errors import ConfigError, IntegrityError, ShardkitError
 from ..formats.base import sha256_file

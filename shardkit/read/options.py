@@ -1,4 +1,4 @@
-"""The reading contract: how a split is opened (:class:`OpenOptions`) and which batches an epoch reads (:class:`EpochPlan`).
+"""The reading contract: how a split is opened (:class:`OpenOptions`), what an epoch reads (:class:`EpochPlan`).
 
 Both are frozen, validated on construction, picklable and declared once here. ``shardkit.open``/``Dataset``,
 ``make_loader``, ``ShardkitTorchDataset``, ``shardkit.tf.dataset``, the Keras ``ShardkitPyDataset`` and the
@@ -23,7 +23,7 @@ from ..errors import ConfigError
 from . import sampling as _sampling
 from .cache import parse_limit
 
-__all__ = ["EpochPlan", "OpenOptions", "fold_deprecated"]
+__all__ = ["EpochPlan", "OpenOptions", "adapter_options", "adapter_plan", "fold_deprecated", "refuse_unknown"]
 
 LABEL_LAYOUTS = ("channels_last", "channels_first")
 
@@ -132,7 +132,7 @@ T = TypeVar("T", OpenOptions, EpochPlan)
 
 
 def fold_deprecated(where: str, given: dict[str, Any], base: T, names: tuple[str, ...] | None = None,
-                    *, argument: str) -> T:
+                    *, argument: str, stacklevel: int = 3) -> T:
     """Move the deprecated keywords of ``given`` that are fields of ``base``'s class (or ``names``) into a copy of
     ``base``, with one ``DeprecationWarning`` naming the replacement; they are removed from ``given``."""
     fields = names if names is not None else tuple(f.name for f in dataclasses.fields(base))
@@ -142,8 +142,27 @@ def fold_deprecated(where: str, given: dict[str, Any], base: T, names: tuple[str
     cls = type(base).__name__
     listed = ", ".join(f"{k}=" for k in moved)
     warnings.warn(f"{where}: {listed} {'is' if len(moved) == 1 else 'are'} deprecated and will be removed in the next "
-                  f"release; pass {argument}=shardkit.{cls}(…) instead", DeprecationWarning, stacklevel=3)
+                  f"release; pass {argument}=shardkit.{cls}(…) instead", DeprecationWarning, stacklevel=stacklevel)
     return base.replace(**moved)
+
+
+def adapter_plan(where: str, plan: EpochPlan | int | None, given: dict[str, Any]) -> EpochPlan:
+    """An adapter's ``plan`` argument with its deprecated sampling keywords (``batch_size=``, ``shuffle=``, …)
+    folded in (removed from ``given``; a DeprecationWarning at the adapter's caller)."""
+    if plan is None:
+        if "batch_size" not in given:
+            raise TypeError(f"{where}() missing its plan: an EpochPlan or a batch size")
+        plan = int(given["batch_size"])  # still in given: folded below, with its warning
+    elif "batch_size" in given:
+        raise TypeError(f"{where}() got two batch sizes: plan and batch_size=")
+    return fold_deprecated(where, given, EpochPlan.of(plan), argument="plan", stacklevel=4)
+
+
+def adapter_options(where: str, options: OpenOptions | None, given: dict[str, Any]) -> OpenOptions:
+    """An adapter's ``options`` argument with its deprecated ``labels=``/``verify=`` folded in (removed from
+    ``given``; a DeprecationWarning at the adapter's caller)."""
+    return fold_deprecated(where, given, options or OpenOptions(), ("labels", "verify"), argument="options",
+                           stacklevel=4)
 
 
 def refuse_unknown(where: str, given: dict[str, Any]) -> None:

@@ -46,7 +46,7 @@ class ShardSource(ABC):
     def __len__(self) -> int:
         """How many shards."""
 
-    def release(self) -> None:
+    def release(self) -> None:  # noqa: B027 - nothing to let go of by default
         """Let go of what this process holds beyond the readers' files (pins on cached shards)."""
 
 

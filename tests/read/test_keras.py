@@ -102,8 +102,8 @@ def pydataset_options_check(split: str) -> dict[str, Any]:
     """Options reach PyDataset; uint8 / ids outputs; pickling; the epoch advances the order."""
     from shardkit.read.keras import ShardkitPyDataset
 
-    data = ShardkitPyDataset(split, 8, workers=3, use_multiprocessing=True, max_queue_size=5, normalize=False,
-                             drop_last=True, rank=1, world_size=2)
+    data = ShardkitPyDataset(split, shardkit.EpochPlan(8, drop_last=True, rank=1, world_size=2), workers=3,
+                             use_multiprocessing=True, max_queue_size=5, normalize=False)
     assert (data.workers, data.use_multiprocessing, data.max_queue_size) == (3, True, 5)
     assert len(data) == 1  # 13 samples per rank, one full batch of 8
     x, y = data[0]
@@ -133,7 +133,7 @@ def pydataset_augment_check(split: str) -> dict[str, Any]:
     from shardkit.read.keras import ShardkitPyDataset
 
     aug = A.parse("scale=0.8:1.25,crop=64x96,hflip,rotate=5,jitter=0.2")
-    data = ShardkitPyDataset(split, 8, seed=2, normalize=False, augment=aug)
+    data = ShardkitPyDataset(split, shardkit.EpochPlan(8, seed=2), normalize=False, augment=aug)
     core = shardkit.open(split)
     outputs = []
     for _ in range(2):
