@@ -60,7 +60,8 @@ def keras_training_check(split: str) -> dict[str, Any]:
                 seen.setdefault(self.epoch, []).extend(idx.tolist())
             return x, y
 
-    data = Recording(split, 4, labels="float_onehot", workers=2, max_queue_size=3, seed=1)
+    data = Recording(split, shardkit.EpochPlan(4, seed=1), options=shardkit.OpenOptions(labels="float_onehot"),
+                     workers=2, max_queue_size=3)
     model = keras.Sequential([keras.Input((*SIZE, 3)),
                               keras.layers.Conv2D(core.onehot_channels, 1, activation="softmax")])
     model.compile(optimizer="adam", loss="categorical_crossentropy")
