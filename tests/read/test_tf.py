@@ -124,3 +124,27 @@ def test_png_tfrecord_is_decoded_in_graph(tf, splits: dict[str, Path]) -> None:
     data = dataset(splits["tfrecord-png"], shardkit.EpochPlan(4, shuffle=True, seed=3),
                    options=shardkit.OpenOptions(labels="ids"), with_keys=True)
     _check_epochs(data, core, epochs=1)
+
+
+def test_old_keywords_warn_and_give_the_same_batches(tf, splits: dict[str, Path]) -> None:
+    import shardkit.tf
+
+    core = shardkit.open(splits["npy"], labels="onehot")
+    new = shardkit.tf.dataset(splits["npy"], shardkit.EpochPlan(4, seed=2, epoch=1),
+                              options=shardkit.OpenOptions(labels="onehot"), with_keys=True)
+    with pytest.warns(DeprecationWarning, match="seed=, epoch= are deprecated"):
+        old = shardkit.tf.dataset(splits["npy"], 4, seed=2, epoch=1, labels="onehot", with_keys=True)
+    assert _check_epochs(old, core, 1) == _check_epochs(new, core, 1)
+    with pytest.warns(DeprecationWarning, match="batch_size="):
+        sized = shardkit.tf.dataset(splits["npy"], batch_size=4, seed=2, epoch=1, with_keys=True)
+    assert _check_epochs(sized, shardkit.open(splits["npy"]), 1) == _check_epochs(new, core, 1)
+
+
+def test_a_global_shuffle_plan_reads_a_tfrecord_split_in_the_samplers_order(tf, splits: dict[str, Path]) -> None:
+    """shuffle_mode='global' (not tf.data's shard-then-buffer shuffle): the core sampler's one global order."""
+    import shardkit.tf
+
+    core = shardkit.open(splits["tfrecord"])
+    plan = shardkit.EpochPlan(5, seed=6, shuffle_mode="global")
+    order = _check_epochs(shardkit.tf.dataset(splits["tfrecord"], plan, with_keys=True), core, 1)[0]
+    assert order == core.sampler(plan).indices().tolist()
