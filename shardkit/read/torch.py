@@ -252,7 +252,7 @@ def make_loader(
     if augment is not None:
         memory = None  # augmented batches are fresh arrays anyway
     buffers = memory.keep + 1 if num_workers == 0 and memory is not None else 0
-    dataset = ShardkitTorchDataset(source, options=None if isinstance(source, Dataset) else opts, layout=layout,
+    dataset = ShardkitTorchDataset(source, options=options if isinstance(source, Dataset) else opts, layout=layout,
                                    with_indices=with_indices, buffers=buffers, augment=augment, seed=the_plan.seed)
     sampler = dataset.dataset.sampler(the_plan)
     sampler.auto_epoch = auto_epoch

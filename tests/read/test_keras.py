@@ -121,8 +121,9 @@ def pydataset_options_check(split: str) -> dict[str, Any]:
     assert data.epoch == 1 and data.batch_indices(0).tolist() != first
     with pytest.raises(IndexError):
         data[1]
-    with pytest.warns(DeprecationWarning, match="drop_last=, rank=, world_size= are deprecated"):
+    with pytest.warns(DeprecationWarning) as caught:
         old = ShardkitPyDataset(split, 8, drop_last=True, rank=1, world_size=2, labels="onehot", normalize=False)
+    assert len(caught) == 2 and "drop_last=, rank=, world_size= are deprecated" in str(caught[0].message)
     assert old.sampler.batches()[0].tolist() == first and old.dataset.labels == "onehot"
     with pytest.raises(shardkit.errors.ConfigError, match="not a training target"):
         ShardkitPyDataset(split, 8, options=shardkit.OpenOptions(labels="stored"))
