@@ -80,7 +80,8 @@ def train_torch(train: Path, val: Path, aug: A.Compose, steps: int, batch_size: 
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     loss_fn = nn.CrossEntropyLoss(ignore_index=-100 if ignore is None else ignore)
     # the loader reads whole batches and augments them in its workers; the prefetcher normalises on the device
-    loader = make_loader(train, batch_size, shuffle=True, num_workers=workers, augment=aug, drop_last=True)
+    loader = make_loader(train, shardkit.EpochPlan(batch_size, shuffle=True, drop_last=True), num_workers=workers,
+                         augment=aug)
     step, loss_value, started = 0, float("nan"), time.perf_counter()
     model.train()
     while step < steps:  # the loader's epoch advances after each full pass: a new shuffle and new draws
@@ -99,8 +100,8 @@ def train_torch(train: Path, val: Path, aug: A.Compose, steps: int, batch_size: 
     conf = np.zeros((c, c), np.int64)
     crop = A.parse(f"crop={aug_crop(aug)}")  # val: the same window size, no random augmentation
     with torch.no_grad():
-        for images, labels in CudaPrefetcher(make_loader(val, batch_size, shuffle=False, augment=crop),
-                                             device=device):
+        val_plan = shardkit.EpochPlan(batch_size, shuffle=False)
+        for images, labels in CudaPrefetcher(make_loader(val, val_plan, augment=crop), device=device):
             pred = model(images).argmax(1).cpu().numpy()
             conf += confusion(pred, labels.cpu().numpy(), c, ignore)
     acc, miou = scores(conf, ignore)
@@ -115,7 +116,8 @@ def train_keras(train: Path, val: Path, aug: A.Compose, steps: int, batch_size: 
     from shardkit.read.keras import ShardkitPyDataset
 
     keras.utils.set_random_seed(0)
-    data = ShardkitPyDataset(train, batch_size, augment=aug, drop_last=True)  # x float32 normalised, y ids
+    # x float32 normalised, y ids
+    data = ShardkitPyDataset(train, shardkit.EpochPlan(batch_size, drop_last=True), augment=aug)
     c, ignore = data.dataset.num_classes, data.dataset.ignore_index
     h, w = (int(v) for v in aug_crop(aug).split("x"))
     model = keras.Sequential([
@@ -138,7 +140,7 @@ def train_keras(train: Path, val: Path, aug: A.Compose, steps: int, batch_size: 
               flush=True)
     seconds = time.perf_counter() - started
     crop = A.parse(f"crop={aug_crop(aug)}")
-    val_data = ShardkitPyDataset(val, batch_size, shuffle=False, augment=crop)
+    val_data = ShardkitPyDataset(val, shardkit.EpochPlan(batch_size, shuffle=False), augment=crop)
     conf = np.zeros((c, c), np.int64)
     for k in range(len(val_data)):
         x, y = val_data[k]

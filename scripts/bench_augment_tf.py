@@ -74,7 +74,7 @@ def main() -> None:
         for epoch in itertools.count():
             yield from ds.iter_batches(b, seed=0, epoch=epoch, augment=aug, drop_last=True)
 
-    data = shardkit.tf.dataset(args.split, b, seed=0, augment=aug, drop_last=True).repeat()
+    data = shardkit.tf.dataset(args.split, shardkit.EpochPlan(b, seed=0, drop_last=True), augment=aug).repeat()
     rows = [("apply: numpy/OpenCV", rate(cpu_apply(), nb, b)),
             ("apply: TensorFlow ops (tf.function)", rate(tf_apply(), nb, b)),
             ("read+augment: iter_batches(augment=)", rate(cpu_read(), nb, b)),

@@ -189,8 +189,8 @@ def main() -> None:
         for x, y in naive_loader:
             yield x.to(device, non_blocking=True), y.to(device, non_blocking=True)
 
-    shard_loader = make_loader(split, args.batch_size, shuffle=True, num_workers=args.workers, drop_last=True,
-                               reuse_buffers=True)
+    shard_loader = make_loader(split, shardkit.EpochPlan(args.batch_size, shuffle=True, drop_last=True),
+                               num_workers=args.workers, reuse_buffers=True)
     prefetcher = CudaPrefetcher(shard_loader, device, labels="float_onehot")
 
     fixed = next(iter(prefetcher))
@@ -204,11 +204,11 @@ def main() -> None:
         from shardkit import augment as A
 
         aug = A.parse(args.augment)
-        gpu_aug = CudaPrefetcher(make_loader(split, args.batch_size, shuffle=True, num_workers=args.workers,
-                                             drop_last=True, with_indices=True), device, labels="float_onehot",
-                                 augment=aug)
-        cpu_aug = CudaPrefetcher(make_loader(split, args.batch_size, shuffle=True, num_workers=args.workers,
-                                             drop_last=True, augment=aug), device, labels="float_onehot")
+        plan = shardkit.EpochPlan(args.batch_size, shuffle=True, drop_last=True)
+        gpu_aug = CudaPrefetcher(make_loader(split, plan, num_workers=args.workers, with_indices=True),
+                                 device, labels="float_onehot", augment=aug)
+        cpu_aug = CudaPrefetcher(make_loader(split, plan, num_workers=args.workers, augment=aug),
+                                 device, labels="float_onehot")
 
         def pairs(pre: CudaPrefetcher) -> Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]]:
             return lambda: ((b[0], b[1]) for b in pre)

@@ -15,10 +15,12 @@ if _TYPE_CHECKING:
     from .config import ConvertConfig
     from .pipeline import ConvertSummary
     from .read.dataset import Dataset
+    from .read.options import EpochPlan, OpenOptions
 
-__all__ = ["ConvertConfig", "ConvertSummary", "Dataset", "__version__", "convert", "open"]
+__all__ = ["ConvertConfig", "ConvertSummary", "Dataset", "EpochPlan", "OpenOptions", "__version__", "convert", "open"]
 
-_LAZY = {"ConvertConfig": ".config", "ConvertSummary": ".pipeline", "Dataset": ".read.dataset"}
+_LAZY = {"ConvertConfig": ".config", "ConvertSummary": ".pipeline", "Dataset": ".read.dataset",
+         "EpochPlan": ".read.options", "OpenOptions": ".read.options"}
 
 
 def __getattr__(name: str) -> _Any:
@@ -32,25 +34,29 @@ def __getattr__(name: str) -> _Any:
     raise AttributeError(f"module 'shardkit' has no attribute {name!r}")
 
 
-def open(path: "str | _os.PathLike[str]", *, labels: str = "ids", verify: bool = False,
-         label_layout: str = "channels_last", cache_dir: "str | _os.PathLike[str] | None" = None,
+def open(path: "str | _os.PathLike[str]", options: "OpenOptions | None" = None, *, labels: str = "ids",
+         verify: bool = False, label_layout: "str | None" = None, cache_dir: "str | _os.PathLike[str] | None" = None,
          cache_limit: "int | str | None" = None, storage_options: "dict[str, _Any] | None" = None,
          version: "int | None" = None) -> "Dataset":
     """Open a converted split folder (``out/train``) or URL (``s3://bucket/out/train``) as a :class:`Dataset`.
 
+    ``options``: a :class:`shardkit.OpenOptions` (what every adapter takes); or its fields as keywords (not both):
     ``labels``: ``"ids"``, ``"onehot"``, ``"float_onehot"`` or ``"stored"``; ``verify=True`` checks every
-    shard's sha256 on open; ``label_layout``: ``"channels_last"`` or ``"channels_first"`` one-hot.
-    For a URL, shards are cached whole in ``cache_dir`` (default ``$SHARDKIT_CACHE_DIR`` or
+    shard's sha256 on open; ``label_layout``: ``"channels_last"`` (None: the default) or ``"channels_first"``
+    one-hot. For a URL, shards are cached whole in ``cache_dir`` (default ``$SHARDKIT_CACHE_DIR`` or
     ``~/.cache/shardkit``) up to ``cache_limit`` (e.g. ``"20GB"``); ``storage_options`` go to fsspec
     (docs/object-storage.md). ``version=N`` opens the kept publish N of the split (its ``manifest-v<N>.json``)
     instead of the current one; either way the Dataset keeps reading the version it opened.
     """
     from .read.dataset import Dataset
+    from .read.options import OpenOptions
     from .storage import is_url
 
-    return Dataset(_os.fspath(path) if is_url(path) else _Path(path), labels=labels, verify=verify,
-                   label_layout=label_layout, cache_dir=cache_dir, cache_limit=cache_limit,
-                   storage_options=storage_options, version=version)
+    given = {"labels": labels, "verify": verify, "label_layout": label_layout, "cache_dir": cache_dir,
+             "cache_limit": cache_limit, "storage_options": storage_options, "version": version}
+    default = OpenOptions()
+    fields = {k: v for k, v in given.items() if v != getattr(default, k)}
+    return Dataset(_os.fspath(path) if is_url(path) else _Path(path), options, **fields)
 
 
 def convert(config: "ConvertConfig | str | _os.PathLike[str]", output: "str | _os.PathLike[str] | None" = None,

@@ -138,9 +138,10 @@ def torch_pass(path: Path, batch_size: int, limit: int, workers: int, seed: int,
                reuse_buffers: bool = False) -> Callable[[], int]:
     """Whole epochs of ``make_loader``: by default every batch is fresh memory (safe to keep);
     ``reuse_buffers=True`` times the opt-in ring of reused batch buffers."""
+    from .read.options import EpochPlan
     from .read.torch import make_loader
 
-    loader = make_loader(path, batch_size, shuffle=True, num_workers=workers, seed=seed, pin_memory=False,
+    loader = make_loader(path, EpochPlan(batch_size, shuffle=True, seed=seed), num_workers=workers, pin_memory=False,
                          reuse_buffers=reuse_buffers)
 
     def run() -> int:  # whole epochs (breaking off mid-epoch would time the loader's reset, not its reads)

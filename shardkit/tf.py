@@ -11,8 +11,9 @@ from typing import Any
 __all__ = ["dataset"]
 
 
-def dataset(path: Any, batch_size: int, **kwargs: Any) -> Any:
-    """A ``tf.data.Dataset`` of batches of a converted split; see :func:`shardkit.read.tf.dataset`."""
+def dataset(path: Any, plan: Any = None, **kwargs: Any) -> Any:
+    """A ``tf.data.Dataset`` of the batches of ``plan`` (a :class:`shardkit.EpochPlan` or a batch size) of a converted
+    split, opened with ``options=`` (a :class:`shardkit.OpenOptions`); see :func:`shardkit.read.tf.dataset`."""
     from .read.tf import dataset as _dataset
 
-    return _dataset(path, batch_size, **kwargs)
+    return _dataset(path, plan, **kwargs)

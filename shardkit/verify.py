@@ -98,6 +98,7 @@ def verify_split(path: str | Path, storage_options: dict[str, Any] | None = None
         try:
             if is_url(path):
                 from .read.cache import ShardCache
+                from .read.source import CachedShards
 
                 tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="shardkit-verify-"))
                 fetched = ShardCache(str(path), cache_dir=tmp, limit=1,  # limit 1: every shard read through
@@ -113,12 +114,13 @@ def verify_split(path: str | Path, storage_options: dict[str, Any] | None = None
         except ShardkitError as exc:  # an unknown format is the manifest's problem here, not a usage error
             report.problems.append(str(exc))
             return report
-        _verify_shards(report, manifest, folder, spec, fmt, cache)
+        remote = CachedShards(cache, fmt, manifest, spec) if cache is not None else None  # fetches on first read
+        _verify_shards(report, manifest, folder, spec, fmt, remote)
     return report
 
 
 def _verify_shards(report: SplitReport, manifest: Manifest, path: Path, spec: SampleSpec, fmt: Any,
-                   cache: Any) -> None:
+                   remote: Any) -> None:
     ignore = manifest.classes.get("ignore_index")
     counts = np.zeros(spec.num_classes, np.int64)
     report.shards = len(manifest.shards)
@@ -126,12 +128,8 @@ def _verify_shards(report: SplitReport, manifest: Manifest, path: Path, spec: Sa
     for pos, shard in enumerate(manifest.shards):
         where = f"shard {shard.index} ({', '.join(f.name for f in shard.all_files)})"
         try:
-            if cache is not None:
-                from .read.cache import CachedShardReader
-
-                reader = CachedShardReader(cache, fmt, shard, spec, manifest)
-            else:
-                reader = fmt.open_shard(path, shard, spec, manifest)
+            # a remote split: the format's reader on the shard's fetched copy
+            reader = remote.reader(pos) if remote is not None else fmt.open_shard(path, shard, spec, manifest)
             reader.verify_hashes()
             reader.ensure_open()
             hw = manifest.samples.hw(pos, reader.local_directory)  # this shard's only

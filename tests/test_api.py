@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import subprocess
 import sys
@@ -17,15 +18,27 @@ def test_public_names_are_only_the_api() -> None:
     code = "import shardkit; print(' '.join(n for n in dir(shardkit) if not n.startswith('_')))"
     names = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
     assert names == {"convert", "open"}  # a fresh import: no Any, TYPE_CHECKING, annotations or helper modules
-    assert set(shardkit.__all__) == {"ConvertConfig", "ConvertSummary", "Dataset", "__version__", "convert", "open"}
-    assert all(getattr(shardkit, n).__name__ == n for n in ("ConvertConfig", "ConvertSummary", "Dataset"))
+    classes = ("ConvertConfig", "ConvertSummary", "Dataset", "EpochPlan", "OpenOptions")
+    assert set(shardkit.__all__) == {*classes, "__version__", "convert", "open"}
+    assert all(getattr(shardkit, n).__name__ == n for n in classes)
 
 
-def test_open_takes_its_options_by_keyword_and_names_them() -> None:
+def test_open_takes_an_openoptions_or_its_fields_by_keyword() -> None:
     params = inspect.signature(shardkit.open).parameters
-    names = ["labels", "verify", "label_layout", "cache_dir", "cache_limit", "storage_options", "version"]
-    assert list(params) == ["path", *names]
+    names = [f.name for f in dataclasses.fields(shardkit.OpenOptions)]  # declared once: the keywords are its fields
+    assert names == ["labels", "verify", "label_layout", "cache_dir", "cache_limit", "storage_options", "version"]
+    assert list(params) == ["path", "options", *names]
     assert all(params[n].kind is inspect.Parameter.KEYWORD_ONLY for n in names)
+    assert all(params[n].default == getattr(shardkit.OpenOptions(), n) for n in names)
+
+
+def test_open_with_options_equals_open_with_keywords(camvid_val_npy: Path) -> None:
+    by_keywords = shardkit.open(camvid_val_npy, labels="onehot", label_layout="channels_first")
+    by_options = shardkit.open(camvid_val_npy, shardkit.OpenOptions(labels="onehot", label_layout="channels_first"))
+    assert by_options.options == by_keywords.options
+    assert by_options.batch([0, 5])[1].shape == by_keywords.batch([0, 5])[1].shape == (2, 11, 360, 480)
+    with pytest.raises(ConfigError, match="not both"):
+        shardkit.open(camvid_val_npy, shardkit.OpenOptions(), labels="onehot")
 
 
 def test_open_refuses_an_unknown_option(tmp_path) -> None:  # type: ignore[no-untyped-def]

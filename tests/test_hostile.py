@@ -48,7 +48,7 @@ def test_kept_loader_batches_stay_valid(camvid_splits: dict[str, Path], workers:
     from shardkit.read.torch import make_loader
 
     core = shardkit.open(camvid_splits["npy"])
-    loader = make_loader(camvid_splits["npy"], 2, shuffle=True, num_workers=workers, layout="NHWC",
+    loader = make_loader(camvid_splits["npy"], shardkit.EpochPlan(2, shuffle=True), num_workers=workers, layout="NHWC",
                          with_indices=True, pin_memory=False, multiprocessing_context="fork" if workers else None)
     batches = list(loader)
     assert sum(len(ix) for _, _, ix in batches) == len(core)

@@ -71,7 +71,7 @@ def read_epoch_while_publishing(nightly: Nightly, context: str, publishes_at: se
     opened = ds.version
     assert opened is not None
     want_images, want_labels = nightly.expected(nightly.generation_of[opened])
-    loader = make_loader(ds, batch_size=1, shuffle=False, num_workers=2, multiprocessing_context=context,
+    loader = make_loader(ds, shardkit.EpochPlan(1, shuffle=False), num_workers=2, multiprocessing_context=context,
                          prefetch_factor=1, persistent_workers=False)
     seen = 0
     latest = opened

@@ -395,7 +395,7 @@ def test_torch_loader_workers_read_a_bucket_through_one_cache(raw_camvid: str, c
         convert(ConvertConfig(raw_camvid, out, workers=1, **{**OPTIONS, "shard_size": ShardSize(samples=6)}))
     ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "cache")
     ds[0]  # the parent already holds a filesystem client and a cached shard when the workers start
-    loader = make_loader(ds, batch_size=4, shuffle=False, num_workers=2, multiprocessing_context=context)
+    loader = make_loader(ds, shardkit.EpochPlan(4, shuffle=False), num_workers=2, multiprocessing_context=context)
     ref = shardkit.open(camvid_val_npy)
     seen = 0
     for images, labels in loader:
@@ -418,7 +418,7 @@ def test_tf_dataset_reads_a_tfrecord_split_from_a_bucket(raw_camvid: str, camvid
     ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "cache")
     ref = shardkit.open(camvid_val_npy)
     seen = 0
-    for images, labels in shardkit.tf.dataset(ds, 8, shuffle=False):
+    for images, labels in shardkit.tf.dataset(ds, shardkit.EpochPlan(8, shuffle=False)):
         want_i, want_l = ref.batch(list(range(seen, seen + len(images))))
         assert np.array_equal(images.numpy(), want_i) and np.array_equal(labels.numpy(), want_l)
         seen += len(images)
@@ -484,7 +484,7 @@ def _loader_epoch(url: str, cache_dir: str) -> None:
     from shardkit.read.torch import make_loader
 
     ds = shardkit.open(url, cache_dir=cache_dir, cache_limit=1)
-    for _ in make_loader(ds, batch_size=4, shuffle=False, num_workers=2, multiprocessing_context="fork"):
+    for _ in make_loader(ds, shardkit.EpochPlan(4, shuffle=False), num_workers=2, multiprocessing_context="fork"):
         pass
     os._exit(0)  # like a job killed after its epoch: no atexit in this process either
 
@@ -606,3 +606,100 @@ def test_going_back_to_a_kept_versions_content_reuses_its_objects(s3: str, camvi
     assert third.reused == third.shards == 2  # version 1's objects reused (an LMDB rewrite would change bytes)
     v3 = manifest_of(f"{out}/val")
     assert v3["version"] == 3 and v3["shards"] == v1["shards"]
+
+
+# ------------------------------------------------------------------ one reading contract (issue 25)
+@pytest.fixture(scope="module")
+def limited_split(raw_camvid: str) -> tuple[str, int]:
+    """CamVid val on the bucket in nine shards, and a cache limit that holds about three of them."""
+    out = "s3://out/adapters"
+    convert(ConvertConfig(raw_camvid, out, workers=1, **{**OPTIONS, "shard_size": ShardSize(samples=3)}))
+    m = manifest_of(f"{out}/val")
+    sizes = [sum(f["bytes"] for f in [*s["files"], s["samples"]]) for s in m["shards"]]
+    return f"{out}/val", sum(sizes[:3]) + len(json.dumps(m)) + 16384
+
+
+def _check_cache(ds: shardkit.Dataset, cache_dir: Path, limit: int, endpoint: str) -> None:
+    """The options reached this adapter's Dataset: its cache is in ``cache_dir`` under ``limit``, its storage
+    options are the ones given, and the shards it read were downloaded there."""
+    assert ds.cache is not None and ds.cache.root == cache_dir and ds.cache.limit == limit
+    assert ds.cache.remote.options["endpoint_url"] == endpoint
+    assert ds.cache.usage() <= limit
+    assert any(p.name.startswith("images-") for p in cache_dir.glob("*/*")), "nothing was cached where it was asked"
+
+
+def test_every_adapter_reads_a_bucket_under_a_cache_limit_with_its_options(limited_split: tuple[str, int],
+                                                                           camvid_val_npy: Path,
+                                                                           tmp_path: Path) -> None:
+    import torch
+
+    import shardkit.tf
+    from shardkit.read.keras import ShardkitPyDataset
+    from shardkit.read.torch import CudaPrefetcher, ShardkitTorchDataset, make_loader
+
+    url, limit = limited_split
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    ref = shardkit.open(camvid_val_npy)
+    want_images, want_labels = ref.batch(np.arange(len(ref)))
+    plan = shardkit.EpochPlan(4, shuffle=False)
+
+    def options(name: str) -> shardkit.OpenOptions:
+        return shardkit.OpenOptions(cache_dir=tmp_path / name, cache_limit=limit,
+                                    storage_options={"endpoint_url": endpoint})
+
+    def same(images: np.ndarray, labels: np.ndarray) -> bool:
+        return np.array_equal(images, want_images) and np.array_equal(labels, want_labels.astype(labels.dtype))
+
+    # make_loader, with a worker process (the options travel to it), and CudaPrefetcher over it
+    loader = make_loader(url, plan, 1, options=options("loader"), layout="NHWC", pin_memory=False,
+                         multiprocessing_context="fork", persistent_workers=False)
+    batches = [(x.numpy(), y.numpy()) for x, y in CudaPrefetcher(loader, "cpu", normalize=False)]
+    assert same(np.concatenate([b[0] for b in batches]), np.concatenate([b[1] for b in batches]))
+    _check_cache(loader.dataset.dataset, tmp_path / "loader", limit, endpoint)
+    # ShardkitTorchDataset (map-style, a whole batch per index list)
+    tds = ShardkitTorchDataset(url, options=options("torch"), layout="NHWC")
+    images, labels = tds[list(range(len(tds)))]
+    assert isinstance(images, torch.Tensor) and same(images.numpy(), labels.numpy())
+    _check_cache(tds.dataset, tmp_path / "torch", limit, endpoint)
+    # shardkit.tf.dataset
+    parts = list(shardkit.tf.dataset(url, plan, options=options("tf")))
+    assert same(np.concatenate([x.numpy() for x, _ in parts]), np.concatenate([y.numpy() for _, y in parts]))
+    # Keras
+    seq = ShardkitPyDataset(url, plan, options=options("keras"), normalize=False)
+    parts = [seq[i] for i in range(len(seq))]
+    assert same(np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts]))
+    _check_cache(seq.dataset, tmp_path / "keras", limit, endpoint)
+    for name in ("loader", "torch", "tf", "keras"):  # the limit held: a subset cached there, the rest read through
+        cached = [p for p in (tmp_path / name).glob("*/*") if p.is_file() and not p.name.startswith(".")]
+        assert 0 < sum(p.name.startswith("images-") for p in cached) < 9, name  # of nine shards
+        assert sum(p.stat().st_size for p in cached) <= limit, name
+    # storage_options reach every adapter: a wrong endpoint fails each one, with the library's one-line error
+    bad = shardkit.OpenOptions(cache_dir=tmp_path / "bad", storage_options={
+        "endpoint_url": "http://127.0.0.1:9", "config_kwargs": {"retries": {"max_attempts": 1}}})
+    for open_with in (lambda: make_loader(url, plan, options=bad), lambda: ShardkitTorchDataset(url, options=bad),
+                      lambda: shardkit.tf.dataset(url, plan, options=bad),
+                      lambda: ShardkitPyDataset(url, plan, options=bad)):
+        with pytest.raises(StorageError, match="endpoint"):
+            open_with()
+
+
+def test_a_bucket_split_gets_the_local_fast_paths(limited_split: tuple[str, int], camvid_val_npy: Path,
+                                                  tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A remote npy split is served by the format's own reader on the cached copy, so batches are gathered from
+    its memory-mapped arrays like a local split's (the reader subclass it replaced turned that path off)."""
+    from shardkit.formats.npy import NpyReader
+
+    url, _ = limited_split
+    ds = shardkit.open(url, cache_dir=tmp_path / "cache")
+    ref = shardkit.open(camvid_val_npy)
+    reader = ds.source.reader(1)
+    assert type(reader) is NpyReader and reader.fixed_arrays() is not None
+
+    def slow_path(*args: object) -> None:
+        raise AssertionError("read_batch_into: the npy fast path was not taken")
+
+    monkeypatch.setattr(NpyReader, "read_batch_into", slow_path)
+    idx = np.array([25, 0, 4, 5, 6, 7, 13, 12, 3])
+    images, labels = ds.batch(idx)
+    want_images, want_labels = ref.batch(idx)
+    assert np.array_equal(images, want_images) and np.array_equal(labels, want_labels)

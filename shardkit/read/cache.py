@@ -37,17 +37,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..config import parse_bytes
 from ..errors import ConfigError, IntegrityError, ShardkitError
-from ..formats.base import SampleSpec, ShardFormat, ShardReader, sha256_file
+from ..formats.base import sha256_file
 from ..lock import pid_alive
 from ..manifest import (
     MANIFEST_NAME,
     MAX_MANIFEST_BYTES,
     MAX_PUBLISH,
-    Manifest,
     kept_versions,
     named_files,
     parse_manifest_bytes,
@@ -436,95 +433,3 @@ class ShardCache:
         """Bytes of this split's shard files now in the cache."""
         return sum(p.stat().st_size for p in self.directory.iterdir()
                    if not p.name.startswith(".") and not _is_manifest_name(p.name) and p.is_file())
-
-
-class CachedShardReader(ShardReader):
-    """A shard of a split on object storage: fetched through the :class:`ShardCache` on first read, then
-    served by the format's own reader on the local copy. Nothing is fetched before a sample is read."""
-
-    def __init__(self, cache: ShardCache, fmt: type[ShardFormat], shard: ShardInfo, spec: SampleSpec,
-                 manifest: Manifest) -> None:
-        self.cache = cache
-        self.fmt = fmt
-        self.manifest = manifest
-        self.directory = cache.directory
-        self.shard = shard
-        self.spec = spec
-        self.format_options = manifest.format_options
-        self.format_version = manifest.format_version
-        self.expected_hw = None
-        self._pid: int | None = None
-        self._inner: ShardReader | None = None
-        self._pins: list[int] = []
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_pid"] = None
-        state["_inner"] = None
-        state["_pins"] = []
-        return state
-
-    def inner(self) -> ShardReader:
-        """The format reader on the local copy (fetching the shard first, once per process). The local files
-        are pinned (:meth:`ShardCache.pin`) first, so another process sharing the cache cannot evict them
-        between the fetch and the open, nor while they are read."""
-        pid = os.getpid()
-        if self._inner is None or self._pid != pid:
-            if self._pid == pid:
-                unpin(self._pins)
-            self._pins = []  # a forked child's inherited descriptors stay with the parent's lock
-            for _ in range(3):
-                folder = self.cache.fetch(self.shard, self)
-                pins = self.cache.pin(self.shard.all_files, folder)
-                if pins is not None:
-                    break
-            else:
-                raise IntegrityError("shard files keep disappearing from the cache while being opened",
-                                     path=self.cache.directory,
-                                     fix="another process is deleting files in this cache_dir; give each job "
-                                         "its own cache_dir or a larger cache_limit")
-            self._pins = pins
-            reader = self.fmt.open_shard(folder, self.shard, self.spec, self.manifest)
-            reader.ensure_open()  # a read-through folder may be deleted later: hold its files open now
-            reader.expected_hw  # noqa: B018 - and read the sizes from its sidecar now (variable-size splits)
-            self._inner, self._pid = reader, pid
-        return self._inner
-
-    @property
-    def local_directory(self) -> Path:
-        return self.inner().directory
-
-    def release(self) -> None:
-        """Forget the local copy (a read-through shard whose folder is being deleted) and unpin it."""
-        self._inner = None
-        if self._pid == os.getpid():
-            unpin(self._pins)
-        self._pins = []
-
-    def check_files(self) -> None:
-        self.inner()
-
-    def path(self, name: str) -> Path:
-        return member_path(name, self._inner.directory if self._inner is not None else self.directory)
-
-    def verify_hashes(self) -> None:
-        self.inner().verify_hashes()
-
-    def ensure_open(self) -> None:
-        self.inner()
-
-    def _open(self) -> None:
-        self.inner()
-
-    def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        return self.inner().read(i)
-
-    def prefetch(self, local_indices: Sequence[int] | np.ndarray, cold: bool = True) -> None:
-        self.inner().prefetch(local_indices, cold)
-
-    def read_batch_into(self, local_indices: Sequence[int] | np.ndarray, out_images: np.ndarray,
-                        out_labels: np.ndarray) -> None:
-        self.inner().read_batch_into(local_indices, out_images, out_labels)
-
-    def shape_of(self, i: int) -> tuple[int, int]:
-        return self.inner().shape_of(i)

@@ -19,7 +19,7 @@ import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -37,10 +37,10 @@ from ..stats import ENET_K, ClassFrequencies, class_weights, split_frequencies
 from ..storage import is_url
 from ..tiles import Tile
 from . import sampling as _sampling
+from .cache import ShardCache
+from .options import EpochPlan, OpenOptions
 from .residency import StorageReads
-
-if TYPE_CHECKING:
-    from .cache import ShardCache
+from .source import CachedShards, LocalShards, ShardSource
 
 log = logging.getLogger(__name__)
 #: Runs of at least this many samples of one shard are gathered with one np.take, shorter ones row by row.
@@ -53,15 +53,17 @@ Batch = tuple[np.ndarray, np.ndarray]
 class Dataset:
     """A converted split. ``ds[i]`` → (image (H, W, 3) uint8, label); ``ds.batch(idx)`` → stacked arrays.
 
-    ``labels``: ``"ids"`` (H, W) class ids, ``"onehot"`` (H, W, C) uint8, ``"float_onehot"``
-    (H, W, C) float32, or ``"stored"`` (the stored encoding as is). ``label_layout=
+    Opened with ``options``, an :class:`~shardkit.read.options.OpenOptions`, or its fields as keywords
+    (``Dataset(path, labels="onehot")``). ``labels``: ``"ids"`` (H, W) class ids, ``"onehot"`` (H, W, C) uint8,
+    ``"float_onehot"`` (H, W, C) float32, or ``"stored"`` (the stored encoding as is). ``label_layout=
     "channels_first"`` gives one-hot outputs as (C, H, W). ``verify=True`` checks every
     shard's sha256 against the manifest on open. Arrays from ``ds[i]`` may be read-only views
     of the shard (zero-copy); arrays from :meth:`batch` are the caller's.
 
     ``path`` may be an fsspec URL (``s3://bucket/out/train``): shards are then fetched whole on first use
     into a local cache (``cache_dir``, at most ``cache_limit`` bytes such as ``"20GB"``; see
-    :mod:`shardkit.read.cache`), with ``storage_options`` for fsspec (endpoint, credentials).
+    :mod:`shardkit.read.cache`), with ``storage_options`` for fsspec (endpoint, credentials), and served by
+    the format's own readers on the cached copies (:mod:`shardkit.read.source`).
 
     A Dataset is a snapshot: it reads the version of the split it opened (``version=N`` opens the kept
     publish ``manifest-v<N>.json``; by default the current one) until it is opened again, whatever a
@@ -70,38 +72,41 @@ class Dataset:
     remove its files while this process lives.
     """
 
-    def __init__(self, path: str | Path, *, labels: str = "ids", verify: bool = False,
-                 label_layout: str = "channels_last", cache_dir: str | os.PathLike[str] | None = None,
-                 cache_limit: int | str | None = None, storage_options: dict[str, Any] | None = None,
-                 version: int | None = None) -> None:
-        if labels not in encoding.READER_OUTPUTS:
-            raise ConfigError(f"labels={labels!r} is not one of {', '.join(encoding.READER_OUTPUTS)}")
-        if label_layout not in ("channels_last", "channels_first"):
-            raise ConfigError(f"label_layout={label_layout!r} is not channels_last or channels_first")
+    def __init__(self, path: str | os.PathLike[str], options: OpenOptions | None = None, **fields: Any) -> None:
+        try:
+            opts = options if options is not None else OpenOptions(**fields)
+        except TypeError as exc:  # an unknown keyword: named the way Python names it
+            raise TypeError(f"Dataset() {str(exc).split('() ', 1)[-1]}") from None
+        if options is not None and fields:
+            raise ConfigError(f"pass either options= or the keywords {', '.join(fields)}, not both",
+                              fix="put them into the OpenOptions: options.replace(...)")
+        #: how this split was opened (:class:`~shardkit.read.options.OpenOptions`)
+        self.options = opts
+        label_layout = opts.label_layout or "channels_last"
         # channels_first one-hot ((…, C, H, W)) is what PyTorch wants; both layouts are built by
         # shardkit.onehot (without numba, channels_first is ~2x faster to build).
         self.label_layout = label_layout
-        self.cache: ShardCache | None = None
+        version = opts.version
+        cache: ShardCache | None = None
         if is_url(path):
-            from .cache import ShardCache
-
-            self.cache = ShardCache(str(path), cache_dir=cache_dir, limit=cache_limit,
-                                    storage_options=storage_options, version=version)
-            path = self.cache.manifest
+            cache = ShardCache(os.fspath(path), cache_dir=opts.cache_dir, limit=opts.cache_limit,
+                               storage_options=opts.storage_options, version=version)
+            path = cache.manifest
             version = None  # the cache fetched that version's manifest
+        self.cache = cache
         self.path = Path(path)
         self.manifest: Manifest = load_manifest(self.path, version)
-        if self.cache is not None:  # sample records of a remote split: from the shard's cached copy
-            self.manifest.samples.locate = self.cache.fetch_sidecar
+        if cache is not None:  # sample records of a remote split: from the shard's cached copy
+            self.manifest.samples.locate = cache.fetch_sidecar
         if self.path.is_file():
             self.path = self.path.parent
         self._lease: weakref.finalize | None = None
-        if self.cache is None and self.manifest.version is not None:
+        if cache is None and self.manifest.version is not None:
             lease = take_lease(self.path, self.manifest.version)
             if lease is not None:
                 self._lease = weakref.finalize(self, drop_lease, lease, os.getpid())
         self.spec = SampleSpec.from_manifest(self.manifest.sample)
-        self.labels = labels
+        self.labels = labels = opts.labels
         #: The label encoding this reader outputs (``labels=`` as an encoding; the stored one for
         #: ``"stored"``, and for ``"ids"`` of index storage: then labels are read as they are).
         self.ignore_index: int | None = self.manifest.classes.get("ignore_index")
@@ -111,24 +116,24 @@ class Dataset:
         #: the format's facts (:class:`~shardkit.formats.base.ShardFormat`): versions, access pattern, …
         self.format_info = get(self.manifest.format)
         self.format_info.check_version(self.manifest.format_version, self.path / "manifest.json")
-        if self.cache is not None:
-            from .cache import CachedShardReader
-
-            cache = self.cache
-            self.readers: list[ShardReader] = [
-                CachedShardReader(cache, self.format_info, shard, self.spec, self.manifest)
-                for shard in self.manifest.shards]
-        else:
-            self.readers = [self.format_info.open_shard(self.path, shard, self.spec, self.manifest)
-                            for shard in self.manifest.shards]
+        #: where the shard readers come from: the local folder, or the cache of a split on object storage; either
+        #: way each is the format's own reader on local files (the same fast paths)
+        self.source: ShardSource = (CachedShards(cache, self.format_info, self.manifest, self.spec)
+                                    if cache is not None
+                                    else LocalShards(self.path, self.format_info, self.manifest, self.spec))
         self._starts = np.array([s.first_index for s in self.manifest.shards], dtype=np.int64)
         self._local = threading.local()
         self._sizes: Counter[tuple[int, int]] | None = None
         self._freqs: ClassFrequencies | None = None
         self._repeats: dict[tuple[str, float], np.ndarray] = {}
-        if verify:
+        if opts.verify:
             for r in self.readers:
                 r.verify_hashes()
+
+    @property
+    def readers(self) -> list[ShardReader]:
+        """Every shard's reader, in manifest order (a split on object storage fetches every shard)."""
+        return self.source.readers()
 
     # ------------------------------------------------------------------ facts
     def __len__(self) -> int:
@@ -146,10 +151,7 @@ class Dataset:
         splits may evict them); reading afterwards still works while the version is kept."""
         if self._lease is not None:
             self._lease()
-        for reader in self.readers:
-            release = getattr(reader, "release", None)
-            if release is not None:
-                release()
+        self.source.release()
 
     @property
     def location(self) -> str:
@@ -250,7 +252,7 @@ class Dataset:
     # ------------------------------------------------------------------ samples
     def __getitem__(self, i: int) -> Batch:
         s, j = self.locate(int(i))
-        image, stored = self.readers[s].read(j)
+        image, stored = self.source.reader(s).read(j)
         return image, self.convert_label(stored)
 
     def __iter__(self) -> Iterator[Batch]:
@@ -363,11 +365,12 @@ class Dataset:
         rows = local.tolist()
         runs = list(zip([0, *cuts], [*cuts, len(indices)], strict=True))
         reads = self._storage_reads()
+        reader_of = self.source.reader
         if reads.begin():  # the last batch read from storage: queue all of this one's reads first
             for a, b in runs:
-                self.readers[int(shard[a])].prefetch(local[a:b])
+                reader_of(int(shard[a])).prefetch(local[a:b])
         for a, b in runs:
-            reader = self.readers[int(shard[a])]
+            reader = reader_of(int(shard[a]))
             arrays = reader.fixed_arrays()
             if arrays is None:
                 reader.read_batch_into(local[a:b], images[a:b], stored[a:b])
@@ -474,36 +477,35 @@ class Dataset:
         return self._repeats[(mode, param)]
 
     # ------------------------------------------------------------------ epochs
-    def sampler(self, batch_size: int, *, shuffle: bool = True, seed: int = 0, epoch: int = 0,
-                drop_last: bool = False, rank: int = 0, world_size: int = 1, shuffle_mode: str = "auto",
-                buffer_size: int = _sampling.DEFAULT_BUFFER, sampling: str = "uniform") -> _sampling.EpochBatchSampler:
-        """The batch index sampler :meth:`iter_batches` uses (see :mod:`shardkit.read.sampling`).
+    def sampler(self, plan: EpochPlan | int, **fields: Any) -> _sampling.EpochBatchSampler:
+        """The batch index sampler of ``plan`` (an :class:`~shardkit.read.options.EpochPlan`, or a batch size with
+        the plan's fields as keywords: ``ds.sampler(8, shuffle=False)``) that :meth:`iter_batches` uses (see
+        :mod:`shardkit.read.sampling`).
 
         ``shuffle_mode``: ``"auto"`` (global for random-access formats, shard-then-buffer for
         sequential ones), ``"global"`` or ``"buffer"``. ``sampling``: ``"uniform"`` (each sample once per
         epoch), ``"class-balanced[:T]"`` or ``"repeat-factor[:t]"`` (repeat factors from the classes each sample
         contains, :meth:`repeat_factors`; always one global order, for every format).
         """
-        if shuffle_mode not in _sampling.SHUFFLE_MODES:
-            modes = ", ".join(_sampling.SHUFFLE_MODES)
-            raise ConfigError(f"shuffle_mode={shuffle_mode!r} is not one of {modes}")
+        p = EpochPlan.of(plan, **fields)
+        shuffle_mode = p.shuffle_mode
         repeats = None
-        if _sampling.parse_sampling(sampling)[0] != "uniform":
+        if _sampling.parse_sampling(p.sampling)[0] != "uniform":
             if shuffle_mode == "buffer":
-                raise ConfigError(f"sampling={sampling!r} draws one global order; shuffle_mode='buffer' cannot "
+                raise ConfigError(f"sampling={p.sampling!r} draws one global order; shuffle_mode='buffer' cannot "
                                   "repeat samples", fix="leave shuffle_mode='auto' (or 'global')")
-            repeats = self.repeat_factors(sampling)
+            repeats = self.repeat_factors(p.sampling)
             shuffle_mode = "global"
         mode = shuffle_mode if shuffle_mode != "auto" else "global" if self.random_access else "buffer"
-        return _sampling.EpochBatchSampler(self.shard_sizes, batch_size, shuffle=shuffle, seed=seed,
-                                          epoch=epoch, drop_last=drop_last, rank=rank, world_size=world_size,
-                                          mode=mode, buffer_size=buffer_size, repeats=repeats)
+        return _sampling.EpochBatchSampler(self.shard_sizes, p.batch_size, shuffle=p.shuffle, seed=p.seed,
+                                          epoch=p.epoch, drop_last=p.drop_last, rank=p.rank,
+                                          world_size=p.world_size, mode=mode, buffer_size=p.buffer_size,
+                                          repeats=repeats)
 
-    def iter_batches(self, batch_size: int, shuffle: bool = True, seed: int = 0, epoch: int = 0,
-                     drop_last: bool = False, rank: int = 0, world_size: int = 1, *,
-                     shuffle_mode: str = "auto", buffer_size: int = _sampling.DEFAULT_BUFFER, buffers: int = 2,
-                     with_indices: bool = False, augment: Any = None, sampling: str = "uniform") -> Iterator[Any]:
-        """Yield one epoch of ``(images, labels)`` batches for ``rank`` of ``world_size``.
+    def iter_batches(self, plan: EpochPlan | int, *, buffers: int = 2, with_indices: bool = False,
+                     augment: Any = None, **fields: Any) -> Iterator[Any]:
+        """Yield one epoch of ``(images, labels)`` batches of ``plan`` (an :class:`~shardkit.read.options.EpochPlan`,
+        or a batch size with the plan's fields as keywords: ``ds.iter_batches(32, seed=0, epoch=3)``).
 
         Every rank gets the same number of samples and batches (padded by wrapping around, or
         the tail dropped with ``drop_last``); each batch's indices are sorted so reads run
@@ -513,7 +515,7 @@ class Dataset:
         yields ``(indices, images, labels)``.
 
         ``augment``: a :class:`shardkit.augment.Compose` applied to every batch with this
-        split's ignore index (255 if it has none) and ``seed``/``epoch``: each sample's draws
+        split's ignore index (255 if it has none) and the plan's ``seed``/``epoch``: each sample's draws
         depend on (seed, epoch, index) only. Augmented batches are fresh arrays. Splits whose
         samples differ in size batch only through a pipeline ending in a crop (samples are
         then read one by one).
@@ -522,19 +524,18 @@ class Dataset:
         or ``"repeat-factor[:t]"`` (LVIS): samples holding rare classes are read more often, from the class
         bitmaps the split keeps (:mod:`shardkit.read.sampling`); every epoch has the same length on every rank.
         """
+        p = EpochPlan.of(plan, **fields)
         if augment is None:
             self.require_fixed_size()
         else:
             self.check_augment(augment)
         if buffers < 0:
             raise ConfigError(f"buffers must be >= 0, got {buffers}")
-        sampler = self.sampler(batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last,
-                               rank=rank, world_size=world_size, shuffle_mode=shuffle_mode,
-                               buffer_size=buffer_size, sampling=sampling)
-        ring = [self.empty_batch(batch_size) for _ in range(buffers)] if augment is None else []
+        sampler = self.sampler(p)
+        ring = [self.empty_batch(p.batch_size) for _ in range(buffers)] if augment is None else []
         for k, idx in enumerate(sampler.batches()):
             if augment is not None:
-                images, labels = self.augmented_batch(idx, augment, seed=seed, epoch=epoch)
+                images, labels = self.augmented_batch(idx, augment, seed=p.seed, epoch=p.epoch)
             else:
                 images, labels = self.batch(idx, out=ring[k % buffers] if ring else None)
             yield (idx, images, labels) if with_indices else (images, labels)

@@ -6,9 +6,9 @@ Importing this module imports keras (choose the backend first, e.g. ``KERAS_BACK
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
-from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -16,8 +16,8 @@ import keras
 import numpy as np
 
 from ..errors import ConfigError
-from . import sampling
 from .dataset import Dataset
+from .options import EpochPlan, OpenOptions, adapter_options, adapter_plan, refuse_unknown
 
 if TYPE_CHECKING:
     from ..augment import Compose
@@ -38,7 +38,11 @@ def _called_by_keras_reset(depth: int = 6) -> bool:
 
 
 class ShardkitPyDataset(keras.utils.PyDataset):
-    """Batches ``(x, y)`` of a converted split for ``model.fit``.
+    """Batches ``(x, y)`` of a converted split for ``model.fit``: the batches of ``plan`` (an
+    :class:`~shardkit.read.options.EpochPlan`, or a batch size), the split opened with ``options`` (an
+    :class:`~shardkit.read.options.OpenOptions`: labels, verify, cache_dir, cache_limit, storage_options, …) or an
+    open :class:`~shardkit.read.dataset.Dataset`. The keywords these replaced (``shuffle=``, ``seed=``,
+    ``labels=``, …) still work for this release, with a DeprecationWarning.
 
     ``x``: float32 ``(images - mean) / std`` with the manifest's channel stats
     (``normalize=True``), or the stored uint8 images; channels last ``(B, H, W, 3)``.
@@ -61,43 +65,41 @@ class ShardkitPyDataset(keras.utils.PyDataset):
 
     def __init__(
         self,
-        path: str | Path | Dataset,
-        batch_size: int,
+        path: str | os.PathLike[str] | Dataset,
+        plan: EpochPlan | int | None = None,
         *,
-        shuffle: bool = True,
-        seed: int = 0,
-        epoch: int = 0,
-        labels: str = "ids",
+        options: OpenOptions | None = None,
         normalize: bool = True,
-        drop_last: bool = False,
-        rank: int = 0,
-        world_size: int = 1,
-        shuffle_mode: str = "auto",
-        buffer_size: int = sampling.DEFAULT_BUFFER,
-        verify: bool = False,
         workers: int = 1,
         use_multiprocessing: bool = False,
         max_queue_size: int = 10,
         augment: Compose | None = None,
-        sampling: str = "uniform",
+        **deprecated: Any,
     ) -> None:
+        the_plan = adapter_plan("ShardkitPyDataset", plan, deprecated)
+        opts = adapter_options("ShardkitPyDataset", options, deprecated)
+        refuse_unknown("ShardkitPyDataset", deprecated)
         super().__init__(workers=workers, use_multiprocessing=use_multiprocessing,
                          max_queue_size=max_queue_size)
-        if labels == "stored":
+        if opts.labels == "stored":
             raise ConfigError("labels='stored' is not a training target",
                               fix="use ids, onehot or float_onehot")
-        self.dataset = path if isinstance(path, Dataset) else Dataset(path, labels=labels, verify=verify)
+        if isinstance(path, Dataset):
+            if options is not None:
+                raise ConfigError("options= opens a split, but this one is an open Dataset already",
+                                  fix="pass the split's path with options=, or open the Dataset with them")
+            self.dataset = path
+        else:
+            self.dataset = Dataset(path, opts)
         self.normalize = normalize
         if augment is not None:
             self.dataset.check_augment(augment)
             if augment.normalizes and normalize:
                 raise ConfigError("the augment pipeline normalises already (Normalize); the dataset would "
                                   "normalise twice", fix="pass normalize=False")
-        self.augment, self.seed = augment, int(seed)
-        self.sampler = self.dataset.sampler(batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
-                                            drop_last=drop_last, rank=rank, world_size=world_size,
-                                            shuffle_mode=shuffle_mode, buffer_size=buffer_size,
-                                            sampling=sampling)
+        self.plan = the_plan
+        self.augment, self.seed = augment, the_plan.seed
+        self.sampler = self.dataset.sampler(the_plan)
         self._batches: list[np.ndarray] | None = None
         self._in_epoch = False  # on_epoch_begin ran and on_epoch_end has not yet
         self._lock = threading.Lock()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ import torch
 
 from ..errors import ConfigError
 from .dataset import Dataset
+from .options import EpochPlan, refuse_unknown
 
 if TYPE_CHECKING:
     from ..augment import Compose
@@ -47,7 +49,9 @@ class CudaPrefetcher:
     (labels moved unchanged). ``augment``: a :mod:`shardkit.augment` pipeline applied to each batch on
     the device before normalising (the loader must yield indices: ``make_loader(..., with_indices=True)``,
     labels ``"ids"``); parameters come from ``(seed, epoch, index)`` — ``seed`` and the epoch from the
-    loader's sampler by default — so they equal the CPU path's. ``memory_format`` applies to 4-D NCHW image outputs
+    loader's sampler by default, ``plan``'s (an :class:`~shardkit.read.options.EpochPlan`) seed when given (its epoch
+    when the loader has no sampler) — so they equal the CPU path's. (``seed=`` still works for this release, with a
+    DeprecationWarning.) ``memory_format`` applies to 4-D NCHW image outputs
     (``torch.contiguous_format`` by default; None keeps the loader's strides).
     """
 
@@ -65,9 +69,17 @@ class CudaPrefetcher:
         dtype: torch.dtype = torch.float32,
         memory_format: torch.memory_format | None = torch.contiguous_format,
         augment: Compose | None = None,
-        seed: int | None = None,
+        plan: EpochPlan | None = None,
         ignore_index: int | None = None,
+        **deprecated: Any,
     ) -> None:
+        if "seed" in deprecated:
+            seed = deprecated.pop("seed")
+            warnings.warn("CudaPrefetcher: seed= is deprecated and will be removed in the next release; pass "
+                          "plan=shardkit.EpochPlan(…) instead", DeprecationWarning, stacklevel=2)
+            if seed is not None:
+                plan = (plan or EpochPlan(1)).replace(seed=int(seed))
+        refuse_unknown("CudaPrefetcher", deprecated)
         if labels not in PREFETCH_LABELS:
             raise ConfigError(f"labels={labels!r} is not one of ids, onehot, float_onehot, None")
         self.loader = loader
@@ -91,7 +103,8 @@ class CudaPrefetcher:
         self.labels = labels
         self.augment = augment
         sampler = getattr(loader, "sampler", None)
-        self.seed = int(seed if seed is not None else getattr(sampler, "seed", 0))
+        self.plan = plan
+        self.seed = int(plan.seed if plan is not None else getattr(sampler, "seed", 0))
         if ignore_index is None:
             ignore_index = core.ignore_index if core is not None else None
         self.ignore_index = 255 if ignore_index is None else int(ignore_index)
@@ -142,8 +155,10 @@ class CudaPrefetcher:
             sampler.set_epoch(epoch)
 
     def _epoch(self) -> int:
-        """The epoch the loader's sampler is about to serve (parameters are drawn from it)."""
-        return int(getattr(getattr(self.loader, "sampler", None), "epoch", 0))
+        """The epoch the loader's sampler is about to serve (parameters are drawn from it); without a sampler,
+        the plan's."""
+        default = self.plan.epoch if self.plan is not None else 0
+        return int(getattr(getattr(self.loader, "sampler", None), "epoch", default))
 
     def _move(self, batch: Sequence[Any]) -> tuple[Any, ...]:
         """Copy one batch to the device (asynchronously from pinned memory); non-tensors pass through."""

@@ -21,8 +21,8 @@ Keras epoch, one ``repeat()`` round) draws epoch ``epoch + k``, so a sample's dr
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,6 +34,7 @@ from ..formats.base import TfRecordLayout
 from ..onehot import channel_lut
 from . import sampling
 from .dataset import Dataset
+from .options import EpochPlan, OpenOptions, adapter_options, adapter_plan, refuse_unknown
 from .sampling import parse_sampling
 
 if TYPE_CHECKING:
@@ -49,31 +50,31 @@ def _tf_seed(seed: int, epoch: int) -> int:
 
 
 def dataset(
-    path: str | Path | Dataset,
-    batch_size: int,
+    path: str | os.PathLike[str] | Dataset,
+    plan: EpochPlan | int | None = None,
     *,
-    shuffle: bool = True,
-    seed: int = 0,
-    epoch: int = 0,
-    labels: str = "ids",
+    options: OpenOptions | None = None,
     normalize: bool = False,
-    drop_last: bool = False,
-    rank: int = 0,
-    world_size: int = 1,
-    buffer_size: int = sampling.DEFAULT_BUFFER,
     cycle_length: int = 4,
     with_keys: bool = False,
-    verify: bool = False,
     augment: Compose | str | None = None,
-    sampling: str = "uniform",
+    **deprecated: Any,
 ) -> tf.data.Dataset:
     """Batches ``(images, labels)`` (``(images, labels, keys)`` with ``with_keys``) of a converted split.
+
+    ``plan``: an :class:`~shardkit.read.options.EpochPlan` (batch size, shuffle, seed, epoch, rank, world size,
+    drop_last, shuffle mode, buffer, sampling) or a bare batch size. ``options``: how ``path`` (a split folder or
+    URL) is opened (:class:`~shardkit.read.options.OpenOptions`: labels, verify, cache_dir, cache_limit,
+    storage_options, …); or pass an open :class:`~shardkit.read.dataset.Dataset`. The keywords these replaced
+    (``batch_size=``, ``shuffle=``, ``seed=``, ``labels=``, …) still work for this release, with a DeprecationWarning.
 
     ``images``: ``(B, H, W, 3)`` uint8, or float32 ``(x - mean) / std`` with ``normalize``.
     ``labels`` as in :class:`~shardkit.read.dataset.Dataset` (``"ids"``, ``"onehot"``,
     ``"float_onehot"``, ``"stored"``). Every rank gets the same number of samples (padded
     by wrapping around, or the tail dropped with ``drop_last``). Needs fixed-size samples, unless augmented
-    through a pipeline ending in a crop.
+    through a pipeline ending in a crop. A local TFRecord split is read by tf.data itself (shard-then-buffer
+    shuffle) unless the plan's ``shuffle_mode`` is ``"global"``; other formats, and splits on object storage
+    (through their cache), through the core reader.
 
     ``augment``: a :class:`shardkit.augment.Compose` or its string form (``"scale=0.5:2,crop=352x480,hflip"``)
     applied to each batch in TensorFlow ops with this split's ignore index (255 if none); needs
@@ -82,15 +83,24 @@ def dataset(
     Variable-size (non-TFRecord) splits are read one sample at a time and padded to a common canvas
     (images 0, labels the ignore index), which the warp reads exactly as the outside of each sample.
 
-    ``sampling``: ``"uniform"``, ``"class-balanced[:T]"`` (DAFormer's rare class sampling) or
+    The plan's ``sampling``: ``"uniform"``, ``"class-balanced[:T]"`` (DAFormer's rare class sampling) or
     ``"repeat-factor[:t]"`` (LVIS), as in :meth:`shardkit.read.dataset.Dataset.iter_batches`; a rare-class
     sampler draws one global order, so a TFRecord split is then read through the core reader, not tf.data's.
     """
-    ds = path if isinstance(path, Dataset) else Dataset(path, labels=labels, verify=verify)
+    the_plan = adapter_plan("dataset", plan, deprecated)
+    opts = adapter_options("dataset", options, deprecated)
+    refuse_unknown("dataset", deprecated)
+    if isinstance(path, Dataset):
+        if options is not None:
+            raise ConfigError("options= opens a split, but this one is an open Dataset already",
+                              fix="pass the split's path with options=, or open the Dataset with them")
+        ds = path
+    else:
+        ds = Dataset(path, opts)
     aug = _augment_pipeline(augment)
     layout = ds.format_info.tf_records(ds.manifest.format_options, ds.manifest.format_version)
-    balanced = parse_sampling(sampling)[0] != "uniform"  # one global order: read by index
-    tf_reads = layout is not None and ds.cache is None and not balanced  # object storage: via the cache
+    global_order = parse_sampling(the_plan.sampling)[0] != "uniform" or the_plan.shuffle_mode == "global"
+    tf_reads = layout is not None and ds.cache is None and not global_order  # object storage: via the cache
     if aug is None:
         ds.require_fixed_size()
     else:
@@ -102,20 +112,14 @@ def dataset(
             raise ConfigError("tf.data reads TFRecord splits of fixed-size samples only, and this split's "
                               "images differ in size", path=ds.path,
                               fix="convert with --size HxW, or to a random-access format (npy, lmdb, hdf5)")
-    if batch_size < 1:
-        raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
     _open_local_shards(ds)
     if layout is not None and tf_reads:
-        out = _tfrecord_pipeline(ds, layout, batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
-                                 drop_last=drop_last, rank=rank, world_size=world_size, buffer_size=buffer_size,
-                                 cycle_length=cycle_length, with_keys=with_keys, with_indices=aug is not None)
+        out = _tfrecord_pipeline(ds, layout, the_plan, cycle_length=cycle_length, with_keys=with_keys,
+                                 with_indices=aug is not None)
     else:
-        out = _generator_pipeline(ds, batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
-                                  drop_last=drop_last, rank=rank, world_size=world_size,
-                                  buffer_size=buffer_size, with_keys=with_keys, with_indices=aug is not None,
-                                  sampling=sampling)
+        out = _generator_pipeline(ds, the_plan, with_keys=with_keys, with_indices=aug is not None)
     if aug is not None:
-        out = _augment_stage(ds, out, aug, seed=seed, with_keys=with_keys)
+        out = _augment_stage(ds, out, aug, seed=the_plan.seed, with_keys=with_keys)
     if normalize:
         op = ds.normalizer  # A.Normalize(ds.mean, ds.std): the same float32 constants as the numpy/torch paths
         mean, inv_std = tf.constant(op.mean_f32), tf.constant(op.inv_std_f32)
@@ -201,14 +205,14 @@ def _padded(ds: Dataset, idx: np.ndarray, ignore: int) -> tuple[np.ndarray, np.n
     return images, labels, hw
 
 
-def _generator_pipeline(ds: Dataset, batch_size: int, *, shuffle: bool, seed: int, epoch: int,
-                        drop_last: bool, rank: int, world_size: int, buffer_size: int,
-                        with_keys: bool, with_indices: bool = False, sampling: str = "uniform") -> tf.data.Dataset:
+def _generator_pipeline(ds: Dataset, plan: EpochPlan, *, with_keys: bool,
+                        with_indices: bool = False) -> tf.data.Dataset:
     """Random-access formats: the core reader's batches; each new iteration is the next epoch.
 
     ``with_indices``: elements are dicts with ``images``, ``labels``, ``index`` (global sample indices),
     ``epoch`` (the pass's epoch), ``keys`` with ``with_keys``, and ``hw`` (each sample's size) for a split
     of variable-size samples, which are padded to a common canvas."""
+    batch_size, drop_last = plan.batch_size, plan.drop_last
     bdim = batch_size if drop_last else None
     variable = _one_size(ds) is None
     if variable:
@@ -226,10 +230,8 @@ def _generator_pipeline(ds: Dataset, batch_size: int, *, shuffle: bool, seed: in
         if variable:
             parts["hw"] = tf.TensorSpec((bdim, 2), tf.int32)
     keys = np.array([ds.key(i) for i in range(len(ds))], dtype=object) if with_keys else None
-    epochs = itertools.count(epoch)
-    options = dict(shuffle=shuffle, seed=seed, drop_last=drop_last, rank=rank, world_size=world_size,
-                   buffer_size=buffer_size, sampling=sampling)
-    ds.sampler(batch_size, epoch=epoch, **options)  # type: ignore[arg-type]  # validate options now, not in TF
+    epochs = itertools.count(plan.epoch)
+    ds.sampler(plan)  # validate the plan against this split now, not in TF
     ignore = 255 if ds.ignore_index is None else int(ds.ignore_index)
     names = list(parts)
 
@@ -238,10 +240,9 @@ def _generator_pipeline(ds: Dataset, batch_size: int, *, shuffle: bool, seed: in
         if variable:  # read one by one onto a padded canvas (only with augment: check_augment allowed it)
             batches: Iterator[tuple[np.ndarray, ...]] = (
                 (idx, *_padded(ds, idx, ignore))
-                for idx in ds.sampler(batch_size, epoch=e, **options).batches())  # type: ignore[arg-type]
+                for idx in ds.sampler(plan.replace(epoch=e)).batches())
         else:  # buffers=0: TensorFlow may keep referring to a yielded array, so never reuse one.
-            batches = ds.iter_batches(batch_size, epoch=e, buffers=0, with_indices=True,
-                                      **options)  # type: ignore[arg-type]
+            batches = ds.iter_batches(plan.replace(epoch=e), buffers=0, with_indices=True)
         for idx, images, labels, *hw in batches:
             got = {"images": images, "labels": labels, "index": np.asarray(idx, np.int64),
                    "epoch": np.int64(e), "hw": hw[0] if hw else None,
@@ -267,14 +268,15 @@ def _feature_spec(ds: Dataset, layout: TfRecordLayout, with_keys: bool) -> dict[
     return spec
 
 
-def _tfrecord_pipeline(ds: Dataset, layout: TfRecordLayout, batch_size: int, *, shuffle: bool, seed: int,
-                       epoch: int, drop_last: bool, rank: int, world_size: int, buffer_size: int, cycle_length: int,
+def _tfrecord_pipeline(ds: Dataset, layout: TfRecordLayout, plan: EpochPlan, *, cycle_length: int,
                        with_keys: bool, with_indices: bool = False) -> tf.data.Dataset:
     """TFRecord read by TensorFlow. ``with_indices``: dict elements as :func:`_generator_pipeline` gives,
     each record's global index counted from its shard's first index, the epoch from :func:`_pass_epochs`."""
+    batch_size, shuffle, seed, epoch = plan.batch_size, plan.shuffle, plan.seed, plan.epoch
+    drop_last, buffer_size = plan.drop_last, plan.buffer_size
     files = [str(ds.path / shard.files[0].name) for shard in ds.manifest.shards]
-    ranges = sampling.stream_ranges(ds.shard_sizes, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
-                                    world_size=world_size, drop_last=drop_last)
+    ranges = sampling.stream_ranges(ds.shard_sizes, shuffle=shuffle, seed=seed, epoch=epoch, rank=plan.rank,
+                                    world_size=plan.world_size, drop_last=drop_last)
     compression = layout.compression_type
     sources = tf.data.Dataset.from_tensor_slices((
         tf.constant([files[s] for s, _, _ in ranges], tf.string),

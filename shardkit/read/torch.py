@@ -16,9 +16,12 @@ Importing this module imports torch; ``import shardkit`` does not.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
+import warnings
 from collections.abc import Iterator, Sequence
-from pathlib import Path
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,12 +31,14 @@ from torch.utils.data import DataLoader, get_worker_info
 from ..errors import ConfigError
 from . import sampling
 from .dataset import Dataset
+from .options import EpochPlan, OpenOptions, adapter_options, adapter_plan, refuse_unknown
 from .prefetch import LAYOUTS, PREFETCH_LABELS, CudaPrefetcher
 
 if TYPE_CHECKING:
     from ..augment import Compose
 
-__all__ = ["PREFETCH_LABELS", "CudaPrefetcher", "RingLoader", "ShardkitTorchDataset", "make_loader"]
+__all__ = ["PREFETCH_LABELS", "BufferReuse", "CudaPrefetcher", "EpochPlan", "OpenOptions", "RingLoader",
+           "ShardkitTorchDataset", "make_loader"]
 
 log = logging.getLogger(__name__)
 
@@ -58,20 +63,30 @@ class ShardkitTorchDataset(torch.utils.data.Dataset):
 
     ``ds[i]`` → (image uint8, label) tensors of one sample; ``ds[[i, j, …]]`` → a stacked batch.
     ``layout``: ``"NCHW"`` (images (…, 3, H, W), one-hot labels (…, C, H, W); zero-copy views
-    with channels-last strides, ``torch.channels_last`` for batches) or ``"NHWC"``. ``labels``
-    as in :class:`~shardkit.read.dataset.Dataset`. ``with_indices`` appends the global indices.
+    with channels-last strides, ``torch.channels_last`` for batches) or ``"NHWC"``. ``options``: how the split
+    is opened (:class:`~shardkit.read.options.OpenOptions`: labels, verify, cache_dir, cache_limit,
+    storage_options, …; one-hot labels follow ``layout`` unless it sets ``label_layout``); or pass an open
+    :class:`~shardkit.read.dataset.Dataset`. ``with_indices`` appends the global indices.
     ``buffers`` > 0 reads main-process batches into that many reused tensors (a batch stays
     valid until ``buffers`` more were read); worker batches always get fresh shared memory.
     """
 
-    def __init__(self, path: str | Path | Dataset, *, labels: str = "ids", layout: str = "NCHW",
-                 verify: bool = False, with_indices: bool = False, buffers: int = 0, augment: Compose | None = None,
-                 seed: int = 0) -> None:
+    def __init__(self, path: str | os.PathLike[str] | Dataset, *, options: OpenOptions | None = None,
+                 layout: str = "NCHW", with_indices: bool = False, buffers: int = 0, augment: Compose | None = None,
+                 seed: int = 0, **deprecated: Any) -> None:
+        opts = adapter_options("ShardkitTorchDataset", options, deprecated)
+        refuse_unknown("ShardkitTorchDataset", deprecated)
         if layout not in LAYOUTS:
             raise ConfigError(f"layout={layout!r} is not one of {', '.join(LAYOUTS)}")
-        label_layout = "channels_first" if layout == "NCHW" else "channels_last"
-        self.dataset = (path if isinstance(path, Dataset)
-                        else Dataset(path, labels=labels, verify=verify, label_layout=label_layout))
+        if isinstance(path, Dataset):
+            if options is not None:
+                raise ConfigError("options= opens a split, but this one is an open Dataset already",
+                                  fix="pass the split's path with options=, or open the Dataset with them")
+            self.dataset = path
+        else:
+            if opts.label_layout is None:  # one-hot labels in the layout of the images
+                opts = opts.replace(label_layout="channels_first" if layout == "NCHW" else "channels_last")
+            self.dataset = Dataset(path, opts)
         self.layout = layout
         self.with_indices = with_indices
         self.buffers = buffers
@@ -148,89 +163,111 @@ class ShardkitTorchDataset(torch.utils.data.Dataset):
         return state
 
 
+@dataclass(frozen=True)
+class BufferReuse:
+    """make_loader's opt-in reused batch memory (``reuse_buffers=BufferReuse(keep=…)``; ``True`` is the default one).
+
+    A yielded batch stays valid until ``keep`` more batches were yielded. With workers and ``shared_ring`` the
+    workers write batches into a ring of shared-memory buffers allocated once (a :class:`RingLoader`); with
+    ``shared_ring=False`` every worker batch gets fresh shared memory. Without workers batches are read into
+    ``keep + 1`` reused (pinned) buffers.
+    """
+
+    keep: int = 2
+    shared_ring: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.keep, bool) or not isinstance(self.keep, int) or self.keep < 0:
+            raise ConfigError(f"keep must be a non-negative integer, got {self.keep!r}")
+
+
+#: DataLoader keywords make_loader passes on (the rest of its options are shardkit's).
+DATALOADER_KEYWORDS = ("pin_memory", "persistent_workers", "prefetch_factor", "multiprocessing_context")
+
+
 def make_loader(
-    path: str | Path | Dataset,
-    batch_size: int,
-    shuffle: bool = True,
+    source: str | os.PathLike[str] | Dataset,
+    plan: EpochPlan | int | None = None,
     num_workers: int = 0,
     *,
-    labels: str = "ids",
+    options: OpenOptions | None = None,
     layout: str = "NCHW",
-    seed: int = 0,
-    epoch: int = 0,
-    drop_last: bool = False,
-    rank: int = 0,
-    world_size: int = 1,
-    shuffle_mode: str = "auto",
-    buffer_size: int = sampling.DEFAULT_BUFFER,
-    pin_memory: bool | None = None,
-    persistent_workers: bool | None = None,
-    prefetch_factor: int | None = None,
-    multiprocessing_context: Any = None,
-    with_indices: bool = False,
-    auto_epoch: bool = True,
-    verify: bool = False,
-    shared_ring: bool = True,
-    keep: int = 2,
-    reuse_buffers: bool = False,
     augment: Compose | None = None,
-    sampling: str = "uniform",
+    with_indices: bool = False,
+    reuse_buffers: bool | BufferReuse = False,
+    auto_epoch: bool = True,
+    **dataloader: Any,
 ) -> DataLoader | RingLoader:
-    """A ``DataLoader`` that reads whole batches per worker task, for ``rank`` of ``world_size``.
+    """A ``DataLoader`` that reads whole batches per worker task, for the batches of ``plan``.
+
+    ``plan``: an :class:`~shardkit.read.options.EpochPlan` (batch size, shuffle, seed, epoch, rank, world size,
+    drop_last, shuffle mode, buffer, sampling) or a bare batch size. ``options``: how ``source`` (a split folder
+    or URL) is opened (:class:`~shardkit.read.options.OpenOptions`: labels, verify, cache_dir, cache_limit,
+    storage_options, …); or pass an open :class:`~shardkit.read.dataset.Dataset` as ``source``.
 
     Every rank gets the same number of batches (see :mod:`shardkit.read.sampling`). The epoch
     advances after each full pass (``auto_epoch``), or set it with ``loader.sampler.set_epoch(e)``.
-    ``pin_memory`` defaults to whether CUDA is available; ``persistent_workers`` to ``num_workers > 0``.
+    ``dataloader``: the DataLoader keywords ``pin_memory`` (default: whether CUDA is available),
+    ``persistent_workers`` (default ``num_workers > 0``), ``prefetch_factor`` and ``multiprocessing_context``.
 
     By default every batch gets its own memory (fresh tensors; shared memory from workers), so
-    batches stay valid when kept (``batches = list(loader)``).
-
-    ``reuse_buffers=True`` opts into the faster reused-buffer path: without workers, batches are
-    read into ``keep + 1`` reused buffers; with workers and ``shared_ring`` (the default) workers
-    write batches into a ring of shared-memory buffers allocated once, and only a slot number
-    crosses the process boundary (a :class:`RingLoader`). A yielded batch is then valid only
-    until ``keep`` more batches were yielded — copy it to keep it longer.
-    ``shared_ring=False`` (with workers) gives every batch fresh shared memory even then.
+    batches stay valid when kept (``batches = list(loader)``). ``reuse_buffers=True`` (or a
+    :class:`BufferReuse`) opts into the faster reused-buffer path: a yielded batch is then valid only until
+    ``keep`` (default 2) more batches were yielded — copy it to keep it longer.
 
     ``augment``: a :mod:`shardkit.augment` pipeline run by the numpy/OpenCV path inside the workers on
     each whole batch, drawn from ``(seed, epoch, index)`` (the epoch travels with each batch from the
     sampler), so batches are the same for any ``num_workers``; it needs ``labels="ids"`` and takes
     splits of mixed sample sizes when it ends in a crop. Augmented batches are always fresh memory.
 
-    ``sampling``: ``"uniform"``, ``"class-balanced[:T]"`` (DAFormer's rare class sampling) or
-    ``"repeat-factor[:t]"`` (LVIS), as in :meth:`shardkit.read.dataset.Dataset.iter_batches`.
+    The keywords this signature replaced (``batch_size=``, ``shuffle=``, ``seed=``, ``epoch=``, ``drop_last=``,
+    ``rank=``, ``world_size=``, ``shuffle_mode=``, ``buffer_size=``, ``sampling=``, ``labels=``, ``verify=``,
+    ``keep=``, ``shared_ring=``) still work for this release, with a DeprecationWarning.
     """
+    given = dict(dataloader)
+    if isinstance(num_workers, bool):  # the old third positional parameter was shuffle
+        given["shuffle"], num_workers = num_workers, 0
+    the_plan = adapter_plan("make_loader", plan, given)
+    opts = adapter_options("make_loader", options, given)
+    memory = BufferReuse() if reuse_buffers is True else reuse_buffers or None
+    if "keep" in given or "shared_ring" in given:
+        moved = {k: given.pop(k) for k in ("keep", "shared_ring") if k in given}
+        warnings.warn(f"make_loader: {', '.join(f'{k}=' for k in moved)} deprecated and will be removed in the next "
+                      "release; pass reuse_buffers=BufferReuse(…) instead", DeprecationWarning, stacklevel=2)
+        if memory is not None:
+            memory = dataclasses.replace(memory, **moved)
+    kwargs = {k: given.pop(k) for k in DATALOADER_KEYWORDS if k in given}
+    refuse_unknown("make_loader", given)
+    pin_memory = kwargs.pop("pin_memory", None)
     if pin_memory is None:
         pin_memory = torch.cuda.is_available()
-    if persistent_workers is None:
-        persistent_workers = num_workers > 0
+    persistent_workers = kwargs.pop("persistent_workers", None)
+    if kwargs.get("prefetch_factor") is None:
+        kwargs.pop("prefetch_factor", None)
+    if kwargs.get("multiprocessing_context") is None:
+        kwargs.pop("multiprocessing_context", None)
     # Without workers, batches are read in this process into a ring of keep + 1 reused buffers
     # (a fresh 21 MB tensor per batch costs ~30 % of the throughput): same validity contract as the ring.
     # Only with reuse_buffers: kept batches would otherwise be overwritten silently.
     if augment is not None:
-        reuse_buffers = False  # augmented batches are fresh arrays anyway
-    buffers = keep + 1 if num_workers == 0 and reuse_buffers else 0
-    dataset = ShardkitTorchDataset(path, labels=labels, layout=layout, verify=verify,
-                                   with_indices=with_indices, buffers=buffers, augment=augment, seed=seed)
-    sampler = dataset.dataset.sampler(batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
-                                      drop_last=drop_last, rank=rank, world_size=world_size,
-                                      shuffle_mode=shuffle_mode, buffer_size=buffer_size, sampling=sampling)
+        memory = None  # augmented batches are fresh arrays anyway
+    buffers = memory.keep + 1 if num_workers == 0 and memory is not None else 0
+    dataset = ShardkitTorchDataset(source, options=options if isinstance(source, Dataset) else opts, layout=layout,
+                                   with_indices=with_indices, buffers=buffers, augment=augment, seed=the_plan.seed)
+    sampler = dataset.dataset.sampler(the_plan)
     sampler.auto_epoch = auto_epoch
-    kwargs: dict[str, Any] = {}
     if num_workers > 0:
-        kwargs["persistent_workers"] = persistent_workers
-        if prefetch_factor is not None:
-            kwargs["prefetch_factor"] = prefetch_factor
-        if multiprocessing_context is not None:
-            kwargs["multiprocessing_context"] = multiprocessing_context
-    if num_workers > 0 and shared_ring and reuse_buffers:
-        in_flight = num_workers * (prefetch_factor if prefetch_factor is not None else 2)
-        ring = _Ring(dataset, batch_size, slots=in_flight + max(keep, 1) + 1)
+        kwargs["persistent_workers"] = num_workers > 0 if persistent_workers is None else persistent_workers
+    else:
+        kwargs = {}
+    if num_workers > 0 and memory is not None and memory.shared_ring:
+        in_flight = num_workers * kwargs.get("prefetch_factor", 2)
+        ring = _Ring(dataset, the_plan.batch_size, slots=in_flight + max(memory.keep, 1) + 1)
         slotted = _SlotSampler(sampler, len(ring.slots))
         loader = DataLoader(ring, batch_size=None, sampler=slotted, num_workers=num_workers, pin_memory=False,
                             **kwargs)
-        return RingLoader(loader, ring, pin_memory=pin_memory, keep=keep)
-    if num_workers == 0 and reuse_buffers:  # the reused buffers themselves are pinned: no pinned allocation per batch
+        return RingLoader(loader, ring, pin_memory=pin_memory, keep=memory.keep)
+    if num_workers == 0 and memory is not None:  # the reused buffers themselves are pinned: no pinned allocation
         dataset.pin, pin_memory = pin_memory, False
     return DataLoader(dataset, batch_size=None, sampler=sampler, num_workers=num_workers,
                       pin_memory=pin_memory, **kwargs)

@@ -130,7 +130,7 @@ def test_torch_output_ops_equal_the_numpy_ones(ds: shardkit.Dataset, data: tuple
 def test_prefetcher_outputs_equal_the_old_formulas(ds: shardkit.Dataset, labels: str, layout: str) -> None:
     from shardkit.read.torch import CudaPrefetcher, make_loader
 
-    loader = make_loader(ds.path, 4, shuffle=False, layout=layout)
+    loader = make_loader(ds.path, shardkit.EpochPlan(4, shuffle=False), layout=layout)
     x, y = next(iter(CudaPrefetcher(loader, "cpu", labels=labels)))
     images, ids = ds.batch(np.arange(4))
     want_x = _old_normalize(images, ds.mean, ds.std)
@@ -161,7 +161,7 @@ def test_make_loader_keeps_the_layout_the_onehot_op_was_given(ds: shardkit.Datas
 
     aug = A.Compose([A.RandomCrop(64, 96), A.RandomFlip(), A.Normalize(ds.mean, ds.std),
                      A.OneHot(ds.num_classes, np.float32, channels_first=channels_first)])
-    loader = make_loader(ds.path, 4, augment=aug, seed=3, layout="NCHW", with_indices=True)
+    loader = make_loader(ds.path, shardkit.EpochPlan(4, seed=3), augment=aug, layout="NCHW", with_indices=True)
     loader.sampler.set_epoch(1)
     x, y, idx = next(iter(loader))
     want_x, want_y = aug(*ds.batch(idx.numpy()), idx.numpy(), seed=3, epoch=1, ignore_index=IGNORE)
@@ -245,10 +245,10 @@ def test_prefetcher_and_loader_follow_the_rule(ds: shardkit.Dataset, labels: str
     from shardkit.read.torch import CudaPrefetcher, ShardkitTorchDataset, make_loader
 
     ids = ds.batch(np.arange(4))[1]
-    loader = make_loader(ds.path, 4, shuffle=False, layout="NCHW")
+    loader = make_loader(ds.path, shardkit.EpochPlan(4, shuffle=False), layout="NCHW")
     _, y = next(iter(CudaPrefetcher(loader, "cpu", labels=labels)))
     _check_rule(y.numpy(), ids, channels_first=True)
-    tds = ShardkitTorchDataset(ds.path, labels=labels)
+    tds = ShardkitTorchDataset(ds.path, options=shardkit.OpenOptions(labels=labels))
     _check_rule(np.stack([np.asarray(tds[i][1]) for i in range(4)]), ids, channels_first=True)
 
 
@@ -281,5 +281,6 @@ def test_tensorflow_outputs_follow_the_rule(tf, ds: shardkit.Dataset, data: tupl
                        ignore_index=IGNORE)
     _check_rule(y.numpy(), ids)
     for path in (ds.path, stored_splits["onehot"], stored_splits["packed"]):
-        _, got = next(iter(shardkit.tf.dataset(path, 8, labels="float_onehot", shuffle=False)))
+        _, got = next(iter(shardkit.tf.dataset(path, shardkit.EpochPlan(8, shuffle=False),
+                                               options=shardkit.OpenOptions(labels="float_onehot"))))
         _check_rule(got.numpy(), ds.batch(np.arange(8))[1])

@@ -138,7 +138,8 @@ def test_samples_padded_to_one_canvas_augment_as_alone(data: tuple, apply_batch)
 def test_dataset_is_the_cpu_path_whatever_the_batch_size(camvid_val_npy: Path, tfdata) -> None:
     core = shardkit.open(camvid_val_npy)
     aug = A.parse(SMALL + ",jitter=0.2")
-    outs = [_by_index(tfdata(camvid_val_npy, b, seed=7, epoch=3, augment=aug, with_keys=True), core) for b in (4, 7)]
+    outs = [_by_index(tfdata(camvid_val_npy, shardkit.EpochPlan(b, seed=7, epoch=3), augment=aug, with_keys=True), core)
+            for b in (4, 7)]
     assert sorted(outs[0]) == list(range(len(core)))
     for i in outs[0]:
         assert all(np.array_equal(a, b) for a, b in zip(outs[0][i], outs[1][i], strict=True)), f"sample {i}"
@@ -148,22 +149,22 @@ def test_dataset_is_the_cpu_path_whatever_the_batch_size(camvid_val_npy: Path, t
 def test_each_pass_is_the_next_epoch_and_epochs_differ(camvid_val_npy: Path, tfdata) -> None:
     core = shardkit.open(camvid_val_npy)
     aug = A.parse(SMALL)
-    data = tfdata(camvid_val_npy, 8, seed=1, epoch=4, augment=SMALL, with_keys=True)
+    data = tfdata(camvid_val_npy, shardkit.EpochPlan(8, seed=1, epoch=4), augment=SMALL, with_keys=True)
     first, second = _by_index(data, core), _by_index(data, core)
     _check_cpu(first, core, aug, seed=1, epoch=4)
     _check_cpu(second, core, aug, seed=1, epoch=5)
     assert sum(not np.array_equal(first[i][1], second[i][1]) for i in first) >= len(first) - 1
-    later = _by_index(tfdata(camvid_val_npy, 5, seed=1, epoch=5, augment=aug, with_keys=True), core)
+    later = _by_index(tfdata(camvid_val_npy, shardkit.EpochPlan(5, seed=1, epoch=5), augment=aug, with_keys=True), core)
     assert all(np.array_equal(later[i][1], second[i][1]) for i in later)  # epoch=5 is pass 1 of epoch=4
 
 
 def test_tfrecord_read_by_tensorflow_augments_as_the_cpu_path(tfrecord_split: Path, tfdata) -> None:
     core = shardkit.open(tfrecord_split)
     assert core.spec.size is None  # one size all the same: batched as is, augmented or not
-    images, labels = next(iter(tfdata(tfrecord_split, 4, shuffle=False)))
+    images, labels = next(iter(tfdata(tfrecord_split, shardkit.EpochPlan(4, shuffle=False))))
     assert images.shape == (4, 360, 480, 3) and np.array_equal(labels.numpy(), core.batch([0, 1, 2, 3])[1])
     aug = A.parse(SMALL + ",jitter=0.2:0.2:0.2:0.05")
-    data = tfdata(tfrecord_split, 6, seed=3, epoch=2, augment=aug, with_keys=True)
+    data = tfdata(tfrecord_split, shardkit.EpochPlan(6, seed=3, epoch=2), augment=aug, with_keys=True)
     for epoch in (2, 3):  # pass k draws epoch 2 + k (the epoch comes from a per-iterator counter)
         got = _by_index(data, core)
         assert sorted(got) == list(range(len(core)))
@@ -174,7 +175,7 @@ def test_variable_size_split_batches_through_a_final_crop(rgb_loose: Path, tfdat
     core = shardkit.open(rgb_loose)
     assert core.spec.size is None and len({core[i][0].shape for i in range(len(core))}) > 1
     aug = A.parse("scale=0.8:1.2,rotate=10,hflip,crop=160x224")
-    data = tfdata(rgb_loose, 3, seed=2, epoch=0, augment=aug, with_keys=True, drop_last=False)
+    data = tfdata(rgb_loose, shardkit.EpochPlan(3, seed=2, epoch=0, drop_last=False), augment=aug, with_keys=True)
     shapes = [tuple(b[0].shape) for b in data]
     assert shapes == [(3, 160, 224, 3), (2, 160, 224, 3)]
     _check_cpu(_by_index(data, core), core, aug, seed=2, epoch=1, ignore=255)  # the second pass: epoch 1
@@ -187,7 +188,7 @@ def test_variable_size_split_batches_through_a_final_crop(rgb_loose: Path, tfdat
     ("crop=10x10,blur=3", {}, "unknown augment item"),
     (42, {}, "Compose or its string form"),
     ("scale=0.5:2,hflip", {}, "differ in size"),
-    ("hflip", {"labels": "onehot"}, "id labels"),
+    ("hflip", {"options": shardkit.OpenOptions(labels="onehot")}, "id labels"),
 ])
 def test_bad_augment_is_a_config_error_before_tensorflow_runs(camvid_val_npy: Path, tfdata, augment, kwargs,
                                                               match: str) -> None:
@@ -224,7 +225,7 @@ def test_normalize_applies_after_augmenting(rgb_loose: Path, tfdata) -> None:
     aug = A.parse("rotate=5,crop=128x128")
     got = {}
     index = {core.key(i): i for i in range(len(core))}
-    for x, _, keys in tfdata(rgb_loose, 2, seed=4, augment=aug, normalize=True, with_keys=True):
+    for x, _, keys in tfdata(rgb_loose, shardkit.EpochPlan(2, seed=4), augment=aug, normalize=True, with_keys=True):
         assert x.dtype.name == "float32"
         got.update({index[k.decode()]: v for k, v in zip(keys.numpy(), x.numpy(), strict=True)})
     idx = np.array(sorted(got))
@@ -256,7 +257,7 @@ def test_normalize_and_onehot_ops_end_the_pipeline_as_on_the_cpu_path(camvid_val
     core = shardkit.open(camvid_val_npy)
     aug = A.Compose([*A.parse(SMALL).ops, A.Normalize(core.mean, core.std),
                      A.OneHot(core.num_classes, "float32", channels_first=True)])
-    x, y, keys = next(iter(tfdata(camvid_val_npy, 4, seed=2, augment=aug, with_keys=True)))
+    x, y, keys = next(iter(tfdata(camvid_val_npy, shardkit.EpochPlan(4, seed=2), augment=aug, with_keys=True)))
     assert x.dtype.name == "float32" and y.dtype.name == "float32" and y.shape == (4, core.onehot_channels, 128, 160)
     index = {core.key(i): i for i in range(len(core))}
     idx = np.array([index[k.decode()] for k in keys.numpy()])

@@ -82,7 +82,7 @@ def test_uint16_labels_keep_their_dtype_and_ids(data: tuple) -> None:
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_prefetcher_augments_as_iter_batches_does(split: Path, device: str, layout: str) -> None:
     aug = A.parse(GEOMETRY)
-    loader = make_loader(split, 8, shuffle=True, seed=4, layout=layout, with_indices=True)
+    loader = make_loader(split, shardkit.EpochPlan(8, shuffle=True, seed=4), layout=layout, with_indices=True)
     loader.sampler.set_epoch(3)
     pre = CudaPrefetcher(loader, device, augment=aug, normalize=False, labels="ids")
     ds = shardkit.open(split)
@@ -103,8 +103,9 @@ def test_prefetcher_needs_indices_to_augment(split: Path) -> None:
 def test_make_loader_augments_in_workers_the_same_for_any_worker_count(split: Path, workers: int,
                                                                        context: str | None) -> None:
     aug = A.parse(GEOMETRY + ",jitter=0.2")
-    loader = make_loader(split, 8, shuffle=True, seed=9, num_workers=workers, multiprocessing_context=context,
-                         layout="NHWC", with_indices=True, augment=aug, persistent_workers=False)
+    loader = make_loader(split, shardkit.EpochPlan(8, shuffle=True, seed=9), num_workers=workers,
+                         multiprocessing_context=context, layout="NHWC", with_indices=True, augment=aug,
+                         persistent_workers=False)
     ds = shardkit.open(split)
     for epoch in (0, 1):  # auto_epoch: the second pass draws epoch 1
         seen = 0
@@ -118,7 +119,7 @@ def test_make_loader_augments_in_workers_the_same_for_any_worker_count(split: Pa
 
 def test_make_loader_refuses_augment_without_id_labels(split: Path) -> None:
     with pytest.raises(ConfigError, match="id labels"):
-        make_loader(split, 8, labels="onehot", augment=A.parse(GEOMETRY))
+        make_loader(split, 8, options=shardkit.OpenOptions(labels="onehot"), augment=A.parse(GEOMETRY))
 
 
 def test_upload_sends_every_array_through_one_buffer_unchanged() -> None:

@@ -121,7 +121,8 @@ def test_a_torch_worker_gets_the_error_not_a_dead_process(camvid_lmdb: Path, tmp
     from shardkit.read.torch import make_loader
 
     split = _damage_node(camvid_lmdb, tmp_path, 1, _stated_size_past_the_file)
-    loader = make_loader(split, 2, shuffle=False, num_workers=1, pin_memory=False, multiprocessing_context="fork")
+    loader = make_loader(split, shardkit.EpochPlan(2, shuffle=False), num_workers=1, pin_memory=False,
+                         multiprocessing_context="fork")
     with pytest.raises(Exception) as err:  # torch re-raises the worker's error in the parent
         list(loader)
     assert "ShardFormatError" in repr(err.value) or isinstance(err.value, ShardFormatError)

@@ -60,7 +60,8 @@ def keras_training_check(split: str) -> dict[str, Any]:
                 seen.setdefault(self.epoch, []).extend(idx.tolist())
             return x, y
 
-    data = Recording(split, 4, labels="float_onehot", workers=2, max_queue_size=3, seed=1)
+    data = Recording(split, shardkit.EpochPlan(4, seed=1), options=shardkit.OpenOptions(labels="float_onehot"),
+                     workers=2, max_queue_size=3)
     model = keras.Sequential([keras.Input((*SIZE, 3)),
                               keras.layers.Conv2D(core.onehot_channels, 1, activation="softmax")])
     model.compile(optimizer="adam", loss="categorical_crossentropy")
@@ -102,8 +103,8 @@ def pydataset_options_check(split: str) -> dict[str, Any]:
     """Options reach PyDataset; uint8 / ids outputs; pickling; the epoch advances the order."""
     from shardkit.read.keras import ShardkitPyDataset
 
-    data = ShardkitPyDataset(split, 8, workers=3, use_multiprocessing=True, max_queue_size=5, normalize=False,
-                             drop_last=True, rank=1, world_size=2)
+    data = ShardkitPyDataset(split, shardkit.EpochPlan(8, drop_last=True, rank=1, world_size=2), workers=3,
+                             use_multiprocessing=True, max_queue_size=5, normalize=False)
     assert (data.workers, data.use_multiprocessing, data.max_queue_size) == (3, True, 5)
     assert len(data) == 1  # 13 samples per rank, one full batch of 8
     x, y = data[0]
@@ -120,6 +121,12 @@ def pydataset_options_check(split: str) -> dict[str, Any]:
     assert data.epoch == 1 and data.batch_indices(0).tolist() != first
     with pytest.raises(IndexError):
         data[1]
+    with pytest.warns(DeprecationWarning) as caught:
+        old = ShardkitPyDataset(split, 8, drop_last=True, rank=1, world_size=2, labels="onehot", normalize=False)
+    assert len(caught) == 2 and "drop_last=, rank=, world_size= are deprecated" in str(caught[0].message)
+    assert old.sampler.batches()[0].tolist() == first and old.dataset.labels == "onehot"
+    with pytest.raises(shardkit.errors.ConfigError, match="not a training target"):
+        ShardkitPyDataset(split, 8, options=shardkit.OpenOptions(labels="stored"))
     return {"ok": True}
 
 
@@ -133,7 +140,7 @@ def pydataset_augment_check(split: str) -> dict[str, Any]:
     from shardkit.read.keras import ShardkitPyDataset
 
     aug = A.parse("scale=0.8:1.25,crop=64x96,hflip,rotate=5,jitter=0.2")
-    data = ShardkitPyDataset(split, 8, seed=2, normalize=False, augment=aug)
+    data = ShardkitPyDataset(split, shardkit.EpochPlan(8, seed=2), normalize=False, augment=aug)
     core = shardkit.open(split)
     outputs = []
     for _ in range(2):

@@ -263,7 +263,8 @@ def test_every_adapter_takes_the_class_balanced_sampler(camvid_train_npy: Path) 
     got = np.concatenate([idx for idx, _, _ in ds.iter_batches(4, seed=3, epoch=1, sampling="class-balanced",
                                                                 with_indices=True)])
     assert sorted(got.tolist()) == sorted(want.tolist())
-    loader = make_loader(ds, 4, seed=3, epoch=1, sampling="class-balanced", with_indices=True, auto_epoch=False)
+    loader = make_loader(ds, shardkit.EpochPlan(4, seed=3, epoch=1, sampling="class-balanced"), with_indices=True,
+                         auto_epoch=False)
     assert sorted(np.concatenate([b[-1].numpy() for b in loader]).tolist()) == sorted(want.tolist())
     assert len(loader) == -(-len(want) // 4)
 
@@ -275,8 +276,8 @@ def test_keras_and_tf_take_the_class_balanced_sampler(camvid_train_npy: Path) ->
 
     ds = shardkit.open(camvid_train_npy)
     want = ds.sampler(4, sampling="class-balanced", seed=3, epoch=0).indices()
-    seq = ShardkitPyDataset(ds, 4, seed=3, sampling="class-balanced")
+    seq = ShardkitPyDataset(ds, shardkit.EpochPlan(4, seed=3, sampling="class-balanced"))
     assert sorted(np.concatenate([seq.batch_indices(i) for i in range(len(seq))]).tolist()) == sorted(want.tolist())
-    tfds = shardkit.tf.dataset(ds, 4, seed=3, sampling="class-balanced", with_keys=True)
+    tfds = shardkit.tf.dataset(ds, shardkit.EpochPlan(4, seed=3, sampling="class-balanced"), with_keys=True)
     got = [k.decode() for _, _, keys in tfds.take(1000) for k in keys.numpy().tolist()]
     assert sorted(got) == sorted(ds.key(int(i)) for i in want)

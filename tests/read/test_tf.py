@@ -56,7 +56,8 @@ def test_tfrecord_pipeline_every_sample_once_bit_exact(tf, splits: dict[str, Pat
     import shardkit.tf
 
     core = shardkit.open(splits["npy"], labels=labels)
-    data = shardkit.tf.dataset(splits[name], 4, labels=labels, with_keys=True, seed=2)
+    data = shardkit.tf.dataset(splits[name], shardkit.EpochPlan(4, seed=2), options=shardkit.OpenOptions(labels=labels),
+                               with_keys=True)
     spec = data.element_spec
     assert spec[0].shape.as_list() == [None, *CROP, 3]
     assert spec[1].shape.as_list()[1:] == ([*CROP] if labels == "ids" else [*CROP, 11])  # no ignore channel
@@ -69,7 +70,7 @@ def test_tfrecord_parses_whole_batches(tf, splits: dict[str, Path]) -> None:
     """The parse runs once per batch: the graph maps batched serialized strings, not single records."""
     from shardkit.read.tf import dataset
 
-    data = dataset(splits["tfrecord"], 8, shuffle=False, drop_last=True)
+    data = dataset(splits["tfrecord"], shardkit.EpochPlan(8, shuffle=False, drop_last=True))
     assert data.element_spec[0].shape.as_list() == [8, *CROP, 3]
     core = shardkit.open(splits["tfrecord"])
     images, labels = next(iter(data))
@@ -82,7 +83,7 @@ def test_other_formats_go_through_the_core_reader(tf, splits: dict[str, Path]) -
     import shardkit.tf
 
     core = shardkit.open(splits["npy"])
-    data = shardkit.tf.dataset(splits["npy"], 5, with_keys=True, seed=4)
+    data = shardkit.tf.dataset(splits["npy"], shardkit.EpochPlan(5, seed=4), with_keys=True)
     orders = _check_epochs(data, core)
     assert orders[0] != orders[1]  # each pass is the next epoch
     first = [i for idx, _, _ in core.iter_batches(5, seed=4, epoch=0, with_indices=True) for i in idx]
@@ -97,7 +98,8 @@ def test_two_ranks_get_equal_disjoint_shares(tf, splits: dict[str, Path], name: 
     index = {core.key(i): i for i in range(len(core))}
     shares = []
     for rank in range(2):
-        data = shardkit.tf.dataset(splits[name], 4, rank=rank, world_size=2, seed=8, epoch=3, with_keys=True)
+        data = shardkit.tf.dataset(splits[name], shardkit.EpochPlan(4, seed=8, epoch=3, rank=rank, world_size=2),
+                                   with_keys=True)
         shares.append([index[k.decode()] for _, _, keys in data for k in keys.numpy()])
     assert len(shares[0]) == len(shares[1]) == 13
     assert not set(shares[0]) & set(shares[1]) and set(shares[0]) | set(shares[1]) == set(range(26))
@@ -107,7 +109,8 @@ def test_normalize(tf, splits: dict[str, Path]) -> None:
     import shardkit.tf
 
     core = shardkit.open(splits["tfrecord"])
-    images, _ = next(iter(shardkit.tf.dataset(splits["tfrecord"], 3, shuffle=False, normalize=True)))
+    plan = shardkit.EpochPlan(3, shuffle=False)
+    images, _ = next(iter(shardkit.tf.dataset(splits["tfrecord"], plan, normalize=True)))
     assert images.dtype == tf.float32
     np.testing.assert_allclose(images.numpy(), core.normalize(core.batch([0, 1, 2])[0]), rtol=1e-5, atol=1e-5)
 
@@ -118,5 +121,33 @@ def test_png_tfrecord_is_decoded_in_graph(tf, splits: dict[str, Path]) -> None:
 
     core = shardkit.open(splits["tfrecord-png"], labels="ids")
     assert core.manifest.format_version == 2
-    data = dataset(splits["tfrecord-png"], 4, shuffle=True, seed=3, labels="ids", with_keys=True)
+    data = dataset(splits["tfrecord-png"], shardkit.EpochPlan(4, shuffle=True, seed=3),
+                   options=shardkit.OpenOptions(labels="ids"), with_keys=True)
     _check_epochs(data, core, epochs=1)
+
+
+def test_old_keywords_warn_and_give_the_same_batches(tf, splits: dict[str, Path]) -> None:
+    import shardkit.tf
+
+    core = shardkit.open(splits["npy"], labels="onehot")
+    new = shardkit.tf.dataset(splits["npy"], shardkit.EpochPlan(4, seed=2, epoch=1),
+                              options=shardkit.OpenOptions(labels="onehot"), with_keys=True)
+    with pytest.warns(DeprecationWarning) as caught:
+        old = shardkit.tf.dataset(splits["npy"], 4, seed=2, epoch=1, labels="onehot", with_keys=True)
+    assert [str(w.message).split(" are ")[0].split(" is ")[0] for w in caught] == ["dataset: seed=, epoch=",
+                                                                                  "dataset: labels="]
+    first = _check_epochs(new, core, 1)  # (a second pass over new would be the next epoch)
+    assert _check_epochs(old, core, 1) == first
+    with pytest.warns(DeprecationWarning, match="batch_size="):
+        sized = shardkit.tf.dataset(splits["npy"], batch_size=4, seed=2, epoch=1, with_keys=True)
+    assert _check_epochs(sized, shardkit.open(splits["npy"]), 1) == first
+
+
+def test_a_global_shuffle_plan_reads_a_tfrecord_split_in_the_samplers_order(tf, splits: dict[str, Path]) -> None:
+    """shuffle_mode='global' (not tf.data's shard-then-buffer shuffle): the core sampler's one global order."""
+    import shardkit.tf
+
+    core = shardkit.open(splits["tfrecord"])
+    plan = shardkit.EpochPlan(5, seed=6, shuffle_mode="global")
+    order = _check_epochs(shardkit.tf.dataset(splits["tfrecord"], plan, with_keys=True), core, 1)[0]
+    assert order == np.concatenate(core.sampler(plan).batches()).tolist()

@@ -18,7 +18,7 @@ from shardkit.read.dataset import Dataset
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402
 
-from shardkit.read.torch import CudaPrefetcher, ShardkitTorchDataset, make_loader  # noqa: E402
+from shardkit.read.torch import BufferReuse, CudaPrefetcher, ShardkitTorchDataset, make_loader  # noqa: E402
 
 CROP = (352, 480)
 
@@ -63,8 +63,8 @@ def test_batch_loader_fork_two_persistent_workers(splits: dict[str, Path]) -> No
 
 def test_batch_loader_spawn_two_workers(splits: dict[str, Path]) -> None:
     core = shardkit.open(splits["hdf5"])
-    loader = make_loader(splits["hdf5"], 5, num_workers=2, multiprocessing_context="spawn", with_indices=True,
-                         layout="NHWC", seed=11)
+    loader = make_loader(splits["hdf5"], shardkit.EpochPlan(5, seed=11), num_workers=2, multiprocessing_context="spawn",
+                         with_indices=True, layout="NHWC")
     orders = _epochs(loader, core, 2, "NHWC")
     assert orders[0] != orders[1]
 
@@ -79,8 +79,8 @@ def test_map_style_dataset_with_default_collate(splits: dict[str, Path]) -> None
 
 def test_layouts_and_label_outputs(splits: dict[str, Path]) -> None:
     core = shardkit.open(splits["hdf5"], labels="onehot")
-    nchw = ShardkitTorchDataset(splits["hdf5"], labels="onehot")
-    nhwc = ShardkitTorchDataset(splits["hdf5"], labels="onehot", layout="NHWC")
+    nchw = ShardkitTorchDataset(splits["hdf5"], options=shardkit.OpenOptions(labels="onehot"))
+    nhwc = ShardkitTorchDataset(splits["hdf5"], options=shardkit.OpenOptions(labels="onehot"), layout="NHWC")
     image, label = nchw[3]
     assert image.shape == (3, *CROP) and label.shape == (11, *CROP)  # the ignore class 11 has no channel
     assert np.array_equal(image.permute(1, 2, 0).numpy(), core[3][0])
@@ -98,8 +98,8 @@ def test_layouts_and_label_outputs(splits: dict[str, Path]) -> None:
 
 
 def test_two_ranks_get_equal_disjoint_batches(splits: dict[str, Path]) -> None:
-    loaders = [make_loader(splits["lmdb"], 4, rank=r, world_size=2, with_indices=True, pin_memory=False)
-               for r in range(2)]
+    loaders = [make_loader(splits["lmdb"], shardkit.EpochPlan(4, rank=r, world_size=2), with_indices=True,
+                           pin_memory=False) for r in range(2)]
     assert len(loaders[0]) == len(loaders[1]) == 4
     shares = [[i for _, _, idx in loader for i in idx.tolist()] for loader in loaders]
     assert len(shares[0]) == len(shares[1]) == 13 and not set(shares[0]) & set(shares[1])
@@ -108,7 +108,8 @@ def test_two_ranks_get_equal_disjoint_batches(splits: dict[str, Path]) -> None:
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_prefetcher_cpu_path_normalises_and_expands_like_numpy(splits: dict[str, Path], layout: str) -> None:
     core = shardkit.open(splits["lmdb"])
-    loader = make_loader(splits["lmdb"], 4, shuffle=False, layout=layout, with_indices=True, pin_memory=False)
+    loader = make_loader(splits["lmdb"], shardkit.EpochPlan(4, shuffle=False), layout=layout, with_indices=True,
+                         pin_memory=False)
     mean, std = core.mean, core.std
     for labels in ("float_onehot", "ids", "onehot"):
         prefetcher = CudaPrefetcher(loader, device="cpu", labels=labels)
@@ -136,7 +137,7 @@ def test_prefetcher_cpu_path_normalises_and_expands_like_numpy(splits: dict[str,
 
 
 def test_prefetcher_refuses_what_it_cannot_do(splits: dict[str, Path]) -> None:
-    loader = make_loader(splits["hdf5"], 4, labels="onehot", pin_memory=False)
+    loader = make_loader(splits["hdf5"], 4, options=shardkit.OpenOptions(labels="onehot"), pin_memory=False)
     with pytest.raises(ConfigError, match="labels='ids'"):
         CudaPrefetcher(loader, device="cpu", labels="onehot")
     with pytest.raises(ConfigError, match="mean"):
@@ -149,7 +150,7 @@ def test_prefetcher_refuses_what_it_cannot_do(splits: dict[str, Path]) -> None:
 def test_shared_ring_batches_stay_valid_for_keep_more_batches(splits: dict[str, Path]) -> None:
     core = shardkit.open(splits["lmdb"])
     loader = make_loader(splits["lmdb"], 3, num_workers=2, multiprocessing_context="fork", with_indices=True,
-                         layout="NHWC", keep=2, pin_memory=False, reuse_buffers=True)
+                         layout="NHWC", pin_memory=False, reuse_buffers=BufferReuse(keep=2))
     held: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
     seen = 0
     for _epoch in range(2):  # the slot counter runs on across epochs
@@ -160,5 +161,6 @@ def test_shared_ring_batches_stay_valid_for_keep_more_batches(splits: dict[str, 
                 assert np.array_equal(im.numpy(), want_images) and np.array_equal(lab.numpy(), want_labels)
             seen += len(idx)
     assert seen == 2 * len(core)
-    plain = make_loader(splits["lmdb"], 3, num_workers=2, multiprocessing_context="fork", shared_ring=False)
+    plain = make_loader(splits["lmdb"], 3, num_workers=2, multiprocessing_context="fork",
+                        reuse_buffers=BufferReuse(shared_ring=False))
     assert isinstance(plain, DataLoader)

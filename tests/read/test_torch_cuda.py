@@ -37,7 +37,7 @@ def split(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("labels", ["ids", "onehot", "float_onehot"])
 def test_cuda_path_gives_what_the_cpu_path_gives(split: Path, layout: str, labels: str) -> None:
-    loader = make_loader(split, 8, shuffle=False, layout=layout, with_indices=True)
+    loader = make_loader(split, shardkit.EpochPlan(8, shuffle=False), layout=layout, with_indices=True)
     cpu = list(CudaPrefetcher(loader, device="cpu", labels=labels))
     gpu = [tuple(t.cpu() for t in batch) for batch in CudaPrefetcher(loader, device="cuda", labels=labels)]
     assert len(gpu) == len(cpu) == len(loader)
@@ -59,8 +59,9 @@ def test_batches_stay_whole_while_the_gpu_lags_behind_the_host(split: Path, work
     buffers several times before the first copy runs.
     """
     core = shardkit.open(split)
-    loader = make_loader(split, 8, shuffle=True, num_workers=workers, with_indices=True, layout="NHWC",
-                         pin_memory=True, reuse_buffers=reuse_buffers)  # the reused (pinned) buffers matter most
+    loader = make_loader(split, shardkit.EpochPlan(8, shuffle=True), num_workers=workers, with_indices=True,
+                         layout="NHWC", pin_memory=True,
+                         reuse_buffers=reuse_buffers)  # the reused (pinned) buffers matter most
     prefetcher = CudaPrefetcher(loader, device="cuda", labels="ids", normalize=False)
     torch.cuda._sleep(int(1e9))
     got = [(x.clone(), y.clone(), idx.clone()) for x, y, idx in prefetcher]  # nothing here waits for the GPU
@@ -74,8 +75,8 @@ def test_batches_stay_whole_while_the_gpu_lags_behind_the_host(split: Path, work
 
 def test_every_sample_once_per_epoch_with_workers_forked_each_epoch(split: Path) -> None:
     core = shardkit.open(split)
-    loader = make_loader(split, 8, shuffle=True, num_workers=2, persistent_workers=False, with_indices=True,
-                         multiprocessing_context="fork")
+    loader = make_loader(split, shardkit.EpochPlan(8, shuffle=True), num_workers=2, persistent_workers=False,
+                         with_indices=True, multiprocessing_context="fork")
     prefetcher = CudaPrefetcher(loader, device="cuda", labels="onehot")
     orders = []
     for _ in range(2):
@@ -110,7 +111,7 @@ def test_a_loader_error_reaches_the_caller_and_the_thread_ends(split: Path) -> N
 
 
 def test_leaving_the_loop_early_stops_the_thread(split: Path) -> None:
-    loader = make_loader(split, 8, shuffle=False)
+    loader = make_loader(split, shardkit.EpochPlan(8, shuffle=False))
     prefetcher = CudaPrefetcher(loader, device="cuda")
     for step, _batch in enumerate(prefetcher):
         if step == 1:

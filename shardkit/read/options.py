@@ -1,0 +1,171 @@
+"""The reading contract: how a split is opened (:class:`OpenOptions`), what an epoch reads (:class:`EpochPlan`).
+
+Both are frozen, validated on construction, picklable and declared once here. ``shardkit.open``/``Dataset``,
+``make_loader``, ``ShardkitTorchDataset``, ``shardkit.tf.dataset``, the Keras ``ShardkitPyDataset`` and the
+``CudaPrefetcher`` all take them, so an option added here reaches every adapter (an s3:// split's
+``cache_dir``/``cache_limit``/``storage_options`` included) instead of being restated in seven signatures.
+
+The adapters' keywords that these objects replaced (``shuffle=``, ``seed=``, ``labels=``, …) still work for one
+release with a ``DeprecationWarning`` naming the replacement (:func:`fold_deprecated`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from .. import encoding
+from ..errors import ConfigError
+from . import sampling as _sampling
+from .cache import parse_limit
+
+__all__ = ["EpochPlan", "OpenOptions", "adapter_options", "adapter_plan", "fold_deprecated", "refuse_unknown"]
+
+LABEL_LAYOUTS = ("channels_last", "channels_first")
+
+
+@dataclass(frozen=True)
+class OpenOptions:
+    """How a split is opened: what :func:`shardkit.open` and every adapter take as ``options=``.
+
+    ``labels``: ``"ids"`` (H, W) class ids, ``"onehot"`` (H, W, C) uint8, ``"float_onehot"`` float32, or
+    ``"stored"`` (the stored encoding as is). ``label_layout``: ``"channels_last"`` or ``"channels_first"``
+    one-hot; None lets the reader choose (channels last; the PyTorch adapters follow their ``layout``).
+    ``verify``: check every shard's sha256 on open. For a split on object storage (``s3://…``) shards are cached
+    whole in ``cache_dir`` (default ``$SHARDKIT_CACHE_DIR`` or ``~/.cache/shardkit``), at most ``cache_limit``
+    bytes (``"20GB"``, or a byte count), with ``storage_options`` for fsspec (endpoint, credentials).
+    ``version=N`` opens the kept publish N of the split instead of the current one.
+    """
+
+    labels: str = "ids"
+    verify: bool = False
+    label_layout: str | None = None
+    cache_dir: str | os.PathLike[str] | None = None
+    cache_limit: int | str | None = None
+    storage_options: Mapping[str, Any] | None = field(default=None, hash=False)  # a dict: not hashable
+    version: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.labels not in encoding.READER_OUTPUTS:
+            raise ConfigError(f"labels={self.labels!r} is not one of {', '.join(encoding.READER_OUTPUTS)}")
+        if self.label_layout is not None and self.label_layout not in LABEL_LAYOUTS:
+            raise ConfigError(f"label_layout={self.label_layout!r} is not channels_last or channels_first")
+        if self.cache_limit is not None:
+            parse_limit(self.cache_limit)  # a bad limit is refused now, also for a split that is local after all
+        if self.version is not None and (isinstance(self.version, bool) or not isinstance(self.version, int)
+                                         or self.version < 1):
+            raise ConfigError(f"version={self.version!r} is not a publish number (1, 2, …)")
+        if self.storage_options is not None:  # a private copy: the caller's dict may change afterwards
+            if not isinstance(self.storage_options, Mapping):
+                raise ConfigError(f"storage_options must be a mapping, not {type(self.storage_options).__name__}")
+            object.__setattr__(self, "storage_options", dict(self.storage_options))
+
+    def replace(self, **changes: Any) -> OpenOptions:
+        """A copy with ``changes`` (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def channels_first(self) -> bool:
+        return self.label_layout == "channels_first"
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """Which batches an epoch reads, and in which order: what every adapter takes as ``plan=``.
+
+    ``batch_size`` samples per batch; ``shuffle`` with ``seed``; ``epoch`` the first epoch read (later passes
+    read the next ones); ``rank`` of ``world_size`` (every rank gets the same number of batches; the tail
+    wraps around, or is dropped with ``drop_last``). ``shuffle_mode``: ``"auto"`` (global for random-access
+    formats, shard-then-buffer for sequential ones), ``"global"`` or ``"buffer"`` (through a buffer of
+    ``buffer_size`` samples). ``sampling``: ``"uniform"``, ``"class-balanced[:T]"`` or ``"repeat-factor[:t]"``
+    (:mod:`shardkit.read.sampling`). The order is a pure function of the plan and the split's shard sizes.
+    """
+
+    batch_size: int
+    shuffle: bool = True
+    seed: int = 0
+    epoch: int = 0
+    drop_last: bool = False
+    rank: int = 0
+    world_size: int = 1
+    shuffle_mode: str = "auto"
+    buffer_size: int = _sampling.DEFAULT_BUFFER
+    sampling: str = "uniform"
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "seed", "epoch", "rank", "world_size", "buffer_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{name}={value!r} is not an integer")
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be at least 1, got {self.batch_size}")
+        if self.seed < 0 or self.epoch < 0:
+            raise ConfigError(f"seed ({self.seed}) and epoch ({self.epoch}) must be non-negative integers")
+        _sampling.check_partition(self.rank, self.world_size)
+        if self.shuffle_mode not in _sampling.SHUFFLE_MODES:
+            raise ConfigError(f"shuffle_mode={self.shuffle_mode!r} is not one of {', '.join(_sampling.SHUFFLE_MODES)}")
+        if self.buffer_size < 1:
+            raise ConfigError(f"buffer_size must be at least 1, got {self.buffer_size}")
+        _sampling.parse_sampling(self.sampling)
+
+    def replace(self, **changes: Any) -> EpochPlan:
+        """A copy with ``changes`` (validated again): e.g. ``plan.replace(epoch=plan.epoch + 1)``."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def of(cls, plan: EpochPlan | int, **fields: Any) -> EpochPlan:
+        """``plan`` itself, or ``EpochPlan(batch_size=plan)`` for a bare batch size; ``fields`` (its field names:
+        ``shuffle=``, ``seed=``, …) applied to it."""
+        if isinstance(plan, bool) or not isinstance(plan, (EpochPlan, int)):
+            raise ConfigError(f"expected an EpochPlan or a batch size, got {type(plan).__name__}",
+                              fix="pass shardkit.EpochPlan(batch_size=…, shuffle=…, seed=…)")
+        if isinstance(plan, int):
+            return cls(batch_size=plan, **fields)
+        return plan.replace(**fields) if fields else plan
+
+
+T = TypeVar("T", OpenOptions, EpochPlan)
+
+
+def fold_deprecated(where: str, given: dict[str, Any], base: T, names: tuple[str, ...] | None = None,
+                    *, argument: str, stacklevel: int = 3) -> T:
+    """Move the deprecated keywords of ``given`` that are fields of ``base``'s class (or ``names``) into a copy of
+    ``base``, with one ``DeprecationWarning`` naming the replacement; they are removed from ``given``."""
+    fields = names if names is not None else tuple(f.name for f in dataclasses.fields(base))
+    moved = {k: given.pop(k) for k in list(given) if k in fields}
+    if not moved:
+        return base
+    cls = type(base).__name__
+    listed = ", ".join(f"{k}=" for k in moved)
+    warnings.warn(f"{where}: {listed} {'is' if len(moved) == 1 else 'are'} deprecated and will be removed in the next "
+                  f"release; pass {argument}=shardkit.{cls}(…) instead", DeprecationWarning, stacklevel=stacklevel)
+    return base.replace(**moved)
+
+
+def adapter_plan(where: str, plan: EpochPlan | int | None, given: dict[str, Any]) -> EpochPlan:
+    """An adapter's ``plan`` argument with its deprecated sampling keywords (``batch_size=``, ``shuffle=``, …)
+    folded in (removed from ``given``; a DeprecationWarning at the adapter's caller)."""
+    if plan is None:
+        if "batch_size" not in given:
+            raise TypeError(f"{where}() missing its plan: an EpochPlan or a batch size")
+        plan = int(given["batch_size"])  # still in given: folded below, with its warning
+    elif "batch_size" in given:
+        raise TypeError(f"{where}() got two batch sizes: plan and batch_size=")
+    return fold_deprecated(where, given, EpochPlan.of(plan), argument="plan", stacklevel=4)
+
+
+def adapter_options(where: str, options: OpenOptions | None, given: dict[str, Any]) -> OpenOptions:
+    """An adapter's ``options`` argument with its deprecated ``labels=``/``verify=`` folded in (removed from
+    ``given``; a DeprecationWarning at the adapter's caller)."""
+    return fold_deprecated(where, given, options or OpenOptions(), ("labels", "verify"), argument="options",
+                           stacklevel=4)
+
+
+def refuse_unknown(where: str, given: dict[str, Any]) -> None:
+    """The TypeError Python gives for an unexpected keyword, for what is left of ``given``."""
+    if given:
+        raise TypeError(f"{where}() got an unexpected keyword argument {next(iter(given))!r}")

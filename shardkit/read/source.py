@@ -1,0 +1,135 @@
+"""Where a :class:`~shardkit.read.dataset.Dataset`'s shard readers come from: a local folder or a cached remote split.
+
+A Dataset holds one :class:`ShardSource` and asks it for shard ``pos``'s reader on every read; the reader it gets
+is always the format's own :class:`~shardkit.formats.base.ShardReader` on local files, so a split on object
+storage gets the same fast paths as a local one (npy's memory-mapped ``fixed_arrays`` row gather, LMDB's one
+transaction per run, read-ahead hints):
+
+* :class:`LocalShards` opens every shard's reader on open (checking that its files exist with their sizes).
+* :class:`CachedShards` fetches a shard through the :class:`~shardkit.read.cache.ShardCache` on its first read in a
+  process, pins the local copy, and opens the format's reader on it; nothing is fetched before a sample is read.
+  A read-through shard whose folder the cache deletes is forgotten (:meth:`_CachedShard.release`) and fetched
+  again on its next read.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+from ..errors import IntegrityError
+from ..formats.base import SampleSpec, ShardFormat, ShardReader
+from ..manifest import Manifest
+from ..splitfiles import ShardInfo
+from .cache import ShardCache, unpin
+
+__all__ = ["CachedShards", "LocalShards", "ShardSource"]
+
+
+class ShardSource(ABC):
+    """The shard readers of one split version. Picklable: readers reopen their files in each process."""
+
+    #: the cache of a split on object storage (None for a local folder)
+    cache: ShardCache | None = None
+
+    @abstractmethod
+    def reader(self, pos: int) -> ShardReader:
+        """The format's reader of shard ``pos`` (manifest order), its files on this machine."""
+
+    def readers(self) -> list[ShardReader]:
+        """Every shard's reader (a remote split fetches every shard)."""
+        return [self.reader(pos) for pos in range(len(self))]
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """How many shards."""
+
+    def release(self) -> None:  # noqa: B027 - nothing to let go of by default
+        """Let go of what this process holds beyond the readers' files (pins on cached shards)."""
+
+
+class LocalShards(ShardSource):
+    """A split folder on this machine: every shard's reader opened (and its files checked) now."""
+
+    def __init__(self, folder: Path, fmt: type[ShardFormat], manifest: Manifest, spec: SampleSpec) -> None:
+        self.folder = folder
+        self._readers = [fmt.open_shard(folder, shard, spec, manifest) for shard in manifest.shards]
+
+    def reader(self, pos: int) -> ShardReader:
+        return self._readers[pos]
+
+    def readers(self) -> list[ShardReader]:
+        return self._readers
+
+    def __len__(self) -> int:
+        return len(self._readers)
+
+
+class CachedShards(ShardSource):
+    """A split on object storage, each shard served from its copy in ``cache`` (fetched on first read)."""
+
+    def __init__(self, cache: ShardCache, fmt: type[ShardFormat], manifest: Manifest, spec: SampleSpec) -> None:
+        self.cache = cache
+        self._shards = [_CachedShard(cache, fmt, shard, spec, manifest) for shard in manifest.shards]
+
+    def reader(self, pos: int) -> ShardReader:
+        return self._shards[pos].reader()
+
+    def __len__(self) -> int:
+        return len(self._shards)
+
+    def release(self) -> None:
+        for shard in self._shards:
+            shard.release()
+
+
+class _CachedShard:
+    """One shard of a remote split: its local copy's reader in this process, and the pins that keep the copy."""
+
+    def __init__(self, cache: ShardCache, fmt: type[ShardFormat], shard: ShardInfo, spec: SampleSpec,
+                 manifest: Manifest) -> None:
+        self.cache, self.fmt, self.shard, self.spec, self.manifest = cache, fmt, shard, spec, manifest
+        self._pid: int | None = None
+        self._reader: ShardReader | None = None
+        self._pins: list[int] = []
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_pid"], state["_reader"], state["_pins"] = None, None, []
+        return state
+
+    def reader(self) -> ShardReader:
+        """The format reader on the local copy (fetching the shard first, once per process). The local files are
+        pinned (:meth:`ShardCache.pin`) first, so another process sharing the cache cannot evict them between the
+        fetch and the open, nor while they are read."""
+        pid = os.getpid()
+        if self._reader is not None and self._pid == pid:
+            return self._reader
+        if self._pid == pid:
+            unpin(self._pins)
+        self._pins = []  # a forked child's inherited descriptors stay with the parent's lock
+        for _ in range(3):
+            folder = self.cache.fetch(self.shard, self)
+            pins = self.cache.pin(self.shard.all_files, folder)
+            if pins is not None:
+                break
+        else:
+            raise IntegrityError("shard files keep disappearing from the cache while being opened",
+                                 path=self.cache.directory,
+                                 fix="another process is deleting files in this cache_dir; give each job its own "
+                                     "cache_dir or a larger cache_limit")
+        self._pins = pins
+        reader = self.fmt.open_shard(folder, self.shard, self.spec, self.manifest)
+        reader.ensure_open()  # a read-through folder may be deleted later: hold its files open now
+        reader.expected_hw  # noqa: B018 - and read the sizes from its sidecar now (variable-size splits)
+        self._reader, self._pid = reader, pid
+        return reader
+
+    def release(self) -> None:
+        """Forget the local copy (a read-through shard whose folder is being deleted) and unpin it."""
+        self._reader = None
+        if self._pid == os.getpid():
+            unpin(self._pins)
+        self._pins = []
