@@ -375,7 +375,8 @@ def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, views: 
         """make_loader(split, augment=aug) as a user gets it, its epoch sampler's batches replaced by ours."""
         loader = make_loader(split, B, num_workers=w, layout="NHWC", augment=aug, shuffle=False, pin_memory=False)
         if hasattr(loader, "ring"):  # a RingLoader: its DataLoader's sampler pairs the inner batches with slots
-            loader.sampler.inner = batches
+            slotted: Any = loader.sampler
+            slotted.inner = batches
             return loader
         return DataLoader(ShardkitTorchDataset(split, layout="NHWC", augment=aug), batch_size=None,
                           num_workers=w, sampler=batches)

@@ -245,11 +245,11 @@ def make_loader(
             kwargs["prefetch_factor"] = prefetch_factor
         if multiprocessing_context is not None:
             kwargs["multiprocessing_context"] = multiprocessing_context
-    layout = dataset.ring_layout(batch_size) if num_workers > 0 and shared_ring else None
-    if layout is not None and (reuse_buffers or augment is not None):
+    slot_layout = dataset.ring_layout(batch_size) if num_workers > 0 and shared_ring else None
+    if slot_layout is not None and (reuse_buffers or augment is not None):
         in_flight = num_workers * (prefetch_factor if prefetch_factor is not None else 2)
         # copied out as yielded: a slot is free again once its batch was yielded (+1 spare)
-        ring = _Ring(dataset, layout, slots=in_flight + (max(keep, 1) if reuse_buffers else 1) + 1)
+        ring = _Ring(dataset, slot_layout, slots=in_flight + (max(keep, 1) if reuse_buffers else 1) + 1)
         slotted = _SlotSampler(sampler, len(ring.slots))
         loader = DataLoader(ring, batch_size=None, sampler=slotted, num_workers=num_workers, pin_memory=False,
                             **kwargs)
