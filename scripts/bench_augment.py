@@ -20,11 +20,18 @@ Rows, per size (samples/s; "x cpu" is the ratio to the first row):
   overlapping as in training); on the CPU only for the first size.
 - ``shardkit numpy DataLoader(N workers)``: the numpy path on in-memory arrays, one list of indices per
   ``__getitem__`` (batch_size=None) — the like-for-like row against the peers below.
-- ``shardkit split DataLoader(N workers)``: the product path: the dataset ``make_loader(split, augment=aug)``
-  builds (``ShardkitTorchDataset(split, augment=aug)``: npy samples warped from their memory maps, batches
-  written into shared memory), reading the converted split, fed a list of index batches instead of
-  make_loader's epoch sampler (this small split's epochs are a few batches long; an epoch end stalls the
-  workers, which a real epoch of hundreds of batches does not).
+- ``shardkit split DataLoader(N workers)``: the product path: ``make_loader(split, batch_size, num_workers=N,
+  augment=aug)`` itself (npy samples warped from their memory maps in the workers, into a shared-memory ring;
+  each batch copied out into fresh memory as the loader yields it), reading the converted split, its epoch
+  sampler's batches replaced by a list of index batches (this small split's epochs are a few batches long; an
+  epoch end stalls the workers, which a real epoch of hundreds of batches does not).
+- ``floor: 1 warp + 1 gather + 1 LUT``: the least work an augmented sample needs, in this process on one
+  OpenCV thread, on the same samples and drawn parameters: one bilinear ``cv2.warpAffine`` into the output
+  size from a 4-channel copy of the sample made before the clock starts (OpenCV 5 warps 4 channels ~2.5x faster
+  than 3; the copy is not counted), one ``INTER_NEAREST`` ``cv2.warpAffine`` of the label (cv2's fixed-point
+  nearest, cheaper than shardkit's exact gather) and one ``cv2.LUT`` — nothing else (no parameter drawing, no
+  reading, no batch assembly, no hand-over between processes). Its CPU ms per sample is printed beside the
+  DataLoader rows' (``split / floor (CPU time)``: the product path's CPU per sample over the floor's).
 - ``albumentations DataLoader(N workers)``: per-sample ``A.Compose`` (RandomScale, Rotate with constant
   border and mask fill = ignore, PadIfNeeded + RandomCrop, HorizontalFlip, ColorJitter(b, c, 0, 0); masks
   nearest), one sample per ``__getitem__``, batch_size=--batch, default collate.
@@ -39,7 +46,7 @@ Rows, per size (samples/s; "x cpu" is the ratio to the first row):
   crops anywhere in it): the same per-pixel work, a different crop distribution.
 
 The DataLoader rows run --rounds rounds, each timing every loader row once in turn (--batches batches after
-a warm-up batch per worker), so each round's ratios are measured side by side; the
+a warm-up batch per worker), then the floor, so each round's ratios are measured side by side; the
 summary prints every round's ratios and their median, and the load average at each round's start.
 albumentations, torchvision and kornia are optional
 (``pip install albumentations``; ``PIP_CONSTRAINT=constraints/ci.txt pip install torchvision==0.28.0``;
@@ -71,6 +78,7 @@ import numpy as np
 
 import shardkit
 from shardkit import augment as A
+from shardkit.augment import cpu as augment_cpu
 from shardkit.augment import geometry as augment_geometry
 from shardkit.augment import ops as O
 from shardkit.config import ConvertConfig
@@ -211,6 +219,8 @@ def main() -> None:
     ap.add_argument("--sizes", default="360x480,1080x1440", help="stored sample sizes, HxW, comma-separated")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the DataLoader rows (ratios per round)")
     ap.add_argument("--json", type=Path, default=None, help="also write every row and ratio here")
+    ap.add_argument("--no-torch-cpu", action="store_true",
+                    help="skip the shardkit torch (cpu) row (minutes on a small machine; it measures no loader)")
     args = ap.parse_args()
     aug = A.parse(args.spec)
     sizes = [tuple(int(v) for v in s.lower().split("x")) for s in args.sizes.split(",") if s.strip()]
@@ -263,7 +273,7 @@ def bench_size(args: argparse.Namespace, aug: O.Compose, split: Path, first: boo
     if torch is not None:
         dev = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         sync = torch.cuda.synchronize if dev.startswith("cuda") else (lambda: None)
-        if first or dev != "cpu":
+        if (first and not args.no_torch_cpu) or dev != "cpu":
             first = views[: args.batch]
             ti = torch.from_numpy(np.stack([v[0] for v in first])).to(dev)
             tl = torch.from_numpy(np.stack([v[1] for v in first])).to(dev)
@@ -271,7 +281,8 @@ def bench_size(args: argparse.Namespace, aug: O.Compose, split: Path, first: boo
                                                                   epoch=0, ignore_index=IGNORE), sync)
             kornia_row(aug, ti, tl, dev, timed, sync, notes)
         else:
-            notes.append("shardkit torch (cpu) row: first size only (CPU torch at this size is slow)")
+            notes.append("shardkit torch (cpu) row: skipped (--no-torch-cpu)" if args.no_torch_cpu else
+                         "shardkit torch (cpu) row: first size only (CPU torch at this size is slow)")
     rounds: list[dict[str, float]] = []
     loads: list[float] = []
     if torch is not None and args.workers > 0:
@@ -321,7 +332,7 @@ def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, views: 
     import torch
     from torch.utils.data import DataLoader, Dataset
 
-    from shardkit.read.torch import ShardkitTorchDataset
+    from shardkit.read.torch import ShardkitTorchDataset, make_loader
 
     n, B, nb, w = len(views), args.batch, args.batches, args.workers
     cpu_ms: list[dict[str, float]] = []
@@ -332,7 +343,8 @@ def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, views: 
         it = iter(loader)
         for _ in range(max(w, 1)):  # warm-up: worker start and each worker's first batch
             next(it)
-        pids = [p.pid for p in getattr(it, "_workers", [])]
+        inner = getattr(loader, "loader", None)  # a RingLoader's DataLoader keeps its (persistent) iterator
+        pids = [p.pid for p in getattr(inner._iterator if inner is not None else it, "_workers", [])]
         t, cpu = time.perf_counter(), time.process_time() + sum(map(cpu_seconds, pids))
         for _ in range(nb):
             next(it)
@@ -358,11 +370,21 @@ def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, views: 
 
     name = f"DataLoader({w} workers)"
     batches = [[i % n for i in range(b * B, (b + 1) * B)] for b in range(nb + max(w, 1))]  # no epoch ends
+
+    def product() -> Any:
+        """make_loader(split, augment=aug) as a user gets it, its epoch sampler's batches replaced by ours."""
+        loader = make_loader(split, B, num_workers=w, layout="NHWC", augment=aug, shuffle=False, pin_memory=False)
+        if hasattr(loader, "ring"):  # a RingLoader: its DataLoader's sampler pairs the inner batches with slots
+            slotted: Any = loader.sampler
+            slotted.inner = batches
+            return loader
+        return DataLoader(ShardkitTorchDataset(split, layout="NHWC", augment=aug), batch_size=None,
+                          num_workers=w, sampler=batches)
+
     loaders: dict[str, Callable[[], Any]] = {
         f"{SK} {name}": lambda: DataLoader(ShardkitBatches(), batch_size=None, num_workers=w,
                                            sampler=batches),
-        f"shardkit split {name}": lambda: DataLoader(ShardkitTorchDataset(split, layout="NHWC", augment=aug),
-                                                     batch_size=None, num_workers=w, sampler=batches),
+        f"shardkit split {name}": product,
     }
     try:
         tf = albu_compose(aug)
@@ -394,12 +416,15 @@ def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, views: 
                      "(PIP_CONSTRAINT=constraints/ci.txt pip install torchvision==0.28.0)")
     best: dict[str, float] = {}
     rounds = []
+    floor_name = "floor: 1 warp + 1 gather + 1 LUT (1 thread)"
+    floor_ms: list[float] = []
     for _ in range(max(1, args.rounds)):
         loads.append(os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan"))
         got = {key: rate(make()) for key, make in loaders.items()}
+        floor_ms.append(floor_cpu_ms(aug, views, B * nb))
         for key, (r, _) in got.items():
             best[key] = max(best.get(key, 0.0), r)
-        ratios = {}
+        ratios = {"shardkit split / floor (CPU time)": got[f"shardkit split {name}"][1] / floor_ms[-1]}
         for mine in (f"{SK} {name}", f"shardkit split {name}"):
             for key, (r, c) in got.items():
                 if not key.startswith("shardkit"):
@@ -409,10 +434,45 @@ def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, views: 
         rounds.append(ratios)
         cpu_ms.append({key: c for key, (_, c) in got.items()})
     rows.extend(best.items())
+    rows.append((floor_name, 1000 / min(floor_ms)))  # one core
     for key in loaders:
         notes.append(f"{key}: CPU ms/sample (this process + workers) per round: "
                      + "  ".join(f"{c[key]:.2f}" for c in cpu_ms))
+    notes.append(f"{floor_name}: CPU ms/sample per round: " + "  ".join(f"{c:.2f}" for c in floor_ms)
+                 + " (its samples/s row: one core)")
     return rounds
+
+
+def floor_cpu_ms(aug: O.Compose, views: list[tuple[np.ndarray, np.ndarray]], count: int) -> float:
+    """CPU ms per sample of the least work an augmented sample needs (the floor row; see the module docstring):
+    one bilinear warpAffine from a 4-channel copy made beforehand, one INTER_NEAREST warpAffine of the label,
+    one cv2.LUT, on one OpenCV thread, for ``count`` samples drawn as the loader rows draw them."""
+    n = len(views)
+    idx = [i % n for i in range(count)]
+    params = aug.params_batch(idx, seed=0, epoch=0, hws=[views[i][0].shape[:2] for i in idx])
+    hw = params[0].out_hw
+    out4, out3 = np.empty((*hw, 4), np.uint8), np.empty((*hw, 3), np.uint8)
+    out_lab = np.empty(hw, views[0][1].dtype)
+    luts = [augment_cpu.colour_lut(p) for p in params]
+    mats = [np.asarray(p.matrix) for p in params]
+    src = np.empty((*views[0][0].shape[:2], 4), np.uint8)
+    threads = cv2.getNumThreads()
+    cv2.setNumThreads(1)
+    try:
+        spent = 0.0
+        for k, i in enumerate(idx):
+            cv2.cvtColor(views[i][0], cv2.COLOR_RGB2RGBA, dst=src)  # before the clock: not counted
+            t = time.process_time()
+            cv2.warpAffine(src, mats[k], hw[::-1], dst=out4, flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
+                           borderMode=cv2.BORDER_CONSTANT, borderValue=(0, 0, 0, 0))
+            cv2.warpAffine(views[i][1], mats[k], hw[::-1], dst=out_lab,
+                           flags=cv2.INTER_NEAREST | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_CONSTANT,
+                           borderValue=IGNORE)
+            cv2.LUT(out3, luts[k], dst=out3)
+            spent += time.process_time() - t
+        return 1000 * spent / count
+    finally:
+        cv2.setNumThreads(threads)
 
 
 def cpu_seconds(pid: int) -> float:

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, get_worker_info
 
+from ..augment.ops import OneHot
 from ..errors import ConfigError
 from . import sampling
 from .dataset import Dataset
@@ -138,6 +139,25 @@ class ShardkitTorchDataset(torch.utils.data.Dataset):
         (ishape, idt), (lshape, ldt) = self.dataset.batch_layout(b)
         return _empty(ishape, idt, shared), _empty(lshape, ldt, shared)
 
+    def ring_layout(self, b: int) -> tuple[tuple[tuple[int, ...], np.dtype], ...] | None:
+        """((images shape, dtype), (labels shape, dtype)) of the batches of ``b`` samples this dataset gives, to size
+        the slots of a shared-memory ring; None when they cannot be known ahead (an augmentation whose output
+        follows the input size, on a split of mixed sizes). Augmented: the pipeline's final crop (or the split's
+        size), float32 images after ``A.Normalize``, the ``A.OneHot`` encoding's labels. A batch that comes
+        out otherwise still arrives whole (:class:`_Ring` hands it over in fresh memory instead)."""
+        aug = self.augment
+        if aug is None:
+            return self.dataset.batch_layout(b)
+        hw = aug.out_hw or self.dataset.spec.size
+        if hw is None:
+            return None
+        images = ((b, *hw, 3), np.dtype(np.float32 if aug.normalizes else np.uint8))
+        hot = [op for op in aug.ops if isinstance(op, OneHot)]
+        if hot:
+            enc = hot[-1].encoding(255 if self.dataset.ignore_index is None else int(self.dataset.ignore_index))
+            return images, (enc.batch_shape((b, *hw)), np.dtype(enc.dtype))
+        return images, ((b, *self.dataset.label_shape(hw)), self.dataset.label_dtype)
+
     def get_batch(self, indices: Sequence[int] | np.ndarray | torch.Tensor) -> tuple[torch.Tensor, ...]:
         """A whole batch read straight into (shared-memory, in workers) tensors."""
         idx = np.asarray(indices.tolist() if isinstance(indices, torch.Tensor) else indices, dtype=np.int64)
@@ -211,14 +231,23 @@ def make_loader(
     ``persistent_workers`` (default ``num_workers > 0``), ``prefetch_factor`` and ``multiprocessing_context``.
 
     By default every batch gets its own memory (fresh tensors; shared memory from workers), so
-    batches stay valid when kept (``batches = list(loader)``). ``reuse_buffers=True`` (or a
-    :class:`BufferReuse`) opts into the faster reused-buffer path: a yielded batch is then valid only until
-    ``keep`` (default 2) more batches were yielded — copy it to keep it longer.
+    batches stay valid when kept (``batches = list(loader)``). Augmented batches from workers get there
+    through a ring of shared-memory buffers allocated once: each worker augments into a slot and this process
+    copies the batch out into fresh memory as it yields it (pinned with ``pin_memory``), which costs far less
+    than the fresh pages of a new shared-memory segment per batch.
+
+    ``reuse_buffers=True`` (or a :class:`BufferReuse`) opts into the faster reused-buffer path: without
+    workers, batches are read into ``keep + 1`` reused buffers; with workers and ``shared_ring`` (the default)
+    workers write batches into the ring and only a slot number crosses the process boundary (a
+    :class:`RingLoader`). A yielded batch is then valid only until ``keep`` (default 2) more batches were
+    yielded — copy it to keep it longer. ``BufferReuse(shared_ring=False)`` gives every worker batch fresh
+    shared memory, augmented or not.
 
     ``augment``: a :mod:`shardkit.augment` pipeline run by the numpy/OpenCV path inside the workers on
     each whole batch, drawn from ``(seed, epoch, index)`` (the epoch travels with each batch from the
     sampler), so batches are the same for any ``num_workers``; it needs ``labels="ids"`` and takes
-    splits of mixed sample sizes when it ends in a crop. Augmented batches are always fresh memory.
+    splits of mixed sample sizes when it ends in a crop. Augmented batches are fresh memory, unless
+    ``reuse_buffers=True`` with workers: then they are ring views as above.
 
     The keywords this signature replaced (``batch_size=``, ``shuffle=``, ``seed=``, ``epoch=``, ``drop_last=``,
     ``rank=``, ``world_size=``, ``shuffle_mode=``, ``buffer_size=``, ``sampling=``, ``labels=``, ``verify=``,
@@ -230,8 +259,8 @@ def make_loader(
     the_plan = adapter_plan("make_loader", plan, given)
     opts = adapter_options("make_loader", options, given)
     memory = BufferReuse() if reuse_buffers is True else reuse_buffers or None
-    if "keep" in given or "shared_ring" in given:
-        moved = {k: given.pop(k) for k in ("keep", "shared_ring") if k in given}
+    moved = {k: given.pop(k) for k in ("keep", "shared_ring") if k in given}
+    if moved:
         warnings.warn(f"make_loader: {', '.join(f'{k}=' for k in moved)} deprecated and will be removed in the next "
                       "release; pass reuse_buffers=BufferReuse(…) instead", DeprecationWarning, stacklevel=2)
         if memory is not None:
@@ -249,9 +278,7 @@ def make_loader(
     # Without workers, batches are read in this process into a ring of keep + 1 reused buffers
     # (a fresh 21 MB tensor per batch costs ~30 % of the throughput): same validity contract as the ring.
     # Only with reuse_buffers: kept batches would otherwise be overwritten silently.
-    if augment is not None:
-        memory = None  # augmented batches are fresh arrays anyway
-    buffers = memory.keep + 1 if num_workers == 0 and memory is not None else 0
+    buffers = memory.keep + 1 if num_workers == 0 and memory is not None and augment is None else 0  # augmented: fresh
     dataset = ShardkitTorchDataset(source, options=options if isinstance(source, Dataset) else opts, layout=layout,
                                    with_indices=with_indices, buffers=buffers, augment=augment, seed=the_plan.seed)
     sampler = dataset.dataset.sampler(the_plan)
@@ -260,35 +287,66 @@ def make_loader(
         kwargs["persistent_workers"] = num_workers > 0 if persistent_workers is None else persistent_workers
     else:
         kwargs = {}
-    if num_workers > 0 and memory is not None and memory.shared_ring:
+    ring_opts = memory if memory is not None else dataclasses.replace(BufferReuse(), **moved)
+    slot_layout = dataset.ring_layout(the_plan.batch_size) if num_workers > 0 and ring_opts.shared_ring else None
+    if slot_layout is not None and (memory is not None or augment is not None):
         in_flight = num_workers * kwargs.get("prefetch_factor", 2)
-        ring = _Ring(dataset, the_plan.batch_size, slots=in_flight + max(memory.keep, 1) + 1)
+        # copied out as yielded: a slot is free again once its batch was yielded (+1 spare)
+        ring = _Ring(dataset, slot_layout, slots=in_flight + (max(ring_opts.keep, 1) if memory is not None else 1) + 1)
         slotted = _SlotSampler(sampler, len(ring.slots))
         loader = DataLoader(ring, batch_size=None, sampler=slotted, num_workers=num_workers, pin_memory=False,
                             **kwargs)
-        return RingLoader(loader, ring, pin_memory=pin_memory, keep=memory.keep)
+        return RingLoader(loader, ring, pin_memory=pin_memory, keep=ring_opts.keep, copy=memory is None)
     if num_workers == 0 and memory is not None:  # the reused buffers themselves are pinned: no pinned allocation
         dataset.pin, pin_memory = pin_memory, False
     return DataLoader(dataset, batch_size=None, sampler=sampler, num_workers=num_workers,
                       pin_memory=pin_memory, **kwargs)
 
 
-class _Ring(torch.utils.data.Dataset):
-    """Worker side: write batch ``indices`` into shared-memory slot ``slot``; return only (slot, n, indices)."""
+def _copy_out(t: torch.Tensor, pin: bool) -> torch.Tensor:
+    """``t`` copied into fresh memory: pinned, or a numpy allocation (large ones get transparent huge pages
+    where the kernel offers them on request, so the fresh pages cost little).
+    ``np.copyto``: one plain memcpy (torch's ``copy_`` fans out to its intra-op thread pool)."""
+    if pin:
+        out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        np.copyto(out.numpy(), t.numpy())
+        return out
+    return torch.from_numpy(t.numpy().copy())
 
-    def __init__(self, dataset: ShardkitTorchDataset, batch_size: int, slots: int) -> None:
+
+class _Ring(torch.utils.data.Dataset):
+    """Worker side: write batch ``indices`` into shared-memory slot ``slot``; return only (slot, n, indices).
+
+    Augmented batches are augmented by the worker and copied into the slot; one whose shape or dtype the
+    slot does not have (an output that follows its input's size) is returned whole instead, in fresh
+    shared memory as without a ring: (-1, n, indices, images, labels)."""
+
+    def __init__(self, dataset: ShardkitTorchDataset, layout: tuple[tuple[tuple[int, ...], np.dtype], ...],
+                 slots: int) -> None:
         self.dataset = dataset
-        self.slots = [dataset._fresh(batch_size, shared=True) for _ in range(slots)]
+        (ishape, idt), (lshape, ldt) = layout
+        self.slots = [(_empty(ishape, idt, True), _empty(lshape, ldt, True)) for _ in range(slots)]
 
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, item: tuple[int, list[int]]) -> tuple[int, int, torch.Tensor]:
+    def __getitem__(self, item: tuple[int, list[int]]) -> tuple[Any, ...]:
         slot, indices = item
         idx = np.asarray(indices, dtype=np.int64)
         images, labels = self.slots[slot]
-        self.dataset.dataset.batch(idx, out=(images.numpy(), labels.numpy()))
-        return slot, len(idx), torch.from_numpy(np.where(idx < 0, idx + len(self), idx))
+        ds = self.dataset
+        ids = torch.from_numpy(np.where(idx < 0, idx + len(self), idx))
+        if ds.augment is None:
+            ds.dataset.batch(idx, out=(images.numpy(), labels.numpy()))
+            return slot, len(idx), ids
+        epoch = int(getattr(indices, "epoch", 0))  # the sampler's batch carries its epoch
+        got = ds.dataset.augmented_batch(idx, ds.augment, seed=ds.seed, epoch=epoch)
+        dst = images.numpy()[: len(idx)], labels.numpy()[: len(idx)]
+        if any(a.shape != d.shape or a.dtype != d.dtype for a, d in zip(got, dst, strict=True)):
+            return -1, len(idx), ids, torch.from_numpy(got[0]), torch.from_numpy(got[1])
+        for a, d in zip(got, dst, strict=True):
+            np.copyto(d, a)
+        return slot, len(idx), ids
 
 
 class _SlotSampler:
@@ -317,16 +375,21 @@ class RingLoader:
     A batch is valid until ``keep`` more batches were yielded (the ring has room for every
     batch in flight plus ``keep``). With ``pin_memory`` each batch is copied once into one of
     ``keep + 1`` pinned buffers, so host→device copies can be asynchronous.
+
+    ``copy=True``: each batch is copied out of its slot into fresh memory (pinned with ``pin_memory``) before
+    it is yielded, so batches stay valid when kept, and the slot is free for the next batch at once.
     """
 
-    def __init__(self, loader: DataLoader, ring: _Ring, *, pin_memory: bool, keep: int) -> None:
+    def __init__(self, loader: DataLoader, ring: _Ring, *, pin_memory: bool, keep: int, copy: bool = False) -> None:
         self.loader = loader
         self.ring = ring
         self.dataset = ring.dataset
         self.sampler = loader.sampler
         self.keep = keep
+        self.copy = copy
+        self.pin = pin_memory
         self._pinned: list[tuple[torch.Tensor, torch.Tensor]] = []
-        if pin_memory:
+        if pin_memory and not copy:
             self._pinned = [tuple(t.pin_memory() for t in ring.slots[0]) for _ in range(keep + 1)]  # type: ignore[misc]
         self._count = 0
 
@@ -337,10 +400,15 @@ class RingLoader:
         return getattr(self.__dict__["loader"], name)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
-        for slot, n, indices in self.loader:
-            images, labels = self.ring.slots[int(slot)]
-            images, labels = images[:n], labels[:n]
-            if self._pinned:
+        for slot, n, indices, *whole in self.loader:
+            if whole:  # a batch the slots had no room for, in its own memory
+                images, labels = (t.pin_memory() for t in whole) if self.pin else whole
+            else:
+                images, labels = self.ring.slots[int(slot)]
+                images, labels = images[:n], labels[:n]
+            if self.copy and not whole:
+                images, labels = _copy_out(images, self.pin), _copy_out(labels, self.pin)
+            elif self._pinned and not whole:
                 pinned = self._pinned[self._count % len(self._pinned)]
                 # np.copyto: one plain memcpy. torch's copy_ fans out to the intra-op thread pool,
                 # which measured 5x slower (11 vs 2 ms per 10.8 MB batch) while a model trained on the GPU.

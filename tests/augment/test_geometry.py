@@ -84,17 +84,19 @@ def test_warp_labels_equals_the_float64_rule(labels: list[np.ndarray], numba: bo
 
 
 def test_each_fast_path_alone_equals_the_rule(labels: list[np.ndarray]) -> None:
-    """The separable gather on separable matrices, the compiled loop and the blocked rule on all."""
+    """The separable gather on separable matrices, both compiled loops and the blocked rule on all."""
     pytest.importorskip("numba")
-    loop = geometry._gather_kernels()
-    assert loop is not None
+    loops = geometry._gather_kernels()
+    assert loops is not None and len(loops) == 2  # the int64 loop and its vectorised int32 form
     for lab in labels:
         fill = lab.dtype.type(IGNORE)
         for m in MATRICES:
             want = _rule(lab, m)
             out = np.empty(OUT_HW, lab.dtype)
-            loop[0](lab, m, out, fill)
-            assert np.array_equal(out, want), m.tolist()
+            for loop in loops:
+                out[...] = 0
+                loop(lab, m, out, fill)
+                assert np.array_equal(out, want), m.tolist()
             blocked = geometry.gather_labels_exact(lab[None], m[None], OUT_HW, IGNORE, block_rows=7)[0]
             assert np.array_equal(blocked, want), m.tolist()
             if m[0, 1] == 0 and m[1, 0] == 0:
@@ -146,3 +148,26 @@ def test_npy_samples_augment_from_their_memory_maps(camvid_val_npy: Path) -> Non
     want = aug(*ds.batch([0, 1, 2]), [0, 1, 2], seed=4, ignore_index=IGNORE)
     got = ds.augmented_batch([0, 1, 2], aug, seed=4, epoch=0)
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_compiled_loops_equal_the_rule_under_random_matrices(labels: list[np.ndarray]) -> None:
+    """Random rotations, scales, shears and offsets (many coordinates near the source border and on .5 steps),
+    into odd output sizes: the vectorised int32 loop and the int64 loop both give the rule's labels."""
+    pytest.importorskip("numba")
+    loops = geometry._gather_kernels()
+    assert loops is not None
+    rng = np.random.default_rng(30)
+    lab = labels[6][:97, :131]  # an odd-sized window (uint16 ids above 255), as a strided view made contiguous
+    src = np.ascontiguousarray(lab)
+    for _ in range(120):
+        a, s = rng.uniform(-np.pi, np.pi), rng.uniform(0.2, 3.0)
+        m = np.array([[s * np.cos(a), -s * np.sin(a) + rng.normal(0, 0.1), rng.uniform(-150, 250)],
+                      [s * np.sin(a), s * np.cos(a), rng.uniform(-150, 250)]])
+        if rng.random() < 0.3:  # offsets on .5 steps: coordinates land exactly where floor(c + 0.5) decides
+            m[:, 2] = np.round(m[:, 2] * 2) / 2
+        hw = (int(rng.integers(1, 70)), int(rng.integers(1, 90)))
+        want = geometry.gather_labels_exact(src[None], m[None], hw, IGNORE)[0]
+        for loop in loops:
+            out = np.zeros(hw, src.dtype)
+            loop(src, m, out, src.dtype.type(IGNORE))
+            assert np.array_equal(out, want), m.tolist()

@@ -164,3 +164,75 @@ def test_shared_ring_batches_stay_valid_for_keep_more_batches(splits: dict[str, 
     plain = make_loader(splits["lmdb"], 3, num_workers=2, multiprocessing_context="fork",
                         reuse_buffers=BufferReuse(shared_ring=False))
     assert isinstance(plain, DataLoader)
+
+
+# ---------------------------------------------------------------- augmented batches through the shared-memory ring
+AUG = "scale=0.5:2,crop=64x96,hflip,rotate=10,jitter=0.2"
+
+
+def _augmented(core: Dataset, aug: object, idx: np.ndarray, seed: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+    ignore = 255 if core.ignore_index is None else int(core.ignore_index)
+    return aug(*core.batch(idx), idx, seed=seed, epoch=epoch, ignore_index=ignore)  # type: ignore[operator]
+
+
+def test_augmented_worker_batches_are_copied_out_of_the_ring_and_stay_valid(splits: dict[str, Path]) -> None:
+    """Workers augment into ring slots; every yielded batch is its own memory: all of them, kept until the end of
+    the epoch (twice as many batches as slots), still hold exactly what the numpy path gives for their indices."""
+    from shardkit import augment as A
+    from shardkit.read.torch import RingLoader
+
+    aug = A.parse(AUG)
+    core = shardkit.open(splits["lmdb"])
+    loader = make_loader(splits["lmdb"], shardkit.EpochPlan(2, seed=4), num_workers=2, multiprocessing_context="fork",
+                         with_indices=True, layout="NHWC", pin_memory=False, augment=aug)
+    assert isinstance(loader, RingLoader) and loader.copy and len(loader.ring.slots) == 2 * 2 + 2
+    loader.sampler.set_epoch(1)
+    kept = list(loader)
+    assert len(kept) > 2 * len(loader.ring.slots)
+    slots = [t.untyped_storage().data_ptr() for pair in loader.ring.slots for t in pair]
+    for images, labels, idx in kept:
+        assert images.untyped_storage().data_ptr() not in slots and labels.untyped_storage().data_ptr() not in slots
+        want_images, want_labels = _augmented(core, aug, idx.numpy(), 4, 1)
+        assert np.array_equal(images.numpy(), want_images) and np.array_equal(labels.numpy(), want_labels)
+    assert sorted(int(i) for _, _, idx in kept for i in idx) == list(range(len(core)))
+    plain = make_loader(splits["lmdb"], 2, num_workers=2, multiprocessing_context="fork", augment=aug,
+                        reuse_buffers=BufferReuse(shared_ring=False))
+    assert isinstance(plain, DataLoader)
+
+
+def test_augmented_ring_views_with_reuse_buffers_stay_valid_for_keep_more(splits: dict[str, Path]) -> None:
+    from shardkit import augment as A
+
+    aug = A.parse(AUG)
+    core = shardkit.open(splits["lmdb"])
+    loader = make_loader(splits["lmdb"], shardkit.EpochPlan(3, seed=2), num_workers=2, multiprocessing_context="fork",
+                         with_indices=True, layout="NCHW", pin_memory=False, augment=aug,
+                         reuse_buffers=BufferReuse(keep=1))
+    assert not loader.copy
+    held: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    for images, labels, idx in loader:
+        held = [*held[-1:], (images, labels, idx)]
+        for im, lab, ix in held:  # the current batch and the `keep` before it are intact
+            want_images, want_labels = _augmented(core, aug, ix.numpy(), 2, 0)
+            assert np.array_equal(im.permute(0, 2, 3, 1).numpy(), want_images)
+            assert np.array_equal(lab.numpy(), want_labels)
+
+
+def test_augmented_batches_the_slots_cannot_hold_arrive_whole(splits: dict[str, Path]) -> None:
+    """Without a crop the ring is sized for the split's samples; a pipeline that doubles them (scale=2:2) gives
+    batches of another shape, which the worker hands over in their own memory: the same values."""
+    from shardkit import augment as A
+
+    aug = A.parse("scale=2:2,hflip,jitter=0.1")
+    core = shardkit.open(splits["lmdb"])
+    loader = make_loader(splits["lmdb"], shardkit.EpochPlan(4, seed=1, shuffle=False), num_workers=2,
+                         multiprocessing_context="fork", with_indices=True, layout="NHWC", pin_memory=False,
+                         augment=aug)
+    assert loader.ring.slots[0][0].shape[1:3] == CROP
+    seen = 0
+    for images, labels, idx in loader:
+        want_images, want_labels = _augmented(core, aug, idx.numpy(), 1, 0)
+        assert images.shape[1:3] == (2 * CROP[0], 2 * CROP[1])
+        assert np.array_equal(images.numpy(), want_images) and np.array_equal(labels.numpy(), want_labels)
+        seen += len(idx)
+    assert seen == len(core)
