@@ -27,10 +27,11 @@ from .ops import (
     Params,
     RandomCrop,
     RandomFlip,
+    RandomGamma,
     RandomRotate,
     RandomScale,
     parse,
 )
 
 __all__ = ["BatchSpec", "ColorJitter", "Compose", "Cutout", "Kind", "Normalize", "OneHot", "Op", "OpParams", "Params",
-           "RandomCrop", "RandomFlip", "RandomRotate", "RandomScale", "from_toml", "parse"]
+           "RandomCrop", "RandomFlip", "RandomGamma", "RandomRotate", "RandomScale", "from_toml", "parse"]

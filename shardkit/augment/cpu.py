@@ -21,7 +21,7 @@ from .. import jit
 from ..errors import ConfigError
 from . import backends
 from .geometry import warp_labels
-from .ops import ColorJitter, Cutout, CutoutParams, JitterParams, Kind, Normalize, OneHot, colour_luts
+from .ops import ColorJitter, Cutout, CutoutParams, JitterParams, Kind, Normalize, OneHot, RandomGamma, colour_luts
 from .packing import HSV_HDIV, HSV_SDIV
 
 if TYPE_CHECKING:
@@ -190,6 +190,11 @@ def _jitter(op: ColorJitter, records: Sequence[JitterParams]) -> Callable[[int, 
     return lambda k, img: jitter_colour(img, records[k], luts[k])
 
 
+def _gamma(op: RandomGamma, records: Sequence[Any]) -> Callable[[int, np.ndarray], None]:
+    luts = op.pack(records)["lut"]
+    return lambda k, img: apply_lut(img, luts[k])
+
+
 def _cutout(op: Cutout, records: Sequence[CutoutParams], ignore_index: int) -> Callable[..., None]:
     return lambda k, img, lab: cut_holes(img, lab, records[k], ignore_index)
 
@@ -204,7 +209,7 @@ def _one_hot(op: OneHot, images: Any, labels: np.ndarray, ignore_index: int) -> 
 
 #: This backend's kernels, by op class (:func:`shardkit.augment.backends.kernels`); the kind decides the call.
 OP_KERNELS: dict[type, Callable[..., Any]] = {ColorJitter: _jitter, Cutout: _cutout, Normalize: _normalize,
-                                              OneHot: _one_hot}
+                                              OneHot: _one_hot, RandomGamma: _gamma}
 
 
 def _samples(arr: Any, what: str, n: int) -> list[np.ndarray]:

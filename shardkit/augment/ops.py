@@ -79,6 +79,11 @@ class JitterParams(OpParams):
 
 
 @dataclass(frozen=True)
+class GammaParams(OpParams):
+    gamma: float = 1.0
+
+
+@dataclass(frozen=True)
 class CutoutParams(OpParams):
     holes: tuple[tuple[int, int, int, int], ...] = ()  # (y0, x0, y1, x1) output pixels, ends exclusive
     fill: tuple[int, ...] = (0, 0, 0)  # written into the image's holes, one value per channel
@@ -260,6 +265,7 @@ MAX_SCALE = 16.0
 MAX_DEGREES = 360.0
 MAX_HOLES = 1024
 MAX_JITTER = 10.0
+MAX_GAMMA = 10.0
 MIN_STD = 1e-3
 MAX_MEAN = 1e6
 #: OneHot classes: a stored label holds at most uint16 ids.
@@ -452,6 +458,39 @@ def colour_luts(records: Sequence[Any]) -> np.ndarray:
     c = np.array([r.contrast for r in records], np.float64).reshape(-1, 1)
     v = np.arange(256, dtype=np.float64) * b
     return np.clip(np.rint((v - 128.0) * c + 128.0), 0, 255).astype(np.uint8)
+
+
+class RandomGamma(Op):
+    """Gamma correction, albumentations' ``RandomGamma``: a gamma drawn uniformly from [lo, hi] per sample
+    (its ``gamma_limit=(80, 120)`` is ``RandomGamma(0.8, 1.2)``), applied to uint8 images as its 256-entry LUT
+    ``uint8((v / 255) ** gamma * 255)`` (truncated; :func:`gamma_luts`). Images only: labels never change."""
+
+    def __init__(self, lo: float = 0.8, hi: float = 1.2) -> None:
+        self.lo, self.hi = _num("gamma lo", lo, 0, MAX_GAMMA), _num("gamma hi", hi, 0, MAX_GAMMA)
+        if not 0 < self.lo <= self.hi:
+            raise ConfigError(f"gamma range must satisfy 0 < lo <= hi, got {lo}:{hi}")
+
+    def draw(self, rng: np.random.Generator, st: _State) -> None:
+        st.record(GammaParams(float(rng.uniform(self.lo, self.hi))))
+
+    def output_spec(self, spec: BatchSpec) -> BatchSpec:
+        if spec.image_dtype != "uint8":
+            raise ConfigError(f"RandomGamma applies to uint8 images, not {spec.image_dtype}",
+                              fix="drop gamma from the pipeline for this data")
+        return spec
+
+    def layout(self) -> dict[str, tuple[str, tuple[int | str | None, ...]]]:
+        return {"lut": ("uint8", ("B", 256))}
+
+    def pack(self, records: Sequence[Any]) -> dict[str, np.ndarray]:
+        return {"lut": gamma_luts([r.gamma for r in records])}
+
+
+def gamma_luts(gammas: Sequence[float]) -> np.ndarray:
+    """(B, 256) uint8: albumentations' gamma table for each gamma, its own expression (``np.arange`` with a
+    1/255 step, raised, times 255, truncated), so the same bytes."""
+    base = np.arange(0, 256.0 / 255, 1.0 / 255)[:256]
+    return np.stack([(base ** g) * 255 for g in gammas]).astype(np.uint8).reshape(-1, 256)
 
 
 def _ints(values: Any, lo: int, hi: int | None) -> tuple[int, ...] | None:
@@ -773,13 +812,13 @@ def _cutout(val: str) -> Cutout:
             ignore = True
         elif _digits(extra) and fill is None:
             fill = int(extra)
-        else:
+        else:  # cutout
             raise ConfigError(f"augment cutout={val!r}: {extra!r} is neither a fill level 0..255 nor 'ignore'; "
                               f"expected {_CUTOUT_FORM}")
     return Cutout((int(lo), int(hi if dash else lo)), int(h), int(w), fill=fill or 0, ignore_labels=ignore)
 
 
-PARSE_KEYS = ("scale", "crop", "hflip", "rotate", "jitter", "cutout")  # the items parse() knows, in docs order
+PARSE_KEYS = ("scale", "crop", "hflip", "rotate", "jitter", "cutout", "gamma")  # the items parse() knows, in docs order
 
 
 def parse(text: str) -> Compose:
@@ -787,8 +826,9 @@ def parse(text: str) -> Compose:
 
     Keys: ``scale=LO:HI``, ``crop=HxW`` (``crop=HxW:R`` adds cat_max_ratio R), ``hflip`` or
     ``hflip=P``, ``rotate=DEG``, ``jitter=V`` (brightness and contrast V) or ``jitter=B:C[:S[:H]]``,
-    ``cutout=N:HxW[:FILL][:ignore]``: N holes (or LO-HI, drawn per sample) of H x W pixels filled with
-    grey level FILL (default 0), whose labels become the ignore index with ``:ignore`` (else unchanged).
+    ``gamma=LO:HI`` (a gamma drawn per sample), ``cutout=N:HxW[:FILL][:ignore]``: N holes (or LO-HI, drawn per
+    sample) of H x W pixels filled with grey level FILL (default 0), whose labels become the ignore index with
+    ``:ignore`` (else unchanged).
     """
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("augment string is empty; expected e.g. 'scale=0.5:2,crop=512x1024,hflip'")
@@ -820,6 +860,8 @@ def parse(text: str) -> Compose:
             if len(vals) > 4:
                 raise ConfigError(f"augment jitter={val!r}: at most B:C:S:H")
             ops.append(ColorJitter(*(vals * 2 if len(vals) == 1 else vals)))
-        else:  # cutout, the last of PARSE_KEYS
+        elif key == "gamma":
+            ops.append(RandomGamma(*_range(key, val)))
+        else:  # cutout
             ops.append(_cutout(val))
     return Compose(ops)

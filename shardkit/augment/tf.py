@@ -30,7 +30,7 @@ import tensorflow as tf
 from ..errors import ConfigError
 from ..onehot import channel_lut, ignore_inside
 from . import backends, packing
-from .ops import BatchSpec, ColorJitter, Cutout, Kind, Normalize, OneHot, RandomCrop, RandomScale
+from .ops import BatchSpec, ColorJitter, Cutout, Kind, Normalize, OneHot, RandomCrop, RandomGamma, RandomScale
 from .packing import HSV_HDIV, HSV_SDIV
 
 if TYPE_CHECKING:
@@ -255,7 +255,8 @@ def _one_hot(op: OneHot, img: tf.Tensor, lab: tf.Tensor, ignore_index: int) -> t
 #: This backend's kernels, by op class (:func:`shardkit.augment.backends.kernels`), on (B, H, W, C) images:
 #: photometric ``f(op, img, arrays, stages) -> img`` (``stages``: :data:`_STAGES` or their XLA-compiled form);
 #: mask ``f(op, img, lab, arrays, ignore_index) -> (img, lab)``; output ``f(op, img, lab, ignore_index)``.
-OP_KERNELS: dict[type, Any] = {ColorJitter: _jitter, Cutout: _cutout, Normalize: _normalize, OneHot: _one_hot}
+OP_KERNELS: dict[type, Any] = {ColorJitter: _jitter, Cutout: _cutout, Normalize: _normalize, OneHot: _one_hot,
+                               RandomGamma: lambda op, img, a, run: run["lut"](img, a["lut"])}
 
 
 def apply_batch(aug: Compose, images: tf.Tensor, labels: tf.Tensor, indices: Any, *, seed: int = 0,

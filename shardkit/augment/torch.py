@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from ..errors import ConfigError
 from ..onehot import channel_lut, ignore_inside
 from . import backends, packing
-from .ops import BatchSpec, ColorJitter, Cutout, Kind, Normalize, OneHot
+from .ops import BatchSpec, ColorJitter, Cutout, Kind, Normalize, OneHot, RandomGamma
 from .packing import HSV_HDIV, HSV_SDIV
 
 if TYPE_CHECKING:
@@ -259,7 +259,8 @@ def _one_hot(op: OneHot, img: torch.Tensor, lab: torch.Tensor, arrays: dict[str,
 #: output (after the layout is restored) ``f(op, img, lab, arrays, ignore_index, channels_first) -> (img, lab)``.
 #: ``arrays``: the op's packed arrays on the device (:mod:`shardkit.augment.packing`).
 OP_KERNELS: dict[type, Callable[..., Any]] = {ColorJitter: _jitter, Cutout: _cutout, Normalize: _normalize,
-                                              OneHot: _one_hot}
+                                              OneHot: _one_hot,
+                                              RandomGamma: lambda op, img, a: _lut(img, a["lut"])}
 
 
 def check_ops(aug: Compose) -> list[tuple[int, Op, Callable[..., Any]]]:
