@@ -20,8 +20,21 @@ import numpy as np
 from .. import jit
 from ..errors import ConfigError
 from . import backends
-from .geometry import warp_labels
-from .ops import ColorJitter, Cutout, CutoutParams, JitterParams, Kind, Normalize, OneHot, RandomGamma, colour_luts
+from .geometry import warp_bilinear_exact, warp_labels
+from .ops import (
+    IMAGE_DTYPES,
+    MAX_BANDS,
+    BatchSpec,
+    ColorJitter,
+    Cutout,
+    CutoutParams,
+    JitterParams,
+    Kind,
+    Normalize,
+    OneHot,
+    RandomGamma,
+    colour_luts,
+)
 from .packing import HSV_HDIV, HSV_SDIV
 
 if TYPE_CHECKING:
@@ -152,6 +165,23 @@ def _warp(image: np.ndarray, m: np.ndarray, out_hw: tuple[int, int], out: np.nda
     return cv2.cvtColor(rgba, cv2.COLOR_RGBA2RGB, dst=out)
 
 
+def warp_bands(image: np.ndarray, m: np.ndarray, out_hw: tuple[int, int], out: np.ndarray) -> None:
+    """An (H, W, C) image of any channel count and dtype (uint8, uint16, int16, float32) warped into ``out``
+    (bilinear, border 0). uint8: ``cv2.warpAffine`` on at most four channels at a time, each channel computed as
+    the RGB path computes it. Other dtypes: :func:`shardkit.augment.geometry.warp_bilinear_exact` (float64
+    coordinates and weights: float32 ones are ~2 levels off on 16-bit data, and OpenCV 5's 16S path is wrong
+    by hundreds of levels on negative values, measured), which the torch and TF backends restate."""
+    if image.dtype != np.uint8:
+        warp_bilinear_exact(image, m, out_hw, out)
+        return
+    h, w = out_hw
+    for g in range(0, image.shape[2], 4):
+        part = np.ascontiguousarray(image[..., g:g + 4])
+        got = cv2.warpAffine(part, m, (w, h), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
+                             borderMode=cv2.BORDER_CONSTANT, borderValue=(0, 0, 0, 0))
+        out[..., g:g + 4] = got.reshape(h, w, -1)
+
+
 def jitter_colour(img: np.ndarray, p: Params | JitterParams, lut: np.ndarray | None = None) -> None:
     """A colour jitter (a :class:`~.ops.JitterParams`, or a sample's last one in its ``Params``) on a warped
     (h, w, 3) uint8 image, in place: brightness and contrast as one lookup table (``lut``: :func:`colour_lut`
@@ -227,11 +257,15 @@ def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] |
     idx = [int(i) for i in np.asarray(indices).reshape(-1)]
     imgs, labs = _samples(images, "images", len(idx)), _samples(labels, "labels", len(idx))
     for img, lab in zip(imgs, labs, strict=True):
-        if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8:
-            raise ConfigError(f"augment needs (H, W, 3) uint8 images, got {img.shape} {img.dtype}")
+        if (img.ndim != 3 or not 1 <= img.shape[2] <= MAX_BANDS or img.dtype.name not in IMAGE_DTYPES
+                or img.shape[2:] != imgs[0].shape[2:] or img.dtype != imgs[0].dtype):
+            raise ConfigError(f"augment needs (H, W, C) images of one dtype ({', '.join(IMAGE_DTYPES)}) and one "
+                              f"channel count (1 to {MAX_BANDS}), got {img.shape} {img.dtype}")
         if lab.shape != img.shape[:2] or not np.issubdtype(lab.dtype, np.integer):
             raise ConfigError(f"augment needs (H, W) integer id labels matching the image, got {lab.shape} "
                               f"{lab.dtype}", fix="open the split with labels='ids'")
+    channels, image_dtype = (imgs[0].shape[2], imgs[0].dtype) if imgs else (3, np.dtype(np.uint8))
+    aug.output_spec(BatchSpec(channels=channels, image_dtype=image_dtype.name))
     params = aug.params_batch(idx, seed=seed, epoch=epoch, hws=[img.shape[:2] for img in imgs], labels=labs,
                               ignore_index=ignore_index)
     sizes = {p.out_hw for p in params}
@@ -239,19 +273,23 @@ def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] |
         raise ConfigError(f"augmented samples differ in size {sorted(sizes)}; end the pipeline with a crop")
     hw = sizes.pop() if sizes else (aug.out_hw or (0, 0))
     dtype = labs[0].dtype if labs else np.dtype(np.uint8)
-    out_img = np.empty((len(idx), *hw, 3), np.uint8)
+    out_img = np.empty((len(idx), *hw, channels), image_dtype)
+    rgb8 = channels == 3 and image_dtype == np.uint8  # the RGBA fast path below; else cv2 on <= 4 channels at once
     out_lab = np.empty((len(idx), *hw), dtype)
     scratch: dict[tuple[int, ...], np.ndarray] = {}  # one RGBA buffer per source size
-    rgba = np.empty((*hw, 4), np.uint8)
+    rgba = np.empty((*hw, 4), np.uint8) if rgb8 else None
     colour = [kernel(op, aug.records(params, k)) for k, op, kernel in table if op.kind is Kind.PHOTOMETRIC]
     masks = [kernel(op, aug.records(params, k), ignore_index) for k, op, kernel in table if op.kind is Kind.MASK]
     for k, (img, p) in enumerate(zip(imgs, params, strict=True)):
         buf = scratch.get(img.shape[:2])
-        if buf is None:
+        if buf is None and rgb8:
             buf = scratch[img.shape[:2]] = np.empty((*img.shape[:2], 4), np.uint8)
-        got = _warp(img, np.asarray(p.matrix), hw, out=out_img[k], scratch=buf, rgba=rgba)
-        if not np.shares_memory(got, out_img):  # cv2 reallocated dst
-            out_img[k] = got
+        if rgb8:
+            got = _warp(img, np.asarray(p.matrix), hw, out=out_img[k], scratch=buf, rgba=rgba)
+            if not np.shares_memory(got, out_img):  # cv2 reallocated dst
+                out_img[k] = got
+        else:
+            warp_bands(img, np.asarray(p.matrix), hw, out_img[k])
         for apply in colour:  # right after the warp, while the sample is in cache
             apply(k, out_img[k])
     for k, (lab, p) in enumerate(zip(labs, params, strict=True)):

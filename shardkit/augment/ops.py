@@ -24,7 +24,7 @@ from .. import encoding
 from ..errors import ConfigError
 from ..onehot import hot_channels
 from . import backends, seeding
-from .geometry import warp_labels
+from .geometry import IMAGE_RANGES, warp_labels
 
 
 class Kind(enum.Enum):
@@ -268,6 +268,10 @@ MAX_JITTER = 10.0
 MAX_GAMMA = 10.0
 MIN_STD = 1e-3
 MAX_MEAN = 1e6
+#: Most image channels (bands) an op takes.
+MAX_BANDS = 1024
+#: Image dtypes the backends warp (labels: any integer dtype).
+IMAGE_DTYPES = tuple(IMAGE_RANGES)
 #: OneHot classes: a stored label holds at most uint16 ids.
 MAX_CLASSES = 65536
 #: Longest augmentation string.
@@ -558,8 +562,10 @@ class Cutout(Op):
 
 
 class Normalize(Op):
-    """Images → float32 ``(x - mean) * (1 / std)`` per RGB channel, stats on the 0–255 scale (e.g. a split's
-    ``ds.mean`` / ``ds.std``). The one definition of normalising that every reader and backend applies."""
+    """Images → float32 ``(x - mean) * (1 / std)`` per channel (band): one mean and one std for each of the
+    images' N channels, on the images' own value scale (0–255 for uint8, 0–65535 for uint16, the values
+    themselves for int16 / float32), e.g. a split's ``ds.mean`` / ``ds.std`` (:meth:`from_split`). The one
+    definition of normalising that every reader and backend applies."""
 
     kind = Kind.OUTPUT
 
@@ -568,12 +574,19 @@ class Normalize(Op):
             m, s = np.asarray(mean, np.float64).reshape(-1), np.asarray(std, np.float64).reshape(-1)
         except (TypeError, ValueError, OverflowError):
             m = s = np.zeros(0)
-        if (m.shape != (3,) or s.shape != (3,) or not (np.abs(m) <= MAX_MEAN).all()
+        n = f"{m.size}" if 0 < m.size <= MAX_BANDS else f"1 to {MAX_BANDS}"
+        if (not 0 < m.size <= MAX_BANDS or m.shape != s.shape or not (np.abs(m) <= MAX_MEAN).all()
                 or not ((s >= MIN_STD) & (s <= MAX_MEAN)).all()):
-            raise ConfigError(f"Normalize needs 3 means in [-{MAX_MEAN:g}, {MAX_MEAN:g}] and 3 stds in "
-                              f"[{MIN_STD:g}, {MAX_MEAN:g}] (RGB, 0-255 scale), got mean={mean!r} std={std!r}")
+            raise ConfigError(f"Normalize needs {n} means in [-{MAX_MEAN:g}, {MAX_MEAN:g}] and {n} stds in "
+                              f"[{MIN_STD:g}, {MAX_MEAN:g}] (one per image channel, on the images' value scale), "
+                              f"got mean={mean!r} std={std!r}")
         self.mean = tuple(float(v) for v in m)  # as given: each backend rounds them to its dtype
         self.std = tuple(float(v) for v in s)
+
+    @classmethod
+    def from_split(cls, ds: Any) -> Normalize:
+        """The split's own per-band statistics: ``Normalize(ds.mean, ds.std)`` (a :class:`shardkit.Dataset`)."""
+        return cls(ds.mean, ds.std)
 
     def draw(self, rng: np.random.Generator, st: _State) -> None:
         return None

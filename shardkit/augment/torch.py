@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from ..errors import ConfigError
 from ..onehot import channel_lut, ignore_inside
 from . import backends, packing
+from .geometry import IMAGE_RANGES
 from .ops import BatchSpec, ColorJitter, Cutout, Kind, Normalize, OneHot, RandomGamma
 from .packing import HSV_HDIV, HSV_SDIV
 
@@ -42,19 +43,27 @@ def _coords(mats: torch.Tensor, hw: tuple[int, int]) -> tuple[torch.Tensor, torc
     return sx, sy
 
 
+#: The image dtypes warped, with the range integers are rounded and clamped to (float32: kept as computed).
+RANGES: dict[torch.dtype, tuple[float, float] | None] = {getattr(torch, k): v for k, v in IMAGE_RANGES.items()}
+
+
 def warp_images(nchw: torch.Tensor, mats: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
-    """Bilinear warp of a (B, 3, H, W) uint8 batch, zero outside, as OpenCV 5's ``warpAffine`` computes it:
-    float32 source coordinates and weights, the four neighbours summed in order, rounded to nearest."""
+    """Bilinear warp of a (B, C, H, W) batch (any C; uint8, uint16, int16 or float32), zero outside, as OpenCV
+    5's ``warpAffine`` computes it: float32 source coordinates and weights, the four neighbours summed in order,
+    rounded to nearest and clamped to the dtype's range for integers."""
     b, c, h, w = nchw.shape
     dev = nchw.device
-    m = mats.to(torch.float32).view(-1, 6, 1, 1)
-    y = torch.arange(hw[0], dtype=torch.float32, device=dev).view(1, -1, 1)
-    x = torch.arange(hw[1], dtype=torch.float32, device=dev).view(1, 1, -1)
+    # uint8: float32, as OpenCV; other dtypes: float64, as geometry.warp_bilinear_exact (float32 coordinates are
+    # ~2 levels off on 16-bit data)
+    ct = torch.float32 if nchw.dtype == torch.uint8 else torch.float64
+    m = mats.to(ct).view(-1, 6, 1, 1)
+    y = torch.arange(hw[0], dtype=ct, device=dev).view(1, -1, 1)
+    x = torch.arange(hw[1], dtype=ct, device=dev).view(1, 1, -1)
     sx = m[:, 0] * x + m[:, 1] * y + m[:, 2]
     sy = m[:, 3] * x + m[:, 4] * y + m[:, 5]
     x0f, y0f = torch.floor(sx), torch.floor(sy)
     fx, fy = sx - x0f, sy - y0f
-    src = F.pad(nchw.to(torch.float32), (2, 2, 2, 2)).reshape(b, c, -1)  # a zero ring: outside reads 0
+    src = F.pad(nchw.to(ct), (2, 2, 2, 2)).reshape(b, c, -1)  # a zero ring: outside reads 0
     x0 = x0f.clamp(-2, w).long() + 2  # far outside: both neighbours in the ring
     y0 = y0f.clamp(-2, h).long() + 2
     x1, y1 = x0 + 1, y0 + 1
@@ -66,7 +75,8 @@ def warp_images(nchw: torch.Tensor, mats: torch.Tensor, hw: tuple[int, int]) -> 
     gx, gy = 1.0 - fx, 1.0 - fy
     v = (at(y0, x0) * (gx * gy).unsqueeze(1) + at(y0, x1) * (fx * gy).unsqueeze(1)
          + at(y1, x0) * (gx * fy).unsqueeze(1) + at(y1, x1) * (fx * fy).unsqueeze(1))
-    return torch.clamp(torch.round(v), 0, 255).to(torch.uint8)
+    limits = RANGES[nchw.dtype]
+    return v.to(torch.float32) if limits is None else torch.clamp(torch.round(v), *limits).to(nchw.dtype)
 
 
 def warp_labels(labels: torch.Tensor, sx: torch.Tensor, sy: torch.Tensor, ignore_index: int) -> torch.Tensor:
@@ -279,11 +289,12 @@ def apply_batch(aug: Compose, images: torch.Tensor, labels: torch.Tensor, indice
     if isinstance(indices, torch.Tensor):
         indices = indices.cpu().numpy()
     idx = [int(i) for i in np.asarray(indices).reshape(-1)]
-    if images.dtype != torch.uint8 or images.ndim != 4 or labels.ndim != 3:
-        raise ConfigError(f"augment needs uint8 image batches and (B, H, W) id labels, got {tuple(images.shape)} "
-                          f"{images.dtype} and {tuple(labels.shape)}", fix="make the loader with labels='ids'")
+    if images.dtype not in RANGES or images.ndim != 4 or labels.ndim != 3:
+        raise ConfigError(f"augment needs uint8, uint16, int16 or float32 image batches and (B, H, W) id labels, "
+                          f"got {tuple(images.shape)} {images.dtype} and {tuple(labels.shape)}",
+                          fix="make the loader with labels='ids'")
     nchw = images if channels_first else images.permute(0, 3, 1, 2)
-    aug.output_spec(BatchSpec(channels=int(nchw.shape[1])))
+    aug.output_spec(BatchSpec(channels=int(nchw.shape[1]), image_dtype=str(images.dtype).removeprefix("torch.")))
     hw_in = (int(nchw.shape[2]), int(nchw.shape[3]))
     if params is None:
         need_label = any(getattr(op, "cat_max_ratio", None) is not None for op in aug.ops)
