@@ -33,6 +33,7 @@ from .ops import (
     Normalize,
     OneHot,
     RandomGamma,
+    brightness_contrast,
     colour_luts,
 )
 from .packing import HSV_HDIV, HSV_SDIV
@@ -217,7 +218,14 @@ OutputKernel = Callable[["Op", Any, Any, int], tuple[Any, Any]]
 
 def _jitter(op: ColorJitter, records: Sequence[JitterParams]) -> Callable[[int, np.ndarray], None]:
     luts = colour_luts(records)
-    return lambda k, img: jitter_colour(img, records[k], luts[k])
+
+    def apply(k: int, img: np.ndarray) -> None:
+        if img.dtype == np.uint8:
+            jitter_colour(img, records[k], luts[k])
+        else:  # 16-bit: the same rule without a table (saturation and hue are refused there)
+            brightness_contrast(img, records[k].brightness, records[k].contrast)
+
+    return apply
 
 
 def _gamma(op: RandomGamma, records: Sequence[Any]) -> Callable[[int, np.ndarray], None]:

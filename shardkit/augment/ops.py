@@ -424,18 +424,20 @@ class ColorJitter(Op):
                                float(1 + self.saturation * u[2]), float(self.hue * u[3]) + 0.0))
 
     def output_spec(self, spec: BatchSpec) -> BatchSpec:
-        if spec.image_dtype != "uint8":
-            raise ConfigError(f"ColorJitter applies to uint8 images, not {spec.image_dtype}",
-                              fix="drop jitter from the pipeline for this data")
-        if (self.saturation or self.hue) and spec.channels != 3:
-            raise ConfigError(f"ColorJitter's saturation and hue mean something for RGB images only, not for "
-                              f"{spec.channels} channels", fix="use jitter=B:C (brightness and contrast) only")
+        if spec.image_dtype not in LEVELS:
+            raise ConfigError(f"ColorJitter applies to integer images ({', '.join(LEVELS)}), not {spec.image_dtype}: "
+                              "a float image has no range to keep levels in", fix="drop jitter from the pipeline")
+        if (self.saturation or self.hue) and (spec.channels != 3 or spec.image_dtype != "uint8"):
+            raise ConfigError(f"ColorJitter's saturation and hue mean something for RGB images only (3 channels, "
+                              f"uint8), not for {spec.channels}-channel {spec.image_dtype}",
+                              fix="use jitter=B:C (brightness and contrast, per band) only")
         return spec
 
     def layout(self) -> dict[str, tuple[str, tuple[int | str | None, ...]]]:
         out: dict[str, tuple[str, tuple[int | str | None, ...]]] = {}
         if self.brightness or self.contrast:
             out["lut"] = ("uint8", ("B", 256))  # brightness then contrast as one LUT: colour_luts
+            out["bc"] = ("float64", ("B", 2))  # the factors themselves, for 16-bit images: brightness_contrast
         if self.saturation:
             out["sat"] = ("float32", ("B",))
         if self.hue:
@@ -447,11 +449,29 @@ class ColorJitter(Op):
         out = {}
         if "lut" in want:
             out["lut"] = colour_luts(records)
+            out["bc"] = np.array([[r.brightness, r.contrast] for r in records], np.float64).reshape(-1, 2)
         if "sat" in want:
             out["sat"] = np.array([r.saturation for r in records], np.float32)
         if "shift" in want:
             out["shift"] = np.array([round(r.hue * 180) for r in records], np.int32)
         return out
+
+
+#: The integer image dtypes brightness/contrast apply to: (lowest, mid, highest) level. Contrast pivots about the mid.
+LEVELS: dict[str, tuple[float, float, float]] = {"uint8": (0.0, 128.0, 255.0), "uint16": (0.0, 32768.0, 65535.0),
+                                                 "int16": (-32768.0, 0.0, 32767.0)}
+
+
+def brightness_contrast(image: np.ndarray, brightness: float, contrast: float) -> None:
+    """Brightness then contrast on an integer image of any band count, in place, in float64:
+    ``clip(rint((x * b - mid) * c + mid), lo, hi)`` with :data:`LEVELS` of its dtype — for uint8 exactly the values
+    of :func:`colour_luts`; the torch and TF backends compute the same operations."""
+    lo, mid, hi = LEVELS[image.dtype.name]
+    v = image.astype(np.float64) * brightness
+    v -= mid
+    v *= contrast
+    v += mid
+    image[...] = np.clip(np.rint(v), lo, hi)
 
 
 def colour_luts(records: Sequence[Any]) -> np.ndarray:

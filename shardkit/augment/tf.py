@@ -31,7 +31,7 @@ from ..errors import ConfigError
 from ..onehot import channel_lut, ignore_inside
 from . import backends, packing
 from .geometry import IMAGE_RANGES
-from .ops import BatchSpec, ColorJitter, Cutout, Kind, Normalize, OneHot, RandomCrop, RandomGamma, RandomScale
+from .ops import LEVELS, BatchSpec, ColorJitter, Cutout, Kind, Normalize, OneHot, RandomCrop, RandomGamma, RandomScale
 from .packing import HSV_HDIV, HSV_SDIV
 
 if TYPE_CHECKING:
@@ -262,7 +262,13 @@ _STAGES_XLA: dict[str, Any] = {name: _xla(fn) for name, fn in _STAGES.items()}
 
 
 def _jitter(op: ColorJitter, img: tf.Tensor, arrays: dict[str, tf.Tensor], run: dict[str, Any]) -> tf.Tensor:
-    """Brightness/contrast LUT, saturation, hue: the stages this op's arrays switch on."""
+    """Brightness/contrast LUT, saturation, hue: the stages this op's arrays switch on; 16-bit images:
+    :func:`~shardkit.augment.ops.brightness_contrast` in float64."""
+    if "bc" in arrays and img.dtype != tf.uint8:
+        lo, mid, hi = LEVELS[img.dtype.name]
+        bc = arrays["bc"][:, :, None, None, None]
+        v = (tf.cast(img, tf.float64) * bc[:, 0] - mid) * bc[:, 1] + mid
+        return tf.cast(tf.clip_by_value(tf.round(v), lo, hi), img.dtype)
     if "lut" in arrays:
         img = run["lut"](img, arrays["lut"])
     if "sat" in arrays:

@@ -25,7 +25,7 @@ from ..errors import ConfigError
 from ..onehot import channel_lut, ignore_inside
 from . import backends, packing
 from .geometry import IMAGE_RANGES
-from .ops import BatchSpec, ColorJitter, Cutout, Kind, Normalize, OneHot, RandomGamma
+from .ops import LEVELS, BatchSpec, ColorJitter, Cutout, Kind, Normalize, OneHot, RandomGamma
 from .packing import HSV_HDIV, HSV_SDIV
 
 if TYPE_CHECKING:
@@ -229,7 +229,13 @@ def _lut(img: torch.Tensor, lut: torch.Tensor) -> torch.Tensor:
 
 
 def _jitter(op: ColorJitter, img: torch.Tensor, arrays: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Brightness/contrast LUT, saturation (OpenCV's integer grey), hue, as the CPU path."""
+    """Brightness/contrast LUT, saturation (OpenCV's integer grey), hue, as the CPU path; 16-bit images:
+    :func:`~shardkit.augment.ops.brightness_contrast` in float64."""
+    if "bc" in arrays and img.dtype != torch.uint8:
+        lo, mid, hi = LEVELS[str(img.dtype).removeprefix("torch.")]
+        bc = arrays["bc"].view(-1, 2, 1, 1, 1)
+        v = (img.to(torch.float64) * bc[:, 0] - mid) * bc[:, 1] + mid
+        return torch.clamp(torch.round(v), lo, hi).to(img.dtype)
     if "lut" in arrays:
         img = _lut(img, arrays["lut"])
     if "sat" in arrays:

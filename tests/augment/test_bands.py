@@ -126,7 +126,8 @@ def test_per_band_normalize_on_every_backend(tf, camvid: tuple, camvid_val_npy: 
 @pytest.mark.parametrize(("spec", "bands", "dtype", "match"), [
     ("jitter=0.1:0.1:0.2", 4, "uint8", "saturation and hue mean something for RGB images only"),
     ("jitter=0:0:0:0.1", 1, "uint8", "saturation and hue mean something for RGB images only"),
-    ("jitter=0.2", 3, "uint16", "ColorJitter applies to uint8 images, not uint16"),
+    ("jitter=0.2", 3, "float32", "ColorJitter applies to integer images"),
+    ("jitter=0.2:0.2:0.1", 3, "uint16", "saturation and hue mean something for RGB images only"),
     ("gamma=0.8:1.2", 3, "float32", "RandomGamma applies to uint8 images, not float32"),
 ])
 def test_ops_that_mean_nothing_for_the_data_are_refused_on_every_backend(tf, camvid: tuple, backend: str, spec: str,
@@ -150,6 +151,31 @@ def test_brightness_and_contrast_apply_per_band_on_uint8_bands(tf, camvid: tuple
         np.testing.assert_array_equal(want_img[k], lut[images[k, y0:y0 + 128, x0:x0 + 160]])
     for backend in ("torch", "tf"):
         np.testing.assert_array_equal(_run(backend, aug, images, labels, idx, tf)[0], want_img)
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "int16"])
+def test_brightness_and_contrast_on_16_bit_bands_keep_the_dtype_range_on_every_backend(tf, camvid: tuple,
+                                                                                         dtype: str) -> None:
+    rgb, labels = camvid
+    images = make(rgb, 4, dtype)
+    aug = A.parse("crop=128x160,jitter=0.5")
+    idx = np.arange(len(images))
+    want_img, want_lab = _run("numpy", aug, images, labels, idx, tf)
+    lo, mid, hi = O.LEVELS[dtype]
+    clipped = 0
+    for k, i in enumerate(idx):
+        p = aug.params(int(i), seed=3, epoch=1, hw=(360, 480))
+        y0, x0 = p.crop_offset
+        x = images[k, y0:y0 + 128, x0:x0 + 160].astype(np.float64)
+        want = np.clip(np.rint((x * p.brightness - mid) * p.contrast + mid), lo, hi)
+        np.testing.assert_array_equal(want_img[k], want.astype(dtype))
+        np.testing.assert_array_equal(want_lab[k], labels[k, y0:y0 + 128, x0:x0 + 160])
+        clipped += int((want_img[k] == hi).sum() + (want_img[k] == lo).sum())
+    assert clipped > 0 and want_img.dtype == np.dtype(dtype)  # the range is reached and kept, never wrapped
+    for backend in ("torch", "tf"):
+        got_img, got_lab = _run(backend, aug, images, labels, idx, tf)
+        np.testing.assert_array_equal(got_img, want_img)
+        np.testing.assert_array_equal(got_lab, want_lab)
 
 
 def test_normalize_takes_one_mean_and_std_per_band() -> None:

@@ -111,12 +111,13 @@ def test_the_packed_arrays_are_what_the_layout_states() -> None:
     params = aug.params_batch(range(5), seed=2, hws=[(360, 480)] * 5)
     packed = packing.pack(aug, params)
     names = [name for name, _, _ in packing.layout(aug)]
-    assert list(packed) == names == ["mats", "4.lut", "4.sat", "4.shift", "5.boxes", "6.constants"]
+    assert list(packed) == names == ["mats", "4.lut", "4.bc", "4.sat", "4.shift", "5.boxes",
+                                                "6.constants"]
     for name, dtype, shape in packing.layout(aug):
         arr = packed[name]
         assert arr.dtype == np.dtype(dtype) and arr.ndim == len(shape)
         assert all(d is None or arr.shape[i] == (5 if d == "B" else d) for i, d in enumerate(shape))
-    assert packing.of(packed, 4).keys() == {"lut", "sat", "shift"}
+    assert packing.of(packed, 4).keys() == {"lut", "bc", "sat", "shift"}
     np.testing.assert_array_equal(packed["4.shift"], [round(p.hue * 180) for p in params])
     for k, p in enumerate(params):
         assert [tuple(b) for b in packed["5.boxes"][k] if b[2] > b[0]] == list(p.holes)
