@@ -29,8 +29,8 @@ def test_grammar_table_lists_every_item_parse_knows() -> None:
 def test_each_documented_form_builds_the_documented_op(row: list[str]) -> None:
     example = {"scale=LO:HI": "scale=0.5:2", "crop=HxW": "crop=64x96", "crop=HxW:R": "crop=64x96:0.75",
                "hflip": "hflip", "hflip=P": "hflip=0.3", "rotate=DEG": "rotate=10", "jitter=V": "jitter=0.2",
-               "jitter=B:C[:S[:H]]": "jitter=0.2:0.1:0.3:0.05", "cutout=N:HxW[:FILL][:ignore]":
-               "cutout=1-3:8x8:128:ignore"}
+               "jitter=B:C[:S[:H]]": "jitter=0.2:0.1:0.3:0.05", "gamma=LO:HI": "gamma=0.8:1.2",
+               "cutout=N:HxW[:FILL][:ignore]": "cutout=1-3:8x8:128:ignore"}
     op_name = row[2].strip("`").split("(")[0]
     for form in re.findall(r"`([^`]+)`", row[1]):
         (op,) = A.parse(example[form]).ops

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import cv2
@@ -20,10 +20,29 @@ import numpy as np
 from .. import jit
 from ..errors import ConfigError
 from . import backends
-from .geometry import warp_labels
+from .geometry import warp_bilinear_exact, warp_labels
+from .ops import (
+    IMAGE_DTYPES,
+    MAX_BANDS,
+    BatchSpec,
+    ColorJitter,
+    Cutout,
+    CutoutParams,
+    JitterParams,
+    Kind,
+    Normalize,
+    OneHot,
+    RandomGamma,
+    brightness_contrast,
+    colour_luts,
+)
+from .packing import HSV_HDIV, HSV_SDIV
 
 if TYPE_CHECKING:
-    from .ops import Compose, Params
+    from .ops import Compose, Op, Params
+
+__all__ = ["HSV_HDIV", "HSV_SDIV", "KERNELS", "apply_batch", "apply_lut", "colour_lut", "colour_luts", "cut_holes",
+           "jitter_colour", "warp_image"]
 
 logger = logging.getLogger(__name__)
 
@@ -86,24 +105,9 @@ def apply_lut(image: np.ndarray, lut: np.ndarray) -> None:
         flat[-1] = lut[flat[-1]]
 
 
-def colour_lut(p: Params) -> np.ndarray:
-    """Brightness then contrast (about 128) as one uint8 LUT of 256 entries."""
+def colour_lut(p: Params | JitterParams) -> np.ndarray:
+    """Brightness then contrast (about 128) as one uint8 LUT of 256 entries (:func:`~.ops.colour_luts`)."""
     return colour_luts([p])[0]
-
-
-def colour_luts(params: Sequence[Params]) -> np.ndarray:
-    """:func:`colour_lut` of each sample, (B, 256), computed for the batch at once (the same float64
-    operations element by element, so the same values)."""
-    b = np.array([p.brightness for p in params], np.float64).reshape(-1, 1)
-    c = np.array([p.contrast for p in params], np.float64).reshape(-1, 1)
-    v = np.arange(256, dtype=np.float64) * b
-    return np.clip(np.rint((v - 128.0) * c + 128.0), 0, 255).astype(np.uint8)
-
-
-#: OpenCV's 8-bit ``RGB2HSV`` division tables (hsv_shift 12): ``round(255 * 4096 / v)``, ``round(180 * 4096 /
-#: (6 * d))``; the torch and TF backends compute OpenCV's hue and saturation with them, bit-exact.
-HSV_SDIV = np.concatenate([[0], np.rint((255 << 12) / np.arange(1.0, 256))]).astype(np.int32)
-HSV_HDIV = np.concatenate([[0], np.rint((180 << 12) / (6.0 * np.arange(1.0, 256)))]).astype(np.int32)
 
 
 #: Source pixels of margin around the box the warp's float32 coordinates can reach (they err by < 0.01).
@@ -135,12 +139,20 @@ def warp_image(image: np.ndarray, p: Params, out: np.ndarray | None = None,
     as warping the 3-channel image, for a fraction of the time (tested equal, pixel for pixel). ``rgba``: an
     (h, w, 4) buffer for the warped RGBA image (reused across a batch: no fresh pages per sample); ``lut``:
     this sample's :func:`colour_lut` when already computed."""
-    h, w = p.out_hw
+    img = _warp(image, np.asarray(p.matrix), p.out_hw, out, scratch, rgba)
+    jitter_colour(img, p, lut)
+    return img
+
+
+def _warp(image: np.ndarray, m: np.ndarray, out_hw: tuple[int, int], out: np.ndarray | None = None,
+          scratch: np.ndarray | None = None, rgba: np.ndarray | None = None) -> np.ndarray:
+    """The warp of :func:`warp_image` alone (no colour ops)."""
+    h, w = out_hw
     if out is None:
         out = np.empty((h, w, 3), np.uint8)
     if scratch is None or scratch.shape != (*image.shape[:2], 4):
         scratch = np.empty((*image.shape[:2], 4), np.uint8)
-    y0, y1, x0, x1 = source_box(np.asarray(p.matrix), (h, w), image.shape[:2])
+    y0, y1, x0, x1 = source_box(m, (h, w), image.shape[:2])
     if y1 > y0 and x1 > x0:
         roi = scratch[y0:y1, x0:x1]
         got = cv2.cvtColor(image[y0:y1, x0:x1], cv2.COLOR_RGB2RGBA, dst=roi)
@@ -148,17 +160,33 @@ def warp_image(image: np.ndarray, p: Params, out: np.ndarray | None = None,
             roi[...] = got
     if rgba is None or rgba.shape != (h, w, 4):
         rgba = np.empty((h, w, 4), np.uint8)
-    rgba = cv2.warpAffine(scratch, np.asarray(p.matrix), (w, h), dst=rgba,
+    rgba = cv2.warpAffine(scratch, m, (w, h), dst=rgba,
                           flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_CONSTANT,
                           borderValue=(0, 0, 0, 0))
-    img = cv2.cvtColor(rgba, cv2.COLOR_RGBA2RGB, dst=out)
-    jitter_colour(img, p, lut)
-    return img
+    return cv2.cvtColor(rgba, cv2.COLOR_RGBA2RGB, dst=out)
 
 
-def jitter_colour(img: np.ndarray, p: Params, lut: np.ndarray | None = None) -> None:
-    """Sample ``p``'s colour jitter on a warped (h, w, 3) uint8 image, in place: brightness and contrast as
-    one lookup table (``lut``: :func:`colour_lut` when already computed), then saturation, then hue."""
+def warp_bands(image: np.ndarray, m: np.ndarray, out_hw: tuple[int, int], out: np.ndarray) -> None:
+    """An (H, W, C) image of any channel count and dtype (uint8, uint16, int16, float32) warped into ``out``
+    (bilinear, border 0). uint8: ``cv2.warpAffine`` on at most four channels at a time, each channel computed as
+    the RGB path computes it. Other dtypes: :func:`shardkit.augment.geometry.warp_bilinear_exact` (float64
+    coordinates and weights: float32 ones are ~2 levels off on 16-bit data, and OpenCV 5's 16S path is wrong
+    by hundreds of levels on negative values, measured), which the torch and TF backends restate."""
+    if image.dtype != np.uint8:
+        warp_bilinear_exact(image, m, out_hw, out)
+        return
+    h, w = out_hw
+    for g in range(0, image.shape[2], 4):
+        part = np.ascontiguousarray(image[..., g:g + 4])
+        got = cv2.warpAffine(part, m, (w, h), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
+                             borderMode=cv2.BORDER_CONSTANT, borderValue=(0, 0, 0, 0))
+        out[..., g:g + 4] = got.reshape(h, w, -1)
+
+
+def jitter_colour(img: np.ndarray, p: Params | JitterParams, lut: np.ndarray | None = None) -> None:
+    """A colour jitter (a :class:`~.ops.JitterParams`, or a sample's last one in its ``Params``) on a warped
+    (h, w, 3) uint8 image, in place: brightness and contrast as one lookup table (``lut``: :func:`colour_lut`
+    when already computed), then saturation, then hue."""
     if p.brightness != 1.0 or p.contrast != 1.0:
         apply_lut(img, colour_lut(p) if lut is None else lut)
     if p.saturation != 1.0:
@@ -170,13 +198,56 @@ def jitter_colour(img: np.ndarray, p: Params, lut: np.ndarray | None = None) -> 
         cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB, dst=img)
 
 
-def cut_holes(image: np.ndarray, label: np.ndarray, p: Params, ignore_index: int) -> None:
-    """Cutout, in place: ``p.holes`` of the (H, W, 3) image set to ``p.cutout_fill``; of the label set to
-    ``ignore_index`` when ``p.cutout_ignore``, else left as they are."""
+def cut_holes(image: np.ndarray, label: np.ndarray, p: CutoutParams, ignore_index: int) -> None:
+    """Cutout, in place: ``p.holes`` of the (H, W, C) image set to ``p.fill``; of the label set to
+    ``ignore_index`` when ``p.ignore``, else left as they are."""
     for y0, x0, y1, x1 in p.holes:
-        image[y0:y1, x0:x1] = p.cutout_fill
-        if p.cutout_ignore:
+        image[y0:y1, x0:x1] = p.fill
+        if p.ignore:
             label[y0:y1, x0:x1] = ignore_index
+
+
+# ---------------------------------------------------------------------- kernels
+# A photometric kernel: (op, its records of the batch) → f(k, image) applied to sample k's warped image in place.
+# A mask kernel: (op, records, ignore_index) → f(k, image, label) in place, after the labels are warped.
+# An output kernel: (op, images, labels, ignore_index) → (images, labels) for the whole batch.
+PhotometricKernel = Callable[["Op", Sequence[Any]], Callable[[int, np.ndarray], None]]
+MaskKernel = Callable[["Op", Sequence[Any], int], Callable[[int, np.ndarray, np.ndarray], None]]
+OutputKernel = Callable[["Op", Any, Any, int], tuple[Any, Any]]
+
+
+def _jitter(op: ColorJitter, records: Sequence[JitterParams]) -> Callable[[int, np.ndarray], None]:
+    luts = colour_luts(records)
+
+    def apply(k: int, img: np.ndarray) -> None:
+        if img.dtype == np.uint8:
+            jitter_colour(img, records[k], luts[k])
+        else:  # 16-bit: the same rule without a table (saturation and hue are refused there)
+            brightness_contrast(img, records[k].brightness, records[k].contrast)
+
+    return apply
+
+
+def _gamma(op: RandomGamma, records: Sequence[Any]) -> Callable[[int, np.ndarray], None]:
+    luts = op.pack(records)["lut"]
+    return lambda k, img: apply_lut(img, luts[k])
+
+
+def _cutout(op: Cutout, records: Sequence[CutoutParams], ignore_index: int) -> Callable[..., None]:
+    return lambda k, img, lab: cut_holes(img, lab, records[k], ignore_index)
+
+
+def _normalize(op: Normalize, images: np.ndarray, labels: Any, ignore_index: int) -> tuple[Any, Any]:
+    return op.numpy(images), labels
+
+
+def _one_hot(op: OneHot, images: Any, labels: np.ndarray, ignore_index: int) -> tuple[Any, Any]:
+    return images, op.numpy(labels, ignore_index)
+
+
+#: This backend's kernels, by op class (:func:`shardkit.augment.backends.kernels`); the kind decides the call.
+OP_KERNELS: dict[type, Callable[..., Any]] = {ColorJitter: _jitter, Cutout: _cutout, Normalize: _normalize,
+                                              OneHot: _one_hot, RandomGamma: _gamma}
 
 
 def _samples(arr: Any, what: str, n: int) -> list[np.ndarray]:
@@ -190,14 +261,19 @@ def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] |
                 epoch: int, ignore_index: int) -> tuple[np.ndarray, np.ndarray]:
     """Augment a batch (stacked arrays or lists of per-sample arrays) → stacked (images, labels): uint8 images
     and id labels, or float32 normalised images / one-hot labels when the pipeline ends in those ops."""
+    table = backends.kernels(aug, OP_KERNELS, "numpy/OpenCV")
     idx = [int(i) for i in np.asarray(indices).reshape(-1)]
     imgs, labs = _samples(images, "images", len(idx)), _samples(labels, "labels", len(idx))
     for img, lab in zip(imgs, labs, strict=True):
-        if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8:
-            raise ConfigError(f"augment needs (H, W, 3) uint8 images, got {img.shape} {img.dtype}")
+        if (img.ndim != 3 or not 1 <= img.shape[2] <= MAX_BANDS or img.dtype.name not in IMAGE_DTYPES
+                or img.shape[2:] != imgs[0].shape[2:] or img.dtype != imgs[0].dtype):
+            raise ConfigError(f"augment needs (H, W, C) images of one dtype ({', '.join(IMAGE_DTYPES)}) and one "
+                              f"channel count (1 to {MAX_BANDS}), got {img.shape} {img.dtype}")
         if lab.shape != img.shape[:2] or not np.issubdtype(lab.dtype, np.integer):
             raise ConfigError(f"augment needs (H, W) integer id labels matching the image, got {lab.shape} "
                               f"{lab.dtype}", fix="open the split with labels='ids'")
+    channels, image_dtype = (imgs[0].shape[2], imgs[0].dtype) if imgs else (3, np.dtype(np.uint8))
+    aug.output_spec(BatchSpec(channels=channels, image_dtype=image_dtype.name))
     params = aug.params_batch(idx, seed=seed, epoch=epoch, hws=[img.shape[:2] for img in imgs], labels=labs,
                               ignore_index=ignore_index)
     sizes = {p.out_hw for p in params}
@@ -205,37 +281,35 @@ def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] |
         raise ConfigError(f"augmented samples differ in size {sorted(sizes)}; end the pipeline with a crop")
     hw = sizes.pop() if sizes else (aug.out_hw or (0, 0))
     dtype = labs[0].dtype if labs else np.dtype(np.uint8)
-    out_img = np.empty((len(idx), *hw, 3), np.uint8)
+    out_img = np.empty((len(idx), *hw, channels), image_dtype)
+    rgb8 = channels == 3 and image_dtype == np.uint8  # the RGBA fast path below; else cv2 on <= 4 channels at once
     out_lab = np.empty((len(idx), *hw), dtype)
     scratch: dict[tuple[int, ...], np.ndarray] = {}  # one RGBA buffer per source size
-    rgba = np.empty((*hw, 4), np.uint8)
-    luts = colour_luts(params)
+    rgba = np.empty((*hw, 4), np.uint8) if rgb8 else None
+    colour = [kernel(op, aug.records(params, k)) for k, op, kernel in table if op.kind is Kind.PHOTOMETRIC]
+    masks = [kernel(op, aug.records(params, k), ignore_index) for k, op, kernel in table if op.kind is Kind.MASK]
     for k, (img, p) in enumerate(zip(imgs, params, strict=True)):
         buf = scratch.get(img.shape[:2])
-        if buf is None:
+        if buf is None and rgb8:
             buf = scratch[img.shape[:2]] = np.empty((*img.shape[:2], 4), np.uint8)
-        got = warp_image(img, p, out=out_img[k], scratch=buf, rgba=rgba, lut=luts[k])
-        if not np.shares_memory(got, out_img):  # cv2 reallocated dst
-            out_img[k] = got
+        if rgb8:
+            got = _warp(img, np.asarray(p.matrix), hw, out=out_img[k], scratch=buf, rgba=rgba)
+            if not np.shares_memory(got, out_img):  # cv2 reallocated dst
+                out_img[k] = got
+        else:
+            warp_bands(img, np.asarray(p.matrix), hw, out_img[k])
+        for apply in colour:  # right after the warp, while the sample is in cache
+            apply(k, out_img[k])
     for k, (lab, p) in enumerate(zip(labs, params, strict=True)):
         warp_labels(lab, p.matrix, hw, ignore_index, out=out_lab[k])
-    for k, p in enumerate(params):
-        if p.holes:
-            cut_holes(out_img[k], out_lab[k], p, ignore_index)
-    return apply_outputs(aug, out_img, out_lab, ignore_index)
-
-
-def apply_outputs(aug: Compose, images: np.ndarray, labels: np.ndarray, ignore_index: int) -> tuple[Any, Any]:
-    """The pipeline's output ops (:class:`~shardkit.augment.ops.Normalize`, :class:`~shardkit.augment.ops.OneHot`)
-    on an augmented batch; without them the batch as it is. ``ignore_index`` gets no one-hot channel."""
-    from .ops import Normalize, OneHot
-
-    for op in aug.ops:
-        if isinstance(op, Normalize):
-            images = op.numpy(images)
-        elif isinstance(op, OneHot):
-            labels = op.numpy(labels, ignore_index)
-    return images, labels
+    for cut in masks:
+        for k in range(len(params)):
+            cut(k, out_img[k], out_lab[k])
+    result: tuple[Any, Any] = (out_img, out_lab)
+    for _, op, kernel in table:
+        if op.output:
+            result = kernel(op, *result, ignore_index)
+    return result
 
 
 backends.register("numpy", apply_batch)

@@ -91,6 +91,38 @@ def gather_labels_exact(labels: np.ndarray, matrices: np.ndarray, hw: tuple[int,
     return out
 
 
+#: The range integer images are rounded and clamped to (float32: kept as computed).
+IMAGE_RANGES: dict[str, tuple[float, float] | None] = {"uint8": (0.0, 255.0), "uint16": (0.0, 65535.0),
+                                                       "int16": (-32768.0, 32767.0), "float32": None}
+
+
+def warp_bilinear_exact(image: np.ndarray, m: np.ndarray, hw: tuple[int, int], out: np.ndarray) -> np.ndarray:
+    """An (H, W, C) image warped by ``m`` (output → source) into ``out`` (``hw``), bilinear in float64: source
+    coordinates ``(m00*x + m01*y) + m02``, the four neighbours (0 outside the image) weighted
+    ``a*gx*gy + b*fx*gy + c*gx*fy + d*fx*fy``; integers rounded half to even and clamped to their dtype's range,
+    float32 cast. The torch and TF backends compute the same sums for images that are not uint8."""
+    h, w, c = image.shape
+    padded = np.zeros((h + 4, w + 4, c), np.float64)  # a zero ring two pixels wide: far outside reads 0
+    padded[2:-2, 2:-2] = image
+    m = np.asarray(m, np.float64)
+    y = np.arange(hw[0], dtype=np.float64)[:, None]
+    x = np.arange(hw[1], dtype=np.float64)[None, :]
+    sx = (m[0, 0] * x + m[0, 1] * y) + m[0, 2]
+    sy = (m[1, 0] * x + m[1, 1] * y) + m[1, 2]
+    x0f, y0f = np.floor(sx), np.floor(sy)
+    fx, fy = (sx - x0f)[..., None], (sy - y0f)[..., None]
+    gx, gy = 1.0 - fx, 1.0 - fy
+    x0 = np.clip(x0f, -2, w).astype(np.intp) + 2
+    y0 = np.clip(y0f, -2, h).astype(np.intp) + 2
+    v = (padded[y0, x0] * (gx * gy) + padded[y0, x0 + 1] * (fx * gy)
+         + padded[y0 + 1, x0] * (gx * fy) + padded[y0 + 1, x0 + 1] * (fx * fy))
+    limits = IMAGE_RANGES[image.dtype.name]
+    if limits is not None:
+        np.clip(np.rint(v), *limits, out=v)
+    out[...] = v
+    return out
+
+
 #: Output rows per step of the numpy rule for rotated matrices (float64 temporaries stay in cache).
 _BLOCK_ROWS = 32
 #: Label dtypes the compiled loop is used for (others: numpy).

@@ -10,11 +10,13 @@ pixel centres at integer coordinates) while tracking the current canvas size.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import math
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -22,47 +24,180 @@ from .. import encoding
 from ..errors import ConfigError
 from ..onehot import hot_channels
 from . import backends, seeding
-from .geometry import warp_labels
+from .geometry import IMAGE_RANGES, warp_labels
+
+
+class Kind(enum.Enum):
+    """What an op does to a batch, which decides how every backend applies it.
+
+    ``GEOMETRIC``: moves pixels; contributes a step to the one fused matrix per sample and needs no kernel of its
+    own (every backend applies the matrix). ``PHOTOMETRIC``: changes image values only, after the warp, in
+    pipeline order; never labels. ``MASK``: changes image and label pixels in the output canvas (Cutout).
+    ``OUTPUT``: changes the batch's dtype or layout (Normalize, OneHot); last, draws nothing."""
+
+    GEOMETRIC = "geometric"
+    PHOTOMETRIC = "photometric"
+    MASK = "mask"
+    OUTPUT = "output"
 
 
 @dataclass(frozen=True)
-class Params:
-    """One sample's drawn values; ``matrix`` maps output (x, y, 1) → source (x, y)."""
+class OpParams:
+    """One op's drawn values for one sample (each op has its own record type)."""
 
-    matrix: np.ndarray = field(compare=False)  # (2, 3) float64
-    out_hw: tuple[int, int]
+
+@dataclass(frozen=True)
+class ScaleParams(OpParams):
     scale: float = 1.0
-    angle: float = 0.0
+
+
+@dataclass(frozen=True)
+class FlipParams(OpParams):
     flip: bool = False
-    crop_offset: tuple[int, int] = (0, 0)  # (y0, x0) in the scaled / rotated canvas
+
+
+@dataclass(frozen=True)
+class RotateParams(OpParams):
+    angle: float = 0.0
+
+
+@dataclass(frozen=True)
+class CropParams(OpParams):
+    offset: tuple[int, int] = (0, 0)  # (y0, x0) in the scaled / rotated canvas
+
+
+@dataclass(frozen=True)
+class JitterParams(OpParams):
     brightness: float = 1.0
     contrast: float = 1.0
     saturation: float = 1.0
     hue: float = 0.0
-    holes: tuple[tuple[int, int, int, int], ...] = ()  # Cutout: (y0, x0, y1, x1) output pixels, ends exclusive
-    cutout_fill: tuple[int, int, int] = (0, 0, 0)  # RGB written into the image's holes
-    cutout_ignore: bool = False  # True: label pixels in holes become the ignore index
+
+    @property
+    def identity(self) -> bool:
+        return (self.brightness, self.contrast, self.saturation, self.hue) == (1.0, 1.0, 1.0, 0.0)
+
+
+@dataclass(frozen=True)
+class GammaParams(OpParams):
+    gamma: float = 1.0
+
+
+@dataclass(frozen=True)
+class CutoutParams(OpParams):
+    holes: tuple[tuple[int, int, int, int], ...] = ()  # (y0, x0, y1, x1) output pixels, ends exclusive
+    fill: tuple[int, ...] = (0, 0, 0)  # written into the image's holes, one value per channel
+    ignore: bool = False  # True: label pixels in holes become the ignore index
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """What a batch holds, as an op sees it and passes it on (:meth:`Op.output_spec`): image channels and dtype,
+    label encoding. Backends check a pipeline against their input's spec before drawing anything."""
+
+    channels: int = 3
+    image_dtype: str = "uint8"
+    labels: str = "ids"  # or "onehot"
+
+
+R = TypeVar("R", bound=OpParams)
+
+
+class _Legacy:
+    """A read-only attribute of :class:`Params` kept from its flat form: ``field`` of the sample's last record of
+    type ``record`` (its default when none)."""
+
+    def __init__(self, record: type[OpParams], field_name: str) -> None:
+        self.record, self.field = record, field_name
+
+    def __get__(self, obj: Params | None, owner: type) -> Any:
+        if obj is None:
+            return self
+        rec = obj.get(self.record)
+        return getattr(rec if rec is not None else self.record(), self.field)
+
+
+#: The flat ``Params`` keywords of earlier releases → (record type, field). Still accepted by ``Params(...)`` and
+#: ``dataclasses.replace``, and readable as attributes: they set / read the sample's last record of that type.
+LEGACY_FIELDS: dict[str, tuple[type[OpParams], str]] = {
+    "scale": (ScaleParams, "scale"), "angle": (RotateParams, "angle"), "flip": (FlipParams, "flip"),
+    "crop_offset": (CropParams, "offset"), "brightness": (JitterParams, "brightness"),
+    "contrast": (JitterParams, "contrast"), "saturation": (JitterParams, "saturation"), "hue": (JitterParams, "hue"),
+    "holes": (CutoutParams, "holes"), "cutout_fill": (CutoutParams, "fill"), "cutout_ignore": (CutoutParams, "ignore"),
+}
+
+
+@dataclass(frozen=True, init=False, eq=False)
+class Params:
+    """One sample's drawn values: ``matrix`` maps output (x, y, 1) → source (x, y) (every geometric op fused),
+    ``out_hw`` the output size, ``records`` one :class:`OpParams` (or None) per drawing op of the pipeline, in
+    pipeline order (output ops draw nothing and have none)."""
+
+    matrix: np.ndarray
+    out_hw: tuple[int, int]
+    records: tuple[OpParams | None, ...]
+
+    def __init__(self, matrix: np.ndarray, out_hw: tuple[int, int],
+                 records: Sequence[OpParams | None] = (), **legacy: Any) -> None:
+        recs = list(records)
+        for name, value in legacy.items():
+            if name not in LEGACY_FIELDS:
+                raise TypeError(f"Params() got an unexpected keyword argument {name!r}")
+            kind, fname = LEGACY_FIELDS[name]
+            at = max((k for k, r in enumerate(recs) if type(r) is kind), default=None)
+            if at is None:
+                recs.append(kind(**{fname: value}))
+            else:
+                recs[at] = dataclasses.replace(recs[at], **{fname: value})  # type: ignore[type-var]
+        object.__setattr__(self, "matrix", matrix)
+        object.__setattr__(self, "out_hw", (int(out_hw[0]), int(out_hw[1])))
+        object.__setattr__(self, "records", tuple(recs))
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Params) and np.array_equal(self.matrix, other.matrix)
-                and self.__dict__ | {"matrix": 0} == other.__dict__ | {"matrix": 0})
+                and (self.out_hw, self.records) == (other.out_hw, other.records))
 
     __hash__ = None  # type: ignore[assignment]
 
+    def get(self, kind: type[R]) -> R | None:
+        """The sample's last record of type ``kind``, or None."""
+        found = [r for r in self.records if type(r) is kind]
+        return found[-1] if found else None
+
+    scale = _Legacy(ScaleParams, "scale")
+    angle = _Legacy(RotateParams, "angle")
+    crop_offset = _Legacy(CropParams, "offset")
+    brightness = _Legacy(JitterParams, "brightness")
+    contrast = _Legacy(JitterParams, "contrast")
+    saturation = _Legacy(JitterParams, "saturation")
+    hue = _Legacy(JitterParams, "hue")
+    holes = _Legacy(CutoutParams, "holes")
+    cutout_fill = _Legacy(CutoutParams, "fill")
+    cutout_ignore = _Legacy(CutoutParams, "ignore")
+
+    @property
+    def flip(self) -> bool:
+        """True when the sample is mirrored: an odd number of its flip ops drew a flip."""
+        return sum(r.flip for r in self.records if isinstance(r, FlipParams)) % 2 == 1
+
     @property
     def colour(self) -> bool:
-        return (self.brightness, self.contrast, self.saturation, self.hue) != (1.0, 1.0, 1.0, 0.0)
+        """True when the sample's colour jitter changes anything."""
+        rec = self.get(JitterParams)
+        return rec is not None and not rec.identity
 
 
 class _State:
-    """Mutable draw state while the ops of a Compose run: matrix, canvas size, drawn values."""
+    """Mutable draw state while the ops of a Compose run: matrix, canvas size, the records drawn so far.
+
+    ``values["records"]``: the drawing ops' :class:`OpParams`, in order (``Params(matrix=, out_hw=, **values)``)."""
 
     def __init__(self, hw: tuple[int, int], label: np.ndarray | None, ignore_index: int) -> None:
         self.t = np.eye(3)
         self.hw = (int(hw[0]), int(hw[1]))
         self.label = label
         self.ignore_index = ignore_index
-        self.values: dict[str, Any] = {}
+        self.values: dict[str, Any] = {"records": []}
 
     def then(self, a: np.ndarray, hw: tuple[int, int] | None = None) -> None:
         """Append a new-canvas → old-canvas step ``a`` (3x3)."""
@@ -70,14 +205,44 @@ class _State:
         if hw is not None:
             self.hw = hw
 
+    def record(self, rec: OpParams) -> None:
+        """Keep the drawing op's own record."""
+        self.values["records"].append(rec)
+
 
 class Op:
-    geometric = False
-    #: Output ops (Normalize, OneHot) change the batch's dtype or shape; they come last and draw nothing.
-    output = False
+    """An augmentation op: its :attr:`kind`, its draw into the sample's :class:`_State` (its own
+    :class:`OpParams` record), the spec of the batch it gives (:meth:`output_spec`) and, for non-geometric ops,
+    the arrays its drawn values pack into for the device backends (:meth:`layout`, :meth:`pack`). Each backend
+    applies a non-geometric op through its own kernel table, keyed by op class; an op missing from a backend's
+    table is refused there (:func:`shardkit.augment.backends.kernels`)."""
+
+    kind: Kind = Kind.PHOTOMETRIC
+
+    @property
+    def geometric(self) -> bool:
+        return self.kind is Kind.GEOMETRIC
+
+    @property
+    def output(self) -> bool:
+        """Output ops (Normalize, OneHot) change the batch's dtype or shape; they come last and draw nothing."""
+        return self.kind is Kind.OUTPUT
 
     def draw(self, rng: np.random.Generator, st: _State) -> None:
         raise NotImplementedError
+
+    def output_spec(self, spec: BatchSpec) -> BatchSpec:
+        """The spec of the batch this op gives for a batch of ``spec``; a ConfigError for one it cannot take."""
+        return spec
+
+    def layout(self) -> dict[str, tuple[str, tuple[int | str | None, ...]]]:
+        """The arrays :meth:`pack` gives: name → (dtype, shape), a shape's ``"B"`` the batch size and None a size
+        that varies per batch."""
+        return {}
+
+    def pack(self, records: Sequence[Any]) -> dict[str, np.ndarray]:
+        """This op's drawn records of a batch (one per sample) as the host arrays of :meth:`layout`."""
+        return {}
 
     def __eq__(self, other: object) -> bool:
         return type(self) is type(other) and vars(self) == vars(other)
@@ -100,8 +265,13 @@ MAX_SCALE = 16.0
 MAX_DEGREES = 360.0
 MAX_HOLES = 1024
 MAX_JITTER = 10.0
+MAX_GAMMA = 10.0
 MIN_STD = 1e-3
 MAX_MEAN = 1e6
+#: Most image channels (bands) an op takes.
+MAX_BANDS = 1024
+#: Image dtypes the backends warp (labels: any integer dtype).
+IMAGE_DTYPES = tuple(IMAGE_RANGES)
 #: OneHot classes: a stored label holds at most uint16 ids.
 MAX_CLASSES = 65536
 #: Longest augmentation string.
@@ -148,7 +318,7 @@ def check_output(hw: tuple[int, int], channels: int = 3, what: str = "augmented 
 class RandomScale(Op):
     """Resize the canvas by a factor drawn uniformly from [lo, hi]."""
 
-    geometric = True
+    kind = Kind.GEOMETRIC
 
     def __init__(self, lo: float, hi: float) -> None:
         self.lo, self.hi = _num("scale lo", lo, 0, MAX_SCALE), _num("scale hi", hi, 0, MAX_SCALE)
@@ -161,13 +331,13 @@ class RandomScale(Op):
         hw = (max(1, round(h * s)), max(1, round(w * s)))
         sy, sx = h / hw[0], w / hw[1]  # pixel-centre aligned: old = (new + 0.5) * (old/new) - 0.5
         st.then(np.array([[sx, 0, 0.5 * sx - 0.5], [0, sy, 0.5 * sy - 0.5], [0, 0, 1]]), hw)
-        st.values["scale"] = s
+        st.record(ScaleParams(s))
 
 
 class RandomFlip(Op):
     """Mirror left-right with probability ``horizontal``."""
 
-    geometric = True
+    kind = Kind.GEOMETRIC
 
     def __init__(self, horizontal: float = 0.5) -> None:
         self.horizontal = _num("flip probability", horizontal, 0, 1)
@@ -176,13 +346,13 @@ class RandomFlip(Op):
         flip = bool(rng.random() < self.horizontal)
         if flip:
             st.then(np.array([[-1.0, 0, st.hw[1] - 1], [0, 1, 0], [0, 0, 1]]))
-        st.values["flip"] = flip ^ st.values.get("flip", False)
+        st.record(FlipParams(flip))
 
 
 class RandomRotate(Op):
     """Rotate about the canvas centre by an angle drawn uniformly from [-degrees, degrees]."""
 
-    geometric = True
+    kind = Kind.GEOMETRIC
 
     def __init__(self, degrees: float) -> None:
         self.degrees = _num("rotate degrees", degrees, 0, MAX_DEGREES)
@@ -193,7 +363,7 @@ class RandomRotate(Op):
         cy, cx = (h - 1) / 2, (w - 1) / 2
         c, s = math.cos(math.radians(a)), math.sin(math.radians(a))
         st.then(np.array([[c, -s, cx - c * cx + s * cy], [s, c, cy - s * cx - c * cy], [0, 0, 1]]))
-        st.values["angle"] = a
+        st.record(RotateParams(a))
 
 
 class RandomCrop(Op):
@@ -204,7 +374,7 @@ class RandomCrop(Op):
     label (``params(..., label=)``); without one the first position is kept.
     """
 
-    geometric = True
+    kind = Kind.GEOMETRIC
     TRIES = 10
 
     def __init__(self, h: int, w: int, cat_max_ratio: float | None = None) -> None:
@@ -227,7 +397,7 @@ class RandomCrop(Op):
                     break
                 y0, x0 = self._window(rng, st)
         st.then(_shift(x0, y0), (self.h, self.w))
-        st.values["crop_offset"] = (y0, x0)
+        st.record(CropParams((y0, x0)))
 
 
 def _shift(x0: float, y0: float) -> np.ndarray:
@@ -250,8 +420,101 @@ class ColorJitter(Op):
 
     def draw(self, rng: np.random.Generator, st: _State) -> None:
         u = rng.uniform(-1.0, 1.0, 4)
-        st.values.update(brightness=float(1 + self.brightness * u[0]), contrast=float(1 + self.contrast * u[1]),
-                         saturation=float(1 + self.saturation * u[2]), hue=float(self.hue * u[3]) + 0.0)
+        st.record(JitterParams(float(1 + self.brightness * u[0]), float(1 + self.contrast * u[1]),
+                               float(1 + self.saturation * u[2]), float(self.hue * u[3]) + 0.0))
+
+    def output_spec(self, spec: BatchSpec) -> BatchSpec:
+        if spec.image_dtype not in LEVELS:
+            raise ConfigError(f"ColorJitter applies to integer images ({', '.join(LEVELS)}), not {spec.image_dtype}: "
+                              "a float image has no range to keep levels in", fix="drop jitter from the pipeline")
+        if (self.saturation or self.hue) and (spec.channels != 3 or spec.image_dtype != "uint8"):
+            raise ConfigError(f"ColorJitter's saturation and hue mean something for RGB images only (3 channels, "
+                              f"uint8), not for {spec.channels}-channel {spec.image_dtype}",
+                              fix="use jitter=B:C (brightness and contrast, per band) only")
+        return spec
+
+    def layout(self) -> dict[str, tuple[str, tuple[int | str | None, ...]]]:
+        out: dict[str, tuple[str, tuple[int | str | None, ...]]] = {}
+        if self.brightness or self.contrast:
+            out["lut"] = ("uint8", ("B", 256))  # brightness then contrast as one LUT: colour_luts
+            out["bc"] = ("float64", ("B", 2))  # the factors themselves, for 16-bit images: brightness_contrast
+        if self.saturation:
+            out["sat"] = ("float32", ("B",))
+        if self.hue:
+            out["shift"] = ("int32", ("B",))  # OpenCV's 8-bit hue units, rounded as the CPU path rounds
+        return out
+
+    def pack(self, records: Sequence[Any]) -> dict[str, np.ndarray]:
+        want = self.layout()
+        out = {}
+        if "lut" in want:
+            out["lut"] = colour_luts(records)
+            out["bc"] = np.array([[r.brightness, r.contrast] for r in records], np.float64).reshape(-1, 2)
+        if "sat" in want:
+            out["sat"] = np.array([r.saturation for r in records], np.float32)
+        if "shift" in want:
+            out["shift"] = np.array([round(r.hue * 180) for r in records], np.int32)
+        return out
+
+
+#: The integer image dtypes brightness/contrast apply to: (lowest, mid, highest) level. Contrast pivots about the mid.
+LEVELS: dict[str, tuple[float, float, float]] = {"uint8": (0.0, 128.0, 255.0), "uint16": (0.0, 32768.0, 65535.0),
+                                                 "int16": (-32768.0, 0.0, 32767.0)}
+
+
+def brightness_contrast(image: np.ndarray, brightness: float, contrast: float) -> None:
+    """Brightness then contrast on an integer image of any band count, in place, in float64:
+    ``clip(rint((x * b - mid) * c + mid), lo, hi)`` with :data:`LEVELS` of its dtype — for uint8 exactly the values
+    of :func:`colour_luts`; the torch and TF backends compute the same operations."""
+    lo, mid, hi = LEVELS[image.dtype.name]
+    v = image.astype(np.float64) * brightness
+    v -= mid
+    v *= contrast
+    v += mid
+    image[...] = np.clip(np.rint(v), lo, hi)
+
+
+def colour_luts(records: Sequence[Any]) -> np.ndarray:
+    """Brightness then contrast (about 128) as one uint8 LUT of 256 entries per sample, (B, 256), for records
+    with ``brightness`` and ``contrast`` (:class:`JitterParams` or :class:`Params`); the batch at once (the same
+    float64 operations element by element as one sample alone, so the same values)."""
+    b = np.array([r.brightness for r in records], np.float64).reshape(-1, 1)
+    c = np.array([r.contrast for r in records], np.float64).reshape(-1, 1)
+    v = np.arange(256, dtype=np.float64) * b
+    return np.clip(np.rint((v - 128.0) * c + 128.0), 0, 255).astype(np.uint8)
+
+
+class RandomGamma(Op):
+    """Gamma correction, albumentations' ``RandomGamma``: a gamma drawn uniformly from [lo, hi] per sample
+    (its ``gamma_limit=(80, 120)`` is ``RandomGamma(0.8, 1.2)``), applied to uint8 images as its 256-entry LUT
+    ``uint8((v / 255) ** gamma * 255)`` (truncated; :func:`gamma_luts`). Images only: labels never change."""
+
+    def __init__(self, lo: float = 0.8, hi: float = 1.2) -> None:
+        self.lo, self.hi = _num("gamma lo", lo, 0, MAX_GAMMA), _num("gamma hi", hi, 0, MAX_GAMMA)
+        if not 0 < self.lo <= self.hi:
+            raise ConfigError(f"gamma range must satisfy 0 < lo <= hi, got {lo}:{hi}")
+
+    def draw(self, rng: np.random.Generator, st: _State) -> None:
+        st.record(GammaParams(float(rng.uniform(self.lo, self.hi))))
+
+    def output_spec(self, spec: BatchSpec) -> BatchSpec:
+        if spec.image_dtype != "uint8":
+            raise ConfigError(f"RandomGamma applies to uint8 images, not {spec.image_dtype}",
+                              fix="drop gamma from the pipeline for this data")
+        return spec
+
+    def layout(self) -> dict[str, tuple[str, tuple[int | str | None, ...]]]:
+        return {"lut": ("uint8", ("B", 256))}
+
+    def pack(self, records: Sequence[Any]) -> dict[str, np.ndarray]:
+        return {"lut": gamma_luts([r.gamma for r in records])}
+
+
+def gamma_luts(gammas: Sequence[float]) -> np.ndarray:
+    """(B, 256) uint8: albumentations' gamma table for each gamma, its own expression (``np.arange`` with a
+    1/255 step, raised, times 255, truncated), so the same bytes."""
+    base = np.arange(0, 256.0 / 255, 1.0 / 255)[:256]
+    return np.stack([(base ** g) * 255 for g in gammas]).astype(np.uint8).reshape(-1, 256)
 
 
 def _ints(values: Any, lo: int, hi: int | None) -> tuple[int, ...] | None:
@@ -276,6 +539,8 @@ class Cutout(Op):
     must follow every geometry op, and a pipeline has at most one.
     """
 
+    kind = Kind.MASK
+
     def __init__(self, holes: int | tuple[int, int], h: int, w: int, *, fill: int | Sequence[int] = 0,
                  ignore_labels: bool = False) -> None:
         counts = _ints((holes, holes) if np.ndim(holes) == 0 else holes, 0, MAX_HOLES)
@@ -297,31 +562,67 @@ class Cutout(Op):
         n = int(rng.integers(self.holes[0], self.holes[1] + 1))
         h, w = st.hw
         ys, xs = rng.integers(0, h, n), rng.integers(0, w, n)
-        st.values.update(holes=tuple((int(y), int(x), min(int(y) + self.h, h), min(int(x) + self.w, w))
-                                     for y, x in zip(ys, xs, strict=True)),
-                         cutout_fill=self.fill, cutout_ignore=self.ignore_labels)
+        st.record(CutoutParams(tuple((int(y), int(x), min(int(y) + self.h, h), min(int(x) + self.w, w))
+                                     for y, x in zip(ys, xs, strict=True)), self.fill, self.ignore_labels))
+
+    def output_spec(self, spec: BatchSpec) -> BatchSpec:
+        if spec.channels != len(self.fill) or spec.image_dtype != "uint8":
+            raise ConfigError(f"Cutout's fill {self.fill} is for {len(self.fill)}-channel uint8 images, not "
+                              f"{spec.channels}-channel {spec.image_dtype}")
+        return spec
+
+    def layout(self) -> dict[str, tuple[str, tuple[int | str | None, ...]]]:
+        return {"boxes": ("int32", ("B", None, 4))}  # (y0, x0, y1, x1), padded with empty boxes
+
+    def pack(self, records: Sequence[Any]) -> dict[str, np.ndarray]:
+        boxes = np.zeros((len(records), max((len(r.holes) for r in records), default=0), 4), np.int32)
+        for k, r in enumerate(records):
+            boxes[k, :len(r.holes)] = np.asarray(r.holes, np.int32).reshape(-1, 4)
+        return {"boxes": boxes}
 
 
 class Normalize(Op):
-    """Images → float32 ``(x - mean) * (1 / std)`` per RGB channel, stats on the 0–255 scale (e.g. a split's
-    ``ds.mean`` / ``ds.std``). The one definition of normalising that every reader and backend applies."""
+    """Images → float32 ``(x - mean) * (1 / std)`` per channel (band): one mean and one std for each of the
+    images' N channels, on the images' own value scale (0–255 for uint8, 0–65535 for uint16, the values
+    themselves for int16 / float32), e.g. a split's ``ds.mean`` / ``ds.std`` (:meth:`from_split`). The one
+    definition of normalising that every reader and backend applies."""
 
-    output = True
+    kind = Kind.OUTPUT
 
     def __init__(self, mean: Sequence[float] | np.ndarray, std: Sequence[float] | np.ndarray) -> None:
         try:
             m, s = np.asarray(mean, np.float64).reshape(-1), np.asarray(std, np.float64).reshape(-1)
         except (TypeError, ValueError, OverflowError):
             m = s = np.zeros(0)
-        if (m.shape != (3,) or s.shape != (3,) or not (np.abs(m) <= MAX_MEAN).all()
+        n = f"{m.size}" if 0 < m.size <= MAX_BANDS else f"1 to {MAX_BANDS}"
+        if (not 0 < m.size <= MAX_BANDS or m.shape != s.shape or not (np.abs(m) <= MAX_MEAN).all()
                 or not ((s >= MIN_STD) & (s <= MAX_MEAN)).all()):
-            raise ConfigError(f"Normalize needs 3 means in [-{MAX_MEAN:g}, {MAX_MEAN:g}] and 3 stds in "
-                              f"[{MIN_STD:g}, {MAX_MEAN:g}] (RGB, 0-255 scale), got mean={mean!r} std={std!r}")
+            raise ConfigError(f"Normalize needs {n} means in [-{MAX_MEAN:g}, {MAX_MEAN:g}] and {n} stds in "
+                              f"[{MIN_STD:g}, {MAX_MEAN:g}] (one per image channel, on the images' value scale), "
+                              f"got mean={mean!r} std={std!r}")
         self.mean = tuple(float(v) for v in m)  # as given: each backend rounds them to its dtype
         self.std = tuple(float(v) for v in s)
 
+    @classmethod
+    def from_split(cls, ds: Any) -> Normalize:
+        """The split's own per-band statistics: ``Normalize(ds.mean, ds.std)`` (a :class:`shardkit.Dataset`)."""
+        return cls(ds.mean, ds.std)
+
     def draw(self, rng: np.random.Generator, st: _State) -> None:
         return None
+
+    def output_spec(self, spec: BatchSpec) -> BatchSpec:
+        if spec.channels != len(self.mean):
+            raise ConfigError(f"Normalize has {len(self.mean)} means and stds, the images {spec.channels} channels",
+                              fix="give one mean and one std per channel")
+        return dataclasses.replace(spec, image_dtype="float32")
+
+    def layout(self) -> dict[str, tuple[str, tuple[int | str | None, ...]]]:
+        return {"constants": ("float32", (2, len(self.mean)))}
+
+    def pack(self, records: Sequence[Any]) -> dict[str, np.ndarray]:
+        """The mean and ``1 / std`` as float32 (2, C): what the device kernels upload."""
+        return {"constants": np.stack([self.mean_f32, self.inv_std_f32])}
 
     @property
     def mean_f32(self) -> np.ndarray:
@@ -351,7 +652,7 @@ class OneHot(Op):
     The label side of an output: it is :class:`shardkit.encoding.OneHot`, the encoding a reader's
     ``labels="onehot"`` gives."""
 
-    output = True
+    kind = Kind.OUTPUT
 
     def __init__(self, num_classes: int, dtype: Any = np.uint8, *, channels_first: bool = False) -> None:
         num_classes = _int("OneHot num_classes", num_classes, 1, MAX_CLASSES)
@@ -367,6 +668,9 @@ class OneHot(Op):
 
     def draw(self, rng: np.random.Generator, st: _State) -> None:
         return None
+
+    def output_spec(self, spec: BatchSpec) -> BatchSpec:
+        return dataclasses.replace(spec, labels="onehot")
 
     def channels(self, ignore_index: int | None) -> int:
         """Output channels under ``ignore_index``: ``num_classes``, less one when the ignore id is a class."""
@@ -415,6 +719,8 @@ class Compose:
             if sum(isinstance(op, kind) for op in ops) > 1:
                 raise ConfigError(f"a pipeline takes one {kind.__name__}")
         self.ops = list(ops)
+        #: Each drawing (non-output) op's position in the pipeline → its record's place in ``Params.records``.
+        self.record_at = {k: j for j, k in enumerate(k for k, op in enumerate(self.ops) if not op.output)}
         if self.out_hw is not None:
             check_output(self.out_hw, self.channels)
 
@@ -428,6 +734,18 @@ class Compose:
 
     def __repr__(self) -> str:
         return f"Compose({self.ops!r})"
+
+    def output_spec(self, spec: BatchSpec) -> BatchSpec:
+        """The spec of the batch this pipeline gives for input batches of ``spec``: each op's in turn; a
+        ConfigError naming the first op that cannot take its input (e.g. hue on 4-band images)."""
+        for op in self.ops:
+            spec = op.output_spec(spec)
+        return spec
+
+    def records(self, params: Sequence[Params], position: int) -> list[Any]:
+        """The records that the op at ``position`` drew for each sample of ``params``."""
+        j = self.record_at[position]
+        return [p.records[j] for p in params]
 
     @property
     def normalizes(self) -> bool:
@@ -462,9 +780,16 @@ class Compose:
         out = []
         for s in range(len(idx)):
             st = _State(hws[s], None if labels is None else labels[s], ignore_index)
+            recs = st.values["records"]
             for k, op in enumerate(self.ops):
                 if not op.output:  # output ops draw nothing
+                    before = len(recs)
                     op.draw(seeding.reseed(gen, states[s][k]), st)
+                    if len(recs) == before:
+                        recs.append(None)  # an op that records nothing (a custom geometric one)
+                    elif len(recs) > before + 1:
+                        raise ConfigError(f"{type(op).__name__}.draw recorded {len(recs) - before} records; an "
+                                          "op records one (st.record)")
             check_output(st.hw, self.channels, f"augmented sample {idx[s]} (input {hws[s][0]}x{hws[s][1]})")
             m = st.t[:2].copy()
             m.setflags(write=False)
@@ -520,13 +845,13 @@ def _cutout(val: str) -> Cutout:
             ignore = True
         elif _digits(extra) and fill is None:
             fill = int(extra)
-        else:
+        else:  # cutout
             raise ConfigError(f"augment cutout={val!r}: {extra!r} is neither a fill level 0..255 nor 'ignore'; "
                               f"expected {_CUTOUT_FORM}")
     return Cutout((int(lo), int(hi if dash else lo)), int(h), int(w), fill=fill or 0, ignore_labels=ignore)
 
 
-PARSE_KEYS = ("scale", "crop", "hflip", "rotate", "jitter", "cutout")  # the items parse() knows, in docs order
+PARSE_KEYS = ("scale", "crop", "hflip", "rotate", "jitter", "cutout", "gamma")  # the items parse() knows, in docs order
 
 
 def parse(text: str) -> Compose:
@@ -534,8 +859,9 @@ def parse(text: str) -> Compose:
 
     Keys: ``scale=LO:HI``, ``crop=HxW`` (``crop=HxW:R`` adds cat_max_ratio R), ``hflip`` or
     ``hflip=P``, ``rotate=DEG``, ``jitter=V`` (brightness and contrast V) or ``jitter=B:C[:S[:H]]``,
-    ``cutout=N:HxW[:FILL][:ignore]``: N holes (or LO-HI, drawn per sample) of H x W pixels filled with
-    grey level FILL (default 0), whose labels become the ignore index with ``:ignore`` (else unchanged).
+    ``gamma=LO:HI`` (a gamma drawn per sample), ``cutout=N:HxW[:FILL][:ignore]``: N holes (or LO-HI, drawn per
+    sample) of H x W pixels filled with grey level FILL (default 0), whose labels become the ignore index with
+    ``:ignore`` (else unchanged).
     """
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("augment string is empty; expected e.g. 'scale=0.5:2,crop=512x1024,hflip'")
@@ -567,6 +893,8 @@ def parse(text: str) -> Compose:
             if len(vals) > 4:
                 raise ConfigError(f"augment jitter={val!r}: at most B:C:S:H")
             ops.append(ColorJitter(*(vals * 2 if len(vals) == 1 else vals)))
-        else:  # cutout, the last of PARSE_KEYS
+        elif key == "gamma":
+            ops.append(RandomGamma(*_range(key, val)))
+        else:  # cutout
             ops.append(_cutout(val))
     return Compose(ops)

@@ -11,7 +11,7 @@ pixels is TensorFlow ops over the whole batch:
   CPU path; outside the source → ``ignore_index``; the dtype is kept (uint8, uint16, …).
 - images: one batched bilinear gather in float32 (as OpenCV 5's ``warpAffine`` and the torch backend compute
   it), zero outside; brightness/contrast as one per-sample LUT (the CPU path's own
-  :func:`~shardkit.augment.cpu.colour_lut`), saturation with OpenCV's integer grey, hue through OpenCV's
+  :func:`~shardkit.augment.ops.colour_luts`), saturation with OpenCV's integer grey, hue through OpenCV's
   8-bit HSV round trip restated in TF ops (RGB2HSV bit-exact; HSV2RGB as its x86 vector code computes it).
   These image stages run XLA-compiled (``jit=True``, the default); the label gather never does.
 
@@ -29,25 +29,24 @@ import tensorflow as tf
 
 from ..errors import ConfigError
 from ..onehot import channel_lut, ignore_inside
-from .cpu import HSV_HDIV, HSV_SDIV, colour_lut
-from .ops import ColorJitter, Cutout, Normalize, OneHot, RandomCrop, RandomFlip, RandomRotate, RandomScale
+from . import backends, packing
+from .geometry import IMAGE_RANGES
+from .ops import LEVELS, BatchSpec, ColorJitter, Cutout, Kind, Normalize, OneHot, RandomCrop, RandomGamma, RandomScale
+from .packing import HSV_HDIV, HSV_SDIV
 
 if TYPE_CHECKING:
-    from .ops import Compose
+    from .ops import Compose, Op
 
 __all__ = ["apply_batch", "check_ops", "output_hw"]
 
 
-#: The ops this backend applies; a pipeline with any other is refused rather than applied in part.
-SUPPORTED = (RandomScale, RandomCrop, RandomFlip, RandomRotate, ColorJitter, Cutout, Normalize, OneHot)
-
-
-def check_ops(aug: Compose) -> None:
-    """Refuse a pipeline holding an op this backend cannot apply (ConfigError naming it)."""
-    for op in aug.ops:
-        if not isinstance(op, SUPPORTED):
-            raise ConfigError(f"the TensorFlow augmentation backend does not apply {type(op).__name__}",
-                              fix="drop it from the pipeline, or augment on the numpy/OpenCV or torch path")
+def check_ops(aug: Compose, channels: int | None = None) -> list[tuple[int, Op, Any]]:
+    """The pipeline's kernels here (:data:`OP_KERNELS`); a ConfigError naming an op this backend has none for, or
+    one that cannot take ``channels``-channel images."""
+    table = backends.kernels(aug, OP_KERNELS, "TensorFlow")
+    if channels is not None:
+        aug.output_spec(BatchSpec(channels=channels))
+    return table
 
 
 def output_hw(aug: Compose, in_hw: tuple[int, int] | None) -> tuple[int, int] | None:
@@ -72,11 +71,11 @@ def output_hw(aug: Compose, in_hw: tuple[int, int] | None) -> tuple[int, int] | 
 
 def _draw(aug: Compose, seed: int, ignore_index: int, out_hw: tuple[int, int] | None,
           with_labels: bool) -> Any:
-    """The numpy function drawing one batch's parameters: (indices, epoch, hw[, labels]) → tables."""
+    """The numpy function drawing one batch's parameters: (indices, epoch, hw[, labels]) → the arrays of
+    :func:`shardkit.augment.packing.layout`, in its order."""
 
     def draw(indices: np.ndarray, epoch: np.ndarray, hw: np.ndarray,
-             labels: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
-        mats, luts, sat, hue, holes = [], [], [], [], []
+             labels: np.ndarray | None = None) -> list[np.ndarray]:
         idx = [int(i) for i in np.asarray(indices).reshape(-1)]
         hws = [(int(hw[k][0]), int(hw[k][1])) for k in range(len(idx))]
         labs = None if labels is None else [labels[k, :h, :w] for k, (h, w) in enumerate(hws)]
@@ -85,17 +84,7 @@ def _draw(aug: Compose, seed: int, ignore_index: int, out_hw: tuple[int, int] | 
             if out_hw is not None and p.out_hw != out_hw:
                 raise ConfigError(f"augmented sample {int(i)} is {p.out_hw}, the batch is {out_hw}",
                                   fix="end the pipeline with a crop")
-            mats.append(np.asarray(p.matrix, np.float64))
-            luts.append(colour_lut(p))
-            sat.append(p.saturation)
-            hue.append(round(p.hue * 180))  # OpenCV's 8-bit hue units, rounded as the CPU path rounds
-            holes.append(p.holes)
-        n = len(mats)
-        boxes = np.zeros((n, max((len(hs) for hs in holes), default=0), 4), np.int32)  # padded: empty boxes
-        for k, hs in enumerate(holes):
-            boxes[k, :len(hs)] = np.asarray(hs, np.int32).reshape(-1, 4)
-        return (np.asarray(mats, np.float64).reshape(n, 2, 3), np.asarray(luts, np.uint8).reshape(n, 256),
-                np.asarray(sat, np.float32), np.asarray(hue, np.float32), boxes)
+        return list(packing.pack(aug, drawn).values())
 
     if with_labels:
         return draw
@@ -124,9 +113,12 @@ def warp_labels(labels: tf.Tensor, mats: tf.Tensor, hw: tf.Tensor, ignore_index:
 
 
 def warp_images(images: tf.Tensor, mats: tf.Tensor, hw: tf.Tensor) -> tf.Tensor:
-    """Bilinear warp of (B, H, W, C) uint8 images, zero outside, restating OpenCV 5's vector ``warpAffine``:
+    """Bilinear warp of (B, H, W, C) images (uint8, uint16, int16, float32), zero outside, restating OpenCV 5's
+    vector ``warpAffine`` (integers rounded and clamped to their dtype's range):
     float32 source coordinates by one fused multiply-add per pixel, two linear blends, rounded to nearest even.
     Measured against cv2 5.0: ~6e-5 of the pixel values differ, by one level (near-.5 ties)."""
+    if images.dtype != tf.uint8:
+        return _warp_exact(images, mats, hw)
     shape = tf.shape(images, out_type=tf.int64)
     b, h, w, c = shape[0], shape[1], shape[2], shape[3]
     x, y = _grid(hw, tf.float64)
@@ -155,7 +147,36 @@ def warp_images(images: tf.Tensor, mats: tf.Tensor, hw: tf.Tensor) -> tf.Tensor:
     top = _lerp(at(y0, x0), at(y0, x0 + 1), fx)
     bottom = _lerp(at(y0 + 1, x0), at(y0 + 1, x0 + 1), fx)
     v = _lerp(top, bottom, fy)
-    return tf.cast(tf.clip_by_value(tf.round(v), 0.0, 255.0), tf.uint8)
+    limits = IMAGE_RANGES[images.dtype.name]
+    return v if limits is None else tf.cast(tf.clip_by_value(tf.round(v), *limits), images.dtype)
+
+
+
+def _warp_exact(images: tf.Tensor, mats: tf.Tensor, hw: tf.Tensor) -> tf.Tensor:
+    """Images other than uint8: bilinear in float64, the sums of :func:`shardkit.augment.geometry.warp_bilinear_exact`
+    (integers rounded half to even and clamped to their range; float32 cast)."""
+    shape = tf.shape(images, out_type=tf.int64)
+    b, h, w, c = shape[0], shape[1], shape[2], shape[3]
+    x, y = _grid(hw, tf.float64)
+    m = mats[:, :, :, None, None]
+    sx = (m[:, 0, 0] * x + m[:, 0, 1] * y) + m[:, 0, 2]
+    sy = (m[:, 1, 0] * x + m[:, 1, 1] * y) + m[:, 1, 2]
+    x0f, y0f = tf.floor(sx), tf.floor(sy)
+    fx, fy = (sx - x0f)[..., None], (sy - y0f)[..., None]
+    gx, gy = 1.0 - fx, 1.0 - fy
+    src = tf.reshape(tf.pad(tf.cast(images, tf.float64), [[0, 0], [2, 2], [2, 2], [0, 0]]), tf.stack([-1, c]))
+    x0 = tf.cast(tf.clip_by_value(x0f, -2.0, tf.cast(w, tf.float64)), tf.int64) + 2
+    y0 = tf.cast(tf.clip_by_value(y0f, -2.0, tf.cast(h, tf.float64)), tf.int64) + 2
+    stride = w + 4
+    base = tf.range(b)[:, None, None] * (h + 4) * stride
+
+    def at(yy: tf.Tensor, xx: tf.Tensor) -> tf.Tensor:
+        return tf.gather(src, base + yy * stride + xx)
+
+    v = (at(y0, x0) * (gx * gy) + at(y0, x0 + 1) * (fx * gy)
+         + at(y0 + 1, x0) * (gx * fy) + at(y0 + 1, x0 + 1) * (fx * fy))
+    limits = IMAGE_RANGES[images.dtype.name]
+    return tf.cast(v, tf.float32) if limits is None else tf.cast(tf.clip_by_value(tf.round(v), *limits), images.dtype)
 
 
 def _lerp(a: tf.Tensor, b: tf.Tensor, t: tf.Tensor) -> tf.Tensor:
@@ -240,18 +261,41 @@ _STAGES: dict[str, Any] = {"warp": warp_images, "lut": apply_luts, "sat": satura
 _STAGES_XLA: dict[str, Any] = {name: _xla(fn) for name, fn in _STAGES.items()}
 
 
-def _image_ops(images: tf.Tensor, mats: tf.Tensor, out: tf.Tensor, luts: tf.Tensor, sat: tf.Tensor,
-               hue: tf.Tensor, steps: tuple[bool, bool, bool], jit: bool) -> tf.Tensor:
-    """Warp, then the colour steps (LUT, saturation, hue) that ``steps`` switches on; XLA-compiled with ``jit``."""
-    run = _STAGES_XLA if jit else _STAGES
-    img = run["warp"](images, mats, out)
-    if steps[0]:
-        img = run["lut"](img, luts)
-    if steps[1]:
-        img = run["sat"](img, sat)
-    if steps[2]:
-        img = run["hsv2rgb"](*run["rgb2hsv"](img), hue)
+def _jitter(op: ColorJitter, img: tf.Tensor, arrays: dict[str, tf.Tensor], run: dict[str, Any]) -> tf.Tensor:
+    """Brightness/contrast LUT, saturation, hue: the stages this op's arrays switch on; 16-bit images:
+    :func:`~shardkit.augment.ops.brightness_contrast` in float64."""
+    if "bc" in arrays and img.dtype != tf.uint8:
+        lo, mid, hi = LEVELS[img.dtype.name]
+        bc = arrays["bc"][:, :, None, None, None]
+        v = (tf.cast(img, tf.float64) * bc[:, 0] - mid) * bc[:, 1] + mid
+        return tf.cast(tf.clip_by_value(tf.round(v), lo, hi), img.dtype)
+    if "lut" in arrays:
+        img = run["lut"](img, arrays["lut"])
+    if "sat" in arrays:
+        img = run["sat"](img, arrays["sat"])
+    if "shift" in arrays:
+        img = run["hsv2rgb"](*run["rgb2hsv"](img), arrays["shift"])
     return img
+
+
+def _cutout(op: Cutout, img: tf.Tensor, lab: tf.Tensor, arrays: dict[str, tf.Tensor],
+            ignore_index: int) -> tuple[tf.Tensor, tf.Tensor]:
+    return cut_holes(img, lab, arrays["boxes"], op, ignore_index)
+
+
+def _normalize(op: Normalize, img: tf.Tensor, lab: tf.Tensor, ignore_index: int) -> tuple[tf.Tensor, tf.Tensor]:
+    return (tf.cast(img, tf.float32) - op.mean_f32) * op.inv_std_f32, lab
+
+
+def _one_hot(op: OneHot, img: tf.Tensor, lab: tf.Tensor, ignore_index: int) -> tuple[tf.Tensor, tf.Tensor]:
+    return img, one_hot(lab, op, ignore_index)
+
+
+#: This backend's kernels, by op class (:func:`shardkit.augment.backends.kernels`), on (B, H, W, C) images:
+#: photometric ``f(op, img, arrays, stages) -> img`` (``stages``: :data:`_STAGES` or their XLA-compiled form);
+#: mask ``f(op, img, lab, arrays, ignore_index) -> (img, lab)``; output ``f(op, img, lab, ignore_index)``.
+OP_KERNELS: dict[type, Any] = {ColorJitter: _jitter, Cutout: _cutout, Normalize: _normalize, OneHot: _one_hot,
+                               RandomGamma: lambda op, img, a, run: run["lut"](img, a["lut"])}
 
 
 def apply_batch(aug: Compose, images: tf.Tensor, labels: tf.Tensor, indices: Any, *, seed: int = 0,
@@ -262,13 +306,16 @@ def apply_batch(aug: Compose, images: tf.Tensor, labels: tf.Tensor, indices: Any
     ``.map`` serves every epoch). ``hw``: (B, 2) true sizes of samples padded to a common canvas (images
     with 0, labels with ``ignore_index``); None: every sample fills the batch. ``jit``: compile the image ops
     with XLA (labels never are). Returns the augmented (images, labels), labels in their own dtype."""
-    check_ops(aug)
+    table = check_ops(aug)
     images = tf.convert_to_tensor(images)
     labels = tf.convert_to_tensor(labels)
-    if images.dtype != tf.uint8 or images.shape.rank != 4 or labels.shape.rank != 3 or not labels.dtype.is_integer:
-        raise ConfigError(f"augment needs (B, H, W, 3) uint8 images and (B, H, W) integer id labels, got "
-                          f"{images.shape} {images.dtype.name} and {labels.shape} {labels.dtype.name}",
+    if (images.dtype.name not in IMAGE_RANGES or images.shape.rank != 4 or labels.shape.rank != 3
+            or not labels.dtype.is_integer):
+        raise ConfigError(f"augment needs (B, H, W, C) uint8, uint16, int16 or float32 images and (B, H, W) integer "
+                          f"id labels, got {images.shape} {images.dtype.name} and {labels.shape} {labels.dtype.name}",
                           fix="read the split with labels='ids'")
+    if images.shape[3] is not None:
+        aug.output_spec(BatchSpec(channels=int(images.shape[3]), image_dtype=images.dtype.name))
     static = tuple(images.shape[1:3])
     in_hw = (int(static[0]), int(static[1])) if hw is None and None not in static else None
     if hw is not None and aug.out_hw is None:
@@ -282,32 +329,31 @@ def apply_batch(aug: Compose, images: tf.Tensor, labels: tf.Tensor, indices: Any
     hw = tf.cast(hw, tf.int32)
     need_label = any(getattr(op, "cat_max_ratio", None) is not None for op in aug.ops)
     args = [indices, tf.cast(epoch, tf.int64), hw] + ([labels] if need_label else [])
-    mats, luts, sat, hue, boxes = tf.numpy_function(
-        _draw(aug, int(seed), int(ignore_index), out_hw, need_label), args,
-        [tf.float64, tf.uint8, tf.float32, tf.float32, tf.int32], stateful=False)
+    spec = packing.layout(aug)
+    got = tf.numpy_function(_draw(aug, int(seed), int(ignore_index), out_hw, need_label), args,
+                            [tf.as_dtype(dtype) for _, dtype, _ in spec], stateful=False)
+    got = got if isinstance(got, (list, tuple)) else [got]  # one output comes back bare
     b = images.shape[0]
-    boxes.set_shape((b, None, 4))
-    mats.set_shape((b, 2, 3))
-    luts.set_shape((b, 256))
-    sat.set_shape((b,))
-    hue.set_shape((b,))
+    arrays = {}
+    for (name, _, shape), t in zip(spec, got, strict=True):
+        t.set_shape([b if d == "B" else d for d in shape])
+        arrays[name] = t
     out = tf.constant(out_hw, tf.int64) if out_hw is not None else tf.shape(images, out_type=tf.int64)[1:3]
-    out_lab = warp_labels(labels, mats, out, ignore_index)
-    jitters = [op for op in aug.ops if isinstance(op, ColorJitter)]
-    steps = (any(op.brightness or op.contrast for op in jitters), any(op.saturation for op in jitters),
-             any(op.hue for op in jitters))
-    img = _image_ops(images, mats, out, luts, sat, hue, steps, jit)
+    out_lab = warp_labels(labels, arrays["mats"], out, ignore_index)
+    run = _STAGES_XLA if jit else _STAGES
+    img = run["warp"](images, arrays["mats"], out)
+    for k, op, kernel in table:
+        if op.kind is Kind.PHOTOMETRIC:
+            img = kernel(op, img, packing.of(arrays, k), run)
     oh, ow = out_hw if out_hw is not None else (None, None)
     img.set_shape((b, oh, ow, images.shape[3]))
     out_lab.set_shape((b, oh, ow))
-    for op in aug.ops:  # after geometry and colour: the holes, then the output ops, in the CPU path's order
-        if isinstance(op, Cutout):
-            img, out_lab = cut_holes(img, out_lab, boxes, op, ignore_index)
-    for op in aug.ops:
-        if isinstance(op, Normalize):
-            img = (tf.cast(img, tf.float32) - op.mean_f32) * op.inv_std_f32
-        elif isinstance(op, OneHot):
-            out_lab = one_hot(out_lab, op, ignore_index)
+    for k, op, kernel in table:  # after geometry and colour: the masks, then the output ops, in the CPU path's order
+        if op.kind is Kind.MASK:
+            img, out_lab = kernel(op, img, out_lab, packing.of(arrays, k), ignore_index)
+    for _, op, kernel in table:
+        if op.kind is Kind.OUTPUT:
+            img, out_lab = kernel(op, img, out_lab, ignore_index)
     return img, out_lab
 
 

@@ -14,8 +14,8 @@ level (OpenCV 4 rounded coordinates to 1/32 pixel: a few levels there, hence Ope
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -23,11 +23,13 @@ import torch.nn.functional as F
 
 from ..errors import ConfigError
 from ..onehot import channel_lut, ignore_inside
-from .cpu import HSV_HDIV, HSV_SDIV, colour_luts
-from .ops import Normalize, OneHot
+from . import backends, packing
+from .geometry import IMAGE_RANGES
+from .ops import LEVELS, BatchSpec, ColorJitter, Cutout, Kind, Normalize, OneHot, RandomGamma
+from .packing import HSV_HDIV, HSV_SDIV
 
 if TYPE_CHECKING:
-    from .ops import Compose, Params
+    from .ops import Compose, Op, Params
 
 
 def _coords(mats: torch.Tensor, hw: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,19 +43,27 @@ def _coords(mats: torch.Tensor, hw: tuple[int, int]) -> tuple[torch.Tensor, torc
     return sx, sy
 
 
+#: The image dtypes warped, with the range integers are rounded and clamped to (float32: kept as computed).
+RANGES: dict[torch.dtype, tuple[float, float] | None] = {getattr(torch, k): v for k, v in IMAGE_RANGES.items()}
+
+
 def warp_images(nchw: torch.Tensor, mats: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
-    """Bilinear warp of a (B, 3, H, W) uint8 batch, zero outside, as OpenCV 5's ``warpAffine`` computes it:
-    float32 source coordinates and weights, the four neighbours summed in order, rounded to nearest."""
+    """Bilinear warp of a (B, C, H, W) batch (any C; uint8, uint16, int16 or float32), zero outside, as OpenCV
+    5's ``warpAffine`` computes it: float32 source coordinates and weights, the four neighbours summed in order,
+    rounded to nearest and clamped to the dtype's range for integers."""
     b, c, h, w = nchw.shape
     dev = nchw.device
-    m = mats.to(torch.float32).view(-1, 6, 1, 1)
-    y = torch.arange(hw[0], dtype=torch.float32, device=dev).view(1, -1, 1)
-    x = torch.arange(hw[1], dtype=torch.float32, device=dev).view(1, 1, -1)
+    # uint8: float32, as OpenCV; other dtypes: float64, as geometry.warp_bilinear_exact (float32 coordinates are
+    # ~2 levels off on 16-bit data)
+    ct = torch.float32 if nchw.dtype == torch.uint8 else torch.float64
+    m = mats.to(ct).view(-1, 6, 1, 1)
+    y = torch.arange(hw[0], dtype=ct, device=dev).view(1, -1, 1)
+    x = torch.arange(hw[1], dtype=ct, device=dev).view(1, 1, -1)
     sx = m[:, 0] * x + m[:, 1] * y + m[:, 2]
     sy = m[:, 3] * x + m[:, 4] * y + m[:, 5]
     x0f, y0f = torch.floor(sx), torch.floor(sy)
     fx, fy = sx - x0f, sy - y0f
-    src = F.pad(nchw.to(torch.float32), (2, 2, 2, 2)).reshape(b, c, -1)  # a zero ring: outside reads 0
+    src = F.pad(nchw.to(ct), (2, 2, 2, 2)).reshape(b, c, -1)  # a zero ring: outside reads 0
     x0 = x0f.clamp(-2, w).long() + 2  # far outside: both neighbours in the ring
     y0 = y0f.clamp(-2, h).long() + 2
     x1, y1 = x0 + 1, y0 + 1
@@ -65,7 +75,8 @@ def warp_images(nchw: torch.Tensor, mats: torch.Tensor, hw: tuple[int, int]) -> 
     gx, gy = 1.0 - fx, 1.0 - fy
     v = (at(y0, x0) * (gx * gy).unsqueeze(1) + at(y0, x1) * (fx * gy).unsqueeze(1)
          + at(y1, x0) * (gx * fy).unsqueeze(1) + at(y1, x1) * (fx * fy).unsqueeze(1))
-    return torch.clamp(torch.round(v), 0, 255).to(torch.uint8)
+    limits = RANGES[nchw.dtype]
+    return v.to(torch.float32) if limits is None else torch.clamp(torch.round(v), *limits).to(nchw.dtype)
 
 
 def warp_labels(labels: torch.Tensor, sx: torch.Tensor, sy: torch.Tensor, ignore_index: int) -> torch.Tensor:
@@ -140,18 +151,13 @@ class TorchNormalize:
 
     def __init__(self, op: Normalize, device: torch.device | str, *, dtype: torch.dtype = torch.float32,
                  channels_first: bool = True, constants: torch.Tensor | None = None) -> None:
-        shape = (1, 3, 1, 1) if channels_first else (1, 1, 1, 3)
+        shape = (1, -1, 1, 1) if channels_first else (1, 1, 1, -1)
         self.dtype = dtype
-        if constants is not None:  # float32 (2, 3) already on the device, from float32_constants
+        if constants is not None:  # float32 (2, C) already on the device, from Normalize.pack
             self.mean, self.inv_std = (c.to(dtype).reshape(shape) for c in constants)
             return
         self.mean = torch.tensor(list(op.mean), dtype=dtype).reshape(shape).to(device)
         self.inv_std = (1.0 / torch.tensor(list(op.std), dtype=dtype)).reshape(shape).to(device)
-
-    @staticmethod
-    def float32_constants(op: Normalize) -> np.ndarray:
-        """(2, 3) float32: the mean and ``1 / std`` as ``__init__`` computes them for float32."""
-        return np.stack([np.asarray(op.mean, np.float32), np.float32(1.0) / np.asarray(op.std, np.float32)])
 
     def __call__(self, x: torch.Tensor, memory_format: torch.memory_format | None = None) -> torch.Tensor:
         """``x`` as ``dtype`` (in ``memory_format`` when given), normalised in place of that copy."""
@@ -184,22 +190,10 @@ class TorchOneHot:
         return hot.contiguous(memory_format=memory_format) if memory_format is not None else hot
 
 
-def hole_boxes(params: Sequence[Params]) -> np.ndarray | None:
-    """(B, K, 4) int64 ``(y0, x0, y1, x1)`` of each sample's Cutout holes, padded with empty boxes; None when
-    no sample has one."""
-    k = max((len(p.holes) for p in params), default=0)
-    if k == 0:
-        return None
-    boxes = np.zeros((len(params), k, 4), np.int64)
-    for i, p in enumerate(params):
-        if p.holes:
-            boxes[i, : len(p.holes)] = p.holes
-    return boxes
-
-
 def hole_mask(boxes: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
-    """(B, H, W) bool, True inside any of a sample's holes (``boxes`` from :func:`hole_boxes`, on the
-    device): one broadcast comparison of every pixel row/column against all holes."""
+    """(B, H, W) bool, True inside any of a sample's holes (``boxes``: (B, K, 4) ``(y0, x0, y1, x1)`` padded with
+    empty boxes, :meth:`Cutout.pack <shardkit.augment.ops.Cutout.pack>`, on the device): one broadcast comparison
+    of every pixel row/column against all holes."""
     y = torch.arange(hw[0], device=boxes.device)
     x = torch.arange(hw[1], device=boxes.device)
     rows = (y >= boxes[..., 0:1]) & (y < boxes[..., 2:3])  # (B, K, H)
@@ -228,6 +222,68 @@ def upload(arrays: Sequence[np.ndarray], device: torch.device) -> list[torch.Ten
             for a, o in zip(arrays, offsets, strict=True)]
 
 
+def _lut(img: torch.Tensor, lut: torch.Tensor) -> torch.Tensor:
+    """Per-sample 256-entry uint8 LUTs (B, 256) applied to a (B, C, H, W) uint8 batch."""
+    b = img.shape[0]
+    return torch.gather(lut.long(), 1, img.reshape(b, -1).long()).to(torch.uint8).view(img.shape)
+
+
+def _jitter(op: ColorJitter, img: torch.Tensor, arrays: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Brightness/contrast LUT, saturation (OpenCV's integer grey), hue, as the CPU path; 16-bit images:
+    :func:`~shardkit.augment.ops.brightness_contrast` in float64."""
+    if "bc" in arrays and img.dtype != torch.uint8:
+        lo, mid, hi = LEVELS[str(img.dtype).removeprefix("torch.")]
+        bc = arrays["bc"].view(-1, 2, 1, 1, 1)
+        v = (img.to(torch.float64) * bc[:, 0] - mid) * bc[:, 1] + mid
+        return torch.clamp(torch.round(v), lo, hi).to(img.dtype)
+    if "lut" in arrays:
+        img = _lut(img, arrays["lut"])
+    if "sat" in arrays:
+        grey = _grey(img)
+        img = torch.clamp(grey + (img.to(torch.float32) - grey) * arrays["sat"].view(-1, 1, 1, 1) + 0.5,
+                          0, 255).to(torch.uint8)
+    if "shift" in arrays:
+        img = _hue(img, arrays["shift"])
+    return img
+
+
+def _cutout(op: Cutout, img: torch.Tensor, lab: torch.Tensor, arrays: dict[str, torch.Tensor],
+            ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    boxes = arrays["boxes"]
+    if boxes.shape[1] == 0:  # no sample of the batch drew a hole
+        return img, lab
+    holes = hole_mask(boxes, (int(img.shape[2]), int(img.shape[3])))
+    img = torch.where(holes.unsqueeze(1), torch.tensor(op.fill, dtype=img.dtype, device=img.device).view(1, -1, 1, 1),
+                      img)
+    if op.ignore_labels:
+        lab.masked_fill_(holes, ignore_index)
+    return img, lab
+
+
+def _normalize(op: Normalize, img: torch.Tensor, lab: torch.Tensor, arrays: dict[str, torch.Tensor],
+               ignore_index: int, channels_first: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return TorchNormalize(op, img.device, channels_first=channels_first, constants=arrays["constants"])(img), lab
+
+
+def _one_hot(op: OneHot, img: torch.Tensor, lab: torch.Tensor, arrays: dict[str, torch.Tensor],
+             ignore_index: int, channels_first: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return img, TorchOneHot(op, lab.device, ignore_index)(lab)
+
+
+#: This backend's kernels, by op class (:func:`shardkit.augment.backends.kernels`). On (B, C, H, W) images:
+#: photometric ``f(op, img, arrays) -> img``; mask ``f(op, img, lab, arrays, ignore_index) -> (img, lab)``;
+#: output (after the layout is restored) ``f(op, img, lab, arrays, ignore_index, channels_first) -> (img, lab)``.
+#: ``arrays``: the op's packed arrays on the device (:mod:`shardkit.augment.packing`).
+OP_KERNELS: dict[type, Callable[..., Any]] = {ColorJitter: _jitter, Cutout: _cutout, Normalize: _normalize,
+                                              OneHot: _one_hot,
+                                              RandomGamma: lambda op, img, a: _lut(img, a["lut"])}
+
+
+def check_ops(aug: Compose) -> list[tuple[int, Op, Callable[..., Any]]]:
+    """The pipeline's kernels here; a ConfigError naming an op this backend has none for."""
+    return backends.kernels(aug, OP_KERNELS, "torch")
+
+
 def apply_batch(aug: Compose, images: torch.Tensor, labels: torch.Tensor, indices: Sequence[int] | np.ndarray
                 | torch.Tensor, *, seed: int, epoch: int, ignore_index: int, channels_first: bool = False,
                 params: list[Params] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -235,13 +291,16 @@ def apply_batch(aug: Compose, images: torch.Tensor, labels: torch.Tensor, indice
     ``channels_first``), labels (B, H, W) integer ids → augmented tensors in the same layout (float32
     normalised images and one-hot labels when the pipeline ends in :class:`~shardkit.augment.ops.Normalize`
     / ``OneHot``)."""
+    table = check_ops(aug)
     if isinstance(indices, torch.Tensor):
         indices = indices.cpu().numpy()
     idx = [int(i) for i in np.asarray(indices).reshape(-1)]
-    if images.dtype != torch.uint8 or images.ndim != 4 or labels.ndim != 3:
-        raise ConfigError(f"augment needs uint8 image batches and (B, H, W) id labels, got {tuple(images.shape)} "
-                          f"{images.dtype} and {tuple(labels.shape)}", fix="make the loader with labels='ids'")
+    if images.dtype not in RANGES or images.ndim != 4 or labels.ndim != 3:
+        raise ConfigError(f"augment needs uint8, uint16, int16 or float32 image batches and (B, H, W) id labels, "
+                          f"got {tuple(images.shape)} {images.dtype} and {tuple(labels.shape)}",
+                          fix="make the loader with labels='ids'")
     nchw = images if channels_first else images.permute(0, 3, 1, 2)
+    aug.output_spec(BatchSpec(channels=int(nchw.shape[1]), image_dtype=str(images.dtype).removeprefix("torch.")))
     hw_in = (int(nchw.shape[2]), int(nchw.shape[3]))
     if params is None:
         need_label = any(getattr(op, "cat_max_ratio", None) is not None for op in aug.ops)
@@ -253,44 +312,20 @@ def apply_batch(aug: Compose, images: torch.Tensor, labels: torch.Tensor, indice
     if len(sizes) != 1:
         raise ConfigError(f"augmented samples differ in size {sorted(sizes)}; end the pipeline with a crop")
     hw = sizes.pop()
-    dev = images.device
-    host: dict[str, np.ndarray] = {"mats": np.stack([np.asarray(p.matrix, np.float64) for p in params])}
-    if any(p.brightness != 1.0 or p.contrast != 1.0 for p in params):
-        host["luts"] = colour_luts(params)
-    if any(p.saturation != 1.0 for p in params):
-        host["sat"] = np.array([p.saturation for p in params], np.float32)
-    if any(p.hue != 0.0 for p in params):
-        host["shift"] = np.array([round(p.hue * 180) for p in params], np.int32)  # as the CPU path
-    boxes = hole_boxes(params)
-    if boxes is not None:
-        host["boxes"] = boxes
-        host["fill"] = np.array([p.cutout_fill for p in params], np.uint8)
-        host["ignore"] = np.array([p.cutout_ignore for p in params], np.bool_)
-    for i, op in enumerate(aug.ops):
-        if isinstance(op, Normalize):
-            host[f"normalize{i}"] = TorchNormalize.float32_constants(op)
-    on = dict(zip(host, upload(list(host.values()), dev), strict=True))
+    host = packing.pack(aug, params)
+    on = dict(zip(host, upload(list(host.values()), images.device), strict=True))
     sx, sy = _coords(on["mats"], hw)
     out_lab = warp_labels(labels, sx, sy, ignore_index)
     img = warp_images(nchw, on["mats"], hw)
-    if "luts" in on:
-        b = img.shape[0]
-        img = torch.gather(on["luts"].long(), 1, img.reshape(b, -1).long()).to(torch.uint8).view(img.shape)
-    if "sat" in on:
-        grey = _grey(img)
-        img = torch.clamp(grey + (img.to(torch.float32) - grey) * on["sat"].view(-1, 1, 1, 1) + 0.5,
-                          0, 255).to(torch.uint8)
-    if "shift" in on:
-        img = _hue(img, on["shift"])
-    if "boxes" in on:
-        holes = hole_mask(on["boxes"], hw)
-        img = torch.where(holes.unsqueeze(1), on["fill"].view(-1, 3, 1, 1), img)
-        out_lab.masked_fill_(holes & on["ignore"].view(-1, 1, 1), ignore_index)
+    for k, op, kernel in table:
+        if op.kind is Kind.PHOTOMETRIC:
+            img = kernel(op, img, packing.of(on, k))
+    for k, op, kernel in table:
+        if op.kind is Kind.MASK:
+            img, out_lab = kernel(op, img, out_lab, packing.of(on, k), ignore_index)
     if not channels_first:
         img = img.permute(0, 2, 3, 1).contiguous()
-    for i, op in enumerate(aug.ops):  # output ops
-        if isinstance(op, Normalize):
-            img = TorchNormalize(op, dev, channels_first=channels_first, constants=on[f"normalize{i}"])(img)
-        elif isinstance(op, OneHot):
-            out_lab = TorchOneHot(op, dev, ignore_index)(out_lab)
+    for k, op, kernel in table:
+        if op.kind is Kind.OUTPUT:
+            img, out_lab = kernel(op, img, out_lab, packing.of(on, k), ignore_index, channels_first)
     return img, out_lab
