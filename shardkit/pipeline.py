@@ -164,10 +164,9 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
                 "sample": spec.to_manifest(),
                 "classes": table.to_json(), "preprocessing": options, "on_error": cfg.on_error}
     digest = hashlib.sha256(settings_text(settings).encode()).hexdigest()
-    ctx = WorkerContext(cfg.format, spec, decoder, found.root.resolve(), cfg.size, cfg.resize, cfg.crop,
-                        cfg.compression, cfg.on_error, sync_files=cfg.backend == "dask",
-                        max_pixels=cfg.max_pixels, codecs=cfg.codecs, source=session.source,
-                        settings=settings_text(settings))
+    ctx = WorkerContext.from_config(cfg, spec=spec, decoder=decoder, root=found.root.resolve(),
+                                    sync_files=cfg.backend == "dask", source=session.source,
+                                    settings=settings_text(settings))
     log.info("convert %s → %s as %s", session.input_name, session.output_name, cfg.format,
              extra={"event": "start", "input": session.input_name, "output": session.output_name,
                     "format": cfg.format, "workers": cfg.effective_workers(), "backend": cfg.backend})

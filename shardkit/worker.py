@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .codecs import RAW, ArrayCodecs
-from .config import DEFAULT_MAX_PIXELS
+from .config import DEFAULT_MAX_PIXELS, ConvertConfig
 from .discover import rel_path
 from .errors import OutputError, ShardkitError
 from .fingerprint import SourceCache, sample_fingerprint, source_digest
@@ -72,6 +72,14 @@ class WorkerContext:
     #: ``--on-duplicate skip``: ``(split, key, kept copy, pixel hash hex)`` of samples to leave out as duplicates of
     #: an earlier sample (decided by the parent from every shard's pixel hashes; see :mod:`shardkit.duplicates`)
     drop: tuple[tuple[str, str, str, str], ...] = ()
+
+    @classmethod
+    def from_config(cls, cfg: ConvertConfig, **given: Any) -> WorkerContext:
+        """The context of a conversion: ``given`` (spec, decoder, root …), and every other field from the option
+        of ``cfg`` with the same name — so an option a worker needs is one field here, filled without a line
+        anywhere else."""
+        names = {f.name for f in dataclasses.fields(cls)} - set(given)
+        return cls(**given, **{name: getattr(cfg, name) for name in names if hasattr(cfg, name)})
 
 
 @dataclass
