@@ -127,7 +127,7 @@ class _LazyChoice(click.Choice):
         self._found: tuple[str, ...] | None = None
         super().__init__((), case_sensitive=True)
 
-    @property  # type: ignore[override]
+    @property
     def choices(self) -> Sequence[str]:
         if self._found is None:
             self._found = tuple(self._values())

@@ -25,6 +25,8 @@ This module imports nothing heavy (no numpy, no format or codec module): ``shard
 Choices and help texts that come from the formats or layouts are callables, evaluated only when asked for.
 """
 
+# option() returns a dataclasses.field() with the option's spec as metadata (RUF009 takes it for a default value):
+# ruff: noqa: RUF009
 from __future__ import annotations
 
 import dataclasses
