@@ -122,10 +122,16 @@ class _LazyChoice(click.Choice):
     """A ``click.Choice`` whose values are looked up when first needed (the formats and layouts behind them
     import h5py, lmdb, OpenCV …, which no other command should pay for at start-up)."""
 
-    def __init__(self, values: Callable[[], Sequence[str]]) -> None:
+    def __init__(self, values: Callable[[], Sequence[str]], default: str | None = None) -> None:
         self._values = values
         self._found: tuple[str, ...] | None = None
+        self._default = default
         super().__init__((), case_sensitive=True)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value is not None and value == self._default:  # the declared default: valid without a look-up
+            return value  # (--compression's values come from every format: h5py, lmdb … for a plain run)
+        return super().convert(value, param, ctx)
 
     @property
     def choices(self) -> Sequence[str]:
@@ -181,7 +187,8 @@ def _declared_option(f: Field[Any], spec: OptionSpec) -> Callable[[F], F]:
     elif isinstance(default, bool):
         kwargs["is_flag"] = True
     if spec.choices is not None:
-        kwargs["type"] = _LazyChoice(spec.choices) if callable(spec.choices) else click.Choice(spec.choices)
+        kwargs["type"] = (_LazyChoice(spec.choices, default if isinstance(default, str) else None)
+                          if callable(spec.choices) else click.Choice(spec.choices))
     elif spec.range is not None:
         kwargs["type"] = click.IntRange(*spec.range)
     elif spec.file:
