@@ -131,7 +131,9 @@ class _LazyChoice(click.Choice):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if value is not None and value == self._default:  # the declared default: valid without a look-up
             return value  # (--compression's values come from every format: h5py, lmdb … for a plain run)
-        return super().convert(value, param, ctx)
+        if value not in self.choices:
+            self.fail(f"{value!r} is not one of {', '.join(self.choices)}", param, ctx)
+        return value
 
     @property
     def choices(self) -> Sequence[str]:
