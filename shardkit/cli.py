@@ -1,5 +1,11 @@
 """The ``shardkit`` command: parse options, build a frozen config, call the library, map errors to exit codes.
 
+``convert``'s options are generated from their one declaration, the fields of
+:class:`~shardkit.config.ConvertConfig` (see :mod:`shardkit.config` for how to add one), grouped in ``--help``
+under geometry, labels, output and run. Importing this module imports no format, codec, layout or numpy:
+choices and help that come from them are looked up when a command needs them, so ``shardkit --version`` and
+``--help`` start fast.
+
 Exit codes: 0 success; 1 failed (bad input, I/O, a worker died); 2 usage error (bad
 options); 3 finished but skipped some inputs (``--on-error skip``; 1 when it skipped every input); 4
 identical images found with ``--on-duplicate error`` (no manifest written); 130 interrupted; a closed
@@ -11,24 +17,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import MISSING, Field
 from functools import wraps
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
 
-from . import encoding
 from ._version import __version__
-from .config import DEFAULT_MAX_PIXELS, ConvertConfig, ShardSize, parse_size, parse_split_lists
-from .duplicates import ON_DUPLICATE
+from .config import GROUPS, ConvertConfig, OptionSpec, cli_options
 from .errors import ConfigError, DuplicateError, ShardkitError
-from .formats.registry import all_formats
-from .formats.registry import names as format_names
 from .logs import JsonFormatter
 from .logs import setup as setup_logging
-from .publish import DEFAULT_KEEP_VERSIONS
-from .stats import WEIGHT_METHODS
 
 EXIT_SKIPPED = 3  # converted, but --on-error skip left some inputs out (README: exit codes)
 EXIT_DUPLICATES = 4  # --on-duplicate error found identical images; no manifest was written
@@ -117,51 +118,96 @@ def main() -> None:
     setup_logging(quiet=True)
 
 
-def _compressions() -> list[str]:
-    """Every ``--compression`` value some format takes (the format then checks its own)."""
-    return list(dict.fromkeys(c for fmt in all_formats() for c in fmt.compressions))
+class _LazyChoice(click.Choice):
+    """A ``click.Choice`` whose values are looked up when first needed (the formats and layouts behind them
+    import h5py, lmdb, OpenCV …, which no other command should pay for at start-up)."""
+
+    def __init__(self, values: Callable[[], Sequence[str]], default: str | None = None) -> None:
+        self._values = values
+        self._found: tuple[str, ...] | None = None
+        self._default = default
+        super().__init__((), case_sensitive=True)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value is not None and value == self._default:  # the declared default: valid without a look-up
+            return value  # (--compression's values come from every format: h5py, lmdb … for a plain run)
+        if value not in self.choices:
+            self.fail(f"{value!r} is not one of {', '.join(self.choices)}", param, ctx)
+        return value
+
+    @property
+    def choices(self) -> Sequence[str]:
+        if self._found is None:
+            self._found = tuple(self._values())
+        return self._found
+
+    @choices.setter
+    def choices(self, _value: Sequence[str]) -> None:  # click.Choice.__init__ assigns the (empty) tuple
+        pass
 
 
-def _takes(fact: str) -> str:
-    """Which format takes which values of one option, from the formats' own facts: 'lmdb: raw, zstd; …'."""
-    parts = [f"{fmt.name}: {', '.join(v for v in getattr(fmt, fact) if v not in ('none', 'raw'))}"
-             for fmt in all_formats() if len(getattr(fmt, fact)) > 1]
-    return "; ".join(parts) or "none"
+class _GroupedOption(click.Option):
+    """An option with a help group (a key of :data:`~shardkit.config.GROUPS`) and, optionally, a help text
+    built only when ``--help`` asks for it."""
+
+    def __init__(self, *args: Any, group: str | None = None, lazy_help: Callable[[], str] | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.group = group
+        self.lazy_help = lazy_help
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        if self.help is None and self.lazy_help is not None:
+            self.help = self.lazy_help()
+        return super().get_help_record(ctx)
 
 
-def _size(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[int, int] | None:
-    try:
-        return parse_size(value)
-    except ConfigError as exc:
-        raise _UsageLine(str(exc)) from None
+class _GroupedCommand(click.Command):
+    """``--help`` lists the options under their groups' headings (geometry, labels, output, run)."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        sections: dict[str | None, list[tuple[str, str]]] = {g: [] for g in GROUPS}
+        sections[None] = []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                group = getattr(param, "group", None)
+                sections[group if group in GROUPS else None].append(record)
+        for group, rows in sections.items():
+            if rows:
+                with formatter.section(f"{GROUPS[group]} options" if group else "Other options"):
+                    formatter.write_dl(rows)
 
 
-def _shard_size(_ctx: click.Context, _param: click.Parameter, value: str) -> ShardSize:
-    try:
-        return ShardSize.parse(value)
-    except ConfigError as exc:
-        raise _UsageLine(str(exc)) from None
+def _declared_option(f: Field[Any], spec: OptionSpec) -> Callable[[F], F]:
+    """The click option of one declared :class:`~shardkit.config.ConvertConfig` field."""
+    flags = list(spec.flags or ("--" + f.name.replace("_", "-"),))
+    default = f.default_factory() if f.default is MISSING and f.default_factory is not MISSING else f.default
+    kwargs: dict[str, Any] = {"metavar": spec.metavar, "multiple": spec.multiple, "show_default": True}
+    if spec.off_flag:
+        flags = [f"{flags[-1]}/{spec.off_flag}"]
+    elif isinstance(default, bool):
+        kwargs["is_flag"] = True
+    if spec.choices is not None:
+        kwargs["type"] = (_LazyChoice(spec.choices, default if isinstance(default, str) else None)
+                          if callable(spec.choices) else click.Choice(spec.choices))
+    elif spec.range is not None:
+        kwargs["type"] = click.IntRange(*spec.range)
+    elif spec.file:
+        kwargs["type"] = click.Path(path_type=Path, dir_okay=False, exists=True)
+    if default is not None and not spec.multiple:  # (a repeatable option's default is click's: none given)
+        kwargs["default"] = default if isinstance(default, (bool, int, str)) else str(default)  # ShardSize → "500"
+    help_text = None if callable(spec.help) else spec.help
+    lazy = spec.help if callable(spec.help) else None
+    return click.option(*flags, spec.param or f.name, cls=_GroupedOption, group=spec.group, help=help_text,
+                        lazy_help=lazy, **kwargs)
 
 
-class _LayoutName(click.ParamType):
-    """``--layout``: auto or a registered layout's name, looked up only when the option is used (importing the
-    layouts, and the label decoders they bring, would slow every other command's start)."""
-
-    name = "layout"
-
-    @staticmethod
-    def _names() -> list[str]:
-        from .layouts.registry import names
-
-        return ["auto", *names(auto_only=True)]
-
-    def get_metavar(self, param: click.Parameter, *args: Any, **kwargs: Any) -> str:
-        return "[" + "|".join(self._names()) + "]"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        if value not in self._names():
-            self.fail(f"{value!r} is not one of {', '.join(self._names())}", param, ctx)
-        return str(value)
+def _declared_options(fn: F) -> F:
+    """Every declared convert option (:func:`shardkit.config.cli_options`), in declaration order."""
+    for f, spec in reversed(cli_options()):
+        fn = _declared_option(f, spec)(fn)
+    return fn
 
 
 def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -282,140 +328,29 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
     return value
 
 
-@main.command(context_settings={"auto_envvar_prefix": "SHARDKIT", "show_default": True})
+@main.command(cls=_GroupedCommand, context_settings={"auto_envvar_prefix": "SHARDKIT", "show_default": True})
 @click.option("--config", type=click.Path(path_type=Path, dir_okay=False, exists=True), is_eager=True,
-              expose_value=False, callback=_load_config,
+              expose_value=False, callback=_load_config, cls=_GroupedOption, group="run",
               help="TOML file with the same keys as these flags (flags, then SHARDKIT_* variables, win).")
 @click.argument("input_dir", type=click.Path(path_type=Path, file_okay=False), envvar="SHARDKIT_INPUT")
 @click.argument("output_dir", type=click.Path(path_type=Path), envvar="SHARDKIT_OUTPUT")
-@click.option("--format", "format", type=click.Choice(list(format_names())), default="npy",
-              show_default=True, help="Shard format.")
-@click.option("--size", callback=_size, metavar="HxW", help="Target size, e.g. 352x480 (height x width).")
-@click.option("--resize", type=click.Choice(["none", "exact", "shorter"]), default="none", show_default=True,
-              help="none: no scaling; exact: scale to --size; shorter: scale keeping aspect so --size is covered.")
-@click.option("--crop", type=click.Choice(["center", "none"]), default="center", show_default=True,
-              help="center: crop or pad to --size (TF resize_image_with_crop_or_pad); "
-                   "none: shape set by --resize only.")
-@click.option("--tile", metavar="HxW", help="Store each source as a grid of HxW tiles (docs/tiling.md); the last "
-              "row and column align to the image edge, sources smaller than a tile are padded.")
-@click.option("--stride", metavar="HxW", help="Step between tile starts (default: the tile size); needs --tile.")
-@click.option("--overlap", metavar="HxW", help="Overlap of neighbouring tiles (stride = tile - overlap); needs --tile.")
-@click.option("--drop-tiles-ignored", type=click.FloatRange(0, 1, min_open=True), metavar="SHARE",
-              help="Drop tiles whose label is at least SHARE ignore index, e.g. 0.95 (counted in the manifest).")
-@click.option("--label-encoding", type=click.Choice(encoding.NAMES), default="index",
-              show_default=True, help="Stored labels: class ids, one-hot uint8, or bit-packed one-hot.")
-# -- layout, pairing and classes (shardkit.layouts, labels/policy.py; docs/layouts.md)
-@click.option("--layout", type=_LayoutName(), default="auto", show_default=True,
-              help="Input layout (docs/layouts.md); auto tries each in turn.")
-@click.option("--images", "images", metavar="TEMPLATE",
-              help="Pair explicitly: image paths under INPUT_DIR, e.g. 'img/{split}/{name}.tif' ({split} optional, "
-                   "{name} the part image and label share; * ? ** globs). Needs --labels.")
-@click.option("--labels", "labels", metavar="TEMPLATE",
-              help="Label paths for --images, e.g. 'gt/{split}/{name}_mask.gif'.")
-@click.option("--split-list", "split_list", multiple=True, metavar="SPLIT=FILE",
-              help="A list file from anywhere for one split (repeatable): 'image label' lines, or one image "
-                   "name a line choosing among the pairs found.")
-@click.option("--label-suffix", help="Label file name = image stem + this suffix (e.g. _L, _mask).")
-@click.option("--classes", type=click.Path(path_type=Path, dir_okay=False, exists=True),
-              help="Class list: names, optionally ids and colours (JSON, CSV with a name column, or text lines "
-                   "'name', 'id name', 'r g b name').")
-@click.option("--class-dict", type=click.Path(path_type=Path, dir_okay=False, exists=True),
-              help="class_dict.csv (name,r,g,b) if not at the input root.")
-@click.option("--palette", type=click.Path(path_type=Path, dir_okay=False, exists=True),
-              help="Colour table file (CSV, JSON or 'r g b name' lines) for colour masks.")
-@click.option("--num-classes", type=click.IntRange(1, 65535),
-              help="Number of classes of id labels (names class_0 …); without it, --classes or a table the layout "
-                   "identifies, the ids found in the label files are used.")
-@click.option("--ignore-index", type=click.IntRange(0, 65535), help="Stored id meaning 'ignore' (e.g. 255).")
-@click.option("--colour-tolerance", "--color-tolerance", type=click.IntRange(0, 255), default=0, show_default=True,
-              help="Map colours within N per channel to their nearest class colour.")
-@click.option("--unknown-as", type=click.IntRange(0, 65535), help="Map unknown colours / out-of-range ids to this id.")
-# label values (shardkit.labels.values): at most one of these three
-@click.option("--label-map", metavar="SRC:ID,…|FILE",
-              help="Map raw label values to class ids, e.g. 255:1,0:0 for 0/255 masks (ranges: 128-255:1), or a "
-                   "file of SRC:ID lines / a JSON object; values it does not name are kept.")
-@click.option("--reduce-zero-label", is_flag=True,
-              help="mmsegmentation's rule (ADE20K, LoveDA): 0 becomes the ignore id (255 unless "
-                   "--ignore-index), every other value v becomes v-1.")
-@click.option("--threshold", type=click.IntRange(0, 65534), metavar="T",
-              help="Binary masks (JPEG ones too): value > T is class 1, else 0 (e.g. --threshold 127); "
-                   "refused on labels with more than two classes.")
-@click.option("--cityscapes-train-ids/--cityscapes-label-ids", default=True, show_default=True,
-              help="Cityscapes: apply the official labelId→trainId mapping.")
-@click.option("--split", "splits", multiple=True, help="Only convert this split (repeatable).")
-@click.option("--shard-size", callback=_shard_size, default="500", show_default=True,
-              help="Samples per shard (500), or, given a byte size such as 256MB, bytes per shard instead.")
-@click.option("--compression", type=click.Choice(_compressions()), default="none", show_default=True,
-              help="Whole-shard compression: " + _takes("compressions") + ".")
-@click.option("--image-codec", default="raw", show_default=True, metavar="CODEC",
-              help="Per-image codec (docs/codecs.md): " + _takes("image_codecs") + "; jpeg:Q is lossy (Q 1-100).")
-@click.option("--label-codec", default="raw", show_default=True, metavar="CODEC",
-              help="Per-label codec, always lossless: " + _takes("label_codecs") + ".")
-@click.option("--workers", type=click.IntRange(0), default=0, show_default=True,
-              help="Worker processes; 0 = all cores.")
-@click.option("--backend", type=click.Choice(["local", "dask"]), default="local", show_default=True,
-              help="local: a process pool on this machine; dask: the same shard tasks on a Dask cluster.")
-@click.option("--scheduler", metavar="ADDRESS", help="Dask scheduler, e.g. tcp://host:8786 (default: a local cluster).")
-@click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
-              help="fail: stop at the first bad input; skip: leave it out, list it in the manifest, exit 3.")
-@click.option("--on-duplicate", type=click.Choice(list(ON_DUPLICATE)), default="warn", show_default=True,
-              help="Identical images (same decoded pixels) within or across splits: warn: list them; error: exit 4 "
-                   "before writing a manifest; skip: keep the first copy (split order, then index), drop the rest.")
-@click.option("--max-pixels", type=click.IntRange(1), default=DEFAULT_MAX_PIXELS, show_default=True,
-              help="Largest image or label (height x width, read from its header before any decoder runs); also "
-                   "caps --size. The default, 4096x4096, keeps one worker under ~1 GB (0.5 GB measured at the "
-                   "limit); raise it for larger images and expect ~30 bytes per pixel per worker.")
-@click.option("--storage-option", "storage_option", multiple=True, metavar="KEY=VALUE",
-              help="fsspec option for s3:// (or any fsspec URL) input/output, e.g. endpoint_url=http://host:9000, "
-                   "profile=NAME, anon=true (repeatable; dots nest: client_kwargs.region_name=eu-west-1).")
-@click.option("--strict", is_flag=True, help="Images without labels (or labels without images) are an error.")
-@click.option("--dry-run", is_flag=True, help="Report what was found; write nothing.")
-@click.option("--force", is_flag=True, help="Rebuild every shard, even those an earlier run left intact.")
-@click.option("--rehash", is_flag=True,
-              help="Trust no file's (size, mtime, ctime, inode): re-hash every source and shard file "
-                   "before reusing a shard (reads everything; catches what a stat cannot see, e.g. bit rot).")
-@click.option("--keep-versions", type=click.IntRange(1), default=DEFAULT_KEEP_VERSIONS, show_default=True,
-              help="Publishes of each split kept (manifest-v<N>.json and their shards) for readers that opened "
-                   "them; older ones are removed unless a live reader holds a lease on them.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar, warnings and errors only.")
-@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
+@_declared_options  # every ConvertConfig field declared with config.option(): shardkit/config.py
+@click.option("-v", "--verbose", is_flag=True, cls=_GroupedOption, group="run", help="Debug logging.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", cls=_GroupedOption, group="run",
               help="json: one JSON object per line on stderr (start, shard_done, skipped, summary).")
 @_errors_to_exit_codes
-def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int] | None, resize: str, crop: str,
-            tile: str | None, stride: str | None, overlap: str | None, drop_tiles_ignored: float | None,
-            label_encoding: str, layout: str, images: str | None, labels: str | None,
-            split_list: tuple[str, ...], label_suffix: str | None, classes: Path | None, class_dict: Path | None,
-            palette: Path | None, num_classes: int | None, ignore_index: int | None, colour_tolerance: int,
-            unknown_as: int | None, label_map: str | None, reduce_zero_label: bool, threshold: int | None,
-            cityscapes_train_ids: bool, splits: tuple[str, ...], shard_size: ShardSize,
-            compression: str, image_codec: str, label_codec: str, workers: int, backend: str, scheduler: str | None,
-            on_error: str, on_duplicate: str, max_pixels: int, storage_option: tuple[str, ...],
-            strict: bool, dry_run: bool, force: bool, rehash: bool, keep_versions: int, quiet: bool,
-            verbose: bool, log_format: str) -> None:
+def convert(input_dir: Path, output_dir: Path, verbose: bool, log_format: str, **options: Any) -> None:
     """Convert the dataset in INPUT_DIR into shards in OUTPUT_DIR/<split>/ with a manifest.json each.
 
     Either may be an fsspec URL (s3://bucket/prefix, gs://…): see docs/object-storage.md.
     """
-    setup_logging(quiet=quiet, verbose=verbose, json_lines=log_format == "json")
+    setup_logging(quiet=options["quiet"], verbose=verbose, json_lines=log_format == "json")
     from .pipeline import convert as run
-    from .storage import parse_storage_options
 
-    cfg = ConvertConfig(
-        input=input_dir, output=output_dir, format=format, size=size, resize=resize, crop=crop,
-        tile=tile, stride=stride, overlap=overlap, drop_tiles_ignored=drop_tiles_ignored,
-        label_encoding=label_encoding, layout=layout, images=images, labels=labels,
-        split_lists=parse_split_lists(split_list), classes=classes, label_suffix=label_suffix, class_dict=class_dict,
-        palette=palette, num_classes=num_classes, ignore_index=ignore_index, colour_tolerance=colour_tolerance,
-        unknown_as=unknown_as, label_map=label_map, reduce_zero_label=reduce_zero_label, threshold=threshold,
-        cityscapes_train_ids=cityscapes_train_ids, splits=splits, shard_size=shard_size,
-        compression=compression, image_codec=image_codec, label_codec=label_codec, workers=workers, backend=backend,
-        scheduler=scheduler, on_error=on_error, on_duplicate=on_duplicate,
-        strict=strict, dry_run=dry_run, force=force, rehash=rehash, quiet=quiet, max_pixels=max_pixels,
-        storage_options=parse_storage_options(storage_option), keep_versions=keep_versions,
-    )
+    cfg = ConvertConfig(input_dir, output_dir,
+                        **{f.name: options[spec.param or f.name] for f, spec in cli_options()})
     summary = run(cfg)
-    if dry_run:
+    if cfg.dry_run:
         for line in summary.discovery.report_lines():
             click.echo(line)
         t = summary.table
@@ -461,6 +396,12 @@ def _location(_ctx: click.Context, param: click.Parameter, value: str) -> str | 
     return Path(value)
 
 
+def _weight_methods() -> tuple[str, ...]:
+    from .stats import WEIGHT_METHODS  # numpy: only for info
+
+    return tuple(WEIGHT_METHODS)
+
+
 _STORAGE_OPTION = click.option(
     "--storage-option", "storage_option", multiple=True, metavar="KEY=VALUE",
     help="fsspec option for an s3:// (or other fsspec) URL, e.g. endpoint_url=http://host:9000 (repeatable).")
@@ -470,9 +411,10 @@ _STORAGE_OPTION = click.option(
 @click.argument("split_dir", callback=_location)
 @click.option("--plot", "plot", type=click.Path(path_type=Path, dir_okay=False), metavar="PNG",
               help="Also draw the class pixel-share chart to this PNG file.")
-@click.option("--class-weights", "weights", type=click.Choice(list(WEIGHT_METHODS)), metavar="METHOD",
-              help="Print per-class loss weights instead: " + ", ".join(WEIGHT_METHODS)
-                   + " (docs/class-imbalance.md; from the manifest and sidecars, no label is read).")
+@click.option("--class-weights", "weights", type=_LazyChoice(lambda: _weight_methods()), metavar="METHOD",
+              cls=_GroupedOption, lazy_help=lambda: "Print per-class loss weights instead: "
+              + ", ".join(_weight_methods()) + " (docs/class-imbalance.md; from the manifest and sidecars, no label "
+              "is read).")
 @click.option("--enet-k", type=click.FloatRange(1.0, min_open=True), default=1.02, show_default=True,
               help="With --class-weights enet: k in 1 / ln(k + p).")
 @click.option("--duplicates", is_flag=True,

@@ -1,26 +1,138 @@
-"""The frozen description of one conversion: every option the CLI (or a caller) chose.
+"""The frozen description of one conversion: every option the CLI (or a caller) chose, declared once.
 
 A :class:`ConvertConfig` is built once, validated once, and handed unchanged to
 discovery, planning and the workers. Its :meth:`ConvertConfig.preprocessing` dict
 is what the manifest records and what sample fingerprints hash.
+
+**Every convert option is declared once, here**, as a field of :class:`ConvertConfig` made with
+:func:`option`: its name, type and default are the field's; its group (``geometry``, ``labels``,
+``output``, ``run``), help, flags, choices and value range are its :class:`OptionSpec`. From that one
+declaration the CLI (:mod:`shardkit.cli`) generates the ``shardkit convert`` click option (under its group's
+heading in ``--help``), its ``--config`` TOML key and its ``SHARDKIT_<FLAG>`` variable, and
+:class:`ConvertConfig` checks its choices. To add an option, add one field, e.g.::
+
+    #: what the option does (for the reader of this class)
+    rescale: str = option("none", group="geometry", choices=("none", "minmax"),
+                          help="How pixel values are rescaled before they are stored.")
+
+then use ``cfg.rescale`` where it matters (and, if a worker needs it, give :class:`~shardkit.worker.WorkerContext`
+a field of the same name: :meth:`~shardkit.worker.WorkerContext.from_config` copies it). If it changes stored
+bytes, add it to :meth:`ConvertConfig.preprocessing`. Nothing else: no click decorator, no signature, no
+keyword list. Values from the CLI arrive as the CLI spells them (``"352x480"``, ``"256MB"``, ``"key=value"``
+strings); :meth:`ConvertConfig._normalise` turns them into the field's type, so Python callers may use either.
+
+This module imports nothing heavy (no numpy, no format or codec module): ``shardkit --help`` imports it.
+Choices and help texts that come from the formats or layouts are callables, evaluated only when asked for.
 """
 
+# option() returns a dataclasses.field() with the option's spec as metadata (RUF009 takes it for a default value):
+# ruff: noqa: RUF009
 from __future__ import annotations
 
 import dataclasses
 import os
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import encoding
 from .errors import ConfigError
-from .publish import DEFAULT_KEEP_VERSIONS
-from .tiles import Tiling
 
 if TYPE_CHECKING:
     from .labels.values import ValueMap
+    from .tiles import Tiling
+
+#: The help groups of ``shardkit convert``, in the order ``--help`` shows them, with their headings.
+GROUPS = {"geometry": "Geometry", "labels": "Input and label", "output": "Output",
+          "run": "Run"}
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """How one :class:`ConvertConfig` field is offered as a ``shardkit convert`` option (see the module notes)."""
+
+    group: str
+    #: the help text, or a callable that builds it on demand (from the formats' facts, say)
+    help: str | Callable[[], str]
+    #: the flags, e.g. ("--colour-tolerance", "--color-tolerance"); default: ``--`` + the field name with dashes
+    flags: tuple[str, ...] = ()
+    #: a boolean's "off" flag (``--cityscapes-label-ids``); without it a boolean is an on-only flag
+    off_flag: str | None = None
+    #: the click parameter's name when it is not the field's (it also names the ``SHARDKIT_*`` variable)
+    param: str | None = None
+    #: the allowed values, or a callable giving them (looked up only when needed)
+    choices: Sequence[str] | Callable[[], Sequence[str]] | None = None
+    #: whether :class:`ConvertConfig` refuses a value outside ``choices`` (the CLI always does)
+    checked: bool = True
+    #: an integer option's inclusive bounds (None: unbounded)
+    range: tuple[int | None, int | None] | None = None
+    #: the value names an existing file
+    file: bool = False
+    #: repeatable (the field holds the values given, in order)
+    multiple: bool = False
+    metavar: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.group not in GROUPS:
+            raise ValueError(f"option group {self.group!r} is not one of {', '.join(GROUPS)}")
+
+    def choice_list(self) -> tuple[str, ...]:
+        """The allowed values (empty: any)."""
+        found = self.choices() if callable(self.choices) else self.choices
+        return tuple(found or ())
+
+    def help_text(self) -> str:
+        return self.help() if callable(self.help) else self.help
+
+
+def option(default: Any = dataclasses.MISSING, *, factory: Callable[[], Any] | None = None, **spec: Any) -> Any:
+    """A :class:`ConvertConfig` field that is also a ``shardkit convert`` option: ``spec`` is its
+    :class:`OptionSpec` (group, help, flags, choices …)."""
+    meta = {"cli": OptionSpec(**spec)}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def cli_options() -> list[tuple[dataclasses.Field[Any], OptionSpec]]:
+    """Every field of :class:`ConvertConfig` that is a command-line option, with its spec, in declaration order."""
+    return [(f, f.metadata["cli"]) for f in dataclasses.fields(ConvertConfig) if "cli" in f.metadata]
+
+
+def _format_names() -> tuple[str, ...]:
+    from .formats.registry import names  # the formats' modules load h5py, lmdb …: only when asked
+
+    return names()
+
+
+def _compressions() -> list[str]:
+    """Every ``--compression`` value some format takes (the format then checks its own)."""
+    from .formats.registry import all_formats
+
+    return list(dict.fromkeys(c for fmt in all_formats() for c in fmt.compressions))
+
+
+def _takes(fact: str) -> str:
+    """Which format takes which values of one option, from the formats' own facts: 'lmdb: raw, zstd; …'."""
+    from .formats.registry import all_formats
+
+    parts = [f"{fmt.name}: {', '.join(v for v in getattr(fmt, fact) if v not in ('none', 'raw'))}"
+             for fmt in all_formats() if len(getattr(fmt, fact)) > 1]
+    return "; ".join(parts) or "none"
+
+
+def _encodings() -> tuple[str, ...]:
+    from .encoding import NAMES  # numpy: not for ``shardkit --help``
+
+    return NAMES
+
+
+def _layouts() -> tuple[str, ...]:
+    from .layouts.registry import names  # the layouts bring the label decoders (OpenCV)
+
+    return ("auto", *names(auto_only=True))
+
 
 DEFAULT_SHARD_SAMPLES = 500
 #: Largest image or label (height x width), checked from the file header before any decoder runs. 2^24
@@ -28,6 +140,10 @@ DEFAULT_SHARD_SAMPLES = 500
 #: costliest kind; TFRecord 0.68 GB with TensorFlow loaded), under ~1 GB per worker at default settings
 #: (scripts/max_pixels_memory.py; README "Memory"). 2^28 cost 3.4 GB per worker for one 16384^2 PNG.
 DEFAULT_MAX_PIXELS = 2**24
+#: Publishes of a split kept by default (``convert --keep-versions``): the current one and the two before
+#: it, so a reader that opened a split survives two more publishes even where it could not take a lease
+#: (a read-only folder, object storage), e.g. a two-day training job under a nightly convert.
+DEFAULT_KEEP_VERSIONS = 3
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*[xX×,]\s*(\d+)\s*$")
 _BYTES_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?)[bB]\s*$")
@@ -94,6 +210,10 @@ class ShardSize:
     samples: int | None = None
     nbytes: int | None = None
 
+    def __str__(self) -> str:
+        """As ``--shard-size`` takes it: ``500`` or ``256000000B``."""
+        return str(self.samples) if self.samples is not None else f"{self.nbytes}B"
+
     @classmethod
     def parse(cls, text: str | int) -> ShardSize:
         """``500`` → 500 samples; ``"256MB"``/``"1GiB"`` → bytes."""
@@ -115,71 +235,154 @@ class ShardSize:
 
 @dataclass(frozen=True)
 class ConvertConfig:
-    """Every option of ``shardkit convert``. Frozen: built once by the CLI, read everywhere."""
+    """Every option of ``shardkit convert``. Frozen: built once by the CLI, read everywhere.
+
+    Each field made with :func:`option` is also a command-line option (see the module notes)."""
 
     input: Path
     output: Path
-    format: str = "npy"
-    size: tuple[int, int] | None = None
-    resize: str = "none"
-    crop: str = "center"
-    label_encoding: str = "index"
-    label_suffix: str | None = None
-    layout: str = "auto"
-    class_dict: Path | None = None
-    palette: Path | None = None
-    num_classes: int | None = None
-    ignore_index: int | None = None
-    colour_tolerance: int = 0
-    unknown_as: int | None = None
-    cityscapes_train_ids: bool = True
+    format: str = option("npy", group="output", choices=_format_names, help="Shard format.")
+    size: tuple[int, int] | None = option(
+        None, group="geometry", metavar="HxW", help="Target size, e.g. 352x480 (height x width).")
+    resize: str = option(
+        "none", group="geometry", choices=("none", "exact", "shorter"),
+        help="none: no scaling; exact: scale to --size; shorter: scale keeping aspect so --size is covered.")
+    crop: str = option(
+        "center", group="geometry", choices=("center", "none"),
+        help="center: crop or pad to --size (TF resize_image_with_crop_or_pad); none: shape set by --resize only.")
+    label_encoding: str = option(
+        "index", group="output", choices=_encodings,
+        help="Stored labels: class ids, one-hot uint8, or bit-packed one-hot.")
+    label_suffix: str | None = option(
+        None, group="labels", help="Label file name = image stem + this suffix (e.g. _L, _mask).")
+    layout: str = option("auto", group="labels", choices=_layouts, checked=False,  # the layout registry checks it
+                         help="Input layout (docs/layouts.md); auto tries each in turn.")
+    class_dict: Path | None = option(
+        None, group="labels", file=True, help="class_dict.csv (name,r,g,b) if not at the input root.")
+    palette: Path | None = option(
+        None, group="labels", file=True, help="Colour table file (CSV, JSON or 'r g b name' lines) for colour masks.")
+    num_classes: int | None = option(
+        None, group="labels", range=(1, 65535),
+        help="Number of classes of id labels (names class_0 …); without it, --classes or a table the layout "
+             "identifies, the ids found in the label files are used.")
+    ignore_index: int | None = option(
+        None, group="labels", range=(0, 65535), help="Stored id meaning 'ignore' (e.g. 255).")
+    colour_tolerance: int = option(
+        0, group="labels", flags=("--colour-tolerance", "--color-tolerance"), range=(0, 255),
+        help="Map colours within N per channel to their nearest class colour.")
+    unknown_as: int | None = option(
+        None, group="labels", range=(0, 65535), help="Map unknown colours / out-of-range ids to this id.")
+    cityscapes_train_ids: bool = option(
+        True, group="labels", off_flag="--cityscapes-label-ids",
+        help="Cityscapes: apply the official labelId→trainId mapping.")
     # label values (shardkit.labels.values): at most one of the three
-    label_map: str | None = None  # "255:1,0:0" / "128-255:1", or a file of such entries
-    reduce_zero_label: bool = False
-    threshold: int | None = None
-    splits: tuple[str, ...] = ()
-    shard_size: ShardSize = field(default_factory=lambda: ShardSize(samples=DEFAULT_SHARD_SAMPLES))
-    compression: str = "none"
+    #: "255:1,0:0" / "128-255:1", or a file of such entries
+    label_map: str | None = option(
+        None, group="labels", metavar="SRC:ID,…|FILE",
+        help="Map raw label values to class ids, e.g. 255:1,0:0 for 0/255 masks (ranges: 128-255:1), or a "
+             "file of SRC:ID lines / a JSON object; values it does not name are kept.")
+    reduce_zero_label: bool = option(
+        False, group="labels",
+        help="mmsegmentation's rule (ADE20K, LoveDA): 0 becomes the ignore id (255 unless --ignore-index), "
+             "every other value v becomes v-1.")
+    threshold: int | None = option(
+        None, group="labels", range=(0, 65534), metavar="T",
+        help="Binary masks (JPEG ones too): value > T is class 1, else 0 (e.g. --threshold 127); refused on "
+             "labels with more than two classes.")
+    splits: tuple[str, ...] = option(
+        (), group="run", flags=("--split",), multiple=True, help="Only convert this split (repeatable).")
+    shard_size: ShardSize = option(
+        factory=lambda: ShardSize(samples=DEFAULT_SHARD_SAMPLES), group="output",
+        help="Samples per shard (500), or, given a byte size such as 256MB, bytes per shard instead.")
+    compression: str = option(
+        "none", group="output", choices=_compressions, checked=False,  # the format checks its own
+        help=lambda: "Whole-shard compression: " + _takes("compressions") + ".")
     #: per-array codecs (``shardkit.codecs``): "raw", "zstd", "zstd:9", "lz4", "png", "jpeg:95"
-    image_codec: str = "raw"
-    label_codec: str = "raw"
-    workers: int = 0
-    backend: str = "local"
-    scheduler: str | None = None
-    on_error: str = "fail"
+    image_codec: str = option(
+        "raw", group="output", metavar="CODEC",
+        help=lambda: "Per-image codec (docs/codecs.md): " + _takes("image_codecs") + "; jpeg:Q is lossy (Q 1-100).")
+    label_codec: str = option(
+        "raw", group="output", metavar="CODEC",
+        help=lambda: "Per-label codec, always lossless: " + _takes("label_codecs") + ".")
+    workers: int = option(0, group="run", range=(0, None), help="Worker processes; 0 = all cores.")
+    backend: str = option(
+        "local", group="run", choices=("local", "dask"),
+        help="local: a process pool on this machine; dask: the same shard tasks on a Dask cluster.")
+    scheduler: str | None = option(
+        None, group="run", metavar="ADDRESS", help="Dask scheduler, e.g. tcp://host:8786 (default: a local cluster).")
+    on_error: str = option(
+        "fail", group="run", choices=("fail", "skip"),
+        help="fail: stop at the first bad input; skip: leave it out, list it in the manifest, exit 3.")
     #: identical images (by decoded pixels) within or across splits: "warn" (log them), "error" (exit 4, no
     #: manifest written) or "skip" (keep the first copy in plan order, leave the others out)
-    on_duplicate: str = "warn"
-    strict: bool = False
-    dry_run: bool = False
-    force: bool = False
-    rehash: bool = False
+    on_duplicate: str = option(
+        "warn", group="output", choices=("warn", "error", "skip"),  # duplicates.ON_DUPLICATE
+        help="Identical images (same decoded pixels) within or across splits: warn: list them; error: exit 4 "
+             "before writing a manifest; skip: keep the first copy (split order, then index), drop the rest.")
+    strict: bool = option(
+        False, group="labels", help="Images without labels (or labels without images) are an error.")
+    dry_run: bool = option(False, group="run", help="Report what was found; write nothing.")
+    force: bool = option(False, group="run", help="Rebuild every shard, even those an earlier run left intact.")
+    rehash: bool = option(
+        False, group="run",
+        help="Trust no file's (size, mtime, ctime, inode): re-hash every source and shard file before reusing a "
+             "shard (reads everything; catches what a stat cannot see, e.g. bit rot).")
     #: publishes of each split kept for readers that opened them (``--keep-versions``; formats/manifest.md)
-    keep_versions: int = DEFAULT_KEEP_VERSIONS
-    quiet: bool = False
-    max_pixels: int = DEFAULT_MAX_PIXELS
+    keep_versions: int = option(
+        DEFAULT_KEEP_VERSIONS, group="output", range=(1, None),
+        help="Publishes of each split kept (manifest-v<N>.json and their shards) for readers that opened them; "
+             "older ones are removed unless a live reader holds a lease on them.")
+    quiet: bool = option(False, group="run", flags=("-q", "--quiet"),
+                         help="No progress bar, warnings and errors only.")
+    max_pixels: int = option(
+        DEFAULT_MAX_PIXELS, group="geometry", range=(1, None),
+        help="Largest image or label (height x width, read from its header before any decoder runs); also caps "
+             "--size. The default, 4096x4096, keeps one worker under ~1 GB (0.5 GB measured at the limit); raise "
+             "it for larger images and expect ~30 bytes per pixel per worker.")
     # -- tiling (shardkit.tiles; docs/tiling.md): each source stored as a grid of tiles of ``tile`` (HxW)
-    tile: tuple[int, int] | str | None = None
+    tile: tuple[int, int] | str | None = option(
+        None, group="geometry", metavar="HxW",
+        help="Store each source as a grid of HxW tiles (docs/tiling.md); the last row and column align to the "
+             "image edge, sources smaller than a tile are padded.")
     #: tile starts' step (HxW; default: the tile), or ``overlap`` (stride = tile - overlap): not both
-    stride: tuple[int, int] | str | None = None
-    overlap: tuple[int, int] | str | None = None
+    stride: tuple[int, int] | str | None = option(
+        None, group="geometry", metavar="HxW", help="Step between tile starts (default: the tile size); needs --tile.")
+    overlap: tuple[int, int] | str | None = option(
+        None, group="geometry", metavar="HxW",
+        help="Overlap of neighbouring tiles (stride = tile - overlap); needs --tile.")
     #: drop a tile whose stored label is at least this share ignore index (0..1]; counted in the manifest
-    drop_tiles_ignored: float | None = None
+    drop_tiles_ignored: float | None = option(
+        None, group="output", metavar="SHARE",
+        help="Drop tiles whose label is at least SHARE ignore index, e.g. 0.95 (counted in the manifest).")
     # -- layout, pairing and classes (shardkit.layouts, labels/policy.py)
     #: explicit pairing templates, relative to ``input``: ``"img/{split}/{name}.tif"`` (both or neither)
-    images: str | None = None
-    labels: str | None = None
+    images: str | None = option(
+        None, group="labels", metavar="TEMPLATE",
+        help="Pair explicitly: image paths under INPUT_DIR, e.g. 'img/{split}/{name}.tif' ({split} optional, "
+             "{name} the part image and label share; * ? ** globs). Needs --labels.")
+    labels: str | None = option(None, group="labels", metavar="TEMPLATE",
+                                help="Label paths for --images, e.g. 'gt/{split}/{name}_mask.gif'.")
     #: (split, list file) pairs from ``--split-list SPLIT=PATH``: the files may live anywhere
-    split_lists: tuple[tuple[str, Path], ...] = ()
+    split_lists: tuple[tuple[str, Path], ...] = option(
+        (), group="labels", flags=("--split-list",), param="split_list", multiple=True, metavar="SPLIT=FILE",
+        help="A list file from anywhere for one split (repeatable): 'image label' lines, or one image name a "
+             "line choosing among the pairs found.")
     #: a class list (names, optionally ids and colours; JSON, CSV or text) from ``--classes FILE``
-    classes: Path | None = None
+    classes: Path | None = option(
+        None, group="labels", file=True,
+        help="Class list: names, optionally ids and colours (JSON, CSV with a name column, or text lines 'name', "
+             "'id name', 'r g b name').")
 
     #: fsspec URLs (``s3://bucket/x``) when the input / output is on object storage; ``input``/``output``
     #: then only echo them. Set from ``input``/``output`` themselves; ``file://`` becomes a local path.
     input_url: str | None = None
     output_url: str | None = None
     #: fsspec storage options (endpoint, credentials, profile …) for the URLs; the environment completes them.
-    storage_options: dict[str, Any] = field(default_factory=dict)
+    storage_options: dict[str, Any] = option(
+        factory=dict, group="output", flags=("--storage-option",), param="storage_option", multiple=True,
+        metavar="KEY=VALUE",
+        help="fsspec option for s3:// (or any fsspec URL) input/output, e.g. endpoint_url=http://host:9000, "
+             "profile=NAME, anon=true (repeatable; dots nest: client_kwargs.region_name=eu-west-1).")
 
     def __post_init__(self) -> None:
         from .storage import is_url, local_path, normalize_url
@@ -195,15 +398,11 @@ class ConvertConfig:
         object.__setattr__(self, "output", Path(self.output))
         self._normalise()
         from .codecs import ArrayCodecs
-        from .formats.registry import get, names
+        from .formats.registry import get
 
-        self._check_choice("format", self.format, names())
-        self._check_choice("resize", self.resize, ("none", "exact", "shorter"))
-        self._check_choice("crop", self.crop, ("center", "none"))
-        self._check_choice("label_encoding", self.label_encoding, encoding.NAMES)
-        self._check_choice("on_error", self.on_error, ("fail", "skip"))
-        self._check_choice("on_duplicate", self.on_duplicate, ("warn", "error", "skip"))  # duplicates.ON_DUPLICATE
-        self._check_choice("backend", self.backend, ("local", "dask"))
+        for f, spec in cli_options():  # each option's declared choices
+            if spec.choices is not None and spec.checked:
+                self._check_choice(f.name, getattr(self, f.name), spec.choice_list())
         if self.scheduler and self.backend != "dask":
             raise ConfigError("--scheduler needs --backend dask")
         if self.resize != "none" and self.size is None:
@@ -262,6 +461,10 @@ class ConvertConfig:
         else:
             object.__setattr__(self, "splits", tuple(self.splits))
         object.__setattr__(self, "split_lists", parse_split_lists(self.split_lists))
+        if not isinstance(self.storage_options, dict):  # the CLI's KEY=VALUE strings
+            from .storage import parse_storage_options
+
+            object.__setattr__(self, "storage_options", parse_storage_options(self.storage_options))
         for name in ("class_dict", "palette", "classes"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, Path(getattr(self, name)))
@@ -277,6 +480,10 @@ class ConvertConfig:
 
     def _check_tiling(self) -> None:
         """Normalise ``tile``/``stride`` (``overlap`` folded into ``stride``) and refuse what cannot be tiled."""
+        if (self.tile, self.stride, self.overlap, self.drop_tiles_ignored) == (None, None, None, None):
+            return
+        from .tiles import Tiling  # numpy: not for ``shardkit --help`` (this module stays light)
+
         tiling = Tiling.from_options(self.tile, self.stride, self.overlap, self.drop_tiles_ignored)
         if tiling is None:
             return
@@ -298,6 +505,10 @@ class ConvertConfig:
     @property
     def tiling(self) -> Tiling | None:
         """The :class:`~shardkit.tiles.Tiling` of ``tile``/``stride``/``drop_tiles_ignored``; None without a tile."""
+        if self.tile is None:
+            return None
+        from .tiles import Tiling  # numpy: only when tiling
+
         return Tiling.from_options(self.tile, self.stride, None, self.drop_tiles_ignored)
 
     @staticmethod

@@ -154,6 +154,9 @@ class SourceCache:
         self._blocks: OrderedDict[int, bytearray] = OrderedDict()  # spill file blocks in memory
         self._dirty: set[int] = set()
         self._lock = threading.Lock()  # threads put and read blocks (fingerprint_samples)
+        #: whether the entries differ from the split's cache file (False only after a :func:`load_cache` that
+        #: read every entry of the file into place, until an entry changes): :func:`save_cache` then writes nothing
+        self.changed = True
 
     def put(self, start: int, rows: np.ndarray) -> None:
         """Entries of pairs ``start …`` (an (m, 2) :data:`ENTRY` array)."""
@@ -287,20 +290,29 @@ def load_cache(directory: Path, pairs: PairTable) -> SourceCache:
 
 def _merge(cache: SourceCache, pairs: PairTable, entries: Iterable[tuple[str, Any]]) -> None:
     """Fill ``cache`` from entries sorted by path: a merge with the pairs' files in path order (a file out of
-    order is missed: hashed again)."""
+    order is missed: hashed again). ``cache.changed`` ends False when every entry of the file was taken, once
+    (the file then holds exactly what :func:`save_cache` would write, as long as no entry changes)."""
     files = pairs.files_in_path_order()
     current = next(files, None)
+    exact = True
     for path, value in entries:
         while current is not None and current[0] < path:
             current = next(files, None)
+        taken = False
         while current is not None and current[0] == path:  # one file may be in two pairs
-            cache.set(current[1], current[2], value)
+            taken = cache.set(current[1], current[2], value) or taken
             current = next(files, None)
+        exact = exact and taken
         if current is None:
+            cache.changed = not exact or next(iter(entries), None) is not None
             return
+    cache.changed = not exact
 
 
 def save_cache(directory: Path, pairs: PairTable, cache: SourceCache) -> None:
+    """Write the split's cache file, unless it already holds exactly these entries (an unchanged re-run)."""
+    if not cache.changed and (directory / CACHE_NAME).is_file():
+        return
     atomic_write_bytes(directory / CACHE_NAME, cache_json(cache_items(pairs, cache)))
 
 
@@ -358,6 +370,7 @@ def fingerprint_samples(
         entry, cacheable, _ = source_digest(Path(prefix + text), cached, on_error)
         if entry is not cached:  # a hit is already there
             part.set(i, side, entry if cacheable else None)
+            cache.changed = True
         return str(entry[-1])
 
     def digest_all(run: range) -> None:

@@ -14,7 +14,7 @@ import json
 import logging
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -32,11 +32,12 @@ from .formats.registry import get
 from .imageio import label_palette
 from .labels import ClassTable, LabelDecoder
 from .labels.builtin import with_palette_colours
-from .labels.idscan import scan_table
+from .labels.idscan import SCAN_CACHE, ScanCache, scan_table
 from .labels.policy import TableChoice, choose_class_table
 from .labels.values import REDUCE_ZERO_IGNORE, ignore_warning
 from .layouts import Discovery, discover, file_types, layout_table
 from .manifest import MANIFEST_NAME, Manifest
+from .pairs import PairTable
 from .plan import ShardTask, plan_split, settings_text
 from .pool import run_tasks
 from .preprocess import fixed_size
@@ -141,7 +142,8 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
     found = discover(cfg.input, layout=cfg.layout, label_suffix=cfg.label_suffix, splits=cfg.splits,
                      strict=cfg.strict, images=cfg.images, labels=cfg.labels, split_lists=dict(cfg.split_lists))
     values = cfg.value_map
-    choice = class_table(cfg, found, remote=session.source is not None)
+    scans: list[ScanCache] = []
+    choice = class_table(cfg, found, remote=session.source is not None, scans=scans)
     table = values.adapt_table(choice.table)
     if found.label_kind in ("ids", "palette"):  # palette labels' own colours draw them in `show` (header only)
         first = next((p for pairs in found.splits.values() if len(pairs) and (p := pairs.path(0, 1))), None)
@@ -158,6 +160,10 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
     if cfg.drop_tiles_ignored is not None and table.ignore_index is None:
         raise ConfigError(f"--drop-tiles-ignored {cfg.drop_tiles_ignored} drops tiles of ignore pixels, but the class "
                           "table has no ignore index", fix="pass --ignore-index ID")
+    if scans:
+        cfg.output.mkdir(parents=True, exist_ok=True)
+        for scan in scans:
+            scan.save()
     spec = sample_spec(cfg, table)
     options = cfg.preprocessing()
     # The manifest records what took effect: the Cityscapes id remap only means something for Cityscapes.
@@ -168,10 +174,9 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
                 "sample": spec.to_manifest(),
                 "classes": table.to_json(), "preprocessing": options, "on_error": cfg.on_error}
     digest = hashlib.sha256(settings_text(settings).encode()).hexdigest()
-    ctx = WorkerContext(cfg.format, spec, decoder, found.root.resolve(), cfg.size, cfg.resize, cfg.crop,
-                        cfg.compression, cfg.on_error, sync_files=cfg.backend == "dask",
-                        max_pixels=cfg.max_pixels, codecs=cfg.codecs, source=session.source,
-                        settings=settings_text(settings), tiling=cfg.tiling)
+    ctx = WorkerContext.from_config(cfg, spec=spec, decoder=decoder, root=found.root.resolve(),
+                                    sync_files=cfg.backend == "dask", source=session.source,
+                                    settings=settings_text(settings), tiling=cfg.tiling)
     log.info("convert %s → %s as %s", session.input_name, session.output_name, cfg.format,
              extra={"event": "start", "input": session.input_name, "output": session.output_name,
                     "format": cfg.format, "workers": cfg.effective_workers(), "backend": cfg.backend})
@@ -197,6 +202,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
             reused[(result.split, result.index)] = record
             if result.sources is not None:  # cache entries of the files the worker hashed: moved to the cache
                 caches[result.split].put(starts[(result.split, result.index)], result.sources)
+                caches[result.split].changed = True
                 result.sources = None  # (run_tasks keeps every result until the end)
             log.info("%s shard %s: %d samples", result.split, result.index, record.num_samples,
                       extra={"event": "shard_done", "split": result.split, "shard": result.index,
@@ -272,10 +278,16 @@ def _duplicates(cfg: ConvertConfig, found: Discovery, tasks: list[ShardTask],
                                      "(keeps the first copy) or warn")
     want = drops(report) if cfg.on_duplicate == "skip" else {}
     redo = [t for t in tasks if {s["key"] for s in records[(t.split, t.index)].skipped if "duplicate_of" in s}
-            != {p.key for p in t.samples if (t.split, p.key) in want}]
+            != ({k for k in _keys(t) if (t.split, k) in want} if want else set())]
     if redo:
         write(redo, want)
     return report, len(redo)
+
+
+def _keys(task: ShardTask) -> Sequence[str]:
+    """A task's sample keys, from its pairs' key column (no pair objects built: a no-op re-run asks every task)."""
+    samples = task.samples
+    return samples.keys if isinstance(samples, PairTable) else [p.key for p in samples]
 
 
 def _shard_hashes(cfg: ConvertConfig, found: Discovery, tasks: list[ShardTask],
@@ -293,7 +305,7 @@ def _shard_hashes(cfg: ConvertConfig, found: Discovery, tasks: list[ShardTask],
             if raw is not None:
                 hashes: np.ndarray | None = np.frombuffer(raw, np.uint8).reshape(-1, PIXEL_HASH_BYTES)
                 skipped = {s["key"] for s in record.skipped}
-                keys = [p.key for p in t.samples if p.key not in skipped]
+                keys = [k for k in _keys(t) if k not in skipped]
             else:
                 rows = _reused_sidecar(cfg.output / split, shard, spec, session)
                 hashes = np.asarray(rows["pixels"]) if "pixels" in (rows.dtype.names or ()) else None
@@ -301,7 +313,7 @@ def _shard_hashes(cfg: ConvertConfig, found: Discovery, tasks: list[ShardTask],
             left_out = {s["key"]: s["pixels"] for s in record.skipped if "duplicate_of" in s and "pixels" in s}
             if left_out and hashes is not None:  # merged back in plan order
                 have = dict(zip(keys, hashes, strict=True))
-                keys = [p.key for p in t.samples if p.key in have or p.key in left_out]
+                keys = [k for k in _keys(t) if k in have or k in left_out]
                 hashes = np.stack([have[k] if k in have else np.frombuffer(bytes.fromhex(left_out[k]), np.uint8)
                                    for k in keys]).reshape(-1, PIXEL_HASH_BYTES)
             out.append(ShardHashes(split, first, hashes, partial(list, keys)))
@@ -319,19 +331,27 @@ def _reused_sidecar(directory: Path, shard: ShardInfo, spec: SampleSpec, session
         return read_sidecar(fetch_sidecar(split_remote, shard, Path(tmp)), shard, spec.num_classes, spec.size)
 
 
-def class_table(cfg: ConvertConfig, found: Discovery, *, remote: bool = False) -> TableChoice:
+def class_table(cfg: ConvertConfig, found: Discovery, *, remote: bool = False,
+                scans: list[ScanCache] | None = None) -> TableChoice:
     """The conversion's class table and where it came from (labels/policy.py has the rule); the label values
-    are scanned only when nothing else gives the classes, and not on object storage (no local label files)."""
+    are scanned only when nothing else gives the classes, and not on object storage (no local label files).
+    A scan's cache (:class:`~shardkit.labels.idscan.ScanCache`) is appended to ``scans``, for the caller to save."""
+    scans = [] if scans is None else scans
+
     def scan(ignore_index: int | None) -> TableChoice:
         if remote:
             raise ConfigError(f"the {found.layout} layout does not identify the dataset, and label files on object "
                               "storage are not scanned for their ids", fix="pass --classes FILE or --num-classes N")
-        paths = [p.label for pairs in found.splits.values() for p in pairs if p.label is not None]
+        paths = [name for pairs in found.splits.values() for i in range(len(pairs)) if (name := pairs.path(i, 1))]
         if ignore_index is None and values.reduce_zero_label:
             ignore_index = REDUCE_ZERO_IGNORE  # what the map turns 0 into
         mapped = None if not values.active else partial(values.apply, ignore_index=ignore_index)
+        identity = json.dumps([__version__, ignore_index, values.to_json(), cfg.max_pixels])
+        cache = None if cfg.force or cfg.rehash else ScanCache.of(cfg.output / SCAN_CACHE, paths, identity)
+        if cache is not None and not cfg.dry_run:
+            scans.append(cache)  # saved once the output folder has been checked
         return scan_table(paths, ignore_index, max_pixels=cfg.max_pixels, threads=cfg.effective_workers(),
-                          root=found.root, value_map=mapped)
+                          root=found.root, value_map=mapped, cache=cache)
 
     values = cfg.value_map
     default = layout_table(found, cityscapes_train_ids=cfg.cityscapes_train_ids)

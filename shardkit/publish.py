@@ -42,10 +42,6 @@ from .splitfiles import TMP_MARK, fsync_file
 
 log = logging.getLogger(__name__)
 
-#: Publishes of a split kept by default (``convert --keep-versions``): the current one and the two before
-#: it, so a reader that opened a split survives two more publishes even where it could not take a lease
-#: (a read-only folder, object storage), e.g. a two-day training job under a nightly convert.
-DEFAULT_KEEP_VERSIONS = 3
 #: Reader leases: ``.lease-v<N>-<host>-<pid>-<random>``.
 LEASE_PREFIX = ".lease-v"
 #: How long a lease from another host protects its version after it was last touched (a week: a

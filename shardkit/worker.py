@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .codecs import RAW, ArrayCodecs
-from .config import DEFAULT_MAX_PIXELS
+from .config import DEFAULT_MAX_PIXELS, ConvertConfig
 from .discover import rel_path
 from .errors import DecodeError, LabelError, OutputError, ShardkitError
 from .fingerprint import SourceCache, sample_fingerprint, source_digest
@@ -75,6 +75,14 @@ class WorkerContext:
     drop: tuple[tuple[str, str, str, str], ...] = ()
     #: ``--tile``: each source stored as its tiles (:mod:`shardkit.tiles`); None: one sample per source
     tiling: Tiling | None = None
+
+    @classmethod
+    def from_config(cls, cfg: ConvertConfig, **given: Any) -> WorkerContext:
+        """The context of a conversion: ``given`` (spec, decoder, root …), and every other field from the option
+        of ``cfg`` with the same name — so an option a worker needs is one field here, filled without a line
+        anywhere else."""
+        names = {f.name for f in dataclasses.fields(cls)} - set(given)
+        return cls(**given, **{name: getattr(cfg, name) for name in names if hasattr(cfg, name)})
 
 
 @dataclass

@@ -344,3 +344,74 @@ def tempfile_dir() -> str:
     import tempfile
 
     return tempfile.gettempdir()
+
+
+HEAVY = ("h5py", "lmdb", "torch", "tensorflow", "cv2", "numba")
+
+
+def _modules_after(code: str) -> set[str]:
+    """The top-level modules a fresh interpreter holds after running ``code`` (this checkout first on the path)."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(shardkit.__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    probe = f"{code}\nimport sys\nprint(' '.join(sorted({{m.split('.')[0] for m in sys.modules}})))"
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    return set(out.stdout.split())
+
+
+def test_importing_the_cli_imports_no_format_framework_or_decoder() -> None:
+    loaded = _modules_after("import shardkit.cli")
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+    assert "numpy" not in loaded  # --version and --help need none of it
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"], ["info", "--help"]])
+def test_version_and_help_import_no_format_framework_or_decoder(args: list[str]) -> None:
+    loaded = _modules_after(f"from shardkit.cli import main\ntry:\n    main({args!r})\nexcept SystemExit:\n    pass")
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+
+
+def test_convert_options_are_generated_from_their_one_declaration() -> None:
+    """Every ConvertConfig field declared with config.option() is a convert option with the field's default,
+    listed under its group in --help; nothing else is (but the CLI's own --config, -v and --log-format)."""
+    import re
+
+    from shardkit.cli import convert
+    from shardkit.config import GROUPS, ConvertConfig, cli_options
+
+    params = {p.name: p for p in convert.params}
+    declared = cli_options()
+    assert {spec.param or f.name for f, spec in declared} == set(params) - {
+        "config", "input_dir", "output_dir", "verbose", "log_format"}
+    defaults = ConvertConfig(Path("in"), Path("out"))
+    for f, spec in declared:
+        param = params[spec.param or f.name]
+        assert getattr(param, "group", None) == spec.group, f.name
+        value = getattr(defaults, f.name)
+        if spec.multiple:
+            assert param.multiple and not value, f.name  # nothing given: the field's empty value
+        elif value is not None:
+            assert param.default == (value if isinstance(value, (bool, int, str)) else str(value)), f.name
+    text = CliRunner().invoke(main, ["convert", "--help"], terminal_width=200).output
+    headings = [f"{title} options:" for title in GROUPS.values()]
+    assert [text.index(h) for h in headings] == sorted(text.index(h) for h in headings)
+    for f, spec in declared:  # each flag shows under its own group's heading
+        flag = (spec.flags or ("--" + f.name.replace("_", "-"),))[-1]
+        found = re.search(rf"(?:^ +|, ){re.escape(flag)}[ ,/\n]", text, re.M)
+        assert found, flag
+        at = found.start()
+        group_at = text.index(f"{GROUPS[spec.group]} options:")
+        assert group_at < at and all(not group_at < text.index(h) < at for h in headings), flag
+
+
+def test_a_declared_choice_is_checked_by_the_config_too() -> None:
+    from shardkit.config import ConvertConfig
+    from shardkit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="backend='yarn' is not one of local, dask"):
+        ConvertConfig(Path("in"), Path("out"), backend="yarn")
+    res = run("convert", "in", "out", "--backend", "yarn")
+    assert res.exit_code == 2 and "'yarn' is not one of 'local', 'dask'" in res.output

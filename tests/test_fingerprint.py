@@ -230,3 +230,32 @@ def test_a_spilled_cache_reads_and_writes_like_one_in_memory(monkeypatch: pytest
             assert spilled.get(i, side) == memory.get(i, side)
     assert spilled.rows(0, n).tobytes() == memory.rows(0, n).tobytes()
     spilled.close()
+
+
+def test_an_unchanged_cache_file_is_not_written_again(pairs: PairTable, tmp_path: Path) -> None:
+    """A re-run whose every entry came from the cache file leaves the file alone; a changed, new or dropped
+    entry writes it again, with exactly the current entries."""
+    out = tmp_path / "out"
+    out.mkdir()
+    _, cache = prints(pairs, "opts")
+    save_cache(out, pairs, cache)
+    path = out / CACHE_NAME
+    written = path.read_bytes()
+    path.write_bytes(written)  # same bytes, new inode and times: a rewrite would show in the stat
+    before = path.stat()
+    cache = load_cache(out, pairs)
+    assert not cache.changed
+    _, cache = prints(pairs, "opts", cache)
+    save_cache(out, pairs, cache)
+    assert path.stat().st_ino == before.st_ino and path.stat().st_mtime_ns == before.st_mtime_ns
+    pairs[1].label.write_bytes(b"label 1 edited")  # type: ignore[union-attr]
+    _, cache = prints(pairs, "opts", load_cache(out, pairs))
+    assert cache.changed
+    save_cache(out, pairs, cache)
+    assert path.read_bytes() != written and json.loads(path.read_bytes()) == entries(pairs, cache)
+    fewer = pairs[:2]  # a pair removed: its entries must leave the file
+    cache = load_cache(out, fewer)
+    assert cache.changed
+    _, cache = prints(fewer, "opts", cache)
+    save_cache(out, fewer, cache)
+    assert json.loads(path.read_bytes()) == entries(fewer, cache)

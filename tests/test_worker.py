@@ -83,3 +83,17 @@ def test_a_broken_input_fails_the_shard_or_is_skipped(tmp_path: Path, on_error: 
         rows = np.load(out / result.files[-1].tmp_name, allow_pickle=False)
         assert result.num_samples == 1 and rows["key"].tolist() == [b"a.png"]
         assert [s["key"] for s in result.skipped] == ["b.png"] and "cannot decode" in result.skipped[0]["reason"]
+
+
+def test_the_worker_context_takes_each_option_of_the_same_name_from_the_config(tmp_path: Path) -> None:
+    from shardkit.config import ConvertConfig
+
+    cfg = ConvertConfig(tmp_path, tmp_path / "out", format="hdf5", size="8x8", resize="exact", crop="none",
+                        on_error="skip", max_pixels=1000, image_codec="zstd")
+    spec = SampleSpec((8, 8), "index", 3, "|u1")
+    ctx = WorkerContext.from_config(cfg, spec=spec, decoder=LabelDecoder("ids", TABLE), root=tmp_path,
+                                    settings="{}")
+    assert (ctx.format, ctx.size, ctx.resize, ctx.crop, ctx.compression, ctx.on_error, ctx.max_pixels) == (
+        "hdf5", (8, 8), "exact", "none", "none", "skip", 1000)
+    assert ctx.codecs == cfg.codecs and str(ctx.codecs.image) == "zstd" and ctx.spec is spec
+    assert ctx.settings == "{}" and ctx.sync_files and ctx.source is None and ctx.drop == ()

@@ -8,18 +8,14 @@ below every backend in the import graph) and ``import shardkit.augment`` loads n
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
-
-if TYPE_CHECKING:
-    from .ops import Compose, Op
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import ConfigError
 
 #: The module that registers each backend.
 MODULES = {"numpy": "shardkit.augment.cpu"}
 _APPLY: dict[str, Callable[..., Any]] = {}
-K = TypeVar("K")
 
 
 def register(name: str, apply_batch: Callable[..., Any]) -> None:
@@ -35,21 +31,3 @@ def apply_batch(name: str) -> Callable[..., Any]:
         return _APPLY[name]
     except KeyError:
         raise ConfigError(f"no augmentation backend {name!r}", fix=f"use one of {', '.join(MODULES)}") from None
-
-
-def kernels(aug: Compose, table: Mapping[type, K], backend: str) -> list[tuple[int, Op, K]]:
-    """``(position, op, kernel)`` of every non-geometric op of ``aug``, in pipeline order, from a backend's kernel
-    ``table`` (keyed by op class; a subclass takes its base's kernel). Geometric ops need none: they are folded
-    into the one matrix every backend applies. An op with no kernel here is one ConfigError before anything runs,
-    never skipped."""
-    out = []
-    for k, op in enumerate(aug.ops):
-        if op.geometric:
-            continue
-        kernel = next((table[c] for c in type(op).__mro__ if c in table), None)
-        if kernel is None:
-            raise ConfigError(f"the {backend} augmentation backend does not apply {type(op).__name__} "
-                              f"({op.kind.value} op): it has no kernel for it",
-                              fix="drop it from the pipeline, or augment on a backend that has one")
-        out.append((k, op, kernel))
-    return out

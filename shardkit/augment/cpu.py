@@ -245,7 +245,7 @@ def _one_hot(op: OneHot, images: Any, labels: np.ndarray, ignore_index: int) -> 
     return images, op.numpy(labels, ignore_index)
 
 
-#: This backend's kernels, by op class (:func:`shardkit.augment.backends.kernels`); the kind decides the call.
+#: This backend's kernels, by op class (:meth:`shardkit.augment.ops.Compose.kernels`); the kind decides the call.
 OP_KERNELS: dict[type, Callable[..., Any]] = {ColorJitter: _jitter, Cutout: _cutout, Normalize: _normalize,
                                               OneHot: _one_hot, RandomGamma: _gamma}
 
@@ -261,7 +261,7 @@ def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] |
                 epoch: int, ignore_index: int) -> tuple[np.ndarray, np.ndarray]:
     """Augment a batch (stacked arrays or lists of per-sample arrays) → stacked (images, labels): uint8 images
     and id labels, or float32 normalised images / one-hot labels when the pipeline ends in those ops."""
-    table = backends.kernels(aug, OP_KERNELS, "numpy/OpenCV")
+    table = aug.kernels(OP_KERNELS, "numpy/OpenCV")
     idx = [int(i) for i in np.asarray(indices).reshape(-1)]
     imgs, labs = _samples(images, "images", len(idx)), _samples(labels, "labels", len(idx))
     for img, lab in zip(imgs, labs, strict=True):

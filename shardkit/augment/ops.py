@@ -14,7 +14,7 @@ import dataclasses
 import enum
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -101,6 +101,7 @@ class BatchSpec:
 
 
 R = TypeVar("R", bound=OpParams)
+K = TypeVar("K")  # a backend's kernel type
 
 
 class _Legacy:
@@ -215,7 +216,7 @@ class Op:
     :class:`OpParams` record), the spec of the batch it gives (:meth:`output_spec`) and, for non-geometric ops,
     the arrays its drawn values pack into for the device backends (:meth:`layout`, :meth:`pack`). Each backend
     applies a non-geometric op through its own kernel table, keyed by op class; an op missing from a backend's
-    table is refused there (:func:`shardkit.augment.backends.kernels`)."""
+    table is refused there (:meth:`shardkit.augment.ops.Compose.kernels`)."""
 
     kind: Kind = Kind.PHOTOMETRIC
 
@@ -723,6 +724,23 @@ class Compose:
         self.record_at = {k: j for j, k in enumerate(k for k, op in enumerate(self.ops) if not op.output)}
         if self.out_hw is not None:
             check_output(self.out_hw, self.channels)
+
+    def kernels(self, table: Mapping[type, K], backend: str) -> list[tuple[int, Op, K]]:
+        """``(position, op, kernel)`` of every non-geometric op, in pipeline order, from a backend's kernel
+        ``table`` (keyed by op class; a subclass takes its base's kernel). Geometric ops need none: they are folded
+        into the one matrix every backend applies. An op with no kernel here is one ConfigError before anything
+        runs, never skipped."""
+        out = []
+        for k, op in enumerate(self.ops):
+            if op.geometric:
+                continue
+            kernel = next((table[c] for c in type(op).__mro__ if c in table), None)
+            if kernel is None:
+                raise ConfigError(f"the {backend} augmentation backend does not apply {type(op).__name__} "
+                                  f"({op.kind.value} op): it has no kernel for it",
+                                  fix="drop it from the pipeline, or augment on a backend that has one")
+            out.append((k, op, kernel))
+        return out
 
     @property
     def channels(self) -> int:

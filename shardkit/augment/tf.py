@@ -29,7 +29,7 @@ import tensorflow as tf
 
 from ..errors import ConfigError
 from ..onehot import channel_lut, ignore_inside
-from . import backends, packing
+from . import packing
 from .geometry import IMAGE_RANGES
 from .ops import LEVELS, BatchSpec, ColorJitter, Cutout, Kind, Normalize, OneHot, RandomCrop, RandomGamma, RandomScale
 from .packing import HSV_HDIV, HSV_SDIV
@@ -43,7 +43,7 @@ __all__ = ["apply_batch", "check_ops", "output_hw"]
 def check_ops(aug: Compose, channels: int | None = None) -> list[tuple[int, Op, Any]]:
     """The pipeline's kernels here (:data:`OP_KERNELS`); a ConfigError naming an op this backend has none for, or
     one that cannot take ``channels``-channel images."""
-    table = backends.kernels(aug, OP_KERNELS, "TensorFlow")
+    table = aug.kernels(OP_KERNELS, "TensorFlow")
     if channels is not None:
         aug.output_spec(BatchSpec(channels=channels))
     return table
@@ -291,7 +291,7 @@ def _one_hot(op: OneHot, img: tf.Tensor, lab: tf.Tensor, ignore_index: int) -> t
     return img, one_hot(lab, op, ignore_index)
 
 
-#: This backend's kernels, by op class (:func:`shardkit.augment.backends.kernels`), on (B, H, W, C) images:
+#: This backend's kernels, by op class (:meth:`shardkit.augment.ops.Compose.kernels`), on (B, H, W, C) images:
 #: photometric ``f(op, img, arrays, stages) -> img`` (``stages``: :data:`_STAGES` or their XLA-compiled form);
 #: mask ``f(op, img, lab, arrays, ignore_index) -> (img, lab)``; output ``f(op, img, lab, ignore_index)``.
 OP_KERNELS: dict[type, Any] = {ColorJitter: _jitter, Cutout: _cutout, Normalize: _normalize, OneHot: _one_hot,

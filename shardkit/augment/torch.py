@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from ..errors import ConfigError
 from ..onehot import channel_lut, ignore_inside
-from . import backends, packing
+from . import packing
 from .geometry import IMAGE_RANGES
 from .ops import LEVELS, BatchSpec, ColorJitter, Cutout, Kind, Normalize, OneHot, RandomGamma
 from .packing import HSV_HDIV, HSV_SDIV
@@ -270,7 +270,7 @@ def _one_hot(op: OneHot, img: torch.Tensor, lab: torch.Tensor, arrays: dict[str,
     return img, TorchOneHot(op, lab.device, ignore_index)(lab)
 
 
-#: This backend's kernels, by op class (:func:`shardkit.augment.backends.kernels`). On (B, C, H, W) images:
+#: This backend's kernels, by op class (:meth:`shardkit.augment.ops.Compose.kernels`). On (B, C, H, W) images:
 #: photometric ``f(op, img, arrays) -> img``; mask ``f(op, img, lab, arrays, ignore_index) -> (img, lab)``;
 #: output (after the layout is restored) ``f(op, img, lab, arrays, ignore_index, channels_first) -> (img, lab)``.
 #: ``arrays``: the op's packed arrays on the device (:mod:`shardkit.augment.packing`).
@@ -281,7 +281,7 @@ OP_KERNELS: dict[type, Callable[..., Any]] = {ColorJitter: _jitter, Cutout: _cut
 
 def check_ops(aug: Compose) -> list[tuple[int, Op, Callable[..., Any]]]:
     """The pipeline's kernels here; a ConfigError naming an op this backend has none for."""
-    return backends.kernels(aug, OP_KERNELS, "torch")
+    return aug.kernels(OP_KERNELS, "torch")
 
 
 def apply_batch(aug: Compose, images: torch.Tensor, labels: torch.Tensor, indices: Sequence[int] | np.ndarray

@@ -8,9 +8,15 @@ mask, or 255 far above ids 0..20 — are refused with the flags that say what th
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -20,6 +26,11 @@ from .classes import MAX_CLASSES, ClassInfo, ClassTable
 from .policy import TableChoice
 
 SOURCE = "scan:label-values"
+#: The last scan's result, in the output folder beside its splits: reused while the options and every label
+#: file's (size, mtime_ns, ctime_ns, inode) are unchanged — the trust the fingerprint cache gives a file — so an
+#: unchanged re-run reads no label file (``--rehash`` and ``--force`` scan again).
+SCAN_CACHE = ".label-scan.json"
+log = logging.getLogger(__name__)
 _SPARSE_SLACK = 8  # ids 0..max may miss a few classes; a max far above the number of values is not ids
 
 
@@ -47,13 +58,14 @@ def _file_counts(path: Path, max_pixels: int, value_map: ValueMap | None = None)
     return np.bincount(arr.ravel().astype(np.intp, copy=False), minlength=1)
 
 
-def scan_label_values(paths: Sequence[Path], *, max_pixels: int, threads: int = 4,
+def scan_label_values(paths: Sequence[Path | str], *, max_pixels: int, threads: int = 4,
                       value_map: ValueMap | None = None) -> tuple[np.ndarray, dict[int, Path]]:
     """Pixels per value over every file of ``paths``, and the first file (in ``paths`` order) holding each value."""
     total = np.zeros(1, dtype=np.int64)
     first: dict[int, Path] = {}
+    files = [Path(p) for p in paths]
     with ThreadPoolExecutor(max(1, threads)) as pool:
-        for path, counts in zip(paths, pool.map(lambda p: _file_counts(p, max_pixels, value_map), paths), strict=True):
+        for path, counts in zip(files, pool.map(lambda p: _file_counts(p, max_pixels, value_map), files), strict=True):
             if counts.size > total.size:
                 total = np.pad(total, (0, counts.size - total.size))
             total[: counts.size] += counts
@@ -96,8 +108,73 @@ def table_from_values(counts: np.ndarray, first: dict[int, Path], files: int, ig
                               "does not identify the dataset: pass --classes FILE to name them)")
 
 
-def scan_table(paths: Sequence[Path], ignore_index: int | None, *, max_pixels: int, threads: int = 4,
-               root: Path | None = None, value_map: ValueMap | None = None) -> TableChoice:
-    """:func:`scan_label_values` then :func:`table_from_values`."""
-    counts, first = scan_label_values(paths, max_pixels=max_pixels, threads=threads, value_map=value_map)
-    return table_from_values(counts, first, len(paths), ignore_index, root)
+def scan_table(paths: Sequence[Path | str], ignore_index: int | None, *, max_pixels: int, threads: int = 4,
+               root: Path | None = None, value_map: ValueMap | None = None,
+               cache: ScanCache | None = None) -> TableChoice:
+    """:func:`scan_label_values` then :func:`table_from_values`; with ``cache``, the last scan's result when its
+    key matches, and this scan's remembered for :meth:`ScanCache.save`."""
+    found = cache.load() if cache is not None else None
+    if found is None:
+        found = scan_label_values(paths, max_pixels=max_pixels, threads=threads, value_map=value_map)
+        if cache is not None:
+            cache.remember(*found)
+    else:
+        log.debug("label ids from the last scan (no label file changed)")
+    return table_from_values(found[0], found[1], len(paths), ignore_index, root)
+
+
+@dataclass
+class ScanCache:
+    """The scan cache of one conversion: where it lives, the key of this run's label files, and (after a scan)
+    the result still to be saved — by the caller, once the output folder is known to be a good place for it."""
+
+    path: Path
+    key: str
+    pending: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, path: Path, labels: Sequence[str], identity: str) -> ScanCache | None:
+        """The cache at ``path`` for the label files ``labels`` (absolute paths, in scan order) under the options
+        ``identity`` (ignore id, value map); None when a label cannot be stat-ed (the scan reports it)."""
+        h = hashlib.sha256(identity.encode())
+        stat = os.stat
+        try:
+            for name in labels:
+                st = stat(name)
+                h.update(f"{name}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_ino}\n".encode())
+        except OSError:
+            return None
+        return cls(path, h.hexdigest())
+
+    def load(self) -> tuple[np.ndarray, dict[int, Path]] | None:
+        """(counts, first file of each value) of the last scan if its key is this one, else None."""
+        try:
+            with open(self.path, "rb") as fh:
+                data = json.loads(fh.read(1 << 20))  # a few hundred values at most: a bigger file is not ours
+            if data.get("key") != self.key:
+                return None
+            counts = np.zeros(int(data["size"]), np.int64)
+            first: dict[int, Path] = {}
+            for v, n, where in data["values"]:
+                counts[int(v)] = int(n)
+                first[int(v)] = Path(str(where))
+            return counts, first
+        except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+            return None  # missing or damaged: scan again
+
+    def remember(self, counts: np.ndarray, first: dict[int, Path]) -> None:
+        self.pending = {"key": self.key, "size": int(counts.size),
+                        "values": [[v, int(counts[v]), str(first[v])] for v in sorted(first)]}
+
+    def save(self) -> None:
+        """Write a scan made this run (temp name, rename); a failure only costs the next run a scan."""
+        if self.pending is None:
+            return
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps(self.pending))
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            log.debug("label scan cache not written: %s", exc)
+            tmp.unlink(missing_ok=True)
+        self.pending = None

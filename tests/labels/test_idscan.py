@@ -69,3 +69,37 @@ def test_the_pixel_limit_is_checked_before_decoding(tmp_path: Path) -> None:
     a = save(tmp_path / "a.png", np.zeros((10, 10), np.uint8))
     with pytest.raises(DecodeError, match="more than --max-pixels 50"):
         scan_table([a], None, max_pixels=50)
+
+
+def test_a_scan_is_reused_only_while_the_label_files_and_options_are_unchanged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    import shardkit.labels.idscan as idscan
+    from shardkit.labels.idscan import SCAN_CACHE, ScanCache
+
+    a = save(tmp_path / "a.png", np.array([[0, 1], [1, 2]], np.uint8))
+    b = save(tmp_path / "b.png", np.array([[0, 2], [2, 2]], np.uint8))
+    where, names = tmp_path / SCAN_CACHE, [str(a), str(b)]
+    cache = ScanCache.of(where, names, "options")
+    assert cache is not None and cache.load() is None
+    first = scan_table(names, None, max_pixels=1000, cache=cache)
+    cache.save()
+
+    def no_read(*_: object) -> None:
+        raise AssertionError("a label file was read")
+
+    monkeypatch.setattr(idscan, "_file_counts", no_read)
+    again = ScanCache.of(where, names, "options")
+    assert again is not None
+    reused = scan_table(names, None, max_pixels=1000, cache=again)
+    assert reused.table == first.table and reused.reason == first.reason
+    assert ScanCache.of(where, names, "other options").load() is None  # type: ignore[union-attr]
+    assert ScanCache.of(where, names[:1], "options").load() is None  # type: ignore[union-attr]
+    monkeypatch.undo()
+    save(b, np.array([[0, 5], [2, 2]], np.uint8))  # an id added
+    st = b.stat()
+    os.utime(b, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    changed = ScanCache.of(where, names, "options")
+    assert changed is not None and changed.load() is None
+    assert scan_table(names, None, max_pixels=1000, cache=changed).table.num_classes == 6
