@@ -24,6 +24,11 @@ MAX_PIXELS = 1 << 28  # pixels per image (a 16384 x 16384 image)
 TMP_MARK = ".tmp-"
 
 
+def is_temp_name(name: str) -> bool:
+    """A temporary name (hidden, carrying :data:`TMP_MARK`): unfinished work of some run, never a finished file."""
+    return name.startswith(".") and TMP_MARK in name
+
+
 def fsync_file(path: Path) -> None:
     """Make a file's data durable before a name points at it."""
     fd = os.open(path, os.O_RDONLY)
