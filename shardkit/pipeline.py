@@ -41,7 +41,7 @@ from .preprocess import fixed_size
 from .publish import remove_temps
 from .records import ShardRecord
 from .samples import PIXEL_HASH_BYTES, SampleTable, read_sidecar, split_fingerprint
-from .splitdir import LocalSink, SplitSink, has_records
+from .splitdir import LocalSink, SplitSink, has_records, publish_shard
 from .splitfiles import ShardInfo
 from .staging import StorageSession
 from .stats import Stats
@@ -175,7 +175,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
             padded += result.padded
             pixels[(result.split, result.index)] = result.pixels
             result.pixels = b""
-            record = publish_files(result, session.sink)
+            record = publish_files(result)
             session.sink.shard_published(result.directory, record)
             reused[(result.split, result.index)] = record
             if result.sources is not None:  # cache entries of the files the worker hashed: moved to the cache
@@ -366,12 +366,12 @@ def _plan(
     return tasks, reused, caches
 
 
-def publish_files(result: ShardResult, sink: SplitSink | None = None) -> ShardRecord:
+def publish_files(result: ShardResult) -> ShardRecord:
     """Rename one finished shard's temporary files into place, then record it (crash-safe order)."""
     record = ShardRecord(result.key, tuple(f.info() for f in result.files), result.num_samples, result.fingerprint,
                          result.stats, tuple(result.skipped))
-    return (sink or LocalSink()).publish_shard(result.directory, [(f.tmp_name, f.final_name) for f in result.files],
-                                               record, synced=result.synced)
+    return publish_shard(result.directory, [(f.tmp_name, f.final_name) for f in result.files], record,
+                         synced=result.synced)
 
 
 def publish_split(

@@ -51,8 +51,22 @@ from .storage import Remote
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "CACHE_NAME", "LEASE_PREFIX", "LOCK_NAME", "MANIFEST_NAME", "RECORD_PREFIX", "TMP_MARK", "LocalSink", "RemoteSink",
-    "SplitSink", "has_records", "is_shard_name", "is_temp_name", "keep_set", "owned", "version_name",
+    "CACHE_NAME",
+    "LEASE_PREFIX",
+    "LOCK_NAME",
+    "MANIFEST_NAME",
+    "RECORD_PREFIX",
+    "TMP_MARK",
+    "LocalSink",
+    "RemoteSink",
+    "SplitSink",
+    "has_records",
+    "is_shard_name",
+    "is_temp_name",
+    "keep_set",
+    "owned",
+    "publish_shard",
+    "version_name",
     "version_number",
 ]
 
@@ -87,11 +101,22 @@ def _body(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k != "version"}
 
 
+def publish_shard(directory: Path, renames: Sequence[tuple[str, str]], record: ShardRecord, *,
+                  synced: bool = False) -> ShardRecord:
+    """Rename one finished shard's ``(temporary, final)`` files into place, then record it (crash-safe order);
+    returns the record with its files' stats. The same for every sink: shards are always renamed locally first."""
+    rename_into_place(directory, renames, synced=synced)
+    if record.files:
+        record = record.with_stats(directory)  # after the rename, which may change ctime
+        record.save(directory)
+    return record
+
+
 # ------------------------------------------------------------------------------------------------- sinks
 class SplitSink:
-    """Where a conversion's split folders go. The pipeline calls, per split: :meth:`open`, :meth:`reuse` per
-    planned shard, :meth:`publish_shard` per written one, :meth:`commit` (the manifest, then local clean-up), then
-    :meth:`committed` once the fingerprint cache is saved, and :meth:`location` for what to report.
+    """Where a conversion's split folders go. The pipeline calls, per split: :meth:`open`; :meth:`reuse` per
+    planned shard; :meth:`shard_published` per written one (after :func:`publish_shard`); :meth:`commit` (the
+    manifest, then local clean-up); :meth:`committed` once the fingerprint cache is saved; :meth:`location`.
 
     The local steps are shared: every sink writes its shards, records and manifest into a local folder first
     (the output itself, or a staging folder); a subclass adds what moves them elsewhere."""
@@ -113,16 +138,6 @@ class SplitSink:
               rehash: bool = False) -> ShardRecord | None:
         """The record of shard ``key`` if its files can be reused under ``wanted_names``, else None."""
         raise NotImplementedError
-
-    def publish_shard(self, directory: Path, renames: Sequence[tuple[str, str]], record: ShardRecord, *,
-                      synced: bool = False) -> ShardRecord:
-        """Rename one finished shard's ``(temporary, final)`` files into place, then record it (crash-safe order);
-        returns the record with its files' stats."""
-        rename_into_place(directory, renames, synced=synced)
-        if record.files:
-            record = record.with_stats(directory)  # after the rename, which may change ctime
-            record.save(directory)
-        return record
 
     def shard_published(self, directory: Path, record: ShardRecord) -> None:
         """A shard is in place in the local folder (object storage: upload it)."""
