@@ -42,7 +42,7 @@ from .publish import remove_temps
 from .records import ShardRecord
 from .samples import PIXEL_HASH_BYTES, SampleTable, read_sidecar, split_fingerprint
 from .splitdir import LocalSink, SplitSink, has_records, publish_shard
-from .splitfiles import ShardInfo
+from .splitfiles import Preprocessing, ShardInfo, Source, SplitStats
 from .staging import StorageSession
 from .stats import Stats
 from .worker import ShardResult, WorkerContext
@@ -412,21 +412,21 @@ def publish_split(
         format_version=fmt.version_for(cfg.compression, cfg.codecs),
         split=split,
         num_samples=first,
-        sample=spec.to_manifest(),
-        classes=table.to_json(),
-        preprocessing=options,
-        source={
-            "layout": found.layout,
-            "label_kind": found.label_kind,
-            "root": source_root or found.root.resolve().as_posix(),
-            "fingerprint": fingerprint,
-            "pairs": len(pairs),
-            "unmatched_images": list(found.unmatched_images.get(split, ())),
-            "unmatched_labels": list(found.unmatched_labels.get(split, ())),
-        },
+        sample=spec,
+        classes=table,
+        preprocessing=Preprocessing(options),
+        source=Source(
+            layout=found.layout,
+            label_kind=found.label_kind,
+            root=source_root or found.root.resolve().as_posix(),
+            fingerprint=fingerprint,
+            pairs=len(pairs),
+            unmatched_images=tuple(found.unmatched_images.get(split, ())),
+            unmatched_labels=tuple(found.unmatched_labels.get(split, ())),
+        ),
         shards=tuple(shards),
         samples=SampleTable(shards, table.num_classes, directory),
-        stats=stats.to_manifest(),
+        stats=SplitStats.from_json(stats.to_manifest()),
         skipped=tuple(s for r in records for s in r.skipped),
         format_options=fmt.format_options(spec, cfg.compression, cfg.codecs),
         tool_version=__version__,
