@@ -72,6 +72,29 @@ __all__ = [
 
 
 # ------------------------------------------------------------------------------------------------- names
+def name_kind(name: str) -> str | None:
+    """What a file name in a split folder is: ``manifest``, ``version`` (a kept ``manifest-v<N>.json``),
+    ``cache``, ``lock``, ``lease``, ``temp``, ``record``, ``sidecar`` or ``shard``; None for a name shardkit
+    never writes (a user's notes, another tool's files)."""
+    if name == MANIFEST_NAME:
+        return "manifest"
+    if version_number(name) is not None:
+        return "version"
+    if name == CACHE_NAME:
+        return "cache"
+    if name == LOCK_NAME:
+        return "lock"
+    if name.startswith(LEASE_PREFIX):
+        return "lease"
+    if is_temp_name(name):
+        return "temp"
+    if is_record_name(name):
+        return "record"
+    if is_sidecar_name(name):
+        return "sidecar"
+    return "shard" if is_shard_name(name) else None
+
+
 def owned(name: str) -> bool:
     """A file name shardkit writes into a split folder and may delete: a shard record, a shard file or a samples
     sidecar (version files, temp names and leases have their own clean-up)."""

@@ -12,7 +12,16 @@ from shardkit.fingerprint import CACHE_NAME
 from shardkit.lock import LOCK_NAME
 from shardkit.manifest import MANIFEST_NAME, load_manifest, version_name
 from shardkit.records import ShardRecord
-from shardkit.splitdir import LocalSink, RemoteSink, SplitSink, has_records, keep_set, owned, publish_shard
+from shardkit.splitdir import (
+    LocalSink,
+    RemoteSink,
+    SplitSink,
+    has_records,
+    keep_set,
+    name_kind,
+    owned,
+    publish_shard,
+)
 from shardkit.splitfiles import TMP_MARK, ShardFile
 
 
@@ -26,6 +35,17 @@ def test_owned_names_are_shards_sidecars_and_records_of_any_format_and_nothing_e
         assert owned(name), name
     for name in (MANIFEST_NAME, version_name(3), CACHE_NAME, LOCK_NAME, "notes.txt", f".x{TMP_MARK}1"):
         assert not owned(name), name
+
+
+def test_every_name_kind_of_a_split_folder_is_told_apart() -> None:
+    kinds = {MANIFEST_NAME: "manifest", version_name(12): "version", CACHE_NAME: "cache", LOCK_NAME: "lock",
+             ".lease-v3-host-12-abcd": "lease", f".images-00000-abc.npy{TMP_MARK}host-1-ab": "temp",
+             ".shard-abc.json": "record", "samples-00000-abcdef012345.npy": "sidecar",
+             "images-00000-abcdef012345.npy": "shard", "shard-00000-abcdef012345.tfindex": "shard",
+             "notes.txt": None, "manifest-v0.json": None}
+    assert {name: name_kind(name) for name in kinds} == kinds
+    assert {name for name in kinds if owned(name)} == {n for n, k in kinds.items() if k in ("record", "sidecar",
+                                                                                            "shard")}
 
 
 def test_the_keep_set_is_the_records_files_their_records_the_manifest_and_the_cache() -> None:

@@ -1,8 +1,10 @@
-"""What every shard format shares: the sample spec, temp-name writing, fsync, hashing, readers' checks.
+"""What every shard format shares: temp-name writing, fsync, hashing, readers' checks.
 
 A format module only says how samples become bytes (writer) and bytes become samples
 (reader). Everything else — temporary names, sha256, size limits, path safety, lazy
 per-process opening — lives here, once; fsync and renaming are :mod:`shardkit.publish`'s.
+The sample spec (:class:`~shardkit.splitfiles.SampleSpec`, importable from here too) is in the typed core under
+both the formats and the manifest.
 """
 
 from __future__ import annotations
