@@ -16,15 +16,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import encoding
 from .errors import ConfigError, InputNotFoundError, ShardFormatError
 from .formats.registry import names
 from .samples import SampleTable
 from .splitfiles import (
-    MAX_PIXELS,
-    MAX_SIDE,
+    ClassTable,
+    Preprocessing,
+    SampleSpec,
     ShardInfo,
+    Source,
+    SplitStats,
     _is_int,
+    check_size,
     member_path,
     safe_member,
     strict_int,
@@ -38,20 +41,15 @@ MANIFEST_VERSION = 3
 READ_VERSIONS = (1, 2, 3)
 #: A kept publish of a split: ``manifest-v<N>.json`` beside ``manifest.json`` (which is a copy of the newest).
 _VERSION_NAME = re.compile(r"manifest-v([1-9][0-9]{0,8})\.json\Z")
-# Bounds on manifest numbers, checked before anything is allocated from them.
-MAX_CLASSES = 65536  # class ids are stored as uint8 or uint16
+# Bounds on manifest numbers, checked before anything is allocated from them (MAX_CLASSES, CLASS_ID_DTYPES and
+# the pixel bounds live with the typed records, in shardkit.splitfiles).
 #: Largest manifest read (about 2 million samples): the JSON is parsed in memory.
 MAX_MANIFEST_BYTES = 512 << 20
 #: Most memory the parse of a manifest may take, as :func:`parse_cost` estimates it from the bytes before
 #: parsing (Python objects cost up to ~30x their JSON: ``[{},{},…]``); a manifest over it is refused unparsed.
 MAX_PARSE_BYTES = 512 << 20
-CLASS_ID_DTYPES = ("|u1", "<u2")
 #: Largest publish number (nine digits in a version file name).
 MAX_PUBLISH = 999_999_999
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 @dataclass(frozen=True)
@@ -62,20 +60,31 @@ class Manifest:
     format_version: int
     split: str
     num_samples: int
-    sample: dict[str, Any]
-    classes: dict[str, Any]
-    preprocessing: dict[str, Any]
-    source: dict[str, Any]
+    sample: SampleSpec
+    classes: ClassTable
+    preprocessing: Preprocessing
+    source: Source
     shards: tuple[ShardInfo, ...]
     #: one record per sample (:class:`~shardkit.samples.SampleTable`: inline in version 1, sidecars in 2)
     samples: SampleTable
-    stats: dict[str, Any]
+    stats: SplitStats
     skipped: tuple[dict[str, Any], ...] = ()
     format_options: dict[str, Any] = field(default_factory=dict)
     tool_version: str = ""
     manifest_version: int = MANIFEST_VERSION
     #: the split's publish number (manifest version 3; None for older manifests, which carry none)
     version: int | None = None
+
+    def __post_init__(self) -> None:
+        """Parts given as their JSON (dicts, e.g. by a script or test that builds a manifest) become their types;
+        checked ones raise a ValueError naming the problem."""
+        sample = SampleSpec.from_json(self.sample)
+        typed = {"sample": sample, "classes": ClassTable.from_manifest(self.classes, sample.num_classes),
+                 "preprocessing": Preprocessing.from_json(self.preprocessing), "source": Source.from_json(self.source),
+                 "stats": SplitStats.from_json(self.stats)}
+        for name, value in typed.items():
+            if value is not getattr(self, name):
+                object.__setattr__(self, name, value)
 
     def to_json(self) -> dict[str, Any]:
         """The manifest as JSON; version 1 carries ``samples`` inline, version 2 names a sidecar per shard."""
@@ -93,11 +102,11 @@ class Manifest:
             "format_options": self.format_options,
             "split": self.split,
             "num_samples": self.num_samples,
-            "sample": self.sample,
-            "classes": self.classes,
-            "preprocessing": self.preprocessing,
-            "source": self.source,
-            "stats": self.stats,
+            "sample": self.sample.to_json(),
+            "classes": self.classes.to_json(),
+            "preprocessing": self.preprocessing.to_json(),
+            "source": self.source.to_json(),
+            "stats": self.stats.to_json(),
             "shards": shards,
             **inline,
             "skipped": list(self.skipped),
@@ -136,36 +145,35 @@ class Manifest:
             published = strict_int(d["version"], "version") if version >= 3 else None
             if published is not None and not 1 <= published <= MAX_PUBLISH:
                 raise ValueError(f"version {published} is not in 1..{MAX_PUBLISH}")
-            label = d["sample"]["label"]
-            image_shape = d["sample"]["image"]["shape"]
-            fixed = (image_shape[0], image_shape[1]) if image_shape[0] is not None else None
-            manifest = cls(
-                format=str(d["format"]),
-                format_version=strict_int(d["format_version"], "format_version"),
-                split=str(d["split"]),
-                num_samples=strict_int(d["num_samples"], "num_samples"),
-                sample=dict(d["sample"]),
-                classes=dict(d["classes"]),
-                preprocessing=dict(d["preprocessing"]),
-                source=dict(d["source"]),
-                shards=shards,
-                samples=SampleTable(shards, label["num_classes"], where.parent, inline, fixed),
-                stats=dict(d["stats"]),
-                skipped=tuple(d.get("skipped", ())),
-                format_options=dict(d.get("format_options", {})),
-                tool_version=tool.get("version", ""),
-                manifest_version=version,
-                version=published,
-            )
+            parts = {key: dict(d[key]) for key in ("sample", "classes", "preprocessing", "source", "stats")}
+            fields = {"format": str(d["format"]), "format_version": strict_int(d["format_version"], "format_version"),
+                      "split": str(d["split"]), "num_samples": strict_int(d["num_samples"], "num_samples"),
+                      "skipped": tuple(d.get("skipped", ())), "format_options": dict(d.get("format_options", {})),
+                      "tool_version": tool.get("version", "")}
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise ShardFormatError(f"manifest is malformed ({exc!r})", path=where,
                                    fix="re-convert this split") from None
+        try:  # each part's own checks (what a reader sizes memory from), in the order a reader relies on them
+            if fields["format"] not in names():
+                raise ValueError(f"format {fields['format']!r} is not one of {', '.join(names())}")
+            sample = SampleSpec.from_json(parts["sample"])
+            manifest = cls(**fields, sample=sample, classes=ClassTable.from_manifest(parts["classes"],
+                                                                                    sample.num_classes),
+                           preprocessing=Preprocessing.from_json(parts["preprocessing"]),
+                           source=Source.from_json(parts["source"]), shards=shards,
+                           samples=SampleTable(shards, sample.num_classes, where.parent, inline,
+                                               sample.size),
+                           stats=SplitStats.from_json(parts["stats"]), manifest_version=version, version=published)
+        except ValueError as exc:
+            raise ShardFormatError(f"manifest {exc}", path=where,
+                                   fix="re-convert this split; do not use manifests from untrusted sources") from None
         manifest.check_bounds(where)
         manifest.check_consistency(where)
         return manifest
 
     def check_bounds(self, where: Path) -> None:
-        """Every number a reader sizes memory from, or indexes with, has the right type and a sane size."""
+        """Every number a reader sizes memory from, or indexes with, has the right type and a sane size (the sample,
+        classes, source and stats check themselves as they are parsed)."""
 
         def bad(problem: str) -> ShardFormatError:
             return ShardFormatError(f"manifest {problem}", path=where,
@@ -180,55 +188,17 @@ class Manifest:
                 ArrayCodecs.from_json(self.format_options["codecs"])
             except ValueError as exc:
                 raise bad(f"format_options.codecs is invalid ({exc})") from None
-        image, label = self.sample.get("image"), self.sample.get("label")
-        if not isinstance(image, dict) or not isinstance(label, dict):
-            raise bad("sample has no image and label description")
-        n = label.get("num_classes")
-        if not _is_int(n) or not 1 <= n <= MAX_CLASSES:
-            raise bad(f"num_classes {n!r} is not an integer in 1..{MAX_CLASSES}")
-        if label.get("encoding") not in encoding.NAMES:
-            raise bad(f"label encoding {label.get('encoding')!r} is not one of {', '.join(encoding.NAMES)}")
-        if label.get("class_id_dtype") not in CLASS_ID_DTYPES:
-            raise bad(f"class_id_dtype {label.get('class_id_dtype')!r} is not one of {', '.join(CLASS_ID_DTYPES)}")
-        shape = image.get("shape")
-        if not isinstance(shape, list) or len(shape) != 3 or (shape[0] is None) != (shape[1] is None):
-            raise bad(f"image shape {shape!r} is not [H, W, 3] or [null, null, 3]")
-        if shape[0] is not None:
-            self._check_size(shape[0], shape[1], "image shape", bad)
-        ignore = self.classes.get("ignore_index")
-        if ignore is not None and (not _is_int(ignore) or not 0 <= ignore < MAX_CLASSES):
-            raise bad(f"ignore_index {ignore!r} is not an integer in 0..{MAX_CLASSES - 1}")
-        classes = self.classes.get("classes")
-        if not isinstance(classes, list):
-            raise bad("classes.classes is not a list")
-        for c in classes:
-            if not isinstance(c, dict) or not _is_int(c.get("id")) or not 0 <= c["id"] < n:
-                raise bad(f"class {c!r} has no integer id in 0..{n - 1}")
-            if not isinstance(c.get("name"), str):
-                raise bad(f"class {c['id']} has no name string")
-            colour = c.get("colour")
-            if colour is not None and (not isinstance(colour, list) or len(colour) != 3
-                                       or not all(_is_int(v) and 0 <= v <= 255 for v in colour)):
-                raise bad(f"class {c['id']} colour {colour!r} is not three integers 0..255")
         inline = getattr(self.samples, "inline", self.samples)  # version 2 sidecars are checked when read
         for i, rec in enumerate(inline or ()):
             if not isinstance(rec, dict) or not isinstance(rec.get("key"), str):
                 raise bad(f"sample record {i} is not an object with a key string")
-            self._check_size(rec.get("height"), rec.get("width"), f"sample {i}", bad)
-        for key in ("class_pixels", "class_share", "image_mean", "image_std"):
-            values = self.stats.get(key, [])
-            if not isinstance(values, list) or not all(_is_number(v) for v in values):
-                raise bad(f"stats.{key} is not a list of numbers")
-            if key in ("image_mean", "image_std") and key in self.stats and len(values) != 3:
-                raise bad(f"stats.{key} has {len(values)} values, not one per RGB channel")
+            try:
+                check_size(rec.get("height"), rec.get("width"), f"sample {i}")
+            except ValueError as exc:
+                raise bad(str(exc)) from None
         for shard in self.shards:
             if shard.num_samples < 0 or any(f.bytes < 0 for f in shard.all_files):
                 raise bad(f"shard {shard.index} has a negative sample or byte count")
-
-    @staticmethod
-    def _check_size(h: Any, w: Any, what: str, bad: Any) -> None:
-        if not (_is_int(h) and _is_int(w) and 1 <= h <= MAX_SIDE and 1 <= w <= MAX_SIDE and h * w <= MAX_PIXELS):
-            raise bad(f"{what} {h!r}x{w!r} is not two integers in 1..{MAX_SIDE} with at most {MAX_PIXELS} pixels")
 
     def check_consistency(self, where: Path) -> None:
         """Counts add up, shards are contiguous, every file name is a plain name inside the folder."""
@@ -374,4 +344,4 @@ def inline_manifest(manifest: Manifest) -> Manifest:
     table = SampleTable(manifest.shards, manifest.samples.num_classes, manifest.samples.directory, records)
     shards = tuple(replace(s, samples=None) for s in manifest.shards)
     return replace(manifest, shards=shards, samples=table, manifest_version=1,
-                   source={**manifest.source, "fingerprint": table.fingerprint()})
+                   source=replace(manifest.source, fingerprint=table.fingerprint()))

@@ -12,7 +12,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -26,7 +25,7 @@ from ._version import __version__
 from .config import ConvertConfig
 from .duplicates import Drops, DuplicateReport, ShardHashes, drops, find_duplicates, log_report, row_keys
 from .errors import ConfigError, DuplicateError, OutputError
-from .fingerprint import CACHE_NAME, SourceCache, load_cache, save_cache
+from .fingerprint import SourceCache, load_cache, save_cache
 from .formats.base import SampleSpec
 from .formats.registry import get
 from .imageio import label_palette
@@ -36,29 +35,18 @@ from .labels.idscan import SCAN_CACHE, ScanCache, scan_table
 from .labels.policy import TableChoice, choose_class_table
 from .labels.values import REDUCE_ZERO_IGNORE, ignore_warning
 from .layouts import Discovery, discover, file_types, layout_table
-from .manifest import MANIFEST_NAME, Manifest
+from .manifest import Manifest
 from .pairs import PairTable
 from .plan import ShardTask, plan_split, settings_text
 from .pool import run_tasks
 from .preprocess import fixed_size
-from .publish import (
-    current_manifest,
-    drop_uncommitted,
-    dump_manifest,
-    keep_legacy,
-    manifest_text,
-    published_number,
-    reclaim,
-    remove_temps,
-    rename_into_place,
-)
-from .records import RECORD_PREFIX, ShardRecord, records_within
-from .samples import PIXEL_HASH_BYTES, SampleTable, fetch_sidecar, read_sidecar, split_fingerprint
-from .splitdir import owned
-from .splitfiles import ShardInfo
+from .publish import remove_temps
+from .records import ShardRecord
+from .samples import PIXEL_HASH_BYTES, SampleTable, read_sidecar, split_fingerprint
+from .splitdir import LocalSink, SplitSink, has_records, publish_shard
+from .splitfiles import Preprocessing, ShardInfo, Source, SplitStats
 from .staging import StorageSession
 from .stats import Stats
-from .storage import Remote
 from .tiles import TileCounts
 from .worker import ShardResult, WorkerContext
 
@@ -198,7 +186,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
             pixels[(result.split, result.index)] = result.pixels
             result.pixels = b""
             record = publish_files(result)
-            session.shard_published(result.directory, record)
+            session.sink.shard_published(result.directory, record)
             reused[(result.split, result.index)] = record
             if result.sources is not None:  # cache entries of the files the worker hashed: moved to the cache
                 caches[result.split].put(starts[(result.split, result.index)], result.sources)
@@ -233,10 +221,10 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
         for split, pairs in found.splits.items():
             records = [reused[(t.split, t.index)] for t in tasks if t.split == split]
             path = publish_split(cfg, split, pairs, records, found, table, spec, recorded, fmt,
-                                 source_root=session.input_name)
+                                 source_root=session.input_name, sink=session.sink)
             save_cache(cfg.output / split, pairs, caches[split])
-            session.split_committed(cfg.output / split, records, cfg.keep_versions)
-            where = session.committed(split, path)  # the URL when the output is on object storage
+            session.sink.committed(cfg.output / split, records, cfg.keep_versions)
+            where = session.sink.location(split, path)  # the URL when the output is on object storage
             log.info("%s: %d samples in %d shards → %s", split, sum(r.num_samples for r in records), len(records),
                      where)
             summary.manifests.append(where)
@@ -323,12 +311,8 @@ def _shard_hashes(cfg: ConvertConfig, found: Discovery, tasks: list[ShardTask],
 
 def _reused_sidecar(directory: Path, shard: ShardInfo, spec: SampleSpec, session: StorageSession) -> np.ndarray:
     """The checked sidecar rows of a reused shard: in the split folder, or fetched from the object store."""
-    if session.sink is None or (directory / shard.all_files[-1].name).is_file():
-        return read_sidecar(directory, shard, spec.num_classes, spec.size)
-    with tempfile.TemporaryDirectory(prefix="shardkit-sidecar-") as tmp:
-        remote = session.sink.remote
-        split_remote = Remote(remote.url_of(directory.name), remote.options)
-        return read_sidecar(fetch_sidecar(split_remote, shard, Path(tmp)), shard, spec.num_classes, spec.size)
+    with session.sink.sidecar_folder(directory, shard) as folder:
+        return read_sidecar(folder, shard, spec.num_classes, spec.size)
 
 
 def class_table(cfg: ConvertConfig, found: Discovery, *, remote: bool = False,
@@ -386,16 +370,9 @@ def _plan(
     fmt = get(cfg.format)
     for split, pairs in found.splits.items():
         directory = cfg.output / split
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise OutputError(f"cannot create the output folder ({exc.strerror})", path=directory,
-                              fix="check the path and its permissions") from None
-        remove_temps(directory)
-        drop_uncommitted(directory)
-        session.prepare_split(directory)
+        session.sink.open(directory)
         fingerprints: np.ndarray | None = None
-        if session.source is not None or (not cfg.force and _has_records(directory)):
+        if session.source is not None or (not cfg.force and has_records(directory)):
             old_cache = (SourceCache(len(pairs), spill=True) if cfg.force or cfg.rehash
                          else load_cache(directory, pairs))
             fingerprints, caches[split] = session.fingerprints(pairs, digest, old_cache,
@@ -407,8 +384,8 @@ def _plan(
                              session.header_size)
         for task in planned:
             if not cfg.force and task.key is not None:
-                record = session.reuse(directory, task.key, fmt.published_names(task.stem, spec),
-                                       rehash=cfg.rehash)
+                record = session.sink.reuse(directory, task.key, fmt.published_names(task.stem, spec),
+                                            rehash=cfg.rehash)
                 if record is not None:
                     reused[(split, task.index)] = record
                     log.info("%s shard %s reused", split, task.index, extra={
@@ -417,20 +394,12 @@ def _plan(
     return tasks, reused, caches
 
 
-def _has_records(directory: Path) -> bool:
-    """Whether ``directory`` holds any shard record: without one, no shard of it can be reused."""
-    return any(p.name.startswith(RECORD_PREFIX) for p in directory.iterdir())
-
-
 def publish_files(result: ShardResult) -> ShardRecord:
     """Rename one finished shard's temporary files into place, then record it (crash-safe order)."""
-    rename_into_place(result.directory, [(f.tmp_name, f.final_name) for f in result.files], synced=result.synced)
     record = ShardRecord(result.key, tuple(f.info() for f in result.files), result.num_samples, result.fingerprint,
                          result.stats, tuple(result.skipped))
-    if result.files:
-        record = record.with_stats(result.directory)  # after the rename, which may change ctime
-        record.save(result.directory)
-    return record
+    return publish_shard(result.directory, [(f.tmp_name, f.final_name) for f in result.files], record,
+                         synced=result.synced)
 
 
 def publish_split(
@@ -445,9 +414,10 @@ def publish_split(
     fmt: Any,
     *,
     source_root: str | None = None,
+    sink: SplitSink | None = None,
 ) -> Path:
     """Publish the split's manifest as its next version (the commit marker; nothing when nothing changed), then
-    remove files that no kept version names any more (:func:`~shardkit.publish.reclaim`).
+    remove files that no kept version names any more (:meth:`~shardkit.splitdir.SplitSink.commit`).
 
     Each record's last file is the shard's samples sidecar: the manifest names it, and holds no
     per-sample record itself (manifest version 2).
@@ -470,39 +440,27 @@ def publish_split(
         format_version=fmt.version_for(cfg.compression, cfg.codecs),
         split=split,
         num_samples=first,
-        sample=spec.to_manifest(),
-        classes=table.to_json(),
-        preprocessing=options,
-        source={
-            "layout": found.layout,
-            "label_kind": found.label_kind,
-            "root": source_root or found.root.resolve().as_posix(),
-            "fingerprint": fingerprint,
-            "pairs": len(pairs),
-            "unmatched_images": list(found.unmatched_images.get(split, ())),
-            "unmatched_labels": list(found.unmatched_labels.get(split, ())),
-            **_tile_counts(records),  # "tiles": sources, written, dropped_ignored (with --tile only)
-        },
+        sample=spec,
+        classes=table,
+        preprocessing=Preprocessing(options),
+        source=Source(
+            layout=found.layout,
+            label_kind=found.label_kind,
+            root=source_root or found.root.resolve().as_posix(),
+            fingerprint=fingerprint,
+            pairs=len(pairs),
+            unmatched_images=tuple(found.unmatched_images.get(split, ())),
+            unmatched_labels=tuple(found.unmatched_labels.get(split, ())),
+            extra=_tile_counts(records),  # "tiles": sources, written, dropped_ignored (with --tile only)
+        ),
         shards=tuple(shards),
         samples=SampleTable(shards, table.num_classes, directory),
-        stats=stats.to_manifest(),
+        stats=SplitStats.from_json(stats.to_manifest()),
         skipped=tuple(s for r in records for s in r.skipped),
         format_options=fmt.format_options(spec, cfg.compression, cfg.codecs),
         tool_version=__version__,
     )
-    current = current_manifest(directory)
-    if current is not None and _body(current) == _body(json.loads(manifest_text(manifest))):
-        path = directory / MANIFEST_NAME  # nothing changed: no new version
-        log.info("%s: unchanged, still version %d", split, published_number(current))
-    else:
-        manifest = replace(manifest, version=keep_legacy(directory, current) + 1)
-        path = dump_manifest(manifest, directory)
-        log.info("%s: published version %d", split, manifest.version,
-                 extra={"event": "published", "split": split, "version": manifest.version})
-    keep = {f.name for r in records for f in r.files} | {ShardRecord.path(directory, r.key).name for r in records}
-    kept = reclaim(directory, cfg.keep_versions, keep | {CACHE_NAME}, owned, records_within)
-    log.info("%s: versions kept: %s", split, ", ".join(map(str, kept)) or "none")
-    return path
+    return (sink or LocalSink()).commit(directory, manifest, records, cfg.keep_versions)
 
 
 def _tile_counts(records: list[ShardRecord]) -> dict[str, Any]:
@@ -513,8 +471,3 @@ def _tile_counts(records: list[ShardRecord]) -> dict[str, Any]:
     for r in records:
         counts.merge(r.stats.get("tiles", {}))
     return {"tiles": counts.to_json()}
-
-
-def _body(data: dict[str, Any]) -> dict[str, Any]:
-    """A parsed manifest without its publish number: what tells whether a publish changed anything."""
-    return {k: v for k, v in data.items() if k != "version"}

@@ -38,7 +38,7 @@ from .manifest import (
     version_name,
     version_number,
 )
-from .splitfiles import TMP_MARK, fsync_file
+from .splitfiles import TMP_MARK, fsync_file, is_temp_name
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +200,18 @@ def versions_to_keep(numbers: Iterable[int], keep: int, leased: Iterable[int] = 
     return set(ordered[-max(keep, 1):]) | (set(leased) & set(ordered))
 
 
+def kept_version_names(kept: Iterable[int], load: Callable[[int], object]) -> set[str]:
+    """Every file name the ``kept`` versions name, each parsed by ``load`` (local file or object); a version that
+    cannot be parsed names nothing (what only it names is not kept). Shared by local and object-storage clean-up."""
+    names: set[str] = set()
+    for number in sorted(kept):
+        try:
+            names |= named_files(load(number))
+        except ShardkitError:
+            continue
+    return names
+
+
 def reclaim(directory: Path, keep: int, current: set[str], owned: Callable[[str], bool],
             bookkeeping: Callable[[Path, set[str]], set[str]] | None = None) -> list[int]:
     """Retire old versions of a split: remove the version files beyond :func:`versions_to_keep`, then every
@@ -209,16 +221,10 @@ def reclaim(directory: Path, keep: int, current: set[str], owned: Callable[[str]
     directory = Path(directory)
     numbers = kept_versions(p.name for p in directory.iterdir())
     kept = versions_to_keep(numbers, keep, leased_versions(directory))
-    names = set(current)
     for number in numbers:
-        path = directory / version_name(number)
         if number not in kept:
-            path.unlink(missing_ok=True)
-            continue
-        try:
-            names |= named_files(read_manifest_json(path))
-        except ShardkitError:
-            continue
+            (directory / version_name(number)).unlink(missing_ok=True)
+    names = set(current) | kept_version_names(kept, lambda n: read_manifest_json(directory / version_name(n)))
     if bookkeeping is not None:
         names |= bookkeeping(directory, names)
     collect_garbage(directory, names, owned)
@@ -255,7 +261,7 @@ def remove_temps(directory: Path) -> None:
     """Delete temporary files left by an earlier, interrupted run."""
     if directory.is_dir():
         for p in directory.iterdir():
-            if p.name.startswith(".") and TMP_MARK in p.name:
+            if is_temp_name(p.name):
                 p.unlink(missing_ok=True)
 
 

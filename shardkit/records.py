@@ -51,8 +51,13 @@ class ShardRecord:
     legacy_samples: tuple[dict[str, Any], ...] | None = field(default=None, compare=False, repr=False)
 
     @staticmethod
+    def name(key: str) -> str:
+        """The record's file name in its split folder: ``.shard-<key>.json``."""
+        return f"{RECORD_PREFIX}{key}.json"
+
+    @staticmethod
     def path(directory: Path, key: str) -> Path:
-        return directory / f"{RECORD_PREFIX}{key}.json"
+        return directory / ShardRecord.name(key)
 
     def save(self, directory: Path) -> None:
         files = [{**f.__dict__, **({"stat": list(s)} if s is not None else {})}
@@ -89,12 +94,17 @@ class ShardRecord:
             return None
 
 
+def is_record_name(name: str) -> bool:
+    """A shard record's file name (``.shard-<key>.json``; a temp name of one is hidden with a different prefix)."""
+    return name.startswith(RECORD_PREFIX)
+
+
 def records_within(directory: Path, names: set[str]) -> set[str]:
     """The names of the shard records in ``directory`` all of whose files are among ``names`` (files kept for
     a kept version): kept with them, so that a run that goes back to that content reuses the files."""
     out: set[str] = set()
     for p in directory.iterdir():
-        if not p.name.startswith(RECORD_PREFIX) or not p.name.endswith(".json"):
+        if not is_record_name(p.name) or not p.name.endswith(".json"):
             continue
         try:
             files = json.loads(p.read_bytes())["files"]

@@ -7,14 +7,10 @@ the remote listing. Fingerprints come from the listing too (size + ETag, no down
 fetches only its own shard's images and labels into a private temporary folder, converts them, and
 deletes them.
 
-Output on object storage (``RemoteSink``): shards are written and renamed locally, exactly as for a
-local output, in a temporary staging folder; each finished shard is uploaded (files first, then its
-record ``.shard-<key>.json``) and its local files deleted, so local disk holds only the shards in flight.
-After every shard of a split is up, the fingerprint cache, the new version's ``manifest-v<N>.json`` and then
-``manifest.json`` — the commit marker — are uploaded last, and only then are objects that no kept version
-names deleted (``--keep-versions``; object storage has no reader leases, retention alone protects readers).
-A killed run leaves uploaded shards and records: the next run downloads the records, checks the objects'
-sizes, and reuses them. One run per output holds a :class:`~shardkit.lock.RemoteLock`.
+Output on object storage (:class:`~shardkit.splitdir.RemoteSink`, the object-storage implementation of the
+split-folder interface): shards are written and renamed locally, exactly as for a local output, in a temporary
+staging folder, then uploaded shard by shard; the manifest goes up last. One run per output holds a
+:class:`~shardkit.lock.RemoteLock`.
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ import contextlib
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -32,24 +28,13 @@ import numpy as np
 
 from .config import ConvertConfig
 from .discover import IMAGE_EXTENSIONS
-from .errors import ConfigError, OutputError, ShardkitError
-from .fingerprint import CACHE_NAME, SourceCache, fingerprint_samples, sample_fingerprint
+from .errors import ConfigError, OutputError
+from .fingerprint import SourceCache, fingerprint_samples, sample_fingerprint
 from .imageio import read_image_size
 from .lock import OutputLock, RemoteLock
-from .manifest import (
-    MANIFEST_NAME,
-    kept_versions,
-    named_files,
-    parse_manifest_bytes,
-    version_name,
-    version_number,
-)
 from .pairs import PairTable
 from .plan import ShardTask
-from .publish import current_manifest, published_number, versions_to_keep
-from .records import RECORD_PREFIX, ShardRecord, records_within, reuse
-from .splitdir import owned
-from .splitfiles import ShardFile
+from .splitdir import LocalSink, RemoteSink, SplitSink
 from .storage import Remote, content_id
 
 log = logging.getLogger(__name__)
@@ -151,110 +136,6 @@ class RemoteSource:
             yield replace(task, samples=task.samples.with_root(root)), root
 
 
-class RemoteSink:
-    """An output folder on object storage, fed from the local staging folder (parent process only)."""
-
-    def __init__(self, remote: Remote) -> None:
-        self.remote = remote
-        self.listings: dict[str, dict[str, int]] = {}
-        self.lock: RemoteLock | None = None
-
-    def prepare_split(self, directory: Path) -> None:
-        """List the remote split folder; fetch its shard records, fingerprint cache and current manifest into
-        ``directory``; delete version files newer than that manifest (a run killed before its commit)."""
-        split = directory.name
-        listing = self.remote.listing(split)
-        self.listings[split] = {name: int(info.get("size") or 0) for name, info in listing.items()}
-        wanted = [(f"{split}/{n}", directory / n) for n in listing
-                  if "/" not in n and (n.startswith(RECORD_PREFIX) or n in (CACHE_NAME, MANIFEST_NAME))]
-        self.remote.download_many(wanted)
-        current = published_number(current_manifest(directory))
-        orphans = [f"{split}/{n}" for n in listing if (version_number(n) or 0) > current]
-        self.remote.delete(orphans)
-        # the kept versions too: their shards' records stay (a run back to their content reuses the objects)
-        self.remote.download_many([(f"{split}/{n}", directory / n) for n in listing
-                                   if 0 < (version_number(n) or 0) <= current])
-
-    def reuse(self, directory: Path, key: str, wanted_names: tuple[str, ...]) -> ShardRecord | None:
-        """The record of shard ``key`` if every file it names is on the store with its recorded size.
-
-        Content is not re-hashed (that would download every shard): an object store writes an object
-        whole or not at all, names hold the shard's content key, and a file's record is uploaded only after
-        the file. ``shardkit verify URL`` re-checks every sha256. A shard whose position moved is copied
-        to its new names on the store (server side)."""
-        split = directory.name
-        sizes = self.listings.get(split, {})
-        record = ShardRecord.load(directory, key)
-        if record is None or len(record.files) != len(wanted_names) or record.key != key:
-            return None
-        if any(sizes.get(f.name) != f.bytes for f in record.files):
-            return None
-        files = []
-        for f, name in zip(record.files, wanted_names, strict=True):
-            if f.name != name:
-                self.remote.copy(f"{split}/{f.name}", f"{split}/{name}")
-                sizes[name] = f.bytes
-            files.append(ShardFile(name, f.bytes, f.sha256))
-        moved = replace(record, files=tuple(files), stats_on_disk=())
-        if moved != record:
-            moved.save(directory)
-            self._upload_record(directory, key)
-        return moved
-
-    def _upload_record(self, directory: Path, key: str) -> None:
-        path = ShardRecord.path(directory, key)
-        self.remote.upload(path, f"{directory.name}/{path.name}")
-
-    def shard_published(self, directory: Path, record: ShardRecord) -> None:
-        """Upload a shard renamed into place locally: files, then its record; then free the local files."""
-        split = directory.name
-        for f in record.files:
-            self.remote.upload(directory / f.name, f"{split}/{f.name}")
-        self._upload_record(directory, record.key)
-        for f in record.files:
-            (directory / f.name).unlink(missing_ok=True)
-            self.listings.setdefault(split, {})[f.name] = f.bytes
-
-    def split_committed(self, directory: Path, records: Sequence[ShardRecord], keep_versions: int) -> None:
-        """Upload the fingerprint cache, the new version file(s), then ``manifest.json`` (the commit marker),
-        then delete what no kept version names (old shards, records and version files of earlier runs)."""
-        split = directory.name
-        if self.lock is not None:
-            self.lock.check()
-        if (directory / CACHE_NAME).is_file():
-            self.remote.upload(directory / CACHE_NAME, f"{split}/{CACHE_NAME}")
-        remote_names = set(self.remote.listing(split))
-        local_names = [p.name for p in directory.iterdir()]
-        for number in kept_versions(local_names):  # the new version (and a pre-version manifest kept as 1)
-            name = version_name(number)
-            if name not in remote_names:
-                self.remote.upload(directory / name, f"{split}/{name}")
-        self.remote.upload(directory / MANIFEST_NAME, f"{split}/{MANIFEST_NAME}")
-        keep = {f.name for r in records for f in r.files}
-        keep |= {ShardRecord.path(directory, r.key).name for r in records}
-        keep |= {MANIFEST_NAME, CACHE_NAME}
-        listing = self.remote.listing(split)
-        numbers = kept_versions(listing)
-        kept = versions_to_keep(numbers, keep_versions)
-        stale = []
-        for number in numbers:
-            name = version_name(number)
-            if number not in kept:
-                stale.append(f"{split}/{name}")
-                continue
-            local = directory / name
-            data = local.read_bytes() if local.is_file() else self.remote.read_bytes(f"{split}/{name}")
-            try:
-                keep |= named_files(parse_manifest_bytes(data, self.remote.url_of(f"{split}/{name}"))) | {name}
-            except ShardkitError:
-                continue
-        keep |= records_within(directory, keep)  # the records fetched by prepare_split
-        stale += [f"{split}/{n}" for n in listing if "/" not in n and n not in keep and owned(n)]
-        self.remote.delete(stale)
-        log.info("%s: manifest uploaded (versions kept: %s), %d stale objects removed", self.remote.url_of(split),
-                 ", ".join(map(str, sorted(kept))) or "none", len(stale))
-
-
 class StorageSession:
     """Where one conversion reads and writes; a no-op wrapper around local folders.
 
@@ -267,7 +148,9 @@ class StorageSession:
         self.original = cfg
         self.cfg = cfg
         self.source: RemoteSource | None = None
-        self.sink: RemoteSink | None = None
+        #: where the split folders go: :class:`~shardkit.splitdir.LocalSink`, or a
+        #: :class:`~shardkit.splitdir.RemoteSink` fed from the staging folder
+        self.sink: SplitSink = LocalSink()
         self.input_name = cfg.input_url or Path(cfg.input).expanduser().resolve().as_posix()
         self.output_name = cfg.output_url or str(cfg.output)
         self._stack = contextlib.ExitStack()
@@ -306,7 +189,7 @@ class StorageSession:
 
     def lock(self) -> contextlib.AbstractContextManager[Any]:
         """flock on a local output; the lock object (and a local flock on the staging folder) on a remote one."""
-        if self.sink is None:
+        if not isinstance(self.sink, RemoteSink):
             return OutputLock(self.cfg.output)
         stack = contextlib.ExitStack()
         stack.enter_context(OutputLock(self.cfg.output))
@@ -324,29 +207,3 @@ class StorageSession:
     @property
     def header_size(self) -> Callable[[Path], tuple[int, int]]:
         return self.source.header_size if self.source is not None else read_image_size
-
-    def prepare_split(self, directory: Path) -> None:
-        if self.sink is not None:
-            self.sink.prepare_split(directory)
-
-    def reuse(self, directory: Path, key: str, wanted_names: tuple[str, ...], *,
-              rehash: bool = False) -> ShardRecord | None:
-        """A reusable shard's record. ``rehash`` (local outputs): hash every file instead of trusting its stat;
-        on object storage sizes are compared and ``shardkit verify URL`` hashes (it would download every shard)."""
-        if self.sink is not None:
-            return self.sink.reuse(directory, key, wanted_names)
-        return reuse(directory, key, wanted_names, rehash=rehash)
-
-    def shard_published(self, directory: Path, record: ShardRecord) -> None:
-        if self.sink is not None:
-            self.sink.shard_published(directory, record)
-
-    def split_committed(self, directory: Path, records: Sequence[ShardRecord], keep_versions: int) -> None:
-        if self.sink is not None:
-            self.sink.split_committed(directory, records, keep_versions)
-
-    def committed(self, split: str, local_manifest: Path) -> Path | str:
-        """Where the split's manifest now is: its URL on object storage, else the local path."""
-        if self.sink is not None:
-            return self.sink.remote.url_of(f"{split}/{MANIFEST_NAME}")
-        return local_manifest

@@ -1,8 +1,10 @@
-"""What every shard format shares: the sample spec, temp-name writing, fsync, hashing, readers' checks.
+"""What every shard format shares: temp-name writing, fsync, hashing, readers' checks.
 
 A format module only says how samples become bytes (writer) and bytes become samples
 (reader). Everything else — temporary names, sha256, size limits, path safety, lazy
 per-process opening — lives here, once; fsync and renaming are :mod:`shardkit.publish`'s.
+The sample spec (:class:`~shardkit.splitfiles.SampleSpec`, importable from here too) is in the typed core under
+both the formats and the manifest.
 """
 
 from __future__ import annotations
@@ -15,80 +17,18 @@ import socket
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cached_property, partial
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ..codecs import RAW, ArrayCodecs, CodecDataError
-from ..encoding import LabelEncoding
-from ..encoding import stored as stored_encoding
 from ..errors import ConfigError, IntegrityError, ShardFormatError, ShardkitError
 from ..samples import sidecar_name
-from ..splitfiles import TMP_MARK, ShardFile, ShardInfo, check_regular_file, fsync_file, member_path
+from ..splitfiles import TMP_MARK, SampleSpec, ShardFile, ShardInfo, check_regular_file, fsync_file, member_path
 
 HASH_CHUNK = 8 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class SampleSpec:
-    """What one stored sample looks like: image (H, W, 3) uint8 RGB and an encoded label."""
-
-    size: tuple[int, int] | None
-    label_encoding: str
-    num_classes: int
-    label_dtype: str  # numpy dtype string, little-endian: "|u1" or "<u2"
-
-    @cached_property
-    def encoding(self) -> LabelEncoding:
-        """The stored label encoding (:mod:`shardkit.encoding`): shape, dtype, encode, decode."""
-        return stored_encoding(self.label_encoding, self.num_classes, self.label_dtype)
-
-    @property
-    def label_channels(self) -> int | None:
-        """Trailing label axis length: None for index maps (H, W), C or ceil(C/8) otherwise."""
-        return self.encoding.channels
-
-    @property
-    def stored_label_dtype(self) -> np.dtype:
-        return self.encoding.dtype
-
-    def label_shape(self, hw: tuple[int, int]) -> tuple[int, ...]:
-        return self.encoding.shape(hw)
-
-    def sample_nbytes(self, hw: tuple[int, int]) -> int:
-        """Stored bytes of one sample of this (H, W): what shard byte limits count."""
-        return hw[0] * hw[1] * 3 + int(np.prod(self.label_shape(hw))) * self.stored_label_dtype.itemsize
-
-    def flat_offsets(self, shapes: np.ndarray) -> np.ndarray:
-        """Start of each sample in flattened image and label arrays: (n + 1, 2) int64, last row = totals."""
-        px = np.asarray(shapes, dtype=np.int64).reshape(-1, 2).prod(axis=1)
-        per_px = np.array([3, int(np.prod(self.label_shape((1, 1))))], dtype=np.int64)
-        offsets = np.zeros((len(px) + 1, 2), dtype=np.int64)
-        np.cumsum(px[:, None] * per_px, axis=0, out=offsets[1:])
-        return offsets
-
-    def to_manifest(self) -> dict[str, Any]:
-        h, w = self.size if self.size else (None, None)
-        return {
-            "image": {"dtype": "|u1", "shape": [h, w, 3], "layout": "HWC", "channels": "RGB"},
-            "label": {
-                "dtype": self.stored_label_dtype.str,
-                "shape": [h, w] if self.label_channels is None else [h, w, self.label_channels],
-                "encoding": self.label_encoding,
-                "num_classes": self.num_classes,
-                "class_id_dtype": self.label_dtype,
-                "bitorder": self.encoding.bitorder,
-            },
-        }
-
-    @classmethod
-    def from_manifest(cls, sample: dict[str, Any]) -> SampleSpec:
-        shape = sample["image"]["shape"]
-        size = (int(shape[0]), int(shape[1])) if shape[0] is not None else None
-        lab = sample["label"]
-        return cls(size, str(lab["encoding"]), int(lab["num_classes"]), str(lab["class_id_dtype"]))
 
 
 @dataclass(frozen=True)
