@@ -345,6 +345,16 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
               help="Per-image codec (docs/codecs.md): " + _takes("image_codecs") + "; jpeg:Q is lossy (Q 1-100).")
 @click.option("--label-codec", default="raw", show_default=True, metavar="CODEC",
               help="Per-label codec, always lossless: " + _takes("label_codecs") + ".")
+# -- image type and bands (shardkit.imagetypes; docs/images.md): stored as decoded unless asked
+@click.option("--bands", metavar="N,N,…", help="Store only these bands of each image, in this order (1-based), "
+                                              "e.g. 4,3,2.")
+@click.option("--image-dtype", type=click.Choice(["uint8", "uint16", "int16", "float32"]),
+              help="Store images as this type (default: as decoded). Lossless widening needs nothing; anything else "
+                   "--rescale.")
+@click.option("--rescale", metavar="shift|minmax|percentile:P",
+              help="How --image-dtype changes values: shift (drop low bits: uint16 >> 8), minmax or percentile:P "
+                   "(per image and band, clipped at the P and 100-P percentiles).")
+@click.option("--pages-as-bands", is_flag=True, help="A multi-page TIFF's pages are the bands of one image.")
 @click.option("--workers", type=click.IntRange(0), default=0, show_default=True,
               help="Worker processes; 0 = all cores.")
 @click.option("--backend", type=click.Choice(["local", "dask"]), default="local", show_default=True,
@@ -382,7 +392,8 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
             palette: Path | None, num_classes: int | None, ignore_index: int | None, colour_tolerance: int,
             unknown_as: int | None, label_map: str | None, reduce_zero_label: bool, threshold: int | None,
             cityscapes_train_ids: bool, splits: tuple[str, ...], shard_size: ShardSize,
-            compression: str, image_codec: str, label_codec: str, workers: int, backend: str, scheduler: str | None,
+            compression: str, image_codec: str, label_codec: str, bands: str | None, image_dtype: str | None,
+            rescale: str | None, pages_as_bands: bool, workers: int, backend: str, scheduler: str | None,
             on_error: str, on_duplicate: str, max_pixels: int, storage_option: tuple[str, ...],
             strict: bool, dry_run: bool, force: bool, rehash: bool, keep_versions: int, quiet: bool,
             verbose: bool, log_format: str) -> None:
@@ -405,6 +416,7 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
         scheduler=scheduler, on_error=on_error, on_duplicate=on_duplicate,
         strict=strict, dry_run=dry_run, force=force, rehash=rehash, quiet=quiet, max_pixels=max_pixels,
         storage_options=parse_storage_options(storage_option), keep_versions=keep_versions,
+        bands=bands or (), image_dtype=image_dtype, rescale=rescale, pages_as_bands=pages_as_bands,
     )
     summary = run(cfg)
     if dry_run:

@@ -165,6 +165,11 @@ class ConvertConfig:
     split_lists: tuple[tuple[str, Path], ...] = ()
     #: a class list (names, optionally ids and colours; JSON, CSV or text) from ``--classes FILE``
     classes: Path | None = None
+    # -- image type and bands (shardkit.imagetypes): images are stored as decoded unless these ask otherwise
+    image_dtype: str | None = None  # --image-dtype uint8|uint16|int16|float32
+    rescale: str | None = None  # --rescale shift|minmax|percentile:P
+    bands: tuple[int, ...] = ()  # --bands 4,3,2 (1-based)
+    pages_as_bands: bool = False  # --pages-as-bands: a multi-page TIFF's pages are its bands
 
     #: fsspec URLs (``s3://bucket/x``) when the input / output is on object storage; ``input``/``output``
     #: then only echo them. Set from ``input``/``output`` themselves; ``file://`` becomes a local path.
@@ -222,6 +227,7 @@ class ConvertConfig:
         if self.label_map is not None and not isinstance(self.label_map, str):
             raise ConfigError(f"label_map {self.label_map!r} is not SRC:ID entries or a file path",
                               fix="write it like label_map = \"255:1,0:0\"")
+        object.__setattr__(self, "bands", self.image_options.bands)  # "4,3,2" → (4, 3, 2), checked
         _ = self.value_map  # parsed once here, so a bad --label-map / --threshold is a usage error up front
         codecs = ArrayCodecs.parse(self.image_codec, self.label_codec)
         object.__setattr__(self, "image_codec", str(codecs.image))  # one spelling: "zstd:3" → "zstd"
@@ -288,6 +294,13 @@ class ConvertConfig:
         return ValueMap.from_options(self.label_map, self.reduce_zero_label, self.threshold)
 
     @property
+    def image_options(self) -> Any:
+        """The :class:`~shardkit.imagetypes.ImageOptions` of ``image_dtype``/``rescale``/``bands``/``pages_as_bands``."""
+        from .imagetypes import ImageOptions
+
+        return ImageOptions(self.image_dtype, self.rescale, self.bands, self.pages_as_bands)
+
+    @property
     def codecs(self) -> Any:
         """The :class:`~shardkit.codecs.ArrayCodecs` of ``image_codec``/``label_codec`` (checked on init)."""
         from .codecs import ArrayCodecs
@@ -314,6 +327,7 @@ class ConvertConfig:
             "image_interpolation": "area-down-linear-up",
             "label_interpolation": "nearest",
             **self.value_map.to_json(),  # the label map's contents (not its file name); nothing when none
+            **self.image_options.to_json(),  # bands / type asked for; nothing when none (images as decoded)
         }
 
     def replace(self, **changes: Any) -> ConvertConfig:

@@ -18,6 +18,7 @@ from typing import Any
 
 from . import encoding
 from .errors import ConfigError, InputNotFoundError, ShardFormatError
+from .formats.base import IMAGE_CHANNEL_KINDS, IMAGE_DTYPES, MAX_BANDS
 from .formats.registry import names
 from .samples import SampleTable
 from .splitfiles import (
@@ -32,10 +33,15 @@ from .splitfiles import (
 
 MANIFEST_NAME = "manifest.json"
 SCHEMA_ID = "shardkit.manifest"
+#: The manifest version of splits of (H, W, 3) uint8 RGB images (what every split was before version 4).
 MANIFEST_VERSION = 3
+#: Version 4: images of any stored type and band count (``sample.image``), and provenance columns in the
+#: sidecars (formats/manifest.md). Written only where it is needed, so RGB uint8 splits stay byte-identical.
+IMAGES_MANIFEST_VERSION = 4
 #: Manifest versions this shardkit reads: 1 keeps sample records inline, 2 in one sidecar per shard, 3 is 2
-#: plus the split's publish number (``version``; each publish also kept as ``manifest-v<N>.json``).
-READ_VERSIONS = (1, 2, 3)
+#: plus the split's publish number (``version``; each publish also kept as ``manifest-v<N>.json``), 4 is 3 with
+#: images of any type and bands.
+READ_VERSIONS = (1, 2, 3, 4)
 #: A kept publish of a split: ``manifest-v<N>.json`` beside ``manifest.json`` (which is a copy of the newest).
 _VERSION_NAME = re.compile(r"manifest-v([1-9][0-9]{0,8})\.json\Z")
 # Bounds on manifest numbers, checked before anything is allocated from them.
@@ -192,7 +198,17 @@ class Manifest:
             raise bad(f"class_id_dtype {label.get('class_id_dtype')!r} is not one of {', '.join(CLASS_ID_DTYPES)}")
         shape = image.get("shape")
         if not isinstance(shape, list) or len(shape) != 3 or (shape[0] is None) != (shape[1] is None):
-            raise bad(f"image shape {shape!r} is not [H, W, 3] or [null, null, 3]")
+            raise bad(f"image shape {shape!r} is not [H, W, C] or [null, null, C]")
+        legacy = (image.get("dtype"), shape[2], image.get("channels")) == ("|u1", 3, "RGB")
+        if self.manifest_version < IMAGES_MANIFEST_VERSION and not legacy:
+            raise bad(f"version {self.manifest_version} stores [H, W, 3] uint8 RGB images, not {image.get('dtype')!r} "
+                      f"with {shape[2]!r} channels {image.get('channels')!r}")
+        if image.get("dtype") not in IMAGE_DTYPES:
+            raise bad(f"image dtype {image.get('dtype')!r} is not one of {', '.join(IMAGE_DTYPES)}")
+        if not _is_int(shape[2]) or not 1 <= shape[2] <= MAX_BANDS:
+            raise bad(f"image channels {shape[2]!r} is not an integer in 1..{MAX_BANDS}")
+        if image.get("channels") not in IMAGE_CHANNEL_KINDS or (image.get("channels") == "RGB" and shape[2] != 3):
+            raise bad(f"image channels {image.get('channels')!r} is not 'RGB' (3 channels) or 'bands'")
         if shape[0] is not None:
             self._check_size(shape[0], shape[1], "image shape", bad)
         ignore = self.classes.get("ignore_index")
@@ -219,8 +235,8 @@ class Manifest:
             values = self.stats.get(key, [])
             if not isinstance(values, list) or not all(_is_number(v) for v in values):
                 raise bad(f"stats.{key} is not a list of numbers")
-            if key in ("image_mean", "image_std") and key in self.stats and len(values) != 3:
-                raise bad(f"stats.{key} has {len(values)} values, not one per RGB channel")
+            if key in ("image_mean", "image_std") and key in self.stats and len(values) != shape[2]:
+                raise bad(f"stats.{key} has {len(values)} values, not one per image channel ({shape[2]})")
         for shard in self.shards:
             if shard.num_samples < 0 or any(f.bytes < 0 for f in shard.all_files):
                 raise bad(f"shard {shard.index} has a negative sample or byte count")
@@ -250,6 +266,12 @@ class Manifest:
                 path=where,
                 fix="re-convert this split",
             )
+
+
+def manifest_version_for(spec: Any, provenance: bool = False) -> int:
+    """The manifest version a split is written in: :data:`MANIFEST_VERSION` for (H, W, 3) uint8 RGB images and
+    plain sidecars, else :data:`IMAGES_MANIFEST_VERSION` (other images, or ``provenance`` columns)."""
+    return MANIFEST_VERSION if spec.legacy_image and not provenance else IMAGES_MANIFEST_VERSION
 
 
 def parse_cost(raw: bytes) -> int:

@@ -29,14 +29,15 @@ from .errors import ConfigError, DuplicateError, OutputError
 from .fingerprint import CACHE_NAME, SourceCache, load_cache, save_cache
 from .formats.base import SampleSpec
 from .formats.registry import get
-from .imageio import label_palette
+from .imageio import image_layout, label_palette
+from .imagetypes import NAME_OF
 from .labels import ClassTable, LabelDecoder
 from .labels.builtin import with_palette_colours
 from .labels.idscan import scan_table
 from .labels.policy import TableChoice, choose_class_table
 from .labels.values import REDUCE_ZERO_IGNORE, ignore_warning
 from .layouts import Discovery, discover, file_types, layout_table
-from .manifest import MANIFEST_NAME, Manifest
+from .manifest import MANIFEST_NAME, Manifest, manifest_version_for
 from .plan import ShardTask, plan_split, settings_text
 from .pool import run_tasks
 from .preprocess import fixed_size
@@ -105,10 +106,33 @@ class ConvertSummary:
         )
 
 
-def sample_spec(cfg: ConvertConfig, table: ClassTable) -> SampleSpec:
-    """What every stored sample of this conversion looks like (its size, when one size fits all)."""
+def sample_spec(cfg: ConvertConfig, table: ClassTable,
+                image: tuple[str, int, str] = ("|u1", 3, "RGB")) -> SampleSpec:
+    """What every stored sample of this conversion looks like (its size, when one size fits all; ``image``: its
+    images' dtype, bands and channel kind, from :func:`image_layout_of`)."""
     return SampleSpec(fixed_size(cfg.size, cfg.resize, cfg.crop), cfg.label_encoding, table.num_classes,
-                      table.label_dtype().str)
+                      table.label_dtype().str, *image)
+
+
+def image_layout_of(cfg: ConvertConfig, found: Discovery, session: StorageSession) -> tuple[str, int, str]:
+    """The image dtype, bands and channel kind of the conversion, from its first image (in plan order, decoded
+    as a worker would): every other image must match it (each is checked as it is converted). Logged, since it
+    is what shardkit concluded."""
+    first = next((p for pairs in found.splits.values() if len(pairs) and (p := pairs.path(0, 0))), None)
+    if first is None:
+        return "|u1", 3, "RGB"
+    with tempfile.TemporaryDirectory(prefix="shardkit-probe-") as tmp:
+        path = Path(first)
+        if session.source is not None:  # on object storage: fetch that one file
+            local = Path(tmp) / path.name
+            session.source.remote.download(session.source.rel(path), local)
+            path = local
+        layout = image_layout(path, cfg.image_options, cfg.max_pixels)
+    dtype, bands, kind = layout
+    log.info("images: %s, %d band%s (%s), as the first image %s %s", NAME_OF[dtype], bands, "s" * (bands != 1),
+             kind, Path(first).name, "is stored" if cfg.image_options.default else "is converted as asked",
+             extra={"event": "images", "dtype": NAME_OF[dtype], "bands": bands, "channels": kind})
+    return layout
 
 
 def check_output(cfg: ConvertConfig) -> None:
@@ -154,20 +178,21 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
     for line in found.report_lines():
         log.info("%s", line)
     check_output(cfg)
-    spec = sample_spec(cfg, table)
+    spec = sample_spec(cfg, table, image_layout_of(cfg, found, session))
     options = cfg.preprocessing()
     # The manifest records what took effect: the Cityscapes id remap only means something for Cityscapes.
     # (Fingerprints keep hashing the options as given, so existing shard names stay valid.)
     recorded = options | ({} if found.layout == "cityscapes" else {"cityscapes_train_ids": None})
     fmt = get(cfg.format)
-    settings = {"format": cfg.format, "format_version": fmt.version_for(cfg.compression, cfg.codecs),
+    fmt.check_image(spec, cfg.codecs)
+    settings = {"format": cfg.format, "format_version": fmt.version_for(cfg.compression, cfg.codecs, spec),
                 "sample": spec.to_manifest(),
                 "classes": table.to_json(), "preprocessing": options, "on_error": cfg.on_error}
     digest = hashlib.sha256(settings_text(settings).encode()).hexdigest()
     ctx = WorkerContext(cfg.format, spec, decoder, found.root.resolve(), cfg.size, cfg.resize, cfg.crop,
                         cfg.compression, cfg.on_error, sync_files=cfg.backend == "dask",
                         max_pixels=cfg.max_pixels, codecs=cfg.codecs, source=session.source,
-                        settings=settings_text(settings))
+                        settings=settings_text(settings), image=cfg.image_options)
     log.info("convert %s → %s as %s", session.input_name, session.output_name, cfg.format,
              extra={"event": "start", "input": session.input_name, "output": session.output_name,
                     "format": cfg.format, "workers": cfg.effective_workers(), "backend": cfg.backend})
@@ -427,7 +452,7 @@ def publish_split(
     """
     directory = cfg.output / split
     shards: list[ShardInfo] = []
-    stats = Stats(table.num_classes)
+    stats = Stats(table.num_classes, spec.image_channels)
     first = 0
     for index, r in enumerate(records):
         shards.append(ShardInfo(index, r.num_samples, first, r.files[:-1], r.files[-1]))
@@ -440,7 +465,8 @@ def publish_split(
     manifest = Manifest(
         version=1,
         format=cfg.format,
-        format_version=fmt.version_for(cfg.compression, cfg.codecs),
+        format_version=fmt.version_for(cfg.compression, cfg.codecs, spec),
+        manifest_version=manifest_version_for(spec),
         split=split,
         num_samples=first,
         sample=spec.to_manifest(),

@@ -62,6 +62,17 @@ def pads(hw: tuple[int, int], size: tuple[int, int] | None, resize: str, crop: s
     return th < size[0] or tw < size[1]
 
 
+def content_box(hw: tuple[int, int], size: tuple[int, int] | None, resize: str,
+                crop: str) -> tuple[int, int, int, int]:
+    """(y0, y1, x0, x1): where a source of ``hw`` lands in its stored sample (:func:`fit_pair`); outside it is
+    padding (image 0, label the pad id), which image statistics leave out."""
+    th, tw = resized_hw(hw, size, resize)
+    if size is None or crop != "center":
+        return 0, th, 0, tw
+    dy, dx = max((size[0] - th) // 2, 0), max((size[1] - tw) // 2, 0)
+    return dy, dy + min(th, size[0]), dx, dx + min(tw, size[1])
+
+
 def fixed_size(size: tuple[int, int] | None, resize: str, crop: str) -> tuple[int, int] | None:
     """The (H, W) every stored sample has whatever its source size, or None when it follows the source."""
     return size if size is not None and (crop == "center" or resize == "exact") else None

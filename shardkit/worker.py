@@ -25,14 +25,15 @@ import numpy as np
 from .codecs import RAW, ArrayCodecs
 from .config import DEFAULT_MAX_PIXELS
 from .discover import rel_path
-from .errors import OutputError, ShardkitError
+from .errors import DecodeError, OutputError, ShardkitError
 from .fingerprint import SourceCache, sample_fingerprint, source_digest
 from .formats.base import SampleSpec, WrittenFile
 from .formats.registry import get, writer_class
 from .imageio import check_pixels, decode_image, regular_stat
+from .imagetypes import NAME_OF, ImageOptions, dtype_name
 from .labels import LabelDecoder
 from .plan import ShardTask, hex_rows, shard_key, stem
-from .preprocess import fit_pair, pads
+from .preprocess import content_box, fit_pair, pads
 from .progress import CounterRef, worker_tick
 from .samples import SidecarBuilder, pixel_hash, sidecar_name
 from .stats import Stats
@@ -72,6 +73,8 @@ class WorkerContext:
     #: ``--on-duplicate skip``: ``(split, key, kept copy, pixel hash hex)`` of samples to leave out as duplicates of
     #: an earlier sample (decided by the parent from every shard's pixel hashes; see :mod:`shardkit.duplicates`)
     drop: tuple[tuple[str, str, str, str], ...] = ()
+    #: bands and element type asked for (``--bands``, ``--image-dtype``, ``--rescale``, ``--pages-as-bands``)
+    image: ImageOptions = ImageOptions()
 
 
 @dataclass
@@ -96,9 +99,21 @@ class ShardResult:
     pixels: bytes = b""
 
 
-def process_sample(pair: Any, ctx: WorkerContext,
-                   data: dict[Path, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
-    """Decode + fit + encode one pair → (image, stored label, class ids, whether it was padded).
+def check_image_spec(image: np.ndarray, spec: SampleSpec, path: Path) -> None:
+    """Refuse an image whose type or band count is not the split's (set by its first image): never cast silently."""
+    bands = image.shape[2]
+    if dtype_name(image.dtype) != NAME_OF[spec.image_dtype] or bands != spec.image_channels:
+        want = f"{NAME_OF[spec.image_dtype]} with {spec.image_channels} band{'s' * (spec.image_channels != 1)}"
+        raise DecodeError(f"image is {dtype_name(image.dtype)} with {bands} band{'s' * (bands != 1)}; this split "
+                          f"stores {want} (its first image's)", path=path,
+                          fix="convert such images separately, or make them alike with --bands / --image-dtype "
+                              "and --rescale")
+
+
+def process_sample(pair: Any, ctx: WorkerContext, data: dict[Path, np.ndarray] | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int, int, int] | None]:
+    """Decode + fit + encode one pair → (image, stored label, class ids, where the source lies when it was padded:
+    (y0, y1, x0, x1), else None).
 
     ``data``: source files already read (and found regular) by :func:`fingerprint_pair`; others are read here.
     """
@@ -111,10 +126,12 @@ def process_sample(pair: Any, ctx: WorkerContext,
         if label_data is None:
             regular_stat(pair.label, "label")
         check_pixels(pair.label, ctx.max_pixels, "label", label_data)
-    image = decode_image(pair.image, image_data)
+    image = decode_image(pair.image, image_data, ctx.image)
+    check_image_spec(image, ctx.spec, pair.image)
     ids = ctx.decoder.decode(pair.label, label_data)  # JPEG labels: the decoder words their errors itself
     pad = ctx.decoder.table.ignore_index if ctx.decoder.table.ignore_index is not None else 0
-    padded = pads(image.shape[:2], ctx.size, ctx.resize, ctx.crop)
+    hw = (int(image.shape[0]), int(image.shape[1]))
+    padded = content_box(hw, ctx.size, ctx.resize, ctx.crop) if pads(hw, ctx.size, ctx.resize, ctx.crop) else None
     image, ids = fit_pair(image, ids, size=ctx.size, resize=ctx.resize, crop=ctx.crop, pad_label=pad,
                           label_path=pair.label)
     return image, ctx.spec.encoding.encode(ids, allow_numba=False), ids, padded
@@ -225,7 +242,7 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
         cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
     except Exception:  # pragma: no cover
         pass
-    stats = Stats(ctx.spec.num_classes)
+    stats = Stats(ctx.spec.num_classes, ctx.spec.image_channels)
     cls = writer_class(ctx.format)
     errors = cls.write_errors
     writer = _write(cls, task, task.directory, task.stem, ctx.spec, len(task.samples), ctx.compression, ctx.codecs,
@@ -263,8 +280,8 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
                     tick()
                 continue
             _write(writer.add, task, image, stored, pair.key, errors=errors)
-            padded += was_padded
-            present = stats.add(image, ids)
+            padded += was_padded is not None
+            present = stats.add(image, ids, was_padded)
             samples.add(pair.key, rel_path(ctx.root, pair.label) if pair.label is not None else None,
                         int(image.shape[0]), int(image.shape[1]), fingerprint, present, pixel_hash(image))
             if tick is not None:

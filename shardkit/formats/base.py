@@ -31,14 +31,46 @@ from ..splitfiles import TMP_MARK, ShardFile, ShardInfo, check_regular_file, fsy
 HASH_CHUNK = 8 * 1024 * 1024
 
 
+#: Image element types a split may store (little-endian numpy dtype strings), format version 3.
+IMAGE_DTYPES = ("|u1", "<u2", "<i2", "<f4")
+#: Most bands (channels) a stored image may have.
+MAX_BANDS = 1024
+#: What ``sample.image.channels`` says: ``RGB`` (three colour channels, the only value before format version 3),
+#: or ``bands`` (1..N bands as the source stored them, in ``source_bands`` order).
+IMAGE_CHANNEL_KINDS = ("RGB", "bands")
+
+
 @dataclass(frozen=True)
 class SampleSpec:
-    """What one stored sample looks like: image (H, W, 3) uint8 RGB and an encoded label."""
+    """What one stored sample looks like: an image (H, W, C) of ``image_dtype`` and an encoded label.
+
+    Before format version 3 every image was (H, W, 3) uint8 RGB (the defaults); since, an image keeps the
+    element type and bands it was decoded with (:data:`IMAGE_DTYPES`, 1..:data:`MAX_BANDS` bands).
+    """
 
     size: tuple[int, int] | None
     label_encoding: str
     num_classes: int
     label_dtype: str  # numpy dtype string, little-endian: "|u1" or "<u2"
+    image_dtype: str = "|u1"
+    image_channels: int = 3
+    channel_kind: str = "RGB"
+
+    @property
+    def legacy_image(self) -> bool:
+        """True for (H, W, 3) uint8 RGB images: what format versions 1 and 2 (and manifest 3) can say."""
+        return self.image_dtype == "|u1" and self.image_channels == 3 and self.channel_kind == "RGB"
+
+    @property
+    def stored_image_dtype(self) -> np.dtype:
+        return np.dtype(self.image_dtype)
+
+    def image_shape(self, hw: tuple[int, int]) -> tuple[int, int, int]:
+        """Shape of one stored image of height/width ``hw``."""
+        return (int(hw[0]), int(hw[1]), self.image_channels)
+
+    def image_nbytes(self, hw: tuple[int, int]) -> int:
+        return int(hw[0]) * int(hw[1]) * self.image_channels * self.stored_image_dtype.itemsize
 
     @cached_property
     def encoding(self) -> LabelEncoding:
@@ -59,12 +91,13 @@ class SampleSpec:
 
     def sample_nbytes(self, hw: tuple[int, int]) -> int:
         """Stored bytes of one sample of this (H, W): what shard byte limits count."""
-        return hw[0] * hw[1] * 3 + int(np.prod(self.label_shape(hw))) * self.stored_label_dtype.itemsize
+        return self.image_nbytes(hw) + int(np.prod(self.label_shape(hw))) * self.stored_label_dtype.itemsize
 
     def flat_offsets(self, shapes: np.ndarray) -> np.ndarray:
-        """Start of each sample in flattened image and label arrays: (n + 1, 2) int64, last row = totals."""
+        """Start of each sample in flattened image and label arrays (in elements): (n + 1, 2) int64, last row =
+        totals."""
         px = np.asarray(shapes, dtype=np.int64).reshape(-1, 2).prod(axis=1)
-        per_px = np.array([3, int(np.prod(self.label_shape((1, 1))))], dtype=np.int64)
+        per_px = np.array([self.image_channels, int(np.prod(self.label_shape((1, 1))))], dtype=np.int64)
         offsets = np.zeros((len(px) + 1, 2), dtype=np.int64)
         np.cumsum(px[:, None] * per_px, axis=0, out=offsets[1:])
         return offsets
@@ -72,7 +105,8 @@ class SampleSpec:
     def to_manifest(self) -> dict[str, Any]:
         h, w = self.size if self.size else (None, None)
         return {
-            "image": {"dtype": "|u1", "shape": [h, w, 3], "layout": "HWC", "channels": "RGB"},
+            "image": {"dtype": self.image_dtype, "shape": [h, w, self.image_channels], "layout": "HWC",
+                      "channels": self.channel_kind},
             "label": {
                 "dtype": self.stored_label_dtype.str,
                 "shape": [h, w] if self.label_channels is None else [h, w, self.label_channels],
@@ -88,7 +122,9 @@ class SampleSpec:
         shape = sample["image"]["shape"]
         size = (int(shape[0]), int(shape[1])) if shape[0] is not None else None
         lab = sample["label"]
-        return cls(size, str(lab["encoding"]), int(lab["num_classes"]), str(lab["class_id_dtype"]))
+        image = sample["image"]
+        return cls(size, str(lab["encoding"]), int(lab["num_classes"]), str(lab["class_id_dtype"]),
+                   str(image.get("dtype", "|u1")), int(shape[2]), str(image.get("channels", "RGB")))
 
 
 @dataclass(frozen=True)
@@ -163,7 +199,8 @@ class ShardWriter(ABC):
     @classmethod
     def format_options(cls, spec: SampleSpec, compression: str, codecs: ArrayCodecs = RAW) -> dict[str, Any]:
         """Format-specific facts the manifest carries: compression, and the codecs when any is not raw."""
-        return {"compression": compression, **({} if codecs.raw else {"codecs": codecs.to_json()})}
+        coded = not codecs.raw or not spec.legacy_image  # version 2 and 3 name their codecs, raw ones too
+        return {"compression": compression, **({"codecs": codecs.to_json()} if coded else {})}
 
     @staticmethod
     def tmp_glob(final_name: str) -> str:
@@ -180,14 +217,16 @@ class ShardWriter(ABC):
 
     @abstractmethod
     def add(self, image: np.ndarray, label: np.ndarray, key: str) -> None:
-        """Append one sample (image (H, W, 3) uint8, label already encoded)."""
+        """Append one sample (image (H, W, C) of the spec's image dtype, label already encoded)."""
 
     def stored(self, image: np.ndarray, label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """C-contiguous (image uint8, label in the stored dtype), shapes checked against the spec."""
-        img = np.ascontiguousarray(image, dtype=np.uint8)
+        """C-contiguous (image, label) in the stored dtypes, shapes checked against the spec."""
+        if np.dtype(image.dtype).newbyteorder("<") != self.spec.stored_image_dtype.newbyteorder("<"):
+            raise ValueError(f"image of {image.dtype} does not fit the spec's {self.spec.image_dtype}")
+        img = np.ascontiguousarray(image, dtype=self.spec.stored_image_dtype)
         lab = np.ascontiguousarray(label, dtype=self.spec.stored_label_dtype)
         hw = (int(img.shape[0]), int(img.shape[1]))
-        fits = img.shape == (*hw, 3) and lab.shape == self.spec.label_shape(hw)
+        fits = img.shape == self.spec.image_shape(hw) and lab.shape == self.spec.label_shape(hw)
         if not fits or self.spec.size not in (None, hw):
             raise ValueError(f"sample shapes {img.shape}/{lab.shape} do not fit the spec {self.spec}")
         return img, lab
@@ -366,10 +405,10 @@ class ShardReader(ABC):
 
     @abstractmethod
     def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        """Local sample ``i`` → (image (H, W, 3) uint8, stored label)."""
+        """Local sample ``i`` → (image (H, W, C) in the stored dtype, stored label)."""
 
     def fixed_arrays(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """(images (n, H, W, 3), stored labels (n, …)) as plain arrays over the files, opened in this process.
+        """(images (n, H, W, C), stored labels (n, …)) as plain arrays over the files, opened in this process.
 
         Only formats that store fixed-size samples uncompressed in memory-mappable arrays return them
         (``None`` otherwise): a batch is then gathered with one row copy per sample, with no per-shard set-up.
@@ -499,8 +538,25 @@ class ShardFormat:
         codecs.check_available()
 
     @classmethod
-    def version_for(cls, compression: str, codecs: ArrayCodecs) -> int:
-        """The format version a dataset with these options is written in: 1 unless a codec needs version 2."""
+    def check_image(cls, spec: SampleSpec, codecs: ArrayCodecs) -> None:
+        """ConfigError (exit 2, one line) unless this format and ``codecs.image`` can store the spec's images,
+        and unless the format reads the version they need (:meth:`version_for`)."""
+        why = codecs.image.cannot_store(spec.stored_image_dtype, spec.image_channels)
+        if why is not None:
+            raise ConfigError(f"--image-codec {codecs.image}: {why}",
+                              fix="use --image-codec zstd, lz4 or raw (they store any type and band count), or "
+                                  "--bands / --image-dtype to make the images fit")
+        version = cls.version_for("none", codecs, spec)
+        if version not in cls.versions:  # pragma: no cover - every format reads version 3
+            raise ConfigError(f"--format {cls.name} cannot store {spec.image_dtype} images of "
+                              f"{spec.image_channels} bands")
+
+    @classmethod
+    def version_for(cls, compression: str, codecs: ArrayCodecs, spec: SampleSpec | None = None) -> int:
+        """The format version a dataset with these options is written in: the lowest that can say it, 1 unless a
+        codec needs version 2, or images other than (H, W, 3) uint8 RGB need version 3."""
+        if spec is not None and not spec.legacy_image:
+            return 3
         return 1 if codecs.raw else 2
 
     @classmethod
