@@ -135,7 +135,8 @@ class Stats:
             "class_pixels": self.class_pixels.tolist(),
             "ignore_pixels": self.ignore_pixels,
             "pixels": self.pixels,
-            "image_pixels": self.image_pixels,
+            # only when padding was left out: shard records of unpadded splits stay as they were
+            **({"image_pixels": self.image_pixels} if self.image_pixels != self.pixels else {}),
             "channel_sum": self.channel_sum.tolist(),
             "channel_sumsq": self.channel_sumsq.tolist(),
         }
