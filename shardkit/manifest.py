@@ -237,6 +237,11 @@ class Manifest:
                 raise bad(f"stats.{key} is not a list of numbers")
             if key in ("image_mean", "image_std") and key in self.stats and len(values) != shape[2]:
                 raise bad(f"stats.{key} has {len(values)} values, not one per image channel ({shape[2]})")
+        for key in ("image_min", "image_max"):  # version 4: each band's range (null: a band without values)
+            values = self.stats.get(key, [None] * shape[2])
+            if not isinstance(values, list) or len(values) != shape[2] or not all(
+                    v is None or _is_number(v) for v in values):
+                raise bad(f"stats.{key} is not one number (or null) per image channel ({shape[2]})")
         for shard in self.shards:
             if shard.num_samples < 0 or any(f.bytes < 0 for f in shard.all_files):
                 raise bad(f"shard {shard.index} has a negative sample or byte count")

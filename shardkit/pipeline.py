@@ -483,7 +483,7 @@ def publish_split(
         },
         shards=tuple(shards),
         samples=SampleTable(shards, table.num_classes, directory),
-        stats=stats.to_manifest(),
+        stats=stats.to_manifest(ranges=not spec.legacy_image),
         skipped=tuple(s for r in records for s in r.skipped),
         format_options=fmt.format_options(spec, cfg.compression, cfg.codecs),
         tool_version=__version__,

@@ -92,11 +92,16 @@ class Stats:
     image_pixels: int = 0
     channel_sum: np.ndarray = field(init=False)
     channel_sumsq: np.ndarray = field(init=False)
+    #: smallest and largest value of each band (finite values; +inf/-inf before any pixel)
+    channel_min: np.ndarray = field(init=False)
+    channel_max: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
         self.class_pixels = np.zeros(self.num_classes, dtype=np.int64)
         self.channel_sum = np.zeros(self.channels, dtype=np.float64)
         self.channel_sumsq = np.zeros(self.channels, dtype=np.float64)
+        self.channel_min = np.full(self.channels, np.inf)
+        self.channel_max = np.full(self.channels, -np.inf)
 
     def add(self, image: np.ndarray, ids: np.ndarray, box: tuple[int, int, int, int] | None = None) -> list[int]:
         """Count one sample; returns the sorted class ids < num_classes present in it.
@@ -118,6 +123,15 @@ class Stats:
         total, squares = channel_sums(image)
         self.channel_sum += total
         self.channel_sumsq += squares
+        if image.size:
+            flat = image.reshape(-1, image.shape[2])
+            if flat.dtype.kind == "f":
+                lo, hi = np.nanmin(np.where(np.isfinite(flat), flat, np.nan), axis=0), \
+                    np.nanmax(np.where(np.isfinite(flat), flat, np.nan), axis=0)
+            else:
+                lo, hi = flat.min(axis=0), flat.max(axis=0)
+            self.channel_min = np.fmin(self.channel_min, lo.astype(np.float64))
+            self.channel_max = np.fmax(self.channel_max, hi.astype(np.float64))
         return [int(c) for c in np.flatnonzero(inside)]
 
     def merge(self, other: Stats) -> None:
@@ -127,6 +141,8 @@ class Stats:
         self.image_pixels += other.image_pixels
         self.channel_sum += other.channel_sum
         self.channel_sumsq += other.channel_sumsq
+        self.channel_min = np.fmin(self.channel_min, other.channel_min)
+        self.channel_max = np.fmax(self.channel_max, other.channel_max)
 
     def to_wire(self) -> dict[str, Any]:
         """Plain lists for the trip from a worker to the parent (no pickled numpy needed)."""
@@ -139,6 +155,8 @@ class Stats:
             **({"image_pixels": self.image_pixels} if self.image_pixels != self.pixels else {}),
             "channel_sum": self.channel_sum.tolist(),
             "channel_sumsq": self.channel_sumsq.tolist(),
+            "channel_min": [float(v) if np.isfinite(v) else None for v in self.channel_min],
+            "channel_max": [float(v) if np.isfinite(v) else None for v in self.channel_max],
         }
 
     @classmethod
@@ -150,9 +168,12 @@ class Stats:
         s.image_pixels = int(d.get("image_pixels", d["pixels"]))
         s.channel_sum = np.asarray(d["channel_sum"], dtype=np.float64)
         s.channel_sumsq = np.asarray(d["channel_sumsq"], dtype=np.float64)
+        if "channel_min" in d:  # shard records written before the ranges have none
+            s.channel_min = np.array([np.inf if v is None else v for v in d["channel_min"]], np.float64)
+            s.channel_max = np.array([-np.inf if v is None else v for v in d["channel_max"]], np.float64)
         return s
 
-    def to_manifest(self) -> dict[str, Any]:
+    def to_manifest(self, ranges: bool = False) -> dict[str, Any]:
         """Totals plus the derived mean/std of each band (the stored values' own scale, over source pixels: padding
         left out) and per-class pixel share."""
         n = max(self.image_pixels, 1)
@@ -166,6 +187,10 @@ class Stats:
             "class_share": [round(float(c) / labelled, 8) for c in self.class_pixels],
             "image_mean": [round(float(v), 6) for v in mean],
             "image_std": [round(float(v), 6) for v in np.sqrt(var)],
+            # ranges: each band's smallest and largest stored value (manifest version 4 splits; RGB uint8 ones keep
+            # their version 3 stats byte for byte)
+            **({"image_min": [float(v) if np.isfinite(v) else None for v in self.channel_min],
+                "image_max": [float(v) if np.isfinite(v) else None for v in self.channel_max]} if ranges else {}),
         }
 
 
