@@ -431,6 +431,56 @@ def image_layout(path: Path, options: ImageOptions, max_pixels: int) -> tuple[st
         raise _unsupported_dtype(arr.dtype, path) from None
 
 
+#: A georeference: (CRS, affine transform (a, b, c, d, e, f): x = a·col + b·row + c, y = d·col + e·row + f, at
+#: pixel corners). The CRS is ``EPSG:<code>`` where the GeoKeys name one, else their citation text, else "".
+Georeference = tuple[str, tuple[float, float, float, float, float, float]]
+_USER_DEFINED = 32767
+
+
+def _crs_text(geo: dict[str, Any]) -> str:
+    for key in ("ProjectedCSTypeGeoKey", "GeographicTypeGeoKey"):
+        code = geo.get(key)
+        if code is not None and int(code) not in (0, _USER_DEFINED):
+            return f"EPSG:{int(code)}"
+    return str(geo.get("GTCitationGeoKey") or geo.get("GeogCitationGeoKey") or "")
+
+
+def georeference(path: Path, data: np.ndarray | None = None) -> Georeference | None:
+    """A GeoTIFF's CRS and pixel-to-model transform, from its GeoKeys and ModelTransformation or
+    ModelPixelScale + ModelTiepoint tags (no pixel decoded); None for any other file or a TIFF without them.
+    Provenance only: nothing here changes pixels. A point-registered raster (RasterPixelIsPoint) is moved half a
+    pixel so the transform always refers to pixel corners."""
+    data = file_bytes(Path(path), "image", data)
+    if sniff(data[:16].tobytes()) != "TIFF":
+        return None
+    import tifffile
+
+    try:
+        with tifffile.TiffFile(io.BytesIO(_as_bytes(data))) as tif:
+            geo = tif.geotiff_metadata if tif.is_geotiff else None
+    except Exception:  # a damaged GeoKey directory: no georeference (the pixels decode or fail on their own)
+        return None
+    if not geo:
+        return None
+    matrix = geo.get("ModelTransformation")
+    if matrix is not None and np.size(matrix) == 16:
+        m = np.asarray(matrix, np.float64).reshape(4, 4)
+        t = (m[0, 0], m[0, 1], m[0, 3], m[1, 0], m[1, 1], m[1, 3])
+    else:
+        scale, tie = geo.get("ModelPixelScale"), geo.get("ModelTiepoint")
+        if scale is None or tie is None or len(scale) < 2 or len(tie) < 6:
+            return None
+        sx, sy = float(scale[0]), float(scale[1])
+        i, j, x, y = (float(v) for v in (tie[0], tie[1], tie[3], tie[4]))
+        t = (sx, 0.0, x - i * sx, 0.0, -sy, y + j * sy)
+    if int(geo.get("GTRasterTypeGeoKey", 1) or 1) == 2:  # PixelIsPoint: the tie point is a pixel's centre
+        a, b, c, d, e, f = t
+        t = (a, b, c - 0.5 * (a + b), d, e, f - 0.5 * (d + e))
+    if not all(np.isfinite(t)):
+        return None
+    return _crs_text(geo), tuple(float(v) for v in t)  # type: ignore[return-value]
+
+
 def _png_depth(data: np.ndarray) -> int:
     """A PNG's bit depth from its IHDR (0 for anything else)."""
     if data.size < 26 or data[:8].tobytes() != _PNG_SIGNATURE:

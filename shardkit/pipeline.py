@@ -29,7 +29,7 @@ from .errors import ConfigError, DuplicateError, OutputError
 from .fingerprint import CACHE_NAME, SourceCache, load_cache, save_cache
 from .formats.base import SampleSpec
 from .formats.registry import get
-from .imageio import image_layout, label_palette
+from .imageio import georeference, image_layout, label_palette
 from .imagetypes import NAME_OF
 from .labels import ClassTable, LabelDecoder
 from .labels.builtin import with_palette_colours
@@ -114,13 +114,14 @@ def sample_spec(cfg: ConvertConfig, table: ClassTable,
                       table.label_dtype().str, *image)
 
 
-def image_layout_of(cfg: ConvertConfig, found: Discovery, session: StorageSession) -> tuple[str, int, str]:
-    """The image dtype, bands and channel kind of the conversion, from its first image (in plan order, decoded
-    as a worker would): every other image must match it (each is checked as it is converted). Logged, since it
-    is what shardkit concluded."""
+def image_layout_of(cfg: ConvertConfig, found: Discovery,
+                    session: StorageSession) -> tuple[tuple[str, int, str], bool]:
+    """The image dtype, bands and channel kind of the conversion, and whether its images are georeferenced,
+    from its first image (in plan order, decoded as a worker would): every other image must match it (each is
+    checked as it is converted). Logged, since it is what shardkit concluded."""
     first = next((p for pairs in found.splits.values() if len(pairs) and (p := pairs.path(0, 0))), None)
     if first is None:
-        return "|u1", 3, "RGB"
+        return ("|u1", 3, "RGB"), False
     with tempfile.TemporaryDirectory(prefix="shardkit-probe-") as tmp:
         path = Path(first)
         if session.source is not None:  # on object storage: fetch that one file
@@ -128,11 +129,14 @@ def image_layout_of(cfg: ConvertConfig, found: Discovery, session: StorageSessio
             session.source.remote.download(session.source.rel(path), local)
             path = local
         layout = image_layout(path, cfg.image_options, cfg.max_pixels)
+        geo = georeference(path) is not None
     dtype, bands, kind = layout
     log.info("images: %s, %d band%s (%s), as the first image %s %s", NAME_OF[dtype], bands, "s" * (bands != 1),
              kind, Path(first).name, "is stored" if cfg.image_options.default else "is converted as asked",
              extra={"event": "images", "dtype": NAME_OF[dtype], "bands": bands, "channels": kind})
-    return layout
+    if geo:
+        log.info("images are GeoTIFFs: each sample's CRS and transform are kept in the samples sidecars")
+    return layout, geo
 
 
 def check_output(cfg: ConvertConfig) -> None:
@@ -178,7 +182,8 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
     for line in found.report_lines():
         log.info("%s", line)
     check_output(cfg)
-    spec = sample_spec(cfg, table, image_layout_of(cfg, found, session))
+    layout, georef = image_layout_of(cfg, found, session)
+    spec = sample_spec(cfg, table, layout)
     options = cfg.preprocessing()
     # The manifest records what took effect: the Cityscapes id remap only means something for Cityscapes.
     # (Fingerprints keep hashing the options as given, so existing shard names stay valid.)
@@ -187,12 +192,13 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
     fmt.check_image(spec, cfg.codecs)
     settings = {"format": cfg.format, "format_version": fmt.version_for(cfg.compression, cfg.codecs, spec),
                 "sample": spec.to_manifest(),
-                "classes": table.to_json(), "preprocessing": options, "on_error": cfg.on_error}
+                "classes": table.to_json(), "preprocessing": options, "on_error": cfg.on_error,
+                **({"georeference": True} if georef else {})}
     digest = hashlib.sha256(settings_text(settings).encode()).hexdigest()
     ctx = WorkerContext(cfg.format, spec, decoder, found.root.resolve(), cfg.size, cfg.resize, cfg.crop,
                         cfg.compression, cfg.on_error, sync_files=cfg.backend == "dask",
                         max_pixels=cfg.max_pixels, codecs=cfg.codecs, source=session.source,
-                        settings=settings_text(settings), image=cfg.image_options)
+                        settings=settings_text(settings), image=cfg.image_options, georef=georef)
     log.info("convert %s → %s as %s", session.input_name, session.output_name, cfg.format,
              extra={"event": "start", "input": session.input_name, "output": session.output_name,
                     "format": cfg.format, "workers": cfg.effective_workers(), "backend": cfg.backend})
@@ -245,7 +251,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
         for split, pairs in found.splits.items():
             records = [reused[(t.split, t.index)] for t in tasks if t.split == split]
             path = publish_split(cfg, split, pairs, records, found, table, spec, recorded, fmt,
-                                 source_root=session.input_name)
+                                 source_root=session.input_name, georef=georef)
             save_cache(cfg.output / split, pairs, caches[split])
             session.split_committed(cfg.output / split, records, cfg.keep_versions)
             where = session.committed(split, path)  # the URL when the output is on object storage
@@ -443,6 +449,7 @@ def publish_split(
     fmt: Any,
     *,
     source_root: str | None = None,
+    georef: bool = False,
 ) -> Path:
     """Publish the split's manifest as its next version (the commit marker; nothing when nothing changed), then
     remove files that no kept version names any more (:func:`~shardkit.publish.reclaim`).
@@ -466,7 +473,7 @@ def publish_split(
         version=1,
         format=cfg.format,
         format_version=fmt.version_for(cfg.compression, cfg.codecs, spec),
-        manifest_version=manifest_version_for(spec),
+        manifest_version=manifest_version_for(spec, provenance=georef),
         split=split,
         num_samples=first,
         sample=spec.to_manifest(),

@@ -29,11 +29,11 @@ from .errors import DecodeError, OutputError, ShardkitError
 from .fingerprint import SourceCache, sample_fingerprint, source_digest
 from .formats.base import SampleSpec, WrittenFile
 from .formats.registry import get, writer_class
-from .imageio import check_pixels, decode_image, regular_stat
+from .imageio import Georeference, check_pixels, decode_image, georeference, read_header, regular_stat
 from .imagetypes import NAME_OF, ImageOptions, dtype_name
 from .labels import LabelDecoder
 from .plan import ShardTask, hex_rows, shard_key, stem
-from .preprocess import content_box, fit_pair, pads
+from .preprocess import content_box, fit_pair, pads, stored_to_source
 from .progress import CounterRef, worker_tick
 from .samples import SidecarBuilder, pixel_hash, sidecar_name
 from .stats import Stats
@@ -75,6 +75,8 @@ class WorkerContext:
     drop: tuple[tuple[str, str, str, str], ...] = ()
     #: bands and element type asked for (``--bands``, ``--image-dtype``, ``--rescale``, ``--pages-as-bands``)
     image: ImageOptions = ImageOptions()
+    #: record each sample's georeference (GeoTIFF CRS and transform, on the stored grid) in the sidecar
+    georef: bool = False
 
 
 @dataclass
@@ -135,6 +137,18 @@ def process_sample(pair: Any, ctx: WorkerContext, data: dict[Path, np.ndarray] |
     image, ids = fit_pair(image, ids, size=ctx.size, resize=ctx.resize, crop=ctx.crop, pad_label=pad,
                           label_path=pair.label)
     return image, ctx.spec.encoding.encode(ids, allow_numba=False), ids, padded
+
+
+def stored_georeference(pair: Any, ctx: WorkerContext, data: dict[Path, np.ndarray]) -> Georeference | None:
+    """The image's georeference moved onto the stored sample's grid (resized, cropped or padded), or None."""
+    image_data = data.get(pair.image)
+    found = georeference(pair.image, image_data)
+    if found is None:
+        return None
+    header = read_header(pair.image, "image", image_data)
+    sy, sx, oy, ox = stored_to_source((header.height, header.width), ctx.size, ctx.resize, ctx.crop)
+    a, b, c, d, e, f = found[1]
+    return found[0], (a * sx, b * sy, c + a * sx * ox + b * sy * oy, d * sx, e * sy, f + d * sx * ox + e * sy * oy)
 
 
 def fingerprint_pair(pair: Any, ctx: WorkerContext, options_digest: str, sources: SourceCache, i: int,
@@ -247,7 +261,7 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
     errors = cls.write_errors
     writer = _write(cls, task, task.directory, task.stem, ctx.spec, len(task.samples), ctx.compression, ctx.codecs,
                     errors=errors)
-    samples = SidecarBuilder(ctx.spec.num_classes)
+    samples = SidecarBuilder(ctx.spec.num_classes, georef=ctx.georef)
     skipped: list[dict[str, str]] = []
     padded = 0
     given = None if task.fingerprints is None else hex_rows(task.fingerprints)
@@ -283,7 +297,8 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
             padded += was_padded is not None
             present = stats.add(image, ids, was_padded)
             samples.add(pair.key, rel_path(ctx.root, pair.label) if pair.label is not None else None,
-                        int(image.shape[0]), int(image.shape[1]), fingerprint, present, pixel_hash(image))
+                        int(image.shape[0]), int(image.shape[1]), fingerprint, present, pixel_hash(image),
+                        stored_georeference(pair, ctx, data) if ctx.georef else None)
             if tick is not None:
                 tick()
         files = (*_write(writer.close, task, ctx.sync_files, errors=errors),

@@ -162,3 +162,49 @@ def test_padding_is_left_out_of_the_band_statistics(tmp_path: Path) -> None:
     ds = Dataset(next(p for p in (tmp_path / "out").iterdir() if p.is_dir()))
     stacked = np.concatenate([im.reshape(-1, 4).astype(np.float64) for im in images.values()])
     assert np.allclose(ds.mean, stacked.mean(0), rtol=1e-5)  # padded to 700x700 with zeros, not counted
+
+
+def test_georeference_is_kept_per_sample_on_the_stored_grid(tmp_path: Path) -> None:
+    """RGBA.uint16.tif is EPSG:32612 with ModelPixelScale (1.37998…, 1.37934…) and a tie point at
+    (733268.98…, 4078301.24…) (its GeoKeys and tags, read here with tifffile): every sample's sidecar row keeps
+    them, moved by the centre crop (--size) onto the stored pixels."""
+    with tifffile.TiffFile(UINT16) as tif:
+        geo = tif.geotiff_metadata
+    sx, sy = geo["ModelPixelScale"][:2]
+    x0, y0 = geo["ModelTiepoint"][3:5]
+    assert int(geo["ProjectedCSTypeGeoKey"]) == 32612
+    root = tmp_path / "in"
+    (root / "img").mkdir(parents=True)
+    (root / "lab").mkdir()
+    (root / "img" / "a.tif").write_bytes(UINT16.read_bytes())
+    cv2.imwrite(str(root / "lab" / "a.png"), np.zeros((411, 634), np.uint8))
+    np.save(root / "img" / "b.npy", real()[:300, :400])  # no georeference: NaN / None in its row
+    cv2.imwrite(str(root / "lab" / "b.png"), np.zeros((300, 400), np.uint8))
+    for size, (dy, dx) in ((None, (0, 0)), ("256x256", ((411 - 256) // 2, (634 - 256) // 2))):
+        out = tmp_path / f"out-{size}"
+        convert(ConvertConfig(root, out, size=size, images="img/{name}.*", labels="lab/{name}.png", num_classes=1,
+                              workers=1, quiet=True))
+        ds = Dataset(next(p for p in out.iterdir() if p.is_dir()))
+        records = {Path(r["key"]).stem: r for r in ds.manifest.samples}
+        assert ds.manifest.manifest_version == 4
+        assert records["a"]["crs"] == "EPSG:32612"
+        want = [sx, 0.0, x0 + dx * sx, 0.0, -sy, y0 - dy * sy]
+        assert np.allclose(records["a"]["transform"], want, rtol=0, atol=1e-6), size
+        assert records["b"]["crs"] is None and records["b"]["transform"] is None
+
+
+def test_rgb_geotiff_keeps_rgb_uint8_and_its_georeference(tmp_path: Path) -> None:
+    root = tmp_path / "in"
+    (root / "img").mkdir(parents=True)
+    (root / "lab").mkdir()
+    (root / "img" / "a.tif").write_bytes(BYTE.read_bytes())
+    cv2.imwrite(str(root / "lab" / "a.png"), np.zeros((71, 79), np.uint8))
+    convert(ConvertConfig(root, tmp_path / "out", images="img/{name}.tif", labels="lab/{name}.png", num_classes=1,
+                          workers=1, quiet=True))
+    ds = Dataset(next(p for p in (tmp_path / "out").iterdir() if p.is_dir()))
+    with tifffile.TiffFile(BYTE) as tif:
+        values = tif.pages[0].asarray()
+    image, _ = ds[0]
+    assert image.dtype == np.uint8 and np.array_equal(image, values)  # RGB uint8 as before: format version 1
+    assert ds.manifest.format_version == 1 and ds.manifest.manifest_version == 4  # 4: the georeference columns
+    assert ds.manifest.samples[0]["transform"][0] == pytest.approx(3004.1772151898736)
