@@ -282,7 +282,8 @@ def make_golden(out: Path) -> Path:
         for folder, (fmt, encoding, size, image_codec, label_codec) in VARIANTS.items():
             converted = Path(tmp) / "out" / folder
             convert(ConvertConfig(
-                input=bands_source if folder in UINT16 else source, output=converted, format=fmt, size=size, label_encoding=encoding,
+                input=bands_source if folder in UINT16 else source, output=converted, format=fmt, size=size,
+                label_encoding=encoding,
                 ignore_index=IGNORE, unknown_as=IGNORE, shard_size=ShardSize(samples=SHARD_SIZE),
                 workers=1, quiet=True, image_codec=image_codec, label_codec=label_codec,
             ))

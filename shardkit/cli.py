@@ -402,6 +402,7 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
     Either may be an fsspec URL (s3://bucket/prefix, gs://…): see docs/object-storage.md.
     """
     setup_logging(quiet=quiet, verbose=verbose, json_lines=log_format == "json")
+    from .imagetypes import parse_bands
     from .pipeline import convert as run
     from .storage import parse_storage_options
 
@@ -416,7 +417,7 @@ def convert(input_dir: Path, output_dir: Path, format: str, size: tuple[int, int
         scheduler=scheduler, on_error=on_error, on_duplicate=on_duplicate,
         strict=strict, dry_run=dry_run, force=force, rehash=rehash, quiet=quiet, max_pixels=max_pixels,
         storage_options=parse_storage_options(storage_option), keep_versions=keep_versions,
-        bands=bands or (), image_dtype=image_dtype, rescale=rescale, pages_as_bands=pages_as_bands,
+        bands=parse_bands(bands), image_dtype=image_dtype, rescale=rescale, pages_as_bands=pages_as_bands,
     )
     summary = run(cfg)
     if dry_run:

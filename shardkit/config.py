@@ -295,7 +295,7 @@ class ConvertConfig:
 
     @property
     def image_options(self) -> Any:
-        """The :class:`~shardkit.imagetypes.ImageOptions` of ``image_dtype``/``rescale``/``bands``/``pages_as_bands``."""
+        """The :class:`~shardkit.imagetypes.ImageOptions` of image_dtype, rescale, bands and pages_as_bands."""
         from .imagetypes import ImageOptions
 
         return ImageOptions(self.image_dtype, self.rescale, self.bands, self.pages_as_bands)

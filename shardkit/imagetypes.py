@@ -48,7 +48,8 @@ def parse_bands(text: str | tuple[int, ...] | list[int] | None) -> tuple[int, ..
     try:
         bands = tuple(int(str(b).strip()) for b in items)
     except ValueError:
-        raise ConfigError(f"--bands {text!r} is not a list of band numbers", fix="write it like --bands 4,3,2") from None
+        raise ConfigError(f"--bands {text!r} is not a list of band numbers",
+                          fix="write it like --bands 4,3,2") from None
     if not bands or any(b < 1 for b in bands):
         raise ConfigError(f"--bands {text!r}: band numbers start at 1", fix="write it like --bands 1,2,3")
     return bands

@@ -74,7 +74,7 @@ class WorkerContext:
     #: an earlier sample (decided by the parent from every shard's pixel hashes; see :mod:`shardkit.duplicates`)
     drop: tuple[tuple[str, str, str, str], ...] = ()
     #: bands and element type asked for (``--bands``, ``--image-dtype``, ``--rescale``, ``--pages-as-bands``)
-    image: ImageOptions = ImageOptions()
+    image: ImageOptions = field(default_factory=ImageOptions)
     #: record each sample's georeference (GeoTIFF CRS and transform, on the stored grid) in the sidecar
     georef: bool = False
 

@@ -12,8 +12,8 @@ import pytest
 from PIL import Image
 
 from shardkit.errors import DecodeError, InputNotFoundError
-from shardkit.imagetypes import ImageOptions
 from shardkit.imageio import _jpeg_truncated, _png_plain_8bit, decode_image, decode_label_pixels, read_image_size
+from shardkit.imagetypes import ImageOptions
 
 RNG = np.random.default_rng(2024)
 Arm = Callable[[], None]

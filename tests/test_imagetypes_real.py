@@ -127,7 +127,7 @@ def test_real_bands_and_values_survive_convert_and_read(tmp_path: Path, fmt: str
     assert ds.image_dtype == np.uint16 and ds.bands == 4 and ds.mean.shape == (4,) and ds.std.shape == (4,)
     seen = set()
     for i in range(len(ds)):
-        image, label = ds[i]
+        image, _ = ds[i]
         name = Path(ds.key(i)).name.split(".")[0]
         seen.add(name)
         src = images[name]

@@ -74,7 +74,8 @@ class NpyWriter(ShardWriter):
         if spec.size is not None:
             img_name, lab_name = self.file_names(stem, spec)
             self._streams = [
-                _StreamedArray(self.tmp_path(img_name), spec.stored_image_dtype, (planned, *spec.image_shape(spec.size))),
+                _StreamedArray(self.tmp_path(img_name), spec.stored_image_dtype,
+                               (planned, *spec.image_shape(spec.size))),
                 _StreamedArray(self.tmp_path(lab_name), spec.stored_label_dtype,
                                (planned, *spec.label_shape(spec.size))),
             ]
@@ -221,7 +222,8 @@ class NpyReader(ShardReader):
         h, w = (int(v) for v in self._shapes[i])
         a0, b0 = self._offsets[i]
         a1, b1 = self._offsets[i + 1]
-        return (self._images[a0:a1].reshape(self.spec.image_shape((h, w))), self._labels[b0:b1].reshape(self.spec.label_shape((h, w))))
+        return (self._images[a0:a1].reshape(self.spec.image_shape((h, w))),
+                self._labels[b0:b1].reshape(self.spec.label_shape((h, w))))
 
     def fixed_arrays(self) -> tuple[np.ndarray, np.ndarray] | None:
         if self.spec.size is None:

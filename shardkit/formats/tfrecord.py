@@ -131,7 +131,8 @@ class TfrecordWriter(ShardWriter):
         img, lab = self.stored(image, label)
         spec = self.spec
         values = {"image/height": img.shape[0], "image/width": img.shape[1],
-                  "image/channels": spec.image_channels, "label/raw": lab.tobytes(), "label/channels": spec.label_channels or 1,
+                  "image/channels": spec.image_channels, "label/raw": lab.tobytes(),
+                  "label/channels": spec.label_channels or 1,
                   "label/dtype": lab.dtype.name.encode(), "label/encoding": spec.label_encoding.encode(),
                   "label/num_classes": spec.num_classes, "key": key.encode()}
         if self.codecs.raw:
@@ -353,7 +354,8 @@ class TfrecordReader(ShardReader):
                 self._encoded_ends[i] = img_end
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise self.corrupt(f"record {i} is not a shardkit Example ({type(exc).__name__} {exc})") from None
-        want = (spec.image_channels, spec.label_channels or 1, spec.stored_label_dtype.name, spec.label_encoding, spec.num_classes)
+        want = (spec.image_channels, spec.label_channels or 1, spec.stored_label_dtype.name, spec.label_encoding,
+                spec.num_classes)
         if meta != want:
             raise self.corrupt(f"record {i}: (channels, label channels, dtype, encoding, classes) {meta} "
                                f"disagree with the manifest {want}")
