@@ -25,7 +25,7 @@ import numpy as np
 from ._version import __version__
 from .config import ConvertConfig
 from .duplicates import Drops, DuplicateReport, ShardHashes, drops, find_duplicates, log_report, row_keys
-from .errors import ConfigError, DuplicateError, OutputError
+from .errors import ConfigError, DecodeError, DuplicateError, InputNotFoundError, OutputError
 from .fingerprint import CACHE_NAME, SourceCache, load_cache, save_cache
 from .formats.base import SampleSpec
 from .formats.registry import get
@@ -119,17 +119,24 @@ def image_layout_of(cfg: ConvertConfig, found: Discovery,
     """The image dtype, bands and channel kind of the conversion, and whether its images are georeferenced,
     from its first image (in plan order, decoded as a worker would): every other image must match it (each is
     checked as it is converted). Logged, since it is what shardkit concluded."""
-    first = next((p for pairs in found.splits.values() if len(pairs) and (p := pairs.path(0, 0))), None)
-    if first is None:
-        return ("|u1", 3, "RGB"), False
-    with tempfile.TemporaryDirectory(prefix="shardkit-probe-") as tmp:
-        path = Path(first)
-        if session.source is not None:  # on object storage: fetch that one file
-            local = Path(tmp) / path.name
-            session.source.remote.download(session.source.rel(path), local)
-            path = local
-        layout = image_layout(path, cfg.image_options, cfg.max_pixels)
-        geo = georeference(path) is not None
+    images = (p for pairs in found.splits.values() for i in range(len(pairs)) if (p := pairs.path(i, 0)))
+    for first in images:
+        with tempfile.TemporaryDirectory(prefix="shardkit-probe-") as tmp:
+            path = Path(first)
+            try:
+                if session.source is not None:  # on object storage: fetch that one file
+                    local = Path(tmp) / path.name
+                    session.source.remote.download(session.source.rel(path), local)
+                    path = local
+                layout = image_layout(path, cfg.image_options, cfg.max_pixels)
+            except (DecodeError, InputNotFoundError):
+                if cfg.on_error != "skip":
+                    raise
+                continue  # --on-error skip: its worker skips it too; the next image decides
+            geo = georeference(path) is not None
+        break
+    else:
+        return ("|u1", 3, "RGB"), False  # no image decodes (every one is skipped): nothing is stored
     dtype, bands, kind = layout
     log.info("images: %s, %d band%s (%s), as the first image %s %s", NAME_OF[dtype], bands, "s" * (bands != 1),
              kind, Path(first).name, "is stored" if cfg.image_options.default else "is converted as asked",
@@ -459,7 +466,7 @@ def publish_split(
     """
     directory = cfg.output / split
     shards: list[ShardInfo] = []
-    stats = Stats(table.num_classes, spec.image_channels)
+    stats = Stats(table.num_classes, spec.image_channels, ranges=not spec.legacy_image)
     first = 0
     for index, r in enumerate(records):
         shards.append(ShardInfo(index, r.num_samples, first, r.files[:-1], r.files[-1]))
@@ -490,7 +497,7 @@ def publish_split(
         },
         shards=tuple(shards),
         samples=SampleTable(shards, table.num_classes, directory),
-        stats=stats.to_manifest(ranges=not spec.legacy_image),
+        stats=stats.to_manifest(),
         skipped=tuple(s for r in records for s in r.skipped),
         format_options=fmt.format_options(spec, cfg.compression, cfg.codecs),
         tool_version=__version__,

@@ -85,6 +85,8 @@ class Stats:
 
     num_classes: int
     channels: int = 3
+    #: also track each band's smallest and largest value (splits of other images than RGB uint8: manifest 4)
+    ranges: bool = False
     class_pixels: np.ndarray = field(init=False)
     ignore_pixels: int = 0
     pixels: int = 0
@@ -123,7 +125,7 @@ class Stats:
         total, squares = channel_sums(image)
         self.channel_sum += total
         self.channel_sumsq += squares
-        if image.size:
+        if self.ranges and image.size:
             flat = image.reshape(-1, image.shape[2])
             if flat.dtype.kind == "f":
                 lo, hi = np.nanmin(np.where(np.isfinite(flat), flat, np.nan), axis=0), \
@@ -155,8 +157,9 @@ class Stats:
             **({"image_pixels": self.image_pixels} if self.image_pixels != self.pixels else {}),
             "channel_sum": self.channel_sum.tolist(),
             "channel_sumsq": self.channel_sumsq.tolist(),
-            "channel_min": [float(v) if np.isfinite(v) else None for v in self.channel_min],
-            "channel_max": [float(v) if np.isfinite(v) else None for v in self.channel_max],
+            **({"channel_min": [float(v) if np.isfinite(v) else None for v in self.channel_min],
+                "channel_max": [float(v) if np.isfinite(v) else None for v in self.channel_max]}
+               if self.ranges else {}),
         }
 
     @classmethod
@@ -168,12 +171,13 @@ class Stats:
         s.image_pixels = int(d.get("image_pixels", d["pixels"]))
         s.channel_sum = np.asarray(d["channel_sum"], dtype=np.float64)
         s.channel_sumsq = np.asarray(d["channel_sumsq"], dtype=np.float64)
-        if "channel_min" in d:  # shard records written before the ranges have none
+        if "channel_min" in d:  # only splits that keep ranges (and not shard records written before them)
+            s.ranges = True
             s.channel_min = np.array([np.inf if v is None else v for v in d["channel_min"]], np.float64)
             s.channel_max = np.array([-np.inf if v is None else v for v in d["channel_max"]], np.float64)
         return s
 
-    def to_manifest(self, ranges: bool = False) -> dict[str, Any]:
+    def to_manifest(self) -> dict[str, Any]:
         """Totals plus the derived mean/std of each band (the stored values' own scale, over source pixels: padding
         left out) and per-class pixel share."""
         n = max(self.image_pixels, 1)
@@ -190,7 +194,7 @@ class Stats:
             # ranges: each band's smallest and largest stored value (manifest version 4 splits; RGB uint8 ones keep
             # their version 3 stats byte for byte)
             **({"image_min": [float(v) if np.isfinite(v) else None for v in self.channel_min],
-                "image_max": [float(v) if np.isfinite(v) else None for v in self.channel_max]} if ranges else {}),
+                "image_max": [float(v) if np.isfinite(v) else None for v in self.channel_max]} if self.ranges else {}),
         }
 
 

@@ -256,7 +256,7 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
         cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
     except Exception:  # pragma: no cover
         pass
-    stats = Stats(ctx.spec.num_classes, ctx.spec.image_channels)
+    stats = Stats(ctx.spec.num_classes, ctx.spec.image_channels, ranges=not ctx.spec.legacy_image)
     cls = writer_class(ctx.format)
     errors = cls.write_errors
     writer = _write(cls, task, task.directory, task.stem, ctx.spec, len(task.samples), ctx.compression, ctx.codecs,
