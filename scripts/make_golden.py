@@ -94,9 +94,15 @@ VARIANTS: dict[str, tuple[str, str, tuple[int, int] | None, str, str]] = {
     "manifest2-npy-variable": ("npy", "packed", None, "raw", "raw"),
     "manifest2-lmdb-zstd": ("lmdb", "index", None, "zstd", "zstd"),
     "manifest3-npy-fixed": ("npy", "index", FIXED_SIZE, "raw", "raw"),
+    "manifest4-npy-fixed-uint16": ("npy", "index", FIXED_SIZE, "raw", "raw"),
+    "manifest4-lmdb-zstd-uint16": ("lmdb", "index", None, "zstd", "zstd"),
 }
+#: folders converted from 4-band uint16 ``.npy`` images (manifest version 4, format version 3): images keep
+#: their type and bands (formats/manifest.md "sample.image")
+UINT16 = ("manifest4-npy-fixed-uint16", "manifest4-lmdb-zstd-uint16")
+MANIFEST4_PREFIX = "manifest4-"
 #: folders whose sidecars keep the ``pixels`` column (the others are written as before it)
-WITH_PIXELS = ("manifest3-npy-fixed",)
+WITH_PIXELS = ("manifest3-npy-fixed", "manifest4-npy-fixed-uint16", "manifest4-lmdb-zstd-uint16")
 MANIFEST2_PREFIX = "manifest2-"  # folders kept in manifest version 2
 MANIFEST3_PREFIX = "manifest3-"  # folders in manifest version 3; the others are written as version 1
 
@@ -112,6 +118,14 @@ def synthetic_sample(s: int) -> tuple[np.ndarray, np.ndarray]:
     ids = (y + 2 * x + s) % len(CLASSES)
     ids[(h - 1) // 2, (w - 1) // 2] = IGNORE  # the centre pixel survives the 4x6 crop / pad
     return image.astype(np.uint8), ids.astype(np.uint8)
+
+
+def synthetic_bands(s: int) -> np.ndarray:
+    """Sample ``s``'s 4-band uint16 image (the UINT16 folders): values above 255 in every band."""
+    h, w = SOURCE_SIZES[s]
+    y, x = np.mgrid[0:h, 0:w]
+    return np.stack([(4099 * y + 1031 * x + 9973 * c + 577 * s + 300) % 65536 for c in range(4)],
+                    axis=-1).astype(np.uint16)
 
 
 def colour_mask(ids: np.ndarray) -> np.ndarray:
@@ -138,8 +152,9 @@ def png_rgb(image: np.ndarray) -> bytes:
     )
 
 
-def write_source(root: Path) -> None:
-    """The raw dataset in the ``class_dict`` layout: train/s<i>.png + train_labels/s<i>_L.png."""
+def write_source(root: Path, bands: bool = False) -> None:
+    """The raw dataset in the ``class_dict`` layout: train/s<i>.png + train_labels/s<i>_L.png (``bands``:
+    train/s<i>.npy, 4-band uint16 images saved by numpy, whose bytes are as stable as the PNGs')."""
     (root / SPLIT).mkdir(parents=True)
     (root / f"{SPLIT}_labels").mkdir()
     lines = ["name,r,g,b"] + [f"{n},{r},{g},{b}" for n, (r, g, b) in CLASSES]
@@ -147,12 +162,22 @@ def write_source(root: Path) -> None:
     files[0].write_text("\n".join(lines) + "\n", encoding="utf-8")
     for s in range(len(SOURCE_SIZES)):
         image, ids = synthetic_sample(s)
-        for path, data in ((root / SPLIT / f"s{s}.png", png_rgb(image)),
+        img_file = (root / SPLIT / f"s{s}.npy", npy_bytes(synthetic_bands(s))) if bands else \
+            (root / SPLIT / f"s{s}.png", png_rgb(image))
+        for path, data in (img_file,
                            (root / f"{SPLIT}_labels" / f"s{s}_L.png", png_rgb(colour_mask(ids)))):
             path.write_bytes(data)
             files.append(path)
     for path in files:
         os.utime(path, ns=(MTIME_NS, MTIME_NS))
+
+
+def npy_bytes(arr: np.ndarray) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, arr.astype("<u2"), version=(1, 0), allow_pickle=False)
+    return buf.getvalue()
 
 
 # --------------------------------------------------------------------------- expected values
@@ -184,10 +209,12 @@ def expected() -> dict[str, Any]:
         samples = []
         for s in range(len(SOURCE_SIZES)):
             image, ids = synthetic_sample(s)
+            if folder in UINT16:
+                image = synthetic_bands(s)
             if size is not None:
                 image, ids = crop_or_pad(image, size, 0), crop_or_pad(ids, size, IGNORE)
             samples.append({
-                "key": f"{SPLIT}/s{s}.png",
+                "key": f"{SPLIT}/s{s}.npy" if folder in UINT16 else f"{SPLIT}/s{s}.png",
                 "height": int(ids.shape[0]),
                 "width": int(ids.shape[1]),
                 "image": image.tolist(),
@@ -207,14 +234,18 @@ def expected() -> dict[str, Any]:
             datasets[folder]["manifest_version"] = 2
         if folder.startswith(MANIFEST3_PREFIX):
             datasets[folder]["manifest_version"] = 3
-        if folder in WITH_PIXELS:  # samples.md "pixels": SHA-256 of "HxWxC:|u1\n" + the stored pixels, 16 bytes
+        if folder in UINT16:
+            datasets[folder]["manifest_version"] = 4
+            datasets[folder]["image_dtype"] = "<u2"
+        if folder in WITH_PIXELS:  # samples.md "pixels": SHA-256 of "HxWxC:<dtype>\n" + the stored pixels, 16 bytes
             for sample in samples:
-                image = np.array(sample["image"], np.uint8)
-                head = f"{image.shape[0]}x{image.shape[1]}x3:|u1\n".encode()
+                image = np.array(sample["image"], "<u2" if folder in UINT16 else np.uint8)
+                head = f"{image.shape[0]}x{image.shape[1]}x{image.shape[2]}:{image.dtype.str}\n".encode()
                 sample["pixels"] = hashlib.sha256(head + image.tobytes()).hexdigest()[:32]
     return {
         "about": "Expected contents of the golden datasets, computed by scripts/make_golden.py from its "
-                 "synthetic source, not read back through shardkit. image: (H, W, 3) RGB uint8; label_ids: "
+                 "synthetic source, not read back through shardkit. image: (H, W, 3) RGB uint8 (the manifest4-*-uint16 "
+                 "folders: (H, W, 4) uint16, image_dtype); label_ids: "
                  "(H, W) class ids (255 = ignore); label: the stored label in the folder's encoding.",
         "num_classes": len(CLASSES),
         "ignore_index": IGNORE,
@@ -246,10 +277,13 @@ def make_golden(out: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="shardkit-golden-") as tmp:
         source = Path(tmp) / "synthetic"
         write_source(source)
+        bands_source = Path(tmp) / "synthetic-bands"
+        write_source(bands_source, bands=True)
         for folder, (fmt, encoding, size, image_codec, label_codec) in VARIANTS.items():
             converted = Path(tmp) / "out" / folder
             convert(ConvertConfig(
-                input=source, output=converted, format=fmt, size=size, label_encoding=encoding,
+                input=bands_source if folder in UINT16 else source, output=converted, format=fmt, size=size,
+                label_encoding=encoding,
                 ignore_index=IGNORE, unknown_as=IGNORE, shard_size=ShardSize(samples=SHARD_SIZE),
                 workers=1, quiet=True, image_codec=image_codec, label_codec=label_codec,
             ))
@@ -262,11 +296,11 @@ def make_golden(out: Path) -> Path:
             written = load_manifest(converted / SPLIT)
             if folder.startswith(MANIFEST2_PREFIX):
                 dump_manifest(replace(written, manifest_version=2, version=None), converted / SPLIT)
-            elif not folder.startswith(MANIFEST3_PREFIX):
+            elif not folder.startswith((MANIFEST3_PREFIX, MANIFEST4_PREFIX)):
                 dump_manifest(inline_manifest(replace(written, version=None)), converted / SPLIT)
             manifest = json.loads((converted / SPLIT / "manifest.json").read_text(encoding="utf-8"))
             check_coverage(folder, manifest)
-            kept = ["manifest-v1.json"] if folder.startswith(MANIFEST3_PREFIX) else []
+            kept = ["manifest-v1.json"] if folder.startswith((MANIFEST3_PREFIX, MANIFEST4_PREFIX)) else []
             names = ["manifest.json", *kept] + [f["name"] for s in manifest["shards"]
                                          for f in [*s["files"], *([s["samples"]] if "samples" in s else [])]]
             for name in names:

@@ -552,8 +552,17 @@ def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any
     coded = f" (images {_codec_name(codecs['image'])}, labels {_codec_name(codecs['label'])})" if codecs else ""
     click.echo(f"{split_dir}: split {m.split}, format {m.format} v{m.format_version}{coded}, {m.num_samples} samples, "
                f"{len(m.shards)} shards, {nbytes / 1e6:.1f} MB")
-    click.echo(f"image {shape[0] or 'var'}x{shape[1] or 'var'}x3 uint8; label {m.sample['label']['encoding']} "
-               f"{m.sample['label'].get('dtype')}")
+    from .imagetypes import NAME_OF
+
+    image = m.sample["image"]
+    kind = "" if image.get("channels", "RGB") == "RGB" else f" ({shape[2]} band{'s' * (shape[2] != 1)})"
+    click.echo(f"image {shape[0] or 'var'}x{shape[1] or 'var'}x{shape[2]} {NAME_OF.get(image.get('dtype'), '?')}"
+               f"{kind}; label {m.sample['label']['encoding']} {m.sample['label'].get('dtype')}")
+    if "image_min" in m.stats:  # version 4: each band's range, mean and std of the stored values
+        for b, (lo, hi, mu, sd) in enumerate(zip(m.stats["image_min"], m.stats["image_max"], m.stats["image_mean"],
+                                                 m.stats["image_std"], strict=False), start=1):
+            click.echo(f"  band {b:>2}: {lo:g}..{hi:g}, mean {mu:g}, std {sd:g}" if lo is not None
+                       else f"  band {b:>2}: no values")
     share = m.stats.get("class_share", [])
     source = m.classes.get("source") or "an unrecorded source"
     click.echo(f"class table: {len(m.classes['classes'])} classes from {source}")
@@ -585,10 +594,12 @@ def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any
 @click.option("--seed", type=int, default=0, show_default=True, help="With --augment: augmentation seed.")
 @click.option("--epoch", type=click.IntRange(0), default=0, show_default=True,
               help="With --augment: epoch of the first row.")
+@click.option("--bands", metavar="R,G,B|N", help="Bands drawn as red, green, blue (e.g. 4,3,2), or one as gray; "
+                                                "types other than uint8 are stretched per band (2-98 percentiles).")
 @_STORAGE_OPTION
 @_errors_to_exit_codes
 def show(split_dir: str | Path, index: int, output: Path | None, alpha: float, augment: str | None, draws: int,
-         seed: int, epoch: int, storage_option: tuple[str, ...]) -> None:
+         seed: int, epoch: int, bands: str | None, storage_option: tuple[str, ...]) -> None:
     """Draw one sample of a converted split: image, label in class colours, overlay and a legend.
 
     With --augment: one row per draw, row k the sample as augmented in epoch EPOCH+k. SPLIT_DIR may be a URL
@@ -603,8 +614,10 @@ def show(split_dir: str | Path, index: int, output: Path | None, alpha: float, a
             written = show_augmented(split_dir, index, output or Path(f"sample-{index}-augmented.png"), augment,
                                      draws=draws, seed=seed, epoch=epoch, alpha=alpha, storage_options=options)
         else:
+            from .imagetypes import parse_bands
+
             written = show_sample(split_dir, index, output or Path(f"sample-{index}.png"), alpha=alpha,
-                                  storage_options=options)
+                                  storage_options=options, bands=parse_bands(bands))
     except IndexError as exc:
         raise click.BadParameter(str(exc), param_hint="--index") from None
     click.echo(f"sample {index} written to {written}", err=True)

@@ -94,6 +94,10 @@ class Codec(ABC):
     def check_available(self) -> None:  # noqa: B027 - most codecs need nothing
         """Raise ConfigError when the library this codec needs is missing."""
 
+    def cannot_store(self, dtype: Any, channels: int) -> str | None:
+        """Why this codec cannot store (H, W, ``channels``) images of ``dtype``, or None: byte codecs store any."""
+        return None
+
     @abstractmethod
     def encode(self, arr: np.ndarray) -> bytes:
         """The stored bytes of ``arr`` (C order, little-endian elements)."""
@@ -332,13 +336,14 @@ def lzf_decode_into(data: Any, dst: np.ndarray) -> None:
 _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 
-def _image_size(data: Any) -> tuple[str, int, int, int]:
+def _image_size(data: Any, depth_wanted: int = 8) -> tuple[str, int, int, int]:
     """(kind, height, width, components) from a PNG or JPEG header, without decoding pixels: the size the
-    decoder will decode, or ``("?", 0, 0, 0)`` when the header is not read exactly as the decoder reads it."""
+    decoder will decode, or ``("?", 0, 0, 0)`` when the header is not read exactly as the decoder reads it.
+    A PNG of another bit depth than ``depth_wanted`` has 0 components."""
     head = bytes(data[:33])
     if head.startswith(b"\x89PNG\r\n\x1a\n") and head[12:16] == b"IHDR":
         w, h, depth, colour = struct.unpack(">IIBB", head[16:26])
-        return "png", h, w, {2: 3, 6: 4, 0: 1, 4: 2}.get(colour, 0) if depth == 8 else 0
+        return "png", h, w, {2: 3, 6: 4, 0: 1, 4: 2}.get(colour, 0) if depth == depth_wanted else 0
     found = _jpeg_size(memoryview(data).cast("B")) if head.startswith(b"\xff\xd8") else None
     return ("jpeg", *found) if found is not None else ("?", 0, 0, 0)
 
@@ -375,20 +380,41 @@ def _jpeg_size(view: memoryview) -> tuple[int, int, int] | None:
     return None
 
 
+#: Channel orders between shardkit's RGB(A) and OpenCV's BGR(A), by channel count (gray needs none).
+_SWAP = {3: [2, 1, 0], 4: [2, 1, 0, 3]}
+
+
 class _Picture(Codec):
-    """An image file format (PNG, JPEG) for (H, W, 3) uint8 RGB images; decoded with OpenCV (releases the GIL)."""
+    """An image file format (PNG, JPEG) for images; encoded and decoded with OpenCV (releases the GIL).
+
+    (H, W, 3) uint8 RGB as always; besides, what the format and TensorFlow's in-graph decoder both take
+    (:attr:`dtypes`, :attr:`channels`): channels 1 (gray), 3 (RGB) or 4 (RGBA order) are written as the file's
+    own gray, RGB or RGBA, so ``tf.io.decode_png`` gives the stored bands in their order."""
 
     kinds = frozenset({IMAGE})
     kind: ClassVar[str]
+    dtypes: ClassVar[tuple[str, ...]] = ("uint8",)
+    channels: ClassVar[tuple[int, ...]] = (1, 3)
 
     def _params(self) -> list[int]:
         return []
 
+    def cannot_store(self, dtype: Any, channels: int) -> str | None:
+        name = np.dtype(dtype).name
+        if name not in self.dtypes or channels not in self.channels:
+            return (f"{self.name} stores {' or '.join(self.dtypes)} images of {', '.join(map(str, self.channels))} "
+                    f"channels, not {name} with {channels}")
+        return None
+
     def encode(self, arr: np.ndarray) -> bytes:
         import cv2
 
-        ok, buf = cv2.imencode(f".{self.kind.replace('jpeg', 'jpg')}", np.ascontiguousarray(arr[..., ::-1]),
-                               self._params())
+        if arr.ndim == 2:
+            arr = arr[:, :, None]
+        order = _SWAP.get(arr.shape[2])
+        ok, buf = cv2.imencode(f".{self.kind.replace('jpeg', 'jpg')}",
+                               np.ascontiguousarray(arr[..., ::-1] if arr.shape[2] == 3 else
+                                                    arr[..., order] if order is not None else arr), self._params())
         if not ok:  # pragma: no cover - OpenCV encodes any uint8 (H, W, 3)
             raise ValueError(f"OpenCV could not encode a {self.kind}")
         return bytes(buf)
@@ -396,23 +422,35 @@ class _Picture(Codec):
     def decode_into(self, data: Any, out: np.ndarray) -> None:
         import cv2
 
-        if out.ndim != 3 or out.shape[2] != 3 or out.dtype != np.uint8:
-            raise ValueError(f"{self.name} decodes (H, W, 3) uint8 images only")
-        kind, h, w, comps = _image_size(data)
-        if (kind, h, w, comps) != (self.kind, out.shape[0], out.shape[1], 3):  # before any pixel is decoded
+        if out.ndim != 3 or self.cannot_store(out.dtype, out.shape[2]):
+            raise ValueError(f"{self.name} decodes (H, W, C) images of {self.dtypes} with {self.channels} channels")
+        channels = out.shape[2]
+        kind, h, w, comps = _image_size(data, 8 * out.dtype.itemsize)
+        if (kind, h, w, comps) != (self.kind, out.shape[0], out.shape[1], channels):  # before any pixel is decoded
             raise CodecDataError(f"{self.name} header says {kind} {h}x{w}x{comps}, expected {self.kind} "
-                                 f"{out.shape[0]}x{out.shape[1]}x3")
-        bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
-        if bgr is None or bgr.shape != out.shape:
-            raise CodecDataError(f"{self.name} data does not decode to {out.shape[0]}x{out.shape[1]}x3")
-        cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB, dst=out)
+                                 f"{out.shape[0]}x{out.shape[1]}x{channels}")
+        if channels == 3 and out.dtype == np.uint8:  # the RGB path, as before
+            bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+            if bgr is None or bgr.shape != out.shape:
+                raise CodecDataError(f"{self.name} data does not decode to {out.shape[0]}x{out.shape[1]}x3")
+            cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB, dst=out)
+            return
+        got = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+        if got is not None and got.ndim == 2:
+            got = got[:, :, None]
+        if got is None or got.shape != out.shape or got.dtype != out.dtype:
+            raise CodecDataError(f"{self.name} data does not decode to {out.shape} {out.dtype}")
+        order = _SWAP.get(channels)
+        out[...] = got[..., order] if order is not None else got
 
 
 class Png(_Picture):
-    """PNG (8-bit RGB, lossless); TensorFlow decodes it in-graph with ``tf.io.decode_png``."""
+    """PNG (8- or 16-bit gray, RGB or RGBA, lossless); TensorFlow decodes it in-graph with ``tf.io.decode_png``."""
 
     name = "png"
     kind = "png"
+    dtypes = ("uint8", "uint16")
+    channels = (1, 3, 4)
     LEVEL = 1  # zlib level: fast to write; the filtering does most of the work
 
     def _params(self) -> list[int]:
@@ -422,7 +460,8 @@ class Png(_Picture):
 
 
 class Jpeg(_Picture):
-    """Baseline JPEG, 4:2:0, quality Q: lossy, for images only and only when asked for."""
+    """Baseline JPEG, 4:2:0, quality Q: lossy, for uint8 gray or RGB images only and only when asked for
+    (OpenCV's JPEG has no fourth band: it would drop it)."""
 
     name = "jpeg"
     kind = "jpeg"

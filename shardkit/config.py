@@ -372,6 +372,21 @@ class ConvertConfig:
         None, group="labels", file=True,
         help="Class list: names, optionally ids and colours (JSON, CSV with a name column, or text lines 'name', "
              "'id name', 'r g b name').")
+    # -- image type and bands (shardkit.imagetypes; docs/images.md): images are stored as decoded unless asked
+    image_dtype: str | None = option(
+        None, group="geometry", choices=("uint8", "uint16", "int16", "float32"),
+        help="Store images as this type (default: as decoded). Lossless widening needs nothing; anything else "
+             "--rescale.")
+    rescale: str | None = option(
+        None, group="geometry", metavar="shift|minmax|percentile:P",
+        help="How --image-dtype changes values: shift (drop low bits: uint16 >> 8), minmax or percentile:P "
+             "(per image and band, clipped at the P and 100-P percentiles).")
+    #: 1-based band numbers ("4,3,2" from the CLI; a tuple once checked)
+    bands: tuple[int, ...] | str = option(
+        "", group="geometry", metavar="N,N,…",
+        help="Store only these bands of each image, in this order (1-based), e.g. 4,3,2.")
+    pages_as_bands: bool = option(
+        False, group="geometry", help="A multi-page TIFF's pages are the bands of one image.")
 
     #: fsspec URLs (``s3://bucket/x``) when the input / output is on object storage; ``input``/``output``
     #: then only echo them. Set from ``input``/``output`` themselves; ``file://`` becomes a local path.
@@ -401,7 +416,7 @@ class ConvertConfig:
         from .formats.registry import get
 
         for f, spec in cli_options():  # each option's declared choices
-            if spec.choices is not None and spec.checked:
+            if spec.choices is not None and spec.checked and not (f.default is None and getattr(self, f.name) is None):
                 self._check_choice(f.name, getattr(self, f.name), spec.choice_list())
         if self.scheduler and self.backend != "dask":
             raise ConfigError("--scheduler needs --backend dask")
@@ -430,6 +445,7 @@ class ConvertConfig:
         if self.label_map is not None and not isinstance(self.label_map, str):
             raise ConfigError(f"label_map {self.label_map!r} is not SRC:ID entries or a file path",
                               fix="write it like label_map = \"255:1,0:0\"")
+        object.__setattr__(self, "bands", self.image_options.bands)  # "4,3,2" → (4, 3, 2), checked
         _ = self.value_map  # parsed once here, so a bad --label-map / --threshold is a usage error up front
         codecs = ArrayCodecs.parse(self.image_codec, self.label_codec)
         object.__setattr__(self, "image_codec", str(codecs.image))  # one spelling: "zstd:3" → "zstd"
@@ -533,6 +549,13 @@ class ConvertConfig:
         return ValueMap.from_options(self.label_map, self.reduce_zero_label, self.threshold)
 
     @property
+    def image_options(self) -> Any:
+        """The :class:`~shardkit.imagetypes.ImageOptions` of image_dtype, rescale, bands and pages_as_bands."""
+        from .imagetypes import ImageOptions, parse_bands
+
+        return ImageOptions(self.image_dtype, self.rescale, parse_bands(self.bands), self.pages_as_bands)
+
+    @property
     def codecs(self) -> Any:
         """The :class:`~shardkit.codecs.ArrayCodecs` of ``image_codec``/``label_codec`` (checked on init)."""
         from .codecs import ArrayCodecs
@@ -560,6 +583,7 @@ class ConvertConfig:
             "label_interpolation": "nearest",
             **self.value_map.to_json(),  # the label map's contents (not its file name); nothing when none
             **(self.tiling.to_json() if self.tiling is not None else {}),  # nothing when not tiling
+            **self.image_options.to_json(),  # bands / type asked for; nothing when none (images as decoded)
         }
 
     def replace(self, **changes: Any) -> ConvertConfig:

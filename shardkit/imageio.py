@@ -30,6 +30,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from .errors import DecodeError, InputNotFoundError
+from .imagetypes import ImageOptions, stored_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -37,10 +38,9 @@ _FIX_CORRUPT = "re-export or remove the file, or --on-error skip"
 #: File name extensions read as images and labels (lower case); any other file in an image or label folder
 #: is skipped, and named in the convert summary.
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".gif", ".ppm", ".pgm",
-                              ".pbm", ".pnm"})
+                              ".pbm", ".pnm", ".npy"})
 #: Formats whose files may hold several frames or pages (PIL's names).
 _MULTI_FRAME = frozenset({"GIF", "TIFF", "PNG", "WEBP"})  # not MPO: a phone JPEG's second picture is a preview
-_warned_16bit = False
 
 
 def read_bytes(path: Path, what: str = "image") -> np.ndarray:
@@ -218,6 +218,8 @@ def decode_label_pixels(path: Path, data: np.ndarray | None = None, *, indices: 
     """
     path = Path(path)
     data = file_bytes(path, "label", data)
+    if data[:6].tobytes() == _NPY_MAGIC:  # an id map saved with numpy (2-D integers)
+        return _decode_npy(path, data, "label")
     if _png_plain_8bit(data):
         arr = _decode_png_rgb(data)  # None when libspng is missing or refuses: OpenCV decides below
         if arr is not None and arr.dtype == np.uint8:
@@ -240,47 +242,289 @@ def decode_label_pixels(path: Path, data: np.ndarray | None = None, *, indices: 
     return decode_raw(path, "label", data)
 
 
-def decode_image(path: Path, data: np.ndarray | None = None) -> np.ndarray:
-    """Decode an image to ``(H, W, 3)`` uint8 RGB.
-
-    Grayscale is repeated to three channels; an alpha channel is dropped (segmentation
-    images are opaque pictures; the alpha is not blended against anything); 16-bit
-    images are reduced to 8-bit by ``>> 8`` (the high byte, i.e. floor(v / 256)).
-    Floating-point images are refused: their value range is unknown. ``data``: the file's bytes, when the
-    caller has read them already.
-    """
-    global _warned_16bit
-    data = file_bytes(Path(path), "image", data)
-    rgb = _decode_png_rgb(data)
-    if rgb is None:
-        header = _pil_header(Path(path), "image", data)  # refuses animations and multi-page files
-        if header is not None and header[0] == "GIF":
-            rgb = _pil_pixels(Path(path), "image", data, "RGB")
-    arr = rgb if rgb is not None else decode_raw(Path(path), "image", data)
-    if arr.dtype == np.uint16:
-        if not _warned_16bit:
-            logger.debug("%s: 16-bit image reduced to 8-bit by >> 8 (logged once per process)", path)
-            _warned_16bit = True
-        arr = (arr >> 8).astype(np.uint8)
-    elif arr.dtype != np.uint8:
-        raise DecodeError(
-            f"cannot decode image: pixel type {arr.dtype} is not supported (only 8- or 16-bit integer)",
-            path=path,
-            fix="convert the image to 8-bit PNG or JPEG",
-        )
+def _legacy_rgb(arr: np.ndarray, from_spng: bool, path: Path) -> np.ndarray:
+    """An 8-bit picture (PNG, JPEG, BMP, WebP, GIF, PNM) as (H, W, 3) RGB, as shardkit always stored them: gray
+    repeated to three channels, an alpha channel (transparency, not a band) dropped."""
     if arr.ndim == 3 and arr.shape[2] in (1, 2):  # gray (+ alpha)
         arr = arr[:, :, 0]
     if arr.ndim == 2:
         out = cv2.cvtColor(arr, cv2.COLOR_GRAY2RGB)
     elif arr.ndim == 3 and arr.shape[2] == 3:
-        out = arr if rgb is not None else cv2.cvtColor(arr, cv2.COLOR_BGR2RGB)
+        out = arr if from_spng else cv2.cvtColor(arr, cv2.COLOR_BGR2RGB)
     elif arr.ndim == 3 and arr.shape[2] == 4:
-        out = cv2.cvtColor(arr, cv2.COLOR_RGBA2RGB if rgb is not None else cv2.COLOR_BGRA2RGB)
+        out = cv2.cvtColor(arr, cv2.COLOR_RGBA2RGB if from_spng else cv2.COLOR_BGRA2RGB)
     else:
         raise DecodeError(
             f"cannot decode image: unsupported shape {arr.shape}", path=path, fix="convert it to an RGB image"
         )
     return np.ascontiguousarray(out)
+
+
+#: What a decoded image's channels are (``SampleSpec.channel_kind``): "RGB" colour, or "bands" as stored.
+RGB, BANDS = "RGB", "bands"
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def _unsupported_dtype(dtype: np.dtype, path: Path) -> DecodeError:
+    return DecodeError(f"cannot decode image: pixel type {dtype} is not stored (shardkit stores uint8, uint16, "
+                       "int16 and float32)", path=path,
+                       fix="add --image-dtype float32 (or uint8/uint16 with --rescale) to convert it, or re-export it")
+
+
+def _as_hwc(arr: np.ndarray, axes: str, path: Path) -> np.ndarray:
+    """A decoded array with tifffile-style ``axes`` (``YX``, ``YXS``, ``SYX``) as (H, W, C)."""
+    if axes == "YX":
+        return arr[:, :, None]
+    if axes == "YXS":
+        return arr
+    if axes == "SYX":
+        return np.ascontiguousarray(np.moveaxis(arr, 0, -1))
+    raise DecodeError(f"cannot decode image: TIFF page of axes {axes} {arr.shape} is not one image", path=path,
+                      fix="export it as a single image (planar or chunky bands), or --on-error skip")
+
+
+def _tiff_pages(tif: Any) -> list[Any]:
+    """The full-resolution pages of a TIFF: reduced-resolution overviews (a COG's) and masks left out."""
+    pages = []
+    for page in tif.pages:
+        kind = int(getattr(page, "subfiletype", 0) or 0)
+        if kind & 0b101:  # 1: reduced resolution, 4: transparency mask
+            continue
+        pages.append(page)
+    return pages
+
+
+def _tiff_layout(pages: list[Any], path: Path, pages_as_bands: bool, what: str = "image") -> tuple[np.dtype, int, str]:
+    """(dtype, bands, channel kind) a TIFF decodes to, from its directories (no pixel decoded)."""
+    if not pages:
+        raise DecodeError(f"cannot decode {what}: TIFF has no image", path=path, fix=_FIX_CORRUPT)
+    if len(pages) > 1 and not pages_as_bands:
+        raise DecodeError(f"{what} is a multi-page TIFF ({len(pages)} pages); which one is the {what} has no single "
+                          "answer", path=path, fix="add --pages-as-bands (each page one band), export one page, "
+                          "or --on-error skip")
+    first = pages[0]
+    shape = tuple(first.shape)
+    axes = str(first.axes)
+    if axes not in ("YX", "YXS", "SYX"):
+        raise DecodeError(f"cannot decode {what}: TIFF page of axes {axes} {shape} is not one image", path=path,
+                          fix="export it as a single image, or --on-error skip")
+    for page in pages[1:]:
+        if tuple(page.shape) != shape or page.dtype != first.dtype or str(page.axes) != axes:
+            raise DecodeError(f"{what}: TIFF pages differ in size or type ({shape} {first.dtype} and "
+                              f"{tuple(page.shape)} {page.dtype}); they are not bands of one image", path=path,
+                              fix="export the bands as one image, or --on-error skip")
+    bands = 1 if axes == "YX" else shape[-1] if axes == "YXS" else shape[0]
+    photometric = int(getattr(first, "photometric", -1))
+    kind = RGB if photometric == 2 and bands == 3 and len(pages) == 1 else BANDS
+    dtype = np.dtype(first.dtype) if first.dtype is not None else np.dtype(np.uint8)
+    return dtype, bands * len(pages), kind
+
+
+def _decode_tiff(path: Path, data: np.ndarray, pages_as_bands: bool) -> tuple[np.ndarray, str]:
+    """A TIFF (chunky or planar, striped or tiled, BigTIFF; any tifffile/imagecodecs compression) as (H, W, C)
+    exactly as stored: every sample a band, extra samples (alpha) included."""
+    import tifffile
+
+    try:
+        with tifffile.TiffFile(io.BytesIO(_as_bytes(data))) as tif:
+            pages = _tiff_pages(tif)
+            dtype, _, kind = _tiff_layout(pages, path, pages_as_bands)
+            if dtype.newbyteorder("=").name == "bool":
+                dtype = np.dtype(np.uint8)
+            planes = [_as_hwc(page.asarray(), str(page.axes), path) for page in pages]
+    except DecodeError:
+        raise
+    except Exception as exc:  # tifffile and its codecs raise many types for damaged files
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
+        raise DecodeError(f"cannot decode image: TIFF does not decode ({reason})", path=path,
+                          fix=_FIX_CORRUPT) from None
+    arr = planes[0] if len(planes) == 1 else np.concatenate(planes, axis=2)
+    if arr.dtype == np.bool_:
+        arr = arr.astype(np.uint8)
+    return np.ascontiguousarray(arr.astype(arr.dtype.newbyteorder("="), copy=False)), kind
+
+
+def _npy_header(head: bytes) -> tuple[tuple[int, ...], np.dtype, bool, int]:
+    """(shape, dtype, fortran order, data offset) from a ``.npy`` file's header (numpy's own parser; no pickle)."""
+    fh = io.BytesIO(head)
+    version = np.lib.format.read_magic(fh)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+    elif version in ((2, 0), (3, 0)):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+    else:  # pragma: no cover - read_magic refuses others
+        raise ValueError(f"npy version {version}")
+    if dtype.hasobject or dtype.fields is not None:
+        raise ValueError(f"npy of {dtype} (objects or fields)")
+    if len(shape) not in (2, 3) or min(shape, default=0) < 1:
+        raise ValueError(f"npy of shape {shape} is not (H, W) or (H, W, C)")
+    return tuple(int(v) for v in shape), dtype, bool(fortran), fh.tell()
+
+
+def _decode_npy(path: Path, data: np.ndarray, what: str = "image") -> np.ndarray:
+    """A ``.npy`` array (H, W) or (H, W, C), checked to hold exactly its header's bytes (never a pickle)."""
+    raw = _as_bytes(data)
+    try:
+        shape, dtype, fortran, start = _npy_header(raw[:HEADER_BYTES])
+    except (ValueError, SyntaxError, TypeError, EOFError) as exc:
+        raise DecodeError(f"cannot decode {what}: not a readable .npy array ({exc})", path=path,
+                          fix="save it with numpy.save (allow_pickle=False), or --on-error skip") from None
+    need = int(np.prod(shape)) * dtype.itemsize
+    if len(raw) - start != need:
+        raise DecodeError(f"cannot decode {what}: .npy holds {len(raw) - start} bytes of data, its header says "
+                          f"{need}", path=path, fix=_FIX_CORRUPT)
+    arr = np.frombuffer(raw, dtype, int(np.prod(shape)), start)
+    arr = arr.reshape(shape[::-1]).T if fortran else arr.reshape(shape)
+    arr = np.ascontiguousarray(arr, dtype=dtype.newbyteorder("="))
+    return arr[:, :, None] if arr.ndim == 2 and what == "image" else arr
+
+
+def decode_native(path: Path, data: np.ndarray | None = None, *, pages_as_bands: bool = False
+                  ) -> tuple[np.ndarray, str]:
+    """An image file as (H, W, C) in the type it stores, and what its channels are (``"RGB"`` or ``"bands"``).
+
+    8-bit pictures (PNG, JPEG, BMP, WebP, GIF, PNM) are RGB as shardkit always stored them (gray repeated,
+    alpha dropped: :func:`_legacy_rgb`). Every other file keeps what it holds: a 16-bit PNG its channels
+    (gray 1, RGB 3, RGBA 4 in RGB(A) order), a TIFF (through tifffile) every sample of its page, or of every page
+    with ``pages_as_bands``, an ``.npy`` its array. Never rescaled.
+    """
+    path = Path(path)
+    data = file_bytes(path, "image", data)
+    head = data[:16].tobytes()
+    if head.startswith(_NPY_MAGIC):
+        return _decode_npy(path, data), BANDS
+    if sniff(head) == "TIFF":
+        return _decode_tiff(path, data, pages_as_bands)
+    rgb = _decode_png_rgb(data) if _png_depth(data) != 16 else None
+    if rgb is None:
+        header = _pil_header(path, "image", data)  # refuses animations and multi-page files
+        if header is not None and header[0] == "GIF":
+            rgb = _pil_pixels(path, "image", data, "RGB")
+    arr = rgb if rgb is not None else decode_raw(path, "image", data)
+    if arr.dtype == np.uint8:
+        return _legacy_rgb(arr, rgb is not None, path), RGB
+    if arr.dtype not in (np.uint16, np.int16, np.float32):
+        raise _unsupported_dtype(arr.dtype, path)
+    if arr.ndim == 2:
+        return arr[:, :, None], BANDS
+    if arr.shape[2] == 3:
+        return np.ascontiguousarray(arr[:, :, ::-1]), RGB
+    if arr.shape[2] == 4:
+        return np.ascontiguousarray(arr[:, :, [2, 1, 0, 3]]), BANDS
+    return np.ascontiguousarray(arr), BANDS
+
+
+def image_layout(path: Path, options: ImageOptions, max_pixels: int, *, windowed: bool = False
+                 ) -> tuple[str, int, str]:
+    """(dtype string, bands, channel kind) an image file is stored as under ``options``: what a split's first
+    image says its every image must be. Checked (:func:`check_pixels`) and decoded like any sample.
+
+    ``windowed`` (tiling): a TIFF above ``max_pixels``, which is read window by window, is described from its
+    directories instead, with ``options`` applied to one pixel of its type and bands (no pixel decoded)."""
+    path = Path(path)
+    regular_stat(path, "image")
+    header = read_header(path, "image")
+    if windowed and header.kind == "TIFF" and header.pixels > max_pixels:
+        import tifffile
+
+        with tifffile.TiffFile(path) as tif:
+            dtype, n, kind = _tiff_layout(_tiff_pages(tif), path, options.pages_as_bands)
+        arr = np.zeros((1, 1, n), np.uint8 if dtype == np.bool_ else dtype.newbyteorder("="))
+    else:
+        check_pixels(path, max_pixels, "image")
+        arr, kind = decode_native(path, pages_as_bands=options.pages_as_bands)
+    bands = options.bands
+    arr = options.apply(arr, path)
+    if arr.shape[2] != 3 or bands not in ((), (1, 2, 3)):
+        kind = BANDS
+    try:
+        return stored_dtype(arr.dtype), int(arr.shape[2]), kind
+    except ValueError:
+        raise _unsupported_dtype(arr.dtype, path) from None
+
+
+def window_as_stored(raw: np.ndarray, path: Path, options: ImageOptions) -> np.ndarray:
+    """A window of a TIFF read by :class:`~shardkit.tiles.TiledTiff` ((h, w) or (h, w, C), the page's type) as
+    convert stores that TIFF's images: every sample a band, then the bands and type asked for (the rule of
+    :func:`decode_image`, so windowed and whole-decoded tiles are alike)."""
+    arr = raw if raw.ndim == 3 else raw[:, :, None]
+    if arr.dtype == np.bool_:
+        arr = arr.astype(np.uint8)
+    return options.apply(np.ascontiguousarray(arr.astype(arr.dtype.newbyteorder("="), copy=False)), path)
+
+
+#: A georeference: (CRS, affine transform (a, b, c, d, e, f): x = a·col + b·row + c, y = d·col + e·row + f, at
+#: pixel corners). The CRS is ``EPSG:<code>`` where the GeoKeys name one, else their citation text, else "".
+Georeference = tuple[str, tuple[float, float, float, float, float, float]]
+_USER_DEFINED = 32767
+
+
+def _crs_text(geo: dict[str, Any]) -> str:
+    for key in ("ProjectedCSTypeGeoKey", "GeographicTypeGeoKey"):
+        code = geo.get(key)
+        if code is not None and int(code) not in (0, _USER_DEFINED):
+            return f"EPSG:{int(code)}"
+    return str(geo.get("GTCitationGeoKey") or geo.get("GeogCitationGeoKey") or "")
+
+
+def georeference(path: Path, data: np.ndarray | None = None) -> Georeference | None:
+    """A GeoTIFF's CRS and pixel-to-model transform, from its GeoKeys and ModelTransformation or
+    ModelPixelScale + ModelTiepoint tags (no pixel decoded); None for any other file or a TIFF without them.
+    Provenance only: nothing here changes pixels. A point-registered raster (RasterPixelIsPoint) is moved half a
+    pixel so the transform always refers to pixel corners."""
+    data = file_bytes(Path(path), "image", data)
+    if sniff(data[:16].tobytes()) != "TIFF":
+        return None
+    import tifffile
+
+    try:
+        with tifffile.TiffFile(io.BytesIO(_as_bytes(data))) as tif:
+            geo = tif.geotiff_metadata if tif.is_geotiff else None
+    except Exception:  # a damaged GeoKey directory: no georeference (the pixels decode or fail on their own)
+        return None
+    if not geo:
+        return None
+    matrix = geo.get("ModelTransformation")
+    if matrix is not None and np.size(matrix) == 16:
+        m = np.asarray(matrix, np.float64).reshape(4, 4)
+        t = (m[0, 0], m[0, 1], m[0, 3], m[1, 0], m[1, 1], m[1, 3])
+    else:
+        scale, tie = geo.get("ModelPixelScale"), geo.get("ModelTiepoint")
+        if scale is None or tie is None or len(scale) < 2 or len(tie) < 6:
+            return None
+        sx, sy = float(scale[0]), float(scale[1])
+        i, j, x, y = (float(v) for v in (tie[0], tie[1], tie[3], tie[4]))
+        t = (sx, 0.0, x - i * sx, 0.0, -sy, y + j * sy)
+    if int(geo.get("GTRasterTypeGeoKey", 1) or 1) == 2:  # PixelIsPoint: the tie point is a pixel's centre
+        a, b, c, d, e, f = t
+        t = (a, b, c - 0.5 * (a + b), d, e, f - 0.5 * (d + e))
+    if not all(np.isfinite(t)):
+        return None
+    return _crs_text(geo), tuple(float(v) for v in t)  # type: ignore[return-value]
+
+
+def _png_depth(data: np.ndarray) -> int:
+    """A PNG's bit depth from its IHDR (0 for anything else)."""
+    if data.size < 26 or data[:8].tobytes() != _PNG_SIGNATURE:
+        return 0
+    return int(data[24])
+
+
+def decode_image(path: Path, data: np.ndarray | None = None, options: ImageOptions | None = None) -> np.ndarray:
+    """Decode an image to (H, W, C) as stored (:func:`decode_native`), then as ``options`` ask (bands, type).
+
+    Nothing is rescaled unless ``options`` say how (:mod:`shardkit.imagetypes`); a type shardkit does not store
+    (float64, int32 …) is refused unless ``options`` convert it. ``data``: the file's bytes, when the caller has
+    read them already.
+    """
+    options = options or ImageOptions()
+    arr, _ = decode_native(Path(path), data, pages_as_bands=options.pages_as_bands)
+    arr = options.apply(arr, Path(path))
+    try:
+        stored_dtype(arr.dtype)
+    except ValueError:
+        raise _unsupported_dtype(arr.dtype, Path(path)) from None
+    return arr
 
 
 def regular_stat(path: Path, what: str = "image") -> os.stat_result:
@@ -329,7 +573,7 @@ TIFF_TILE_SLACK = 1 << 20
 #: The input file types convert decodes, by the first bytes OpenCV recognises them by (in its order). Anything
 #: else OpenCV would decode (Radiance HDR, PFM, PAM, Sun raster, JPEG 2000, AVIF …) is refused before decoding:
 #: its size is not known first.
-SUPPORTED_TYPES = "PNG, JPEG, TIFF, BMP, GIF, WebP, PPM/PGM/PBM"
+SUPPORTED_TYPES = "PNG, JPEG, TIFF, BMP, GIF, WebP, PPM/PGM/PBM, NPY"
 _PNM_WHITESPACE = b" \t\r\n\v\f"
 
 
@@ -370,6 +614,8 @@ def sniff(head: bytes) -> str | None:
         return "unsupported: PFM"
     if head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):
         return "TIFF"
+    if head.startswith(_NPY_MAGIC):
+        return "NPY"
     if head.startswith(_PNG_SIGNATURE):
         return "PNG"
     if head.startswith((b"\x00\x00\x00\x0cjP  \r\n\x87\n", b"\xff\x4f\xff\x51")):
@@ -458,35 +704,37 @@ def _check_tiff_entries(fh: Any, offset: int, little: bool, big: bool) -> None:
             raise ValueError(f"tag {int.from_bytes(entries[i : i + 2], order)} holds {count} values")
 
 
-def _tiff_header(fh: Any) -> tuple[int, int, int]:
-    """(height, width, bytes per pixel) from a TIFF's first directory, the one OpenCV (libtiff) decodes.
+def _tiff_header(fh: Any, pages_as_bands: bool = True) -> tuple[int, int, int]:
+    """(height, width, bytes per pixel) of what a TIFF decodes to (:func:`_decode_tiff`), from its directories.
 
-    Read as tags (PIL's directory parser), so a TIFF PIL cannot decode (float RGBA, 12-bit …) is sized too.
-    OpenCV allocates one whole tile (or strip) at once: one far larger than the image is refused.
+    The first directory's entries are bounded before tifffile reads a value (:func:`_check_tiff_entries`); every
+    full-resolution page counts (a multi-page TIFF decodes to one band per page, or is refused). A tile or strip
+    far larger than the image is refused: the decoder allocates one whole.
     """
-    from PIL import TiffImagePlugin
+    import tifffile
 
-    prefix = fh.read(8)
-    if prefix[2:4] in (b"+\x00", b"\x00+"):  # BigTIFF: a 16-byte header
-        prefix += fh.read(8)
-    ifd = TiffImagePlugin.ImageFileDirectory_v2(prefix)
-    _check_tiff_entries(fh, ifd.next, prefix[:2] == b"II", len(prefix) == 16)
-    fh.seek(ifd.next)
-    ifd.load(fh)
-    width, height = int(ifd[256]), int(ifd[257])
-    spp = int(ifd.get(277, 1) or 1)
-    bits = max(int(b) for b in (ifd.get(258) or (1,)))
-    if not 1 <= spp <= 4 or not 1 <= bits <= 64:  # OpenCV refuses the rest too
-        raise ValueError(f"{spp} samples of {bits} bits per pixel")
-    per_pixel = max(spp, 3) * max(1, (bits + 7) // 8)  # 1-bit and palette TIFFs decode to 3 channels
-    if 322 in ifd and 323 in ifd:
-        tile = int(ifd[322]) * int(ifd[323])
-    else:
-        rows = int(ifd.get(278, height) or height)
-        tile = width * (height if rows >= 2**32 - 1 else rows)
+    prefix = fh.read(16)
+    little, big = prefix[:2] == b"II", prefix[2:4] in (b"+\x00", b"\x00+")
+    order: Literal["little", "big"] = "little" if little else "big"
+    first = int.from_bytes(prefix[8:16] if big else prefix[4:8], order)
+    _check_tiff_entries(fh, first, little, big)
+    fh.seek(0)
+    with tifffile.TiffFile(fh) as tif:
+        pages = _tiff_pages(tif)
+        if not pages:
+            raise ValueError("no image directory")
+        page = pages[0]
+        height, width = int(page.imagelength), int(page.imagewidth)
+        dtype, bands, _ = _tiff_layout(pages, Path(getattr(fh, "name", "image")), True)
+        planar = int(getattr(page, "planarconfig", 1)) == 2 or len(pages) > 1
+        if page.is_tiled:
+            tile = int(page.tilelength) * int(page.tilewidth)
+        else:
+            rows = int(page.rowsperstrip or height)
+            tile = width * min(rows, height)
     if tile > max(width * height, 1) + TIFF_TILE_SLACK:
         raise ValueError(f"a tile or strip of {tile} pixels for a {height}x{width} image")
-    return height, width, per_pixel
+    return height, width, bands * max(dtype.itemsize, 1) * (2 if planar else 1)
 
 
 def _pil_size(fh: Any, kind: str) -> tuple[int, int, int]:
@@ -538,6 +786,9 @@ def read_header(path: Path, what: str = "image", data: np.ndarray | None = None)
             h, w, bpp = _png_header(head)
         elif kind == "JPEG":
             h, w, bpp = _jpeg_header(head)
+        elif kind == "NPY":
+            shape, dtype, _, _ = _npy_header(head)
+            h, w, bpp = shape[0], shape[1], (shape[2] if len(shape) == 3 else 1) * dtype.itemsize
         elif data is not None:
             h, w, bpp = _pil_size(io.BytesIO(data_bytes), kind)
         else:  # PIL seeks to what it needs (a TIFF's directory is often at the end of the file)
@@ -584,15 +835,18 @@ def check_pixels(path: Path, max_pixels: int, what: str = "image", data: np.ndar
             f"{need} bytes, more than --max-pixels {max_pixels} allows ({DECODE_BYTES_PER_PIXEL} bytes per pixel)",
             path=path, fix="shrink the file, raise --max-pixels, or --on-error skip",
         )
-    _check_file_size(path, size, max_pixels, hw, what)
+    _check_file_size(path, size, max_pixels, hw, what, header.bytes_per_pixel)
     return header
 
 
-def _check_file_size(path: Path, size: int, max_pixels: int, hw: tuple[int, int] | None, what: str) -> None:
+def _check_file_size(path: Path, size: int, max_pixels: int, hw: tuple[int, int] | None, what: str,
+                     bytes_per_pixel: int = 0) -> None:
     """Refuse a file far larger than any image of its header's size (or of --max-pixels) can be: it would be
-    read whole into memory for nothing (e.g. a real PNG followed by gigabytes of padding)."""
+    read whole into memory for nothing (e.g. a real PNG followed by gigabytes of padding). Before the header is
+    read, a file may hold as many bytes as the largest decode allowed; after, as its pixels' bytes can need."""
     pixels = hw[0] * hw[1] if hw is not None else max_pixels
-    limit = pixels * MAX_BYTES_PER_PIXEL + METADATA_SLACK
+    per_pixel = max(MAX_BYTES_PER_PIXEL, bytes_per_pixel if hw is not None else DECODE_BYTES_PER_PIXEL)
+    limit = pixels * per_pixel + METADATA_SLACK
     if size > limit:
         said = f"its header's {hw[0]}x{hw[1]} pixels" if hw is not None else f"--max-pixels {max_pixels}"
         raise DecodeError(f"{what} file is {size} bytes, more than {limit} that {said} can need",

@@ -35,10 +35,15 @@ from .splitfiles import (
 
 MANIFEST_NAME = "manifest.json"
 SCHEMA_ID = "shardkit.manifest"
+#: The manifest version of splits of (H, W, 3) uint8 RGB images (what every split was before version 4).
 MANIFEST_VERSION = 3
+#: Version 4: images of any stored type and band count (``sample.image``), and provenance columns in the
+#: sidecars (formats/manifest.md). Written only where it is needed, so RGB uint8 splits stay byte-identical.
+IMAGES_MANIFEST_VERSION = 4
 #: Manifest versions this shardkit reads: 1 keeps sample records inline, 2 in one sidecar per shard, 3 is 2
-#: plus the split's publish number (``version``; each publish also kept as ``manifest-v<N>.json``).
-READ_VERSIONS = (1, 2, 3)
+#: plus the split's publish number (``version``; each publish also kept as ``manifest-v<N>.json``), 4 is 3 with
+#: images of any type and bands.
+READ_VERSIONS = (1, 2, 3, 4)
 #: A kept publish of a split: ``manifest-v<N>.json`` beside ``manifest.json`` (which is a copy of the newest).
 _VERSION_NAME = re.compile(r"manifest-v([1-9][0-9]{0,8})\.json\Z")
 # Bounds on manifest numbers, checked before anything is allocated from them (MAX_CLASSES, CLASS_ID_DTYPES and
@@ -81,7 +86,7 @@ class Manifest:
         sample = SampleSpec.from_json(self.sample)
         typed = {"sample": sample, "classes": ClassTable.from_manifest(self.classes, sample.num_classes),
                  "preprocessing": Preprocessing.from_json(self.preprocessing), "source": Source.from_json(self.source),
-                 "stats": SplitStats.from_json(self.stats)}
+                 "stats": SplitStats.from_json(self.stats, sample.image_channels)}
         for name, value in typed.items():
             if value is not getattr(self, name):
                 object.__setattr__(self, name, value)
@@ -163,7 +168,8 @@ class Manifest:
                            source=Source.from_json(parts["source"]), shards=shards,
                            samples=SampleTable(shards, sample.num_classes, where.parent, inline,
                                                sample.size),
-                           stats=SplitStats.from_json(parts["stats"]), manifest_version=version, version=published)
+                           stats=SplitStats.from_json(parts["stats"], sample.image_channels),
+                           manifest_version=version, version=published)
         except ValueError as exc:
             raise ShardFormatError(f"manifest {exc}", path=where,
                                    fix="re-convert this split; do not use manifests from untrusted sources") from None
@@ -188,6 +194,10 @@ class Manifest:
                 ArrayCodecs.from_json(self.format_options["codecs"])
             except ValueError as exc:
                 raise bad(f"format_options.codecs is invalid ({exc})") from None
+        if self.manifest_version < IMAGES_MANIFEST_VERSION and not self.sample.legacy_image:
+            raise bad(f"version {self.manifest_version} stores [H, W, 3] uint8 RGB images, not "
+                      f"{self.sample.image_dtype!r} with {self.sample.image_channels} channels "
+                      f"{self.sample.channel_kind!r}")
         inline = getattr(self.samples, "inline", self.samples)  # version 2 sidecars are checked when read
         for i, rec in enumerate(inline or ()):
             if not isinstance(rec, dict) or not isinstance(rec.get("key"), str):
@@ -220,6 +230,12 @@ class Manifest:
                 path=where,
                 fix="re-convert this split",
             )
+
+
+def manifest_version_for(spec: Any, provenance: bool = False) -> int:
+    """The manifest version a split is written in: :data:`MANIFEST_VERSION` for (H, W, 3) uint8 RGB images and
+    plain sidecars, else :data:`IMAGES_MANIFEST_VERSION` (other images, or ``provenance`` columns)."""
+    return MANIFEST_VERSION if spec.legacy_image and not provenance else IMAGES_MANIFEST_VERSION
 
 
 def parse_cost(raw: bytes) -> int:

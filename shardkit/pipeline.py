@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -24,18 +25,19 @@ import numpy as np
 from ._version import __version__
 from .config import ConvertConfig
 from .duplicates import Drops, DuplicateReport, ShardHashes, drops, find_duplicates, log_report, row_keys
-from .errors import ConfigError, DuplicateError, OutputError
+from .errors import ConfigError, DecodeError, DuplicateError, InputNotFoundError, OutputError
 from .fingerprint import SourceCache, load_cache, save_cache
 from .formats.base import SampleSpec
 from .formats.registry import get
-from .imageio import label_palette
+from .imageio import georeference, image_layout, label_palette, read_header
+from .imagetypes import NAME_OF
 from .labels import ClassTable, LabelDecoder
 from .labels.builtin import with_palette_colours
 from .labels.idscan import SCAN_CACHE, ScanCache, scan_table
 from .labels.policy import TableChoice, choose_class_table
 from .labels.values import REDUCE_ZERO_IGNORE, ignore_warning
 from .layouts import Discovery, discover, file_types, layout_table
-from .manifest import Manifest
+from .manifest import Manifest, manifest_version_for
 from .pairs import PairTable
 from .plan import ShardTask, plan_split, settings_text
 from .pool import run_tasks
@@ -47,7 +49,7 @@ from .splitdir import LocalSink, SplitSink, has_records, publish_shard
 from .splitfiles import Preprocessing, ShardInfo, Source, SplitStats
 from .staging import StorageSession
 from .stats import Stats
-from .tiles import TileCounts
+from .tiles import TileCounts, untiled_source
 from .worker import ShardResult, WorkerContext
 
 log = logging.getLogger(__name__)
@@ -95,10 +97,47 @@ class ConvertSummary:
         )
 
 
-def sample_spec(cfg: ConvertConfig, table: ClassTable) -> SampleSpec:
-    """What every stored sample of this conversion looks like (its size, when one size fits all)."""
+def sample_spec(cfg: ConvertConfig, table: ClassTable,
+                image: tuple[str, int, str] = ("|u1", 3, "RGB")) -> SampleSpec:
+    """What every stored sample of this conversion looks like (its size, when one size fits all; ``image``: its
+    images' dtype, bands and channel kind, from :func:`image_layout_of`)."""
     size = cfg.tiling.tile if cfg.tiling is not None else fixed_size(cfg.size, cfg.resize, cfg.crop)
-    return SampleSpec(size, cfg.label_encoding, table.num_classes, table.label_dtype().str)
+    return SampleSpec(size, cfg.label_encoding, table.num_classes, table.label_dtype().str, *image)
+
+
+def image_layout_of(cfg: ConvertConfig, found: Discovery,
+                    session: StorageSession) -> tuple[tuple[str, int, str], bool]:
+    """The image dtype, bands and channel kind of the conversion, and whether its images are georeferenced,
+    from its first image (in plan order, decoded as a worker would): every other image must match it (each is
+    checked as it is converted). Logged, since it is what shardkit concluded."""
+    images = (p for pairs in found.splits.values() for i in range(len(pairs)) if (p := pairs.path(i, 0)))
+    for first in images:
+        with tempfile.TemporaryDirectory(prefix="shardkit-probe-") as tmp:
+            path = Path(first)
+            try:
+                if session.source is not None:  # on object storage: fetch that one file
+                    local = Path(tmp) / path.name
+                    session.source.remote.download(session.source.rel(path), local)
+                    path = local
+                if cfg.tiling is not None and (head := read_header(path)).pixels > cfg.max_pixels \
+                        and head.kind != "TIFF":
+                    raise untiled_source(Path(first), head.kind, head.height, head.width, cfg.max_pixels)
+                layout = image_layout(path, cfg.image_options, cfg.max_pixels, windowed=cfg.tiling is not None)
+            except (DecodeError, InputNotFoundError):
+                if cfg.on_error != "skip":
+                    raise
+                continue  # --on-error skip: its worker skips it too; the next image decides
+            geo = georeference(path) is not None
+        break
+    else:
+        return ("|u1", 3, "RGB"), False  # no image decodes (every one is skipped): nothing is stored
+    dtype, bands, kind = layout
+    log.info("images: %s, %d band%s (%s), as the first image %s %s", NAME_OF[dtype], bands, "s" * (bands != 1),
+             kind, Path(first).name, "is stored" if cfg.image_options.default else "is converted as asked",
+             extra={"event": "images", "dtype": NAME_OF[dtype], "bands": bands, "channels": kind})
+    if geo:
+        log.info("images are GeoTIFFs: each sample's CRS and transform are kept in the samples sidecars")
+    return layout, geo
 
 
 def check_output(cfg: ConvertConfig) -> None:
@@ -152,19 +191,23 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
         cfg.output.mkdir(parents=True, exist_ok=True)
         for scan in scans:
             scan.save()
-    spec = sample_spec(cfg, table)
+    layout, georef = image_layout_of(cfg, found, session)
+    spec = sample_spec(cfg, table, layout)
     options = cfg.preprocessing()
     # The manifest records what took effect: the Cityscapes id remap only means something for Cityscapes.
     # (Fingerprints keep hashing the options as given, so existing shard names stay valid.)
     recorded = options | ({} if found.layout == "cityscapes" else {"cityscapes_train_ids": None})
     fmt = get(cfg.format)
-    settings = {"format": cfg.format, "format_version": fmt.version_for(cfg.compression, cfg.codecs),
+    fmt.check_image(spec, cfg.codecs)
+    settings = {"format": cfg.format, "format_version": fmt.version_for(cfg.compression, cfg.codecs, spec),
                 "sample": spec.to_manifest(),
-                "classes": table.to_json(), "preprocessing": options, "on_error": cfg.on_error}
+                "classes": table.to_json(), "preprocessing": options, "on_error": cfg.on_error,
+                **({"georeference": True} if georef else {})}
     digest = hashlib.sha256(settings_text(settings).encode()).hexdigest()
     ctx = WorkerContext.from_config(cfg, spec=spec, decoder=decoder, root=found.root.resolve(),
                                     sync_files=cfg.backend == "dask", source=session.source,
-                                    settings=settings_text(settings), tiling=cfg.tiling)
+                                    settings=settings_text(settings), image=cfg.image_options,
+                                    georef=georef)
     log.info("convert %s → %s as %s", session.input_name, session.output_name, cfg.format,
              extra={"event": "start", "input": session.input_name, "output": session.output_name,
                     "format": cfg.format, "workers": cfg.effective_workers(), "backend": cfg.backend})
@@ -221,7 +264,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
         for split, pairs in found.splits.items():
             records = [reused[(t.split, t.index)] for t in tasks if t.split == split]
             path = publish_split(cfg, split, pairs, records, found, table, spec, recorded, fmt,
-                                 source_root=session.input_name, sink=session.sink)
+                                 source_root=session.input_name, sink=session.sink, georef=georef)
             save_cache(cfg.output / split, pairs, caches[split])
             session.sink.committed(cfg.output / split, records, cfg.keep_versions)
             where = session.sink.location(split, path)  # the URL when the output is on object storage
@@ -415,6 +458,7 @@ def publish_split(
     *,
     source_root: str | None = None,
     sink: SplitSink | None = None,
+    georef: bool = False,
 ) -> Path:
     """Publish the split's manifest as its next version (the commit marker; nothing when nothing changed), then
     remove files that no kept version names any more (:meth:`~shardkit.splitdir.SplitSink.commit`).
@@ -424,7 +468,7 @@ def publish_split(
     """
     directory = cfg.output / split
     shards: list[ShardInfo] = []
-    stats = Stats(table.num_classes)
+    stats = Stats(table.num_classes, spec.image_channels, ranges=not spec.legacy_image)
     first = 0
     for index, r in enumerate(records):
         shards.append(ShardInfo(index, r.num_samples, first, r.files[:-1], r.files[-1]))
@@ -437,7 +481,8 @@ def publish_split(
     manifest = Manifest(
         version=1,
         format=cfg.format,
-        format_version=fmt.version_for(cfg.compression, cfg.codecs),
+        format_version=fmt.version_for(cfg.compression, cfg.codecs, spec),
+        manifest_version=manifest_version_for(spec, provenance=georef or cfg.tiling is not None),
         split=split,
         num_samples=first,
         sample=spec,
@@ -455,7 +500,7 @@ def publish_split(
         ),
         shards=tuple(shards),
         samples=SampleTable(shards, table.num_classes, directory),
-        stats=SplitStats.from_json(stats.to_manifest()),
+        stats=SplitStats.from_json(stats.to_manifest(), spec.image_channels),
         skipped=tuple(s for r in records for s in r.skipped),
         format_options=fmt.format_options(spec, cfg.compression, cfg.codecs),
         tool_version=__version__,

@@ -62,6 +62,31 @@ def pads(hw: tuple[int, int], size: tuple[int, int] | None, resize: str, crop: s
     return th < size[0] or tw < size[1]
 
 
+def content_box(hw: tuple[int, int], size: tuple[int, int] | None, resize: str,
+                crop: str) -> tuple[int, int, int, int]:
+    """(y0, y1, x0, x1): where a source of ``hw`` lands in its stored sample (:func:`fit_pair`); outside it is
+    padding (image 0, label the pad id), which image statistics leave out."""
+    th, tw = resized_hw(hw, size, resize)
+    if size is None or crop != "center":
+        return 0, th, 0, tw
+    dy, dx = max((size[0] - th) // 2, 0), max((size[1] - tw) // 2, 0)
+    return dy, dy + min(th, size[0]), dx, dx + min(tw, size[1])
+
+
+def stored_to_source(hw: tuple[int, int], size: tuple[int, int] | None, resize: str,
+                     crop: str) -> tuple[float, float, float, float]:
+    """(sy, sx, oy, ox): stored pixel corner (r, c) of a source of ``hw`` lies at source pixel corner
+    (sy·(r + oy), sx·(c + ox)) (:func:`fit_pair`'s resize then centre crop or pad): what moves a georeference
+    from the source's grid to the stored one."""
+    h, w = hw
+    th, tw = resized_hw(hw, size, resize)
+    oy = ox = 0
+    if size is not None and crop == "center":
+        oy = max((th - size[0]) // 2, 0) - max((size[0] - th) // 2, 0)
+        ox = max((tw - size[1]) // 2, 0) - max((size[1] - tw) // 2, 0)
+    return h / th, w / tw, float(oy), float(ox)
+
+
 def fixed_size(size: tuple[int, int] | None, resize: str, crop: str) -> tuple[int, int] | None:
     """The (H, W) every stored sample has whatever its source size, or None when it follows the source."""
     return size if size is not None and (crop == "center" or resize == "exact") else None

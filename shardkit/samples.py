@@ -74,11 +74,13 @@ def is_sidecar_name(name: str) -> bool:
 
 
 def sidecar_dtype(num_classes: int, key_bytes: int, label_bytes: int, pixels: bool = True,
-                  tiles: bool = False) -> np.dtype:
+                  tiles: bool = False, crs_bytes: int = 0) -> np.dtype:
     """The packed structured dtype of a sidecar row (formats/samples.md).
 
     ``pixels=False``: the row of sidecars written before the pixel hash column (still read). ``tiles``: the
     optional ``tile`` column of tiled conversions (``--tile``; :data:`~shardkit.tiles.TILE_FIELDS`).
+    ``crs_bytes``: the georeference columns (manifest version 4, GeoTIFF sources): ``crs`` of that width and
+    ``transform``, last.
     """
     fields: list[tuple[Any, ...]] = [("height", "<u4"), ("width", "<u4"), ("fingerprint", "|u1", (FINGERPRINT_BYTES,))]
     if pixels:
@@ -88,6 +90,8 @@ def sidecar_dtype(num_classes: int, key_bytes: int, label_bytes: int, pixels: bo
     if tiles:
         fields.append(("tile", "<u4", (len(TILE_FIELDS),)))
     fields += [("key", f"|S{key_bytes}"), ("label", f"|S{label_bytes}")]
+    if crs_bytes:
+        fields += [("crs", f"|S{crs_bytes}"), ("transform", "<f8", (6,))]
     return np.dtype(fields)
 
 
@@ -102,8 +106,11 @@ def split_fingerprint(shard_digests: Sequence[str]) -> str:
 class SidecarBuilder:
     """Collects one shard's sample records in the worker and writes them as the shard's sidecar."""
 
-    def __init__(self, num_classes: int) -> None:
+    def __init__(self, num_classes: int, georef: bool = False) -> None:
         self.num_classes = num_classes
+        #: the split records each sample's georeference (crs and transform columns; NaN/empty where it has none)
+        self.georef = georef
+        self.geo: list[Any] = []
         self.keys: list[bytes] = []
         self.labels: list[bytes] = []
         self.hw: list[tuple[int, int]] = []
@@ -117,7 +124,8 @@ class SidecarBuilder:
         return len(self.keys)
 
     def add(self, key: str, label: str | None, height: int, width: int, fingerprint: str,
-            classes: Sequence[int], pixels: bytes | None = None, tile: Sequence[int] | None = None) -> None:
+            classes: Sequence[int], pixels: bytes | None = None, tile: Sequence[int] | None = None,
+            geo: Any = None) -> None:
         """One written sample: its key and label paths, stored size, 64-hex fingerprint, classes present,
         and its :func:`pixel_hash` (None: unknown, e.g. a shard recorded before pixel hashes; the sidecar then
         has no ``pixels`` column); ``tile``: its provenance (:data:`~shardkit.tiles.TILE_FIELDS`), given for every
@@ -145,6 +153,7 @@ class SidecarBuilder:
         self.classes.append(classes)
         if tile is not None:
             self.tiles.append(tuple(int(v) for v in tile))
+        self.geo.append(geo)
 
     def digest(self) -> str:
         """The shard's fingerprint digest: sha256 of its samples' raw fingerprints in order."""
@@ -152,9 +161,11 @@ class SidecarBuilder:
 
     def array(self) -> np.ndarray:
         """The sidecar rows."""
+        crs = [(g[0] if g is not None else "").encode("utf-8")[:MAX_PATH_BYTES] for g in self.geo]
         dtype = sidecar_dtype(self.num_classes, max(map(len, self.keys), default=1),
                               max(max(map(len, self.labels), default=1), 1), pixels=self.hashed,
-                              tiles=bool(self.tiles))
+                              tiles=bool(self.tiles),
+                              crs_bytes=max(max(map(len, crs), default=1), 1) if self.georef else 0)
         rows = np.zeros(len(self.keys), dtype)
         if len(rows):
             rows["height"], rows["width"] = np.asarray(self.hw, np.uint32).T
@@ -169,6 +180,9 @@ class SidecarBuilder:
                 for j, ids in enumerate(self.classes):
                     present[j, list(ids)] = 1
                 rows["classes"] = np.packbits(present, axis=-1, bitorder="big")
+            if self.georef:
+                rows["crs"] = crs
+                rows["transform"] = [g[1] if g is not None else (np.nan,) * 6 for g in self.geo]
         return rows
 
     def to_bytes(self) -> bytes:
@@ -315,8 +329,11 @@ def _check_dtype(dtype: np.dtype, num_classes: int, bad: Callable[[str], ShardFo
         if sub is None or sub[0].kind != "S" or not 1 <= sub[0].itemsize <= MAX_PATH_BYTES:
             raise bad(f"has dtype {str(dtype)[:120]}, not the specified record")
         widths.append(sub[0].itemsize)
+    crs = dtype.fields.get("crs") if dtype.fields else None
+    if crs is not None and (crs[0].kind != "S" or not 1 <= crs[0].itemsize <= MAX_PATH_BYTES):
+        raise bad(f"has dtype {str(dtype)[:120]}, not the specified record")
     want = sidecar_dtype(num_classes, widths[0], widths[1], pixels="pixels" in names,  # either revision
-                         tiles="tile" in names)
+                         tiles="tile" in names, crs_bytes=crs[0].itemsize if crs is not None else 0)
     if dtype != want or names != want.names:
         raise bad(f"has dtype {str(dtype)[:120]}, not the specified record")
 
@@ -338,6 +355,11 @@ def record(rows: np.ndarray, j: int, num_classes: int, where: Path | None = None
         out["classes"] = np.flatnonzero(bits).tolist()
     if "tile" in (rows.dtype.names or ()):
         out["tile"] = dict(zip(TILE_FIELDS, (int(v) for v in row["tile"]), strict=True))
+    if "crs" in (rows.dtype.names or ()):  # the source's georeference (formats/samples.md), None where it had none
+        transform = [float(v) for v in row["transform"]]
+        known = all(np.isfinite(transform))
+        out["crs"] = bytes(row["crs"]).decode("utf-8", "replace") or None if known else None
+        out["transform"] = transform if known else None
     return out
 
 

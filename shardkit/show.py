@@ -292,14 +292,49 @@ def write_png(path: str | Path, rgb: np.ndarray) -> Path:
     return path
 
 
+#: Percentiles a non-uint8 image is stretched between for display (per band): 2 and 98.
+STRETCH_PERCENTILE = 2.0
+
+
+def display_bands(image: np.ndarray, bands: Sequence[int] = (), percentile: float = STRETCH_PERCENTILE) -> np.ndarray:
+    """An (H, W, C) stored image of any type as (H, W, 3) uint8 RGB to look at (never stored).
+
+    ``bands``: 1-based bands shown as red, green, blue (``--bands 4,3,2``: a false-colour infrared), or one band as
+    gray; by default the first three (RGB images as they are) or the first one of fewer. uint8 bands are shown
+    as they are; other types stretched per band between their ``percentile`` and ``100 - percentile``
+    percentiles (finite values only) to 0..255.
+    """
+    from .errors import ConfigError
+
+    channels = image.shape[2] if image.ndim == 3 else 1
+    img = image if image.ndim == 3 else image[:, :, None]
+    chosen = list(bands) or ([1, 2, 3] if channels >= 3 else [1])
+    if len(chosen) not in (1, 3) or not all(1 <= b <= channels for b in chosen):
+        raise ConfigError(f"--bands {','.join(map(str, chosen))}: show draws 1 or 3 of this split's {channels} bands",
+                          fix="choose three bands (red, green, blue) or one (gray) within 1.." + str(channels))
+    picked = img[:, :, [b - 1 for b in chosen]]
+    if picked.dtype != np.uint8:
+        flat = picked.reshape(-1, len(chosen)).astype(np.float64)
+        out = np.zeros(picked.shape, np.uint8)
+        for k in range(len(chosen)):
+            col = flat[:, k]
+            finite = col[np.isfinite(col)]
+            lo, hi = (np.percentile(finite, [percentile, 100 - percentile]) if finite.size else (0.0, 0.0))
+            band = np.nan_to_num(picked[:, :, k].astype(np.float64), nan=lo)
+            out[:, :, k] = np.rint(np.clip((band - lo) / (hi - lo), 0, 1) * 255) if hi > lo else 0
+        picked = out
+    return np.ascontiguousarray(np.repeat(picked, 3, axis=2) if len(chosen) == 1 else picked)
+
+
 def show_sample(split_dir: str | Path, index: int, output: str | Path, *, alpha: float = 0.5,
-                storage_options: dict[str, Any] | None = None) -> Path:
+                storage_options: dict[str, Any] | None = None, bands: Sequence[int] = ()) -> Path:
     """Render sample ``index`` of a converted split (a folder, or a URL such as ``s3://bucket/out/train`` read
-    through the shard cache with ``storage_options``) to ``output`` (PNG)."""
+    through the shard cache with ``storage_options``) to ``output`` (PNG); ``bands``: see :func:`display_bands`."""
     from .read.dataset import Dataset
 
     ds = Dataset(split_dir, labels="ids", storage_options=storage_options)
     image, ids = ds[index]
+    image = display_bands(np.asarray(image), bands)
     i = index % len(ds)
     title = f"{ds.manifest.split} #{i}: {ds.key(i)}"
     picture = render_sample(np.ascontiguousarray(image), np.ascontiguousarray(ids), ds.class_names,

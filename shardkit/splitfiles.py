@@ -196,15 +196,47 @@ class JsonView(Mapping[str, Any]):
         return len(self.to_json())
 
 
+#: Image element types a split may store (little-endian numpy dtype strings), format version 3.
+IMAGE_DTYPES = ("|u1", "<u2", "<i2", "<f4")
+#: Most bands (channels) a stored image may have.
+MAX_BANDS = 1024
+#: What ``sample.image.channels`` says: ``RGB`` (three colour channels, the only value before format version 3),
+#: or ``bands`` (1..N bands as the source stored them, in ``source_bands`` order).
+IMAGE_CHANNEL_KINDS = ("RGB", "bands")
+
+
 @dataclass(frozen=True, eq=True)
 class SampleSpec(JsonView):
-    """What one stored sample looks like: image (H, W, 3) uint8 RGB and an encoded label (the manifest's
-    ``sample``)."""
+    """What one stored sample looks like (the manifest's ``sample``): an image (H, W, C) of ``image_dtype`` and an
+    encoded label.
+
+    Before format version 3 every image was (H, W, 3) uint8 RGB (the defaults); since, an image keeps the
+    element type and bands it was decoded with (:data:`IMAGE_DTYPES`, 1..:data:`MAX_BANDS` bands).
+    """
 
     size: tuple[int, int] | None
     label_encoding: str
     num_classes: int
     label_dtype: str  # numpy dtype string, little-endian: "|u1" or "<u2"
+    image_dtype: str = "|u1"
+    image_channels: int = 3
+    channel_kind: str = "RGB"
+
+    @property
+    def legacy_image(self) -> bool:
+        """True for (H, W, 3) uint8 RGB images: what format versions 1 and 2 (and manifest 3) can say."""
+        return self.image_dtype == "|u1" and self.image_channels == 3 and self.channel_kind == "RGB"
+
+    @property
+    def stored_image_dtype(self) -> np.dtype:
+        return np.dtype(self.image_dtype)
+
+    def image_shape(self, hw: tuple[int, int]) -> tuple[int, int, int]:
+        """Shape of one stored image of height/width ``hw``."""
+        return (int(hw[0]), int(hw[1]), self.image_channels)
+
+    def image_nbytes(self, hw: tuple[int, int]) -> int:
+        return int(hw[0]) * int(hw[1]) * self.image_channels * self.stored_image_dtype.itemsize
 
     @cached_property
     def encoding(self) -> LabelEncoding:
@@ -225,12 +257,13 @@ class SampleSpec(JsonView):
 
     def sample_nbytes(self, hw: tuple[int, int]) -> int:
         """Stored bytes of one sample of this (H, W): what shard byte limits count."""
-        return hw[0] * hw[1] * 3 + int(np.prod(self.label_shape(hw))) * self.stored_label_dtype.itemsize
+        return self.image_nbytes(hw) + int(np.prod(self.label_shape(hw))) * self.stored_label_dtype.itemsize
 
     def flat_offsets(self, shapes: np.ndarray) -> np.ndarray:
-        """Start of each sample in flattened image and label arrays: (n + 1, 2) int64, last row = totals."""
+        """Start of each sample in flattened image and label arrays (in elements): (n + 1, 2) int64, last row =
+        totals."""
         px = np.asarray(shapes, dtype=np.int64).reshape(-1, 2).prod(axis=1)
-        per_px = np.array([3, int(np.prod(self.label_shape((1, 1))))], dtype=np.int64)
+        per_px = np.array([self.image_channels, int(np.prod(self.label_shape((1, 1))))], dtype=np.int64)
         offsets = np.zeros((len(px) + 1, 2), dtype=np.int64)
         np.cumsum(px[:, None] * per_px, axis=0, out=offsets[1:])
         return offsets
@@ -238,7 +271,8 @@ class SampleSpec(JsonView):
     def to_manifest(self) -> dict[str, Any]:
         h, w = self.size if self.size else (None, None)
         return {
-            "image": {"dtype": "|u1", "shape": [h, w, 3], "layout": "HWC", "channels": "RGB"},
+            "image": {"dtype": self.image_dtype, "shape": [h, w, self.image_channels], "layout": "HWC",
+                      "channels": self.channel_kind},
             "label": {
                 "dtype": self.stored_label_dtype.str,
                 "shape": [h, w] if self.label_channels is None else [h, w, self.label_channels],
@@ -260,7 +294,9 @@ class SampleSpec(JsonView):
         shape = sample["image"]["shape"]
         size = (int(shape[0]), int(shape[1])) if shape[0] is not None else None
         lab = sample["label"]
-        return cls(size, str(lab["encoding"]), int(lab["num_classes"]), str(lab["class_id_dtype"]))
+        image = sample["image"]
+        return cls(size, str(lab["encoding"]), int(lab["num_classes"]), str(lab["class_id_dtype"]),
+                   str(image.get("dtype", "|u1")), int(shape[2]), str(image.get("channels", "RGB")))
 
     @classmethod
     def from_json(cls, sample: Any) -> SampleSpec:
@@ -280,11 +316,18 @@ class SampleSpec(JsonView):
                              f"{', '.join(CLASS_ID_DTYPES)}")
         shape = image.get("shape")
         if not isinstance(shape, list) or len(shape) != 3 or (shape[0] is None) != (shape[1] is None):
-            raise ValueError(f"image shape {shape!r} is not [H, W, 3] or [null, null, 3]")
+            raise ValueError(f"image shape {shape!r} is not [H, W, C] or [null, null, C]")
+        if image.get("dtype", "|u1") not in IMAGE_DTYPES:
+            raise ValueError(f"image dtype {image.get('dtype')!r} is not one of {', '.join(IMAGE_DTYPES)}")
+        if not _is_int(shape[2]) or not 1 <= shape[2] <= MAX_BANDS:
+            raise ValueError(f"image channels {shape[2]!r} is not an integer in 1..{MAX_BANDS}")
+        kind = image.get("channels", "RGB")
+        if kind not in IMAGE_CHANNEL_KINDS or (kind == "RGB" and shape[2] != 3):
+            raise ValueError(f"image channels {kind!r} is not 'RGB' (3 channels) or 'bands'")
         if shape[0] is not None:
             check_size(shape[0], shape[1], "image shape")
         return cls((shape[0], shape[1]) if shape[0] is not None else None, label["encoding"], n,
-                   label["class_id_dtype"])
+                   label["class_id_dtype"], image.get("dtype", "|u1"), shape[2], kind)
 
 
 def _check_colour(value: Any, where: str) -> Colour:
@@ -528,8 +571,8 @@ class SplitStats(JsonView):
         return out
 
     @classmethod
-    def from_json(cls, d: Any) -> SplitStats:
-        """A manifest's ``stats``, checked (a ValueError naming the problem)."""
+    def from_json(cls, d: Any, channels: int = 3) -> SplitStats:
+        """A manifest's ``stats``, checked for images of ``channels`` bands (a ValueError naming the problem)."""
         if isinstance(d, SplitStats):
             return d
         if not isinstance(d, dict):
@@ -539,9 +582,14 @@ class SplitStats(JsonView):
             values = d.get(key, [])
             if not isinstance(values, list) or not all(_is_number(v) for v in values):
                 raise ValueError(f"stats.{key} is not a list of numbers")
-            if key in ("image_mean", "image_std") and key in d and len(values) != 3:
-                raise ValueError(f"stats.{key} has {len(values)} values, not one per RGB channel")
+            if key in ("image_mean", "image_std") and key in d and len(values) != channels:
+                raise ValueError(f"stats.{key} has {len(values)} values, not one per image channel ({channels})")
             known[key] = tuple(values) if key in d else None
+        for key in ("image_min", "image_max"):  # version 4: each band's range (null: a band without values)
+            values = d.get(key, [None] * channels)
+            if not isinstance(values, list) or len(values) != channels or not all(
+                    v is None or _is_number(v) for v in values):
+                raise ValueError(f"stats.{key} is not one number (or null) per image channel ({channels})")
         for key in cls._COUNTS:
             if d.get(key) is not None and not _is_number(d[key]):
                 raise ValueError(f"stats.{key} is not a number")

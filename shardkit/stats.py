@@ -49,18 +49,34 @@ _SQUARES = _LEVELS * _LEVELS
 
 
 def channel_histograms(image: np.ndarray) -> np.ndarray:
-    """(3, 256) int64: pixels per level of each channel of a uint8 (H, W, 3) image.
+    """(C, 256) int64: pixels per level of each channel of a uint8 (H, W, C) image.
 
     Channel sums and sums of squares follow exactly as integers (``hist @ levels``). OpenCV's histogram
     reads the interleaved image in place (no channel split), ~1.6x faster than summing split channels, and
     its float32 bins are exact below 2**24 pixels; larger images are counted with ``np.bincount``.
     """
-    if image.shape[0] * image.shape[1] < _HIST_EXACT:
+    channels = image.shape[2]
+    if image.shape[0] * image.shape[1] < _HIST_EXACT and channels <= 4:
         import cv2
 
         image = np.ascontiguousarray(image)
-        return np.stack([cv2.calcHist([image], [c], None, [256], [0, 256]).ravel() for c in range(3)]).astype(np.int64)
-    return np.stack([np.bincount(image[..., c].ravel(), minlength=256) for c in range(3)]).astype(np.int64)
+        return np.stack([cv2.calcHist([image], [c], None, [256], [0, 256]).ravel()
+                         for c in range(channels)]).astype(np.int64)
+    return np.stack([np.bincount(image[..., c].ravel(), minlength=256) for c in range(channels)]).astype(np.int64)
+
+
+def channel_sums(image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sum, sum of squares) of each band of an (H, W, C) image, float64; exact integers for integer images
+    (uint8 by histogram, 16-bit in int64), so totals do not depend on how samples are grouped into shards."""
+    if image.dtype == np.uint8:
+        hist = channel_histograms(image)
+        return (hist @ _LEVELS).astype(np.float64), (hist @ _SQUARES).astype(np.float64)
+    flat = image.reshape(-1, image.shape[2])
+    if image.dtype.kind in "iu":
+        wide = flat.astype(np.int64)
+        return wide.sum(axis=0).astype(np.float64), np.einsum("ij,ij->j", wide, wide).astype(np.float64)
+    wide64 = flat.astype(np.float64)
+    return wide64.sum(axis=0), np.einsum("ij,ij->j", wide64, wide64)
 
 
 @dataclass
@@ -68,39 +84,67 @@ class Stats:
     """Running totals over stored samples (after preprocessing, before label encoding)."""
 
     num_classes: int
+    channels: int = 3
+    #: also track each band's smallest and largest value (splits of other images than RGB uint8: manifest 4)
+    ranges: bool = False
     class_pixels: np.ndarray = field(init=False)
     ignore_pixels: int = 0
     pixels: int = 0
+    #: pixels the image statistics count: the source's, not the padding (``pixels`` counts every label pixel)
+    image_pixels: int = 0
     channel_sum: np.ndarray = field(init=False)
     channel_sumsq: np.ndarray = field(init=False)
+    #: smallest and largest value of each band (finite values; +inf/-inf before any pixel)
+    channel_min: np.ndarray = field(init=False)
+    channel_max: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
         self.class_pixels = np.zeros(self.num_classes, dtype=np.int64)
-        self.channel_sum = np.zeros(3, dtype=np.float64)
-        self.channel_sumsq = np.zeros(3, dtype=np.float64)
+        self.channel_sum = np.zeros(self.channels, dtype=np.float64)
+        self.channel_sumsq = np.zeros(self.channels, dtype=np.float64)
+        self.channel_min = np.full(self.channels, np.inf)
+        self.channel_max = np.full(self.channels, -np.inf)
 
-    def add(self, image: np.ndarray, ids: np.ndarray) -> list[int]:
+    def add(self, image: np.ndarray, ids: np.ndarray, box: tuple[int, int, int, int] | None = None) -> list[int]:
         """Count one sample; returns the sorted class ids < num_classes present in it.
 
         An ignore id at or above ``num_classes`` (255) is counted in ``ignore_pixels`` only; an
-        ignore id inside the class range (CamVid's 11) is counted like any class.
+        ignore id inside the class range (CamVid's 11) is counted like any class. ``box``: (y0, y1, x0, x1), the
+        part of ``image`` that holds source pixels (the rest is padding, which the band statistics leave out).
         """
         counts = class_counts(ids, self.num_classes)
         inside = counts[: self.num_classes]
         self.class_pixels += inside
         self.ignore_pixels += int(counts[self.num_classes :].sum())
         self.pixels += image.shape[0] * image.shape[1]
-        hist = channel_histograms(image)  # exact integer sums, so totals do not depend on merge order
-        self.channel_sum += (hist @ _LEVELS).astype(np.float64)
-        self.channel_sumsq += (hist @ _SQUARES).astype(np.float64)
+        if image.ndim == 2:
+            image = image[:, :, None]
+        if box is not None:
+            image = image[box[0] : box[1], box[2] : box[3]]
+        self.image_pixels += image.shape[0] * image.shape[1]
+        total, squares = channel_sums(image)
+        self.channel_sum += total
+        self.channel_sumsq += squares
+        if self.ranges and image.size:
+            flat = image.reshape(-1, image.shape[2])
+            if flat.dtype.kind == "f":
+                lo, hi = np.nanmin(np.where(np.isfinite(flat), flat, np.nan), axis=0), \
+                    np.nanmax(np.where(np.isfinite(flat), flat, np.nan), axis=0)
+            else:
+                lo, hi = flat.min(axis=0), flat.max(axis=0)
+            self.channel_min = np.fmin(self.channel_min, lo.astype(np.float64))
+            self.channel_max = np.fmax(self.channel_max, hi.astype(np.float64))
         return [int(c) for c in np.flatnonzero(inside)]
 
     def merge(self, other: Stats) -> None:
         self.class_pixels += other.class_pixels
         self.ignore_pixels += other.ignore_pixels
         self.pixels += other.pixels
+        self.image_pixels += other.image_pixels
         self.channel_sum += other.channel_sum
         self.channel_sumsq += other.channel_sumsq
+        self.channel_min = np.fmin(self.channel_min, other.channel_min)
+        self.channel_max = np.fmax(self.channel_max, other.channel_max)
 
     def to_wire(self) -> dict[str, Any]:
         """Plain lists for the trip from a worker to the parent (no pickled numpy needed)."""
@@ -109,23 +153,34 @@ class Stats:
             "class_pixels": self.class_pixels.tolist(),
             "ignore_pixels": self.ignore_pixels,
             "pixels": self.pixels,
+            # only when padding was left out: shard records of unpadded splits stay as they were
+            **({"image_pixels": self.image_pixels} if self.image_pixels != self.pixels else {}),
             "channel_sum": self.channel_sum.tolist(),
             "channel_sumsq": self.channel_sumsq.tolist(),
+            **({"channel_min": [float(v) if np.isfinite(v) else None for v in self.channel_min],
+                "channel_max": [float(v) if np.isfinite(v) else None for v in self.channel_max]}
+               if self.ranges else {}),
         }
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> Stats:
-        s = cls(int(d["num_classes"]))
+        s = cls(int(d["num_classes"]), len(d["channel_sum"]))
         s.class_pixels = np.asarray(d["class_pixels"], dtype=np.int64)
         s.ignore_pixels = int(d["ignore_pixels"])
         s.pixels = int(d["pixels"])
+        s.image_pixels = int(d.get("image_pixels", d["pixels"]))
         s.channel_sum = np.asarray(d["channel_sum"], dtype=np.float64)
         s.channel_sumsq = np.asarray(d["channel_sumsq"], dtype=np.float64)
+        if "channel_min" in d:  # only splits that keep ranges (and not shard records written before them)
+            s.ranges = True
+            s.channel_min = np.array([np.inf if v is None else v for v in d["channel_min"]], np.float64)
+            s.channel_max = np.array([-np.inf if v is None else v for v in d["channel_max"]], np.float64)
         return s
 
     def to_manifest(self) -> dict[str, Any]:
-        """Totals plus the derived mean/std (0–255 scale) and per-class pixel share."""
-        n = max(self.pixels, 1)
+        """Totals plus the derived mean/std of each band (the stored values' own scale, over source pixels: padding
+        left out) and per-class pixel share."""
+        n = max(self.image_pixels, 1)
         mean = self.channel_sum / n
         var = np.maximum(self.channel_sumsq / n - mean * mean, 0.0)
         labelled = max(int(self.class_pixels.sum()), 1)
@@ -136,6 +191,10 @@ class Stats:
             "class_share": [round(float(c) / labelled, 8) for c in self.class_pixels],
             "image_mean": [round(float(v), 6) for v in mean],
             "image_std": [round(float(v), 6) for v in np.sqrt(var)],
+            # ranges: each band's smallest and largest stored value (manifest version 4 splits; RGB uint8 ones keep
+            # their version 3 stats byte for byte)
+            **({"image_min": [float(v) if np.isfinite(v) else None for v in self.channel_min],
+                "image_max": [float(v) if np.isfinite(v) else None for v in self.channel_max]} if self.ranges else {}),
         }
 
 

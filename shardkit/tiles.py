@@ -67,6 +67,12 @@ def parse_pair(text: str | int | Sequence[int] | None, flag: str) -> tuple[int, 
     return h, w
 
 
+def untiled_source(path: Path, kind: str, height: int, width: int, max_pixels: int) -> DecodeError:
+    """The error for a source above ``--max-pixels`` that cannot be read window by window (not a TIFF)."""
+    return DecodeError(f"image is {height}x{width} = {height * width} pixels, more than --max-pixels {max_pixels}, "
+                       f"and a {kind} file: only tiled TIFFs are read window by window", path=path, fix=TILED_FIX)
+
+
 @dataclass(frozen=True)
 class Tiling:
     """The tiling options of a conversion: tile size, stride (both (height, width)) and the drop threshold."""
@@ -322,25 +328,6 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).splitlines() or [type(exc).__name__])[0][:120]
 
 
-def windowed_image(raw: np.ndarray, path: Path) -> np.ndarray:
-    """A window of a source image as convert stores images (the rule of ``imageio.decode_image``): (h, w, 3)
-    uint8 RGB; gray repeated, alpha dropped, 16-bit by ``>> 8``. tifffile returns RGB order already."""
-    arr = raw
-    if arr.dtype == np.uint16:
-        arr = (arr >> 8).astype(np.uint8)
-    elif arr.dtype != np.uint8:
-        raise DecodeError(f"cannot decode image: pixel type {arr.dtype} is not supported (only 8- or 16-bit "
-                          "integer)", path=path, fix="convert the image to 8-bit or 16-bit")
-    if arr.ndim == 3 and arr.shape[2] in (1, 2):
-        arr = arr[:, :, 0]
-    if arr.ndim == 2:
-        return np.repeat(arr[:, :, None], 3, axis=2)
-    if arr.ndim == 3 and arr.shape[2] in (3, 4):
-        return np.ascontiguousarray(arr[:, :, :3])
-    raise DecodeError(f"cannot decode image: unsupported shape {arr.shape}", path=path,
-                      fix="convert it to an RGB image")
-
-
 @dataclass
 class TileCounts:
     """One shard's tiling counts (the worker's; summed into the manifest's ``source.tiles``)."""
@@ -369,11 +356,13 @@ def tiles_in_memory(key: str, image: np.ndarray, ids: np.ndarray, tiling: Tiling
 
 def tiles_windowed(key: str, image_path: Path, label_path: Path, tiling: Tiling, max_pixels: int,
                    decode_label: Callable[[np.ndarray, Path], np.ndarray], pad_label: int,
-                   ignore_index: int | None) -> Iterator[tuple[Tile, np.ndarray, np.ndarray] | None]:
+                   ignore_index: int | None, to_image: Callable[[np.ndarray], np.ndarray],
+                   ) -> Iterator[tuple[Tile, np.ndarray, np.ndarray] | None]:
     """Cut a source too large to decode whole (both files tiled TIFFs of one size) into its tiles, reading
     only the windows; yields None for a tile dropped by ``tiling.drop_ignored`` (its image is never read).
 
-    ``decode_label``: raw label window → stored ids (the conversion's label decoder, with its checks).
+    ``decode_label``: raw label window → stored ids (the conversion's label decoder, with its checks);
+    ``to_image``: raw image window → the stored image (the conversion's image rule: bands, type).
     """
     if tiling.tile[0] * tiling.tile[1] > max_pixels:
         raise ConfigError(f"--tile {tiling.tile[0]}x{tiling.tile[1]} is more than --max-pixels {max_pixels}")
@@ -391,7 +380,7 @@ def tiles_windowed(key: str, image_path: Path, label_path: Path, tiling: Tiling,
             if tiling.drop_ignored is not None and ignored_share(ids, ignore_index) >= tiling.drop_ignored:
                 yield None
                 continue
-            image = pad_to(windowed_image(img.read(y, x, h, w), image_path), tiling.tile, 0)
+            image = pad_to(to_image(img.read(y, x, h, w)), tiling.tile, 0)
             yield Tile(key, y, x, h, w, *hw), image, ids
 
 

@@ -29,14 +29,24 @@ from .errors import DecodeError, LabelError, OutputError, ShardkitError
 from .fingerprint import SourceCache, sample_fingerprint, source_digest
 from .formats.base import SampleSpec, WrittenFile
 from .formats.registry import get, writer_class
-from .imageio import check_pixels, decode_image, read_header, read_image_size, regular_stat
+from .imageio import (
+    Georeference,
+    check_pixels,
+    decode_image,
+    georeference,
+    read_header,
+    read_image_size,
+    regular_stat,
+    window_as_stored,
+)
+from .imagetypes import NAME_OF, ImageOptions, dtype_name
 from .labels import LabelDecoder
 from .plan import ShardTask, hex_rows, shard_key, stem
-from .preprocess import fit_pair, pads
+from .preprocess import content_box, fit_pair, pads, stored_to_source
 from .progress import CounterRef, worker_tick
 from .samples import SidecarBuilder, pixel_hash, sidecar_name
 from .stats import Stats
-from .tiles import TILED_FIX, Tile, TileCounts, Tiling, ignored_share, tiles_in_memory, tiles_windowed
+from .tiles import Tile, TileCounts, Tiling, ignored_share, tiles_in_memory, tiles_windowed, untiled_source
 
 if TYPE_CHECKING:
     from .staging import RemoteSource
@@ -75,6 +85,10 @@ class WorkerContext:
     drop: tuple[tuple[str, str, str, str], ...] = ()
     #: ``--tile``: each source stored as its tiles (:mod:`shardkit.tiles`); None: one sample per source
     tiling: Tiling | None = None
+    #: bands and element type asked for (``--bands``, ``--image-dtype``, ``--rescale``, ``--pages-as-bands``)
+    image: ImageOptions = field(default_factory=ImageOptions)
+    #: record each sample's georeference (GeoTIFF CRS and transform, on the stored grid) in the sidecar
+    georef: bool = False
 
     @classmethod
     def from_config(cls, cfg: ConvertConfig, **given: Any) -> WorkerContext:
@@ -107,15 +121,28 @@ class ShardResult:
     pixels: bytes = b""
 
 
-def process_sample(pair: Any, ctx: WorkerContext,
-                   data: dict[Path, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
-    """Decode + fit + encode one pair → (image, stored label, class ids, whether it was padded).
+def check_image_spec(image: np.ndarray, spec: SampleSpec, path: Path) -> None:
+    """Refuse an image whose type or band count is not the split's (set by its first image): never cast silently."""
+    bands = image.shape[2]
+    if dtype_name(image.dtype) != NAME_OF[spec.image_dtype] or bands != spec.image_channels:
+        want = f"{NAME_OF[spec.image_dtype]} with {spec.image_channels} band{'s' * (spec.image_channels != 1)}"
+        raise DecodeError(f"image is {dtype_name(image.dtype)} with {bands} band{'s' * (bands != 1)}; this split "
+                          f"stores {want} (its first image's)", path=path,
+                          fix="convert such images separately, or make them alike with --bands / --image-dtype "
+                              "and --rescale")
+
+
+def process_sample(pair: Any, ctx: WorkerContext, data: dict[Path, np.ndarray] | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int, int, int] | None]:
+    """Decode + fit + encode one pair → (image, stored label, class ids, where the source lies when it was padded:
+    (y0, y1, x0, x1), else None).
 
     ``data``: source files already read (and found regular) by :func:`fingerprint_pair`; others are read here.
     """
     image, ids = decode_pair(pair, ctx, data)
     pad = pad_label(ctx)
-    padded = pads(image.shape[:2], ctx.size, ctx.resize, ctx.crop)
+    hw = (int(image.shape[0]), int(image.shape[1]))
+    padded = content_box(hw, ctx.size, ctx.resize, ctx.crop) if pads(hw, ctx.size, ctx.resize, ctx.crop) else None
     image, ids = fit_pair(image, ids, size=ctx.size, resize=ctx.resize, crop=ctx.crop, pad_label=pad,
                           label_path=pair.label)
     return image, ctx.spec.encoding.encode(ids, allow_numba=False), ids, padded
@@ -133,7 +160,8 @@ def decode_pair(pair: Any, ctx: WorkerContext, data: dict[Path, np.ndarray] | No
         if label_data is None:
             regular_stat(pair.label, "label")
         check_pixels(pair.label, ctx.max_pixels, "label", label_data)
-    image = decode_image(pair.image, image_data)
+    image = decode_image(pair.image, image_data, ctx.image)
+    check_image_spec(image, ctx.spec, pair.image)
     ids = ctx.decoder.decode(pair.label, label_data)  # JPEG labels: the decoder words their errors itself
     return image, ids
 
@@ -165,12 +193,16 @@ def tile_pair(pair: Any, ctx: WorkerContext, tiling: Tiling,
             yield (tile, img, lab) if keep else None
         return
     if header.kind != "TIFF":
-        raise DecodeError(f"image is {header.height}x{header.width} = {header.pixels} pixels, more than --max-pixels "
-                          f"{ctx.max_pixels}, and a {header.kind} file: only tiled TIFFs are read window by window",
-                          path=pair.image, fix=TILED_FIX)
+        raise untiled_source(pair.image, header.kind, header.height, header.width, ctx.max_pixels)
     regular_stat(pair.label, "label")
+
+    def to_image(raw: np.ndarray) -> np.ndarray:
+        image = window_as_stored(raw, pair.image, ctx.image)
+        check_image_spec(image, ctx.spec, pair.image)
+        return image
+
     yield from tiles_windowed(pair.key, pair.image, pair.label, tiling, ctx.max_pixels, ctx.decoder.decode_pixels,
-                              pad_label(ctx), ignore)
+                              pad_label(ctx), ignore, to_image)
 
 
 def planned_tiles(task: ShardTask, tiling: Tiling) -> int:
@@ -182,6 +214,18 @@ def planned_tiles(task: ShardTask, tiling: Tiling) -> int:
         except ShardkitError:
             total += 1
     return total
+
+
+def stored_georeference(pair: Any, ctx: WorkerContext, data: dict[Path, np.ndarray]) -> Georeference | None:
+    """The image's georeference moved onto the stored sample's grid (resized, cropped or padded), or None."""
+    image_data = data.get(pair.image)
+    found = georeference(pair.image, image_data)
+    if found is None:
+        return None
+    header = read_header(pair.image, "image", image_data)
+    sy, sx, oy, ox = stored_to_source((header.height, header.width), ctx.size, ctx.resize, ctx.crop)
+    a, b, c, d, e, f = found[1]
+    return found[0], (a * sx, b * sy, c + a * sx * ox + b * sy * oy, d * sx, e * sy, f + d * sx * ox + e * sy * oy)
 
 
 def fingerprint_pair(pair: Any, ctx: WorkerContext, options_digest: str, sources: SourceCache, i: int,
@@ -289,14 +333,14 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
         cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
     except Exception:  # pragma: no cover
         pass
-    stats = Stats(ctx.spec.num_classes)
+    stats = Stats(ctx.spec.num_classes, ctx.spec.image_channels, ranges=not ctx.spec.legacy_image)
     cls = writer_class(ctx.format)
     errors = cls.write_errors
     planned = len(task.samples) if ctx.tiling is None else planned_tiles(task, ctx.tiling)
     writer = _write(cls, task, task.directory, task.stem, ctx.spec, planned, ctx.compression, ctx.codecs,
                     errors=errors)
+    samples = SidecarBuilder(ctx.spec.num_classes, georef=ctx.georef)
     counts = TileCounts()
-    samples = SidecarBuilder(ctx.spec.num_classes)
     skipped: list[dict[str, str]] = []
     padded = 0
     given = None if task.fingerprints is None else hex_rows(task.fingerprints)
@@ -342,10 +386,11 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
                     tick()
                 continue
             _write(writer.add, task, image, stored, pair.key, errors=errors)
-            padded += was_padded
-            present = stats.add(image, ids)
+            padded += was_padded is not None
+            present = stats.add(image, ids, was_padded)
             samples.add(pair.key, rel_path(ctx.root, pair.label) if pair.label is not None else None,
-                        int(image.shape[0]), int(image.shape[1]), fingerprint, present, pixel_hash(image))
+                        int(image.shape[0]), int(image.shape[1]), fingerprint, present, pixel_hash(image),
+                        geo=stored_georeference(pair, ctx, data) if ctx.georef else None)
             if tick is not None:
                 tick()
         files = (*_write(writer.close, task, ctx.sync_files, errors=errors),

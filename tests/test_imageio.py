@@ -13,6 +13,7 @@ from PIL import Image
 
 from shardkit.errors import DecodeError, InputNotFoundError
 from shardkit.imageio import _jpeg_truncated, _png_plain_8bit, decode_image, decode_label_pixels, read_image_size
+from shardkit.imagetypes import ImageOptions
 
 RNG = np.random.default_rng(2024)
 Arm = Callable[[], None]
@@ -76,17 +77,30 @@ def test_decode_image_drops_alpha(tmp_path: Path) -> None:
     assert np.array_equal(out, rgb)  # colours kept as stored, not blended by the (zero) alpha
 
 
-def test_decode_image_16bit_keeps_the_high_byte(tmp_path: Path) -> None:
+def test_decode_image_16bit_is_kept_as_stored_and_shifted_only_when_asked(tmp_path: Path) -> None:
     rgb16 = RNG.integers(0, 65536, (6, 7, 3), dtype=np.uint16)
-    out = decode_image(write(tmp_path / "d.png", cv2.cvtColor(rgb16, cv2.COLOR_RGB2BGR)))
-    assert out.dtype == np.uint8
-    assert np.array_equal(out, (rgb16 >> 8).astype(np.uint8))
+    p = write(tmp_path / "d.png", cv2.cvtColor(rgb16, cv2.COLOR_RGB2BGR))
+    out = decode_image(p)
+    assert out.dtype == np.uint16 and np.array_equal(out, rgb16)  # never rescaled silently
+    shifted = decode_image(p, options=ImageOptions("uint8", "shift"))
+    assert shifted.dtype == np.uint8 and np.array_equal(shifted, (rgb16 >> 8).astype(np.uint8))
+    with pytest.raises(DecodeError, match="--rescale"):
+        decode_image(p, options=ImageOptions("uint8"))
 
 
-def test_decode_image_float_is_refused(tmp_path: Path) -> None:
-    p = write(tmp_path / "f.tiff", np.ones((4, 5), np.float32))
-    with pytest.raises(DecodeError, match="float32"):
+def test_decode_image_float_tiff_is_kept(tmp_path: Path) -> None:
+    values = RNG.normal(0, 10, (4, 5)).astype(np.float32)
+    p = write(tmp_path / "f.tiff", values)
+    out = decode_image(p)
+    assert out.dtype == np.float32 and out.shape == (4, 5, 1) and np.array_equal(out[:, :, 0], values)
+
+
+def test_decode_image_float64_is_refused_unless_converted(tmp_path: Path) -> None:
+    p = tmp_path / "d.npy"
+    np.save(p, np.ones((4, 5), np.float64))
+    with pytest.raises(DecodeError, match="float64"):
         decode_image(p)
+    assert decode_image(p, options=ImageOptions("float32")).dtype == np.float32
 
 
 def test_decode_image_non_ascii_path(tmp_path: Path) -> None:

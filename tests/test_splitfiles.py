@@ -36,7 +36,7 @@ def test_keys_a_part_does_not_know_are_kept_and_written_back() -> None:
 
 
 @pytest.mark.parametrize(("part", "bad", "problem"), [
-    (SplitStats.from_json, {"image_mean": [1.0, 2.0]}, "one per RGB channel"),
+    (SplitStats.from_json, {"image_mean": [1.0, 2.0]}, "one per image channel"),
     (SplitStats.from_json, {"class_share": ["a"]}, "not a list of numbers"),
     (SplitStats.from_json, {"pixels": "many"}, "not a number"),
     (Source.from_json, {"root": 3}, "source.root is not a string"),

@@ -26,7 +26,18 @@ import numpy as np
 from ..codecs import RAW, ArrayCodecs, CodecDataError
 from ..errors import ConfigError, IntegrityError, ShardFormatError, ShardkitError
 from ..samples import sidecar_name
-from ..splitfiles import TMP_MARK, SampleSpec, ShardFile, ShardInfo, check_regular_file, fsync_file, member_path
+from ..splitfiles import (  # noqa: F401  (IMAGE_* and MAX_BANDS: re-exported)
+    IMAGE_CHANNEL_KINDS,
+    IMAGE_DTYPES,
+    MAX_BANDS,
+    TMP_MARK,
+    SampleSpec,
+    ShardFile,
+    ShardInfo,
+    check_regular_file,
+    fsync_file,
+    member_path,
+)
 
 HASH_CHUNK = 8 * 1024 * 1024
 
@@ -103,7 +114,8 @@ class ShardWriter(ABC):
     @classmethod
     def format_options(cls, spec: SampleSpec, compression: str, codecs: ArrayCodecs = RAW) -> dict[str, Any]:
         """Format-specific facts the manifest carries: compression, and the codecs when any is not raw."""
-        return {"compression": compression, **({} if codecs.raw else {"codecs": codecs.to_json()})}
+        coded = not codecs.raw or not spec.legacy_image  # version 2 and 3 name their codecs, raw ones too
+        return {"compression": compression, **({"codecs": codecs.to_json()} if coded else {})}
 
     @staticmethod
     def tmp_glob(final_name: str) -> str:
@@ -120,14 +132,16 @@ class ShardWriter(ABC):
 
     @abstractmethod
     def add(self, image: np.ndarray, label: np.ndarray, key: str) -> None:
-        """Append one sample (image (H, W, 3) uint8, label already encoded)."""
+        """Append one sample (image (H, W, C) of the spec's image dtype, label already encoded)."""
 
     def stored(self, image: np.ndarray, label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """C-contiguous (image uint8, label in the stored dtype), shapes checked against the spec."""
-        img = np.ascontiguousarray(image, dtype=np.uint8)
+        """C-contiguous (image, label) in the stored dtypes, shapes checked against the spec."""
+        if np.dtype(image.dtype).newbyteorder("<") != self.spec.stored_image_dtype.newbyteorder("<"):
+            raise ValueError(f"image of {image.dtype} does not fit the spec's {self.spec.image_dtype}")
+        img = np.ascontiguousarray(image, dtype=self.spec.stored_image_dtype)
         lab = np.ascontiguousarray(label, dtype=self.spec.stored_label_dtype)
         hw = (int(img.shape[0]), int(img.shape[1]))
-        fits = img.shape == (*hw, 3) and lab.shape == self.spec.label_shape(hw)
+        fits = img.shape == self.spec.image_shape(hw) and lab.shape == self.spec.label_shape(hw)
         if not fits or self.spec.size not in (None, hw):
             raise ValueError(f"sample shapes {img.shape}/{lab.shape} do not fit the spec {self.spec}")
         return img, lab
@@ -306,10 +320,10 @@ class ShardReader(ABC):
 
     @abstractmethod
     def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        """Local sample ``i`` → (image (H, W, 3) uint8, stored label)."""
+        """Local sample ``i`` → (image (H, W, C) in the stored dtype, stored label)."""
 
     def fixed_arrays(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """(images (n, H, W, 3), stored labels (n, …)) as plain arrays over the files, opened in this process.
+        """(images (n, H, W, C), stored labels (n, …)) as plain arrays over the files, opened in this process.
 
         Only formats that store fixed-size samples uncompressed in memory-mappable arrays return them
         (``None`` otherwise): a batch is then gathered with one row copy per sample, with no per-shard set-up.
@@ -439,8 +453,25 @@ class ShardFormat:
         codecs.check_available()
 
     @classmethod
-    def version_for(cls, compression: str, codecs: ArrayCodecs) -> int:
-        """The format version a dataset with these options is written in: 1 unless a codec needs version 2."""
+    def check_image(cls, spec: SampleSpec, codecs: ArrayCodecs) -> None:
+        """ConfigError (exit 2, one line) unless this format and ``codecs.image`` can store the spec's images,
+        and unless the format reads the version they need (:meth:`version_for`)."""
+        why = codecs.image.cannot_store(spec.stored_image_dtype, spec.image_channels)
+        if why is not None:
+            raise ConfigError(f"--image-codec {codecs.image}: {why}",
+                              fix="use --image-codec zstd, lz4 or raw (they store any type and band count), or "
+                                  "--bands / --image-dtype to make the images fit")
+        version = cls.version_for("none", codecs, spec)
+        if version not in cls.versions:  # pragma: no cover - every format reads version 3
+            raise ConfigError(f"--format {cls.name} cannot store {spec.image_dtype} images of "
+                              f"{spec.image_channels} bands")
+
+    @classmethod
+    def version_for(cls, compression: str, codecs: ArrayCodecs, spec: SampleSpec | None = None) -> int:
+        """The format version a dataset with these options is written in: the lowest that can say it, 1 unless a
+        codec needs version 2, or images other than (H, W, 3) uint8 RGB need version 3."""
+        if spec is not None and not spec.legacy_image:
+            return 3
         return 1 if codecs.raw else 2
 
     @classmethod

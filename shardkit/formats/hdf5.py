@@ -75,8 +75,8 @@ class Hdf5Writer(ShardWriter):
         self._keys: list[str] = []
         self._shapes: list[tuple[int, int]] = []
         size = spec.size
-        img_shape, lab_shape = ((*size, 3), spec.label_shape(size)) if size else (None, None)
-        self._images = self._dataset("images", np.uint8, img_shape, codecs.image)
+        img_shape, lab_shape = (spec.image_shape(size), spec.label_shape(size)) if size else (None, None)
+        self._images = self._dataset("images", spec.stored_image_dtype, img_shape, codecs.image)
         self._labels = self._dataset("labels", spec.stored_label_dtype, lab_shape, codecs.label)
 
     def _dataset(self, name: str, dtype: Any, sample: tuple[int, ...] | None, codec: Codec) -> Any:
@@ -116,7 +116,7 @@ class Hdf5Writer(ShardWriter):
         keys = np.array(self._keys, dtype=object)
         f.create_dataset("keys", data=keys, dtype=h5py.string_dtype(), track_times=False)
         f.attrs.update({
-            "format": FORMAT_ID, "format_version": Hdf5Format.version_for(self.compression, self.codecs),
+            "format": FORMAT_ID, "format_version": Hdf5Format.version_for(self.compression, self.codecs, self.spec),
             "num_samples": n, "layout": "fixed" if self.spec.size is not None else "flat",
             "label_encoding": self.spec.label_encoding, "num_classes": self.spec.num_classes,
             "label_dtype": self.spec.stored_label_dtype.str, "compression": self.compression,
@@ -255,7 +255,7 @@ class Hdf5Reader(ShardReader):
             raise self.corrupt(f"HDF5 attributes {attrs} disagree with the manifest ({n} samples)")
         if self.spec.size is not None:
             size = self.spec.size
-            ok = images.shape == (n, *size, 3) and labels.shape == (n, *self.spec.label_shape(size))
+            ok = images.shape == (n, *self.spec.image_shape(size)) and labels.shape == (n, *self.spec.label_shape(size))
         else:
             shapes, offsets = self._shapes, self._offsets
             assert shapes is not None and offsets is not None
@@ -263,7 +263,7 @@ class Hdf5Reader(ShardReader):
                   and images.shape == (offsets[-1, 0],) and labels.shape == (offsets[-1, 1],))
             if ok:
                 self.check_shapes_table(shapes, self.shard.files[0].name)
-        if not ok or images.dtype != np.uint8 or labels.dtype != self.spec.stored_label_dtype:
+        if not ok or images.dtype != self.spec.stored_image_dtype or labels.dtype != self.spec.stored_label_dtype:
             raise self.corrupt(f"datasets {images.shape}/{labels.shape} disagree with manifest ({n} samples)")
         for ds in (images, labels):  # a read decompresses whole chunks: one chunk must not outweigh a sample
             chunk, limit = ds.chunks, max(ds.dtype.itemsize * FLAT_CHUNK, ds.nbytes // max(n, 1))
@@ -371,7 +371,7 @@ class Hdf5Reader(ShardReader):
             image, label = chunks["images"].rows(whole, a0, a1, i), chunks["labels"].rows(whole, b0, b1, i)
         else:
             image, label = self._get("images", np.s_[a0:a1]), self._get("labels", np.s_[b0:b1])
-        return image.reshape(*hw, 3), label.reshape(self.spec.label_shape(hw))
+        return image.reshape(self.spec.image_shape(hw)), label.reshape(self.spec.label_shape(hw))
 
     def _read_fixed_batch(self, idx: np.ndarray, out_images: np.ndarray, out_labels: np.ndarray) -> bool:
         """From the map: one copy per sample. Else hyperslab reads, one per run of consecutive indices."""
@@ -688,7 +688,7 @@ class Hdf5Format(ShardFormat):
     name = "hdf5"
     writer = Hdf5Writer
     reader = Hdf5Reader
-    versions = (1, 2)
+    versions = (1, 2, 3)
     compressions = ("none", "lzf", "gzip")
     image_codecs = ("raw", "zstd", "lz4")
     label_codecs = ("raw", "zstd", "lz4")

@@ -74,8 +74,7 @@ class LmdbWriter(ShardWriter):
                 self._env.set_mapsize(self._map_size)
 
     def add(self, image: np.ndarray, label: np.ndarray, key: str) -> None:
-        img = np.ascontiguousarray(image, dtype=np.uint8)
-        lab = np.ascontiguousarray(label, dtype=self.spec.stored_label_dtype)
+        img, lab = self.stored(image, label)
         if self.codecs.raw:
             parts: tuple[Any, Any] = (img.data.cast("B"), lab.data.cast("B"))  # byte views, no copy
         else:
@@ -85,9 +84,9 @@ class LmdbWriter(ShardWriter):
         self.count += 1
 
     def _finish(self) -> None:
-        meta: dict[str, Any] = {"format": FORMAT_ID, "format_version": LmdbFormat.version_for("none", self.codecs),
-                                "num_samples": self.count}
-        if not self.codecs.raw:
+        version = LmdbFormat.version_for("none", self.codecs, self.spec)
+        meta: dict[str, Any] = {"format": FORMAT_ID, "format_version": version, "num_samples": self.count}
+        if version >= 2:
             meta["codecs"] = self.codecs.to_json()
         self._put(META_KEY, json.dumps(meta, sort_keys=True).encode())
         self._env.close()  # every commit already wrote its pages; the caller fsyncs the file
@@ -184,7 +183,8 @@ class LmdbReader(ShardReader):
         h, w, ni, nl = (int(v) for v in np.frombuffer(buf, RECORD_HEADER, count=1)[0])
         raw = self.format_version == 1
         if (len(buf) != hdr + ni + nl or self.spec.size not in (None, (h, w)) or h < 1 or w < 1
-                or (raw and (ni != h * w * 3 or nl != self.spec.sample_nbytes((h, w)) - h * w * 3))):
+                or (raw and (ni != self.spec.image_nbytes((h, w))
+                             or nl != self.spec.sample_nbytes((h, w)) - self.spec.image_nbytes((h, w))))):
             raise self.corrupt(f"sample {i} record ({len(buf)} bytes, {h}x{w}, {ni}+{nl} bytes) disagrees "
                                f"with its header or the manifest")
         self.check_hw(i, h, w)  # a variable-size record's claim is bounded by the manifest's samples[i]
@@ -196,9 +196,10 @@ class LmdbReader(ShardReader):
         h, w, image, label = self._parts(buf, i)
         lab_shape = self.spec.label_shape((h, w))
         if self.format_version == 1:
-            img = np.frombuffer(image, np.uint8).reshape(h, w, 3)
+            img = np.frombuffer(image, self.spec.stored_image_dtype).reshape(self.spec.image_shape((h, w)))
             return img, np.frombuffer(label, self.spec.stored_label_dtype).reshape(lab_shape)
-        img, lab = np.empty((h, w, 3), np.uint8), np.empty(lab_shape, self.spec.stored_label_dtype)
+        img = np.empty(self.spec.image_shape((h, w)), self.spec.stored_image_dtype)
+        lab = np.empty(lab_shape, self.spec.stored_label_dtype)
         self.decode_into("image", image, img, i)
         self.decode_into("label", label, lab, i)
         return img, lab
@@ -259,7 +260,7 @@ class LmdbReader(ShardReader):
     def _fixed_header(self) -> bytes:
         """The record header every sample of a fixed-size shard carries."""
         h, w = self.spec.size  # type: ignore[misc]
-        ni = h * w * 3
+        ni = self.spec.image_nbytes((h, w))
         return np.array([(h, w, ni, self.spec.sample_nbytes((h, w)) - ni)], dtype=RECORD_HEADER).tobytes()
 
 
@@ -269,7 +270,7 @@ class LmdbFormat(ShardFormat):
     name = "lmdb"
     writer = LmdbWriter
     reader = LmdbReader
-    versions = (1, 2)
+    versions = (1, 2, 3)
     image_codecs = ("raw", "zstd", "lz4", "png", "jpeg")
     label_codecs = ("raw", "zstd", "lz4")
     file_patterns = (("shard-", ".lmdb"),)

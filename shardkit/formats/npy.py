@@ -79,7 +79,8 @@ class NpyWriter(ShardWriter):
         if spec.size is not None:
             img_name, lab_name = self.file_names(stem, spec)
             self._streams = [
-                _StreamedArray(self.tmp_path(img_name), np.dtype(np.uint8), (planned, *spec.size, 3)),
+                _StreamedArray(self.tmp_path(img_name), spec.stored_image_dtype,
+                               (planned, *spec.image_shape(spec.size))),
                 _StreamedArray(self.tmp_path(lab_name), spec.stored_label_dtype,
                                (planned, *spec.label_shape(spec.size))),
             ]
@@ -91,7 +92,7 @@ class NpyWriter(ShardWriter):
     def add(self, image: np.ndarray, label: np.ndarray, key: str) -> None:
         if self._streams:
             img, lab = self._streams
-            img.write(np.ascontiguousarray(image, dtype=np.uint8).data.cast("B"))
+            img.write(np.ascontiguousarray(image, dtype=img.dtype).data.cast("B"))
             lab.write(np.ascontiguousarray(label, dtype=lab.dtype).data.cast("B"))
         else:
             self._images.append(image)
@@ -108,7 +109,8 @@ class NpyWriter(ShardWriter):
             self._streams = []
             return
         shapes = np.array([im.shape[:2] for im in self._images], dtype="<i8").reshape(-1, 2)
-        flat_img = np.concatenate([im.ravel() for im in self._images]) if self._images else np.zeros(0, np.uint8)
+        flat_img = (np.concatenate([im.ravel() for im in self._images]) if self._images
+                    else np.zeros(0, self.spec.stored_image_dtype)).astype(self.spec.stored_image_dtype, copy=False)
         dt = self.spec.stored_label_dtype
         flat_lab = np.concatenate([lb.ravel() for lb in self._labels]) if self._labels else np.zeros(0, dt)
         for arr, name in zip((flat_img, flat_lab.astype(dt, copy=False), shapes), names, strict=True):
@@ -198,10 +200,10 @@ class NpyReader(ShardReader):
         n = self.shard.num_samples
         assert self._images is not None and self._labels is not None
         images, labels, spec = self._images, self._labels, self.spec
-        dtypes_ok = images.dtype == np.uint8 and labels.dtype == spec.stored_label_dtype
+        dtypes_ok = images.dtype == spec.stored_image_dtype and labels.dtype == spec.stored_label_dtype
         fortran = images.flags.f_contiguous and images.ndim > 1 and not images.flags.c_contiguous
         if spec.size is not None:
-            ok = images.shape == (n, *spec.size, 3) and labels.shape == (n, *spec.label_shape(spec.size))
+            ok = images.shape == (n, *spec.image_shape(spec.size)) and labels.shape == (n, *spec.label_shape(spec.size))
         else:
             ok = self._shapes.shape == (n, 2) and self._offsets is not None and (
                 images.shape == (self._offsets[-1, 0],) and labels.shape == (self._offsets[-1, 1],)
@@ -209,7 +211,7 @@ class NpyReader(ShardReader):
         if not ok or not dtypes_ok or fortran:
             raise ShardFormatError(
                 f"arrays {images.dtype}{images.shape}/{labels.dtype}{labels.shape} disagree with the manifest "
-                f"({n} samples of uint8 images and {spec.stored_label_dtype} labels, C order)",
+                f"({n} samples of {spec.stored_image_dtype} images and {spec.stored_label_dtype} labels, C order)",
                 path=self.path(self.shard.files[0].name),
                 fix="re-convert this split",
             )
@@ -225,7 +227,8 @@ class NpyReader(ShardReader):
         h, w = (int(v) for v in self._shapes[i])
         a0, b0 = self._offsets[i]
         a1, b1 = self._offsets[i + 1]
-        return (self._images[a0:a1].reshape(h, w, 3), self._labels[b0:b1].reshape(self.spec.label_shape((h, w))))
+        return (self._images[a0:a1].reshape(self.spec.image_shape((h, w))),
+                self._labels[b0:b1].reshape(self.spec.label_shape((h, w))))
 
     def fixed_arrays(self) -> tuple[np.ndarray, np.ndarray] | None:
         if self.spec.size is None:
@@ -233,7 +236,7 @@ class NpyReader(ShardReader):
         self.ensure_open()
         if self._plain_pid != self._pid:  # plain ndarray views: indexing a np.memmap runs Python code per view
             images, labels = np.asarray(self._images), np.asarray(self._labels)
-            fits = (images.dtype == np.uint8 and labels.dtype == self.spec.stored_label_dtype
+            fits = (images.dtype == self.spec.stored_image_dtype and labels.dtype == self.spec.stored_label_dtype
                     and labels.shape == (len(self), *self.spec.label_shape(self.spec.size)))
             self._plain = (images, labels) if fits else None  # else read_batch_into copies (and reports) it
             self._plain_pid = self._pid
@@ -270,6 +273,7 @@ class NpyFormat(ShardFormat):
     writer = NpyWriter
     reader = NpyReader
     file_patterns = (("images-", ".npy"), ("labels-", ".npy"), ("shapes-", ".npy"))
+    versions = (1, 3)  # 3: images of any stored type and band count (version 2 added codecs, which npy has none of)
 
 
 FORMAT = NpyFormat

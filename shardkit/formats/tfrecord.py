@@ -115,10 +115,12 @@ class TfrecordWriter(ShardWriter):
         """The feature spec (enough for ``tf.io.parse_example``) and how to decode the image and label bytes."""
         features: dict[str, Any] = {k: {"type": kind, "shape": []} for k, kind in features_of(codecs).items()}
         hw = ["image/height", "image/width"]
+        image_dtype = spec.stored_image_dtype
         if codecs.raw:
-            features["image/raw"]["decode"] = {"dtype": "uint8", "shape": [*hw, "image/channels"]}
+            features["image/raw"]["decode"] = {"dtype": image_dtype.name, "shape": [*hw, "image/channels"],
+                                               **({} if spec.legacy_image else {"byte_order": "little"})}
         else:
-            features["image/encoded"]["decode"] = {"codec": codecs.image.name, "dtype": "uint8",
+            features["image/encoded"]["decode"] = {"codec": codecs.image.name, "dtype": image_dtype.name,
                                                    "shape": [*hw, "image/channels"]}
         features["label/raw"]["decode"] = {"dtype": spec.stored_label_dtype.name, "byte_order": "little",
                                            "shape": [*hw, "label/channels"]}
@@ -129,7 +131,8 @@ class TfrecordWriter(ShardWriter):
         img, lab = self.stored(image, label)
         spec = self.spec
         values = {"image/height": img.shape[0], "image/width": img.shape[1],
-                  "image/channels": 3, "label/raw": lab.tobytes(), "label/channels": spec.label_channels or 1,
+                  "image/channels": spec.image_channels, "label/raw": lab.tobytes(),
+                  "label/channels": spec.label_channels or 1,
                   "label/dtype": lab.dtype.name.encode(), "label/encoding": spec.label_encoding.encode(),
                   "label/num_classes": spec.num_classes, "key": key.encode()}
         if self.codecs.raw:
@@ -351,12 +354,13 @@ class TfrecordReader(ShardReader):
                 self._encoded_ends[i] = img_end
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise self.corrupt(f"record {i} is not a shardkit Example ({type(exc).__name__} {exc})") from None
-        want = (3, spec.label_channels or 1, spec.stored_label_dtype.name, spec.label_encoding, spec.num_classes)
+        want = (spec.image_channels, spec.label_channels or 1, spec.stored_label_dtype.name, spec.label_encoding,
+                spec.num_classes)
         if meta != want:
             raise self.corrupt(f"record {i}: (channels, label channels, dtype, encoding, classes) {meta} "
                                f"disagree with the manifest {want}")
         lab_bytes = int(np.prod(spec.label_shape((h, w)))) * spec.stored_label_dtype.itemsize
-        img_ok = img_end - img_start == h * w * 3 if self.codecs.raw else h * w <= (1 << 28)
+        img_ok = img_end - img_start == spec.image_nbytes((h, w)) if self.codecs.raw else h * w <= (1 << 28)
         if h <= 0 or w <= 0 or not img_ok or lab_end - lab_start != lab_bytes:
             raise self.corrupt(f"record {i}: image/label bytes ({img_end - img_start}, {lab_end - lab_start}) "
                                f"do not fit its height and width {h}x{w}")
@@ -370,9 +374,10 @@ class TfrecordReader(ShardReader):
         _, img, lab, h, w = self._layout(i)
         spec = self.spec
         if self.codecs.raw:
-            image = np.frombuffer(self._buf, np.uint8, h * w * 3, img).reshape(h, w, 3)
+            shape_i = spec.image_shape((h, w))
+            image = np.frombuffer(self._buf, spec.stored_image_dtype, int(np.prod(shape_i)), img).reshape(shape_i)
         else:
-            image = np.empty((h, w, 3), np.uint8)
+            image = np.empty(spec.image_shape((h, w)), spec.stored_image_dtype)
             self._decode_image(i, img, image)
         shape = spec.label_shape((h, w))
         label = np.frombuffer(self._buf, spec.stored_label_dtype, int(np.prod(shape)), lab).reshape(shape)
@@ -407,13 +412,14 @@ class TfrecordReader(ShardReader):
             run_parallel(jobs)
             return True
         shape, dtype = spec.label_shape((h, w)), spec.stored_label_dtype
-        n_img, n_lab = h * w * 3, int(np.prod(shape))
-        img_bytes, lab_bytes = n_img, n_lab * dtype.itemsize
-        if not (out_images.dtype == np.uint8 and out_labels.dtype == dtype and out_images.flags.c_contiguous
+        ishape, idtype = spec.image_shape((h, w)), spec.stored_image_dtype
+        n_img, n_lab = int(np.prod(ishape)), int(np.prod(shape))
+        img_bytes, lab_bytes = n_img * idtype.itemsize, n_lab * dtype.itemsize
+        if not (out_images.dtype == idtype and out_labels.dtype == dtype and out_images.flags.c_contiguous
                 and out_labels.flags.c_contiguous):
             for k, i in enumerate(idx.tolist()):
                 _, img, lab, _, _ = self._layout(i)  # CRCs checked in the buffer; H, W equal the spec's
-                out_images[k] = np.frombuffer(buf, np.uint8, n_img, img).reshape(h, w, 3)
+                out_images[k] = np.frombuffer(buf, idtype, n_img, img).reshape(ishape)
                 out_labels[k] = np.frombuffer(buf, dtype, n_lab, lab).reshape(shape)
             return True
         crc32 = crc32c.crc32c
@@ -431,7 +437,7 @@ class TfrecordReader(ShardReader):
                 known = cached
             img, lab = known[1], known[2]
             pieces: tuple[tuple[int, int, np.ndarray, Any, int, tuple[int, ...]], ...] = (
-                (img, img_bytes, out_images[k], np.uint8, n_img, (h, w, 3)),
+                (img, img_bytes, out_images[k], idtype, n_img, ishape),
                 (lab, lab_bytes, out_labels[k], dtype, n_lab, shape))
             value, pos = 0, body
             for off, nbytes, dst, kind, count, dst_shape in sorted(pieces, key=lambda p: p[0]):
@@ -453,7 +459,7 @@ class TfrecordFormat(ShardFormat):
     name = "tfrecord"
     writer = TfrecordWriter
     reader = TfrecordReader
-    versions = (1, 2)
+    versions = (1, 2, 3)
     random_access = False
     compressions = ("none", "gzip")
     image_codecs = ("raw", "png", "jpeg")

@@ -51,7 +51,9 @@ Batch = tuple[np.ndarray, np.ndarray]
 
 
 class Dataset:
-    """A converted split. ``ds[i]`` → (image (H, W, 3) uint8, label); ``ds.batch(idx)`` → stacked arrays.
+    """A converted split. ``ds[i]`` → (image (H, W, C) in its stored type, label); ``ds.batch(idx)`` → stacked
+    arrays. Images are (H, W, 3) uint8 RGB unless the split stores another type or band count
+    (:attr:`image_dtype`, :attr:`bands`).
 
     Opened with ``options``, an :class:`~shardkit.read.options.OpenOptions`, or its fields as keywords
     (``Dataset(path, labels="onehot")``). ``labels``: ``"ids"`` (H, W) class ids, ``"onehot"`` (H, W, C) uint8,
@@ -200,14 +202,25 @@ class Dataset:
         return out
 
     @property
+    def image_dtype(self) -> np.dtype:
+        """The element type of the stored images (native byte order): uint8, uint16, int16 or float32."""
+        return self.spec.stored_image_dtype.newbyteorder("=")
+
+    @property
+    def bands(self) -> int:
+        """Channels (bands) of each stored image: 3 for RGB."""
+        return self.spec.image_channels
+
+    @property
     def mean(self) -> np.ndarray:
-        """Per-channel (RGB) image mean on the 0–255 scale, from the manifest's stats."""
-        return np.asarray(self.manifest.stats.get("image_mean", [0.0, 0.0, 0.0]), dtype=np.float32)
+        """Per-band image mean on the stored values' scale (0–255 for uint8), over source pixels (not
+        padding), from the manifest's stats: one value per band."""
+        return np.asarray(self.manifest.stats.get("image_mean", [0.0] * self.bands), dtype=np.float32)
 
     @property
     def std(self) -> np.ndarray:
-        """Per-channel (RGB) image standard deviation on the 0–255 scale (never 0)."""
-        std = np.asarray(self.manifest.stats.get("image_std", [1.0, 1.0, 1.0]), dtype=np.float32)
+        """Per-band image standard deviation on the stored values' scale (never 0): one value per band."""
+        std = np.asarray(self.manifest.stats.get("image_std", [1.0] * self.bands), dtype=np.float32)
         return np.where(std > 0, std, 1.0).astype(np.float32)
 
     @property
@@ -304,7 +317,7 @@ class Dataset:
     def batch_layout(self, batch_size: int) -> tuple[tuple[tuple[int, ...], np.dtype], ...]:
         """((images shape, dtype), (labels shape, dtype)) of a batch of ``batch_size`` samples."""
         hw = self.require_fixed_size()
-        return (((batch_size, *hw, 3), np.dtype(np.uint8)),
+        return (((batch_size, *self.spec.image_shape(hw)), self.image_dtype),
                 ((batch_size, *self.label_shape(hw)), self.label_dtype))
 
     def empty_batch(self, batch_size: int) -> Batch:
@@ -329,7 +342,7 @@ class Dataset:
             images, labels = out
         except (TypeError, ValueError):
             raise ConfigError("out= must be a pair (images, labels) from empty_batch()") from None
-        want = (((b, *hw, 3), np.dtype(np.uint8)), ((b, *self.label_shape(hw)), self.label_dtype))
+        want = (((b, *self.spec.image_shape(hw)), self.image_dtype), ((b, *self.label_shape(hw)), self.label_dtype))
         for arr, (shape, dtype), what in zip((images, labels), want, ("images", "labels"), strict=True):
             if (not isinstance(arr, np.ndarray) or arr.ndim != len(shape) or arr.shape[0] < b
                     or arr.shape[1:] != shape[1:] or arr.dtype != dtype or not arr.flags.c_contiguous
@@ -392,7 +405,7 @@ class Dataset:
         return reads
 
     def batch(self, indices: Sequence[int] | np.ndarray, out: Batch | None = None) -> Batch:
-        """Stacked (images (B, H, W, 3) uint8, labels (B, …)) of fixed-size samples, in ``indices`` order.
+        """Stacked (images (B, H, W, C) in the stored type, labels (B, …)) of fixed-size samples, in ``indices`` order.
 
         ``out`` = (images, labels) arrays with room for at least B samples (see :meth:`empty_batch`)
         are filled and returned as views ``[:B]``: reusing them saves one allocation per batch.

@@ -197,7 +197,7 @@ def _padded(ds: Dataset, idx: np.ndarray, ignore: int) -> tuple[np.ndarray, np.n
     samples = [ds[int(i)] for i in idx]
     hw = np.array([img.shape[:2] for img, _ in samples], np.int32).reshape(-1, 2)
     h, w = (int(v) for v in hw.max(0)) if len(samples) else (0, 0)
-    images = np.zeros((len(samples), h, w, 3), np.uint8)
+    images = np.zeros((len(samples), h, w, ds.spec.image_channels), ds.spec.stored_image_dtype.newbyteorder("="))
     labels = np.full((len(samples), h, w), ignore, ds.label_dtype)
     for k, (img, lab) in enumerate(samples):
         images[k, :img.shape[0], :img.shape[1]] = img
@@ -216,8 +216,8 @@ def _generator_pipeline(ds: Dataset, plan: EpochPlan, *, with_keys: bool,
     bdim = batch_size if drop_last else None
     variable = _one_size(ds) is None
     if variable:
-        ishape, lshape = (None, None, None, 3), (None, None, None)
-        idt, ldt = np.dtype(np.uint8), ds.label_dtype
+        ishape, lshape = (None, None, None, ds.spec.image_channels), (None, None, None)
+        idt, ldt = ds.spec.stored_image_dtype.newbyteorder("="), ds.label_dtype
     else:
         (ishape, idt), (lshape, ldt) = ds.batch_layout(batch_size if drop_last else 0)  # type: ignore[assignment]
     parts: dict[str, tf.TensorSpec] = {
@@ -298,7 +298,8 @@ def _tfrecord_pipeline(ds: Dataset, layout: TfRecordLayout, plan: EpochPlan, *, 
 
     hw = ds.require_fixed_size()  # also a split converted without --size whose records share one size
     feature_spec = _feature_spec(ds, layout, with_keys)
-    decode_images = _image_decoder(layout.image_codec, hw)
+    channels, image_dtype = ds.spec.image_channels, ds.spec.stored_image_dtype.newbyteorder("=")
+    decode_images = _image_decoder(layout.image_codec, hw, channels, image_dtype)
     stored_dtype = ds.spec.stored_label_dtype
     stored_shape = ds.spec.label_shape(hw)
     to_labels = _label_converter(ds)
@@ -306,7 +307,7 @@ def _tfrecord_pipeline(ds: Dataset, layout: TfRecordLayout, plan: EpochPlan, *, 
 
     def parse(serialized: tf.Tensor) -> tuple[tf.Tensor, ...]:
         ex = tf.io.parse_example(serialized, feature_spec)
-        images = tf.reshape(decode_images(ex[layout.image_key]), (b, *hw, 3))
+        images = tf.reshape(decode_images(ex[layout.image_key]), (b, *hw, channels))
         stored = tf.reshape(tf.io.decode_raw(ex[layout.label_key], tf.as_dtype(stored_dtype.newbyteorder("=")),
                                              little_endian=True), (b, *stored_shape))
         result = (images, to_labels(stored))
@@ -324,18 +325,23 @@ def _tfrecord_pipeline(ds: Dataset, layout: TfRecordLayout, plan: EpochPlan, *, 
                                                                 deterministic=True)
 
 
-def _image_decoder(codec: str, hw: tuple[int, int]) -> Any:
-    """A batch of image features → (B, H, W, 3) uint8: decode_raw, or in-graph decode_png / decode_jpeg."""
+def _image_decoder(codec: str, hw: tuple[int, int], channels: int = 3, dtype: Any = np.uint8) -> Any:
+    """A batch of image features → (B, H, W, C) in the stored type: decode_raw (little-endian), or in-graph
+    decode_png (8- or 16-bit) / decode_jpeg."""
+    tf_dtype = tf.as_dtype(np.dtype(dtype))
     if codec == "raw":
-        return lambda data: tf.io.decode_raw(data, tf.uint8)
+        return lambda data: tf.io.decode_raw(data, tf_dtype, little_endian=True)
     if codec not in ("png", "jpeg"):
         raise ConfigError(f"TensorFlow cannot decode {codec!r} images in-graph")
-    decode = tf.io.decode_png if codec == "png" else tf.io.decode_jpeg
 
     def one(data: tf.Tensor) -> tf.Tensor:
-        return tf.ensure_shape(decode(data, channels=3), (*hw, 3))  # a wrong size fails, never reshapes
+        if codec == "png":
+            decoded = tf.io.decode_png(data, channels=channels, dtype=tf_dtype)
+        else:
+            decoded = tf.io.decode_jpeg(data, channels=channels)
+        return tf.ensure_shape(decoded, (*hw, channels))  # a wrong size fails, never reshapes
 
-    return lambda data: tf.map_fn(one, data, fn_output_signature=tf.TensorSpec((*hw, 3), tf.uint8))
+    return lambda data: tf.map_fn(one, data, fn_output_signature=tf.TensorSpec((*hw, channels), tf_dtype))
 
 
 def _label_converter(ds: Dataset) -> Any:

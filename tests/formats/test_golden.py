@@ -20,7 +20,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "formats" / "golden"
 VARIANTS = ("npy-fixed", "npy-variable", "lmdb", "lmdb-zstd", "lmdb-png", "hdf5-zstd",
-            "manifest2-npy-fixed", "manifest2-npy-variable", "manifest2-lmdb-zstd", "manifest3-npy-fixed")
+            "manifest2-npy-fixed", "manifest2-npy-variable", "manifest2-lmdb-zstd", "manifest3-npy-fixed",
+            "manifest4-npy-fixed-uint16", "manifest4-lmdb-zstd-uint16")
 
 
 def load_script() -> Any:
@@ -118,7 +119,8 @@ def test_shardkit_reader_agrees_with_expected(variant: str) -> None:
     assert len(ds) == len(exp["samples"])
     for i, e in enumerate(exp["samples"]):
         image, label = ds[i]
-        assert np.array_equal(image, np.array(e["image"], dtype=np.uint8))
+        want = np.array(e["image"], dtype=np.dtype(exp.get("image_dtype", "|u1")))
+        assert image.dtype == want.dtype and np.array_equal(image, want)
         assert np.array_equal(label, np.array(e["label"], dtype=label.dtype))
         ids = decode_label_encoding(label, ds.spec.label_encoding, ds.num_classes, ds.ignore_index)
         assert np.array_equal(ids, np.array(e["label_ids"]))

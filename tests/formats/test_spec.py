@@ -29,15 +29,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "formats" / "golden"
 VARIANTS = ("npy-fixed", "npy-variable", "lmdb", "lmdb-zstd", "lmdb-png", "hdf5-zstd",
-            "manifest2-npy-fixed", "manifest2-npy-variable", "manifest2-lmdb-zstd", "manifest3-npy-fixed")
+            "manifest2-npy-fixed", "manifest2-npy-variable", "manifest2-lmdb-zstd", "manifest3-npy-fixed",
+            "manifest4-npy-fixed-uint16", "manifest4-lmdb-zstd-uint16")
 CODEC_VARIANTS = ("lmdb-zstd", "lmdb-png", "hdf5-zstd")
 
 # --------------------------------------------------------------------------- the spec-only reader
 
 SCHEMA_ID = "shardkit.manifest"
-KNOWN_MANIFEST_VERSIONS = {1, 2, 3}
+KNOWN_MANIFEST_VERSIONS = {1, 2, 3, 4}
 MAX_PATH_BYTES = 4096  # samples.md: longest key / label path
-KNOWN_FORMAT_VERSIONS = {"npy": {1}, "lmdb": {1, 2}, "hdf5": {1, 2}}
+KNOWN_FORMAT_VERSIONS = {"npy": {1, 3}, "lmdb": {1, 2, 3}, "hdf5": {1, 2, 3}}
+IMAGE_DTYPES = {"|u1", "<u2", "<i2", "<f4"}  # manifest.md "sample.image" (version 4)
 CODEC_PARAMS = {"raw": set(), "zstd": {"level"}, "lz4": set(), "png": set(), "jpeg": {"quality"}}
 LOSSLESS = {"raw", "zstd", "lz4", "png"}
 PLAIN_NAME = re.compile(r"^[^\x00-\x1f./\\:][^\x00-\x1f/\\:]*$")  # manifest.md "File names"
@@ -88,9 +90,14 @@ def load_manifest(folder: Path) -> dict[str, Any]:
     need(all(c["id"] == i for i, c in enumerate(m["classes"]["classes"])), "class ids are not 0..C-1")
     need(m["sample"]["image"]["shape"][:2] == lab["shape"][:2], "image and label extents disagree")
     need(tuple(lab["shape"][2:]) == label_tail(m), "label shape disagrees with its encoding")
-    if fmt_version == 2:  # codecs.md "In the manifest"
+    image = m["sample"]["image"]
+    legacy = (image["dtype"], image["shape"][2], image["channels"]) == ("|u1", 3, "RGB")
+    need(legacy or (version >= 4 and fmt_version == 3), "a non-RGB-uint8 image before manifest 4 / format 3")
+    need(image["dtype"] in IMAGE_DTYPES and isinstance(image["shape"][2], int) and image["shape"][2] >= 1,
+         f"image dtype {image['dtype']!r} / channels {image['shape'][2]!r} not allowed")
+    if fmt_version >= 2:  # codecs.md "In the manifest"
         codecs = m["format_options"].get("codecs")
-        need(isinstance(codecs, dict), "format version 2 without format_options.codecs")
+        need(isinstance(codecs, dict), "format version 2 or 3 without format_options.codecs")
         for kind in ("image", "label"):
             c = codecs.get(kind)
             need(isinstance(c, dict) and c.get("name") in CODEC_PARAMS, f"unknown {kind} codec {c!r}")
@@ -164,7 +171,7 @@ def source_fingerprint(records: list[dict[str, Any]], m: dict[str, Any]) -> str:
 
 def codecs_of(m: dict[str, Any]) -> dict[str, Any]:
     """The image and label codec of a split (raw for format version 1)."""
-    return m["format_options"]["codecs"] if m["format_version"] == 2 else {"image": {"name": "raw"},
+    return m["format_options"]["codecs"] if m["format_version"] >= 2 else {"image": {"name": "raw"},
                                                                             "label": {"name": "raw"}}
 
 
@@ -220,6 +227,11 @@ def label_tail(m: dict[str, Any]) -> tuple[int, ...]:
     return () if m["sample"]["label"]["encoding"] == "index" else (per_pixel(m),)
 
 
+def image_of(m: dict[str, Any]) -> tuple[np.dtype, int]:
+    """(element dtype, channels) of the split's images: manifest.md "sample.image"."""
+    return np.dtype(m["sample"]["image"]["dtype"]), int(m["sample"]["image"]["shape"][2])
+
+
 def fixed_size(m: dict[str, Any]) -> tuple[int, int] | None:
     h, w = m["sample"]["image"]["shape"][:2]
     return None if h is None else (h, w)
@@ -234,22 +246,23 @@ def read_npy_shard(folder: Path, m: dict[str, Any], shard: dict[str, Any], verif
     arrays = [np.load(check_file(folder, f, verify=verify), allow_pickle=False) for f in shard["files"]]
     n, tail = shard["num_samples"], label_tail(m)
     images, labels = arrays[0], arrays[1]
-    need(images.dtype == np.dtype("|u1"), "images are not uint8")
+    idt, ch = image_of(m)
+    need(images.dtype == idt, f"images are not {idt}")
     need(labels.dtype == np.dtype(m["sample"]["label"]["dtype"]), "labels have the wrong dtype")
     if size:
-        need(images.shape == (n, *size, 3), "images have the wrong shape")
+        need(images.shape == (n, *size, ch), "images have the wrong shape")
         need(labels.shape == (n, *size, *tail), "labels have the wrong shape")
         return [(images[j], labels[j]) for j in range(n)]
     shapes = arrays[2]
     need(shapes.dtype == np.dtype("<i8") and shapes.shape == (n, 2), "shapes array is malformed")
     need((shapes >= 1).all(), "a sample has no pixels")
     px = shapes[:, 0] * shapes[:, 1]
-    img_off = np.concatenate([[0], np.cumsum(3 * px)])
+    img_off = np.concatenate([[0], np.cumsum(ch * px)])
     lab_off = np.concatenate([[0], np.cumsum(per_pixel(m) * px)])
     need(images.shape == (img_off[-1],) and labels.shape == (lab_off[-1],), "flat arrays: wrong length")
     return [
         (
-            images[img_off[j] : img_off[j + 1]].reshape(h, w, 3),
+            images[img_off[j] : img_off[j + 1]].reshape(h, w, ch),
             labels[lab_off[j] : lab_off[j + 1]].reshape(h, w, *tail),
         )
         for j, (h, w) in enumerate(shapes.tolist())
@@ -277,8 +290,9 @@ def read_lmdb_shard(folder: Path, m: dict[str, Any], shard: dict[str, Any], veri
             need(meta.get("format") == "shardkit-lmdb", "not a shardkit LMDB shard")
             need(meta.get("format_version") == m["format_version"], "LMDB format_version disagrees")
             need(meta.get("num_samples") == n, "LMDB num_samples disagrees")
-            if m["format_version"] == 2:
+            if m["format_version"] >= 2:
                 need(meta.get("codecs") == m["format_options"]["codecs"], "LMDB codecs disagree")
+            idt, ch = image_of(m)
             for j in range(n):
                 value = txn.get(b"%08d" % j)
                 need(value is not None and len(value) >= LMDB_HEADER.itemsize, f"record {j} missing or short")
@@ -289,7 +303,7 @@ def read_lmdb_shard(folder: Path, m: dict[str, Any], shard: dict[str, Any], veri
                     want_nl = h * w * per_pixel(m) * dtype.itemsize
                     need(ni == h * w * 3 and nl == want_nl, f"record {j} sizes disagree")
                 codecs = codecs_of(m)
-                image = decode(codecs["image"], value[16 : 16 + ni], (h, w, 3), np.dtype(np.uint8))
+                image = decode(codecs["image"], value[16 : 16 + ni], (h, w, ch), idt)
                 label = decode(codecs["label"], value[16 + ni :], (h, w, *tail), dtype)
                 out.append((image, label))
     finally:
@@ -311,8 +325,9 @@ def read_hdf5_shard(folder: Path, m: dict[str, Any], shard: dict[str, Any], veri
         need(f.attrs["format_version"] == m["format_version"], "HDF5 format_version disagrees")
         need(f.attrs["num_samples"] == n, "HDF5 num_samples disagrees")
         images, labels = f["images"], f["labels"]
-        need(images.dtype == np.uint8 and labels.dtype == dtype, "HDF5 dtypes disagree")
-        if m["format_version"] == 2:
+        idt, ch = image_of(m)
+        need(images.dtype == idt and labels.dtype == dtype, "HDF5 dtypes disagree")
+        if m["format_version"] >= 2:
             want = {"zstd": 32015, "lz4": 32004}
             for ds, kind in ((images, "image"), (labels, "label")):
                 name = codecs_of(m)[kind]["name"]
@@ -320,7 +335,7 @@ def read_hdf5_shard(folder: Path, m: dict[str, Any], shard: dict[str, Any], veri
                 ids = [plist.get_filter(k)[0] for k in range(plist.get_nfilters())]
                 need(ids == ([want[name]] if name in want else []), f"{kind} filters {ids} disagree with {name}")
         need(size is not None, "this reader covers the fixed-size HDF5 layout")
-        need(images.shape == (n, *size, 3) and labels.shape == (n, *size, *tail), "HDF5 shapes disagree")
+        need(images.shape == (n, *size, ch) and labels.shape == (n, *size, *tail), "HDF5 shapes disagree")
         return [(images[j], labels[j]) for j in range(n)]
 
 
@@ -376,7 +391,7 @@ def split_dir(variant: str, exp: dict[str, Any]) -> Path:
 def test_golden_folders_are_small() -> None:
     for variant in VARIANTS:
         total = sum(p.stat().st_size for p in (GOLDEN / variant).rglob("*") if p.is_file())
-        assert total <= 56_000, f"{variant} holds {total} bytes"
+        assert total <= 57_000, f"{variant} holds {total} bytes"  # two LMDB shards + manifest and its kept copy
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -385,7 +400,13 @@ def test_golden_manifest_validates(variant: str, expected: dict[str, Any], valid
     exp = expected["datasets"][variant]
     assert m["format"] == exp["format"] and m["sample"]["label"]["encoding"] == exp["label_encoding"]
     assert m["preprocessing"]["size"] == exp["size"]
-    if "codecs" in exp:
+    if "image_dtype" in exp:  # version 4 / format version 3: images keep their type and bands, codecs named
+        assert m["format_version"] == 3 and m["sample"]["image"]["dtype"] == exp["image_dtype"]
+        assert m["sample"]["image"]["channels"] == "bands" and m["sample"]["image"]["shape"][2] == 4
+        assert {k: v["name"] for k, v in m["format_options"]["codecs"].items()} == exp.get(
+            "codecs", {"image": "raw", "label": "raw"})
+        assert len(m["stats"]["image_mean"]) == len(m["stats"]["image_std"]) == 4
+    elif "codecs" in exp:
         assert m["format_version"] == 2
         assert {k: v["name"] for k, v in m["format_options"]["codecs"].items()} == exp["codecs"]
     else:
@@ -422,9 +443,10 @@ def test_golden_reads_bit_exactly(variant: str, expected: dict[str, Any]) -> Non
     exp = expected["datasets"][variant]["samples"]
     assert len(samples) == len(exp) == m["num_samples"]
     stored_dtype = np.dtype(m["sample"]["label"]["dtype"])
+    image_dtype = np.dtype(expected["datasets"][variant].get("image_dtype", "|u1"))
     for (image, label), e in zip(samples, exp, strict=True):
-        assert image.dtype == np.uint8, e["key"]
-        assert np.array_equal(image, np.array(e["image"], dtype=np.uint8)), e["key"]
+        assert image.dtype == image_dtype, e["key"]
+        assert np.array_equal(image, np.array(e["image"], dtype=image_dtype)), e["key"]
         assert label.dtype == stored_dtype
         assert np.array_equal(label, np.array(e["label"], dtype=stored_dtype)), e["key"]
         ids = label_ids(label, m)
