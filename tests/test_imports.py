@@ -134,9 +134,9 @@ def layer_of(module: str) -> str | None:
     best: tuple[int, str] | None = None
     for layer, prefixes in LAYERS.items():
         for prefix in prefixes:
-            if name == prefix or (prefix and name.startswith(prefix + ".")):
-                if best is None or len(prefix) > best[0]:
-                    best = (len(prefix), layer)
+            named = name == prefix or (prefix and name.startswith(prefix + "."))
+            if named and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), layer)
     return best[1] if best else None
 
 
