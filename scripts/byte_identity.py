@@ -45,6 +45,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -513,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     inputs = [s for s in args.inputs.split(",") if s]
     if unknown := [s for s in inputs if s not in INPUTS]:
         ap.error(f"unknown input(s) {unknown}; choose from {list(INPUTS)}")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still removes its folder
     work = args.keep or Path(tempfile.mkdtemp(prefix="byte-identity-"))
     work.mkdir(parents=True, exist_ok=True)
     (work / "logs").mkdir(exist_ok=True)
@@ -557,6 +559,8 @@ def main(argv: list[str] | None = None) -> int:
                         "identical" if r.identical else "DIFFERS"
                     print(f"[{done}] {r.case}: exit {r.rc_old}/{r.rc_new} {state} ({r.seconds:.1f} s)",
                           file=sys.stderr)
+                    for d in r.diffs:  # as they come, so that a run stopped early still shows them
+                        print(f"    {d.path}: {d.kind}: {d.detail}", file=sys.stderr)
         print(report(results, one_sided, trees))
         if args.json:
             args.json.write_text(json.dumps({"old": dataclasses.asdict(trees[0]) | {"path": str(trees[0].path)},
