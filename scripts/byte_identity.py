@@ -451,6 +451,23 @@ def demo_inputs(trees: tuple[Tree, Tree], work: Path) -> tuple[Path, Result]:
                            diffs, time.perf_counter() - t0)
 
 
+def _abstract(text: str) -> str:
+    text = re.sub(r"[0-9a-f]{12,}", "<hash>", text)
+    text = re.sub(r"\b\d+\b", "<n>", text)
+    return re.sub(r"^(train|val|test)/", "<split>/", text)
+
+
+def distinct_differences(results: list[Result]) -> dict[str, list[str]]:
+    """Each kind of difference (path and detail with hashes, numbers and split names abstracted) → its cases."""
+    kinds: dict[str, list[str]] = {}
+    for r in results:
+        for d in r.diffs:
+            what = _abstract(f"{d.path}: {d.kind}: {d.detail}") + (" [unstable]" if d.unstable else "")
+            if r.case not in kinds.setdefault(what, []):
+                kinds[what].append(r.case)
+    return kinds
+
+
 def report(results: list[Result], one_sided: list[str], trees: tuple[Tree, Tree]) -> str:
     lines = [f"OLD = {trees[0].label} ({trees[0].ident})", f"NEW = {trees[1].label} ({trees[1].ident})", "",
              "| case | exit old/new | files | MB compared | result |", "| --- | --- | --- | --- | --- |"]
@@ -474,6 +491,11 @@ def report(results: list[Result], one_sided: list[str], trees: tuple[Tree, Tree]
             for d in r.diffs:
                 flag = " [unstable: OLD vs OLD too]" if d.unstable else ""
                 lines.append(f"- {r.case}: {d.path}: {d.kind}: {d.detail}{flag}")
+        lines.append("")
+    kinds = distinct_differences(results)
+    if kinds:
+        lines.append("Distinct differences (hashes, sizes and split names abstracted), with how many cases show each:")
+        lines += [f"- {len(names)} case(s), e.g. {names[0]}: {what}" for what, names in kinds.items()]
         lines.append("")
     refusals: dict[str, list[str]] = {}
     for r in results:
