@@ -23,8 +23,14 @@ fields, which depend on when and where a run happened, not on what it wrote:
   ctime_ns, inode of the file just written: time- and filesystem-dependent; the same record's ``bytes`` and
   ``sha256`` are compared). Everything else in the record is compared.
 
-Nothing is left out of ``manifest.json``, ``manifest-v<N>.json``, ``.fingerprints.json`` (it records the inputs'
-stat, and both revisions read the same input files) or any shard or sidecar: their differences are all reported.
+- ``.fingerprints.json`` (the source-file cache of no-op re-runs): each input file's ``mtime_ns``, ``ctime_ns`` and
+  inode (items 1-3 of its entry). Both revisions read the same input files, but these are the files' state, not
+  the code's output: another process hard-linking or touching a shared input changes its ctime between the two
+  runs (seen on this machine: a CamVid label's link count went from 4 to 5 between OLD's and NEW's run). Its
+  paths, sizes and sha256 are compared.
+
+Nothing is left out of ``manifest.json``, ``manifest-v<N>.json`` or any shard or sidecar: their differences are
+all reported.
 HDF5 ``--compression lzf`` is the one setting whose bytes are not promised (formats/hdf5.md: h5py's liblzf starts
 its hash table from stack contents); a differing lzf shard is decoded with h5py and reported as "lzf: bytes
 differ, decoded identical" when every dataset and attribute is equal, and the manifest's sha256/bytes of that
@@ -78,6 +84,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
 #: fields of a ``.shard-<key>.json`` record's file entries that are the file's stat, not its content
 RECORD_STAT_FIELDS = ("stat",)
 LOCK_NAME = ".shardkit.lock"
+FINGERPRINTS_NAME = ".fingerprints.json"
 
 
 # ---------------------------------------------------------------------------------------------------- revisions
@@ -259,6 +266,13 @@ def _strip_record_stat(rec: Any) -> Any:
     return rec
 
 
+def _strip_source_stat(cache: Any) -> Any:
+    """``.fingerprints.json``: each entry ``[size, mtime_ns, ctime_ns, inode, sha256]`` → ``[size, sha256]``."""
+    if isinstance(cache, dict):
+        return {k: [v[0], *v[4:]] if isinstance(v, list) and len(v) >= 5 else v for k, v in cache.items()}
+    return cache
+
+
 def _first_diff(a: bytes, b: bytes) -> int:
     n = min(len(a), len(b))
     for start in range(0, n, 1 << 16):
@@ -346,6 +360,14 @@ def compare(old: Path, new: Path) -> tuple[list[Diff], int, int]:
                 diffs.append(Diff(rel, "record", "; ".join(_collapse(list(_json_paths(ja, jb))))))
             continue
         if a == b:
+            continue
+        if name == FINGERPRINTS_NAME:
+            try:
+                ja, jb = _strip_source_stat(json.loads(a)), _strip_source_stat(json.loads(b))
+            except ValueError:
+                ja, jb = a, b
+            if ja != jb:
+                diffs.append(Diff(rel, "fingerprints", "; ".join(_collapse(list(_json_paths(ja, jb))))))
             continue
         if name.endswith(".json"):
             try:

@@ -34,6 +34,7 @@ def split_folder(root: Path) -> Path:
     np.save(split / "samples-00000.npy", rows)
     record = {"key": "k", "files": [{"name": "images-00000.npy", "bytes": 140, "sha256": "ab", "stat": [1, 2, 3, 4]}]}
     (split / ".shard-k.json").write_text(json.dumps(record))
+    (split / ".fingerprints.json").write_text(json.dumps({"/in/a.png": [10, 111, 222, 333, "ab"]}))
     manifest = {"manifest_version": 3, "shards": [{"samples": {"sha256": "cd"}, "files": [{"name": "x"}]}]}
     (split / "manifest.json").write_text(json.dumps(manifest))
     return split
@@ -46,8 +47,9 @@ def test_identical_outputs_differ_only_in_the_fields_it_names(tmp_path: Path) ->
     rec = json.loads((b / ".shard-k.json").read_text())
     rec["files"][0]["stat"] = [1, 9, 9, 9]  # another mtime, ctime, inode
     (b / ".shard-k.json").write_text(json.dumps(rec))
+    (b / ".fingerprints.json").write_text(json.dumps({"/in/a.png": [10, 112, 999, 334, "ab"]}))  # touched input
     diffs, files, _ = bi.compare(a.parent, b.parent)
-    assert diffs == [] and files == 5
+    assert diffs == [] and files == 6
 
 
 def test_every_other_difference_is_reported_with_where_it_is(tmp_path: Path) -> None:
@@ -64,9 +66,11 @@ def test_every_other_difference_is_reported_with_where_it_is(tmp_path: Path) -> 
     image[1, 1, 2] ^= 1
     np.save(b / "images-00000.npy", image)
     (b / "manifest-v1.json").write_text("{}")
+    (b / ".fingerprints.json").write_text(json.dumps({"/in/a.png": [10, 111, 222, 333, "cd"]}))  # other content
     found = {d.path: d for d in bi.compare(a.parent, b.parent)[0]}
     assert set(found) == {"train/.shard-k.json", "train/manifest.json", "train/samples-00000.npy",
-                          "train/images-00000.npy", "train/manifest-v1.json"}
+                          "train/images-00000.npy", "train/manifest-v1.json", "train/.fingerprints.json"}
+    assert '"ab" -> "cd"' in found["train/.fingerprints.json"].detail
     assert found["train/manifest-v1.json"].kind == "only-new"
     assert "files[0].sha256" in found["train/.shard-k.json"].detail
     assert "manifest_version: 3 -> 4" in found["train/manifest.json"].detail
