@@ -140,11 +140,7 @@ def _wrap(exc: BaseException, what: str, where: str) -> ShardkitError:
     (s3fs reports it as a FileNotFoundError of whatever object was asked for)."""
     if isinstance(exc, FileNotFoundError):
         if "bucket" in str(exc).lower():
-            parts = urlsplit(where)
-            bucket = f"{parts.scheme}://{parts.netloc}"
-            return InputNotFoundError(f"the bucket does not exist ({what})", path=bucket,
-                                      fix=f"create the bucket {parts.netloc!r} first, or correct the URL (or the "
-                                          "endpoint: AWS_ENDPOINT_URL, --storage-option endpoint_url=…)")
+            return _no_bucket(where, f" ({what})")
         return InputNotFoundError(f"{what}: no such object", path=where, fix="check the URL")
     if isinstance(exc, PermissionError):
         return StorageError(f"{what}: access denied", path=where,
@@ -153,6 +149,13 @@ def _wrap(exc: BaseException, what: str, where: str) -> ShardkitError:
     return StorageError(f"{what} failed ({type(exc).__name__}: {text})", path=where,
                         fix="check the URL, the endpoint (AWS_ENDPOINT_URL or --storage-option endpoint_url=…), "
                             "the credentials and the network, then re-run")
+
+
+def _no_bucket(where: str, context: str = "") -> InputNotFoundError:
+    parts = urlsplit(where)
+    return InputNotFoundError(f"the bucket does not exist{context}", path=f"{parts.scheme}://{parts.netloc}",
+                              fix=f"create the bucket {parts.netloc!r} first, or correct the URL (or the "
+                                  "endpoint: AWS_ENDPOINT_URL, --storage-option endpoint_url=…)")
 
 
 class Remote:
@@ -251,6 +254,32 @@ class Remote:
             return sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries if e.get("type") == "directory")
 
         return list(self._call("listing", rel, run))
+
+    def require_present(self) -> None:
+        """InputNotFoundError when this URL's bucket does not exist, or when nothing at all is stored under it;
+        returns when something is (a caller that looked for a file here and found none then says so itself).
+        An endpoint that cannot be reached is the usual one-line StorageError."""
+        root = self.path()
+        bucket = root.split("/", 1)[0]
+
+        def run() -> str:
+            try:
+                if self.fs.ls(root, refresh=True):
+                    return ""
+            except FileNotFoundError:  # s3fs: a prefix with no object under it, or a missing bucket
+                pass
+            try:
+                self.fs.ls(bucket, refresh=True)
+            except FileNotFoundError:
+                return "bucket"
+            return "prefix"
+
+        missing = self._call("listing", "", run)
+        if missing == "bucket":
+            raise _no_bucket(self.url)
+        if missing == "prefix":
+            raise InputNotFoundError("nothing is stored under this prefix", path=self.url,
+                                     fix="check the URL (the OUTPUT_DIR given to shardkit convert, or one split in it)")
 
     def info(self, rel: str) -> dict[str, Any] | None:
         """The object's info (size, ETag …), or None if it does not exist."""

@@ -72,13 +72,16 @@ def published_digests(path: Path) -> dict[str, str]:
 
 def split_locations(path: str | Path, storage_options: dict[str, Any] | None = None) -> list[str | Path]:
     """:func:`split_folders` for a local path; for a URL, the URL itself if it holds a manifest, else its
-    sub-folders that do."""
+    sub-folders that do; InputNotFoundError when the URL's bucket does not exist or nothing is stored under it."""
     if not is_url(path):
         return list(split_folders(Path(path)))
     remote = Remote(str(path), storage_options)
     if remote.exists(MANIFEST_NAME):
         return [remote.url]
-    return [remote.url_of(d) for d in remote.subfolders() if remote.exists(f"{d}/{MANIFEST_NAME}")]
+    found: list[str | Path] = [remote.url_of(d) for d in remote.subfolders() if remote.exists(f"{d}/{MANIFEST_NAME}")]
+    if not found:
+        remote.require_present()  # a missing bucket or an empty prefix, said as such (not "no manifest.json here")
+    return found
 
 
 def load_split_manifest(path: str | Path, storage_options: dict[str, Any] | None = None) -> Manifest:

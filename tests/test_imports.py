@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "shardkit"
@@ -22,6 +23,7 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join([*base, node.module] if node.module else base)
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
     """module → the package modules it imports anywhere in its source (``from . import x`` → the submodule)."""
     modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
@@ -90,3 +92,76 @@ def test_the_package_import_graph_is_acyclic() -> None:
     graph = import_graph()
     assert "shardkit.formats.base" in graph and "shardkit.cli" in graph
     assert cycles(graph) == []
+
+
+#: The package's layers, lowest first (docs/architecture.md): each module belongs to the layer of the longest prefix
+#: that names it. A new module must be given a layer here.
+LAYERS: dict[str, tuple[str, ...]] = {
+    "foundation": ("_version", "errors", "logs", "extras", "jit", "smallfile", "tomlcompat", "columns", "progress",
+                   "testing", "augment.seeding", "read.residency"),
+    "core": ("splitfiles", "samples", "codecs", "encoding", "onehot", "storage", "lock", "imageio", "preprocess",
+             "pairs"),
+    "formats": ("formats",),
+    "labels": ("labels",),
+    "augment": ("augment",),
+    "store": ("manifest", "publish", "records", "splitdir", "stats", "duplicates"),
+    "convert": ("config", "layouts", "discover", "fingerprint", "plan", "staging", "worker", "pool", "pipeline"),
+    "read": ("read", "tf"),
+    "front": ("", "__main__", "cli", "bench", "show", "verify", "diff", "demo"),
+}
+#: which layers each layer may import (besides its own); front may import anything
+MAY_IMPORT: dict[str, set[str]] = {
+    "foundation": set(),
+    "core": {"foundation"},
+    "formats": {"core", "foundation"},
+    "labels": {"core", "foundation"},
+    "augment": {"core", "foundation"},
+    "store": {"formats", "core", "foundation"},
+    "convert": {"store", "formats", "labels", "core", "foundation"},
+    "read": {"store", "formats", "augment", "core", "foundation"},
+    "front": set(LAYERS),
+}
+#: imports across layers that are allowed anyway, each with its reason
+EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("shardkit.read.cache", "shardkit.config"): "parse_bytes ('4GB' → bytes) for cache_limit; lives with the convert "
+                                                "options' parsers",
+}
+
+
+def layer_of(module: str) -> str | None:
+    """The layer whose longest prefix names ``module`` (``shardkit`` itself is the empty name); None if none."""
+    name = module.removeprefix("shardkit").removeprefix(".")
+    best: tuple[int, str] | None = None
+    for layer, prefixes in LAYERS.items():
+        for prefix in prefixes:
+            named = name == prefix or (prefix and name.startswith(prefix + "."))
+            if named and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), layer)
+    return best[1] if best else None
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    found = []
+    for module, targets in sorted(graph.items()):
+        src = layer_of(module)
+        for target in sorted(targets):
+            dst = layer_of(target)
+            if src is None or dst is None or dst == src or dst in MAY_IMPORT[src] or (module, target) in EXCEPTIONS:
+                continue
+            found.append(f"{module} ({src}) imports {target} ({dst})")
+    return found
+
+
+def test_every_module_has_a_layer() -> None:
+    unassigned = sorted(m for m in import_graph() if layer_of(m) is None)
+    assert unassigned == [], f"give these modules a layer in tests/test_imports.py LAYERS: {unassigned}"
+
+
+def test_no_module_imports_a_layer_above_or_beside_its_own() -> None:
+    graph = import_graph()
+    assert layer_violations(graph) == []
+    # the rule sees a back-edge: a format reaching up into the convert pipeline
+    assert layer_violations({"shardkit.formats.npy": {"shardkit.pipeline"}}) == [
+        "shardkit.formats.npy (formats) imports shardkit.pipeline (convert)"]
+    assert layer_of("shardkit") == "front" and layer_of("shardkit.augment.seeding") == "foundation"
+    assert all((a in graph and b in graph[a]) for a, b in EXCEPTIONS), "an exception that no longer happens"

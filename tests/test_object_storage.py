@@ -326,7 +326,25 @@ def test_verify_and_info_on_a_bucket(raw_camvid: str, tmp_path: Path) -> None:
     with pytest.raises(IntegrityError, match="sha256"):
         ds[shard["first_index"]]
     res = CliRunner().invoke(main, ["verify", "s3://out/no-such-thing"])
-    assert res.exit_code == 1 and "no manifest.json" in res.output and "Traceback" not in res.output
+    assert res.exit_code == 1 and "nothing is stored under this prefix" in res.output, res.output
+    assert "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("command", ["info", "verify", "diff"])
+def test_a_missing_bucket_or_an_empty_prefix_is_named_as_such(s3: str, command: str) -> None:
+    """Not "no manifest.json here" (#27): the bucket (found missing by listing it, whatever its name), or a prefix
+    with nothing under it; a prefix that holds objects but no manifest keeps that message."""
+    for url, said, where in (("s3://nobucket/out", "the bucket does not exist", "s3://nobucket:"),
+                             ("s3://absent/out/train", "the bucket does not exist", "s3://absent:"),
+                             ("s3://out/never-written", "nothing is stored under this prefix",
+                              "s3://out/never-written:")):
+        res = CliRunner().invoke(main, [command, url])
+        assert res.exit_code == 1 and said in res.output and where in res.output, res.output
+        assert "no manifest.json" not in res.output and "Traceback" not in res.output
+        assert len(res.output.strip().splitlines()) == 1, res.output
+    Remote("s3://out/stray").write_bytes("notes.txt", b"not a split")
+    res = CliRunner().invoke(main, [command, "s3://out/stray"])
+    assert res.exit_code == 1 and "no manifest.json here" in res.output, res.output
 
 
 def test_cli_convert_with_storage_options_and_a_wrong_endpoint(raw_camvid: str, tmp_path: Path) -> None:

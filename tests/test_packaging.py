@@ -78,3 +78,12 @@ def test_every_documented_install_line_names_an_existing_extra() -> None:
         assert not re.search(r"pip install [\"']?shardkit\[", line), (name, line)
         for group in re.findall(r"\.\[([a-z,]+)\]", line):
             assert set(group.split(",")) <= extras, (name, line)
+
+
+def test_project_urls_are_declared() -> None:
+    """The index page's links (#27). The project has no public home yet: the URLs are placeholders on the reserved
+    ``.invalid`` domain, never a guessed address someone else could own; replace them before the first upload."""
+    urls = PYPROJECT["project"]["urls"]
+    assert set(urls) == {"Homepage", "Documentation", "Changelog", "Issues"}
+    assert all(re.fullmatch(r"https://[a-z0-9.-]+/\S*", url) for url in urls.values()), urls
+    assert urls["Changelog"].endswith("/CHANGELOG.md") and (ROOT / "CHANGELOG.md").is_file()
