@@ -34,9 +34,9 @@ from .formats.base import sha256_file
 from .imageio import METADATA_SLACK, regular_stat
 from .pairs import PairTable, root_prefix
 from .publish import atomic_write_bytes
+from .splitdir import CACHE_NAME
 
 log = logging.getLogger(__name__)
-CACHE_NAME = ".fingerprints.json"
 
 
 def _stat(path: Path) -> tuple[int, int, int, int]:

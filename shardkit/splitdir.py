@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from .errors import OutputError
-from .fingerprint import CACHE_NAME
 from .formats.registry import all_formats
 from .lock import LOCK_NAME, RemoteLock
 from .manifest import MANIFEST_NAME, Manifest, kept_versions, parse_manifest_bytes, version_name, version_number
@@ -49,6 +48,9 @@ from .splitfiles import TMP_MARK, ShardFile, ShardInfo, is_temp_name
 from .storage import Remote
 
 log = logging.getLogger(__name__)
+
+#: The split's source fingerprint cache (:mod:`shardkit.fingerprint` reads and writes it).
+CACHE_NAME = ".fingerprints.json"
 
 __all__ = [
     "CACHE_NAME",

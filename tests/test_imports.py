@@ -100,7 +100,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "foundation": ("_version", "errors", "logs", "extras", "jit", "smallfile", "tomlcompat", "columns", "progress",
                    "testing", "augment.seeding", "read.residency"),
     "core": ("splitfiles", "samples", "codecs", "encoding", "onehot", "storage", "lock", "imageio", "preprocess",
-             "pairs"),
+             "pairs", "imagetypes", "tiles"),
     "formats": ("formats",),
     "labels": ("labels",),
     "augment": ("augment",),
