@@ -89,9 +89,10 @@ class Context:
         return next((self.root / f for f in self.files if f.lower() in CLASS_DICT_NAMES), None)
 
 
-def has_images(folder: Path) -> bool:
-    """Whether ``folder`` holds image files directly (not only sub-folders)."""
-    return any_image(folder)
+def has_images(folder: Path, labels: bool = False) -> bool:
+    """Whether ``folder`` holds image files directly (not only sub-folders); ``labels``: files a label may be
+    (:data:`~shardkit.layouts.scan.LABEL_EXTENSIONS`)."""
+    return any_image(folder, labels)
 
 
 class Layout:

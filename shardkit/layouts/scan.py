@@ -25,6 +25,9 @@ logger = logging.getLogger(__name__)
 #: reader's business: a type it refuses is named there, never silently dropped here).
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".gif", ".ppm",
                               ".pgm", ".pbm", ".pnm", ".npy"})  # .npy: (H, W[, C]) arrays
+#: Extensions a label may have: an image's, but not .npy (no label decoder reads arrays; labelme2voc writes
+#: SegmentationClass/*.npy beside its label PNGs).
+LABEL_EXTENSIONS = IMAGE_EXTENSIONS - {".npy"}
 #: Label name = image stem + one of these (tried in this order; more than one hit is an error).
 LABEL_SUFFIXES: tuple[str, ...] = ("_L", "_color_mask", "_mask", "_label", "_labels", "")
 #: The usual endings of label stems and image stems around a shared name part (``21_training.tif`` ↔
@@ -106,11 +109,12 @@ def subdirs(folder: Path) -> list[str]:
     return sorted(out)
 
 
-def any_image(folder: Path) -> bool:
-    """Whether ``folder`` holds an image file directly (stops at the first)."""
+def any_image(folder: Path, labels: bool = False) -> bool:
+    """Whether ``folder`` holds an image file directly (stops at the first); ``labels``: a file a label may be."""
     try:
         with os.scandir(folder) as it:
-            return any(not e.name.startswith(".") and is_image(e.name) for e in it)
+            return any(not e.name.startswith(".") and is_image(e.name)
+                       and (not labels or os.path.splitext(e.name)[1].lower() in LABEL_EXTENSIONS) for e in it)
     except (FileNotFoundError, NotADirectoryError):
         return False
 

@@ -62,7 +62,7 @@ class VocLayout(Layout):
         level = [root]
         for _ in range(3):
             hits = [(d, lab) for d in level if (d / "JPEGImages").is_dir() for lab in self.label_dirs
-                    if (d / lab).is_dir() and self.accepts(d) and has_images(d / lab)]
+                    if (d / lab).is_dir() and self.accepts(d) and has_images(d / lab, labels=True)]
             hits = [h for i, h in enumerate(hits) if h[0] not in (x[0] for x in hits[:i])]  # one per folder
             if len(hits) > 1:
                 raise LayoutError(f"several VOC folders: {', '.join(rel_path(root, h[0]) for h in hits)}",
