@@ -114,7 +114,7 @@ def any_image(folder: Path, labels: bool = False) -> bool:
     try:
         with os.scandir(folder) as it:
             return any(not e.name.startswith(".") and is_image(e.name)
-                       and (not labels or os.path.splitext(e.name)[1].lower() in LABEL_EXTENSIONS) for e in it)
+                       and (not labels or Path(e.name).suffix.lower() in LABEL_EXTENSIONS) for e in it)
     except (FileNotFoundError, NotADirectoryError):
         return False
 
