@@ -496,8 +496,23 @@ class ClassTable(JsonView):
         return table
 
 
+class OpenRecord(JsonView):
+    """A typed record that keeps the keys this shardkit does not know in ``extra`` and writes them back unchanged
+    (the manifest's ``source`` and ``stats``): its JSON is ``extra``, then every set field, ``_LISTS`` as lists."""
+
+    _LISTS: ClassVar[tuple[str, ...]] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.extra)  # type: ignore[attr-defined]
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if f.name != "extra" and value is not None:
+                out[f.name] = list(value) if f.name in self._LISTS else value
+        return out
+
+
 @dataclass(frozen=True)
-class Source(JsonView):
+class Source(OpenRecord):
     """Where a split came from (the manifest's ``source``): layout, label kind, input root, the fingerprint of
     every sample's inputs, the pair count and the files left unpaired. Keys this shardkit does not know are
     kept in ``extra`` and written back unchanged."""
@@ -513,14 +528,6 @@ class Source(JsonView):
 
     _TEXT: ClassVar[tuple[str, ...]] = ("layout", "label_kind", "root", "fingerprint")
     _LISTS: ClassVar[tuple[str, ...]] = ("unmatched_images", "unmatched_labels")
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = dict(self.extra)
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name != "extra" and value is not None:
-                out[f.name] = list(value) if f.name in self._LISTS else value
-        return out
 
     @classmethod
     def from_json(cls, d: Any) -> Source:
@@ -546,7 +553,7 @@ class Source(JsonView):
 
 
 @dataclass(frozen=True)
-class SplitStats(JsonView):
+class SplitStats(OpenRecord):
     """A split's statistics as the manifest keeps them (``stats``): pixel totals, each class's pixels and share,
     the image mean and standard deviation per channel (0-255 scale). Keys this shardkit does not know are kept
     in ``extra`` and written back unchanged."""
@@ -561,14 +568,6 @@ class SplitStats(JsonView):
 
     _COUNTS: ClassVar[tuple[str, ...]] = ("pixels", "ignore_pixels")
     _LISTS: ClassVar[tuple[str, ...]] = ("class_pixels", "class_share", "image_mean", "image_std")
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = dict(self.extra)
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name != "extra" and value is not None:
-                out[f.name] = list(value) if f.name in self._LISTS else value
-        return out
 
     @classmethod
     def from_json(cls, d: Any, channels: int = 3) -> SplitStats:

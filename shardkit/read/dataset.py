@@ -590,3 +590,15 @@ class Dataset:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._local = threading.local()
+
+
+def adapter_dataset(source: str | os.PathLike[str] | Dataset, opts: OpenOptions,
+                    options: OpenOptions | None) -> Dataset:
+    """The Dataset a reader adapter reads: ``source`` itself when it is one — then an ``options`` argument is a
+    ConfigError, as it would be silently ignored — else ``source`` opened with ``opts``."""
+    if isinstance(source, Dataset):
+        if options is not None:
+            raise ConfigError("options= opens a split, but this one is an open Dataset already",
+                              fix="pass the split's path with options=, or open the Dataset with them")
+        return source
+    return Dataset(source, opts)

@@ -16,7 +16,7 @@ import keras
 import numpy as np
 
 from ..errors import ConfigError
-from .dataset import Dataset
+from .dataset import Dataset, adapter_dataset
 from .options import EpochPlan, OpenOptions, adapter_options, adapter_plan, refuse_unknown
 
 if TYPE_CHECKING:
@@ -84,13 +84,7 @@ class ShardkitPyDataset(keras.utils.PyDataset):
         if opts.labels == "stored":
             raise ConfigError("labels='stored' is not a training target",
                               fix="use ids, onehot or float_onehot")
-        if isinstance(path, Dataset):
-            if options is not None:
-                raise ConfigError("options= opens a split, but this one is an open Dataset already",
-                                  fix="pass the split's path with options=, or open the Dataset with them")
-            self.dataset = path
-        else:
-            self.dataset = Dataset(path, opts)
+        self.dataset = adapter_dataset(path, opts, options)
         self.normalize = normalize
         if augment is not None:
             self.dataset.check_augment(augment)

@@ -33,7 +33,7 @@ from ..errors import ConfigError, ShardFormatError
 from ..formats.base import TfRecordLayout
 from ..onehot import channel_lut
 from . import sampling
-from .dataset import Dataset
+from .dataset import Dataset, adapter_dataset
 from .options import EpochPlan, OpenOptions, adapter_options, adapter_plan, refuse_unknown
 from .sampling import parse_sampling
 
@@ -90,13 +90,7 @@ def dataset(
     the_plan = adapter_plan("dataset", plan, deprecated)
     opts = adapter_options("dataset", options, deprecated)
     refuse_unknown("dataset", deprecated)
-    if isinstance(path, Dataset):
-        if options is not None:
-            raise ConfigError("options= opens a split, but this one is an open Dataset already",
-                              fix="pass the split's path with options=, or open the Dataset with them")
-        ds = path
-    else:
-        ds = Dataset(path, opts)
+    ds = adapter_dataset(path, opts, options)
     aug = _augment_pipeline(augment)
     layout = ds.format_info.tf_records(ds.manifest.format_options, ds.manifest.format_version)
     global_order = parse_sampling(the_plan.sampling)[0] != "uniform" or the_plan.shuffle_mode == "global"

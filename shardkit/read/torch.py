@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader, get_worker_info
 from ..augment.ops import OneHot
 from ..errors import ConfigError
 from . import sampling
-from .dataset import Dataset
+from .dataset import Dataset, adapter_dataset
 from .options import EpochPlan, OpenOptions, adapter_options, adapter_plan, refuse_unknown
 from .prefetch import LAYOUTS, PREFETCH_LABELS, CudaPrefetcher
 
@@ -79,15 +79,9 @@ class ShardkitTorchDataset(torch.utils.data.Dataset):
         refuse_unknown("ShardkitTorchDataset", deprecated)
         if layout not in LAYOUTS:
             raise ConfigError(f"layout={layout!r} is not one of {', '.join(LAYOUTS)}")
-        if isinstance(path, Dataset):
-            if options is not None:
-                raise ConfigError("options= opens a split, but this one is an open Dataset already",
-                                  fix="pass the split's path with options=, or open the Dataset with them")
-            self.dataset = path
-        else:
-            if opts.label_layout is None:  # one-hot labels in the layout of the images
-                opts = opts.replace(label_layout="channels_first" if layout == "NCHW" else "channels_last")
-            self.dataset = Dataset(path, opts)
+        if opts.label_layout is None:  # one-hot labels in the layout of the images
+            opts = opts.replace(label_layout="channels_first" if layout == "NCHW" else "channels_last")
+        self.dataset = adapter_dataset(path, opts, options)
         self.layout = layout
         self.with_indices = with_indices
         self.buffers = buffers
