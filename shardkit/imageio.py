@@ -294,12 +294,48 @@ def _tiff_pages(tif: Any) -> list[Any]:
     return pages
 
 
-def _tiff_layout(pages: list[Any], path: Path, pages_as_bands: bool, what: str = "image") -> tuple[np.dtype, int, str]:
-    """(dtype, bands, channel kind) a TIFF decodes to, from its directories (no pixel decoded)."""
+def _tiff_planes(tif: Any, pages: list[Any], path: Path, what: str = "image") -> int:
+    """How many image planes a TIFF holds: one per full-resolution page, with two exceptions.
+
+    An OME-TIFF of several images (series) with several pages is refused: its pages are not the planes of one
+    image. An ImageJ stack stored as one page followed by the other planes' pixels (how ImageJ saves stacks over
+    4 GB, and tifffile with ``truncate=True``) holds as many planes as its description counts ``images``: a reader
+    of the page alone would silently keep plane 1. Those planes must lie in the file, uncompressed, after the page.
+    """
+    n = len(pages)
+    if n > 1 and getattr(tif, "is_ome", False) and len(tif.series) > 1:
+        raise DecodeError(f"{what} is an OME-TIFF of {len(tif.series)} images (series): its pages are not the bands "
+                          f"of one {what}", path=path,
+                          fix="save each series as its own file (tifffile.imread(path, series=N)), or --on-error skip")
+    if n != 1 or not getattr(tif, "is_imagej", False):
+        return n
+    try:
+        images = int((tif.imagej_metadata or {}).get("images", 1))
+    except (TypeError, ValueError):
+        images = 1
+    if images <= 1:
+        return n
+    page = pages[0]
+    plane = int(page.imagelength) * int(page.imagewidth) * int(page.samplesperpixel) * np.dtype(page.dtype).itemsize
+    end = int(page.dataoffsets[0]) + images * plane if len(page.dataoffsets) else -1
+    if not page.is_contiguous or int(page.compression) != 1 or not 0 < end <= int(tif.filehandle.size):
+        raise DecodeError(f"{what}: its ImageJ description counts {images} images, but the file holds one page and "
+                          f"not the other {images - 1} planes' pixels after it", path=path,
+                          fix="re-save the stack (one page per plane, e.g. with ImageJ or tifffile), or --on-error skip")
+    return images
+
+
+def _tiff_layout(pages: list[Any], path: Path, pages_as_bands: bool, what: str = "image",
+                 planes: int | None = None) -> tuple[np.dtype, int, str]:
+    """(dtype, bands, channel kind) a TIFF decodes to, from its directories (no pixel decoded). ``planes``: what
+    :func:`_tiff_planes` counts (default: one per page)."""
     if not pages:
         raise DecodeError(f"cannot decode {what}: TIFF has no image", path=path, fix=_FIX_CORRUPT)
-    if len(pages) > 1 and not pages_as_bands:
-        raise DecodeError(f"{what} is a multi-page TIFF ({len(pages)} pages); which one is the {what} has no single "
+    planes = len(pages) if planes is None else planes
+    if planes > 1 and not pages_as_bands:
+        stack = f"a multi-page TIFF ({planes} pages)" if planes == len(pages) else \
+            f"an ImageJ stack of {planes} planes in one TIFF page"
+        raise DecodeError(f"{what} is {stack}; which one is the {what} has no single "
                           "answer", path=path, fix="add --pages-as-bands (each page one band), export one page, "
                           "or --on-error skip")
     first = pages[0]
@@ -315,9 +351,9 @@ def _tiff_layout(pages: list[Any], path: Path, pages_as_bands: bool, what: str =
                               fix="export the bands as one image, or --on-error skip")
     bands = 1 if axes == "YX" else shape[-1] if axes == "YXS" else shape[0]
     photometric = int(getattr(first, "photometric", -1))
-    kind = RGB if photometric == 2 and bands == 3 and len(pages) == 1 else BANDS
+    kind = RGB if photometric == 2 and bands == 3 and planes == 1 else BANDS
     dtype = np.dtype(first.dtype) if first.dtype is not None else np.dtype(np.uint8)
-    return dtype, bands * len(pages), kind
+    return dtype, bands * planes, kind
 
 
 def _decode_tiff(path: Path, data: np.ndarray, pages_as_bands: bool) -> tuple[np.ndarray, str]:
@@ -328,10 +364,16 @@ def _decode_tiff(path: Path, data: np.ndarray, pages_as_bands: bool) -> tuple[np
     try:
         with tifffile.TiffFile(io.BytesIO(_as_bytes(data))) as tif:
             pages = _tiff_pages(tif)
-            dtype, _, kind = _tiff_layout(pages, path, pages_as_bands)
+            count = _tiff_planes(tif, pages, path)
+            dtype, _, kind = _tiff_layout(pages, path, pages_as_bands, planes=count)
             if dtype.newbyteorder("=").name == "bool":
                 dtype = np.dtype(np.uint8)
-            planes = [_as_hwc(page.asarray(), str(page.axes), path) for page in pages]
+            if count > len(pages):  # an ImageJ stack in one page: tifffile's series reads every plane
+                first = pages[0]
+                stack = np.asarray(tif.series[0].asarray()).reshape(count, *first.shape)
+                planes = [_as_hwc(plane, str(first.axes), path) for plane in stack]
+            else:
+                planes = [_as_hwc(page.asarray(), str(page.axes), path) for page in pages]
     except DecodeError:
         raise
     except Exception as exc:  # tifffile and its codecs raise many types for damaged files
@@ -428,7 +470,8 @@ def image_layout(path: Path, options: ImageOptions, max_pixels: int, *, windowed
         import tifffile
 
         with tifffile.TiffFile(path) as tif:
-            dtype, n, kind = _tiff_layout(_tiff_pages(tif), path, options.pages_as_bands)
+            pages = _tiff_pages(tif)
+            dtype, n, kind = _tiff_layout(pages, path, options.pages_as_bands, planes=_tiff_planes(tif, pages, path))
         arr = np.zeros((1, 1, n), np.uint8 if dtype == np.bool_ else dtype.newbyteorder("="))
     else:
         check_pixels(path, max_pixels, "image")
@@ -725,8 +768,10 @@ def _tiff_header(fh: Any, pages_as_bands: bool = True) -> tuple[int, int, int]:
             raise ValueError("no image directory")
         page = pages[0]
         height, width = int(page.imagelength), int(page.imagewidth)
-        dtype, bands, _ = _tiff_layout(pages, Path(getattr(fh, "name", "image")), True)
-        planar = int(getattr(page, "planarconfig", 1)) == 2 or len(pages) > 1
+        where = Path(getattr(fh, "name", "image"))
+        count = _tiff_planes(tif, pages, where)
+        dtype, bands, _ = _tiff_layout(pages, where, True, planes=count)
+        planar = int(getattr(page, "planarconfig", 1)) == 2 or count > 1
         if page.is_tiled:
             tile = int(page.tilelength) * int(page.tilewidth)
         else:

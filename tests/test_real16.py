@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from shardkit.cli import main
 from shardkit.config import ConvertConfig
 from shardkit.errors import ConfigError, DecodeError
-from shardkit.imageio import decode_image, decode_label_pixels
+from shardkit.imageio import check_pixels, decode_image, decode_label_pixels
 from shardkit.imagetypes import ImageOptions
 from shardkit.pipeline import convert
 from shardkit.read.dataset import Dataset
@@ -194,3 +194,40 @@ def test_info_shows_the_type_and_each_bands_range(tmp_path: Path) -> None:
     assert "uint16 (4 bands)" in out, out
     for b in range(4):
         assert f"band  {b + 1}: {bands[:, :, b].min()}..{bands[:, :, b].max()}," in out, out
+
+
+def test_an_imagej_stack_saved_in_one_page_gives_every_plane(tmp_path: Path) -> None:
+    """ImageJ saves stacks over 4 GB (and tifffile with truncate=True) as one TIFF page followed by the other
+    planes' pixels: shardkit used to keep plane 1 silently. The real hyperstack saved that way."""
+    planes = tifffile.imread(HYPERSTACK)
+    path = tmp_path / "truncated.tif"
+    tifffile.imwrite(path, planes, imagej=True, truncate=True, metadata={"axes": "TCYX"})
+    with tifffile.TiffFile(path) as tif:
+        assert len(tif.pages) == 1 and tif.imagej_metadata["images"] == 4
+    with pytest.raises(DecodeError, match="ImageJ stack of 4 planes in one TIFF page.*--pages-as-bands"):
+        decode_image(path)
+    got = decode_image(path, options=ImageOptions(pages_as_bands=True))
+    assert np.array_equal(got, hyperstack_bands())
+    assert check_pixels(path, 1 << 20).bytes_per_pixel >= 4 * 2  # the memory check counts every plane
+    claimed = tmp_path / "claims-more.tif"  # a description counting planes the file does not hold
+    claimed.write_bytes(path.read_bytes().replace(b"images=4", b"images=9"))
+    for options in (None, ImageOptions(pages_as_bands=True)):
+        with pytest.raises(DecodeError, match="counts 9 images, but the file holds one page"):
+            decode_image(claimed, options=options)
+
+
+def test_an_ome_tiff_of_several_images_is_not_taken_as_bands(tmp_path: Path) -> None:
+    """Two series (two images of 2 channels) in one OME-TIFF: with --pages-as-bands shardkit used to make one
+    image of 4 bands out of them; it is refused. One series of 2 channels stays 2 bands."""
+    planes = tifffile.imread(HYPERSTACK)  # (T, C, Y, X)
+    path = tmp_path / "two.ome.tif"
+    with tifffile.TiffWriter(path, ome=True) as tif:
+        for t in range(2):
+            tif.write(planes[t], metadata={"axes": "CYX"}, photometric="minisblack")
+    with tifffile.TiffFile(path) as tif:
+        assert tif.is_ome and len(tif.series) == 2 and len(tif.pages) == 4
+    with pytest.raises(DecodeError, match="OME-TIFF of 2 images .series."):
+        decode_image(path, options=ImageOptions(pages_as_bands=True))
+    one = tmp_path / "one.ome.tif"
+    tifffile.imwrite(one, planes[1], ome=True, metadata={"axes": "CYX"}, photometric="minisblack")
+    assert np.array_equal(decode_image(one, options=ImageOptions(pages_as_bands=True)), hyperstack_bands()[:, :, 2:])
