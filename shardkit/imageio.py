@@ -321,7 +321,7 @@ def _tiff_planes(tif: Any, pages: list[Any], path: Path, what: str = "image") ->
     if not page.is_contiguous or int(page.compression) != 1 or not 0 < end <= int(tif.filehandle.size):
         raise DecodeError(f"{what}: its ImageJ description counts {images} images, but the file holds one page and "
                           f"not the other {images - 1} planes' pixels after it", path=path,
-                          fix="re-save the stack (one page per plane, e.g. with ImageJ or tifffile), or --on-error skip")
+                          fix="re-save the stack (one page per plane: ImageJ, tifffile), or --on-error skip")
     return images
 
 
