@@ -177,6 +177,24 @@ class Tile:
         return cls(str(record["key"]), *(int(tile[f]) for f in TILE_FIELDS))
 
 
+def owned_box(tile: Tile, tiling: Tiling) -> tuple[int, int, int, int]:
+    """(y0, y1, x0, x1) in the stored tile: the part of its source region that no earlier tile of its source (grid
+    order: row-major) covers. Over a source's tiles these boxes partition the source, each pixel in exactly one
+    box and no padding in any, so statistics summed over them count every real pixel once (overlaps included).
+
+    Along an axis the earlier tiles of a row (or the earlier rows) reach ``previous start + tile``; as the starts
+    rise and the stride is at most the tile, what is left of this tile is one rectangle."""
+    ys = grid_starts(tile.source_height, tiling.tile[0], tiling.stride[0])
+    xs = grid_starts(tile.source_width, tiling.tile[1], tiling.stride[1])
+    try:
+        row, col = ys.index(tile.y), xs.index(tile.x)
+    except ValueError:
+        raise ValueError(f"tile {tile} is not on the {tiling.tile} / {tiling.stride} grid of its source") from None
+    top = ys[row - 1] + tile.height - tile.y if row else 0
+    left = xs[col - 1] + tile.width - tile.x if col else 0
+    return max(top, 0), tile.height, max(left, 0), tile.width
+
+
 def pad_to(arr: np.ndarray, size: tuple[int, int], fill: int | float) -> np.ndarray:
     """``arr`` (H, W[, C]) with H, W ≤ ``size``, padded at the bottom and right to exactly ``size`` with ``fill``."""
     h, w = arr.shape[:2]

@@ -46,7 +46,16 @@ from .preprocess import content_box, fit_pair, pads, stored_to_source
 from .progress import CounterRef, worker_tick
 from .samples import SidecarBuilder, pixel_hash, sidecar_name
 from .stats import Stats
-from .tiles import Tile, TileCounts, Tiling, ignored_share, tiles_in_memory, tiles_windowed, untiled_source
+from .tiles import (
+    Tile,
+    TileCounts,
+    Tiling,
+    ignored_share,
+    owned_box,
+    tiles_in_memory,
+    tiles_windowed,
+    untiled_source,
+)
 
 if TYPE_CHECKING:
     from .staging import RemoteSource
@@ -446,7 +455,7 @@ def _flush_tiles(kept: list[tuple[Tile, np.ndarray, np.ndarray]], ctx: WorkerCon
     for tile, image, ids in kept:
         _write(writer.add, task, image, ctx.spec.encoding.encode(ids, allow_numba=False), tile.key,
                errors=type(writer).write_errors)
-        present = stats.add(image, ids)
+        present = stats.add(image, ids, owned_box(tile, tiling))  # band statistics: each source pixel once
         samples.add(tile.key, label, int(image.shape[0]), int(image.shape[1]), fingerprint, present,
                     pixel_hash(image), tile.values)
     return sum(1 for t, _, _ in kept if (t.height, t.width) != tiling.tile)

@@ -24,7 +24,17 @@ from shardkit.errors import ConfigError, DecodeError, ShardFormatError
 from shardkit.pipeline import convert
 from shardkit.samples import SidecarBuilder, read_sidecar
 from shardkit.splitfiles import ShardFile, ShardInfo
-from shardkit.tiles import Tile, TiledTiff, Tiling, by_source, coverage, grid_starts, stitch, stitch_split
+from shardkit.tiles import (
+    Tile,
+    TiledTiff,
+    Tiling,
+    by_source,
+    coverage,
+    grid_starts,
+    owned_box,
+    stitch,
+    stitch_split,
+)
 from shardkit.verify import published_digests, verify_split
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,6 +99,57 @@ def test_tiling_does_not_combine_with_size_or_duplicate_checks(tmp_path: Path) -
     assert (cfg.tile, cfg.stride, cfg.overlap) == ((64, 32), (48, 32), None)
     plain = ConvertConfig(tmp_path / "in", tmp_path / "out")
     assert "tile" not in plain.preprocessing()  # untiled manifests and fingerprints stay as they were
+
+
+@pytest.mark.parametrize("hw,tile,stride", [((360, 480), (128, 160), (100, 120)), ((411, 634), (128, 160), (96, 100)),
+                                            ((100, 300), (128, 160), (128, 7)), ((7, 5), (8, 8), (8, 8)),
+                                            ((1000, 513), (512, 512), (384, 1))])
+def test_owned_boxes_partition_each_source(hw: tuple[int, int], tile: tuple[int, int],
+                                           stride: tuple[int, int]) -> None:
+    """Every source pixel lies in exactly one tile's owned box (the part no earlier tile covers); no box holds
+    padding. The band statistics of a tiled split are summed over these boxes."""
+    tiling = Tiling(tile, stride)
+    count = np.zeros(hw, np.int32)
+    for y, x, h, w in tiling.windows(hw):
+        y0, y1, x0, x1 = owned_box(Tile("k", y, x, h, w, *hw), tiling)
+        assert 0 <= y0 <= y1 <= h and 0 <= x0 <= x1 <= w  # inside the source region: never padding
+        count[y + y0 : y + y1, x + x0 : x + x1] += 1
+    assert count.min() == 1 and count.max() == 1
+    with pytest.raises(ValueError, match="not on the"):
+        owned_box(Tile("k", 1, 0, min(tile[0], hw[0]), min(tile[1], hw[1]), *hw), tiling)
+
+
+def test_tiled_band_statistics_count_each_real_pixel_once(tmp_path: Path) -> None:
+    """Real 4-band uint16 rasters (tests/data/geotiff) tiled with overlaps, one source shorter than a tile (padded):
+    the manifest's band mean, std, min and max are numpy's over the sources' pixels, each once, for 1 or 2
+    workers alike (they used to count overlaps once per tile and the padding's zeros)."""
+    with tifffile.TiffFile(ROOT / "tests" / "data" / "geotiff" / "RGBA.uint16.tif") as tif:
+        real = tif.pages[0].asarray()
+    sources = {"whole": real, "strip": real[200:300, 17:450], "inner": real[50:350, 20:530]}
+    root = tmp_path / "in"
+    (root / "img").mkdir(parents=True)
+    (root / "lab").mkdir()
+    for name, img in sources.items():
+        tifffile.imwrite(root / "img" / f"{name}.tif", img, photometric="minisblack", planarconfig="contig",
+                         compression="zlib")
+        ids = (img[:, :, 0] > np.median(img[:, :, 0])).astype(np.uint8)
+        ids[img[:, :, 3] == 0] = 255
+        cv2.imwrite(str(root / "lab" / f"{name}.png"), ids)
+    stats = []
+    for workers in (1, 2):
+        out = tmp_path / f"out{workers}"
+        convert(ConvertConfig(root, out, images="img/{name}.tif", labels="lab/{name}.png", num_classes=2,
+                              ignore_index=255, tile="128x160", stride="96x100", workers=workers, shard_size=1,
+                              quiet=True))
+        manifest = json.loads(next(out.glob("*/manifest.json")).read_text())
+        assert manifest["source"]["tiles"]["written"] > 3 * len(sources)  # overlapping tiles, one padded row
+        stats.append(manifest["stats"])
+    assert stats[0] == stats[1]  # the same numbers for any worker count
+    pixels = np.concatenate([img.reshape(-1, 4).astype(np.float64) for img in sources.values()])
+    got = stats[0]
+    assert got["image_min"] == pixels.min(0).tolist() and got["image_max"] == pixels.max(0).tolist()
+    assert np.allclose(got["image_mean"], pixels.mean(0), rtol=0, atol=1e-6)
+    assert np.allclose(got["image_std"], pixels.std(0), rtol=0, atol=1e-6)
 
 
 # -- CamVid end to end -------------------------------------------------------------------------------------------
