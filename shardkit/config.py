@@ -506,9 +506,10 @@ class ConvertConfig:
         if self.size is not None or self.resize != "none":
             raise ConfigError("--tile cuts sources at their own resolution: --size/--resize do not combine with it",
                               fix="drop --size/--resize (or resize the sources first)")
-        if self.on_duplicate != "warn":
-            raise ConfigError(f"--on-duplicate {self.on_duplicate} compares whole images; tiles are not checked "
-                              "for duplicates", fix="drop --on-duplicate (tiled conversions skip the check)")
+        if self.on_duplicate != "warn" and tiling.drop_ignored is not None:
+            raise ConfigError(f"--on-duplicate {self.on_duplicate} compares whole sources by their tiles, and "
+                              "--drop-tiles-ignored leaves some tiles unstored", fix="drop one of the two (tiled "
+                              "conversions with --drop-tiles-ignored skip the duplicate check)")
         if tiling.tile[0] * tiling.tile[1] > self.max_pixels:
             h, w = tiling.tile
             raise ConfigError(f"--tile {h}x{w} is {h * w} pixels, more than --max-pixels {self.max_pixels}",

@@ -10,8 +10,9 @@ conversion plans them (splits in discovery order, then sample index): the first 
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -171,6 +172,34 @@ def log_report(report: DuplicateReport, level: int = logging.WARNING) -> None:
 def row_keys(rows: np.ndarray) -> list[str]:
     """The keys (image paths) of checked sidecar rows."""
     return [bytes(k).decode("utf-8") for k in rows["key"].tolist()]
+
+
+def source_hash(height: int, width: int, tiles: Iterable[tuple[Sequence[int], bytes]]) -> bytes:
+    """One pixel hash for a whole tiled source, from its stored tiles' provenance values and pixel hashes in grid
+    order (:data:`~shardkit.samples.PIXEL_HASH_BYTES` long). Two sources get the same one exactly when they have
+    the same size and the same pixels — provided every tile of each is stored (the tiles then cover the source),
+    so conversions with ``--drop-tiles-ignored`` have no such hash."""
+    h = hashlib.blake2b(digest_size=PIXEL_HASH_BYTES, person=b"shardkit-source")
+    h.update(np.array([height, width], "<u8").tobytes())
+    for values, digest in tiles:
+        h.update(np.asarray(values, "<u8").tobytes())
+        h.update(digest)
+    return h.digest()
+
+
+def source_hashes(rows: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """(source keys in order, (n, 16) source hashes) from the checked sidecar rows of a tiled shard (its tiles in
+    grid order, each source's tiles together)."""
+    if not len(rows):  # a shard whose sources were all left out: its sidecar has no tile column
+        return [], np.zeros((0, PIXEL_HASH_BYTES), np.uint8)
+    keys = row_keys(rows)
+    groups: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    tiles, pixels = rows["tile"], rows["pixels"]
+    out = [source_hash(int(tiles[idx[0]][4]), int(tiles[idx[0]][5]),
+                       ((tiles[i].tolist(), bytes(pixels[i])) for i in idx)) for idx in groups.values()]
+    return list(groups), np.frombuffer(b"".join(out), np.uint8).reshape(-1, PIXEL_HASH_BYTES)
 
 
 def split_hashes(manifest: Manifest, split: str,

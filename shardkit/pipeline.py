@@ -24,7 +24,7 @@ import numpy as np
 
 from ._version import __version__
 from .config import ConvertConfig
-from .duplicates import Drops, DuplicateReport, ShardHashes, drops, find_duplicates, log_report, row_keys
+from .duplicates import Drops, DuplicateReport, ShardHashes, drops, find_duplicates, log_report, row_keys, source_hashes
 from .errors import ConfigError, DecodeError, DuplicateError, InputNotFoundError, OutputError
 from .fingerprint import SourceCache, load_cache, save_cache
 from .formats.base import SampleSpec
@@ -255,7 +255,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
 
         write(todo, {})
         rewritten = 0
-        if cfg.tiling is None:  # tiles of one source share its key: the duplicate check compares whole sources
+        if cfg.tiling is None or cfg.tiling.drop_ignored is None:  # tiled: whole sources, by their tiles' hashes
             summary.duplicates, rewritten = _duplicates(cfg, found, tasks, reused, pixels, spec, session, write)
         if padded and table.ignore_index is None:
             log.warning("%d samples were smaller than %s and their labels were padded with class 0, which "
@@ -341,6 +341,8 @@ def _shard_hashes(cfg: ConvertConfig, found: Discovery, tasks: list[ShardTask],
                 rows = _reused_sidecar(cfg.output / split, shard, spec, session)
                 hashes = np.asarray(rows["pixels"]) if "pixels" in (rows.dtype.names or ()) else None
                 keys = row_keys(rows)
+                if cfg.tiling is not None and hashes is not None:  # one hash per source, from its tiles'
+                    keys, hashes = source_hashes(rows)
             left_out = {s["key"]: s["pixels"] for s in record.skipped if "duplicate_of" in s and "pixels" in s}
             if left_out and hashes is not None:  # merged back in plan order
                 have = dict(zip(keys, hashes, strict=True))

@@ -25,6 +25,7 @@ import numpy as np
 from .codecs import RAW, ArrayCodecs
 from .config import DEFAULT_MAX_PIXELS, ConvertConfig
 from .discover import rel_path
+from .duplicates import source_hash
 from .errors import DecodeError, LabelError, OutputError, ShardkitError
 from .fingerprint import SourceCache, sample_fingerprint, source_digest
 from .formats.base import SampleSpec, WrittenFile
@@ -350,6 +351,7 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
                     errors=errors)
     samples = SidecarBuilder(ctx.spec.num_classes, georef=ctx.georef)
     counts = TileCounts()
+    whole: list[bytes] = []  # tiled: one pixel hash per source (duplicates.source_hash), for the duplicate check
     skipped: list[dict[str, str]] = []
     padded = 0
     given = None if task.fingerprints is None else hex_rows(task.fingerprints)
@@ -375,7 +377,7 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
                 written = counts.written
                 try:
                     padded += _write_tiles(pair, ctx, ctx.tiling, data, writer, task, stats, samples, fingerprint,
-                                           counts)
+                                           counts, whole)
                 except ShardkitError as exc:
                     if ctx.on_error != "skip" or counts.written != written:  # some of its tiles are written
                         raise
@@ -417,23 +419,28 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
     wire = stats.to_wire() if ctx.tiling is None else {**stats.to_wire(), "tiles": counts.to_json()}
     return ShardResult(task.split, task.index, key, task.directory, files, len(samples), samples.digest(),
                        wire, skipped, ctx.sync_files, padded,
-                       None if given is not None else sources.rows(0, len(task.samples)), b"".join(samples.pixels))
+                       None if given is not None else sources.rows(0, len(task.samples)),
+                       b"".join(samples.pixels if ctx.tiling is None else whole))
 
 
 def _write_tiles(pair: Any, ctx: WorkerContext, tiling: Tiling, data: dict[Path, np.ndarray], writer: Any,
-                 task: ShardTask, stats: Stats, samples: SidecarBuilder, fingerprint: str, counts: TileCounts) -> int:
+                 task: ShardTask, stats: Stats, samples: SidecarBuilder, fingerprint: str, counts: TileCounts,
+                 whole: list[bytes]) -> int:
     """Write one source's tiles (each a sample with its provenance; every tile carries the source's
-    fingerprint); returns how many were padded. A source decoded whole fails before any of its tiles is
+    fingerprint); returns how many were padded, and appends the source's pixel hash to ``whole`` (from its tiles'
+    hashes: :func:`~shardkit.duplicates.source_hash`). A source decoded whole fails before any of its tiles is
     written; a windowed one may fail after (a bad TIFF tile deep inside): the caller then fails the shard, as
     ``--on-error skip`` cannot take back written tiles."""
     label = rel_path(ctx.root, pair.label) if pair.label is not None else None
     kept: list[tuple[Tile, np.ndarray, np.ndarray]] = []
+    first, places = len(samples.pixels), []
     dropped = padded = 0
     for item in tile_pair(pair, ctx, tiling, data):
         if item is None:
             dropped += 1
         else:
             kept.append(item)
+            places.append(item[0])
         if len(kept) >= _TILE_BATCH:  # a windowed source: write as it goes, memory stays bounded
             padded += _flush_tiles(kept, ctx, tiling, writer, task, stats, samples, label, fingerprint)
             counts.written += len(kept)
@@ -442,6 +449,8 @@ def _write_tiles(pair: Any, ctx: WorkerContext, tiling: Tiling, data: dict[Path,
     counts.written += len(kept)
     counts.dropped += dropped
     counts.sources += 1
+    hw = (places[0].source_height, places[0].source_width) if places else (0, 0)
+    whole.append(source_hash(*hw, ((t.values, h) for t, h in zip(places, samples.pixels[first:], strict=True))))
     return padded
 
 

@@ -20,8 +20,8 @@ import tifffile
 
 import shardkit
 from shardkit.config import ConvertConfig
-from shardkit.errors import ConfigError, DecodeError, ShardFormatError
-from shardkit.pipeline import convert
+from shardkit.errors import ConfigError, DecodeError, DuplicateError, ShardFormatError
+from shardkit.pipeline import ConvertSummary, convert
 from shardkit.samples import SidecarBuilder, read_sidecar
 from shardkit.splitfiles import ShardFile, ShardInfo
 from shardkit.tiles import (
@@ -88,11 +88,12 @@ def test_bad_tiling_options_are_one_line_errors(kwargs: dict, message: str) -> N
         Tiling.from_options(kwargs.pop("tile", None), **kwargs)
 
 
-def test_tiling_does_not_combine_with_size_or_duplicate_checks(tmp_path: Path) -> None:
+def test_tiling_does_not_combine_with_size_or_dropped_tiles_with_duplicate_checks(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--size/--resize"):
         ConvertConfig(tmp_path / "in", tmp_path / "out", tile="64", size="32x32")
-    with pytest.raises(ConfigError, match="tiles are not checked"):
-        ConvertConfig(tmp_path / "in", tmp_path / "out", tile="64", on_duplicate="skip")
+    with pytest.raises(ConfigError, match="--drop-tiles-ignored leaves some tiles unstored"):
+        ConvertConfig(tmp_path / "in", tmp_path / "out", tile="64", on_duplicate="skip", drop_tiles_ignored=0.9)
+    assert ConvertConfig(tmp_path / "in", tmp_path / "out", tile="64", on_duplicate="error").on_duplicate == "error"
     with pytest.raises(ConfigError, match="more than --max-pixels"):
         ConvertConfig(tmp_path / "in", tmp_path / "out", tile="64", max_pixels=1000)
     cfg = ConvertConfig(tmp_path / "in", tmp_path / "out", tile="64x32", overlap="16x0")
@@ -150,6 +151,45 @@ def test_tiled_band_statistics_count_each_real_pixel_once(tmp_path: Path) -> Non
     assert got["image_min"] == pixels.min(0).tolist() and got["image_max"] == pixels.max(0).tolist()
     assert np.allclose(got["image_mean"], pixels.mean(0), rtol=0, atol=1e-6)
     assert np.allclose(got["image_std"], pixels.std(0), rtol=0, atol=1e-6)
+
+
+def test_duplicate_sources_are_found_by_their_tiles(tmp_path: Path) -> None:
+    """--on-duplicate with --tile compares whole sources: a real uint16 raster saved again as .npy is a duplicate
+    (warn: reported; error: refused; skip: its tiles left out, recorded, and a re-run reuses every shard); the
+    same raster with one pixel changed, or cut differently, is not."""
+    with tifffile.TiffFile(ROOT / "tests" / "data" / "geotiff" / "RGBA.uint16.tif") as tif:
+        real = tif.pages[0].asarray()[:200, :300]
+    changed = real.copy()
+    changed[150, 250, 2] += 1
+    root = tmp_path / "in"
+    (root / "img").mkdir(parents=True)
+    (root / "lab").mkdir()
+    tifffile.imwrite(root / "img" / "a.tif", real, photometric="minisblack", planarconfig="contig")
+    np.save(root / "img" / "b.npy", real)  # the same pixels in another file type
+    np.save(root / "img" / "c.npy", changed)
+    np.save(root / "img" / "d.npy", real[:, :-1])  # the same pixels but one column: another source
+    for name in "abcd":
+        cv2.imwrite(str(root / "lab" / f"{name}.png"), (real[:, : 300 - (name == "d"), 0] > 3000).astype(np.uint8))
+
+    def run(out: str, how: str, workers: int = 1) -> ConvertSummary:
+        return convert(ConvertConfig(root, tmp_path / out, images="img/{name}.*", labels="lab/{name}.png",
+                                     num_classes=2, tile="96x128", stride="80x100", on_duplicate=how,
+                                     workers=workers, shard_size=1, quiet=True))
+
+    warned = run("warn", "warn")
+    assert warned.duplicates is not None and [[c.key for c in g.copies] for g in warned.duplicates.groups] == \
+        [["img/a.tif", "img/b.npy"]]
+    with pytest.raises(DuplicateError, match="identical pixels"):
+        run("error", "error")
+    skipped = run("skip", "skip", workers=2)
+    split = next(p for p in (tmp_path / "skip").iterdir() if p.is_dir())
+    manifest = json.loads((split / "manifest.json").read_text())
+    assert [(s["key"], s["duplicate_of"]) for s in manifest["skipped"]] == [("img/b.npy", f"{split.name}:img/a.tif")]
+    tiles = [t for t in shardkit.open(split).tiles() if t is not None]
+    assert sorted({t.key for t in tiles}) == ["img/a.tif", "img/c.npy", "img/d.npy"]
+    assert skipped.duplicates is not None and skipped.duplicates.extra_copies == 1
+    again = run("skip", "skip")
+    assert again.reused == skipped.shards and json.loads((split / "manifest.json").read_text()) == manifest
 
 
 # -- CamVid end to end -------------------------------------------------------------------------------------------
