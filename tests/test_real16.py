@@ -231,3 +231,24 @@ def test_an_ome_tiff_of_several_images_is_not_taken_as_bands(tmp_path: Path) -> 
     one = tmp_path / "one.ome.tif"
     tifffile.imwrite(one, planes[1], ome=True, metadata={"axes": "CYX"}, photometric="minisblack")
     assert np.array_equal(decode_image(one, options=ImageOptions(pages_as_bands=True)), hyperstack_bands()[:, :, 2:])
+
+
+def test_a_12_bit_tiff_keeps_its_values(tmp_path: Path) -> None:
+    """The CT slice's stored values (128..2191, from the DICOM bytes) in a TIFF of 12 bits per sample (packed):
+    decoded and stored as uint16 with the same values — never shifted or stretched to 16 bits."""
+    raw, _, _ = dicom_pixels(CT_DICOM)
+    values = raw.astype(np.uint16)
+    root = tmp_path / "in"
+    (root / "img").mkdir(parents=True)
+    (root / "lab").mkdir()
+    tifffile.imwrite(root / "img" / "ct12.tif", values, photometric="minisblack", bitspersample=12)
+    with tifffile.TiffFile(root / "img" / "ct12.tif") as tif:
+        assert tif.pages[0].bitspersample == 12
+    assert np.array_equal(decode_image(root / "img" / "ct12.tif")[:, :, 0], values)
+    _write_label(root / "lab" / "ct12.png", values > 1024 + 300)
+    convert(ConvertConfig(root, tmp_path / "out", images="img/{name}.tif", labels="lab/{name}.png", num_classes=2,
+                          workers=1, quiet=True))
+    ds = Dataset(next(p for p in (tmp_path / "out").iterdir() if p.is_dir()))
+    image, _ = ds[0]
+    assert image.dtype == np.uint16 and np.array_equal(image[:, :, 0], values)
+    assert (ds.manifest.stats["image_min"], ds.manifest.stats["image_max"]) == ([128.0], [2191.0])
