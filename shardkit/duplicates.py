@@ -14,6 +14,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -205,11 +206,22 @@ def source_hashes(rows: np.ndarray) -> tuple[list[str], np.ndarray]:
 def split_hashes(manifest: Manifest, split: str,
                  folder: Callable[[ShardInfo], Path] | None = None) -> list[ShardHashes]:
     """The :class:`ShardHashes` of a converted split from its sidecars (``folder``: where a shard's sidecar lies,
-    for a remote split; by default the manifest's folder)."""
+    for a remote split; by default the manifest's folder). A tiled split (without ``--drop-tiles-ignored``) is
+    compared source by source, as convert does (:func:`source_hashes`; indices are then the sources' places)."""
     table = manifest.samples
+    whole = (manifest.preprocessing.get("tile") is not None and table.inline is None
+             and manifest.preprocessing.get("drop_tiles_ignored") is None)
     out = []
+    sources = 0
     for pos, shard in enumerate(manifest.shards):
         where = folder(shard) if folder is not None and table.inline is None else None
+        if whole:
+            rows = table.rows(pos, where)
+            if "pixels" in (rows.dtype.names or ()):
+                names, hashes = source_hashes(rows)
+                out.append(ShardHashes(split, sources, hashes, partial(list, names)))
+                sources += len(names)
+                continue
 
         def keys(pos: int = pos, where: Path | None = where) -> list[str]:
             if table.inline is not None:

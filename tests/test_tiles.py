@@ -179,6 +179,9 @@ def test_duplicate_sources_are_found_by_their_tiles(tmp_path: Path) -> None:
     warned = run("warn", "warn")
     assert warned.duplicates is not None and [[c.key for c in g.copies] for g in warned.duplicates.groups] == \
         [["img/a.tif", "img/b.npy"]]
+    listed = subprocess.run([sys.executable, "-m", "shardkit", "info", str(tmp_path / "warn"), "--duplicates"],
+                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
+    assert "1 duplicate image(s) in 1 group(s) among 4 samples" in listed.stdout, listed.stdout  # sources, as convert
     with pytest.raises(DuplicateError, match="identical pixels"):
         run("error", "error")
     skipped = run("skip", "skip", workers=2)
