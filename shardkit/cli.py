@@ -559,10 +559,13 @@ def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any
     click.echo(f"image {shape[0] or 'var'}x{shape[1] or 'var'}x{shape[2]} {NAME_OF.get(image.get('dtype'), '?')}"
                f"{kind}; label {m.sample['label']['encoding']} {m.sample['label'].get('dtype')}")
     if "image_min" in m.stats:  # version 4: each band's range, mean and std of the stored values
-        for b, (lo, hi, mu, sd) in enumerate(zip(m.stats["image_min"], m.stats["image_max"], m.stats["image_mean"],
-                                                 m.stats["image_std"], strict=False), start=1):
-            click.echo(f"  band {b:>2}: {lo:g}..{hi:g}, mean {mu:g}, std {sd:g}" if lo is not None
-                       else f"  band {b:>2}: no values")
+        nonfinite = m.stats.get("image_nonfinite") or [0] * len(m.stats["image_min"])
+        for b, (lo, hi, mu, sd, bad) in enumerate(zip(m.stats["image_min"], m.stats["image_max"],
+                                                      m.stats["image_mean"], m.stats["image_std"], nonfinite,
+                                                      strict=False), start=1):
+            extra = f" ({bad} NaN/inf left out)" if bad else ""
+            click.echo(f"  band {b:>2}: {lo:g}..{hi:g}, mean {mu:g}, std {sd:g}{extra}" if lo is not None
+                       else f"  band {b:>2}: no values{extra}")
     share = m.stats.get("class_share", [])
     source = m.classes.get("source") or "an unrecorded source"
     click.echo(f"class table: {len(m.classes['classes'])} classes from {source}")

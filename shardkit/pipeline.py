@@ -479,6 +479,9 @@ def publish_split(
     warning = ignore_warning(table, stats.class_pixels, stats.ignore_pixels) if cfg.ignore_index is not None else None
     if warning:  # e.g. --ignore-index 255 on 0/255 masks: every foreground pixel became ignore
         log.warning("split %s: %s", split, warning)
+    nonfinite = stats.nonfinite_warning()
+    if nonfinite:  # float images with NaN/inf "no data" values: stored exactly, left out of the statistics
+        log.warning("split %s: %s", split, nonfinite)
     fingerprint = split_fingerprint([r.fingerprint for r in records])
     manifest = Manifest(
         version=1,

@@ -97,8 +97,11 @@ class Stats:
     #: smallest and largest value of each band (finite values; +inf/-inf before any pixel)
     channel_min: np.ndarray = field(init=False)
     channel_max: np.ndarray = field(init=False)
+    #: NaN and ±inf values of each band (float images): the band statistics leave them out, like padding
+    channel_nonfinite: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
+        self.channel_nonfinite = np.zeros(self.channels, dtype=np.int64)
         self.class_pixels = np.zeros(self.num_classes, dtype=np.int64)
         self.channel_sum = np.zeros(self.channels, dtype=np.float64)
         self.channel_sumsq = np.zeros(self.channels, dtype=np.float64)
@@ -122,6 +125,11 @@ class Stats:
         if box is not None:
             image = image[box[0] : box[1], box[2] : box[3]]
         self.image_pixels += image.shape[0] * image.shape[1]
+        if image.dtype.kind == "f":
+            bad = ~np.isfinite(image)
+            if bad.any():  # NaN/inf (a float image's "no data"): counted, then left out of the sums
+                self.channel_nonfinite += bad.reshape(-1, image.shape[2]).sum(axis=0)
+                image = np.where(bad, np.zeros((), image.dtype), image)
         total, squares = channel_sums(image)
         self.channel_sum += total
         self.channel_sumsq += squares
@@ -145,6 +153,7 @@ class Stats:
         self.channel_sumsq += other.channel_sumsq
         self.channel_min = np.fmin(self.channel_min, other.channel_min)
         self.channel_max = np.fmax(self.channel_max, other.channel_max)
+        self.channel_nonfinite += other.channel_nonfinite
 
     def to_wire(self) -> dict[str, Any]:
         """Plain lists for the trip from a worker to the parent (no pickled numpy needed)."""
@@ -160,6 +169,7 @@ class Stats:
             **({"channel_min": [float(v) if np.isfinite(v) else None for v in self.channel_min],
                 "channel_max": [float(v) if np.isfinite(v) else None for v in self.channel_max]}
                if self.ranges else {}),
+            **({"channel_nonfinite": self.channel_nonfinite.tolist()} if self.channel_nonfinite.any() else {}),
         }
 
     @classmethod
@@ -175,12 +185,22 @@ class Stats:
             s.ranges = True
             s.channel_min = np.array([np.inf if v is None else v for v in d["channel_min"]], np.float64)
             s.channel_max = np.array([-np.inf if v is None else v for v in d["channel_max"]], np.float64)
+        if "channel_nonfinite" in d:
+            s.channel_nonfinite = np.asarray(d["channel_nonfinite"], dtype=np.int64)
         return s
+
+    def nonfinite_warning(self) -> str | None:
+        """One line saying how many NaN/inf image values each band had, or None when there were none."""
+        if not self.channel_nonfinite.any():
+            return None
+        bands = ", ".join(f"band {b + 1}: {int(n)}" for b, n in enumerate(self.channel_nonfinite) if n)
+        return (f"{int(self.channel_nonfinite.sum())} NaN/inf image values ({bands}) are stored as they are; the "
+                "band statistics (mean, std, range) leave them out — mask them in training (e.g. torch.nan_to_num)")
 
     def to_manifest(self) -> dict[str, Any]:
         """Totals plus the derived mean/std of each band (the stored values' own scale, over source pixels: padding
         left out) and per-class pixel share."""
-        n = max(self.image_pixels, 1)
+        n = np.maximum(self.image_pixels - self.channel_nonfinite, 1)  # finite source pixels of each band
         mean = self.channel_sum / n
         var = np.maximum(self.channel_sumsq / n - mean * mean, 0.0)
         labelled = max(int(self.class_pixels.sum()), 1)
@@ -195,6 +215,8 @@ class Stats:
             # their version 3 stats byte for byte)
             **({"image_min": [float(v) if np.isfinite(v) else None for v in self.channel_min],
                 "image_max": [float(v) if np.isfinite(v) else None for v in self.channel_max]} if self.ranges else {}),
+            # NaN/inf values of each band, which the mean, std and range leave out (only when a band has any)
+            **({"image_nonfinite": self.channel_nonfinite.tolist()} if self.channel_nonfinite.any() else {}),
         }
 
 

@@ -208,3 +208,40 @@ def test_rgb_geotiff_keeps_rgb_uint8_and_its_georeference(tmp_path: Path) -> Non
     assert image.dtype == np.uint8 and np.array_equal(image, values)  # RGB uint8 as before: format version 1
     assert ds.manifest.format_version == 1 and ds.manifest.manifest_version == 4  # 4: the georeference columns
     assert ds.manifest.samples[0]["transform"][0] == pytest.approx(3004.1772151898736)
+
+
+@pytest.mark.parametrize("fmt,codec", [("npy", "raw"), ("lmdb", "zstd"), ("tfrecord", "raw")])
+def test_nan_no_data_is_stored_exactly_and_left_out_of_the_statistics(tmp_path: Path, fmt: str, codec: str,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """Float rasters mark "no data" with NaN (and overflow with inf): the values are kept bit for bit, the band
+    statistics count finite values only, the manifest says how many were left out, and the run says so."""
+    values = real().astype(np.float32) / np.float32(65535)
+    values[real()[:, :, 3] == 0] = np.nan  # the raster's own no-data area (band 4 is 0 there)
+    ys, xs = np.nonzero(real()[:, :, 3])
+    values[ys[:3], xs[:3], 1] = np.inf  # three overflowed values inside the data area, in band 2 only
+    (tmp_path / "in" / "img").mkdir(parents=True)
+    (tmp_path / "in" / "lab").mkdir()
+    images = {"a": values, "b": values[:200, :300]}
+    for name, img in images.items():
+        np.save(tmp_path / "in" / "img" / f"{name}.npy", img)
+        cv2.imwrite(str(tmp_path / "in" / "lab" / f"{name}.png"), (img[:, :, 0] > 0.3).astype(np.uint8))
+    cfg = ConvertConfig(tmp_path / "in", tmp_path / "out", format=fmt, image_codec=codec, images="img/{name}.*",
+                        labels="lab/{name}.png", num_classes=2, workers=1, quiet=True)
+    with caplog.at_level("WARNING", logger="shardkit"):
+        convert(cfg)
+    split = next(p for p in (tmp_path / "out").iterdir() if p.is_dir())
+    ds = Dataset(split)
+    for i in range(len(ds)):
+        image, _ = ds[i]
+        src = images[Path(ds.key(i)).name.split(".")[0]]
+        assert image.dtype == np.float32 and np.array_equal(image.view(np.uint32), src.view(np.uint32))
+    stats = json.loads((split / "manifest.json").read_text())["stats"]
+    stacked = np.concatenate([im.reshape(-1, 4).astype(np.float64) for im in images.values()])
+    finite = np.isfinite(stacked)
+    assert stats["image_nonfinite"] == (~finite).sum(0).tolist() and sum(stats["image_nonfinite"]) > 0
+    want = np.array([stacked[finite[:, b], b].mean() for b in range(4)])
+    assert np.allclose(stats["image_mean"], want, rtol=1e-5, atol=1e-6)  # rounded to 6 decimals
+    assert np.allclose(stats["image_std"], [stacked[finite[:, b], b].std() for b in range(4)], atol=1e-6)
+    assert stats["image_max"] == [float(stacked[finite[:, b], b].max()) for b in range(4)]
+    assert stats["image_nonfinite"][1] == stats["image_nonfinite"][0] + 3
+    assert any("NaN/inf image values" in r.getMessage() and "band 2" in r.getMessage() for r in caplog.records)
