@@ -78,10 +78,17 @@ def check_unit_range(lowest: float, highest: float) -> None:
 
 
 def float_gamma(image: np.ndarray, gamma: float) -> None:
-    """``x ** gamma`` in float32, in place, for a float32 image whose values lie in [0, 1] (NaN stays NaN)."""
-    if ((image < 0) | (image > 1)).any():
+    """``x ** gamma`` in float32, in place, for a float32 image whose values lie in [0, 1] (NaN stays NaN); the
+    compiled range check and power when there are (the same values as ``np.power``, tested), else numpy."""
+    kernels = KERNELS.get()
+    flat = image.reshape(-1) if image.flags.c_contiguous else None
+    inside = kernels[2](flat) if kernels is not None and flat is not None else not ((image < 0) | (image > 1)).any()
+    if not inside:
         check_unit_range(float(np.nanmin(image)), float(np.nanmax(image)))
-    np.power(image, np.float32(gamma), out=image)
+    if kernels is not None and flat is not None:
+        kernels[3](flat, np.float32(gamma))
+    else:
+        np.power(image, np.float32(gamma), out=image)
 
 
 def _bc_loop(flat: Any, b: float, c: float, lo: float, mid: float, hi: float) -> None:  # pragma: no cover - compiled
@@ -100,12 +107,29 @@ def _table_loop(flat: Any, table: Any, lo: int) -> None:  # pragma: no cover - c
         flat[i] = table[np.int64(flat[i]) - lo]
 
 
+def _unit_loop(flat: Any) -> bool:  # pragma: no cover - compiled
+    """True when no value of ``flat`` lies outside [0, 1] (NaN does not count)."""
+    bad = False
+    for i in range(flat.size):
+        bad |= (flat[i] < 0) | (flat[i] > 1)
+    return not bad
+
+
+def _power_loop(flat: Any, g: Any) -> None:  # pragma: no cover - compiled
+    """``flat[i] = flat[i] ** g`` in place, in float32 (the C library's ``powf``, as ``np.power`` on float32)."""
+    for i in range(flat.size):
+        flat[i] = flat[i] ** g
+
+
 def _warm(kernels: tuple[Any, ...]) -> None:
-    """Compile (or load from numba's cache) both loops for uint16 and int16 now, so a failure shows here."""
+    """Compile (or load from numba's cache) the loops for uint16, int16 and float32 now, so a failure shows here."""
     for dt, lo in (("uint16", 0), ("int16", -32768)):
         kernels[0](np.zeros(2, dt), 1.0, 1.0, *LEVELS[dt])
         kernels[1](np.zeros(2, dt), np.zeros(LEVELS16, dt), lo)
+    kernels[2](np.zeros(2, np.float32))
+    kernels[3](np.zeros(2, np.float32), np.float32(1))
 
 
-#: The compiled level maps (:func:`_bc_loop`, :func:`_table_loop`), or numpy without numba.
-KERNELS = jit.LazyKernels((_bc_loop, _table_loop), _warm, "level maps")
+#: The compiled level maps (:func:`_bc_loop`, :func:`_table_loop`, :func:`_unit_loop`, :func:`_power_loop`), or
+#: numpy without numba.
+KERNELS = jit.LazyKernels((_bc_loop, _table_loop, _unit_loop, _power_loop), _warm, "level maps")

@@ -78,3 +78,12 @@ def test_float_gamma_is_a_float32_power_and_refuses_values_outside_0_1() -> None
             levels.gamma(y, 0.8)
         assert "\n" not in str(err.value)
         np.testing.assert_array_equal(y, before)  # nothing changed
+
+
+def test_compiled_float_gamma_equals_numpy_power(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = np.random.default_rng(0).random((64, 80, 4), dtype=np.float32)
+    x[0, 0, 0], x[1, 1, 1], x[2, 2, 2] = 0.0, 1.0, np.nan
+    for g in (0.3, 0.8, 1.0, 1.2, 2.5):
+        fast, slow = _both(monkeypatch, levels.gamma, x, g)
+        np.testing.assert_array_equal(fast, slow)
+        np.testing.assert_array_equal(fast, np.power(x, np.float32(g)))
