@@ -54,7 +54,7 @@ from shardkit.config import ConvertConfig
 from shardkit.pipeline import convert
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_augment import cpu_seconds  # noqa: E402
+from bench_augment import cpu_seconds
 
 IGNORE = 11
 

@@ -88,7 +88,7 @@ class GammaParams(OpParams):
 @dataclass(frozen=True)
 class CutoutParams(OpParams):
     holes: tuple[tuple[int, int, int, int], ...] = ()  # (y0, x0, y1, x1) output pixels, ends exclusive
-    fill: tuple[int, ...] = (0, 0, 0)  # written into the image's holes, one value per channel
+    fill: tuple[int | float, ...] = (0, 0, 0)  # written into the image's holes: one level, or one value per band
     ignore: bool = False  # True: label pixels in holes become the ignore index
 
 
@@ -876,7 +876,7 @@ def _cutout(val: str) -> Cutout:
     h, sep, w = parts[1].lower().partition("x")
     if not sep or not _digits(h) or not _digits(w):
         raise ConfigError(f"augment cutout={val!r}: hole size {parts[1]!r} is not HxW; expected {_CUTOUT_FORM}")
-    fill: int | None = None
+    fill: int | float | None = None
     ignore = False
     for extra in parts[2:]:
         if extra.lower() == "ignore" and not ignore:
@@ -902,8 +902,8 @@ def parse(text: str) -> Compose:
     Keys: ``scale=LO:HI``, ``crop=HxW`` (``crop=HxW:R`` adds cat_max_ratio R), ``hflip`` or
     ``hflip=P``, ``rotate=DEG``, ``jitter=V`` (brightness and contrast V) or ``jitter=B:C[:S[:H]]``,
     ``gamma=LO:HI`` (a gamma drawn per sample), ``cutout=N:HxW[:FILL][:ignore]``: N holes (or LO-HI, drawn per
-    sample) of H x W pixels filled with grey level FILL (default 0), whose labels become the ignore index with
-    ``:ignore`` (else unchanged).
+    sample) of H x W pixels, every band filled with level FILL (default 0), whose labels become the ignore index
+    with ``:ignore`` (else unchanged).
     """
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("augment string is empty; expected e.g. 'scale=0.5:2,crop=512x1024,hflip'")

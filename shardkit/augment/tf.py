@@ -31,8 +31,19 @@ from ..errors import ConfigError
 from ..onehot import channel_lut, ignore_inside
 from . import levels, packing
 from .geometry import IMAGE_RANGES
-from .ops import (LEVELS, BatchSpec, ColorJitter, Cutout, Kind, Normalize, OneHot, RandomCrop, RandomGamma, RandomScale,
-                  band_fill)
+from .ops import (
+    LEVELS,
+    BatchSpec,
+    ColorJitter,
+    Cutout,
+    Kind,
+    Normalize,
+    OneHot,
+    RandomCrop,
+    RandomGamma,
+    RandomScale,
+    band_fill,
+)
 from .packing import HSV_HDIV, HSV_SDIV
 
 if TYPE_CHECKING:
