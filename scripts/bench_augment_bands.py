@@ -55,6 +55,7 @@ from shardkit.pipeline import convert
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_augment import cpu_seconds
+from multiband_camvid import four_bands
 
 IGNORE = 11
 
@@ -99,8 +100,7 @@ def make_splits(raw: Path, tmp: Path) -> dict[str, Path]:
         (src / "train").mkdir(parents=True)
         (src / "trainannot").mkdir()
         for p in pairs:
-            rgb = cv2.imread(str(p), cv2.IMREAD_COLOR)[:, :, ::-1]
-            bands = np.dstack([rgb, cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)]).astype(np.uint16) * 257
+            bands = four_bands(cv2.imread(str(p), cv2.IMREAD_COLOR)[:, :, ::-1])
             img = bands if dtype == "uint16" else (bands / 65535.0).astype(np.float32)
             np.save(src / "train" / f"{p.stem}.npy", img)
             shutil.copy(raw / "trainannot" / p.name, src / "trainannot" / p.name)
