@@ -20,6 +20,12 @@ import cv2
 import numpy as np
 
 
+def four_bands(rgb: np.ndarray) -> np.ndarray:
+    """(H, W, 3) uint8 RGB → (H, W, 4) uint16: R, G, B and grey, each x257 (0..255 → 0..65535)."""
+    gray = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
+    return np.dstack([rgb, gray]).astype(np.uint16) * 257
+
+
 def main(src: Path, dst: Path) -> None:
     for split in ("train", "val", "test"):
         if not (src / split).is_dir():
@@ -28,8 +34,7 @@ def main(src: Path, dst: Path) -> None:
         (dst / f"{split}annot").mkdir(exist_ok=True)
         for p in sorted((src / split).glob("*.png")):
             rgb = cv2.imread(str(p), cv2.IMREAD_COLOR)[:, :, ::-1]
-            gray = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
-            np.save(dst / split / f"{p.stem}.npy", np.dstack([rgb, gray]).astype(np.uint16) * 257)
+            np.save(dst / split / f"{p.stem}.npy", four_bands(rgb))
             shutil.copy(src / f"{split}annot" / p.name, dst / f"{split}annot" / p.name)
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import jit
 from ..errors import ConfigError
-from . import backends
+from . import backends, levels
 from .geometry import warp_bilinear_exact, warp_labels
 from .ops import (
     IMAGE_DTYPES,
@@ -33,7 +33,7 @@ from .ops import (
     Normalize,
     OneHot,
     RandomGamma,
-    brightness_contrast,
+    band_fill,
     colour_luts,
 )
 from .packing import HSV_HDIV, HSV_SDIV
@@ -199,10 +199,11 @@ def jitter_colour(img: np.ndarray, p: Params | JitterParams, lut: np.ndarray | N
 
 
 def cut_holes(image: np.ndarray, label: np.ndarray, p: CutoutParams, ignore_index: int) -> None:
-    """Cutout, in place: ``p.holes`` of the (H, W, C) image set to ``p.fill``; of the label set to
-    ``ignore_index`` when ``p.ignore``, else left as they are."""
+    """Cutout, in place: ``p.holes`` of the (H, W, C) image set to ``p.fill`` (one value per band,
+    :func:`~.ops.band_fill`); of the label set to ``ignore_index`` when ``p.ignore``, else left as they are."""
+    fill = band_fill(p.fill, image.shape[2], image.dtype.name) if p.holes else ()
     for y0, x0, y1, x1 in p.holes:
-        image[y0:y1, x0:x1] = p.fill
+        image[y0:y1, x0:x1] = fill
         if p.ignore:
             label[y0:y1, x0:x1] = ignore_index
 
@@ -223,14 +224,21 @@ def _jitter(op: ColorJitter, records: Sequence[JitterParams]) -> Callable[[int, 
         if img.dtype == np.uint8:
             jitter_colour(img, records[k], luts[k])
         else:  # 16-bit: the same rule without a table (saturation and hue are refused there)
-            brightness_contrast(img, records[k].brightness, records[k].contrast)
+            levels.brightness_contrast(img, records[k].brightness, records[k].contrast)
 
     return apply
 
 
 def _gamma(op: RandomGamma, records: Sequence[Any]) -> Callable[[int, np.ndarray], None]:
     luts = op.pack(records)["lut"]
-    return lambda k, img: apply_lut(img, luts[k])
+
+    def apply(k: int, img: np.ndarray) -> None:
+        if img.dtype == np.uint8:
+            apply_lut(img, luts[k])
+        else:  # 16-bit over the dtype's range, float32 over [0, 1] (shardkit.augment.levels)
+            levels.gamma(img, records[k].gamma)
+
+    return apply
 
 
 def _cutout(op: Cutout, records: Sequence[CutoutParams], ignore_index: int) -> Callable[..., None]:

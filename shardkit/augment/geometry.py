@@ -97,10 +97,28 @@ IMAGE_RANGES: dict[str, tuple[float, float] | None] = {"uint8": (0.0, 255.0), "u
 
 
 def warp_bilinear_exact(image: np.ndarray, m: np.ndarray, hw: tuple[int, int], out: np.ndarray) -> np.ndarray:
-    """An (H, W, C) image warped by ``m`` (output → source) into ``out`` (``hw``), bilinear in float64: source
-    coordinates ``(m00*x + m01*y) + m02``, the four neighbours (0 outside the image) weighted
-    ``a*gx*gy + b*fx*gy + c*gx*fy + d*fx*fy``; integers rounded half to even and clamped to their dtype's range,
-    float32 cast. The torch and TF backends compute the same sums for images that are not uint8."""
+    """An (H, W, C) image warped by ``m`` (output → source) into ``out`` (``hw``), bilinear in float64: the rule
+    of :func:`bilinear_exact_numpy`, computed by the compiled per-pixel loop (numba, ``shardkit[fast]``; the same
+    float64 operations in the same order, so the same values, tested equal) when there is one, else by that
+    numpy form (~25x slower: it pads and gathers the whole image in float64)."""
+    kernels = _warp_kernels()
+    limits = IMAGE_RANGES[image.dtype.name]
+    if kernels is None or out.dtype != image.dtype or out.shape != (*hw, image.shape[2]):
+        return bilinear_exact_numpy(image, m, hw, out)
+    dst = out if out.flags.c_contiguous else np.empty(out.shape, out.dtype)
+    lo, hi = limits if limits is not None else (0.0, 0.0)
+    kernels[0](np.ascontiguousarray(image), np.asarray(m, np.float64), dst, lo, hi, limits is not None)
+    if dst is not out:
+        out[...] = dst
+    return out
+
+
+def bilinear_exact_numpy(image: np.ndarray, m: np.ndarray, hw: tuple[int, int], out: np.ndarray) -> np.ndarray:
+    """The image warp rule for dtypes other than uint8, in plain float64 numpy: an (H, W, C) image warped by ``m``
+    (output → source) into ``out`` (``hw``): source coordinates ``(m00*x + m01*y) + m02``, the four neighbours
+    (0 outside the image) weighted ``a*gx*gy + b*fx*gy + c*gx*fy + d*fx*fy``; integers rounded half to even and
+    clamped to their dtype's range, float32 cast. The torch and TF backends compute the same sums for images that
+    are not uint8; the compiled loop (:func:`_bilinear_loop`) is tested equal to this."""
     h, w, c = image.shape
     padded = np.zeros((h + 4, w + 4, c), np.float64)  # a zero ring two pixels wide: far outside reads 0
     padded[2:-2, 2:-2] = image
@@ -121,6 +139,90 @@ def warp_bilinear_exact(image: np.ndarray, m: np.ndarray, hw: tuple[int, int], o
         np.clip(np.rint(v), *limits, out=v)
     out[...] = v
     return out
+
+
+def _bilinear_loop(image: Any, m: Any, out: Any, lo: float, hi: float, integer: bool) -> None:  # pragma: no cover
+    """:func:`bilinear_exact_numpy` pixel by pixel (compiled by numba), for C-contiguous (H, W, C) ``image`` and
+    (h, w, C) ``out`` of the same dtype: the same float64 operations in the same order (coordinates, floor,
+    weights, the four products summed left to right), so the same values. Per output row, one loop computes each
+    pixel's four neighbours' flat indices (-1 for a neighbour outside the image, which reads 0 as the zero ring
+    does; coordinates clamped to [-2, W] first, as there) and weights, once for all its bands; a second gathers
+    and sums them, integers ``rint`` and clamped to [lo, hi]. ``m00 * x`` is computed once per column (the same
+    product)."""
+    h, w, c = image.shape
+    oh, ow = out.shape[0], out.shape[1]
+    m00, m01, m02, m10, m11, m12 = m[0, 0], m[0, 1], m[0, 2], m[1, 0], m[1, 1], m[1, 2]
+    fw, fh = float(w), float(h)
+    src = image.ravel()
+    dst = out.ravel()
+    ax = np.empty(ow, np.float64)
+    bx = np.empty(ow, np.float64)
+    for x in range(ow):
+        ax[x] = m00 * float(x)
+        bx[x] = m10 * float(x)
+    i00 = np.empty(ow, np.int64)
+    i10 = np.empty(ow, np.int64)
+    i01 = np.empty(ow, np.int64)
+    i11 = np.empty(ow, np.int64)
+    w00 = np.empty(ow, np.float64)
+    w10 = np.empty(ow, np.float64)
+    w01 = np.empty(ow, np.float64)
+    w11 = np.empty(ow, np.float64)
+    for y in range(oh):
+        yf = float(y)
+        ay = m01 * yf
+        by = m11 * yf
+        for x in range(ow):
+            sx = (ax[x] + ay) + m02
+            sy = (bx[x] + by) + m12
+            x0f = np.floor(sx)
+            y0f = np.floor(sy)
+            fx = sx - x0f
+            fy = sy - y0f
+            gx = 1.0 - fx
+            gy = 1.0 - fy
+            xi = np.int64(min(max(x0f, -2.0), fw))
+            yi = np.int64(min(max(y0f, -2.0), fh))
+            in_x0, in_x1 = (xi >= 0) & (xi < w), (xi + 1 >= 0) & (xi + 1 < w)
+            in_y0, in_y1 = (yi >= 0) & (yi < h), (yi + 1 >= 0) & (yi + 1 < h)
+            base = yi * w + xi
+            i00[x] = base if in_x0 & in_y0 else -1
+            i10[x] = base + 1 if in_x1 & in_y0 else -1
+            i01[x] = base + w if in_x0 & in_y1 else -1
+            i11[x] = base + w + 1 if in_x1 & in_y1 else -1
+            w00[x] = gx * gy
+            w10[x] = fx * gy
+            w01[x] = gx * fy
+            w11[x] = fx * fy
+        row = y * ow
+        for x in range(ow):
+            j00, j10, j01, j11 = i00[x], i10[x], i01[x], i11[x]
+            o = (row + x) * c
+            for k in range(c):
+                a = float(src[j00 * c + k]) if j00 >= 0 else 0.0
+                b = float(src[j10 * c + k]) if j10 >= 0 else 0.0
+                d0 = float(src[j01 * c + k]) if j01 >= 0 else 0.0
+                d1 = float(src[j11 * c + k]) if j11 >= 0 else 0.0
+                v = ((a * w00[x] + b * w10[x]) + d0 * w01[x]) + d1 * w11[x]
+                if integer:
+                    dst[o + k] = min(max(np.rint(v), lo), hi)
+                else:
+                    dst[o + k] = v
+
+
+def _warm_warp(kernels: tuple[Any, ...]) -> None:
+    """Compile (or load from numba's cache) the warp for every image dtype but uint8 now, so a failure shows here."""
+    for dt in ("uint16", "int16", "float32"):
+        kernels[0](np.zeros((2, 2, 1), dt), np.eye(2, 3), np.empty((1, 1, 1), dt), 0.0, 0.0, dt != "float32")
+
+
+#: The compiled image warp (:func:`_bilinear_loop`), or numpy without numba.
+WARP_KERNELS = jit.LazyKernels((_bilinear_loop,), _warm_warp, "image warp")
+
+
+def _warp_kernels() -> tuple[Any, ...] | None:
+    """The compiled image warp, or None without numba (or with ``SHARDKIT_NO_NUMBA=1``)."""
+    return WARP_KERNELS.get()
 
 
 #: Output rows per step of the numpy rule for rotated matrices (float64 temporaries stay in cache).

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from ..errors import ConfigError
 from ..onehot import hot_channels
 from . import backends, seeding
 from .geometry import IMAGE_RANGES, warp_labels
+from .levels import LEVELS
 
 
 class Kind(enum.Enum):
@@ -86,7 +88,7 @@ class GammaParams(OpParams):
 @dataclass(frozen=True)
 class CutoutParams(OpParams):
     holes: tuple[tuple[int, int, int, int], ...] = ()  # (y0, x0, y1, x1) output pixels, ends exclusive
-    fill: tuple[int, ...] = (0, 0, 0)  # written into the image's holes, one value per channel
+    fill: tuple[int | float, ...] = (0, 0, 0)  # written into the image's holes: one level, or one value per band
     ignore: bool = False  # True: label pixels in holes become the ignore index
 
 
@@ -438,7 +440,7 @@ class ColorJitter(Op):
         out: dict[str, tuple[str, tuple[int | str | None, ...]]] = {}
         if self.brightness or self.contrast:
             out["lut"] = ("uint8", ("B", 256))  # brightness then contrast as one LUT: colour_luts
-            out["bc"] = ("float64", ("B", 2))  # the factors themselves, for 16-bit images: brightness_contrast
+            out["bc"] = ("float64", ("B", 2))  # the factors themselves, for 16-bit images: levels.brightness_contrast
         if self.saturation:
             out["sat"] = ("float32", ("B",))
         if self.hue:
@@ -458,23 +460,6 @@ class ColorJitter(Op):
         return out
 
 
-#: The integer image dtypes brightness/contrast apply to: (lowest, mid, highest) level. Contrast pivots about the mid.
-LEVELS: dict[str, tuple[float, float, float]] = {"uint8": (0.0, 128.0, 255.0), "uint16": (0.0, 32768.0, 65535.0),
-                                                 "int16": (-32768.0, 0.0, 32767.0)}
-
-
-def brightness_contrast(image: np.ndarray, brightness: float, contrast: float) -> None:
-    """Brightness then contrast on an integer image of any band count, in place, in float64:
-    ``clip(rint((x * b - mid) * c + mid), lo, hi)`` with :data:`LEVELS` of its dtype — for uint8 exactly the values
-    of :func:`colour_luts`; the torch and TF backends compute the same operations."""
-    lo, mid, hi = LEVELS[image.dtype.name]
-    v = image.astype(np.float64) * brightness
-    v -= mid
-    v *= contrast
-    v += mid
-    image[...] = np.clip(np.rint(v), lo, hi)
-
-
 def colour_luts(records: Sequence[Any]) -> np.ndarray:
     """Brightness then contrast (about 128) as one uint8 LUT of 256 entries per sample, (B, 256), for records
     with ``brightness`` and ``contrast`` (:class:`JitterParams` or :class:`Params`); the batch at once (the same
@@ -487,8 +472,11 @@ def colour_luts(records: Sequence[Any]) -> np.ndarray:
 
 class RandomGamma(Op):
     """Gamma correction, albumentations' ``RandomGamma``: a gamma drawn uniformly from [lo, hi] per sample
-    (its ``gamma_limit=(80, 120)`` is ``RandomGamma(0.8, 1.2)``), applied to uint8 images as its 256-entry LUT
-    ``uint8((v / 255) ** gamma * 255)`` (truncated; :func:`gamma_luts`). Images only: labels never change."""
+    (its ``gamma_limit=(80, 120)`` is ``RandomGamma(0.8, 1.2)``). uint8 images: its 256-entry LUT
+    ``uint8((v / 255) ** gamma * 255)`` (truncated; :func:`gamma_luts`). uint16 and int16: over the dtype's whole
+    range, ``lo + rint(((v - lo) / (hi - lo)) ** gamma * (hi - lo))`` (:func:`shardkit.augment.levels.gamma_table16`).
+    float32: ``v ** gamma`` for values in [0, 1], a ConfigError for values outside (no range to map them over).
+    Images only: labels never change."""
 
     def __init__(self, lo: float = 0.8, hi: float = 1.2) -> None:
         self.lo, self.hi = _num("gamma lo", lo, 0, MAX_GAMMA), _num("gamma hi", hi, 0, MAX_GAMMA)
@@ -498,17 +486,13 @@ class RandomGamma(Op):
     def draw(self, rng: np.random.Generator, st: _State) -> None:
         st.record(GammaParams(float(rng.uniform(self.lo, self.hi))))
 
-    def output_spec(self, spec: BatchSpec) -> BatchSpec:
-        if spec.image_dtype != "uint8":
-            raise ConfigError(f"RandomGamma applies to uint8 images, not {spec.image_dtype}",
-                              fix="drop gamma from the pipeline for this data")
-        return spec
-
     def layout(self) -> dict[str, tuple[str, tuple[int | str | None, ...]]]:
-        return {"lut": ("uint8", ("B", 256))}
+        # uint8: the table; other dtypes: the gamma itself (each backend builds the 16-bit table or raises floats)
+        return {"lut": ("uint8", ("B", 256)), "gamma": ("float64", ("B",))}
 
     def pack(self, records: Sequence[Any]) -> dict[str, np.ndarray]:
-        return {"lut": gamma_luts([r.gamma for r in records])}
+        gammas = [r.gamma for r in records]
+        return {"lut": gamma_luts(gammas), "gamma": np.asarray(gammas, np.float64).reshape(-1)}
 
 
 def gamma_luts(gammas: Sequence[float]) -> np.ndarray:
@@ -531,8 +515,11 @@ def _ints(values: Any, lo: int, hi: int | None) -> tuple[int, ...] | None:
 
 class Cutout(Op):
     """Cut ``holes`` rectangles of ``h`` x ``w`` output pixels (mmseg's ``RandomCutOut``): image pixels there
-    become ``fill`` (one grey level or an RGB triple); labels stay unchanged, or with ``ignore_labels``
-    become the ignore index (mmseg's ``seg_fill_in``).
+    become ``fill``: one level for every band (a grey level), or one value per band (an RGB triple for RGB
+    images); each within the images' dtype (0..255 for uint8, 0..65535 for uint16, -32768..32767 for int16,
+    any finite value for float32; checked against the batch, :meth:`output_spec`). A fill whose values are all
+    equal is a grey level: it fills any band count. Labels stay unchanged, or with ``ignore_labels`` become the
+    ignore index (mmseg's ``seg_fill_in``).
 
     ``holes`` is a count or a (lo, hi) range drawn per sample (``(0, 2)``: none, one or two). Each
     hole's top-left corner is drawn uniformly over the output; holes are clipped at its border and
@@ -542,7 +529,7 @@ class Cutout(Op):
 
     kind = Kind.MASK
 
-    def __init__(self, holes: int | tuple[int, int], h: int, w: int, *, fill: int | Sequence[int] = 0,
+    def __init__(self, holes: int | tuple[int, int], h: int, w: int, *, fill: float | Sequence[float] = 0,
                  ignore_labels: bool = False) -> None:
         counts = _ints((holes, holes) if np.ndim(holes) == 0 else holes, 0, MAX_HOLES)
         if counts is None or len(counts) != 2 or counts[0] > counts[1]:
@@ -551,9 +538,10 @@ class Cutout(Op):
         lo, hi = counts
         if _ints((h, w), 1, MAX_OUTPUT_SIDE) is None:
             raise ConfigError(f"cutout hole size must be integers in [1, {MAX_OUTPUT_SIDE}], got {h}x{w}")
-        rgb = _ints((fill,) * 3 if np.ndim(fill) == 0 else fill, 0, 255)
-        if rgb is None or len(rgb) != 3:
-            raise ConfigError(f"cutout fill must be a level 0..255 or an RGB triple of them, got {fill!r}")
+        rgb = _fill_values((fill,) * 3 if np.ndim(fill) == 0 else fill)
+        if rgb is None:
+            raise ConfigError(f"cutout fill must be a level or one value per band (1 to {MAX_BANDS} finite numbers "
+                              f"within ±{MAX_FILL}), got {fill!r}")
         self.holes = (int(lo), int(hi))
         self.h, self.w = int(h), int(w)
         self.fill = rgb
@@ -567,9 +555,7 @@ class Cutout(Op):
                                      for y, x in zip(ys, xs, strict=True)), self.fill, self.ignore_labels))
 
     def output_spec(self, spec: BatchSpec) -> BatchSpec:
-        if spec.channels != len(self.fill) or spec.image_dtype != "uint8":
-            raise ConfigError(f"Cutout's fill {self.fill} is for {len(self.fill)}-channel uint8 images, not "
-                              f"{spec.channels}-channel {spec.image_dtype}")
+        band_fill(self.fill, spec.channels, spec.image_dtype)
         return spec
 
     def layout(self) -> dict[str, tuple[str, tuple[int | str | None, ...]]]:
@@ -580,6 +566,40 @@ class Cutout(Op):
         for k, r in enumerate(records):
             boxes[k, :len(r.holes)] = np.asarray(r.holes, np.int32).reshape(-1, 4)
         return {"boxes": boxes}
+
+
+#: Largest magnitude of a Cutout fill value (float32 images; integer images: their dtype's range).
+MAX_FILL = 1e6
+
+
+def _fill_values(values: Any) -> tuple[int | float, ...] | None:
+    """``values`` as a tuple of 1 to MAX_BANDS finite numbers within ±MAX_FILL (integral ones as int), or None."""
+    try:
+        vals = tuple(values)
+        ok = 0 < len(vals) <= MAX_BANDS and all(
+            not isinstance(v, (bool, str, bytes)) and math.isfinite(float(v)) and abs(float(v)) <= MAX_FILL
+            for v in vals)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if not ok:
+        return None
+    return tuple(int(v) if float(v) == int(float(v)) else float(v) for v in vals)
+
+
+def band_fill(fill: Sequence[int | float], channels: int, dtype: str) -> tuple[int | float, ...]:
+    """A Cutout ``fill`` as one value per band of ``channels``-band ``dtype`` images: all values equal (a level)
+    fill every band; else one per band. A ConfigError when the count does not match or a value does not fit."""
+    given = tuple(fill)
+    if len(set(given)) == 1:
+        fill = (given[0],) * channels
+    if len(fill) != channels:
+        raise ConfigError(f"Cutout's fill {given} has {len(fill)} values, the images {channels} bands",
+                          fix="give one level for every band, or one value per band")
+    limits = IMAGE_RANGES.get(dtype)
+    if limits is not None and not all(float(v).is_integer() and limits[0] <= v <= limits[1] for v in fill):
+        raise ConfigError(f"Cutout's fill {given} does not fit {dtype} images (integers "
+                          f"{limits[0]:g}..{limits[1]:g})", fix="give a fill within the images' dtype")
+    return tuple(fill)
 
 
 class Normalize(Op):
@@ -856,17 +876,21 @@ def _cutout(val: str) -> Cutout:
     h, sep, w = parts[1].lower().partition("x")
     if not sep or not _digits(h) or not _digits(w):
         raise ConfigError(f"augment cutout={val!r}: hole size {parts[1]!r} is not HxW; expected {_CUTOUT_FORM}")
-    fill: int | None = None
+    fill: int | float | None = None
     ignore = False
     for extra in parts[2:]:
         if extra.lower() == "ignore" and not ignore:
             ignore = True
-        elif _digits(extra) and fill is None:
-            fill = int(extra)
+        elif _FILL_TEXT.fullmatch(extra) and fill is None:
+            fill = int(extra) if _digits(extra.lstrip("-")) else float(extra)
         else:  # cutout
-            raise ConfigError(f"augment cutout={val!r}: {extra!r} is neither a fill level 0..255 nor 'ignore'; "
+            raise ConfigError(f"augment cutout={val!r}: {extra!r} is neither a fill level (a number) nor 'ignore'; "
                               f"expected {_CUTOUT_FORM}")
     return Cutout((int(lo), int(hi if dash else lo)), int(h), int(w), fill=fill or 0, ignore_labels=ignore)
+
+
+#: A Cutout FILL in the string form: an optionally negative decimal number, ASCII digits only.
+_FILL_TEXT = re.compile(r"-?[0-9]+(\.[0-9]+)?")
 
 
 PARSE_KEYS = ("scale", "crop", "hflip", "rotate", "jitter", "cutout", "gamma")  # the items parse() knows, in docs order
@@ -878,8 +902,8 @@ def parse(text: str) -> Compose:
     Keys: ``scale=LO:HI``, ``crop=HxW`` (``crop=HxW:R`` adds cat_max_ratio R), ``hflip`` or
     ``hflip=P``, ``rotate=DEG``, ``jitter=V`` (brightness and contrast V) or ``jitter=B:C[:S[:H]]``,
     ``gamma=LO:HI`` (a gamma drawn per sample), ``cutout=N:HxW[:FILL][:ignore]``: N holes (or LO-HI, drawn per
-    sample) of H x W pixels filled with grey level FILL (default 0), whose labels become the ignore index with
-    ``:ignore`` (else unchanged).
+    sample) of H x W pixels, every band filled with level FILL (default 0), whose labels become the ignore index
+    with ``:ignore`` (else unchanged).
     """
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("augment string is empty; expected e.g. 'scale=0.5:2,crop=512x1024,hflip'")

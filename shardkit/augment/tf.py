@@ -29,9 +29,21 @@ import tensorflow as tf
 
 from ..errors import ConfigError
 from ..onehot import channel_lut, ignore_inside
-from . import packing
+from . import levels, packing
 from .geometry import IMAGE_RANGES
-from .ops import LEVELS, BatchSpec, ColorJitter, Cutout, Kind, Normalize, OneHot, RandomCrop, RandomGamma, RandomScale
+from .ops import (
+    LEVELS,
+    BatchSpec,
+    ColorJitter,
+    Cutout,
+    Kind,
+    Normalize,
+    OneHot,
+    RandomCrop,
+    RandomGamma,
+    RandomScale,
+    band_fill,
+)
 from .packing import HSV_HDIV, HSV_SDIV
 
 if TYPE_CHECKING:
@@ -263,7 +275,7 @@ _STAGES_XLA: dict[str, Any] = {name: _xla(fn) for name, fn in _STAGES.items()}
 
 def _jitter(op: ColorJitter, img: tf.Tensor, arrays: dict[str, tf.Tensor], run: dict[str, Any]) -> tf.Tensor:
     """Brightness/contrast LUT, saturation, hue: the stages this op's arrays switch on; 16-bit images:
-    :func:`~shardkit.augment.ops.brightness_contrast` in float64."""
+    :func:`~shardkit.augment.levels.brightness_contrast` in float64."""
     if "bc" in arrays and img.dtype != tf.uint8:
         lo, mid, hi = LEVELS[img.dtype.name]
         bc = arrays["bc"][:, :, None, None, None]
@@ -276,6 +288,28 @@ def _jitter(op: ColorJitter, img: tf.Tensor, arrays: dict[str, tf.Tensor], run: 
     if "shift" in arrays:
         img = run["hsv2rgb"](*run["rgb2hsv"](img), arrays["shift"])
     return img
+
+
+def _gamma(op: RandomGamma, img: tf.Tensor, arrays: dict[str, tf.Tensor], run: dict[str, Any]) -> tf.Tensor:
+    """RandomGamma as the CPU path: uint8 through the host-computed table; 16-bit through the 65536-entry table of
+    :func:`shardkit.augment.levels.gamma_table16`, computed here in float64 from the drawn gammas; float32 as
+    ``x ** gamma`` in float32, values outside [0, 1] refused (an InvalidArgumentError naming the rule)."""
+    if img.dtype == tf.uint8:
+        return run["lut"](img, arrays["lut"])
+    if img.dtype == tf.float32:
+        inside = tf.reduce_all(((img >= 0.0) & (img <= 1.0)) | tf.math.is_nan(img))
+        check = tf.debugging.Assert(inside, ["RandomGamma on float32 images takes values in [0, 1]; scale the images "
+                                             "into [0, 1] before gamma (e.g. divide by their maximum), or drop gamma"])
+        with tf.control_dependencies([check]):
+            return tf.pow(img, tf.cast(arrays["gamma"], tf.float32)[:, None, None, None])
+    lo = int(LEVELS[img.dtype.name][0])
+    top = float(levels.LEVELS16 - 1)
+    t = tf.range(levels.LEVELS16, dtype=tf.float64) / top
+    table = tf.clip_by_value(tf.round(tf.pow(t[None, :], arrays["gamma"][:, None]) * top), 0.0, top)
+    table = tf.cast(table, tf.int32) + lo
+    shape = tf.shape(img)
+    flat = tf.reshape(tf.cast(img, tf.int32) - lo, tf.stack([shape[0], -1]))
+    return tf.cast(tf.reshape(tf.gather(table, flat, batch_dims=1), shape), img.dtype)
 
 
 def _cutout(op: Cutout, img: tf.Tensor, lab: tf.Tensor, arrays: dict[str, tf.Tensor],
@@ -295,7 +329,7 @@ def _one_hot(op: OneHot, img: tf.Tensor, lab: tf.Tensor, ignore_index: int) -> t
 #: photometric ``f(op, img, arrays, stages) -> img`` (``stages``: :data:`_STAGES` or their XLA-compiled form);
 #: mask ``f(op, img, lab, arrays, ignore_index) -> (img, lab)``; output ``f(op, img, lab, ignore_index)``.
 OP_KERNELS: dict[type, Any] = {ColorJitter: _jitter, Cutout: _cutout, Normalize: _normalize, OneHot: _one_hot,
-                               RandomGamma: lambda op, img, a, run: run["lut"](img, a["lut"])}
+                               RandomGamma: _gamma}
 
 
 def apply_batch(aug: Compose, images: tf.Tensor, labels: tf.Tensor, indices: Any, *, seed: int = 0,
@@ -366,7 +400,10 @@ def cut_holes(images: tf.Tensor, labels: tf.Tensor, boxes: tf.Tensor, op: Cutout
     rows = (y >= boxes[..., 0:1]) & (y < boxes[..., 2:3])  # (B, K, H)
     cols = (x >= boxes[..., 1:2]) & (x < boxes[..., 3:4])  # (B, K, W)
     inside = tf.reduce_any(rows[..., :, None] & cols[..., None, :], axis=1)  # (B, H, W)
-    images = tf.where(inside[..., None], tf.constant(op.fill, tf.uint8), images)
+    channels = images.shape[-1]
+    fill = (band_fill(op.fill, int(channels), images.dtype.name) if channels is not None
+            else op.fill[:1] if len(set(op.fill)) == 1 else op.fill)
+    images = tf.where(inside[..., None], tf.constant(fill, images.dtype), images)
     if op.ignore_labels:
         labels = tf.where(inside, tf.cast(ignore_index, labels.dtype), labels)
     return images, labels

@@ -23,9 +23,9 @@ import torch.nn.functional as F
 
 from ..errors import ConfigError
 from ..onehot import channel_lut, ignore_inside
-from . import packing
+from . import levels, packing
 from .geometry import IMAGE_RANGES
-from .ops import LEVELS, BatchSpec, ColorJitter, Cutout, Kind, Normalize, OneHot, RandomGamma
+from .ops import LEVELS, BatchSpec, ColorJitter, Cutout, Kind, Normalize, OneHot, RandomGamma, band_fill
 from .packing import HSV_HDIV, HSV_SDIV
 
 if TYPE_CHECKING:
@@ -230,7 +230,7 @@ def _lut(img: torch.Tensor, lut: torch.Tensor) -> torch.Tensor:
 
 def _jitter(op: ColorJitter, img: torch.Tensor, arrays: dict[str, torch.Tensor]) -> torch.Tensor:
     """Brightness/contrast LUT, saturation (OpenCV's integer grey), hue, as the CPU path; 16-bit images:
-    :func:`~shardkit.augment.ops.brightness_contrast` in float64."""
+    :func:`~shardkit.augment.levels.brightness_contrast` in float64."""
     if "bc" in arrays and img.dtype != torch.uint8:
         lo, mid, hi = LEVELS[str(img.dtype).removeprefix("torch.")]
         bc = arrays["bc"].view(-1, 2, 1, 1, 1)
@@ -247,13 +247,39 @@ def _jitter(op: ColorJitter, img: torch.Tensor, arrays: dict[str, torch.Tensor])
     return img
 
 
+def _name(dtype: torch.dtype) -> str:
+    """``torch.uint16`` → ``"uint16"``."""
+    return str(dtype).removeprefix("torch.")
+
+
+def _gamma(op: RandomGamma, img: torch.Tensor, arrays: dict[str, torch.Tensor]) -> torch.Tensor:
+    """RandomGamma as the CPU path: uint8 through the host-computed table; 16-bit through the 65536-entry table of
+    :func:`shardkit.augment.levels.gamma_table16`, computed here in float64 from the drawn gammas; float32 as
+    ``x ** gamma`` in float32, values outside [0, 1] refused (a host sync on CUDA, for that check)."""
+    if img.dtype == torch.uint8:
+        return _lut(img, arrays["lut"])
+    b = img.shape[0]
+    if img.dtype == torch.float32:
+        if bool(((img < 0) | (img > 1)).any()):
+            real = img[~img.isnan()]
+            levels.check_unit_range(float(real.min()), float(real.max()))
+        return img.pow(arrays["gamma"].to(torch.float32).view(-1, 1, 1, 1))
+    lo = int(LEVELS[_name(img.dtype)][0])
+    top = levels.LEVELS16 - 1
+    t = torch.arange(levels.LEVELS16, dtype=torch.float64, device=img.device) / float(top)
+    table = torch.clamp(torch.round(t.view(1, -1) ** arrays["gamma"].view(-1, 1) * float(top)), 0, top).long() + lo
+    got = torch.gather(table, 1, (img.reshape(b, -1).to(torch.int64) - lo))
+    return got.view(img.shape).to(img.dtype)
+
+
 def _cutout(op: Cutout, img: torch.Tensor, lab: torch.Tensor, arrays: dict[str, torch.Tensor],
             ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
     boxes = arrays["boxes"]
     if boxes.shape[1] == 0:  # no sample of the batch drew a hole
         return img, lab
     holes = hole_mask(boxes, (int(img.shape[2]), int(img.shape[3])))
-    img = torch.where(holes.unsqueeze(1), torch.tensor(op.fill, dtype=img.dtype, device=img.device).view(1, -1, 1, 1),
+    fill = band_fill(op.fill, int(img.shape[1]), _name(img.dtype))
+    img = torch.where(holes.unsqueeze(1), torch.tensor(fill, dtype=img.dtype, device=img.device).view(1, -1, 1, 1),
                       img)
     if op.ignore_labels:
         lab.masked_fill_(holes, ignore_index)
@@ -276,7 +302,7 @@ def _one_hot(op: OneHot, img: torch.Tensor, lab: torch.Tensor, arrays: dict[str,
 #: ``arrays``: the op's packed arrays on the device (:mod:`shardkit.augment.packing`).
 OP_KERNELS: dict[type, Callable[..., Any]] = {ColorJitter: _jitter, Cutout: _cutout, Normalize: _normalize,
                                               OneHot: _one_hot,
-                                              RandomGamma: lambda op, img, a: _lut(img, a["lut"])}
+                                              RandomGamma: _gamma}
 
 
 def check_ops(aug: Compose) -> list[tuple[int, Op, Callable[..., Any]]]:

@@ -128,7 +128,7 @@ def test_per_band_normalize_on_every_backend(tf, camvid: tuple, camvid_val_npy: 
     ("jitter=0:0:0:0.1", 1, "uint8", "saturation and hue mean something for RGB images only"),
     ("jitter=0.2", 3, "float32", "ColorJitter applies to integer images"),
     ("jitter=0.2:0.2:0.1", 3, "uint16", "saturation and hue mean something for RGB images only"),
-    ("gamma=0.8:1.2", 3, "float32", "RandomGamma applies to uint8 images, not float32"),
+    ("cutout=1:8x8:300", 4, "uint8", r"Cutout's fill \(300, 300, 300\) does not fit uint8 images"),
 ])
 def test_ops_that_mean_nothing_for_the_data_are_refused_on_every_backend(tf, camvid: tuple, backend: str, spec: str,
                                                                          bands: int, dtype: str, match: str) -> None:
@@ -184,3 +184,128 @@ def test_normalize_takes_one_mean_and_std_per_band() -> None:
         A.Normalize([1, 2, 3, 4], [1, 2, 3])
     with pytest.raises(ConfigError, match="Normalize has 4 means and stds, the images 3 channels"):
         A.Compose([A.Normalize([1, 2, 3, 4], [1, 2, 3, 4])]).output_spec(O.BatchSpec())
+
+
+def _geotiff() -> tuple[np.ndarray, np.ndarray]:
+    """Real 4-band uint16 Landsat reflectance (rasterio's CC0 RGBA.uint16.tif, 0..10000), four 160x192 windows,
+    with labels thresholded from its first band (ids 0..3)."""
+    tifffile = pytest.importorskip("tifffile")
+    scene = tifffile.imread(Path(__file__).parents[1] / "data" / "geotiff" / "RGBA.uint16.tif")
+    wins = [(0, 0), (100, 200), (250, 400), (200, 40)]
+    images = np.stack([scene[y:y + 160, x:x + 192] for y, x in wins])
+    labels = np.clip(images[..., 0] // 800, 0, 3).astype(np.uint8)
+    return np.ascontiguousarray(images), labels
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "int16"])
+def test_gamma_on_16_bit_bands_maps_the_dtype_range_on_every_backend(tf, camvid: tuple, dtype: str) -> None:
+    rgb, labels = camvid
+    images = make(rgb, 4, dtype)
+    geo = A.parse("crop=128x160")
+    aug = A.parse("crop=128x160,gamma=0.5:2")
+    idx = np.arange(len(images))
+    plain, plain_lab = _run("numpy", geo, images, labels, idx, tf)
+    want_img, want_lab = _run("numpy", aug, images, labels, idx, tf)
+    np.testing.assert_array_equal(want_lab, plain_lab)  # labels untouched
+    lo, _, hi = O.LEVELS[dtype]
+    for k, i in enumerate(idx):
+        g = aug.params(int(i), seed=3, epoch=1, hw=(360, 480)).get(O.GammaParams).gamma
+        t = (plain[k].astype(np.float64) - lo) / (hi - lo)
+        np.testing.assert_array_equal(want_img[k], (np.rint(t ** g * (hi - lo)) + lo).astype(dtype))
+    assert want_img.dtype == np.dtype(dtype) and not np.array_equal(want_img, plain)
+    for backend in ("torch", "tf"):
+        got_img, got_lab = _run(backend, aug, images, labels, idx, tf)
+        np.testing.assert_array_equal(got_lab, want_lab)
+        _close(got_img, want_img)
+
+
+def test_gamma_on_real_4_band_uint16_geotiff_with_the_warp_on_every_backend(tf) -> None:
+    images, labels = _geotiff()
+    aug = A.parse("scale=0.8:1.25,crop=128x160,hflip,rotate=10,jitter=0.2:0.2,gamma=0.7:1.4")
+    idx = np.arange(len(images))
+    want_img, want_lab = _run("numpy", aug, images, labels, idx, tf)
+    assert want_img.dtype == np.uint16 and want_img.shape == (4, 128, 160, 4)
+    for backend in ("torch", "tf"):
+        got_img, got_lab = _run(backend, aug, images, labels, idx, tf)
+        np.testing.assert_array_equal(got_lab, want_lab)
+        _close(got_img, want_img)
+
+
+def test_gamma_on_float32_is_a_power_of_values_in_0_1_on_every_backend(tf, camvid: tuple) -> None:
+    rgb, labels = camvid
+    images = make(rgb, 4, "float32")
+    images[0, :4, :4] = np.nan  # NaN (no data) stays NaN
+    idx = np.arange(len(images))
+    plain, _ = _run("numpy", A.parse(GEOMETRY), images, labels, idx, tf)
+    aug = A.parse(f"{GEOMETRY},gamma=0.5:2")
+    want_img, want_lab = _run("numpy", aug, images, labels, idx, tf)
+    for k, i in enumerate(idx):
+        g = np.float32(aug.params(int(i), seed=3, epoch=1, hw=(360, 480)).get(O.GammaParams).gamma)
+        np.testing.assert_array_equal(want_img[k], plain[k] ** g)
+    assert np.isnan(want_img).any() == np.isnan(plain).any()
+    finite = ~np.isnan(want_img)
+    for backend in ("torch", "tf"):
+        got_img, got_lab = _run(backend, aug, images, labels, idx, tf)
+        np.testing.assert_array_equal(got_lab, want_lab)
+        np.testing.assert_array_equal(np.isnan(got_img), ~finite)
+        np.testing.assert_allclose(got_img[finite], want_img[finite], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch", "tf"])
+def test_gamma_refuses_float32_values_outside_0_1_on_every_backend(tf, camvid: tuple, backend: str) -> None:
+    rgb, labels = camvid
+    images = make(rgb[:2], 4, "float32") * 2.0  # up to 2.0
+    errors: tuple[type[Exception], ...] = (ConfigError,)
+    if backend == "tf":
+        errors = (tf.errors.InvalidArgumentError,)
+    with pytest.raises(errors, match=r"takes values in \[0, 1\]"):
+        _run(backend, A.parse("crop=64x64,gamma=0.8:1.2"), images, labels[:2], np.arange(2), tf)
+
+
+@pytest.mark.parametrize(("dtype", "fill", "want"), [
+    ("uint16", 65535, (65535,) * 4), ("uint16", (1, 2, 60000, 4), (1, 2, 60000, 4)),
+    ("int16", -32768, (-32768,) * 4), ("float32", (0.5, -1.0, 2.0, 0.25), (0.5, -1.0, 2.0, 0.25)),
+    ("uint8", (9, 8, 7, 6), (9, 8, 7, 6)),
+])
+def test_cutout_fills_every_band_within_the_dtype_on_every_backend(tf, camvid: tuple, dtype: str, fill: Any,
+                                                                   want: tuple) -> None:
+    rgb, labels = camvid
+    images = make(rgb, 4, dtype)
+    plain = A.parse(GEOMETRY)
+    aug = A.Compose([*plain.ops, A.Cutout((1, 3), 40, 50, fill=fill, ignore_labels=True)])
+    idx = np.arange(len(images))
+    base_img, base_lab = _run("numpy", plain, images, labels, idx, tf)
+    want_img, want_lab = _run("numpy", aug, images, labels, idx, tf)
+    for k, i in enumerate(idx):
+        mask = np.zeros((128, 160), bool)
+        for y0, x0, y1, x1 in aug.params(int(i), seed=3, epoch=1, hw=(360, 480)).holes:
+            mask[y0:y1, x0:x1] = True
+        assert mask.any()
+        np.testing.assert_array_equal(want_img[k][mask], np.broadcast_to(np.asarray(want, dtype), (mask.sum(), 4)))
+        np.testing.assert_array_equal(want_img[k][~mask], base_img[k][~mask])
+        assert (want_lab[k][mask] == IGNORE).all()
+        np.testing.assert_array_equal(want_lab[k][~mask], base_lab[k][~mask])
+    for backend in ("torch", "tf"):
+        got_img, got_lab = _run(backend, aug, images, labels, idx, tf)
+        np.testing.assert_array_equal(got_lab, want_lab)
+        _close(got_img, want_img)
+
+
+@pytest.mark.parametrize(("dtype", "fill", "match"), [
+    ("uint16", 70000, "does not fit uint16 images"), ("uint16", -1, "does not fit uint16"),
+    ("uint16", 0.5, "does not fit uint16"), ("int16", 40000, "does not fit int16"),
+    ("uint16", (1, 2, 3), "has 3 values, the images 4 bands"),
+])
+def test_cutout_fills_that_do_not_fit_are_refused_in_one_line(dtype: str, fill: Any, match: str) -> None:
+    aug = A.Compose([A.RandomCrop(8, 8), A.Cutout(1, 2, 2, fill=fill)])
+    with pytest.raises(ConfigError, match=match) as err:
+        aug.output_spec(O.BatchSpec(channels=4, image_dtype=dtype))
+    assert "\n" not in str(err.value)
+
+
+def test_cutout_string_fill_takes_any_number_checked_against_the_data() -> None:
+    assert A.parse("cutout=1:8x8:65535") == A.Compose([A.Cutout(1, 8, 8, fill=65535)])
+    assert A.parse("cutout=1:8x8:-0.5:ignore") == A.Compose([A.Cutout(1, 8, 8, fill=-0.5, ignore_labels=True)])
+    A.parse("crop=8x8,cutout=1:8x8:65535").output_spec(O.BatchSpec(channels=7, image_dtype="uint16"))
+    with pytest.raises(ConfigError, match="does not fit uint8"):
+        A.parse("crop=8x8,cutout=1:8x8:65535").output_spec(O.BatchSpec(channels=3, image_dtype="uint8"))

@@ -106,6 +106,8 @@ def test_bad_gamma_strings_are_one_line_config_errors(text: str, match: str) -> 
     assert "\n" not in str(err.value)
 
 
-def test_gamma_refuses_non_uint8_images() -> None:
-    with pytest.raises(ConfigError, match="RandomGamma applies to uint8 images, not float32"):
-        A.parse("gamma=0.8:1.2").output_spec(O.BatchSpec(image_dtype="float32"))
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "int16", "float32"])
+def test_gamma_takes_every_image_dtype(dtype: str) -> None:
+    # the rules per dtype: tests/augment/test_bands.py and test_levels.py
+    spec = O.BatchSpec(channels=5, image_dtype=dtype)
+    assert A.parse("gamma=0.8:1.2").output_spec(spec) == spec

@@ -171,3 +171,40 @@ def test_compiled_loops_equal_the_rule_under_random_matrices(labels: list[np.nda
             out = np.zeros(hw, src.dtype)
             loop(src, m, out, src.dtype.type(IGNORE))
             assert np.array_equal(out, want), m.tolist()
+
+
+def _band_images(labels: list[np.ndarray]) -> list[np.ndarray]:
+    """Real CamVid label rows made into 5-band uint16 / int16 (negative values) / float32 (NaN and values past 1)
+    images, and rasterio's real 4-band uint16 GeoTIFF (RGBA.uint16.tif, Landsat reflectance)."""
+    tifffile = pytest.importorskip("tifffile")
+    base = np.stack([labels[0].astype(np.int64) * 5000 + k * 37 for k in range(5)], -1)
+    u16 = np.clip(base, 0, 65535).astype(np.uint16)
+    i16 = (base - 30000).clip(-32768, 32767).astype(np.int16)
+    f32 = (base / 40000.0).astype(np.float32)
+    f32[10:14, 20:30, 1] = np.nan
+    geo = tifffile.imread(Path(__file__).parents[1] / "data" / "geotiff" / "RGBA.uint16.tif")
+    return [u16, i16, f32, np.ascontiguousarray(geo[:360, :480])]
+
+
+def test_the_compiled_image_warp_gives_exactly_the_numpy_rule(labels: list[np.ndarray]) -> None:
+    """uint16, int16 and float32 images (and a non-contiguous view) through the compiled loop equal the float64
+    numpy rule byte for byte under every matrix: integer rounding, clamping, NaN, the zero outside."""
+    if geometry.WARP_KERNELS.get() is None:
+        pytest.skip("numba is not installed (the shardkit[fast] extra)")
+    images = _band_images(labels)
+    for src in [*images, images[2][:, ::-1]]:  # and a view: copied to C order first
+        for m in MATRICES[:24:3] + MATRICES[24:]:  # some drawn matrices, every hand-made edge case
+            want = geometry.bilinear_exact_numpy(src, m, OUT_HW, np.empty((*OUT_HW, src.shape[2]), src.dtype))
+            out = np.empty((*OUT_HW, src.shape[2]), src.dtype)
+            got = geometry.warp_bilinear_exact(src, m, OUT_HW, out)
+            assert got is out and got.tobytes() == want.tobytes(), (src.dtype, m)
+
+
+def test_the_image_warp_without_numba_is_the_numpy_rule(labels: list[np.ndarray],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHARDKIT_NO_NUMBA", "1")
+    image = _band_images(labels)[0]
+    m = MATRICES[0]
+    want = geometry.bilinear_exact_numpy(image, m, OUT_HW, np.empty((*OUT_HW, 5), np.uint16))
+    out = np.empty((*OUT_HW, 5), np.uint16)[:, :, :]  # also a strided destination
+    assert geometry.warp_bilinear_exact(image, m, OUT_HW, out).tobytes() == want.tobytes()

@@ -1,0 +1,135 @@
+"""Level maps on images that are not 8-bit (brightness/contrast, gamma): their rules in numpy, and the compiled
+loops (numba, ``shardkit[fast]``) that compute the same values several times faster.
+
+uint8 images take 256-entry tables (:func:`shardkit.augment.ops.colour_luts`, :func:`~shardkit.augment.ops.gamma_luts`).
+For 16-bit and float32 images the rules are stated here once; the torch and TF backends restate them:
+
+- brightness then contrast (uint16, int16): ``clip(rint((x * b - mid) * c + mid), lo, hi)`` in float64 with the
+  dtype's (lo, mid, hi) of :data:`LEVELS`;
+- gamma (uint16, int16): over the dtype's whole range, ``lo + rint(((x - lo) / (hi - lo)) ** g * (hi - lo))`` in
+  float64 (a 65536-entry table per sample, :func:`gamma_table16`); float32: ``x ** g`` in float32 for values in
+  [0, 1] (NaN stays NaN), and a :class:`~shardkit.errors.ConfigError` for any other value (no range to map).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import jit
+from ..errors import ConfigError
+
+#: The integer image dtypes the level maps apply to: (lowest, mid, highest) level. Contrast pivots about the mid.
+LEVELS: dict[str, tuple[float, float, float]] = {"uint8": (0.0, 128.0, 255.0), "uint16": (0.0, 32768.0, 65535.0),
+                                                 "int16": (-32768.0, 0.0, 32767.0)}
+#: Levels of a 16-bit dtype: the length of its gamma table.
+LEVELS16 = 65536
+
+
+def brightness_contrast(image: np.ndarray, brightness: float, contrast: float) -> None:
+    """Brightness then contrast on an integer image of any band count, in place, in float64:
+    ``clip(rint((x * b - mid) * c + mid), lo, hi)`` with :data:`LEVELS` of its dtype — for uint8 exactly the values
+    of :func:`~shardkit.augment.ops.colour_luts`; the torch and TF backends compute the same operations. The
+    compiled loop when there is one (the same operations per element, so the same values), else numpy."""
+    lo, mid, hi = LEVELS[image.dtype.name]
+    kernels = KERNELS.get()
+    if kernels is not None and image.flags.c_contiguous:
+        kernels[0](image.reshape(-1), float(brightness), float(contrast), lo, mid, hi)
+        return
+    v = image.astype(np.float64) * brightness
+    v -= mid
+    v *= contrast
+    v += mid
+    image[...] = np.clip(np.rint(v), lo, hi)
+
+
+def gamma_table16(gamma: float, dtype: str) -> np.ndarray:
+    """The 65536-entry gamma table of a 16-bit ``dtype`` (uint16 or int16), in that dtype: entry ``i`` is the level
+    ``lo + i`` mapped to ``lo + rint((i / 65535) ** gamma * 65535)`` (float64; ``lo`` 0 or -32768)."""
+    lo = LEVELS[dtype][0]
+    t = np.arange(LEVELS16, dtype=np.float64) / float(LEVELS16 - 1)
+    t **= gamma
+    t *= float(LEVELS16 - 1)
+    return (np.clip(np.rint(t), 0, LEVELS16 - 1) + lo).astype(dtype)
+
+
+def gamma(image: np.ndarray, gamma: float) -> None:
+    """Gamma on a 16-bit or float32 image of any band count, in place (the rules in the module docstring): 16-bit
+    through :func:`gamma_table16`; float32 values outside [0, 1] are a ConfigError, nothing changed."""
+    if image.dtype == np.float32:
+        float_gamma(image, gamma)
+        return
+    table = gamma_table16(gamma, image.dtype.name)
+    lo = int(LEVELS[image.dtype.name][0])
+    kernels = KERNELS.get()
+    if kernels is not None and image.flags.c_contiguous:
+        kernels[1](image.reshape(-1), table, lo)
+    else:
+        image[...] = table[image.astype(np.int32) - lo]
+
+
+def check_unit_range(lowest: float, highest: float) -> None:
+    """A ConfigError when a float32 image's values (``lowest``..``highest``, NaN left out) are not within [0, 1]."""
+    if lowest < 0.0 or highest > 1.0:
+        raise ConfigError(f"RandomGamma on float32 images takes values in [0, 1], got values from {lowest:g} to "
+                          f"{highest:g} in an augmented sample",
+                          fix="scale the images into [0, 1] before gamma (e.g. divide by their maximum), or drop gamma")
+
+
+def float_gamma(image: np.ndarray, gamma: float) -> None:
+    """``x ** gamma`` in float32, in place, for a float32 image whose values lie in [0, 1] (NaN stays NaN); the
+    compiled range check and power when there are (the same values as ``np.power``, tested), else numpy."""
+    kernels = KERNELS.get()
+    flat = image.reshape(-1) if image.flags.c_contiguous else None
+    inside = kernels[2](flat) if kernels is not None and flat is not None else not ((image < 0) | (image > 1)).any()
+    if not inside:
+        check_unit_range(float(np.nanmin(image)), float(np.nanmax(image)))
+    if kernels is not None and flat is not None:
+        kernels[3](flat, np.float32(gamma))
+    else:
+        np.power(image, np.float32(gamma), out=image)
+
+
+def _bc_loop(flat: Any, b: float, c: float, lo: float, mid: float, hi: float) -> None:  # pragma: no cover - compiled
+    """:func:`brightness_contrast` element by element (compiled): the same float64 operations in the same order."""
+    for i in range(flat.size):
+        v = float(flat[i]) * b
+        v -= mid
+        v *= c
+        v += mid
+        flat[i] = min(max(np.rint(v), lo), hi)
+
+
+def _table_loop(flat: Any, table: Any, lo: int) -> None:  # pragma: no cover - compiled
+    """``flat[i] = table[flat[i] - lo]`` in place (compiled): a 16-bit image through its 65536-entry table."""
+    for i in range(flat.size):
+        flat[i] = table[np.int64(flat[i]) - lo]
+
+
+def _unit_loop(flat: Any) -> bool:  # pragma: no cover - compiled
+    """True when no value of ``flat`` lies outside [0, 1] (NaN does not count)."""
+    bad = False
+    for i in range(flat.size):
+        bad |= (flat[i] < 0) | (flat[i] > 1)
+    return not bad
+
+
+def _power_loop(flat: Any, g: Any) -> None:  # pragma: no cover - compiled
+    """``flat[i] = flat[i] ** g`` in place, in float32 (the C library's ``powf``, as ``np.power`` on float32)."""
+    for i in range(flat.size):
+        flat[i] = flat[i] ** g
+
+
+def _warm(kernels: tuple[Any, ...]) -> None:
+    """Compile (or load from numba's cache) the loops for uint16, int16 and float32 now, so a failure shows here."""
+    for dt, lo in (("uint16", 0), ("int16", -32768)):
+        kernels[0](np.zeros(2, dt), 1.0, 1.0, *LEVELS[dt])
+        kernels[1](np.zeros(2, dt), np.zeros(LEVELS16, dt), lo)
+    kernels[2](np.zeros(2, np.float32))
+    kernels[3](np.zeros(2, np.float32), np.float32(1))
+
+
+#: The compiled level maps (:func:`_bc_loop`, :func:`_table_loop`, :func:`_unit_loop`, :func:`_power_loop`), or
+#: numpy without numba.
+KERNELS = jit.LazyKernels((_bc_loop, _table_loop, _unit_loop, _power_loop), _warm, "level maps")
