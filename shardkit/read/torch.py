@@ -334,12 +334,13 @@ class _Ring(torch.utils.data.Dataset):
             ds.dataset.batch(idx, out=(images.numpy(), labels.numpy()))
             return slot, len(idx), ids
         epoch = int(getattr(indices, "epoch", 0))  # the sampler's batch carries its epoch
-        got = ds.dataset.augmented_batch(idx, ds.augment, seed=ds.seed, epoch=epoch)
         dst = images.numpy()[: len(idx)], labels.numpy()[: len(idx)]
+        got = ds.dataset.augmented_batch(idx, ds.augment, seed=ds.seed, epoch=epoch, out=dst)  # warped into the slot
         if any(a.shape != d.shape or a.dtype != d.dtype for a, d in zip(got, dst, strict=True)):
             return -1, len(idx), ids, torch.from_numpy(got[0]), torch.from_numpy(got[1])
         for a, d in zip(got, dst, strict=True):
-            np.copyto(d, a)
+            if a is not d:  # an output op's result (float32 images, one-hot labels): copied in
+                np.copyto(d, a)
         return slot, len(idx), ids
 
 
