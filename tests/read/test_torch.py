@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import pickle
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -175,9 +176,21 @@ def _augmented(core: Dataset, aug: object, idx: np.ndarray, seed: int, epoch: in
     return aug(*core.batch(idx), idx, seed=seed, epoch=epoch, ignore_index=ignore)  # type: ignore[operator]
 
 
-def test_augmented_worker_batches_are_copied_out_of_the_ring_and_stay_valid(splits: dict[str, Path]) -> None:
-    """Workers augment into ring slots; every yielded batch is its own memory: all of them, kept until the end of
-    the epoch (twice as many batches as slots), still hold exactly what the numpy path gives for their indices."""
+def _slot_of(t: torch.Tensor, ring: Any) -> int | None:
+    """The ring slot whose memory tensor ``t`` views, or None (memory of its own)."""
+    ptr = t.data_ptr()
+    for k, pair in enumerate(ring.slots):
+        for s in pair:
+            if s.data_ptr() <= ptr < s.data_ptr() + s.untyped_storage().nbytes():
+                return k
+    return None
+
+
+def test_augmented_worker_batches_hold_their_ring_slot_and_stay_valid(splits: dict[str, Path]) -> None:
+    """Workers augment into ring slots and each batch is yielded as views of its slot, which no later batch reuses
+    while the batch (or a view of it) lives: all batches of an epoch, kept to the end (more than slots), still
+    hold exactly what the numpy path gives for their indices; the first ones are slot views, the rest (every slot
+    held) arrive in their own memory."""
     from shardkit import augment as A
     from shardkit.read.torch import RingLoader
 
@@ -185,16 +198,26 @@ def test_augmented_worker_batches_are_copied_out_of_the_ring_and_stay_valid(spli
     core = shardkit.open(splits["lmdb"])
     loader = make_loader(splits["lmdb"], shardkit.EpochPlan(2, seed=4), num_workers=2, multiprocessing_context="fork",
                          with_indices=True, layout="NHWC", pin_memory=False, augment=aug)
-    assert isinstance(loader, RingLoader) and loader.copy and len(loader.ring.slots) == 2 * 2 + 2
+    assert isinstance(loader, RingLoader) and loader.copy and len(loader.ring.slots) == 2 * 2 + 3
     loader.sampler.set_epoch(1)
-    kept = list(loader)
-    assert len(kept) > 2 * len(loader.ring.slots)
-    slots = [t.untyped_storage().data_ptr() for pair in loader.ring.slots for t in pair]
+    kept = [(im[:, ::2], lab, idx) for im, lab, idx in loader]  # a view of each image batch is enough to hold it
+    assert len(kept) > len(loader.ring.slots) + 2
+    slots = [_slot_of(images, loader.ring) for images, _, _ in kept]
+    assert [_slot_of(labels, loader.ring) for _, labels, _ in kept] == slots
+    held = [k for k in slots if k is not None]
+    assert len(held) == len(set(held)) == len(loader.ring.slots) and slots[-1] is None
     for images, labels, idx in kept:
-        assert images.untyped_storage().data_ptr() not in slots and labels.untyped_storage().data_ptr() not in slots
         want_images, want_labels = _augmented(core, aug, idx.numpy(), 4, 1)
-        assert np.array_equal(images.numpy(), want_images) and np.array_equal(labels.numpy(), want_labels)
+        assert np.array_equal(images.numpy(), want_images[:, ::2]) and np.array_equal(labels.numpy(), want_labels)
     assert sorted(int(i) for _, _, idx in kept for i in idx) == list(range(len(core)))
+    del kept, images, labels  # every slot free again: the next epoch's batches are all slot views, none held
+    seen, used = 0, set()
+    for images, labels, idx in loader:
+        used.add(_slot_of(images, loader.ring))
+        want_images, want_labels = _augmented(core, aug, idx.numpy(), 4, 2)
+        assert np.array_equal(images.numpy(), want_images) and np.array_equal(labels.numpy(), want_labels)
+        seen += len(idx)
+    assert seen == len(core) and None not in used
     plain = make_loader(splits["lmdb"], 2, num_workers=2, multiprocessing_context="fork", augment=aug,
                         reuse_buffers=BufferReuse(shared_ring=False))
     assert isinstance(plain, DataLoader)
