@@ -16,9 +16,11 @@ Importing this module imports torch; ``import shardkit`` does not.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import logging
 import os
+import sys
 import warnings
 import weakref
 from collections import deque
@@ -303,6 +305,25 @@ def make_loader(
                       pin_memory=pin_memory, **kwargs)
 
 
+#: Linux's ``MADV_POPULATE_WRITE`` (5.14+): map a range's pages writable now, in one call, without writing them.
+_MADV_POPULATE_WRITE = 23
+
+
+def _populate(t: torch.Tensor) -> None:
+    """Map the pages of shared-memory tensor ``t`` into this process now, writable: one ``madvise`` instead of a
+    page fault at the first write to each 4 KB page (~1.6 µs each here: a worker's first pass over a ring of 150 MB
+    cost 60 ms in faults, 33 ms populated). A hint: elsewhere, or where the kernel refuses it, pages fault as before."""
+    if not sys.platform.startswith("linux") or t.numel() == 0:
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        start = t.data_ptr() - t.data_ptr() % 4096
+        libc.madvise(start, t.data_ptr() + t.numel() * t.element_size() - start, _MADV_POPULATE_WRITE)
+    except (OSError, AttributeError):  # pragma: no cover - no libc to call
+        pass
+
+
 def _copy_out(t: torch.Tensor, pin: bool) -> torch.Tensor:
     """``t`` copied into fresh memory: pinned, or a numpy allocation (large ones get transparent huge pages
     where the kernel offers them on request, so the fresh pages cost little).
@@ -327,12 +348,18 @@ class _Ring(torch.utils.data.Dataset):
         self.dataset = dataset
         (ishape, idt), (lshape, ldt) = layout
         self.slots = [(_empty(ishape, idt, True), _empty(lshape, ldt, True)) for _ in range(slots)]
+        self._mapped_in: int | None = None  # the process that mapped every slot's pages (see _populate)
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getitem__(self, item: tuple[int, list[int]]) -> tuple[Any, ...]:
         slot, indices = item
+        if self._mapped_in != os.getpid():  # a worker's first batch: map the whole ring at once
+            self._mapped_in = os.getpid()
+            for pair in self.slots:
+                for t in pair:
+                    _populate(t)
         idx = np.asarray(indices, dtype=np.int64)
         ds = self.dataset
         ids = np.where(idx < 0, idx + len(self), idx).tolist()  # ints: a tensor would get a shm segment of its own
