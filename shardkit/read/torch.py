@@ -392,8 +392,9 @@ class _SlotPool:
     The sampler takes a free slot as it sends a batch to a worker (-1 when every slot is held: the worker then hands
     that batch over in its own memory). :meth:`lease` hands a received slot to the arrays yielded from it; the slot
     is free again once the last of them (and every view of them) is gone. Slots of batches sent but never yielded,
-    which the DataLoader drops when a new pass starts, are :meth:`reclaim`-ed then. Deque appends and pops are
-    atomic, so a release from any thread needs no lock."""
+    which the DataLoader drops when a new pass starts (its workers finish them first), are :meth:`reclaim`-ed as
+    the :class:`RingLoader` starts that pass. Deque appends and pops are atomic, so a release from any thread needs
+    no lock."""
 
     def __init__(self, slots: int) -> None:
         self.free: deque[int] = deque(range(slots))
@@ -445,8 +446,6 @@ class _SlotSampler:
 
     def __iter__(self) -> Iterator[tuple[int, list[int]]]:
         pool = self.pool
-        if pool is not None:  # runs at the first batch of a pass: the DataLoader has dropped the last pass's
-            pool.reclaim()
         for indices in self.inner:
             yield (self.counter % self.slots if pool is None else pool.take()), indices
             self.counter += 1
@@ -492,6 +491,8 @@ class RingLoader:
         return getattr(self.__dict__["loader"], name)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        if self.pool is not None:  # the DataLoader drops the last pass's unyielded batches as this one starts
+            self.pool.reclaim()
         for slot, n, indices, *whole in self.loader:
             if whole:  # a batch the slots had no room for, in its own memory
                 images, labels = (t.pin_memory() for t in whole) if self.pin else whole
