@@ -21,9 +21,9 @@ Rows, per size (samples/s; "x cpu" is the ratio to the first row):
 - ``shardkit numpy DataLoader(N workers)``: the numpy path on in-memory arrays, one list of indices per
   ``__getitem__`` (batch_size=None) — the like-for-like row against the peers below.
 - ``shardkit split DataLoader(N workers)``: the product path: ``make_loader(split, batch_size, num_workers=N,
-  augment=aug)`` itself (npy samples warped from their memory maps in the workers, into a shared-memory ring;
-  each batch copied out into fresh memory as the loader yields it), reading the converted split, its epoch
-  sampler's batches replaced by a list of index batches (this small split's epochs are a few batches long; an
+  augment=aug)`` itself (npy samples warped from their memory maps in the workers straight into a slot of a
+  shared-memory ring; each batch yielded as views of its slot, held while they live), reading the converted split,
+  its epoch sampler's batches replaced by a list of index batches (this small split's epochs are a few batches long; an
   epoch end stalls the workers, which a real epoch of hundreds of batches does not).
 - ``floor: 1 warp + 1 gather + 1 LUT``: the least work an augmented sample needs, in this process on one
   OpenCV thread, on the same samples and drawn parameters: one bilinear ``cv2.warpAffine`` into the output
@@ -336,6 +336,7 @@ def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, views: 
 
     n, B, nb, w = len(views), args.batch, args.batches, args.workers
     cpu_ms: list[dict[str, float]] = []
+    rates: list[dict[str, float]] = []
     hw = views[0][0].shape[:2]
 
     def rate(loader: Any) -> tuple[float, float]:
@@ -373,7 +374,8 @@ def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, views: 
 
     def product() -> Any:
         """make_loader(split, augment=aug) as a user gets it, its epoch sampler's batches replaced by ours."""
-        loader = make_loader(split, B, num_workers=w, layout="NHWC", augment=aug, shuffle=False, pin_memory=False)
+        loader = make_loader(split, shardkit.EpochPlan(B, shuffle=False), num_workers=w, layout="NHWC", augment=aug,
+                             pin_memory=False)
         if hasattr(loader, "ring"):  # a RingLoader: its DataLoader's sampler pairs the inner batches with slots
             slotted: Any = loader.sampler
             slotted.inner = batches
@@ -433,11 +435,13 @@ def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, views: 
                     ratios[f"{pair} (CPU time)"] = c / got[mine][1]
         rounds.append(ratios)
         cpu_ms.append({key: c for key, (_, c) in got.items()})
+        rates.append({key: r for key, (r, _) in got.items()})
     rows.extend(best.items())
     rows.append((floor_name, 1000 / min(floor_ms)))  # one core
     for key in loaders:
         notes.append(f"{key}: CPU ms/sample (this process + workers) per round: "
-                     + "  ".join(f"{c[key]:.2f}" for c in cpu_ms))
+                     + "  ".join(f"{c[key]:.2f}" for c in cpu_ms)
+                     + "; samples/s per round: " + "  ".join(f"{r[key]:.0f}" for r in rates))
     notes.append(f"{floor_name}: CPU ms/sample per round: " + "  ".join(f"{c:.2f}" for c in floor_ms)
                  + " (its samples/s row: one core)")
     return rounds

@@ -266,9 +266,14 @@ def _samples(arr: Any, what: str, n: int) -> list[np.ndarray]:
 
 
 def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] | np.ndarray, *, seed: int,
-                epoch: int, ignore_index: int) -> tuple[np.ndarray, np.ndarray]:
+                epoch: int, ignore_index: int,
+                out: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Augment a batch (stacked arrays or lists of per-sample arrays) → stacked (images, labels): uint8 images
-    and id labels, or float32 normalised images / one-hot labels when the pipeline ends in those ops."""
+    and id labels, or float32 normalised images / one-hot labels when the pipeline ends in those ops.
+
+    ``out``: (images, labels) arrays to warp straight into (e.g. a shared-memory ring slot: no fresh pages, no
+    copy afterwards); they are used, and returned, when the pipeline has no output op and they are C-contiguous
+    with exactly the batch's shapes and dtypes; otherwise fresh arrays are returned as without ``out``."""
     table = aug.kernels(OP_KERNELS, "numpy/OpenCV")
     idx = [int(i) for i in np.asarray(indices).reshape(-1)]
     imgs, labs = _samples(images, "images", len(idx)), _samples(labels, "labels", len(idx))
@@ -289,9 +294,13 @@ def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] |
         raise ConfigError(f"augmented samples differ in size {sorted(sizes)}; end the pipeline with a crop")
     hw = sizes.pop() if sizes else (aug.out_hw or (0, 0))
     dtype = labs[0].dtype if labs else np.dtype(np.uint8)
-    out_img = np.empty((len(idx), *hw, channels), image_dtype)
+    shapes = ((len(idx), *hw, channels), image_dtype), ((len(idx), *hw), dtype)
+    if out is None or any(op.output for op in aug.ops) or not all(
+            a.shape == shape and a.dtype == dt and a.flags.c_contiguous for a, (shape, dt) in zip(out, shapes,
+                                                                                                    strict=True)):
+        out = (np.empty(*shapes[0]), np.empty(*shapes[1]))
+    out_img, out_lab = out
     rgb8 = channels == 3 and image_dtype == np.uint8  # the RGBA fast path below; else cv2 on <= 4 channels at once
-    out_lab = np.empty((len(idx), *hw), dtype)
     scratch: dict[tuple[int, ...], np.ndarray] = {}  # one RGBA buffer per source size
     rgba = np.empty((*hw, 4), np.uint8) if rgb8 else None
     colour = [kernel(op, aug.records(params, k)) for k, op, kernel in table if op.kind is Kind.PHOTOMETRIC]

@@ -835,10 +835,13 @@ class Compose:
         return out
 
     def __call__(self, images: Any, labels: Any, indices: Sequence[int] | np.ndarray, *, seed: int = 0,
-                 epoch: int = 0, ignore_index: int | None = 255) -> tuple[np.ndarray, np.ndarray]:
+                 epoch: int = 0, ignore_index: int | None = 255,
+                 out: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The batch augmented by the numpy/OpenCV backend; ``out``: arrays to write it into when they fit
+        (:func:`shardkit.augment.cpu.apply_batch`; the arrays returned are then ``out`` itself)."""
         apply = backends.apply_batch("numpy")
         return apply(self, images, labels, indices, seed=seed, epoch=epoch,
-                     ignore_index=255 if ignore_index is None else int(ignore_index))
+                     ignore_index=255 if ignore_index is None else int(ignore_index), out=out)
 
 
 # ---------------------------------------------------------------------- string form

@@ -563,8 +563,10 @@ class Dataset:
             self.require_fixed_size()
 
     def augmented_batch(self, indices: Sequence[int] | np.ndarray, augment: Any, *, seed: int,
-                        epoch: int) -> Batch:
-        """Samples ``indices`` read and augmented (fresh arrays), with this split's ignore index (255 if none).
+                        epoch: int, out: Batch | None = None) -> Batch:
+        """Samples ``indices`` read and augmented, with this split's ignore index (255 if none): into ``out``
+        when the batch fits it (see :meth:`shardkit.augment.Compose.__call__`; e.g. a shared-memory ring slot),
+        else fresh arrays.
 
         npy samples are warped straight from their memory-mapped views (only the pages a crop maps to
         are read; no copy of whole samples), as are splits whose samples differ in size (the pipeline
@@ -578,7 +580,9 @@ class Dataset:
         else:
             images, labels = self.batch(idx)
         ignore = 255 if self.ignore_index is None else int(self.ignore_index)
-        return augment(images, labels, idx, seed=seed, epoch=epoch, ignore_index=ignore)
+        if out is None:
+            return augment(images, labels, idx, seed=seed, epoch=epoch, ignore_index=ignore)
+        return augment(images, labels, idx, seed=seed, epoch=epoch, ignore_index=ignore, out=out)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

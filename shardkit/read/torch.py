@@ -16,10 +16,14 @@ Importing this module imports torch; ``import shardkit`` does not.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import logging
 import os
+import sys
 import warnings
+import weakref
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -226,9 +230,11 @@ def make_loader(
 
     By default every batch gets its own memory (fresh tensors; shared memory from workers), so
     batches stay valid when kept (``batches = list(loader)``). Augmented batches from workers get there
-    through a ring of shared-memory buffers allocated once: each worker augments into a slot and this process
-    copies the batch out into fresh memory as it yields it (pinned with ``pin_memory``), which costs far less
-    than the fresh pages of a new shared-memory segment per batch.
+    through a ring of shared-memory buffers allocated once, which costs far less than the fresh pages of a new
+    shared-memory segment per batch: each worker augments straight into a free slot, and the batch is yielded as
+    views of that slot, which hold it while they (or any view of them) live; a slot is taken again only after.
+    When every slot is held (batches kept), the next batches come in their own shared memory. With
+    ``pin_memory`` each batch is copied out into fresh pinned memory instead, and its slot is free at once.
 
     ``reuse_buffers=True`` (or a :class:`BufferReuse`) opts into the faster reused-buffer path: without
     workers, batches are read into ``keep + 1`` reused buffers; with workers and ``shared_ring`` (the default)
@@ -240,8 +246,8 @@ def make_loader(
     ``augment``: a :mod:`shardkit.augment` pipeline run by the numpy/OpenCV path inside the workers on
     each whole batch, drawn from ``(seed, epoch, index)`` (the epoch travels with each batch from the
     sampler), so batches are the same for any ``num_workers``; it needs ``labels="ids"`` and takes
-    splits of mixed sample sizes when it ends in a crop. Augmented batches are fresh memory, unless
-    ``reuse_buffers=True`` with workers: then they are ring views as above.
+    splits of mixed sample sizes when it ends in a crop. Augmented batches are memory of their own (fresh, or a
+    ring slot held as above), unless ``reuse_buffers=True`` with workers: then they are ring views reused in turn.
 
     The keywords this signature replaced (``batch_size=``, ``shuffle=``, ``seed=``, ``epoch=``, ``drop_last=``,
     ``rank=``, ``world_size=``, ``shuffle_mode=``, ``buffer_size=``, ``sampling=``, ``labels=``, ``verify=``,
@@ -285,16 +291,37 @@ def make_loader(
     slot_layout = dataset.ring_layout(the_plan.batch_size) if num_workers > 0 and ring_opts.shared_ring else None
     if slot_layout is not None and (memory is not None or augment is not None):
         in_flight = num_workers * kwargs.get("prefetch_factor", 2)
-        # copied out as yielded: a slot is free again once its batch was yielded (+1 spare)
-        ring = _Ring(dataset, slot_layout, slots=in_flight + (max(ring_opts.keep, 1) if memory is not None else 1) + 1)
-        slotted = _SlotSampler(sampler, len(ring.slots))
+        # reuse_buffers: slots reused in turn (in flight + keep + 1 spare). Else each yielded batch holds its slot
+        # while it lives: in flight, the batch being handed over, the one the loop still holds, 1 spare.
+        ring = _Ring(dataset, slot_layout, slots=in_flight + (max(ring_opts.keep, 1) + 1 if memory is not None else 3))
+        pool = _SlotPool(len(ring.slots)) if memory is None and not pin_memory else None
+        slotted = _SlotSampler(sampler, len(ring.slots), pool)
         loader = DataLoader(ring, batch_size=None, sampler=slotted, num_workers=num_workers, pin_memory=False,
                             **kwargs)
-        return RingLoader(loader, ring, pin_memory=pin_memory, keep=ring_opts.keep, copy=memory is None)
+        return RingLoader(loader, ring, pin_memory=pin_memory, keep=ring_opts.keep, copy=memory is None, pool=pool)
     if num_workers == 0 and memory is not None:  # the reused buffers themselves are pinned: no pinned allocation
         dataset.pin, pin_memory = pin_memory, False
     return DataLoader(dataset, batch_size=None, sampler=sampler, num_workers=num_workers,
                       pin_memory=pin_memory, **kwargs)
+
+
+#: Linux's ``MADV_POPULATE_WRITE`` (5.14+): map a range's pages writable now, in one call, without writing them.
+_MADV_POPULATE_WRITE = 23
+
+
+def _populate(t: torch.Tensor) -> None:
+    """Map the pages of shared-memory tensor ``t`` into this process now, writable: one ``madvise`` instead of a
+    page fault at the first write to each 4 KB page (~1.6 µs each here: a worker's first pass over a ring of 150 MB
+    cost 60 ms in faults, 33 ms populated). A hint: elsewhere, or where the kernel refuses it, pages fault as before."""
+    if not sys.platform.startswith("linux") or t.numel() == 0:
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        start = t.data_ptr() - t.data_ptr() % 4096
+        libc.madvise(start, t.data_ptr() + t.numel() * t.element_size() - start, _MADV_POPULATE_WRITE)
+    except (OSError, AttributeError):  # pragma: no cover - no libc to call
+        pass
 
 
 def _copy_out(t: torch.Tensor, pin: bool) -> torch.Tensor:
@@ -309,7 +336,8 @@ def _copy_out(t: torch.Tensor, pin: bool) -> torch.Tensor:
 
 
 class _Ring(torch.utils.data.Dataset):
-    """Worker side: write batch ``indices`` into shared-memory slot ``slot``; return only (slot, n, indices).
+    """Worker side: write batch ``indices`` into shared-memory slot ``slot``; return only (slot, n, indices) (the
+    global indices as a list of ints).
 
     Augmented batches are augmented by the worker and copied into the slot; one whose shape or dtype the
     slot does not have (an output that follows its input's size) is returned whole instead, in fresh
@@ -320,40 +348,106 @@ class _Ring(torch.utils.data.Dataset):
         self.dataset = dataset
         (ishape, idt), (lshape, ldt) = layout
         self.slots = [(_empty(ishape, idt, True), _empty(lshape, ldt, True)) for _ in range(slots)]
+        self._mapped_in: int | None = None  # the process that mapped every slot's pages (see _populate)
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getitem__(self, item: tuple[int, list[int]]) -> tuple[Any, ...]:
         slot, indices = item
+        if self._mapped_in != os.getpid():  # a worker's first batch: map the whole ring at once
+            self._mapped_in = os.getpid()
+            for pair in self.slots:
+                for t in pair:
+                    _populate(t)
         idx = np.asarray(indices, dtype=np.int64)
-        images, labels = self.slots[slot]
         ds = self.dataset
-        ids = torch.from_numpy(np.where(idx < 0, idx + len(self), idx))
+        ids = np.where(idx < 0, idx + len(self), idx).tolist()  # ints: a tensor would get a shm segment of its own
+        if slot < 0:  # no free slot (every one held by a batch still alive): the batch in its own memory
+            if ds.augment is None:
+                images, labels = ds._fresh(len(idx), shared=True)
+                ds.dataset.batch(idx, out=(images.numpy(), labels.numpy()))
+                return -1, len(idx), ids, images, labels
+            got = ds.dataset.augmented_batch(idx, ds.augment, seed=ds.seed, epoch=int(getattr(indices, "epoch", 0)))
+            return -1, len(idx), ids, torch.from_numpy(got[0]), torch.from_numpy(got[1])
+        images, labels = self.slots[slot]
         if ds.augment is None:
             ds.dataset.batch(idx, out=(images.numpy(), labels.numpy()))
             return slot, len(idx), ids
         epoch = int(getattr(indices, "epoch", 0))  # the sampler's batch carries its epoch
-        got = ds.dataset.augmented_batch(idx, ds.augment, seed=ds.seed, epoch=epoch)
         dst = images.numpy()[: len(idx)], labels.numpy()[: len(idx)]
+        got = ds.dataset.augmented_batch(idx, ds.augment, seed=ds.seed, epoch=epoch, out=dst)  # warped into the slot
         if any(a.shape != d.shape or a.dtype != d.dtype for a, d in zip(got, dst, strict=True)):
             return -1, len(idx), ids, torch.from_numpy(got[0]), torch.from_numpy(got[1])
         for a, d in zip(got, dst, strict=True):
-            np.copyto(d, a)
+            if a is not d:  # an output op's result (float32 images, one-hot labels): copied in
+                np.copyto(d, a)
         return slot, len(idx), ids
 
 
-class _SlotSampler:
-    """Pairs each batch of the inner sampler with a ring slot; the counter runs on across epochs."""
+class _SlotPool:
+    """Which ring slots are free, when each yielded batch holds its slot for as long as it lives (make_loader's
+    default for augmented worker batches): no copy out of the ring, and a batch stays valid however long it is kept.
 
-    def __init__(self, inner: sampling.EpochBatchSampler, slots: int) -> None:
+    The sampler takes a free slot as it sends a batch to a worker (-1 when every slot is held: the worker then hands
+    that batch over in its own memory). :meth:`lease` hands a received slot to the arrays yielded from it; the slot
+    is free again once the last of them (and every view of them) is gone. Slots of batches sent but never yielded,
+    which the DataLoader drops when a new pass starts (its workers finish them first), are :meth:`reclaim`-ed as
+    the :class:`RingLoader` starts that pass. Deque appends and pops are atomic, so a release from any thread needs
+    no lock."""
+
+    def __init__(self, slots: int) -> None:
+        self.free: deque[int] = deque(range(slots))
+        self.sent: set[int] = set()
+
+    def take(self) -> int:
+        try:
+            slot = self.free.popleft()
+        except IndexError:
+            return -1
+        self.sent.add(slot)
+        return slot
+
+    def reclaim(self) -> None:
+        """A new pass begins: the workers finished (or were shut down with) every batch of the last one."""
+        self.free.extend(sorted(self.sent))
+        self.sent.clear()
+
+    def lease(self, slot: int, tensors: Sequence[torch.Tensor], n: int) -> list[torch.Tensor]:
+        """The first ``n`` samples of each slot tensor, as new tensors that hold ``slot`` until all are gone."""
+        self.sent.discard(slot)
+        lease = _Lease()
+        weakref.finalize(lease, self.free.append, slot).atexit = False
+        return [torch.from_numpy(np.asarray(_Held(t.numpy()[:n], lease))) for t in tensors]
+
+
+class _Lease:
+    """One yielded batch's hold on its slot (see :meth:`_SlotPool.lease`)."""
+
+
+class _Held:
+    """An array's memory (exposed as ``__array_interface__``) that keeps ``lease`` alive: ``np.asarray`` of it is
+    an array whose base is this object, so the lease lives while that array or any tensor or view of it does."""
+
+    def __init__(self, view: np.ndarray, lease: _Lease) -> None:
+        self.view, self.lease = view, lease
+        self.__array_interface__ = view.__array_interface__
+
+
+class _SlotSampler:
+    """Pairs each batch of the inner sampler with a ring slot: the next in turn (the counter runs on across epochs),
+    or with a :class:`_SlotPool`, a free one."""
+
+    def __init__(self, inner: sampling.EpochBatchSampler, slots: int, pool: _SlotPool | None = None) -> None:
         self.inner = inner
         self.slots = slots
+        self.pool = pool
         self.counter = 0
 
     def __iter__(self) -> Iterator[tuple[int, list[int]]]:
+        pool = self.pool
         for indices in self.inner:
-            yield self.counter % self.slots, indices
+            yield (self.counter % self.slots if pool is None else pool.take()), indices
             self.counter += 1
 
     def __len__(self) -> int:
@@ -370,11 +464,13 @@ class RingLoader:
     batch in flight plus ``keep``). With ``pin_memory`` each batch is copied once into one of
     ``keep + 1`` pinned buffers, so host→device copies can be asynchronous.
 
-    ``copy=True``: each batch is copied out of its slot into fresh memory (pinned with ``pin_memory``) before
-    it is yielded, so batches stay valid when kept, and the slot is free for the next batch at once.
+    ``copy=True``: batches stay valid when kept. With a ``pool`` (:class:`_SlotPool`) each batch is yielded as
+    views of its slot that hold the slot while they live (no copy); without one (``pin_memory``) it is copied out
+    into fresh pinned memory, and the slot is free for the next batch at once.
     """
 
-    def __init__(self, loader: DataLoader, ring: _Ring, *, pin_memory: bool, keep: int, copy: bool = False) -> None:
+    def __init__(self, loader: DataLoader, ring: _Ring, *, pin_memory: bool, keep: int, copy: bool = False,
+                 pool: _SlotPool | None = None) -> None:
         self.loader = loader
         self.ring = ring
         self.dataset = ring.dataset
@@ -382,6 +478,7 @@ class RingLoader:
         self.keep = keep
         self.copy = copy
         self.pin = pin_memory
+        self.pool = pool
         self._pinned: list[tuple[torch.Tensor, torch.Tensor]] = []
         if pin_memory and not copy:
             self._pinned = [tuple(t.pin_memory() for t in ring.slots[0]) for _ in range(keep + 1)]  # type: ignore[misc]
@@ -394,13 +491,17 @@ class RingLoader:
         return getattr(self.__dict__["loader"], name)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        if self.pool is not None:  # the DataLoader drops the last pass's unyielded batches as this one starts
+            self.pool.reclaim()
         for slot, n, indices, *whole in self.loader:
             if whole:  # a batch the slots had no room for, in its own memory
                 images, labels = (t.pin_memory() for t in whole) if self.pin else whole
+            elif self.pool is not None:
+                images, labels = self.pool.lease(int(slot), self.ring.slots[int(slot)], int(n))
             else:
                 images, labels = self.ring.slots[int(slot)]
                 images, labels = images[:n], labels[:n]
-            if self.copy and not whole:
+            if self.copy and not whole and self.pool is None:
                 images, labels = _copy_out(images, self.pin), _copy_out(labels, self.pin)
             elif self._pinned and not whole:
                 pinned = self._pinned[self._count % len(self._pinned)]
@@ -411,4 +512,8 @@ class RingLoader:
                 images, labels = pinned[0][:n], pinned[1][:n]
             self._count += 1
             images, labels = self.dataset._arrange(images, labels)
-            yield (images, labels, indices) if self.dataset.with_indices else (images, labels)
+            if self.dataset.with_indices:
+                yield images, labels, torch.tensor(indices, dtype=torch.int64)
+            else:
+                yield images, labels
+            del images, labels, whole  # not held while the next batch is fetched: the consumer decides

@@ -113,6 +113,29 @@ def test_same_seed_epoch_index_gives_same_output_regardless_of_batch(data: tuple
     assert aug.params(7, seed=9, epoch=2, hw=(360, 480)) != aug.params(7, seed=9, epoch=3, hw=(360, 480))
 
 
+def test_out_arrays_are_written_in_place_when_they_fit(data: tuple) -> None:
+    """``out=`` (a ring slot): the batch is warped straight into it, the same values as fresh arrays; arrays that
+    do not fit the batch, or a pipeline that ends in an output op, give fresh arrays and leave ``out`` alone."""
+    images, labels = data
+    aug = A.parse(FULL)
+    idx = [3, 7, 20]
+    fresh = aug(images[idx], labels[idx], idx, seed=9, epoch=2, ignore_index=IGNORE)
+    slot = (np.full((3, 256, 384, 3), 7, np.uint8), np.full((3, 256, 384), 7, labels.dtype))
+    got = aug(images[idx], labels[idx], idx, seed=9, epoch=2, ignore_index=IGNORE, out=slot)
+    assert got[0] is slot[0] and got[1] is slot[1]
+    assert np.array_equal(slot[0], fresh[0]) and np.array_equal(slot[1], fresh[1])
+    for bad in ((np.zeros((4, 256, 384, 3), np.uint8), np.zeros((4, 256, 384), labels.dtype)),  # 4 samples
+                (np.zeros((3, 256, 384, 3), np.uint8), np.zeros((3, 256, 384), np.uint16)),  # another label dtype
+                (np.zeros((3, 256, 384, 3), np.uint8), np.zeros((3, 384, 256), labels.dtype).transpose(0, 2, 1))):
+        got = aug(images[idx], labels[idx], idx, seed=9, epoch=2, ignore_index=IGNORE, out=bad)
+        assert got[0] is not bad[0] and got[1] is not bad[1] and not bad[0].any() and not bad[1].any()
+        assert np.array_equal(got[0], fresh[0]) and np.array_equal(got[1], fresh[1])
+    normed = A.Compose([*aug.ops, A.Normalize([120.0] * 3, [60.0] * 3)])
+    slot = (np.zeros((3, 256, 384, 3), np.float32), np.zeros((3, 256, 384), labels.dtype))
+    got = normed(images[idx], labels[idx], idx, seed=9, epoch=2, ignore_index=IGNORE, out=slot)
+    assert got[0] is not slot[0] and not slot[0].any() and np.array_equal(got[1], fresh[1])
+
+
 def test_uint16_labels_are_kept(data: tuple) -> None:
     images, labels = data
     aug = A.parse("scale=0.8:1.2,crop=300x300,rotate=15")

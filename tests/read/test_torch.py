@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import os
 import pickle
+import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -175,9 +178,21 @@ def _augmented(core: Dataset, aug: object, idx: np.ndarray, seed: int, epoch: in
     return aug(*core.batch(idx), idx, seed=seed, epoch=epoch, ignore_index=ignore)  # type: ignore[operator]
 
 
-def test_augmented_worker_batches_are_copied_out_of_the_ring_and_stay_valid(splits: dict[str, Path]) -> None:
-    """Workers augment into ring slots; every yielded batch is its own memory: all of them, kept until the end of
-    the epoch (twice as many batches as slots), still hold exactly what the numpy path gives for their indices."""
+def _slot_of(t: torch.Tensor, ring: Any) -> int | None:
+    """The ring slot whose memory tensor ``t`` views, or None (memory of its own)."""
+    ptr = t.data_ptr()
+    for k, pair in enumerate(ring.slots):
+        for s in pair:
+            if s.data_ptr() <= ptr < s.data_ptr() + s.untyped_storage().nbytes():
+                return k
+    return None
+
+
+def test_augmented_worker_batches_hold_their_ring_slot_and_stay_valid(splits: dict[str, Path]) -> None:
+    """Workers augment into ring slots and each batch is yielded as views of its slot, which no later batch reuses
+    while the batch (or a view of it) lives: all batches of an epoch, kept to the end (more than slots), still
+    hold exactly what the numpy path gives for their indices; the first ones are slot views, the rest (every slot
+    held) arrive in their own memory."""
     from shardkit import augment as A
     from shardkit.read.torch import RingLoader
 
@@ -185,16 +200,32 @@ def test_augmented_worker_batches_are_copied_out_of_the_ring_and_stay_valid(spli
     core = shardkit.open(splits["lmdb"])
     loader = make_loader(splits["lmdb"], shardkit.EpochPlan(2, seed=4), num_workers=2, multiprocessing_context="fork",
                          with_indices=True, layout="NHWC", pin_memory=False, augment=aug)
-    assert isinstance(loader, RingLoader) and loader.copy and len(loader.ring.slots) == 2 * 2 + 2
+    assert isinstance(loader, RingLoader) and loader.copy and len(loader.ring.slots) == 2 * 2 + 3
     loader.sampler.set_epoch(1)
-    kept = list(loader)
-    assert len(kept) > 2 * len(loader.ring.slots)
-    slots = [t.untyped_storage().data_ptr() for pair in loader.ring.slots for t in pair]
+    kept = [(im[:, ::2], lab, idx) for im, lab, idx in loader]  # a view of each image batch is enough to hold it
+    assert len(kept) > len(loader.ring.slots) + 2
+    slots = [_slot_of(images, loader.ring) for images, _, _ in kept]
+    assert [_slot_of(labels, loader.ring) for _, labels, _ in kept] == slots
+    held = [k for k in slots if k is not None]
+    assert len(held) == len(set(held)) == len(loader.ring.slots) and slots[-1] is None
     for images, labels, idx in kept:
-        assert images.untyped_storage().data_ptr() not in slots and labels.untyped_storage().data_ptr() not in slots
         want_images, want_labels = _augmented(core, aug, idx.numpy(), 4, 1)
-        assert np.array_equal(images.numpy(), want_images) and np.array_equal(labels.numpy(), want_labels)
+        assert np.array_equal(images.numpy(), want_images[:, ::2]) and np.array_equal(labels.numpy(), want_labels)
     assert sorted(int(i) for _, _, idx in kept for i in idx) == list(range(len(core)))
+    del kept, images, labels  # every slot free again: the next epoch's batches are all slot views, none held
+    seen, used = 0, set()
+    for images, labels, idx in loader:
+        used.add(_slot_of(images, loader.ring))
+        want_images, want_labels = _augmented(core, aug, idx.numpy(), 4, 2)
+        assert np.array_equal(images.numpy(), want_images) and np.array_equal(labels.numpy(), want_labels)
+        seen += len(idx)
+    assert seen == len(core) and None not in used
+    for _ in range(3):  # passes left early: the batches in flight are dropped, and their slots come back
+        partial = iter(loader)
+        next(partial)
+        del partial
+    used = {_slot_of(images, loader.ring) for images, _, _ in loader}
+    assert None not in used
     plain = make_loader(splits["lmdb"], 2, num_workers=2, multiprocessing_context="fork", augment=aug,
                         reuse_buffers=BufferReuse(shared_ring=False))
     assert isinstance(plain, DataLoader)
@@ -236,3 +267,35 @@ def test_augmented_batches_the_slots_cannot_hold_arrive_whole(splits: dict[str, 
         assert np.array_equal(images.numpy(), want_images) and np.array_equal(labels.numpy(), want_labels)
         seen += len(idx)
     assert seen == len(core)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_POPULATE_WRITE and /proc are Linux's")
+def test_ring_pages_are_mapped_in_one_call_keeping_their_values() -> None:
+    """A worker maps a ring slot's pages at once (_populate): the slot keeps its values, and writing it all afterwards
+    takes almost no page faults in that process, where without it every 4 KB page faults once."""
+    from shardkit.read.torch import _empty, _populate
+
+    slot = _empty((64, 64, 1024), np.dtype(np.uint8), True)  # 4 MB: 1024 pages
+    slot.numpy()[...] = 7
+
+    def faults_writing_it(populate: bool) -> int:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child maps the shared pages lazily, as a DataLoader worker does
+            if populate:
+                _populate(slot)
+            before = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[7])
+            slot.numpy()[:32] = 9  # the first half written...
+            after = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[7])
+            kept = bool((slot.numpy()[32:] == 7).all())  # ...the rest as it was
+            os.write(write, f"{after - before if kept else -1}".encode())
+            os._exit(0)
+        os.close(write)
+        os.waitpid(pid, 0)
+        with os.fdopen(read) as f:
+            return int(f.read())
+
+    plain, populated = faults_writing_it(False), faults_writing_it(True)
+    assert populated >= 0 and plain >= 0  # values kept
+    assert plain > 100 and populated < plain / 4
+    _populate(_empty((0, 4), np.dtype(np.uint8), True))  # nothing to map: a no-op
