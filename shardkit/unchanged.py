@@ -66,7 +66,7 @@ def tree_digest(root: Path) -> str | None:
         lines: list[str] = []
         add = lines.append
         try:
-            with os.scandir(os.path.join(base, rel) if rel else base) as it:
+            with os.scandir(f"{base}/{rel}" if rel else base) as it:
                 for e in it:  # per-file Python kept to this loop: it is most of the check's time
                     if e.is_dir(follow_symlinks=False):
                         stack.append(f"{rel}/{e.name}" if rel else e.name)
@@ -85,7 +85,7 @@ def tree_digest(root: Path) -> str | None:
 
 
 def _stat(path: str | Path) -> list[int]:
-    st = os.stat(path)
+    st = Path(path).stat()
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
@@ -109,7 +109,7 @@ def _named_files(value: Any) -> Iterator[str]:
     elif isinstance(value, (str, Path)):
         text = os.fspath(value)
         for candidate in (text, text.partition("=")[2]):
-            if candidate and os.path.isfile(candidate):
+            if candidate and Path(candidate).is_file():
                 yield candidate
 
 
@@ -117,12 +117,9 @@ def _code_stats() -> list[Any]:
     """(path, size, mtime_ns) of every module of the running shardkit: an edited checkout is another program."""
     package = Path(__file__).resolve().parent
     out: list[Any] = [str(package)]
-    for folder, dirs, files in os.walk(package):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(files):
-            if name.endswith(".py"):
-                st = os.stat(os.path.join(folder, name))
-                out.append([os.path.join(folder, name)[len(str(package)):], st.st_size, st.st_mtime_ns])
+    for path in sorted(package.rglob("*.py")):
+        st = path.stat()
+        out.append([path.relative_to(package).as_posix(), st.st_size, st.st_mtime_ns])
     return out
 
 
@@ -130,12 +127,12 @@ def run_key(input_dir: Path, output_dir: Path, params: Mapping[str, Any]) -> str
     """sha256 of everything besides the input tree that a run's output (or what it logs) depends on."""
     files = []
     for path in sorted(set(_named_files(list(params.values())))):
-        size = os.stat(path).st_size
+        size = Path(path).stat().st_size
         files.append([path, os.path.realpath(path), *_stat(path),
                       _file_sha256(path) if size <= MAX_HASHED_OPTION_FILE else None])
     what = {
         "format": SIGNATURE_FORMAT, "shardkit": __version__, "code": _code_stats(),
-        "python": [sys.version, sys.executable], "cwd": os.getcwd(),
+        "python": [sys.version, sys.executable], "cwd": str(Path.cwd()),
         "input": [os.fspath(input_dir), os.path.realpath(input_dir)],
         "output": [os.fspath(output_dir), os.path.realpath(output_dir)],
         "params": {k: params[k] for k in sorted(params)}, "files": files,
@@ -263,8 +260,8 @@ class Recorder(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if record.levelno < logging.INFO or (self._started and record.levelno < logging.WARNING):
             return
-        fields = {k: v for k, v in extra_fields(record).items() if isinstance(v, (str, int, float, bool, type(None)))
-                  or isinstance(v, list)}
+        fields = {k: v for k, v in extra_fields(record).items()
+                  if isinstance(v, (str, int, float, bool, type(None), list))}
         self.lines.append((record.levelno, record.getMessage(), {**fields, "logger": record.name}))
         self._started = self._started or fields.get("event") == "start"
 

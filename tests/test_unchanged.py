@@ -101,7 +101,7 @@ def test_json_log_keeps_its_events(converted: tuple[Path, Path], spy: Spy) -> No
 
 def test_any_input_change_takes_the_normal_path(converted: tuple[Path, Path], spy: Spy) -> None:
     raw, out = converted
-    image = raw / "val" / sorted(os.listdir(raw / "val"))[0]
+    image = min((raw / "val").iterdir())
     st = image.stat()
     changes: dict[str, Callable[[], None]] = {
         "mtime": lambda: os.utime(image, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9)),
@@ -207,7 +207,7 @@ def test_a_failed_run_leaves_no_signature(converted: tuple[Path, Path], spy: Spy
 
 def test_a_run_that_skipped_inputs_leaves_no_signature(camvid_root: Path, tmp_path: Path, spy: Spy) -> None:
     raw, out = small_camvid(camvid_root, tmp_path / "raw"), tmp_path / "out"
-    bad = raw / "val" / sorted(os.listdir(raw / "val"))[0]
+    bad = min((raw / "val").iterdir())
     bad.write_bytes(b"not a png")
     for _ in range(2):
         res = convert(raw, out, "--on-error", "skip")
@@ -219,8 +219,9 @@ def test_the_fast_path_imports_no_converter(converted: tuple[Path, Path]) -> Non
     raw, out = converted
     root = Path(shardkit.__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    args = ["convert", str(raw), str(out), "--size", "96x128", "--shard-size", "2", "--workers", "1"]
     probe = ("import sys\nfrom shardkit.cli import main\n"
-             f"try:\n    main({['convert', str(raw), str(out), '--size', '96x128', '--shard-size', '2', '--workers', '1']!r})\n"
+             f"try:\n    main({args!r})\n"
              "except SystemExit as e:\n    assert not e.code, e.code\n"
              "print(' '.join(sorted(m for m in sys.modules if m.startswith(('numpy', 'shardkit.pipeline', 'cv2')))))")
     res = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
