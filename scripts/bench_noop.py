@@ -166,7 +166,14 @@ def startup(work: Path, baseline: str, rounds: int) -> list[tuple[str, float, fl
             what = f"{how} {args[0]}"
             n, b = row(f"{what}: this tree", runs["new"]), row(f"{what}: {baseline}", runs[baseline])
             ratios.append((f"{what}: this tree / {baseline}", n[0] / b[0], n[1] / b[1]))
+            per_round(f"{what}: this tree / {baseline}", runs["new"], runs[baseline])
     return ratios
+
+
+def per_round(name: str, a: list[tuple[float, float]], b: list[tuple[float, float]]) -> None:
+    """Each turn's ratio a/b (wall, cpu): a bar is met only where every turn meets it."""
+    pairs = ", ".join(f"{x[0] / y[0]:.2f}/{x[1] / y[1]:.2f}" for x, y in zip(a, b, strict=True))
+    print(f"{name}, each turn (wall/cpu): {pairs}", flush=True)
 
 
 def row(name: str, runs: list[tuple[float, float]]) -> tuple[float, float]:
@@ -212,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                 noop_runs.append(timed(convert_cmd(src, out, [])))
             s, n = row(f"tiny x{args.tiny}: stat walk", stat_runs), row(f"tiny x{args.tiny}: no-op", noop_runs)
             bars.append((f"tiny x{args.tiny}: no-op / stat walk", n[0] / s[0], n[1] / s[1], "<= 3"))
+            per_round(f"tiny x{args.tiny}: no-op / stat walk", noop_runs, stat_runs)
             if fresh:
                 print(f"tiny x{args.tiny}: fresh / no-op = {fresh[0] / n[0]:.1f} (wall)", flush=True)
             print(f"# load {os.getloadavg()[0]:.1f}", flush=True)
@@ -229,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             f, n = row(f"camvid x{args.camvid}: fresh", fresh_runs), row(f"camvid x{args.camvid}: no-op", noop_runs)
             s = row(f"camvid x{args.camvid}: stat walk", stat_runs)
             bars.append((f"camvid x{args.camvid}: fresh / no-op", f[0] / n[0], f[1] / n[1], ">= 20"))
+            per_round(f"camvid x{args.camvid}: fresh / no-op", fresh_runs, noop_runs)
             print(f"camvid x{args.camvid}: no-op / stat walk = {n[0] / s[0]:.2f} (wall)", flush=True)
             print(f"# load {os.getloadavg()[0]:.1f}", flush=True)
         if args.startup_rounds:

@@ -32,6 +32,10 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str, sort_keys=False)
 
 
+#: Names a record's structured fields may not take (the record's own attributes).
+RESERVED_FIELDS = frozenset(_RESERVED)
+
+
 def extra_fields(record: logging.LogRecord) -> dict[str, Any]:
     """A record's structured fields: what the call passed in ``extra`` (``event`` and the rest)."""
     return {key: value for key, value in record.__dict__.items() if key not in _RESERVED}

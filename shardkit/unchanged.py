@@ -35,7 +35,7 @@ from typing import Any
 from ._version import __version__
 from .errors import ShardkitError
 from .lock import OutputLock
-from .logs import extra_fields
+from .logs import RESERVED_FIELDS, extra_fields
 from .storage import is_url
 
 log = logging.getLogger(__name__)
@@ -177,13 +177,16 @@ class Check:
                 if data is None or not _published_intact(self.output, data.get("outputs")):
                     return False
                 summary = data["summary"]
-                lines = [(int(level), str(msg), dict(fields)) for level, msg, fields in data["lines"]]
+                lines = [(int(level), str(msg), {str(k): v for k, v in dict(fields).items()
+                                                 if k not in RESERVED_FIELDS})  # not the record's own attributes
+                         for level, msg, fields in data["lines"]]
                 numbers = {k: int(summary[k]) for k in ("samples", "shards", "bytes", "skipped", "duplicates")}
                 duplicates = str(summary["duplicates_line"])
         except (ShardkitError, KeyError, TypeError, ValueError):
             return False
         for level, msg, fields in lines:
-            logging.getLogger(str(fields.pop("logger", "shardkit"))).log(level, "%s", msg, extra=fields)
+            name = str(fields.pop("logger", "shardkit"))
+            logging.getLogger(name if name.startswith("shardkit.") else "shardkit").log(level, "%s", msg, extra=fields)
         seconds = time.perf_counter() - self.started
         log.info("nothing changed: %d samples in %d shards reused unchanged, %.1f MB; every input file, option "
                  "and published file is as the last run left them (checked in %.2f s)%s", numbers["samples"],
@@ -206,17 +209,20 @@ class Check:
         if self.tree is None:
             return
         outputs: dict[str, list[Any]] = {}
-        for manifest in manifests:
-            path = Path(manifest)
-            rel = path.parent.relative_to(self.output).as_posix()
-            raw = path.read_bytes()
-            outputs[f"{rel}/{path.name}"] = [*_stat(path), hashlib.sha256(raw).hexdigest()]
-            for name in sorted(named_files(json.loads(raw))):
-                outputs[f"{rel}/{name}"] = _stat(path.parent / name)
-        body = {"format": SIGNATURE_FORMAT, "shardkit": __version__, "key": self.key, "tree": self.tree,
-                "outputs": outputs, "summary": {**numbers, "duplicates_line": duplicates_line},
-                "lines": [list(line) for line in lines[:MAX_LINES]]}
-        atomic_write_bytes(self.path, json.dumps(body, default=str).encode())
+        try:
+            for manifest in manifests:
+                path = Path(manifest)
+                rel = path.parent.relative_to(self.output).as_posix()
+                raw = path.read_bytes()
+                outputs[f"{rel}/{path.name}"] = [*_stat(path), hashlib.sha256(raw).hexdigest()]
+                for name in sorted(named_files(json.loads(raw))):
+                    outputs[f"{rel}/{name}"] = _stat(path.parent / name)
+            body = {"format": SIGNATURE_FORMAT, "shardkit": __version__, "key": self.key, "tree": self.tree,
+                    "outputs": outputs, "summary": {**numbers, "duplicates_line": duplicates_line},
+                    "lines": [list(line) for line in lines[:MAX_LINES]]}
+            atomic_write_bytes(self.path, json.dumps(body, default=str).encode())
+        except (OSError, ValueError) as exc:  # the conversion itself succeeded: only the next fast check is lost
+            log.warning("%s: not written (%s); the next run takes the normal path", self.path, exc)
 
 
 def _published_intact(output: Path, outputs: Any) -> bool:

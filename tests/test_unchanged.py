@@ -176,6 +176,11 @@ def test_a_damaged_missing_or_foreign_signature_takes_the_normal_path(converted:
         change()
         assert not fast(spy, raw, out), what
         assert fast(spy, raw, out), what
+    # a line whose fields would overwrite the log record's own is said without them, not a traceback
+    good = json.loads(sig.read_text())
+    sig.write_text(json.dumps({**good, "lines": [[20, "hello", {"message": "x", "name": "y", "logger": "z"}]]}))
+    res = convert(raw, out)
+    assert res.exit_code == 0 and "hello" in res.output and FAST in res.output, res.output
 
 
 def test_rehash_force_and_dry_run_always_take_the_normal_path(converted: tuple[Path, Path], spy: Spy) -> None:
