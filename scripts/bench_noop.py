@@ -17,7 +17,7 @@ Two datasets:
 
 * ``--tiny N``: N tiny real PNG pairs (8x8 RGB image, 8x8 id label, segnet layout; built once into ``--work``,
   kept with ``--keep``): many files, little data — the no-op against the stat walk;
-* ``--camvid N``: N CamVid-size pairs (the shared CamVid pairs hard-linked under new names, ``scaled_camvid.py``),
+* ``--camvid N``: N CamVid-size pairs (the shared CamVid pairs copied under new names, ``scaled_camvid.py``),
   converted at 352x480 — the no-op against a fresh convert, where start-up dominates.
 
 Both trees are byte-compiled first (as ``pip install`` does; this machine sets ``PYTHONDONTWRITEBYTECODE``, and
@@ -106,7 +106,8 @@ def camvid_pairs(root: Path, n: int, data: Path) -> Path:
     pairs = source_pairs(data)
     times = -(-n // len(pairs))
     if not root.is_dir():
-        replicated_source(pairs, root, times, link="hardlink")
+        # copies, not links: another process hard-linking the shared files moves their ctime, which is a change
+        replicated_source(pairs, root, times, link="copy")
         names = sorted(p.name for p in (root / "train").iterdir())
         for name in names[n:]:  # exactly n pairs
             (root / "train" / name).unlink()
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"tiny x{args.tiny}: fresh / no-op = {fresh[0] / n[0]:.1f} (wall)", flush=True)
             print(f"# load {os.getloadavg()[0]:.1f}", flush=True)
         if args.camvid:
-            src = camvid_pairs(work / f"camvid{args.camvid}", args.camvid, args.data)
+            src = camvid_pairs(work / f"camvid{args.camvid}-copied", args.camvid, args.data)
             out = work / f"camvid{args.camvid}-out"
             extra = ["--size", "352x480"]
             fresh_runs, noop_runs, stat_runs = [], [], []

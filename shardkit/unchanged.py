@@ -109,7 +109,11 @@ def _named_files(value: Any) -> Iterator[str]:
     elif isinstance(value, (str, Path)):
         text = os.fspath(value)
         for candidate in (text, text.partition("=")[2]):
-            if candidate and Path(candidate).is_file():
+            try:
+                named = bool(candidate) and Path(candidate).is_file()
+            except (OSError, ValueError):  # a value no path can be (too long, a NUL): no file
+                named = False
+            if named:
                 yield candidate
 
 
@@ -148,9 +152,14 @@ class Check:
         self.started = time.perf_counter()
         self.output = Path(output_dir)
         self.path = self.output / SIGNATURE_NAME
-        self.key = run_key(input_dir, output_dir, params) if usable else ""
-        # before the run reads anything: a file changed meanwhile differs next time
-        self.tree = tree_digest(Path(input_dir)) if usable else None
+        self.key, self.tree = "", None
+        if usable:
+            try:
+                self.key = run_key(input_dir, output_dir, params)
+                # before the run reads anything: a file changed meanwhile differs next time
+                self.tree = tree_digest(Path(input_dir))
+            except (OSError, ValueError):  # the check never fails a run: the normal path says what is wrong
+                self.tree = None
 
     def stored(self) -> dict[str, Any] | None:
         """The signature in the output folder, if it is one this run can use; None otherwise."""
@@ -182,7 +191,7 @@ class Check:
                          for level, msg, fields in data["lines"]]
                 numbers = {k: int(summary[k]) for k in ("samples", "shards", "bytes", "skipped", "duplicates")}
                 duplicates = str(summary["duplicates_line"])
-        except (ShardkitError, KeyError, TypeError, ValueError):
+        except (ShardkitError, OSError, KeyError, TypeError, ValueError):
             return False
         for level, msg, fields in lines:
             name = str(fields.pop("logger", "shardkit"))
@@ -197,7 +206,7 @@ class Check:
 
     def forget(self) -> None:
         """Remove the signature: the normal path is about to change the output (a run that dies leaves none)."""
-        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        with contextlib.suppress(OSError):  # can't: a signature left stale still names the old manifests' stat
             self.path.unlink()
 
     def save(self, manifests: list[Path | str], numbers: Mapping[str, int], duplicates_line: str,
