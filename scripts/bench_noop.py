@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""An unchanged nightly ``shardkit convert`` against the stat floor and against a fresh convert, side by side.
+"""An unchanged nightly ``shardkit convert`` against the stat floor, against a fresh convert, and the CLI's start-up
+against an older revision: #30's three bars, side by side in one run, with their ratios.
 
 An optional benchmark (not part of the tests or CI). Every figure is a whole process (interpreter start and
 imports included), as cron runs it, timed in turns in the same run so that the machine's load hits each alike:
@@ -7,14 +8,21 @@ imports included), as cron runs it, timed in turns in the same run so that the m
 * ``stat walk``: ``python -c`` walking the input tree with ``os.scandir`` and ``stat``-ing every file — the floor
   for a no-op, which must at least list and stat every input;
 * ``no-op``: ``shardkit convert`` again on unchanged input into the output of an earlier convert;
-* ``fresh``: ``shardkit convert`` into an empty folder (``--camvid`` only; on the tiny pairs with ``--fresh``).
+* ``fresh``: ``shardkit convert`` into an empty folder (``--camvid`` only; on the tiny pairs with ``--fresh``);
+* ``start-up``: ``shardkit --version`` and ``--help``, both as ``python -m shardkit`` and through a console script
+  like the one ``pip install`` writes (each tree's own ``[project.scripts]`` entry point), this tree against
+  ``--baseline REV`` (exported with ``git archive``).
 
 Two datasets:
 
 * ``--tiny N``: N tiny real PNG pairs (8x8 RGB image, 8x8 id label, segnet layout; built once into ``--work``,
   kept with ``--keep``): many files, little data — the no-op against the stat walk;
-* ``--camvid N``: N CamVid-size pairs (the shared CamVid pairs hard-linked under new names, ``scaled_camvid.py``),
+* ``--camvid N``: N CamVid-size pairs (the shared CamVid pairs copied under new names, ``scaled_camvid.py``),
   converted at 352x480 — the no-op against a fresh convert, where start-up dominates.
+
+Both trees are byte-compiled first (as ``pip install`` does; this machine sets ``PYTHONDONTWRITEBYTECODE``, and
+compiling every imported module on each start would be timed otherwise), and every command runs in the work
+folder with ``PYTHONPATH`` naming its tree (``python -m`` and ``-c`` put the working folder first on the path).
 
     PYTHONPATH=$PWD python scripts/bench_noop.py --tiny 200000 --camvid 701 --work /tmp/noop --keep
     PYTHONPATH=$PWD python scripts/bench_noop.py --tiny 20000 --camvid 701 --rounds 3     # a quicker look
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -57,11 +66,21 @@ print(walk(sys.argv[1]))
 """
 
 
-def timed(cmd: list[str]) -> tuple[float, float]:
+REPO = Path(__file__).resolve().parents[1]
+#: where every timed command runs, and each tree's ``PYTHONPATH`` (set in main)
+RUN: dict[str, object] = {"cwd": None, "env": None}
+
+
+def tree_env(tree: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(tree)}
+
+
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
     """(wall s, CPU s of the process and its children) of one run of ``cmd``; its output is dropped."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   cwd=RUN["cwd"], env=env or RUN["env"])  # type: ignore[arg-type]
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -87,12 +106,75 @@ def camvid_pairs(root: Path, n: int, data: Path) -> Path:
     pairs = source_pairs(data)
     times = -(-n // len(pairs))
     if not root.is_dir():
-        replicated_source(pairs, root, times, link="hardlink")
+        # copies, not links: another process hard-linking the shared files moves their ctime, which is a change
+        replicated_source(pairs, root, times, link="copy")
         names = sorted(p.name for p in (root / "train").iterdir())
         for name in names[n:]:  # exactly n pairs
             (root / "train" / name).unlink()
             (root / "trainannot" / name).unlink()
     return root
+
+
+def export(rev: str, work: Path) -> Path:
+    """``rev`` of this repository as a plain tree under ``work`` (``git archive``), once."""
+    tree = work / f"tree-{rev}"
+    if not (tree / "shardkit").is_dir():
+        tree.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return tree
+
+
+def compile_tree(tree: Path) -> None:
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "shardkit")], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def console_script(tree: Path, work: Path, name: str) -> Path:
+    """A ``shardkit`` console script for ``tree``, as pip writes it from the tree's own entry point."""
+    text = (tree / "pyproject.toml").read_text()
+    found = re.search(r'^shardkit\s*=\s*"([\w.]+):(\w+)"', text, re.M)
+    assert found, f"no shardkit entry point in {tree}/pyproject.toml"
+    folder = work / f"bin-{name}"
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "shardkit"
+    script.write_text(f"#!{sys.executable}\nimport re\nimport sys\nfrom {found[1]} import {found[2]}\n"
+                      "if __name__ == '__main__':\n"
+                      "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
+                      f"    sys.exit({found[2]}())\n")
+    script.chmod(0o755)
+    return script
+
+
+def startup(work: Path, baseline: str, rounds: int) -> list[tuple[str, float, float]]:
+    """``--version`` and ``--help`` of this tree against ``baseline``, ``-m`` and console script, in turns."""
+    old = export(baseline, work)
+    compile_tree(old)
+    ratios = []
+    for args in (["--version"], ["--help"]):
+        for how in ("python -m shardkit", "console script"):
+            cmds = {}
+            for label, tree in (("new", REPO), (baseline, old)):
+                cmds[label] = ([sys.executable, "-m", "shardkit"] if how.startswith("python")
+                               else [str(console_script(tree, work, label))]) + args
+            envs = {"new": tree_env(REPO), baseline: tree_env(old)}
+            runs: dict[str, list[tuple[float, float]]] = {k: [] for k in cmds}
+            for k in cmds:
+                timed(cmds[k], envs[k])  # warm-up
+            for _ in range(rounds):
+                for k in cmds:
+                    runs[k].append(timed(cmds[k], envs[k]))
+            what = f"{how} {args[0]}"
+            n, b = row(f"{what}: this tree", runs["new"]), row(f"{what}: {baseline}", runs[baseline])
+            ratios.append((f"{what}: this tree / {baseline}", n[0] / b[0], n[1] / b[1]))
+            per_round(f"{what}: this tree / {baseline}", runs["new"], runs[baseline])
+    return ratios
+
+
+def per_round(name: str, a: list[tuple[float, float]], b: list[tuple[float, float]]) -> None:
+    """Each turn's ratio a/b (wall, cpu): a bar is met only where every turn meets it."""
+    pairs = ", ".join(f"{x[0] / y[0]:.2f}/{x[1] / y[1]:.2f}" for x, y in zip(a, b, strict=True))
+    print(f"{name}, each turn (wall/cpu): {pairs}", flush=True)
 
 
 def row(name: str, runs: list[tuple[float, float]]) -> tuple[float, float]:
@@ -108,16 +190,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tiny", type=int, default=200_000, help="tiny pairs for the no-op vs stat-walk (0: skip)")
     ap.add_argument("--camvid", type=int, default=701, help="CamVid-size pairs for no-op vs fresh (0: skip)")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="SegNet-layout CamVid folder")
-    ap.add_argument("--rounds", type=int, default=5, help="turns of each timed command")
+    ap.add_argument("--rounds", type=int, default=5, help="turns of each timed convert and stat walk")
+    ap.add_argument("--baseline", default="99f3085", help="revision whose start-up this tree's is compared with")
+    ap.add_argument("--startup-rounds", type=int, default=10, help="turns of each start-up command (0: skip)")
     ap.add_argument("--fresh", action="store_true", help="also time a fresh convert of the tiny pairs (slow)")
     ap.add_argument("--work", type=Path, default=None, help="work folder (default: a temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the datasets and outputs for the next run")
     args = ap.parse_args(argv)
-    work = args.work or Path(tempfile.mkdtemp(prefix="shardkit-noop-"))
+    work = (args.work or Path(tempfile.mkdtemp(prefix="shardkit-noop-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
+    RUN.update(cwd=str(work), env=tree_env(REPO))
+    compile_tree(REPO)
     walk = [sys.executable, "-c", STAT_WALK]
     print(f"# {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} (1 min) at the start; medians of "
-          f"{args.rounds} turns; whole processes")
+          f"{args.rounds} turns ({args.startup_rounds} for start-up); whole processes", flush=True)
+    bars: list[tuple[str, float, float, str]] = []
     try:
         if args.tiny:
             src, out = tiny_pairs(work / f"tiny{args.tiny}", args.tiny), work / f"tiny{args.tiny}-out"
@@ -126,16 +213,19 @@ def main(argv: list[str] | None = None) -> int:
                 fresh = row(f"tiny x{args.tiny}: fresh convert", [timed(convert_cmd(src, out, []))])
             else:
                 fresh = None
-            timed(convert_cmd(src, out, []))  # warm-up: the page cache, and the caches an unchanged run keeps
+            timed(convert_cmd(src, out, []))  # warm-up: the page cache, and what an unchanged run keeps
             stat_runs, noop_runs = [], []
             for _ in range(args.rounds):
                 stat_runs.append(timed([*walk, str(src)]))
                 noop_runs.append(timed(convert_cmd(src, out, [])))
             s, n = row(f"tiny x{args.tiny}: stat walk", stat_runs), row(f"tiny x{args.tiny}: no-op", noop_runs)
-            print(f"tiny x{args.tiny}: no-op / stat walk = {n[0] / s[0]:.2f} (wall), {n[1] / s[1]:.2f} (cpu)"
-                  + (f"; fresh / no-op = {fresh[0] / n[0]:.1f} (wall)" if fresh else ""), flush=True)
+            bars.append((f"tiny x{args.tiny}: no-op / stat walk", n[0] / s[0], n[1] / s[1], "<= 3"))
+            per_round(f"tiny x{args.tiny}: no-op / stat walk", noop_runs, stat_runs)
+            if fresh:
+                print(f"tiny x{args.tiny}: fresh / no-op = {fresh[0] / n[0]:.1f} (wall)", flush=True)
+            print(f"# load {os.getloadavg()[0]:.1f}", flush=True)
         if args.camvid:
-            src = camvid_pairs(work / f"camvid{args.camvid}", args.camvid, args.data)
+            src = camvid_pairs(work / f"camvid{args.camvid}-copied", args.camvid, args.data)
             out = work / f"camvid{args.camvid}-out"
             extra = ["--size", "352x480"]
             fresh_runs, noop_runs, stat_runs = [], [], []
@@ -147,12 +237,19 @@ def main(argv: list[str] | None = None) -> int:
                 stat_runs.append(timed([*walk, str(src)]))
             f, n = row(f"camvid x{args.camvid}: fresh", fresh_runs), row(f"camvid x{args.camvid}: no-op", noop_runs)
             s = row(f"camvid x{args.camvid}: stat walk", stat_runs)
-            print(f"camvid x{args.camvid}: fresh / no-op = {f[0] / n[0]:.1f} (wall), {f[1] / n[1]:.1f} (cpu); "
-                  f"no-op / stat walk = {n[0] / s[0]:.2f} (wall)", flush=True)
+            bars.append((f"camvid x{args.camvid}: fresh / no-op", f[0] / n[0], f[1] / n[1], ">= 20"))
+            per_round(f"camvid x{args.camvid}: fresh / no-op", fresh_runs, noop_runs)
+            print(f"camvid x{args.camvid}: no-op / stat walk = {n[0] / s[0]:.2f} (wall)", flush=True)
+            print(f"# load {os.getloadavg()[0]:.1f}", flush=True)
+        if args.startup_rounds:
+            for name, wall, cpu in startup(work, args.baseline, args.startup_rounds):
+                bars.append((name, wall, cpu, "well under 0.5"))
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"# load {os.getloadavg()[0]:.1f} (1 min) at the end")
+    print(f"# load {os.getloadavg()[0]:.1f} (1 min) at the end\n\nthe bars (ratios of medians):")
+    for name, wall, cpu, goal in bars:
+        print(f"  {name:<52} {wall:7.2f} wall {cpu:7.2f} cpu   goal {goal}")
     return 0
 
 

@@ -19,6 +19,9 @@ Compared: the exit code, the set of files under the output folder, and every fil
 fields, which depend on when and where a run happened, not on what it wrote:
 
 - ``.shardkit.lock``: the writer's host name and pid (process-dependent by design); only its presence is compared.
+- ``.shardkit-unchanged.json`` (the signature an unchanged re-run is checked against, since #30): not compared at
+  all. It is the state of a run (paths, every input's and output's stat, the code's files), and older revisions
+  write none.
 - ``.shard-<key>.json`` (a shard's record for no-op re-runs): each output file's ``stat`` (size, mtime_ns,
   ctime_ns, inode of the file just written: time- and filesystem-dependent; the same record's ``bytes`` and
   ``sha256`` are compared). Everything else in the record is compared.
@@ -84,6 +87,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
 #: fields of a ``.shard-<key>.json`` record's file entries that are the file's stat, not its content
 RECORD_STAT_FIELDS = ("stat",)
 LOCK_NAME = ".shardkit.lock"
+SIGNATURE_NAME = ".shardkit-unchanged.json"
 FINGERPRINTS_NAME = ".fingerprints.json"
 
 
@@ -340,6 +344,8 @@ def _hdf5_equal(a: Path, b: Path) -> bool:
 def compare(old: Path, new: Path) -> tuple[list[Diff], int, int]:
     """Differences between two output folders; the number of files and of bytes compared."""
     fa, fb = files_under(old), files_under(new)
+    for files in (fa, fb):  # a run's state, not its output (see the module notes)
+        files.pop(SIGNATURE_NAME, None)
     diffs: list[Diff] = [Diff(p, "only-old", "file only in OLD's output") for p in sorted(fa.keys() - fb.keys())]
     diffs += [Diff(p, "only-new", "file only in NEW's output") for p in sorted(fb.keys() - fa.keys())]
     nbytes = 0

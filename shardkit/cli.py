@@ -345,11 +345,18 @@ def convert(input_dir: Path, output_dir: Path, verbose: bool, log_format: str, *
     Either may be an fsspec URL (s3://bucket/prefix, gs://…): see docs/object-storage.md.
     """
     setup_logging(quiet=options["quiet"], verbose=verbose, json_lines=log_format == "json")
+    from . import unchanged
+
+    # nothing changed since the last successful run: said so without importing the converter (unchanged.py)
+    check = unchanged.check_for(input_dir, output_dir, {**options, "verbose": verbose, "log_format": log_format})
+    if check is not None and check.unchanged():
+        return
     from .pipeline import convert as run
 
     cfg = ConvertConfig(input_dir, output_dir,
                         **{f.name: options[spec.param or f.name] for f, spec in cli_options()})
-    summary = run(cfg)
+    with unchanged.recording(check) as recorder:
+        summary = run(cfg)
     if cfg.dry_run:
         for line in summary.discovery.report_lines():
             click.echo(line)
@@ -365,6 +372,12 @@ def convert(input_dir: Path, output_dir: Path, verbose: bool, log_format: str, *
               "above (and the manifest's 'skipped' list), then re-run")
     if failed:
         sys.exit(EXIT_SKIPPED)
+    if check is not None:
+        dupes = summary.duplicates
+        check.save(summary.manifests, {"samples": summary.samples, "shards": summary.shards, "bytes": summary.bytes,
+                                       "skipped": len(summary.skipped),
+                                       "duplicates": dupes.extra_copies if dupes is not None else 0},
+                   dupes.line() if dupes is not None else "", recorder.lines)
 
 
 bind_env_names(convert)  # SHARDKIT_<FLAG> for every flag of convert, the names --config takes

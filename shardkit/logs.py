@@ -26,10 +26,19 @@ class JsonFormatter(logging.Formatter):
             "event": getattr(record, "event", "log"),
             "message": record.getMessage(),
         }
-        for key, value in record.__dict__.items():
-            if key not in _RESERVED and key not in out:
+        for key, value in extra_fields(record).items():
+            if key not in out:
                 out[key] = value
         return json.dumps(out, default=str, sort_keys=False)
+
+
+#: Names a record's structured fields may not take (the record's own attributes).
+RESERVED_FIELDS = frozenset(_RESERVED)
+
+
+def extra_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """A record's structured fields: what the call passed in ``extra`` (``event`` and the rest)."""
+    return {key: value for key, value in record.__dict__.items() if key not in _RESERVED}
 
 
 def setup(*, quiet: bool = False, verbose: bool = False, json_lines: bool = False) -> None:

@@ -88,3 +88,11 @@ def test_a_real_run_on_a_tiny_input_is_identical() -> None:
     assert res.returncode == 0, res.stdout + res.stderr
     assert "| rgb/npy/none/raw/raw | 0/0 |" in res.stdout and "identical" in res.stdout
     assert "1 of 1 cases wrote identical output" in res.stdout, res.stdout
+
+
+def test_the_unchanged_run_signature_is_not_compared(tmp_path: Path) -> None:
+    bi = script()
+    a, b = split_folder(tmp_path / "a"), split_folder(tmp_path / "b")
+    (b.parent / ".shardkit-unchanged.json").write_text('{"tree": "run state"}')  # an older revision writes none
+    diffs, files, _ = bi.compare(a.parent, b.parent)
+    assert diffs == [] and files == 6

@@ -105,7 +105,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "labels": ("labels",),
     "augment": ("augment",),
     "store": ("manifest", "publish", "records", "splitdir", "stats", "duplicates"),
-    "convert": ("config", "layouts", "discover", "fingerprint", "plan", "staging", "worker", "pool", "pipeline"),
+    "convert": ("config", "layouts", "discover", "fingerprint", "plan", "staging", "worker", "pool", "pipeline",
+                "unchanged"),
     "read": ("read", "tf"),
     "front": ("", "__main__", "cli", "bench", "show", "verify", "diff", "demo"),
 }

@@ -1,0 +1,234 @@
+"""The unchanged-nightly fast path (shardkit/unchanged.py): taken when nothing changed, by observable effect (the
+converter is not called, its lines are said again), and never when anything the output depends on changed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import shardkit
+import shardkit.pipeline
+from shardkit import unchanged
+from shardkit.cli import main
+from shardkit.errors import OutputError
+from shardkit.unchanged import SIGNATURE_NAME
+
+FAST = "is as the last run left them"
+
+
+class Spy:
+    """Stands in for ``shardkit.pipeline.convert`` (which the CLI imports when it takes the normal path)."""
+
+    def __init__(self, real: Callable[..., Any]) -> None:
+        self.real = real
+        self.calls = 0
+
+    def __call__(self, cfg: Any) -> Any:
+        self.calls += 1
+        return self.real(cfg)
+
+
+@pytest.fixture()
+def spy(monkeypatch: pytest.MonkeyPatch) -> Spy:
+    s = Spy(shardkit.pipeline.convert)
+    monkeypatch.setattr(shardkit.pipeline, "convert", s)
+    return s
+
+
+def small_camvid(src: Path, dst: Path, n: int = 3) -> Path:
+    names = sorted(p.name for p in (src / "val").iterdir())[:n]
+    for sub in ("val", "valannot"):
+        (dst / sub).mkdir(parents=True)
+        for name in names:
+            (dst / sub / name).write_bytes((src / sub / name).read_bytes())
+    return dst
+
+
+def convert(raw: Path, out: Path, *extra: object, env: dict[str, str] | None = None) -> Any:
+    return CliRunner().invoke(main, ["convert", str(raw), str(out), "--size", "96x128", "--shard-size", "2",
+                                     "--workers", "1", *map(str, extra)], env=env, catch_exceptions=False)
+
+
+def fast(spy: Spy, raw: Path, out: Path, *extra: object, env: dict[str, str] | None = None) -> bool:
+    """Run convert; whether it took the fast path (the converter was not called). Exit 0 either way."""
+    before = spy.calls
+    res = convert(raw, out, *extra, env=env)
+    assert res.exit_code == 0, res.output
+    taken = spy.calls == before
+    assert (FAST in res.output) == taken, res.output
+    return taken
+
+
+@pytest.fixture()
+def converted(camvid_root: Path, tmp_path: Path, spy: Spy) -> tuple[Path, Path]:
+    raw, out = small_camvid(camvid_root, tmp_path / "raw"), tmp_path / "out"
+    assert not fast(spy, raw, out)
+    assert (out / SIGNATURE_NAME).is_file()
+    return raw, out
+
+
+def test_nothing_changed_takes_the_fast_path_and_says_what_a_run_says(converted: tuple[Path, Path],
+                                                                       spy: Spy) -> None:
+    raw, out = converted
+    res = convert(raw, out)
+    assert res.exit_code == 0 and spy.calls == 1, res.output
+    assert "layout segnet (labels: ids)" in res.output  # what was guessed is said on every run
+    assert "class table: 12 classes from the segnet layout" in res.output
+    assert f"convert {raw} → {out} as npy" in res.output
+    assert "nothing changed: 3 samples in 2 shards reused unchanged" in res.output
+    assert fast(spy, raw, out)  # and again
+
+
+def test_json_log_keeps_its_events(converted: tuple[Path, Path], spy: Spy) -> None:
+    raw, out = converted
+    assert not fast(spy, raw, out, "--log-format", "json")  # another option: the normal path, then a signature
+    res = convert(raw, out, "--log-format", "json")
+    assert spy.calls == 2
+    events = [json.loads(line) for line in res.output.splitlines() if line.startswith("{")]
+    kinds = [e["event"] for e in events]
+    assert kinds[-1] == "summary" and "start" in kinds and "class_table" in kinds
+    summary = events[-1]
+    assert (summary["samples"], summary["shards"], summary["reused_shards"], summary["skipped"]) == (3, 2, 2, 0)
+
+
+def test_any_input_change_takes_the_normal_path(converted: tuple[Path, Path], spy: Spy) -> None:
+    raw, out = converted
+    image = min((raw / "val").iterdir())
+    st = image.stat()
+    changes: dict[str, Callable[[], None]] = {
+        "mtime": lambda: os.utime(image, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9)),
+        # same size and mtime (touch -r): the ctime still moves
+        "content": lambda: (image.write_bytes(image.read_bytes()[:-1] + b"\0"),
+                            os.utime(image, ns=(st.st_atime_ns, st.st_mtime_ns))),
+        "added": lambda: (raw / "val" / "extra.txt").write_text("notes"),
+        "renamed": lambda: (raw / "val" / "extra.txt").rename(raw / "val" / "extra2.txt"),
+        "removed": lambda: (raw / "val" / "extra2.txt").unlink(),
+        "folder": lambda: (raw / "empty").mkdir(),
+    }
+    for what, change in changes.items():
+        change()
+        assert not fast(spy, raw, out), what
+        assert fast(spy, raw, out), f"{what}: the next run is fast again"
+
+
+def test_an_option_or_environment_change_takes_the_normal_path(converted: tuple[Path, Path], spy: Spy,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    raw, out = converted
+    assert not fast(spy, raw, out, "--shard-size", "3")
+    assert fast(spy, raw, out, "--shard-size", "3")
+    assert not fast(spy, raw, out, "--shard-size", "3", env={"SHARDKIT_DECODE_THREADS": "1"})
+    assert not fast(spy, raw, out, "--shard-size", "3", env={"SHARDKIT_FORMAT": "npy"})
+    assert not fast(spy, raw, out, "--shard-size", "3", "--quiet")
+
+
+def test_a_file_an_option_names_is_part_of_the_key(tmp_path: Path) -> None:
+    classes = tmp_path / "classes.txt"
+    classes.write_text("road\nsky\n")
+    params = {"classes": classes, "split_list": (f"val={classes}",)}
+    key = unchanged.run_key(tmp_path, tmp_path / "o", params)
+    assert unchanged.run_key(tmp_path, tmp_path / "o", params) == key
+    classes.write_text("road\ncar\n")  # same size
+    assert unchanged.run_key(tmp_path, tmp_path / "o", params) != key
+    assert unchanged.run_key(tmp_path, tmp_path / "o", {"split_list": (f"val={classes}",)}) != key
+
+
+def test_a_changed_output_takes_the_normal_path(converted: tuple[Path, Path], spy: Spy) -> None:
+    raw, out = converted
+    manifest = out / "val" / "manifest.json"
+    shard = next(p for p in (out / "val").iterdir() if p.name.startswith("images-"))
+    changes: dict[str, Callable[[], None]] = {
+        "manifest replaced": lambda: manifest.write_bytes(manifest.read_bytes()),
+        "manifest removed": lambda: manifest.unlink(),
+        "manifest damaged": lambda: manifest.write_text(manifest.read_text()[:-2]),
+        "shard removed": lambda: shard.unlink(),
+        "shard touched": lambda: os.utime(shard, ns=(0, 0)),
+    }
+    for what, change in changes.items():
+        change()
+        assert not fast(spy, raw, out), what
+        assert fast(spy, raw, out), f"{what}: repaired, the next run is fast again"
+    assert manifest.is_file() and shard.is_file()
+
+
+def test_a_damaged_missing_or_foreign_signature_takes_the_normal_path(converted: tuple[Path, Path],
+                                                                       spy: Spy) -> None:
+    raw, out = converted
+    sig = out / SIGNATURE_NAME
+    good = json.loads(sig.read_text())
+    changes: dict[str, Callable[[], None]] = {
+        "damaged": lambda: sig.write_text(sig.read_text()[:100]),
+        "removed": lambda: sig.unlink(),
+        "another layout": lambda: sig.write_text(json.dumps({**good, "format": 0})),
+        "another run": lambda: sig.write_text(json.dumps({**good, "key": "0" * 64})),
+        "odd lines": lambda: sig.write_text(json.dumps({**good, "lines": [["x"]]})),
+        "outside paths": lambda: sig.write_text(json.dumps({**good, "outputs": {"../x": [0, 0, 0, 0]}})),
+        "not an object": lambda: sig.write_text("[]"),
+    }
+    for what, change in changes.items():
+        change()
+        assert not fast(spy, raw, out), what
+        assert fast(spy, raw, out), what
+    # a line whose fields would overwrite the log record's own is said without them, not a traceback
+    good = json.loads(sig.read_text())
+    sig.write_text(json.dumps({**good, "lines": [[20, "hello", {"message": "x", "name": "y", "logger": "z"}]]}))
+    res = convert(raw, out)
+    assert res.exit_code == 0 and "hello" in res.output and FAST in res.output, res.output
+
+
+def test_rehash_force_and_dry_run_always_take_the_normal_path(converted: tuple[Path, Path], spy: Spy) -> None:
+    raw, out = converted
+    for extra in (["--rehash"], ["--force"], ["--dry-run"]):
+        before = spy.calls
+        res = convert(raw, out, *extra)
+        assert res.exit_code == 0 and spy.calls == before + 1, extra
+    assert not (out / SIGNATURE_NAME).exists()  # --force rewrote the output: the signature went first
+    assert not fast(spy, raw, out)
+    assert fast(spy, raw, out)
+
+
+def test_a_failed_run_leaves_no_signature(converted: tuple[Path, Path], spy: Spy) -> None:
+    raw, out = converted
+
+    def dies(cfg: Any) -> Any:
+        raise OutputError("the disk went away", path=out)
+
+    spy.real = dies
+    (raw / "val" / "new.txt").write_text("x")  # something changed: the normal path runs, and fails
+    res = convert(raw, out)
+    assert res.exit_code == 1
+    assert not (out / SIGNATURE_NAME).exists()
+    (raw / "val" / "new.txt").unlink()  # back as the old signature had it: still the normal path (none is left)
+    before = spy.calls
+    assert convert(raw, out).exit_code == 1 and spy.calls == before + 1
+
+
+def test_a_run_that_skipped_inputs_leaves_no_signature(camvid_root: Path, tmp_path: Path, spy: Spy) -> None:
+    raw, out = small_camvid(camvid_root, tmp_path / "raw"), tmp_path / "out"
+    bad = min((raw / "val").iterdir())
+    bad.write_bytes(b"not a png")
+    for _ in range(2):
+        res = convert(raw, out, "--on-error", "skip")
+        assert res.exit_code == 3, res.output
+    assert spy.calls == 2 and not (out / SIGNATURE_NAME).exists()
+
+
+def test_the_fast_path_imports_no_converter(converted: tuple[Path, Path]) -> None:
+    raw, out = converted
+    root = Path(shardkit.__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    args = ["convert", str(raw), str(out), "--size", "96x128", "--shard-size", "2", "--workers", "1"]
+    probe = ("import sys\nfrom shardkit.cli import main\n"
+             f"try:\n    main({args!r})\n"
+             "except SystemExit as e:\n    assert not e.code, e.code\n"
+             "print(' '.join(sorted(m for m in sys.modules if m.startswith(('numpy', 'shardkit.pipeline', 'cv2')))))")
+    res = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert FAST in res.stderr, res.stderr
+    assert res.stdout.split() == []
