@@ -50,9 +50,11 @@ LEASE_TTL = 7 * 24 * 3600.0
 
 def atomic_write_bytes(path: Path, data: bytes | Iterable[bytes]) -> None:
     """Write ``data`` (bytes, or pieces of them written in turn) to ``path`` via a temp file in the same
-    folder, fsync, rename, fsync the folder."""
+    folder, fsync, rename, fsync the folder. The temp name carries :data:`~shardkit.splitfiles.TMP_MARK`, so a
+    crash leaves a name :func:`remove_temps` recognises."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{TMP_MARK}{socket.gethostname()}-{os.getpid()}-",
+                               dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as fh:
@@ -257,11 +259,12 @@ def link_into_place(directory: Path, name: str, final_name: str) -> None:
     os.replace(tmp, directory / final_name)
 
 
-def remove_temps(directory: Path) -> None:
-    """Delete temporary files left by an earlier, interrupted run."""
+def remove_temps(directory: Path, is_temp: Callable[[str], bool] = is_temp_name) -> None:
+    """Delete temporary files left by an earlier, interrupted run: those whose name ``is_temp`` (a split folder
+    passes :func:`shardkit.splitdir.is_split_temp`, which also knows older runs' temp names)."""
     if directory.is_dir():
         for p in directory.iterdir():
-            if is_temp_name(p.name):
+            if is_temp(p.name):
                 p.unlink(missing_ok=True)
 
 

@@ -3,10 +3,11 @@ the sinks that publish, commit and clean it up — on a local disk or in a bucke
 
 A split folder holds, besides ``manifest.json`` and its kept versions ``manifest-v<N>.json``, shard files (named
 by their format), samples sidecars, shard records ``.shard-<key>.json``, the fingerprint cache, the run lock,
-readers' leases and temporary names ``.<name>.tmp-…``; anything else (a user's notes, another tool's files) is
-never deleted. The name rules live where each file is written (:mod:`shardkit.manifest`, :mod:`shardkit.records`,
-:mod:`shardkit.samples`, :mod:`shardkit.fingerprint`, :mod:`shardkit.lock`, :mod:`shardkit.publish`, the formats);
-this module is the one that puts them together and decides.
+readers' leases and temporary names ``.<name>.tmp-…`` (an older shardkit's also ``.<name>.<8 characters>.tmp``);
+anything else (a user's notes, another tool's files) is never deleted. The name rules live where each file is
+written (:mod:`shardkit.manifest`, :mod:`shardkit.records`, :mod:`shardkit.samples`, :mod:`shardkit.fingerprint`,
+:mod:`shardkit.lock`, :mod:`shardkit.publish`, the formats); this module is the one that puts them together and
+decides.
 
 :class:`SplitSink` is what the pipeline sees of an output: :class:`LocalSink` for a folder on disk,
 :class:`RemoteSink` for one on object storage, which is written in a local staging folder first and uploaded
@@ -44,7 +45,7 @@ from .publish import (
 )
 from .records import RECORD_PREFIX, ShardRecord, is_record_name, records_within, reuse
 from .samples import fetch_sidecar, is_sidecar_name
-from .splitfiles import TMP_MARK, ShardFile, ShardInfo, is_temp_name
+from .splitfiles import TMP_MARK, ShardFile, ShardInfo, is_temp_name, mkstemp_temp_target
 from .storage import Remote
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ __all__ = [
     "SplitSink",
     "has_records",
     "is_shard_name",
+    "is_split_temp",
     "is_temp_name",
     "keep_set",
     "owned",
@@ -88,13 +90,27 @@ def name_kind(name: str) -> str | None:
         return "lock"
     if name.startswith(LEASE_PREFIX):
         return "lease"
-    if is_temp_name(name):
+    if is_split_temp(name):
         return "temp"
     if is_record_name(name):
         return "record"
     if is_sidecar_name(name):
         return "sidecar"
     return "shard" if is_shard_name(name) else None
+
+
+#: The kinds of file :func:`~shardkit.publish.atomic_write_bytes` writes into a split folder.
+_WRITTEN_WHOLE = frozenset({"manifest", "version", "cache", "record", "sidecar"})
+
+
+def is_split_temp(name: str) -> bool:
+    """A temporary name in a split folder: one carrying :data:`TMP_MARK`, or an older shardkit's
+    ``.<final name>.<8 random characters>.tmp`` of a file it writes whole (the manifest, a kept version, the
+    fingerprint cache, a shard record, a samples sidecar). A user's file is never one."""
+    if is_temp_name(name):
+        return True
+    target = mkstemp_temp_target(name)
+    return target is not None and name_kind(target) in _WRITTEN_WHOLE
 
 
 def owned(name: str) -> bool:
@@ -156,7 +172,7 @@ class SplitSink:
         except OSError as exc:
             raise OutputError(f"cannot create the output folder ({exc.strerror})", path=directory,
                               fix="check the path and its permissions") from None
-        remove_temps(directory)
+        remove_temps(directory, is_split_temp)
         drop_uncommitted(directory)
 
     def reuse(self, directory: Path, key: str, wanted_names: tuple[str, ...], *,

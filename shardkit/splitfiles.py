@@ -41,6 +41,18 @@ def is_temp_name(name: str) -> bool:
     return name.startswith(".") and TMP_MARK in name
 
 
+#: The temp names ``atomic_write_bytes`` gave before it used :data:`TMP_MARK` (a crash may have left some):
+#: ``tempfile.mkstemp``'s ``.<final name>.<8 random characters>.tmp``.
+_MKSTEMP_TEMP = re.compile(r"\.(?P<final>.+)\.[a-z0-9_]{8}\.tmp")
+
+
+def mkstemp_temp_target(name: str) -> str | None:
+    """The final name an older shardkit's ``.<final name>.<8 random characters>.tmp`` temp file was for; None for
+    any other name. Only a caller that knows which final names shardkit writes may call such a file its own."""
+    match = _MKSTEMP_TEMP.fullmatch(name)
+    return match.group("final") if match else None
+
+
 def fsync_file(path: Path) -> None:
     """Make a file's data durable before a name points at it."""
     fd = os.open(path, os.O_RDONLY)

@@ -135,12 +135,34 @@ def resolve_options(url: str, given: Mapping[str, Any] | None) -> dict[str, Any]
     return options
 
 
+#: The S3 error code of a request to a bucket that does not exist.
+_NO_SUCH_BUCKET = "NoSuchBucket"
+
+
+def _error_code(exc: BaseException) -> str | None:
+    """The S3 error code (``NoSuchBucket``, ``NoSuchKey`` …) of ``exc`` or of the error it was raised from: s3fs
+    turns botocore's ``ClientError`` (whose ``response["Error"]["Code"]`` holds the code) into a builtin such as
+    FileNotFoundError, raised from it. None when no error in the chain carries one."""
+    seen: set[int] = set()
+    node: BaseException | None = exc
+    while node is not None and id(node) not in seen:
+        seen.add(id(node))
+        response = getattr(node, "response", None)
+        error = response.get("Error") if isinstance(response, dict) else None
+        code = error.get("Code") if isinstance(error, dict) else None
+        if isinstance(code, str) and code:
+            return code
+        node = node.__cause__ or node.__context__
+    return None
+
+
 def _wrap(exc: BaseException, what: str, where: str) -> ShardkitError:
     """Any error of a transfer → one line naming the object and what to check; a missing bucket is named as such
-    (s3fs reports it as a FileNotFoundError of whatever object was asked for)."""
+    (s3fs reports it as a FileNotFoundError of whatever object was asked for, raised from botocore's error whose
+    code says ``NoSuchBucket``)."""
+    if _error_code(exc) == _NO_SUCH_BUCKET:
+        return _no_bucket(where, f" ({what})")
     if isinstance(exc, FileNotFoundError):
-        if "bucket" in str(exc).lower():
-            return _no_bucket(where, f" ({what})")
         return InputNotFoundError(f"{what}: no such object", path=where, fix="check the URL")
     if isinstance(exc, PermissionError):
         return StorageError(f"{what}: access denied", path=where,
@@ -282,12 +304,14 @@ class Remote:
                                      fix="check the URL (the OUTPUT_DIR given to shardkit convert, or one split in it)")
 
     def info(self, rel: str) -> dict[str, Any] | None:
-        """The object's info (size, ETag …), or None if it does not exist."""
+        """The object's info (size, ETag …), or None if it does not exist (its bucket missing: the one-line error)."""
         def run() -> dict[str, Any] | None:
             try:
                 self.fs.invalidate_cache(self.path(rel))
                 info = self.fs.info(self.path(rel))
-            except FileNotFoundError:
+            except FileNotFoundError as exc:
+                if _error_code(exc) == _NO_SUCH_BUCKET:
+                    raise
                 return None
             return info if info.get("type") != "directory" else None
 

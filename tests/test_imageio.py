@@ -418,6 +418,7 @@ def test_a_tiff_tile_far_larger_than_its_image_is_refused(tmp_path: Path, no_dec
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # its subprocess has 600 s: ~30 s on CI's 2 cores, >300 s on a machine loaded to 10
 def test_one_worker_stays_under_1_gb_at_the_default_max_pixels() -> None:
     """The default --max-pixels is chosen so: the costliest kinds (a colour-mask label, a 16-bit RGBA PNG or
     TIFF image) converted at exactly the limit, peak RSS of the converting process (scripts/max_pixels_memory.py,

@@ -24,7 +24,7 @@ from click.testing import CliRunner
 import shardkit
 from shardkit.cli import main
 from shardkit.config import ConvertConfig, ShardSize
-from shardkit.errors import IntegrityError, OutputError, StorageError
+from shardkit.errors import InputNotFoundError, IntegrityError, OutputError, StorageError
 from shardkit.lock import LOCK_NAME, RemoteLock
 from shardkit.pipeline import convert
 from shardkit.storage import Remote, parse_storage_options
@@ -345,6 +345,36 @@ def test_a_missing_bucket_or_an_empty_prefix_is_named_as_such(s3: str, command: 
     Remote("s3://out/stray").write_bytes("notes.txt", b"not a split")
     res = CliRunner().invoke(main, [command, "s3://out/stray"])
     assert res.exit_code == 1 and "no manifest.json here" in res.output, res.output
+
+
+def test_a_missing_bucket_is_told_by_its_error_code_not_by_a_word_in_the_message(s3: str, tmp_path: Path) -> None:
+    """A missing object in a bucket whose name says "bucket" is no such object; a missing bucket is named as such
+    for every transfer, from the server's NoSuchBucket code (whatever its message says)."""
+    make_bucket("my-bucket")
+    present = Remote("s3://my-bucket/x")
+    for call in (lambda r: r.read_bytes("manifest.json"), lambda r: r.read_range("manifest.json", 0, 4),
+                 lambda r: r.download("manifest.json", tmp_path / "m.json")):
+        with pytest.raises(InputNotFoundError, match="no such object") as found:
+            call(present)
+        assert "bucket does not exist" not in str(found.value) and "s3://my-bucket/x/manifest.json" in str(found.value)
+    (tmp_path / "notes.txt").write_bytes(b"x")
+    missing = Remote("s3://no-such-bucket/x")
+    for call in (lambda r: r.read_bytes("manifest.json"), lambda r: r.download("manifest.json", tmp_path / "m.json"),
+                 lambda r: r.upload(tmp_path / "notes.txt", "notes.txt"), lambda r: r.write_bytes("a", b"x"),
+                 lambda r: r.delete(["a"])):
+        with pytest.raises(InputNotFoundError, match="the bucket does not exist") as found:
+            call(missing)
+        assert "create the bucket 'no-such-bucket'" in str(found.value)
+    # the code decides, not the text: botocore's error, as s3fs raises it, with a message that never says "bucket"
+    from botocore.exceptions import ClientError
+
+    def raise_translated(code: str) -> None:
+        raise FileNotFoundError("gone") from ClientError({"Error": {"Code": code, "Message": "gone"}}, "GetObject")
+
+    with pytest.raises(InputNotFoundError, match="the bucket does not exist"):
+        missing._call("read", "a", raise_translated, "NoSuchBucket")
+    with pytest.raises(InputNotFoundError, match="read: no such object"):
+        missing._call("read", "a", raise_translated, "NoSuchKey")
 
 
 def test_cli_convert_with_storage_options_and_a_wrong_endpoint(raw_camvid: str, tmp_path: Path) -> None:

@@ -64,6 +64,25 @@ def test_remove_temps_deletes_only_hidden_temp_names(tmp_path: Path) -> None:
     remove_temps(tmp_path / "missing")  # no folder: nothing to do
 
 
+def test_a_crash_inside_atomic_write_leaves_a_temp_name_the_cleanup_removes(tmp_path: Path) -> None:
+    """A process killed between writing the temp file and renaming it: what it leaves is a shardkit temp name."""
+    import subprocess
+    import sys
+
+    root = Path(publish.__file__).resolve().parents[1]
+    code = ("import os, sys; from pathlib import Path; from shardkit.publish import atomic_write_bytes\n"
+            "os.replace = lambda a, b: os._exit(9)  # killed just before the rename\n"
+            "atomic_write_bytes(Path(sys.argv[1]) / 'manifest.json', b'half')\n")
+    res = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env={**os.environ, "PYTHONPATH": str(root)},
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 9, res.stderr
+    left = [p.name for p in tmp_path.iterdir()]
+    assert len(left) == 1 and left[0].startswith(".manifest.json" + TMP_MARK), left
+    (tmp_path / "notes.txt").write_bytes(b"mine")
+    remove_temps(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
 def test_collect_garbage_keeps_the_manifest_what_is_kept_and_what_is_not_ours(tmp_path: Path) -> None:
     for n in ("manifest.json", "images-1.npy", "images-2.npy", ".shard-old.json", "notes.txt"):
         (tmp_path / n).write_bytes(b"")

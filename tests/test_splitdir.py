@@ -74,6 +74,26 @@ def test_open_clears_a_killed_runs_temps_and_uncommitted_versions(tmp_path: Path
     assert (tmp_path / "new" / "train").is_dir()
 
 
+#: Temp names of atomic_write_bytes before it used TMP_MARK (tempfile.mkstemp's), for each file it writes whole
+OLD_TEMPS = (".manifest.json.ab_cd123.tmp", ".manifest-v3.json.x1y2z3w4.tmp", f".{CACHE_NAME}.abcdefgh.tmp",
+             f".{ShardRecord.name('abc')}.0123abcd.tmp", ".samples-00000-abcdef012345.npy.zz_9zz9z.tmp")
+#: A user's files that merely look alike: not hidden, not a name shardkit writes whole, not mkstemp's 8 characters
+LOOKALIKES = ("manifest.json.abcdefgh.tmp", ".notes.txt.abcdefgh.tmp", ".manifest.json.abcdefg.tmp",
+              ".manifest.json.ABCDEFGH.tmp", ".manifest.json.tmp", ".images-00000-abcdef012345.npy.abcdefgh.tmp")
+
+
+def test_an_older_shardkits_atomic_write_temps_are_temps_and_a_users_lookalikes_are_not() -> None:
+    assert {name: name_kind(name) for name in OLD_TEMPS} == dict.fromkeys(OLD_TEMPS, "temp")
+    assert not [name for name in LOOKALIKES if name_kind(name) == "temp"]
+
+
+def test_open_clears_an_older_shardkits_atomic_write_temps_and_keeps_a_users_lookalikes(tmp_path: Path) -> None:
+    for name in (*OLD_TEMPS, *LOOKALIKES):
+        (tmp_path / name).write_bytes(b"half")
+    LocalSink().open(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(LOOKALIKES)
+
+
 def test_publish_shard_renames_then_records(tmp_path: Path) -> None:
     (tmp_path / f".a{TMP_MARK}x").write_bytes(b"a")
     record = publish_shard(tmp_path, [(f".a{TMP_MARK}x", "a")], _record("k", "a"))
