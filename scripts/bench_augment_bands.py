@@ -190,7 +190,8 @@ def rows(args: argparse.Namespace, aug: O.Compose, split: Path) -> dict[str, Cal
     def product() -> Any:
         """make_loader(split, augment=aug) as a user gets it, its epoch sampler's batches replaced by ours
         (as bench_augment.py: this small split's epochs are a few batches long)."""
-        loader = make_loader(split, B, num_workers=w, layout="NHWC", augment=aug, shuffle=False, pin_memory=False)
+        loader = make_loader(split, shardkit.EpochPlan(B, shuffle=False), num_workers=w, layout="NHWC", augment=aug,
+                             pin_memory=False)
         if hasattr(loader, "ring"):
             slotted: Any = loader.sampler
             slotted.inner = batches
