@@ -11,19 +11,11 @@ from click.testing import CliRunner
 
 import shardkit
 from shardkit.cli import main
+from tests.camvid_copy import small_camvid
 
 
 def run(*args: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
     return CliRunner().invoke(main, [str(a) for a in args], env=env, catch_exceptions=False)
-
-
-def small_camvid(src: Path, dst: Path, n: int = 4) -> Path:
-    names = sorted(p.name for p in (src / "val").iterdir())[:n]
-    for sub in ("val", "valannot"):
-        (dst / sub).mkdir(parents=True)
-        for name in names:
-            (dst / sub / name).write_bytes((src / sub / name).read_bytes())
-    return dst
 
 
 def test_demo_then_convert_exercises_colour_labels(tmp_path: Path, validate_manifest) -> None:
@@ -61,7 +53,7 @@ def test_bad_option_exits_2(tmp_path: Path) -> None:
 
 
 def test_skipped_inputs_exit_3(camvid_root: Path, tmp_path: Path) -> None:
-    raw = small_camvid(camvid_root, tmp_path / "raw")
+    raw = small_camvid(camvid_root, tmp_path / "raw", n=4)
     bad = sorted((raw / "val").iterdir())[1]
     bad.write_bytes(b"")
     res = CliRunner().invoke(main, ["convert", str(raw), str(tmp_path / "out"), "--on-error", "skip", "-q"])
@@ -70,7 +62,7 @@ def test_skipped_inputs_exit_3(camvid_root: Path, tmp_path: Path) -> None:
 
 
 def test_config_file_sets_options_and_flags_win(camvid_root: Path, tmp_path: Path) -> None:
-    raw = small_camvid(camvid_root, tmp_path / "raw")
+    raw = small_camvid(camvid_root, tmp_path / "raw", n=4)
     cfg = tmp_path / "convert.toml"
     cfg.write_text('format = "lmdb"\nsize = "352x480"\nshard-size = 2\nworkers = 1\n')
     assert run("convert", raw, tmp_path / "a", "--config", cfg, "-q").exit_code == 0
@@ -88,14 +80,14 @@ def test_config_file_with_unknown_key_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_environment_variables_set_options(camvid_root: Path, tmp_path: Path) -> None:
-    raw = small_camvid(camvid_root, tmp_path / "raw")
+    raw = small_camvid(camvid_root, tmp_path / "raw", n=4)
     res = run("convert", raw, tmp_path / "o", "-q", env={"SHARDKIT_FORMAT": "lmdb", "SHARDKIT_WORKERS": "1"})
     assert res.exit_code == 0
     assert shardkit.open(tmp_path / "o" / "val").manifest.format == "lmdb"
 
 
 def test_json_log_lines(camvid_root: Path, tmp_path: Path) -> None:
-    raw = small_camvid(camvid_root, tmp_path / "raw")
+    raw = small_camvid(camvid_root, tmp_path / "raw", n=4)
     bad = sorted((raw / "val").iterdir())[0]
     bad.write_bytes(bad.read_bytes()[:100])
     res = CliRunner().invoke(main, ["convert", str(raw), str(tmp_path / "o"), "--log-format", "json",
@@ -116,7 +108,7 @@ def test_json_log_lines(camvid_root: Path, tmp_path: Path) -> None:
 
 
 def test_verify_passes_then_reports_a_corrupt_shard(camvid_root: Path, tmp_path: Path) -> None:
-    raw = small_camvid(camvid_root, tmp_path / "raw")
+    raw = small_camvid(camvid_root, tmp_path / "raw", n=4)
     assert run("convert", raw, tmp_path / "o", "--size", "352x480", "-q").exit_code == 0
     res = run("verify", tmp_path / "o")
     assert res.exit_code == 0 and "4 samples" in res.output
@@ -129,7 +121,7 @@ def test_verify_passes_then_reports_a_corrupt_shard(camvid_root: Path, tmp_path:
 
 
 def test_verify_detects_wrong_class_counts(camvid_root: Path, tmp_path: Path) -> None:
-    raw = small_camvid(camvid_root, tmp_path / "raw")
+    raw = small_camvid(camvid_root, tmp_path / "raw", n=4)
     assert run("convert", raw, tmp_path / "o", "-q").exit_code == 0
     path = tmp_path / "o" / "val" / "manifest.json"
     m = json.loads(path.read_text())

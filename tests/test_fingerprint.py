@@ -13,6 +13,7 @@ import shardkit.fingerprint as fp
 from shardkit.errors import InputNotFoundError
 from shardkit.fingerprint import CACHE_NAME, SourceCache, cache_items, fingerprint_samples, load_cache, save_cache
 from shardkit.pairs import PairBuilder, PairTable
+from tests.camvid_copy import small_camvid
 
 
 @pytest.fixture
@@ -120,17 +121,6 @@ def test_spilled_entries_come_back_as_written(tmp_path: Path, pairs: PairTable,
     assert list(tmp_path.glob("shardkit-cache-*")) == []
 
 
-def _small_camvid(camvid_root: Path, dst: Path, n: int = 6) -> Path:
-    """A SegNet-layout copy of the first ``n`` CamVid val pairs (real files, so stats and inodes are their own)."""
-    import shutil
-
-    for sub in ("val", "valannot"):
-        (dst / sub).mkdir(parents=True)
-        for p in sorted((camvid_root / sub).glob("*.png"))[:n]:
-            shutil.copyfile(p, dst / sub / p.name)
-    return dst
-
-
 @pytest.mark.parametrize("workers", [1, 2])
 def test_fingerprints_hashed_in_workers_equal_the_parents(camvid_root: Path, tmp_path: Path, workers: int,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
@@ -141,7 +131,7 @@ def test_fingerprints_hashed_in_workers_equal_the_parents(camvid_root: Path, tmp
     from shardkit.manifest import load_manifest
     from shardkit.pipeline import convert
 
-    src = _small_camvid(camvid_root, tmp_path / "src")
+    src = small_camvid(camvid_root, tmp_path / "src", n=6)
     out = tmp_path / "out" / "val"
     cfg = ConvertConfig(input=src, output=tmp_path / "out", size=(352, 480), layout="segnet", workers=workers,
                         shard_size=ShardSize(samples=2), quiet=True)
@@ -173,7 +163,7 @@ def test_unreadable_inputs_skipped_in_workers_get_the_parents_placeholder(camvid
     from shardkit.manifest import load_manifest
     from shardkit.pipeline import convert
 
-    src = _small_camvid(camvid_root, tmp_path / "src", n=4)
+    src = small_camvid(camvid_root, tmp_path / "src", n=4)
     fifo = sorted((src / "valannot").iterdir())[1]
     fifo.unlink()
     os.mkfifo(fifo)

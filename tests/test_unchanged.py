@@ -20,6 +20,7 @@ from shardkit import unchanged
 from shardkit.cli import main
 from shardkit.errors import OutputError
 from shardkit.unchanged import SIGNATURE_NAME
+from tests.camvid_copy import small_camvid
 
 FAST = "is as the last run left them"
 
@@ -43,15 +44,6 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> Spy:
     return s
 
 
-def small_camvid(src: Path, dst: Path, n: int = 3) -> Path:
-    names = sorted(p.name for p in (src / "val").iterdir())[:n]
-    for sub in ("val", "valannot"):
-        (dst / sub).mkdir(parents=True)
-        for name in names:
-            (dst / sub / name).write_bytes((src / sub / name).read_bytes())
-    return dst
-
-
 def convert(raw: Path, out: Path, *extra: object, env: dict[str, str] | None = None) -> Any:
     return CliRunner().invoke(main, ["convert", str(raw), str(out), "--size", "96x128", "--shard-size", "2",
                                      "--workers", "1", *map(str, extra)], env=env, catch_exceptions=False)
@@ -69,7 +61,7 @@ def fast(spy: Spy, raw: Path, out: Path, *extra: object, env: dict[str, str] | N
 
 @pytest.fixture()
 def converted(camvid_root: Path, tmp_path: Path, spy: Spy) -> tuple[Path, Path]:
-    raw, out = small_camvid(camvid_root, tmp_path / "raw"), tmp_path / "out"
+    raw, out = small_camvid(camvid_root, tmp_path / "raw", n=3), tmp_path / "out"
     assert not fast(spy, raw, out)
     assert (out / SIGNATURE_NAME).is_file()
     return raw, out
@@ -211,7 +203,7 @@ def test_a_failed_run_leaves_no_signature(converted: tuple[Path, Path], spy: Spy
 
 
 def test_a_run_that_skipped_inputs_leaves_no_signature(camvid_root: Path, tmp_path: Path, spy: Spy) -> None:
-    raw, out = small_camvid(camvid_root, tmp_path / "raw"), tmp_path / "out"
+    raw, out = small_camvid(camvid_root, tmp_path / "raw", n=3), tmp_path / "out"
     bad = min((raw / "val").iterdir())
     bad.write_bytes(b"not a png")
     for _ in range(2):
