@@ -88,8 +88,10 @@ IGNORE = 11
 SK = "shardkit numpy"
 
 
-def albu_compose(aug: O.Compose):  # type: ignore[no-untyped-def]
-    """The nearest albumentations.Compose to ``aug`` (imported lazily; ImportError when not installed)."""
+def albu_compose(aug: O.Compose, bands: bool = False):  # type: ignore[no-untyped-def]
+    """The nearest albumentations.Compose to ``aug`` (imported lazily; ImportError when not installed). ``bands``:
+    for images that are not RGB, where ``jitter=B:C`` is ``RandomBrightnessContrast`` per band (and saturation or
+    hue is refused); for RGB it is ``ColorJitter``."""
     import albumentations as al
 
     ts = []
@@ -107,8 +109,14 @@ def albu_compose(aug: O.Compose):  # type: ignore[no-untyped-def]
             ts.append(al.RandomCrop(op.h, op.w))
         elif isinstance(op, O.RandomFlip):
             ts.append(al.HorizontalFlip(p=op.horizontal))
+        elif isinstance(op, O.ColorJitter) and bands:
+            if op.saturation or op.hue:
+                raise ValueError("saturation and hue mean nothing for images that are not RGB")
+            ts.append(al.RandomBrightnessContrast(brightness_limit=op.brightness, contrast_limit=op.contrast, p=1.0))
         elif isinstance(op, O.ColorJitter):
             ts.append(al.ColorJitter(brightness=op.brightness, contrast=op.contrast, saturation=0, hue=0, p=1.0))
+        elif isinstance(op, O.RandomGamma):
+            ts.append(al.RandomGamma(gamma_limit=(100 * op.lo, 100 * op.hi), p=1.0))
         else:
             raise ValueError(f"no albumentations equivalent for {type(op).__name__}")
     return al.Compose(ts)

@@ -54,40 +54,8 @@ from shardkit.config import ConvertConfig
 from shardkit.pipeline import convert
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_augment import cpu_seconds
+from bench_augment import IGNORE, albu_compose, cpu_seconds
 from multiband_camvid import four_bands
-
-IGNORE = 11
-
-
-def albu_compose(aug: O.Compose):  # type: ignore[no-untyped-def]
-    """The nearest albumentations.Compose to ``aug`` (imported lazily; ImportError when not installed)."""
-    import albumentations as al
-
-    ts = []
-    for op in aug.ops:
-        if isinstance(op, O.RandomScale):
-            ts.append(al.RandomScale(scale_limit=(op.lo - 1, op.hi - 1), interpolation=cv2.INTER_LINEAR,
-                                     mask_interpolation=cv2.INTER_NEAREST, p=1.0))
-        elif isinstance(op, O.RandomRotate):
-            ts.append(al.Rotate(limit=(-op.degrees, op.degrees), interpolation=cv2.INTER_LINEAR,
-                                mask_interpolation=cv2.INTER_NEAREST, border_mode=cv2.BORDER_CONSTANT, fill=0,
-                                fill_mask=IGNORE, p=1.0))
-        elif isinstance(op, O.RandomCrop):
-            ts.append(al.PadIfNeeded(op.h, op.w, position="top_left", border_mode=cv2.BORDER_CONSTANT, fill=0,
-                                     fill_mask=IGNORE))
-            ts.append(al.RandomCrop(op.h, op.w))
-        elif isinstance(op, O.RandomFlip):
-            ts.append(al.HorizontalFlip(p=op.horizontal))
-        elif isinstance(op, O.ColorJitter):
-            if op.saturation or op.hue:
-                raise ValueError("saturation and hue mean nothing for 4-band images")
-            ts.append(al.RandomBrightnessContrast(brightness_limit=op.brightness, contrast_limit=op.contrast, p=1.0))
-        elif isinstance(op, O.RandomGamma):
-            ts.append(al.RandomGamma(gamma_limit=(100 * op.lo, 100 * op.hi), p=1.0))
-        else:
-            raise ValueError(f"no albumentations equivalent for {type(op).__name__}")
-    return al.Compose(ts)
 
 
 def make_splits(raw: Path, tmp: Path) -> dict[str, Path]:
@@ -177,7 +145,7 @@ def rows(args: argparse.Namespace, aug: O.Compose, split: Path) -> dict[str, Cal
     views = [ds[i] for i in range(len(ds))]
     n, B, nb, w = len(views), args.batch, args.batches, args.workers
     batches = [[i % n for i in range(b * B, (b + 1) * B)] for b in range(nb + max(w, 1))]  # no epoch ends
-    tf = albu_compose(aug)
+    tf = albu_compose(aug, bands=True)
 
     class PerSample(Dataset):
         def __len__(self) -> int:
