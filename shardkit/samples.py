@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 from .errors import IntegrityError, ShardFormatError, ShardkitError
+from .smallfile import sha256_of
 from .splitfiles import MAX_PIXELS, MAX_SIDE, check_regular_file, member_path
 from .tiles import TILE_FIELDS
 
@@ -290,7 +291,7 @@ def fetch_sidecar(remote: Remote, shard: ShardInfo, directory: Path) -> Path:
     part = final.with_name(f".{final.name}.part")
     try:
         remote.download(entry.name, part)
-        if part.stat().st_size != entry.bytes or _sha256_of(part) != entry.sha256:
+        if part.stat().st_size != entry.bytes or sha256_of(part) != entry.sha256:
             raise IntegrityError("downloaded samples sidecar differs from the manifest's size or sha256",
                                  path=remote.url_of(entry.name), fix="re-convert this split")
         part.replace(final)
@@ -310,14 +311,6 @@ def remote_sidecars(remote: Remote, cached: Path | None = None) -> Iterator[Call
             return fetch_sidecar(remote, shard, Path(tmp))
 
         yield folder
-
-
-def _sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _check_dtype(dtype: np.dtype, num_classes: int, bad: Callable[[str], ShardFormatError]) -> None:

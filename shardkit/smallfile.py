@@ -7,6 +7,7 @@ a folder or a multi-gigabyte file is refused before a byte is read, never read u
 from __future__ import annotations
 
 import errno
+import hashlib
 import stat
 from pathlib import Path
 
@@ -33,3 +34,13 @@ def read_small_file(path: str | Path, what: str = "file") -> bytes:
 def read_small_text(path: str | Path, what: str = "file", *, errors: str = "strict") -> str:
     """:func:`read_small_file` decoded as UTF-8 (a leading BOM dropped)."""
     return read_small_file(path, what).decode("utf-8-sig", errors)
+
+
+def sha256_of(path: str | Path) -> str:
+    """sha256 (hex) of a whole file, read 1 MiB at a time (memory stays bounded whatever its size); standard
+    library only, so the start-up paths that must not load numpy can use it."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()

@@ -36,6 +36,7 @@ from ._version import __version__
 from .errors import ShardkitError
 from .lock import OutputLock
 from .logs import RESERVED_FIELDS, extra_fields
+from .smallfile import sha256_of
 from .storage import is_url
 
 log = logging.getLogger(__name__)
@@ -89,14 +90,6 @@ def _stat(path: str | Path) -> list[int]:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
-def _file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _named_files(value: Any) -> Iterator[str]:
     """Strings in an option's value that name an existing file (``--classes F``, ``--split-list train=F``,
     ``--label-map F``, a ``KEY=FILE`` storage option …)."""
@@ -133,7 +126,7 @@ def run_key(input_dir: Path, output_dir: Path, params: Mapping[str, Any]) -> str
     for path in sorted(set(_named_files(list(params.values())))):
         size = Path(path).stat().st_size
         files.append([path, os.path.realpath(path), *_stat(path),
-                      _file_sha256(path) if size <= MAX_HASHED_OPTION_FILE else None])
+                      sha256_of(path) if size <= MAX_HASHED_OPTION_FILE else None])
     what = {
         "format": SIGNATURE_FORMAT, "shardkit": __version__, "code": _code_stats(),
         "python": [sys.version, sys.executable], "cwd": str(Path.cwd()),
@@ -245,7 +238,7 @@ def _published_intact(output: Path, outputs: Any) -> bool:
         try:
             if _stat(path) != want[:4]:
                 return False
-            if len(want) > 4 and _file_sha256(path) != want[4]:
+            if len(want) > 4 and sha256_of(path) != want[4]:
                 return False
         except OSError:
             return False
