@@ -95,7 +95,7 @@ def main() -> None:
 
     specs = {"uint16": args.u16_spec, "float32": args.f32_spec}
     print(f"albumentations {albumentations.__version__}, OpenCV {cv2.__version__}, numpy {np.__version__}, "
-          f"{os.cpu_count()} cores; image warp {augment_geometry.WARP_KERNELS.name()}, level maps "
+          f"{os.cpu_count()} cores; image warp cv2.warpAffine, level maps "
           f"{augment_levels.KERNELS.name()}, label gather {augment_geometry.kernel_name()}")
     print(f"batch {args.batch}, {args.batches} timed batches per row and round, {args.workers} DataLoader workers")
     tmp = Path(tempfile.mkdtemp(prefix="bench-augment-bands-"))

@@ -4,6 +4,9 @@ Output pixel (x, y) takes the source label at ``floor(M @ [x, y, 1] + 0.5)`` whe
 else the ignore index; the dtype is kept. Ops (RandomCrop's class-ratio check) and the numpy backend use it; the
 torch and TF backends reproduce :func:`gather_labels_exact` in their own ops and are tested equal to it. Nothing
 here needs a backend: numpy, plus numba when ``shardkit[fast]`` is installed.
+
+Images that are not uint8 follow one rule on every backend, stated here in numpy (:func:`warp_rule_numpy`):
+OpenCV 5's vector ``warpAffine``, which the numpy backend runs and torch and TF restate.
 """
 
 from __future__ import annotations
@@ -94,135 +97,55 @@ def gather_labels_exact(labels: np.ndarray, matrices: np.ndarray, hw: tuple[int,
 #: The range integer images are rounded and clamped to (float32: kept as computed).
 IMAGE_RANGES: dict[str, tuple[float, float] | None] = {"uint8": (0.0, 255.0), "uint16": (0.0, 65535.0),
                                                        "int16": (-32768.0, 32767.0), "float32": None}
+#: int16 images are warped as uint16 shifted by this much (OpenCV 5 has no vector int16 warp): the zero outside
+#: is then 32768, and the result is shifted back.
+INT16_SHIFT = 32768
+#: Output widths are warped rounded up to a multiple of this (then cut): OpenCV 5's vector ``warpAffine``
+#: handles 8, 16 or 32 columns per step (SSE, AVX2, AVX-512) and computes the last, partial step's
+#: coordinates another way (in float32 without the fused multiply-add); so every pixel takes the formula below.
+WARP_WIDTH_MULTIPLE = 64
 
 
-def warp_bilinear_exact(image: np.ndarray, m: np.ndarray, hw: tuple[int, int], out: np.ndarray) -> np.ndarray:
-    """An (H, W, C) image warped by ``m`` (output → source) into ``out`` (``hw``), bilinear in float64: the rule
-    of :func:`bilinear_exact_numpy`, computed by the compiled per-pixel loop (numba, ``shardkit[fast]``; the same
-    float64 operations in the same order, so the same values, tested equal) when there is one, else by that
-    numpy form (~25x slower: it pads and gathers the whole image in float64)."""
-    kernels = _warp_kernels()
-    limits = IMAGE_RANGES[image.dtype.name]
-    if kernels is None or out.dtype != image.dtype or out.shape != (*hw, image.shape[2]):
-        return bilinear_exact_numpy(image, m, hw, out)
-    dst = out if out.flags.c_contiguous else np.empty(out.shape, out.dtype)
-    lo, hi = limits if limits is not None else (0.0, 0.0)
-    kernels[0](np.ascontiguousarray(image), np.asarray(m, np.float64), dst, lo, hi, limits is not None)
-    if dst is not out:
-        out[...] = dst
-    return out
+def _f32(v: np.ndarray) -> np.ndarray:
+    """``v`` (float64) rounded to float32, kept as float64 (a float32 operation emulated exactly)."""
+    return np.asarray(v, np.float64).astype(np.float32).astype(np.float64)
 
 
-def bilinear_exact_numpy(image: np.ndarray, m: np.ndarray, hw: tuple[int, int], out: np.ndarray) -> np.ndarray:
-    """The image warp rule for dtypes other than uint8, in plain float64 numpy: an (H, W, C) image warped by ``m``
-    (output → source) into ``out`` (``hw``): source coordinates ``(m00*x + m01*y) + m02``, the four neighbours
-    (0 outside the image) weighted ``a*gx*gy + b*fx*gy + c*gx*fy + d*fx*fy``; integers rounded half to even and
-    clamped to their dtype's range, float32 cast. The torch and TF backends compute the same sums for images that
-    are not uint8; the compiled loop (:func:`_bilinear_loop`) is tested equal to this."""
+def warp_rule_numpy(image: np.ndarray, m: np.ndarray, hw: tuple[int, int], out: np.ndarray) -> np.ndarray:
+    """The image warp rule for every dtype, in plain numpy: an (H, W, C) image warped by ``m`` (output → source)
+    into ``out`` (``hw``), bilinear, 0 outside: OpenCV 5's vector ``warpAffine`` restated, operation for
+    operation (the numpy backend runs OpenCV itself; torch and TF restate this and are tested against it).
+
+    In float32: ``M`` rounded to float32; per output row ``rx = y*M01 + M02`` (two roundings); per pixel
+    ``sx = fma(M00, x, rx)`` (one rounding), the same for y; ``x0 = floor(sx)``, ``fx = sx - x0``; the four
+    neighbours (0 outside) blended along x, then along y, each ``fma(t, b - a, a)``; integers rounded half to
+    even and clamped to their range. A float32 fused multiply-add is emulated in float64 (the product is exact
+    there; one rounding to float64, one to float32). int16 is warped as uint16 shifted by :data:`INT16_SHIFT`,
+    as the numpy backend does."""
     h, w, c = image.shape
-    padded = np.zeros((h + 4, w + 4, c), np.float64)  # a zero ring two pixels wide: far outside reads 0
-    padded[2:-2, 2:-2] = image
-    m = np.asarray(m, np.float64)
+    shift = float(INT16_SHIFT) if image.dtype == np.int16 else 0.0
+    mf = _f32(np.asarray(m, np.float64))
     y = np.arange(hw[0], dtype=np.float64)[:, None]
     x = np.arange(hw[1], dtype=np.float64)[None, :]
-    sx = (m[0, 0] * x + m[0, 1] * y) + m[0, 2]
-    sy = (m[1, 0] * x + m[1, 1] * y) + m[1, 2]
+    sx = _f32(mf[0, 0] * x + _f32(_f32(y * mf[0, 1]) + mf[0, 2]))
+    sy = _f32(mf[1, 0] * x + _f32(_f32(y * mf[1, 1]) + mf[1, 2]))
     x0f, y0f = np.floor(sx), np.floor(sy)
     fx, fy = (sx - x0f)[..., None], (sy - y0f)[..., None]
-    gx, gy = 1.0 - fx, 1.0 - fy
+    padded = np.full((h + 4, w + 4, c), shift, np.float64)  # a ring two pixels wide: far outside reads 0
+    padded[2:-2, 2:-2] = image.astype(np.float64) + shift
     x0 = np.clip(x0f, -2, w).astype(np.intp) + 2
     y0 = np.clip(y0f, -2, h).astype(np.intp) + 2
-    v = (padded[y0, x0] * (gx * gy) + padded[y0, x0 + 1] * (fx * gy)
-         + padded[y0 + 1, x0] * (gx * fy) + padded[y0 + 1, x0 + 1] * (fx * fy))
+
+    def lerp(a: np.ndarray, b: np.ndarray, t: np.ndarray) -> np.ndarray:
+        return _f32(a + t * _f32(b - a))
+
+    top = lerp(padded[y0, x0], padded[y0, x0 + 1], fx)
+    v = lerp(top, lerp(padded[y0 + 1, x0], padded[y0 + 1, x0 + 1], fx), fy)
     limits = IMAGE_RANGES[image.dtype.name]
     if limits is not None:
-        np.clip(np.rint(v), *limits, out=v)
+        v = np.clip(np.rint(v), limits[0] + shift, limits[1] + shift) - shift
     out[...] = v
     return out
-
-
-def _bilinear_loop(image: Any, m: Any, out: Any, lo: float, hi: float, integer: bool) -> None:  # pragma: no cover
-    """:func:`bilinear_exact_numpy` pixel by pixel (compiled by numba), for C-contiguous (H, W, C) ``image`` and
-    (h, w, C) ``out`` of the same dtype: the same float64 operations in the same order (coordinates, floor,
-    weights, the four products summed left to right), so the same values. Per output row, one loop computes each
-    pixel's four neighbours' flat indices (-1 for a neighbour outside the image, which reads 0 as the zero ring
-    does; coordinates clamped to [-2, W] first, as there) and weights, once for all its bands; a second gathers
-    and sums them, integers ``rint`` and clamped to [lo, hi]. ``m00 * x`` is computed once per column (the same
-    product)."""
-    h, w, c = image.shape
-    oh, ow = out.shape[0], out.shape[1]
-    m00, m01, m02, m10, m11, m12 = m[0, 0], m[0, 1], m[0, 2], m[1, 0], m[1, 1], m[1, 2]
-    fw, fh = float(w), float(h)
-    src = image.ravel()
-    dst = out.ravel()
-    ax = np.empty(ow, np.float64)
-    bx = np.empty(ow, np.float64)
-    for x in range(ow):
-        ax[x] = m00 * float(x)
-        bx[x] = m10 * float(x)
-    i00 = np.empty(ow, np.int64)
-    i10 = np.empty(ow, np.int64)
-    i01 = np.empty(ow, np.int64)
-    i11 = np.empty(ow, np.int64)
-    w00 = np.empty(ow, np.float64)
-    w10 = np.empty(ow, np.float64)
-    w01 = np.empty(ow, np.float64)
-    w11 = np.empty(ow, np.float64)
-    for y in range(oh):
-        yf = float(y)
-        ay = m01 * yf
-        by = m11 * yf
-        for x in range(ow):
-            sx = (ax[x] + ay) + m02
-            sy = (bx[x] + by) + m12
-            x0f = np.floor(sx)
-            y0f = np.floor(sy)
-            fx = sx - x0f
-            fy = sy - y0f
-            gx = 1.0 - fx
-            gy = 1.0 - fy
-            xi = np.int64(min(max(x0f, -2.0), fw))
-            yi = np.int64(min(max(y0f, -2.0), fh))
-            in_x0, in_x1 = (xi >= 0) & (xi < w), (xi + 1 >= 0) & (xi + 1 < w)
-            in_y0, in_y1 = (yi >= 0) & (yi < h), (yi + 1 >= 0) & (yi + 1 < h)
-            base = yi * w + xi
-            i00[x] = base if in_x0 & in_y0 else -1
-            i10[x] = base + 1 if in_x1 & in_y0 else -1
-            i01[x] = base + w if in_x0 & in_y1 else -1
-            i11[x] = base + w + 1 if in_x1 & in_y1 else -1
-            w00[x] = gx * gy
-            w10[x] = fx * gy
-            w01[x] = gx * fy
-            w11[x] = fx * fy
-        row = y * ow
-        for x in range(ow):
-            j00, j10, j01, j11 = i00[x], i10[x], i01[x], i11[x]
-            o = (row + x) * c
-            for k in range(c):
-                a = float(src[j00 * c + k]) if j00 >= 0 else 0.0
-                b = float(src[j10 * c + k]) if j10 >= 0 else 0.0
-                d0 = float(src[j01 * c + k]) if j01 >= 0 else 0.0
-                d1 = float(src[j11 * c + k]) if j11 >= 0 else 0.0
-                v = ((a * w00[x] + b * w10[x]) + d0 * w01[x]) + d1 * w11[x]
-                if integer:
-                    dst[o + k] = min(max(np.rint(v), lo), hi)
-                else:
-                    dst[o + k] = v
-
-
-def _warm_warp(kernels: tuple[Any, ...]) -> None:
-    """Compile (or load from numba's cache) the warp for every image dtype but uint8 now, so a failure shows here."""
-    for dt in ("uint16", "int16", "float32"):
-        kernels[0](np.zeros((2, 2, 1), dt), np.eye(2, 3), np.empty((1, 1, 1), dt), 0.0, 0.0, dt != "float32")
-
-
-#: The compiled image warp (:func:`_bilinear_loop`), or numpy without numba.
-WARP_KERNELS = jit.LazyKernels((_bilinear_loop,), _warm_warp, "image warp")
-
-
-def _warp_kernels() -> tuple[Any, ...] | None:
-    """The compiled image warp, or None without numba (or with ``SHARDKIT_NO_NUMBA=1``)."""
-    return WARP_KERNELS.get()
 
 
 #: Output rows per step of the numpy rule for rotated matrices (float64 temporaries stay in cache).

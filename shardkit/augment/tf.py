@@ -31,7 +31,7 @@ import tensorflow as tf
 from ..errors import ConfigError
 from ..onehot import channel_lut, ignore_inside
 from . import levels, packing
-from .geometry import IMAGE_RANGES
+from .geometry import IMAGE_RANGES, INT16_SHIFT
 from .ops import (
     LEVELS,
     BatchSpec,
@@ -131,7 +131,7 @@ def warp_images(images: tf.Tensor, mats: tf.Tensor, hw: tf.Tensor) -> tf.Tensor:
     float32 source coordinates by one fused multiply-add per pixel, two linear blends, rounded to nearest even.
     Measured against cv2 5.0: ~6e-5 of the pixel values differ, by one level (near-.5 ties)."""
     if images.dtype != tf.uint8:
-        return _warp_exact(images, mats, hw)
+        return _warp_rule(images, mats, hw)
     x, y = _grid(hw, tf.float64)
     m = mats[:, :, :, None, None]
     # OpenCV 5: the row term y*M1 + M2 in double, cast to float; then one fused multiply-add with float M0 and x
@@ -153,20 +153,34 @@ def warp_images(images: tf.Tensor, mats: tf.Tensor, hw: tf.Tensor) -> tf.Tensor:
     return v if limits is None else tf.cast(tf.clip_by_value(tf.round(v), *limits), images.dtype)
 
 
-def _warp_exact(images: tf.Tensor, mats: tf.Tensor, hw: tf.Tensor) -> tf.Tensor:
-    """Images other than uint8: bilinear in float64, the sums of :func:`shardkit.augment.geometry.warp_bilinear_exact`
-    (integers rounded half to even and clamped to their range; float32 cast)."""
+def _f32(v: tf.Tensor) -> tf.Tensor:
+    """``v`` (float64) rounded to float32, kept as float64: a float32 operation emulated exactly."""
+    return tf.cast(tf.cast(v, tf.float32), tf.float64)
+
+
+def _warp_rule(images: tf.Tensor, mats: tf.Tensor, hw: tf.Tensor) -> tf.Tensor:
+    """Images other than uint8: :func:`shardkit.augment.geometry.warp_rule_numpy` operation for operation (float32
+    operations and fused multiply-adds emulated in float64; int16 shifted into uint16's range)."""
     x, y = _grid(hw, tf.float64)
-    m = mats[:, :, :, None, None]
-    sx = (m[:, 0, 0] * x + m[:, 0, 1] * y) + m[:, 0, 2]
-    sy = (m[:, 1, 0] * x + m[:, 1, 1] * y) + m[:, 1, 2]
+    m = _f32(mats)[:, :, :, None, None]
+    sx = _f32(m[:, 0, 0] * x + _f32(_f32(y * m[:, 0, 1]) + m[:, 0, 2]))
+    sy = _f32(m[:, 1, 0] * x + _f32(_f32(y * m[:, 1, 1]) + m[:, 1, 2]))
     x0f, y0f = tf.floor(sx), tf.floor(sy)
     fx, fy = (sx - x0f)[..., None], (sy - y0f)[..., None]
-    gx, gy = 1.0 - fx, 1.0 - fy
+    shift = float(INT16_SHIFT) if images.dtype == tf.int16 else 0.0
     at = _neighbours(images, x0f, y0f, tf.float64)
-    v = at(0, 0) * (gx * gy) + at(0, 1) * (fx * gy) + at(1, 0) * (gx * fy) + at(1, 1) * (fx * fy)
+
+    def lerp(a: tf.Tensor, b: tf.Tensor, t: tf.Tensor) -> tf.Tensor:
+        return _f32(a + t * _f32(b - a))
+
+    def shifted(dy: int, dx: int) -> tf.Tensor:
+        return at(dy, dx) + shift  # exact: the zero ring becomes the shifted zero
+
+    v = lerp(lerp(shifted(0, 0), shifted(0, 1), fx), lerp(shifted(1, 0), shifted(1, 1), fx), fy)
     limits = IMAGE_RANGES[images.dtype.name]
-    return tf.cast(v, tf.float32) if limits is None else tf.cast(tf.clip_by_value(tf.round(v), *limits), images.dtype)
+    if limits is None:
+        return tf.cast(v, tf.float32)
+    return tf.cast(tf.clip_by_value(tf.round(v), limits[0] + shift, limits[1] + shift) - shift, images.dtype)
 
 
 def _neighbours(images: tf.Tensor, x0f: tf.Tensor, y0f: tf.Tensor, dtype: tf.DType) -> Callable[[int, int], tf.Tensor]:

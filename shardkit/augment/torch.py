@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from ..errors import ConfigError
 from ..onehot import channel_lut, ignore_inside
 from . import levels, packing
-from .geometry import IMAGE_RANGES
+from .geometry import IMAGE_RANGES, INT16_SHIFT
 from .ops import LEVELS, BatchSpec, ColorJitter, Cutout, Kind, Normalize, OneHot, RandomGamma, band_fill
 from .packing import HSV_HDIV, HSV_SDIV
 
@@ -48,35 +48,76 @@ RANGES: dict[torch.dtype, tuple[float, float] | None] = {getattr(torch, k): v fo
 
 
 def warp_images(nchw: torch.Tensor, mats: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
-    """Bilinear warp of a (B, C, H, W) batch (any C; uint8, uint16, int16 or float32), zero outside, as OpenCV
-    5's ``warpAffine`` computes it: float32 source coordinates and weights, the four neighbours summed in order,
-    rounded to nearest and clamped to the dtype's range for integers."""
-    b, c, h, w = nchw.shape
+    """Bilinear warp of a (B, C, H, W) batch (any C; uint8, uint16, int16 or float32), zero outside, rounded to
+    nearest and clamped to the dtype's range for integers. uint8: float32 coordinates and weights, the four
+    neighbours summed in order (within a level of OpenCV 5); other dtypes: :func:`_warp_rule`."""
+    if nchw.dtype != torch.uint8:
+        return _warp_rule(nchw, mats, hw)
     dev = nchw.device
-    # uint8: float32, as OpenCV; other dtypes: float64, as geometry.warp_bilinear_exact (float32 coordinates are
-    # ~2 levels off on 16-bit data)
-    ct = torch.float32 if nchw.dtype == torch.uint8 else torch.float64
-    m = mats.to(ct).view(-1, 6, 1, 1)
-    y = torch.arange(hw[0], dtype=ct, device=dev).view(1, -1, 1)
-    x = torch.arange(hw[1], dtype=ct, device=dev).view(1, 1, -1)
+    m = mats.to(torch.float32).view(-1, 6, 1, 1)
+    y = torch.arange(hw[0], dtype=torch.float32, device=dev).view(1, -1, 1)
+    x = torch.arange(hw[1], dtype=torch.float32, device=dev).view(1, 1, -1)
     sx = m[:, 0] * x + m[:, 1] * y + m[:, 2]
     sy = m[:, 3] * x + m[:, 4] * y + m[:, 5]
     x0f, y0f = torch.floor(sx), torch.floor(sy)
     fx, fy = sx - x0f, sy - y0f
-    src = F.pad(nchw.to(ct), (2, 2, 2, 2)).reshape(b, c, -1)  # a zero ring: outside reads 0
-    x0 = x0f.clamp(-2, w).long() + 2  # far outside: both neighbours in the ring
-    y0 = y0f.clamp(-2, h).long() + 2
-    x1, y1 = x0 + 1, y0 + 1
-    stride = w + 4
-
-    def at(yy: torch.Tensor, xx: torch.Tensor) -> torch.Tensor:
-        return torch.gather(src, 2, (yy * stride + xx).view(b, 1, -1).expand(b, c, -1)).view(b, c, *hw)
-
+    at = _neighbours(nchw, x0f, y0f, torch.float32)
     gx, gy = 1.0 - fx, 1.0 - fy
-    v = (at(y0, x0) * (gx * gy).unsqueeze(1) + at(y0, x1) * (fx * gy).unsqueeze(1)
-         + at(y1, x0) * (gx * fy).unsqueeze(1) + at(y1, x1) * (fx * fy).unsqueeze(1))
+    v = (at(0, 0) * (gx * gy).unsqueeze(1) + at(0, 1) * (fx * gy).unsqueeze(1)
+         + at(1, 0) * (gx * fy).unsqueeze(1) + at(1, 1) * (fx * fy).unsqueeze(1))
+    return torch.clamp(torch.round(v), 0, 255).to(torch.uint8)
+
+
+def _neighbours(nchw: torch.Tensor, x0f: torch.Tensor, y0f: torch.Tensor,
+                dtype: torch.dtype) -> Callable[[int, int], torch.Tensor]:
+    """``at(dy, dx)``: the (B, C, h, w) values, as ``dtype``, of each output pixel's source neighbour at
+    (``y0f + dy``, ``x0f + dx``) (the floored source coordinates, (B, h, w)), 0 outside the image: the images
+    padded with a zero ring two pixels wide and the coordinates clamped to [-2, W] / [-2, H], so far outside
+    both neighbours fall in the ring."""
+    b, c, h, w = nchw.shape
+    src = F.pad(nchw.to(dtype), (2, 2, 2, 2)).reshape(b, c, -1)
+    x0 = x0f.clamp(-2, w).long() + 2
+    y0 = y0f.clamp(-2, h).long() + 2
+    stride = w + 4
+    out_hw = x0f.shape[1:]
+
+    def at(dy: int, dx: int) -> torch.Tensor:
+        flat = ((y0 + dy) * stride + (x0 + dx)).view(b, 1, -1).expand(b, c, -1)
+        return torch.gather(src, 2, flat).view(b, c, *out_hw)
+
+    return at
+
+
+def _f32(v: torch.Tensor) -> torch.Tensor:
+    """``v`` (float64) rounded to float32, kept as float64: a float32 operation emulated exactly."""
+    return v.to(torch.float32).to(torch.float64)
+
+
+def _warp_rule(nchw: torch.Tensor, mats: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+    """Images other than uint8: :func:`shardkit.augment.geometry.warp_rule_numpy` operation for operation (float32
+    operations and fused multiply-adds emulated in float64; int16 shifted into uint16's range)."""
+    dev = nchw.device
+    m = _f32(mats.to(torch.float64)).view(-1, 6, 1, 1)
+    y = torch.arange(hw[0], dtype=torch.float64, device=dev).view(1, -1, 1)
+    x = torch.arange(hw[1], dtype=torch.float64, device=dev).view(1, 1, -1)
+    sx = _f32(m[:, 0] * x + _f32(_f32(y * m[:, 1]) + m[:, 2]))
+    sy = _f32(m[:, 3] * x + _f32(_f32(y * m[:, 4]) + m[:, 5]))
+    x0f, y0f = torch.floor(sx), torch.floor(sy)
+    fx, fy = (sx - x0f).unsqueeze(1), (sy - y0f).unsqueeze(1)
+    shift = float(INT16_SHIFT) if nchw.dtype == torch.int16 else 0.0
+    at = _neighbours(nchw, x0f, y0f, torch.float64)
+
+    def lerp(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return _f32(a + t * _f32(b - a))
+
+    def shifted(dy: int, dx: int) -> torch.Tensor:
+        return at(dy, dx) + shift  # exact: the zero ring becomes the shifted zero
+
+    v = lerp(lerp(shifted(0, 0), shifted(0, 1), fx), lerp(shifted(1, 0), shifted(1, 1), fx), fy)
     limits = RANGES[nchw.dtype]
-    return v.to(torch.float32) if limits is None else torch.clamp(torch.round(v), *limits).to(nchw.dtype)
+    if limits is None:
+        return v.to(torch.float32)
+    return (torch.clamp(torch.round(v), limits[0] + shift, limits[1] + shift) - shift).to(nchw.dtype)
 
 
 def warp_labels(labels: torch.Tensor, sx: torch.Tensor, sy: torch.Tensor, ignore_index: int) -> torch.Tensor:
