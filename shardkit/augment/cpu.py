@@ -166,30 +166,36 @@ def _warp(image: np.ndarray, m: np.ndarray, out_hw: tuple[int, int], out: np.nda
     return cv2.cvtColor(rgba, cv2.COLOR_RGBA2RGB, dst=out)
 
 
-def warp_bands(image: np.ndarray, m: np.ndarray, out_hw: tuple[int, int], out: np.ndarray) -> None:
+def warp_bands(image: np.ndarray, m: np.ndarray, out_hw: tuple[int, int], out: np.ndarray,
+               scratch: dict[tuple[Any, ...], np.ndarray] | None = None) -> None:
     """An (H, W, C) image of any channel count and dtype (uint8, uint16, int16, float32) warped into ``out``
     (bilinear, border 0) by ``cv2.warpAffine``, computed as :func:`~shardkit.augment.geometry.warp_rule_numpy`
     states it (tested equal): channels in groups of 4, 3 or 1 (OpenCV 5's vector kernels; 2 channels would take
-    its older 1/32-pixel path), into a width rounded up to
-    :data:`~shardkit.augment.geometry.WARP_WIDTH_MULTIPLE` (no scalar tail; uint8 excepted, as
-    :func:`warp_image`), int16 shifted into uint16 (its
-    16S path is wrong by hundreds of levels on negative values, measured on OpenCV 5.0)."""
+    its older 1/32-pixel path), into a width rounded up to :data:`~shardkit.augment.geometry.WARP_WIDTH_MULTIPLE`
+    (no scalar tail; uint8 excepted, as :func:`warp_image`), int16 shifted into uint16 (its 16S path is wrong by
+    hundreds of levels on negative values, measured on OpenCV 5.0). ``scratch``: where to keep the buffers
+    OpenCV warps into, reused across a batch (fresh pages for every sample cost more than the warp)."""
     h, w = out_hw
     c = image.shape[2]
     # uint8 as the RGB path warps it (its tail is within a level: torch and TF restate it within one)
     wide = w if image.dtype == np.uint8 else -(-w // WARP_WIDTH_MULTIPLE) * WARP_WIDTH_MULTIPLE
     signed = image.dtype == np.int16
-    src = image.view(np.uint16) ^ np.uint16(INT16_SHIFT) if signed else image
+    src = np.bitwise_xor(image.view(np.uint16), np.uint16(INT16_SHIFT)) if signed else image
     border = (float(INT16_SHIFT) if signed else 0.0,) * 4
+    buffers = {} if scratch is None else scratch
     g = 0
     while g < c:
         n = 4 if c - g >= 4 else (3 if c - g == 3 else 1)
         part = np.ascontiguousarray(src[..., g:g + n])
-        got = cv2.warpAffine(part, m, (wide, h), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
+        key = ("bands", h, wide, n, src.dtype.str)
+        dst = buffers.get(key)
+        if dst is None:
+            dst = buffers[key] = np.empty((h, wide, n) if n > 1 else (h, wide), src.dtype)
+        got = cv2.warpAffine(part, m, (wide, h), dst=dst, flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
                              borderMode=cv2.BORDER_CONSTANT, borderValue=border)
         got = np.asarray(got, src.dtype).reshape(h, wide, n)[:, :w]
         if signed:
-            out[..., g:g + n] = np.bitwise_xor(got, np.uint16(INT16_SHIFT)).view(np.int16)
+            np.bitwise_xor(got, np.uint16(INT16_SHIFT), out=out[..., g:g + n].view(np.uint16))
         else:
             out[..., g:g + n] = got
         g += n
@@ -313,7 +319,7 @@ def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] |
         out = (np.empty(*shapes[0]), np.empty(*shapes[1]))
     out_img, out_lab = out
     rgb8 = channels == 3 and image_dtype == np.uint8  # the RGBA fast path below; else cv2 on <= 4 channels at once
-    scratch: dict[tuple[int, ...], np.ndarray] = {}  # one RGBA buffer per source size
+    scratch: dict[tuple[Any, ...], np.ndarray] = {}  # RGBA buffers per source size, and warp_bands' buffers
     rgba = np.empty((*hw, 4), np.uint8) if rgb8 else None
     colour = [kernel(op, aug.records(params, k)) for k, op, kernel in table if op.kind is Kind.PHOTOMETRIC]
     masks = [kernel(op, aug.records(params, k), ignore_index) for k, op, kernel in table if op.kind is Kind.MASK]
@@ -326,7 +332,7 @@ def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] |
             if not np.shares_memory(got, out_img):  # cv2 reallocated dst
                 out_img[k] = got
         else:
-            warp_bands(img, np.asarray(p.matrix), hw, out_img[k])
+            warp_bands(img, np.asarray(p.matrix), hw, out_img[k], scratch)
         for apply in colour:  # right after the warp, while the sample is in cache
             apply(k, out_img[k])
     for k, (lab, p) in enumerate(zip(labs, params, strict=True)):
