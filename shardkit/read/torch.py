@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, get_worker_info
 
-from ..augment.ops import OneHot
+from ..augment.ops import BatchSpec, OneHot
 from ..errors import ConfigError
 from . import sampling
 from .dataset import Dataset, adapter_dataset
@@ -141,15 +141,17 @@ class ShardkitTorchDataset(torch.utils.data.Dataset):
         """((images shape, dtype), (labels shape, dtype)) of the batches of ``b`` samples this dataset gives, to size
         the slots of a shared-memory ring; None when they cannot be known ahead (an augmentation whose output
         follows the input size, on a split of mixed sizes). Augmented: the pipeline's final crop (or the split's
-        size), float32 images after ``A.Normalize``, the ``A.OneHot`` encoding's labels. A batch that comes
-        out otherwise still arrives whole (:class:`_Ring` hands it over in fresh memory instead)."""
+        size), the pipeline's output spec for the split's bands and dtype (float32 images after ``A.Normalize``),
+        the ``A.OneHot`` encoding's labels. A batch that comes out otherwise still arrives whole (:class:`_Ring`
+        hands it over in fresh memory instead: a copy into a new shared-memory segment per batch)."""
         aug = self.augment
         if aug is None:
             return self.dataset.batch_layout(b)
         hw = aug.out_hw or self.dataset.spec.size
         if hw is None:
             return None
-        images = ((b, *hw, 3), np.dtype(np.float32 if aug.normalizes else np.uint8))
+        out = aug.output_spec(BatchSpec(channels=self.dataset.bands, image_dtype=self.dataset.image_dtype.name))
+        images = ((b, *hw, out.channels), np.dtype(out.image_dtype))
         hot = [op for op in aug.ops if isinstance(op, OneHot)]
         if hot:
             enc = hot[-1].encoding(255 if self.dataset.ignore_index is None else int(self.dataset.ignore_index))
