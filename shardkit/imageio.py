@@ -347,8 +347,9 @@ def _tiff_layout(pages: list[Any], path: Path, pages_as_bands: bool, what: str =
     for page in pages[1:]:
         if tuple(page.shape) != shape or page.dtype != first.dtype or str(page.axes) != axes:
             raise DecodeError(f"{what}: TIFF pages differ in size or type ({shape} {first.dtype} and "
-                              f"{tuple(page.shape)} {page.dtype}); they are not bands of one image", path=path,
-                              fix="export the bands as one image, or --on-error skip")
+                              f"{tuple(page.shape)} {page.dtype}); they are not bands of one {what}", path=path,
+                              fix="export the bands as one image, or --on-error skip" if what == "image" else
+                              f"export the {what} as a single-page file, or --on-error skip")
     bands = 1 if axes == "YX" else shape[-1] if axes == "YXS" else shape[0]
     photometric = int(getattr(first, "photometric", -1))
     kind = RGB if photometric == 2 and bands == 3 and planes == 1 else BANDS

@@ -675,6 +675,11 @@ def test_a_multi_page_tiff_above_max_pixels_without_pages_as_bands_is_refused(tm
     with pytest.raises(DecodeError, match=r"label is a multi-page TIFF \(2 pages\)") as err:
         convert(_pages_cfg(src, tmp_path / "out3", max_pixels=PAGES_MAX, pages_as_bands=True))
     assert "single-page" in (err.value.fix or "") and "--pages-as-bands" not in (err.value.fix or "")
+    _write_pages(src / "lbl" / "train" / "scene.tif", label[None], "gray")  # decoded whole: its header says it
+    tifffile.imwrite(src / "lbl" / "train" / "scene.tif", label[:, :400], tile=(64, 64), metadata=None, append=True)
+    with pytest.raises(DecodeError, match=r"label: TIFF pages differ in size .* not bands of one label") as err:
+        convert(_pages_cfg(src, tmp_path / "out4", pages_as_bands=True))
+    assert "single-page" in (err.value.fix or "")
 
 
 def test_many_pages_within_max_pixels_but_too_many_bytes_are_read_window_by_window(tmp_path: Path) -> None:
