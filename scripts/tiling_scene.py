@@ -37,30 +37,33 @@ def ids(y: int, x: int, h: int, w: int) -> np.ndarray:
 
 
 def _tiles(height: int, width: int, tile: int, block: tuple[int, int, int, int] | None,
-           label: bool) -> Iterator[np.ndarray]:
+           label: bool, pages: int = 1) -> Iterator[np.ndarray]:
     by, bx, bh, bw = block if block is not None else (0, 0, height, width)
-    for y in range(0, height, tile):
-        for x in range(0, width, tile):
-            out = (np.full((tile, tile), IGNORE, np.uint8) if label else np.zeros((tile, tile, 3), np.uint8))
-            y0, y1 = max(y, by), min(y + tile, by + bh, height)
-            x0, x1 = max(x, bx), min(x + tile, bx + bw, width)
-            if y0 < y1 and x0 < x1:
-                part = ids if label else picture
-                out[y0 - y : y1 - y, x0 - x : x1 - x] = part(y0, x0, y1 - y0, x1 - x0)
-            yield out
+    for page in range(pages):  # page p: the picture + 40 p (mod 256), so the pages differ
+        for y in range(0, height, tile):
+            for x in range(0, width, tile):
+                out = (np.full((tile, tile), IGNORE, np.uint8) if label else np.zeros((tile, tile, 3), np.uint8))
+                y0, y1 = max(y, by), min(y + tile, by + bh, height)
+                x0, x1 = max(x, bx), min(x + tile, bx + bw, width)
+                if y0 < y1 and x0 < x1:
+                    part = ids(y0, x0, y1 - y0, x1 - x0) if label else picture(y0, x0, y1 - y0, x1 - x0) + np.uint8(
+                        40 * page)
+                    out[y0 - y : y1 - y, x0 - x : x1 - x] = part
+                yield out
 
 
 def write_scene(folder: Path, height: int, width: int, *, block: tuple[int, int, int, int] | None = None,
-                tile: int = 256, name: str = "scene", split: str = "train") -> tuple[Path, Path]:
+                tile: int = 256, name: str = "scene", split: str = "train", pages: int = 1) -> tuple[Path, Path]:
     """Write the scene's image and label; returns their paths. ``block``: (y, x, h, w) of the content (None:
-    everywhere)."""
+    everywhere); ``pages``: the image as that many RGB pages (convert it with --pages-as-bands)."""
     paths = []
     for label in (False, True):
         path = Path(folder) / (LABELS if label else IMAGES).format(split=split, name=name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        shape = (height, width) if label else (height, width, 3)
-        tifffile.imwrite(path, _tiles(height, width, tile, block, label), shape=shape, dtype=np.uint8,
+        n = 1 if label else pages
+        shape = (height, width) if label else (n, height, width, 3) if n > 1 else (height, width, 3)
+        tifffile.imwrite(path, _tiles(height, width, tile, block, label, n), shape=shape, dtype=np.uint8,
                          tile=(tile, tile), compression="zlib", photometric="minisblack" if label else "rgb",
-                         bigtiff=height * width * 3 >= 2**32 - 2**25)
+                         bigtiff=height * width * 3 * n >= 2**32 - 2**25)
         paths.append(path)
     return paths[0], paths[1]

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import MISSING, Field
 from functools import wraps
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -30,6 +30,9 @@ from .config import GROUPS, ConvertConfig, OptionSpec, cli_options
 from .errors import ConfigError, DuplicateError, ShardkitError
 from .logs import JsonFormatter
 from .logs import setup as setup_logging
+
+if TYPE_CHECKING:
+    from .pipeline import ConvertSummary
 
 EXIT_SKIPPED = 3  # converted, but --on-error skip left some inputs out (README: exit codes)
 EXIT_DUPLICATES = 4  # --on-duplicate error found identical images; no manifest was written
@@ -356,7 +359,18 @@ def convert(input_dir: Path, output_dir: Path, verbose: bool, log_format: str, *
     cfg = ConvertConfig(input_dir, output_dir,
                         **{f.name: options[spec.param or f.name] for f, spec in cli_options()})
     with unchanged.recording(check) as recorder:
-        summary = run(cfg)
+
+        def signed(summary: ConvertSummary) -> None:
+            """The no-op signature of a run that succeeded, written while it still holds the output lock: written
+            after the lock, it could pair these options with what a run that took the lock meanwhile wrote."""
+            if check is not None and not summary.failed:
+                dupes = summary.duplicates
+                check.save(summary.manifests, {"samples": summary.samples, "shards": summary.shards,
+                                               "bytes": summary.bytes, "skipped": len(summary.skipped),
+                                               "duplicates": dupes.extra_copies if dupes is not None else 0},
+                           dupes.line() if dupes is not None else "", recorder.lines)
+
+        summary = run(cfg, published=signed)
     if cfg.dry_run:
         for line in summary.discovery.report_lines():
             click.echo(line)
@@ -366,18 +380,12 @@ def convert(input_dir: Path, output_dir: Path, verbose: bool, log_format: str, *
             click.echo(f"label values: {cfg.value_map.describe()}")
         for c in t.classes:
             click.echo(f"  {c.id:>3} {c.name}" + (f"  rgb{tuple(c.colour)}" if c.colour else ""))
-    failed = [s for s in summary.skipped if "duplicate_of" not in s]  # duplicates left out as asked are no failure
+    failed = summary.failed  # duplicates left out as asked are no failure
     if failed and not summary.samples:
         _fail(f"every input was skipped ({len(failed)}): nothing was converted — fix: see the reasons "
               "above (and the manifest's 'skipped' list), then re-run")
     if failed:
         sys.exit(EXIT_SKIPPED)
-    if check is not None:
-        dupes = summary.duplicates
-        check.save(summary.manifests, {"samples": summary.samples, "shards": summary.shards, "bytes": summary.bytes,
-                                       "skipped": len(summary.skipped),
-                                       "duplicates": dupes.extra_copies if dupes is not None else 0},
-                   dupes.line() if dupes is not None else "", recorder.lines)
 
 
 bind_env_names(convert)  # SHARDKIT_<FLAG> for every flag of convert, the names --config takes

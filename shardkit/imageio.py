@@ -335,9 +335,9 @@ def _tiff_layout(pages: list[Any], path: Path, pages_as_bands: bool, what: str =
     if planes > 1 and not pages_as_bands:
         stack = f"a multi-page TIFF ({planes} pages)" if planes == len(pages) else \
             f"an ImageJ stack of {planes} planes in one TIFF page"
-        raise DecodeError(f"{what} is {stack}; which one is the {what} has no single "
-                          "answer", path=path, fix="add --pages-as-bands (each page one band), export one page, "
-                          "or --on-error skip")
+        fix = ("add --pages-as-bands (each page one band), export one page, or --on-error skip" if what == "image"
+               else f"export the {what} as a single-page file, or --on-error skip")
+        raise DecodeError(f"{what} is {stack}; which one is the {what} has no single answer", path=path, fix=fix)
     first = pages[0]
     shape = tuple(first.shape)
     axes = str(first.axes)
@@ -347,13 +347,31 @@ def _tiff_layout(pages: list[Any], path: Path, pages_as_bands: bool, what: str =
     for page in pages[1:]:
         if tuple(page.shape) != shape or page.dtype != first.dtype or str(page.axes) != axes:
             raise DecodeError(f"{what}: TIFF pages differ in size or type ({shape} {first.dtype} and "
-                              f"{tuple(page.shape)} {page.dtype}); they are not bands of one image", path=path,
-                              fix="export the bands as one image, or --on-error skip")
+                              f"{tuple(page.shape)} {page.dtype}); they are not bands of one {what}", path=path,
+                              fix="export the bands as one image, or --on-error skip" if what == "image" else
+                              f"export the {what} as a single-page file, or --on-error skip")
     bands = 1 if axes == "YX" else shape[-1] if axes == "YXS" else shape[0]
     photometric = int(getattr(first, "photometric", -1))
     kind = RGB if photometric == 2 and bands == 3 and planes == 1 else BANDS
     dtype = np.dtype(first.dtype) if first.dtype is not None else np.dtype(np.uint8)
     return dtype, bands * planes, kind
+
+
+def tiff_band_pages(tif: Any, path: Path, what: str, pages_as_bands: bool) -> list[Any]:
+    """The pages of an open ``tifffile.TiffFile`` whose samples are, in order, the bands a whole decode
+    (:func:`_decode_tiff`) gives: its one full-resolution page, or with ``pages_as_bands`` every one. Refused
+    exactly as that decode refuses (several pages without ``pages_as_bands``, pages that differ in size, type or
+    axes, an OME-TIFF of several images), and an ImageJ stack held in one page, whose other planes are no page:
+    what reads a file page by page (:class:`~shardkit.tiles.TiledTiff`) never silently keeps page 1."""
+    pages = _tiff_pages(tif)
+    planes = _tiff_planes(tif, pages, path, what)
+    _tiff_layout(pages, path, pages_as_bands, what, planes)
+    if planes != len(pages):
+        raise DecodeError(f"{what} is an ImageJ stack of {planes} planes in one TIFF page, which cannot be read "
+                          "window by window", path=path,
+                          fix="re-save it as a tiled TIFF, one page per plane (tifffile.imwrite(path, data, "
+                              "tile=(256, 256))), raise --max-pixels, or --on-error skip")
+    return pages
 
 
 def _decode_tiff(path: Path, data: np.ndarray, pages_as_bands: bool) -> tuple[np.ndarray, str]:
@@ -461,17 +479,18 @@ def image_layout(path: Path, options: ImageOptions, max_pixels: int, *, windowed
     """(dtype string, bands, channel kind) an image file is stored as under ``options``: what a split's first
     image says its every image must be. Checked (:func:`check_pixels`) and decoded like any sample.
 
-    ``windowed`` (tiling): a TIFF above ``max_pixels``, which is read window by window, is described from its
-    directories instead, with ``options`` applied to one pixel of its type and bands (no pixel decoded)."""
+    ``windowed`` (tiling): a TIFF too large to decode whole (:func:`decodes_whole`), which is read window by
+    window, is described from its directories instead, with ``options`` applied to one pixel of its type and bands
+    (no pixel decoded)."""
     path = Path(path)
     regular_stat(path, "image")
     header = read_header(path, "image")
-    if windowed and header.kind == "TIFF" and header.pixels > max_pixels:
+    if windowed and header.kind == "TIFF" and not decodes_whole(header, max_pixels):
         import tifffile
 
         with tifffile.TiffFile(path) as tif:
-            pages = _tiff_pages(tif)
-            dtype, n, kind = _tiff_layout(pages, path, options.pages_as_bands, planes=_tiff_planes(tif, pages, path))
+            pages = tiff_band_pages(tif, path, "image", options.pages_as_bands)
+            dtype, n, kind = _tiff_layout(pages, path, options.pages_as_bands)
         arr = np.zeros((1, 1, n), np.uint8 if dtype == np.bool_ else dtype.newbyteorder("="))
     else:
         check_pixels(path, max_pixels, "image")
@@ -514,14 +533,29 @@ def georeference(path: Path, data: np.ndarray | None = None) -> Georeference | N
     """A GeoTIFF's CRS and pixel-to-model transform, from its GeoKeys and ModelTransformation or
     ModelPixelScale + ModelTiepoint tags (no pixel decoded); None for any other file or a TIFF without them.
     Provenance only: nothing here changes pixels. A point-registered raster (RasterPixelIsPoint) is moved half a
-    pixel so the transform always refers to pixel corners."""
-    data = file_bytes(Path(path), "image", data)
-    if sniff(data[:16].tobytes()) != "TIFF":
+    pixel so the transform always refers to pixel corners.
+
+    ``data``: the file's bytes when the caller holds them; else the file is opened and only its directories and
+    tags are read (a source read window by window may be far larger than memory)."""
+    path = Path(path)
+    if data is None:
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(16)
+        except FileNotFoundError:
+            raise InputNotFoundError("image file does not exist", path=path,
+                                     fix="check the input folder or list file") from None
+        except OSError as exc:
+            raise DecodeError(f"cannot read image: {exc.strerror or exc}", path=path,
+                              fix="fix the file permissions, or --on-error skip") from None
+    else:
+        head = file_bytes(path, "image", data)[:16].tobytes()
+    if sniff(head) != "TIFF":
         return None
     import tifffile
 
     try:
-        with tifffile.TiffFile(io.BytesIO(_as_bytes(data))) as tif:
+        with tifffile.TiffFile(path if data is None else io.BytesIO(_as_bytes(data))) as tif:
             geo = tif.geotiff_metadata if tif.is_geotiff else None
     except Exception:  # a damaged GeoKey directory: no georeference (the pixels decode or fail on their own)
         return None
@@ -747,12 +781,13 @@ def _check_tiff_entries(fh: Any, offset: int, little: bool, big: bool) -> None:
             raise ValueError(f"tag {int.from_bytes(entries[i : i + 2], order)} holds {count} values")
 
 
-def _tiff_header(fh: Any, pages_as_bands: bool = True) -> tuple[int, int, int]:
+def _tiff_header(fh: Any, path: Path, what: str) -> tuple[int, int, int]:
     """(height, width, bytes per pixel) of what a TIFF decodes to (:func:`_decode_tiff`), from its directories.
 
     The first directory's entries are bounded before tifffile reads a value (:func:`_check_tiff_entries`); every
     full-resolution page counts (a multi-page TIFF decodes to one band per page, or is refused). A tile or strip
-    far larger than the image is refused: the decoder allocates one whole.
+    far larger than the image is refused: the decoder allocates one whole. Pages that cannot be the bands of one
+    image (:func:`_tiff_layout`) are a DecodeError naming ``path``, the problem and its fix.
     """
     import tifffile
 
@@ -768,9 +803,8 @@ def _tiff_header(fh: Any, pages_as_bands: bool = True) -> tuple[int, int, int]:
             raise ValueError("no image directory")
         page = pages[0]
         height, width = int(page.imagelength), int(page.imagewidth)
-        where = Path(getattr(fh, "name", "image"))
-        count = _tiff_planes(tif, pages, where)
-        dtype, bands, _ = _tiff_layout(pages, where, True, planes=count)
+        count = _tiff_planes(tif, pages, path, what)
+        dtype, bands, _ = _tiff_layout(pages, path, True, what, count)
         planar = int(getattr(page, "planarconfig", 1)) == 2 or count > 1
         if page.is_tiled:
             tile = int(page.tilelength) * int(page.tilewidth)
@@ -782,10 +816,10 @@ def _tiff_header(fh: Any, pages_as_bands: bool = True) -> tuple[int, int, int]:
     return height, width, bands * max(dtype.itemsize, 1) * (2 if planar else 1)
 
 
-def _pil_size(fh: Any, kind: str) -> tuple[int, int, int]:
+def _pil_size(fh: Any, kind: str, path: Path, what: str) -> tuple[int, int, int]:
     """(height, width, bytes per pixel) by PIL, which reads only the header, held to the type OpenCV sniffed."""
     if kind == "TIFF":
-        return _tiff_header(fh)
+        return _tiff_header(fh, path, what)
     fmt = {"PNM": "PPM"}.get(kind, kind.upper())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
@@ -835,10 +869,12 @@ def read_header(path: Path, what: str = "image", data: np.ndarray | None = None)
             shape, dtype, _, _ = _npy_header(head)
             h, w, bpp = shape[0], shape[1], (shape[2] if len(shape) == 3 else 1) * dtype.itemsize
         elif data is not None:
-            h, w, bpp = _pil_size(io.BytesIO(data_bytes), kind)
+            h, w, bpp = _pil_size(io.BytesIO(data_bytes), kind, path, what)
         else:  # PIL seeks to what it needs (a TIFF's directory is often at the end of the file)
             with open(path, "rb") as fh:
-                h, w, bpp = _pil_size(fh, kind)
+                h, w, bpp = _pil_size(fh, kind, path, what)
+    except DecodeError:  # the header is read and says what is wrong (TIFF pages that are not one image's bands)
+        raise
     except Image.DecompressionBombError:
         bomb = 2 * (Image.MAX_IMAGE_PIXELS or 0)
         raise DecodeError(f"{what} is larger than {bomb} pixels (its {kind} header), more than any --max-pixels "
@@ -849,6 +885,13 @@ def read_header(path: Path, what: str = "image", data: np.ndarray | None = None)
         raise DecodeError(f"cannot decode {what}: its {kind} header cannot be read ({reason}), corrupt or "
                           "truncated", path=path, fix=_FIX_CORRUPT) from None
     return ImageHeader(kind, h, w, bpp)
+
+
+def decodes_whole(header: ImageHeader, max_pixels: int) -> bool:
+    """Whether :func:`check_pixels` lets a file of this header be decoded whole: at most ``max_pixels`` pixels,
+    and at most :data:`DECODE_BYTES_PER_PIXEL` bytes per allowed pixel (many bands or pages need more). A tiled
+    TIFF that does not is read window by window when tiling."""
+    return header.pixels <= max_pixels and header.pixels * header.bytes_per_pixel <= max_pixels * DECODE_BYTES_PER_PIXEL
 
 
 def check_pixels(path: Path, max_pixels: int, what: str = "image", data: np.ndarray | None = None) -> ImageHeader:

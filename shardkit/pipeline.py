@@ -76,10 +76,15 @@ class ConvertSummary:
     def samples_per_second(self) -> float:
         return self.samples / self.seconds if self.seconds > 0 else 0.0
 
+    @property
+    def failed(self) -> list[dict[str, str]]:
+        """The inputs left out for an error (``--on-error skip``); duplicates left out as asked are no failure."""
+        return [s for s in self.skipped if "duplicate_of" not in s]
+
     def line(self) -> str:
         if self.dry_run:
             return f"dry run: {self.discovery.total()} pairs found, nothing written"
-        failed = [s for s in self.skipped if "duplicate_of" not in s]  # inputs left out for an error
+        failed = self.failed
         dropped = len(self.skipped) - len(failed)
         dupes = "" if self.duplicates is None else f"; {self.duplicates.line()}" + (
             f" ({dropped} left out: --on-duplicate skip)" if dropped else "")
@@ -152,19 +157,23 @@ def check_output(cfg: ConvertConfig) -> None:
         raise OutputError("the output path exists and is not a folder", path=out, fix="choose another output path")
 
 
-def convert(cfg: ConvertConfig) -> ConvertSummary:
+def convert(cfg: ConvertConfig, *, published: Callable[[ConvertSummary], None] | None = None) -> ConvertSummary:
     """Run one conversion as configured; raises a ShardkitError on anything a user must fix.
 
     Inputs and outputs on object storage (``cfg.input_url`` / ``cfg.output_url``) are staged through
     local folders by :class:`~shardkit.staging.StorageSession`; local folders are used as they are.
+    ``published``: called with the summary once every split is published, while the run still holds the output
+    lock (the CLI writes its no-op signature there, so no other run can change the output in between); an
+    exception from it fails the run.
     """
     if cfg.input_url is None and cfg.output_url is None:
-        return _convert(cfg, StorageSession(cfg))
+        return _convert(cfg, StorageSession(cfg), published)
     with StorageSession(cfg) as session:
-        return _convert(session.cfg, session)
+        return _convert(session.cfg, session, published)
 
 
-def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
+def _convert(cfg: ConvertConfig, session: StorageSession,
+             published: Callable[[ConvertSummary], None] | None = None) -> ConvertSummary:
     started = time.perf_counter()
     found = discover(cfg.input, layout=cfg.layout, label_suffix=cfg.label_suffix, splits=cfg.splits,
                      strict=cfg.strict, images=cfg.images, labels=cfg.labels, split_lists=dict(cfg.split_lists))
@@ -275,6 +284,8 @@ def _convert(cfg: ConvertConfig, session: StorageSession) -> ConvertSummary:
             summary.shards += len(records)
             summary.bytes += sum(f.bytes for r in records for f in r.files)
             summary.skipped += [s for r in records for s in r.skipped]
+        if published is not None:
+            published(summary)
     summary.reused = len(tasks) - len(todo) - rewritten
     summary.seconds = time.perf_counter() - started
     log.info("%s", summary.line(), extra={

@@ -216,19 +216,25 @@ def ignored_share(ids: np.ndarray, ignore_index: int | None) -> float:
 
 
 class TiledTiff:
-    """Windows of one page of a tiled TIFF, decoded TIFF tile by TIFF tile (``tifffile``).
+    """Windows of a tiled TIFF, decoded TIFF tile by TIFF tile (``tifffile``): its one full-resolution page, or
+    with ``pages_as_bands`` every page, each page's samples as bands in page order (as a whole decode gives them).
 
-    Decoded TIFF tiles are kept in a least-recently-used cache of ``cache_tiles`` entries: windows visited
-    row-major with the tile grid's overlap decode each TIFF tile about once, and memory stays at the cache
-    (e.g. one band of the source as tall as a window plus two TIFF tiles), whatever the file's size.
+    The file's pages are checked as a whole decode checks them (:func:`~shardkit.imageio.tiff_band_pages`): several
+    pages without ``pages_as_bands``, or pages that differ, are refused, never read as page 1. Decoded TIFF tiles
+    are kept in a least-recently-used cache of ``cache_tiles`` entries: windows visited row-major with the tile
+    grid's overlap decode each TIFF tile about once, and memory stays at the cache (e.g. one band of the source
+    as tall as a window plus two TIFF tiles, per page), whatever the file's size.
     """
 
-    def __init__(self, path: Path, what: str, max_tile_pixels: int) -> None:
+    def __init__(self, path: Path, what: str, max_tile_pixels: int, *, pages_as_bands: bool = False) -> None:
         import tifffile  # only conversions of sources too large to decode whole need it
+
+        # cv2 and PIL (through imageio) stay off the read path, which imports this module for Tile
+        from .imageio import tiff_band_pages
 
         self.path, self.what = Path(path), what
         self.cache_tiles = 1
-        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
         self.decoded = 0  # TIFF tiles decoded (the benchmark reads it)
         try:
             self._file = tifffile.TiffFile(self.path)
@@ -236,13 +242,20 @@ class TiledTiff:
             raise DecodeError(f"cannot read {what} as a TIFF ({_first_line(exc)})", path=self.path,
                               fix=TILED_FIX) from None
         try:
-            page = self._file.pages.first
-            self.page = page
-            if not page.is_tiled or page.tiledepth != 1 or page.imagedepth != 1:
-                raise DecodeError(f"{what} is a TIFF but not a tiled one (it is stored in strips), so it cannot be "
-                                  "read window by window", path=self.path, fix=TILED_FIX)
+            self.pages = tiff_band_pages(self._file, self.path, what, pages_as_bands)
+            page = self.pages[0]
+            for p in self.pages:
+                if not p.is_tiled or p.tiledepth != 1 or p.imagedepth != 1:
+                    raise DecodeError(f"{what} is a TIFF but not a tiled one (it is stored in strips), so it cannot "
+                                      "be read window by window", path=self.path, fix=TILED_FIX)
+                if (int(p.tilelength), int(p.tilewidth), int(p.planarconfig)) != \
+                        (int(page.tilelength), int(page.tilewidth), int(page.planarconfig)):
+                    raise DecodeError(f"{what}'s TIFF pages are tiled differently ({page.tilelength}x{page.tilewidth}"
+                                      f" and {p.tilelength}x{p.tilewidth} tiles, or chunky and planar)",
+                                      path=self.path, fix=TILED_FIX)
             self.height, self.width = int(page.imagelength), int(page.imagewidth)
-            self.samples = int(page.samplesperpixel)
+            self.page_samples = int(page.samplesperpixel)
+            self.samples = self.page_samples * len(self.pages)
             self.planar = int(page.planarconfig) == 2
             self.dtype = np.dtype(page.dtype)
             self.tile_h, self.tile_w = int(page.tilelength), int(page.tilewidth)
@@ -259,21 +272,23 @@ class TiledTiff:
                               f"{max_tile_pixels}", path=self.path, fix=TILED_FIX)
         self.across = -(-self.width // self.tile_w)
         self.down = -(-self.height // self.tile_h)
-        per_plane = self.across * self.down
-        if len(page.dataoffsets) != per_plane * (self.samples if self.planar else 1):
-            self.close()
-            raise DecodeError(f"{what}'s TIFF tile table has {len(page.dataoffsets)} entries, its size needs "
-                              f"{per_plane * (self.samples if self.planar else 1)}", path=self.path, fix=TILED_FIX)
+        self.planes = self.page_samples if self.planar else 1  # segments per tile position in a page
+        for p in self.pages:
+            if len(p.dataoffsets) != self.across * self.down * self.planes \
+                    or len(p.databytecounts) != len(p.dataoffsets):
+                self.close()
+                raise DecodeError(f"{what}'s TIFF tile table has {len(p.dataoffsets)} entries, its size needs "
+                                  f"{self.across * self.down * self.planes}", path=self.path, fix=TILED_FIX)
 
     @property
     def shape(self) -> tuple[int, ...]:
-        """(H, W) or (H, W, C) of the page, as tifffile would return it."""
+        """(H, W) or (H, W, C) of the bands read, as tifffile would return one page of them."""
         return (self.height, self.width) if self.samples == 1 else (self.height, self.width, self.samples)
 
     def plan_cache(self, window_h: int) -> None:
-        """Keep enough TIFF tiles for one row of windows ``window_h`` tall (plus one TIFF tile row)."""
+        """Keep enough TIFF tiles for one row of windows ``window_h`` tall (plus one TIFF tile row), every page."""
         rows = -(-window_h // self.tile_h) + 1
-        self.cache_tiles = max(1, rows * self.across * (self.samples if self.planar else 1))
+        self.cache_tiles = max(1, rows * self.across * self.planes * len(self.pages))
 
     def close(self) -> None:
         self._cache.clear()
@@ -285,18 +300,20 @@ class TiledTiff:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _segment(self, index: int) -> np.ndarray:
-        """TIFF tile ``index`` decoded, (tile_h, tile_w, samples-in-segment)."""
-        hit = self._cache.get(index)
+    def _segment(self, page_no: int, index: int) -> np.ndarray:
+        """TIFF tile ``index`` of page ``page_no`` (of :attr:`pages`) decoded, (tile_h, tile_w, samples-in-segment)."""
+        key = (page_no, index)
+        hit = self._cache.get(key)
         if hit is not None:
-            self._cache.move_to_end(index)
+            self._cache.move_to_end(key)
             return hit
-        page = self.page
-        per_sample = 1 if self.planar else self.samples
+        page = self.pages[page_no]
+        per_sample = 1 if self.planar else self.page_samples
         want = self.tile_h * self.tile_w * per_sample * self.dtype.itemsize
         offset, count = int(page.dataoffsets[index]), int(page.databytecounts[index])
+        where = f"TIFF tile {index}" + (f" of page {page_no + 1}" if len(self.pages) > 1 else "")
         if count > 2 * want + _SEGMENT_SLACK:
-            raise DecodeError(f"{self.what}'s TIFF tile {index} claims {count} bytes, more than a "
+            raise DecodeError(f"{self.what}'s {where} claims {count} bytes, more than a "
                               f"{self.tile_h}x{self.tile_w} tile can need", path=self.path, fix=TILED_FIX)
         try:
             fh = self._file.filehandle
@@ -304,22 +321,22 @@ class TiledTiff:
             data = fh.read(count) if count else None
             seg, _, _ = page.decode(data, index, jpegtables=page.jpegtables)
         except Exception as exc:
-            raise DecodeError(f"cannot decode {self.what}'s TIFF tile {index} ({_first_line(exc)})", path=self.path,
+            raise DecodeError(f"cannot decode {self.what}'s {where} ({_first_line(exc)})", path=self.path,
                               fix=TILED_FIX) from None
         if seg is None:  # an empty tile (no bytes): tifffile fills nothing; TIFF says it is 0
             seg = np.zeros((self.tile_h, self.tile_w, per_sample), self.dtype)
         seg = np.asarray(seg).reshape(-1, *np.asarray(seg).shape[-3:])[0]  # drop the depth axis
         if seg.shape[2] != per_sample or seg.shape[0] > self.tile_h or seg.shape[1] > self.tile_w:
-            raise DecodeError(f"{self.what}'s TIFF tile {index} decodes to {seg.shape}, not a "
+            raise DecodeError(f"{self.what}'s {where} decodes to {seg.shape}, not a "
                               f"{self.tile_h}x{self.tile_w}x{per_sample} tile", path=self.path, fix=TILED_FIX)
         self.decoded += 1
-        self._cache[index] = seg
+        self._cache[key] = seg
         while len(self._cache) > self.cache_tiles:
             self._cache.popitem(last=False)
         return seg
 
     def read(self, y: int, x: int, h: int, w: int) -> np.ndarray:
-        """The window ``[y:y+h, x:x+w]`` as (h, w) or (h, w, C) of the page's dtype."""
+        """The window ``[y:y+h, x:x+w]`` as (h, w) or (h, w, C) of the pages' dtype, C the samples of every page."""
         if min(y, x) < 0 or min(h, w) < 1 or y + h > self.height or x + w > self.width:
             raise ValueError(f"window {y},{x} {h}x{w} outside {self.height}x{self.width}")
         out = np.empty((h, w, self.samples), self.dtype)
@@ -329,16 +346,18 @@ class TiledTiff:
                 y0, x0 = ty * self.tile_h, tx * self.tile_w
                 sy, sx = max(y, y0), max(x, x0)
                 ey, ex = min(y + h, y0 + self.tile_h), min(x + w, x0 + self.tile_w)
-                for plane in range(self.samples if self.planar else 1):
-                    seg = self._segment(plane * per_plane + ty * self.across + tx)
-                    part = seg[sy - y0 : ey - y0, sx - x0 : ex - x0]
-                    if part.shape[:2] != (ey - sy, ex - sx):
-                        raise DecodeError(f"{self.what}'s TIFF tile at {y0},{x0} is smaller than the tile grid",
-                                          path=self.path, fix=TILED_FIX)
-                    if self.planar:
-                        out[sy - y : ey - y, sx - x : ex - x, plane] = part[:, :, 0]
-                    else:
-                        out[sy - y : ey - y, sx - x : ex - x] = part
+                for page_no in range(len(self.pages)):
+                    band = page_no * self.page_samples  # the page's first band in ``out``
+                    for plane in range(self.planes):
+                        seg = self._segment(page_no, plane * per_plane + ty * self.across + tx)
+                        part = seg[sy - y0 : ey - y0, sx - x0 : ex - x0]
+                        if part.shape[:2] != (ey - sy, ex - sx):
+                            raise DecodeError(f"{self.what}'s TIFF tile at {y0},{x0} is smaller than the tile grid",
+                                              path=self.path, fix=TILED_FIX)
+                        if self.planar:
+                            out[sy - y : ey - y, sx - x : ex - x, band + plane] = part[:, :, 0]
+                        else:
+                            out[sy - y : ey - y, sx - x : ex - x, band : band + self.page_samples] = part
         return out[:, :, 0] if self.samples == 1 else out
 
 
@@ -375,16 +394,18 @@ def tiles_in_memory(key: str, image: np.ndarray, ids: np.ndarray, tiling: Tiling
 def tiles_windowed(key: str, image_path: Path, label_path: Path, tiling: Tiling, max_pixels: int,
                    decode_label: Callable[[np.ndarray, Path], np.ndarray], pad_label: int,
                    ignore_index: int | None, to_image: Callable[[np.ndarray], np.ndarray],
-                   ) -> Iterator[tuple[Tile, np.ndarray, np.ndarray] | None]:
+                   pages_as_bands: bool = False) -> Iterator[tuple[Tile, np.ndarray, np.ndarray] | None]:
     """Cut a source too large to decode whole (both files tiled TIFFs of one size) into its tiles, reading
     only the windows; yields None for a tile dropped by ``tiling.drop_ignored`` (its image is never read).
 
     ``decode_label``: raw label window → stored ids (the conversion's label decoder, with its checks);
-    ``to_image``: raw image window → the stored image (the conversion's image rule: bands, type).
+    ``to_image``: raw image window → the stored image (the conversion's image rule: bands, type);
+    ``pages_as_bands``: the image's pages are its bands (``--pages-as-bands``; a label is always one page).
     """
     if tiling.tile[0] * tiling.tile[1] > max_pixels:
         raise ConfigError(f"--tile {tiling.tile[0]}x{tiling.tile[1]} is more than --max-pixels {max_pixels}")
-    with TiledTiff(image_path, "image", max_pixels) as img, TiledTiff(label_path, "label", max_pixels) as lab:
+    with TiledTiff(image_path, "image", max_pixels, pages_as_bands=pages_as_bands) as img, \
+            TiledTiff(label_path, "label", max_pixels) as lab:
         if (img.height, img.width) != (lab.height, lab.width):
             raise LabelError(f"label is {lab.height}x{lab.width} (HxW) but its image is {img.height}x{img.width}",
                              path=label_path, fix="re-export the label at the image size")

@@ -5,7 +5,8 @@ Every local run (not ``--dry-run``, ``--force``, ``--rehash``, Dask or object st
 tree once with ``os.scandir``: every entry's relative path, and every file's (size, mtime_ns, ctime_ns, inode) —
 the same four values the fingerprint cache trusts — go into one digest. A run that succeeds (exit 0) then
 leaves a *signature* beside its splits, ``OUTPUT/.shardkit-unchanged.json``, written atomically after every
-split's manifest: that digest (taken before the run read anything), a digest of everything else the output
+split's manifest and before the run releases the output lock (so no other run can change the output between its
+manifests and its signature): that digest (taken before the run read anything), a digest of everything else the output
 depends on (the options as parsed, ``SHARDKIT_*`` variables, files the options name, the working folder, the
 shardkit code and Python that ran), the stat of every published file (each split's ``manifest.json`` with its
 sha256, and every file it names), the run's numbers and the lines it logged about what it found and guessed.
@@ -276,7 +277,9 @@ class Recorder(logging.Handler):
 
 @contextlib.contextmanager
 def recording(check: Check | None) -> Iterator[Recorder]:
-    """Around a normal run: forget the old signature first, and record the run's lines (see :class:`Recorder`)."""
+    """Around a normal run: forget the old signature first, and record the run's lines (see :class:`Recorder`).
+    The run writes its signature (:meth:`Check.save`) while it still holds the output lock; should it fail after
+    that, the signature is forgotten again."""
     recorder = Recorder()
     if check is None:
         yield recorder
@@ -286,5 +289,8 @@ def recording(check: Check | None) -> Iterator[Recorder]:
     logger.addHandler(recorder)
     try:
         yield recorder
+    except BaseException:
+        check.forget()
+        raise
     finally:
         logger.removeHandler(recorder)

@@ -34,6 +34,7 @@ from .imageio import (
     Georeference,
     check_pixels,
     decode_image,
+    decodes_whole,
     georeference,
     read_header,
     read_image_size,
@@ -185,14 +186,16 @@ def tile_pair(pair: Any, ctx: WorkerContext, tiling: Tiling,
               data: dict[Path, np.ndarray] | None) -> Iterator[tuple[Tile, np.ndarray, np.ndarray] | None]:
     """One source's tiles (stored image, label ids) in grid order; None for each tile dropped as ignore.
 
-    A source within ``--max-pixels`` is decoded whole; a larger one is read window by window (tiled TIFFs
-    only; anything else is refused by :class:`~shardkit.tiles.TiledTiff`)."""
+    A source within ``--max-pixels`` (pixels and decode bytes: :func:`~shardkit.imageio.decodes_whole`) is decoded
+    whole; a larger TIFF is read window by window (tiled ones only; anything else is refused by
+    :class:`~shardkit.tiles.TiledTiff`), any other larger file refused."""
     image_data = data.get(pair.image) if data else None
     if image_data is None:
         regular_stat(pair.image, "image")
     header = read_header(pair.image, "image", image_data)
     ignore = ctx.decoder.table.ignore_index
-    if header.pixels <= ctx.max_pixels or pair.label is None:
+    if pair.label is None or (header.pixels <= ctx.max_pixels
+                              and (header.kind != "TIFF" or decodes_whole(header, ctx.max_pixels))):
         image, ids = decode_pair(pair, ctx, data)
         if image.shape[:2] != ids.shape[:2]:
             raise LabelError(f"label is {ids.shape[0]}x{ids.shape[1]} (HxW) but its image is "
@@ -212,7 +215,7 @@ def tile_pair(pair: Any, ctx: WorkerContext, tiling: Tiling,
         return image
 
     yield from tiles_windowed(pair.key, pair.image, pair.label, tiling, ctx.max_pixels, ctx.decoder.decode_pixels,
-                              pad_label(ctx), ignore, to_image)
+                              pad_label(ctx), ignore, to_image, ctx.image.pages_as_bands)
 
 
 def planned_tiles(task: ShardTask, tiling: Tiling) -> int:
@@ -434,17 +437,18 @@ def _write_tiles(pair: Any, ctx: WorkerContext, tiling: Tiling, data: dict[Path,
     label = rel_path(ctx.root, pair.label) if pair.label is not None else None
     kept: list[tuple[Tile, np.ndarray, np.ndarray]] = []
     first, places = len(samples.pixels), []
-    dropped = padded = 0
+    dropped = padded = held = 0
     for item in tile_pair(pair, ctx, tiling, data):
         if item is None:
             dropped += 1
         else:
             kept.append(item)
             places.append(item[0])
-        if len(kept) >= _TILE_BATCH:  # a windowed source: write as it goes, memory stays bounded
+            held += item[1].nbytes + item[2].nbytes
+        if len(kept) >= _TILE_BATCH or held >= _TILE_BATCH_BYTES:  # a windowed source: write as it goes
             padded += _flush_tiles(kept, ctx, tiling, writer, task, stats, samples, label, fingerprint)
             counts.written += len(kept)
-            kept = []
+            kept, held = [], 0
     padded += _flush_tiles(kept, ctx, tiling, writer, task, stats, samples, label, fingerprint)
     counts.written += len(kept)
     counts.dropped += dropped
@@ -454,8 +458,10 @@ def _write_tiles(pair: Any, ctx: WorkerContext, tiling: Tiling, data: dict[Path,
     return padded
 
 
-#: Tiles of one source held before they are written (a source decoded whole is cut whole first).
+#: Tiles of one source held before they are written, at most, and their bytes at most: many bands or pages make a
+#: tile large (64 tiles of 512x512 x 12 uint8 bands are 200 MB), so memory stays bounded whatever the band count.
 _TILE_BATCH = 64
+_TILE_BATCH_BYTES = 32 << 20
 
 
 def _flush_tiles(kept: list[tuple[Tile, np.ndarray, np.ndarray]], ctx: WorkerContext, tiling: Tiling, writer: Any,

@@ -6,6 +6,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -501,6 +502,201 @@ def test_a_png_above_max_pixels_is_refused_clearly(camvid_root: Path, tmp_path: 
                               workers=1, quiet=True))
 
 
+# -- multi-page TIFFs (--pages-as-bands) read window by window --------------------------------------------------
+
+#: 600x500 sources: 300000 pixels, more than PAGES_MAX (so read window by window), 64x64 TIFF tiles
+PAGES_HW, PAGES_MAX = (600, 500), 100_000
+
+
+def _write_pages(path: Path, pages: np.ndarray, layout: str, tile: tuple[int, int] = (64, 64)) -> None:
+    """``pages`` (P, H, W[, S]) as a P-page tiled TIFF: ``"gray"`` one sample a page, ``"chunky"`` / ``"planar"``
+    S samples a page stored interleaved / as separate planes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if layout == "planar":
+        tifffile.imwrite(path, np.moveaxis(pages, -1, 1), tile=tile, compression="zlib", planarconfig="separate",
+                         photometric="minisblack", metadata=None)
+    else:
+        tifffile.imwrite(path, pages, tile=tile, compression="zlib", photometric="minisblack", metadata=None,
+                         planarconfig="contig" if layout == "chunky" else None)
+    with tifffile.TiffFile(path) as tif:  # what the tests below rely on: P tiled pages
+        assert len(tif.pages) == len(pages) and all(page.is_tiled for page in tif.pages)
+
+
+def _pages_source(root: Path, pages: np.ndarray, layout: str) -> np.ndarray:
+    """A split of one multi-page image (``pages``) and its tiled id label (ids 0..4, 255 in a corner); the label."""
+    yy, xx = np.mgrid[0 : PAGES_HW[0], 0 : PAGES_HW[1]]
+    label = ((yy // 37 + xx // 23) % 5).astype(np.uint8)
+    label[:100, :120] = 255
+    _write_pages(root / "img" / "train" / "scene.tif", pages, layout)
+    _write_pages(root / "lbl" / "train" / "scene.tif", label[None], "gray")
+    return label
+
+
+def _pages_cfg(root: Path, out: Path, **kw: object) -> ConvertConfig:
+    return ConvertConfig(root, out, images="img/{split}/{name}.tif", labels="lbl/{split}/{name}.tif", num_classes=5,
+                         ignore_index=255, tile="256x256", workers=1, quiet=True, **kw)
+
+
+@pytest.mark.parametrize("layout,shape,dtype", [("gray", (3, *PAGES_HW), np.uint16),
+                                                ("chunky", (2, *PAGES_HW, 3), np.int16),
+                                                ("planar", (2, *PAGES_HW, 2), np.float32)])
+def test_a_tiled_multi_page_tiff_above_max_pixels_is_read_window_by_window_as_bands(
+        tmp_path: Path, layout: str, shape: tuple[int, ...], dtype: type) -> None:
+    """--pages-as-bands with a source too large to decode whole: every stored tile holds every page's window, in
+    page order, bit-exactly, its label exactly, and the shards equal those of decoding the file whole."""
+    rng = np.random.default_rng(29)
+    if np.dtype(dtype).kind == "f":
+        pages = rng.standard_normal(shape).astype(dtype) * 1000
+    else:
+        pages = rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max, shape, dtype=dtype, endpoint=True)
+    label = _pages_source(tmp_path / "src", pages, layout)
+    bands = np.moveaxis(pages, 0, 2).reshape(*PAGES_HW, -1)  # (H, W, P*S): page 1's samples, then page 2's …
+    windowed = tmp_path / "windowed"
+    convert(_pages_cfg(tmp_path / "src", windowed, max_pixels=PAGES_MAX, pages_as_bands=True))
+    ds = shardkit.open(windowed / "train")
+    tiles = ds.tiles()
+    assert [(t.y, t.x) for t in tiles] == [(y, x) for y in (0, 256, 344) for x in (0, 244)]  # edge-aligned grid
+    images, labels = ds.batch(range(len(ds)))
+    assert images.dtype == dtype and images.shape[1:] == (256, 256, bands.shape[2])
+    for t, img, lab in zip(tiles, images, labels, strict=True):
+        assert (t.height, t.width, t.source_height, t.source_width) == (256, 256, *PAGES_HW)
+        assert np.array_equal(img, bands[t.y : t.y + 256, t.x : t.x + 256]), t  # bit-exact, every band
+        assert lab.dtype == label.dtype and np.array_equal(lab, label[t.y : t.y + 256, t.x : t.x + 256]), t
+    assert np.array_equal(stitch(labels, tiles, reduce="vote"), label)
+    whole = tmp_path / "whole"
+    convert(_pages_cfg(tmp_path / "src", whole, pages_as_bands=True))  # within the default: decoded whole
+    assert _shard_files(windowed / "train") == _shard_files(whole / "train")
+
+
+def test_windowed_pages_are_decoded_tile_by_tile_in_a_bounded_cache(tmp_path: Path) -> None:
+    """TiledTiff over 3 pages keeps at most one row of windows' TIFF tiles per page, and decodes each TIFF tile
+    about once over a row-major walk: never a page, let alone the file, whole."""
+    pages = np.random.default_rng(3).integers(0, 65535, (3, 1200, 500), dtype=np.uint16)
+    _write_pages(tmp_path / "x.tif", pages, "gray")
+    tiling = Tiling((256, 256), (192, 192))
+    with TiledTiff(tmp_path / "x.tif", "image", PAGES_MAX, pages_as_bands=True) as tif:
+        tif.plan_cache(256)
+        assert tif.shape == (1200, 500, 3) and tif.cache_tiles == 5 * 8 * 3  # (256 / 64 + 1) rows x 8 across
+        largest = 0
+        for y, x, h, w in tiling.windows((1200, 500)):
+            assert np.array_equal(tif.read(y, x, h, w), np.moveaxis(pages[:, y : y + h, x : x + w], 0, -1))
+            largest = max(largest, len(tif._cache))
+        assert largest <= tif.cache_tiles < 19 * 8 * 3  # the file has 19 rows of 8 TIFF tiles a page
+        assert tif.decoded <= 2 * 19 * 8 * 3  # overlapping windows share the cached tiles
+
+
+def test_pages_tiled_differently_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "x.tif"
+    tifffile.imwrite(path, np.zeros((300, 200), np.uint16), tile=(64, 64), metadata=None)
+    tifffile.imwrite(path, np.zeros((300, 200), np.uint16), tile=(128, 128), metadata=None, append=True)
+    with pytest.raises(DecodeError, match=r"TIFF pages are tiled differently \(64x64 and 128x128"):
+        TiledTiff(path, "image", PAGES_MAX, pages_as_bands=True)
+
+
+def test_a_real_big_endian_imagej_hyperstack_tiled_is_read_window_by_window_as_bands(tmp_path: Path) -> None:
+    """The real TCYX microscopy hyperstack (tests/data/microscopy16: four 169x169 uint16 planes, big-endian),
+    re-saved as a tiled big-endian TIFF of one page per plane, converted with --pages-as-bands above --max-pixels:
+    every tile holds the four planes' window bit-exactly, in page order, the label exactly."""
+    from tests.test_real16 import hyperstack_bands
+
+    bands = hyperstack_bands()
+    label = ((bands[:, :, 0] > np.median(bands[:, :, 0])) + 2 * (bands[:, :, 1] > 200)).astype(np.uint8)
+    src = tmp_path / "src"
+    for sub, arr in (("img", np.moveaxis(bands, -1, 0)), ("lbl", label)):
+        (src / sub / "train").mkdir(parents=True)
+        tifffile.imwrite(src / sub / "train" / "cells.tif", arr, tile=(32, 32), byteorder=">", compression="zlib",
+                         photometric="minisblack", metadata=None)
+    with tifffile.TiffFile(src / "img" / "train" / "cells.tif") as tif:
+        assert len(tif.pages) == 4 and tif.byteorder == ">" and tif.pages[0].is_tiled
+    convert(ConvertConfig(src, tmp_path / "out", images="img/{split}/{name}.tif", labels="lbl/{split}/{name}.tif",
+                          num_classes=4, tile="64x64", stride="48x48", max_pixels=10_000, pages_as_bands=True,
+                          workers=1, quiet=True))
+    ds = shardkit.open(tmp_path / "out" / "train")
+    tiles = ds.tiles()
+    images, labels = ds.batch(range(len(ds)))
+    assert len(tiles) == 4 * 4 and images.dtype == np.uint16 and images.shape[1:] == (64, 64, 4)
+    for t, img, lab in zip(tiles, images, labels, strict=True):
+        assert np.array_equal(img, bands[t.y : t.y + 64, t.x : t.x + 64]), t
+        assert np.array_equal(lab, label[t.y : t.y + 64, t.x : t.x + 64]), t
+    assert np.array_equal(stitch(images.astype(np.float32), tiles), bands)
+
+
+def _cli_convert(src: Path, out: Path, *args: str) -> tuple[int, str]:
+    from click.testing import CliRunner
+
+    from shardkit.cli import main
+
+    res = CliRunner().invoke(main, ["convert", str(src), str(out), "-q", "--workers", "1", "--images",
+                                    "img/{split}/{name}.tif", "--labels", "lbl/{split}/{name}.tif", "--num-classes",
+                                    "5", "--ignore-index", "255", "--tile", "256x256", *args])
+    return res.exit_code, res.output
+
+
+@pytest.mark.parametrize("second,problem", [
+    (np.zeros((1, 600, 400), np.uint16), r"TIFF pages differ in size or type \(\(600, 500\) uint16 and \(600, 400\)"),
+    (np.zeros((1, *PAGES_HW), np.int16), r"TIFF pages differ in size or type \(\(600, 500\) uint16 and \(600, 500\) "
+                                         "int16"),
+])
+@pytest.mark.parametrize("max_pixels", [PAGES_MAX, 10_000_000])  # read window by window, and decoded whole
+def test_pages_that_differ_are_a_one_line_error(tmp_path: Path, second: np.ndarray, problem: str,
+                                                max_pixels: int) -> None:
+    src = tmp_path / "src"
+    _pages_source(src, np.zeros((1, *PAGES_HW), np.uint16), "gray")
+    path = src / "img" / "train" / "scene.tif"
+    tifffile.imwrite(path, second, tile=(64, 64), photometric="minisblack", metadata=None, append=True)
+    code, output = _cli_convert(src, tmp_path / "out", "--pages-as-bands", "--max-pixels", str(max_pixels))
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert code == 1 and len(lines) == 1 and "Traceback" not in output, output
+    assert str(path) in lines[0] and "they are not bands of one image" in lines[0], output
+    assert re.search(problem, lines[0]) and "export the bands as one image" in lines[0], output
+    assert not (tmp_path / "out" / "train" / "manifest.json").exists()
+
+
+def test_a_multi_page_tiff_above_max_pixels_without_pages_as_bands_is_refused(tmp_path: Path) -> None:
+    """Without --pages-as-bands a windowed multi-page image is refused as a whole decode refuses it — also when the
+    split's first image (which sets the split's bands) is a one-page file, where reading page 1 would pass every
+    other check; and a multi-page label is refused even with --pages-as-bands."""
+    src = tmp_path / "src"
+    pages = np.random.default_rng(5).integers(0, 65535, (3, *PAGES_HW), dtype=np.uint16)
+    label = _pages_source(src, pages, "gray")
+    code, output = _cli_convert(src, tmp_path / "out", "--max-pixels", str(PAGES_MAX))
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert code == 1 and len(lines) == 1 and "Traceback" not in output, output
+    assert "scene.tif" in lines[0] and "a multi-page TIFF (3 pages)" in lines[0] and "--pages-as-bands" in lines[0]
+
+    _write_pages(src / "img" / "train" / "a-first.tif", pages[:1], "gray")  # one page: the split stores 1 band
+    _write_pages(src / "lbl" / "train" / "a-first.tif", label[None], "gray")
+    with pytest.raises(DecodeError, match=r"image is a multi-page TIFF \(3 pages\)") as err:
+        convert(_pages_cfg(src, tmp_path / "out2", max_pixels=PAGES_MAX))
+    assert err.value.path == str(src / "img" / "train" / "scene.tif")
+    assert not (tmp_path / "out2" / "train" / "manifest.json").exists()
+
+    _write_pages(src / "lbl" / "train" / "scene.tif", np.stack([label, label]), "gray")
+    with pytest.raises(DecodeError, match=r"label is a multi-page TIFF \(2 pages\)") as err:
+        convert(_pages_cfg(src, tmp_path / "out3", max_pixels=PAGES_MAX, pages_as_bands=True))
+    assert "single-page" in (err.value.fix or "") and "--pages-as-bands" not in (err.value.fix or "")
+    _write_pages(src / "lbl" / "train" / "scene.tif", label[None], "gray")  # decoded whole: its header says it
+    tifffile.imwrite(src / "lbl" / "train" / "scene.tif", label[:, :400], tile=(64, 64), metadata=None, append=True)
+    with pytest.raises(DecodeError, match=r"label: TIFF pages differ in size .* not bands of one label") as err:
+        convert(_pages_cfg(src, tmp_path / "out4", pages_as_bands=True))
+    assert "single-page" in (err.value.fix or "")
+
+
+def test_many_pages_within_max_pixels_but_too_many_bytes_are_read_window_by_window(tmp_path: Path) -> None:
+    """A source of at most --max-pixels pixels whose pages make its whole decode exceed the bytes --max-pixels
+    allows (12 a pixel; 8 uint16 pages need 32) is read window by window instead of being refused."""
+    pages = np.random.default_rng(8).integers(0, 65535, (8, *PAGES_HW), dtype=np.uint16)
+    _pages_source(tmp_path / "src", pages, "gray")
+    max_pixels = 400_000  # >= 600 x 500 pixels, < 600 x 500 x 32 / 12
+    with pytest.raises(DecodeError, match="its decode needs"):  # what decoding it whole would say
+        shardkit.imageio.check_pixels(tmp_path / "src" / "img" / "train" / "scene.tif", max_pixels)
+    convert(_pages_cfg(tmp_path / "src", tmp_path / "windowed", max_pixels=max_pixels, pages_as_bands=True))
+    convert(_pages_cfg(tmp_path / "src", tmp_path / "whole", pages_as_bands=True))
+    assert _shard_files(tmp_path / "windowed" / "train") == _shard_files(tmp_path / "whole" / "train")
+    assert json.loads((tmp_path / "windowed" / "train" / "manifest.json").read_text())["sample"]["image"]["shape"] \
+        == [256, 256, 8]
+
+
 @pytest.mark.slow
 def test_a_large_tiled_tiff_converts_in_bounded_memory() -> None:
     """scripts/tiling_memory.py at 8000x8000 (a 192 MB image and a 64 MB label decoded whole): the converting
@@ -511,6 +707,19 @@ def test_a_large_tiled_tiff_converts_in_bounded_memory() -> None:
     result = json.loads(res.stdout.splitlines()[-1])
     assert result["tiles_written"] > 0 and result["tiles_dropped"] > 0
     assert result["peak_rss_mb"] - result["baseline_rss_mb"] < 150, result
+
+
+def test_a_multi_page_tiled_tiff_converts_as_bands_in_bounded_memory() -> None:
+    """scripts/tiling_memory.py on a 3000x3000 image of 4 RGB pages (12 bands: 112 MB with its label decoded whole,
+    every tile kept) converted with --pages-as-bands window by window: the converting process peaks far below the
+    source decoded whole (it used to hold the whole file twice, and 64 tiles of 3 MB, before writing any)."""
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "tiling_memory.py"), "--size", "3000", "--block",
+                          "3000", "--pages", "4", "--max-pixels", "2000000"],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stdout + res.stderr
+    result = json.loads(res.stdout.splitlines()[-1])
+    assert result["tiles_written"] == 64 and result["tiles_dropped"] == 0 and result["whole_mb"] > 110
+    assert result["peak_rss_mb"] - result["baseline_rss_mb"] < 0.4 * result["whole_mb"], result
 
 
 # -- the command line --------------------------------------------------------------------------------------------

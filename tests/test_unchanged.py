@@ -19,6 +19,7 @@ import shardkit.pipeline
 from shardkit import unchanged
 from shardkit.cli import main
 from shardkit.errors import OutputError
+from shardkit.lock import OutputLock
 from shardkit.unchanged import SIGNATURE_NAME
 from tests.camvid_copy import small_camvid
 
@@ -32,9 +33,9 @@ class Spy:
         self.real = real
         self.calls = 0
 
-    def __call__(self, cfg: Any) -> Any:
+    def __call__(self, cfg: Any, **kwargs: Any) -> Any:
         self.calls += 1
-        return self.real(cfg)
+        return self.real(cfg, **kwargs)
 
 
 @pytest.fixture()
@@ -189,7 +190,7 @@ def test_rehash_force_and_dry_run_always_take_the_normal_path(converted: tuple[P
 def test_a_failed_run_leaves_no_signature(converted: tuple[Path, Path], spy: Spy) -> None:
     raw, out = converted
 
-    def dies(cfg: Any) -> Any:
+    def dies(cfg: Any, **kwargs: Any) -> Any:
         raise OutputError("the disk went away", path=out)
 
     spy.real = dies
@@ -200,6 +201,54 @@ def test_a_failed_run_leaves_no_signature(converted: tuple[Path, Path], spy: Spy
     (raw / "val" / "new.txt").unlink()  # back as the old signature had it: still the normal path (none is left)
     before = spy.calls
     assert convert(raw, out).exit_code == 1 and spy.calls == before + 1
+
+
+def test_a_run_that_fails_after_its_signature_leaves_none(converted: tuple[Path, Path], spy: Spy) -> None:
+    """The signature is written while the run holds the lock; a failure after it (releasing the lock, logging the
+    summary) still leaves no signature."""
+    raw, out = converted
+
+    def fails_late(cfg: Any, **kwargs: Any) -> Any:
+        real(cfg, **kwargs)
+        assert (out / SIGNATURE_NAME).is_file()  # written by ``published``, under the lock
+        raise OutputError("the disk went away after the manifests", path=out)
+
+    real = spy.real
+    spy.real = fails_late
+    (raw / "val" / "new.txt").write_text("x")
+    assert convert(raw, out).exit_code == 1
+    assert not (out / SIGNATURE_NAME).exists()
+
+
+def test_the_signature_is_written_before_the_lock_is_released(camvid_root: Path, tmp_path: Path, spy: Spy,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two runs with different options on one output, interleaved deterministically: run B takes the lock the moment
+    run A releases it and converts to the end before A goes on. A's signature must already be written then (under
+    its lock), so B's replaces it; written after the lock (as it was), A's would pair A's options with B's output,
+    and a rerun of A's options would wrongly find nothing changed."""
+    raw, out = small_camvid(camvid_root, tmp_path / "raw", n=3), tmp_path / "out"
+    real_exit = OutputLock.__exit__
+    seen: list[dict[str, Any] | None] = []
+
+    def released(self: OutputLock, *exc: Any) -> None:
+        real_exit(self, *exc)
+        if seen:
+            return
+        path = out / SIGNATURE_NAME
+        seen.append(json.loads(path.read_text()) if path.exists() else None)
+        res = convert(raw, out, "--size", "64x96")  # run B, different options, between A's lock and A's return
+        assert res.exit_code == 0 and FAST not in res.output, res.output
+
+    monkeypatch.setattr(OutputLock, "__exit__", released)
+    res = convert(raw, out)  # run A: --size 96x128
+    assert res.exit_code == 0, res.output
+    assert seen and seen[0] is not None, "no signature when run A released the output lock"
+    assert spy.calls == 2
+    shapes = {json.loads(m.read_text())["sample"]["image"]["shape"][0] for m in out.glob("*/manifest.json")}
+    assert shapes == {64}  # the output is B's
+    monkeypatch.setattr(OutputLock, "__exit__", real_exit)
+    assert not fast(spy, raw, out)  # A's options: the output is B's, so the normal path runs (and makes it A's)
+    assert fast(spy, raw, out)  # now A's signature and A's output
 
 
 def test_a_run_that_skipped_inputs_leaves_no_signature(camvid_root: Path, tmp_path: Path, spy: Spy) -> None:
