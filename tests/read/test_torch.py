@@ -269,6 +269,51 @@ def test_augmented_batches_the_slots_cannot_hold_arrive_whole(splits: dict[str, 
     assert seen == len(core)
 
 
+@pytest.fixture(scope="module")
+def bands_split(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Eight real CamVid val pairs made 4-band uint16 (R, G, B and grey, x257; ``scripts/multiband_camvid.py``'s
+    rule), converted to npy."""
+    import cv2
+
+    raw = tmp_path_factory.mktemp("bands-raw")
+    (raw / "val").mkdir()
+    (raw / "valannot").mkdir()
+    for p in sorted((camvid_root / "val").glob("*.png"))[:8]:
+        rgb = cv2.imread(str(p), cv2.IMREAD_COLOR)[:, :, ::-1]
+        grey = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
+        np.save(raw / "val" / f"{p.stem}.npy", np.dstack([rgb, grey]).astype(np.uint16) * 257)
+        (raw / "valannot" / p.name).write_bytes((camvid_root / "valannot" / p.name).read_bytes())
+    out = tmp_path_factory.mktemp("bands")
+    convert(ConvertConfig(raw, out, format="npy", splits=("val",), workers=1, quiet=True, num_classes=12,
+                          ignore_index=11))
+    return out / "val"
+
+
+@pytest.mark.parametrize("normalize", [False, True], ids=["uint16", "normalized"])
+def test_augmented_multiband_batches_are_warped_into_their_ring_slots(bands_split: Path, normalize: bool) -> None:
+    """4-band uint16 batches (float32 after normalize) fit the ring: its slots take the pipeline's output bands and
+    dtype, so every batch is a view of a slot (before, the slots were sized for 3-band uint8 and every batch came
+    back through a fresh shared-memory copy), holding exactly what the numpy path gives."""
+    from shardkit import augment as A
+
+    core = shardkit.open(bands_split)
+    aug = A.parse("scale=0.5:2,crop=64x96,hflip,rotate=10,jitter=0.2:0.2")
+    if normalize:
+        aug = A.Compose([*aug.ops, A.Normalize(core.mean, core.std)])
+    loader = make_loader(bands_split, shardkit.EpochPlan(2, seed=3), num_workers=2, multiprocessing_context="fork",
+                         with_indices=True, layout="NHWC", pin_memory=False, augment=aug)
+    image_slot = loader.ring.slots[0][0]
+    assert image_slot.shape[1:] == (64, 96, 4)
+    assert image_slot.dtype == (torch.float32 if normalize else torch.uint16)
+    seen = 0
+    for images, labels, idx in loader:
+        assert _slot_of(images, loader.ring) is not None
+        want_images, want_labels = _augmented(core, aug, idx.numpy(), 3, 0)
+        assert np.array_equal(images.numpy(), want_images) and np.array_equal(labels.numpy(), want_labels)
+        seen += len(idx)
+    assert seen == len(core)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_POPULATE_WRITE and /proc are Linux's")
 def test_ring_pages_are_mapped_in_one_call_keeping_their_values() -> None:
     """A worker maps a ring slot's pages at once (_populate): the slot keeps its values, and writing it all afterwards
