@@ -11,14 +11,14 @@ For 16-bit and float32 images the rules are stated here once; the torch and TF b
   within 1e-5 relative for values in [0, 1] (NaN stays NaN, 0 stays 0, 1 stays 1), and a
   :class:`~shardkit.errors.ConfigError` for any other value (no range to map). On the CPU this power is OpenCV's
   vectorised ``cv2.pow`` (its float32 log and exp: at most 8e-6 from the exact power over [1e-37, 1], measured,
-  where ``np.power``'s ``powf`` is within 6e-8 but ~4x slower); torch and TF take their own ``pow``.
+  where ``np.power``'s ``powf`` is within 6e-8 but ~4x slower), run by :mod:`shardkit.augment.cpu` (this module
+  loads no image library: the readers import it); torch and TF take their own ``pow``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import cv2
 import numpy as np
 
 from .. import jit
@@ -59,11 +59,8 @@ def gamma_table16(gamma: float, dtype: str) -> np.ndarray:
 
 
 def gamma(image: np.ndarray, gamma: float) -> None:
-    """Gamma on a 16-bit or float32 image of any band count, in place (the rules in the module docstring): 16-bit
-    through :func:`gamma_table16`; float32 values outside [0, 1] are a ConfigError, nothing changed."""
-    if image.dtype == np.float32:
-        float_gamma(image, gamma)
-        return
+    """Gamma on a 16-bit image of any band count, in place, through :func:`gamma_table16` (float32 images: the
+    numpy backend's ``float_gamma``, with :func:`zeros_to_ones`)."""
     table = gamma_table16(gamma, image.dtype.name)
     lo = int(LEVELS[image.dtype.name][0])
     kernels = KERNELS.get()
@@ -81,14 +78,10 @@ def check_unit_range(lowest: float, highest: float) -> None:
                           fix="scale the images into [0, 1] before gamma (e.g. divide by their maximum), or drop gamma")
 
 
-def float_gamma(image: np.ndarray, gamma: float) -> None:
-    """``x ** gamma`` in place, for a float32 image whose values lie in [0, 1] (NaN stays NaN): the range checked
-    first (nothing changes when it fails), then ``cv2.pow`` (see the module docstring) on every value but the
-    zeros, which stay 0: OpenCV's power takes a slow path on 0 (a seventh of zeros, e.g. the border a rotation
-    brings in, doubled its time, measured). The check and the zeros' positions come from one compiled pass
-    when numba is there, else from numpy."""
-    g = float(np.float32(gamma))
-    flat = np.ascontiguousarray(image).reshape(-1)
+def zeros_to_ones(flat: np.ndarray) -> np.ndarray:
+    """For float32 gamma: check that a contiguous float32 array's values lie in [0, 1] (NaN does not count; a
+    ConfigError otherwise, with nothing changed), set each 0 (or -0) to 1 and return their indices, so that a power
+    can skip them (``0 ** g`` is 0: the caller puts them back). One compiled pass when numba is there."""
     kernels = KERNELS.get()
     if kernels is not None:
         zeros = np.empty(flat.size, np.int64)
@@ -103,11 +96,7 @@ def float_gamma(image: np.ndarray, gamma: float) -> None:
             flat[zeros] = 1.0
     if found < 0:
         check_unit_range(float(np.nanmin(flat)), float(np.nanmax(flat)))
-    row = flat.reshape(1, -1)
-    cv2.pow(row, g, dst=row)
-    flat[zeros] = 0.0
-    if not np.shares_memory(flat, image):
-        image[...] = flat.reshape(image.shape)
+    return zeros
 
 
 def _bc_loop(flat: Any, b: float, c: float, lo: float, mid: float, hi: float) -> None:  # pragma: no cover - compiled

@@ -10,6 +10,7 @@ import pytest
 
 import shardkit
 from shardkit import augment as A
+from shardkit.augment import cpu
 from shardkit.config import ConvertConfig, ShardSize
 from shardkit.errors import ConfigError
 from shardkit.pipeline import convert
@@ -248,3 +249,50 @@ def test_ranks_draw_what_a_single_process_draws(split: Path) -> None:
             for k, i in enumerate(idx):
                 img, lab = aug(*ds.batch([int(i)]), [int(i)], seed=7, epoch=2, ignore_index=IGNORE)
                 assert np.array_equal(images[k], img[0]) and np.array_equal(labels[k], lab[0])
+
+
+def test_float_gamma_is_a_power_within_1e_5_and_refuses_values_outside_0_1() -> None:
+    x = np.linspace(0, 1, 1001, dtype=np.float32).reshape(7, 11, 13)
+    x.reshape(-1)[5] = np.nan
+    got = x.copy()
+    cpu.float_gamma(got, 1.7)
+    _close_to_power(got, x, 1.7)
+    for bad in (-0.01, 1.5, np.inf):
+        y = x.copy()
+        y[3, 4, 5] = bad
+        before = y.copy()
+        with pytest.raises(ConfigError, match=r"takes values in \[0, 1\]") as err:
+            cpu.float_gamma(y, 0.8)
+        assert "\n" not in str(err.value)
+        np.testing.assert_array_equal(y, before)  # nothing changed
+
+
+def _close_to_power(got: np.ndarray, x: np.ndarray, g: float) -> None:
+    """``got`` is ``x ** g`` (g rounded to float32) within 1e-5 relative of the exact power, NaN where x is NaN,
+    0 and 1 exactly where x is 0 and 1."""
+    exact = np.power(x.astype(np.float64), float(np.float32(g)))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(x))
+    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=np.finfo(np.float32).tiny)
+    assert (got[x == 0] == 0).all() and (got[x == 1] == 1).all()
+
+
+def test_float_gamma_with_and_without_numba_is_the_power(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cv2.pow with the zeros left out: with and without numba (only the range check is compiled) the same values,
+    within 1e-5 relative of the exact power, also over values log-uniform down to 1e-37 and in a non-contiguous
+    view."""
+    rng = np.random.default_rng(0)
+    x = rng.random((64, 80, 4), dtype=np.float32)
+    x[0, 0, 0], x[1, 1, 1], x[2, 2, 2] = 0.0, 1.0, np.nan
+    x[3] = (10.0 ** rng.uniform(-37, 0, x[3].shape)).astype(np.float32)
+    for g in (0.3, 0.8, 1.0, 1.2, 2.5):
+        fast = x.copy()
+        cpu.float_gamma(fast, g)
+        with monkeypatch.context() as mp:
+            mp.setenv("SHARDKIT_NO_NUMBA", "1")
+            slow = x.copy()
+            cpu.float_gamma(slow, g)
+        np.testing.assert_array_equal(fast, slow)
+        _close_to_power(fast, x, g)
+        view = x[:, ::-1].copy()[:, ::-1]  # non-contiguous: copied, powered, written back
+        cpu.float_gamma(view, g)
+        np.testing.assert_array_equal(view, fast)

@@ -64,42 +64,29 @@ def test_16_bit_gamma_is_the_formula_over_the_dtype_range(images: list[np.ndarra
         assert (np.diff(table.astype(np.int64)) >= 0).all()  # monotonic: no level wraps
 
 
-def test_float_gamma_is_a_float32_power_and_refuses_values_outside_0_1() -> None:
-    x = np.linspace(0, 1, 1001, dtype=np.float32).reshape(7, 11, 13)
-    x.reshape(-1)[5] = np.nan
-    got = x.copy()
-    levels.gamma(got, 1.7)
-    _close_to_power(got, x, 1.7)
+def test_zeros_to_ones_checks_the_range_and_lists_the_zeros(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The float32 gamma's one pass: values in [0, 1] (NaN allowed) pass, each 0 and -0 becomes 1 and is listed,
+    compiled and numpy alike; a value outside [0, 1] (after some zeros) is one ConfigError line, nothing changed."""
+    x = np.random.default_rng(0).random(5000, dtype=np.float32)
+    x[[3, 10, 4000]] = 0.0
+    x[77] = -0.0
+    x[5] = np.nan
+    fast, slow = x.copy(), x.copy()
+    want = np.flatnonzero(x == 0)
+    got = [levels.zeros_to_ones(fast)]
+    with monkeypatch.context() as mp:
+        mp.setenv("SHARDKIT_NO_NUMBA", "1")
+        got.append(levels.zeros_to_ones(slow))
+    for zeros, arr in zip(got, (fast, slow), strict=True):
+        np.testing.assert_array_equal(zeros, want)
+        assert (arr[want] == 1).all() and np.array_equal(np.delete(arr, want), np.delete(x, want), equal_nan=True)
     for bad in (-0.01, 1.5, np.inf):
         y = x.copy()
-        y[3, 4, 5] = bad
+        y[2000] = bad
         before = y.copy()
-        with pytest.raises(ConfigError, match=r"takes values in \[0, 1\]") as err:
-            levels.gamma(y, 0.8)
-        assert "\n" not in str(err.value)
-        np.testing.assert_array_equal(y, before)  # nothing changed
-
-
-def _close_to_power(got: np.ndarray, x: np.ndarray, g: float) -> None:
-    """``got`` is ``x ** g`` (g rounded to float32) within 1e-5 relative of the exact power, NaN where x is NaN,
-    0 and 1 exactly where x is 0 and 1."""
-    exact = np.power(x.astype(np.float64), float(np.float32(g)))
-    np.testing.assert_array_equal(np.isnan(got), np.isnan(x))
-    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=np.finfo(np.float32).tiny)
-    assert (got[x == 0] == 0).all() and (got[x == 1] == 1).all()
-
-
-def test_compiled_float_gamma_equals_numpy_power(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With and without numba (only the range check is compiled) the same values, within 1e-5 relative of the
-    exact power, also over values log-uniform down to 1e-37 and in a non-contiguous view."""
-    rng = np.random.default_rng(0)
-    x = rng.random((64, 80, 4), dtype=np.float32)
-    x[0, 0, 0], x[1, 1, 1], x[2, 2, 2] = 0.0, 1.0, np.nan
-    x[3] = (10.0 ** rng.uniform(-37, 0, x[3].shape)).astype(np.float32)
-    for g in (0.3, 0.8, 1.0, 1.2, 2.5):
-        fast, slow = _both(monkeypatch, levels.gamma, x, g)
-        np.testing.assert_array_equal(fast, slow)
-        _close_to_power(fast, x, g)
-        view = x[:, ::-1].copy()[:, ::-1]  # non-contiguous: copied, powered, written back
-        levels.gamma(view, g)
-        np.testing.assert_array_equal(view, fast)
+        for numba in ("0", "1"):
+            with monkeypatch.context() as mp, pytest.raises(ConfigError, match=r"takes values in \[0, 1\]") as err:
+                mp.setenv("SHARDKIT_NO_NUMBA", numba)
+                levels.zeros_to_ones(y)
+            assert "\n" not in str(err.value)
+            np.testing.assert_array_equal(y, before)  # nothing changed (the zeros before 2000 put back)
