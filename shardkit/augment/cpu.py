@@ -58,7 +58,8 @@ def opencv_mismatch(version: str) -> str | None:
     if major.isdigit() and int(major) >= 5:
         return None
     return (f"OpenCV {version}: augmented images will differ from the torch/TF paths by up to ~3 levels "
-            "(warpAffine rounds coordinates to 1/32 pixel before OpenCV 5; labels are unaffected) — "
+            "(8-bit; 16-bit and float images proportionally more: warpAffine rounds coordinates to 1/32 pixel "
+            "before OpenCV 5; labels are unaffected) — "
             "install opencv-python-headless>=5")
 
 
