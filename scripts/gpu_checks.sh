@@ -19,7 +19,7 @@ python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 2)" 
   || { echo "gpu_checks: no CUDA device visible to torch" >&2; exit 2; }
 python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(0))" | tee "$OUT/device.txt"
 
-python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/augment/test_torch.py tests/augment/test_cutout.py \
+python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/augment/test_torch.py tests/augment/test_cutout.py tests/augment/test_bands.py \
   tests/augment/test_outputs.py tests/augment/test_gather.py tests/read/test_torch_cuda.py 2>&1 | tee "$OUT/tests.txt"
 
 python3 scripts/bench_augment.py "$DATA/camvid-segnet" --device cuda --workers 0 --batch 32 --batches 20 \

@@ -19,6 +19,8 @@ from shardkit import augment as A
 from shardkit.augment import ops as O
 from shardkit.errors import ConfigError
 
+from .devices import DEVICES
+
 IGNORE = 11
 GEOMETRY = "scale=0.5:2,crop=128x160,hflip,rotate=10"
 
@@ -88,6 +90,27 @@ def test_the_fused_warp_on_any_bands_and_dtype_agrees_on_every_backend(tf, camvi
         got_img, got_lab = _run(backend, aug, images, labels, idx, tf)
         np.testing.assert_array_equal(got_lab, want_lab)
         _close(got_img, want_img)
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "int16", "float32"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_warp_of_bands_on_a_torch_device_is_the_numpy_rule(camvid: tuple, dtype: str, device: str) -> None:
+    """5-band 16-bit and float32 batches warped (with 16-bit brightness/contrast) by the torch backend on the CPU
+    and, where a GPU is lent, on CUDA: labels identical to the numpy path, images within a level (float32: 1e-5
+    relative) — the float64 emulation of OpenCV's float32 rule on the device."""
+    import torch
+
+    from shardkit.augment.torch import apply_batch
+
+    rgb, labels = camvid
+    images = make(rgb, 5, dtype)
+    aug = A.parse(GEOMETRY + (",jitter=0.2:0.2" if dtype != "float32" else ""))
+    idx = np.arange(len(images))
+    want_img, want_lab = aug(images, labels, idx, seed=5, epoch=2, ignore_index=IGNORE)
+    got_img, got_lab = apply_batch(aug, torch.from_numpy(images).to(device), torch.from_numpy(labels).to(device),
+                                   idx, seed=5, epoch=2, ignore_index=IGNORE)
+    np.testing.assert_array_equal(got_lab.cpu().numpy(), want_lab)
+    _close(got_img.cpu().numpy(), want_img)
 
 
 def test_each_band_is_warped_as_the_rgb_path_warps_a_channel(camvid: tuple) -> None:
