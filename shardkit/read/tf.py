@@ -356,7 +356,8 @@ def _decode_jpeg_frame(data: tf.Tensor, hw: tuple[int, int], channels: int) -> t
         fields = tf.io.decode_raw(tf.strings.substr(data, 0, head), tf.int32, little_endian=True)
     lengths = tf.cast(fields[2:], tf.int64)  # a length of 2**31 or more reads negative: refused as < 1
     checks = [tf.debugging.Assert(tf.strings.substr(data, 0, 4) == JPEG_FRAME_MAGIC,
-                                  ["jpeg data is not a band frame: it starts", tf.strings.substr(data, 0, 4)]),
+                                  [f"jpeg data of {channels} bands is not a band frame (its first 4 bytes are "
+                                   f"not {JPEG_FRAME_MAGIC.decode()})"]),  # no data bytes: the message is text
               tf.debugging.Assert(tf.equal(fields[1], len(groups)),
                                   [f"jpeg band frame: {channels} bands need {len(groups)} streams, it has", fields[1]]),
               tf.debugging.Assert(tf.logical_and(tf.reduce_all(lengths >= 1), head + tf.reduce_sum(lengths) == size),
