@@ -338,7 +338,7 @@ def _image_decoder(codec: str, hw: tuple[int, int], channels: int = 3, dtype: An
         elif len(JPEG_GROUPS.get(channels, ())) > 1:
             decoded = _decode_jpeg_frame(data, hw, channels)
         else:
-            decoded = tf.io.decode_jpeg(data, channels=channels, dct_method=JPEG_DCT)
+            decoded = _decode_jpeg(data, hw, channels, "jpeg image")
         return tf.ensure_shape(decoded, (*hw, channels))  # a wrong size fails, never reshapes
 
     return lambda data: tf.map_fn(one, data, fn_output_signature=tf.TensorSpec((*hw, channels), tf_dtype))
@@ -367,13 +367,18 @@ def _decode_jpeg_frame(data: tf.Tensor, hw: tuple[int, int], channels: int) -> t
     for k, comps in enumerate(groups):
         with tf.control_dependencies(checks):
             stream = tf.strings.substr(data, starts[k], lengths[k])
-        shape = tf.io.extract_jpeg_shape(stream, output_type=tf.int32)
-        same = tf.debugging.Assert(tf.reduce_all(tf.equal(shape, (*hw, comps))),
-                                   [f"jpeg band frame stream {k + 1}: header says", shape,
-                                    f"expected {(*hw, comps)}"])
-        with tf.control_dependencies([same]):
-            bands.append(tf.io.decode_jpeg(stream, channels=comps, dct_method=JPEG_DCT))
+        bands.append(_decode_jpeg(stream, hw, comps, f"jpeg band frame stream {k + 1}"))
     return tf.concat(bands, axis=-1)
+
+
+def _decode_jpeg(data: tf.Tensor, hw: tuple[int, int], comps: int, what: str) -> tf.Tensor:
+    """One JPEG file → (H, W, comps) uint8, its header (``extract_jpeg_shape``) checked first as the numpy path
+    checks it: ``decode_jpeg(channels=3)`` would otherwise turn a gray file into three equal bands."""
+    shape = tf.io.extract_jpeg_shape(data, output_type=tf.int32)
+    same = tf.debugging.Assert(tf.reduce_all(tf.equal(shape, (*hw, comps))),
+                               [f"{what}: header says", shape, f"expected {(*hw, comps)}"])
+    with tf.control_dependencies([same]):
+        return tf.io.decode_jpeg(data, channels=comps, dct_method=JPEG_DCT)
 
 
 def _label_converter(ds: Dataset) -> Any:

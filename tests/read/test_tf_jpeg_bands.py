@@ -96,3 +96,17 @@ def _numpy_decode(payload: bytes) -> np.ndarray:
     out = np.empty((*SMALL, 4), np.uint8)
     Jpeg(95).decode_into(payload, out)
     return out
+
+
+def test_a_gray_jpeg_where_rgb_is_stored_fails_in_graph(tf, camvid_root: Path) -> None:
+    """As the numpy path refuses it: decode_jpeg(channels=3) alone would give three equal bands."""
+    from shardkit.read.tf import _image_decoder
+
+    gray = Jpeg(95).encode(small_image(camvid_root, 1))
+    decode = tf.function(_image_decoder("jpeg", SMALL, 3))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="jpeg image: header says"):
+        decode(tf.constant([gray]))
+    rgb = Jpeg(95).encode(small_image(camvid_root, 3))
+    out = np.empty((*SMALL, 3), np.uint8)
+    Jpeg(95).decode_into(rgb, out)
+    assert np.array_equal(decode(tf.constant([rgb])).numpy()[0], out)
