@@ -420,14 +420,10 @@ class _Picture(Codec):
         return bytes(buf)
 
     def decode_into(self, data: Any, out: np.ndarray) -> None:
-        if out.ndim != 3 or self.cannot_store(out.dtype, out.shape[2]):
-            raise ValueError(f"{self.name} decodes (H, W, C) images of {self.dtypes} with {self.channels} channels")
-        self._decode_file(data, out)
-
-    def _decode_file(self, data: Any, out: np.ndarray) -> None:
-        """Decode one whole image file into ``out`` (H, W, C), its header checked against ``out`` first."""
         import cv2
 
+        if out.ndim != 3 or self.cannot_store(out.dtype, out.shape[2]):
+            raise ValueError(f"{self.name} decodes (H, W, C) images of {self.dtypes} with {self.channels} channels")
         channels = out.shape[2]
         kind, h, w, comps = _image_size(data, 8 * out.dtype.itemsize)
         if (kind, h, w, comps) != (self.kind, out.shape[0], out.shape[1], channels):  # before any pixel is decoded
@@ -520,13 +516,20 @@ class Jpeg(_Picture):
         if out.ndim != 3 or self.cannot_store(out.dtype, out.shape[2]) or len(JPEG_GROUPS[out.shape[2]]) == 1:
             super().decode_into(data, out)
             return
+        import cv2
+
         h, w = out.shape[:2]
-        first = 0
+        view, first = memoryview(data).cast("B"), 0
         for (start, stop), size in zip(jpeg_frame_streams(data, h, w, out.shape[2]), JPEG_GROUPS[out.shape[2]],
-                                       strict=True):
-            part = np.empty((h, w, size), np.uint8)  # sized from the manifest, never from the data
-            self._decode_file(memoryview(data).cast("B")[start:stop], part)
-            out[:, :, first : first + size] = part
+                                       strict=True):  # every header checked before the first stream is decoded
+            got = cv2.imdecode(np.frombuffer(view[start:stop], np.uint8),
+                               cv2.IMREAD_COLOR if size == 3 else cv2.IMREAD_GRAYSCALE)
+            if got is None or got.shape != ((h, w, 3) if size == 3 else (h, w)):
+                raise CodecDataError(f"jpeg band frame stream of {size} bands does not decode to {h}x{w}x{size}")
+            if size == 3:
+                out[:, :, first : first + 3] = got[:, :, ::-1]  # BGR → the stored band order, as the RGB path
+            else:
+                out[:, :, first] = got
             first += size
 
 
