@@ -459,13 +459,30 @@ class Png(_Picture):
         return [cv2.IMWRITE_PNG_COMPRESSION, self.LEVEL]
 
 
+#: How ``jpeg`` groups an image's bands into JPEG streams, by channel count: 1 and 3 are one gray or RGB file;
+#: 2 and 4 are a band frame (:data:`JPEG_FRAME_MAGIC`) of gray streams, or of an RGB stream then a gray one.
+JPEG_GROUPS: dict[int, tuple[int, ...]] = {1: (1,), 3: (3,), 2: (1, 1), 4: (3, 1)}
+#: The first bytes of a band frame; then the stream count and each stream's length, uint32 little-endian.
+JPEG_FRAME_MAGIC = b"SKJP"
+
+
+def jpeg_frame_header_size(channels: int) -> int:
+    """Bytes before the first stream of a band frame of ``channels`` bands: magic, count, one length a stream."""
+    return len(JPEG_FRAME_MAGIC) + 4 + 4 * len(JPEG_GROUPS[channels])
+
+
 class Jpeg(_Picture):
-    """Baseline JPEG, 4:2:0, quality Q: lossy, for uint8 gray or RGB images only and only when asked for
-    (OpenCV's JPEG has no fourth band: it would drop it)."""
+    """Baseline JPEG, 4:2:0, quality Q: lossy, for uint8 images of 1..4 bands, and only when asked for.
+
+    Gray and RGB images are one JPEG file. OpenCV's JPEG has no fourth band (and none has two), so 2 and 4 bands
+    are a small frame of complete JPEG streams, each encoded as a 1- or 3-channel image is (``formats/codecs.md``):
+    TensorFlow still decodes every stream in-graph, and each is checked against the expected size before any
+    decoder sees it."""
 
     name = "jpeg"
     kind = "jpeg"
     lossless = False
+    channels = (1, 2, 3, 4)
     DEFAULT_QUALITY = 95
 
     def __init__(self, quality: int = DEFAULT_QUALITY) -> None:
@@ -484,6 +501,65 @@ class Jpeg(_Picture):
         import cv2
 
         return [cv2.IMWRITE_JPEG_QUALITY, self.quality]
+
+    def encode(self, arr: np.ndarray) -> bytes:
+        if arr.ndim == 2 or len(JPEG_GROUPS.get(arr.shape[2], ())) <= 1:
+            return super().encode(arr)  # gray or RGB: one JPEG file, as always
+        streams, first = [], 0
+        for size in JPEG_GROUPS[arr.shape[2]]:
+            streams.append(super().encode(arr[:, :, first : first + size]))
+            first += size
+        return b"".join([JPEG_FRAME_MAGIC, struct.pack(f"<{1 + len(streams)}I", len(streams),
+                                                        *map(len, streams)), *streams])
+
+    def decode_into(self, data: Any, out: np.ndarray) -> None:
+        if out.ndim != 3 or self.cannot_store(out.dtype, out.shape[2]) or len(JPEG_GROUPS[out.shape[2]]) == 1:
+            super().decode_into(data, out)
+            return
+        import cv2
+
+        h, w = out.shape[:2]
+        view, first = memoryview(data).cast("B"), 0
+        for (start, stop), size in zip(jpeg_frame_streams(data, h, w, out.shape[2]), JPEG_GROUPS[out.shape[2]],
+                                       strict=True):  # every header checked before the first stream is decoded
+            got = cv2.imdecode(np.frombuffer(view[start:stop], np.uint8),
+                               cv2.IMREAD_COLOR if size == 3 else cv2.IMREAD_GRAYSCALE)
+            if got is None or got.shape != ((h, w, 3) if size == 3 else (h, w)):
+                raise CodecDataError(f"jpeg band frame stream of {size} bands does not decode to {h}x{w}x{size}")
+            if size == 3:
+                out[:, :, first : first + 3] = got[:, :, ::-1]  # BGR → the stored band order, as the RGB path
+            else:
+                out[:, :, first] = got
+            first += size
+
+
+def jpeg_frame_streams(data: Any, height: int, width: int, channels: int) -> list[tuple[int, int]]:
+    """The (start, stop) byte range of each JPEG stream of a band frame of ``channels`` (2 or 4) bands, after
+    checking everything ``formats/codecs.md`` asks before a decoder sees them: the magic, the stream count, lengths
+    that are positive and fill the payload exactly, and each stream's JPEG header (height, width, components)."""
+    view = memoryview(data).cast("B")
+    groups = JPEG_GROUPS[channels]
+    head = jpeg_frame_header_size(channels)
+    if len(view) < head or bytes(view[:4]) != JPEG_FRAME_MAGIC:
+        raise CodecDataError(f"jpeg data of {channels} bands is not a band frame (it starts "
+                             f"{bytes(view[:4])!r}, not {JPEG_FRAME_MAGIC!r}, or is shorter than its {head}-byte "
+                             "header)")
+    (count,) = struct.unpack_from("<I", view, 4)
+    if count != len(groups):
+        raise CodecDataError(f"jpeg band frame has {count} streams, {channels} bands need {len(groups)}")
+    lengths = struct.unpack_from(f"<{count}I", view, 8)
+    if min(lengths) < 1 or head + sum(lengths) != len(view):
+        raise CodecDataError(f"jpeg band frame's stream lengths {list(lengths)} do not fill its {len(view) - head} "
+                             "bytes after the header exactly")
+    ranges, start = [], head
+    for k, (length, size) in enumerate(zip(lengths, groups, strict=True)):
+        kind, h, w, comps = _image_size(view[start : start + length])
+        if (kind, h, w, comps) != ("jpeg", height, width, size):
+            raise CodecDataError(f"jpeg band frame stream {k + 1} header says {kind} {h}x{w}x{comps}, expected jpeg "
+                                 f"{height}x{width}x{size}")
+        ranges.append((start, start + length))
+        start += length
+    return ranges
 
 
 #: Every codec by name: the one list the CLI help, config checks and manifests draw on.

@@ -140,9 +140,10 @@ def _verify_shards(report: SplitReport, manifest: Manifest, path: Path, spec: Sa
             for i in range(shard.num_samples):
                 image, stored = reader.read(i)
                 h, w = int(hw[i, 0]), int(hw[i, 1])
-                if image.shape != (h, w, 3) or image.dtype != np.uint8:
-                    report.problems.append(f"{where}: sample {i} has image shape {image.shape}, expected "
-                                           f"({h}, {w}, 3)")
+                want = spec.image_shape((h, w))  # the stored type and bands (manifest version 4), not RGB only
+                if image.shape != want or image.dtype != spec.stored_image_dtype:
+                    report.problems.append(f"{where}: sample {i} has image {image.shape} {image.dtype}, expected "
+                                           f"{want} {spec.stored_image_dtype}")
                     continue
                 counts += class_pixels(spec, stored, ignore)
                 report.samples += 1

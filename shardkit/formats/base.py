@@ -194,6 +194,10 @@ class ShardReader(ABC):
             except ConfigError as exc:
                 raise ShardFormatError(f"cannot decode this split: {exc}", path=self.directory / "manifest.json",
                                        fix=exc.fix) from None
+            why = self.codecs.image.cannot_store(spec.stored_image_dtype, spec.image_channels)
+            if why is not None:  # e.g. jpeg claimed for 5 bands: refused here, before any record is read
+                raise ShardFormatError(f"manifest format_options.codecs.image does not fit sample.image ({why})",
+                                       path=self.directory / "manifest.json", fix="re-convert this split")
         self._pid: int | None = None
         want = self.file_counts[spec.size is None]
         if len(shard.files) != want:

@@ -16,6 +16,7 @@ import hashlib
 import json
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -47,6 +48,7 @@ LMDB_HEADER = np.dtype(
     [("height", "<u4"), ("width", "<u4"), ("image_nbytes", "<u4"), ("label_nbytes", "<u4")]
 )
 LMDB_META_KEY = b"__shardkit__"
+JPEG_BAND_GROUPS = {2: (1, 1), 4: (3, 1)}  # codecs.md: the bands of each stream of a jpeg band frame
 
 
 class SpecError(Exception):
@@ -195,11 +197,25 @@ def decode(codec: dict[str, Any], data: bytes, shape: tuple[int, ...], dtype: np
         d = lz4.frame.LZ4FrameDecompressor()
         raw = d.decompress(data, max_length=n)
         need(d.eof and not d.unused_data, "lz4 frame is not exactly one frame")
+    elif name == "jpeg" and shape[2] in JPEG_BAND_GROUPS:  # codecs.md "The jpeg band frame"
+        groups = JPEG_BAND_GROUPS[shape[2]]
+        head = 8 + 4 * len(groups)
+        need(len(data) >= head and bytes(data[:4]) == b"SKJP", "jpeg band frame has no SKJP magic")
+        count, *lengths = struct.unpack_from(f"<{1 + len(groups)}I", data, 4)
+        need(count == len(groups), f"jpeg band frame has {count} streams, expected {len(groups)}")
+        need(min(lengths) >= 1 and head + sum(lengths) == len(data), "jpeg band frame lengths do not fill it")
+        parts, start = [], head
+        for length, bands in zip(lengths, groups, strict=True):  # each stream: a whole jpeg of its bands
+            parts.append(decode(codec, data[start : start + length], (*shape[:2], bands), dtype))
+            start += length
+        return np.concatenate(parts, axis=-1)
     else:
         im = Image.open(io.BytesIO(data))  # parses the header only
-        need(im.format == name.upper() and im.size == (shape[1], shape[0]) and im.mode == "RGB",
+        mode = {1: "L", 3: "RGB"}.get(shape[2])
+        need(im.format == name.upper() and im.size == (shape[1], shape[0]) and im.mode == mode,
              f"{name} header disagrees: {im.format} {im.size} {im.mode}")
         arr = np.asarray(im, dtype=np.uint8)
+        arr = arr[:, :, None] if arr.ndim == 2 else arr
         need(arr.shape == shape, f"{name} decodes to {arr.shape}")
         return arr
     need(len(raw) == n, f"{name} decodes to {len(raw)} bytes, expected {n}")
@@ -623,6 +639,43 @@ def test_camvid_conversion_reads_like_cv2_center_crop(tmp_path: Path, camvid_roo
         image, label = samples[i]
         assert np.array_equal(image, want_image), record["key"]
         assert np.array_equal(label, ids[top : top + 352]), record["label"]
+
+
+@pytest.mark.parametrize("bands", [4, 2])
+def test_jpeg_band_frames_read_within_jpeg_loss(tmp_path: Path, camvid_root: Path, bands: int,
+                                                validate_manifest) -> None:
+    """uint8 CamVid of 4 bands (R, G, B, gray) and 2 (R, gray), converted with jpeg:95 to LMDB, read by the
+    spec-only reader (Pillow decodes each stream of the band frame): within JPEG loss, labels exact; a frame
+    with a wrong stream count is refused."""
+    import cv2
+
+    from tests.camvid_bands import camvid_bands
+
+    images = camvid_bands(camvid_root, tmp_path / "in", bands, 3)
+    out = tmp_path / "out"
+    run = subprocess.run([*shardkit_command(), "convert", str(tmp_path / "in"), str(out), "--format", "lmdb",
+                          "--image-codec", "jpeg:95", "--split", "val", "--workers", "1", "-q"],
+                         capture_output=True, text=True, check=False, timeout=240)
+    assert run.returncode == 0, run.stderr
+    validate_manifest(out / "val")
+    m, samples = read_split(out / "val")
+    assert m["format_version"] == 3 and m["sample"]["image"]["shape"][2] == bands
+    for record, (image, label) in zip(m["records"], samples, strict=True):
+        want = images[Path(record["key"]).stem]
+        assert image.shape == want.shape and image.dtype == np.uint8
+        mse = ((image.astype(np.float64) - want) ** 2).mean(axis=(0, 1))
+        assert (10 * np.log10(255.0**2 / mse) >= 38).all(), record["key"]  # measured: 38.3 dB and more
+        assert np.array_equal(label, cv2.imread(str(camvid_root / record["label"]), cv2.IMREAD_UNCHANGED))
+    env = lmdb.open(str(out / "val" / m["shards"][0]["files"][0]["name"]), subdir=False, readonly=True,
+                    lock=False)
+    with env.begin() as txn:
+        value = bytearray(txn.get(b"00000000"))
+    env.close()
+    value[20:24] = (3).to_bytes(4, "little")  # the frame's stream count (after the 16-byte record header, magic)
+    put_lmdb(out / "val" / m["shards"][0]["files"][0]["name"], b"00000000", bytes(value))
+    rehash(out / "val")
+    with pytest.raises(SpecError, match="jpeg band frame has 3 streams"):
+        read_split(out / "val")
 
 
 # --------------------------------------------------------------------------- format version 2 (codecs.md)
