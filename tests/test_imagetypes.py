@@ -34,9 +34,10 @@ def test_png_refuses_what_it_cannot_hold(dtype: type, channels: int) -> None:
     assert Png().cannot_store(np.dtype(dtype), channels) is not None
 
 
-def test_jpeg_is_uint8_gray_or_rgb_only() -> None:
-    assert Jpeg().cannot_store(np.dtype(np.uint8), 3) is None and Jpeg().cannot_store(np.dtype(np.uint8), 1) is None
-    assert "not uint8 with 4" in (Jpeg().cannot_store(np.dtype(np.uint8), 4) or "")  # OpenCV would drop band 4
+def test_jpeg_is_uint8_of_up_to_4_bands_only() -> None:
+    for bands in (1, 2, 3, 4):  # 2 and 4 as a band frame of gray/RGB JPEG files (formats/codecs.md)
+        assert Jpeg().cannot_store(np.dtype(np.uint8), bands) is None
+    assert "not uint8 with 5" in (Jpeg().cannot_store(np.dtype(np.uint8), 5) or "")
     assert Jpeg().cannot_store(np.dtype(np.uint16), 3) is not None
 
 
@@ -53,8 +54,9 @@ def test_a_codec_that_cannot_store_the_images_is_a_one_line_error() -> None:
     with pytest.raises(ConfigError, match="png stores uint8 or uint16 images of 1, 3, 4 channels"):
         get("lmdb").check_image(spec, ArrayCodecs.parse("png", "raw"))
     with pytest.raises(ConfigError, match="jpeg"):
-        get("tfrecord").check_image(SampleSpec(None, "index", 3, "|u1", "|u1", 4, "bands"),
+        get("tfrecord").check_image(SampleSpec(None, "index", 3, "|u1", "|u1", 5, "bands"),
                                     ArrayCodecs.parse("jpeg:90", "raw"))
+    get("tfrecord").check_image(SampleSpec(None, "index", 3, "|u1", "|u1", 4, "bands"), ArrayCodecs.parse("jpeg:90"))
     get("lmdb").check_image(spec, ArrayCodecs.parse("zstd", "lz4"))  # byte codecs store anything
 
 
