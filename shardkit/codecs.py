@@ -429,6 +429,8 @@ class _Picture(Codec):
         if (kind, h, w, comps) != (self.kind, out.shape[0], out.shape[1], channels):  # before any pixel is decoded
             raise CodecDataError(f"{self.name} header says {kind} {h}x{w}x{comps}, expected {self.kind} "
                                  f"{out.shape[0]}x{out.shape[1]}x{channels}")
+        if self.kind == "jpeg":
+            check_jpeg_end(data, self.name)
         if channels == 3 and out.dtype == np.uint8:  # the RGB path, as before
             bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
             if bgr is None or bgr.shape != out.shape:
@@ -533,10 +535,23 @@ class Jpeg(_Picture):
             first += size
 
 
+#: The marker every JPEG file ends with (libjpeg writes it last).
+JPEG_EOI = b"\xff\xd9"
+
+
+def check_jpeg_end(data: Any, what: str) -> None:
+    """A CodecDataError unless the JPEG file ``data`` ends with its end-of-image marker, checked before decoding:
+    libjpeg itself only warns on a cut-off file and fills what is missing with gray (OpenCV 5.0 then returns no
+    image, measured; other decoders may keep it), so the check names the problem and depends on no decoder."""
+    if bytes(memoryview(data).cast("B")[-2:]) != JPEG_EOI:
+        raise CodecDataError(f"{what} data does not end with the JPEG end-of-image marker (truncated)")
+
+
 def jpeg_frame_streams(data: Any, height: int, width: int, channels: int) -> list[tuple[int, int]]:
     """The (start, stop) byte range of each JPEG stream of a band frame of ``channels`` (2 or 4) bands, after
     checking everything ``formats/codecs.md`` asks before a decoder sees them: the magic, the stream count, lengths
-    that are positive and fill the payload exactly, and each stream's JPEG header (height, width, components)."""
+    that are positive and fill the payload exactly, each stream's JPEG header (height, width, components) and its
+    end-of-image marker."""
     view = memoryview(data).cast("B")
     groups = JPEG_GROUPS[channels]
     head = jpeg_frame_header_size(channels)
@@ -557,6 +572,7 @@ def jpeg_frame_streams(data: Any, height: int, width: int, channels: int) -> lis
         if (kind, h, w, comps) != ("jpeg", height, width, size):
             raise CodecDataError(f"jpeg band frame stream {k + 1} header says {kind} {h}x{w}x{comps}, expected jpeg "
                                  f"{height}x{width}x{size}")
+        check_jpeg_end(view[start : start + length], f"jpeg band frame stream {k + 1}")
         ranges.append((start, start + length))
         start += length
     return ranges

@@ -329,6 +329,28 @@ def test_codec_decode_checks_exact_sizes() -> None:
             codec.decode_into(blob[:-4], np.empty(100, np.uint8))  # truncated
 
 
+@pytest.mark.parametrize("bands", [1, 3, 4])
+def test_a_truncated_jpeg_is_refused_not_filled_with_gray(bands: int) -> None:
+    """A cut-off JPEG file (or band frame stream, its lengths made to fit) is refused before decoding, as truncated:
+    it does not end with the end-of-image marker (libjpeg alone would only warn and fill the rest with gray)."""
+    import struct
+
+    from shardkit.codecs import JPEG_FRAME_MAGIC
+
+    img = np.random.default_rng(1).integers(0, 256, (48, 64, bands), dtype=np.uint8)
+    data = Jpeg(90).encode(img)
+    out = np.empty_like(img)
+    Jpeg(90).decode_into(data, out)
+    if bands == 4:  # cut the last stream, the frame's lengths made to fit: only the end marker tells
+        head = len(JPEG_FRAME_MAGIC) + 12
+        first, second = struct.unpack_from("<2I", data, 8)
+        bad = JPEG_FRAME_MAGIC + struct.pack("<3I", 2, first, second - 100) + data[head : len(data) - 100]
+    else:
+        bad = data[: len(data) // 2]
+    with pytest.raises(CodecDataError, match="end-of-image marker"):
+        Jpeg(90).decode_into(bad, out)
+
+
 def test_hdf5_lz4_chunk_framing_is_checked_before_decoding() -> None:
     import struct
 

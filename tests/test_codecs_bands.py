@@ -189,7 +189,7 @@ def damaged(camvid_root: Path) -> dict[str, tuple[bytes, str]]:
                                  "do not fill"),
         "length-zero": (reframe([rgb, gray], lengths=[0, len(rgb) + len(gray)]), "do not fill"),
         "lengths-longer": (reframe([rgb, gray], lengths=[len(rgb) + 1, len(gray)]), "do not fill"),
-        "boundary-shifted": (reframe([rgb, gray], lengths=[len(rgb) - 5, len(gray) + 5]), "stream 2 header"),
+        "boundary-shifted": (reframe([rgb, gray], lengths=[len(rgb) - 5, len(gray) + 5]), "stream 1 data does not end"),
         "stream-other-size": (reframe([other_size, gray]), "stream 1 header says jpeg 32x64x3"),
         "streams-swapped": (reframe([gray, rgb]), "stream 1 header says jpeg 48x64x1, expected jpeg 48x64x3"),
         "two-band-frame": (two_band, "stream 1 header says jpeg 48x64x1"),

@@ -29,7 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from .. import encoding
-from ..codecs import JPEG_FRAME_MAGIC, JPEG_GROUPS, jpeg_frame_header_size
+from ..codecs import JPEG_EOI, JPEG_FRAME_MAGIC, JPEG_GROUPS, jpeg_frame_header_size
 from ..errors import ConfigError, ShardFormatError
 from ..formats.base import TfRecordLayout
 from ..onehot import channel_lut
@@ -372,12 +372,15 @@ def _decode_jpeg_frame(data: tf.Tensor, hw: tuple[int, int], channels: int) -> t
 
 
 def _decode_jpeg(data: tf.Tensor, hw: tuple[int, int], comps: int, what: str) -> tf.Tensor:
-    """One JPEG file → (H, W, comps) uint8, its header (``extract_jpeg_shape``) checked first as the numpy path
-    checks it: ``decode_jpeg(channels=3)`` would otherwise turn a gray file into three equal bands."""
+    """One JPEG file → (H, W, comps) uint8, its header (``extract_jpeg_shape``) and end-of-image marker checked
+    first as the numpy path checks them: ``decode_jpeg(channels=3)`` would otherwise turn a gray file into three
+    equal bands."""
     shape = tf.io.extract_jpeg_shape(data, output_type=tf.int32)
     same = tf.debugging.Assert(tf.reduce_all(tf.equal(shape, (*hw, comps))),
                                [f"{what}: header says", shape, f"expected {(*hw, comps)}"])
-    with tf.control_dependencies([same]):
+    ends = tf.debugging.Assert(tf.strings.substr(data, -2, 2) == JPEG_EOI,
+                               [f"{what}: does not end with the JPEG end-of-image marker (truncated)"])
+    with tf.control_dependencies([same, ends]):
         return tf.io.decode_jpeg(data, channels=comps, dct_method=JPEG_DCT)
 
 

@@ -85,7 +85,8 @@ def test_damaged_frames_fail_in_graph(tf, camvid_root: Path, what: str) -> None:
                    "length-overflow": "do not fill", "lengths-overflow-sum": "do not fill",
                    "length-zero": "do not fill", "lengths-longer": "do not fill",
                    "stream-other-size": "stream 1: header says", "streams-swapped": "stream 1: header says",
-                   "two-band-frame": "stream 1: header says"}
+                   "two-band-frame": "stream 1: header says",
+                   "boundary-shifted": "stream 1: does not end with the JPEG end-of-image marker"}
     if what in frame_level:  # the rest fail in extract_jpeg_shape on a stream that is no JPEG: TensorFlow's words
         assert frame_level[what] in str(info.value.message), info.value.message
     good = Jpeg(95).encode(small_image(camvid_root, 4))
@@ -110,3 +111,13 @@ def test_a_gray_jpeg_where_rgb_is_stored_fails_in_graph(tf, camvid_root: Path) -
     out = np.empty((*SMALL, 3), np.uint8)
     Jpeg(95).decode_into(rgb, out)
     assert np.array_equal(decode(tf.constant([rgb])).numpy()[0], out)
+
+
+def test_a_truncated_jpeg_fails_in_graph_as_truncated(tf, camvid_root: Path) -> None:
+    """A cut-off RGB JPEG file is refused by its missing end-of-image marker, as the numpy path refuses it."""
+    from shardkit.read.tf import _image_decoder
+
+    rgb = Jpeg(95).encode(small_image(camvid_root, 3))
+    decode = tf.function(_image_decoder("jpeg", SMALL, 3))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="jpeg image: does not end with the JPEG end-of-image"):
+        decode(tf.constant([rgb[:-1]]))
