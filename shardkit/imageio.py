@@ -62,6 +62,20 @@ def read_bytes(path: Path, what: str = "image") -> np.ndarray:
     return data
 
 
+def read_head(path: Path, what: str, size: int) -> bytes:
+    """The first ``size`` bytes of a file (fewer when it is shorter; :func:`read_header` and :func:`georeference`
+    read no more): missing → InputNotFoundError, unreadable → DecodeError, each one line with its fix."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(size)
+    except FileNotFoundError:
+        raise InputNotFoundError(f"{what} file does not exist", path=path,
+                                 fix="check the input folder or list file") from None
+    except OSError as exc:
+        raise DecodeError(f"cannot read {what}: {exc.strerror or exc}", path=path,
+                          fix="check the file and its permissions, or --on-error skip") from None
+
+
 def file_bytes(path: Path, what: str, data: np.ndarray | None) -> np.ndarray:
     """``data`` (the file's bytes, already read by the caller) checked like :func:`read_bytes`, else a read."""
     if data is None:
@@ -332,11 +346,12 @@ def _tiff_layout(pages: list[Any], path: Path, pages_as_bands: bool, what: str =
     if not pages:
         raise DecodeError(f"cannot decode {what}: TIFF has no image", path=path, fix=_FIX_CORRUPT)
     planes = len(pages) if planes is None else planes
+    single = f"export the {what} as a single-page file, or --on-error skip"  # a label is always one page
     if planes > 1 and not pages_as_bands:
         stack = f"a multi-page TIFF ({planes} pages)" if planes == len(pages) else \
             f"an ImageJ stack of {planes} planes in one TIFF page"
         fix = ("add --pages-as-bands (each page one band), export one page, or --on-error skip" if what == "image"
-               else f"export the {what} as a single-page file, or --on-error skip")
+               else single)
         raise DecodeError(f"{what} is {stack}; which one is the {what} has no single answer", path=path, fix=fix)
     first = pages[0]
     shape = tuple(first.shape)
@@ -348,8 +363,7 @@ def _tiff_layout(pages: list[Any], path: Path, pages_as_bands: bool, what: str =
         if tuple(page.shape) != shape or page.dtype != first.dtype or str(page.axes) != axes:
             raise DecodeError(f"{what}: TIFF pages differ in size or type ({shape} {first.dtype} and "
                               f"{tuple(page.shape)} {page.dtype}); they are not bands of one {what}", path=path,
-                              fix="export the bands as one image, or --on-error skip" if what == "image" else
-                              f"export the {what} as a single-page file, or --on-error skip")
+                              fix="export the bands as one image, or --on-error skip" if what == "image" else single)
     bands = 1 if axes == "YX" else shape[-1] if axes == "YXS" else shape[0]
     photometric = int(getattr(first, "photometric", -1))
     kind = RGB if photometric == 2 and bands == 3 and planes == 1 else BANDS
@@ -538,18 +552,7 @@ def georeference(path: Path, data: np.ndarray | None = None) -> Georeference | N
     ``data``: the file's bytes when the caller holds them; else the file is opened and only its directories and
     tags are read (a source read window by window may be far larger than memory)."""
     path = Path(path)
-    if data is None:
-        try:
-            with open(path, "rb") as fh:
-                head = fh.read(16)
-        except FileNotFoundError:
-            raise InputNotFoundError("image file does not exist", path=path,
-                                     fix="check the input folder or list file") from None
-        except OSError as exc:
-            raise DecodeError(f"cannot read image: {exc.strerror or exc}", path=path,
-                              fix="fix the file permissions, or --on-error skip") from None
-    else:
-        head = file_bytes(path, "image", data)[:16].tobytes()
+    head = read_head(path, "image", 16) if data is None else file_bytes(path, "image", data)[:16].tobytes()
     if sniff(head) != "TIFF":
         return None
     import tifffile
@@ -839,19 +842,11 @@ def read_header(path: Path, what: str = "image", data: np.ndarray | None = None)
     another type, or whose header cannot be read, is a DecodeError: without its size it must not be decoded.
     """
     path = Path(path)
-    try:
-        if data is None:
-            with open(path, "rb") as fh:
-                head = fh.read(HEADER_BYTES)
-        else:
-            head = data[:HEADER_BYTES].tobytes()
-            data_bytes = _as_bytes(data)
-    except FileNotFoundError:
-        raise InputNotFoundError(f"{what} file does not exist", path=path,
-                                 fix="check the input folder or list file") from None
-    except OSError as exc:
-        raise DecodeError(f"cannot read {what}: {exc.strerror or exc}", path=path,
-                          fix="check the file and its permissions, or --on-error skip") from None
+    if data is None:
+        head = read_head(path, what, HEADER_BYTES)
+    else:
+        head = data[:HEADER_BYTES].tobytes()
+        data_bytes = _as_bytes(data)
     if not head:
         raise DecodeError(f"cannot decode {what}: the file is empty (0 bytes)", path=path, fix=_FIX_CORRUPT)
     kind = sniff(head)
