@@ -194,8 +194,10 @@ def tile_pair(pair: Any, ctx: WorkerContext, tiling: Tiling,
         regular_stat(pair.image, "image")
     header = read_header(pair.image, "image", image_data)
     ignore = ctx.decoder.table.ignore_index
-    if pair.label is None or (header.pixels <= ctx.max_pixels
-                              and (header.kind != "TIFF" or decodes_whole(header, ctx.max_pixels))):
+    # a TIFF is read window by window when it cannot be decoded whole; any other file above --max-pixels is refused
+    # there (TiledTiff), one within it by the decode's own byte check
+    whole = decodes_whole(header, ctx.max_pixels) if header.kind == "TIFF" else header.pixels <= ctx.max_pixels
+    if pair.label is None or whole:
         image, ids = decode_pair(pair, ctx, data)
         if image.shape[:2] != ids.shape[:2]:
             raise LabelError(f"label is {ids.shape[0]}x{ids.shape[1]} (HxW) but its image is "
