@@ -19,14 +19,17 @@ def band_stack(rgb: np.ndarray, bands: int) -> np.ndarray:
             4: np.dstack([rgb, gray])}[bands].copy()
 
 
-def camvid_bands(src: Path, dst: Path, bands: int, n: int) -> dict[str, np.ndarray]:
-    """Write the first ``n`` CamVid val pairs of ``src`` as ``bands``-band uint8 ``.npy`` images into ``dst``;
-    returns each image by its stem."""
+def camvid_bands(src: Path, dst: Path, bands: int, n: int, dtype: type = np.uint8) -> dict[str, np.ndarray]:
+    """Write the first ``n`` CamVid val pairs of ``src`` as ``bands``-band ``.npy`` images into ``dst`` (uint8, or
+    uint16 over its whole range: each level x257, as ``scripts/multiband_camvid.py``); returns each image by its
+    stem."""
     images = {}
     (dst / "val").mkdir(parents=True)
     (dst / "valannot").mkdir()
     for p in sorted((src / "val").glob("*.png"))[:n]:
         image = band_stack(cv2.imread(str(p), cv2.IMREAD_COLOR)[:, :, ::-1], bands)
+        if dtype == np.uint16:
+            image = image.astype(np.uint16) * 257
         np.save(dst / "val" / f"{p.stem}.npy", image)
         shutil.copyfile(src / "valannot" / p.name, dst / "valannot" / p.name)
         images[p.stem] = image

@@ -17,6 +17,7 @@ from shardkit.config import ConvertConfig, ShardSize
 from shardkit.errors import ConfigError
 from shardkit.pipeline import convert
 from shardkit.read.dataset import Dataset
+from tests.camvid_bands import camvid_bands
 
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402
@@ -273,16 +274,8 @@ def test_augmented_batches_the_slots_cannot_hold_arrive_whole(splits: dict[str, 
 def bands_split(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Eight real CamVid val pairs made 4-band uint16 (R, G, B and grey, x257; ``scripts/multiband_camvid.py``'s
     rule), converted to npy."""
-    import cv2
-
     raw = tmp_path_factory.mktemp("bands-raw")
-    (raw / "val").mkdir()
-    (raw / "valannot").mkdir()
-    for p in sorted((camvid_root / "val").glob("*.png"))[:8]:
-        rgb = cv2.imread(str(p), cv2.IMREAD_COLOR)[:, :, ::-1]
-        grey = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
-        np.save(raw / "val" / f"{p.stem}.npy", np.dstack([rgb, grey]).astype(np.uint16) * 257)
-        (raw / "valannot" / p.name).write_bytes((camvid_root / "valannot" / p.name).read_bytes())
+    camvid_bands(camvid_root, raw, 4, 8, np.uint16)
     out = tmp_path_factory.mktemp("bands")
     convert(ConvertConfig(raw, out, format="npy", splits=("val",), workers=1, quiet=True, num_classes=12,
                           ignore_index=11))
