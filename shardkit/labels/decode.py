@@ -348,12 +348,14 @@ class LabelDecoder:
             else ""
         )
         target = src if src.endswith((".csv", ".json", ".txt")) else "class_dict.csv"
-        need = int(dist.max())
-        tol = f"--colour-tolerance {need}" if need <= _TOLERANCE_HINT else "--colour-tolerance N"
+        # a tolerance only for near misses (anti-aliased edges): a far colour is a class of its own, and a
+        # tolerance wide enough to reach its nearest class would merge the two
+        near = dist[dist <= _TOLERANCE_HINT]
+        tol = f", or --colour-tolerance {int(near.max())} for the near misses" if near.size else ""
         return LabelError(
             f"label has {keys.size} colour(s) not in {src} ({int(counts.sum())} px): {listed}{jpeg}",
             path=path,
-            fix=f"add it to {target}, or {tol}, or --unknown-as ID",
+            fix=f"add it to {target}{tol}, or --unknown-as ID to store it as that class or ignore id on purpose",
         )
 
     # -- palette PNGs

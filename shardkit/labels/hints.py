@@ -8,8 +8,8 @@ A hint is only ever one that, followed on such data, gives the labels the values
   foreground);
 - evenly spaced codes (0/64/128/192/255, 0/85/170/255) → ``--label-map`` to their ranks (never
   ``--num-classes 256``: the codes would be kept as ids of a table of mostly absent classes);
-- a usual ignore value (255, 65535) far above the other values → ``--ignore-index 255``; an ignore id is never
-  suggested for a value next to the others (ids 17, 44, 45: 45 is a class);
+- a usual ignore value (255, 65535) above the other values by more than they lie apart → ``--ignore-index 255``;
+  an ignore id is never suggested for another value, nor for one next to the others (ids 17, 44, 45: 45 is a class);
 - anything else is sparse class ids → ``--classes FILE`` or ``--num-classes max+1`` (ids kept as they are).
 """
 
@@ -86,8 +86,31 @@ def jpeg_fix(counts: np.ndarray) -> str:
             if two_levels(counts, t).binary:
                 return (f"a binary JPEG mask (levels {min(first, second)} and {max(first, second)} with compression "
                         f"noise): pass --threshold {t}")
-    return ("JPEG noise cannot be told from class ids here (not a two-level mask): re-export the labels losslessly "
-            "(PNG) from the annotation tool")
+    levels = _levels(counts)
+    if levels is not None:
+        cuts = [(a + b) // 2 for a, b in itertools.pairwise(levels)]
+        ranges = [(lo, hi) for lo, hi in zip([0, *(c + 1 for c in cuts)], [*cuts, counts.size - 1], strict=True)]
+        return (f"a JPEG of {len(levels)} levels ({', '.join(map(str, levels))}) with compression noise: pass "
+                "--label-map " + ",".join(f"{lo}-{hi}:{i}" for i, (lo, hi) in enumerate(ranges)))
+    return ("its values lie too close together for compression noise to be told from class ids: no flag reads it "
+            "exactly; export the labels losslessly (PNG) from the annotation tool")
+
+
+def _levels(counts: np.ndarray) -> list[int] | None:
+    """A JPEG's flat levels when they lie far enough apart for its noise to be told from them: each holding
+    :data:`THIRD_SHARE` of the pixels, more than twice :data:`NOISE_LEVELS` apart, and with the pixels near them
+    :data:`BINARY_SHARE` of the label; else None."""
+    total = max(int(counts.sum()), 1)
+    common = [int(v) for v in np.flatnonzero(counts >= THIRD_SHARE * total)]
+    if len(common) < 2 or len(common) > _MAX_MAP_ENTRIES:
+        return None
+    if any(b - a <= 2 * NOISE_LEVELS for a, b in itertools.pairwise(common)):
+        return None
+    values = np.arange(counts.size)
+    near = np.zeros(counts.size, bool)
+    for v in common:
+        near |= np.abs(values - v) <= NOISE_LEVELS
+    return common if float(counts[near].sum()) / total >= BINARY_SHARE else None
 
 
 def _codes(values: list[int]) -> bool:
@@ -103,6 +126,12 @@ def _codes(values: list[int]) -> bool:
 
 def _rank_map(values: list[int]) -> str:
     return ",".join(f"{v}:{i}" for i, v in enumerate(values))
+
+
+def _spread(values: list[int]) -> int:
+    """The largest gap between neighbouring ``values`` (at least :data:`_MIN_CODE_GAP`): a value further than
+    this above them stands apart from them; one closer is one of them (45 beside 44)."""
+    return max([_MIN_CODE_GAP, *(b - a for a, b in itertools.pairwise(values))])
 
 
 def _ids_fit(values: list[int], num_classes: int | None) -> bool:
@@ -135,7 +164,7 @@ def read_values(counts: np.ndarray, *, num_classes: int | None = None,
             return what, "--label-map FILE with one 'CODE:ID' line per code"
         return what, f"--label-map {_rank_map(values)}"
     rest = values[:-1]
-    if top in USUAL_IGNORE and rest and max(rest) < top // 2:
+    if top in USUAL_IGNORE and rest and top - rest[-1] > _spread(rest):
         what = f"{top} lies far above the other values ({_listed(rest)}): it marks pixels to ignore"
         if _ids_fit(rest, num_classes):
             return what, f"--ignore-index {top}"
@@ -143,7 +172,8 @@ def read_values(counts: np.ndarray, *, num_classes: int | None = None,
             return what + f", and {_listed(rest)} are evenly spaced codes", \
                 f"--label-map {_rank_map(rest)} --ignore-index {top}"
         return what + ", and the others are sparse class ids", \
-            f"--ignore-index {top} with --classes FILE (every class name) or --num-classes {max(rest) + 1}"
-    count = f"{num_classes} classes of the table" if num_classes is not None else f"{len(values)} values"
+            f"--ignore-index {top} --num-classes {max(rest) + 1} (or --ignore-index {top} with --classes FILE naming " \
+            "every class)"
+    count = f"the table has {num_classes} classes" if num_classes is not None else f"only {len(values)} values"
     return (f"ids up to {top} but {count}: sparse class ids of a larger table",
             f"--classes FILE naming every class, or --num-classes {top + 1} (the ids kept as they are)")

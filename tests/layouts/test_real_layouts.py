@@ -152,7 +152,8 @@ def test_membranes_0_255_masks_are_refused_with_the_flags_that_say_what_255_mean
         convert(ConvertConfig(root, tmp_path / "out", workers=1, quiet=True))
     text = str(e.value)
     assert "label values 0 (" in text and "255 (" in text and "found in 2 label files" in text
-    assert "--label-map 255:1 or --threshold 127" in text and "--ignore-index 255" in text
+    # never --ignore-index 255: followed, it would store the whole foreground as ignore (one class left)
+    assert "--label-map 255:1 or --threshold 127" in text and "--ignore-index" not in text
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("manifest.json"))
     assert snapshot(root) == state
 
