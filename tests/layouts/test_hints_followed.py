@@ -18,7 +18,7 @@ from __future__ import annotations
 import csv
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,7 +133,7 @@ def _compatible(flags: tuple[str, ...], group: tuple[str, ...]) -> bool:
     return not given & set(group[::2])
 
 
-def pairs_tree(root: Path, pairs: list[tuple[Path, Path | np.ndarray]], images: str = "images",
+def pairs_tree(root: Path, pairs: Sequence[tuple[Path, Path | np.ndarray]], images: str = "images",
                labels: str = "labels") -> dict[str, Path]:
     """``root/images/<n>.<ext>`` + ``root/labels/<n>.<ext>`` copies (an array label is saved as a PNG);
     stem → label file."""
@@ -231,7 +231,7 @@ def test_coded_values_are_told_a_label_map_never_num_classes_256(tmp_path: Path,
     """Derived: CamVid ids v stored as the codes 0/64/128/192/255 of v % 5 (no real coded set was at hand)."""
     codes = np.array([0, 64, 128, 192, 255], np.uint8)
     pairs = [(image, codes[pil(label) % 5]) for image, label in camvid(shared_data)]
-    labels = pairs_tree(tmp_path / "codes", pairs)  # type: ignore[arg-type]
+    labels = pairs_tree(tmp_path / "codes", pairs)
     o = follow(tmp_path / "codes", tmp_path, labels,
                lambda p: np.searchsorted(codes, pil(p)).astype(np.uint8))
     assert o.exact == [("--label-map", "0:0,64:1,128:2,192:3,255:4")]
@@ -245,7 +245,7 @@ def test_codes_with_a_255_border_get_a_map_and_the_ignore_id(tmp_path: Path) -> 
         coded = pil(label).astype(np.uint8) * 50
         coded[:3], coded[-3:], coded[:, :3], coded[:, -3:] = 255, 255, 255, 255
         pairs.append((image, coded))
-    labels = pairs_tree(tmp_path / "codes", pairs)  # type: ignore[arg-type]
+    labels = pairs_tree(tmp_path / "codes", pairs)
 
     def expected(path: Path) -> np.ndarray:
         v = pil(path)
@@ -259,7 +259,7 @@ def test_sparse_ids_next_to_each_other_are_never_told_to_be_ignored(tmp_path: Pa
     """Derived: LIP's ids 0, 1, 2, 5, 9, 13, 14, 15 moved up by 30 (0 kept): ids 0, 31, 32, 35, 39, 43, 44, 45,
     sparse ids of a larger table (like ADE20K's 17, 44, 45 in one image); 45 is a class next to 44."""
     pairs = [(image, np.where(pil(label) > 0, pil(label) + 30, 0).astype(np.uint8)) for image, label in LIP]
-    labels = pairs_tree(tmp_path / "sparse", pairs)  # type: ignore[arg-type]
+    labels = pairs_tree(tmp_path / "sparse", pairs)
     o = follow(tmp_path / "sparse", tmp_path, labels, pil)
     assert o.exact == [("--num-classes", "46")]
     assert not any("--ignore-index" in h or "far above" in h for h in o.hints or [])
