@@ -175,6 +175,21 @@ def test_jpeg_masks_are_told_threshold_and_following_it_is_exact(tmp_path: Path)
     assert not any("--ignore-index" in h or "--num-classes" in h for h in o.hints or [])
 
 
+def test_jpeg_masks_of_three_levels_are_told_ranges_and_following_them_is_exact(tmp_path: Path) -> None:
+    """Derived: LIP's ids as three levels 0/128/255 (background, ids 1-12, ids 13+) saved as JPEG (quality 90);
+    no real multi-level JPEG mask set was at hand. Expected: each decoded value's range, from PIL."""
+    root = tmp_path / "jpeg3"
+    labels = pairs_tree(root, LIP)
+    for stem, label in list(labels.items()):
+        ids = pil(label)
+        Image.fromarray(np.select([ids == 0, ids < 13], [0, 128], 255).astype(np.uint8)).save(
+            label.with_suffix(".jpg"), quality=90)
+        label.unlink()
+        labels[stem] = label.with_suffix(".jpg")
+    o = follow(root, tmp_path, labels, lambda p: np.digitize(pil(p, "L"), [65, 192]).astype(np.uint8))
+    assert o.exact == [("--label-map", "0-64:0,65-191:1,192-255:2")]
+
+
 def test_0_255_masks_are_told_a_value_map_and_both_are_exact(tmp_path: Path) -> None:
     labels = pairs_tree(tmp_path / "isbi", ISBI)
     o = follow(tmp_path / "isbi", tmp_path, labels, lambda p: (pil(p) // 255).astype(np.uint8))
