@@ -93,22 +93,25 @@ def _closest(folders: list[str]) -> str:
 
 
 def _suggest(counts: list[_Seen]) -> tuple[str, str]:
-    """``--images``/``--labels`` for the two folders with the most images, the labels one whose files are
-    label-like (:mod:`shardkit.labels.labellike`; the more label-like name when both are), and ""; or "" and why not."""
-    top = [c for c in counts if c.n][:2]
+    """``--images``/``--labels`` for a labels folder whose files are label-like (:mod:`shardkit.labels.labellike`;
+    of several, the one with the most images, then the more label-like name) and the fullest other folder as
+    images (one whose files are not label-like first), and ""; or "" and why no pair is suggested."""
+    top = [c for c in counts[:_MAX_FOLDERS] if c.n]
     if len(top) < 2:
         return "", ""
-    labels = [c for c in top if label_like(c.samples)]
+    like = {c.name: label_like(c.samples) for c in top}
+    labels = [c for c in top if like[c.name]]
     if not labels:
-        return "", (f"neither {top[0].name}/ nor {top[1].name}/ holds label-like files (one channel or a palette "
-                    f"with at most {MAX_LABEL_VALUES} values, or as few colours): no folder to suggest as labels")
+        names = f"neither {top[0].name}/ nor {top[1].name}/" if len(top) == 2 else "none of these folders"
+        return "", (f"{names} holds label-like files (one channel or a palette with at most {MAX_LABEL_VALUES} "
+                    "values, or as few colours): no folder to suggest as labels")
 
     def image_like(c: _Seen) -> float:
         return _similar(c.name, IMAGE_DIRS)[0] - _similar(c.name, LABEL_DIRS)[0]
 
-    b = min(labels, key=image_like)
-    a = top[0] if b is top[1] else top[1]
-    ext = {c.name: c.exts.most_common(1)[0][0] for c in top}
+    b = min(labels, key=lambda c: (-c.n, image_like(c)))
+    a = min((c for c in top if c is not b), key=lambda c: (like[c.name], -c.n, -image_like(c)))
+    ext = {c.name: c.exts.most_common(1)[0][0] for c in (a, b)}
     return f"--images '{a.name}/{{name}}{ext[a.name]}' --labels '{b.name}/{{name}}{ext[b.name]}'", ""
 
 

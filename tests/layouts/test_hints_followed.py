@@ -287,6 +287,21 @@ def test_a_pairing_suggestion_followed_then_its_value_hint_is_exact(tmp_path: Pa
     assert sorted(o.exact or []) == [(*pairing, "--label-map", "255:1"), (*pairing, "--threshold", "127")]
 
 
+def test_an_overlay_folder_is_never_suggested_as_labels(tmp_path: Path) -> None:
+    """Derived: ISBI's images, its 0/255 labels, and overlays (the label drawn red over the image, as annotation
+    tools export them) in a third folder named to sort first and look most like labels."""
+    root = tmp_path / "em"
+    labels = pairs_tree(root, ISBI, images="raw", labels="seg")
+    (root / "annot_vis").mkdir()
+    for stem, label in labels.items():
+        rgb = np.repeat(pil(root / "raw" / f"{stem}.png")[..., None], 3, axis=2)
+        rgb[pil(label) == 0] = (rgb[pil(label) == 0] // 2 + np.array([127, 0, 0])).astype(np.uint8)
+        Image.fromarray(rgb).save(root / "annot_vis" / f"{stem}.png")
+    o = follow(root, tmp_path, labels, lambda p: (pil(p) // 255).astype(np.uint8))
+    assert o.hints and all("--labels 'annot_vis/" not in h for h in o.hints)
+    assert ("--images", "raw/{name}.png", "--labels", "seg/{name}.png", "--threshold", "127") in (o.exact or [])
+
+
 def test_two_folders_of_photos_are_never_suggested_as_images_and_labels(tmp_path: Path, shared_data: Path) -> None:
     """CamVid photos and a copy of them with the same names: no folder holds label-like files."""
     root = tmp_path / "photos"

@@ -209,8 +209,7 @@ def test_voc_layout_without_voc_names_or_folder_uses_the_ids_found_not_pascals_t
     assert summary2.table.source == "builtin:voc" and "PASCAL VOC image names" in summary2.table_reason
 
 
-def test_voc_layout_applies_vocs_255_ignore_convention_and_says_so(tmp_path: Path, read_only: list[Path],
-                                                                   caplog: pytest.LogCaptureFixture) -> None:
+def test_voc_layout_applies_vocs_255_ignore_convention_and_says_so(tmp_path: Path, read_only: list[Path]) -> None:
     """A VOC-layout palette dataset that is not PASCAL VOC converts without --ignore-index 255: 255 (the void
     border) is the ignore id by the format's own convention, logged; the labels are the palette indices."""
     src = DATA / "labelme2voc"
@@ -219,11 +218,11 @@ def test_voc_layout_applies_vocs_255_ignore_convention_and_says_so(tmp_path: Pat
         files[f"JPEGImages/crack_{i}.jpg"] = src / "old/JPEGImages" / f"{s}.jpg"
         files[f"SegmentationClass/crack_{i}.png"] = labels[f"crack_{i}"] = src / "old/SegmentationClassPNG" / f"{s}.png"
     root = freeze(build(tmp_path / "cracks", files), read_only)
-    with caplog.at_level(logging.INFO):
-        summary = convert(ConvertConfig(root, tmp_path / "out", workers=1))
+    summary = convert(ConvertConfig(root, tmp_path / "out", workers=1, quiet=True))
     assert summary.table.ignore_index == 255 and summary.table.num_classes == 19
     assert "ignore id 255 from the voc layout's convention" in summary.table_reason
-    assert "ignore id 255 from the voc layout's convention" in caplog.text
+    said = CliRunner().invoke(main, ["convert", str(root), str(tmp_path / "cli"), "--workers", "1", "--dry-run"])
+    assert said.exit_code == 0 and "ignore id 255 from the voc layout's convention" in said.output
     ds = shardkit.open(tmp_path / "out" / "all")
     assert ds.manifest.classes["ignore_index"] == 255
     for i in range(len(ds)):
