@@ -36,7 +36,7 @@ from .labels.builtin import with_palette_colours
 from .labels.idscan import SCAN_CACHE, ScanCache, scan_table
 from .labels.policy import TableChoice, choose_class_table
 from .labels.values import REDUCE_ZERO_IGNORE, ignore_warning
-from .layouts import Discovery, discover, file_types, layout_table
+from .layouts import Discovery, discover, file_types, layout_ignore, layout_table
 from .manifest import Manifest, manifest_version_for
 from .pairs import PairTable
 from .plan import ShardTask, plan_split, settings_text
@@ -377,12 +377,28 @@ def class_table(cfg: ConvertConfig, found: Discovery, *, remote: bool = False,
     are scanned only when nothing else gives the classes, and not on object storage (no local label files).
     A scan's cache (:class:`~shardkit.labels.idscan.ScanCache`) is appended to ``scans``, for the caller to save."""
     scans = [] if scans is None else scans
+    values = cfg.value_map
+    # the layout's format's own ignore id (VOC's 255 border), where neither the user nor a value map speaks
+    convention = layout_ignore(found) if cfg.ignore_index is None and not values.active else None
+
+    def with_convention(choice: TableChoice, scanned: bool = False) -> TableChoice:
+        """``choice`` with the layout's ignore id when it has none (a scan was given it) and that id is no class
+        of it, said in its reason."""
+        if convention is None or convention[0] < choice.table.num_classes \
+                or choice.table.ignore_index != (convention[0] if scanned else None):
+            return choice
+        return TableChoice(choice.table.with_ignore_index(convention[0]),
+                           f"{choice.reason}; ignore id {convention[0]} from {convention[1]}: pass --ignore-index "
+                           "to choose another")
 
     def scan(ignore_index: int | None) -> TableChoice:
         if remote:
             raise ConfigError(f"the {found.layout} layout does not identify the dataset, and label files on object "
                               "storage are not scanned for their ids", fix="pass --classes FILE or --num-classes N")
         paths = [name for pairs in found.splits.values() for i in range(len(pairs)) if (name := pairs.path(i, 1))]
+        applied = ignore_index is None and convention is not None
+        if convention is not None and applied:
+            ignore_index = convention[0]
         if ignore_index is None and values.reduce_zero_label:
             ignore_index = REDUCE_ZERO_IGNORE  # what the map turns 0 into
         mapped = None if not values.active else partial(values.apply, ignore_index=ignore_index)
@@ -390,10 +406,10 @@ def class_table(cfg: ConvertConfig, found: Discovery, *, remote: bool = False,
         cache = None if cfg.force or cfg.rehash else ScanCache.of(cfg.output / SCAN_CACHE, paths, identity)
         if cache is not None and not cfg.dry_run:
             scans.append(cache)  # saved once the output folder has been checked
-        return scan_table(paths, ignore_index, max_pixels=cfg.max_pixels, threads=cfg.effective_workers(),
-                          root=found.root, value_map=mapped, cache=cache)
+        ids = scan_table(paths, ignore_index, max_pixels=cfg.max_pixels, threads=cfg.effective_workers(),
+                         root=found.root, value_map=mapped, cache=cache)
+        return with_convention(ids, scanned=True) if applied else ids
 
-    values = cfg.value_map
     default = layout_table(found, cityscapes_train_ids=cfg.cityscapes_train_ids)
     named = cfg.num_classes or cfg.classes or cfg.class_dict or cfg.palette or found.class_dict or default
     implied = None if named else values.implied_num_classes(cfg.ignore_index)
@@ -405,7 +421,7 @@ def class_table(cfg: ConvertConfig, found: Discovery, *, remote: bool = False,
     if implied is not None:  # the value map states the classes (2 for a threshold): say so, not "--num-classes"
         choice = TableChoice(replace(choice.table, source=values.describe()),
                              f"{values.describe()} ({implied} classes, names class_0 … class_{implied - 1})")
-    return choice
+    return with_convention(choice)
 
 
 def _plan(

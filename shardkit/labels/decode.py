@@ -22,12 +22,11 @@ from ..errors import ConfigError, LabelError
 from ..imageio import decode_label_pixels, decode_palette_label, file_bytes, is_jpeg_data
 from .builtin import _VOC_CMAP
 from .classes import _MAX_LISTED, LABEL_KINDS, ClassInfo, ClassTable
+from .hints import JPEG_PROBLEM, jpeg_fix, luma, read_values
 from .values import ValueMap
 
 _TOLERANCE_HINT = 16  # suggest an exact --colour-tolerance only for near-misses (e.g. anti-aliasing)
-_FIX_RANGE = "pass --num-classes, --ignore-index V or --unknown-as ID"
-_FIX_JPEG = ("binary masks: --threshold 127 (value > 127 is the foreground); other masks: --label-map with value "
-             "ranges, e.g. 0-127:0,128-255:1")
+_FIX_RANGE = "pass --classes FILE naming every class id, or --num-classes N (N above every id)"
 
 
 def _pack(rgb: np.ndarray) -> np.ndarray:
@@ -127,10 +126,11 @@ class LabelDecoder:
         if self.kind == "colour":
             return self._map_colours(self._colour_keys(decode_label_pixels(path, data), path), path)
         lossy = is_jpeg_data(data)
-        if lossy and not self.values.takes_lossy:
-            raise LabelError("label is a JPEG: lossy compression changes its values along every edge, so they "
-                             "cannot be read as class ids as they are", path=path, fix=_FIX_JPEG)
         raw = decode_label_pixels(path, data, indices=True)
+        if lossy and not self.values.takes_lossy:
+            gray = self._gray(raw)
+            gray = gray if gray.ndim == 2 else gray[:, :, 0]
+            raise LabelError(JPEG_PROBLEM, path=path, fix=jpeg_fix(np.bincount(gray.ravel(), minlength=256)))
         ids = self._as_ids(self._gray(raw) if self.values.threshold is not None else raw, path)
         return self._ids_to_stored(ids, path, lossy)
 
@@ -161,10 +161,10 @@ class LabelDecoder:
         luma as PIL's ``convert("L")`` computes it (``(19595 R + 38470 G + 7471 B + 2**15) >> 16``)."""
         if raw.ndim != 3 or raw.shape[2] < 3 or raw.dtype != np.uint8:
             return raw
-        b, g, r = (raw[:, :, k].astype(np.uint32) for k in range(3))
+        b, g, r = (raw[:, :, k] for k in range(3))
         if np.array_equal(b, g) and np.array_equal(g, r):
             return raw[:, :, 0]
-        return ((19595 * r + 38470 * g + 7471 * b + 32768) >> 16).astype(np.uint8)
+        return luma(r, g, b)
 
     def _apply_values(self, ids: np.ndarray, path: Path, lossy: bool) -> np.ndarray:
         """The user's value map (a lookup table over the raw values' range)."""
@@ -221,14 +221,14 @@ class LabelDecoder:
         lut = np.asarray(self.table.remap, dtype=self.table.label_dtype())
         return lut[ids]
 
-    def _range_fix(self, present: np.ndarray) -> str:
-        """The fix for out-of-range ids: for a binary 0/V mask (V > 1, most medical and industrial sets) the
-        value map that makes V the foreground class 1, never ``--ignore-index`` (which would hide it)."""
-        values = [int(v) for v in present]
-        if not self.values.active and len(values) <= 2 and values[-1] > 1 and values[0] in (0, values[-1]):
-            v = values[-1]
-            return f"a binary 0/{v} mask: pass --label-map {v}:1 (or --threshold {min(127, v - 1)})"
-        return _FIX_RANGE
+    def _range_fix(self, counts: np.ndarray) -> str:
+        """The fix for out-of-range ids, by what the values look like (:func:`.hints.read_values`): a 0/V mask
+        its value map, codes a --label-map, 255 above the ids --ignore-index 255, sparse ids the class count."""
+        t = self.table
+        if self.values.active:
+            return f"check {self.values.describe()}: it leaves values outside the class table"
+        reading = read_values(counts, num_classes=t.num_classes, ignore_index=t.ignore_index)
+        return reading[1] if reading is not None else _FIX_RANGE
 
     @staticmethod
     def _list_counts(values: np.ndarray, counts: np.ndarray) -> str:
@@ -257,7 +257,7 @@ class LabelDecoder:
                     f"label has ids outside the {t.num_classes} classes (0..{t.num_classes - 1}{ig}): "
                     f"{self._list_counts(bad, counts)}",
                     path=path,
-                    fix=self._range_fix(np.flatnonzero(counts)),
+                    fix=self._range_fix(counts),
                 )
             lut = np.where(valid, np.arange(n), self.unknown_as).astype(dtype)
             return lut[ids]
@@ -348,12 +348,14 @@ class LabelDecoder:
             else ""
         )
         target = src if src.endswith((".csv", ".json", ".txt")) else "class_dict.csv"
-        need = int(dist.max())
-        tol = f"--colour-tolerance {need}" if need <= _TOLERANCE_HINT else "--colour-tolerance N"
+        # a tolerance only for near misses (anti-aliased edges): a far colour is a class of its own, and a
+        # tolerance wide enough to reach its nearest class would merge the two
+        near = dist[dist <= _TOLERANCE_HINT]
+        tol = f", or --colour-tolerance {int(near.max())} for the near misses" if near.size else ""
         return LabelError(
             f"label has {keys.size} colour(s) not in {src} ({int(counts.sum())} px): {listed}{jpeg}",
             path=path,
-            fix=f"add it to {target}, or {tol}, or --unknown-as ID",
+            fix=f"add it to {target}{tol}, or --unknown-as ID to store it as that class or ignore id on purpose",
         )
 
     # -- palette PNGs

@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import LabelError
-from ..imageio import check_pixels, decode_palette_label
+from ..imageio import check_pixels, decode_palette_label, is_jpeg_data, read_bytes
 from .classes import MAX_CLASSES, ClassInfo, ClassTable
+from .hints import JPEG_PROBLEM, jpeg_fix, luma, read_values
 from .policy import TableChoice
 
 SOURCE = "scan:label-values"
@@ -31,7 +32,6 @@ SOURCE = "scan:label-values"
 #: unchanged re-run reads no label file (``--rehash`` and ``--force`` scan again).
 SCAN_CACHE = ".label-scan.json"
 log = logging.getLogger(__name__)
-_SPARSE_SLACK = 8  # ids 0..max may miss a few classes; a max far above the number of values is not ids
 
 
 ValueMap = Callable[[np.ndarray], np.ndarray]
@@ -41,7 +41,11 @@ def _file_counts(path: Path, max_pixels: int, value_map: ValueMap | None = None)
     """Pixel count per value (index = value) of one label file, read as stored ids (palette indices too), after
     ``value_map`` (the user's label value mapping, if any)."""
     check_pixels(path, max_pixels, "label")
-    mode, arr = decode_palette_label(path)
+    data = read_bytes(path, "label")
+    mode, arr = decode_palette_label(path, data)
+    if value_map is None and is_jpeg_data(data) and arr.dtype == np.uint8:
+        gray = luma(arr[..., 0], arr[..., 1], arr[..., 2]) if arr.ndim == 3 and arr.shape[2] >= 3 else arr
+        raise LabelError(JPEG_PROBLEM, path=path, fix=jpeg_fix(np.bincount(gray.ravel(), minlength=256)))
     if arr.ndim == 3:
         if arr.shape[2] >= 3 and not (np.array_equal(arr[..., 0], arr[..., 1])
                                       and np.array_equal(arr[..., 1], arr[..., 2])):
@@ -92,14 +96,12 @@ def table_from_values(counts: np.ndarray, first: dict[int, Path], files: int, ig
         raise LabelError(f"the {files} label files hold no value but the ignore id {ignore_index}",
                          fix="check --ignore-index, or pass --classes FILE / --num-classes N")
     top = max(values)
-    if top + 1 > 2 * len(values) + _SPARSE_SLACK:
+    reading = read_values(counts, ignore_index=ignore_index)
+    if reading is not None:
+        what, fix = reading
         shown = ", ".join(f"{v} ({_px(int(counts[v]))})" for v in values[:6]) + (", …" if len(values) > 6 else "")
-        binary = len(values) == 2 and values[0] == 0
-        raise LabelError(
-            f"label values {shown} found in {files} label files (e.g. {top} in {where(top)}): {top} lies far above "
-            f"the other values, so they are not the class ids 0..N-1 of one table",
-            fix=(f"--label-map {top}:1 or --threshold {top // 2} for a 0/{top} binary mask; " if binary else "")
-            + f"--ignore-index {top} if {top} marks pixels to ignore; or --classes FILE / --num-classes N")
+        raise LabelError(f"label values {shown} found in {files} label files (e.g. {top} in {where(top)}): {what}",
+                         fix=fix)
     names = tuple(ClassInfo(i, f"class_{i}") for i in range(top + 1))
     table = ClassTable(names, ignore_index, source=SOURCE)
     missing = top + 1 - len(values)

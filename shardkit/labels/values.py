@@ -25,17 +25,13 @@ import numpy as np
 from ..errors import ConfigError, LabelError
 from ..smallfile import read_small_text
 from .classes import _MAX_LISTED, ClassTable
+from .hints import NOISE_LEVELS, jpeg_fix, two_levels
 
 MAX_VALUE = 65535  # raw label values are 8- or 16-bit
 #: mmsegmentation's ignore id, used by --reduce-zero-label when the class table has none.
 REDUCE_ZERO_IGNORE = 255
 _ENTRY = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+))?\s*[:=,\s]\s*(\d+)\s*$")
 _FORM = "write it like --label-map 255:1,0:0 (ranges: 128-255:1), or give a file of 'SRC:ID' lines"
-#: --threshold on a JPEG: its two levels (most common value <= T and > T), with the pixels within this many
-#: levels of them (compression noise along edges), must cover at least this share of the label.
-_NOISE_LEVELS = 16
-_BINARY_SHARE = 0.95
-_THIRD_SHARE = 0.02  # flat regions of a JPEG decode exactly: a third level this common is a third class
 
 
 def _parse_entries(entries: list[str], where: str) -> tuple[tuple[int, int, int], ...]:
@@ -206,20 +202,12 @@ class ValueMap:
             raise LabelError(f"--threshold {t} is for binary masks, but the label holds {present.size} values "
                              f"({shown}{more})", path=path,
                              fix="multi-class ids need --num-classes N (or --label-map), not --threshold")
-        low = int(np.argmax(counts[: t + 1]))
-        high = t + 1 + int(np.argmax(counts[t + 1 :])) if counts.size > t + 1 else low
-        values = np.arange(counts.size)
-        total = max(int(counts.sum()), 1)
-        near = (np.abs(values - low) <= _NOISE_LEVELS) | (np.abs(values - high) <= _NOISE_LEVELS)
-        share = float(counts[near].sum()) / total
-        rest = counts.copy()
-        rest[[low, high]] = 0
-        third = int(np.argmax(rest))  # noise spreads over many values; a third class is one flat value
-        if share < _BINARY_SHARE or rest[third] > _THIRD_SHARE * total:
+        lv = two_levels(counts, t)  # noise spreads over many values; a third class is one flat value
+        if not lv.binary:
             raise LabelError(f"--threshold {t} is for binary masks, but this JPEG label is not one: "
-                             f"{100 * share:.1f} % of its pixels lie within {_NOISE_LEVELS} levels of {low} and "
-                             f"{high}, and {100 * rest[third] / total:.1f} % are exactly {third}", path=path,
-                             fix="choose a T between the mask's two levels, or use --label-map with value ranges")
+                             f"{100 * lv.share:.1f} % of its pixels lie within {NOISE_LEVELS} levels of {lv.low} and "
+                             f"{lv.high}, and {100 * lv.third_share:.1f} % are exactly {lv.third}", path=path,
+                             fix=jpeg_fix(counts))
 
 
 def ignore_warning(table: ClassTable, class_pixels: np.ndarray, ignore_pixels: int) -> str | None:

@@ -106,6 +106,7 @@ class Layout:
     - ``image_dirs``/``label_dirs``: the folder names it looks for (the no-match diagnosis compares them with
       what it saw);
     - ``takes_label_suffix``: whether ``--label-suffix`` means anything to it;
+    - ``ignore_convention``: the ignore id its format defines (VOC: 255, the void border), with the reason;
     - :meth:`default_table`: a class table ONLY where the layout identifies the dataset (CamVid, VOC,
       Cityscapes) or the dataset ships one in a form the layout defines (labelme2voc's ``class_names.txt``).
     """
@@ -119,6 +120,9 @@ class Layout:
     label_dirs: ClassVar[tuple[str, ...]] = ()
     takes_label_suffix: ClassVar[bool] = True
     auto: ClassVar[bool] = True  # tried by --layout auto (the explicit pattern layout is not)
+    #: the ignore id the layout's format defines for every dataset in it (VOC's 255 border), and why: applied
+    #: when neither the user nor the class table gives one, and logged
+    ignore_convention: ClassVar[tuple[int, str] | None] = None
 
     def detect(self, ctx: Context) -> dict[str, Job]:
         """A pairing job per split when ``ctx.root`` has this layout's tree; empty when it has not."""

@@ -29,6 +29,11 @@ def layout_table(found: Discovery, *, cityscapes_train_ids: bool = True) -> Tabl
     return get(found.layout)().default_table(found, cityscapes_train_ids=cityscapes_train_ids)
 
 
+def layout_ignore(found: Discovery) -> tuple[int, str] | None:
+    """The ignore id ``found``'s layout format defines (VOC's 255) and why, else None."""
+    return get(found.layout).ignore_convention
+
+
 def _check_lists_agree(ctx: Context, folders: Mapping[str, Job], results: dict[str, PairTable]) -> None:
     """Folders win over list files only when every list file names exactly its folders' pairs."""
     fix = "choose one with --layout segnet (folders) or --layout listfile (list files)"

@@ -54,6 +54,8 @@ class VocLayout(Layout):
     image_dirs = ("JPEGImages",)
     label_dirs: ClassVar[tuple[str, ...]] = ("SegmentationClass", "SegmentationClassPNG")
     takes_label_suffix = False
+    ignore_convention = (255, "the voc layout's convention (PASCAL VOC's palette PNGs mark the void border and "
+                              "pixels to ignore with 255)")
 
     def base(self, root: Path) -> tuple[Path, str] | None:
         """The folder holding JPEGImages/ and a label folder with images (root, root/VOC*, root/VOC*/VOC*), and

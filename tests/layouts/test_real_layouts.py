@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image
 
+import shardkit
 from shardkit.cli import main
 from shardkit.config import ConvertConfig
 from shardkit.errors import LabelError, LayoutError
@@ -152,7 +153,8 @@ def test_membranes_0_255_masks_are_refused_with_the_flags_that_say_what_255_mean
         convert(ConvertConfig(root, tmp_path / "out", workers=1, quiet=True))
     text = str(e.value)
     assert "label values 0 (" in text and "255 (" in text and "found in 2 label files" in text
-    assert "--label-map 255:1 or --threshold 127" in text and "--ignore-index 255" in text
+    # never --ignore-index 255: followed, it would store the whole foreground as ignore (one class left)
+    assert "--label-map 255:1 or --threshold 127" in text and "--ignore-index" not in text
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("manifest.json"))
     assert snapshot(root) == state
 
@@ -205,6 +207,38 @@ def test_voc_layout_without_voc_names_or_folder_uses_the_ids_found_not_pascals_t
     root2 = freeze(build(tmp_path / "voc", voc), read_only)
     summary2 = convert(ConvertConfig(root2, tmp_path / "out2", workers=1, quiet=True, dry_run=True))
     assert summary2.table.source == "builtin:voc" and "PASCAL VOC image names" in summary2.table_reason
+
+
+def test_voc_layout_applies_vocs_255_ignore_convention_and_says_so(tmp_path: Path, read_only: list[Path]) -> None:
+    """A VOC-layout palette dataset that is not PASCAL VOC converts without --ignore-index 255: 255 (the void
+    border) is the ignore id by the format's own convention, logged; the labels are the palette indices."""
+    src = DATA / "labelme2voc"
+    files, labels = {}, {}
+    for i, s in enumerate(("2011_000003", "2011_000006", "2011_000025")):
+        files[f"JPEGImages/crack_{i}.jpg"] = src / "old/JPEGImages" / f"{s}.jpg"
+        files[f"SegmentationClass/crack_{i}.png"] = labels[f"crack_{i}"] = src / "old/SegmentationClassPNG" / f"{s}.png"
+    root = freeze(build(tmp_path / "cracks", files), read_only)
+    summary = convert(ConvertConfig(root, tmp_path / "out", workers=1, quiet=True))
+    assert summary.table.ignore_index == 255 and summary.table.num_classes == 19
+    assert "ignore id 255 from the voc layout's convention" in summary.table_reason
+    said = CliRunner().invoke(main, ["convert", str(root), str(tmp_path / "cli"), "--workers", "1", "--dry-run"])
+    assert said.exit_code == 0 and "ignore id 255 from the voc layout's convention" in said.output
+    ds = shardkit.open(tmp_path / "out" / "all")
+    assert ds.manifest.classes["ignore_index"] == 255
+    for i in range(len(ds)):
+        with Image.open(labels[Path(ds.key(i)).stem]) as im:
+            assert np.array_equal(ds[i][1], np.array(im))  # 255 kept, as the ignore id
+    # the user's ignore id wins, and a value map turns the convention off (it says what 255 becomes)
+    given = convert(ConvertConfig(root, tmp_path / "o2", workers=1, quiet=True, ignore_index=0, dry_run=True,
+                                  num_classes=256))
+    assert given.table.ignore_index == 0 and "convention" not in given.table_reason
+    # PASCAL VOC itself keeps its own table and reason
+    voc = {k.replace("crack_0", "2011_000003").replace("crack_1", "2011_000006").replace("crack_2", "2011_000025"): v
+           for k, v in files.items()}
+    summary2 = convert(ConvertConfig(freeze(build(tmp_path / "voc", voc), read_only), tmp_path / "out2", workers=1,
+                                     quiet=True, dry_run=True))
+    assert summary2.table.source == "builtin:voc" and summary2.table.ignore_index == 255
+    assert "convention" not in summary2.table_reason
 
 
 # --- LIP, mmsegmentation, ADE20K trees ----------------------------------------------------------------------
