@@ -116,9 +116,18 @@ class Stats:
         part of ``image`` that holds source pixels (the rest is padding, which the band statistics leave out).
         """
         counts = class_counts(ids, self.num_classes)
-        inside = counts[: self.num_classes]
-        self.class_pixels += inside
+        self.add_label_counts(counts)
+        self.add_image(image, box)
+        return [int(c) for c in np.flatnonzero(counts[: self.num_classes])]
+
+    def add_label_counts(self, counts: np.ndarray) -> None:
+        """Count one label's pixels per id value (at least ``num_classes`` long; values past the class range are
+        the ignore id above it). ``verify`` counts a label block by block and adds the totals here."""
+        self.class_pixels += counts[: self.num_classes]
         self.ignore_pixels += int(counts[self.num_classes :].sum())
+
+    def add_image(self, image: np.ndarray, box: tuple[int, int, int, int] | None = None) -> None:
+        """Count one stored image: its pixels, and the band statistics over ``box`` (see :meth:`add`)."""
         self.pixels += image.shape[0] * image.shape[1]
         if image.ndim == 2:
             image = image[:, :, None]
@@ -142,7 +151,6 @@ class Stats:
                 lo, hi = flat.min(axis=0), flat.max(axis=0)
             self.channel_min = np.fmin(self.channel_min, lo.astype(np.float64))
             self.channel_max = np.fmax(self.channel_max, hi.astype(np.float64))
-        return [int(c) for c in np.flatnonzero(inside)]
 
     def merge(self, other: Stats) -> None:
         self.class_pixels += other.class_pixels
