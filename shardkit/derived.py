@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .codecs import codec_from_json
 from .columns import ColumnBuilder
 from .duplicates import group_rows
 from .formats.base import SampleSpec
@@ -65,6 +66,17 @@ def _close(a: Any, b: Any) -> bool:
     return True
 
 
+def _lossless_images(manifest: Manifest) -> bool:
+    """Whether the split's image codec decodes to exactly the pixels it was given (all but ``jpeg``)."""
+    codecs = manifest.format_options.get("codecs") if manifest.format_version >= 2 else None
+    if not isinstance(codecs, dict):
+        return True
+    try:
+        return bool(codec_from_json(codecs.get("image")).lossless)
+    except ValueError:  # the shard readers report an unknown codec
+        return True
+
+
 def _ids(bits: np.ndarray) -> str:
     """A bitmap row as its class ids, ``[0, 3, 11]``."""
     return str(np.flatnonzero(bits).tolist())
@@ -82,9 +94,13 @@ class DerivedCheck:
         tile = opts.get("tile")
         self.tiling = (Tiling(tuple(tile), tuple(opts.get("stride") or tile), None)
                        if tile is not None else None)
-        #: the band statistics can be recomputed: no sample can hold padding the sidecars do not locate (a centre
-        #: crop to a fixed --size pads smaller sources; a tile's padding lies outside its recorded region)
-        self.bands = self.tiling is not None or opts.get("size") is None or opts.get("crop") != "center"
+        #: the image codec gives back the pixels convert hashed and counted (not jpeg)
+        self.lossless = _lossless_images(manifest)
+        #: the band statistics can be recomputed: the images decode as they were counted, and no sample can hold
+        #: padding the sidecars do not locate (a centre crop to a fixed --size pads smaller sources; a tile's
+        #: padding lies outside its recorded region)
+        self.bands = self.lossless and (self.tiling is not None or opts.get("size") is None
+                                        or opts.get("crop") != "center")
         self.found: dict[str, list[str]] = {}
         self.counted: dict[str, int] = {}
         # lossy image codec: stored pixel hash -> hash of the decoded pixels, checked group by group at the end
@@ -174,8 +190,8 @@ class ShardCheck:
             self.tiles = [Tile(k, *(int(v) for v in rows["tile"][j])) if has_tiles else None
                           for j, k in enumerate(self.keys)]
 
-    def add(self, j: int, image: np.ndarray, stored: np.ndarray, lossless: bool) -> None:
-        """Sample ``j`` of the shard as decoded; ``lossless``: its image codec gives back the pixels it stored."""
+    def add(self, j: int, image: np.ndarray, stored: np.ndarray) -> None:
+        """Sample ``j`` of the shard as decoded."""
         split, key = self.split, self.keys[j]
         where = f"sample {key!r} (shard {self.shard.index}, #{j})"
         counts = label_counts(split.spec, stored, split.ignore)
@@ -191,10 +207,10 @@ class ShardCheck:
                               f"its label holds {_ids(want)}")
         if self.hashes is not None:
             have_hash, want_hash = bytes(self.hashes[j]), pixel_hash(image)
-            if lossless and have_hash != want_hash:
+            if split.lossless and have_hash != want_hash:
                 split.problem("the pixels column", f"{where}: pixels column (pixel hash) is {have_hash.hex()}, its "
                               f"stored image hashes to {want_hash.hex()}")
-            elif not lossless:
+            elif not split.lossless:
                 split._claimed += have_hash
                 split._decoded += want_hash
                 split._keys.append(key)
