@@ -140,8 +140,6 @@ def _verify_shards(report: SplitReport, manifest: Manifest, path: Path, spec: Sa
             hw = manifest.samples.hw(pos, reader.local_directory)  # this shard's only
             digests.append(_shard_digest(manifest, pos, reader))
             columns = derived.shard(pos, reader.local_directory)
-            codecs = getattr(reader, "codecs", None)  # a lossy image codec (jpeg) does not give back what was hashed
-            lossless = codecs is None or bool(codecs.image.lossless)
             for i in range(shard.num_samples):
                 image, stored = reader.read(i)
                 h, w = int(hw[i, 0]), int(hw[i, 1])
@@ -150,7 +148,7 @@ def _verify_shards(report: SplitReport, manifest: Manifest, path: Path, spec: Sa
                     report.problems.append(f"{where}: sample {i} has image {image.shape} {image.dtype}, expected "
                                            f"{want} {spec.stored_image_dtype}")
                     continue
-                columns.add(i, image, stored, lossless)
+                columns.add(i, image, stored)
                 report.samples += 1
             columns.done()
         except ShardkitError as exc:
