@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, IntegrityError
 from .samples import MAX_BITMAP_CLASSES
 
 if TYPE_CHECKING:
@@ -283,6 +283,25 @@ def presence_totals(shards: Iterable[tuple[np.ndarray, np.ndarray | None]],
     return total, image_pixels, images
 
 
+def presence_contradiction(freqs: ClassFrequencies) -> str | None:
+    """Why the samples' class bitmaps cannot be those of the split's labels, or None: a cheap check (no label is
+    read) that the class-balanced sampler makes before trusting them. The bitmaps and ``class_pixels`` come from
+    the same counts, so a class has pixels exactly when some sample's bitmap holds it, and its pixels fit in the
+    samples that hold it; ``shardkit verify`` recomputes every bitmap (a swap between samples passes this)."""
+    if freqs.images is None or freqs.image_pixels is None:
+        return None
+    pixels, images = np.asarray(freqs.class_pixels, np.int64), np.asarray(freqs.images, np.int64)
+    area = np.asarray(freqs.image_pixels, np.int64)
+    for bad, what in (((pixels > 0) & (images == 0), "have pixels but no sample's bitmap holds them"),
+                      ((pixels == 0) & (images > 0), "have no pixels but sample bitmaps hold them"),
+                      (pixels > area, "have more pixels than the samples whose bitmaps hold them")):
+        ids = np.flatnonzero(bad).tolist()
+        if ids:
+            shown = ", ".join(map(str, ids[:8])) + (", …" if len(ids) > 8 else "")
+            return f"class(es) {shown} {what} (manifest stats.class_pixels vs the samples sidecars' classes)"
+    return None
+
+
 def split_frequencies(manifest: Manifest,
                       folder: Callable[[ShardInfo], Path] | None = None) -> ClassFrequencies:
     """The split's :class:`ClassFrequencies` from its manifest and its samples sidecars (no label is read).
@@ -339,6 +358,11 @@ def class_weights(method: str, freqs: ClassFrequencies, *, k: float = ENET_K) ->
         if freqs.image_pixels is None:
             raise ConfigError("median_frequency needs the per-sample class bitmap, which splits of more than 256 "
                               "classes do not keep", fix="use 'inverse', 'inverse_sqrt' or 'enet'")
+        why = presence_contradiction(freqs)
+        if why is not None:  # a zeroed bitmap would divide by 0 image pixels: an infinite weight, said as nothing
+            raise IntegrityError(f"median_frequency cannot trust this split's class bitmaps: {why}",
+                                 fix="run shardkit verify on this split, then re-convert it with --force; or use "
+                                     "'inverse', 'inverse_sqrt' or 'enet', which need no bitmap")
         freq = counts[has] / np.asarray(freqs.image_pixels, np.int64)[has]
         w[has] = np.median(freq) / freq
     elif method == "inverse":
