@@ -519,7 +519,7 @@ def _info_duplicates(folders: list[str | Path], options: dict[str, Any], as_json
     """Identical images across ``folders`` (one output's splits), with their keys."""
     import json
 
-    from .duplicates import find_duplicates, split_hashes
+    from .duplicates import find_duplicates, group_lines, split_hashes
 
     shards = []
     with contextlib.ExitStack() as stack:
@@ -535,8 +535,10 @@ def _info_duplicates(folders: list[str | Path], options: dict[str, Any], as_json
                    "re-run convert with --force to compute them")
         return
     click.echo(report.line())
-    for g in report.groups:
-        click.echo(f"  {'across splits' if g.across_splits else 'within split '}  {g}")
+    for line in group_lines(report):
+        click.echo(f"  {line}")
+    if report.groups:  # the hashes are the sidecars'; verify recomputes them from the pixels
+        click.echo("(from the pixel hashes the samples sidecars keep: shardkit verify recomputes them)")
 
 
 def _codec_name(codec: Any) -> str:
