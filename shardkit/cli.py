@@ -654,10 +654,12 @@ def show(split_dir: str | Path, index: int, output: Path | None, alpha: float, a
 @_STORAGE_OPTION
 @_errors_to_exit_codes
 def verify(path: str | Path, storage_option: tuple[str, ...]) -> None:
-    """Check every shard under PATH (an output folder or one split): sizes, sha256, decoding, class counts.
+    """Check every shard under PATH (an output folder or one split): sizes, sha256, decoding, and what the
+    sidecars and manifest derive from the samples (class bitmaps, pixel hashes, class counts, statistics).
 
     PATH may be a URL (s3://bucket/out): shards are then downloaded one at a time to a temporary folder.
-    Exit 0 only when everything agrees with the manifests; 1 otherwise, with a report per shard.
+    Exit 0 only when everything agrees with the manifests; 1 otherwise, with one line per disagreement
+    (at most 10 per column, then a count).
     """
     from .storage import parse_storage_options
     from .verify import split_locations, verify_split
