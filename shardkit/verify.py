@@ -155,8 +155,7 @@ def _verify_shards(report: SplitReport, manifest: Manifest, path: Path, spec: Sa
             report.problems.append(f"{where}: {exc}")
         except (OSError, ValueError) as exc:
             report.problems.append(f"{where}: unreadable ({exc})")
-    if not report.problems:  # the statistics only once every sample was read
-        report.problems += derived.finish()
+    report.problems += derived.finish(complete=not report.problems)  # the statistics once every sample was read
     if not report.problems and manifest.manifest_version >= 2:
         fingerprint = split_fingerprint(digests)
         if fingerprint != manifest.source.get("fingerprint"):
