@@ -21,6 +21,7 @@ import numpy as np
 from .codecs import codec_from_json
 from .columns import ColumnBuilder
 from .duplicates import group_rows
+from .errors import ShardkitError
 from .formats.base import SampleSpec
 from .manifest import Manifest
 from .samples import PIXEL_HASH_BYTES, pixel_hash
@@ -90,19 +91,23 @@ class DerivedCheck:
         self.spec = spec
         self.ignore = manifest.classes.get("ignore_index")
         self.stats = self._new_stats()
+        self.found: dict[str, list[str]] = {}
+        self.counted: dict[str, int] = {}
         opts = manifest.preprocessing.options
-        tile = opts.get("tile")
-        self.tiling = (Tiling(tuple(tile), tuple(opts.get("stride") or tile), None)
-                       if tile is not None else None)
+        self.tiling: Tiling | None = None
+        if opts.get("tile") is not None:
+            try:
+                self.tiling = Tiling.from_options(opts.get("tile"), opts.get("stride"))
+            except (ShardkitError, TypeError, ValueError):  # a hostile manifest: no tile boxes, so no band stats
+                self.problem("manifest preprocessing", f"preprocessing tile {str(opts.get('tile'))[:40]} / stride "
+                             f"{str(opts.get('stride'))[:40]} is not a tiling shardkit writes")
         #: the image codec gives back the pixels convert hashed and counted (not jpeg)
         self.lossless = _lossless_images(manifest)
         #: the band statistics can be recomputed: the images decode as they were counted, and no sample can hold
         #: padding the sidecars do not locate (a centre crop to a fixed --size pads smaller sources; a tile's
         #: padding lies outside its recorded region)
-        self.bands = self.lossless and (self.tiling is not None or opts.get("size") is None
-                                        or opts.get("crop") != "center")
-        self.found: dict[str, list[str]] = {}
-        self.counted: dict[str, int] = {}
+        self.bands = self.lossless and (self.tiling is not None or (opts.get("tile") is None and (
+            opts.get("size") is None or opts.get("crop") != "center")))
         # lossy image codec: stored pixel hash -> hash of the decoded pixels, checked group by group at the end
         self._claimed = bytearray()
         self._decoded = bytearray()

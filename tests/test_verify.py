@@ -217,3 +217,14 @@ def test_a_changed_tile_bitmap_is_reported(camvid_root: Path, tmp_path: Path) ->
     rewrite_sidecars(split, drop_class_0_of_the_first)
     problems = verify_split(split).problems
     assert len(problems) == 1 and "classes column" in problems[0]
+
+
+@pytest.mark.parametrize("tile", [[0, 0], "abc", [200, 200, 1], {"a": 1}])
+def test_a_hostile_tiling_in_the_manifest_is_one_problem_not_a_traceback(camvid_val: Path, tile: object) -> None:
+    """The tile boxes that the band statistics need come from ``preprocessing.tile``/``stride``: anything but a
+    tiling shardkit writes is reported as such (it used to be read by nothing verify ran)."""
+    m = json.loads((camvid_val / MANIFEST_NAME).read_text())
+    m["preprocessing"]["tile"] = tile
+    (camvid_val / MANIFEST_NAME).write_text(json.dumps(m))
+    problems = verify_split(camvid_val).problems
+    assert problems == [f"preprocessing tile {tile} / stride None is not a tiling shardkit writes"]
