@@ -519,7 +519,7 @@ def _info_duplicates(folders: list[str | Path], options: dict[str, Any], as_json
     """Identical images across ``folders`` (one output's splits), with their keys."""
     import json
 
-    from .duplicates import find_duplicates, split_hashes
+    from .duplicates import find_duplicates, group_lines, split_hashes
 
     shards = []
     with contextlib.ExitStack() as stack:
@@ -535,8 +535,10 @@ def _info_duplicates(folders: list[str | Path], options: dict[str, Any], as_json
                    "re-run convert with --force to compute them")
         return
     click.echo(report.line())
-    for g in report.groups:
-        click.echo(f"  {'across splits' if g.across_splits else 'within split '}  {g}")
+    for line in group_lines(report):
+        click.echo(f"  {line}")
+    if report.groups:  # the hashes are the sidecars'; verify recomputes them from the pixels
+        click.echo("(from the pixel hashes the samples sidecars keep: shardkit verify recomputes them)")
 
 
 def _codec_name(codec: Any) -> str:
@@ -652,10 +654,12 @@ def show(split_dir: str | Path, index: int, output: Path | None, alpha: float, a
 @_STORAGE_OPTION
 @_errors_to_exit_codes
 def verify(path: str | Path, storage_option: tuple[str, ...]) -> None:
-    """Check every shard under PATH (an output folder or one split): sizes, sha256, decoding, class counts.
+    """Check every shard under PATH (an output folder or one split): sizes, sha256, decoding, and what the
+    sidecars and manifest derive from the samples (class bitmaps, pixel hashes, class counts, statistics).
 
     PATH may be a URL (s3://bucket/out): shards are then downloaded one at a time to a temporary folder.
-    Exit 0 only when everything agrees with the manifests; 1 otherwise, with a report per shard.
+    Exit 0 only when everything agrees with the manifests; 1 otherwise, with one line per disagreement
+    (at most 10 per column, then a count).
     """
     from .storage import parse_storage_options
     from .verify import split_locations, verify_split

@@ -30,8 +30,10 @@ log = logging.getLogger(__name__)
 
 #: ``convert --on-duplicate`` choices.
 ON_DUPLICATE = ("warn", "error", "skip")
-#: Duplicate groups a convert run logs one line each for (the rest are counted).
+#: Duplicate groups a convert run logs, and ``info --duplicates`` prints, one line each for (the rest are counted).
 LOGGED_GROUPS = 20
+#: Copies of a group named on its line (the rest are counted): a line stays short however many copies a group has.
+SHOWN_COPIES = 3
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,13 @@ class DuplicateGroup:
 
     def __str__(self) -> str:
         return " = ".join(map(str, self.copies))
+
+    def summary(self, shown: int = SHOWN_COPIES) -> str:
+        """One bounded line: the number of copies and the first ``shown`` of them (``3 copies: a = b = c``,
+        ``200000 copies: a = b = c = … (199997 more)``)."""
+        text = " = ".join(map(str, self.copies[:shown]))
+        more = len(self.copies) - shown
+        return f"{len(self.copies)} copies: {text}" + (f" = … ({more} more)" if more > 0 else "")
 
     def to_json(self) -> dict[str, Any]:
         return {"across_splits": self.across_splits,
@@ -160,14 +169,25 @@ def drops(report: DuplicateReport) -> Drops:
             for i, g in enumerate(report.groups) for c in g.copies[1:]}
 
 
+def group_lines(report: DuplicateReport, limit: int = LOGGED_GROUPS) -> list[str]:
+    """One line per group (at most ``limit``, each naming at most :data:`SHOWN_COPIES` copies), then one line
+    counting the groups left out: the output is bounded whatever the number of groups and copies."""
+    lines = [f"identical images{' across splits' if g.across_splits else ''}: {g.summary()}"
+             for g in report.groups[:limit]]
+    if len(report.groups) > limit:
+        lines.append(f"… and {len(report.groups) - limit} more group(s) of identical images "
+                     "(shardkit info OUT --duplicates --json lists every copy)")
+    return lines
+
+
 def log_report(report: DuplicateReport, level: int = logging.WARNING) -> None:
-    """One line per group (at most :data:`LOGGED_GROUPS`), then how many more."""
-    for g in report.groups[:LOGGED_GROUPS]:
-        log.log(level, "identical images%s: %s", " across splits" if g.across_splits else "", g,
-                extra={"event": "duplicate", "copies": [str(c) for c in g.copies]})
+    """:func:`group_lines`, one log record each."""
+    lines = group_lines(report)
+    for g, line in zip(report.groups[:LOGGED_GROUPS], lines, strict=False):
+        log.log(level, "%s", line, extra={"event": "duplicate", "copies": [str(c) for c in g.copies[:SHOWN_COPIES]],
+                                          "count": len(g.copies)})
     if len(report.groups) > LOGGED_GROUPS:
-        log.log(level, "… and %d more groups of identical images (shardkit info OUT --duplicates lists them all)",
-                len(report.groups) - LOGGED_GROUPS)
+        log.log(level, "%s", lines[-1])
 
 
 def row_keys(rows: np.ndarray) -> list[str]:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, IntegrityError
 from .samples import MAX_BITMAP_CLASSES
 
 if TYPE_CHECKING:
@@ -116,9 +116,18 @@ class Stats:
         part of ``image`` that holds source pixels (the rest is padding, which the band statistics leave out).
         """
         counts = class_counts(ids, self.num_classes)
-        inside = counts[: self.num_classes]
-        self.class_pixels += inside
+        self.add_label_counts(counts)
+        self.add_image(image, box)
+        return [int(c) for c in np.flatnonzero(counts[: self.num_classes])]
+
+    def add_label_counts(self, counts: np.ndarray) -> None:
+        """Count one label's pixels per id value (at least ``num_classes`` long; values past the class range are
+        the ignore id above it). ``verify`` counts a label block by block and adds the totals here."""
+        self.class_pixels += counts[: self.num_classes]
         self.ignore_pixels += int(counts[self.num_classes :].sum())
+
+    def add_image(self, image: np.ndarray, box: tuple[int, int, int, int] | None = None) -> None:
+        """Count one stored image: its pixels, and the band statistics over ``box`` (see :meth:`add`)."""
         self.pixels += image.shape[0] * image.shape[1]
         if image.ndim == 2:
             image = image[:, :, None]
@@ -142,7 +151,6 @@ class Stats:
                 lo, hi = flat.min(axis=0), flat.max(axis=0)
             self.channel_min = np.fmin(self.channel_min, lo.astype(np.float64))
             self.channel_max = np.fmax(self.channel_max, hi.astype(np.float64))
-        return [int(c) for c in np.flatnonzero(inside)]
 
     def merge(self, other: Stats) -> None:
         self.class_pixels += other.class_pixels
@@ -275,6 +283,25 @@ def presence_totals(shards: Iterable[tuple[np.ndarray, np.ndarray | None]],
     return total, image_pixels, images
 
 
+def presence_contradiction(freqs: ClassFrequencies) -> str | None:
+    """Why the samples' class bitmaps cannot be those of the split's labels, or None: a cheap check (no label is
+    read) that the class-balanced sampler makes before trusting them. The bitmaps and ``class_pixels`` come from
+    the same counts, so a class has pixels exactly when some sample's bitmap holds it, and its pixels fit in the
+    samples that hold it; ``shardkit verify`` recomputes every bitmap (a swap between samples passes this)."""
+    if freqs.images is None or freqs.image_pixels is None:
+        return None
+    pixels, images = np.asarray(freqs.class_pixels, np.int64), np.asarray(freqs.images, np.int64)
+    area = np.asarray(freqs.image_pixels, np.int64)
+    for bad, what in (((pixels > 0) & (images == 0), "have pixels but no sample's bitmap holds them"),
+                      ((pixels == 0) & (images > 0), "have no pixels but sample bitmaps hold them"),
+                      (pixels > area, "have more pixels than the samples whose bitmaps hold them")):
+        ids = np.flatnonzero(bad).tolist()
+        if ids:
+            shown = ", ".join(map(str, ids[:8])) + (", …" if len(ids) > 8 else "")
+            return f"class(es) {shown} {what} (manifest stats.class_pixels vs the samples sidecars' classes)"
+    return None
+
+
 def split_frequencies(manifest: Manifest,
                       folder: Callable[[ShardInfo], Path] | None = None) -> ClassFrequencies:
     """The split's :class:`ClassFrequencies` from its manifest and its samples sidecars (no label is read).
@@ -331,6 +358,11 @@ def class_weights(method: str, freqs: ClassFrequencies, *, k: float = ENET_K) ->
         if freqs.image_pixels is None:
             raise ConfigError("median_frequency needs the per-sample class bitmap, which splits of more than 256 "
                               "classes do not keep", fix="use 'inverse', 'inverse_sqrt' or 'enet'")
+        why = presence_contradiction(freqs)
+        if why is not None:  # a zeroed bitmap would divide by 0 image pixels: an infinite weight, said as nothing
+            raise IntegrityError(f"median_frequency cannot trust this split's class bitmaps: {why}",
+                                 fix="run shardkit verify on this split, then re-convert it with --force; or use "
+                                     "'inverse', 'inverse_sqrt' or 'enet', which need no bitmap")
         freq = counts[has] / np.asarray(freqs.image_pixels, np.int64)[has]
         w[has] = np.median(freq) / freq
     elif method == "inverse":

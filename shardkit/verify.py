@@ -1,9 +1,11 @@
 """``shardkit verify``: re-check everything a manifest promises, shard by shard.
 
 For every shard: files (samples sidecar included) exist with the stated size and sha256; every
-sample decodes with the stated shapes; the per-class pixel counts recomputed from the stored labels
-equal the manifest's, and so does ``source.fingerprint`` recomputed from the sample records.
-Shard by shard: no list of all samples is held. Nothing is trusted; nothing is modified.
+sample decodes with the stated shapes; what the sidecars and the manifest derive from the samples —
+each sample's class bitmap and pixel hash, the split's pixel and per-class counts, class shares and band
+statistics — equals what the decoded samples give (:mod:`shardkit.derived`), and so does
+``source.fingerprint`` recomputed from the sample records. Shard by shard: no list of all samples is held.
+Nothing is trusted; nothing is modified.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .derived import DerivedCheck, label_counts
 from .errors import ShardkitError
 from .formats.base import SampleSpec, sha256_file
 from .formats.registry import get
@@ -124,8 +127,7 @@ def verify_split(path: str | Path, storage_options: dict[str, Any] | None = None
 
 def _verify_shards(report: SplitReport, manifest: Manifest, path: Path, spec: SampleSpec, fmt: Any,
                    remote: Any) -> None:
-    ignore = manifest.classes.get("ignore_index")
-    counts = np.zeros(spec.num_classes, np.int64)
+    derived = DerivedCheck(manifest, spec)
     report.shards = len(manifest.shards)
     digests: list[str] = []
     for pos, shard in enumerate(manifest.shards):
@@ -137,6 +139,7 @@ def _verify_shards(report: SplitReport, manifest: Manifest, path: Path, spec: Sa
             reader.ensure_open()
             hw = manifest.samples.hw(pos, reader.local_directory)  # this shard's only
             digests.append(_shard_digest(manifest, pos, reader))
+            columns = derived.shard(pos, reader.local_directory)
             for i in range(shard.num_samples):
                 image, stored = reader.read(i)
                 h, w = int(hw[i, 0]), int(hw[i, 1])
@@ -145,16 +148,14 @@ def _verify_shards(report: SplitReport, manifest: Manifest, path: Path, spec: Sa
                     report.problems.append(f"{where}: sample {i} has image {image.shape} {image.dtype}, expected "
                                            f"{want} {spec.stored_image_dtype}")
                     continue
-                counts += class_pixels(spec, stored, ignore)
+                columns.add(i, image, stored)
                 report.samples += 1
+            columns.done()
         except ShardkitError as exc:
             report.problems.append(f"{where}: {exc}")
         except (OSError, ValueError) as exc:
             report.problems.append(f"{where}: unreadable ({exc})")
-    if not report.problems and counts.tolist() != list(manifest.stats.get("class_pixels", [])):
-        report.problems.append(
-            f"class pixel counts {counts.tolist()} differ from the manifest's {manifest.stats.get('class_pixels')}"
-        )
+    report.problems += derived.finish(complete=not report.problems)  # the statistics once every sample was read
     if not report.problems and manifest.manifest_version >= 2:
         fingerprint = split_fingerprint(digests)
         if fingerprint != manifest.source.get("fingerprint"):
@@ -162,22 +163,10 @@ def _verify_shards(report: SplitReport, manifest: Manifest, path: Path, spec: Sa
                                    f"differs from the manifest's {str(manifest.source.get('fingerprint'))[:12]}…")
 
 
-#: Label rows decoded and counted at a time in :func:`class_pixels` (about this many pixels per block).
-COUNT_BLOCK_PIXELS = 1 << 18
-
-
 def class_pixels(spec: SampleSpec, stored: np.ndarray, ignore: int | None) -> np.ndarray:
-    """Pixels of each class id in one stored label, decoded and counted a block of rows at a time: a sample at
-    the largest size a manifest allows (2**28 pixels) costs a few MB here, not the 2 GB of a whole-label
-    ``np.bincount`` (which widens every id to int64). Ids at or above ``num_classes`` are not counted (the
-    total then disagrees with the manifest's, which verify reports)."""
-    c = spec.num_classes
-    counts = np.zeros(c, np.int64)
-    rows = max(1, COUNT_BLOCK_PIXELS // max(1, int(stored.shape[1]) if stored.ndim > 1 else 1))
-    for r in range(0, int(stored.shape[0]), rows):
-        ids = spec.encoding.decode(stored[r : r + rows], ignore).ravel()
-        counts += np.bincount(ids, minlength=c)[:c]
-    return counts
+    """Pixels of each class id in one stored label (:func:`~shardkit.derived.label_counts`; ids at or above
+    ``num_classes`` are not counted)."""
+    return label_counts(spec, stored, ignore)[: spec.num_classes]
 
 
 def _shard_digest(manifest: Manifest, pos: int, reader: Any) -> str:

@@ -104,7 +104,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "formats": ("formats",),
     "labels": ("labels",),
     "augment": ("augment",),
-    "store": ("manifest", "publish", "records", "splitdir", "stats", "duplicates"),
+    "store": ("manifest", "publish", "records", "splitdir", "stats", "duplicates", "derived"),
     "convert": ("config", "layouts", "discover", "fingerprint", "plan", "staging", "worker", "pool", "pipeline",
                 "unchanged"),
     "read": ("read", "tf"),

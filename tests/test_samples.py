@@ -199,7 +199,7 @@ def test_a_re_encoded_copy_across_train_and_val_is_reported_with_both_keys(camvi
     assert group.across_splits and "1 group(s) across splits" in summary.line()
     assert f"train:{train_key} = val:val/zz_copy.png" in caplog.text
     run = CliRunner().invoke(main, ["info", str(tmp_path / "out"), "--duplicates"])
-    assert run.exit_code == 0 and f"across splits  train:{train_key} = val:val/zz_copy.png" in run.output
+    assert run.exit_code == 0 and f"across splits: 2 copies: train:{train_key} = val:val/zz_copy.png" in run.output
     data = json.loads(CliRunner().invoke(main, ["info", str(tmp_path / "out"), "--duplicates", "--json"]).output)
     assert data["groups"][0]["copies"] == [{"split": "train", "index": 1, "key": train_key},
                                            {"split": "val", "index": 3, "key": "val/zz_copy.png"}]

@@ -201,3 +201,22 @@ def test_class_weights_of_a_remote_split_download_only_sidecars(camvid_val_npy: 
         run = CliRunner().invoke(main, ["info", "s3://weights/val", "--class-weights", "median_frequency", "--json"])
         assert run.exit_code == 0, run.output
         assert np.array_equal(np.float32(json.loads(run.output)["weights"]), want)
+
+
+def test_median_frequency_refuses_zeroed_bitmaps_instead_of_infinite_weights(camvid_val_npy: Path,
+                                                                            tmp_path: Path) -> None:
+    """Zeroed class bitmaps (sidecar hashes refreshed) gave every class 0 image pixels and an infinite weight; the
+    bitmaps contradict the manifest's class pixel counts, which is said in one line with the fix."""
+    import shutil
+
+    import shardkit
+    from shardkit.errors import IntegrityError
+    from tests.tamper import rewrite_sidecars, zero_class_bitmaps
+
+    split = Path(shutil.copytree(camvid_val_npy, tmp_path / "val"))
+    rewrite_sidecars(split, zero_class_bitmaps)
+    ds = shardkit.open(split)
+    with pytest.raises(IntegrityError, match="have pixels but no sample's bitmap holds them") as err:
+        ds.class_weights("median_frequency")
+    assert "\n" not in str(err.value) and "enet" in str(err.value)
+    assert np.isfinite(ds.class_weights("enet")).all()  # the methods that need no bitmap still work

@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import encoding
 from ..augment.ops import Normalize
-from ..errors import ConfigError
+from ..errors import ConfigError, IntegrityError
 from ..formats.base import SampleSpec, ShardReader
 from ..formats.registry import get
 from ..manifest import Manifest, load_manifest
@@ -33,7 +33,7 @@ from ..onehot import hot_channels
 from ..publish import drop_lease, take_lease
 from ..samples import remote_sidecars
 from ..splitfiles import ShardInfo
-from ..stats import ENET_K, ClassFrequencies, class_weights, split_frequencies
+from ..stats import ENET_K, ClassFrequencies, class_weights, presence_contradiction, split_frequencies
 from ..storage import is_url
 from ..tiles import Tile
 from . import sampling as _sampling
@@ -43,6 +43,10 @@ from .residency import StorageReads
 from .source import CachedShards, LocalShards, ShardSource
 
 log = logging.getLogger(__name__)
+
+#: The fix of a split whose derived columns contradict its data.
+_VERIFY_FIX = ("run shardkit verify on this split to list what disagrees, then re-convert it with --force; do not use "
+               "datasets from untrusted sources")
 #: Runs of at least this many samples of one shard are gathered with one np.take, shorter ones row by row.
 TAKE_RUN = 8
 
@@ -468,6 +472,10 @@ class Dataset:
                 raise ConfigError(f"sampling={sampling!r} needs the per-sample class bitmap, which splits of more "
                                   f"than 256 classes ({self.num_classes} here) do not keep",
                                   fix="use sampling='uniform' (and class weights: ds.class_weights('enet'))")
+            why = presence_contradiction(freqs)
+            if why is not None:  # zeroed or forged bitmaps: refused, not an epoch of nothing or of the wrong samples
+                raise IntegrityError(f"sampling={sampling!r} cannot trust this split's class bitmaps: {why}",
+                                     path=self._manifest_path(), fix=_VERIFY_FIX)
             if mode == "repeat-factor":
                 per_class = _sampling.class_repeat_factors(freqs.images, freqs.num_images, param, freqs.valid())
             else:
@@ -486,8 +494,17 @@ class Dataset:
                     parts.append(_sampling.sample_repeat_factors(present, per_class, combine))
                 return np.concatenate(parts) if parts else np.zeros(0, np.float64)
 
-            self._repeats[(mode, param)] = self._sidecar_folders(each)
+            repeats = self._sidecar_folders(each)
+            if len(repeats) and not _sampling.epoch_length(repeats):
+                raise IntegrityError(f"sampling={sampling!r} would draw 0 samples per epoch: no sample's class bitmap "
+                                     "holds a class with pixels that counts (the ignore class never does)",
+                                     path=self._manifest_path(), fix=_VERIFY_FIX)
+            self._repeats[(mode, param)] = repeats
         return self._repeats[(mode, param)]
+
+    def _manifest_path(self) -> Path | str:
+        """The manifest file of a local split; a remote split's URL."""
+        return self.path / "manifest.json" if self.cache is None else self.location
 
     # ------------------------------------------------------------------ epochs
     def sampler(self, plan: EpochPlan | int, **fields: Any) -> _sampling.EpochBatchSampler:

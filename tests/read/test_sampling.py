@@ -281,3 +281,56 @@ def test_keras_and_tf_take_the_class_balanced_sampler(camvid_train_npy: Path) ->
     tfds = shardkit.tf.dataset(ds, shardkit.EpochPlan(4, seed=3, sampling="class-balanced"), with_keys=True)
     got = [k.decode() for _, _, keys in tfds.take(1000) for k in keys.numpy().tolist()]
     assert sorted(got) == sorted(ds.key(int(i)) for i in want)
+
+
+# ------------------------------------------------------------------ bitmaps that contradict the data (issue 36)
+@pytest.fixture
+def camvid_val_copy(camvid_val_npy: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(camvid_val_npy, tmp_path / "val"))
+
+
+@pytest.mark.parametrize("spec", ["class-balanced", "repeat-factor"])
+def test_zeroed_class_bitmaps_are_refused_not_an_empty_epoch(camvid_val_copy: Path, spec: str) -> None:
+    """Every bitmap zeroed, the sidecars' hashes refreshed: the split opens (every sha256 agrees), but the sampler
+    refuses in one line, naming the classes whose pixels no bitmap holds, instead of 0 samples per epoch."""
+    import shardkit
+    from shardkit.errors import IntegrityError
+    from tests.tamper import rewrite_sidecars, zero_class_bitmaps
+
+    rewrite_sidecars(camvid_val_copy, zero_class_bitmaps)
+    ds = shardkit.open(camvid_val_copy, verify=True)
+    with pytest.raises(IntegrityError, match="have pixels but no sample's bitmap holds them") as err:
+        ds.sampler(4, sampling=spec)
+    msg = str(err.value)
+    assert "\n" not in msg and "class(es) 0, 1, 2" in msg and "manifest.json" in msg and "shardkit verify" in msg
+    assert len(list(ds.iter_batches(4, sampling="uniform"))) == 7  # uniform sampling needs no bitmap
+
+
+def test_bitmaps_and_class_counts_both_zeroed_are_refused_as_an_empty_epoch(camvid_val_copy: Path) -> None:
+    """Zeroed bitmaps with zeroed class pixel counts agree with each other, but no sample holds a class: the
+    class-balanced sampler says it would draw 0 samples per epoch instead of yielding none on every rank."""
+    import shardkit
+    from shardkit.errors import IntegrityError
+    from shardkit.manifest import MANIFEST_NAME
+    from tests.tamper import rewrite_sidecars, zero_class_bitmaps
+
+    rewrite_sidecars(camvid_val_copy, zero_class_bitmaps)
+    m = json.loads((camvid_val_copy / MANIFEST_NAME).read_text())
+    m["stats"]["class_pixels"] = [0] * len(m["stats"]["class_pixels"])
+    for target in (MANIFEST_NAME, f"manifest-v{m['version']}.json"):
+        (camvid_val_copy / target).write_text(json.dumps(m))
+    with pytest.raises(IntegrityError, match="would draw 0 samples per epoch") as err:
+        shardkit.open(camvid_val_copy).sampler(4, sampling="class-balanced", world_size=2, rank=1)
+    assert "\n" not in str(err.value)
+
+
+def test_the_bitmap_check_passes_every_real_split(camvid_val_npy: Path) -> None:
+    """On intact CamVid val the check finds nothing (every class there has pixels and samples)."""
+    import shardkit
+    from shardkit.stats import presence_contradiction
+
+    ds = shardkit.open(camvid_val_npy)
+    assert presence_contradiction(ds.class_frequencies()) is None
+    assert ds.sampler(4, sampling="class-balanced").samples_per_rank > 0
