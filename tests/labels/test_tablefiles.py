@@ -135,10 +135,10 @@ def test_read_classes_labelme_labels_txt_drops_ignore_and_makes_255_the_ignore_i
 
 @pytest.mark.parametrize(("text", "match"), [
     ("", r"names no classes"),
-    ("0 a\n2 b\n", r"class ids \[0, 2\] are not 0\.\.1"),
+    ("0 a\n2 b\n", r"class ids 0, 2 skip 1: a class table numbers its 2 classes 0\.\.1"),
     ("a\nb\na\n", r"class name 'a' appears twice \(line 1 and line 3\)"),
     ("1 2 3 a\n1 2 3 b\n", r"colour \(1, 2, 3\) appears twice"),
-    ("300 0 0 a\n", r"line 1: colour \(300, 0, 0\) is not three integers"),
+    ("300 0 0 a\n", r"line 1: colour '300,0,0' is not three integers"),
 ])
 def test_read_classes_errors_name_file_and_line(tmp_path: Path, text: str, match: str) -> None:
     path = tmp_path / "c.txt"
