@@ -37,6 +37,7 @@ _HEADER_ALIASES = {
     "b": ("b", "blue"),
 }
 _COLUMNS = {**_HEADER_ALIASES, "id": _ID_ALIASES}
+_SCAN_CHUNK = 1 << 20
 _DIGITS = re.compile(r"[0-9]{1,6}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _TOO_MANY_FIX = "a class table lists each class once: pass the file of the dataset's classes"
@@ -74,13 +75,22 @@ def load_table_json(text: str, what: str, path: Path) -> Any:
     data = text.encode("utf-8", "surrogatepass")
     if b"\\" in data:
         data = re.sub(rb"\\.", b"", data, flags=re.DOTALL)  # an escaped quote or bracket is string content
+    depth = values = level = 0
+    in_string = False
     raw = np.frombuffer(data, np.uint8)
-    quote = raw == ord('"')
-    outside = ~(quote | np.logical_xor.accumulate(quote))  # a string's quotes and what lies between them
-    opens = outside & ((raw == ord("[")) | (raw == ord("{")))
-    closes = outside & ((raw == ord("]")) | (raw == ord("}")))
-    values = int(np.count_nonzero(opens)) + int(np.count_nonzero(outside & (raw == ord(","))))
-    depth = int(np.cumsum(opens.astype(np.int8) - closes, dtype=np.int32).max(initial=0))
+    for start in range(0, raw.size, _SCAN_CHUNK):  # a chunk at a time: a few MB, whatever the file
+        chunk = raw[start : start + _SCAN_CHUNK]
+        quote = chunk == ord('"')
+        inside = np.logical_xor.accumulate(quote)  # from an opening quote up to (not including) its closing one
+        if in_string:
+            inside = ~inside
+        in_string = bool(inside[-1])
+        outside = ~(inside | quote)
+        opens = outside & ((chunk == ord("[")) | (chunk == ord("{")))
+        closes = outside & ((chunk == ord("]")) | (chunk == ord("}")))
+        values += int(np.count_nonzero(opens)) + int(np.count_nonzero(outside & (chunk == ord(","))))
+        levels = level + np.cumsum(opens.astype(np.int32) - closes)
+        depth, level = max(depth, int(levels.max())), int(levels[-1])
     if depth > MAX_TABLE_DEPTH:
         raise LabelError(f"{what} JSON nests {depth} levels deep, more than {MAX_TABLE_DEPTH}", path=path,
                          fix='write a list of classes: ["sky", …] or [{"id": 0, "name": "sky"}, …]')
@@ -113,8 +123,10 @@ def _content_lines(text: str, what: str, path: Path) -> Iterator[tuple[int, str]
         yield number, s
 
 
-def _check_count(count: int, what: str, path: Path) -> None:
-    if count > MAX_CLASSES + 1:
+def _check_count(count: int, what: str, path: Path, spare: int = 0) -> None:
+    """Refuse more than :data:`MAX_CLASSES` classes (``spare``: entries that may still be dropped, labelme's
+    ``__ignore__``), as soon as an entry past the cap is read."""
+    if count > MAX_CLASSES + spare:
         raise LabelError(f"{what} lists more than {MAX_CLASSES} classes", path=path, fix=_TOO_MANY_FIX)
 
 
@@ -429,7 +441,7 @@ def _json_classes(obj: Any, path: Path) -> ClassTable:
     entries: list[_Entry] = []
     if isinstance(obj, list):
         for i, value in enumerate(obj):
-            _check_count(i + 1, "class list", path)
+            _check_count(i + 1, "class list", path, spare=1)
             entries.append(_json_entry(value, None, None, f"entry {i}", path))
     elif isinstance(obj, dict):
         keys = [k for k in obj if _DIGITS.fullmatch(k.strip())]
@@ -438,7 +450,7 @@ def _json_classes(obj: Any, path: Path) -> ClassTable:
             raise LabelError(f"keys {keys[0]!r} (an id) and {other!r} (a name) are mixed", path=path,
                              fix=_JSON_FORMS)
         for i, (key, value) in enumerate(obj.items()):
-            _check_count(i + 1, "class list", path)
+            _check_count(i + 1, "class list", path, spare=1)
             where = f"entry {i} {key!r}"
             key_id = _parse_id(key, where, path) if keys else None
             entries.append(_json_entry(value, key, key_id, where, path))
