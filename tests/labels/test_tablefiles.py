@@ -309,3 +309,18 @@ def test_the_class_cap_applies_before_the_file_is_parsed_whole(tmp_path: Path) -
     full = tmp_path / "full.json"
     full.write_text(json.dumps({str(i): f"c{i}" for i in range(MAX_CLASSES)}))
     assert read_classes(full).num_classes == MAX_CLASSES
+
+
+def test_class_dict_and_palette_files_refuse_control_characters_and_too_many_classes(tmp_path: Path) -> None:
+    csv_path = tmp_path / "class_dict.csv"
+    csv_path.write_text("name,r,g,b\nsky,1,2,3\nro\x00ad,4,5,6\n")
+    with pytest.raises(LabelError, match=r"line 3: class name 'ro\\x00ad' holds the control character"):
+        read_class_dict(csv_path)
+    pal = tmp_path / "pal.txt"
+    pal.write_text("".join(f"{i % 256} {i // 256 % 256} {i // 65536} c{i}\n" for i in range(MAX_CLASSES + 3)))
+    with pytest.raises(LabelError, match=f"palette lists more than {MAX_CLASSES} classes"):
+        read_palette(pal)
+    js = tmp_path / "pal.json"
+    js.write_text(json.dumps([{"name": "sky\x07", "color": [1, 2, 3]}]))
+    with pytest.raises(LabelError, match=r"entry 0: class name 'sky\\x07' holds the control character"):
+        read_palette(js)
