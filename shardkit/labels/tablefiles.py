@@ -377,12 +377,17 @@ def _named_table(entries: list[_Entry], path: Path) -> ClassTable:
         ids = sorted(by_id)
         if ids[-1] != len(ids) - 1:
             missing = sorted(set(range(ids[-1] + 1)) - set(ids))
-            renumber = ",".join(f"{old}:{new}" for new, old in enumerate(ids) if old != new)
+            pairs = [f"{old}:{new}" for new, old in enumerate(ids) if old != new]
+            label_map = (f"--label-map {','.join(pairs)}" if len(pairs) <= 8 else
+                         f"a --label-map file of their {len(pairs)} OLD:NEW lines ({', '.join(pairs[:3])} …)")
+            fix = (f"list every id 0..{ids[-1]} (name the unused ones, e.g. unused_{missing[0]}), or number them "
+                   f"0..{len(ids) - 1} in this order and pass {label_map}")
+            top = ids[-1]
+            if top in (255, 65535) and ids[:-1] == list(range(len(ids) - 1)):  # the usual ignore ids
+                fix = (f"if {top} ({by_id[top][1]!r}) marks pixels to ignore, drop it from the file and pass "
+                       f"--ignore-index {top}; else {fix}")
             raise LabelError(f"class ids {_shown(ids)} skip {_shown(missing)}: a class table numbers its "
-                             f"{len(ids)} classes 0..{len(ids) - 1}", path=path,
-                             fix=f"list every id 0..{ids[-1]} (name the unused ones, e.g. unused_{missing[0]}), "
-                             f"or number them 0..{len(ids) - 1} and pass --label-map "
-                             f"{renumber if len(renumber) <= 80 else renumber[:80] + '…'}")
+                             f"{len(ids)} classes 0..{len(ids) - 1}", path=path, fix=fix)
         entries = [by_id[i] for i in ids]
     seen: dict[object, str] = {}
     for _, name, colour, where in entries:

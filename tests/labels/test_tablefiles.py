@@ -324,3 +324,14 @@ def test_class_dict_and_palette_files_refuse_control_characters_and_too_many_cla
     js.write_text(json.dumps([{"name": "sky\x07", "color": [1, 2, 3]}]))
     with pytest.raises(LabelError, match=r"entry 0: class name 'sky\\x07' holds the control character"):
         read_palette(js)
+
+
+def test_sparse_ids_are_refused_with_fixes_that_keep_every_id(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"0": "background", "1": "crack", "255": "ignore"}))
+    with pytest.raises(LabelError, match=r"fix: if 255 \('ignore'\) marks pixels to ignore, drop it from the file "
+                                         r"and pass --ignore-index 255; else list every id 0\.\.255"):
+        read_classes(path)
+    path.write_text(json.dumps({str(2 * i): f"c{i}" for i in range(20)}))
+    with pytest.raises(LabelError, match=r"pass a --label-map file of their 19 OLD:NEW lines \(2:1, 4:2, 6:3 …\)"):
+        read_classes(path)
