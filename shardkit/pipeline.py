@@ -180,7 +180,8 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     values = cfg.value_map
     scans: list[ScanCache] = []
     choice = class_table(cfg, found, remote=session.source is not None, scans=scans)
-    table = values.adapt_table(choice.table)
+    choice = values.adapt(choice)  # the ignore id --reduce-zero-label adds is in the logged line too
+    table = choice.table
     if found.label_kind in ("ids", "palette"):  # palette labels' own colours draw them in `show` (header only)
         first = next((p for pairs in found.splits.values() if len(pairs) and (p := pairs.path(0, 1))), None)
         table = with_palette_colours(table, label_palette(Path(first)) if first else None)

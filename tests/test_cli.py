@@ -409,3 +409,86 @@ def test_a_declared_choice_is_checked_by_the_config_too() -> None:
         ConvertConfig(Path("in"), Path("out"), backend="yarn")
     res = run("convert", "in", "out", "--backend", "yarn")
     assert res.exit_code == 2 and "'yarn' is not one of 'local', 'dask'" in res.output
+
+
+# ------------------------------------------------------------------ class files and value maps, end to end
+def _camvid_class_files(tmp_path: Path) -> dict[str, Path]:
+    """CamVid's 12 classes written as users write them: shuffled id-keyed JSON (a model config's id2label),
+    objects with string ids, a one-column CSV with a header."""
+    from shardkit.labels import CAMVID_SEGNET
+
+    names = CAMVID_SEGNET.names()
+    order = [7, 2, 11, 0, 5, 9, 1, 10, 3, 8, 6, 4]
+    files = {"config.json": json.dumps({"model_type": "segformer", "id2label": {str(i): names[i] for i in order}}),
+             "objects.json": json.dumps([{"id": str(i), "name": names[i]} for i in order]),
+             "classes.csv": "name\n" + "".join(f"{n}\n" for n in names)}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    return {name: tmp_path / name for name in files}
+
+
+def test_convert_keeps_the_class_file_as_written(camvid_root: Path, tmp_path: Path) -> None:
+    from PIL import Image
+
+    from shardkit.labels import CAMVID_SEGNET
+
+    raw = small_camvid(camvid_root, tmp_path / "raw", n=1)
+    for name, path in _camvid_class_files(tmp_path).items():
+        out = tmp_path / f"out-{name}"
+        res = run("convert", raw, out, "--classes", path, "--workers", "1", "-q")
+        assert res.exit_code == 0, res.output
+        m = json.loads((out / "val" / "manifest.json").read_text())
+        assert [(c["id"], c["name"]) for c in m["classes"]["classes"]] == list(enumerate(CAMVID_SEGNET.names()))
+        label = shardkit.open(out / "val")[0][1]
+        with Image.open(next((raw / "valannot").iterdir())) as im:
+            assert np.array_equal(label, np.array(im)), name
+
+
+@pytest.mark.parametrize(("name", "text", "match"), [
+    ("sparse.json", '{"0": "Sky", "10": "Bicyclist", "2": "Pole"}', "class ids 0, 2, 10 skip"),
+    ("float.json", '[{"id": 1.0, "name": "Building"}, {"id": 0, "name": "Sky"}]', "class id 1.0 is not"),
+    ("nul.txt", "Sky\nBuil\x00ding\n", "control character"),
+    ("colour.txt", "Sky\n1 2 3\nPole\n", "reads as 'r g b name'"),
+])
+def test_convert_refuses_a_bad_class_file_before_writing(camvid_root: Path, tmp_path: Path, name: str, text: str,
+                                                         match: str) -> None:
+    raw = small_camvid(camvid_root, tmp_path / "raw", n=1)
+    (tmp_path / name).write_text(text)
+    res = CliRunner().invoke(main, ["convert", str(raw), str(tmp_path / "o"), "--classes", str(tmp_path / name),
+                                    "-q"])
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert res.exit_code == 1 and len(lines) == 1 and match in lines[0] and "fix:" in lines[0], res.output
+    assert not (tmp_path / "o").exists()
+
+
+def _raw_ids(root: Path, labels: list[np.ndarray]) -> Path:
+    from PIL import Image
+
+    for sub in ("images", "masks"):
+        (root / sub).mkdir(parents=True)
+    for i, label in enumerate(labels):
+        Image.fromarray(np.full((*label.shape, 3), 40 * i, np.uint8)).save(root / "images" / f"{i}.png")
+        Image.fromarray(label).save(root / "masks" / f"{i}.png")
+    return root
+
+
+def test_reduce_zero_label_never_moves_a_class_onto_the_ignore_id(tmp_path: Path) -> None:
+    raw = _raw_ids(tmp_path / "raw", [np.array([[0, 1], [2, 3]], np.uint8)] * 2)
+    res = CliRunner().invoke(main, ["convert", str(raw), str(tmp_path / "o"), "--num-classes", "3",
+                                    "--reduce-zero-label", "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    m = json.loads((tmp_path / "o" / "all" / "manifest.json").read_text())
+    assert m["classes"]["ignore_index"] == 255
+    line = next(ln for ln in res.output.splitlines() if ln.startswith("class table:"))
+    assert line.endswith("ignore id 255"), line  # the log and the manifest name the same ignore id
+    assert shardkit.open(tmp_path / "o" / "all")[0][1].tolist() == [[255, 0], [1, 2]]
+    zero = CliRunner().invoke(main, ["convert", str(raw), str(tmp_path / "o0"), "--num-classes", "3",
+                                     "--reduce-zero-label", "--ignore-index", "0"])
+    assert zero.exit_code == 2 and "raw 1 (class 0 'class_0') would become 0 too" in zero.output
+    assert "drop --ignore-index 0" in zero.output and not (tmp_path / "o0").exists()
+    wide = _raw_ids(tmp_path / "raw16", [np.array([[0, 1], [255, 256]], np.uint16)])
+    res = CliRunner().invoke(main, ["convert", str(wide), str(tmp_path / "o16"), "--reduce-zero-label", "-q"])
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert res.exit_code == 1 and len(lines) == 1, res.output
+    assert "0.png: --reduce-zero-label turns raw value 256 (1 px) into 255" in lines[0]
+    assert not (tmp_path / "o16" / "all" / "manifest.json").exists()

@@ -170,6 +170,7 @@ class LabelDecoder:
         """The user's value map (a lookup table over the raw values' range)."""
         if self.values.threshold is not None:
             self.values.check_binary(ids, lossy, path)
+        self.values.check_merges(ids, self.table.ignore_index, path)
         size = 256 if ids.dtype == np.uint8 else 65536
         lut = self._luts.get(size)
         if lut is None:

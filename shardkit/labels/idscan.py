@@ -55,7 +55,10 @@ def _file_counts(path: Path, max_pixels: int, value_map: ValueMap | None = None)
     if arr.dtype == bool:
         arr = arr.astype(np.uint8)
     if value_map is not None:
-        arr = value_map(arr)
+        try:
+            arr = value_map(arr)
+        except LabelError as exc:  # the map refused a value of this file (ValueMap.check_merges): name the file
+            raise LabelError(exc.problem, path=path, fix=exc.fix) from None
     if arr.dtype.kind not in "ui" or (arr.size and (int(arr.min()) < 0 or int(arr.max()) >= MAX_CLASSES)):
         raise LabelError(f"label pixels are {arr.dtype} (mode {mode}), not 8- or 16-bit class ids", path=path,
                          fix="re-export the label as an 8- or 16-bit grayscale or palette PNG")

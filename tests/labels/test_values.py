@@ -224,3 +224,78 @@ def test_value_maps_in_a_toml_config_and_in_the_dry_run(tmp_path: Path) -> None:
     bad = CliRunner().invoke(main, ["convert", str(raw), str(tmp_path / "o2"), "--threshold", "127",
                                     "--reduce-zero-label"])
     assert bad.exit_code == 2 and "both given" in bad.output
+
+
+# ---------------------------------------------------------------- no silent merge onto one id or the ignore id
+def test_reduce_zero_label_refuses_an_ignore_id_that_a_class_reaches() -> None:
+    vm = ValueMap(reduce_zero_label=True)
+    with pytest.raises(ConfigError, match=r"raw 1 \(class 0 'c0'\) would become 0 too.*drop --ignore-index 0"):
+        vm.adapt_table(_table(3, ignore=0))  # --reduce-zero-label --ignore-index 0: raw 1 -> 0 -> ignored
+    with pytest.raises(ConfigError, match=r"raw 256 \(class 255 'c255'\) would become 255 too.*--ignore-index 65535"):
+        vm.adapt_table(_table(300))  # 16-bit ids: the default ignore id 255 is a class
+    with pytest.raises(ConfigError, match=r"raw 255 \(class 254 'c254'\) would stay 255"):
+        vm.adapt_table(_table(255))
+    assert vm.adapt_table(_table(254)).ignore_index == 255
+    assert vm.adapt_table(_table(300, ignore=65535)).ignore_index == 65535
+
+
+def test_reduce_zero_label_refuses_a_raw_value_that_would_become_the_ignore_id(tmp_path: Path) -> None:
+    raw = np.array([[0, 1, 150, 256, 256]], np.uint16)  # 16-bit labels: raw 256 - 1 = 255, the ignore id
+    path = _png(tmp_path / "a.png", raw)
+    vm = ValueMap(reduce_zero_label=True)
+    dec = LabelDecoder("ids", vm.adapt_table(_table(150)), values=vm)
+    with pytest.raises(LabelError, match=r"a\.png: --reduce-zero-label turns raw value 256 \(2 px\) into 255"):
+        dec.decode(path)
+    wide = LabelDecoder("ids", vm.adapt_table(_table(256, ignore=65535)), values=vm)  # the fix: exact ids
+    assert wide.decode(path).tolist() == [[65535, 0, 149, 255, 255]]
+
+
+def test_a_label_map_refuses_to_merge_a_value_it_does_not_name(tmp_path: Path) -> None:
+    path = _png(tmp_path / "m.png", np.array([[0, 1, 255, 255]], np.uint8))
+    vm = ValueMap(((255, 255, 1),))  # raw 1 is kept as 1 and raw 255 becomes 1: two raw values, one id
+    with pytest.raises(LabelError, match=r"m\.png: --label-map 255:1 maps raw 255 to 1, and raw value 1 \(1 px\)"
+                                         r".*fix: name raw 1 in the map: 1:1 if it is the same class"):
+        LabelDecoder("ids", _table(3), values=vm).decode(path)
+    said = ValueMap(((1, 1, 1), (255, 255, 1)))  # the map says so: both are class 1
+    assert LabelDecoder("ids", _table(3), values=said).decode(path).tolist() == [[0, 1, 1, 1]]
+    own = ValueMap(((1, 1, 2), (255, 255, 1)))
+    assert LabelDecoder("ids", _table(3), values=own).decode(path).tolist() == [[0, 2, 1, 1]]
+    to_ignore = ValueMap(((1, 1, 255),))  # a target that is the ignore id: raw 255 is ignore as it stands
+    assert LabelDecoder("ids", _table(3, 255), values=to_ignore).decode(path).tolist() == [[0, 255, 255, 255]]
+    assert ValueMap(((0, 127, 0), (128, 255, 1))).merges(None) == ()  # ranges naming every value
+
+
+def test_a_scan_names_the_file_whose_value_a_map_would_merge(tmp_path: Path) -> None:
+    from functools import partial
+
+    from shardkit.labels.idscan import scan_label_values
+
+    good = _png(tmp_path / "good.png", np.array([[0, 255]], np.uint8))
+    bad = _png(tmp_path / "bad.png", np.array([[0, 1, 255]], np.uint8))
+    vm = ValueMap(((255, 255, 1),))
+    with pytest.raises(LabelError, match=r"bad\.png: --label-map 255:1 maps raw 255 to 1, and raw value 1 \(1 px\)"):
+        scan_label_values([good, bad], max_pixels=1 << 20, value_map=partial(vm.apply, ignore_index=None))
+
+
+def test_the_choice_names_the_ignore_id_reduce_zero_label_adds() -> None:
+    from shardkit.labels.policy import TableChoice
+
+    choice = ValueMap(reduce_zero_label=True).adapt(TableChoice(_table(150), "--num-classes 150"))
+    assert choice.table.ignore_index == 255
+    assert choice.line().endswith("from --reduce-zero-label (raw 0); ignore id 255")
+
+
+def test_label_map_files_read_like_class_tables(tmp_path: Path) -> None:
+    header = tmp_path / "map.csv"
+    header.write_text("raw,id\n255,1\n0,0\n")
+    assert parse_label_map(str(header)) == ((0, 0, 0), (255, 255, 1))
+    for name, text, match in [("t.json", '{"255": true}', r"target True of '255' is not an integer id"),
+                              ("f.json", '{"255": 1.0}', r"target 1\.0 of '255'|'255:1\.0' is not SRC:ID"),
+                              ("d.json", "[" * 100_000 + "]" * 100_000, r"nests 100000 levels deep"),
+                              ("dup.txt", "1:0\n1:2\n", r"overlap"),
+                              ("h.txt", "raw,id\nsrc,dst\n1:0\n", r"'src,dst' is not SRC:ID")]:
+        path = tmp_path / name
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=match) as e:
+            parse_label_map(str(path))
+        assert "\n" not in str(e.value)
