@@ -26,7 +26,7 @@ from ._version import __version__
 from .config import ConvertConfig
 from .duplicates import Drops, DuplicateReport, ShardHashes, drops, find_duplicates, log_report, row_keys, source_hashes
 from .errors import ConfigError, DecodeError, DuplicateError, InputNotFoundError, OutputError
-from .fingerprint import SourceCache, load_cache, save_cache
+from .fingerprint import SourceCache, input_identities, load_cache, save_cache
 from .formats.base import SampleSpec
 from .formats.registry import get
 from .imageio import georeference, image_layout, label_palette, read_header
@@ -436,8 +436,11 @@ def _plan(
                                                                on_error=cfg.on_error)
         else:
             caches[split] = SourceCache(len(pairs), spill=True)
+        # each input's identity now, for the workers to check after reading it (local inputs only)
+        identities = None if session.source is not None else input_identities(
+            pairs, caches[split] if fingerprints is not None else None, threads=2 * cfg.effective_workers())
         planned = plan_split(split, directory, pairs, fingerprints, cfg.shard_size, spec, cfg, settings,
-                             session.header_size)
+                             session.header_size, identities)
         for task in planned:
             if not cfg.force and task.key is not None:
                 record = session.sink.reuse(directory, task.key, fmt.published_names(task.stem, spec),
