@@ -365,7 +365,7 @@ def convert(input_dir: Path, output_dir: Path, verbose: bool, log_format: str, *
         def signed(summary: ConvertSummary) -> None:
             """The no-op signature of a run that succeeded, written while it still holds the output lock: written
             after the lock, it could pair these options with what a run that took the lock meanwhile wrote."""
-            if check is not None and not summary.failed:
+            if check is not None and not summary.failed and not summary.warnings:  # a cache not written: no signature
                 dupes = summary.duplicates
                 check.save(summary.manifests, {"samples": summary.samples, "shards": summary.shards,
                                                "bytes": summary.bytes, "skipped": len(summary.skipped),
