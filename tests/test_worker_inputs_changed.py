@@ -174,3 +174,29 @@ def test_a_skipped_sample_is_not_kept_out_by_reusing_its_shard_when_the_bytes_co
     assert not again.failed and again.samples == 6
     convert(config(raw, tmp_path / "fresh", on_error="skip"))
     assert published_digests(out / "val") == published_digests(tmp_path / "fresh" / "val")
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["first-run", "incremental"])
+def test_worker_processes_check_what_the_parent_planned(raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        first: bool) -> None:
+    """Two worker processes (loky): the identities travel with the tasks. A label is edited (size and mtime
+    restored) after the plan, before any worker starts: on a first run the workers hash what they read, so only
+    the planned identity can tell; on an incremental run the parent's fingerprint is the old content's."""
+    out = tmp_path / "out"
+    if not first:
+        convert(config(raw, out).replace(workers=2))
+        image = raw / "val" / names(raw)[5]
+        pixels = cv2.imread(str(image))
+        pixels[:4, :4] = 0
+        cv2.imwrite(str(image), pixels)
+    label = raw / "valannot" / names(raw)[5]
+    real = shardkit.pipeline.run_tasks
+
+    def edit_then_run(*args: Any, **kwargs: Any) -> Any:
+        rewrite_keeping_size_and_mtime(label)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(shardkit.pipeline, "run_tasks", edit_then_run)
+    with pytest.raises(InputChangedError, match=str(label)):
+        convert(config(raw, out).replace(workers=2))
+    assert (out / "val" / "manifest.json").exists() != first
