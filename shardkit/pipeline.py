@@ -316,7 +316,8 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
         "event": "summary", "samples": summary.samples, "shards": summary.shards, "reused_shards": summary.reused,
         "bytes": summary.bytes, "seconds": round(summary.seconds, 3),
         "samples_per_second": round(summary.samples_per_second, 2), "skipped": len(summary.skipped),
-        "duplicates": summary.duplicates.extra_copies if summary.duplicates is not None else 0})
+        "duplicates": summary.duplicates.extra_copies if summary.duplicates is not None else 0,
+        "published": summary.published, "warnings": len(summary.warnings)})
     return summary
 
 

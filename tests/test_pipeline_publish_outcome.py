@@ -175,5 +175,12 @@ def test_a_new_version_from_kept_shards_says_it_was_published(camvid_root: Path,
     assert "nothing changed" not in third.output, third.output
     assert last.startswith("published val version 3 from 3 shards kept from earlier runs (none written)"), last
     assert json.loads((out / "val" / "manifest.json").read_text())["version"] == 3
+    cv2.imwrite(str(label), pixels)
+    assert cli(raw, out).exit_code == 0  # version 4: the edit again (version 2's shards)
+    label.write_bytes(original)
+    fifth = cli(raw, out, "--log-format", "json")  # version 5, from version 3's (= 1's) shards
+    summary = json.loads(fifth.stderr.strip().splitlines()[-1])
+    assert summary["event"] == "summary" and summary["published"] == {"val": 5}, summary
+    assert summary["message"].startswith("published val version 5 from 3 shards kept"), summary
     fourth = cli(raw, out)  # and now nothing changed indeed
     assert fourth.exit_code == 0 and "nothing changed" in fourth.output.strip().splitlines()[-1]
