@@ -8,8 +8,9 @@ choices and help that come from them are looked up when a command needs them, so
 
 Exit codes: 0 success; 1 failed (bad input, I/O, a worker died); 2 usage error (bad
 options); 3 finished but skipped some inputs (``--on-error skip``; 1 when it skipped every input); 4
-identical images found with ``--on-duplicate error`` (no manifest written); 130 interrupted; a closed
-stdout (``| head``) ends a command quietly with 0.
+identical images found with ``--on-duplicate error`` (no manifest written); 5 published, but a file written
+after the publish (fingerprint cache, no-op signature) was not (a full disk: the version is complete; 3 wins
+when both apply); 130 interrupted; a closed stdout (``| head``) ends a command quietly with 0.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 EXIT_SKIPPED = 3  # converted, but --on-error skip left some inputs out (README: exit codes)
 EXIT_DUPLICATES = 4  # --on-duplicate error found identical images; no manifest was written
+EXIT_PUBLISHED_WITH_WARNING = 5  # published, but a file written after the publish was not (README: exit codes)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -363,7 +365,7 @@ def convert(input_dir: Path, output_dir: Path, verbose: bool, log_format: str, *
         def signed(summary: ConvertSummary) -> None:
             """The no-op signature of a run that succeeded, written while it still holds the output lock: written
             after the lock, it could pair these options with what a run that took the lock meanwhile wrote."""
-            if check is not None and not summary.failed:
+            if check is not None and not summary.failed and not summary.warnings:  # a cache not written: no signature
                 dupes = summary.duplicates
                 check.save(summary.manifests, {"samples": summary.samples, "shards": summary.shards,
                                                "bytes": summary.bytes, "skipped": len(summary.skipped),
@@ -386,6 +388,8 @@ def convert(input_dir: Path, output_dir: Path, verbose: bool, log_format: str, *
               "above (and the manifest's 'skipped' list), then re-run")
     if failed:
         sys.exit(EXIT_SKIPPED)
+    if summary.warnings:  # each was logged: the file not written and the version published
+        sys.exit(EXIT_PUBLISHED_WITH_WARNING)
 
 
 bind_env_names(convert)  # SHARDKIT_<FLAG> for every flag of convert, the names --config takes

@@ -32,6 +32,11 @@ class InputNotFoundError(ShardkitError, FileNotFoundError):
     """A source folder, file or list entry that does not exist."""
 
 
+class InputChangedError(ShardkitError, RuntimeError):
+    """An input file that changed (rewritten, replaced, touched, removed) while a conversion read it: the version
+    would mix old and new inputs, so it is not published (``--on-error skip``: the sample is left out)."""
+
+
 class LayoutError(ShardkitError, ValueError):
     """The input folder matches no known dataset layout, or is ambiguous."""
 

@@ -13,6 +13,7 @@ file a piece at a time.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -394,6 +395,65 @@ def fingerprint_samples(
 
 #: Pairs whose cache entries a hashing thread holds at a time (128 KiB).
 PART = 1024
+
+
+_MIX = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
+
+
+def identity_digests(stats: np.ndarray) -> np.ndarray:
+    """(..., 4) int64 stat values (size, mtime_ns, ctime_ns, inode) → (...) uint64 digests of them (splitmix64 over
+    the four), 8 bytes per file where the stats take 32; all-zero stats (no entry) give 0, which means "unknown"."""
+    s = np.ascontiguousarray(stats, np.int64).view(np.uint64)
+    h = np.zeros(s.shape[:-1], np.uint64)
+    with np.errstate(over="ignore"):
+        for k in range(4):
+            h = h ^ s[..., k]
+            h = (h ^ (h >> np.uint64(30))) * _MIX[0]
+            h = (h ^ (h >> np.uint64(27))) * _MIX[1]
+            h = h ^ (h >> np.uint64(31))
+    known = s.any(axis=-1)
+    return np.where(known, h | (h == 0), np.uint64(0)).astype(np.uint64)  # a real file never gets the unknown 0
+
+
+def file_identity(path: Path) -> int:
+    """The identity digest of ``path`` as it is now (:func:`identity_digests` of its stat); 0 when it is no longer
+    a regular file (removed, replaced by a folder or a FIFO …)."""
+    try:
+        return int(identity_digests(np.array(_stat(path), np.int64)))
+    except ShardkitError:
+        return 0
+
+
+def input_identities(pairs: PairTable, cache: SourceCache | None, *, threads: int = 4) -> np.ndarray:
+    """Each pair's image and label identity when the run planned it: an (n, 2) uint64 array, 0 for no label or a
+    file that is not readable (its worker reports why). Taken from ``cache`` (entries that
+    :func:`fingerprint_samples` just refreshed: their stats are the files' now), else by a stat of every file.
+
+    A worker compares them with the files after it has read them (:func:`shardkit.worker.check_unchanged`): an
+    input rewritten, replaced or touched since the plan is caught, so a version never mixes old and new inputs."""
+    out = np.zeros((len(pairs), 2), np.uint64)
+    if cache is not None:
+        for a in range(0, len(pairs), PART):
+            rows = cache.rows(a, PART)
+            out[a : a + len(rows)] = identity_digests(rows["stat"]) * rows["sha256"].any(axis=-1)
+        return out
+    prefix = root_prefix(pairs.root)
+
+    def stat_all(run: range) -> None:
+        for a in range(run.start, run.stop, PART):  # stats of a block of pairs, then their digests at once
+            b = min(a + PART, run.stop)
+            stats = np.zeros((b - a, 2, 4), np.int64)
+            for i, image, label in zip(range(b - a), pairs.images[a:b], pairs.labels[a:b], strict=True):
+                for side, text in enumerate((image, label)):
+                    if text:
+                        with contextlib.suppress(ShardkitError):  # not a regular file: unknown (0)
+                            stats[i, side] = _stat(Path(prefix + text))
+            out[a:b] = identity_digests(stats)
+
+    n = max(1, min(threads, len(pairs)))
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        list(pool.map(stat_all, [range(k * len(pairs) // n, (k + 1) * len(pairs) // n) for k in range(n)]))
+    return out
 
 
 def sample_fingerprint(options_digest: str, image_digest: str, label_digest: str | None) -> bytes:

@@ -26,7 +26,7 @@ from ._version import __version__
 from .config import ConvertConfig
 from .duplicates import Drops, DuplicateReport, ShardHashes, drops, find_duplicates, log_report, row_keys, source_hashes
 from .errors import ConfigError, DecodeError, DuplicateError, InputNotFoundError, OutputError
-from .fingerprint import SourceCache, load_cache, save_cache
+from .fingerprint import SourceCache, input_identities, load_cache, save_cache
 from .formats.base import SampleSpec
 from .formats.registry import get
 from .imageio import georeference, image_layout, label_palette, read_header
@@ -45,7 +45,7 @@ from .preprocess import fixed_size
 from .publish import remove_temps
 from .records import ShardRecord
 from .samples import PIXEL_HASH_BYTES, SampleTable, read_sidecar, split_fingerprint
-from .splitdir import LocalSink, SplitSink, has_records, publish_shard
+from .splitdir import CACHE_NAME, LocalSink, SplitSink, has_records, publish_shard
 from .splitfiles import Preprocessing, ShardInfo, Source, SplitStats
 from .staging import StorageSession
 from .stats import Stats
@@ -71,6 +71,10 @@ class ConvertSummary:
     skipped: list[dict[str, str]] = field(default_factory=list)
     manifests: list[Path | str] = field(default_factory=list)  # a URL where the output is on object storage
     duplicates: DuplicateReport | None = None  # identical images within and across the converted splits
+    published: dict[str, int] = field(default_factory=dict)  # split → the version this run published (new ones)
+    #: what failed after a version was published (a full disk writing the fingerprint cache or the no-op
+    #: signature), one line each: the version is complete and readable, the run still reports it (CLI exit 5)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def samples_per_second(self) -> float:
@@ -81,6 +85,10 @@ class ConvertSummary:
         """The inputs left out for an error (``--on-error skip``); duplicates left out as asked are no failure."""
         return [s for s in self.skipped if "duplicate_of" not in s]
 
+    def versions(self) -> str:
+        """``"val version 3, train version 2"``: the versions this run published."""
+        return ", ".join(f"{split} version {n}" for split, n in self.published.items())
+
     def line(self) -> str:
         if self.dry_run:
             return f"dry run: {self.discovery.total()} pairs found, nothing written"
@@ -89,6 +97,9 @@ class ConvertSummary:
         dupes = "" if self.duplicates is None else f"; {self.duplicates.line()}" + (
             f" ({dropped} left out: --on-duplicate skip)" if dropped else "")
         if self.shards and self.reused == self.shards and not failed:  # nothing was decoded: no rate
+            if self.published:  # e.g. an input edited and then reverted: an earlier version's shards, a new version
+                return (f"published {self.versions()} from {self.shards} shards kept from earlier runs (none "
+                        f"written): {self.samples} samples, {self.bytes / 1e6:.1f} MB, in {self.seconds:.1f} s{dupes}")
             return (f"nothing changed: {self.samples} samples in {self.shards} shards reused unchanged, "
                     f"{self.bytes / 1e6:.1f} MB, checked in {self.seconds:.1f} s{dupes}")
         return (
@@ -271,11 +282,22 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
             log.warning("%d samples were smaller than %s and their labels were padded with class 0, which "
                         "losses will count as real pixels: pass --ignore-index ID to pad with an ignore id", padded,
                         "the tile" if cfg.tiling is not None else "--size")
+        local = isinstance(session.sink, LocalSink)  # committed by publish_split (object storage: by committed)
         for split, pairs in found.splits.items():
             records = [reused[(t.split, t.index)] for t in tasks if t.split == split]
-            path = publish_split(cfg, split, pairs, records, found, table, spec, recorded, fmt,
-                                 source_root=session.input_name, sink=session.sink, georef=georef)
-            save_cache(cfg.output / split, pairs, caches[split])
+            try:
+                path, number, new = publish_split(cfg, split, pairs, records, found, table, spec, recorded, fmt,
+                                                  source_root=session.input_name, sink=session.sink, georef=georef)
+            except OSError as exc:
+                raise _not_published(exc, split, summary) from None
+            if new:
+                summary.published[split] = number
+            save = partial(save_cache, cfg.output / split, pairs, caches[split])
+            if local:  # the split is published: its cache is for the next run only
+                _after_publish(summary, cfg.output / split / CACHE_NAME, f"{split} version {number} is published",
+                               save, "the next run hashes every input of the split again")
+            else:
+                save()
             session.sink.committed(cfg.output / split, records, cfg.keep_versions)
             where = session.sink.location(split, path)  # the URL when the output is on object storage
             log.info("%s: %d samples in %d shards → %s", split, sum(r.num_samples for r in records), len(records),
@@ -286,15 +308,43 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
             summary.bytes += sum(f.bytes for r in records for f in r.files)
             summary.skipped += [s for r in records for s in r.skipped]
         if published is not None:
-            published(summary)
+            _after_publish(summary, cfg.output, f"{summary.versions()} published" if summary.published
+                           else "the published versions are unchanged", partial(published, summary),
+                           "the next run takes the normal path, not the no-op check")
     summary.reused = len(tasks) - len(todo) - rewritten
     summary.seconds = time.perf_counter() - started
     log.info("%s", summary.line(), extra={
         "event": "summary", "samples": summary.samples, "shards": summary.shards, "reused_shards": summary.reused,
         "bytes": summary.bytes, "seconds": round(summary.seconds, 3),
         "samples_per_second": round(summary.samples_per_second, 2), "skipped": len(summary.skipped),
-        "duplicates": summary.duplicates.extra_copies if summary.duplicates is not None else 0})
+        "duplicates": summary.duplicates.extra_copies if summary.duplicates is not None else 0,
+        "published": summary.published, "warnings": len(summary.warnings)})
     return summary
+
+
+def _after_publish(summary: ConvertSummary, what: Path, state: str, step: Callable[[], None], lost: str) -> None:
+    """Run a step that follows a publish (writing the fingerprint cache, the no-op signature): the version is
+    complete and readable whatever happens here, so an I/O failure (a full disk) is a warning naming the file that
+    was not written and the version that was published (``state``) and what the missing file costs (``lost``),
+    kept in the run's :attr:`ConvertSummary.warnings`."""
+    try:
+        step()
+    except OSError as exc:
+        name = exc.filename or what
+        line = (f"{name}: not written ({exc.strerror or exc}); {state}, complete and readable: only this "
+                f"file is missing, so {lost} — fix: free disk space (nothing to re-run)")
+        log.warning("%s", line, extra={"event": "not_written", "path": str(name)})
+        summary.warnings.append(line)
+
+
+def _not_published(exc: OSError, split: str, summary: ConvertSummary) -> OutputError:
+    """A split whose publish failed (a full disk writing its manifest): one line naming the file, and the splits
+    this run did publish before it (those are complete and stay)."""
+    name = exc.filename or f"{split}/manifest.json"
+    done = f"; {summary.versions()} published before it (complete, kept)" if summary.published else ""
+    return OutputError(f"{name}: {exc.strerror or exc}: split {split} not published{done}",
+                       fix="free disk space (or choose another output folder) and re-run; finished shards are kept "
+                           "and reused")
 
 
 def _duplicates(cfg: ConvertConfig, found: Discovery, tasks: list[ShardTask],
@@ -453,8 +503,11 @@ def _plan(
                                                                on_error=cfg.on_error)
         else:
             caches[split] = SourceCache(len(pairs), spill=True)
+        # each input's identity now, for the workers to check after reading it (local inputs only)
+        identities = None if session.source is not None else input_identities(
+            pairs, caches[split] if fingerprints is not None else None, threads=2 * cfg.effective_workers())
         planned = plan_split(split, directory, pairs, fingerprints, cfg.shard_size, spec, cfg, settings,
-                             session.header_size)
+                             session.header_size, identities)
         for task in planned:
             if not cfg.force and task.key is not None:
                 record = session.sink.reuse(directory, task.key, fmt.published_names(task.stem, spec),
@@ -489,9 +542,10 @@ def publish_split(
     source_root: str | None = None,
     sink: SplitSink | None = None,
     georef: bool = False,
-) -> Path:
+) -> tuple[Path, int, bool]:
     """Publish the split's manifest as its next version (the commit marker; nothing when nothing changed), then
-    remove files that no kept version names any more (:meth:`~shardkit.splitdir.SplitSink.commit`).
+    remove files that no kept version names any more (:meth:`~shardkit.splitdir.SplitSink.commit`: the path, the
+    version number and whether it is new).
 
     Each record's last file is the shard's samples sidecar: the manifest names it, and holds no
     per-sample record itself (manifest version 2).

@@ -46,6 +46,10 @@ class ShardTask:
     fingerprints: np.ndarray | None
     #: index of the first sample in its split's pairs
     start: int = 0
+    #: each sample's image and label identity when the run planned it, an (m, 2) uint64 array (a view of the
+    #: split's :func:`~shardkit.fingerprint.input_identities`; 0: unknown): the worker checks the files against
+    #: it after reading them. None: not checked (inputs on object storage)
+    identities: np.ndarray | None = None
 
     @property
     def stem(self) -> str:
@@ -139,11 +143,12 @@ def plan_split(
     cfg: ConvertConfig,
     settings: dict[str, Any],
     header_size: Callable[[Path], tuple[int, int]],
+    identities: np.ndarray | None = None,
 ) -> list[ShardTask]:
     """Cut one split's ordered pairs into shard tasks.
 
     ``fingerprints`` (an (n, 32) uint8 array) None: the workers compute them (and the shard keys) from the
-    bytes they decode.
+    bytes they decode. ``identities``: see :attr:`ShardTask.identities`.
     """
     counts = None
     if cfg.tiling is not None:  # one sample per tile: sizes and counts from each source's header
@@ -156,11 +161,12 @@ def plan_split(
     tasks, start = [], 0
     for index, n in enumerate(cut_shards(sizes, pairs.keys, limit.samples, limit.nbytes, counts)):
         chunk = pairs[start : start + n]
+        ids = None if identities is None else identities[start : start + n]
         if fingerprints is None:
-            tasks.append(ShardTask(split, index, None, directory, chunk, None, start))
+            tasks.append(ShardTask(split, index, None, directory, chunk, None, start, ids))
         else:
             fps = fingerprints[start : start + n]
             key = shard_key(settings, chunk.keys, hex_rows(fps))
-            tasks.append(ShardTask(split, index, key, directory, chunk, fps, start))
+            tasks.append(ShardTask(split, index, key, directory, chunk, fps, start, ids))
         start += n
     return tasks

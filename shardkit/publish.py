@@ -63,8 +63,10 @@ def atomic_write_bytes(path: Path, data: bytes | Iterable[bytes]) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:  # a full disk: the error names the file it hit
+            exc.filename = str(path)
         raise
     fsync_dir(path.parent)
 

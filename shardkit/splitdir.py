@@ -184,22 +184,25 @@ class SplitSink:
         """A shard is in place in the local folder (object storage: upload it)."""
 
     def commit(self, directory: Path, manifest: Manifest, records: Sequence[ShardRecord],
-               keep_versions: int) -> Path:
+               keep_versions: int) -> tuple[Path, int, bool]:
         """Publish ``manifest`` as the split's next version (the commit marker; nothing when nothing but the publish
-        number would change), then remove what no kept version names; returns the manifest's path."""
+        number would change), then remove what no kept version names; returns the manifest's path, the split's
+        current version number and whether this commit published it (False: unchanged, no new version)."""
         split = manifest.split
         current = current_manifest(directory)
         if current is not None and _body(current) == _body(json.loads(manifest_text(manifest))):
             path = directory / MANIFEST_NAME  # nothing changed: no new version
-            log.info("%s: unchanged, still version %d", split, published_number(current))
+            number, new = published_number(current), False
+            log.info("%s: unchanged, still version %d", split, number)
         else:
-            manifest = replace(manifest, version=keep_legacy(directory, current) + 1)
+            number, new = keep_legacy(directory, current) + 1, True
+            manifest = replace(manifest, version=number)
             path = dump_manifest(manifest, directory)
             log.info("%s: published version %d", split, manifest.version,
                      extra={"event": "published", "split": split, "version": manifest.version})
         kept = reclaim(directory, keep_versions, keep_set(records), owned, records_within)
         log.info("%s: versions kept: %s", split, ", ".join(map(str, kept)) or "none")
-        return path
+        return path, number, new
 
     def committed(self, directory: Path, records: Sequence[ShardRecord], keep_versions: int) -> None:
         """The split is committed locally and its fingerprint cache saved (object storage: upload and clean up)."""

@@ -205,7 +205,8 @@ class Check:
 
     def save(self, manifests: list[Path | str], numbers: Mapping[str, int], duplicates_line: str,
              lines: list[tuple[int, str, dict[str, Any]]]) -> None:
-        """Write the signature after a successful run that published ``manifests`` (local paths)."""
+        """Write the signature after a successful run that published ``manifests`` (local paths); an OSError
+        writing it (a full disk) is raised, for the run to report as a warning after its publish."""
         from .manifest import named_files  # the converter is loaded by now; the fast path never imports this
         from .publish import atomic_write_bytes
 
@@ -224,7 +225,7 @@ class Check:
                     "outputs": outputs, "summary": {**numbers, "duplicates_line": duplicates_line},
                     "lines": [list(line) for line in lines[:MAX_LINES]]}
             atomic_write_bytes(self.path, json.dumps(body, default=str).encode())
-        except (OSError, ValueError) as exc:  # the conversion itself succeeded: only the next fast check is lost
+        except ValueError as exc:  # the conversion itself succeeded: only the next fast check is lost
             log.warning("%s: not written (%s); the next run takes the normal path", self.path, exc)
 
 

@@ -26,8 +26,8 @@ from .codecs import RAW, ArrayCodecs
 from .config import DEFAULT_MAX_PIXELS, ConvertConfig
 from .discover import rel_path
 from .duplicates import source_hash
-from .errors import DecodeError, LabelError, OutputError, ShardkitError
-from .fingerprint import SourceCache, sample_fingerprint, source_digest
+from .errors import DecodeError, InputChangedError, LabelError, OutputError, ShardkitError
+from .fingerprint import SourceCache, file_identity, sample_fingerprint, source_digest
 from .formats.base import SampleSpec, WrittenFile
 from .formats.registry import get, writer_class
 from .imageio import (
@@ -182,9 +182,24 @@ def pad_label(ctx: WorkerContext) -> int:
     return ctx.decoder.table.ignore_index if ctx.decoder.table.ignore_index is not None else 0
 
 
-def tile_pair(pair: Any, ctx: WorkerContext, tiling: Tiling,
-              data: dict[Path, np.ndarray] | None) -> Iterator[tuple[Tile, np.ndarray, np.ndarray] | None]:
+def check_unchanged(pair: Any, expected: np.ndarray | None) -> None:
+    """Refuse a pair whose image or label is not the file the run planned (``expected``: their identities then,
+    :func:`~shardkit.fingerprint.input_identities`; 0 or None: unknown), checked after it was read: what was read
+    may be the old content, the new one or a mix, and the version must not mix old and new inputs."""
+    if expected is None:
+        return
+    for side, path in enumerate((pair.image, pair.label)):
+        if path is not None and expected[side] and file_identity(path) != int(expected[side]):
+            raise InputChangedError(
+                "changed while the conversion ran (its size, modification time, status change time or inode differ "
+                "from when the run planned it; or it was removed)", path=path,
+                fix="re-run when the input is stable (nothing writing to it); finished shards are kept and reused")
+
+
+def tile_pair(pair: Any, ctx: WorkerContext, tiling: Tiling, data: dict[Path, np.ndarray] | None,
+              expected: np.ndarray | None = None) -> Iterator[tuple[Tile, np.ndarray, np.ndarray] | None]:
     """One source's tiles (stored image, label ids) in grid order; None for each tile dropped as ignore.
+    ``expected``: the pair's planned identities (:func:`check_unchanged`), checked once the source was read.
 
     A source within ``--max-pixels`` (pixels and decode bytes: :func:`~shardkit.imageio.decodes_whole`) is decoded
     whole; a larger TIFF is read window by window (tiled ones only; anything else is refused by
@@ -199,6 +214,7 @@ def tile_pair(pair: Any, ctx: WorkerContext, tiling: Tiling,
     whole = decodes_whole(header, ctx.max_pixels) if header.kind == "TIFF" else header.pixels <= ctx.max_pixels
     if pair.label is None or whole:
         image, ids = decode_pair(pair, ctx, data)
+        check_unchanged(pair, expected)  # before any of its tiles is written
         if image.shape[:2] != ids.shape[:2]:
             raise LabelError(f"label is {ids.shape[0]}x{ids.shape[1]} (HxW) but its image is "
                              f"{image.shape[0]}x{image.shape[1]}", path=pair.label,
@@ -218,6 +234,7 @@ def tile_pair(pair: Any, ctx: WorkerContext, tiling: Tiling,
 
     yield from tiles_windowed(pair.key, pair.image, pair.label, tiling, ctx.max_pixels, ctx.decoder.decode_pixels,
                               pad_label(ctx), ignore, to_image, ctx.image.pages_as_bands)
+    check_unchanged(pair, expected)  # read window by window: checked after the last one (the shard then fails)
 
 
 def planned_tiles(task: ShardTask, tiling: Tiling) -> int:
@@ -364,6 +381,19 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
     sources = SourceCache(len(task.samples) if given is None else 0)  # entries of the files hashed here
     options_digest = hashlib.sha256(ctx.settings.encode()).hexdigest()
     drop = {key: (kept, pixels) for split, key, kept, pixels in ctx.drop if split == task.split}
+    changed = False  # a sample left out because its input changed mid-run: the shard gets a key of its own
+
+    def skip(i: int, pair: Any, exc: ShardkitError) -> None:
+        nonlocal changed
+        log.debug("skipped %s: %s", pair.key, exc)
+        skipped.append({"key": pair.key, "reason": exc.problem})  # its fix was "--on-error skip"
+        if isinstance(exc, InputChangedError):  # a fingerprint no input has: no later run reuses this shard
+            fingerprints[i] = hashlib.sha256(f"changed while converted\0{fingerprints[i]}".encode()).hexdigest()
+            if given is None:  # nor its cache entries: the next run reads the files again
+                sources.set(i, 0, None)
+                sources.set(i, 1, None)
+            changed = True
+
     try:
         for i, pair in enumerate(task.samples):
             data: dict[Path, np.ndarray] = {}
@@ -371,6 +401,7 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
             fingerprint = given[i] if given is not None else fingerprint_pair(pair, ctx, options_digest, sources,
                                                                                 i, data)
             fingerprints.append(fingerprint)
+            expected = None if task.identities is None else task.identities[i]
             if pair.key in drop:  # --on-duplicate skip: the same pixels as an earlier sample
                 kept, pixels = drop[pair.key]  # its hash stays in the record: later runs check it undecoded
                 skipped.append({"key": pair.key, "reason": f"identical pixels to {kept}", "duplicate_of": kept,
@@ -382,22 +413,21 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
                 written = counts.written
                 try:
                     padded += _write_tiles(pair, ctx, ctx.tiling, data, writer, task, stats, samples, fingerprint,
-                                           counts, whole)
+                                           counts, whole, expected)
                 except ShardkitError as exc:
                     if ctx.on_error != "skip" or counts.written != written:  # some of its tiles are written
                         raise
-                    log.debug("skipped %s: %s", pair.key, exc)
-                    skipped.append({"key": pair.key, "reason": exc.problem})
+                    skip(i, pair, exc)
                 if tick is not None:
                     tick()
                 continue
             try:
                 image, stored, ids, was_padded = process_sample(pair, ctx, data)
+                check_unchanged(pair, expected)  # after the read, before the sample is written
             except ShardkitError as exc:
                 if ctx.on_error != "skip":
                     raise
-                log.debug("skipped %s: %s", pair.key, exc)
-                skipped.append({"key": pair.key, "reason": exc.problem})  # its fix was "--on-error skip"
+                skip(i, pair, exc)
                 if tick is not None:
                     tick()
                 continue
@@ -416,7 +446,7 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
         for p in task.directory.glob(writer.tmp_glob(sidecar_name(task.stem))):
             p.unlink(missing_ok=True)
         raise
-    key = task.key
+    key = None if changed else task.key
     if key is None:  # the shard's final names (format files, then sidecar) carry the key its fingerprints give
         key = shard_key(ctx.settings, [p.key for p in task.samples], fingerprints)
         names = get(ctx.format).published_names(stem(task.index, key), ctx.spec)
@@ -430,7 +460,7 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
 
 def _write_tiles(pair: Any, ctx: WorkerContext, tiling: Tiling, data: dict[Path, np.ndarray], writer: Any,
                  task: ShardTask, stats: Stats, samples: SidecarBuilder, fingerprint: str, counts: TileCounts,
-                 whole: list[bytes]) -> int:
+                 whole: list[bytes], expected: np.ndarray | None = None) -> int:
     """Write one source's tiles (each a sample with its provenance; every tile carries the source's
     fingerprint); returns how many were padded, and appends the source's pixel hash to ``whole`` (from its tiles'
     hashes: :func:`~shardkit.duplicates.source_hash`). A source decoded whole fails before any of its tiles is
@@ -440,7 +470,7 @@ def _write_tiles(pair: Any, ctx: WorkerContext, tiling: Tiling, data: dict[Path,
     kept: list[tuple[Tile, np.ndarray, np.ndarray]] = []
     first, places = len(samples.pixels), []
     dropped = padded = held = 0
-    for item in tile_pair(pair, ctx, tiling, data):
+    for item in tile_pair(pair, ctx, tiling, data, expected):
         if item is None:
             dropped += 1
         else:

@@ -8,6 +8,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -324,14 +325,15 @@ def test_other_os_errors_are_one_line(camvid_root: Path, tmp_path: Path, monkeyp
     raw = tmp_path / "raw"
     make_raw(camvid_root, raw, n=2)
 
-    def denied(directory: Path, *args: object) -> None:  # root ignores chmod, so simulate EACCES
-        raise PermissionError(errno.EACCES, "Permission denied", str(directory / ".fingerprints.json"))
+    def denied(result: Any) -> None:  # root ignores chmod, so simulate EACCES (renaming a shard into place)
+        raise PermissionError(errno.EACCES, "Permission denied", str(result.directory / ".shard-x.json"))
 
-    monkeypatch.setattr("shardkit.pipeline.save_cache", denied)
+    # (a failure writing the fingerprint cache, after the publish, is a warning: tests/test_pipeline_publish_outcome.py)
+    monkeypatch.setattr("shardkit.pipeline.publish_files", denied)
     res = invoke("convert", raw, tmp_path / "out", "-q", "--workers", "1")
     assert res.exit_code == 1
     line = one_line_error(res.output)
-    assert ".fingerprints.json" in line and "Permission denied" in line and "fix:" in line
+    assert ".shard-x.json" in line and "Permission denied" in line and "fix:" in line
 
 
 def test_a_jpeg_label_is_named_as_the_cause(camvid_root: Path, tmp_path: Path) -> None:

@@ -110,8 +110,8 @@ def test_commit_of_an_unchanged_split_makes_no_new_version_and_keeps_its_files(c
     manifest = load_manifest(split)
     records = [r for r in (ShardRecord.load(split, p.name[len(".shard-"):-len(".json")])
                            for p in split.iterdir() if p.name.startswith(".shard-")) if r is not None]
-    path = LocalSink().commit(split, manifest, records, keep_versions=3)
-    assert path == split / MANIFEST_NAME and load_manifest(split).version == manifest.version
+    path, number, new = LocalSink().commit(split, manifest, records, keep_versions=3)
+    assert path == split / MANIFEST_NAME and load_manifest(split).version == manifest.version == number and not new
     assert sorted(p.name for p in split.iterdir()) == [n for n in before if n != "images-00009-000000000000.npy"]
 
 

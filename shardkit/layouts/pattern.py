@@ -64,7 +64,7 @@ class Template:
         files for one (split, name) is a LayoutError naming both."""
         top = root / self.prefix if self.prefix else root
         out: dict[tuple[str, str], str] = {}
-        for rel, name, path in walk(top):
+        for rel, name, path in walk(top, root=root):
             text = "/".join(p for p in (self.prefix, rel, name) if p)
             m = self.regex.fullmatch(text)
             if m is None:

@@ -119,14 +119,20 @@ def any_image(folder: Path, labels: bool = False) -> bool:
         return False
 
 
-def walk(top: Path, recursive: bool = True, skipped: Counter[str] | None = None) -> Iterator[tuple[str, str, str]]:
+def walk(top: Path, recursive: bool = True, skipped: Counter[str] | None = None, *,
+         root: Path | None = None) -> Iterator[tuple[str, str, str]]:
     """Yield (relative folder, file name, absolute path) for each visible image below ``top``; other files
     are counted by extension in ``skipped``.
 
     A folder reached again through a symbolic link (two links to one folder), or a link to a folder above
-    ``top``, is not walked (again): a loop must not turn six images into hundreds of duplicates.
+    ``top``, is not walked (again): a loop must not turn six images into hundreds of duplicates. A folder that
+    resolves outside the input folder ``root`` (default ``top``) — a link to ``/usr/share``, ``/sys`` or another
+    dataset, ``top`` itself included — is not walked either (a warning names it): what a conversion reads stays
+    inside the folder it was given. Links to *files* are followed wherever they point (a symlink farm); the file
+    is then checked like any other (regular file, size) when it is read.
     """
     stack, seen, top_real = [""], set(), os.path.realpath(top)
+    inside = os.path.realpath(root if root is not None else top)
     while stack:
         rel = stack.pop()
         folder = top / rel if rel else top
@@ -134,6 +140,13 @@ def walk(top: Path, recursive: bool = True, skipped: Counter[str] | None = None)
         if real in seen or top_real.startswith(real.rstrip(os.sep) + os.sep):
             logger.warning("%s: skipped, it is a symbolic link to a folder already read or above it (%s)",
                            folder, real)
+            continue
+        if real != inside and not real.startswith(inside.rstrip(os.sep) + os.sep):
+            logger.warning("%s: not read, it is a symbolic link to %s, outside the input folder %s (shardkit follows "
+                           "no folder link out of the input) — fix: to convert what it holds, move or copy it into "
+                           "the input folder (or bind-mount it there), or convert it as an input of its own",
+                           folder, real, inside, extra={"event": "link_outside", "path": str(folder),
+                                                        "target": real})
             continue
         seen.add(real)
         dirs, files = scan(folder)
@@ -181,7 +194,7 @@ def match_pairs(root: Path, image_dir: Path, label_dir: Path, suffixes: tuple[st
     # extensions of several labels with that stem (an error if an image matches them)
     labels: dict[str, str | list[str]] = {}
     skipped: Counter[str] = Counter()
-    for rel, name, _ in walk(label_dir, skipped=skipped if label_dir != image_dir else None):
+    for rel, name, _ in walk(label_dir, skipped=skipped if label_dir != image_dir else None, root=root):
         stem, ext = split_ext(name)
         if stem.endswith(label_tag) and (not label_ext or ext.lower() == label_ext):
             k, ext = f"{rel}\0{stem}", sys.intern(ext)
@@ -198,7 +211,7 @@ def match_pairs(root: Path, image_dir: Path, label_dir: Path, suffixes: tuple[st
 
     found = Found(PairBuilder(root), skipped=skipped)
     loose: list[tuple[str, str, str]] = []  # (rel, stem, path) of each image without a label so far
-    for rel, name, path in walk(image_dir, skipped=skipped):
+    for rel, name, path in walk(image_dir, skipped=skipped, root=root):
         stem = split_ext(name)[0]
         if image_tag and stem.endswith(image_tag):
             stem = stem[: -len(image_tag)]

@@ -89,7 +89,7 @@ class VocLayout(Layout):
         def index() -> _Index:  # files by stem, as lists so that duplicate stems can be reported
             out: _Index = ({}, {})
             for table, folder in zip(out, ("JPEGImages", label_dir), strict=True):
-                for _, name, path in walk(base / folder, recursive=False):
+                for _, name, path in walk(base / folder, recursive=False, root=ctx.root):
                     table.setdefault(split_ext(name)[0], []).append(path)
             return out
 
