@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
+from .limits import DEFAULT_MAX_PIXELS, MAX_SHARD_BYTES, MAX_SHARD_SAMPLES
 
 if TYPE_CHECKING:
     from .labels.values import ValueMap
@@ -135,11 +136,6 @@ def _layouts() -> tuple[str, ...]:
 
 
 DEFAULT_SHARD_SAMPLES = 500
-#: Largest image or label (height x width), checked from the file header before any decoder runs. 2^24
-#: (4096 x 4096): one worker converting a sample at the limit peaks at 0.5 GB RSS (a colour-mask label, the
-#: costliest kind; TFRecord 0.68 GB with TensorFlow loaded), under ~1 GB per worker at default settings
-#: (scripts/max_pixels_memory.py; README "Memory"). 2^28 cost 3.4 GB per worker for one 16384^2 PNG.
-DEFAULT_MAX_PIXELS = 2**24
 #: Publishes of a split kept by default (``convert --keep-versions``): the current one and the two before
 #: it, so a reader that opened a split survives two more publishes even where it could not take a lease
 #: (a read-only folder, object storage), e.g. a two-day training job under a nightly convert.
@@ -148,9 +144,6 @@ DEFAULT_KEEP_VERSIONS = 3
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*[xX×,]\s*(\d+)\s*$")
 _BYTES_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?)[bB]\s*$")
 _UNITS = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4}
-#: Largest --shard-size: more samples or bytes than any shard can hold (and than int64 counts).
-MAX_SHARD_SAMPLES = 2**31 - 1
-MAX_SHARD_BYTES = 2**62
 
 
 def parse_size(text: str | None) -> tuple[int, int] | None:

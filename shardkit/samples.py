@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 from .errors import IntegrityError, ShardFormatError, ShardkitError
+from .limits import MAX_PATH_BYTES, MAX_SIDECAR_BYTES
 from .smallfile import sha256_of
 from .splitfiles import MAX_PIXELS, MAX_SIDE, check_regular_file, member_path
 from .tiles import TILE_FIELDS
@@ -37,12 +38,8 @@ if TYPE_CHECKING:
 
 SIDECAR_PREFIX = "samples-"
 SIDECAR_SUFFIX = ".npy"
-#: Longest key or label path (UTF-8 bytes) a sidecar may hold.
-MAX_PATH_BYTES = 4096
 #: Splits with at most this many classes keep a per-sample bitmap of the classes present.
 MAX_BITMAP_CLASSES = 256
-#: Largest sidecar read (a shard of ~1M samples with long paths): checked before anything is allocated.
-MAX_SIDECAR_BYTES = 1 << 30
 #: Bytes of sidecar rows :class:`SampleTable` keeps cached (at least one shard's).
 CACHE_BYTES = 16 << 20
 FINGERPRINT_BYTES = 32
