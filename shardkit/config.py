@@ -38,7 +38,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
-from .limits import DEFAULT_MAX_PIXELS, MAX_SHARD_BYTES, MAX_SHARD_SAMPLES
+from .limits import (
+    DEFAULT_MAX_PIXELS,
+    DEFAULT_MAX_TILE_RATIO,
+    MAX_PIXELS,
+    MAX_SHARD_BYTES,
+    MAX_SHARD_SAMPLES,
+    MAX_SIDE,
+)
 
 if TYPE_CHECKING:
     from .labels.values import ValueMap
@@ -347,6 +354,11 @@ class ConvertConfig:
     drop_tiles_ignored: float | None = option(
         None, group="output", metavar="SHARE",
         help="Drop tiles whose label is at least SHARE ignore index, e.g. 0.95 (counted in the manifest).")
+    #: most pixels a tiling may store per source pixel, estimated from each source's header before decoding
+    max_tile_ratio: float | str = option(
+        DEFAULT_MAX_TILE_RATIO, group="geometry", metavar="R",
+        help="Refuse a tiling that would store more than R times a source's pixels (overlapping tiles; estimated "
+             "from the headers before decoding). 16 allows a stride of a quarter tile; --stride 1 is refused.")
     # -- layout, pairing and classes (shardkit.layouts, labels/policy.py)
     #: explicit pairing templates, relative to ``input``: ``"img/{split}/{name}.tif"`` (both or neither)
     images: str | None = option(
@@ -428,6 +440,7 @@ class ConvertConfig:
         if self.workers < 0:
             raise ConfigError("--workers must be >= 0 (0 = all cores)")
         self._check_tiling()
+        self._check_stored_size()
         keep = self.keep_versions
         if isinstance(keep, str) and keep.strip().isdigit():
             keep = int(keep.strip())
@@ -486,6 +499,28 @@ class ConvertConfig:
                 object.__setattr__(self, name, int(str(value)))
             except ValueError:
                 raise ConfigError(f"{name}={value!r} is not an integer") from None
+
+    def _check_stored_size(self) -> None:
+        """Refuse what would store a sample larger than a reader allows (:data:`~shardkit.limits.MAX_SIDE` per side,
+        :data:`~shardkit.limits.MAX_PIXELS`): a --size or --tile beyond them, or a --max-pixels beyond
+        MAX_PIXELS where images are stored whole (neither --size nor --tile)."""
+        for flag, hw in (("--size", self.size), ("--tile", self.tile)):
+            if isinstance(hw, tuple) and (max(hw) > MAX_SIDE or hw[0] * hw[1] > MAX_PIXELS):
+                raise ConfigError(f"{flag} {hw[0]}x{hw[1]} is larger than a stored sample may be (at most {MAX_SIDE} "
+                                  f"per side and {MAX_PIXELS} pixels, what every reader allows)",
+                                  fix=f"choose a smaller {flag}")
+        if self.max_pixels > MAX_PIXELS and self.size is None and self.tile is None:
+            raise ConfigError(f"--max-pixels {self.max_pixels} is more than the {MAX_PIXELS} pixels a stored sample "
+                              "may have (what every reader allows), and images are stored whole",
+                              fix=f"keep --max-pixels at most {MAX_PIXELS}, or add --tile HxW or --size HxW")
+        try:
+            ratio = float(self.max_tile_ratio)
+        except (TypeError, ValueError):
+            ratio = float("nan")
+        if not 1.0 <= ratio < float("inf"):
+            raise ConfigError(f"--max-tile-ratio {self.max_tile_ratio!r} is not a number of at least 1",
+                              fix=f"write it like --max-tile-ratio {DEFAULT_MAX_TILE_RATIO:g}")
+        object.__setattr__(self, "max_tile_ratio", ratio)
 
     def _check_tiling(self) -> None:
         """Normalise ``tile``/``stride`` (``overlap`` folded into ``stride``) and refuse what cannot be tiled."""

@@ -30,7 +30,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from .errors import DecodeError, InputNotFoundError
-from .imagetypes import ImageOptions, stored_dtype
+from .imagetypes import ImageOptions, check_band_count, stored_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -539,12 +539,15 @@ def image_layout(path: Path, options: ImageOptions, max_pixels: int, *, windowed
         with tifffile.TiffFile(path) as tif:
             pages = tiff_band_pages(tif, path, "image", options.pages_as_bands)
             dtype, n, kind = _tiff_layout(pages, path, options.pages_as_bands)
+        if not options.bands:
+            check_band_count(n, path)  # before a pixel of every band is allocated
         arr = np.zeros((1, 1, n), np.uint8 if dtype == np.bool_ else dtype.newbyteorder("="))
     else:
         check_pixels(path, max_pixels, "image")
         arr, kind = decode_native(path, pages_as_bands=options.pages_as_bands)
     bands = options.bands
     arr = options.apply(arr, path)
+    check_band_count(int(arr.shape[2]), path)
     if arr.shape[2] != 3 or bands not in ((), (1, 2, 3)):
         kind = BANDS
     try:

@@ -134,8 +134,35 @@ class Tiling:
 
     def count(self, hw: tuple[int, int]) -> int:
         """How many tiles a source of size ``hw`` gives (before any is dropped)."""
-        return (len(grid_starts(hw[0], self.tile[0], self.stride[0]))
-                * len(grid_starts(hw[1], self.tile[1], self.stride[1])))
+        return _starts(hw[0], self.tile[0], self.stride[0]) * _starts(hw[1], self.tile[1], self.stride[1])
+
+    def ratio(self, hw: tuple[int, int]) -> float:
+        """Pixels the tiles of a source of size ``hw`` store per pixel of the source, padding left out: per axis,
+        the tiles' total length over the source's (over the tile's, for a source no longer than one tile). 1 without
+        overlap (plus the edge tile's), about (tile / stride)^2 with it."""
+        along = [_starts(n, t, s) * t / max(n, t) for n, t, s in zip(hw, self.tile, self.stride, strict=True)]
+        return along[0] * along[1]
+
+    def check_output(self, hw: tuple[int, int], source: Path, max_ratio: float, tile_bytes: int) -> int:
+        """The tiles a source of size ``hw`` gives, refused (one line, before anything is decoded) when they would
+        store more than ``max_ratio`` times its pixels (``--max-tile-ratio``)."""
+        n = self.count(hw)
+        ratio = self.ratio(hw)
+        if ratio > max_ratio:
+            (th, tw), (sh, sw) = self.tile, self.stride
+            wider = (max(sh, -(-th // 2)), max(sw, -(-tw // 2)))
+            raise ConfigError(f"--tile {th}x{tw} --stride {sh}x{sw} would store {n:,} tiles "
+                              f"({n * tile_bytes / 1e6:,.0f} MB) of this {hw[0]}x{hw[1]} source, {ratio:.1f} times "
+                              "its pixels, more than "
+                              f"--max-tile-ratio {max_ratio:g}", path=source,
+                              fix=f"use a larger --stride (--stride {wider[0]}x{wider[1]}: half-tile overlap), or "
+                                  "raise --max-tile-ratio to mean it")
+        return n
+
+
+def _starts(n: int, tile: int, stride: int) -> int:
+    """``len(grid_starts(n, tile, stride))``, without the list."""
+    return 1 if n <= tile else -(-(n - tile) // stride) + 1
 
 
 def grid_starts(n: int, tile: int, stride: int) -> list[int]:
