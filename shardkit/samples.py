@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
-from .errors import IntegrityError, ShardFormatError, ShardkitError
+from .errors import ConfigError, IntegrityError, ShardFormatError, ShardkitError
 from .limits import MAX_PATH_BYTES, MAX_SIDECAR_BYTES
 from .smallfile import sha256_of
 from .splitfiles import MAX_PIXELS, MAX_SIDE, check_regular_file, member_path
@@ -188,8 +188,12 @@ class SidecarBuilder:
         return _npy_bytes(self.array())
 
     def write(self, path: Path) -> str:
-        """Write the sidecar to ``path`` and return its sha256."""
+        """Write the sidecar to ``path`` and return its sha256; one larger than readers read
+        (:data:`~shardkit.limits.MAX_SIDECAR_BYTES`) is refused, not written."""
         data = self.to_bytes()
+        if len(data) > MAX_SIDECAR_BYTES:
+            raise ConfigError(f"a shard's samples sidecar would be {len(data)} bytes ({len(self.keys)} samples), "
+                              f"more than the {MAX_SIDECAR_BYTES} its readers read", fix="use a smaller --shard-size")
         with open(path, "wb") as fh:
             fh.write(data)
         return hashlib.sha256(data).hexdigest()

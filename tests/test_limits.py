@@ -119,3 +119,21 @@ def test_stride_1_tiling_of_a_camvid_image_is_refused_from_its_header_before_any
     res = invoke("convert", tmp_path / "raw", out, "--num-classes", "12", "-q", "--tile", "64", "--stride", "32")
     assert res.exit_code == 0, res.output
     assert invoke("verify", out / "all").exit_code == 0
+
+
+def test_a_shard_whose_sidecar_readers_would_refuse_is_not_written(camvid_root: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Readers refuse a samples sidecar over MAX_SIDECAR_BYTES (1 GiB: ~7M samples in one shard, --shard-size
+    10000000); convert refuses to write one. The bound is lowered here so one real sample's sidecar is over it."""
+    import shardkit.samples
+
+    name = sorted(p.name for p in (camvid_root / "val").iterdir())[0]
+    for sub, src in (("images", "val"), ("labels", "valannot")):
+        (tmp_path / "raw" / sub).mkdir(parents=True)
+        (tmp_path / "raw" / sub / name).write_bytes((camvid_root / src / name).read_bytes())
+    monkeypatch.setattr(shardkit.samples, "MAX_SIDECAR_BYTES", 300)
+    res = invoke("convert", tmp_path / "raw", tmp_path / "out", "--num-classes", "12", "-q", "--workers", "1")
+    assert res.exit_code == 2
+    assert "a shard's samples sidecar would be 360 bytes (1 samples), more than the 300 its readers read" \
+        in one_line_error(res.output)
+    assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file() and p.name != ".shardkit.lock"]
