@@ -572,6 +572,17 @@ def test_a_tiled_tiff_above_max_pixels_is_read_window_by_window_bit_exactly(tmp_
     assert counts["dropped_ignored"] > 0 and counts["written"] + counts["dropped_ignored"] == 8 * 6
 
 
+def test_a_two_band_label_read_window_by_window_is_refused_not_read_as_its_first_band(tmp_path: Path) -> None:
+    _scene(tmp_path / "src", tiled=True)
+    label = tifffile.imread(tmp_path / "src" / "lbl" / "train" / "scene.tif")
+    tifffile.imwrite(tmp_path / "src" / "lbl" / "train" / "scene.tif", np.stack([label, label // 2], axis=-1),
+                     photometric="minisblack", planarconfig="contig", tile=(128, 128))
+    for max_pixels in (500_000, 1 << 24):  # window by window, and whole
+        with pytest.raises(DecodeError, match="label is a TIFF of 2 bands"):
+            convert(_scene_cfg(tmp_path / "src", tmp_path / f"out{max_pixels}", max_pixels=max_pixels))
+        assert not (tmp_path / f"out{max_pixels}" / "train" / "manifest.json").exists()
+
+
 def test_an_untiled_tiff_above_max_pixels_is_refused_clearly(tmp_path: Path) -> None:
     _scene(tmp_path / "src", tiled=False)
     with pytest.raises(DecodeError, match="not a tiled one") as err:
