@@ -38,6 +38,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
+from .limits import (
+    DEFAULT_MAX_PIXELS,
+    DEFAULT_MAX_TILE_RATIO,
+    MAX_PIXELS,
+    MAX_SHARD_BYTES,
+    MAX_SHARD_SAMPLES,
+    MAX_SIDE,
+)
 
 if TYPE_CHECKING:
     from .labels.values import ValueMap
@@ -135,11 +143,6 @@ def _layouts() -> tuple[str, ...]:
 
 
 DEFAULT_SHARD_SAMPLES = 500
-#: Largest image or label (height x width), checked from the file header before any decoder runs. 2^24
-#: (4096 x 4096): one worker converting a sample at the limit peaks at 0.5 GB RSS (a colour-mask label, the
-#: costliest kind; TFRecord 0.68 GB with TensorFlow loaded), under ~1 GB per worker at default settings
-#: (scripts/max_pixels_memory.py; README "Memory"). 2^28 cost 3.4 GB per worker for one 16384^2 PNG.
-DEFAULT_MAX_PIXELS = 2**24
 #: Publishes of a split kept by default (``convert --keep-versions``): the current one and the two before
 #: it, so a reader that opened a split survives two more publishes even where it could not take a lease
 #: (a read-only folder, object storage), e.g. a two-day training job under a nightly convert.
@@ -148,9 +151,6 @@ DEFAULT_KEEP_VERSIONS = 3
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*[xX×,]\s*(\d+)\s*$")
 _BYTES_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?)[bB]\s*$")
 _UNITS = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4}
-#: Largest --shard-size: more samples or bytes than any shard can hold (and than int64 counts).
-MAX_SHARD_SAMPLES = 2**31 - 1
-MAX_SHARD_BYTES = 2**62
 
 
 def parse_size(text: str | None) -> tuple[int, int] | None:
@@ -354,6 +354,11 @@ class ConvertConfig:
     drop_tiles_ignored: float | None = option(
         None, group="output", metavar="SHARE",
         help="Drop tiles whose label is at least SHARE ignore index, e.g. 0.95 (counted in the manifest).")
+    #: most pixels a tiling may store per source pixel, estimated from each source's header before decoding
+    max_tile_ratio: float | str = option(
+        DEFAULT_MAX_TILE_RATIO, group="geometry", metavar="R",
+        help="Refuse a tiling that would store more than R times a source's pixels (overlapping tiles; estimated "
+             "from the headers before decoding). 16 allows a stride of a quarter tile; --stride 1 is refused.")
     # -- layout, pairing and classes (shardkit.layouts, labels/policy.py)
     #: explicit pairing templates, relative to ``input``: ``"img/{split}/{name}.tif"`` (both or neither)
     images: str | None = option(
@@ -435,6 +440,7 @@ class ConvertConfig:
         if self.workers < 0:
             raise ConfigError("--workers must be >= 0 (0 = all cores)")
         self._check_tiling()
+        self._check_stored_size()
         keep = self.keep_versions
         if isinstance(keep, str) and keep.strip().isdigit():
             keep = int(keep.strip())
@@ -493,6 +499,28 @@ class ConvertConfig:
                 object.__setattr__(self, name, int(str(value)))
             except ValueError:
                 raise ConfigError(f"{name}={value!r} is not an integer") from None
+
+    def _check_stored_size(self) -> None:
+        """Refuse what would store a sample larger than a reader allows (:data:`~shardkit.limits.MAX_SIDE` per side,
+        :data:`~shardkit.limits.MAX_PIXELS`): a --size or --tile beyond them, or a --max-pixels beyond
+        MAX_PIXELS where images are stored whole (neither --size nor --tile)."""
+        for flag, hw in (("--size", self.size), ("--tile", self.tile)):
+            if isinstance(hw, tuple) and (max(hw) > MAX_SIDE or hw[0] * hw[1] > MAX_PIXELS):
+                raise ConfigError(f"{flag} {hw[0]}x{hw[1]} is larger than a stored sample may be (at most {MAX_SIDE} "
+                                  f"per side and {MAX_PIXELS} pixels, what every reader allows)",
+                                  fix=f"choose a smaller {flag}")
+        if self.max_pixels > MAX_PIXELS and self.size is None and self.tile is None:
+            raise ConfigError(f"--max-pixels {self.max_pixels} is more than the {MAX_PIXELS} pixels a stored sample "
+                              "may have (what every reader allows), and images are stored whole",
+                              fix=f"keep --max-pixels at most {MAX_PIXELS}, or add --tile HxW or --size HxW")
+        try:
+            ratio = float(self.max_tile_ratio)
+        except (TypeError, ValueError):
+            ratio = float("nan")
+        if not 1.0 <= ratio < float("inf"):
+            raise ConfigError(f"--max-tile-ratio {self.max_tile_ratio!r} is not a number of at least 1",
+                              fix=f"write it like --max-tile-ratio {DEFAULT_MAX_TILE_RATIO:g}")
+        object.__setattr__(self, "max_tile_ratio", ratio)
 
     def _check_tiling(self) -> None:
         """Normalise ``tile``/``stride`` (``overlap`` folded into ``stride``) and refuse what cannot be tiled."""

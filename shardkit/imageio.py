@@ -30,7 +30,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from .errors import DecodeError, InputNotFoundError
-from .imagetypes import ImageOptions, stored_dtype
+from .imagetypes import ImageOptions, check_band_count, stored_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -253,7 +253,20 @@ def decode_label_pixels(path: Path, data: np.ndarray | None = None, *, indices: 
         if fmt == "GIF":
             rgb = _pil_pixels(path, "label", data, "L" if mode in ("L", "1") else "RGB")
             return rgb if rgb.ndim == 2 else np.ascontiguousarray(rgb[:, :, ::-1])
+    if _tiff_by_tifffile(data, header):
+        arr, _ = _decode_tiff(path, data, False, "label")
+        if arr.shape[2] == 1:
+            return arr[:, :, 0]
+        return np.ascontiguousarray(arr[:, :, [2, 1, 0, *range(3, arr.shape[2])]]) if arr.shape[2] >= 3 else arr
     return decode_raw(path, "label", data)
+
+
+def _tiff_by_tifffile(data: np.ndarray, header: tuple[str, str] | None) -> bool:
+    """Whether a label file is a TIFF decoded by tifffile, as TIFF images are (exactly its samples, every band
+    checked by :func:`_check_label_samples`): all but palette and 1-bit ones, whose colours or indices PIL and
+    OpenCV give. OpenCV's own TIFF reader refuses valid files (8-bit 16x16 tiles) and keeps the first of two
+    bands."""
+    return sniff(data[:16].tobytes()) == "TIFF" and (header is None or header[1] not in ("P", "PA", "1"))
 
 
 def _legacy_rgb(arr: np.ndarray, from_spng: bool, path: Path) -> np.ndarray:
@@ -366,9 +379,30 @@ def _tiff_layout(pages: list[Any], path: Path, pages_as_bands: bool, what: str =
                               fix="export the bands as one image, or --on-error skip" if what == "image" else single)
     bands = 1 if axes == "YX" else shape[-1] if axes == "YXS" else shape[0]
     photometric = int(getattr(first, "photometric", -1))
+    if what == "label":
+        _check_label_samples(first, bands, photometric, path)
     kind = RGB if photometric == 2 and bands == 3 and planes == 1 else BANDS
     dtype = np.dtype(first.dtype) if first.dtype is not None else np.dtype(np.uint8)
     return dtype, bands * planes, kind
+
+
+#: TIFF photometric interpretations whose three samples are colours (RGB; YCbCr, which decoders give as RGB).
+_COLOUR_PHOTOMETRIC = (2, 6)
+_ALPHA = (1, 2)  # ExtraSamples: associated, unassociated alpha
+
+
+def _check_label_samples(page: Any, samples: int, photometric: int, path: Path) -> None:
+    """Refuse a TIFF label whose samples are not one band of ids, gray + alpha, or RGB(A) colours: which of its
+    bands holds the class ids has no single answer (a decoder would silently keep the first)."""
+    extra = [int(v) for v in (getattr(page, "extrasamples", None) or ())]
+    alpha = bool(extra) and extra[-1] in _ALPHA
+    if samples == 1 or (samples == 2 and alpha) or (photometric in _COLOUR_PHOTOMETRIC and (
+            samples == 3 or (samples == 4 and alpha))):
+        return
+    raise DecodeError(f"label is a TIFF of {samples} bands, not one band of ids, gray + alpha or RGB(A) colours; "
+                      "which band holds the class ids has no single answer", path=path,
+                      fix="save the class-id band as a one-band file (e.g. tifffile.imwrite(out, "
+                          "tifffile.imread(label)[..., 0])), or --on-error skip")
 
 
 def tiff_band_pages(tif: Any, path: Path, what: str, pages_as_bands: bool) -> list[Any]:
@@ -388,7 +422,7 @@ def tiff_band_pages(tif: Any, path: Path, what: str, pages_as_bands: bool) -> li
     return pages
 
 
-def _decode_tiff(path: Path, data: np.ndarray, pages_as_bands: bool) -> tuple[np.ndarray, str]:
+def _decode_tiff(path: Path, data: np.ndarray, pages_as_bands: bool, what: str = "image") -> tuple[np.ndarray, str]:
     """A TIFF (chunky or planar, striped or tiled, BigTIFF; any tifffile/imagecodecs compression) as (H, W, C)
     exactly as stored: every sample a band, extra samples (alpha) included."""
     import tifffile
@@ -396,8 +430,8 @@ def _decode_tiff(path: Path, data: np.ndarray, pages_as_bands: bool) -> tuple[np
     try:
         with tifffile.TiffFile(io.BytesIO(_as_bytes(data))) as tif:
             pages = _tiff_pages(tif)
-            count = _tiff_planes(tif, pages, path)
-            dtype, _, kind = _tiff_layout(pages, path, pages_as_bands, planes=count)
+            count = _tiff_planes(tif, pages, path, what)
+            dtype, _, kind = _tiff_layout(pages, path, pages_as_bands, what, count)
             if dtype.newbyteorder("=").name == "bool":
                 dtype = np.dtype(np.uint8)
             if count > len(pages):  # an ImageJ stack in one page: tifffile's series reads every plane
@@ -410,7 +444,7 @@ def _decode_tiff(path: Path, data: np.ndarray, pages_as_bands: bool) -> tuple[np
         raise
     except Exception as exc:  # tifffile and its codecs raise many types for damaged files
         reason = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
-        raise DecodeError(f"cannot decode image: TIFF does not decode ({reason})", path=path,
+        raise DecodeError(f"cannot decode {what}: TIFF does not decode ({reason})", path=path,
                           fix=_FIX_CORRUPT) from None
     arr = planes[0] if len(planes) == 1 else np.concatenate(planes, axis=2)
     if arr.dtype == np.bool_:
@@ -505,12 +539,15 @@ def image_layout(path: Path, options: ImageOptions, max_pixels: int, *, windowed
         with tifffile.TiffFile(path) as tif:
             pages = tiff_band_pages(tif, path, "image", options.pages_as_bands)
             dtype, n, kind = _tiff_layout(pages, path, options.pages_as_bands)
+        if not options.bands:
+            check_band_count(n, path)  # before a pixel of every band is allocated
         arr = np.zeros((1, 1, n), np.uint8 if dtype == np.bool_ else dtype.newbyteorder("="))
     else:
         check_pixels(path, max_pixels, "image")
         arr, kind = decode_native(path, pages_as_bands=options.pages_as_bands)
     bands = options.bands
     arr = options.apply(arr, path)
+    check_band_count(int(arr.shape[2]), path)
     if arr.shape[2] != 3 or bands not in ((), (1, 2, 3)):
         kind = BANDS
     try:
@@ -966,8 +1003,16 @@ def label_palette(path: Path) -> tuple[tuple[int, int, int], ...] | None:
 
 
 def decode_palette_label(path: Path, data: np.ndarray | None = None) -> tuple[str, np.ndarray]:
-    """A label file's PIL mode and pixels as stored: palette PNGs give their indices (OpenCV would expand colours)."""
+    """A label file's PIL mode and pixels as stored: palette PNGs give their indices (OpenCV would expand colours).
+    A TIFF that is not palette or 1-bit is decoded by tifffile (:func:`_tiff_by_tifffile`, RGB order as PIL's): its
+    own type (PIL widens int16 to int32) and every band (PIL keeps the first)."""
     data = file_bytes(path, "label", data)
+    if sniff(data[:16].tobytes()) == "TIFF":
+        header = _pil_header(path, "label", data)
+        if _tiff_by_tifffile(data, header):
+            arr, _ = _decode_tiff(path, data, False, "label")
+            mode = header[1] if header is not None else f"TIFF {arr.dtype}"
+            return mode, arr[:, :, 0] if arr.shape[2] == 1 else arr
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)

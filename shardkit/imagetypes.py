@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ConfigError, DecodeError
+from .limits import MAX_BANDS
 
 #: ``--image-dtype`` names → the little-endian dtype strings manifests record.
 DTYPE_NAMES = {"uint8": "|u1", "uint16": "<u2", "int16": "<i2", "float32": "<f4"}
@@ -52,7 +53,19 @@ def parse_bands(text: str | tuple[int, ...] | list[int] | None) -> tuple[int, ..
                           fix="write it like --bands 4,3,2") from None
     if not bands or any(b < 1 for b in bands):
         raise ConfigError(f"--bands {text!r}: band numbers start at 1", fix="write it like --bands 1,2,3")
+    if len(bands) > MAX_BANDS:
+        raise ConfigError(f"--bands names {len(bands)} bands, more than the {MAX_BANDS} a split stores",
+                          fix=f"name at most {MAX_BANDS} bands")
     return bands
+
+
+def check_band_count(bands: int, path: Path | None = None) -> None:
+    """Refuse an image of more bands than a split stores (:data:`~shardkit.limits.MAX_BANDS`, what every reader
+    allows): convert says so before writing anything, instead of writing a split its readers refuse."""
+    if bands > MAX_BANDS:
+        raise DecodeError(f"image has {bands} bands, more than the {MAX_BANDS} a split stores (its readers refuse "
+                          "more)", path=path, fix=f"pick at most {MAX_BANDS} with --bands (e.g. --bands 1,2,3), or "
+                          "--on-error skip")
 
 
 def parse_rescale(text: str | None) -> tuple[str, float] | None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from .errors import ConfigError, InputNotFoundError, ShardFormatError
 from .formats.registry import names
+from .limits import MAX_MANIFEST_BYTES, MAX_PARSE_BYTES
 from .samples import SampleTable
 from .splitfiles import (
     ClassTable,
@@ -46,13 +47,8 @@ IMAGES_MANIFEST_VERSION = 4
 READ_VERSIONS = (1, 2, 3, 4)
 #: A kept publish of a split: ``manifest-v<N>.json`` beside ``manifest.json`` (which is a copy of the newest).
 _VERSION_NAME = re.compile(r"manifest-v([1-9][0-9]{0,8})\.json\Z")
-# Bounds on manifest numbers, checked before anything is allocated from them (MAX_CLASSES, CLASS_ID_DTYPES and
-# the pixel bounds live with the typed records, in shardkit.splitfiles).
-#: Largest manifest read (about 2 million samples): the JSON is parsed in memory.
-MAX_MANIFEST_BYTES = 512 << 20
-#: Most memory the parse of a manifest may take, as :func:`parse_cost` estimates it from the bytes before
-#: parsing (Python objects cost up to ~30x their JSON: ``[{},{},…]``); a manifest over it is refused unparsed.
-MAX_PARSE_BYTES = 512 << 20
+# Bounds on manifest numbers, checked before anything is allocated from them (the size bounds, MAX_CLASSES and the
+# pixel bounds are declared in shardkit.limits; CLASS_ID_DTYPES lives with the typed records, in shardkit.splitfiles).
 #: Largest publish number (nine digits in a version file name).
 MAX_PUBLISH = 999_999_999
 

@@ -39,7 +39,7 @@ from .labels.values import REDUCE_ZERO_IGNORE, ignore_warning
 from .layouts import Discovery, discover, file_types, layout_ignore, layout_table
 from .manifest import Manifest, manifest_version_for
 from .pairs import PairTable
-from .plan import ShardTask, plan_split, settings_text
+from .plan import ShardTask, checked_tiling, plan_split, settings_text
 from .pool import run_tasks
 from .preprocess import fixed_size
 from .publish import remove_temps
@@ -208,11 +208,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     if cfg.drop_tiles_ignored is not None and table.ignore_index is None:
         raise ConfigError(f"--drop-tiles-ignored {cfg.drop_tiles_ignored} drops tiles of ignore pixels, but the class "
                           "table has no ignore index", fix="pass --ignore-index ID")
-    if scans:
-        cfg.output.mkdir(parents=True, exist_ok=True)
-        for scan in scans:
-            scan.save()
-    layout, georef = image_layout_of(cfg, found, session)
+    layout, georef = image_layout_of(cfg, found, session)  # refuses what no split may store (limits) first
     spec = sample_spec(cfg, table, layout)
     options = cfg.preprocessing()
     # The manifest records what took effect: the Cityscapes id remap only means something for Cityscapes.
@@ -220,6 +216,10 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     recorded = options | ({} if found.layout == "cityscapes" else {"cityscapes_train_ids": None})
     fmt = get(cfg.format)
     fmt.check_image(spec, cfg.codecs)
+    if scans:  # written only once the images are known storable: a refused run leaves nothing behind
+        cfg.output.mkdir(parents=True, exist_ok=True)
+        for scan in scans:
+            scan.save()
     settings = {"format": cfg.format, "format_version": fmt.version_for(cfg.compression, cfg.codecs, spec),
                 "sample": spec.to_manifest(),
                 "classes": table.to_json(), "preprocessing": options, "on_error": cfg.on_error,
@@ -232,8 +232,13 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     log.info("convert %s → %s as %s", session.input_name, session.output_name, cfg.format,
              extra={"event": "start", "input": session.input_name, "output": session.output_name,
                     "format": cfg.format, "workers": cfg.effective_workers(), "backend": cfg.backend})
+    header_size = session.header_size
+    if cfg.tiling is not None:  # each source's tiles estimated from its header before anything is written
+        header_size = checked_tiling(cfg.tiling, (Path(p) for pairs in found.splits.values()
+                                                  for i in range(len(pairs)) if (p := pairs.path(i, 0))),
+                                     header_size, float(cfg.max_tile_ratio), spec.sample_nbytes(cfg.tiling.tile))
     with session.lock(), contextlib.ExitStack() as stack:
-        tasks, reused, caches = _plan(cfg, found, spec, settings, digest, session)
+        tasks, reused, caches = _plan(cfg, found, spec, settings, digest, session, header_size)
         for cache in caches.values():
             stack.callback(cache.close)
         starts = {(t.split, t.index): t.start for t in tasks}
@@ -477,7 +482,7 @@ def class_table(cfg: ConvertConfig, found: Discovery, *, remote: bool = False,
 
 def _plan(
     cfg: ConvertConfig, found: Discovery, spec: SampleSpec, settings: dict[str, Any], digest: str,
-    session: StorageSession,
+    session: StorageSession, header_size: Callable[[Path], tuple[int, int]] | None = None,
 ) -> tuple[list[ShardTask], dict[tuple[str, int], ShardRecord], dict[str, SourceCache]]:
     """Fingerprint every split's samples, cut shards, and find the shards that can be reused (by split and
     shard index); each split's fingerprint cache, to be completed by the workers and saved.
@@ -507,7 +512,7 @@ def _plan(
         identities = None if session.source is not None else input_identities(
             pairs, caches[split] if fingerprints is not None else None, threads=2 * cfg.effective_workers())
         planned = plan_split(split, directory, pairs, fingerprints, cfg.shard_size, spec, cfg, settings,
-                             session.header_size, identities)
+                             header_size or session.header_size, identities)
         for task in planned:
             if not cfg.force and task.key is not None:
                 record = session.sink.reuse(directory, task.key, fmt.published_names(task.stem, spec),

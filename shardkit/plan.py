@@ -125,12 +125,36 @@ def hex_rows(fingerprints: np.ndarray) -> list[str]:
     return [row.tobytes().hex() for row in fingerprints]
 
 
-def tile_count(tiling: Tiling, image: Path, header_size: Callable[[Path], tuple[int, int]]) -> int:
-    """Tiles a source gives, from its header; 1 where the header cannot be read (its worker reports why)."""
+def tile_count(tiling: Tiling, image: Path, header_size: Callable[[Path], tuple[int, int]],
+               max_ratio: float = float("inf"), tile_bytes: int = 0) -> int:
+    """Tiles a source gives, from its header, refused above ``max_ratio`` (:meth:`~shardkit.tiles.Tiling.check_output`);
+    1 where the header cannot be read (its worker reports why)."""
     try:
-        return tiling.count(header_size(image))
+        hw = header_size(image)
     except ShardkitError:
         return 1
+    return tiling.check_output(hw, image, max_ratio, tile_bytes)
+
+
+def checked_tiling(tiling: Tiling, images: Iterable[Path], header_size: Callable[[Path], tuple[int, int]],
+                   max_ratio: float, tile_bytes: int) -> Callable[[Path], tuple[int, int]]:
+    """Every source's tiling output estimated from its header, refused above ``max_ratio``
+    (:meth:`~shardkit.tiles.Tiling.check_output`) before anything is decoded or written; returns ``header_size``
+    answering from the headers read here (the plan needs them again)."""
+    sizes: dict[str, tuple[int, int]] = {}
+    for image in images:
+        try:
+            hw = header_size(image)
+        except ShardkitError:
+            continue  # its worker reports why
+        tiling.check_output(hw, image, max_ratio, tile_bytes)
+        sizes[str(image)] = hw
+
+    def known(image: Path) -> tuple[int, int]:
+        hw = sizes.get(str(image))
+        return hw if hw is not None else header_size(image)
+
+    return known
 
 
 def plan_split(
@@ -152,7 +176,8 @@ def plan_split(
     """
     counts = None
     if cfg.tiling is not None:  # one sample per tile: sizes and counts from each source's header
-        counts = [tile_count(cfg.tiling, p.image, header_size) for p in pairs]
+        tile_bytes = spec.sample_nbytes(cfg.tiling.tile)
+        counts = [tile_count(cfg.tiling, p.image, header_size, float(cfg.max_tile_ratio), tile_bytes) for p in pairs]
         sizes = [spec.sample_nbytes(cfg.tiling.tile) * n for n in counts]
     elif spec.size is not None or limit.nbytes is None:
         sizes = [spec.sample_nbytes(spec.size or (1, 1))] * len(pairs)

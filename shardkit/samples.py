@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
-from .errors import IntegrityError, ShardFormatError, ShardkitError
+from .errors import ConfigError, IntegrityError, ShardFormatError, ShardkitError
+from .limits import MAX_PATH_BYTES, MAX_SIDECAR_BYTES
 from .smallfile import sha256_of
 from .splitfiles import MAX_PIXELS, MAX_SIDE, check_regular_file, member_path
 from .tiles import TILE_FIELDS
@@ -37,12 +38,8 @@ if TYPE_CHECKING:
 
 SIDECAR_PREFIX = "samples-"
 SIDECAR_SUFFIX = ".npy"
-#: Longest key or label path (UTF-8 bytes) a sidecar may hold.
-MAX_PATH_BYTES = 4096
 #: Splits with at most this many classes keep a per-sample bitmap of the classes present.
 MAX_BITMAP_CLASSES = 256
-#: Largest sidecar read (a shard of ~1M samples with long paths): checked before anything is allocated.
-MAX_SIDECAR_BYTES = 1 << 30
 #: Bytes of sidecar rows :class:`SampleTable` keeps cached (at least one shard's).
 CACHE_BYTES = 16 << 20
 FINGERPRINT_BYTES = 32
@@ -191,8 +188,12 @@ class SidecarBuilder:
         return _npy_bytes(self.array())
 
     def write(self, path: Path) -> str:
-        """Write the sidecar to ``path`` and return its sha256."""
+        """Write the sidecar to ``path`` and return its sha256; one larger than readers read
+        (:data:`~shardkit.limits.MAX_SIDECAR_BYTES`) is refused, not written."""
         data = self.to_bytes()
+        if len(data) > MAX_SIDECAR_BYTES:
+            raise ConfigError(f"a shard's samples sidecar would be {len(data)} bytes ({len(self.keys)} samples), "
+                              f"more than the {MAX_SIDECAR_BYTES} its readers read", fix="use a smaller --shard-size")
         with open(path, "wb") as fh:
             fh.write(data)
         return hashlib.sha256(data).hexdigest()

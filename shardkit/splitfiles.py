@@ -28,9 +28,8 @@ from . import encoding
 from .encoding import LabelEncoding, id_dtype
 from .encoding import stored as stored_encoding
 from .errors import ConfigError, ShardFormatError, UnsafePathError
+from .limits import MAX_BANDS, MAX_CLASSES, MAX_PIXELS, MAX_SIDE
 
-MAX_SIDE = 65536  # pixels per image side
-MAX_PIXELS = 1 << 28  # pixels per image (a 16384 x 16384 image)
 #: Marks a temporary name: ``.<final name>.tmp-<host>-<pid>-<random>``; anything hidden carrying it is
 #: unfinished work of some run, and :func:`shardkit.publish.remove_temps` deletes it.
 TMP_MARK = ".tmp-"
@@ -172,8 +171,6 @@ def check_regular_file(path: Path) -> os.stat_result:
 
 
 # ------------------------------------------------------------------------------------ typed manifest records
-#: Largest class count (class ids are stored as uint8 or uint16).
-MAX_CLASSES = 65536
 #: Stored class-id dtypes (numpy strings, little-endian).
 CLASS_ID_DTYPES = ("|u1", "<u2")
 LABEL_ENCODINGS = encoding.NAMES
@@ -210,8 +207,6 @@ class JsonView(Mapping[str, Any]):
 
 #: Image element types a split may store (little-endian numpy dtype strings), format version 3.
 IMAGE_DTYPES = ("|u1", "<u2", "<i2", "<f4")
-#: Most bands (channels) a stored image may have.
-MAX_BANDS = 1024
 #: What ``sample.image.channels`` says: ``RGB`` (three colour channels, the only value before format version 3),
 #: or ``bands`` (1..N bands as the source stored them, in ``source_bands`` order).
 IMAGE_CHANNEL_KINDS = ("RGB", "bands")

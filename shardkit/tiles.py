@@ -33,14 +33,13 @@ from typing import Any
 import numpy as np
 
 from .errors import ConfigError, DecodeError, LabelError
+from .limits import STITCH_MAX_BYTES, STITCH_MAX_PIXELS
 
 log = logging.getLogger(__name__)
 
 _PAIR_RE = re.compile(r"^\s*(\d+)\s*(?:[xX×,]\s*(\d+))?\s*$")
 #: Names of the sidecar ``tile`` column's six values, in order (formats/samples.md).
 TILE_FIELDS = ("y", "x", "height", "width", "source_height", "source_width")
-#: Largest grid stitched in memory by default (pixels of one source); :func:`stitch` takes ``max_pixels``.
-STITCH_MAX_PIXELS = 1 << 30
 #: Largest compressed TIFF tile (bytes) read for one tile of ``n`` decoded bytes: ``2 n + this``.
 _SEGMENT_SLACK = 1 << 20
 #: The fix of every "cannot be read window by window" error.
@@ -135,8 +134,35 @@ class Tiling:
 
     def count(self, hw: tuple[int, int]) -> int:
         """How many tiles a source of size ``hw`` gives (before any is dropped)."""
-        return (len(grid_starts(hw[0], self.tile[0], self.stride[0]))
-                * len(grid_starts(hw[1], self.tile[1], self.stride[1])))
+        return _starts(hw[0], self.tile[0], self.stride[0]) * _starts(hw[1], self.tile[1], self.stride[1])
+
+    def ratio(self, hw: tuple[int, int]) -> float:
+        """Pixels the tiles of a source of size ``hw`` store per pixel of the source, padding left out: per axis,
+        the tiles' total length over the source's (over the tile's, for a source no longer than one tile). 1 without
+        overlap (plus the edge tile's), about (tile / stride)^2 with it."""
+        along = [_starts(n, t, s) * t / max(n, t) for n, t, s in zip(hw, self.tile, self.stride, strict=True)]
+        return along[0] * along[1]
+
+    def check_output(self, hw: tuple[int, int], source: Path, max_ratio: float, tile_bytes: int) -> int:
+        """The tiles a source of size ``hw`` gives, refused (one line, before anything is decoded) when they would
+        store more than ``max_ratio`` times its pixels (``--max-tile-ratio``)."""
+        n = self.count(hw)
+        ratio = self.ratio(hw)
+        if ratio > max_ratio:
+            (th, tw), (sh, sw) = self.tile, self.stride
+            wider = (max(sh, -(-th // 2)), max(sw, -(-tw // 2)))
+            raise ConfigError(f"--tile {th}x{tw} --stride {sh}x{sw} would store {n:,} tiles "
+                              f"({n * tile_bytes / 1e6:,.0f} MB) of this {hw[0]}x{hw[1]} source, {ratio:.1f} times "
+                              "its pixels, more than "
+                              f"--max-tile-ratio {max_ratio:g}", path=source,
+                              fix=f"use a larger --stride (--stride {wider[0]}x{wider[1]}: half-tile overlap), or "
+                                  "raise --max-tile-ratio to mean it")
+        return n
+
+
+def _starts(n: int, tile: int, stride: int) -> int:
+    """``len(grid_starts(n, tile, stride))``, without the list."""
+    return 1 if n <= tile else -(-(n - tile) // stride) + 1
 
 
 def grid_starts(n: int, tile: int, stride: int) -> list[int]:
@@ -454,7 +480,8 @@ def weight_window(kind: str | np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
 
 def stitch(predictions: Sequence[np.ndarray] | np.ndarray, tiles: Sequence[Tile], *, reduce: str = "mean",
-           window: str | np.ndarray = "mean", max_pixels: int = STITCH_MAX_PIXELS) -> np.ndarray:
+           window: str | np.ndarray = "mean", max_pixels: int = STITCH_MAX_PIXELS,
+           max_bytes: int = STITCH_MAX_BYTES) -> np.ndarray:
     """Put one source's per-tile predictions back on its grid.
 
     ``predictions[k]`` belongs to ``tiles[k]`` (all of one source) and has the stored tile's (height, width),
@@ -470,6 +497,10 @@ def stitch(predictions: Sequence[np.ndarray] | np.ndarray, tiles: Sequence[Tile]
 
     Pixels no tile covers (only when tiles were dropped by ``--drop-tiles-ignored``) are NaN with ``"mean"``
     and raise with ``"vote"`` unless covered. Returns (H, W) or (H, W, C).
+
+    Memory: the output (channels counted) and the working rows, a band of rows at a time, stay within
+    ``max_bytes``; a source whose output and one working row do not fit is refused with a ValueError before
+    anything is allocated.
     """
     if not len(tiles):
         raise ValueError("no tiles to stitch")
@@ -490,9 +521,14 @@ def stitch(predictions: Sequence[np.ndarray] | np.ndarray, tiles: Sequence[Tile]
     if pred0.ndim not in (2, 3):
         raise ValueError(f"a prediction must be (h, w) or (h, w, C), not {pred0.shape}")
     if reduce == "mean":
-        return _stitch_mean(predictions, tiles, hw, extra, window)
+        if not np.issubdtype(pred0.dtype, np.floating):
+            raise ValueError("averaging integer predictions (class ids) would invent ids between classes: pass "
+                             "reduce='vote' for ids, or stitch logits / probabilities")
+        return _stitch_mean(predictions, tiles, hw, extra, window, max_bytes)
     if reduce == "vote":
-        return _stitch_vote(predictions, tiles, hw, extra)
+        if not np.issubdtype(pred0.dtype, np.integer) and pred0.dtype != np.bool_:
+            raise ValueError(f"reduce='vote' takes class ids (an integer dtype), not {pred0.dtype}: use reduce='mean'")
+        return _stitch_vote(predictions, tiles, hw, extra, max_bytes)
     raise ValueError(f"reduce={reduce!r} is not 'mean' or 'vote'")
 
 
@@ -504,65 +540,155 @@ def _checked(pred: Any, tile: Tile, extra: tuple[int, ...]) -> np.ndarray:
     return arr[: tile.height, : tile.width]
 
 
+def _band_rows(key: str, hw: tuple[int, int], reduce: str, channels: int, out_bytes: int, row_bytes: int,
+               max_bytes: int) -> int:
+    """Rows stitched at a time: as many as fit in ``max_bytes`` beside the output; a ValueError (one line, before
+    anything is allocated) when the output and one working row do not fit."""
+    need = out_bytes + row_bytes
+    if need > max_bytes:
+        raise ValueError(f"stitching {key!r} ({hw[0]}x{hw[1]} pixels, {channels} channel{'s' * (channels != 1)}, "
+                         f"reduce={reduce!r}) needs at least {need} bytes, more than max_bytes={max_bytes}: pass a "
+                         "larger max_bytes, or stitch fewer channels (e.g. vote on per-tile argmax ids)")
+    return max(1, min(hw[0], (max_bytes - out_bytes) // row_bytes))
+
+
+def _band_tiles(tiles: Sequence[Tile]) -> Callable[[int, int], np.ndarray]:
+    """``(r0, r1)`` → indices (in order) of the tiles that cover any of rows ``r0..r1-1``."""
+    top = np.array([t.y for t in tiles], np.int64)
+    bottom = top + np.array([t.height for t in tiles], np.int64)
+    return lambda r0, r1: np.flatnonzero((top < r1) & (bottom > r0))
+
+
 def _stitch_mean(predictions: Sequence[np.ndarray] | np.ndarray, tiles: Sequence[Tile], hw: tuple[int, int],
-                 extra: tuple[int, ...], window: str | np.ndarray) -> np.ndarray:
-    if not np.issubdtype(np.asarray(predictions[0]).dtype, np.floating):
-        raise ValueError("averaging integer predictions (class ids) would invent ids between classes: pass "
-                         "reduce='vote' for ids, or stitch logits / probabilities")
-    acc = np.zeros((*hw, *extra), np.float64)
-    total = np.zeros(hw, np.float64)
+                 extra: tuple[int, ...], window: str | np.ndarray, max_bytes: int) -> np.ndarray:
+    """Weighted means, a band of rows at a time: each pixel sums its tiles in tile order exactly as a whole-grid
+    sum would, so the result does not depend on the band height."""
+    channels = int(np.prod(extra, dtype=np.int64)) if extra else 1
+    out_bytes = hw[0] * hw[1] * channels * 4
+    row_bytes = hw[1] * (16 * channels + 8)  # float64 sums and their quotient, float64 weight totals
+    rows = _band_rows(tiles[0].key, hw, "mean", channels, out_bytes, row_bytes, max_bytes)
     tile_hw = np.asarray(predictions[0]).shape[:2]
     weights = weight_window(window, (int(tile_hw[0]), int(tile_hw[1])))
-    for pred, t in zip(predictions, tiles, strict=True):
-        part = _checked(pred, t, extra)
-        w = weights[: t.height, : t.width]
-        acc[t.y : t.y + t.height, t.x : t.x + t.width] += part * (w[..., None] if extra else w)
-        total[t.y : t.y + t.height, t.x : t.x + t.width] += w
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = acc / (total[..., None] if extra else total)
-    out[total == 0] = np.nan
-    return out.astype(np.float32)
+    out = np.empty((*hw, *extra), np.float32)
+    covering = _band_tiles(tiles)
+    for r0 in range(0, hw[0], rows):
+        r1 = min(r0 + rows, hw[0])
+        acc = np.zeros((r1 - r0, hw[1], *extra), np.float64)
+        total = np.zeros((r1 - r0, hw[1]), np.float64)
+        for k in covering(r0, r1).tolist():
+            t = tiles[k]
+            a, b = max(t.y, r0), min(t.y + t.height, r1)
+            part = _checked(predictions[k], t, extra)[a - t.y : b - t.y]
+            w = weights[a - t.y : b - t.y, : t.width]
+            acc[a - r0 : b - r0, t.x : t.x + t.width] += part * (w[..., None] if extra else w)
+            total[a - r0 : b - r0, t.x : t.x + t.width] += w
+        with np.errstate(invalid="ignore", divide="ignore"):
+            acc /= total[..., None] if extra else total
+        acc[total == 0] = np.nan
+        out[r0:r1] = acc
+        del acc, total  # before the next band's are allocated
+    return out
 
 
 def _stitch_vote(predictions: Sequence[np.ndarray] | np.ndarray, tiles: Sequence[Tile], hw: tuple[int, int],
-                 extra: tuple[int, ...]) -> np.ndarray:
+                 extra: tuple[int, ...], max_bytes: int) -> np.ndarray:
+    """Per pixel the most frequent value (ties: the smallest), a band of rows at a time: the band's covering values
+    are sorted per pixel and the longest run wins, so memory is the band's values, never depth x H x W."""
     dtype = np.asarray(predictions[0]).dtype
-    if not np.issubdtype(dtype, np.integer) and dtype != np.bool_:
-        raise ValueError(f"reduce='vote' takes class ids (an integer dtype), not {dtype}: use reduce='mean'")
-    cover = np.zeros(hw, np.int32)
-    for t in tiles:
-        cover[t.y : t.y + t.height, t.x : t.x + t.width] += 1
-    if (cover == 0).any():
-        raise ValueError(f"{int((cover == 0).sum())} pixels of {tiles[0].key!r} are covered by no tile (tiles "
-                         "were dropped): stitch them with reduce='mean' on scores, or fill them yourself")
-    depth = int(cover.max())
-    # every covering value per pixel, in layers; unused slots hold a value no id has (int64 minimum)
-    sentinel = np.iinfo(np.int64).min
-    layers = np.full((depth, *hw, *extra), sentinel, np.int64)
-    filled = np.zeros(hw, np.int32)
-    for pred, t in zip(predictions, tiles, strict=True):
-        part = _checked(pred, t, extra)
-        if part.dtype != dtype:
-            raise ValueError(f"predictions mix dtypes {dtype} and {part.dtype}")
-        ys, xs = slice(t.y, t.y + t.height), slice(t.x, t.x + t.width)
-        level = filled[ys, xs]
-        for d in range(depth):  # place each pixel's value in its next free layer
-            here = level == d
-            if here.any():
-                view = layers[d, ys, xs]
-                view[here] = part[here]
-        filled[ys, xs] += 1
-    layers.sort(axis=0)
-    best = layers[0].copy()
-    best_count = np.zeros(best.shape, np.int32)
-    for k in range(depth):  # depth is small (tiles overlapping one pixel): depth^2 passes over the grid
-        value = layers[k]
-        count: np.ndarray = (layers == value).sum(axis=0, dtype=np.int32)
-        count[value == sentinel] = 0
-        better = count > best_count  # strictly more: ties keep the smaller id (sorted first)
-        best[better] = value[better]
-        best_count[better] = count[better]
-    return best.astype(dtype)
+    channels = int(np.prod(extra, dtype=np.int64)) if extra else 1
+    key = tiles[0].key
+    out_bytes = hw[0] * hw[1] * channels * dtype.itemsize
+    # per row of a band: its values (int64, depth of them per pixel and channel, sorted in place), then the best
+    # value, the run, the best count and three masks per value (:func:`_mode`), and the coverage counts
+    per_value, per_row = hw[1] * channels * 8, hw[1] * (channels * (8 + 4 + 4 + 3) + 4)
+    _band_rows(key, hw, "vote", channels, out_bytes, per_value + per_row, max_bytes)
+    covering = _band_tiles(tiles)
+    depth, uncovered = _row_depths(tiles, hw, covering, max(1, (max_bytes - out_bytes) // (hw[1] * 4)))
+    if uncovered:
+        raise ValueError(f"{uncovered} pixels of {key!r} are covered by no tile (tiles were dropped): "
+                         "stitch them with reduce='mean' on scores, or fill them yourself")
+    bands: list[tuple[int, int]] = []
+    r0 = 0
+    while r0 < hw[0]:  # as many rows as fit beside the output, at the band's deepest coverage
+        r1, deepest = r0, 0
+        while r1 < hw[0] and (r1 + 1 - r0) * (max(deepest, int(depth[r1])) * per_value + per_row) \
+                <= max_bytes - out_bytes:
+            deepest = max(deepest, int(depth[r1]))
+            r1 += 1
+        if r1 == r0:
+            need = out_bytes + int(depth[r0]) * per_value + per_row
+            raise ValueError(f"stitching {key!r} ({hw[0]}x{hw[1]} pixels, {channels} channel"
+                             f"{'s' * (channels != 1)}, reduce='vote') needs at least {need} bytes (row {r0} is "
+                             f"covered by {int(depth[r0])} tiles), more than max_bytes={max_bytes}: pass a larger "
+                             "max_bytes, or tile with a larger stride")
+        bands.append((r0, r1))
+        r0 = r1
+    out = np.empty((*hw, *extra), dtype)
+    flat = out.reshape(hw[0], hw[1], channels)
+    sentinel = np.iinfo(np.int64).min  # an unused slot: a value no id has, sorted first
+    for r0, r1 in bands:
+        # (rows, W, C, depth): each pixel's values contiguous, so the sort along them is in place
+        layers = np.full((r1 - r0, hw[1], channels, int(depth[r0:r1].max())), sentinel, np.int64)
+        filled = np.zeros((r1 - r0, hw[1], 1), np.int32)  # the next free slot of each pixel
+        chans = np.arange(channels)[None, None, :]
+        for k in covering(r0, r1).tolist():
+            t = tiles[k]
+            part = _checked(predictions[k], t, extra)
+            if part.dtype != dtype:
+                raise ValueError(f"predictions mix dtypes {dtype} and {part.dtype}")
+            a, b = max(t.y, r0), min(t.y + t.height, r1)
+            level = filled[a - r0 : b - r0, t.x : t.x + t.width]
+            rows_at = np.arange(a - r0, b - r0)[:, None, None]
+            cols_at = np.arange(t.x, t.x + t.width)[None, :, None]
+            layers[rows_at, cols_at, chans, level] = part[a - t.y : b - t.y].reshape(b - a, t.width, channels)
+            level += 1
+        flat[r0:r1] = _mode(layers, sentinel)
+        del layers, filled  # before the next band's are allocated
+    return out
+
+
+def _row_depths(tiles: Sequence[Tile], hw: tuple[int, int], covering: Callable[[int, int], np.ndarray],
+                rows: int) -> tuple[np.ndarray, int]:
+    """The most tiles covering one pixel of each row, and how many pixels no tile covers: coverage counted
+    ``rows`` rows at a time (int32 counts, never the whole grid's when it does not fit)."""
+    depth = np.zeros(hw[0], np.int64)
+    uncovered = 0
+    for r0 in range(0, hw[0], rows):
+        r1 = min(r0 + rows, hw[0])
+        cover = np.zeros((r1 - r0, hw[1]), np.int32)
+        for k in covering(r0, r1).tolist():
+            t = tiles[k]
+            cover[max(t.y, r0) - r0 : min(t.y + t.height, r1) - r0, t.x : t.x + t.width] += 1
+        depth[r0:r1] = cover.max(axis=1)
+        uncovered += int(np.count_nonzero(cover == 0))
+    return depth, uncovered
+
+
+def _mode(layers: np.ndarray, sentinel: int) -> np.ndarray:
+    """The most frequent value along the last axis (ties: the smallest), ``sentinel`` slots not counted; sorts
+    ``layers`` in place. One pass over the sorted values (a value's run ends with its count), in preallocated
+    buffers: per value slot 8 bytes of best value, 4 + 4 of counts and 3 of masks."""
+    layers.sort(axis=-1)
+    shape = layers.shape[:-1]
+    best = layers[..., 0].copy()
+    best_count = np.zeros(shape, np.int32)
+    run = np.zeros(shape, np.int32)
+    same, real, better = (np.empty(shape, np.bool_) for _ in range(3))
+    for k in range(layers.shape[-1]):
+        value = layers[..., k]
+        if k:
+            np.equal(value, layers[..., k - 1], out=same)
+            run += 1
+            run *= same
+            np.maximum(run, 1, out=run)  # a new value starts a run of 1
+        else:
+            run[...] = 1
+        np.not_equal(value, sentinel, out=real)
+        run *= real
+        np.greater(run, best_count, out=better)  # strictly more: ties keep the smaller value (sorted first)
+        np.copyto(best, value, where=better)
+        np.copyto(best_count, run, where=better)
+    return best
 
 
 def stitch_split(tiles: Sequence[Tile], predict: Callable[[list[int]], Sequence[np.ndarray] | np.ndarray],

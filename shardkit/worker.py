@@ -47,6 +47,7 @@ from .plan import ShardTask, hex_rows, shard_key, stem
 from .preprocess import content_box, fit_pair, pads, stored_to_source
 from .progress import CounterRef, worker_tick
 from .samples import SidecarBuilder, pixel_hash, sidecar_name
+from .splitfiles import check_size
 from .stats import Stats
 from .tiles import (
     Tile,
@@ -156,6 +157,11 @@ def process_sample(pair: Any, ctx: WorkerContext, data: dict[Path, np.ndarray] |
     padded = content_box(hw, ctx.size, ctx.resize, ctx.crop) if pads(hw, ctx.size, ctx.resize, ctx.crop) else None
     image, ids = fit_pair(image, ids, size=ctx.size, resize=ctx.resize, crop=ctx.crop, pad_label=pad,
                           label_path=pair.label)
+    try:  # what every reader allows (a side over MAX_SIDE within --max-pixels: a 1 x 70000 strip)
+        check_size(int(image.shape[0]), int(image.shape[1]), "image")
+    except ValueError as exc:
+        raise DecodeError(f"{exc} (the bounds of a stored sample)", path=pair.image,
+                          fix="store it smaller with --size HxW, cut it with --tile HxW, or --on-error skip") from None
     return image, ctx.spec.encoding.encode(ids, allow_numba=False), ids, padded
 
 

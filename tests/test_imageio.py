@@ -435,3 +435,48 @@ def test_one_worker_stays_under_1_gb_at_the_default_max_pixels() -> None:
     rows = [line.split() for line in res.stdout.splitlines()[2:]]
     assert len(rows) == 4 and all(r[3] == "ok" for r in rows), res.stdout
     assert all(float(r[2]) < 1024 for r in rows), res.stdout
+
+
+# --------------------------------------------------------------------------- TIFF labels (tifffile)
+
+
+@pytest.mark.parametrize("compression", [None, "zlib"])
+def test_a_tiff_label_in_16x16_tiles_decodes_as_tifffile_reads_it(camvid_root: Path, tmp_path: Path,
+                                                                   compression: str | None) -> None:
+    """A legitimate tiled TIFF (16x16 tiles: OpenCV's reader called the uncompressed one corrupt) gives exactly
+    tifffile's own decode, by every label read: pixels, the scan's read, and the header check."""
+    import tifffile
+
+    from shardkit.imageio import check_pixels, decode_palette_label
+
+    ids = np.asarray(Image.open(sorted((camvid_root / "valannot").iterdir())[0]))
+    path = tmp_path / "label.tif"
+    tifffile.imwrite(path, ids, tile=(16, 16), compression=compression)
+    with tifffile.TiffFile(path) as tif:
+        page = tif.pages[0]
+        assert isinstance(page, tifffile.TiffPage) and page.is_tiled and (page.tilelength, page.tilewidth) == (16, 16)
+    expected = tifffile.imread(path)
+    assert check_pixels(path, 1 << 24, "label").pixels == ids.size
+    for got in (decode_label_pixels(path, indices=True), decode_label_pixels(path), decode_palette_label(path)[1]):
+        assert got.dtype == expected.dtype and np.array_equal(got, expected)
+
+
+@pytest.mark.parametrize("planar", ["contig", "separate"])
+def test_a_two_band_tiff_label_is_refused_not_read_as_its_first_band(tmp_path: Path, planar: str) -> None:
+    import tifffile
+
+    from shardkit.imageio import check_pixels, decode_palette_label
+
+    bands = RNG.integers(0, 5, (2, 20, 30), dtype=np.uint8)
+    path = tmp_path / "label.tif"
+    tifffile.imwrite(path, bands if planar == "separate" else np.moveaxis(bands, 0, -1), photometric="minisblack",
+                     planarconfig=planar)
+    for read in (lambda: check_pixels(path, 1 << 24, "label"), lambda: decode_label_pixels(path, indices=True),
+                 lambda: decode_palette_label(path)):
+        with pytest.raises(DecodeError, match=r"label is a TIFF of 2 bands.*no single answer") as err:
+            read()
+        assert "fix: save the class-id band as a one-band file" in str(err.value)
+    # gray + a declared alpha band is what a gray + alpha PNG is: the alpha band is dropped by the label rule
+    alpha = tmp_path / "alpha.tif"
+    tifffile.imwrite(alpha, np.moveaxis(bands, 0, -1), photometric="minisblack", extrasamples=["unassalpha"])
+    assert np.array_equal(decode_label_pixels(alpha, indices=True), np.moveaxis(bands, 0, -1))

@@ -98,7 +98,7 @@ def test_the_package_import_graph_is_acyclic() -> None:
 #: that names it. A new module must be given a layer here.
 LAYERS: dict[str, tuple[str, ...]] = {
     "foundation": ("_version", "errors", "logs", "extras", "jit", "smallfile", "tomlcompat", "columns", "progress",
-                   "testing", "augment.seeding", "read.residency"),
+                   "testing", "augment.seeding", "read.residency", "limits"),
     "core": ("splitfiles", "samples", "codecs", "encoding", "onehot", "storage", "lock", "imageio", "preprocess",
              "pairs", "imagetypes", "tiles"),
     "formats": ("formats",),

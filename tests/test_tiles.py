@@ -420,6 +420,90 @@ def test_stitch_votes_ids_and_refuses_to_average_them() -> None:
     assert np.isnan(stitch([p.astype(np.float32) for p in preds[:1]], tiles[:1])[5, 5])
 
 
+def _vote_before_the_budget(predictions: list[np.ndarray], tiles: list[Tile]) -> np.ndarray:
+    """The vote as shardkit 0.x computed it (a depth x H x W int64 array, depth^2 passes): the reference the
+    bounded vote must equal bit for bit."""
+    hw = (tiles[0].source_height, tiles[0].source_width)
+    extra = predictions[0].shape[2:]
+    dtype = predictions[0].dtype
+    cover = np.zeros(hw, np.int32)
+    for t in tiles:
+        cover[t.y : t.y + t.height, t.x : t.x + t.width] += 1
+    depth = int(cover.max())
+    sentinel = np.iinfo(np.int64).min
+    layers = np.full((depth, *hw, *extra), sentinel, np.int64)
+    filled = np.zeros(hw, np.int32)
+    for pred, t in zip(predictions, tiles, strict=True):
+        part = pred[: t.height, : t.width]
+        ys, xs = slice(t.y, t.y + t.height), slice(t.x, t.x + t.width)
+        level = filled[ys, xs]
+        for d in range(depth):
+            here = level == d
+            if here.any():
+                view = layers[d, ys, xs]
+                view[here] = part[here]
+        filled[ys, xs] += 1
+    layers.sort(axis=0)
+    best = layers[0].copy()
+    best_count = np.zeros(best.shape, np.int32)
+    for k in range(depth):
+        value = layers[k]
+        count: np.ndarray = (layers == value).sum(axis=0, dtype=np.int32)
+        count[value == sentinel] = 0
+        better = count > best_count
+        best[better] = value[better]
+        best_count[better] = count[better]
+    return best.astype(dtype)
+
+
+@pytest.mark.parametrize(("dtype", "extra", "classes"), [(np.uint8, (), 3), (np.int16, (2,), 4), (np.bool_, (), 2),
+                                                         (np.int64, (), 6)])
+def test_the_bounded_vote_equals_the_whole_grid_vote_bit_for_bit(dtype: type, extra: tuple[int, ...],
+                                                                 classes: int) -> None:
+    """Disagreeing overlaps of few classes (many ties), edge-aligned tiles, channels; stitched a few rows at a
+    time (a small ``max_bytes``) and all at once, both equal the whole-grid vote."""
+    tiling = Tiling.from_options("12x10", "5x3")
+    assert tiling is not None
+    tiles = _grid((37, 41), tiling)
+    rng = np.random.default_rng(7)
+    preds = [rng.integers(-1 if dtype is np.int16 else 0, classes, (12, 10, *extra)).astype(dtype) for _ in tiles]
+    expected = _vote_before_the_budget(preds, tiles)
+    for budget in (37 * 41 * 8 + 41 * 2000, 1 << 30):  # a band of a few rows; the whole grid in one band
+        got = stitch(preds, tiles, reduce="vote", max_bytes=budget)
+        assert got.dtype == expected.dtype and np.array_equal(got, expected)
+    means = [p.astype(np.float32) for p in preds]  # the mean is summed in the same order, band or not
+    assert np.array_equal(stitch(means, tiles, max_bytes=37 * 41 * 8 + 41 * 400), stitch(means, tiles),
+                          equal_nan=True)
+
+
+def test_stitch_stays_within_its_memory_budget_and_refuses_above_it_before_allocating() -> None:
+    import tracemalloc
+
+    tiling = Tiling.from_options("64x64", "8x8")  # 64 tiles cover the middle pixels: depth x H x W was 128 MB
+    assert tiling is not None
+    tiles = _grid((512, 512), tiling)
+    preds = [np.full((64, 64), k % 5, np.uint8) for k in range(len(tiles))]
+    budget = 16 << 20
+    tracemalloc.start()
+    try:
+        voted = stitch(preds, tiles, reduce="vote", max_bytes=budget)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak <= budget + (1 << 20), peak  # numpy's own allocations are traced
+    assert voted.shape == (512, 512) and voted.dtype == np.uint8
+    # a declared size whose output alone is over the budget: one line, channels counted, nothing allocated
+    huge = [Tile("scene", 0, 0, 64, 64, 8192, 8192)]
+    logits = [np.zeros((64, 64, 19), np.float32)]
+    with pytest.raises(ValueError, match=r"stitching 'scene' \(8192x8192 pixels, 19 channels, reduce='mean'\) needs "
+                                         r"at least \d+ bytes, more than max_bytes=805306368"):
+        stitch(logits, huge)  # the default budget: 8192^2 x 19 float32 is 5.1 GB
+    with pytest.raises(ValueError, match="more than max_bytes=1000000"):
+        stitch(logits, huge, max_bytes=10**6)
+    with pytest.raises(ValueError, match=r"1 channel, reduce='vote'\) needs"):
+        stitch([np.zeros((64, 64), np.uint16)], huge, reduce="vote", max_bytes=10**6)
+
+
 def test_a_sidecar_tile_outside_its_source_is_refused(tmp_path: Path) -> None:
     b = SidecarBuilder(3)
     b.add("a.png", None, 8, 8, "00" * 32, [0], bytes(16), (0, 4, 8, 8, 8, 10))  # x + width = 12 > 10
@@ -486,6 +570,17 @@ def test_a_tiled_tiff_above_max_pixels_is_read_window_by_window_bit_exactly(tmp_
     manifest = json.loads((tmp_path / "windows" / "train" / "manifest.json").read_text())
     counts = manifest["source"]["tiles"]
     assert counts["dropped_ignored"] > 0 and counts["written"] + counts["dropped_ignored"] == 8 * 6
+
+
+def test_a_two_band_label_read_window_by_window_is_refused_not_read_as_its_first_band(tmp_path: Path) -> None:
+    _scene(tmp_path / "src", tiled=True)
+    label = tifffile.imread(tmp_path / "src" / "lbl" / "train" / "scene.tif")
+    tifffile.imwrite(tmp_path / "src" / "lbl" / "train" / "scene.tif", np.stack([label, label // 2], axis=-1),
+                     photometric="minisblack", planarconfig="contig", tile=(128, 128))
+    for max_pixels in (500_000, 1 << 24):  # window by window, and whole
+        with pytest.raises(DecodeError, match="label is a TIFF of 2 bands"):
+            convert(_scene_cfg(tmp_path / "src", tmp_path / f"out{max_pixels}", max_pixels=max_pixels))
+        assert not (tmp_path / f"out{max_pixels}" / "train" / "manifest.json").exists()
 
 
 def test_an_untiled_tiff_above_max_pixels_is_refused_clearly(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..codecs import RAW, ArrayCodecs, run_parallel
 from ..errors import ShardFormatError, WorkerError
+from ..limits import MAX_PIXELS, MAX_SIDE
 from .base import SampleSpec, ShardFormat, ShardReader, ShardWriter, TfRecordLayout
 
 GZIP_LEVEL = 6
@@ -276,8 +277,6 @@ class TfrecordReader(ShardReader):
         """Most bytes this shard's records may take uncompressed: its samples at the sizes the manifest states
         (fixed size, or each sample's size from the samples sidecar) plus framing and Example overhead, or where
         the sidecar is unknown, the largest size a manifest may state. Bounds gzip decompression."""
-        from ..splitfiles import MAX_PIXELS, MAX_SIDE
-
         if self.spec.size is not None:
             return len(self) * (self.spec.sample_nbytes(self.spec.size) + RECORD_OVERHEAD)
         hw = self.expected_hw
@@ -360,7 +359,7 @@ class TfrecordReader(ShardReader):
             raise self.corrupt(f"record {i}: (channels, label channels, dtype, encoding, classes) {meta} "
                                f"disagree with the manifest {want}")
         lab_bytes = int(np.prod(spec.label_shape((h, w)))) * spec.stored_label_dtype.itemsize
-        img_ok = img_end - img_start == spec.image_nbytes((h, w)) if self.codecs.raw else h * w <= (1 << 28)
+        img_ok = img_end - img_start == spec.image_nbytes((h, w)) if self.codecs.raw else h * w <= MAX_PIXELS
         if h <= 0 or w <= 0 or not img_ok or lab_end - lab_start != lab_bytes:
             raise self.corrupt(f"record {i}: image/label bytes ({img_end - img_start}, {lab_end - lab_start}) "
                                f"do not fit its height and width {h}x{w}")

@@ -103,3 +103,13 @@ def test_a_scan_is_reused_only_while_the_label_files_and_options_are_unchanged(
     changed = ScanCache.of(where, names, "options")
     assert changed is not None and changed.load() is None
     assert scan_table(names, None, max_pixels=1000, cache=changed).table.num_classes == 6
+
+
+def test_an_int16_tiff_label_is_named_int16_not_int32(tmp_path: Path) -> None:
+    """PIL widens an int16 TIFF to int32; the scan reads the file's own type, as the decoder does."""
+    import tifffile
+
+    path = tmp_path / "a.tif"
+    tifffile.imwrite(path, np.array([[0, 1], [-1, 2]], np.int16))
+    with pytest.raises(LabelError, match=r"label pixels are int16 \(mode I\), not 8- or 16-bit class ids"):
+        scan_table([path], None, max_pixels=1000)
