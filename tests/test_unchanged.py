@@ -20,6 +20,7 @@ from shardkit import unchanged
 from shardkit.cli import main
 from shardkit.errors import OutputError
 from shardkit.lock import OutputLock
+from shardkit.smallfile import checksum
 from shardkit.unchanged import SIGNATURE_NAME
 from tests.camvid_copy import small_camvid
 
@@ -151,6 +152,12 @@ def test_a_changed_output_takes_the_normal_path(converted: tuple[Path, Path], sp
     assert manifest.is_file() and shard.is_file()
 
 
+def _signed(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with the checksum shardkit would give it: valid but edited content, to test the field checks."""
+    body = {k: v for k, v in body.items() if k != "checksum"}
+    return {**body, "checksum": checksum(body)}
+
+
 def test_a_damaged_missing_or_foreign_signature_takes_the_normal_path(converted: tuple[Path, Path],
                                                                        spy: Spy) -> None:
     raw, out = converted
@@ -171,7 +178,7 @@ def test_a_damaged_missing_or_foreign_signature_takes_the_normal_path(converted:
         assert fast(spy, raw, out), what
     # a line whose fields would overwrite the log record's own is said without them, not a traceback
     good = json.loads(sig.read_text())
-    sig.write_text(json.dumps({**good, "lines": [[20, "hello", {"message": "x", "name": "y", "logger": "z"}]]}))
+    sig.write_text(json.dumps(_signed({**good, "lines": [[20, "hello", {"message": "x", "name": "y", "logger": "z"}]]})))
     res = convert(raw, out)
     assert res.exit_code == 0 and "hello" in res.output and FAST in res.output, res.output
 
