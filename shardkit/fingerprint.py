@@ -34,6 +34,7 @@ from .formats.base import sha256_file
 from .imageio import METADATA_SLACK, regular_stat
 from .pairs import PairTable, root_prefix
 from .publish import atomic_write_bytes
+from .smallfile import loads_bounded, open_regular, read_guarded
 from .splitdir import CACHE_NAME
 
 log = logging.getLogger(__name__)
@@ -248,8 +249,9 @@ READ_BLOCK = 1 << 18
 
 def _entries_streamed(path: Path) -> Iterator[tuple[str, Any]]:
     """The cache file's entries in file order, parsed a piece at a time: cut after an entry's closing ``]``
-    before ``, "`` (no JSON string holds an unescaped ``"``; a value with a nested list fails the parse)."""
-    with open(path, "rb") as fh:
+    before ``, "`` (no JSON string holds an unescaped ``"``; a value with a nested list fails the parse). A
+    regular file only (:func:`~shardkit.smallfile.open_regular`), each piece's nesting bounded."""
+    with os.fdopen(open_regular(path, "fingerprint cache"), "rb") as fh:
         if fh.read(1) != b"{":
             raise ValueError("not a JSON object")
         rest = b""
@@ -257,34 +259,54 @@ def _entries_streamed(path: Path) -> Iterator[tuple[str, Any]]:
             rest += block
             cut = rest.rfind(b'], "')
             if cut >= 0:
-                yield from json.loads(b"{" + rest[: cut + 1] + b"}").items()
+                yield from _object(b"{" + rest[: cut + 1] + b"}").items()
                 rest = rest[cut + 3 :]
-        yield from json.loads(b"{" + rest).items()
+            elif len(rest) > MAX_ENTRY_BYTES:  # no entry is this long: not a cache shardkit wrote
+                raise ValueError(f"no entry ends within {MAX_ENTRY_BYTES} bytes")
+        yield from _object(b"{" + rest).items()
+
+
+def _object(raw: bytes) -> dict[str, Any]:
+    data = loads_bounded(raw, "fingerprint cache", max_depth=2)  # {path: [size, mtime, ctime, inode, sha256]}
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    return data
 
 
 def _entries_whole(path: Path) -> Iterator[tuple[str, Any]]:
-    """The cache file's entries sorted by path, parsed whole (a file not laid out as :func:`cache_json` does)."""
-    data = json.loads(path.read_bytes())
-    if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
-    yield from sorted(data.items())
+    """The cache file's entries sorted by path, parsed whole (a file not laid out as :func:`cache_json` does;
+    at most :data:`MAX_WHOLE_BYTES`: shardkit's own caches of any size are read streamed)."""
+    yield from sorted(_object(read_guarded(path, "fingerprint cache", limit=MAX_WHOLE_BYTES)).items())
+
+
+#: Longest cache entry (a path of 4096 bytes, escaped, and its five values).
+MAX_ENTRY_BYTES = 64 << 10
+#: Largest cache file parsed whole (when it is not laid out as shardkit writes it).
+MAX_WHOLE_BYTES = 64 << 20
 
 
 def load_cache(directory: Path, pairs: PairTable) -> SourceCache:
     """The entries of ``directory``'s cache file for the source files of ``pairs`` (spilled: see
-    :class:`SourceCache`); empty if it is missing or damaged. Entries of other files are read and dropped, a
-    piece of the file at a time."""
+    :class:`SourceCache`); empty if it is missing, or (with a warning) damaged: not a regular file, too large,
+    not JSON, nested. Entries of other files are read and dropped, a piece of the file at a time; an entry that
+    is not ``[4 integers, 64 hex digits]`` is dropped alone (its file is hashed again)."""
     path = directory / CACHE_NAME
+    problem = None
     for entries in (_entries_streamed, _entries_whole):
         cache = SourceCache(len(pairs), spill=True)
         try:
             _merge(cache, pairs, entries(path))
             return cache
-        except ValueError:  # streamed: try the whole file; whole: damaged
+        except FileNotFoundError:
             cache.close()
-        except OSError:
+            return SourceCache(len(pairs), spill=True)
+        except (ValueError, OSError) as exc:  # streamed: try the whole file; whole: damaged
+            problem = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             cache.close()
-            break
+            if isinstance(exc, OSError):
+                break
+    log.warning("%s: damaged (%s), ignored: every source file is hashed again and the cache rewritten",
+                path, problem)
     return SourceCache(len(pairs), spill=True)
 
 

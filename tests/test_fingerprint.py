@@ -249,3 +249,33 @@ def test_an_unchanged_cache_file_is_not_written_again(pairs: PairTable, tmp_path
     _, cache = prints(fewer, "opts", cache)
     save_cache(out, fewer, cache)
     assert json.loads(path.read_bytes()) == entries(fewer, cache)
+
+
+@pytest.mark.parametrize("damage", ["deep", "deep-value", "fifo", "folder", "no-separator"])
+def test_a_hostile_cache_file_is_dropped_with_a_warning_never_a_traceback_or_hang(
+        tmp_path: Path, pairs: PairTable, damage: str, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 100,000-deep cache (whole, or one entry's value), a FIFO or folder in its place, one huge entry: the cache
+    is empty (every file hashed again) with a warning naming it; the next save writes a good one."""
+    path = tmp_path / CACHE_NAME
+    if damage == "deep":
+        path.write_text("[" * 100_000 + "]" * 100_000)
+    elif damage == "deep-value":
+        path.write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    elif damage == "fifo":
+        os.mkfifo(path)
+    elif damage == "folder":
+        path.mkdir()
+    else:
+        monkeypatch.setattr(fp, "MAX_WHOLE_BYTES", 1 << 16)
+        path.write_text('{"' + "a" * (fp.MAX_ENTRY_BYTES + 10) + '": [1, 2, 3, 4, "' + "0" * 64 + '"]}')
+    try:
+        assert entries(pairs, load_cache(tmp_path, pairs)) == {}
+        assert f"{path}: damaged" in caplog.text and "hashed again" in caplog.text
+    finally:
+        if damage == "fifo":
+            path.unlink()
+    if damage != "folder":
+        _, cache = prints(pairs, "opts")
+        save_cache(tmp_path, pairs, cache)
+        assert entries(pairs, load_cache(tmp_path, pairs)) == entries(pairs, cache)
