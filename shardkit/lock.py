@@ -36,6 +36,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from .errors import OutputError
+from .smallfile import loads_bounded
 
 if TYPE_CHECKING:
     from .storage import Remote
@@ -171,7 +172,7 @@ class RemoteLock:
         if info is None:
             return None
         try:
-            body = json.loads(self.remote.read_bytes(LOCK_NAME, limit=65536))
+            body = loads_bounded(self.remote.read_bytes(LOCK_NAME, limit=65536), "lock object")
         except (ValueError, OSError):
             body = {}
         return (body if isinstance(body, dict) else {}), info

@@ -9,7 +9,6 @@ The JSON Schema is ``formats/manifest.schema.json``; ``formats/manifest.md`` exp
 from __future__ import annotations
 
 import errno
-import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace

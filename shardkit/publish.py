@@ -170,10 +170,8 @@ def take_lease(directory: Path, number: int) -> Path | None:
     except OSError as exc:
         log.debug("no reader lease in %s (%s): the version is kept by --keep-versions only", directory, exc)
         return None
-    try:
+    with contextlib.suppress(OSError):  # a file system without flock: the lease counts by its pid (leased_versions)
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:  # a file system without flock: the lease counts by its pid and age (leased_versions)
-        pass
     _HELD[path] = fd
     return path
 

@@ -61,7 +61,7 @@ def open_regular(path: str | Path, what: str = "file", *, inside: str | Path | N
 
     ``inside``: the folder the file belongs to; its real path (symlinks resolved) must stay in it.
     FileNotFoundError passes through unchanged for the caller's own message."""
-    st = os.stat(path)  # follows symlinks; FileNotFoundError / PermissionError / ELOOP as they are
+    st = Path(path).stat()  # follows symlinks; FileNotFoundError / PermissionError / ELOOP as they are
     if not stat.S_ISREG(st.st_mode):
         raise OSError(errno.EINVAL, f"{what} is not a regular file ({_kind(st.st_mode)})", str(path))
     if inside is not None:

@@ -177,7 +177,7 @@ class Check:
         if not (data["format"] == SIGNATURE_FORMAT and data["key"] == self.key and self.tree is not None
                 and data["tree"] == self.tree):
             return None
-        return data  # type: ignore[no-any-return]
+        return data
 
     def unchanged(self) -> bool:
         """Whether nothing changed since the run that left the signature: then its lines are logged again, with
@@ -218,8 +218,8 @@ class Check:
              lines: list[tuple[int, str, dict[str, Any]]]) -> None:
         """Write the signature after a successful run that published ``manifests`` (local paths)."""
         from .manifest import MAX_MANIFEST_BYTES, named_files  # the converter is loaded by now; the fast path
-        from .smallfile import loads_bounded, read_guarded  # never imports these
         from .publish import atomic_write_bytes
+        from .smallfile import loads_bounded, read_guarded  # never imports these
 
         if self.tree is None:
             return

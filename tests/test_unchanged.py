@@ -178,7 +178,8 @@ def test_a_damaged_missing_or_foreign_signature_takes_the_normal_path(converted:
         assert fast(spy, raw, out), what
     # a line whose fields would overwrite the log record's own is said without them, not a traceback
     good = json.loads(sig.read_text())
-    sig.write_text(json.dumps(_signed({**good, "lines": [[20, "hello", {"message": "x", "name": "y", "logger": "z"}]]})))
+    hostile = [[20, "hello", {"message": "x", "name": "y", "logger": "z"}]]
+    sig.write_text(json.dumps(_signed({**good, "lines": hostile})))
     res = convert(raw, out)
     assert res.exit_code == 0 and "hello" in res.output and FAST in res.output, res.output
 
