@@ -192,6 +192,9 @@ class ScanCache:
             data = read_json(self.path, "label scan cache", limit=MAX_SCAN_CACHE_BYTES)
             if isinstance(data, dict) and data.get("key") != self.key:
                 return None  # another run's scan (other labels or options): scanned again, silently
+            if isinstance(data, dict) and "checksum" not in data and set(data) == {"key", "size", "values"}:
+                log.info("%s: written by an older shardkit (no checksum): the labels are scanned again", self.path)
+                return None
             return _scan_from_json(data)
         except FileNotFoundError:
             return None

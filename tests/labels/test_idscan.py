@@ -148,8 +148,10 @@ def test_a_damaged_scan_cache_is_dropped_with_a_warning_and_the_labels_scanned_a
     cache.save()
     where.write_text(SCAN_CACHE_DAMAGE[case](json.loads(where.read_text())))
     again = ScanCache.of(where, names, "options")
+    caplog.set_level("INFO", logger="shardkit.labels.idscan")
     assert again is not None and again.load() is None
-    assert "damaged" in caplog.text and "scanned again" in caplog.text
+    said = "older shardkit" if case == "no checksum" else "damaged"  # not trusted either, but no damage to warn of
+    assert said in caplog.text and "scanned again" in caplog.text
     redo = scan_table(names, None, max_pixels=1000, cache=again)
     assert redo.table == fresh.table and redo.table.num_classes == 3
     again.save()
