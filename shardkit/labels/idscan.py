@@ -8,6 +8,7 @@ mask, or 255 far above ids 0..20 — are refused with the flags that say what th
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -214,9 +215,13 @@ class ScanCache:
             return
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
-            tmp.write_text(json.dumps(self.pending))
+            tmp.unlink(missing_ok=True)  # a file left by a killed run of this pid; anything else fails the unlink
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)  # never into a FIFO
+            with os.fdopen(fd, "w") as fh:
+                fh.write(json.dumps(self.pending))
             os.replace(tmp, self.path)
         except OSError as exc:
             log.debug("label scan cache not written: %s", exc)
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # a folder in its place stays (it failed the unlink above)
+                tmp.unlink(missing_ok=True)
         self.pending = None

@@ -178,3 +178,20 @@ def test_a_scan_cache_that_is_a_fifo_or_folder_is_dropped_without_hanging(tmp_pa
     cache = ScanCache.of(where, [str(a)], "options")
     assert cache is not None and cache.load() is None
     assert "not a regular file (a folder)" in caplog.text
+
+
+@pytest.mark.timeout(60)
+def test_saving_the_scan_cache_never_writes_into_a_fifo_left_at_its_temp_name(tmp_path: Path) -> None:
+    import os
+
+    from shardkit.labels.idscan import SCAN_CACHE, ScanCache
+
+    a = save(tmp_path / "a.png", np.array([[0, 1], [1, 2]], np.uint8))
+    where = tmp_path / SCAN_CACHE
+    cache = ScanCache.of(where, [str(a)], "options")
+    assert cache is not None
+    scan_table([str(a)], None, max_pixels=1000, cache=cache)
+    os.mkfifo(tmp_path / f".{SCAN_CACHE}.{os.getpid()}.tmp")  # opened for writing, it would wait for a reader
+    cache.save()
+    again = ScanCache.of(where, [str(a)], "options")
+    assert again is not None and again.load() is not None
