@@ -111,11 +111,13 @@ def json_depth(raw: bytes | str) -> int:
     strings do not count); for valid JSON exact, for anything else a value ``json.loads`` reaches no deeper
     than before it fails."""
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
-    if data.count(b"[") + data.count(b"{") <= 1:
-        return data.count(b"[") + data.count(b"{")
-    if b"\\" in data:
-        data = _ESCAPE.sub(b"", data)  # an escaped quote or bracket is string content
-    outside = b"".join(data.translate(None, _NOT_STRUCTURAL).split(b'"')[::2])  # brackets between strings
+    if b'\\"' in data:  # an escaped quote (or an escaped backslash before a closing one): escapes dropped first
+        data = _ESCAPE.sub(b"", data)
+    marks = data.translate(None, _NOT_STRUCTURAL)
+    # two adjacent quotes enclose no bracket (an empty string, or nothing between two strings): dropping them
+    # changes no bracket's side; what quotes remain enclose the brackets inside strings
+    marks = marks.replace(b'""', b"")
+    outside = b"".join(marks.split(b'"')[::2]) if b'"' in marks else marks  # brackets between strings
     steps = outside.translate(_STEPS)
     return max(itertools.accumulate(memoryview(steps).cast("b")), default=0)
 
@@ -127,7 +129,8 @@ _STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
 def loads_bounded(raw: bytes | str, what: str = "file", *, max_depth: int = MAX_JSON_DEPTH) -> Any:
     """``json.loads(raw)`` of a file shardkit reads, refused (ValueError naming the problem) when it nests
     deeper than ``max_depth`` (checked before parsing: no RecursionError), is not UTF-8 or is not JSON."""
-    if json_depth(raw) > max_depth:
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    if data.count(b"[") + data.count(b"{") > max_depth and json_depth(data) > max_depth:  # no deeper than openers
         raise ValueError(f"{what} nests more than {max_depth} levels deep (not a file shardkit wrote)")
     try:
         return json.loads(raw)
