@@ -29,8 +29,8 @@ fields, which depend on when and where a run happened, not on what it wrote:
 - ``.fingerprints.json`` (the source-file cache of no-op re-runs): each input file's ``mtime_ns``, ``ctime_ns`` and
   inode (items 1-3 of its entry). Both revisions read the same input files, but these are the files' state, not
   the code's output: another process hard-linking or touching a shared input changes its ctime between the two
-  runs (seen on this machine: a CamVid label's link count went from 4 to 5 between OLD's and NEW's run). Its
-  paths, sizes and sha256 are compared.
+  runs (seen on this machine: a CamVid label's link count went from 4 to 5 between OLD's and NEW's run); and its
+  checksum, which covers them. Its paths, sizes and sha256 are compared.
 
 Nothing is left out of ``manifest.json``, ``manifest-v<N>.json`` or any shard or sidecar: their differences are
 all reported.
@@ -271,9 +271,11 @@ def _strip_record_stat(rec: Any) -> Any:
 
 
 def _strip_source_stat(cache: Any) -> Any:
-    """``.fingerprints.json``: each entry ``[size, mtime_ns, ctime_ns, inode, sha256]`` → ``[size, sha256]``."""
+    """``.fingerprints.json``: each entry ``[size, mtime_ns, ctime_ns, inode, sha256]`` → ``[size, sha256]``; its
+    checksum (of the file's bytes, stats included) left out."""
     if isinstance(cache, dict):
-        return {k: [v[0], *v[4:]] if isinstance(v, list) and len(v) >= 5 else v for k, v in cache.items()}
+        return {k: [v[0], *v[4:]] if isinstance(v, list) and len(v) >= 5 else v for k, v in cache.items()
+                if k != "\x00checksum"}
     return cache
 
 

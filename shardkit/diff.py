@@ -8,7 +8,6 @@ versions is *changed*. Only manifests and samples sidecars are read, never shard
 from __future__ import annotations
 
 import contextlib
-import json
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputNotFoundError
-from .manifest import MANIFEST_NAME, kept_versions
+from .manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, kept_versions, parse_manifest_bytes
 from .publish import current_manifest, published_number
 from .read.dataset import Dataset
 from .storage import Remote, is_url
@@ -61,8 +60,9 @@ def split_versions(location: str | Path, storage_options: dict[str, Any] | None 
         remote = Remote(str(location), storage_options)
         listing = remote.listing()
         try:
-            current = published_number(json.loads(remote.read_bytes(MANIFEST_NAME)))
-        except ValueError:
+            current = published_number(parse_manifest_bytes(remote.read_bytes(MANIFEST_NAME, limit=MAX_MANIFEST_BYTES),
+                                                            remote.url_of(MANIFEST_NAME)))
+        except ValueError:  # not a manifest (ShardFormatError): opening it says what is wrong
             current = 0
         return kept_versions(listing), current
     folder = Path(location)

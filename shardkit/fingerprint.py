@@ -5,7 +5,9 @@ Hashing reads the sources but decodes nothing; a stat cache (size, mtime, ctime,
 the manifest lets an unchanged file skip even the read. The ctime and inode catch an edit that restored
 size and mtime (``touch -r``) and a file replaced by another (rename over it).
 
-The cache file is ``{path: [size, mtime_ns, ctime_ns, inode, sha256 hex]}`` sorted by path. In the converting
+The cache file is ``{path: [size, mtime_ns, ctime_ns, inode, sha256 hex]}`` sorted by path, then
+:data:`CHECKSUM_KEY` with the sha256 of every byte before its value: a cache that is damaged, edited or written
+without it (an older shardkit's) is not used (every file is hashed again). In the converting
 parent it is a :class:`SourceCache`: 64 bytes per source file in a NumPy array aligned with the split's
 :class:`~shardkit.pairs.PairTable` (a ``dict`` of lists was ~0.9 KB per pair), read from and written to the
 file a piece at a time.
@@ -35,6 +37,7 @@ from .formats.base import sha256_file
 from .imageio import METADATA_SLACK, regular_stat
 from .pairs import PairTable, root_prefix
 from .publish import atomic_write_bytes
+from .smallfile import loads_bounded, open_regular, read_guarded
 from .splitdir import CACHE_NAME
 
 log = logging.getLogger(__name__)
@@ -247,45 +250,127 @@ class SourceCache:
 READ_BLOCK = 1 << 18
 
 
+#: The cache file's last key (a NUL: no path has it): its value is the sha256 of every byte of the file before
+#: that value, so a cache damaged or edited into other valid JSON is noticed (and dropped).
+CHECKSUM_KEY = "\x00checksum"
+_CHECKSUM_HEAD = b'"\\u0000checksum": "'
+#: What follows the checksum's hex digits: the end of the object.
+_CHECKSUM_END = b'"}'
+_HELD = 64 + len(_CHECKSUM_END)
+
+
+class _Checked:
+    """The running sha256 of a cache file read in pieces, all but its last :data:`_HELD` bytes (the checksum's
+    digits and the closing ``"}``), and the check of those at the end."""
+
+    def __init__(self) -> None:
+        self.hash = hashlib.sha256()
+        self.held = b""
+        self.stated: Any = None
+
+    def feed(self, block: bytes) -> None:
+        data = self.held + block
+        self.hash.update(data[:-_HELD])
+        self.held = data[-_HELD:]
+
+    def entries(self, items: Iterable[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
+        for key, value in items:
+            if key == CHECKSUM_KEY:
+                self.stated = value
+            else:
+                yield key, value
+
+    def check(self) -> None:
+        if self.stated is None:
+            raise _NoChecksum("it has no checksum (written by an older shardkit)")
+        digest = self.hash.hexdigest()
+        if self.stated != digest or self.held != digest.encode() + _CHECKSUM_END:
+            raise ValueError("its checksum does not match its content")
+
+
+class _NoChecksum(ValueError):
+    """A cache without a checksum: an older shardkit's, not trusted either, but no damage to warn about."""
+
+
 def _entries_streamed(path: Path) -> Iterator[tuple[str, Any]]:
     """The cache file's entries in file order, parsed a piece at a time: cut after an entry's closing ``]``
-    before ``, "`` (no JSON string holds an unescaped ``"``; a value with a nested list fails the parse)."""
-    with open(path, "rb") as fh:
-        if fh.read(1) != b"{":
+    before ``, "`` (no JSON string holds an unescaped ``"``; a value with a nested list fails the parse). A
+    regular file only (:func:`~shardkit.smallfile.open_regular`), each piece's nesting bounded, and its checksum
+    checked once the last entry is read (a ValueError then: the caller drops what it took)."""
+    checked = _Checked()
+    with os.fdopen(open_regular(path, "fingerprint cache"), "rb") as fh:
+        first = fh.read(1)
+        if first != b"{":
             raise ValueError("not a JSON object")
+        checked.feed(first)
         rest = b""
         while block := fh.read(READ_BLOCK):
+            checked.feed(block)
             rest += block
             cut = rest.rfind(b'], "')
             if cut >= 0:
-                yield from json.loads(b"{" + rest[: cut + 1] + b"}").items()
+                yield from checked.entries(_object(b"{" + rest[: cut + 1] + b"}").items())
                 rest = rest[cut + 3 :]
-        yield from json.loads(b"{" + rest).items()
+            elif len(rest) > MAX_ENTRY_BYTES:  # no entry is this long: not a cache shardkit wrote
+                raise ValueError(f"no entry ends within {MAX_ENTRY_BYTES} bytes")
+        yield from checked.entries(_object(b"{" + rest).items())
+    checked.check()
+
+
+def _object(raw: bytes) -> dict[str, Any]:
+    data = loads_bounded(raw, "fingerprint cache", max_depth=2)  # {path: [size, mtime, ctime, inode, sha256]}
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    return data
 
 
 def _entries_whole(path: Path) -> Iterator[tuple[str, Any]]:
-    """The cache file's entries sorted by path, parsed whole (a file not laid out as :func:`cache_json` does)."""
-    data = json.loads(path.read_bytes())
-    if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
-    yield from sorted(data.items())
+    """The cache file's entries sorted by path, parsed whole (a file not laid out as :func:`cache_json` does;
+    at most :data:`MAX_WHOLE_BYTES`: shardkit's own caches of any size are read streamed); checksum checked
+    before any entry is taken."""
+    raw = read_guarded(path, "fingerprint cache", limit=MAX_WHOLE_BYTES)
+    checked = _Checked()
+    checked.feed(raw)
+    items = list(checked.entries(_object(raw).items()))
+    checked.check()
+    yield from sorted(items)
+
+
+#: Longest cache entry (a path of 4096 bytes, escaped, and its five values).
+MAX_ENTRY_BYTES = 64 << 10
+#: Largest cache file parsed whole (when it is not laid out as shardkit writes it).
+MAX_WHOLE_BYTES = 64 << 20
 
 
 def load_cache(directory: Path, pairs: PairTable) -> SourceCache:
     """The entries of ``directory``'s cache file for the source files of ``pairs`` (spilled: see
-    :class:`SourceCache`); empty if it is missing or damaged. Entries of other files are read and dropped, a
-    piece of the file at a time."""
+    :class:`SourceCache`); empty if it is missing, or (with a warning) damaged: not a regular file, too large,
+    not JSON, nested, or its checksum disagrees. Entries of other files are read and dropped, a piece of the file
+    at a time; an entry that is not ``[4 integers, 64 hex digits]`` is dropped alone (its file is hashed again)."""
     path = directory / CACHE_NAME
+    problem: Exception | None = None
     for entries in (_entries_streamed, _entries_whole):
         cache = SourceCache(len(pairs), spill=True)
         try:
-            _merge(cache, pairs, entries(path))
+            it = entries(path)
+            _merge(cache, pairs, it)
+            for _ in it:  # the rest, so that the checksum is checked before any entry is used
+                pass
             return cache
-        except ValueError:  # streamed: try the whole file; whole: damaged
+        except FileNotFoundError:
             cache.close()
-        except OSError:
+            return SourceCache(len(pairs), spill=True)
+        except (ValueError, OSError) as exc:  # streamed: try the whole file; whole: damaged
+            problem = problem if isinstance(problem, _NoChecksum) else exc
             cache.close()
-            break
+            if isinstance(exc, OSError):
+                break
+    if isinstance(problem, _NoChecksum):
+        log.info("%s: %s; every source file is hashed again once and the cache rewritten", path, problem)
+    else:
+        reason = problem.strerror if isinstance(problem, OSError) and problem.strerror else str(problem)
+        log.warning("%s: damaged (%s), ignored: every source file is hashed again and the cache rewritten",
+                    path, reason)
     return SourceCache(len(pairs), spill=True)
 
 
@@ -332,18 +417,27 @@ CACHE_CHUNK = 256
 
 def cache_json(items: Iterable[tuple[str, list[Any]]]) -> Iterator[bytes]:
     """``json.dumps(dict(items), sort_keys=True)``'s bytes for ``items`` sorted by path (each once), in pieces
-    of :data:`CACHE_CHUNK` entries, so that the cache of a large input is never one string in memory."""
-    yield b"{"
+    of :data:`CACHE_CHUNK` entries, so that the cache of a large input is never one string in memory; then
+    :data:`CHECKSUM_KEY` with the sha256 of every byte before its value, and the closing brace."""
+    h = hashlib.sha256()
+
+    def said(piece: bytes) -> bytes:
+        h.update(piece)
+        return piece
+
+    yield said(b"{")
     chunk: list[tuple[str, list[Any]]] = []
     first = True
     for item in items:
         chunk.append(item)
         if len(chunk) == CACHE_CHUNK:
-            yield _piece(chunk, first)
+            yield said(_piece(chunk, first))
             chunk, first = [], False
     if chunk:
-        yield _piece(chunk, first)
-    yield b"}"
+        yield said(_piece(chunk, first))
+        first = False
+    yield said((b"" if first else b", ") + _CHECKSUM_HEAD)
+    yield h.hexdigest().encode() + _CHECKSUM_END
 
 
 def _piece(chunk: list[tuple[str, list[Any]]], first: bool) -> bytes:

@@ -27,6 +27,7 @@ import logging
 import os
 import secrets
 import socket
+import stat
 import threading
 import time
 from datetime import datetime, timezone
@@ -35,6 +36,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from .errors import OutputError
+from .smallfile import loads_bounded
 
 if TYPE_CHECKING:
     from .storage import Remote
@@ -55,10 +57,21 @@ class OutputLock:
     def __enter__(self) -> OutputLock:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:  # a parent that is a file, no permission, read-only file system, …
             raise OutputError(f"cannot create the output folder ({exc.strerror or exc})", path=self.path.parent,
                               fix="check the path (every parent must be a folder) and its permissions") from None
+        try:  # never through a link, never blocking on a FIFO; and only a regular file is the lock
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise OSError(errno.EINVAL, "not a regular file")
+            os.set_blocking(fd, True)
+        except OSError as exc:
+            if self.path.is_symlink() or (self.path.exists() and not self.path.is_file()):
+                raise OutputError("the output lock is not a regular file (a folder, FIFO or link)", path=self.path,
+                                  fix=f"remove {self.path} (shardkit keeps its lock file there)") from None
+            raise OutputError(f"cannot create the output lock ({exc.strerror or exc})", path=self.path,
+                              fix="check the output folder's permissions (convert writes there)") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -159,7 +172,7 @@ class RemoteLock:
         if info is None:
             return None
         try:
-            body = json.loads(self.remote.read_bytes(LOCK_NAME, limit=65536))
+            body = loads_bounded(self.remote.read_bytes(LOCK_NAME, limit=65536), "lock object")
         except (ValueError, OSError):
             body = {}
         return (body if isinstance(body, dict) else {}), info

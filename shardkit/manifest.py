@@ -8,8 +8,7 @@ The JSON Schema is ``formats/manifest.schema.json``; ``formats/manifest.md`` exp
 
 from __future__ import annotations
 
-import json
-import os
+import errno
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -20,6 +19,7 @@ from .errors import ConfigError, InputNotFoundError, ShardFormatError
 from .formats.registry import names
 from .limits import MAX_MANIFEST_BYTES, MAX_PARSE_BYTES
 from .samples import SampleTable
+from .smallfile import loads_bounded, read_guarded
 from .splitfiles import (
     ClassTable,
     Preprocessing,
@@ -285,12 +285,14 @@ def parse_manifest_bytes(raw: bytes, path: str | Path) -> Any:
             "(a shardkit manifest names shards, not samples)", path=path,
             fix="re-convert this split; do not use manifests from untrusted sources")
     try:
-        return json.loads(raw)
-    except ValueError as exc:  # UnicodeDecodeError, JSONDecodeError, integer digit limit
-        raise ShardFormatError(f"manifest cannot be read ({exc})", path=path, fix="re-convert this split") from None
-    except RecursionError:
-        raise ShardFormatError("manifest is nested too deeply to be a shardkit manifest", path=path,
+        return loads_bounded(raw, "its text")
+    except ValueError as exc:  # not UTF-8, not JSON, nested deeper than any manifest
+        raise ShardFormatError(f"manifest cannot be read ({exc})", path=path,
                                fix="re-convert this split; do not use manifests from untrusted sources") from None
+
+
+#: The fix for a manifest name that is not a regular file (a FIFO, a folder): nothing shardkit wrote.
+_NOT_REGULAR_FIX = "remove it (shardkit writes manifests as regular files only) or re-convert this split"
 
 
 def read_manifest_json(path: Path) -> Any:
@@ -299,15 +301,13 @@ def read_manifest_json(path: Path) -> Any:
     (a file over :data:`MAX_MANIFEST_BYTES` is refused unread)."""
     member_path(path.name, path.parent)  # a manifest.json symlinked to outside the folder is refused
     try:
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            if size > MAX_MANIFEST_BYTES:
-                raise ShardFormatError(
-                    f"manifest is {size} bytes, more than the {MAX_MANIFEST_BYTES} a shardkit manifest may have",
-                    path=path, fix="re-convert this split; do not use manifests from untrusted sources")
-            raw = fh.read(size + 1)  # exactly what is there: no MAX_MANIFEST_BYTES buffer for a small file
+        raw = read_guarded(path, "manifest", limit=MAX_MANIFEST_BYTES)  # a FIFO or folder: refused, never opened
     except OSError as exc:
-        raise ShardFormatError(f"manifest cannot be read ({exc})", path=path, fix="re-convert this split") from None
+        if exc.errno == errno.EFBIG:
+            raise ShardFormatError(f"{exc.strerror} (more than the limit a shardkit manifest may have)", path=path,
+                                   fix="re-convert this split; do not use manifests from untrusted sources") from None
+        raise ShardFormatError(f"manifest cannot be read ({exc.strerror or exc})", path=path,
+                               fix=_NOT_REGULAR_FIX if exc.errno == errno.EINVAL else "re-convert this split") from None
     return parse_manifest_bytes(raw, path)
 
 
@@ -327,11 +327,16 @@ def load_manifest(directory: Path, version: int | None = None) -> Manifest:
             raise ConfigError(f"version={version!r} is not a publish number (an integer from 1)",
                               fix="list the kept versions with: shardkit info SPLIT")
         path = path.parent / version_name(version)
+        if path.exists() and not path.is_file():
+            raise ShardFormatError(f"{path.name} is not a regular file, so version {version} cannot be read",
+                                   path=path, fix=_NOT_REGULAR_FIX)
         if not path.is_file():
             kept = kept_versions(p.name for p in path.parent.iterdir()) if path.parent.is_dir() else []
             raise InputNotFoundError(
                 f"version {version} of this split is not kept (kept: {', '.join(map(str, kept)) or 'none'})",
                 path=path.parent, fix="open one of the kept versions, or the current one without version=")
+    if path.exists() and not path.is_file():
+        raise ShardFormatError(f"{path.name} is not a regular file", path=path, fix=_NOT_REGULAR_FIX)
     if not path.is_file():
         raise InputNotFoundError(
             "no manifest.json here",

@@ -8,20 +8,23 @@ Versions: each publish of a split is kept as ``manifest-v<N>.json`` and then cop
 (the commit). A reader holds the manifest it opened, so it keeps reading that version's files; those are
 removed only once no kept version names them. The newest ``--keep-versions`` versions are kept, plus any
 version a live reader on this host holds a *lease* on (``.lease-v<N>-<host>-<pid>-<random>``, a file the
-reader makes when it opens a local split, if it may write there; a lease from another host counts for
-:data:`LEASE_TTL` seconds after it was last touched). Everything here is plain ``os``: the pipeline, the
+reader makes when it opens a local split, if it may write there, and holds with a shared ``flock`` while it
+reads; a lease from another host counts for :data:`LEASE_TTL` seconds after it was taken; the whole rule is
+:func:`leased_versions`). Everything here is plain ``os``: the pipeline, the
 format writers, shard records and the fingerprint cache share it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
 import secrets
 import shutil
 import socket
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -38,6 +41,7 @@ from .manifest import (
     version_name,
     version_number,
 )
+from .smallfile import open_regular
 from .splitfiles import TMP_MARK, fsync_file, is_temp_name
 
 log = logging.getLogger(__name__)
@@ -47,6 +51,8 @@ LEASE_PREFIX = ".lease-v"
 #: How long a lease from another host protects its version after it was last touched (a week: a
 #: reader on another host cannot be asked whether it still runs).
 LEASE_TTL = 7 * 24 * 3600.0
+#: How far in the future a lease's time may lie (clocks of hosts sharing a folder differ a little).
+LEASE_SKEW = 600.0
 
 def atomic_write_bytes(path: Path, data: bytes | Iterable[bytes]) -> None:
     """Write ``data`` (bytes, or pieces of them written in turn) to ``path`` via a temp file in the same
@@ -152,16 +158,23 @@ def keep_legacy(directory: Path, data: dict[str, object] | None) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- leases
+#: Descriptors of the leases this process holds (each with a shared ``flock`` on its lease file), by path.
+_HELD: dict[Path, int] = {}
+
+
 def take_lease(directory: Path, number: int) -> Path | None:
     """Tell publishers that this process reads version ``number`` of the split in ``directory``: an empty
-    lease file, removed by :func:`drop_lease` (a reader that cannot write there gets None: retention only)."""
+    lease file, held open with a shared ``flock`` (the kernel drops it when the process dies, however it dies)
+    and removed by :func:`drop_lease` (a reader that cannot write there gets None: retention only)."""
     path = Path(directory) / f"{LEASE_PREFIX}{number}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
     except OSError as exc:
         log.debug("no reader lease in %s (%s): the version is kept by --keep-versions only", directory, exc)
         return None
-    os.close(fd)
+    with contextlib.suppress(OSError):  # a file system without flock: the lease counts by its pid (leased_versions)
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    _HELD[path] = fd
     return path
 
 
@@ -169,10 +182,44 @@ def drop_lease(path: Path, pid: int) -> None:
     """Remove a lease, only in the process that took it (a forked child's copy of the reader must not)."""
     if os.getpid() == pid:
         Path(path).unlink(missing_ok=True)
+        fd = _HELD.pop(Path(path), None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _lease_held(path: Path) -> bool | None:
+    """Whether a process holds the lease file's ``flock`` (True), none does (False), or it cannot be told
+    (None: no flock here). Opened non-blocking and read-only: nothing is read, and a FIFO cannot hang it."""
+    try:
+        fd = open_regular(path, "lease")
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # releases the test lock
+    return False
 
 
 def leased_versions(directory: Path, *, now: float | None = None) -> set[int]:
-    """Versions a live reader holds a lease on; leases of dead processes on this host are removed."""
+    """Versions a live reader holds a lease on; stale leases on this host are removed. The rule (the lease
+    names ``<host>-<pid>``; its file's modification time is when it was taken):
+
+    * only a regular file is a lease: anything else named like one (a folder, FIFO, link) protects nothing and
+      is left alone, with a warning;
+    * a lease dated more than :data:`LEASE_SKEW` in the future protects nothing (a clock set wrong, or a
+      forged file): otherwise it would never expire;
+    * this host: a lease whose ``flock`` a process holds (every reader of this version holds it while it reads)
+      is live; one nobody holds is live only while it is a reader's of an older shardkit (which took no flock):
+      its pid is alive and above 1 (pid 1 is init, always alive) and it is at most :data:`LEASE_TTL` old;
+      else it is stale and removed;
+    * another host: it counts for :data:`LEASE_TTL` after it was taken (that host cannot be asked).
+    """
     host = socket.gethostname()
     now = time.time() if now is None else now
     out: set[int] = set()
@@ -184,16 +231,29 @@ def leased_versions(directory: Path, *, now: float | None = None) -> set[int]:
         lease_host, _, pid = holder.rpartition("-")
         if not number.isdigit() or not pid.isdigit() or not tail:
             continue
+        try:
+            st = p.lstat()
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            log.warning("%s: named like a reader's lease but not a regular file; it protects no version and is "
+                        "left alone (remove it)", p)
+            continue
+        age = now - st.st_mtime
+        if age < -LEASE_SKEW:
+            log.warning("%s: a lease dated %.0f s in the future protects no version (check this host's clock; "
+                        "remove it)", p, -age)
+            continue
         if lease_host == host:
-            if not pid_alive(int(pid)):
+            held = _lease_held(p)
+            if held is False and not (int(pid) > 1 and pid_alive(int(pid)) and age <= LEASE_TTL):
                 p.unlink(missing_ok=True)
                 continue
-        else:
-            try:
-                if now - p.stat().st_mtime > LEASE_TTL:
-                    continue
-            except OSError:
+            if held is None and not (int(pid) > 1 and pid_alive(int(pid))):
+                p.unlink(missing_ok=True)
                 continue
+        elif age > LEASE_TTL:
+            continue
         out.add(int(number))
     return out
 

@@ -22,10 +22,14 @@ from typing import Any
 
 from .formats.base import sha256_file
 from .publish import atomic_write_bytes, link_into_place
+from .smallfile import loads_bounded, read_guarded, read_json
 from .splitfiles import ShardFile, safe_member
 
 log = logging.getLogger(__name__)
 RECORD_PREFIX = ".shard-"
+#: Largest shard record read (a record names a shard's few files and its statistics; one written before
+#: samples sidecars also holds the shard's sample records inline).
+MAX_RECORD_BYTES = 64 << 20
 #: (size, mtime_ns, ctime_ns, inode) of a published shard file.
 FileStat = tuple[int, int, int, int]
 
@@ -76,8 +80,11 @@ class ShardRecord:
 
     @classmethod
     def load(cls, directory: Path, key: str) -> ShardRecord | None:
+        """The record of shard ``key``; None when there is none, or (with a warning) when it is damaged: not a
+        regular file, too large, not JSON, a field of the wrong type. Its shard is then rewritten."""
+        path = cls.path(directory, key)
         try:
-            d = json.loads(cls.path(directory, key).read_text(encoding="utf-8"))
+            d = read_json(path, "shard record", limit=MAX_RECORD_BYTES)
             legacy = tuple(d["samples"]) if "num_samples" not in d else None  # written before sidecars
             return cls(
                 key=str(d["key"]),
@@ -90,7 +97,11 @@ class ShardRecord:
                 stats_on_disk=tuple(_stat_of(f) for f in d["files"]),
                 legacy_samples=legacy,
             )
-        except (OSError, ValueError, KeyError, TypeError):
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            problem = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
+            log.warning("%s: damaged (%s), ignored: its shard is written again", path, problem)
             return None
 
 
@@ -107,10 +118,10 @@ def records_within(directory: Path, names: set[str]) -> set[str]:
         if not is_record_name(p.name) or not p.name.endswith(".json"):
             continue
         try:
-            files = json.loads(p.read_bytes())["files"]
+            files = read_json(p, "shard record", limit=MAX_RECORD_BYTES)["files"]
             if files and all(isinstance(f, dict) and f.get("name") in names for f in files):
                 out.add(p.name)
-        except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        except (OSError, ValueError, KeyError, TypeError):
             continue
     return out
 
@@ -121,10 +132,10 @@ def content_digest(path: Path) -> str:
     Shard records are compared without each file's recorded stat (its inode and ctime belong to this
     copy of the file, not to what was converted); every other file byte for byte.
     """
-    data = Path(path).read_bytes()
+    data = read_guarded(path, "split file", limit=1 << 62)  # any size a shard has; regular files only
     if Path(path).name.startswith(RECORD_PREFIX):
         try:
-            record = json.loads(data)
+            record = loads_bounded(data, "shard record")
             for f in record.get("files", []):
                 f.pop("stat", None)
             data = json.dumps(record, sort_keys=True).encode()

@@ -291,7 +291,7 @@ def fetch_sidecar(remote: Remote, shard: ShardInfo, directory: Path) -> Path:
         return Path(directory)
     part = final.with_name(f".{final.name}.part")
     try:
-        remote.download(entry.name, part)
+        remote.download(entry.name, part, max_bytes=entry.bytes)  # a larger object stops the download
         if part.stat().st_size != entry.bytes or sha256_of(part) != entry.sha256:
             raise IntegrityError("downloaded samples sidecar differs from the manifest's size or sha256",
                                  path=remote.url_of(entry.name), fix="re-convert this split")
@@ -302,13 +302,12 @@ def fetch_sidecar(remote: Remote, shard: ShardInfo, directory: Path) -> Path:
 
 
 @contextlib.contextmanager
-def remote_sidecars(remote: Remote, cached: Path | None = None) -> Iterator[Callable[[ShardInfo], Path]]:
-    """A map from a shard of the split at ``remote`` to a folder holding its verified sidecar: ``cached`` where
-    the sidecar is already there (a read cache), else a temporary folder (deleted on exit) it is downloaded to."""
+def remote_sidecars(remote: Remote) -> Iterator[Callable[[ShardInfo], Path]]:
+    """A map from a shard of the split at ``remote`` to a private temporary folder (deleted on exit) holding its
+    verified sidecar, for a command that opens no shard cache (``info`` of a split URL); a reader with a cache
+    fetches through it instead (:meth:`shardkit.read.cache.ShardCache.fetch_sidecar`)."""
     with tempfile.TemporaryDirectory(prefix="shardkit-sidecars-") as tmp:
         def folder(shard: ShardInfo) -> Path:
-            if cached is not None and shard.samples is not None and (cached / shard.samples.name).is_file():
-                return cached
             return fetch_sidecar(remote, shard, Path(tmp))
 
         yield folder

@@ -28,7 +28,15 @@ from typing import Any
 from .errors import OutputError
 from .formats.registry import all_formats
 from .lock import LOCK_NAME, RemoteLock
-from .manifest import MANIFEST_NAME, Manifest, kept_versions, parse_manifest_bytes, version_name, version_number
+from .manifest import (
+    MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
+    Manifest,
+    kept_versions,
+    parse_manifest_bytes,
+    version_name,
+    version_number,
+)
 from .publish import (
     LEASE_PREFIX,
     current_manifest,
@@ -45,6 +53,7 @@ from .publish import (
 )
 from .records import RECORD_PREFIX, ShardRecord, is_record_name, records_within, reuse
 from .samples import fetch_sidecar, is_sidecar_name
+from .smallfile import read_guarded
 from .splitfiles import TMP_MARK, ShardFile, ShardInfo, is_temp_name, mkstemp_temp_target
 from .storage import Remote
 
@@ -333,7 +342,12 @@ class RemoteSink(SplitSink):
         """A kept version file: the local copy (fetched by :meth:`open`, or this publish), else the object."""
         name = version_name(number)
         local = directory / name
-        return local.read_bytes() if local.is_file() else self.remote.read_bytes(f"{directory.name}/{name}")
+        if not local.is_file():
+            return self.remote.read_bytes(f"{directory.name}/{name}", limit=MAX_MANIFEST_BYTES)
+        try:
+            return read_guarded(local, "kept manifest", limit=MAX_MANIFEST_BYTES)
+        except OSError:  # replaced meanwhile by something else: it names nothing (parse_manifest_bytes refuses b"")
+            return b""
 
     def location(self, split: str, local_manifest: Path) -> Path | str:
         return self.remote.url_of(f"{split}/{MANIFEST_NAME}")

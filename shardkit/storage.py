@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 from .errors import ConfigError, InputNotFoundError, ShardkitError, StorageError
 from .extras import install_hint
+from .smallfile import loads_bounded
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +76,8 @@ def _value(text: str) -> Any:
     if low in ("null", "none"):
         return None
     try:
-        return json.loads(text)
-    except ValueError:
+        return loads_bounded(text, "value")
+    except ValueError:  # not JSON (or nested past any option): a string
         return text
 
 
@@ -109,7 +110,7 @@ def resolve_options(url: str, given: Mapping[str, Any] | None) -> dict[str, Any]
     env = os.environ.get("SHARDKIT_STORAGE_OPTIONS")
     if env:
         try:
-            loaded = json.loads(env)
+            loaded = loads_bounded(env, "SHARDKIT_STORAGE_OPTIONS")
         except ValueError:
             raise ConfigError("SHARDKIT_STORAGE_OPTIONS is not a JSON object",
                               fix='set it like SHARDKIT_STORAGE_OPTIONS=\'{"anon": true}\'') from None

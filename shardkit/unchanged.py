@@ -37,15 +37,16 @@ from ._version import __version__
 from .errors import ShardkitError
 from .lock import OutputLock
 from .logs import RESERVED_FIELDS, extra_fields
-from .smallfile import sha256_of
+from .smallfile import checksum, read_json, sha256_of
 from .storage import is_url
 
 log = logging.getLogger(__name__)
 
 #: The signature file, in the output folder beside the split folders.
 SIGNATURE_NAME = ".shardkit-unchanged.json"
-#: Its layout; a signature of another layout is ignored (the normal path runs and writes a new one).
-SIGNATURE_FORMAT = 1
+#: Its layout; a signature of another layout is ignored (the normal path runs and writes a new one). Layout 2
+#: added ``checksum``: the sha256 of the rest of the signature (:func:`shardkit.smallfile.checksum`).
+SIGNATURE_FORMAT = 2
 #: A signature larger than this is not read (the normal path runs).
 MAX_SIGNATURE_BYTES = 64 << 20
 #: Files the options name are hashed whole up to this size (stat only beyond).
@@ -147,6 +148,7 @@ class Check:
         self.output = Path(output_dir)
         self.path = self.output / SIGNATURE_NAME
         self.key, self.tree = "", None
+        self._warned = False  # a damaged signature is reported once per run
         if usable:
             try:
                 self.key = run_key(input_dir, output_dir, params)
@@ -156,15 +158,24 @@ class Check:
                 self.tree = None
 
     def stored(self) -> dict[str, Any] | None:
-        """The signature in the output folder, if it is one this run can use; None otherwise."""
+        """The signature in the output folder, if it is one this run can use; None otherwise. A damaged one (not a
+        regular file, too large, not JSON, a field of the wrong type, a checksum that disagrees) is dropped with a
+        warning: the normal path runs and writes a new one."""
         try:
-            with open(self.path, "rb") as fh:
-                raw = fh.read(MAX_SIGNATURE_BYTES + 1)
-            data = json.loads(raw) if len(raw) <= MAX_SIGNATURE_BYTES else None
-        except (OSError, ValueError):
+            data = read_json(self.path, "signature", limit=MAX_SIGNATURE_BYTES)
+            problem = _problem(data)
+        except FileNotFoundError:
             return None
-        if not (isinstance(data, dict) and data.get("format") == SIGNATURE_FORMAT and data.get("key") == self.key
-                and self.tree is not None and data.get("tree") == self.tree):
+        except (OSError, ValueError) as exc:
+            problem = str(exc.strerror if isinstance(exc, OSError) and exc.strerror else exc)
+        if problem is not None:
+            if not self._warned:
+                log.warning("%s: damaged (%s), ignored: this run takes the normal path and writes a new one",
+                            self.path, problem)
+                self._warned = True
+            return None
+        if not (data["format"] == SIGNATURE_FORMAT and data["key"] == self.key and self.tree is not None
+                and data["tree"] == self.tree):
             return None
         return data
 
@@ -207,8 +218,9 @@ class Check:
              lines: list[tuple[int, str, dict[str, Any]]]) -> None:
         """Write the signature after a successful run that published ``manifests`` (local paths); an OSError
         writing it (a full disk) is raised, for the run to report as a warning after its publish."""
-        from .manifest import named_files  # the converter is loaded by now; the fast path never imports this
+        from .manifest import MAX_MANIFEST_BYTES, named_files  # the converter is loaded by now; the fast path
         from .publish import atomic_write_bytes
+        from .smallfile import loads_bounded, read_guarded  # never imports these
 
         if self.tree is None:
             return
@@ -217,16 +229,54 @@ class Check:
             for manifest in manifests:
                 path = Path(manifest)
                 rel = path.parent.relative_to(self.output).as_posix()
-                raw = path.read_bytes()
+                raw = read_guarded(path, "manifest", limit=MAX_MANIFEST_BYTES)
                 outputs[f"{rel}/{path.name}"] = [*_stat(path), hashlib.sha256(raw).hexdigest()]
-                for name in sorted(named_files(json.loads(raw))):
+                for name in sorted(named_files(loads_bounded(raw, "manifest"))):
                     outputs[f"{rel}/{name}"] = _stat(path.parent / name)
             body = {"format": SIGNATURE_FORMAT, "shardkit": __version__, "key": self.key, "tree": self.tree,
                     "outputs": outputs, "summary": {**numbers, "duplicates_line": duplicates_line},
                     "lines": [list(line) for line in lines[:MAX_LINES]]}
-            atomic_write_bytes(self.path, json.dumps(body, default=str).encode())
+            body = json.loads(json.dumps(body, default=str))  # as it will be read back (tuples as lists, …)
+            body["checksum"] = checksum(body)
+            atomic_write_bytes(self.path, json.dumps(body).encode())
         except ValueError as exc:  # the conversion itself succeeded: only the next fast check is lost
             log.warning("%s: not written (%s); the next run takes the normal path", self.path, exc)
+
+
+_NUMBERS = ("samples", "shards", "bytes", "skipped", "duplicates")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _problem(data: Any) -> str | None:
+    """What is wrong with a parsed signature (None: every field has its type and range, and the checksum
+    agrees). Only a signature of this layout is checked field by field; another layout is simply not used."""
+    if not isinstance(data, dict):
+        return "not a JSON object"
+    if data.get("format") != SIGNATURE_FORMAT:
+        return None if _is_int(data.get("format")) else "no format number"
+    body = {k: v for k, v in data.items() if k != "checksum"}
+    if data.get("checksum") != checksum(body):
+        return "its checksum does not match its content"
+    for key in ("key", "tree"):
+        if not isinstance(data.get(key), str):
+            return f"{key} is not a string"
+    outputs, summary, lines = data.get("outputs"), data.get("summary"), data.get("lines")
+    if not isinstance(outputs, dict) or not all(
+            isinstance(rel, str) and isinstance(want, list) and len(want) in (4, 5)
+            and all(_is_int(v) and v >= 0 for v in want[:4]) and all(isinstance(v, str) for v in want[4:])
+            for rel, want in outputs.items()):
+        return "outputs is not a map of file to stat"
+    if not isinstance(summary, dict) or not all(_is_int(summary.get(k)) and summary[k] >= 0 for k in _NUMBERS) \
+            or not isinstance(summary.get("duplicates_line"), str):
+        return "summary is not the run's counts"
+    if not isinstance(lines, list) or len(lines) > MAX_LINES or not all(
+            isinstance(line, list) and len(line) == 3 and _is_int(line[0]) and 0 <= line[0] <= 50
+            and isinstance(line[1], str) and isinstance(line[2], dict) for line in lines):
+        return "lines is not a list of log lines"
+    return None
 
 
 def _published_intact(output: Path, outputs: Any) -> bool:

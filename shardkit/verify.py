@@ -24,7 +24,7 @@ from .derived import DerivedCheck, label_counts
 from .errors import ShardkitError
 from .formats.base import SampleSpec, sha256_file
 from .formats.registry import get
-from .manifest import MANIFEST_NAME, Manifest, load_manifest
+from .manifest import MANIFEST_NAME, Manifest, load_manifest, read_manifest_json
 from .samples import split_fingerprint
 from .storage import Remote, is_url
 
@@ -63,7 +63,7 @@ def published_digests(path: Path) -> dict[str, str]:
     import hashlib
     import json
 
-    m = json.loads((Path(path) / MANIFEST_NAME).read_text(encoding="utf-8"))
+    m = read_manifest_json(Path(path) / MANIFEST_NAME)
     m["source"]["root"] = ""
     m.pop("version", None)  # the publish number counts a folder's history, not what its data is
     out = {MANIFEST_NAME: hashlib.sha256(json.dumps(m, sort_keys=True).encode()).hexdigest()}

@@ -72,3 +72,33 @@ def test_diff_of_a_version_that_is_not_kept_is_one_line(two_versions: tuple[Path
         diff_split(out / "val", 1, 3)
     res = CliRunner().invoke(main, ["diff", str(out), "--from", "7"])
     assert res.exit_code == 1 and "version 7 is not kept" in res.output and "Traceback" not in res.output
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("damage", ["fifo", "deep"])
+def test_a_kept_manifest_that_is_a_fifo_or_deep_json_is_one_line_and_convert_does_not_hang(
+        two_versions: tuple[Path, list[str]], damage: str) -> None:
+    """``manifest-v1.json`` replaced by a FIFO (reclaim read it while holding the output lock: convert hung) or by
+    100,000-deep JSON: diff names the file and the problem in one line (not "version 1 is not kept (kept: 1,
+    2)"), and the next convert that publishes retires it without hanging."""
+    import os
+
+    out, _ = two_versions
+    kept = out / "val" / "manifest-v1.json"
+    kept.unlink()
+    if damage == "fifo":
+        os.mkfifo(kept)
+    else:
+        kept.write_text("[" * 100_000 + "]" * 100_000)
+    res = CliRunner().invoke(main, ["diff", str(out), "--from", "1", "--to", "2"])
+    line = res.output.strip()
+    assert res.exit_code == 1 and "Traceback" not in res.output and len(line.splitlines()) == 1, res.output
+    assert "manifest-v1.json" in line and "not kept" not in line
+    assert ("not a regular file" if damage == "fifo" else "nests more than") in line
+    raw = out.parent / "raw"
+    (raw / "val" / sorted((raw / "val").iterdir())[0].name).unlink()  # a new publish: version 3
+    (raw / "valannot" / sorted((raw / "valannot").iterdir())[0].name).unlink()
+    res = CliRunner().invoke(main, ["convert", str(raw), str(out), "--shard-size", "2", "--workers", "1",
+                                    "--keep-versions", "3"])
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "val" / "manifest.json").read_text())["version"] == 3

@@ -37,6 +37,19 @@ def entries(pairs: PairTable, cache: SourceCache) -> dict[str, list]:
     return dict(cache_items(pairs, cache))
 
 
+def cache_file(path: Path) -> dict[str, list]:
+    """The entries of a cache file (its checksum left out)."""
+    return {k: v for k, v in json.loads(path.read_bytes()).items() if k != fp.CHECKSUM_KEY}
+
+
+def signed(text: str) -> str:
+    """A cache file's JSON ``text`` with the checksum shardkit gives it (the sha256 of every byte before it)."""
+    import hashlib
+
+    body = text.rstrip()[:-1].encode() + (b", " if json.loads(text) else b"") + b'"\\u0000checksum": "'
+    return (body + hashlib.sha256(body).hexdigest().encode() + b'"}').decode()
+
+
 def test_fingerprints_follow_content_and_options_only(pairs: PairTable) -> None:
     a, cache = prints(pairs, "opts", threads=2)
     files = {str(p) for pair in pairs for p in (pair.image, pair.label)}
@@ -77,10 +90,16 @@ def test_missing_files_fail_or_get_a_placeholder_with_skip(pairs: PairTable) -> 
 def test_the_cache_round_trips_and_a_damaged_one_is_empty(tmp_path: Path, pairs: PairTable) -> None:
     _, cache = prints(pairs, "opts")
     save_cache(tmp_path, pairs, cache)
-    written = json.loads((tmp_path / CACHE_NAME).read_text())
+    written = cache_file(tmp_path / CACHE_NAME)
     assert entries(pairs, load_cache(tmp_path, pairs)) == entries(pairs, cache) == written
-    assert (tmp_path / CACHE_NAME).read_bytes() == json.dumps(written, sort_keys=True).encode()
-    for damaged in ("[1, 2", "[1, 2]", '{"a": [1, 2, 3, 4, "' + "0" * 64 + '"], "b": ['):
+    assert (tmp_path / CACHE_NAME).read_bytes() == signed(json.dumps(written, sort_keys=True)).encode()
+    good = (tmp_path / CACHE_NAME).read_text()
+    at = good.index('": [') + 4  # the first entry's size: another digit, valid JSON, checksum now stale
+    edited = good[:at] + ("1" if good[at] != "1" else "2") + good[at + 1:]
+    for damaged in ("[1, 2", "[1, 2]", '{"a": [1, 2, 3, 4, "' + "0" * 64 + '"], "b": [',
+                    json.dumps(written, sort_keys=True),  # no checksum: an older shardkit's
+                    edited,
+                    good[:-10] + "0" * 8 + '"}'):  # the checksum itself damaged
         (tmp_path / CACHE_NAME).write_text(damaged)
         assert entries(pairs, load_cache(tmp_path, pairs)) == {}
 
@@ -99,7 +118,7 @@ def test_the_cache_is_read_a_piece_at_a_time_and_keeps_only_this_splits_files(
     expected = {k: v for k, v in mine.items() if k not in (image0, label2)}
     for text in (json.dumps(mine | other, sort_keys=True), json.dumps(mine | other, sort_keys=True, indent=1),
                  json.dumps(bad | other, sort_keys=True)):
-        (tmp_path / CACHE_NAME).write_text(text)
+        (tmp_path / CACHE_NAME).write_text(signed(text))
         for piece in (7, 64, 1 << 20):
             monkeypatch.setattr(fp, "READ_BLOCK", piece)
             got = entries(pairs, load_cache(tmp_path, pairs))
@@ -147,13 +166,13 @@ def test_fingerprints_hashed_in_workers_equal_the_parents(camvid_root: Path, tmp
     first = convert(cfg)
     assert in_parent == [] and first.shards == 3  # nothing to reuse: the parent hashed nothing
     from_workers = [s["fingerprint"] for s in load_manifest(out).samples]
-    worker_cache = json.loads((out / CACHE_NAME).read_text())
+    worker_cache = cache_file(out / CACHE_NAME)
     assert len(set(from_workers)) == 6 and len(worker_cache) == 12
     (out / CACHE_NAME).unlink()  # shard records are there: the parent hashes every file itself
     again = convert(cfg)
     assert len(in_parent) == 1 and again.reused == again.shards == 3  # same shard keys
     assert in_parent[0] == (from_workers, worker_cache)
-    assert json.loads((out / CACHE_NAME).read_text()) == worker_cache
+    assert cache_file(out / CACHE_NAME) == worker_cache
 
 
 def test_unreadable_inputs_skipped_in_workers_get_the_parents_placeholder(camvid_root: Path, tmp_path: Path) -> None:
@@ -187,8 +206,8 @@ def test_the_cache_file_is_json_dumps_bytes_written_in_pieces(entries: int, monk
     cache = {f"/data/{rng.integers(10**6)}/ü{i}.png": [int(rng.integers(10**9)), 1, 2, 3, "ab" * 32]
              for i in range(entries)}
     pieces = list(fingerprint.cache_json(sorted(cache.items())))
-    assert b"".join(pieces) == json.dumps(cache, sort_keys=True).encode()
-    assert len(pieces) == 2 + -(-entries // 5)  # "{", one piece per 5 entries, "}"
+    assert b"".join(pieces).decode() == signed(json.dumps(cache, sort_keys=True))
+    assert len(pieces) == 3 + -(-entries // 5)  # "{", one piece per 5 entries, the checksum's head, its digits
 
 
 def test_a_spilled_cache_reads_and_writes_like_one_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -242,10 +261,40 @@ def test_an_unchanged_cache_file_is_not_written_again(pairs: PairTable, tmp_path
     _, cache = prints(pairs, "opts", load_cache(out, pairs))
     assert cache.changed
     save_cache(out, pairs, cache)
-    assert path.read_bytes() != written and json.loads(path.read_bytes()) == entries(pairs, cache)
+    assert path.read_bytes() != written and cache_file(path) == entries(pairs, cache)
     fewer = pairs[:2]  # a pair removed: its entries must leave the file
     cache = load_cache(out, fewer)
     assert cache.changed
     _, cache = prints(fewer, "opts", cache)
     save_cache(out, fewer, cache)
-    assert json.loads(path.read_bytes()) == entries(fewer, cache)
+    assert cache_file(path) == entries(fewer, cache)
+
+
+@pytest.mark.parametrize("damage", ["deep", "deep-value", "fifo", "folder", "no-separator"])
+def test_a_hostile_cache_file_is_dropped_with_a_warning_never_a_traceback_or_hang(
+        tmp_path: Path, pairs: PairTable, damage: str, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 100,000-deep cache (whole, or one entry's value), a FIFO or folder in its place, one huge entry: the cache
+    is empty (every file hashed again) with a warning naming it; the next save writes a good one."""
+    path = tmp_path / CACHE_NAME
+    if damage == "deep":
+        path.write_text("[" * 100_000 + "]" * 100_000)
+    elif damage == "deep-value":
+        path.write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    elif damage == "fifo":
+        os.mkfifo(path)
+    elif damage == "folder":
+        path.mkdir()
+    else:
+        monkeypatch.setattr(fp, "MAX_WHOLE_BYTES", 1 << 16)
+        path.write_text('{"' + "a" * (fp.MAX_ENTRY_BYTES + 10) + '": [1, 2, 3, 4, "' + "0" * 64 + '"]}')
+    try:
+        assert entries(pairs, load_cache(tmp_path, pairs)) == {}
+        assert f"{path}: damaged" in caplog.text and "hashed again" in caplog.text
+    finally:
+        if damage == "fifo":
+            path.unlink()
+    if damage != "folder":
+        _, cache = prints(pairs, "opts")
+        save_cache(tmp_path, pairs, cache)
+        assert entries(pairs, load_cache(tmp_path, pairs)) == entries(pairs, cache)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 from collections.abc import Callable
@@ -737,3 +738,38 @@ def test_a_damaged_codecs_entry_in_the_manifest_is_one_line_for_info(fuzz_splits
         assert result.exit_code == 1 and "Traceback" not in result.output and "codecs" in result.output
     with pytest.raises(ShardFormatError, match=r"format_options\.codecs is invalid"):
         load_manifest(split)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("swap", ["fifo", "deep-json"])
+def test_every_file_of_a_split_folder_swapped_for_a_fifo_or_deep_json_is_one_line_never_a_hang(
+        camvid_splits: dict[str, Path], tmp_path: Path, swap: str) -> None:
+    """Each file in turn — manifest, kept version, shard files, sidecars, shard records, fingerprint cache — replaced
+    by a FIFO (a reader that opened it would wait forever) or by 100,000-deep JSON (a RecursionError): open, info
+    and verify end in exit 0 or one clean line, never a traceback or a hang."""
+    src = camvid_splits["npy"]
+    names = sorted(p.name for p in src.iterdir() if p.is_file() and not p.name.startswith(".lease-"))
+    assert {"manifest.json", "manifest-v1.json", ".fingerprints.json"} <= set(names)
+    assert any(n.startswith(".shard-") for n in names) and any(n.startswith("samples-") for n in names)
+    for name in names:
+        split = _copy_split(src, tmp_path / name.strip(".") / "val")
+        (split / name).unlink()
+        if swap == "fifo":
+            os.mkfifo(split / name)
+        else:
+            (split / name).write_text("[" * 100_000 + "]" * 100_000)
+        try:
+            try:
+                ds = shardkit.open(split)
+                ds[0]
+                ds.close()
+            except ShardkitError as exc:
+                assert "\n" not in str(exc), (name, str(exc))
+            for args in (["info", split], ["verify", split]):
+                res = CliRunner().invoke(main, [str(a) for a in args])
+                assert res.exception is None or isinstance(res.exception, SystemExit), (name, args, res.exception)
+                assert "Traceback" not in res.output and res.exit_code in (0, 1), (name, args, res.output)
+                if res.exit_code:
+                    assert len(res.output.strip().splitlines()) == 1 or args[0] == "verify", (name, res.output)
+        finally:
+            (split / name).unlink()

@@ -92,3 +92,22 @@ def test_a_lock_naming_an_impossible_pid_is_stale_not_a_crash(pid: int) -> None:
     body = {"host": socket.gethostname(), "pid": pid, "ttl": 30}
     reason = _remote_lock()._stale(body, {"LastModified": time.time()})
     assert reason is not None and "is dead" in reason
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo", "link"])
+def test_a_lock_that_is_not_a_regular_file_is_one_line_naming_it(tmp_path: Path, kind: str) -> None:
+    """A folder, FIFO or symlink named ``.shardkit.lock``: refused with the fix that helps (remove it), never a
+    hang on the FIFO, never a write through the link."""
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("keep me")
+    lock = tmp_path / LOCK_NAME
+    if kind == "folder":
+        lock.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(lock)
+    else:
+        lock.symlink_to(target)
+    with pytest.raises(OutputError, match="output lock is not a regular file") as info, OutputLock(tmp_path):
+        pass
+    assert f"remove {lock}" in (info.value.fix or "")
+    assert target.read_text() == "keep me"

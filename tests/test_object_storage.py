@@ -751,3 +751,26 @@ def test_a_bucket_split_gets_the_local_fast_paths(limited_split: tuple[str, int]
     images, labels = ds.batch(idx)
     want_images, want_labels = ref.batch(idx)
     assert np.array_equal(images, want_images) and np.array_equal(labels, want_labels)
+
+
+def test_class_statistics_of_a_bucket_fetch_sidecars_through_the_shard_cache(raw_camvid: str, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Class weights and repeat factors of a remote split read their sidecars through the cache (its lock,
+    admission under the limit, verified download), never through a second downloader that skips them."""
+    import shardkit.samples
+
+    out = "s3://out/sidecar-cache"
+    convert(ConvertConfig(raw_camvid, out, workers=1, **{**OPTIONS, "shard_size": ShardSize(samples=5)}))
+    ref = shardkit.open(f"{out}/val", cache_dir=tmp_path / "ref")
+    want = ref.class_weights()
+
+    def second_downloader(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a sidecar was downloaded outside the shard cache")
+
+    monkeypatch.setattr(shardkit.samples, "fetch_sidecar", second_downloader)
+    ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "cache")
+    assert ds.cache is not None
+    assert np.array_equal(ds.class_weights(), want)
+    sidecars = {s.samples.name for s in ds.manifest.shards if s.samples is not None}
+    assert sidecars and sidecars <= {p.name for p in ds.cache.directory.iterdir()}  # admitted into the cache
+    assert len(ds.repeat_factors()) == len(ds)

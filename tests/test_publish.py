@@ -179,3 +179,79 @@ def test_uncommitted_versions_are_dropped_and_a_legacy_manifest_is_kept_as_versi
     publish.drop_uncommitted(tmp_path)
     assert sorted(p.name for p in tmp_path.glob("manifest-v*")) == ["manifest-v1.json"]
     assert publish.keep_legacy(tmp_path, publish.current_manifest(tmp_path)) == 4
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    return int(done.stdout)
+
+
+def test_a_folder_or_fifo_named_like_a_dead_readers_lease_is_left_alone_and_reclaim_works(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Not a lease: it protects nothing, is not removed (it is no file of ours to unlink) and fails nothing."""
+    import socket
+
+    for number in (1, 2, 3):
+        _version(tmp_path, number, [f"images-{number}.npy"])
+    folder = tmp_path / f".lease-v1-{socket.gethostname()}-{_dead_pid()}-abcd"
+    folder.mkdir()
+    fifo = tmp_path / f".lease-v2-{socket.gethostname()}-1-abcd"
+    os.mkfifo(fifo)
+    assert publish.leased_versions(tmp_path) == set()
+    assert "not a regular file" in caplog.text and "remove it" in caplog.text
+    assert publish.reclaim(tmp_path, 1, set(), _owned) == [3]
+    assert folder.is_dir() and fifo.exists() and not (tmp_path / "images-1.npy").exists()
+
+
+def test_a_pid_1_lease_or_one_dated_in_the_future_keeps_no_version(tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """pid 1 is always alive (init): a lease nobody holds the flock of, naming it, is stale; a lease dated past
+    LEASE_SKEW in the future (this host or another) would never expire, so it counts for nothing."""
+    import socket
+    import time
+
+    host = socket.gethostname()
+    init = tmp_path / f".lease-v1-{host}-1-abcd"
+    init.touch()
+    ahead = time.time() + 10 * 365 * 86400
+    for name in (f".lease-v2-{host}-{os.getpid()}-abcd", ".lease-v3-other-host.example-123-abcd"):
+        (tmp_path / name).touch()
+        os.utime(tmp_path / name, (ahead, ahead))
+    assert publish.leased_versions(tmp_path) == set()
+    assert not init.exists()  # stale: removed
+    assert "in the future" in caplog.text
+    just = time.time() + 60  # within the skew between hosts' clocks: counts
+    os.utime(tmp_path / ".lease-v3-other-host.example-123-abcd", (just, just))
+    assert publish.leased_versions(tmp_path) == {3}
+
+
+def test_a_lease_counts_while_its_reader_holds_it_whatever_its_pid_or_age(tmp_path: Path) -> None:
+    """Liveness is the lease's flock, which the kernel drops with the process: a reader open for longer than
+    LEASE_TTL still counts; an old unheld lease naming a live pid (an older shardkit's, or forged) expires."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    code = ("import sys, shardkit.publish as p; p.take_lease(sys.argv[1], 5); print('ok', flush=True); "
+            "sys.stdin.read()")
+    reader = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, cwd=Path(publish.__file__).parents[1])
+    try:
+        assert reader.stdout is not None and reader.stdout.readline().strip() == "ok"
+        (lease,) = tmp_path.glob(".lease-v5-*")
+        old = time.time() - 2 * publish.LEASE_TTL
+        os.utime(lease, (old, old))
+        unheld = tmp_path / f".lease-v6-{socket.gethostname()}-{reader.pid}-abcd"  # a live pid, no flock
+        unheld.touch()
+        assert publish.leased_versions(tmp_path) == {5, 6}
+        os.utime(unheld, (old, old))
+        assert publish.leased_versions(tmp_path) == {5}
+        assert not unheld.exists()
+    finally:
+        reader.communicate("")
+    assert publish.leased_versions(tmp_path) == set()  # the reader is gone: its flock went with it

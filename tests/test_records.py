@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
+
+import pytest
 
 from shardkit.records import RECORD_PREFIX, ShardRecord, reuse
 from shardkit.splitfiles import ShardFile
@@ -110,3 +113,29 @@ def test_a_moved_shard_gets_its_new_names_and_keeps_the_old(tmp_path: Path) -> N
     assert moved is not None and [f.name for f in moved.files] == ["images-00003-k1.npy"]
     assert (tmp_path / "images-00003-k1.npy").read_bytes() == (tmp_path / "images-00000-k1.npy").read_bytes()
     assert ShardRecord.load(tmp_path, "k1") == moved  # the record now names the new file
+
+
+@pytest.mark.parametrize("damage", ["deep", "fifo", "folder"])
+def test_a_hostile_record_is_dropped_with_a_warning_never_a_traceback_or_hang(
+        tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A 100,000-deep ``.shard-*.json``, a FIFO or a folder in its place: no record (its shard is rewritten), a
+    warning naming it; ``records_within`` (reclaim's bookkeeping) passes it over the same way."""
+    from shardkit.records import records_within
+
+    shard(tmp_path, "k1", "images-00000-k1.npy")
+    path = ShardRecord.path(tmp_path, "k1")
+    path.unlink()
+    if damage == "deep":
+        path.write_text('{"files": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    elif damage == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    try:
+        assert ShardRecord.load(tmp_path, "k1") is None
+        assert f"{path}: damaged" in caplog.text
+        assert records_within(tmp_path, {"images-00000-k1.npy"}) == set()
+        assert reuse(tmp_path, "k1", ("images-00000-k1.npy",)) is None
+    finally:
+        if damage == "fifo":
+            path.unlink()

@@ -20,6 +20,7 @@ from shardkit import unchanged
 from shardkit.cli import main
 from shardkit.errors import OutputError
 from shardkit.lock import OutputLock
+from shardkit.smallfile import checksum
 from shardkit.unchanged import SIGNATURE_NAME
 from tests.camvid_copy import small_camvid
 
@@ -151,6 +152,12 @@ def test_a_changed_output_takes_the_normal_path(converted: tuple[Path, Path], sp
     assert manifest.is_file() and shard.is_file()
 
 
+def _signed(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with the checksum shardkit would give it: valid but edited content, to test the field checks."""
+    body = {k: v for k, v in body.items() if k != "checksum"}
+    return {**body, "checksum": checksum(body)}
+
+
 def test_a_damaged_missing_or_foreign_signature_takes_the_normal_path(converted: tuple[Path, Path],
                                                                        spy: Spy) -> None:
     raw, out = converted
@@ -171,7 +178,8 @@ def test_a_damaged_missing_or_foreign_signature_takes_the_normal_path(converted:
         assert fast(spy, raw, out), what
     # a line whose fields would overwrite the log record's own is said without them, not a traceback
     good = json.loads(sig.read_text())
-    sig.write_text(json.dumps({**good, "lines": [[20, "hello", {"message": "x", "name": "y", "logger": "z"}]]}))
+    hostile = [[20, "hello", {"message": "x", "name": "y", "logger": "z"}]]
+    sig.write_text(json.dumps(_signed({**good, "lines": hostile})))
     res = convert(raw, out)
     assert res.exit_code == 0 and "hello" in res.output and FAST in res.output, res.output
 
@@ -273,3 +281,36 @@ def test_the_fast_path_imports_no_converter(converted: tuple[Path, Path]) -> Non
     res = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     assert FAST in res.stderr, res.stderr
     assert res.stdout.split() == []
+
+
+@pytest.mark.timeout(120)
+def test_a_hostile_signature_is_dropped_with_a_warning_and_rebuilt(converted: tuple[Path, Path], spy: Spy) -> None:
+    """A signature that is a FIFO (no hang), 100,000-deep JSON (no RecursionError at start-up), over its size cap,
+    edited into other valid JSON without its checksum (a summary that lies), or with fields of the wrong type or
+    range under a matching checksum: the normal path runs with one warning, and its new signature is used."""
+    raw, out = converted
+    sig = out / SIGNATURE_NAME
+    good = json.loads(sig.read_text())
+    changes: dict[str, Callable[[], None]] = {
+        "fifo": lambda: (sig.unlink(), os.mkfifo(sig)),
+        "folder": lambda: (sig.unlink(), sig.mkdir()),
+        "deep": lambda: sig.write_text("[" * 100_000 + "]" * 100_000),
+        "deep value": lambda: sig.write_text(json.dumps({**good, "lines": 0})[:-1] + ', "x": '
+                                             + "[" * 100_000 + "]" * 100_000 + "}"),
+        "too large": lambda: sig.write_bytes(b" " * (unchanged.MAX_SIGNATURE_BYTES + 1)),
+        "edited summary": lambda: sig.write_text(json.dumps({**good, "summary": {**good["summary"], "samples": 7}})),
+        "no checksum": lambda: sig.write_text(json.dumps({k: v for k, v in good.items() if k != "checksum"})),
+        "negative count": lambda: sig.write_text(json.dumps(_signed({**good, "summary": {**good["summary"],
+                                                                                        "samples": -1}}))),
+        "string stat": lambda: sig.write_text(json.dumps(_signed({**good, "outputs": {
+            k: [str(v[0]), *v[1:]] for k, v in good["outputs"].items()}}))),
+    }
+    for what, change in changes.items():
+        change()
+        res = convert(raw, out)
+        assert res.exit_code == 0 and FAST not in res.output and "Traceback" not in res.output, (what, res.output)
+        assert f"{sig}: damaged" in res.output and "takes the normal path" in res.output, (what, res.output)
+        if sig.is_dir():
+            sig.rmdir()
+            assert not fast(spy, raw, out), what
+        assert fast(spy, raw, out), f"{what}: the signature was rebuilt"

@@ -26,6 +26,7 @@ import numpy as np
 from ..codecs import RAW, ArrayCodecs, CodecDataError
 from ..errors import ConfigError, IntegrityError, ShardFormatError, ShardkitError
 from ..samples import sidecar_name
+from ..smallfile import open_regular
 from ..splitfiles import (  # noqa: F401  (IMAGE_* and MAX_BANDS: re-exported)
     IMAGE_CHANNEL_KINDS,
     IMAGE_DTYPES,
@@ -63,7 +64,7 @@ def sha256_file(path: Path, *, mapped: bool = False) -> str:
     ``verify``, which reads files from anywhere, keeps the reads.
     """
     h = hashlib.sha256()
-    with open(path, "rb", buffering=0) as fh:
+    with os.fdopen(open_regular(path), "rb", buffering=0) as fh:  # a FIFO or device: OSError, never a hang
         size = os.fstat(fh.fileno()).st_size
         if mapped and size > 0:  # an empty file cannot be mapped
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as view:

@@ -8,6 +8,7 @@ mask, or 255 far above ids 0..20 — are refused with the flags that say what th
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -22,6 +23,7 @@ import numpy as np
 
 from ..errors import LabelError
 from ..imageio import check_pixels, decode_palette_label, is_jpeg_data, read_bytes
+from ..smallfile import checksum, read_json
 from .classes import MAX_CLASSES, ClassInfo, ClassTable
 from .hints import JPEG_PROBLEM, jpeg_fix, luma, read_values
 from .policy import TableChoice
@@ -128,6 +130,43 @@ def scan_table(paths: Sequence[Path | str], ignore_index: int | None, *, max_pix
     return table_from_values(found[0], found[1], len(paths), ignore_index, root)
 
 
+#: Largest scan cache read (a few hundred values, or 65,536 at most: ~10 MB with long paths).
+MAX_SCAN_CACHE_BYTES = 16 << 20
+
+
+def _scan_from_json(data: Any) -> tuple[np.ndarray, dict[int, Path]]:
+    """The (counts, first files) a parsed scan cache holds, each field checked for type and range before it is
+    used (a ValueError naming the problem): ``size`` a class count, each value once, in ``0..size-1``, a
+    positive pixel count and a path; the checksum of the rest equal to ``checksum``."""
+    if not isinstance(data, dict) or set(data) != {"key", "size", "values", "checksum"}:
+        raise ValueError("not an object of key, size, values and checksum")
+    if data["checksum"] != checksum({k: v for k, v in data.items() if k != "checksum"}):
+        raise ValueError("its checksum does not match its content")
+    size, values = data["size"], data["values"]
+    if not _is_int(size) or not 1 <= size <= MAX_CLASSES:
+        raise ValueError(f"size {str(size)[:20]} is not a value count in 1..{MAX_CLASSES}")
+    if not isinstance(values, list) or len(values) > size:
+        raise ValueError("values is not a list of at most size entries")
+    counts = np.zeros(size, np.int64)
+    first: dict[int, Path] = {}
+    for entry in values:
+        if not (isinstance(entry, list) and len(entry) == 3 and _is_int(entry[0]) and _is_int(entry[1])
+                and isinstance(entry[2], str)):
+            raise ValueError(f"entry {str(entry)[:40]} is not [value, pixels, path]")
+        v, n, where = entry
+        if not 0 <= v < size or v in first or not 0 < n < 1 << 62 or not where or "\0" in where:
+            raise ValueError(f"entry {str(entry)[:40]}: a value outside 0..{size - 1}, repeated, or without pixels")
+        counts[v] = n
+        first[v] = Path(where)
+    if size != (max(first) + 1 if first else 1):
+        raise ValueError(f"size {size} is not one more than the largest value")
+    return counts, first
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 @dataclass
 class ScanCache:
     """The scan cache of one conversion: where it lives, the key of this run's label files, and (after a scan)
@@ -152,24 +191,28 @@ class ScanCache:
         return cls(path, h.hexdigest())
 
     def load(self) -> tuple[np.ndarray, dict[int, Path]] | None:
-        """(counts, first file of each value) of the last scan if its key is this one, else None."""
+        """(counts, first file of each value) of the last scan if its key is this one, else None. A damaged cache
+        (not a regular file, not JSON, a checksum that disagrees, a field of the wrong type or range) is dropped
+        with a warning and the labels are scanned again: it is never trusted, and never a traceback."""
         try:
-            with open(self.path, "rb") as fh:
-                data = json.loads(fh.read(1 << 20))  # a few hundred values at most: a bigger file is not ours
-            if data.get("key") != self.key:
+            data = read_json(self.path, "label scan cache", limit=MAX_SCAN_CACHE_BYTES)
+            if isinstance(data, dict) and data.get("key") != self.key:
+                return None  # another run's scan (other labels or options): scanned again, silently
+            if isinstance(data, dict) and "checksum" not in data and set(data) == {"key", "size", "values"}:
+                log.info("%s: written by an older shardkit (no checksum): the labels are scanned again", self.path)
                 return None
-            counts = np.zeros(int(data["size"]), np.int64)
-            first: dict[int, Path] = {}
-            for v, n, where in data["values"]:
-                counts[int(v)] = int(n)
-                first[int(v)] = Path(str(where))
-            return counts, first
-        except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
-            return None  # missing or damaged: scan again
+            return _scan_from_json(data)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            log.warning("%s: damaged (%s), ignored: the labels are scanned again and the cache rewritten",
+                        self.path, exc.strerror if isinstance(exc, OSError) and exc.strerror else exc)
+            return None
 
     def remember(self, counts: np.ndarray, first: dict[int, Path]) -> None:
-        self.pending = {"key": self.key, "size": int(counts.size),
-                        "values": [[v, int(counts[v]), str(first[v])] for v in sorted(first)]}
+        body = {"key": self.key, "size": int(counts.size),
+                "values": [[v, int(counts[v]), str(first[v])] for v in sorted(first)]}
+        self.pending = {**body, "checksum": checksum(body)}
 
     def save(self) -> None:
         """Write a scan made this run (temp name, rename); a failure only costs the next run a scan."""
@@ -177,9 +220,13 @@ class ScanCache:
             return
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
-            tmp.write_text(json.dumps(self.pending))
+            tmp.unlink(missing_ok=True)  # a file left by a killed run of this pid; anything else fails the unlink
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)  # never into a FIFO
+            with os.fdopen(fd, "w") as fh:
+                fh.write(json.dumps(self.pending))
             os.replace(tmp, self.path)
         except OSError as exc:
             log.debug("label scan cache not written: %s", exc)
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # a folder in its place stays (it failed the unlink above)
+                tmp.unlink(missing_ok=True)
         self.pending = None

@@ -24,7 +24,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
-import json
 import logging
 import multiprocessing.util
 import os
@@ -48,10 +47,12 @@ from ..manifest import (
     kept_versions,
     named_files,
     parse_manifest_bytes,
+    read_manifest_json,
     version_name,
     version_number,
 )
 from ..publish import atomic_write_bytes
+from ..smallfile import read_guarded
 from ..splitfiles import ShardFile, ShardInfo, member_path
 from ..storage import Remote
 
@@ -108,8 +109,8 @@ def _flock(path: Path) -> Iterator[None]:
 
 def _same_bytes(path: Path, data: bytes) -> bool:
     try:
-        return path.read_bytes() == data
-    except OSError:
+        return read_guarded(path, "cached manifest", limit=len(data)) == data
+    except OSError:  # missing, not a regular file, longer
         return False
 
 
@@ -227,8 +228,8 @@ class ShardCache:
                 continue
             if number is not None or p.name == MANIFEST_NAME:
                 try:
-                    names |= named_files(json.loads(p.read_bytes()))
-                except (OSError, ValueError, RecursionError):
+                    names |= named_files(read_manifest_json(p))
+                except ShardkitError:  # not a regular file, too large or too deep, not JSON: names nothing
                     continue
         for p in self.directory.iterdir():
             if not p.name.startswith(".") and not _is_manifest_name(p.name) and p.name not in names:
@@ -255,7 +256,7 @@ class ShardCache:
                     if p.name.startswith(_RESERVE):
                         pid = p.name[len(_RESERVE):].split("-", 1)[0]
                         if pid.isdigit() and pid_alive(int(pid)):  # a dead downloader's reservation is void
-                            total += int(p.read_text() or 0)
+                            total += int(read_guarded(p, "reservation", limit=32) or 0)
                     elif not p.name.startswith(".") and p.is_file():
                         total += p.stat().st_size
                 except (OSError, ValueError):

@@ -31,7 +31,6 @@ from ..formats.registry import get
 from ..manifest import Manifest, load_manifest
 from ..onehot import hot_channels
 from ..publish import drop_lease, take_lease
-from ..samples import remote_sidecars
 from ..splitfiles import ShardInfo
 from ..stats import ENET_K, ClassFrequencies, class_weights, presence_contradiction, split_frequencies
 from ..storage import is_url
@@ -439,11 +438,11 @@ class Dataset:
     # ------------------------------------------------------------------ class balance
     def _sidecar_folders(self, use: Callable[[Callable[[ShardInfo], Any] | None], Any]) -> Any:
         """``use(folder)`` with ``folder`` mapping a shard to the folder of its sidecar: None for a local split; for
-        a remote one the cache (when the shard is there) or a temporary folder holding only the sidecar."""
+        a remote one the shard cache's :meth:`~shardkit.read.cache.ShardCache.fetch_sidecar` (its lock, admission
+        under the limit, read-through when it does not fit, each download verified), like the sample records."""
         if self.cache is None:
             return use(None)
-        with remote_sidecars(self.cache.remote, self.cache.directory) as folder:
-            return use(folder)
+        return use(self.cache.fetch_sidecar)
 
     def class_frequencies(self) -> ClassFrequencies:
         """Per-class pixel counts, and image pixels and images per class, from the manifest and the samples

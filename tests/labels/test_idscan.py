@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -113,3 +114,94 @@ def test_an_int16_tiff_label_is_named_int16_not_int32(tmp_path: Path) -> None:
     tifffile.imwrite(path, np.array([[0, 1], [-1, 2]], np.int16))
     with pytest.raises(LabelError, match=r"label pixels are int16 \(mode I\), not 8- or 16-bit class ids"):
         scan_table([path], None, max_pixels=1000)
+
+
+def _resigned(body: dict[str, object]) -> dict[str, object]:
+    """``body`` with the checksum shardkit would give it (edited but self-consistent: the field checks decide)."""
+    from shardkit.smallfile import checksum
+
+    body = {k: v for k, v in body.items() if k != "checksum"}
+    return {**body, "checksum": checksum(body)}
+
+
+def _extra_value(good: dict) -> dict:  # type: ignore[type-arg]
+    return {**good, "size": 6, "values": [*good["values"], [5, 1, "x.png"]]}
+
+
+#: A scan cache damaged or edited in each way: (what is written, given the good cache's parsed JSON).
+SCAN_CACHE_DAMAGE = {
+    "one extra value (checksum not updated)": lambda good: json.dumps(_extra_value(good)),
+    "size 1e12": lambda good: json.dumps(_resigned({**good, "size": 1e12})),
+    "size 10**12": lambda good: json.dumps(_resigned({**good, "size": 10**12})),
+    "a -1 value": lambda good: json.dumps(_resigned({**good, "values": [[-1, 5, "a.png"], *good["values"][1:]]})),
+    "a value past size": lambda good: json.dumps(_resigned({**good, "values": [*good["values"], [7, 1, "a.png"]]})),
+    "a value twice": lambda good: json.dumps(_resigned({**good, "values": [*good["values"], good["values"][0]]})),
+    "a string count": lambda good: json.dumps(_resigned({**good, "values": [[0, "3", "a.png"]]})),
+    "100,000-deep JSON": lambda good: "[" * 100_000 + "]" * 100_000,
+    "not JSON": lambda good: "{",
+    "no checksum": lambda good: json.dumps({k: v for k, v in good.items() if k != "checksum"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SCAN_CACHE_DAMAGE))
+def test_a_damaged_scan_cache_is_dropped_with_a_warning_and_the_labels_scanned_again(
+        tmp_path: Path, case: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Never trusted (a 6-class table for 3-class data), never a traceback or a huge allocation: a warning, then
+    the table a fresh scan gives, and the cache rewritten."""
+    from shardkit.labels.idscan import SCAN_CACHE, ScanCache
+
+    a = save(tmp_path / "a.png", np.array([[0, 1], [1, 2]], np.uint8))
+    where, names = tmp_path / SCAN_CACHE, [str(a)]
+    cache = ScanCache.of(where, names, "options")
+    assert cache is not None
+    fresh = scan_table(names, None, max_pixels=1000, cache=cache)
+    cache.save()
+    where.write_text(SCAN_CACHE_DAMAGE[case](json.loads(where.read_text())))
+    again = ScanCache.of(where, names, "options")
+    caplog.set_level("INFO", logger="shardkit.labels.idscan")
+    assert again is not None and again.load() is None
+    said = "older shardkit" if case == "no checksum" else "damaged"  # not trusted either, but no damage to warn of
+    assert said in caplog.text and "scanned again" in caplog.text
+    redo = scan_table(names, None, max_pixels=1000, cache=again)
+    assert redo.table == fresh.table and redo.table.num_classes == 3
+    again.save()
+    reread = ScanCache.of(where, names, "options")
+    assert reread is not None and reread.load() is not None  # rebuilt
+
+
+def test_a_scan_cache_that_is_a_fifo_or_folder_is_dropped_without_hanging(tmp_path: Path,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    import os
+
+    from shardkit.labels.idscan import SCAN_CACHE, ScanCache
+
+    a = save(tmp_path / "a.png", np.array([[0, 1], [1, 2]], np.uint8))
+    where = tmp_path / SCAN_CACHE
+    os.mkfifo(where)
+    try:
+        cache = ScanCache.of(where, [str(a)], "options")
+        assert cache is not None and cache.load() is None  # no hang: the FIFO is never opened for a blocking read
+        assert "not a regular file (a FIFO)" in caplog.text
+    finally:
+        where.unlink()
+    where.mkdir()
+    cache = ScanCache.of(where, [str(a)], "options")
+    assert cache is not None and cache.load() is None
+    assert "not a regular file (a folder)" in caplog.text
+
+
+@pytest.mark.timeout(60)
+def test_saving_the_scan_cache_never_writes_into_a_fifo_left_at_its_temp_name(tmp_path: Path) -> None:
+    import os
+
+    from shardkit.labels.idscan import SCAN_CACHE, ScanCache
+
+    a = save(tmp_path / "a.png", np.array([[0, 1], [1, 2]], np.uint8))
+    where = tmp_path / SCAN_CACHE
+    cache = ScanCache.of(where, [str(a)], "options")
+    assert cache is not None
+    scan_table([str(a)], None, max_pixels=1000, cache=cache)
+    os.mkfifo(tmp_path / f".{SCAN_CACHE}.{os.getpid()}.tmp")  # opened for writing, it would wait for a reader
+    cache.save()
+    again = ScanCache.of(where, [str(a)], "options")
+    assert again is not None and again.load() is not None
