@@ -180,7 +180,8 @@ def test_info_class_weights_json_and_text(camvid_val_npy: Path) -> None:
 
 
 def test_class_weights_of_a_remote_split_download_only_sidecars(camvid_val_npy: Path, tmp_path: Path) -> None:
-    """A split on object storage (a local S3 server): the same weights, and no shard file is downloaded."""
+    """A split on object storage (a local S3 server): the same weights, and no shard file is downloaded: only the
+    samples sidecars, through the shard cache (its lock, admission and verified download)."""
     from click.testing import CliRunner
 
     import shardkit
@@ -197,7 +198,9 @@ def test_class_weights_of_a_remote_split_download_only_sidecars(camvid_val_npy: 
                 remote.upload(p, p.name)
         ds = shardkit.open("s3://weights/val", cache_dir=tmp_path / "cache")
         assert np.array_equal(ds.class_weights("median_frequency"), want)
-        assert ds.cache is not None and ds.cache.downloads == 0 and ds.cache.cached_bytes() == 0
+        sidecars = sum(p.stat().st_size for p in camvid_val_npy.glob("samples-*.npy"))
+        assert sidecars > 0
+        assert ds.cache is not None and ds.cache.downloads == 0 and ds.cache.cached_bytes() == sidecars
         run = CliRunner().invoke(main, ["info", "s3://weights/val", "--class-weights", "median_frequency", "--json"])
         assert run.exit_code == 0, run.output
         assert np.array_equal(np.float32(json.loads(run.output)["weights"]), want)
