@@ -81,8 +81,8 @@ from shardkit import augment as A
 from shardkit.augment import cpu as augment_cpu
 from shardkit.augment import geometry as augment_geometry
 from shardkit.augment import ops as O
-from shardkit.config import ConvertConfig
-from shardkit.pipeline import convert
+from shardkit.conversion.config import ConvertConfig
+from shardkit.conversion.pipeline import convert
 
 IGNORE = 11
 SK = "shardkit numpy"

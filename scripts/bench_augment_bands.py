@@ -50,8 +50,8 @@ from shardkit import augment as A
 from shardkit.augment import geometry as augment_geometry
 from shardkit.augment import levels as augment_levels
 from shardkit.augment import ops as O
-from shardkit.config import ConvertConfig
-from shardkit.pipeline import convert
+from shardkit.conversion.config import ConvertConfig
+from shardkit.conversion.pipeline import convert
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_augment import IGNORE, albu_compose, cpu_seconds

@@ -49,8 +49,8 @@ VARIANTS: tuple[tuple[str, str, str], ...] = (
 
 
 def convert_all(source: Path, out: Path, split: str, size: tuple[int, int], only: str | None) -> dict[str, Path]:
-    from shardkit.config import ConvertConfig
-    from shardkit.pipeline import convert
+    from shardkit.conversion.config import ConvertConfig
+    from shardkit.conversion.pipeline import convert
 
     folders = {}
     for fmt, image, label in VARIANTS:

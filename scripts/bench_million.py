@@ -5,7 +5,7 @@
 
 1. Builds a synthetic npy split of ``--samples`` tiny fixed-size samples (8x8, 4 classes) without decoding a
    single PNG: shard files are written as the npy format specifies (``np.save`` bytes, what ``NpyWriter``
-   writes), each shard's samples sidecar with :class:`shardkit.samples.SidecarBuilder`, the manifest with
+   writes), each shard's samples sidecar with :class:`shardkit.files.samples.SidecarBuilder`, the manifest with
    shardkit's own ``Manifest``/``dump_manifest``. ``shardkit verify`` accepts it. The same shards are then
    hard-linked into a second folder with a manifest version 1 (every record inline, as shardkit wrote before
    the sidecars): the "before".
@@ -52,15 +52,15 @@ log = logging.getLogger("bench_million")
 def build_split(out: Path, n: int, shard_size: int) -> Path:
     """A fixed-size npy split of ``n`` tiny samples (``shard_size`` per shard) with samples sidecars."""
     from shardkit._version import __version__
-    from shardkit.codecs import RAW
+    from shardkit.codecs.registry import RAW
+    from shardkit.files.samples import SampleTable, SidecarBuilder, sidecar_name, split_fingerprint
+    from shardkit.files.splitfiles import ShardFile, ShardInfo
     from shardkit.formats.base import SampleSpec, sha256_file
     from shardkit.formats.npy import FORMAT
     from shardkit.labels import ClassInfo, ClassTable
-    from shardkit.manifest import Manifest
-    from shardkit.publish import dump_manifest
-    from shardkit.samples import SampleTable, SidecarBuilder, sidecar_name, split_fingerprint
-    from shardkit.splitfiles import ShardFile, ShardInfo
-    from shardkit.stats import Stats
+    from shardkit.store.manifest import Manifest
+    from shardkit.store.publish import dump_manifest
+    from shardkit.store.stats import Stats
 
     split = out / "train"
     split.mkdir(parents=True)
@@ -104,7 +104,7 @@ def build_split(out: Path, n: int, shard_size: int) -> Path:
 def write_version1(src: Path, dst: Path) -> Path:
     """The same shards (hard links) with a manifest version 1, streamed record by record, laid out as
     ``dump_manifest`` wrote it (indent 1, sorted keys): the "before" of this change."""
-    from shardkit.manifest import inline_manifest, load_manifest
+    from shardkit.store.manifest import inline_manifest, load_manifest
 
     dst.mkdir(parents=True)
     m = load_manifest(src)
@@ -172,8 +172,8 @@ main()
 CONVERT = HWM + """
 import json, sys, time
 from pathlib import Path
-from shardkit.config import ConvertConfig
-from shardkit.pipeline import convert
+from shardkit.conversion.config import ConvertConfig
+from shardkit.conversion.pipeline import convert
 t0 = time.perf_counter()
 s = convert(ConvertConfig(Path(sys.argv[1]), Path(sys.argv[2]), layout="segnet", num_classes=4, workers=2,
                           quiet=True))
@@ -186,8 +186,8 @@ HEAP = """
 import json, sys, tracemalloc
 from pathlib import Path
 tracemalloc.start()
-import shardkit.pipeline as pl
-from shardkit.config import ConvertConfig
+import shardkit.conversion.pipeline as pl
+from shardkit.conversion.config import ConvertConfig
 marks = {}
 plan, publish = pl._plan, pl.publish_split
 def traced_plan(*a, **k):

@@ -35,8 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shardkit.config import ConvertConfig
-from shardkit.pipeline import convert
+from shardkit.conversion.config import ConvertConfig
+from shardkit.conversion.pipeline import convert
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scaled_camvid import replicated_source, source_pairs  # a sibling script module

@@ -86,7 +86,7 @@ from shardkit.bench import (
     shard_files,
     torch_pass,
 )
-from shardkit.onehot import kernel_name
+from shardkit.codecs.onehot import kernel_name
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scaled_camvid import replicated_source, source_pairs  # a sibling script module
@@ -170,8 +170,8 @@ def decode_pass(pairs: list[tuple[str, str]], procs: int, spng: bool = False) ->
 
 
 def shardkit_convert_pass(src: Path, out: Path, fmt: str, workers: int, shard_size: int) -> Callable[[], int]:
-    from shardkit.config import ConvertConfig, ShardSize
-    from shardkit.pipeline import convert
+    from shardkit.conversion.config import ConvertConfig, ShardSize
+    from shardkit.conversion.pipeline import convert
 
     cfg = ConvertConfig(input=src, output=out, format=fmt, size=(H, W), layout="segnet", workers=workers,
                         shard_size=ShardSize(samples=shard_size), force=True, quiet=True)

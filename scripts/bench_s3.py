@@ -35,10 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import shardkit  # noqa: E402
-from shardkit.config import ConvertConfig, ShardSize  # noqa: E402
-from shardkit.pipeline import convert  # noqa: E402
+from shardkit.conversion.config import ConvertConfig, ShardSize  # noqa: E402
+from shardkit.conversion.pipeline import convert  # noqa: E402
+from shardkit.files.storage import Remote  # noqa: E402
 from shardkit.read.cache import read_through_slots  # noqa: E402
-from shardkit.storage import Remote  # noqa: E402
 from shardkit.testing import local_s3, make_bucket  # noqa: E402
 
 

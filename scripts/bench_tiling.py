@@ -34,9 +34,9 @@ import tifffile
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tiling_scene import IGNORE, IMAGES, LABELS, NUM_CLASSES, write_scene
 
-from shardkit.config import ConvertConfig
-from shardkit.pipeline import convert
-from shardkit.tiles import Tiling
+from shardkit.conversion.config import ConvertConfig
+from shardkit.conversion.pipeline import convert
+from shardkit.images.tiles import Tiling
 
 TILE, STRIDE = "512x512", "384x384"
 

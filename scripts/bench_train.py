@@ -42,8 +42,8 @@ from bench_peers import replicated_source, source_pairs  # scripts/ is on sys.pa
 from torch.utils.data import DataLoader, Dataset
 
 import shardkit
-from shardkit.config import ConvertConfig
-from shardkit.pipeline import convert
+from shardkit.conversion.config import ConvertConfig
+from shardkit.conversion.pipeline import convert
 from shardkit.read.torch import CudaPrefetcher, make_loader
 
 CROP = (352, 480)

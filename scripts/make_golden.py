@@ -16,7 +16,7 @@ id 255) is written in the ``class_dict`` layout and converted with shardkit thre
                    (hdf5plugin's registered Zstd and LZ4 filters)
 
 The folders above keep manifest version 1 (sample records inline: what shardkit wrote before the
-samples sidecars; written here with :func:`shardkit.manifest.inline_manifest`). These are manifest
+samples sidecars; written here with :func:`shardkit.store.manifest.inline_manifest`). These are manifest
 version 2 (one ``samples-<stem>.npy`` sidecar per shard, formats/samples.md), as convert writes today:
 
 ``manifest2-npy-fixed/``     as ``npy-fixed``
@@ -267,10 +267,10 @@ def make_golden(out: Path) -> Path:
     """
     from dataclasses import replace
 
-    from shardkit.config import ConvertConfig, ShardSize
-    from shardkit.manifest import inline_manifest, load_manifest
-    from shardkit.pipeline import convert
-    from shardkit.publish import dump_manifest
+    from shardkit.conversion.config import ConvertConfig, ShardSize
+    from shardkit.conversion.pipeline import convert
+    from shardkit.store.manifest import inline_manifest, load_manifest
+    from shardkit.store.publish import dump_manifest
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -318,9 +318,9 @@ def drop_pixel_hashes(split: Path) -> None:
 
     from numpy.lib import recfunctions
 
-    from shardkit.manifest import load_manifest
-    from shardkit.publish import dump_manifest
-    from shardkit.splitfiles import ShardFile
+    from shardkit.files.splitfiles import ShardFile
+    from shardkit.store.manifest import load_manifest
+    from shardkit.store.publish import dump_manifest
 
     m = load_manifest(split)
     shards = []

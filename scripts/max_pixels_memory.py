@@ -26,7 +26,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from shardkit.config import DEFAULT_MAX_PIXELS
+from shardkit.conversion.config import DEFAULT_MAX_PIXELS
 
 COLOURS = [(0, 0, 0), (128, 64, 128), (70, 70, 70), (220, 20, 60)]
 

@@ -10,7 +10,7 @@ image as N RGB pages and converts with ``--pages-as-bands`` (3N bands); ``--max-
 small scene.
 
     PYTHONPATH=$PWD python scripts/tiling_memory.py                # 30000x30000 (2.7 GB RGB + 0.9 GB label)
-    PYTHONPATH=$PWD python scripts/tiling_memory.py --size 8000    # what tests/test_tiles.py runs
+    PYTHONPATH=$PWD python scripts/tiling_memory.py --size 8000    # what tests/images/test_tiles.py runs
     PYTHONPATH=$PWD python scripts/tiling_memory.py --size 4000 --block 4000 --pages 4 --max-pixels 4000000
 """
 
@@ -29,13 +29,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tiling_scene import IGNORE, IMAGES, LABELS, NUM_CLASSES, write_scene
 
-from shardkit.config import DEFAULT_MAX_PIXELS
+from shardkit.conversion.config import DEFAULT_MAX_PIXELS
 
 CHILD = f"""
 import json, sys
 from pathlib import Path
-from shardkit.config import ConvertConfig
-from shardkit.pipeline import convert
+from shardkit.conversion.config import ConvertConfig
+from shardkit.conversion.pipeline import convert
 src, out, max_pixels, pages = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 convert(ConvertConfig(src, out, images={IMAGES!r}, labels={LABELS!r}, num_classes={NUM_CLASSES},
                       ignore_index={IGNORE}, max_pixels=max_pixels, pages_as_bands=pages > 1,

@@ -12,14 +12,14 @@ from typing import Any as _Any
 from ._version import __version__
 
 if _TYPE_CHECKING:
-    from .config import ConvertConfig
-    from .pipeline import ConvertSummary
+    from .conversion.config import ConvertConfig
+    from .conversion.pipeline import ConvertSummary
     from .read.dataset import Dataset
     from .read.options import EpochPlan, OpenOptions
 
 __all__ = ["ConvertConfig", "ConvertSummary", "Dataset", "EpochPlan", "OpenOptions", "__version__", "convert", "open"]
 
-_LAZY = {"ConvertConfig": ".config", "ConvertSummary": ".pipeline", "Dataset": ".read.dataset",
+_LAZY = {"ConvertConfig": ".conversion.config", "ConvertSummary": ".conversion.pipeline", "Dataset": ".read.dataset",
          "EpochPlan": ".read.options", "OpenOptions": ".read.options"}
 
 
@@ -48,9 +48,9 @@ def open(path: "str | _os.PathLike[str]", options: "OpenOptions | None" = None, 
     (docs/object-storage.md). ``version=N`` opens the kept publish N of the split (its ``manifest-v<N>.json``)
     instead of the current one; either way the Dataset keeps reading the version it opened.
     """
+    from .files.storage import is_url
     from .read.dataset import Dataset
     from .read.options import OpenOptions
-    from .storage import is_url
 
     given = {"labels": labels, "verify": verify, "label_layout": label_layout, "cache_dir": cache_dir,
              "cache_limit": cache_limit, "storage_options": storage_options, "version": version}
@@ -68,9 +68,9 @@ def convert(config: "ConvertConfig | str | _os.PathLike[str]", output: "str | _o
     as the CLI's strings — or ``convert(ConvertConfig(...))``. A bad option is a
     :class:`~shardkit.errors.ConfigError`; bad input is another ``ShardkitError``. Returns what was done.
     """
-    from .config import ConvertConfig
+    from .conversion.config import ConvertConfig
+    from .conversion.pipeline import convert as run
     from .errors import ConfigError
-    from .pipeline import convert as run
 
     if isinstance(config, ConvertConfig):
         if output is not None or options:

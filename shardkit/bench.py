@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from .codecs.onehot import kernel_name
 from .errors import ConfigError, DecodeError, InputNotFoundError
-from .extras import install_hint
-from .onehot import kernel_name
+from .support.extras import install_hint
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,8 @@
 """The ``shardkit`` command: parse options, build a frozen config, call the library, map errors to exit codes.
 
 ``convert``'s options are generated from their one declaration, the fields of
-:class:`~shardkit.config.ConvertConfig` (see :mod:`shardkit.config` for how to add one), grouped in ``--help``
+:class:`~shardkit.conversion.config.ConvertConfig` (see :mod:`shardkit.conversion.config` for how to add one), grouped
+in ``--help``
 under geometry, labels, output and run. Importing this module imports no format, codec, layout or numpy:
 choices and help that come from them are looked up when a command needs them, so ``shardkit --version`` and
 ``--help`` start fast.
@@ -27,13 +28,13 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 
 from ._version import __version__
-from .config import GROUPS, ConvertConfig, OptionSpec, cli_options
+from .conversion.config import GROUPS, ConvertConfig, OptionSpec, cli_options
 from .errors import ConfigError, DuplicateError, ShardkitError
-from .logs import JsonFormatter
-from .logs import setup as setup_logging
+from .support.logs import JsonFormatter
+from .support.logs import setup as setup_logging
 
 if TYPE_CHECKING:
-    from .pipeline import ConvertSummary
+    from .conversion.pipeline import ConvertSummary
 
 EXIT_SKIPPED = 3  # converted, but --on-error skip left some inputs out (README: exit codes)
 EXIT_DUPLICATES = 4  # --on-duplicate error found identical images; no manifest was written
@@ -152,7 +153,7 @@ class _LazyChoice(click.Choice):
 
 
 class _GroupedOption(click.Option):
-    """An option with a help group (a key of :data:`~shardkit.config.GROUPS`) and, optionally, a help text
+    """An option with a help group (a key of :data:`~shardkit.conversion.config.GROUPS`) and, optionally, a help text
     built only when ``--help`` asks for it."""
 
     def __init__(self, *args: Any, group: str | None = None, lazy_help: Callable[[], str] | None = None,
@@ -185,7 +186,7 @@ class _GroupedCommand(click.Command):
 
 
 def _declared_option(f: Field[Any], spec: OptionSpec) -> Callable[[F], F]:
-    """The click option of one declared :class:`~shardkit.config.ConvertConfig` field."""
+    """The click option of one declared :class:`~shardkit.conversion.config.ConvertConfig` field."""
     flags = list(spec.flags or ("--" + f.name.replace("_", "-"),))
     default = f.default_factory() if f.default is MISSING and f.default_factory is not MISSING else f.default
     kwargs: dict[str, Any] = {"metavar": spec.metavar, "multiple": spec.multiple, "show_default": True}
@@ -209,7 +210,7 @@ def _declared_option(f: Field[Any], spec: OptionSpec) -> Callable[[F], F]:
 
 
 def _declared_options(fn: F) -> F:
-    """Every declared convert option (:func:`shardkit.config.cli_options`), in declaration order."""
+    """Every declared convert option (:func:`shardkit.conversion.config.cli_options`), in declaration order."""
     for f, spec in reversed(cli_options()):
         fn = _declared_option(f, spec)(fn)
     return fn
@@ -309,7 +310,7 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
     _warn_unknown_env(ctx.command)
     if value is None:
         return None
-    from .tomlcompat import load_small_toml
+    from .support.tomlcompat import load_small_toml
 
     try:
         data = load_small_toml(value, "config file")
@@ -339,7 +340,7 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
               help="TOML file with the same keys as these flags (flags, then SHARDKIT_* variables, win).")
 @click.argument("input_dir", type=click.Path(path_type=Path, file_okay=False), envvar="SHARDKIT_INPUT")
 @click.argument("output_dir", type=click.Path(path_type=Path), envvar="SHARDKIT_OUTPUT")
-@_declared_options  # every ConvertConfig field declared with config.option(): shardkit/config.py
+@_declared_options  # every ConvertConfig field declared with config.option(): shardkit/conversion/config.py
 @click.option("-v", "--verbose", is_flag=True, cls=_GroupedOption, group="run", help="Debug logging.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", cls=_GroupedOption, group="run",
               help="json: one JSON object per line on stderr (start, shard_done, skipped, summary).")
@@ -350,13 +351,13 @@ def convert(input_dir: Path, output_dir: Path, verbose: bool, log_format: str, *
     Either may be an fsspec URL (s3://bucket/prefix, gs://…): see docs/object-storage.md.
     """
     setup_logging(quiet=options["quiet"], verbose=verbose, json_lines=log_format == "json")
-    from . import unchanged
+    from .conversion import unchanged
 
     # nothing changed since the last successful run: said so without importing the converter (unchanged.py)
     check = unchanged.check_for(input_dir, output_dir, {**options, "verbose": verbose, "log_format": log_format})
     if check is not None and check.unchanged():
         return
-    from .pipeline import convert as run
+    from .conversion.pipeline import convert as run
 
     cfg = ConvertConfig(input_dir, output_dir,
                         **{f.name: options[spec.param or f.name] for f, spec in cli_options()})
@@ -412,7 +413,7 @@ def demo(output_dir: Path, train: int, val: int, seed: int) -> None:
 
 def _location(_ctx: click.Context, param: click.Parameter, value: str) -> str | Path:
     """A URL as given (object storage), else a local path that must exist."""
-    from .storage import is_url, normalize_url
+    from .files.storage import is_url, normalize_url
 
     if is_url(value):
         return normalize_url(value)
@@ -422,7 +423,7 @@ def _location(_ctx: click.Context, param: click.Parameter, value: str) -> str | 
 
 
 def _weight_methods() -> tuple[str, ...]:
-    from .stats import WEIGHT_METHODS  # numpy: only for info
+    from .store.stats import WEIGHT_METHODS  # numpy: only for info
 
     return tuple(WEIGHT_METHODS)
 
@@ -454,7 +455,7 @@ def info(split_dir: str | Path, plot: Path | None, weights: str | None, enet_k: 
     SPLIT_DIR may be a URL (s3://bucket/out/train); only its manifest (and, for --class-weights and
     --duplicates, its samples sidecars) is read.
     """
-    from .storage import is_url, parse_storage_options
+    from .files.storage import is_url, parse_storage_options
     from .verify import split_locations
 
     options = parse_storage_options(storage_option)
@@ -486,8 +487,8 @@ def info(split_dir: str | Path, plot: Path | None, weights: str | None, enet_k: 
 @contextlib.contextmanager
 def _split_records(folder: str | Path, options: dict[str, Any]) -> Iterator[tuple[Any, Any]]:
     """(manifest, sidecar folder map) of a local split or a split URL (whose sidecars alone are downloaded)."""
-    from .samples import remote_sidecars
-    from .storage import Remote, is_url
+    from .files.samples import remote_sidecars
+    from .files.storage import Remote, is_url
     from .verify import load_split_manifest
 
     m = load_split_manifest(folder, options)
@@ -500,7 +501,7 @@ def _split_records(folder: str | Path, options: dict[str, Any]) -> Iterator[tupl
 
 def _info_weights(folder: str | Path, method: str, k: float, options: dict[str, Any], as_json: bool) -> dict[str, Any]:
     """Print (or return, for --json) one split's class weights with the counts they come from."""
-    from .stats import class_weights, split_frequencies, weight_table
+    from .store.stats import class_weights, split_frequencies, weight_table
 
     with _split_records(folder, options) as (m, where):
         freqs = split_frequencies(m, where)
@@ -523,7 +524,7 @@ def _info_duplicates(folders: list[str | Path], options: dict[str, Any], as_json
     """Identical images across ``folders`` (one output's splits), with their keys."""
     import json
 
-    from .duplicates import find_duplicates, group_lines, split_hashes
+    from .store.duplicates import find_duplicates, group_lines, split_hashes
 
     shards = []
     with contextlib.ExitStack() as stack:
@@ -547,7 +548,7 @@ def _info_duplicates(folders: list[str | Path], options: dict[str, Any], as_json
 
 def _codec_name(codec: Any) -> str:
     """A manifest's codec object as the CLI spells it (``zstd``, ``jpeg:95``)."""
-    from .codecs import codec_from_json
+    from .codecs.registry import codec_from_json
 
     try:
         return str(codec_from_json(codec))
@@ -557,7 +558,7 @@ def _codec_name(codec: Any) -> str:
 
 def _ignore_line(m: Any) -> str:
     """``ignore index 11 (Unlabelled): 3.21 % of label pixels`` — what a loss must be told to ignore."""
-    from .stats import ignore_share
+    from .store.stats import ignore_share
 
     ignore = m.classes.get("ignore_index")
     if ignore is None:
@@ -579,7 +580,7 @@ def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any
     coded = f" (images {_codec_name(codecs['image'])}, labels {_codec_name(codecs['label'])})" if codecs else ""
     click.echo(f"{split_dir}: split {m.split}, format {m.format} v{m.format_version}{coded}, {m.num_samples} samples, "
                f"{len(m.shards)} shards, {nbytes / 1e6:.1f} MB")
-    from .imagetypes import NAME_OF
+    from .images.imagetypes import NAME_OF
 
     image = m.sample["image"]
     kind = "" if image.get("channels", "RGB") == "RGB" else f" ({shape[2]} band{'s' * (shape[2] != 1)})"
@@ -635,8 +636,8 @@ def show(split_dir: str | Path, index: int, output: Path | None, alpha: float, a
     With --augment: one row per draw, row k the sample as augmented in epoch EPOCH+k. SPLIT_DIR may be a URL
     (s3://bucket/out/train): the sample's shard is read through the local shard cache.
     """
+    from .files.storage import parse_storage_options
     from .show import show_augmented, show_sample
-    from .storage import parse_storage_options
 
     options = parse_storage_options(storage_option)
     try:
@@ -644,7 +645,7 @@ def show(split_dir: str | Path, index: int, output: Path | None, alpha: float, a
             written = show_augmented(split_dir, index, output or Path(f"sample-{index}-augmented.png"), augment,
                                      draws=draws, seed=seed, epoch=epoch, alpha=alpha, storage_options=options)
         else:
-            from .imagetypes import parse_bands
+            from .images.imagetypes import parse_bands
 
             written = show_sample(split_dir, index, output or Path(f"sample-{index}.png"), alpha=alpha,
                                   storage_options=options, bands=parse_bands(bands))
@@ -665,7 +666,7 @@ def verify(path: str | Path, storage_option: tuple[str, ...]) -> None:
     Exit 0 only when everything agrees with the manifests; 1 otherwise, with one line per disagreement
     (at most 10 per column, then a count).
     """
-    from .storage import parse_storage_options
+    from .files.storage import parse_storage_options
     from .verify import split_locations, verify_split
 
     options = parse_storage_options(storage_option)
@@ -701,7 +702,7 @@ def diff(path: str | Path, old: int | None, new: int | None, as_json: bool, stor
     import json
 
     from .diff import diff_split
-    from .storage import parse_storage_options
+    from .files.storage import parse_storage_options
     from .verify import split_locations
 
     options = parse_storage_options(storage_option)

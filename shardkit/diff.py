@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputNotFoundError
-from .manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, kept_versions, parse_manifest_bytes
-from .publish import current_manifest, published_number
+from .files.storage import Remote, is_url
 from .read.dataset import Dataset
-from .storage import Remote, is_url
+from .store.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, kept_versions, parse_manifest_bytes
+from .store.publish import current_manifest, published_number
 
 
 @dataclass

@@ -369,7 +369,7 @@ def show_augmented(split_dir: str | Path, index: int, output: str | Path, augmen
 def class_share_basis(manifest: Any) -> str:
     """What a manifest's ``class_share`` counts, in words for a chart title: the pixels with a class id — the
     ignore class among them when the ignore index is a class (CamVid's 11), else not (255)."""
-    from .stats import ignore_share
+    from .store.stats import ignore_share
 
     classes = manifest.classes
     ignore, num = classes.get("ignore_index"), int(classes.get("num_classes", len(classes["classes"])))
@@ -385,7 +385,7 @@ def class_share_basis(manifest: Any) -> str:
 
 def plot_classes(split_dir: str | Path, output: str | Path) -> Path:
     """Draw a split's class pixel-share chart (from its manifest; no shard is read) to ``output`` (PNG)."""
-    from .manifest import load_manifest
+    from .store.manifest import load_manifest
 
     m = load_manifest(Path(split_dir))
     classes = sorted(m.classes["classes"], key=lambda c: c["id"])

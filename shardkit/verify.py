@@ -3,7 +3,7 @@
 For every shard: files (samples sidecar included) exist with the stated size and sha256; every
 sample decodes with the stated shapes; what the sidecars and the manifest derive from the samples —
 each sample's class bitmap and pixel hash, the split's pixel and per-class counts, class shares and band
-statistics — equals what the decoded samples give (:mod:`shardkit.derived`), and so does
+statistics — equals what the decoded samples give (:mod:`shardkit.store.derived`), and so does
 ``source.fingerprint`` recomputed from the sample records. Shard by shard: no list of all samples is held.
 Nothing is trusted; nothing is modified.
 """
@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from .derived import DerivedCheck, label_counts
 from .errors import ShardkitError
+from .files.samples import split_fingerprint
+from .files.storage import Remote, is_url
 from .formats.base import SampleSpec, sha256_file
 from .formats.registry import get
-from .manifest import MANIFEST_NAME, Manifest, load_manifest, read_manifest_json
-from .samples import split_fingerprint
-from .storage import Remote, is_url
+from .store.derived import DerivedCheck, label_counts
+from .store.manifest import MANIFEST_NAME, Manifest, load_manifest, read_manifest_json
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ def _verify_shards(report: SplitReport, manifest: Manifest, path: Path, spec: Sa
 
 
 def class_pixels(spec: SampleSpec, stored: np.ndarray, ignore: int | None) -> np.ndarray:
-    """Pixels of each class id in one stored label (:func:`~shardkit.derived.label_counts`; ids at or above
+    """Pixels of each class id in one stored label (:func:`~shardkit.store.derived.label_counts`; ids at or above
     ``num_classes`` are not counted)."""
     return label_counts(spec, stored, ignore)[: spec.num_classes]
 

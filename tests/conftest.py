@@ -37,8 +37,8 @@ def camvid_root(shared_data: Path) -> Path:
 @pytest.fixture(scope="session")
 def camvid_val_npy(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """CamVid val (26 pairs, ignore id 11) as npy shards at 360x480, 13 samples per shard (read-only for tests)."""
-    from shardkit.config import ConvertConfig, ShardSize
-    from shardkit.pipeline import convert
+    from shardkit.conversion.config import ConvertConfig, ShardSize
+    from shardkit.conversion.pipeline import convert
 
     out = tmp_path_factory.mktemp("camvid-val-npy")
     convert(ConvertConfig(camvid_root, out, format="npy", size=(360, 480), splits=("val",), workers=2,

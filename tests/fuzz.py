@@ -134,8 +134,8 @@ def camvid_subset(camvid_root: Path, src: Path, pairs: int) -> Path:
 def build_splits(camvid_root: Path, out: Path, names: list[str] | None = None, pairs: int = 3) -> dict[str, Path]:
     """The first ``pairs`` CamVid val pairs (real data, linked) converted as each of :data:`SPLITS`, two samples
     per shard; variable-size splits keep the stored 360x480."""
-    from shardkit.config import ConvertConfig, ShardSize
-    from shardkit.pipeline import convert
+    from shardkit.conversion.config import ConvertConfig, ShardSize
+    from shardkit.conversion.pipeline import convert
 
     src = camvid_subset(camvid_root, out / "input", pairs)
     splits = {}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shardkit.manifest import MANIFEST_NAME
+from shardkit.store.manifest import MANIFEST_NAME
 
 
 def rewrite_sidecars(split: Path, change: Callable[[np.ndarray], None]) -> None:

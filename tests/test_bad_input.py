@@ -328,8 +328,9 @@ def test_other_os_errors_are_one_line(camvid_root: Path, tmp_path: Path, monkeyp
     def denied(result: Any) -> None:  # root ignores chmod, so simulate EACCES (renaming a shard into place)
         raise PermissionError(errno.EACCES, "Permission denied", str(result.directory / ".shard-x.json"))
 
-    # (a failure writing the fingerprint cache, after the publish, is a warning: tests/test_pipeline_publish_outcome.py)
-    monkeypatch.setattr("shardkit.pipeline.publish_files", denied)
+    # (a failure writing the fingerprint cache, after the publish, is a warning:
+    # tests/conversion/test_pipeline_publish_outcome.py)
+    monkeypatch.setattr("shardkit.conversion.pipeline.publish_files", denied)
     res = invoke("convert", raw, tmp_path / "out", "-q", "--workers", "1")
     assert res.exit_code == 1
     line = one_line_error(res.output)

@@ -372,7 +372,7 @@ def test_convert_options_are_generated_from_their_one_declaration() -> None:
     import re
 
     from shardkit.cli import convert
-    from shardkit.config import GROUPS, ConvertConfig, cli_options
+    from shardkit.conversion.config import GROUPS, ConvertConfig, cli_options
 
     params = {p.name: p for p in convert.params}
     declared = cli_options()
@@ -402,7 +402,7 @@ def test_convert_options_are_generated_from_their_one_declaration() -> None:
 
 
 def test_a_declared_choice_is_checked_by_the_config_too() -> None:
-    from shardkit.config import ConvertConfig
+    from shardkit.conversion.config import ConvertConfig
     from shardkit.errors import ConfigError
 
     with pytest.raises(ConfigError, match="backend='yarn' is not one of local, dask"):

@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from shardkit.cli import main
-from shardkit.config import ConvertConfig, ShardSize
+from shardkit.conversion.config import ConvertConfig, ShardSize
+from shardkit.conversion.pipeline import convert
 from shardkit.diff import diff_split
 from shardkit.errors import InputNotFoundError
-from shardkit.pipeline import convert
 
 
 @pytest.fixture()

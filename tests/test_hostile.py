@@ -18,11 +18,11 @@ from click.testing import CliRunner
 
 import shardkit
 from shardkit.cli import main
-from shardkit.config import ConvertConfig, ShardSize
+from shardkit.conversion.config import ConvertConfig, ShardSize
+from shardkit.conversion.pipeline import convert
 from shardkit.errors import ShardFormatError, ShardkitError, UnsafePathError
-from shardkit.manifest import inline_manifest, load_manifest
-from shardkit.pipeline import convert
-from shardkit.samples import MAX_PATH_BYTES
+from shardkit.files.samples import MAX_PATH_BYTES
+from shardkit.store.manifest import inline_manifest, load_manifest
 
 CROP = (64, 96)
 
@@ -369,7 +369,7 @@ def test_manifest_symlinked_outside_the_folder_is_refused(camvid_splits: dict[st
 
 def test_oversized_manifest_is_refused_before_reading(camvid_splits: dict[str, Path], tmp_path: Path) -> None:
     """A (sparse) manifest larger than MAX_MANIFEST_BYTES is refused from its size, never read into memory."""
-    from shardkit.manifest import MAX_MANIFEST_BYTES
+    from shardkit.store.manifest import MAX_MANIFEST_BYTES
 
     split = _copy_split(camvid_splits["npy"], tmp_path / "out" / "val")
     with open(split / "manifest.json", "r+b") as fh:
@@ -687,7 +687,7 @@ def test_a_manifest_too_costly_to_parse_is_refused_unparsed(camvid_splits: dict[
     read into a buffer of its own size, not one of the 512 MiB a manifest may have."""
     import tracemalloc
 
-    from shardkit import manifest as manifest_module
+    from shardkit.store import manifest as manifest_module
 
     split = _copy_split(camvid_splits["npy"], tmp_path / "split")
     m = json.loads((split / "manifest.json").read_text())

@@ -15,10 +15,10 @@ import cv2
 import numpy as np
 import pytest
 
-from shardkit.config import ConvertConfig, ShardSize
+from shardkit.conversion.config import ConvertConfig, ShardSize
+from shardkit.conversion.pipeline import convert
 from shardkit.errors import OutputError
-from shardkit.lock import LOCK_NAME, OutputLock
-from shardkit.pipeline import convert
+from shardkit.files.lock import LOCK_NAME, OutputLock
 from shardkit.verify import published_digests, verify_split
 
 
@@ -145,7 +145,7 @@ def test_a_stale_lock_from_a_killed_run_does_not_block(camvid_root: Path, tmp_pa
 
 def test_lock_is_released_when_the_holder_is_killed(tmp_path: Path) -> None:
     ready = tmp_path / "ready"
-    code = (f"from shardkit.lock import OutputLock; import time, pathlib\nwith OutputLock({str(tmp_path)!r}):\n"
+    code = (f"from shardkit.files.lock import OutputLock; import time, pathlib\nwith OutputLock({str(tmp_path)!r}):\n"
             f"    pathlib.Path({str(ready)!r}).touch(); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code])
     try:

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import shardkit.records
+import shardkit.store.records
 from shardkit.cli import main
-from shardkit.config import ConvertConfig, ShardSize
-from shardkit.pipeline import convert
-from shardkit.records import RECORD_PREFIX, file_stat
+from shardkit.conversion.config import ConvertConfig, ShardSize
+from shardkit.conversion.pipeline import convert
+from shardkit.store.records import RECORD_PREFIX, file_stat
 from shardkit.verify import published_digests, verify_split
 
 from .test_nightly import copy_split
@@ -36,7 +36,7 @@ class HashCounter:
 
     def __init__(self) -> None:
         self.paths: list[Path] = []
-        self.real = shardkit.records.sha256_file
+        self.real = shardkit.store.records.sha256_file
 
     def __call__(self, path: Path) -> str:
         self.paths.append(Path(path))
@@ -46,7 +46,7 @@ class HashCounter:
 @pytest.fixture()
 def hashes(monkeypatch: pytest.MonkeyPatch) -> HashCounter:
     counter = HashCounter()
-    monkeypatch.setattr(shardkit.records, "sha256_file", counter)
+    monkeypatch.setattr(shardkit.store.records, "sha256_file", counter)
     return counter
 
 
@@ -198,7 +198,7 @@ def test_without_rehash_the_command_hashes_nothing(small: ConvertConfig, hashes:
 
 def test_content_digest_ignores_only_the_recorded_stats(small: ConvertConfig, tmp_path: Path) -> None:
     """Two conversions of the same input agree on their records except the stats of their own file copies."""
-    from shardkit.records import content_digest
+    from shardkit.store.records import content_digest
 
     rec = records(small)[0]
     data = json.loads(rec.read_text())

@@ -23,11 +23,11 @@ from click.testing import CliRunner
 
 import shardkit
 from shardkit.cli import main
-from shardkit.config import ConvertConfig, ShardSize
+from shardkit.conversion.config import ConvertConfig, ShardSize
+from shardkit.conversion.pipeline import convert
 from shardkit.errors import InputNotFoundError, IntegrityError, OutputError, StorageError
-from shardkit.lock import LOCK_NAME, RemoteLock
-from shardkit.pipeline import convert
-from shardkit.storage import Remote, parse_storage_options
+from shardkit.files.lock import LOCK_NAME, RemoteLock
+from shardkit.files.storage import Remote, parse_storage_options
 from shardkit.testing import local_s3, make_bucket
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -757,7 +757,7 @@ def test_class_statistics_of_a_bucket_fetch_sidecars_through_the_shard_cache(raw
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Class weights and repeat factors of a remote split read their sidecars through the cache (its lock,
     admission under the limit, verified download), never through a second downloader that skips them."""
-    import shardkit.samples
+    import shardkit.files.samples
 
     out = "s3://out/sidecar-cache"
     convert(ConvertConfig(raw_camvid, out, workers=1, **{**OPTIONS, "shard_size": ShardSize(samples=5)}))
@@ -767,7 +767,7 @@ def test_class_statistics_of_a_bucket_fetch_sidecars_through_the_shard_cache(raw
     def second_downloader(*args: object, **kwargs: object) -> None:
         raise AssertionError("a sidecar was downloaded outside the shard cache")
 
-    monkeypatch.setattr(shardkit.samples, "fetch_sidecar", second_downloader)
+    monkeypatch.setattr(shardkit.files.samples, "fetch_sidecar", second_downloader)
     ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "cache")
     assert ds.cache is not None
     assert np.array_equal(ds.class_weights(), want)

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import ModuleType
 
 import shardkit
-from shardkit.tomlcompat import tomllib
+from shardkit.support.tomlcompat import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())

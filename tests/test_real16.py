@@ -20,11 +20,11 @@ import tifffile
 from click.testing import CliRunner
 
 from shardkit.cli import main
-from shardkit.config import ConvertConfig
+from shardkit.conversion.config import ConvertConfig
+from shardkit.conversion.pipeline import convert
 from shardkit.errors import ConfigError, DecodeError
-from shardkit.imageio import check_pixels, decode_image, decode_label_pixels
-from shardkit.imagetypes import ImageOptions
-from shardkit.pipeline import convert
+from shardkit.images.imageio import check_pixels, decode_image, decode_label_pixels
+from shardkit.images.imagetypes import ImageOptions
 from shardkit.read.dataset import Dataset
 
 DATA = Path(__file__).parent / "data"

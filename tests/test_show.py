@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 import shardkit
 from shardkit.cli import main
-from shardkit.config import ConvertConfig
-from shardkit.pipeline import convert
+from shardkit.conversion.config import ConvertConfig
+from shardkit.conversion.pipeline import convert
 from shardkit.show import colourize, ignore_colour, palette, render_class_chart, render_sample
 
 CROP = (352, 480)
@@ -236,7 +236,7 @@ def test_show_augment_unknown_op_lists_the_ops(camvid: Path, tmp_path: Path) -> 
 
 def test_show_reads_a_split_on_object_storage(camvid_root: Path, tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from shardkit.config import ShardSize
+    from shardkit.conversion.config import ShardSize
     from shardkit.testing import local_s3, make_bucket
 
     monkeypatch.setenv("SHARDKIT_CACHE_DIR", str(tmp_path / "cache"))

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardkit.manifest import MANIFEST_NAME
+from shardkit.store.manifest import MANIFEST_NAME
 from shardkit.verify import published_digests, split_folders, verify_split
 
 GOLDEN = Path(__file__).resolve().parents[1] / "formats" / "golden"
@@ -82,8 +82,8 @@ def test_verifying_a_large_sample_costs_a_few_mb_not_the_label_widened(camvid_ro
     2 GB at the largest size a manifest may state), and the manifest was read into a 512 MiB buffer."""
     import tracemalloc
 
-    from shardkit.config import ConvertConfig, ShardSize
-    from shardkit.pipeline import convert
+    from shardkit.conversion.config import ConvertConfig, ShardSize
+    from shardkit.conversion.pipeline import convert
     from tests.fuzz import camvid_subset
 
     src = camvid_subset(camvid_root, tmp_path / "input", 2)
@@ -109,8 +109,8 @@ def camvid_val(camvid_val_npy: Path, tmp_path: Path) -> Path:
 
 def _converted(camvid_root: Path, tmp_path: Path, **options: object) -> Path:
     """The first 6 CamVid val pairs converted with ``options`` (two samples per shard)."""
-    from shardkit.config import ConvertConfig, ShardSize
-    from shardkit.pipeline import convert
+    from shardkit.conversion.config import ConvertConfig, ShardSize
+    from shardkit.conversion.pipeline import convert
     from tests.camvid_copy import small_camvid
 
     src = small_camvid(camvid_root, tmp_path / "input", 6)
@@ -130,9 +130,9 @@ def test_the_derived_columns_recomputed_from_real_splits_agree(camvid_root: Path
                                                                options: dict, bands: bool) -> None:
     """Recomputing bitmaps, pixel hashes and every statistic (band statistics where they can be) from what
     convert stored gives exactly what convert recorded: no false alarm, tiles and lossy codecs included."""
-    from shardkit.derived import DerivedCheck
     from shardkit.formats.base import SampleSpec
-    from shardkit.manifest import load_manifest
+    from shardkit.store.derived import DerivedCheck
+    from shardkit.store.manifest import load_manifest
 
     split = _converted(camvid_root, tmp_path, **options)
     manifest = load_manifest(split)

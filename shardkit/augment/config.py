@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..tomlcompat import load_small_toml
+from ..support.tomlcompat import load_small_toml
 from .ops import Compose, parse
 
 

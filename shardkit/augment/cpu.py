@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import cv2
 import numpy as np
 
-from .. import jit
 from ..errors import ConfigError
+from ..support import jit
 from . import backends, levels
 from .geometry import INT16_SHIFT, WARP_WIDTH_MULTIPLE, warp_labels
 from .ops import (

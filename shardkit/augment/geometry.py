@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import jit
+from ..support import jit
 
 
 def warp_labels(label: np.ndarray, m: np.ndarray, hw: tuple[int, int], ignore_index: int,

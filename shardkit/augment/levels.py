@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import jit
 from ..errors import ConfigError
+from ..support import jit
 
 #: The integer image dtypes the level maps apply to: (lowest, mid, highest) level. Contrast pivots about the mid.
 LEVELS: dict[str, tuple[float, float, float]] = {"uint8": (0.0, 128.0, 255.0), "uint16": (0.0, 32768.0, 65535.0),

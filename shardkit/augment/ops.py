@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .. import encoding
+from ..codecs import encoding
+from ..codecs.onehot import hot_channels
 from ..errors import ConfigError
-from ..onehot import hot_channels
 from . import backends, seeding
 from .geometry import IMAGE_RANGES, warp_labels
 from .levels import LEVELS
@@ -666,11 +666,11 @@ class Normalize(Op):
 class OneHot(Op):
     """Label ids → one-hot, ``(…, H, W, C)`` or with ``channels_first`` ``(…, C, H, W)``, uint8 or float32.
 
-    The ignore class is never a channel (the rule of :mod:`shardkit.onehot`, on every backend): ignore
+    The ignore class is never a channel (the rule of :mod:`shardkit.codecs.onehot`, on every backend): ignore
     pixels — augmentation padding included — are all-zero vectors, and when the ignore index (the one the
     pipeline is called with) lies inside ``0..num_classes-1`` (CamVid's 11) the output has
     ``num_classes - 1`` channels, the classes above the ignore id moved down by one (:meth:`channels`).
-    The label side of an output: it is :class:`shardkit.encoding.OneHot`, the encoding a reader's
+    The label side of an output: it is :class:`shardkit.codecs.encoding.OneHot`, the encoding a reader's
     ``labels="onehot"`` gives."""
 
     kind = Kind.OUTPUT
@@ -703,7 +703,7 @@ class OneHot(Op):
                                ignore_index=ignore_index)
 
     def numpy(self, ids: np.ndarray, ignore_index: int | None, out: np.ndarray | None = None) -> np.ndarray:
-        """The numpy application: :meth:`shardkit.encoding.OneHot.encode` (numba kernels when installed)."""
+        """The numpy application: :meth:`shardkit.codecs.encoding.OneHot.encode` (numba kernels when installed)."""
         return self.encoding(ignore_index).encode(ids, out)
 
 

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import tensorflow as tf
 
+from ..codecs.onehot import channel_lut, ignore_inside
 from ..errors import ConfigError
-from ..onehot import channel_lut, ignore_inside
 from . import levels, packing
 from .geometry import IMAGE_RANGES, INT16_SHIFT
 from .ops import (
@@ -423,7 +423,7 @@ def cut_holes(images: tf.Tensor, labels: tf.Tensor, boxes: tf.Tensor, op: Cutout
 def one_hot(labels: tf.Tensor, op: OneHot, ignore_index: int | None = None) -> tf.Tensor:
     """Ids (B, H, W) → one-hot (B, H, W, C'), or (B, C', H, W) with ``channels_first``; the ignore id and ids
     ``>= C`` → all zero, C' = :meth:`OneHot.channels` (the ignore class has no channel; channels numbered by
-    :func:`shardkit.onehot.channel_lut`)."""
+    :func:`shardkit.codecs.onehot.channel_lut`)."""
     c = op.num_classes
     ids = tf.cast(labels, tf.int32)
     if ignore_inside(c, ignore_index):

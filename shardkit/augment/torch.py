@@ -21,8 +21,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..codecs.onehot import channel_lut, ignore_inside
 from ..errors import ConfigError
-from ..onehot import channel_lut, ignore_inside
 from . import levels, packing
 from .geometry import IMAGE_RANGES, INT16_SHIFT
 from .ops import LEVELS, BatchSpec, ColorJitter, Cutout, Kind, Normalize, OneHot, RandomGamma, band_fill
@@ -210,7 +210,7 @@ class TorchNormalize:
 class TorchOneHot:
     """A :class:`~shardkit.augment.ops.OneHot` op on ``device``: ids (B, H, W) or (H, W) → one-hot along
     the class axis (after the batch axis with ``channels_first``, else last); the ignore id and ids ``>= C``
-    → all zero, and an ignore id inside ``0..C-1`` has no channel (:func:`shardkit.onehot.channel_ids`)."""
+    → all zero, and an ignore id inside ``0..C-1`` has no channel (:func:`shardkit.codecs.onehot.channel_ids`)."""
 
     def __init__(self, op: OneHot, device: torch.device | str, ignore_index: int | None = None) -> None:
         c = op.num_classes
@@ -225,7 +225,7 @@ class TorchOneHot:
         view = [1] * (y.ndim + 1)
         view[axis] = -1
         ids = y.long()
-        if self.lut is not None:  # the ignore class has no channel: shardkit.onehot.channel_lut numbers them
+        if self.lut is not None:  # the ignore class has no channel: shardkit.codecs.onehot.channel_lut numbers them
             ids = self.lut[ids.clamp(max=len(self.lut) - 1)]
         hot = (ids.unsqueeze(axis) == self.classes.view(view)).to(self.dtype)
         return hot.contiguous(memory_format=memory_format) if memory_format is not None else hot

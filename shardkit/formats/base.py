@@ -2,8 +2,8 @@
 
 A format module only says how samples become bytes (writer) and bytes become samples
 (reader). Everything else — temporary names, sha256, size limits, path safety, lazy
-per-process opening — lives here, once; fsync and renaming are :mod:`shardkit.publish`'s.
-The sample spec (:class:`~shardkit.splitfiles.SampleSpec`, importable from here too) is in the typed core under
+per-process opening — lives here, once; fsync and renaming are :mod:`shardkit.store.publish`'s.
+The sample spec (:class:`~shardkit.files.splitfiles.SampleSpec`, importable from here too) is in the typed core under
 both the formats and the manifest.
 """
 
@@ -23,11 +23,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..codecs import RAW, ArrayCodecs, CodecDataError
+from ..codecs.registry import RAW, ArrayCodecs, CodecDataError
 from ..errors import ConfigError, IntegrityError, ShardFormatError, ShardkitError
-from ..samples import sidecar_name
-from ..smallfile import open_regular
-from ..splitfiles import (  # noqa: F401  (IMAGE_* and MAX_BANDS: re-exported)
+from ..files.samples import sidecar_name
+from ..files.splitfiles import (  # noqa: F401  (IMAGE_* and MAX_BANDS: re-exported)
     IMAGE_CHANNEL_KINDS,
     IMAGE_DTYPES,
     MAX_BANDS,
@@ -39,6 +38,7 @@ from ..splitfiles import (  # noqa: F401  (IMAGE_* and MAX_BANDS: re-exported)
     fsync_file,
     member_path,
 )
+from ..support.smallfile import open_regular
 
 HASH_CHUNK = 8 * 1024 * 1024
 
@@ -485,7 +485,7 @@ class ShardFormat:
 
     @classmethod
     def open_shard(cls, directory: Path, shard: ShardInfo, spec: SampleSpec, manifest: Any) -> ShardReader:
-        """The reader of one shard of ``manifest`` (a :class:`~shardkit.manifest.Manifest`), version checked."""
+        """The reader of one shard of ``manifest`` (a :class:`~shardkit.store.manifest.Manifest`), version checked."""
         cls.check_version(manifest.format_version, Path(directory) / "manifest.json")
         reader = cls.reader(directory, shard, spec, manifest.format_options, manifest.format_version)
         if spec.size is None:  # variable size: each sample's (H, W) from the manifest bounds what a record may claim

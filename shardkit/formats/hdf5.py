@@ -24,7 +24,17 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ..codecs import RAW, ArrayCodecs, Codec, CodecDataError, Zstd, inflate_into, lzf_decode_into, require, run_parallel
+from ..codecs.registry import (
+    RAW,
+    ArrayCodecs,
+    Codec,
+    CodecDataError,
+    Zstd,
+    inflate_into,
+    lzf_decode_into,
+    require,
+    run_parallel,
+)
 from ..errors import ConfigError, ShardFormatError
 from .base import SampleSpec, ShardFormat, ShardReader, ShardWriter
 from .mapping import MappedArray
@@ -423,8 +433,8 @@ class _FilteredChunks:
 
     HDF5's deflate filter doubles its buffer until the stream ends and h5py's LZF filter retries with ever
     larger buffers, so a 507 KB chunk that inflates to 2 GiB was served as an image (and an LZF one took
-    455 s). Here every chunk (gzip: :func:`~shardkit.codecs.inflate_into`; LZF:
-    :func:`~shardkit.codecs.lzf_decode_into`; zstd: one frame of the declared size; lz4: :func:`decode_h5lz4`)
+    455 s). Here every chunk (gzip: :func:`~shardkit.codecs.registry.inflate_into`; LZF:
+    :func:`~shardkit.codecs.registry.lzf_decode_into`; zstd: one frame of the declared size; lz4: :func:`decode_h5lz4`)
     is decoded from the memory map into exactly the declared chunk's bytes and refused the moment it would
     produce more: nothing larger than one declared chunk is ever allocated. Fixed size: one sample per chunk,
     decoded straight into the caller's array (batches on the decoding thread pool); variable size: the chunks

@@ -3,7 +3,7 @@
 Key ``b"%08d" % i`` (local index) → value = 16-byte little-endian header
 (:data:`RECORD_HEADER`: height, width, image bytes, label bytes) + image bytes + label
 bytes. Key ``__shardkit__`` holds a JSON object with the format version and count.
-Format version 2 stores each array through its codec (``shardkit.codecs``: zstd, lz4,
+Format version 2 stores each array through its codec (``shardkit.codecs.registry``: zstd, lz4,
 png, jpeg); the header then counts encoded bytes, and batches are decoded on a thread pool
 straight into the caller's arrays. The map size grows automatically while writing.
 Spec: ``formats/lmdb.md``.
@@ -23,7 +23,7 @@ from typing import Any
 import lmdb
 import numpy as np
 
-from ..codecs import RAW, ArrayCodecs, run_parallel
+from ..codecs.registry import RAW, ArrayCodecs, run_parallel
 from ..errors import ShardFormatError
 from ._lmdb_pages import META_KEY, LmdbLayoutError, RecordTable, check_overflow, read_table
 from .base import SampleSpec, ShardFormat, ShardReader, ShardWriter

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..splitfiles import MAX_SIDE
+from ..files.splitfiles import MAX_SIDE
 from .base import SampleSpec, ShardFormat, ShardReader, ShardWriter
 from .mapping import MappedArray
 

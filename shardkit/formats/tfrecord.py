@@ -24,9 +24,9 @@ from typing import Any
 import crc32c
 import numpy as np
 
-from ..codecs import RAW, ArrayCodecs, run_parallel
+from ..codecs.registry import RAW, ArrayCodecs, run_parallel
 from ..errors import ShardFormatError, WorkerError
-from ..limits import MAX_PIXELS, MAX_SIDE
+from ..support.limits import MAX_PIXELS, MAX_SIDE
 from .base import SampleSpec, ShardFormat, ShardReader, ShardWriter, TfRecordLayout
 
 GZIP_LEVEL = 6
@@ -64,7 +64,7 @@ def _record_writer() -> type:
     """The ``tfrecord`` package's writer, made deterministic and gzip-capable; imported on first use."""
     if "tensorflow" in sys.modules:
         raise WorkerError("the tfrecord writer cannot run in a process that imported TensorFlow",
-                          fix="convert through shardkit.pipeline.convert, which writes in worker processes")
+                          fix="convert through shardkit.conversion.pipeline.convert, which writes in worker processes")
     from tfrecord import example_pb2
     from tfrecord.writer import TFRecordWriter
 

@@ -1,5 +1,5 @@
 """The class model: :class:`ClassInfo`, :class:`ClassTable` (both in the typed core,
-:mod:`shardkit.splitfiles`, which the manifest builds on) and the label kinds.
+:mod:`shardkit.files.splitfiles`, which the manifest builds on) and the label kinds.
 
 A :class:`ClassTable` says which class ids exist (and their names and colours), which
 stored id means "ignore", and optionally how raw ids are remapped (Cityscapes
@@ -9,7 +9,7 @@ worker processes.
 
 from __future__ import annotations
 
-from ..splitfiles import _MAX_LISTED, MAX_CLASSES, ClassInfo, ClassTable, Colour, _check_colour
+from ..files.splitfiles import _MAX_LISTED, MAX_CLASSES, ClassInfo, ClassTable, Colour, _check_colour
 
 __all__ = ["LABEL_KINDS", "MAX_CLASSES", "_MAX_LISTED", "ClassInfo", "ClassTable", "Colour", "_check_colour"]
 

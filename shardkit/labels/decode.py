@@ -7,7 +7,7 @@ pixel count and a fix, unless the user asked for ``--colour-tolerance`` or
 ``--unknown-as``. Raw values become ids through the user's value map (:mod:`.values`: ``--label-map``,
 ``--reduce-zero-label``, ``--threshold``) when one is given. JPEG id labels are read only through a
 threshold or a label map: their compression noise is never taken for class ids. Reading the file's pixels
-is :mod:`shardkit.imageio`'s job.
+is :mod:`shardkit.images.imageio`'s job.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError, LabelError
-from ..imageio import decode_label_pixels, decode_palette_label, file_bytes, is_jpeg_data
+from ..images.imageio import decode_label_pixels, decode_palette_label, file_bytes, is_jpeg_data
 from .builtin import _VOC_CMAP
 from .classes import _MAX_LISTED, LABEL_KINDS, ClassInfo, ClassTable
 from .hints import JPEG_PROBLEM, jpeg_fix, luma, read_values
@@ -136,7 +136,7 @@ class LabelDecoder:
 
     def decode_pixels(self, raw: np.ndarray, path: Path) -> np.ndarray:
         """Stored class ids of already-decoded label pixels in RGB(A) or gray order (a window of a tiled TIFF
-        read by :mod:`shardkit.tiles`), with every check :meth:`decode` makes; palette labels need their file."""
+        read by :mod:`shardkit.images.tiles`), with every check :meth:`decode` makes; palette labels need their file."""
         if self.kind == "palette":
             raise LabelError("palette labels are read whole, not window by window", path=path,
                              fix="store the labels as one-channel class ids, or raise --max-pixels")

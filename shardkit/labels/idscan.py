@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import LabelError
-from ..imageio import check_pixels, decode_palette_label, is_jpeg_data, read_bytes
-from ..smallfile import checksum, read_json
+from ..images.imageio import check_pixels, decode_palette_label, is_jpeg_data, read_bytes
+from ..support.smallfile import checksum, read_json
 from .classes import MAX_CLASSES, ClassInfo, ClassTable
 from .hints import JPEG_PROBLEM, jpeg_fix, luma, read_values
 from .policy import TableChoice

@@ -16,7 +16,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from ..errors import ShardkitError
-from ..imageio import check_pixels
+from ..images.imageio import check_pixels
 
 #: Most distinct values (or colours) a label file may have on the sampled pixels: more than any image's classes
 #: in the usual sets (ADE20K images hold ~10-40 of 150 classes), far fewer than a photo's colours.

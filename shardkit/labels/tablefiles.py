@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, InputNotFoundError, LabelError
-from ..smallfile import read_small_text
+from ..support.smallfile import read_small_text
 from .classes import MAX_CLASSES, ClassInfo, ClassTable, Colour, _check_colour
 
 logger = logging.getLogger(__name__)

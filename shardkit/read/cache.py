@@ -36,11 +36,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..config import parse_bytes
+from ..conversion.config import parse_bytes
 from ..errors import ConfigError, IntegrityError, ShardkitError
+from ..files.lock import pid_alive
+from ..files.splitfiles import ShardFile, ShardInfo, member_path
+from ..files.storage import Remote
 from ..formats.base import sha256_file
-from ..lock import pid_alive
-from ..manifest import (
+from ..store.manifest import (
     MANIFEST_NAME,
     MAX_MANIFEST_BYTES,
     MAX_PUBLISH,
@@ -51,10 +53,8 @@ from ..manifest import (
     version_name,
     version_number,
 )
-from ..publish import atomic_write_bytes
-from ..smallfile import read_guarded
-from ..splitfiles import ShardFile, ShardInfo, member_path
-from ..storage import Remote
+from ..store.publish import atomic_write_bytes
+from ..support.smallfile import read_guarded
 
 log = logging.getLogger(__name__)
 

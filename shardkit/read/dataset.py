@@ -23,18 +23,18 @@ from typing import Any
 
 import numpy as np
 
-from .. import encoding
 from ..augment.ops import Normalize
+from ..codecs import encoding
+from ..codecs.onehot import hot_channels
 from ..errors import ConfigError, IntegrityError
+from ..files.splitfiles import ShardInfo
+from ..files.storage import is_url
 from ..formats.base import SampleSpec, ShardReader
 from ..formats.registry import get
-from ..manifest import Manifest, load_manifest
-from ..onehot import hot_channels
-from ..publish import drop_lease, take_lease
-from ..splitfiles import ShardInfo
-from ..stats import ENET_K, ClassFrequencies, class_weights, presence_contradiction, split_frequencies
-from ..storage import is_url
-from ..tiles import Tile
+from ..images.tiles import Tile
+from ..store.manifest import Manifest, load_manifest
+from ..store.publish import drop_lease, take_lease
+from ..store.stats import ENET_K, ClassFrequencies, class_weights, presence_contradiction, split_frequencies
 from . import sampling as _sampling
 from .cache import ShardCache
 from .options import EpochPlan, OpenOptions
@@ -89,7 +89,7 @@ class Dataset:
         self.options = opts
         label_layout = opts.label_layout or "channels_last"
         # channels_first one-hot ((…, C, H, W)) is what PyTorch wants; both layouts are built by
-        # shardkit.onehot (without numba, channels_first is ~2x faster to build).
+        # shardkit.codecs.onehot (without numba, channels_first is ~2x faster to build).
         self.label_layout = label_layout
         version = opts.version
         cache: ShardCache | None = None
@@ -175,7 +175,7 @@ class Dataset:
     @property
     def onehot_channels(self) -> int:
         """Channels of the one-hot outputs (and of a model's logits): the classes less the ignore class when
-        its id is one of them (CamVid: 11 of 12; :mod:`shardkit.onehot`)."""
+        its id is one of them (CamVid: 11 of 12; :mod:`shardkit.codecs.onehot`)."""
         return hot_channels(self.num_classes, self.ignore_index)
 
     @property
@@ -245,7 +245,8 @@ class Dataset:
 
     def tile(self, i: int) -> Tile:
         """Sample ``i``'s provenance in a split converted with ``--tile``: its source key and region
-        (:class:`~shardkit.tiles.Tile`; what :func:`shardkit.tiles.stitch` takes). A ConfigError otherwise."""
+        (:class:`~shardkit.images.tiles.Tile`; what :func:`shardkit.images.tiles.stitch` takes). A ConfigError
+        otherwise."""
         tile = Tile.from_record(self.manifest.samples[i])
         if tile is None:
             raise ConfigError(f"sample {i} of {self.location} is not a tile: the split was converted without --tile",
@@ -453,7 +454,7 @@ class Dataset:
 
     def class_weights(self, method: str = "median_frequency", *, k: float = ENET_K) -> np.ndarray:
         """Loss weights, float32 of ``num_classes``: ``"median_frequency"``, ``"inverse"``, ``"inverse_sqrt"`` or
-        ``"enet"`` (formulae: :func:`shardkit.stats.class_weights`, docs/class-imbalance.md). The ignore class and
+        ``"enet"`` (formulae: :func:`shardkit.store.stats.class_weights`, docs/class-imbalance.md). The ignore class and
         classes without pixels get 0. E.g. ``torch.nn.CrossEntropyLoss(weight=torch.from_numpy(w))``."""
         return class_weights(method, self.class_frequencies(), k=k)
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .. import encoding
+from ..codecs import encoding
 from ..errors import ConfigError
 from . import sampling as _sampling
 from .cache import parse_limit

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import IntegrityError
+from ..files.splitfiles import ShardInfo
 from ..formats.base import SampleSpec, ShardFormat, ShardReader
-from ..manifest import Manifest
-from ..splitfiles import ShardInfo
+from ..store.manifest import Manifest
 from .cache import ShardCache, unpin
 
 __all__ = ["CachedShards", "LocalShards", "ShardSource"]

@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import tensorflow as tf
 
-from .. import encoding
-from ..codecs import JPEG_EOI, JPEG_FRAME_MAGIC, JPEG_GROUPS, jpeg_frame_header_size
+from ..codecs import encoding
+from ..codecs.onehot import channel_lut
+from ..codecs.registry import JPEG_EOI, JPEG_FRAME_MAGIC, JPEG_GROUPS, jpeg_frame_header_size
 from ..errors import ConfigError, ShardFormatError
 from ..formats.base import TfRecordLayout
-from ..onehot import channel_lut
 from . import sampling
 from .dataset import Dataset, adapter_dataset
 from .options import EpochPlan, OpenOptions, adapter_options, adapter_plan, refuse_unknown
@@ -347,7 +347,7 @@ def _image_decoder(codec: str, hw: tuple[int, int], channels: int = 3, dtype: An
 def _decode_jpeg_frame(data: tf.Tensor, hw: tuple[int, int], channels: int) -> tf.Tensor:
     """One jpeg band frame of 2 or 4 bands (``formats/codecs.md``) → (H, W, C) uint8, in-graph: the magic, stream
     count, lengths and each stream's header (``extract_jpeg_shape``) are checked before any stream is decoded, as
-    :func:`shardkit.codecs.jpeg_frame_streams` checks them; each stream then goes to ``decode_jpeg``."""
+    :func:`shardkit.codecs.registry.jpeg_frame_streams` checks them; each stream then goes to ``decode_jpeg``."""
     groups = JPEG_GROUPS[channels]
     head = jpeg_frame_header_size(channels)
     size = tf.cast(tf.strings.length(data), tf.int64)
@@ -386,7 +386,7 @@ def _decode_jpeg(data: tf.Tensor, hw: tuple[int, int], comps: int, what: str) ->
 
 def _label_converter(ds: Dataset) -> Any:
     """Stored labels (a batch) → the output asked for (``ds.output``), in TensorFlow ops: the TensorFlow
-    side of :func:`shardkit.encoding.transcode_into`."""
+    side of :func:`shardkit.codecs.encoding.transcode_into`."""
     src, dst, c = ds.spec.encoding, ds.output, ds.num_classes
     ignore = ds.ignore_index
     ids_dtype = tf.as_dtype(np.dtype(ds.spec.label_dtype).newbyteorder("="))
@@ -412,7 +412,7 @@ def _label_converter(ds: Dataset) -> Any:
         dtype = tf.as_dtype(dst.dtype)
         if not isinstance(dst, encoding.OneHot):  # reader_output: ids, one-hot, or the stored encoding itself
             raise ShardFormatError(f"cannot turn {src!r} labels into {dst!r}")
-        if hot is None:  # the ignore id (no channel, shardkit.onehot) and ids ≥ C give all-zero vectors
+        if hot is None:  # the ignore id (no channel, shardkit.codecs.onehot) and ids ≥ C give all-zero vectors
             ids = tf.cast(stored, tf.int32)
             if dst.dropped_class is not None:
                 ids = tf.gather(tf.constant(channel_lut(c, ignore), tf.int32), tf.minimum(ids, c))

@@ -110,7 +110,7 @@ def test_from_toml_refuses_dev_zero_at_once() -> None:
 
 
 def test_from_toml_refuses_a_file_over_the_size_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("shardkit.smallfile.MAX_TEXT_BYTES", 100)
+    monkeypatch.setattr("shardkit.support.smallfile.MAX_TEXT_BYTES", 100)
     big = tmp_path / "aug.toml"
     big.write_text('augment = "hflip"\n' + "# padding\n" * 20)
     with pytest.raises(ConfigError) as e:

@@ -1,7 +1,7 @@
 """A.Normalize and A.OneHot: the pipeline ops every reader's normalising and one-hot expansion now go through.
 
 Their outputs are checked against the formulas restated here, on real CamVid, through the numpy path, the
-torch path (CPU device; CUDA where lent) and CudaPrefetcher. The one-hot rule (shardkit.onehot): the ignore
+torch path (CPU device; CUDA where lent) and CudaPrefetcher. The one-hot rule (shardkit.codecs.onehot): the ignore
 class is never a channel — CamVid's ignore id 11 lies inside its 12 classes, so one-hot outputs have 11
 channels and ignore pixels (augmentation padding included) are all-zero vectors."""
 
@@ -176,8 +176,8 @@ PADDING = "scale=0.3:0.6,crop=300x400,hflip,rotate=15,cutout=1:40x40:ignore"  # 
 @pytest.fixture(scope="module")
 def stored_splits(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """CamVid val (first 8 pairs' worth of shards are read) stored as one-hot (HDF5) and bit-packed (LMDB)."""
-    from shardkit.config import ConvertConfig, ShardSize
-    from shardkit.pipeline import convert
+    from shardkit.conversion.config import ConvertConfig, ShardSize
+    from shardkit.conversion.pipeline import convert
 
     out: dict[str, Path] = {}
     for fmt, enc in (("hdf5", "onehot"), ("lmdb", "packed")):

@@ -15,9 +15,9 @@ import pytest
 
 import shardkit
 from shardkit import augment as A
-from shardkit.config import ConvertConfig, ShardSize
+from shardkit.conversion.config import ConvertConfig, ShardSize
+from shardkit.conversion.pipeline import convert
 from shardkit.errors import ConfigError
-from shardkit.pipeline import convert
 
 IGNORE = 11
 GEOMETRY = "scale=0.5:2,crop=256x384,hflip,rotate=10"

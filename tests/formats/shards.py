@@ -6,10 +6,10 @@ from pathlib import Path
 
 import numpy as np
 
+from shardkit.files.splitfiles import TMP_MARK, ShardInfo
 from shardkit.formats.base import SampleSpec, ShardReader
 from shardkit.formats.registry import reader_class, writer_class
-from shardkit.publish import rename_into_place
-from shardkit.splitfiles import TMP_MARK, ShardInfo
+from shardkit.store.publish import rename_into_place
 
 RNG = np.random.default_rng(7)
 SIZES = [(4, 6), (3, 5), (6, 2), (4, 6), (1, 1)]

@@ -109,7 +109,7 @@ def test_golden_is_what_the_code_writes(regenerated: Path, variant: str) -> None
 def test_shardkit_reader_agrees_with_expected(variant: str) -> None:
     """The package's own reader returns the golden values too (stored labels and decoded ids)."""
     import shardkit
-    from shardkit.preprocess import decode_label_encoding
+    from shardkit.images.preprocess import decode_label_encoding
 
     expected = json.loads((GOLDEN / "expected.json").read_text(encoding="utf-8"))
     exp = expected["datasets"][variant]

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import shardkit
-from shardkit.config import ConvertConfig, ShardSize
+from shardkit.conversion.config import ConvertConfig, ShardSize
+from shardkit.conversion.pipeline import convert
 from shardkit.errors import ShardFormatError
-from shardkit.pipeline import convert
 from tests.sample_records import records
 
 CROP = (352, 480)
@@ -397,7 +397,7 @@ def test_a_decompression_bomb_in_a_chunk_is_refused_before_it_is_inflated(camvid
 
 def test_lzf_decoder_matches_h5py_on_real_chunks(camvid_root: Path, tmp_path: Path) -> None:
     """shardkit's LZF decoding (numba kernel, and the plain-Python loop) gives h5py's bytes for every chunk."""
-    from shardkit import codecs
+    from shardkit.codecs import registry as codecs
 
     split = camvid_val(camvid_root, tmp_path, compression="lzf")
     checked = 0

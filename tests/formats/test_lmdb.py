@@ -49,8 +49,8 @@ def test_a_shard_larger_than_the_first_map_grows_it(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def camvid_lmdb(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Four real CamVid val pairs at 64x96 (records of 24 KiB: on overflow pages), two per shard."""
-    from shardkit.config import ConvertConfig, ShardSize
-    from shardkit.pipeline import convert
+    from shardkit.conversion.config import ConvertConfig, ShardSize
+    from shardkit.conversion.pipeline import convert
     from tests.fuzz import camvid_subset
 
     root = tmp_path_factory.mktemp("camvid-lmdb-damaged")

@@ -17,8 +17,8 @@ from shardkit.formats.lmdb import sample_key
 @pytest.fixture(scope="module")
 def lmdb_splits(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """CamVid train as LMDB: raw 360x480 in shards of 40; zstd at stored size (variable) in one shard of 123."""
-    from shardkit.config import ConvertConfig, ShardSize
-    from shardkit.pipeline import convert
+    from shardkit.conversion.config import ConvertConfig, ShardSize
+    from shardkit.conversion.pipeline import convert
 
     out = {}
     for name, size, codec, per in (("raw", (360, 480), "raw", 40), ("zstd", None, "zstd", 200)):

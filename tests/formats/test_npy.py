@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from shardkit.errors import ShardFormatError
+from shardkit.files.splitfiles import ShardInfo
 from shardkit.formats.base import SampleSpec
 from shardkit.formats.npy import NpyReader
-from shardkit.splitfiles import ShardInfo
 
 from .shards import STEM, samples, write_shard
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from shardkit.codecs import CODECS, IMAGE, LABEL, ArrayCodecs, parse_codec
+from shardkit.codecs.registry import CODECS, IMAGE, LABEL, ArrayCodecs, parse_codec
 from shardkit.errors import ConfigError
 from shardkit.formats.base import SampleSpec
 from shardkit.formats.registry import all_formats, get, names

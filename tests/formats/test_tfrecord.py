@@ -26,9 +26,9 @@ from click.testing import CliRunner
 
 import shardkit
 from shardkit.cli import main
-from shardkit.config import ConvertConfig, ShardSize
+from shardkit.conversion.config import ConvertConfig, ShardSize
+from shardkit.conversion.pipeline import convert
 from shardkit.errors import ShardFormatError
-from shardkit.pipeline import convert
 from tests.sample_records import records as sample_records
 
 CROP = (352, 480)

@@ -1,5 +1,6 @@
 """Value hints by what the values look like (shardkit/labels/hints.py): each kind of values gets the flags that
-mean it, and never the ones that would convert it wrongly (tests/layouts/test_hints_followed.py follows them)."""
+mean it, and never the ones that would convert it wrongly (tests/conversion/layouts/test_hints_followed.py follows
+them)."""
 
 from __future__ import annotations
 

@@ -118,7 +118,7 @@ def test_an_int16_tiff_label_is_named_int16_not_int32(tmp_path: Path) -> None:
 
 def _resigned(body: dict[str, object]) -> dict[str, object]:
     """``body`` with the checksum shardkit would give it (edited but self-consistent: the field checks decide)."""
-    from shardkit.smallfile import checksum
+    from shardkit.support.smallfile import checksum
 
     body = {k: v for k, v in body.items() if k != "checksum"}
     return {**body, "checksum": checksum(body)}

@@ -18,9 +18,9 @@ import pytest
 from PIL import Image
 
 import shardkit
-from shardkit.config import ConvertConfig
+from shardkit.conversion.config import ConvertConfig
+from shardkit.conversion.pipeline import convert
 from shardkit.errors import LabelError
-from shardkit.pipeline import convert
 from tests.drive_like import TEST_FOREGROUND, drive_file_names, drive_tree
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from shardkit.config import ConvertConfig
+from shardkit.conversion.config import ConvertConfig
 from shardkit.errors import ConfigError, DecodeError, LabelError
 from shardkit.labels import ClassInfo, ClassTable, LabelDecoder
 from shardkit.labels.values import ValueMap, ignore_warning, parse_label_map
@@ -180,14 +180,14 @@ def test_several_frames_or_pages_are_refused(tmp_path: Path, name: str, fmt: str
     path = _frames(tmp_path / name, 3, fmt)
     with pytest.raises(DecodeError, match=f"{what} \\(3 "):
         LabelDecoder("ids", _table(3)).decode(path)
-    from shardkit.imageio import decode_image
+    from shardkit.images.imageio import decode_image
 
     with pytest.raises(DecodeError, match=what):
         decode_image(path)
 
 
 def test_gif_images_decode_to_rgb(tmp_path: Path) -> None:
-    from shardkit.imageio import decode_image
+    from shardkit.images.imageio import decode_image
 
     rgb = np.zeros((6, 7, 3), np.uint8)
     rgb[2:4, 3:5] = (200, 30, 10)

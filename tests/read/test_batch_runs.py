@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import shardkit
-from shardkit.config import ConvertConfig, ShardSize
-from shardkit.pipeline import convert
+from shardkit.conversion.config import ConvertConfig, ShardSize
+from shardkit.conversion.pipeline import convert
 from shardkit.read.dataset import TAKE_RUN
 
 

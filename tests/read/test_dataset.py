@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 import shardkit
-from shardkit.config import ConvertConfig, ShardSize
+from shardkit.conversion.config import ConvertConfig, ShardSize
+from shardkit.conversion.pipeline import convert
 from shardkit.errors import ConfigError, IntegrityError, ShardFormatError, UnsafePathError
-from shardkit.pipeline import convert
-from shardkit.preprocess import encode_label
+from shardkit.images.preprocess import encode_label
 from shardkit.read.dataset import Dataset
 
 CROP = (352, 480)

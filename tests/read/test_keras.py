@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 import shardkit
-from shardkit.config import ConvertConfig
-from shardkit.pipeline import convert
+from shardkit.conversion.config import ConvertConfig
+from shardkit.conversion.pipeline import convert
 
 SIZE = (90, 120)
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import shardkit
-from shardkit.config import ConvertConfig
-from shardkit.pipeline import convert
+from shardkit.conversion.config import ConvertConfig
+from shardkit.conversion.pipeline import convert
 from shardkit.read.dataset import Dataset
 
 RNG = np.random.default_rng(7)

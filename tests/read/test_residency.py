@@ -79,8 +79,8 @@ def test_cold_batches_ask_for_exactly_their_samples_and_warm_ones_for_nothing(
 @pytest.fixture(scope="module")
 def camvid_val_hdf5(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """CamVid val as HDF5 shards three ways: raw chunks, zstd-coded chunks, and variable size (no --size)."""
-    from shardkit.config import ConvertConfig, ShardSize
-    from shardkit.pipeline import convert
+    from shardkit.conversion.config import ConvertConfig, ShardSize
+    from shardkit.conversion.pipeline import convert
 
     out: dict[str, Path] = {}
     for name, size, codec in (("raw", (360, 480), "raw"), ("zstd", (360, 480), "zstd"), ("flat", None, "raw")):
@@ -182,8 +182,8 @@ def test_hdf5_single_reads_ask_for_their_sample(camvid_val_hdf5: dict[str, Path]
 
 @pytest.fixture(scope="module")
 def camvid_val_lmdb(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from shardkit.config import ConvertConfig, ShardSize
-    from shardkit.pipeline import convert
+    from shardkit.conversion.config import ConvertConfig, ShardSize
+    from shardkit.conversion.pipeline import convert
 
     root = tmp_path_factory.mktemp("camvid-val-lmdb")
     convert(ConvertConfig(camvid_root, root, format="lmdb", size=(360, 480), splits=("val",), workers=2, quiet=True,

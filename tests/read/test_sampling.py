@@ -171,8 +171,8 @@ def test_bad_sampling_is_a_config_error(text: str) -> None:
 def camvid_train_npy(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """CamVid train (123 pairs; Fence in 58 of them, Bicyclist in 66: rare per image, unlike val where every
     image holds every class) as npy shards at its own 360x480."""
-    from shardkit.config import ConvertConfig, ShardSize
-    from shardkit.pipeline import convert
+    from shardkit.conversion.config import ConvertConfig, ShardSize
+    from shardkit.conversion.pipeline import convert
 
     out = tmp_path_factory.mktemp("camvid-train-npy")
     convert(ConvertConfig(camvid_root, out, format="npy", splits=("train",), workers=2, quiet=True,
@@ -243,7 +243,7 @@ def test_class_balanced_is_deterministic_per_seed_and_epoch(camvid_val_npy: Path
 
 def test_without_a_bitmap_class_balanced_sampling_is_one_clear_error(camvid_val_npy: Path) -> None:
     import shardkit
-    from shardkit.stats import ClassFrequencies
+    from shardkit.store.stats import ClassFrequencies
 
     ds = shardkit.open(camvid_val_npy)
     ds._freqs = ClassFrequencies(np.ones(300, np.int64), len(ds))  # what a split of 300 classes keeps
@@ -313,7 +313,7 @@ def test_bitmaps_and_class_counts_both_zeroed_are_refused_as_an_empty_epoch(camv
     class-balanced sampler says it would draw 0 samples per epoch instead of yielding none on every rank."""
     import shardkit
     from shardkit.errors import IntegrityError
-    from shardkit.manifest import MANIFEST_NAME
+    from shardkit.store.manifest import MANIFEST_NAME
     from tests.tamper import rewrite_sidecars, zero_class_bitmaps
 
     rewrite_sidecars(camvid_val_copy, zero_class_bitmaps)
@@ -329,7 +329,7 @@ def test_bitmaps_and_class_counts_both_zeroed_are_refused_as_an_empty_epoch(camv
 def test_the_bitmap_check_passes_every_real_split(camvid_val_npy: Path) -> None:
     """On intact CamVid val the check finds nothing (every class there has pixels and samples)."""
     import shardkit
-    from shardkit.stats import presence_contradiction
+    from shardkit.store.stats import presence_contradiction
 
     ds = shardkit.open(camvid_val_npy)
     assert presence_contradiction(ds.class_frequencies()) is None

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 import shardkit
-from shardkit.codecs import Jpeg
-from shardkit.config import ConvertConfig, ShardSize
-from shardkit.pipeline import convert
+from shardkit.codecs.registry import Jpeg
+from shardkit.conversion.config import ConvertConfig, ShardSize
+from shardkit.conversion.pipeline import convert
 from tests.camvid_bands import camvid_bands
-from tests.test_codecs_bands import SMALL, damaged, frame_streams, small_image
+from tests.codecs.test_codecs_bands import SMALL, damaged, frame_streams, small_image
 
 N = 5
 

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import shardkit
-from shardkit.config import ConvertConfig, ShardSize
+from shardkit.conversion.config import ConvertConfig, ShardSize
+from shardkit.conversion.pipeline import convert
 from shardkit.errors import ConfigError
-from shardkit.pipeline import convert
 from shardkit.read.dataset import Dataset
 from tests.camvid_bands import camvid_bands
 
