@@ -90,14 +90,15 @@ def test_ctrl_c_is_one_line_and_leaves_no_temporary_files(camvid_root: Path, tmp
     import sys
     import time
 
-    # CamVid train hard-linked 4x under new names: a run long enough (~500 samples) that a loaded machine
-    # cannot finish it before the test has seen its workers or its first temporary file
+    # CamVid train symlinked 4x under new names: a run long enough (~500 samples) that a loaded machine
+    # cannot finish it before the test has seen its workers or its first temporary file. Not hard links: a link
+    # changes the shared file's ctime, which a conversion of it running beside this test takes for an edit.
     src = tmp_path / "src"
     for folder in ("train", "trainannot"):
         (src / folder).mkdir(parents=True)
         for f in sorted((camvid_root / folder).iterdir()):
             for k in range(4):
-                os.link(f, src / folder / f"{k}{f.name}")
+                (src / folder / f"{k}{f.name}").symlink_to(f)
     out = tmp_path / "out"
 
     def as_a_terminal_starts_it() -> None:  # SIGINT handled and not blocked, whatever this test process inherited
@@ -220,7 +221,7 @@ def test_a_shard_whose_every_sample_is_skipped_converts_and_reruns(camvid_root: 
         (tmp_path / "in" / folder).mkdir(parents=True)
     for k in range(2):
         (tmp_path / "in" / "train" / f"a{k}.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(100))
-        os.link(label, tmp_path / "in" / "trainannot" / f"a{k}.png")
+        (tmp_path / "in" / "trainannot" / f"a{k}.png").symlink_to(label)  # no hard link: see above
     cfg = ConvertConfig(tmp_path / "in", tmp_path / "out", format=fmt, size=(64, 96), workers=1, quiet=True,
                         on_error="skip")
     first = convert(cfg)
