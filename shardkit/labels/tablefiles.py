@@ -16,10 +16,8 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..errors import ConfigError, InputNotFoundError, LabelError
-from ..support.smallfile import read_small_text
+from ..support.smallfile import json_shape, read_small_text
 from .classes import MAX_CLASSES, ClassInfo, ClassTable, Colour, _check_colour
 
 logger = logging.getLogger(__name__)
@@ -37,7 +35,6 @@ _HEADER_ALIASES = {
     "b": ("b", "blue"),
 }
 _COLUMNS = {**_HEADER_ALIASES, "id": _ID_ALIASES}
-_SCAN_CHUNK = 1 << 20
 _DIGITS = re.compile(r"[0-9]{1,6}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _TOO_MANY_FIX = "a class table lists each class once: pass the file of the dataset's classes"
@@ -72,25 +69,7 @@ def load_table_json(text: str, what: str, path: Path) -> Any:
     """``json.loads`` of a table file, after its nesting depth and value count are bounded (counted on the
     bytes, strings excluded: a 100,000-deep or a million-value file is refused before a Python object is
     built)."""
-    data = text.encode("utf-8", "surrogatepass")
-    if b"\\" in data:
-        data = re.sub(rb"\\.", b"", data, flags=re.DOTALL)  # an escaped quote or bracket is string content
-    depth = values = level = 0
-    in_string = False
-    raw = np.frombuffer(data, np.uint8)
-    for start in range(0, raw.size, _SCAN_CHUNK):  # a chunk at a time: a few MB, whatever the file
-        chunk = raw[start : start + _SCAN_CHUNK]
-        quote = chunk == ord('"')
-        inside = np.logical_xor.accumulate(quote)  # from an opening quote up to (not including) its closing one
-        if in_string:
-            inside = ~inside
-        in_string = bool(inside[-1])
-        outside = ~(inside | quote)
-        opens = outside & ((chunk == ord("[")) | (chunk == ord("{")))
-        closes = outside & ((chunk == ord("]")) | (chunk == ord("}")))
-        values += int(np.count_nonzero(opens)) + int(np.count_nonzero(outside & (chunk == ord(","))))
-        levels = level + np.cumsum(opens.astype(np.int32) - closes)
-        depth, level = max(depth, int(levels.max())), int(levels[-1])
+    depth, values = json_shape(text)
     if depth > MAX_TABLE_DEPTH:
         raise LabelError(f"{what} JSON nests {depth} levels deep, more than {MAX_TABLE_DEPTH}", path=path,
                          fix='write a list of classes: ["sky", …] or [{"id": 0, "name": "sky"}, …]')

@@ -51,7 +51,7 @@ def sha256_of(path: str | Path) -> str:
 MAX_JSON_DEPTH = 64
 _ESCAPE = re.compile(rb"\\.", re.DOTALL)
 #: Bytes the nesting scan deletes: all but quotes and brackets.
-_NOT_STRUCTURAL = bytes(range(256)).translate(None, b'"[]{}')
+_NOT_STRUCTURAL = bytes(range(256)).translate(None, b'"[]{},')
 
 
 def open_regular(path: str | Path, what: str = "file", *, inside: str | Path | None = None) -> int:
@@ -110,16 +110,24 @@ def json_depth(raw: bytes | str) -> int:
     """The deepest nesting of objects and arrays in JSON text ``raw``, counted without parsing (brackets inside
     strings do not count); for valid JSON exact, for anything else a value ``json.loads`` reaches no deeper
     than before it fails."""
+    return json_shape(raw)[0]
+
+
+def json_shape(raw: bytes | str) -> tuple[int, int]:
+    """(depth, values) of JSON text ``raw`` without parsing: its deepest nesting (:func:`json_depth`) and about how
+    many values it holds (every ``[``, ``{`` and ``,`` outside strings), so that a file can be refused before
+    ``json.loads`` builds a Python object for each of a million values."""
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     if b'\\"' in data:  # an escaped quote (or an escaped backslash before a closing one): escapes dropped first
         data = _ESCAPE.sub(b"", data)
     marks = data.translate(None, _NOT_STRUCTURAL)
     # two adjacent quotes enclose no bracket (an empty string, or nothing between two strings): dropping them
-    # changes no bracket's side; what quotes remain enclose the brackets inside strings
+    # changes no bracket's side; what quotes remain enclose the brackets and commas inside strings
     marks = marks.replace(b'""', b"")
-    outside = b"".join(marks.split(b'"')[::2]) if b'"' in marks else marks  # brackets between strings
-    steps = outside.translate(_STEPS)
-    return max(itertools.accumulate(memoryview(steps).cast("b")), default=0)
+    outside = b"".join(marks.split(b'"')[::2]) if b'"' in marks else marks  # marks between strings
+    values = outside.count(b",") + outside.count(b"[") + outside.count(b"{")
+    steps = outside.translate(_STEPS, b",")
+    return max(itertools.accumulate(memoryview(steps).cast("b")), default=0), values
 
 
 #: ``[`` and ``{`` one level down (+1), ``]`` and ``}`` one up (-1 as a signed byte).
