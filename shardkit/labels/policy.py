@@ -86,6 +86,8 @@ def choose_class_table(
         return choice
 
     if label_kind == "colour":
+        if file_choice is None and default is not None and all(c.colour is not None for c in default.table.classes):
+            file_choice = default  # a colour table the dataset ships in its layout's form (CVAT's labelmap.txt)
         if file_choice is None:
             raise ConfigError(
                 "colour masks need a class table",

@@ -400,3 +400,45 @@ def test_cli_split_list_table_in_a_toml_config(tmp_path: Path, read_only: list[P
                                        "--dry-run"])
     assert result.exit_code == 0, result.output
     assert "split train: 4 pairs" in result.output and "split val: 1 pairs" in result.output
+
+
+# --- CVAT "Segmentation mask 1.1": labelmap.txt gives the colours, found in the tree ------------------------
+
+
+def _labelmap_ids(labelmap: Path, mask: Path) -> np.ndarray:
+    """The dataset's own definition, read independently: line k of labelmap.txt (``background`` first) is id k,
+    and a pixel is the class whose r,g,b it has."""
+    rows = [s.split(":") for s in labelmap.read_text().splitlines() if s.strip() and not s.startswith("#")]
+    rows.sort(key=lambda r: r[0] != "background")  # stable: background first, the rest in file order
+    rgb = np.array(Image.open(mask).convert("RGB"), np.int64)
+    out = np.full(rgb.shape[:2], -1, np.int64)
+    for i, row in enumerate(rows):
+        colour = [int(v) for v in row[1].split(",")]
+        out[(rgb == colour).all(axis=2)] = i
+    assert (out >= 0).all()  # every pixel is a label map colour
+    return out
+
+
+def test_cvat_mask_export_takes_labelmap_txt_and_converts_bit_exactly(tmp_path: Path, read_only: list[Path]) -> None:
+    """The CVAT export (RGB masks + labelmap.txt) is found without a flag; its colours are the classes, exactly."""
+    src = DATA / "cvat-mask"
+    stems = ("cheetah_00000044", "cheetah_00000087", "lion_00000075")
+    files = {f"JPEGImages/{s}.png": src / "JPEGImages" / f"{s}.png" for s in stems}
+    files |= {f"SegmentationClass/{s}.png": src / "SegmentationClass" / f"{s}.png" for s in stems}
+    files |= {f"SegmentationObject/{s}.png": src / "SegmentationObject" / f"{s}.png" for s in stems[:2]}
+    files["labelmap.txt"] = src / "labelmap.txt"
+    root = freeze(build(tmp_path / "task_export", files), read_only)
+    state = snapshot(root)
+    summary = convert(ConvertConfig(root, tmp_path / "out", workers=1, quiet=True))
+    assert summary.discovery.layout == "cvat_mask" and summary.discovery.label_kind == "colour"
+    assert list(summary.table.names()) == ["background", "cheetah", "fox", "hyena", "lion", "tiger", "wolf"]
+    assert "labelmap.txt of the CVAT" in summary.table_reason and summary.table.ignore_index is None
+    expected = [_labelmap_ids(src / "labelmap.txt", src / "SegmentationClass" / f"{s}.png") for s in stems]
+    got = stored_labels(tmp_path / "out/all")
+    assert [set(np.unique(e)) for e in expected] == [{0, 1}, {0, 1}, {0, 4}]
+    for g, want in zip(got, expected, strict=True):
+        assert np.array_equal(g, want)
+    said = CliRunner().invoke(main, ["convert", str(root), str(tmp_path / "cli"), "--workers", "1", "--dry-run"])
+    assert said.exit_code == 0 and "labelmap.txt of the CVAT segmentation-mask export" in said.output
+    assert snapshot(root) == state
+
