@@ -24,10 +24,10 @@ logger = logging.getLogger(__name__)
 #: Extensions of the files discovery treats as images or labels (whether a decoder takes each is the
 #: reader's business: a type it refuses is named there, never silently dropped here).
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".gif", ".ppm",
-                              ".pgm", ".pbm", ".pnm", ".npy"})  # .npy: (H, W[, C]) arrays
+                              ".pgm", ".pbm", ".pnm", ".npy", ".jp2", ".j2k", ".j2c"})  # .npy: (H, W[, C]) arrays
 #: Extensions a label may have: an image's, but not .npy (no label decoder reads arrays; labelme2voc writes
-#: SegmentationClass/*.npy beside its label PNGs).
-LABEL_EXTENSIONS = IMAGE_EXTENSIONS - {".npy"}
+#: SegmentationClass/*.npy beside its label PNGs) nor JPEG 2000 (read as images only).
+LABEL_EXTENSIONS = IMAGE_EXTENSIONS - {".npy", ".jp2", ".j2k", ".j2c"}
 #: Label name = image stem + one of these (tried in this order; more than one hit is an error).
 LABEL_SUFFIXES: tuple[str, ...] = ("_L", "_color_mask", "_mask", "_label", "_labels", "")
 #: The usual endings of label stems and image stems around a shared name part (``21_training.tif`` ↔
