@@ -442,3 +442,63 @@ def test_cvat_mask_export_takes_labelmap_txt_and_converts_bit_exactly(tmp_path: 
     assert said.exit_code == 0 and "labelmap.txt of the CVAT segmentation-mask export" in said.output
     assert snapshot(root) == state
 
+
+
+# --- ADE20K full release: deep scene folders, _seg.png with class = R/10*256 + G ---------------------------
+
+
+def _ade_tree(root: Path) -> Path:
+    """The 2016 full release's tree with its two real _seg.png files (tests/data/ade20k); the photos are not in
+    the source repository, so each image is a black JPEG of its label's size (only the labels are compared)."""
+    src = DATA / "ade20k"
+    for split, scene, stem in (("training", "a/aiport_terminal", "ADE_train_00000001"),
+                               ("validation", "a/abbey", "ADE_val_00000001")):
+        folder = root / "ADE20K_2016_07_26" / "images" / split / scene
+        folder.mkdir(parents=True)
+        seg = src / f"{stem}_seg.png"
+        shutil.copyfile(seg, folder / seg.name)
+        with Image.open(seg) as im:
+            size = im.size
+        Image.new("RGB", size).save(folder / f"{stem}.jpg")
+        (folder / f"{stem}_atr.txt").write_text("001 # 0 # 0 # wall # wall # \"\"\n")
+    return root
+
+
+def _ade_ids(seg: Path) -> np.ndarray:
+    """The release's own definition (utils_ade20k.loadAde20K): class = (R/10 truncated)*256 + G."""
+    with Image.open(seg) as im:
+        rgb = np.array(im, np.int64)
+    return (rgb[:, :, 0] // 10) * 256 + rgb[:, :, 1]
+
+
+def test_ade20k_full_release_is_found_in_its_deep_tree_and_decoded_bit_exactly(
+        tmp_path: Path, read_only: list[Path]) -> None:
+    root = freeze(_ade_tree(tmp_path / "ade"), read_only)
+    found = discover(root)
+    assert found.layout == "ade20k" and found.label_kind == "ade20k"
+    assert {s: len(p) for s, p in found.splits.items()} == {"training": 1, "validation": 1}
+    assert found.skipped_types == {".txt": 2}  # the _atr.txt files, named in the log
+    top = max(int(_ade_ids(DATA / "ade20k" / f"{s}_seg.png").max()) for s in ("ADE_train_00000001",
+                                                                              "ADE_val_00000001"))
+    convert(ConvertConfig(root, tmp_path / "out", workers=1, quiet=True, num_classes=top + 1))
+    for split, stem in (("training", "ADE_train_00000001"), ("validation", "ADE_val_00000001")):
+        (got,) = stored_labels(tmp_path / "out" / split)
+        want = _ade_ids(DATA / "ade20k" / f"{stem}_seg.png")
+        assert got.dtype == np.uint16 and np.array_equal(got, want)
+        assert len(np.unique(want)) > 5 and want.max() > 255  # more than 8 bits of ids, all kept
+
+
+def test_ade20k_without_names_is_refused_with_the_flags(tmp_path: Path, read_only: list[Path]) -> None:
+    """The ids index ADE20K's object names, which the folder does not hold: refused, never numbered by a scan."""
+    root = freeze(_ade_tree(tmp_path / "ade"), read_only)
+    result = CliRunner().invoke(main, ["convert", str(root), str(tmp_path / "out"), "--workers", "1"])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert "ADE20K's _seg.png class ids" in result.output and "--classes FILE" in result.output
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.npy"))
+
+
+def test_ade20k_id_above_the_table_is_an_error_naming_value_and_pixels(tmp_path: Path,
+                                                                       read_only: list[Path]) -> None:
+    root = freeze(_ade_tree(tmp_path / "ade"), read_only)
+    with pytest.raises(LabelError, match=r"2978"):
+        convert(ConvertConfig(root, tmp_path / "out", workers=1, quiet=True, num_classes=2000))
