@@ -93,3 +93,22 @@ def test_the_layout_folder_itself_linked_out_of_the_input_is_not_walked(raw: Pat
     (raw / "valannot").symlink_to(tmp_path / "labels-elsewhere")
     with pytest.raises(LayoutError, match="no image/label pairs"):
         keys(raw)
+
+
+def test_unread_file_types_are_named_with_what_would_read_them(tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """A volume (.nii.gz counted whole, not as .gz) and annotation JSON beside mask images: each type is named
+    with its reason, in the log and in the discovery report."""
+    isbi = Path(__file__).resolve().parents[2] / "data" / "isbi-em"
+    for folder, src in (("images", "image"), ("labels", "label")):
+        (tmp_path / folder).mkdir()
+        shutil.copyfile(isbi / src / "0.png", tmp_path / folder / "0.png")
+    for i in range(2):
+        (tmp_path / "labels" / f"case_{i}.nii.gz").write_bytes(b"\x1f\x8b")
+    (tmp_path / "images" / "0.json").write_text("{}")
+    with caplog.at_level(logging.WARNING):
+        found = discover(tmp_path)
+    assert found.skipped_types == {".nii.gz": 2, ".json": 1}
+    said = " ".join(found.report_lines()) + caplog.text
+    assert "2 .nii.gz (volumes / medical image files are not supported yet (#38)" in said
+    assert "1 .json (annotation files (COCO, labelme …) are not mask images" in said
