@@ -361,7 +361,8 @@ def test_unrecognisable_folder_names_layouts_tried_and_fix(tmp_path: Path) -> No
         discover(tmp_path)
     text = str(e.value)
     assert "saw: photos/ (1 images)" in text and "no layout is close" in text
-    assert "tried: cityscapes, ade20k, labelme2voc, cvat_mask, voc, mmseg, generic" in text and "--images" in text
+    assert "tried: cityscapes, ade20k, labelme2voc, cvat_mask, voc, instance_masks, mmseg, generic" in text
+    assert "--images" in text
 
 
 def test_layout_with_no_pairs_at_all_is_a_layout_error(tmp_path: Path) -> None:
