@@ -146,3 +146,15 @@ def test_per_instance_mask_folders_fix_followed_pairs_each_sample_with_its_label
     assert len(pairs) == 2
     assert [(p.image.name, p.label.parent.name, p.label.name) for p in pairs] == [
         ("a1.png", "a1", "label.png"), ("b2.png", "b2", "label.png")]
+
+
+def test_an_image_tree_deeper_than_counted_is_named_not_0_images(tmp_path: Path) -> None:
+    """Images four folders down (ADE20K-like scene folders under an unknown name): the no-layout message says the
+    tree goes deeper than it counted, instead of "0 images"."""
+    isbi = Path(__file__).resolve().parents[2] / "data" / "isbi-em"
+    deep = tmp_path / "photos" / "split" / "a" / "scene" / "sub"
+    deep.mkdir(parents=True)
+    shutil.copyfile(isbi / "image" / "0.png", deep / "0.png")
+    with pytest.raises(LayoutError) as info:
+        discover(tmp_path)
+    assert "photos/ (0+ images in its first 3 levels, more folders below)" in str(info.value)
