@@ -25,17 +25,20 @@ logger = logging.getLogger(__name__)
 SPLITS: tuple[str, ...] = ("training", "validation")
 _PROBE_DEPTH = 4  # scene folders: <letter>/<scene>/[<sub-scene>/] under a split
 _PROBE_ENTRIES = 200  # entries looked at per folder while probing for a _seg.png
+#: Every full-release file name starts so (ADE_train_…, ADE_val_…, ADE_frame_…): another dataset's ``*_seg.png``
+#: masks (gray ids, colours) are never taken for this encoding.
+ADE_PREFIX = "ADE_"
 
 
 def _has_seg(folder: Path, depth: int = _PROBE_DEPTH) -> bool:
-    """Whether a ``_seg.png`` lies within ``depth`` levels below ``folder`` (the first sub-folders only: a cheap
+    """Whether an ``ADE_…_seg.png`` lies within ``depth`` levels below ``folder`` (the first sub-folders only: a cheap
     probe, not a walk)."""
     try:
         with os.scandir(folder) as it:
             entries = [e for _, e in zip(range(_PROBE_ENTRIES), it, strict=False)]
     except OSError:
         return False
-    if any(e.name.endswith(SEG_SUFFIX) and e.is_file() for e in entries):
+    if any(e.name.startswith(ADE_PREFIX) and e.name.endswith(SEG_SUFFIX) and e.is_file() for e in entries):
         return True
     return depth > 0 and any(_has_seg(Path(e.path), depth - 1) for e in entries[:3] if e.is_dir())
 

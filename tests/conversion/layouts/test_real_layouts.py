@@ -24,6 +24,7 @@ import shardkit
 from shardkit.cli import main
 from shardkit.conversion.config import ConvertConfig
 from shardkit.conversion.layouts import discover
+from shardkit.conversion.layouts.ade20k import find_base as find_ade_base
 from shardkit.conversion.pipeline import convert
 from shardkit.errors import LabelError, LayoutError
 from tests.drive_like import drive_tree
@@ -502,3 +503,13 @@ def test_ade20k_id_above_the_table_is_an_error_naming_value_and_pixels(tmp_path:
     root = freeze(_ade_tree(tmp_path / "ade"), read_only)
     with pytest.raises(LabelError, match=r"2978"):
         convert(ConvertConfig(root, tmp_path / "out", workers=1, quiet=True, num_classes=2000))
+
+
+def test_other_seg_png_masks_in_a_deep_tree_are_not_taken_for_ade20k(tmp_path: Path) -> None:
+    """``<name>_seg.png`` masks of another dataset (not ADE_… names) are never decoded as R/10*256 + G."""
+    root = tmp_path / "data"
+    folder = root / "images" / "training" / "a"
+    folder.mkdir(parents=True)
+    shutil.copyfile(DATA / "ade20k" / "ADE_val_00000001_seg.png", folder / "street_seg.png")
+    assert find_ade_base(root, frozenset({"images"})) is None
+    assert find_ade_base(_ade_tree(tmp_path / "ade"), frozenset({"ADE20K_2016_07_26"})) is not None
