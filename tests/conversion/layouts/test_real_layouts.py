@@ -513,3 +513,28 @@ def test_other_seg_png_masks_in_a_deep_tree_are_not_taken_for_ade20k(tmp_path: P
     shutil.copyfile(DATA / "ade20k" / "ADE_val_00000001_seg.png", folder / "street_seg.png")
     assert find_ade_base(root, frozenset({"images"})) is None
     assert find_ade_base(_ade_tree(tmp_path / "ade"), frozenset({"ADE20K_2016_07_26"})) is not None
+
+
+@pytest.mark.parametrize("flag", ["--palette", "--class-dict"])
+def test_colour_masks_on_an_ids_layout_follow_the_palette_hint_to_exact_ids(
+        tmp_path: Path, read_only: list[Path], flag: str) -> None:
+    """RGB masks in images/ + masks/ are refused with "pass a class_dict.csv / --palette FILE"; following it
+    with the export's labelmap.txt (--palette) or a class_dict.csv kept elsewhere (--class-dict) gives exact ids."""
+    src = DATA / "cvat-mask"
+    files = {"images/lion_00000075.png": src / "JPEGImages/lion_00000075.png",
+             "masks/lion_00000075.png": src / "SegmentationClass/lion_00000075.png"}
+    root = freeze(build(tmp_path / "plain", files), read_only)
+    refused = CliRunner().invoke(main, ["convert", str(root), str(tmp_path / "no"), "--workers", "1"])
+    assert refused.exit_code != 0 and "--palette FILE" in refused.output
+    table = src / "labelmap.txt"
+    if flag == "--class-dict":
+        table = tmp_path / "class_dict.csv"
+        rows = [s.split(":") for s in (src / "labelmap.txt").read_text().splitlines() if s and s[0] != "#"]
+        table.write_text("name,r,g,b\n" + "".join(f"{r[0]},{r[1]}\n" for r in rows))
+    result = CliRunner().invoke(main, ["convert", str(root), str(tmp_path / "out"), "--workers", "1", flag,
+                                       str(table)])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "out/all/manifest.json").read_text())
+    assert manifest["source"]["label_kind"] == "colour"
+    want = _labelmap_ids(src / "labelmap.txt", src / "SegmentationClass/lion_00000075.png")
+    assert np.array_equal(stored_labels(tmp_path / "out/all")[0], want) and set(np.unique(want)) == {0, 4}
