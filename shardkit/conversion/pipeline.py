@@ -54,7 +54,7 @@ from ..store.splitdir import CACHE_NAME, LocalSink, SplitSink, has_records, publ
 from ..store.stats import Stats
 from .config import ConvertConfig
 from .fingerprint import SourceCache, input_identities, load_cache, save_cache
-from .layouts import Discovery, discover, file_types, layout_ignore, layout_table
+from .layouts import Discovery, discover, file_types, layout_ignore, layout_table, with_colour_table
 from .pairs import PairTable
 from .plan import ShardTask, checked_tiling, plan_split, settings_text
 from .pool import run_tasks
@@ -197,6 +197,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     started = time.perf_counter()
     found = discover(cfg.input, layout=cfg.layout, label_suffix=cfg.label_suffix, splits=cfg.splits,
                      strict=cfg.strict, images=cfg.images, labels=cfg.labels, split_lists=dict(cfg.split_lists))
+    found = with_colour_table(found, cfg.class_dict or cfg.palette)
     values = cfg.value_map
     scans: list[ScanCache] = []
     choice = class_table(cfg, found, remote=session.source is not None, scans=scans)

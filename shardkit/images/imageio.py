@@ -31,6 +31,7 @@ from PIL import Image, UnidentifiedImageError
 
 from ..errors import DecodeError, InputNotFoundError
 from .imagetypes import ImageOptions, check_band_count, stored_dtype
+from .jpeg2000 import decode_jpeg2000, is_jpeg2000, read_siz
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ _FIX_CORRUPT = "re-export or remove the file, or --on-error skip"
 #: File name extensions read as images and labels (lower case); any other file in an image or label folder
 #: is skipped, and named in the convert summary.
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".gif", ".ppm", ".pgm",
-                              ".pbm", ".pnm", ".npy"})
+                              ".pbm", ".pnm", ".npy", ".jp2", ".j2k", ".j2c"})
 #: Formats whose files may hold several frames or pages (PIL's names).
 _MULTI_FRAME = frozenset({"GIF", "TIFF", "PNG", "WEBP"})  # not MPO: a phone JPEG's second picture is a preview
 
@@ -114,6 +115,9 @@ def decode_raw(path: Path, what: str = "image", data: np.ndarray | None = None) 
     kind = sniff(data[:16].tobytes())
     if kind is None or kind.startswith("unsupported"):  # (check_pixels refuses these first, with the reason)
         raise DecodeError(f"cannot decode {what}: not a {SUPPORTED_TYPES} file", path=path, fix=_FIX_CORRUPT)
+    if kind == "JPEG2000":  # images go through .jpeg2000 before this; a JPEG 2000 label is never decoded
+        raise DecodeError(f"cannot decode {what}: JPEG 2000 is read for images only, not labels (lossy by "
+                          "default)", path=path, fix="save the labels losslessly as PNG or TIFF, or --on-error skip")
     try:
         arr = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
     except cv2.error:
@@ -503,6 +507,9 @@ def decode_native(path: Path, data: np.ndarray | None = None, *, pages_as_bands:
         return _decode_npy(path, data), BANDS
     if sniff(head) == "TIFF":
         return _decode_tiff(path, data, pages_as_bands)
+    if is_jpeg2000(head):  # every component in its stored type, like a TIFF's samples
+        arr = decode_jpeg2000(path, data)
+        return arr, RGB if arr.dtype == np.uint8 and arr.shape[2] == 3 else BANDS
     rgb = _decode_png_rgb(data) if _png_depth(data) != 16 else None
     if rgb is None:
         header = _pil_header(path, "image", data)  # refuses animations and multi-page files
@@ -688,9 +695,9 @@ HEADER_BYTES = 4 << 20
 TIFF_TILE_SLACK = 1 << 20
 
 #: The input file types convert decodes, by the first bytes OpenCV recognises them by (in its order). Anything
-#: else OpenCV would decode (Radiance HDR, PFM, PAM, Sun raster, JPEG 2000, AVIF …) is refused before decoding:
-#: its size is not known first.
-SUPPORTED_TYPES = "PNG, JPEG, TIFF, BMP, GIF, WebP, PPM/PGM/PBM, NPY"
+#: else OpenCV would decode (Radiance HDR, PFM, PAM, Sun raster, AVIF …) is refused before decoding: its size is
+#: not known first. JPEG 2000 images are decoded by :mod:`.jpeg2000`, not OpenCV.
+SUPPORTED_TYPES = "PNG, JPEG, TIFF, BMP, GIF, WebP, PPM/PGM/PBM, NPY, JPEG 2000 (images)"
 _PNM_WHITESPACE = b" \t\r\n\v\f"
 
 
@@ -735,8 +742,8 @@ def sniff(head: bytes) -> str | None:
         return "NPY"
     if head.startswith(_PNG_SIGNATURE):
         return "PNG"
-    if head.startswith((b"\x00\x00\x00\x0cjP  \r\n\x87\n", b"\xff\x4f\xff\x51")):
-        return "unsupported: JPEG 2000"
+    if is_jpeg2000(head):
+        return "JPEG2000"
     if head.startswith((b"GIF87a", b"GIF89a")):
         return "GIF"
     if head[4:8] == b"ftyp" and head[8:12] in (b"avif", b"avis", b"mif1", b"msf1"):
@@ -900,6 +907,9 @@ def read_header(path: Path, what: str = "image", data: np.ndarray | None = None)
         elif kind == "NPY":
             shape, dtype, _, _ = _npy_header(head)
             h, w, bpp = shape[0], shape[1], (shape[2] if len(shape) == 3 else 1) * dtype.itemsize
+        elif kind == "JPEG2000":  # the codestream's SIZ marker: nothing decoded
+            siz = read_siz(head, path, what)
+            h, w, bpp = siz.height, siz.width, siz.bytes_per_pixel
         elif data is not None:
             h, w, bpp = _pil_size(io.BytesIO(data_bytes), kind, path, what)
         else:  # PIL seeks to what it needs (a TIFF's directory is often at the end of the file)

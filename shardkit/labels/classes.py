@@ -13,4 +13,4 @@ from ..files.splitfiles import _MAX_LISTED, MAX_CLASSES, ClassInfo, ClassTable, 
 
 __all__ = ["LABEL_KINDS", "MAX_CLASSES", "_MAX_LISTED", "ClassInfo", "ClassTable", "Colour", "_check_colour"]
 
-LABEL_KINDS = ("ids", "colour", "palette", "cityscapes")
+LABEL_KINDS = ("ids", "colour", "palette", "cityscapes", "ade20k")

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import ConfigError, LabelError
 from ..images.imageio import decode_label_pixels, decode_palette_label, file_bytes, is_jpeg_data
+from .ade20k import ade20k_class_ids
 from .builtin import _VOC_CMAP
 from .classes import _MAX_LISTED, LABEL_KINDS, ClassInfo, ClassTable
 from .hints import JPEG_PROBLEM, jpeg_fix, luma, read_values
@@ -48,7 +49,7 @@ def _fmt_rgb(c: Sequence[int]) -> str:
 class LabelDecoder:
     """Decodes one label file into ``(H, W)`` stored class ids of ``table.label_dtype()``.
 
-    ``kind`` is the label kind (ids, colour, palette, cityscapes). ``colour_tolerance``
+    ``kind`` is the label kind (ids, colour, palette, cityscapes, ade20k: :mod:`.ade20k`). ``colour_tolerance``
     N maps a colour within N (on every channel) of its nearest class colour to that
     class; ``unknown_as`` maps any remaining unknown colour / out-of-range id to that
     stored id instead of failing. ``values``: the user's value map for id labels (raw values → ids).
@@ -125,6 +126,8 @@ class LabelDecoder:
             return self._decode_palette(path, data)
         if self.kind == "colour":
             return self._map_colours(self._colour_keys(decode_label_pixels(path, data), path), path)
+        if self.kind == "ade20k":
+            return self._ids_to_stored(ade20k_class_ids(decode_label_pixels(path, data), path), path)
         lossy = is_jpeg_data(data)
         raw = decode_label_pixels(path, data, indices=True)
         if lossy and not self.values.takes_lossy:
@@ -144,6 +147,8 @@ class LabelDecoder:
             raw = np.ascontiguousarray(raw[:, :, [2, 1, 0, *range(3, raw.shape[2])]])
         if self.kind == "colour":
             return self._map_colours(self._colour_keys(raw, path), path)
+        if self.kind == "ade20k":
+            return self._ids_to_stored(ade20k_class_ids(raw, path), path)
         ids = self._as_ids(self._gray(raw) if self.values.threshold is not None else raw, path)
         return self._ids_to_stored(ids, path)
 

@@ -52,7 +52,8 @@ def _file_counts(path: Path, max_pixels: int, value_map: ValueMap | None = None)
         if arr.shape[2] >= 3 and not (np.array_equal(arr[..., 0], arr[..., 1])
                                       and np.array_equal(arr[..., 1], arr[..., 2])):
             raise LabelError("label has colours, not class ids, and no class table says what they mean",
-                             path=path, fix="pass --classes FILE with name,r,g,b lines (or a class_dict.csv)")
+                             path=path, fix="pass --palette FILE (name,r,g,b lines, or CVAT's labelmap.txt), "
+                                                      "or --class-dict FILE / a class_dict.csv at the root")
         arr = arr[..., 0]
     if arr.dtype == bool:
         arr = arr.astype(np.uint8)

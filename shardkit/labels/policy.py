@@ -86,6 +86,8 @@ def choose_class_table(
         return choice
 
     if label_kind == "colour":
+        if file_choice is None and default is not None and all(c.colour is not None for c in default.table.classes):
+            file_choice = default  # a colour table the dataset ships in its layout's form (CVAT's labelmap.txt)
         if file_choice is None:
             raise ConfigError(
                 "colour masks need a class table",
@@ -102,6 +104,11 @@ def choose_class_table(
         choice = TableChoice(table, f"--num-classes {num_classes} (names class_0 … class_{num_classes - 1})")
     elif default is not None:
         choice = default
+    elif label_kind == "ade20k":  # the ids in the files are ADE20K's object index: never numbered by a scan
+        raise ConfigError("ADE20K's _seg.png class ids ((R/10)*256 + G) index the release's object names, which "
+                          "this dataset folder does not hold",
+                          fix="pass --classes FILE naming every id 0..N as 'id name' lines (from the release's "
+                              "objects.txt or index), or --num-classes N above every id (names class_0 …)")
     elif scan is not None:
         choice = scan(ignore_index)
     else:

@@ -302,13 +302,16 @@ def _parse_text_palette(text: str, path: Path) -> ClassTable:
 
 
 def read_palette(path: Path) -> ClassTable:
-    """Read a ``--palette`` file: class_dict CSV, annotation-tool JSON, or ``r g b [name]`` text lines.
+    """Read a ``--palette`` file: class_dict CSV, annotation-tool JSON, CVAT's ``labelmap.txt`` or ``r g b [name]`` text
+    lines.
 
     JSON classes get ids in the order they are listed (any ``"id"`` field in the
     JSON is the tool's own numbering and is not used).
     """
     path = Path(path)
     text = read_table_text(path, "palette")
+    if is_labelmap(text):
+        return read_labelmap(path, text)
     head = text.lstrip()
     if path.suffix.lower() == ".json" or head.startswith(("{", "[")):
         return _parse_json_palette(load_table_json(text, "palette", path), path)
@@ -443,6 +446,40 @@ def _json_classes(obj: Any, path: Path) -> ClassTable:
     return _named_table(entries, path)
 
 
+#: CVAT's and Datumaro's ``labelmap.txt`` (the "Segmentation mask 1.1" / VOC export): ``name:r,g,b:parts:actions``
+#: a line, under a ``# label:color_rgb:parts:actions`` comment; the class named ``background`` is id 0.
+_LABELMAP = re.compile(r"^([^:]*\S)\s*:\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*:[^:]*:[^:]*$")
+LABELMAP_BACKGROUND = "background"
+
+
+def is_labelmap(text: str) -> bool:
+    """Whether ``text`` is a CVAT/Datumaro ``labelmap.txt``: every content line ``name:r,g,b:parts:actions``."""
+    lines = [s for line in text.splitlines()[: MAX_CLASSES + 8] if (s := line.strip()) and not s.startswith("#")]
+    return bool(lines) and all(_LABELMAP.match(s) for s in lines)
+
+
+def read_labelmap(path: Path, text: str | None = None) -> ClassTable:
+    """A CVAT/Datumaro ``labelmap.txt`` as a colour table: ids in line order, except that ``background`` is id 0
+    wherever it is listed (CVAT and Datumaro number it 0; moving it is logged). Parts and actions are not classes
+    and are ignored."""
+    path = Path(path)
+    text = read_table_text(path, "label map") if text is None else text
+    entries: list[tuple[str, Colour, str]] = []
+    for n, s in _content_lines(text, "label map", path):
+        m = _LABELMAP.match(s)
+        if m is None:
+            raise LabelError(f"line {n}: {s!r} is not name:r,g,b:parts:actions", path=path,
+                             fix="write one class a line as name:r,g,b:: (CVAT's labelmap.txt)")
+        name = _check_name(m.group(1), f"line {n}", path)
+        entries.append((name, _rgb(m.group(2, 3, 4), f"line {n}: class {name!r}", path), f"line {n}"))
+    first = next((i for i, e in enumerate(entries) if e[0] == LABELMAP_BACKGROUND), 0)
+    if first:
+        logger.info("%s: class %r (%s) is id 0, as CVAT numbers it; the classes before it move up by one", path,
+                    LABELMAP_BACKGROUND, entries[first][2])
+        entries.insert(0, entries.pop(first))
+    return _finish_table(entries, path, "label map")
+
+
 # The shapes of a headerless text line, richest first: r g b [name]; name,r,g,b; id name (0: sky); a name.
 _RGB_NAME = re.compile(r"^(\d+)[\s,]+(\d+)[\s,]+(\d+)(?:[\s,]+(.*))?$")
 _NAME_RGB = re.compile(r"^(.*?\S)\s*[,\t]\s*(\d+)\s*[,\t]\s*(\d+)\s*[,\t]\s*(\d+)$")
@@ -519,7 +556,8 @@ def read_classes(path: Path) -> ClassTable:
     - CSV/TSV with a header naming a ``name`` column (aliases ``class``, ``class_name``, ``label`` …; ``r,g,b``
       and ``id`` columns optional), one column included: a header row is never a class;
     - text: one class a line as ``name``, ``id name`` (``0: sky``), ``r g b [name]`` or ``name,r,g,b``, the
-      same shape on every line (a line that reads two ways is refused); blank and ``#`` lines skipped.
+      same shape on every line (a line that reads two ways is refused); blank and ``#`` lines skipped;
+    - CVAT's ``labelmap.txt`` (``name:r,g,b::`` lines): :func:`read_labelmap`.
 
     Ids are the order in the file unless the file gives them (then on every class, 0..n-1 once each: never
     renumbered). A first class ``__ignore__`` (labelme's label files) is dropped and makes 255 the ignore id, as
@@ -527,6 +565,8 @@ def read_classes(path: Path) -> ClassTable:
     """
     path = Path(path)
     text = read_table_text(path, "class list")
+    if is_labelmap(text):
+        return read_labelmap(path, text)
     head = text.lstrip()
     if path.suffix.lower() == ".json" or head.startswith(("{", "[")):
         return _json_classes(load_table_json(text, "class list", path), path)

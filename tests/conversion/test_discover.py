@@ -11,6 +11,7 @@ import pytest
 
 from shardkit.conversion.discover import LABEL_SUFFIXES, Discovery, SamplePair, discover
 from shardkit.errors import ConfigError, InputNotFoundError, LayoutError
+from shardkit.labels.classes import LABEL_KINDS
 
 
 def touch(root: Path, *names: str) -> None:
@@ -360,7 +361,8 @@ def test_unrecognisable_folder_names_layouts_tried_and_fix(tmp_path: Path) -> No
         discover(tmp_path)
     text = str(e.value)
     assert "saw: photos/ (1 images)" in text and "no layout is close" in text
-    assert "tried: cityscapes, labelme2voc, voc, mmseg, generic" in text and "--images" in text
+    assert "tried: cityscapes, ade20k, labelme2voc, cvat_mask, voc, instance_masks, mmseg, generic" in text
+    assert "--images" in text
 
 
 def test_layout_with_no_pairs_at_all_is_a_layout_error(tmp_path: Path) -> None:
@@ -494,11 +496,11 @@ def test_layouts_are_declared_classes_discovered_like_formats() -> None:
 
     classes = all_layouts()
     assert all(issubclass(c, Layout) for c in classes)
-    assert [c.name for c in classes if c.auto][:3] == ["cityscapes", "labelme2voc", "voc"]
+    assert [c.name for c in classes if c.auto][:5] == ["cityscapes", "ade20k", "labelme2voc", "cvat_mask", "voc"]
     assert {"mmseg", "generic", "split_dirs", "lip", "class_dict", "segnet", "listfile", "pattern"} <= {
         c.name for c in classes}
     for c in classes:
-        assert c.expected and c.label_kind in ("ids", "colour", "palette", "cityscapes") and get(c.name) is c
+        assert c.expected and c.label_kind in LABEL_KINDS and get(c.name) is c
 
 
 def test_the_manifest_schema_lists_every_layout() -> None:

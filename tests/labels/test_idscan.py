@@ -60,7 +60,7 @@ def test_sixteen_bit_ids_and_colour_labels(tmp_path: Path) -> None:
     b = save(tmp_path / "b.png", np.arange(301, dtype=np.uint16).reshape(1, 301))
     assert scan_table([a, b], None, max_pixels=1000).table.num_classes == 301
     c = save(tmp_path / "c.png", np.array([[[255, 0, 0], [0, 0, 0]]], np.uint8))
-    with pytest.raises(LabelError, match=r"c\.png: label has colours.*--classes FILE"):
+    with pytest.raises(LabelError, match=r"c\.png: label has colours.*--palette FILE"):
         scan_table([c], None, max_pixels=1000)
     g = save(tmp_path / "g.png", np.array([[[3, 3, 3], [1, 1, 1]]], np.uint8))  # gray stored as RGB: ids
     assert scan_table([g], None, max_pixels=1000).table.num_classes == 4

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -335,3 +336,34 @@ def test_sparse_ids_are_refused_with_fixes_that_keep_every_id(tmp_path: Path) ->
     path.write_text(json.dumps({str(2 * i): f"c{i}" for i in range(20)}))
     with pytest.raises(LabelError, match=r"pass a --label-map file of their 19 OLD:NEW lines \(2:1, 4:2, 6:3 …\)"):
         read_classes(path)
+
+
+# --------------------------------------------------------------------------- CVAT labelmap.txt
+
+CVAT_LABELMAP = Path(__file__).resolve().parents[1] / "data" / "cvat-mask" / "labelmap.txt"
+
+
+@pytest.mark.parametrize("reader", [read_classes, read_palette])
+def test_cvat_labelmap_reads_names_and_colours_not_garbled_names(reader: Any) -> None:
+    """The real CVAT label map: names without ``:r,g,b::``, colours as written, ids in line order."""
+    table = reader(CVAT_LABELMAP)
+    assert [(c.id, c.name, c.colour) for c in table.classes] == [
+        (0, "background", (0, 0, 0)), (1, "cheetah", (224, 64, 64)), (2, "fox", (160, 96, 64)),
+        (3, "hyena", (7, 73, 80)), (4, "lion", (32, 128, 224)), (5, "tiger", (112, 192, 192)),
+        (6, "wolf", (102, 178, 138))]
+    assert table.source == "labelmap.txt" and table.ignore_index is None
+
+
+def test_cvat_labelmap_background_is_id_0_wherever_listed(tmp_path: Path) -> None:
+    """CVAT numbers ``background`` 0: a map listing it second still gives it id 0 (and parts/actions are ignored)."""
+    path = tmp_path / "labelmap.txt"
+    path.write_text("# label:color_rgb:parts:actions\nDNA:255,255,255:nucleus:dividing\nbackground:0,0,0::\n")
+    table = read_classes(path)
+    assert [(c.name, c.colour) for c in table.classes] == [("background", (0, 0, 0)), ("DNA", (255, 255, 255))]
+
+
+def test_cvat_labelmap_duplicate_colour_is_one_line_error(tmp_path: Path) -> None:
+    path = tmp_path / "labelmap.txt"
+    path.write_text("background:0,0,0::\ncat:1,2,3::\ndog:1,2,3::\n")
+    with pytest.raises(LabelError, match="share colour"):
+        read_palette(path)

@@ -11,10 +11,10 @@ table), discovered like the formats, and :func:`discover`, which finds the one a
 
 from ..pairs import PairTable, SamplePair
 from .base import CLASS_DICT_NAMES, Context, Layout
-from .discover import Discovery, discover, layout_ignore, layout_table
+from .discover import Discovery, discover, layout_ignore, layout_table, with_colour_table
 from .registry import all_layouts, get, names
 from .scan import IMAGE_EXTENSIONS, LABEL_SUFFIXES, file_types, rel_path
 
 __all__ = ["CLASS_DICT_NAMES", "IMAGE_EXTENSIONS", "LABEL_SUFFIXES", "Context", "Discovery", "Layout", "PairTable",
            "SamplePair", "all_layouts", "discover", "file_types", "get", "layout_ignore",
-           "layout_table", "names", "rel_path"]
+           "layout_table", "names", "rel_path", "with_colour_table"]

@@ -29,6 +29,7 @@ class _Seen:
     n: int = 0
     exts: Counter[str] = field(default_factory=Counter)
     samples: list[Path] = field(default_factory=list)
+    deeper: bool = False  # folders below the levels counted (their images are not in ``n``)
 
 
 def _count(root: Path, name: str) -> _Seen:
@@ -48,7 +49,15 @@ def _count(root: Path, name: str) -> _Seen:
             if seen.n >= _MAX_COUNT:
                 return seen
         level = nxt
+    seen.deeper = bool(level)
     return seen
+
+
+def _shown(c: _Seen) -> str:
+    """``images/ (12 images)``; a folder whose tree goes deeper than counted says so, never a bare "0 images"."""
+    more = "+" if c.n >= _MAX_COUNT or c.deeper else ""
+    deep = f" in its first {_DEPTH} levels, more folders below" if c.deeper else ""
+    return f"{c.name}/ ({c.n}{more} images{deep})"
 
 
 def _similar(name: str, wanted: tuple[str, ...]) -> tuple[float, str]:
@@ -120,7 +129,7 @@ def no_layout_message(ctx: Context) -> tuple[str, str]:
     counts = [_count(ctx.root, d) for d in sorted(ctx.dirs)]
     counts.sort(key=lambda c: (-c.n, c.name))
     root_images = sum(1 for f in ctx.files if is_image(f))
-    seen = [f"{c.name}/ ({c.n}{'+' if c.n >= _MAX_COUNT else ''} images)" for c in counts[:_MAX_FOLDERS]]
+    seen = [_shown(c) for c in counts[:_MAX_FOLDERS]]
     if len(counts) > _MAX_FOLDERS:
         seen.append(f"and {len(counts) - _MAX_FOLDERS} more folders")
     if root_images:

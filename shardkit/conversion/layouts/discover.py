@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from ...errors import ConfigError, InputNotFoundError, LayoutError, ShardkitError
@@ -27,6 +28,17 @@ logger = logging.getLogger(__name__)
 def layout_table(found: Discovery, *, cityscapes_train_ids: bool = True) -> TableChoice | None:
     """The class table ``found``'s layout knows for it (where the layout identifies the dataset), else None."""
     return get(found.layout)().default_table(found, cityscapes_train_ids=cityscapes_train_ids)
+
+
+def with_colour_table(found: Discovery, table: Path | None) -> Discovery:
+    """``found`` with the label kind a colour table file the user names (``--palette``, ``--class-dict``) gives
+    it: ``ids`` labels become colour masks where the layout does so for a ``class_dict.csv`` at the root."""
+    if table is None or found.class_dict is not None:
+        return found
+    kind = get(found.layout)().kind(Path(table))
+    if kind != found.label_kind:
+        logger.info("%s: labels read as colour masks (%s is a colour table)", found.root, table)
+    return replace(found, label_kind=kind)
 
 
 def layout_ignore(found: Discovery) -> tuple[int, str] | None:

@@ -24,10 +24,10 @@ logger = logging.getLogger(__name__)
 #: Extensions of the files discovery treats as images or labels (whether a decoder takes each is the
 #: reader's business: a type it refuses is named there, never silently dropped here).
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".gif", ".ppm",
-                              ".pgm", ".pbm", ".pnm", ".npy"})  # .npy: (H, W[, C]) arrays
+                              ".pgm", ".pbm", ".pnm", ".npy", ".jp2", ".j2k", ".j2c"})  # .npy: (H, W[, C]) arrays
 #: Extensions a label may have: an image's, but not .npy (no label decoder reads arrays; labelme2voc writes
-#: SegmentationClass/*.npy beside its label PNGs).
-LABEL_EXTENSIONS = IMAGE_EXTENSIONS - {".npy"}
+#: SegmentationClass/*.npy beside its label PNGs) nor JPEG 2000 (read as images only).
+LABEL_EXTENSIONS = IMAGE_EXTENSIONS - {".npy", ".jp2", ".j2k", ".j2c"}
 #: Label name = image stem + one of these (tried in this order; more than one hit is an error).
 LABEL_SUFFIXES: tuple[str, ...] = ("_L", "_color_mask", "_mask", "_label", "_labels", "")
 #: The usual endings of label stems and image stems around a shared name part (``21_training.tif`` ↔
@@ -54,9 +54,40 @@ class Found:
 Job = Callable[[], Found]
 
 
+#: Files discovery meets but does not read, by extension, and what would read them: said beside their count, so
+#: a skipped type is never just a number. Worded to hold whatever annotation sources a version has (its --help
+#: lists them).
+UNREAD_TYPES: dict[str, str] = {
+    **dict.fromkeys((".nii.gz", ".nii", ".mha", ".mhd", ".nrrd", ".dcm", ".img", ".hdr"),
+                    "volumes / medical image files are not supported yet (#38): export 2-D slices as PNG or TIFF"),
+    ".json": "annotation files (COCO, labelme …) are not mask images; `shardkit convert --help` lists the "
+             "annotation sources this version reads",
+    ".xml": "annotation files (CVAT, VOC boxes) are not mask images; `shardkit convert --help` lists the "
+            "annotation sources this version reads",
+    ".txt": "text files (split lists, YOLO boxes, attributes) are not images; pass a split list with --split-list",
+    ".csv": "tables are not images; a class table is passed with --classes",
+    ".mat": "MATLAB files are not read: save the mask as PNG",
+    ".npz": "numpy archives are not read: save each array as .npy (images) or PNG (labels)",
+    **dict.fromkeys((".heic", ".heif", ".avif", ".jxl"), "this image type is not read: re-export as PNG or JPEG"),
+    **dict.fromkeys((".zip", ".tar", ".tar.gz", ".tgz", ".7z", ".rar"),
+                    "archives are not opened: unpack them into the input folder"),
+}
+_COMPOUND = (".nii.gz", ".tar.gz")
+
+
+def file_ext(name: str) -> str:
+    """A file's extension in lower case as :data:`UNREAD_TYPES` names it (``.nii.gz`` whole)."""
+    lower = name.lower()
+    return next((c for c in _COMPOUND if lower.endswith(c) and len(lower) > len(c)), split_ext(lower)[1])
+
+
 def file_types(counts: dict[str, int]) -> str:
-    """``{".npy": 3, ".json": 1}`` → ``"3 .npy, 1 .json"`` (most first)."""
-    return ", ".join(f"{n} {ext or '(no extension)'}" for ext, n in sorted(counts.items(), key=lambda e: (-e[1], e[0])))
+    """``{".npy": 3, ".json": 1}`` → ``"3 .npy, 1 .json (annotation files …)"`` (most first; with what would read
+    each type :data:`UNREAD_TYPES` knows)."""
+    def one(ext: str, n: int) -> str:
+        reason = UNREAD_TYPES.get(ext)
+        return f"{n} {ext or '(no extension)'}" + (f" ({reason})" if reason else "")
+    return ", ".join(one(ext, n) for ext, n in sorted(counts.items(), key=lambda e: (-e[1], e[0])))
 
 
 def split_ext(name: str) -> tuple[str, str]:
@@ -156,7 +187,7 @@ def walk(top: Path, recursive: bool = True, skipped: Counter[str] | None = None,
                 _check_name(folder, name)
                 yield rel, name, prefix + name
             elif skipped is not None:
-                skipped[split_ext(name)[1].lower()] += 1
+                skipped[file_ext(name)] += 1
         if recursive:
             stack.extend(f"{rel}/{d}" if rel else d for d in reversed(dirs))
 

@@ -54,8 +54,9 @@ class VocLayout(Layout):
     image_dirs = ("JPEGImages",)
     label_dirs: ClassVar[tuple[str, ...]] = ("SegmentationClass", "SegmentationClassPNG")
     takes_label_suffix = False
-    ignore_convention = (255, "the voc layout's convention (PASCAL VOC's palette PNGs mark the void border and "
-                              "pixels to ignore with 255)")
+    ignore_convention: ClassVar[tuple[int, str] | None] = (
+        255, "the voc layout's convention (PASCAL VOC's palette PNGs mark the void border and pixels to ignore "
+             "with 255)")
 
     def base(self, root: Path) -> tuple[Path, str] | None:
         """The folder holding JPEGImages/ and a label folder with images (root, root/VOC*, root/VOC*/VOC*), and
@@ -76,8 +77,8 @@ class VocLayout(Layout):
 
     def accepts(self, base: Path) -> bool:
         """Whether a folder with JPEGImages/ and a label folder is this layout's (labelme2voc's have
-        class_names.txt: that layout claims them)."""
-        return not (base / "class_names.txt").is_file()
+        class_names.txt, CVAT's mask exports labelmap.txt: those layouts claim them)."""
+        return not (base / "class_names.txt").is_file() and not (base / "labelmap.txt").is_file()
 
     def detect(self, ctx: Context) -> dict[str, Job]:
         found = self.base(ctx.root)

@@ -146,4 +146,4 @@ def test_an_unknown_layout_is_a_usage_error_listing_the_registered_ones(tmp_path
     from shardkit.cli import main
 
     result = CliRunner().invoke(main, ["convert", str(tmp_path), str(tmp_path / "o"), "--layout", "coco"])
-    assert result.exit_code == 2 and "'coco' is not one of auto, cityscapes, labelme2voc" in result.output
+    assert result.exit_code == 2 and "'coco' is not one of auto, cityscapes, ade20k, labelme2voc" in result.output

@@ -24,6 +24,7 @@ import shardkit
 from shardkit.cli import main
 from shardkit.conversion.config import ConvertConfig
 from shardkit.conversion.layouts import discover
+from shardkit.conversion.layouts.ade20k import find_base as find_ade_base
 from shardkit.conversion.pipeline import convert
 from shardkit.errors import LabelError, LayoutError
 from tests.drive_like import drive_tree
@@ -400,3 +401,140 @@ def test_cli_split_list_table_in_a_toml_config(tmp_path: Path, read_only: list[P
                                        "--dry-run"])
     assert result.exit_code == 0, result.output
     assert "split train: 4 pairs" in result.output and "split val: 1 pairs" in result.output
+
+
+# --- CVAT "Segmentation mask 1.1": labelmap.txt gives the colours, found in the tree ------------------------
+
+
+def _labelmap_ids(labelmap: Path, mask: Path) -> np.ndarray:
+    """The dataset's own definition, read independently: line k of labelmap.txt (``background`` first) is id k,
+    and a pixel is the class whose r,g,b it has."""
+    rows = [s.split(":") for s in labelmap.read_text().splitlines() if s.strip() and not s.startswith("#")]
+    rows.sort(key=lambda r: r[0] != "background")  # stable: background first, the rest in file order
+    rgb = np.array(Image.open(mask).convert("RGB"), np.int64)
+    out = np.full(rgb.shape[:2], -1, np.int64)
+    for i, row in enumerate(rows):
+        colour = [int(v) for v in row[1].split(",")]
+        out[(rgb == colour).all(axis=2)] = i
+    assert (out >= 0).all()  # every pixel is a label map colour
+    return out
+
+
+def test_cvat_mask_export_takes_labelmap_txt_and_converts_bit_exactly(tmp_path: Path, read_only: list[Path]) -> None:
+    """The CVAT export (RGB masks + labelmap.txt) is found without a flag; its colours are the classes, exactly."""
+    src = DATA / "cvat-mask"
+    stems = ("cheetah_00000044", "cheetah_00000087", "lion_00000075")
+    files = {f"JPEGImages/{s}.png": src / "JPEGImages" / f"{s}.png" for s in stems}
+    files |= {f"SegmentationClass/{s}.png": src / "SegmentationClass" / f"{s}.png" for s in stems}
+    files |= {f"SegmentationObject/{s}.png": src / "SegmentationObject" / f"{s}.png" for s in stems[:2]}
+    files["labelmap.txt"] = src / "labelmap.txt"
+    root = freeze(build(tmp_path / "task_export", files), read_only)
+    state = snapshot(root)
+    summary = convert(ConvertConfig(root, tmp_path / "out", workers=1, quiet=True))
+    assert summary.discovery.layout == "cvat_mask" and summary.discovery.label_kind == "colour"
+    assert list(summary.table.names()) == ["background", "cheetah", "fox", "hyena", "lion", "tiger", "wolf"]
+    assert "labelmap.txt of the CVAT" in summary.table_reason and summary.table.ignore_index is None
+    expected = [_labelmap_ids(src / "labelmap.txt", src / "SegmentationClass" / f"{s}.png") for s in stems]
+    got = stored_labels(tmp_path / "out/all")
+    assert [set(np.unique(e)) for e in expected] == [{0, 1}, {0, 1}, {0, 4}]
+    for g, want in zip(got, expected, strict=True):
+        assert np.array_equal(g, want)
+    said = CliRunner().invoke(main, ["convert", str(root), str(tmp_path / "cli"), "--workers", "1", "--dry-run"])
+    assert said.exit_code == 0 and "labelmap.txt of the CVAT segmentation-mask export" in said.output
+    assert snapshot(root) == state
+
+
+
+# --- ADE20K full release: deep scene folders, _seg.png with class = R/10*256 + G ---------------------------
+
+
+def _ade_tree(root: Path) -> Path:
+    """The 2016 full release's tree with its two real _seg.png files (tests/data/ade20k); the photos are not in
+    the source repository, so each image is a black JPEG of its label's size (only the labels are compared)."""
+    src = DATA / "ade20k"
+    for split, scene, stem in (("training", "a/aiport_terminal", "ADE_train_00000001"),
+                               ("validation", "a/abbey", "ADE_val_00000001")):
+        folder = root / "ADE20K_2016_07_26" / "images" / split / scene
+        folder.mkdir(parents=True)
+        seg = src / f"{stem}_seg.png"
+        shutil.copyfile(seg, folder / seg.name)
+        with Image.open(seg) as im:
+            size = im.size
+        Image.new("RGB", size).save(folder / f"{stem}.jpg")
+        (folder / f"{stem}_atr.txt").write_text("001 # 0 # 0 # wall # wall # \"\"\n")
+    return root
+
+
+def _ade_ids(seg: Path) -> np.ndarray:
+    """The release's own definition (utils_ade20k.loadAde20K): class = (R/10 truncated)*256 + G."""
+    with Image.open(seg) as im:
+        rgb = np.array(im, np.int64)
+    return (rgb[:, :, 0] // 10) * 256 + rgb[:, :, 1]
+
+
+def test_ade20k_full_release_is_found_in_its_deep_tree_and_decoded_bit_exactly(
+        tmp_path: Path, read_only: list[Path]) -> None:
+    root = freeze(_ade_tree(tmp_path / "ade"), read_only)
+    found = discover(root)
+    assert found.layout == "ade20k" and found.label_kind == "ade20k"
+    assert {s: len(p) for s, p in found.splits.items()} == {"training": 1, "validation": 1}
+    assert found.skipped_types == {".txt": 2}  # the _atr.txt files, named in the log
+    top = max(int(_ade_ids(DATA / "ade20k" / f"{s}_seg.png").max()) for s in ("ADE_train_00000001",
+                                                                              "ADE_val_00000001"))
+    convert(ConvertConfig(root, tmp_path / "out", workers=1, quiet=True, num_classes=top + 1))
+    for split, stem in (("training", "ADE_train_00000001"), ("validation", "ADE_val_00000001")):
+        (got,) = stored_labels(tmp_path / "out" / split)
+        want = _ade_ids(DATA / "ade20k" / f"{stem}_seg.png")
+        assert got.dtype == np.uint16 and np.array_equal(got, want)
+        assert len(np.unique(want)) > 5 and want.max() > 255  # more than 8 bits of ids, all kept
+
+
+def test_ade20k_without_names_is_refused_with_the_flags(tmp_path: Path, read_only: list[Path]) -> None:
+    """The ids index ADE20K's object names, which the folder does not hold: refused, never numbered by a scan."""
+    root = freeze(_ade_tree(tmp_path / "ade"), read_only)
+    result = CliRunner().invoke(main, ["convert", str(root), str(tmp_path / "out"), "--workers", "1"])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert "ADE20K's _seg.png class ids" in result.output and "--classes FILE" in result.output
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.npy"))
+
+
+def test_ade20k_id_above_the_table_is_an_error_naming_value_and_pixels(tmp_path: Path,
+                                                                       read_only: list[Path]) -> None:
+    root = freeze(_ade_tree(tmp_path / "ade"), read_only)
+    with pytest.raises(LabelError, match=r"2978"):
+        convert(ConvertConfig(root, tmp_path / "out", workers=1, quiet=True, num_classes=2000))
+
+
+def test_other_seg_png_masks_in_a_deep_tree_are_not_taken_for_ade20k(tmp_path: Path) -> None:
+    """``<name>_seg.png`` masks of another dataset (not ADE_… names) are never decoded as R/10*256 + G."""
+    root = tmp_path / "data"
+    folder = root / "images" / "training" / "a"
+    folder.mkdir(parents=True)
+    shutil.copyfile(DATA / "ade20k" / "ADE_val_00000001_seg.png", folder / "street_seg.png")
+    assert find_ade_base(root, frozenset({"images"})) is None
+    assert find_ade_base(_ade_tree(tmp_path / "ade"), frozenset({"ADE20K_2016_07_26"})) is not None
+
+
+@pytest.mark.parametrize("flag", ["--palette", "--class-dict"])
+def test_colour_masks_on_an_ids_layout_follow_the_palette_hint_to_exact_ids(
+        tmp_path: Path, read_only: list[Path], flag: str) -> None:
+    """RGB masks in images/ + masks/ are refused with "pass a class_dict.csv / --palette FILE"; following it
+    with the export's labelmap.txt (--palette) or a class_dict.csv kept elsewhere (--class-dict) gives exact ids."""
+    src = DATA / "cvat-mask"
+    files = {"images/lion_00000075.png": src / "JPEGImages/lion_00000075.png",
+             "masks/lion_00000075.png": src / "SegmentationClass/lion_00000075.png"}
+    root = freeze(build(tmp_path / "plain", files), read_only)
+    refused = CliRunner().invoke(main, ["convert", str(root), str(tmp_path / "no"), "--workers", "1"])
+    assert refused.exit_code != 0 and "--palette FILE" in refused.output
+    table = src / "labelmap.txt"
+    if flag == "--class-dict":
+        table = tmp_path / "class_dict.csv"
+        rows = [s.split(":") for s in (src / "labelmap.txt").read_text().splitlines() if s and s[0] != "#"]
+        table.write_text("name,r,g,b\n" + "".join(f"{r[0]},{r[1]}\n" for r in rows))
+    result = CliRunner().invoke(main, ["convert", str(root), str(tmp_path / "out"), "--workers", "1", flag,
+                                       str(table)])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "out/all/manifest.json").read_text())
+    assert manifest["source"]["label_kind"] == "colour"
+    want = _labelmap_ids(src / "labelmap.txt", src / "SegmentationClass/lion_00000075.png")
+    assert np.array_equal(stored_labels(tmp_path / "out/all")[0], want) and set(np.unique(want)) == {0, 4}

@@ -93,3 +93,68 @@ def test_the_layout_folder_itself_linked_out_of_the_input_is_not_walked(raw: Pat
     (raw / "valannot").symlink_to(tmp_path / "labels-elsewhere")
     with pytest.raises(LayoutError, match="no image/label pairs"):
         keys(raw)
+
+
+def test_unread_file_types_are_named_with_what_would_read_them(tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """A volume (.nii.gz counted whole, not as .gz) and annotation JSON beside mask images: each type is named
+    with its reason, in the log and in the discovery report."""
+    isbi = Path(__file__).resolve().parents[2] / "data" / "isbi-em"
+    for folder, src in (("images", "image"), ("labels", "label")):
+        (tmp_path / folder).mkdir()
+        shutil.copyfile(isbi / src / "0.png", tmp_path / folder / "0.png")
+    for i in range(2):
+        (tmp_path / "labels" / f"case_{i}.nii.gz").write_bytes(b"\x1f\x8b")
+    (tmp_path / "images" / "0.json").write_text("{}")
+    with caplog.at_level(logging.WARNING):
+        found = discover(tmp_path)
+    assert found.skipped_types == {".nii.gz": 2, ".json": 1}
+    said = " ".join(found.report_lines()) + caplog.text
+    assert "2 .nii.gz (volumes / medical image files are not supported yet (#38)" in said
+    assert "1 .json (annotation files (COCO, labelme …) are not mask images" in said
+
+
+def test_per_instance_mask_folders_are_named_not_mistaken(tmp_path: Path) -> None:
+    """The DSB 2018 tree (``<id>/images/<id>.png`` + ``<id>/masks/*.png``) is recognised and refused in one line
+    naming it and the way to convert it (the files' content does not matter to discovery)."""
+    isbi = Path(__file__).resolve().parents[2] / "data" / "isbi-em"
+    base = tmp_path / "stage1_train"
+    for sample in ("a1", "b2"):
+        (base / sample / "images").mkdir(parents=True)
+        (base / sample / "masks").mkdir()
+        shutil.copyfile(isbi / "image" / "0.png", base / sample / "images" / f"{sample}.png")
+        for k in range(3):
+            shutil.copyfile(isbi / "label" / "0.png", base / sample / "masks" / f"m{k}.png")
+    with pytest.raises(LayoutError) as info:
+        discover(tmp_path)
+    text = str(info.value)
+    assert "per-instance mask folders: 2 samples as stage1_train/<id>/images/<id>.png" in text
+    assert "a1 has 3" in text and "--labels '{name}/label.png'" in text and "\n" not in text
+
+
+def test_per_instance_mask_folders_fix_followed_pairs_each_sample_with_its_label(tmp_path: Path) -> None:
+    """Following the refusal's fix (one label.png per sample, the two templates) pairs every sample exactly."""
+    isbi = Path(__file__).resolve().parents[2] / "data" / "isbi-em"
+    for sample in ("a1", "b2"):
+        (tmp_path / sample / "images").mkdir(parents=True)
+        (tmp_path / sample / "masks").mkdir()
+        shutil.copyfile(isbi / "image" / "0.png", tmp_path / sample / "images" / f"{sample}.png")
+        shutil.copyfile(isbi / "label" / "0.png", tmp_path / sample / "masks" / "m0.png")
+        shutil.copyfile(isbi / "label" / "1.png", tmp_path / sample / "label.png")
+    found = discover(tmp_path, images="{name}/images/*.png", labels="{name}/label.png")
+    pairs = found.splits["all"]
+    assert len(pairs) == 2
+    assert [(p.image.name, p.label.parent.name, p.label.name) for p in pairs] == [
+        ("a1.png", "a1", "label.png"), ("b2.png", "b2", "label.png")]
+
+
+def test_an_image_tree_deeper_than_counted_is_named_not_0_images(tmp_path: Path) -> None:
+    """Images four folders down (ADE20K-like scene folders under an unknown name): the no-layout message says the
+    tree goes deeper than it counted, instead of "0 images"."""
+    isbi = Path(__file__).resolve().parents[2] / "data" / "isbi-em"
+    deep = tmp_path / "photos" / "split" / "a" / "scene" / "sub"
+    deep.mkdir(parents=True)
+    shutil.copyfile(isbi / "image" / "0.png", deep / "0.png")
+    with pytest.raises(LayoutError) as info:
+        discover(tmp_path)
+    assert "photos/ (0+ images in its first 3 levels, more folders below)" in str(info.value)
