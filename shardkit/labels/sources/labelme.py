@@ -1,0 +1,186 @@
+"""labelme JSON: one ``<image stem>.json`` of shapes beside each image (``shapes``: polygon, rectangle, circle,
+line, linestrip, point, oriented_rectangle), with ``labels.txt`` at the root (or the names found).
+
+Rasterised exactly by labelme's own rule (``labelme/_utils/shape.py``: ``shape_to_mask`` draws each shape with
+PIL ``ImageDraw`` into a mode-L image — polygon/rectangle/circle/point filled with an outline, line width 10,
+linestrip joint "curve", point radius 5 — and ``shapes_to_label`` paints them in file order, later on top): the
+same PIL calls are made here, so the pixels are PIL's own.
+
+Class table: ``labels.txt`` lines in order, ``__ignore__`` left out and stored as the ignore id 255 (labelme2voc
+writes its -1 as 255), so with labelme's usual ``__ignore__``, ``_background_`` first lines ids are labelme2voc's;
+without ``labels.txt``: ``_background_`` = 0, then the names found, sorted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import LabelError
+from ...support.limits import MAX_SIDE
+from ...support.smallfile import loads_bounded, read_guarded, read_small_text
+from ..classes import ClassInfo, ClassTable
+from .base import Annotations, AnnotationSource, ObjectShapes, SampleShapes, inside, sorted_unique
+
+IGNORE_NAME = "__ignore__"
+BACKGROUND = "_background_"
+IGNORE = 255
+MAX_LABELME_BYTES = 64 << 20
+MAX_POINTS = 1_000_000
+MAX_COORD = 1e7
+#: labelme's defaults in shape_to_mask
+LINE_WIDTH = 10
+POINT_SIZE = 5
+_POINTS_NEEDED = {"circle": 2, "rectangle": 2, "line": 2, "point": 1, "oriented_rectangle": 4}
+SHAPE_TYPES = ("polygon", "rectangle", "circle", "line", "linestrip", "point", "oriented_rectangle")
+IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
+
+
+def _fail(what: Path, problem: str) -> LabelError:
+    return LabelError(problem, path=what, fix="correct the labelme file (or leave that shape out)")
+
+
+def _jsons(root: Path) -> list[Path]:
+    """labelme files: ``*.json`` anywhere under ``root`` whose first KiB names ``shapes``."""
+    out = []
+    for p in sorted(root.rglob("*.json")):
+        if p.is_file() and not p.is_symlink():
+            with p.open("rb") as fh:
+                head = fh.read(4096)
+            if b'"shapes"' in head and (b'"imagePath"' in head or b'"version"' in head):
+                out.append(p)
+    return out
+
+
+class LabelmeSource(AnnotationSource):
+    name = "labelme"
+    expected = "<name>.json (labelme shapes) beside each <name>.jpg/.png, labels.txt at the root (optional)"
+    overlap = "order"
+    crowd = "class"
+    overlaps = ("order", "area", "ignore")
+    tool_rule = "labelme shapes_to_label: shapes painted in file order, later on top (PIL ImageDraw)"
+
+    def detect(self, root: Path) -> Path | None:
+        for p in _jsons(root)[:1]:
+            return root if p else None
+        return None
+
+    def read(self, root: Path, where: Path) -> Annotations:
+        files = _jsons(where)
+        if not files:
+            raise LabelError("no labelme JSON files (with 'shapes') there", path=where,
+                             fix="point the input at the folder of labelme .json files")
+        docs: list[tuple[Path, dict[str, Any]]] = []
+        digest = hashlib.sha256()
+        for path in files:
+            raw = read_guarded(path, "labelme file", limit=MAX_LABELME_BYTES)
+            digest.update(hashlib.sha256(path.relative_to(where).as_posix().encode() + b"\0" + raw).digest())
+            try:
+                doc = loads_bounded(raw, "labelme file")
+            except ValueError as exc:
+                raise _fail(path, f"not JSON ({exc})") from None
+            if not isinstance(doc, dict) or not isinstance(doc.get("shapes"), list):
+                raise _fail(path, "not a labelme file (no 'shapes' list)")
+            docs.append((path, doc))
+        labels_txt = where / "labels.txt"
+        if labels_txt.is_file():
+            names = [line.strip() for line in read_small_text(labels_txt, "labels.txt").splitlines() if line.strip()]
+            origin = "labels.txt (line order; __ignore__ = 255)"
+        else:
+            found = {s.get("label") for _, d in docs for s in d["shapes"] if isinstance(s, dict)}
+            names = [BACKGROUND, *sorted(str(n) for n in found - {BACKGROUND, IGNORE_NAME, None})]
+            origin = "the labels found in the labelme files (_background_ = 0, then sorted by name)"
+        classes = [n for n in names if n != IGNORE_NAME]
+        if len(set(classes)) != len(classes):
+            raise LabelError("a name appears twice", path=labels_txt, fix="list each label once")
+        stored = {n: i for i, n in enumerate(classes)}
+        stored[IGNORE_NAME] = IGNORE
+        if len(classes) > IGNORE:
+            raise LabelError(f"{len(classes)} labels; the ignore id {IGNORE} would be a class", path=where,
+                             fix="use at most 255 labels")
+        table = ClassTable(tuple(ClassInfo(i, n) for i, n in enumerate(classes)), IGNORE, source=origin)
+        samples = [self._sample(root, path, doc, stored, origin) for path, doc in docs]
+        return Annotations(self.name, root, tuple(files), table, tuple(classes), {"all": sorted_unique(samples, where)},
+                           origin,
+                           digest.hexdigest())
+
+    def _sample(self, root: Path, path: Path, doc: dict[str, Any], stored: dict[str, int],
+                origin: str) -> tuple[Path, SampleShapes]:
+        image_path = doc.get("imagePath")
+        image = None
+        if isinstance(image_path, str) and image_path:
+            candidate = inside(root, path.parent, image_path.replace("\\", "/"), path)
+            image = candidate if candidate.is_file() else None
+        if image is None:
+            image = next((q for ext in IMAGE_EXTS if (q := path.with_suffix(ext)).is_file()), None)
+        if image is None:
+            embedded = " (its embedded imageData is not read)" if doc.get("imageData") else ""
+            raise _fail(path, f"no image file {image_path!r} beside it{embedded}")
+        image = inside(root, image.parent, image.name, path)
+        h = doc.get("imageHeight")
+        w = doc.get("imageWidth")
+        if not (isinstance(h, int) and isinstance(w, int) and 1 <= h <= MAX_SIDE and 1 <= w <= MAX_SIDE):
+            raise _fail(path, f"imageHeight/imageWidth {h!r}x{w!r} are not image sides")
+        objects = []
+        for i, shape in enumerate(doc["shapes"]):
+            if not isinstance(shape, dict):
+                raise _fail(path, f"shape {i} is not an object")
+            label = shape.get("label")
+            if label not in stored:
+                raise LabelError(f"shape {i} has label {label!r}, which {origin} lacks", path=path,
+                                 fix="add it to labels.txt (or correct the shape's label)")
+            kind = shape.get("shape_type") or "polygon"
+            if kind not in SHAPE_TYPES:
+                raise _fail(path, f"shape {i} is a {kind!r}; shardkit reads {', '.join(SHAPE_TYPES)}")
+            pts = shape.get("points")
+            if not isinstance(pts, list) or len(pts) > MAX_POINTS or not all(
+                    isinstance(p, list) and len(p) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                                for v in p) for p in pts):
+                raise _fail(path, f"shape {i}'s points are not a list of [x, y] numbers")
+            arr = np.asarray(pts, dtype=np.float64).reshape(-1, 2)
+            if not np.isfinite(arr).all() or (arr.size and float(np.abs(arr).max()) > MAX_COORD):
+                raise _fail(path, f"shape {i} has a NaN, infinite or huge coordinate")
+            need = _POINTS_NEEDED.get(kind)
+            if (need is not None and len(arr) != need) or (kind == "polygon" and len(arr) < 3):
+                raise _fail(path, f"shape {i} ({kind}) has {len(arr)} points (labelme refuses it)")
+            objects.append(ObjectShapes(f"{path.name}#{i}", stored[label], kind, (arr,)))
+        key = image.relative_to(Path(root).resolve()).as_posix()
+        return image, SampleShapes(key, h, w, tuple(objects))
+
+    def mask(self, obj: ObjectShapes, h: int, w: int) -> tuple[np.ndarray, bool, bool]:
+        import PIL.Image
+        import PIL.ImageDraw
+
+        arr = obj.data[0]
+        img = PIL.Image.fromarray(np.zeros((h, w), dtype=np.uint8))
+        draw = PIL.ImageDraw.Draw(img)
+        xy = [(float(x), float(y)) for x, y in arr]
+        kind = obj.kind
+        if kind == "circle":
+            (cx, cy), (px, py) = xy
+            d = math.sqrt((cx - px) ** 2 + (cy - py) ** 2)
+            draw.ellipse(((cx - d, cy - d), (cx + d, cy + d)), outline=1, fill=1)
+        elif kind == "rectangle":
+            (x0, y0), (x1, y1) = xy
+            draw.rectangle(((min(x0, x1), min(y0, y1)), (max(x0, x1), max(y0, y1))), outline=1, fill=1)
+        elif kind == "line":
+            draw.line(xy=xy, fill=1, width=LINE_WIDTH)
+        elif kind == "linestrip":
+            draw.line(xy=xy, fill=1, width=LINE_WIDTH, joint="curve")
+        elif kind == "point":
+            cx, cy = xy[0]
+            r = POINT_SIZE
+            draw.ellipse(((cx - r, cy - r), (cx + r, cy + r)), outline=1, fill=1)
+        else:  # polygon, oriented_rectangle
+            draw.polygon(xy=xy, outline=1, fill=1)
+        m = np.array(img, dtype=bool)
+        clipped = bool(arr.size) and bool((arr[:, 0].min() < 0) or (arr[:, 1].min() < 0) or
+                                          (arr[:, 0].max() > w) or (arr[:, 1].max() > h))
+        return m, clipped, not m.any()
+
+
+SOURCE = LabelmeSource
