@@ -244,7 +244,7 @@ class CocoSource(AnnotationSource):
     def _base(self, root: Path, path: Path, split: str, first: list[str]) -> Path:
         bases = [path.parent, root, root / split, root / "images" / split, root / "images"]
         for base in bases:
-            if not first or (base / first[0]).is_file():
+            if not first or inside(root, base, first[0], path).is_file():  # outside the input: refused
                 return base
         raise LabelError(f"image {first[0]!r} named by the file is in none of "
                          f"{', '.join(str(b) for b in dict.fromkeys(bases))}", path=path,
