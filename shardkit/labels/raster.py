@@ -269,3 +269,21 @@ def paint(shapes: Sequence[Shape], h: int, w: int, dtype: np.dtype[Any] | type, 
         if not seen[i + 2] and not (s.crowd and crowd != "class"):
             report.lost.append(s.ident)
     return ids, report
+
+
+def report_lines(notes: Any) -> list[str]:
+    """``shardkit info``'s lines for a split converted from annotations (its manifest's
+    ``source.annotations``); none for mask images."""
+    if not isinstance(notes, dict) or not isinstance(notes.get("report"), dict):
+        return []
+    r = notes["report"]
+    lost = r.get("lost_ids") or []
+    more = ", …" if int(r.get("lost_objects", 0)) > len(lost) else ""
+    return [f"annotations: {notes.get('source')} ({', '.join(map(str, notes.get('files', [])))}), overlap "
+            f"{notes.get('overlap')}, crowd {notes.get('crowd')}; classes from {notes.get('classes_from')}",
+            f"  {r.get('objects', 0)} objects in {r.get('samples', 0)} samples: {r.get('painted_over', 0)} pixels "
+            f"painted over by a later object, {r.get('overlap_ignored', 0)} set to ignore as overlaps, "
+            f"{r.get('crowd_pixels', 0)} crowd pixels, {100 * float(r.get('unlabelled_share', 0)):.2f} % unlabelled",
+            f"  {r.get('clipped', 0)} shapes clipped by the image border, {r.get('degenerate', 0)} degenerate, "
+            f"{r.get('lost_objects', 0)} objects with no visible pixel"
+            + (f": {', '.join(map(str, lost[:10]))}{more}" if lost else "")]

@@ -1,0 +1,110 @@
+"""``shardkit convert`` on annotation sources end to end: a real COCO tree and a real labelme tree, found without
+a flag, read back with shardkit.open bit-exact against the reference rules; policies and the report in the
+manifest; hostile annotations one line with nothing written; an edited annotation file is a change."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import shardkit
+from shardkit.cli import main
+from tests.labels.sources.test_coco import semantic_reference
+from tests.labels.sources.test_labelme import labelme_rule
+
+pytest.importorskip("pycocotools")
+pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def run(*args: Any) -> Any:
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_coco_tree_converts_bit_exact(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    shutil.copytree(DATA / "coco-labelme", raw)
+    res = run("convert", raw, tmp_path / "out", "--workers", "1")
+    assert res.exit_code == 0, res.output
+    ds = shardkit.open(tmp_path / "out" / "all")
+    assert len(ds) == 3
+    stored = {i: i for i in range(21)}
+    for i in range(len(ds)):
+        _, label = ds[i]
+        np.testing.assert_array_equal(label, semantic_reference(raw / "annotations.json", ds.key(i), stored))
+    manifest = json.loads((tmp_path / "out" / "all" / "manifest.json").read_text())
+    notes = manifest["source"]["annotations"]
+    assert manifest["source"]["layout"] == "coco" and notes["overlap"] == "order" and notes["crowd"] == "class"
+    assert notes["original_ids"] == list(range(21))
+    report = notes["report"]
+    assert report["samples"] == 3 and report["objects"] == 12 and report["lost_objects"] == 0
+    assert report["unlabelled"] == int(sum((ds[i][1] == 0).sum() for i in range(3)))
+    info = run("info", tmp_path / "out" / "all")
+    assert "annotations: coco" in info.output and "painted over" in info.output
+    # the no-op path: unchanged input, nothing to do; an edited annotation file is a change
+    again = run("convert", raw, tmp_path / "out", "--workers", "1")
+    assert "nothing changed" in again.output.lower() or "unchanged" in again.output.lower()
+    doc = json.loads((raw / "annotations.json").read_text())
+    doc["annotations"] = [a for a in doc["annotations"] if a["id"] != doc["annotations"][0]["id"]]
+    (raw / "annotations.json").write_text(json.dumps(doc))
+    res = run("convert", raw, tmp_path / "out", "--workers", "1")
+    assert res.exit_code == 0
+    ds = shardkit.open(tmp_path / "out" / "all")
+    for i in range(len(ds)):
+        np.testing.assert_array_equal(ds[i][1], semantic_reference(raw / "annotations.json", ds.key(i), stored))
+
+
+def test_labelme_tree_converts_bit_exact(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    shutil.copytree(DATA / "labelme-examples", raw, ignore=shutil.ignore_patterns("SegmentationClass"))
+    res = run("convert", raw, tmp_path / "out", "--workers", "1", "--object-overlap", "area")
+    assert res.exit_code == 0, res.output
+    ds = shardkit.open(tmp_path / "out" / "all")
+    names = {c.name: c.id for c in ds.manifest.classes.classes} | {"__ignore__": 255}
+    extra = json.loads((tmp_path / "out" / "all" / "manifest.json").read_text())["source"]
+    assert extra["annotations"]["overlap"] == "area"
+    res = run("convert", raw, tmp_path / "order", "--workers", "1")
+    ds = shardkit.open(tmp_path / "order" / "all")
+    for i in range(len(ds)):
+        doc = json.loads((raw / ds.key(i)).with_suffix(".json").read_text())
+        h, w = ds[i][1].shape
+        np.testing.assert_array_equal(ds[i][1], labelme_rule(h, w, doc["shapes"], names))
+
+
+def test_hostile_annotation_file_one_line_nothing_written(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    shutil.copytree(DATA / "coco-labelme", raw)
+    doc = json.loads((raw / "annotations.json").read_text())
+    doc["annotations"][3]["category_id"] = 4242
+    (raw / "annotations.json").write_text(json.dumps(doc))
+    res = CliRunner().invoke(main, ["convert", str(raw), str(tmp_path / "out")])
+    lines = [ln for ln in res.output.splitlines() if ln.startswith("Error")]
+    assert res.exit_code == 1 and len(lines) == 1 and "4242" in lines[0] and "Traceback" not in res.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_lost_object_error(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    shutil.copytree(DATA / "coco-labelme", raw)
+    doc = json.loads((raw / "annotations.json").read_text())
+    first = doc["annotations"][0]
+    hidden = dict(first, id=999, segmentation=[[200, 200, 210, 200, 210, 210, 200, 210]], category_id=5)
+    cover = dict(first, id=1000, segmentation=[[190, 190, 220, 190, 220, 220, 190, 220]], category_id=9)
+    doc["annotations"] += [hidden, cover]
+    (raw / "annotations.json").write_text(json.dumps(doc))
+    res = CliRunner().invoke(main, ["convert", str(raw), str(tmp_path / "out"), "--on-lost-object", "error",
+                                    "--workers", "1"])
+    assert res.exit_code == 1 and "999" in res.output and "no visible pixel" in res.output
+    res = run("convert", raw, tmp_path / "out2", "--workers", "1")
+    report = json.loads((tmp_path / "out2" / "all" / "manifest.json").read_text())["source"][
+        "annotations"]["report"]
+    assert report["lost_objects"] == 1 and report["lost_ids"] == ["999"]
+    res = run("convert", raw, tmp_path / "out3", "--workers", "1", "--object-overlap", "area")
+    assert json.loads((tmp_path / "out3" / "all" / "manifest.json").read_text())["source"][
+        "annotations"]["report"]["lost_objects"] == 0
