@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from ..support import jit
+
 OVERLAPS = ("order", "z-order", "area", "ignore")
 CROWDS = ("ignore", "class", "drop")
 #: Most points one polygon's boundary walk may produce (pycocotools walks every upsampled pixel step of every
@@ -34,12 +36,41 @@ class ShapeError(ValueError):
 
 
 @dataclass
+class Region:
+    """A mask as its bounding box: the top-left pixel (``y0``, ``x0``) and the box's bool pixels, so that
+    painting an object costs its box, not the image."""
+
+    y0: int
+    x0: int
+    mask: np.ndarray
+
+    @classmethod
+    def of(cls, full: np.ndarray) -> Region:
+        """The region of a full-image mask (empty: a 0x0 box)."""
+        rows, cols = np.flatnonzero(full.any(axis=1)), np.flatnonzero(full.any(axis=0))
+        if not rows.size:
+            return cls(0, 0, np.zeros((0, 0), dtype=bool))
+        return cls(int(rows[0]), int(cols[0]), full[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1])
+
+    def full(self, h: int, w: int) -> np.ndarray:
+        out = np.zeros((h, w), dtype=bool)
+        bh, bw = self.mask.shape
+        out[self.y0 : self.y0 + bh, self.x0 : self.x0 + bw] = self.mask
+        return out
+
+    @property
+    def box(self) -> tuple[slice, slice]:
+        bh, bw = self.mask.shape
+        return slice(self.y0, self.y0 + bh), slice(self.x0, self.x0 + bw)
+
+
+@dataclass
 class Shape:
-    """One object to paint: its class id (stored), mask (H×W bool), and what the report needs."""
+    """One object to paint: its class id (stored), mask region, and what the report needs."""
 
     ident: str
     class_id: int
-    mask: np.ndarray
+    region: Region
     crowd: bool = False
     z: int = 0
     clipped: bool = False
@@ -108,20 +139,43 @@ def rle_string_counts(text: str | bytes) -> np.ndarray:
     return np.asarray(counts, dtype=np.int64)
 
 
-def rle_mask(counts: Sequence[int] | np.ndarray, h: int, w: int) -> np.ndarray:
-    """An H×W bool mask from COCO RLE counts (column-major runs, starting with background); counts must be
+def rle_region(counts: Sequence[int] | np.ndarray, h: int, w: int) -> Region:
+    """The mask of COCO RLE counts (column-major runs, starting with background) as a region; counts must be
     non-negative and sum to exactly H×W."""
-    c = np.asarray(counts, dtype=np.int64) if not isinstance(counts, np.ndarray) else counts.astype(np.int64)
-    if c.ndim != 1:
-        raise ShapeError("RLE counts are not a flat list")
+    c = np.asarray(counts, dtype=np.int64).ravel() if len(counts) else np.zeros(0, np.int64)
     if c.size and int(c.min()) < 0:
         raise ShapeError("RLE counts hold a negative run (overflow)")
     total = int(c.sum()) if c.size else 0
     if total != h * w:
         raise ShapeError(f"RLE counts sum to {total}, not H×W = {h}×{w} = {h * w}")
-    values = np.zeros(c.size, dtype=bool)
-    values[1::2] = True
-    return np.repeat(values, c).reshape(w, h).T
+    ends = np.cumsum(c)
+    ones = np.flatnonzero(c[1::2]) * 2 + 1  # the runs of ones that hold a pixel
+    if not ones.size:
+        return Region(0, 0, np.zeros((0, 0), dtype=bool))
+    lo, hi = int(ends[ones[0]] - c[ones[0]]), int(ends[ones[-1]])  # [lo, hi) in column-major order
+    c0, c1 = lo // h, (hi - 1) // h
+    start = c0 * h
+    values = np.zeros(ones[-1] - ones[0] + 1, dtype=bool)
+    values[0::2] = True
+    runs = c[ones[0] : ones[-1] + 1]
+    flat = np.zeros((c1 - c0 + 1) * h, dtype=bool)
+    flat[lo - start : hi - start] = np.repeat(values, runs)
+    return _cropped(0, c0, flat.reshape(c1 - c0 + 1, h).T)
+
+
+def _cropped(y0: int, x0: int, band: np.ndarray) -> Region:
+    """A column band's region cropped to the rows (and columns) that hold a pixel."""
+    rows = np.flatnonzero(band.any(axis=1))
+    if not rows.size:
+        return Region(0, 0, np.zeros((0, 0), dtype=bool))
+    cols = np.flatnonzero(band.any(axis=0))
+    return Region(y0 + int(rows[0]), x0 + int(cols[0]),
+                  band[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1])
+
+
+def rle_mask(counts: Sequence[int] | np.ndarray, h: int, w: int) -> np.ndarray:
+    """The H×W bool mask of COCO RLE counts (:func:`rle_region`, whole)."""
+    return rle_region(counts, h, w).full(h, w)
 
 
 def _trunc_int(a: np.ndarray) -> np.ndarray:
@@ -149,10 +203,19 @@ def check_polygon(xy: Sequence[float] | np.ndarray) -> np.ndarray:
     return pts
 
 
-def polygon_positions(xy: Sequence[float] | np.ndarray, h: int, w: int) -> np.ndarray:
+def polygon_positions(xy: Sequence[float] | np.ndarray, h: int, w: int, *, checked: bool = False) -> np.ndarray:
     """Column-major boundary crossings of one polygon (x0, y0, x1, y1, …), pycocotools' ``rleFrPoly`` rule,
-    vectorised: each position toggles the mask from there down its column (and on)."""
-    pts = check_polygon(xy)
+    vectorised: each position toggles the mask from there down its column (and on). ``checked``: ``xy`` is a
+    float64 array :func:`check_polygon` already passed (the parent checks once; a worker does not again)."""
+    pts = xy if checked and isinstance(xy, np.ndarray) else check_polygon(xy)
+    kernels = KERNELS.get()
+    if kernels is not None and pts.size:
+        x = _trunc_int(5.0 * pts[0::2] + 0.5)
+        y = _trunc_int(5.0 * pts[1::2] + 0.5)
+        walk = int(np.maximum(np.abs(np.diff(np.append(x, x[:1]))), np.abs(np.diff(np.append(y, y[:1])))).sum())
+        out = np.empty(walk + x.size, dtype=np.int64)
+        n = kernels[0](x, y, h, w, out)
+        return out[:n]
     scale = 5.0
     x = _trunc_int(scale * pts[0::2] + 0.5)
     y = _trunc_int(scale * pts[1::2] + 0.5)
@@ -192,26 +255,99 @@ def polygon_positions(xy: Sequence[float] | np.ndarray, h: int, w: int) -> np.nd
     return (xd[keep].astype(np.int64) * h + yd[keep].astype(np.int64))
 
 
-def positions_mask(positions: np.ndarray, h: int, w: int) -> np.ndarray:
-    """The H×W mask whose column-major pixels toggle at each of ``positions`` (an odd count toggles)."""
-    flat = np.zeros(h * w, dtype=bool)
-    pos = positions[positions < h * w]
-    if pos.size:
-        lo, hi = int(pos.min()), int(pos.max())
-        odd = (np.bincount(pos - lo, minlength=hi - lo + 1) & 1).astype(bool)
-        run = np.logical_xor.accumulate(odd)
-        flat[lo : hi + 1] = run
-        if run[-1]:
-            flat[hi + 1 :] = True
-    return flat.reshape(w, h).T
+def _poly_loop(x: np.ndarray, y: np.ndarray, h: int, w: int, out: np.ndarray) -> int:  # pragma: no cover - numba
+    """pycocotools' ``rleFrPoly`` boundary walk and downsampling as its C loops (compiled by numba; the numpy
+    code of :func:`polygon_positions` computes the same): the crossings into ``out``, their count returned."""
+    k = x.size
+    m = 0
+    pu = pv = 0
+    have = False
+    for j in range(k):
+        xs, ys = x[j], y[j]
+        xe, ye = x[(j + 1) % k], y[(j + 1) % k]
+        dx, dy = abs(xe - xs), abs(ys - ye)
+        flip = (dx >= dy and xs > xe) or (dx < dy and ys > ye)
+        if flip:
+            xs, xe = xe, xs
+            ys, ye = ye, ys
+        steps = dx if dx >= dy else dy
+        s = 0.0
+        if steps != 0:
+            s = (ye - ys) / dx if dx >= dy else (xe - xs) / dy
+        for d in range(steps + 1):
+            t = steps - d if flip else d
+            if dx >= dy:
+                u = t + xs
+                v = int((ys + s * t) + 0.5)
+            else:
+                v = t + ys
+                u = int((xs + s * t) + 0.5)
+            if have and u != pu:
+                xd = float(u if u < pu else u - 1)
+                xd = (xd + 0.5) / 5.0 - 0.5
+                if np.floor(xd) == xd and xd >= 0 and xd <= w - 1:
+                    yd = float(v if v < pv else pv)
+                    yd = (yd + 0.5) / 5.0 - 0.5
+                    yd = 0.0 if yd < 0 else (float(h) if yd > h else yd)
+                    out[m] = int(xd) * h + int(np.ceil(yd))
+                    m += 1
+            pu, pv, have = u, v, True
+    return m
+
+
+def _warm(kernels: tuple[Any, ...]) -> None:
+    """Compile (or load from numba's cache) the kernel now, so a compiler failure shows here."""
+    out = np.empty(64, dtype=np.int64)
+    kernels[0](np.array([0, 10, 0], np.int64), np.array([0, 0, 10], np.int64), 4, 4, out)
+
+
+#: The compiled polygon walk (numba, when installed; else the numpy code runs).
+KERNELS = jit.LazyKernels((_poly_loop,), _warm, "COCO polygon")
+
+
+def positions_region(positions: np.ndarray, h: int, w: int) -> Region:
+    """The mask whose column-major pixels toggle at each of ``positions`` (an odd count toggles), as a region."""
+    pos = np.sort(positions[positions < h * w])
+    if not pos.size:
+        return Region(0, 0, np.zeros((0, 0), dtype=bool))
+    # toggles at a position an even number of times cancel: keep the positions held an odd number of times
+    starts = np.flatnonzero(np.r_[True, pos[1:] != pos[:-1]])
+    odd = (np.diff(np.r_[starts, pos.size]) & 1).astype(bool)
+    toggles = pos[starts[odd]]
+    if not toggles.size:
+        return Region(0, 0, np.zeros((0, 0), dtype=bool))
+    if toggles.size & 1:  # an open toggle runs to the end of the image
+        toggles = np.r_[toggles, h * w]
+    lo, hi = int(toggles[0]), int(toggles[-1])  # pixels [lo, hi) hold the mask
+    c0, c1 = lo // h, (hi - 1) // h
+    start = c0 * h
+    values = np.zeros(toggles.size - 1, dtype=bool)
+    values[0::2] = True
+    flat = np.zeros((c1 - c0 + 1) * h, dtype=bool)
+    flat[lo - start : hi - start] = np.repeat(values, np.diff(toggles))
+    return _cropped(0, c0, flat.reshape(c1 - c0 + 1, h).T)
+
+
+def polygons_region(polygons: Sequence[Sequence[float]], h: int, w: int, *, checked: bool = False) -> Region:
+    """The union of COCO polygons (pycocotools: each polygon's RLE, merged by OR) as a region (``checked``: see
+    :func:`polygon_positions`)."""
+    parts = [r for poly in polygons
+             if (r := positions_region(polygon_positions(poly, h, w, checked=checked), h, w)).mask.size]
+    if len(parts) <= 1:
+        return parts[0] if parts else Region(0, 0, np.zeros((0, 0), dtype=bool))
+    y0, x0 = min(r.y0 for r in parts), min(r.x0 for r in parts)
+    y1 = max(r.y0 + r.mask.shape[0] for r in parts)
+    x1 = max(r.x0 + r.mask.shape[1] for r in parts)
+    out = np.zeros((y1 - y0, x1 - x0), dtype=bool)
+    for r in parts:
+        bh, bw = r.mask.shape
+        out[r.y0 - y0 : r.y0 - y0 + bh, r.x0 - x0 : r.x0 - x0 + bw] |= r.mask
+    return Region(y0, x0, out)
 
 
 def polygons_mask(polygons: Sequence[Sequence[float]], h: int, w: int) -> np.ndarray:
-    """The union of COCO polygons (pycocotools: each polygon's RLE, merged by OR)."""
-    mask = np.zeros((h, w), dtype=bool)
-    for poly in polygons:
-        mask |= positions_mask(polygon_positions(poly, h, w), h, w)
-    return mask
+    """The H×W union of COCO polygons (:func:`polygons_region`, whole)."""
+    return polygons_region(polygons, h, w).full(h, w)
 
 
 def polygon_clipped(polygons: Sequence[Sequence[float]], h: int, w: int) -> bool:
@@ -226,47 +362,57 @@ def polygon_clipped(polygons: Sequence[Sequence[float]], h: int, w: int) -> bool
 # ---------------------------------------------------------------------------------------------------- painting
 def paint(shapes: Sequence[Shape], h: int, w: int, dtype: np.dtype[Any] | type, *, overlap: str, crowd: str,
           background: int, ignore: int | None) -> tuple[np.ndarray, RasterReport]:
-    """The id image of ``shapes`` under the overlap and crowd policies, and its report."""
-    report = RasterReport(samples=1, objects=len(shapes), pixels=h * w)
+    """The id image of ``shapes`` under the overlap and crowd policies, and its report.
+
+    Each object costs its box: a full-image array of which object shows at each pixel is painted box by box
+    (-1: none, -2: ignore), and turned into class ids once at the end."""
+    n = len(shapes)
+    report = RasterReport(samples=1, objects=n, pixels=h * w)
+    owner = np.full((h, w), -1, dtype=np.int16 if n < 32000 else np.int32)  # which object shows at a pixel
     ids = np.full((h, w), background, dtype=dtype)
-    owner = np.full((h, w), -1, dtype=np.int32)  # which shape a pixel shows
-    order = list(range(len(shapes)))
+    order = list(range(n))
     if overlap == "z-order":
         order.sort(key=lambda i: shapes[i].z)
     elif overlap == "area":
-        order.sort(key=lambda i: -int(shapes[i].mask.sum()))
-    cover = np.zeros((h, w), dtype=bool)
-    conflict = np.zeros((h, w), dtype=bool)
-    first_class = np.full((h, w), -1, dtype=np.int64)
-    crowd_mask = np.zeros((h, w), dtype=bool)
+        order.sort(key=lambda i: -int(np.count_nonzero(shapes[i].region.mask)))
+    classes = np.asarray([s.class_id for s in shapes], dtype=np.int64)
+    conflict = np.zeros((h, w), dtype=bool) if overlap == "ignore" else None
+    crowd_mask = np.zeros((h, w), dtype=bool) if any(s.crowd for s in shapes) else None
     for i in order:
         s = shapes[i]
         report.clipped += s.clipped
         report.degenerate += s.degenerate
-        if s.crowd:
-            crowd_mask |= s.mask
+        m = s.region.mask
+        if not m.size:
+            continue
+        box = s.region.box
+        if s.crowd and crowd_mask is not None:
+            crowd_mask[box] |= m
             if crowd != "class":
                 continue
-        report.painted_over += int(np.count_nonzero(s.mask & cover))
-        if overlap == "ignore":
-            conflict |= s.mask & cover & (first_class != s.class_id)
-            first_class[s.mask & ~cover] = s.class_id
-        ids[s.mask] = s.class_id
-        owner[s.mask] = i
-        cover |= s.mask
-    report.crowd_pixels = int(np.count_nonzero(crowd_mask))
-    if crowd == "ignore" and ignore is not None:
-        ids[crowd_mask] = ignore
-        owner[crowd_mask] = -2
-    if overlap == "ignore" and ignore is not None:
+        under = owner[box]
+        covered = m & (under >= 0)
+        report.painted_over += int(np.count_nonzero(covered))
+        if conflict is not None:
+            conflict[box] |= covered & (classes[np.maximum(under, 0)] != s.class_id)
+        under[m] = i
+        ids[box][m] = s.class_id
+    unset = -1 if ignore is None else ignore
+    if crowd_mask is not None:
+        report.crowd_pixels = int(np.count_nonzero(crowd_mask))
+        if crowd == "ignore" and ignore is not None:
+            owner[crowd_mask] = -2
+            ids[crowd_mask] = unset
+    if conflict is not None and ignore is not None:
         report.overlap_ignored = int(np.count_nonzero(conflict))
-        ids[conflict] = ignore
         owner[conflict] = -2
-    report.unlabelled = int(np.count_nonzero(ids == background))
-    seen = np.zeros(len(shapes) + 2, dtype=bool)
-    seen[np.unique(owner) + 2] = True
+        ids[conflict] = unset
+    report.unlabelled = int(np.count_nonzero(owner == -1))
     for i, s in enumerate(shapes):
-        if not seen[i + 2] and not (s.crowd and crowd != "class"):
+        m = s.region.mask
+        if s.crowd and crowd != "class":
+            continue
+        if not m.size or not np.any(owner[s.region.box][m] == i):
             report.lost.append(s.ident)
     return ids, report
 

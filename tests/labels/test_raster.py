@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from shardkit.labels import raster
-from shardkit.labels.raster import Shape, ShapeError, paint
+from shardkit.labels.raster import Region, Shape, ShapeError, paint
 
 mask_api = pytest.importorskip("pycocotools.mask")
 #: pycocotools 2.0.10's Cython calls np.array(..., copy=False) on its RLE objects under numpy 2
@@ -52,8 +52,14 @@ def test_polygons_match_pycocotools_on_real_annotations() -> None:
         np.testing.assert_array_equal(raster.polygons_mask(a["segmentation"], h, w), ref)
 
 
-def test_polygons_match_pycocotools_on_edge_cases() -> None:
-    """Synthetic edge cases: vertices outside the image, on half pixels, repeated, self-crossing polygons."""
+@pytest.mark.parametrize("numba", ["compiled", "numpy"])
+def test_polygons_match_pycocotools_on_edge_cases(numba: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Synthetic edge cases: vertices outside the image, on half pixels, repeated, self-crossing polygons; the
+    compiled walk (where numba is installed) and the numpy one."""
+    if numba == "numpy":
+        monkeypatch.setenv("SHARDKIT_NO_NUMBA", "1")
+    elif raster.KERNELS.get() is None:
+        pytest.skip("numba is not installed")
     rng = np.random.default_rng(0)
     for i in range(2000):
         h, w = (int(v) for v in rng.integers(1, 40, 2))
@@ -95,22 +101,23 @@ def _box(h: int, w: int, y0: int, y1: int, x0: int, x1: int) -> np.ndarray:
 
 
 def test_overlap_policies() -> None:
-    big = Shape("big", 1, _box(6, 6, 0, 6, 0, 6))
-    small = Shape("small", 2, _box(6, 6, 2, 4, 2, 4))
+    big = Shape("big", 1, Region.of(_box(6, 6, 0, 6, 0, 6)))
+    small = Shape("small", 2, Region.of(_box(6, 6, 2, 4, 2, 4)))
     ids, rep = paint([small, big], 6, 6, np.uint8, overlap="order", crowd="class", background=0, ignore=255)
     assert (ids == 1).all() and rep.lost == ["small"] and rep.painted_over == 4  # later on top: small vanishes
     ids, rep = paint([small, big], 6, 6, np.uint8, overlap="area", crowd="class", background=0, ignore=255)
     assert ids[2, 2] == 2 and ids[0, 0] == 1 and rep.lost == []  # smaller on top
     ids, rep = paint([small, big], 6, 6, np.uint8, overlap="ignore", crowd="class", background=0, ignore=255)
     assert (ids[2:4, 2:4] == 255).all() and ids[0, 0] == 1 and rep.overlap_ignored == 4
-    lower, upper = Shape("a", 1, _box(6, 6, 0, 3, 0, 3), z=2), Shape("b", 2, _box(6, 6, 0, 3, 0, 3), z=1)
+    lower = Shape("a", 1, Region.of(_box(6, 6, 0, 3, 0, 3)), z=2)
+    upper = Shape("b", 2, Region.of(_box(6, 6, 0, 3, 0, 3)), z=1)
     ids, _ = paint([lower, upper], 6, 6, np.uint8, overlap="z-order", crowd="class", background=0, ignore=255)
     assert ids[0, 0] == 1  # the higher z on top, whatever the file order
 
 
 def test_crowd_policies_and_report() -> None:
-    person = Shape("p", 1, _box(5, 5, 0, 2, 0, 5))
-    crowd = Shape("c", 1, _box(5, 5, 1, 4, 0, 5), crowd=True)
+    person = Shape("p", 1, Region.of(_box(5, 5, 0, 2, 0, 5)))
+    crowd = Shape("c", 1, Region.of(_box(5, 5, 1, 4, 0, 5)), crowd=True)
     ids, rep = paint([person, crowd], 5, 5, np.uint8, overlap="order", crowd="ignore", background=0, ignore=255)
     assert (ids[1:4] == 255).all() and (ids[0] == 1).all() and rep.crowd_pixels == 15
     ids, _ = paint([person, crowd], 5, 5, np.uint8, overlap="order", crowd="drop", background=0, ignore=255)
@@ -125,5 +132,6 @@ def test_rle_holes_are_kept() -> None:
     enc = mask_api.encode(np.asfortranarray(ring.astype(np.uint8)))
     got = raster.rle_mask(raster.rle_string_counts(enc["counts"]), 7, 7)
     np.testing.assert_array_equal(got, ring)
-    ids, _ = paint([Shape("r", 3, got)], 7, 7, np.uint8, overlap="order", crowd="class", background=0, ignore=255)
+    ids, _ = paint([Shape("r", 3, Region.of(got))], 7, 7, np.uint8, overlap="order", crowd="class", background=0,
+                   ignore=255)
     assert ids[3, 3] == 0 and ids[1, 1] == 3

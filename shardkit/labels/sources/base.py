@@ -19,7 +19,7 @@ import numpy as np
 
 from ...errors import LabelError
 from ..classes import ClassTable
-from ..raster import CROWDS, OVERLAPS, RasterReport, Shape, paint
+from ..raster import CROWDS, OVERLAPS, RasterReport, Region, Shape, paint
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +94,8 @@ class AnnotationSource:
         """Parse the annotation file(s) at ``where`` once, refusing hostile content in one line."""
         raise NotImplementedError
 
-    def mask(self, obj: ObjectShapes, h: int, w: int) -> tuple[np.ndarray, bool, bool]:
-        """One object's H×W bool mask by the tool's rule, whether it was clipped, whether it is degenerate."""
+    def region(self, obj: ObjectShapes, h: int, w: int) -> tuple[Region, bool, bool]:
+        """One object's mask (as its box) by the tool's rule, whether it was clipped, whether it is degenerate."""
         raise NotImplementedError
 
 
@@ -122,8 +122,8 @@ def rasterise(source: AnnotationSource, sample: SampleShapes, h: int, w: int, ta
         raise LabelError(f"policies {policies.overlap}/{policies.crowd} unknown")
     shapes = []
     for obj in sample.objects:
-        m, clipped, degenerate = source.mask(obj, h, w)
-        shapes.append(Shape(obj.ident, obj.class_id, m, obj.crowd, obj.z, clipped, degenerate))
+        region, clipped, degenerate = source.region(obj, h, w)
+        shapes.append(Shape(obj.ident, obj.class_id, region, obj.crowd, obj.z, clipped, degenerate))
     return paint(shapes, h, w, table.label_dtype(), overlap=policies.overlap, crowd=policies.crowd,
                  background=background, ignore=table.ignore_index)
 

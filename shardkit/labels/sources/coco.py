@@ -24,7 +24,7 @@ from ...errors import LabelError
 from ...support.limits import MAX_SIDE
 from ...support.smallfile import loads_bounded, open_regular, read_guarded
 from ..classes import ClassInfo, ClassTable
-from ..raster import ShapeError, check_polygon, polygon_clipped, polygons_mask, rle_mask, rle_string_counts
+from ..raster import Region, ShapeError, check_polygon, polygon_clipped, polygons_region, rle_region, rle_string_counts
 from .base import Annotations, AnnotationSource, ObjectShapes, SampleShapes, inside, sorted_unique
 
 #: Largest annotation file read (COCO train2017's instances JSON is 448 MB).
@@ -250,13 +250,13 @@ class CocoSource(AnnotationSource):
                          f"{', '.join(str(b) for b in dict.fromkeys(bases))}", path=path,
                          fix="put the images where file_name points (relative to the JSON or the input folder)")
 
-    def mask(self, obj: ObjectShapes, h: int, w: int) -> tuple[np.ndarray, bool, bool]:
+    def region(self, obj: ObjectShapes, h: int, w: int) -> tuple[Region, bool, bool]:
         if obj.kind == "rle":
-            m = rle_mask(obj.data[0], h, w)
-            return m, False, not m.any()
-        polys = [p for p in obj.data if p.size >= 6]  # pycocotools skips nothing; < 3 points paint no pixel
-        m = polygons_mask(obj.data, h, w)
-        return m, polygon_clipped(obj.data, h, w), len(polys) < len(obj.data) or not m.any()
+            r = rle_region(obj.data[0], h, w)
+            return r, False, not r.mask.size
+        r = polygons_region(obj.data, h, w, checked=True)  # checked when the file was read
+        few = any(p.size < 6 for p in obj.data)  # fewer than 3 points: no area (pycocotools paints nothing)
+        return r, polygon_clipped(obj.data, h, w), few or not obj.data or not r.mask.size
 
 
 SOURCE = CocoSource

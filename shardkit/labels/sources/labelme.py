@@ -24,6 +24,7 @@ from ...errors import LabelError
 from ...support.limits import MAX_SIDE
 from ...support.smallfile import loads_bounded, read_guarded, read_small_text
 from ..classes import ClassInfo, ClassTable
+from ..raster import Region
 from .base import Annotations, AnnotationSource, ObjectShapes, SampleShapes, inside, sorted_unique
 
 IGNORE_NAME = "__ignore__"
@@ -151,7 +152,7 @@ class LabelmeSource(AnnotationSource):
         key = image.relative_to(Path(root).resolve()).as_posix()
         return image, SampleShapes(key, h, w, tuple(objects))
 
-    def mask(self, obj: ObjectShapes, h: int, w: int) -> tuple[np.ndarray, bool, bool]:
+    def region(self, obj: ObjectShapes, h: int, w: int) -> tuple[Region, bool, bool]:
         import PIL.Image
         import PIL.ImageDraw
 
@@ -180,7 +181,8 @@ class LabelmeSource(AnnotationSource):
         m = np.array(img, dtype=bool)
         clipped = bool(arr.size) and bool((arr[:, 0].min() < 0) or (arr[:, 1].min() < 0) or
                                           (arr[:, 0].max() > w) or (arr[:, 1].max() > h))
-        return m, clipped, not m.any()
+        region = Region.of(m)
+        return region, clipped, not region.mask.size
 
 
 SOURCE = LabelmeSource
