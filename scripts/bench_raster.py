@@ -29,7 +29,7 @@ DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 log = logging.getLogger("bench_raster")
 
 
-def images_of(doc: Any, sizes: dict[int, tuple[int, int]] | None = None) -> dict[int, list[dict[str, Any]]]:
+def images_of(doc: Any) -> dict[int, list[dict[str, Any]]]:
     by_image: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for a in doc if isinstance(doc, list) else doc["annotations"]:
         by_image[a["image_id"]].append(a)
@@ -38,12 +38,14 @@ def images_of(doc: Any, sizes: dict[int, tuple[int, int]] | None = None) -> dict
 
 def size_of(anns: list[dict[str, Any]], sizes: dict[int, tuple[int, int]]) -> tuple[int, int]:
     seg = anns[0]["segmentation"]
-    return tuple(seg["size"]) if isinstance(seg, dict) else sizes[anns[0]["image_id"]]  # type: ignore[return-value]
+    if isinstance(seg, dict):
+        return int(seg["size"][0]), int(seg["size"][1])
+    return sizes[anns[0]["image_id"]]
 
 
 def pycocotools_loop(by_image: dict[int, list[dict[str, Any]]], sizes: dict[int, tuple[int, int]]) -> list[np.ndarray]:
     """What a pycocotools user writes: annToMask per object, painted in file order."""
-    import pycocotools.mask as mask_api
+    import pycocotools.mask as mask_api  # type: ignore[import-untyped]
 
     out = []
     for anns in by_image.values():
