@@ -5,7 +5,6 @@ manifest; hostile annotations one line with nothing written; an edited annotatio
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +14,12 @@ from click.testing import CliRunner
 
 import shardkit
 from shardkit.cli import main
+from tests.annotation_trees import coco_tree, labelme_tree
 from tests.labels.sources.test_coco import semantic_reference
 from tests.labels.sources.test_labelme import labelme_rule
 
 pytest.importorskip("pycocotools")
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
-DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def run(*args: Any) -> Any:
@@ -28,8 +27,7 @@ def run(*args: Any) -> Any:
 
 
 def test_coco_tree_converts_bit_exact(tmp_path: Path) -> None:
-    raw = tmp_path / "raw"
-    shutil.copytree(DATA / "coco-labelme", raw)
+    raw = coco_tree(tmp_path / "raw")
     res = run("convert", raw, tmp_path / "out", "--workers", "1")
     assert res.exit_code == 0, res.output
     ds = shardkit.open(tmp_path / "out" / "all")
@@ -61,8 +59,7 @@ def test_coco_tree_converts_bit_exact(tmp_path: Path) -> None:
 
 
 def test_labelme_tree_converts_bit_exact(tmp_path: Path) -> None:
-    raw = tmp_path / "raw"
-    shutil.copytree(DATA / "labelme-examples", raw, ignore=shutil.ignore_patterns("SegmentationClass"))
+    raw = labelme_tree(tmp_path / "raw")
     res = run("convert", raw, tmp_path / "out", "--workers", "1", "--object-overlap", "area")
     assert res.exit_code == 0, res.output
     ds = shardkit.open(tmp_path / "out" / "all")
@@ -78,8 +75,7 @@ def test_labelme_tree_converts_bit_exact(tmp_path: Path) -> None:
 
 
 def test_hostile_annotation_file_one_line_nothing_written(tmp_path: Path) -> None:
-    raw = tmp_path / "raw"
-    shutil.copytree(DATA / "coco-labelme", raw)
+    raw = coco_tree(tmp_path / "raw")
     doc = json.loads((raw / "annotations.json").read_text())
     doc["annotations"][3]["category_id"] = 4242
     (raw / "annotations.json").write_text(json.dumps(doc))
@@ -90,8 +86,7 @@ def test_hostile_annotation_file_one_line_nothing_written(tmp_path: Path) -> Non
 
 
 def test_lost_object_error(tmp_path: Path) -> None:
-    raw = tmp_path / "raw"
-    shutil.copytree(DATA / "coco-labelme", raw)
+    raw = coco_tree(tmp_path / "raw")
     doc = json.loads((raw / "annotations.json").read_text())
     first = doc["annotations"][0]
     hidden = dict(first, id=999, segmentation=[[200, 200, 210, 200, 210, 210, 200, 210]], category_id=5)

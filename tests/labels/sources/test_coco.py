@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +15,10 @@ from shardkit.errors import LabelError, ShardkitError
 from shardkit.labels.sources import registry
 from shardkit.labels.sources.base import Policies, rasterise
 from shardkit.labels.sources.coco import CocoSource
+from tests.annotation_trees import coco_tree
 
 pycoco = pytest.importorskip("pycocotools.coco")
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
-REAL = Path(__file__).resolve().parents[2] / "data" / "coco-labelme"
 
 
 def semantic_reference(path: Path, key: str, stored: dict[int, int]) -> np.ndarray:
@@ -33,8 +32,8 @@ def semantic_reference(path: Path, key: str, stored: dict[int, int]) -> np.ndarr
     return out
 
 
-def test_real_coco_tree_is_detected_and_bit_exact() -> None:
-    root = REAL.resolve()
+def test_real_coco_tree_is_detected_and_bit_exact(tmp_path: Path) -> None:
+    root = coco_tree(tmp_path / "coco")
     assert registry.detect(root) == [(CocoSource, root / "annotations.json")]
     notes = CocoSource().read(root, root / "annotations.json")
     assert notes.original_ids == tuple(range(21))  # its category 0 (_background_) is stored 0 itself
@@ -50,9 +49,8 @@ def test_real_coco_tree_is_detected_and_bit_exact() -> None:
 
 
 def write(tmp_path: Path, edit: Any) -> Path:
-    root = tmp_path / "coco"
-    shutil.copytree(REAL, root)
-    doc = json.loads((REAL / "annotations.json").read_text())
+    root = coco_tree(tmp_path / "coco")
+    doc = json.loads((root / "annotations.json").read_text())
     edit(doc)
     (root / "annotations.json").write_text(json.dumps(doc))
     return root
