@@ -203,6 +203,41 @@ def check_polygon(xy: Sequence[float] | np.ndarray) -> np.ndarray:
     return pts
 
 
+def check_polygons(polygons: Sequence[np.ndarray]) -> None:
+    """:func:`check_polygon` for many float64 polygons at once (a whole annotation file): a
+    :class:`ShapeError` whose ``args`` are (problem, index of the first bad polygon)."""
+    if not polygons:
+        return
+    sizes = np.fromiter((p.size for p in polygons), dtype=np.int64, count=len(polygons))
+    odd = np.flatnonzero(sizes % 2)
+    if odd.size:
+        raise ShapeError("polygon is not a flat list of x, y pairs", int(odd[0]))
+    flat = np.concatenate(polygons)
+    starts = np.cumsum(sizes) - sizes
+    bad = ~np.isfinite(flat)
+    if bad.any():
+        raise ShapeError("polygon has a NaN or infinite coordinate", int(np.searchsorted(starts, np.argmax(bad),
+                                                                                          side="right") - 1))
+    far = np.abs(flat) > MAX_COORD
+    if far.any():
+        raise ShapeError(f"polygon has a coordinate beyond ±{MAX_COORD:g}",
+                         int(np.searchsorted(starts, np.argmax(far), side="right") - 1))
+    x = np.trunc(5.0 * flat[0::2] + 0.5)
+    y = np.trunc(5.0 * flat[1::2] + 0.5)
+    first = starts // 2
+    last = first + sizes // 2 - 1
+    keep = sizes > 0
+    step = np.maximum(np.abs(np.diff(x, append=0.0)), np.abs(np.diff(y, append=0.0)))
+    # each polygon's last vertex steps back to its first (the diff across polygons is replaced by that)
+    step[last[keep]] = np.maximum(np.abs(x[first[keep]] - x[last[keep]]), np.abs(y[first[keep]] - y[last[keep]]))
+    per = np.zeros(len(polygons))
+    per[keep] = np.add.reduceat(step, first[keep]) + sizes[keep] // 2
+    long = np.flatnonzero(per > MAX_WALK)
+    if long.size:
+        raise ShapeError(f"polygon boundary is {per[long[0]]:.0f} upsampled steps long (more than {MAX_WALK})",
+                         int(long[0]))
+
+
 def polygon_positions(xy: Sequence[float] | np.ndarray, h: int, w: int, *, checked: bool = False) -> np.ndarray:
     """Column-major boundary crossings of one polygon (x0, y0, x1, y1, …), pycocotools' ``rleFrPoly`` rule,
     vectorised: each position toggles the mask from there down its column (and on). ``checked``: ``xy`` is a

@@ -135,3 +135,17 @@ def test_rle_holes_are_kept() -> None:
     ids, _ = paint([Shape("r", 3, Region.of(got))], 7, 7, np.uint8, overlap="order", crowd="class", background=0,
                    ignore=255)
     assert ids[3, 3] == 0 and ids[1, 1] == 3
+
+
+def test_batch_check_names_the_first_bad_polygon() -> None:
+    ok = [np.array([0.0, 0, 10, 0, 10, 10]), np.array([1.0, 1, 2, 2, 3, 1])]
+    raster.check_polygons(ok)
+    long = np.array([0.0, 0, 9e6, 0, 9e6, 9e6, 0, 9e6])
+    with pytest.raises(ShapeError) as info:
+        raster.check_polygons([*ok, long, np.array([np.nan, 0, 1, 1, 2, 2])])
+    assert info.value.args[1] == 3 and "NaN" in info.value.args[0]  # NaN is checked over the whole file first
+    with pytest.raises(ShapeError) as info:
+        raster.check_polygons([*ok, long])
+    assert info.value.args[1] == 2 and "steps long" in info.value.args[0]
+    with pytest.raises(ShapeError, match="steps long"):
+        raster.check_polygon(long)

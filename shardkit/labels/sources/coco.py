@@ -24,7 +24,7 @@ from ...errors import LabelError
 from ...support.limits import MAX_SIDE
 from ...support.smallfile import loads_bounded, open_regular, read_guarded
 from ..classes import ClassInfo, ClassTable
-from ..raster import Region, ShapeError, check_polygon, polygon_clipped, polygons_region, rle_region, rle_string_counts
+from ..raster import Region, ShapeError, check_polygons, polygon_clipped, polygons_region, rle_region, rle_string_counts
 from .base import Annotations, AnnotationSource, ObjectShapes, SampleShapes, inside, sorted_unique
 
 #: Largest annotation file read (COCO train2017's instances JSON is 448 MB).
@@ -73,16 +73,15 @@ def _int(value: Any, what: Path, name: str, lo: int = 0, hi: int = 2**62) -> int
 
 
 def _polygons(seg: list[Any], what: Path, ident: str) -> tuple[np.ndarray, ...]:
+    """The polygons as float64 arrays: lists of JSON numbers only (no bools, strings or nesting), finite."""
     polys = []
     for poly in seg:
         if not isinstance(poly, list) or len(poly) > 2 * MAX_POLYGON_POINTS:
             raise _fail(what, f"annotation {ident}: a polygon is not a list of at most {MAX_POLYGON_POINTS} points")
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in poly):
+        arr = np.array(poly) if poly else np.zeros(0, np.float64)  # numbers only: kind i or f, one dimension
+        if arr.ndim != 1 or arr.dtype.kind not in "if":
             raise _fail(what, f"annotation {ident}: a polygon holds a value that is not a number")
-        arr = np.asarray(poly, dtype=np.float64)
-        if not np.isfinite(arr).all():
-            raise _fail(what, f"annotation {ident}: a polygon has a NaN or infinite coordinate")
-        polys.append(arr)
+        polys.append(arr.astype(np.float64, copy=False))
     return tuple(polys)
 
 
@@ -202,6 +201,8 @@ class CocoSource(AnnotationSource):
             names.add(name)
             images[iid] = (name, h, w)
         objects: dict[int, list[ObjectShapes]] = {i: [] for i in images}
+        polygons: list[np.ndarray] = []  # every polygon of the file, checked at once (coordinates, boundary)
+        owners: list[str] = []
         for a in doc["annotations"]:
             if not isinstance(a, dict):
                 raise _fail(path, "an annotations entry is not an object")
@@ -222,16 +223,18 @@ class CocoSource(AnnotationSource):
                 if seg and len(seg[0]) == 4:
                     raise _fail(path, f"annotation {ident}: its first polygon has 2 points, which pycocotools "
                                       "reads as a box [x, y, w, h]")
-                try:
-                    for poly in obj.data:  # coordinates and boundary length checked here, once
-                        check_polygon(poly)
-                except ShapeError as exc:
-                    raise _fail(path, f"annotation {ident}: {exc}") from None
+                polygons += obj.data
+                owners += [ident] * len(obj.data)
             elif isinstance(seg, dict):
                 obj = ObjectShapes(ident, stored[cid], "rle", (_rle(seg, h, w, path, ident),), crowd)
             else:
                 raise _fail(path, f"annotation {ident} has no segmentation (polygons or RLE)")
             objects[iid].append(obj)
+        try:
+            check_polygons(polygons)
+        except ShapeError as exc:
+            raise _fail(path, f"annotation {owners[exc.args[1]] if len(exc.args) > 1 else '?'}: {exc.args[0]}"
+                        ) from None
         base = self._base(root, path, split, [images[i][0] for i in sorted(images)[:1]])
         out = []
         for iid in sorted(images):
@@ -239,6 +242,10 @@ class CocoSource(AnnotationSource):
             image = inside(root, base, name, path)
             key = image.relative_to(Path(root).resolve()).as_posix()
             out.append((image, SampleShapes(key, h, w, tuple(objects[iid]))))
+        missing = [image for image, _ in out if not image.is_file()]
+        if missing:
+            raise LabelError(f"{len(missing)} image(s) the file names are missing, e.g. {missing[0]}", path=path,
+                             fix="add them, or leave their entries out of the annotation file")
         return sorted_unique(out, path)
 
     def _base(self, root: Path, path: Path, split: str, first: list[str]) -> Path:

@@ -94,6 +94,7 @@ HOSTILE = {
     "unknown image": (_set("annotations.0.image_id", 77), "image 77"),
     "negative height": (_set("images.0.height", -3), "height"),
     "box-like polygon": (_set("annotations.0.segmentation", [[1, 2, 3, 4]]), "box"),
+    "missing image": (_set("images.1.file_name", "JPEGImages/gone.jpg"), "missing"),
 }
 
 
