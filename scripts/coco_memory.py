@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +28,8 @@ def write(root: Path, scale: int) -> Path:
     n_images, n_anns = 5000 * scale, 36781 * scale
     (root / "val2017").mkdir(parents=True)
     (root / "annotations").mkdir()
-    images = [{"id": i, "file_name": f"{i:012d}.jpg", "height": 480, "width": 640} for i in range(n_images)]
+    images: list[dict[str, Any]] = [{"id": i, "file_name": f"{i:012d}.jpg", "height": 480, "width": 640}
+                                   for i in range(n_images)]
     for im in images:
         (root / "val2017" / im["file_name"]).touch()
     anns = []
