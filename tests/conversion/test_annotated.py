@@ -119,3 +119,14 @@ def test_dask_backend_is_byte_identical(tmp_path: Path) -> None:
         convert(ConvertConfig(raw, out, shard_size=ShardSize(samples=1), workers=2, backend=backend, quiet=True))
         digests.append({p.name: content_digest(p) for p in sorted((out / "all").iterdir()) if p.is_file()})
     assert digests[0] == digests[1] and len(digests[0]) >= 4
+
+
+def test_instance_mask_folders_convert(tmp_path: Path) -> None:
+    from tests.labels.sources.test_instances import REAL, union
+
+    res = run("convert", REAL, tmp_path / "out", "--workers", "1")
+    assert res.exit_code == 0, res.output
+    ds = shardkit.open(tmp_path / "out" / "stage1_train")
+    assert len(ds) == 3
+    for i in range(len(ds)):
+        np.testing.assert_array_equal(ds[i][1], union(REAL / Path(ds.key(i)).parent.parent))

@@ -33,7 +33,7 @@ def get(name: str) -> type[AnnotationSource]:
         if cls.name == name:
             return cls
     raise ConfigError(f"annotation source {name!r} is not one of {', '.join(names())}",
-                      fix="pass --annotations coco[:PATH] or --annotations labelme[:FOLDER]")
+                      fix=f"pass --annotations with one of {', '.join(names())} (NAME or NAME:PATH)")
 
 
 def parse(text: str) -> tuple[type[AnnotationSource], Path | None]:
