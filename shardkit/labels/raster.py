@@ -399,8 +399,8 @@ def paint(shapes: Sequence[Shape], h: int, w: int, dtype: np.dtype[Any] | type, 
           background: int, ignore: int | None) -> tuple[np.ndarray, RasterReport]:
     """The id image of ``shapes`` under the overlap and crowd policies, and its report.
 
-    Each object costs its box: a full-image array of which object shows at each pixel is painted box by box
-    (-1: none, -2: ignore), and turned into class ids once at the end."""
+    Each object costs its box: the ids, and a full-image array of which object shows at each pixel (-1: none,
+    -2: ignore), are painted box by box; each object's visible pixels are counted as later ones cover them."""
     n = len(shapes)
     report = RasterReport(samples=1, objects=n, pixels=h * w)
     owner = np.full((h, w), -1, dtype=np.int16 if n < 32000 else np.int32)  # which object shows at a pixel
@@ -413,6 +413,7 @@ def paint(shapes: Sequence[Shape], h: int, w: int, dtype: np.dtype[Any] | type, 
     classes = np.asarray([s.class_id for s in shapes], dtype=np.int64)
     conflict = np.zeros((h, w), dtype=bool) if overlap == "ignore" else None
     crowd_mask = np.zeros((h, w), dtype=bool) if any(s.crowd for s in shapes) else None
+    alive = np.zeros(n, dtype=np.int64)  # pixels each object still shows
     for i in order:
         s = shapes[i]
         report.clipped += s.clipped
@@ -427,27 +428,34 @@ def paint(shapes: Sequence[Shape], h: int, w: int, dtype: np.dtype[Any] | type, 
                 continue
         under = owner[box]
         covered = m & (under >= 0)
-        report.painted_over += int(np.count_nonzero(covered))
-        if conflict is not None:
-            conflict[box] |= covered & (classes[np.maximum(under, 0)] != s.class_id)
-        under[m] = i
-        ids[box][m] = s.class_id
-    unset = -1 if ignore is None else ignore
-    if crowd_mask is not None:
-        report.crowd_pixels = int(np.count_nonzero(crowd_mask))
-        if crowd == "ignore" and ignore is not None:
-            owner[crowd_mask] = -2
-            ids[crowd_mask] = unset
-    if conflict is not None and ignore is not None:
-        report.overlap_ignored = int(np.count_nonzero(conflict))
-        owner[conflict] = -2
-        ids[conflict] = unset
-    report.unlabelled = int(np.count_nonzero(owner == -1))
-    for i, s in enumerate(shapes):
-        m = s.region.mask
-        if s.crowd and crowd != "class":
+        k = int(np.count_nonzero(covered))
+        if k:
+            report.painted_over += k
+            alive -= np.bincount(under[covered], minlength=n)
+            if conflict is not None:
+                conflict[box] |= covered & (classes[np.maximum(under, 0)] != s.class_id)
+        np.copyto(under, i, where=m)
+        np.copyto(ids[box], s.class_id, where=m)
+        alive[i] = int(np.count_nonzero(m))
+    ignored = 0
+    for name, where in (("crowd", crowd_mask if crowd == "ignore" else None), ("overlap", conflict)):
+        if where is None or ignore is None:
             continue
-        if not m.size or not np.any(owner[s.region.box][m] == i):
+        count = int(np.count_nonzero(where))
+        if name == "crowd":
+            report.crowd_pixels = count
+        else:
+            report.overlap_ignored = count
+        shown = where & (owner >= 0)
+        alive -= np.bincount(owner[shown], minlength=n)
+        ignored += count - int(np.count_nonzero(where & (owner == -2)))
+        owner[where] = -2
+        ids[where] = ignore
+    if crowd_mask is not None and crowd != "ignore":
+        report.crowd_pixels = int(np.count_nonzero(crowd_mask))
+    report.unlabelled = h * w - int(alive.sum()) - ignored
+    for i, s in enumerate(shapes):
+        if alive[i] == 0 and not (s.crowd and crowd != "class"):
             report.lost.append(s.ident)
     return ids, report
 
