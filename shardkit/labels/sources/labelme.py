@@ -14,6 +14,7 @@ without ``labels.txt``: ``_background_`` = 0, then the names found, sorted.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from ..classes import ClassInfo, ClassTable
 from ..raster import Region
 from .base import Annotations, AnnotationSource, ObjectShapes, SampleShapes, inside, sorted_unique
 
+log = logging.getLogger(__name__)
 IGNORE_NAME = "__ignore__"
 BACKGROUND = "_background_"
 IGNORE = 255
@@ -64,6 +66,9 @@ class LabelmeSource(AnnotationSource):
     crowd = "class"
     overlaps = ("order", "area", "ignore")
     tool_rule = "labelme shapes_to_label: shapes painted in file order, later on top (PIL ImageDraw)"
+
+    def __init__(self) -> None:
+        self.fallbacks = 0  # files whose imagePath did not name a file in the input folder
 
     def detect(self, root: Path) -> Path | None:
         for p in _jsons(root)[:1]:
@@ -105,6 +110,10 @@ class LabelmeSource(AnnotationSource):
                              fix="use at most 255 labels")
         table = ClassTable(tuple(ClassInfo(i, n) for i, n in enumerate(classes)), IGNORE, source=origin)
         samples = [self._sample(root, path, doc, stored, origin) for path, doc in docs]
+        if self.fallbacks:
+            log.warning("%s: %d labelme file(s) name an imagePath that is not in the input folder (another "
+                        "machine's path?); the image beside each file with its name was used", where,
+                        self.fallbacks)
         return Annotations(self.name, root, tuple(files), table, tuple(classes), {"all": sorted_unique(samples, where)},
                            origin,
                            digest.hexdigest())
@@ -112,16 +121,29 @@ class LabelmeSource(AnnotationSource):
     def _sample(self, root: Path, path: Path, doc: dict[str, Any], stored: dict[str, int],
                 origin: str) -> tuple[Path, SampleShapes]:
         image_path = doc.get("imagePath")
-        image = None
+        # imagePath (often absolute, from the annotator's machine), its file name, then <stem>.<ext>: the first
+        # that is a file inside the input folder; one outside it is never read
+        names: list[str] = []
         if isinstance(image_path, str) and image_path:
-            candidate = inside(root, path.parent, image_path.replace("\\", "/"), path)
-            image = candidate if candidate.is_file() else None
-        if image is None:
-            image = next((q for ext in IMAGE_EXTS if (q := path.with_suffix(ext)).is_file()), None)
+            names += [image_path.replace("\\", "/"), image_path.replace("\\", "/").rsplit("/", 1)[-1]]
+        names += [path.stem + ext for ext in IMAGE_EXTS]
+        image = outside = None
+        for name in dict.fromkeys(names):
+            try:
+                candidate = inside(root, path.parent, name, path)
+            except LabelError as exc:
+                outside = outside or exc
+                continue
+            if candidate.is_file():
+                image = candidate
+                if image_path and name != names[0]:
+                    self.fallbacks += 1
+                break
+        if image is None and outside is not None:
+            raise outside
         if image is None:
             embedded = " (its embedded imageData is not read)" if doc.get("imageData") else ""
             raise _fail(path, f"no image file {image_path!r} beside it{embedded}")
-        image = inside(root, image.parent, image.name, path)
         h = doc.get("imageHeight")
         w = doc.get("imageWidth")
         if not (isinstance(h, int) and isinstance(w, int) and 1 <= h <= MAX_SIDE and 1 <= w <= MAX_SIDE):

@@ -127,3 +127,27 @@ def test_missing_image_names_embedded_data(tmp_path: Path) -> None:
     (root / "2011_000025.json").write_text(json.dumps(doc))
     with pytest.raises(LabelError, match="imageData is not read"):
         LabelmeSource().read(root, root)
+
+
+def test_image_path_from_another_machine_and_outside(tmp_path: Path) -> None:
+    """An absolute imagePath from the annotator's machine falls back to the file beside the JSON; a path that
+    leaves the input folder with nothing beside is refused, never read."""
+    root = tree(tmp_path, [shape("a", "polygon", [[1, 1], [9, 1], [5, 8]])])
+    doc = json.loads((root / "a.json").read_text())
+    doc["imagePath"] = "C:\\Users\\me\\data\\a.png"
+    (root / "a.json").write_text(json.dumps(doc))
+    (image, _), = LabelmeSource().read(root.resolve(), root.resolve()).splits["all"]
+    assert image == (root / "a.png").resolve()
+    doc["imagePath"] = "../../secret.png"
+    (root / "a.json").write_text(json.dumps(doc))
+    (root / "a.png").unlink()
+    with pytest.raises(LabelError, match="outside the input folder"):
+        LabelmeSource().read(root.resolve(), root.resolve())
+
+
+def test_deep_labelme_json_is_one_line(tmp_path: Path) -> None:
+    root = tree(tmp_path, [])
+    (root / "a.json").write_text('{"shapes": [], "imagePath": ' + "[" * 50_000 + "]" * 50_000 + "}")
+    with pytest.raises(LabelError) as info:
+        LabelmeSource().read(root, root)
+    assert "\n" not in str(info.value)
