@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ...errors import LabelError
+from ...support.smallfile import read_guarded
 from ..classes import ClassTable
 from ..raster import CROWDS, OVERLAPS, RasterReport, Region, Shape, paint
 
@@ -97,6 +98,16 @@ class AnnotationSource:
     def region(self, obj: ObjectShapes, h: int, w: int) -> tuple[Region, bool, bool]:
         """One object's mask (as its box) by the tool's rule, whether it was clipped, whether it is degenerate."""
         raise NotImplementedError
+
+
+def read_file(path: Path, what: str, limit: int) -> bytes:
+    """An annotation file's bytes: a regular file of at most ``limit`` bytes (checked before reading), else one
+    LabelError naming the problem (a FIFO, a folder, a file too large, an unreadable one)."""
+    try:
+        return read_guarded(path, what, limit=limit)
+    except OSError as exc:
+        raise LabelError(f"cannot read the {what} ({exc.strerror or exc})", path=path,
+                         fix=f"point at a regular {what} of at most {limit >> 20} MiB") from None
 
 
 def inside(root: Path, base: Path, name: str, what: Path) -> Path:

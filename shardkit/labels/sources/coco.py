@@ -22,10 +22,10 @@ import numpy as np
 
 from ...errors import LabelError
 from ...support.limits import MAX_SIDE
-from ...support.smallfile import loads_bounded, open_regular, read_guarded
+from ...support.smallfile import loads_bounded, open_regular
 from ..classes import ClassInfo, ClassTable
 from ..raster import Region, ShapeError, check_polygons, polygon_clipped, polygons_region, rle_region, rle_string_counts
-from .base import Annotations, AnnotationSource, ObjectShapes, SampleShapes, inside, sorted_unique
+from .base import Annotations, AnnotationSource, ObjectShapes, SampleShapes, inside, read_file, sorted_unique
 
 #: Largest annotation file read (COCO train2017's instances JSON is 448 MB).
 MAX_COCO_BYTES = 1 << 30
@@ -131,7 +131,7 @@ class CocoSource(AnnotationSource):
         splits: dict[str, tuple[tuple[Path, SampleShapes], ...]] = {}
         digest = hashlib.sha256()
         for path in files:
-            raw = read_guarded(path, "annotation file", limit=MAX_COCO_BYTES)
+            raw = read_file(path, "annotation file", MAX_COCO_BYTES)
             digest.update(hashlib.sha256(raw).digest())
             try:
                 doc = loads_bounded(raw, "annotation file")

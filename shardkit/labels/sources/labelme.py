@@ -23,10 +23,10 @@ import numpy as np
 
 from ...errors import LabelError
 from ...support.limits import MAX_SIDE
-from ...support.smallfile import loads_bounded, read_guarded, read_small_text
+from ...support.smallfile import loads_bounded
 from ..classes import ClassInfo, ClassTable
 from ..raster import Region
-from .base import Annotations, AnnotationSource, ObjectShapes, SampleShapes, inside, sorted_unique
+from .base import Annotations, AnnotationSource, ObjectShapes, SampleShapes, inside, read_file, sorted_unique
 
 log = logging.getLogger(__name__)
 IGNORE_NAME = "__ignore__"
@@ -83,7 +83,7 @@ class LabelmeSource(AnnotationSource):
         docs: list[tuple[Path, dict[str, Any]]] = []
         digest = hashlib.sha256()
         for path in files:
-            raw = read_guarded(path, "labelme file", limit=MAX_LABELME_BYTES)
+            raw = read_file(path, "labelme file", MAX_LABELME_BYTES)
             digest.update(hashlib.sha256(path.relative_to(where).as_posix().encode() + b"\0" + raw).digest())
             try:
                 doc = loads_bounded(raw, "labelme file")
@@ -94,7 +94,12 @@ class LabelmeSource(AnnotationSource):
             docs.append((path, doc))
         labels_txt = where / "labels.txt"
         if labels_txt.is_file():
-            names = [line.strip() for line in read_small_text(labels_txt, "labels.txt").splitlines() if line.strip()]
+            try:
+                text = read_file(labels_txt, "labels.txt", 1 << 20).decode("utf-8-sig")
+            except UnicodeDecodeError:
+                raise LabelError("labels.txt is not UTF-8 text", path=labels_txt,
+                                 fix="save it as UTF-8, one label a line") from None
+            names = [line.strip() for line in text.splitlines() if line.strip()]
             origin = "labels.txt (line order; __ignore__ = 255)"
         else:
             found = {s.get("label") for _, d in docs for s in d["shapes"] if isinstance(s, dict)}

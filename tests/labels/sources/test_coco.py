@@ -114,3 +114,13 @@ def test_deep_json_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ShardkitError) as info:
         CocoSource().read(root, root / "annotations.json")
     assert "\n" not in str(info.value)
+
+
+def test_oversized_annotation_file_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shardkit.labels.sources.coco as coco
+
+    root = coco_tree(tmp_path / "coco")
+    monkeypatch.setattr(coco, "MAX_COCO_BYTES", 1000)
+    with pytest.raises(LabelError, match="more than the 1000 allowed") as info:
+        CocoSource().read(root, root / "annotations.json")
+    assert "\n" not in str(info.value)
