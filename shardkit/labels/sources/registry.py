@@ -4,6 +4,7 @@ every module of this package other than the shared ones exposes ``SOURCE``."""
 from __future__ import annotations
 
 import importlib
+import logging
 import pkgutil
 from functools import cache
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 from ...errors import ConfigError
 from .base import AnnotationSource
 
+log = logging.getLogger(__name__)
 _NOT_SOURCES = frozenset({"base", "registry"})
 
 
@@ -46,7 +48,11 @@ def detect(root: Path) -> list[tuple[type[AnnotationSource], Path]]:
     """Every source that finds its files under ``root``, with what it found."""
     out = []
     for cls in all_sources():
-        where = cls().detect(root)
+        try:
+            where = cls().detect(root)
+        except OSError as exc:  # an unreadable folder: this source is not found there
+            log.debug("%s: %s not detected (%s)", root, cls.name, exc)
+            continue
         if where is not None:
             out.append((cls, where))
     return out
