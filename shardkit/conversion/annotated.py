@@ -47,14 +47,15 @@ class AnnotationRun:
 
 
 def find_annotations(cfg: ConvertConfig, discover: Callable[[], Discovery]
-                     ) -> tuple[Discovery, TableChoice, AnnotationRun, Shapes] | None:
-    """The annotation source to convert from, read once, or None to convert mask images (``discover``).
+                     ) -> Discovery | tuple[Discovery, TableChoice, AnnotationRun, Shapes]:
+    """The annotation source to convert from, read once — or, to convert mask images, what ``discover`` found
+    (discovery runs once either way).
 
     ``--annotations SOURCE[:PATH]`` forces one; otherwise a source is looked for only when no mask layout fits
     (``discover`` raises LayoutError), and more than one found is a one-line refusal naming them."""
     root = Path(cfg.input).expanduser().resolve()
     if cfg.annotations is not None and cfg.annotations.strip().lower() == "none":
-        return None
+        return discover()
     if cfg.annotations is not None:
         cls, where = registry.parse(cfg.annotations)
         if where is not None and not where.is_absolute():
@@ -65,8 +66,7 @@ def find_annotations(cfg: ConvertConfig, discover: Callable[[], Discovery]
                               fix=f"expected {cls.expected}; or pass --annotations {cls.name}:PATH")
     else:
         try:
-            discover()
-            return None
+            return discover()
         except LayoutError as exc:
             if not root.is_dir():
                 raise

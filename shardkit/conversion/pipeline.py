@@ -200,14 +200,15 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
         return discover(cfg.input, layout=cfg.layout, label_suffix=cfg.label_suffix, splits=cfg.splits,
                         strict=cfg.strict, images=cfg.images, labels=cfg.labels, split_lists=dict(cfg.split_lists))
 
-    annotated = find_annotations(cfg, find) if session.source is None else None
+    looked = find_annotations(cfg, find) if session.source is None else find()
     values = cfg.value_map
     scans: list[ScanCache] = []
-    if annotated is None:
-        found = find()
+    annotated = not isinstance(looked, Discovery)
+    if isinstance(looked, Discovery):  # mask images
+        found = looked
         choice = class_table(cfg, found, remote=session.source is not None, scans=scans)
     else:  # labels drawn from shapes: the table is the annotation file's
-        found, choice, run, shapes = annotated
+        found, choice, run, shapes = looked
     choice = values.adapt(choice)  # the ignore id --reduce-zero-label adds is in the logged line too
     table = choice.table
     if found.label_kind in ("ids", "palette"):  # palette labels' own colours draw them in `show` (header only)
@@ -246,7 +247,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     ctx = WorkerContext.from_config(cfg, spec=spec, decoder=decoder, root=found.root.resolve(),
                                     sync_files=cfg.backend == "dask", source=session.source,
                                     settings=settings_text(settings), image=cfg.image_options,
-                                    georef=georef, annotations=None if annotated is None else run)
+                                    georef=georef, annotations=run if annotated else None)
     log.info("convert %s → %s as %s", session.input_name, session.output_name, cfg.format,
              extra={"event": "start", "input": session.input_name, "output": session.output_name,
                     "format": cfg.format, "workers": cfg.effective_workers(), "backend": cfg.backend})
@@ -257,7 +258,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
                                      header_size, float(cfg.max_tile_ratio), spec.sample_nbytes(cfg.tiling.tile))
     with session.lock(), contextlib.ExitStack() as stack:
         tasks, reused, caches = _plan(cfg, found, spec, settings, digest, session, header_size)
-        if annotated is not None:
+        if annotated:
             tasks = attach(tasks, shapes)
         for cache in caches.values():
             stack.callback(cache.close)
