@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, LabelError, LayoutError
+from ..images.imageio import read_image_size
 from ..labels.classes import ClassTable
 from ..labels.policy import TableChoice
 from ..labels.raster import RasterReport
@@ -99,9 +101,26 @@ def find_annotations(cfg: ConvertConfig, discover: Callable[[], Discovery]
              ", ".join(said), source.tool_rule,
              extra={"event": "annotations", "source": cls.name, "overlap": overlap, "crowd": crowd})
     policies = Policies(overlap, crowd, cfg.on_lost_object)
+    _check_sizes(notes, cfg.splits)
     found = _discovery(notes, policies, source.tool_rule, cfg.splits)
     shapes = {s: {sh.key: sh for _, sh in notes.splits[s]} for s in found.splits}
     return found, TableChoice(notes.table, notes.table_origin), AnnotationRun(cls.name, policies), shapes
+
+
+def _check_sizes(notes: Annotations, splits: Sequence[str]) -> None:
+    """Every image's header against the size the annotations give it, before anything is written: a mismatch
+    (shapes drawn for another image) is one line naming the image."""
+    for split, samples in notes.splits.items():
+        if splits and split not in splits:
+            continue
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            got = list(pool.map(read_image_size, [image for image, _ in samples]))
+        for (image, sample), hw in zip(samples, got, strict=True):
+            if hw != (sample.height, sample.width):
+                raise LabelError(f"the annotations give this image as {sample.height}x{sample.width} (HxW); it is "
+                                 f"{hw[0]}x{hw[1]}", path=image,
+                                 fix="correct its height/width in the annotation file (or use the image it was "
+                                     "annotated on)")
 
 
 def _discovery(notes: Annotations, policies: Policies, rule: str, splits: Sequence[str]) -> Discovery:

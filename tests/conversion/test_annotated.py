@@ -130,3 +130,15 @@ def test_instance_mask_folders_convert(tmp_path: Path) -> None:
     assert len(ds) == 3
     for i in range(len(ds)):
         np.testing.assert_array_equal(ds[i][1], union(REAL / Path(ds.key(i)).parent.parent))
+
+
+def test_image_size_unlike_the_annotations_is_refused_before_writing(tmp_path: Path) -> None:
+    raw = coco_tree(tmp_path / "raw")
+    doc = json.loads((raw / "annotations.json").read_text())
+    doc["images"][2]["height"] += 1
+    (raw / "annotations.json").write_text(json.dumps(doc))
+    res = CliRunner().invoke(main, ["convert", str(raw), str(tmp_path / "out")])
+    lines = [ln for ln in res.output.splitlines() if ln.startswith("Error")]
+    name = doc["images"][2]["file_name"]
+    assert res.exit_code == 1 and len(lines) == 1 and name in lines[0] and "(HxW)" in lines[0]
+    assert not (tmp_path / "out").exists()
