@@ -1,10 +1,11 @@
 """labelme JSON: one ``<image stem>.json`` of shapes beside each image (``shapes``: polygon, rectangle, circle,
-line, linestrip, point, oriented_rectangle), with ``labels.txt`` at the root (or the names found).
+line, linestrip, point, oriented_rectangle, mask), with ``labels.txt`` at the root (or the names found).
 
 Rasterised exactly by labelme's own rule (``labelme/_utils/shape.py``: ``shape_to_mask`` draws each shape with
 PIL ``ImageDraw`` into a mode-L image — polygon/rectangle/circle/point filled with an outline, line width 10,
-linestrip joint "curve", point radius 5 — and ``shapes_to_label`` paints them in file order, later on top): the
-same PIL calls are made here, so the pixels are PIL's own.
+linestrip joint "curve", point radius 5; a ``mask`` shape's base64 PNG patch placed at its rounded first point —
+and ``shapes_to_label`` paints them in file order, later on top): the same PIL calls are made here, so the pixels
+are PIL's own.
 
 Class table: ``labels.txt`` lines in order, ``__ignore__`` left out and stored as the ignore id 255 (labelme2voc
 writes its -1 as 255), so with labelme's usual ``__ignore__``, ``_background_`` first lines ids are labelme2voc's;
@@ -13,7 +14,10 @@ without ``labels.txt``: ``_background_`` = 0, then the names found, sorted.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
+import io
 import logging
 import math
 from pathlib import Path
@@ -38,8 +42,8 @@ MAX_COORD = 1e7
 #: labelme's defaults in shape_to_mask
 LINE_WIDTH = 10
 POINT_SIZE = 5
-_POINTS_NEEDED = {"circle": 2, "rectangle": 2, "line": 2, "point": 1, "oriented_rectangle": 4}
-SHAPE_TYPES = ("polygon", "rectangle", "circle", "line", "linestrip", "point", "oriented_rectangle")
+_POINTS_NEEDED = {"circle": 2, "rectangle": 2, "line": 2, "point": 1, "oriented_rectangle": 4, "mask": 2}
+SHAPE_TYPES = ("polygon", "rectangle", "circle", "line", "linestrip", "point", "oriented_rectangle", "mask")
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 
 
@@ -175,7 +179,10 @@ class LabelmeSource(AnnotationSource):
             need = _POINTS_NEEDED.get(kind)
             if (need is not None and len(arr) != need) or (kind == "polygon" and len(arr) < 3):
                 raise _fail(path, f"shape {i} ({kind}) has {len(arr)} points (labelme refuses it)")
-            objects.append(ObjectShapes(f"{path.name}#{i}", stored[label], kind, (arr,)))
+            data: tuple[np.ndarray, ...] = (arr,)
+            if kind == "mask":
+                data = (arr, _mask_of(shape.get("mask"), h, w, path, i))
+            objects.append(ObjectShapes(f"{path.name}#{i}", stored[label], kind, data))
         key = image.relative_to(Path(root).resolve()).as_posix()
         return image, SampleShapes(key, h, w, tuple(objects))
 
@@ -184,6 +191,10 @@ class LabelmeSource(AnnotationSource):
         import PIL.ImageDraw
 
         arr = obj.data[0]
+        if obj.kind == "mask":
+            m = _place_mask(arr, obj.data[1], h, w)
+            region = Region.of(m)
+            return region, bool(arr.min() < 0 or arr[:, 0].max() >= w or arr[:, 1].max() >= h), not region.mask.size
         img = PIL.Image.fromarray(np.zeros((h, w), dtype=np.uint8))
         draw = PIL.ImageDraw.Draw(img)
         xy = [(float(x), float(y)) for x, y in arr]
@@ -210,6 +221,47 @@ class LabelmeSource(AnnotationSource):
                                           (arr[:, 0].max() > w) or (arr[:, 1].max() > h))
         region = Region.of(m)
         return region, clipped, not region.mask.size
+
+
+def _mask_of(text: Any, h: int, w: int, path: Path, i: int) -> np.ndarray:
+    """A ``mask`` shape's pixels: a base64 PNG (labelme's ``img_b64_to_arr``, then ``astype(bool)``), 2-D, at
+    most the image's pixel count (its size read before it is decoded)."""
+    import PIL.Image
+
+    if not isinstance(text, str):
+        raise _fail(path, f"shape {i} (mask) has no base64 PNG 'mask'")
+    try:
+        with PIL.Image.open(io.BytesIO(base64.b64decode(text, validate=True))) as img:
+            if img.width * img.height > h * w:
+                raise _fail(path, f"shape {i}'s mask is {img.height}x{img.width}, larger than its image")
+            mask = np.array(img)
+    except (ValueError, OSError, binascii.Error) as exc:
+        if isinstance(exc, LabelError):
+            raise
+        raise _fail(path, f"shape {i}'s mask is not a base64 PNG ({exc})") from None
+    if mask.ndim != 2:
+        raise _fail(path, f"shape {i}'s mask decodes to shape {mask.shape}, not a 2-D image")
+    return mask.astype(bool)
+
+
+def _place_mask(points: np.ndarray, patch: np.ndarray, h: int, w: int) -> np.ndarray:
+    """labelme's ``shapes_to_label`` for a ``mask`` shape: the patch placed at the rounded first point (integer
+    points: its extent from the points; fractional ones: the patch's own size), cut to the image."""
+    mask = np.zeros((h, w), dtype=bool)
+    (x1, y1), (x2, y2) = points.round().astype(int)
+    if np.array_equal(points, np.trunc(points)):
+        ph, pw = y2 - y1 + 1, x2 - x1 + 1
+    else:
+        ph, pw = patch.shape
+    y0, y_stop = max(y1, 0), min(y1 + ph, h)
+    x0, x_stop = max(x1, 0), min(x1 + pw, w)
+    if y0 < y_stop and x0 < x_stop:
+        part = patch[y0 - y1 : y_stop - y1, x0 - x1 : x_stop - x1]
+        if part.shape != (y_stop - y0, x_stop - x0):
+            raise LabelError(f"a mask shape's points span {ph}x{pw} (HxW) but its mask is {patch.shape[0]}x"
+                             f"{patch.shape[1]}", fix="re-save the shape in labelme")
+        mask[y0:y_stop, x0:x_stop] = part
+    return mask
 
 
 SOURCE = LabelmeSource

@@ -3,8 +3,11 @@ calls made as labelme's shape_to_mask makes them), real examples against labelme
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +20,7 @@ from shardkit.errors import LabelError
 from shardkit.labels.sources import registry
 from shardkit.labels.sources.base import Policies, rasterise
 from shardkit.labels.sources.labelme import LabelmeSource
-from tests.annotation_trees import VOC_NEW, VOC_OLD, labelme_tree
+from tests.annotation_trees import DATA, VOC_NEW, VOC_OLD, labelme_tree
 
 
 def labelme_rule(h: int, w: int, shapes: list[dict[str, Any]], ids: dict[str, int]) -> np.ndarray:
@@ -25,6 +28,17 @@ def labelme_rule(h: int, w: int, shapes: list[dict[str, Any]], ids: dict[str, in
     a mode-L image with these PIL calls, then painted in file order (``__ignore__`` → labelme2voc's 255)."""
     out = np.zeros((h, w), dtype=np.int32)
     for s in shapes:
+        if s.get("shape_type") == "mask":  # the patch at the rounded first point, cut to the image
+            patch = np.array(PIL.Image.open(io.BytesIO(base64.b64decode(s["mask"])))).astype(bool)
+            pts = np.asarray(s["points"])
+            (x1, y1), (x2, y2) = pts.round().astype(int)
+            ph, pw = (y2 - y1 + 1, x2 - x1 + 1) if np.array_equal(pts, np.trunc(pts)) else patch.shape
+            m = np.zeros((h, w), dtype=bool)
+            ys, ye, xs, xe = max(y1, 0), min(y1 + ph, h), max(x1, 0), min(x1 + pw, w)
+            if ys < ye and xs < xe:
+                m[ys:ye, xs:xe] = patch[ys - y1 : ye - y1, xs - x1 : xe - x1]
+            out[m] = ids[s["label"]]
+            continue
         img = PIL.Image.fromarray(np.zeros((h, w), dtype=np.uint8))
         draw = PIL.ImageDraw.Draw(img)
         xy = [tuple(p) for p in s["points"]]
@@ -151,3 +165,19 @@ def test_deep_labelme_json_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(LabelError) as info:
         LabelmeSource().read(root, root)
     assert "\n" not in str(info.value)
+
+
+def test_real_primitives_every_shape_type_and_a_mask(tmp_path: Path) -> None:
+    """labelme's own examples/primitives: rectangle, circle, polygon, line, point, linestrip (fractional points)
+    and a mask shape (a base64 PNG patch), against labelme's rule."""
+    root = tmp_path / "prim"
+    shutil.copytree(DATA / "labelme-primitives", root)
+    notes = LabelmeSource().read(root.resolve(), root.resolve())
+    (_, sample), = notes.splits["all"]
+    doc = json.loads((root / "primitives.json").read_text())
+    assert {s["shape_type"] for s in doc["shapes"]} >= {"mask", "linestrip", "circle", "point", "line"}
+    ids, report = rasterise(LabelmeSource(), sample, sample.height, sample.width, notes.table,
+                            Policies("order", "class"))
+    names = {c.name: c.id for c in notes.table.classes}
+    np.testing.assert_array_equal(ids, labelme_rule(sample.height, sample.width, doc["shapes"], names))
+    assert report.lost == [] and (ids == names["octagon"]).sum() > 1000
