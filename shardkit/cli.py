@@ -445,7 +445,8 @@ _STORAGE_OPTION = click.option(
               help="With --class-weights enet: k in 1 / ln(k + p).")
 @click.option("--duplicates", is_flag=True,
               help="List identical images (same decoded pixels) within and across the splits under SPLIT_DIR.")
-@click.option("--json", "as_json", is_flag=True, help="With --class-weights or --duplicates: print JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: with --class-weights or --duplicates, those; else each split's annotation report.")
 @_STORAGE_OPTION
 @_errors_to_exit_codes
 def info(split_dir: str | Path, plot: Path | None, weights: str | None, enet_k: float, duplicates: bool,
@@ -462,11 +463,20 @@ def info(split_dir: str | Path, plot: Path | None, weights: str | None, enet_k: 
     folders = split_locations(split_dir, options)
     if plot is not None and is_url(split_dir):
         raise click.UsageError("--plot needs a local split folder", ctx=None)
-    if as_json and not (weights or duplicates):
-        raise click.UsageError("--json goes with --class-weights or --duplicates", ctx=None)
     if not folders:
         raise click.ClickException(f"{split_dir}: no manifest.json here or in its sub-folders — "
                                    "fix: point at a split or output folder written by shardkit convert")
+    if as_json and not (weights or duplicates):  # the annotation sources' rasterisation reports
+        import json
+
+        from .verify import load_split_manifest
+
+        found = {Path(str(f)).name: load_split_manifest(f, options).source.extra.get("annotations") for f in folders}
+        if not any(found.values()):
+            raise click.UsageError("--json goes with --class-weights, --duplicates, or a split converted from "
+                                   "annotations (its rasterisation report)", ctx=None)
+        click.echo(json.dumps(found, indent=1))
+        return
     if duplicates:
         _info_duplicates(folders, options, as_json)
         return
@@ -601,6 +611,10 @@ def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any
         s = share[c["id"]] if c["id"] < len(share) else 0.0
         click.echo(f"  {c['id']:>3} {c['name']:<20} {100 * s:6.2f} %")
     click.echo(_ignore_line(m))
+    from .labels.raster import report_lines
+
+    for line in report_lines(m.source.extra.get("annotations")):
+        click.echo(line)
     if m.skipped:
         click.echo(f"{len(m.skipped)} inputs were skipped (see manifest.json 'skipped')")
     if plot is not None:

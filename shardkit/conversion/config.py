@@ -290,6 +290,26 @@ class ConvertConfig:
         None, group="labels", range=(0, 65534), metavar="T",
         help="Binary masks (JPEG ones too): value > T is class 1, else 0 (e.g. --threshold 127); refused on "
              "labels with more than two classes.")
+    # annotation sources (shardkit.labels.sources; docs/annotations.md): labels drawn from shapes in a file
+    annotations: str | None = option(
+        None, group="labels", metavar="SOURCE[:PATH]",
+        help="Labels are shapes in annotation files: coco[:FILE.json] (COCO instances), labelme[:FOLDER] or "
+             "instance-masks[:FOLDER] (<id>/images + <id>/masks/*.png); found by themselves when no mask layout "
+             "fits; none: never use them.")
+    #: None: the source's own tool behaviour (named in the log of every run)
+    object_overlap: str | None = option(
+        None, group="labels", choices=("order", "z-order", "area", "ignore"),
+        help="Annotation objects that overlap: order: file order, later on top; z-order: by z value; area: the "
+             "smaller on top; ignore: pixels of objects of different classes become the ignore id. Default: the "
+             "source tool's rule (COCO, labelme: order).")
+    crowd: str | None = option(
+        None, group="labels", choices=("ignore", "class", "drop"),
+        help="COCO iscrowd objects: ignore: their pixels become the ignore id; class: painted with their class "
+             "(default, as annToMask); drop: left out.")
+    on_lost_object: str = option(
+        "warn", group="labels", choices=("warn", "error"),
+        help="Annotation objects left with no visible pixel (painted over or degenerate): warn: count and list "
+             "them in the manifest; error: stop, naming them.")
     splits: tuple[str, ...] = option(
         (), group="run", flags=("--split",), multiple=True, help="Only convert this split (repeatable).")
     shard_size: ShardSize = option(

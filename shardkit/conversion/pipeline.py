@@ -52,6 +52,7 @@ from ..store.publish import remove_temps
 from ..store.records import ShardRecord
 from ..store.splitdir import CACHE_NAME, LocalSink, SplitSink, has_records, publish_shard
 from ..store.stats import Stats
+from .annotated import attach, find_annotations, split_report
 from .config import ConvertConfig
 from .fingerprint import SourceCache, input_identities, load_cache, save_cache
 from .layouts import Discovery, discover, file_types, layout_ignore, layout_table, with_colour_table
@@ -195,12 +196,20 @@ def convert(cfg: ConvertConfig, *, published: Callable[[ConvertSummary], None] |
 def _convert(cfg: ConvertConfig, session: StorageSession,
              published: Callable[[ConvertSummary], None] | None = None) -> ConvertSummary:
     started = time.perf_counter()
-    found = discover(cfg.input, layout=cfg.layout, label_suffix=cfg.label_suffix, splits=cfg.splits,
-                     strict=cfg.strict, images=cfg.images, labels=cfg.labels, split_lists=dict(cfg.split_lists))
-    found = with_colour_table(found, cfg.class_dict or cfg.palette)
+    def find() -> Discovery:
+        found = discover(cfg.input, layout=cfg.layout, label_suffix=cfg.label_suffix, splits=cfg.splits,
+                         strict=cfg.strict, images=cfg.images, labels=cfg.labels, split_lists=dict(cfg.split_lists))
+        return with_colour_table(found, cfg.class_dict or cfg.palette)
+
+    looked = find_annotations(cfg, find) if session.source is None else find()
     values = cfg.value_map
     scans: list[ScanCache] = []
-    choice = class_table(cfg, found, remote=session.source is not None, scans=scans)
+    annotated = not isinstance(looked, Discovery)
+    if isinstance(looked, Discovery):  # mask images
+        found = looked
+        choice = class_table(cfg, found, remote=session.source is not None, scans=scans)
+    else:  # labels drawn from shapes: the table is the annotation file's
+        found, choice, run, shapes = looked
     choice = values.adapt(choice)  # the ignore id --reduce-zero-label adds is in the logged line too
     table = choice.table
     if found.label_kind in ("ids", "palette"):  # palette labels' own colours draw them in `show` (header only)
@@ -233,12 +242,13 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     settings = {"format": cfg.format, "format_version": fmt.version_for(cfg.compression, cfg.codecs, spec),
                 "sample": spec.to_manifest(),
                 "classes": table.to_json(), "preprocessing": options, "on_error": cfg.on_error,
+                **({"annotations": found.annotations} if found.annotations is not None else {}),
                 **({"georeference": True} if georef else {})}
     digest = hashlib.sha256(settings_text(settings).encode()).hexdigest()
     ctx = WorkerContext.from_config(cfg, spec=spec, decoder=decoder, root=found.root.resolve(),
                                     sync_files=cfg.backend == "dask", source=session.source,
                                     settings=settings_text(settings), image=cfg.image_options,
-                                    georef=georef)
+                                    georef=georef, annotations=run if annotated else None)
     log.info("convert %s → %s as %s", session.input_name, session.output_name, cfg.format,
              extra={"event": "start", "input": session.input_name, "output": session.output_name,
                     "format": cfg.format, "workers": cfg.effective_workers(), "backend": cfg.backend})
@@ -249,6 +259,8 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
                                      header_size, float(cfg.max_tile_ratio), spec.sample_nbytes(cfg.tiling.tile))
     with session.lock(), contextlib.ExitStack() as stack:
         tasks, reused, caches = _plan(cfg, found, spec, settings, digest, session, header_size)
+        if annotated:
+            tasks = attach(tasks, shapes)
         for cache in caches.values():
             stack.callback(cache.close)
         starts = {(t.split, t.index): t.start for t in tasks}
@@ -598,7 +610,8 @@ def publish_split(
             pairs=len(pairs),
             unmatched_images=tuple(found.unmatched_images.get(split, ())),
             unmatched_labels=tuple(found.unmatched_labels.get(split, ())),
-            extra=_tile_counts(records),  # "tiles": sources, written, dropped_ignored (with --tile only)
+            # "tiles": sources, written, dropped_ignored (with --tile only); "annotations": the rasterisation report
+            extra={**_tile_counts(records), **split_report(records, found)},
         ),
         shards=tuple(shards),
         samples=SampleTable(shards, table.num_classes, directory),

@@ -52,6 +52,9 @@ class ShardTask:
     #: against
     #: it after reading them. None: not checked (inputs on object storage)
     identities: np.ndarray | None = None
+    #: labels from an annotation source: each sample's shapes (:mod:`shardkit.conversion.annotated`), rasterised by
+    #: the worker instead of decoding a label file; None for mask images
+    shapes: tuple[Any, ...] | None = None
 
     @property
     def stem(self) -> str:

@@ -94,7 +94,7 @@ def _stat(path: str | Path) -> list[int]:
 
 def _named_files(value: Any) -> Iterator[str]:
     """Strings in an option's value that name an existing file (``--classes F``, ``--split-list train=F``,
-    ``--label-map F``, a ``KEY=FILE`` storage option …)."""
+    ``--label-map F``, a ``KEY=FILE`` storage option, ``--annotations coco:FILE`` …)."""
     if isinstance(value, (list, tuple)):
         for v in value:
             yield from _named_files(v)
@@ -103,7 +103,7 @@ def _named_files(value: Any) -> Iterator[str]:
             yield from _named_files(v)
     elif isinstance(value, (str, Path)):
         text = os.fspath(value)
-        for candidate in (text, text.partition("=")[2]):
+        for candidate in (text, text.partition("=")[2], text.partition(":")[2]):  # also --annotations coco:FILE
             try:
                 named = bool(candidate) and Path(candidate).is_file()
             except (OSError, ValueError):  # a value no path can be (too long, a NUL): no file

@@ -52,9 +52,12 @@ from ..images.tiles import (
     untiled_source,
 )
 from ..labels import LabelDecoder
+from ..labels.raster import RasterReport
+from ..labels.sources.base import SampleShapes
 from ..store.duplicates import source_hash
 from ..store.stats import Stats
 from ..support.progress import CounterRef, worker_tick
+from .annotated import AnnotationRun, rasterise_sample
 from .config import DEFAULT_MAX_PIXELS, ConvertConfig
 from .discover import rel_path
 from .fingerprint import SourceCache, file_identity, sample_fingerprint, source_digest
@@ -103,6 +106,8 @@ class WorkerContext:
     image: ImageOptions = field(default_factory=ImageOptions)
     #: record each sample's georeference (GeoTIFF CRS and transform, on the stored grid) in the sidecar
     georef: bool = False
+    #: labels from an annotation source: its name and policies (the task carries each sample's shapes)
+    annotations: AnnotationRun | None = None
 
     @classmethod
     def from_config(cls, cfg: ConvertConfig, **given: Any) -> WorkerContext:
@@ -147,14 +152,21 @@ def check_image_spec(image: np.ndarray, spec: SampleSpec, path: Path) -> None:
                               "and --rescale")
 
 
-def process_sample(pair: Any, ctx: WorkerContext, data: dict[Path, np.ndarray] | None = None
+def process_sample(pair: Any, ctx: WorkerContext, data: dict[Path, np.ndarray] | None = None,
+                   shapes: SampleShapes | None = None, report: RasterReport | None = None,
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int, int, int] | None]:
     """Decode + fit + encode one pair → (image, stored label, class ids, where the source lies when it was padded:
     (y0, y1, x0, x1), else None).
 
     ``data``: source files already read (and found regular) by :func:`fingerprint_pair`; others are read here.
+    ``shapes``: the sample's annotation shapes, rasterised at the image's size instead of decoding a label
+    (their report merged into ``report``).
     """
-    image, ids = decode_pair(pair, ctx, data)
+    if shapes is not None and ctx.annotations is not None and report is not None:
+        image = decode_image_checked(pair, ctx, data)
+        ids = rasterise_sample(ctx.annotations, shapes, image, ctx.decoder.table, pair.image, report)
+    else:
+        image, ids = decode_pair(pair, ctx, data)
     pad = pad_label(ctx)
     hw = (int(image.shape[0]), int(image.shape[1]))
     padded = content_box(hw, ctx.size, ctx.resize, ctx.crop) if pads(hw, ctx.size, ctx.resize, ctx.crop) else None
@@ -171,19 +183,25 @@ def process_sample(pair: Any, ctx: WorkerContext, data: dict[Path, np.ndarray] |
 def decode_pair(pair: Any, ctx: WorkerContext, data: dict[Path, np.ndarray] | None = None) -> tuple[np.ndarray,
                                                                                                   np.ndarray]:
     """Decode one pair whole → (image, label ids), each file checked against ``--max-pixels`` first."""
-    image_data = data.get(pair.image) if data else None
     label_data = data.get(pair.label) if data and pair.label is not None else None
-    if image_data is None:
-        regular_stat(pair.image, "image")  # before anything opens it: a FIFO would block
-    check_pixels(pair.image, ctx.max_pixels, "image", image_data)
     if pair.label is not None:
         if label_data is None:
             regular_stat(pair.label, "label")
         check_pixels(pair.label, ctx.max_pixels, "label", label_data)
-    image = decode_image(pair.image, image_data, ctx.image)
-    check_image_spec(image, ctx.spec, pair.image)
+    image = decode_image_checked(pair, ctx, data)
     ids = ctx.decoder.decode(pair.label, label_data)  # JPEG labels: the decoder words their errors itself
     return image, ids
+
+
+def decode_image_checked(pair: Any, ctx: WorkerContext, data: dict[Path, np.ndarray] | None = None) -> np.ndarray:
+    """Decode one pair's image, checked against ``--max-pixels`` first and against the split's type after."""
+    image_data = data.get(pair.image) if data else None
+    if image_data is None:
+        regular_stat(pair.image, "image")  # before anything opens it: a FIFO would block
+    check_pixels(pair.image, ctx.max_pixels, "image", image_data)
+    image = decode_image(pair.image, image_data, ctx.image)
+    check_image_spec(image, ctx.spec, pair.image)
+    return image
 
 
 def pad_label(ctx: WorkerContext) -> int:
@@ -393,6 +411,7 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
     options_digest = hashlib.sha256(ctx.settings.encode()).hexdigest()
     drop = {key: (kept, pixels) for split, key, kept, pixels in ctx.drop if split == task.split}
     changed = False  # a sample left out because its input changed mid-run: the shard gets a key of its own
+    raster = RasterReport()  # what rasterising annotation shapes lost (annotation sources only)
 
     def skip(i: int, pair: Any, exc: ShardkitError) -> None:
         nonlocal changed
@@ -433,7 +452,8 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
                     tick()
                 continue
             try:
-                image, stored, ids, was_padded = process_sample(pair, ctx, data)
+                image, stored, ids, was_padded = process_sample(
+                    pair, ctx, data, None if task.shapes is None else task.shapes[i], raster)
                 check_unchanged(pair, expected)  # after the read, before the sample is written
             except ShardkitError as exc:
                 if ctx.on_error != "skip":
@@ -463,6 +483,8 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
         names = get(ctx.format).published_names(stem(task.index, key), ctx.spec)
         files = tuple(dataclasses.replace(f, final_name=name) for f, name in zip(files, names, strict=True))
     wire = stats.to_wire() if ctx.tiling is None else {**stats.to_wire(), "tiles": counts.to_json()}
+    if ctx.annotations is not None:
+        wire["raster"] = raster.to_json()
     return ShardResult(task.split, task.index, key, task.directory, files, len(samples), samples.digest(),
                        wire, skipped, ctx.sync_files, padded,
                        None if given is not None else sources.rows(0, len(task.samples)),

@@ -361,7 +361,7 @@ def test_unrecognisable_folder_names_layouts_tried_and_fix(tmp_path: Path) -> No
         discover(tmp_path)
     text = str(e.value)
     assert "saw: photos/ (1 images)" in text and "no layout is close" in text
-    assert "tried: cityscapes, ade20k, labelme2voc, cvat_mask, voc, instance_masks, mmseg, generic" in text
+    assert "tried: cityscapes, ade20k, labelme2voc, cvat_mask, voc, mmseg, generic" in text
     assert "--images" in text
 
 
@@ -507,9 +507,11 @@ def test_the_manifest_schema_lists_every_layout() -> None:
     import json
 
     from shardkit.conversion.layouts import names
+    from shardkit.labels.sources import registry
 
     schema = json.loads((Path(__file__).resolve().parents[2] / "formats/manifest.schema.json").read_text())
-    assert set(schema["$defs"]["source"]["properties"]["layout"]["enum"]) == set(names())
+    # every mask layout, and every annotation source the labels may be drawn from instead
+    assert set(schema["$defs"]["source"]["properties"]["layout"]["enum"]) == set(names()) | set(registry.names())
 
 
 def test_a_label_folder_without_images_is_passed_over(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ...labels.policy import TableChoice
 from ..pairs import PairTable
@@ -32,6 +32,9 @@ class Discovery:
     #: files skipped in the image and label folders because their type is not an image shardkit reads:
     #: extension (lower case, "" for none) → count
     skipped_types: dict[str, int] = field(default_factory=dict)
+    #: labels drawn from an annotation source (:mod:`shardkit.conversion.annotated`): what the manifest records
+    #: of it (source, files, table origin, original ids, policies); None for mask images
+    annotations: dict[str, Any] | None = None
 
     def total(self) -> int:
         """Number of pairs over all splits."""

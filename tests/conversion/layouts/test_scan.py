@@ -114,24 +114,6 @@ def test_unread_file_types_are_named_with_what_would_read_them(tmp_path: Path,
     assert "1 .json (annotation files (COCO, labelme …) are not mask images" in said
 
 
-def test_per_instance_mask_folders_are_named_not_mistaken(tmp_path: Path) -> None:
-    """The DSB 2018 tree (``<id>/images/<id>.png`` + ``<id>/masks/*.png``) is recognised and refused in one line
-    naming it and the way to convert it (the files' content does not matter to discovery)."""
-    isbi = Path(__file__).resolve().parents[2] / "data" / "isbi-em"
-    base = tmp_path / "stage1_train"
-    for sample in ("a1", "b2"):
-        (base / sample / "images").mkdir(parents=True)
-        (base / sample / "masks").mkdir()
-        shutil.copyfile(isbi / "image" / "0.png", base / sample / "images" / f"{sample}.png")
-        for k in range(3):
-            shutil.copyfile(isbi / "label" / "0.png", base / sample / "masks" / f"m{k}.png")
-    with pytest.raises(LayoutError) as info:
-        discover(tmp_path)
-    text = str(info.value)
-    assert "per-instance mask folders: 2 samples as stage1_train/<id>/images/<id>.png" in text
-    assert "a1 has 3" in text and "--labels '{name}/label.png'" in text and "\n" not in text
-
-
 def test_per_instance_mask_folders_fix_followed_pairs_each_sample_with_its_label(tmp_path: Path) -> None:
     """Following the refusal's fix (one label.png per sample, the two templates) pairs every sample exactly."""
     isbi = Path(__file__).resolve().parents[2] / "data" / "isbi-em"

@@ -1,0 +1,183 @@
+"""The labelme source: labels.txt or the names found, every shape type drawn by labelme's rule (PIL ImageDraw
+calls made as labelme's shape_to_mask makes them), real examples against labelme2voc's own PNGs."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import PIL.Image
+import PIL.ImageDraw
+import pytest
+
+from shardkit.errors import LabelError
+from shardkit.labels.sources import registry
+from shardkit.labels.sources.base import Policies, rasterise
+from shardkit.labels.sources.labelme import LabelmeSource
+from tests.annotation_trees import DATA, VOC_NEW, VOC_OLD, labelme_tree
+
+
+def labelme_rule(h: int, w: int, shapes: list[dict[str, Any]], ids: dict[str, int]) -> np.ndarray:
+    """labelme's shapes_to_label as its source states it (labelme/_utils/shape.py, 2026): each shape drawn into
+    a mode-L image with these PIL calls, then painted in file order (``__ignore__`` → labelme2voc's 255)."""
+    out = np.zeros((h, w), dtype=np.int32)
+    for s in shapes:
+        if s.get("shape_type") == "mask":  # the patch at the rounded first point, cut to the image
+            patch = np.array(PIL.Image.open(io.BytesIO(base64.b64decode(s["mask"])))).astype(bool)
+            pts = np.asarray(s["points"])
+            (x1, y1), (x2, y2) = pts.round().astype(int)
+            ph, pw = (y2 - y1 + 1, x2 - x1 + 1) if np.array_equal(pts, np.trunc(pts)) else patch.shape
+            m = np.zeros((h, w), dtype=bool)
+            ys, ye, xs, xe = max(y1, 0), min(y1 + ph, h), max(x1, 0), min(x1 + pw, w)
+            if ys < ye and xs < xe:
+                m[ys:ye, xs:xe] = patch[ys - y1 : ye - y1, xs - x1 : xe - x1]
+            out[m] = ids[s["label"]]
+            continue
+        img = PIL.Image.fromarray(np.zeros((h, w), dtype=np.uint8))
+        draw = PIL.ImageDraw.Draw(img)
+        xy = [tuple(p) for p in s["points"]]
+        kind = s.get("shape_type") or "polygon"
+        if kind == "circle":
+            (cx, cy), (px, py) = xy
+            d = math.sqrt((cx - px) ** 2 + (cy - py) ** 2)
+            draw.ellipse(((cx - d, cy - d), (cx + d, cy + d)), outline=1, fill=1)
+        elif kind == "rectangle":
+            (x0, y0), (x1, y1) = xy
+            draw.rectangle(((min(x0, x1), min(y0, y1)), (max(x0, x1), max(y0, y1))), outline=1, fill=1)
+        elif kind == "line":
+            draw.line(xy=xy, fill=1, width=10)
+        elif kind == "linestrip":
+            draw.line(xy=xy, fill=1, width=10, joint="curve")
+        elif kind == "point":
+            (cx, cy), r = xy[0], 5
+            draw.ellipse(((cx - r, cy - r), (cx + r, cy + r)), outline=1, fill=1)
+        else:
+            draw.polygon(xy=xy, outline=1, fill=1)
+        out[np.array(img, dtype=bool)] = ids[s["label"]]
+    return out
+
+
+def test_real_examples_follow_labelme(tmp_path: Path) -> None:
+    root = labelme_tree(tmp_path / "lm")
+    assert registry.detect(root) == [(LabelmeSource, root)]
+    notes = LabelmeSource().read(root, root)
+    assert notes.table.ignore_index == 255 and notes.table.classes[0].name == "_background_"
+    assert notes.table.classes[15].name == "person"  # labelme2voc's ids: line number - 1
+    names = {c.name: c.id for c in notes.table.classes} | {"__ignore__": 255}
+    differ, differ_old = [], []
+    for image, sample in notes.splits["all"]:
+        ids, _ = rasterise(LabelmeSource(), sample, sample.height, sample.width, notes.table,
+                           Policies("order", "class"))
+        doc = json.loads(image.with_suffix(".json").read_text())
+        np.testing.assert_array_equal(ids, labelme_rule(sample.height, sample.width, doc["shapes"], names))
+        differ.append(int((np.array(PIL.Image.open(VOC_NEW / f"{image.stem}.png")) != ids).sum()))
+        differ_old.append(int((np.array(PIL.Image.open(VOC_OLD / f"{image.stem}.png")) != ids).sum()))
+    # labelme2voc's own exports (made with other labelme and Pillow versions): the older one equal everywhere,
+    # the 2023 one differs at one polygon-edge pixel of 2011_000006 (of 187,500)
+    assert differ_old == [0, 0, 0] and differ == [0, 1, 0]
+
+
+def tree(tmp_path: Path, shapes: list[dict[str, Any]], labels: str | None = None, h: int = 40, w: int = 50) -> Path:
+    root = tmp_path / "lm"
+    root.mkdir()
+    PIL.Image.new("RGB", (w, h)).save(root / "a.png")
+    doc = {"version": "5.4.1", "shapes": shapes, "imagePath": "a.png", "imageHeight": h, "imageWidth": w,
+           "imageData": None}
+    (root / "a.json").write_text(json.dumps(doc))
+    if labels is not None:
+        (root / "labels.txt").write_text(labels)
+    return root
+
+
+def shape(label: str, kind: str, points: list[list[float]]) -> dict[str, Any]:
+    return {"label": label, "points": points, "shape_type": kind, "group_id": None, "flags": {}}
+
+
+def test_every_shape_type_by_labelme_rule(tmp_path: Path) -> None:
+    shapes = [shape("road", "polygon", [[1.2, 1.7], [30.5, 3.1], [20.2, 25.9]]),
+              shape("car", "rectangle", [[40.7, 30.2], [25.1, 20.9]]),
+              shape("sign", "circle", [[10, 30], [14.5, 33]]),
+              shape("lane", "line", [[0, 39], [49, 20]]),
+              shape("lane", "linestrip", [[2, 2], [25, 15], [48, 3]]),
+              shape("sign", "point", [[45.5, 5.5]]),
+              shape("car", "oriented_rectangle", [[5, 10], [15, 5], [20, 15], [10, 20]])]
+    root = tree(tmp_path, shapes)  # no labels.txt: _background_, then the names sorted
+    notes = LabelmeSource().read(root, root)
+    assert [c.name for c in notes.table.classes] == ["_background_", "car", "lane", "road", "sign"]
+    (_, sample), = notes.splits["all"]
+    ids, report = rasterise(LabelmeSource(), sample, 40, 50, notes.table, Policies("order", "class"))
+    names = {c.name: c.id for c in notes.table.classes}
+    np.testing.assert_array_equal(ids, labelme_rule(40, 50, shapes, names))
+    assert report.objects == 7 and set(np.unique(ids)) == {0, 1, 2, 3, 4}
+
+
+def test_labels_txt_and_unknown_label(tmp_path: Path) -> None:
+    root = tree(tmp_path, [shape("cat", "polygon", [[1, 1], [9, 1], [5, 8]])], "__ignore__\n_background_\ndog\n")
+    with pytest.raises(LabelError, match="label 'cat'") as info:
+        LabelmeSource().read(root, root)
+    assert "labels.txt" in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(("points", "kind", "words"), [
+    ([[1, 1], [2, 2]], "polygon", "2 points"), ([[1, 1]], "circle", "1 points"),
+    ([[float("nan"), 1], [2, 2], [3, 1]], "polygon", "NaN"), ([[1, 1], [2, 2], [3, 1]], "ellipse", "ellipse")])
+def test_bad_shapes_are_refused(tmp_path: Path, points: list[list[float]], kind: str, words: str) -> None:
+    root = tree(tmp_path, [shape("a", kind, points)])
+    with pytest.raises(LabelError, match=words):
+        LabelmeSource().read(root, root)
+
+
+def test_missing_image_names_embedded_data(tmp_path: Path) -> None:
+    root = labelme_tree(tmp_path / "lm")
+    doc = json.loads((root / "2011_000025.json").read_text())
+    (root / "2011_000025.jpg").unlink()
+    doc["imageData"] = "AAAA"
+    (root / "2011_000025.json").write_text(json.dumps(doc))
+    with pytest.raises(LabelError, match="imageData is not read"):
+        LabelmeSource().read(root, root)
+
+
+def test_image_path_from_another_machine_and_outside(tmp_path: Path) -> None:
+    """An absolute imagePath from the annotator's machine falls back to the file beside the JSON; a path that
+    leaves the input folder with nothing beside is refused, never read."""
+    root = tree(tmp_path, [shape("a", "polygon", [[1, 1], [9, 1], [5, 8]])])
+    doc = json.loads((root / "a.json").read_text())
+    doc["imagePath"] = "C:\\Users\\me\\data\\a.png"
+    (root / "a.json").write_text(json.dumps(doc))
+    (image, _), = LabelmeSource().read(root.resolve(), root.resolve()).splits["all"]
+    assert image == (root / "a.png").resolve()
+    doc["imagePath"] = "../../secret.png"
+    (root / "a.json").write_text(json.dumps(doc))
+    (root / "a.png").unlink()
+    with pytest.raises(LabelError, match="outside the input folder"):
+        LabelmeSource().read(root.resolve(), root.resolve())
+
+
+def test_deep_labelme_json_is_one_line(tmp_path: Path) -> None:
+    root = tree(tmp_path, [])
+    (root / "a.json").write_text('{"shapes": [], "imagePath": ' + "[" * 50_000 + "]" * 50_000 + "}")
+    with pytest.raises(LabelError) as info:
+        LabelmeSource().read(root, root)
+    assert "\n" not in str(info.value)
+
+
+def test_real_primitives_every_shape_type_and_a_mask(tmp_path: Path) -> None:
+    """labelme's own examples/primitives: rectangle, circle, polygon, line, point, linestrip (fractional points)
+    and a mask shape (a base64 PNG patch), against labelme's rule."""
+    root = tmp_path / "prim"
+    shutil.copytree(DATA / "labelme-primitives", root)
+    notes = LabelmeSource().read(root.resolve(), root.resolve())
+    (_, sample), = notes.splits["all"]
+    doc = json.loads((root / "primitives.json").read_text())
+    assert {s["shape_type"] for s in doc["shapes"]} >= {"mask", "linestrip", "circle", "point", "line"}
+    ids, report = rasterise(LabelmeSource(), sample, sample.height, sample.width, notes.table,
+                            Policies("order", "class"))
+    names = {c.name: c.id for c in notes.table.classes}
+    np.testing.assert_array_equal(ids, labelme_rule(sample.height, sample.width, doc["shapes"], names))
+    assert report.lost == [] and (ids == names["octagon"]).sum() > 1000
