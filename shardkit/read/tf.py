@@ -375,12 +375,13 @@ def _decode_jpeg(data: tf.Tensor, hw: tuple[int, int], comps: int, what: str) ->
     """One JPEG file → (H, W, comps) uint8, its header (``extract_jpeg_shape``) and end-of-image marker checked
     first as the numpy path checks them: ``decode_jpeg(channels=3)`` would otherwise turn a gray file into three
     equal bands."""
-    shape = tf.io.extract_jpeg_shape(data, output_type=tf.int32)
-    same = tf.debugging.Assert(tf.reduce_all(tf.equal(shape, (*hw, comps))),
-                               [f"{what}: header says", shape, f"expected {(*hw, comps)}"])
     ends = tf.debugging.Assert(tf.strings.substr(data, -2, 2) == JPEG_EOI,
                                [f"{what}: does not end with the JPEG end-of-image marker (truncated)"])
-    with tf.control_dependencies([same, ends]):
+    with tf.control_dependencies([ends]):  # in this order, always: a truncated stream is named as truncated
+        shape = tf.io.extract_jpeg_shape(data, output_type=tf.int32)
+    same = tf.debugging.Assert(tf.reduce_all(tf.equal(shape, (*hw, comps))),
+                               [f"{what}: header says", shape, f"expected {(*hw, comps)}"])
+    with tf.control_dependencies([same]):
         return tf.io.decode_jpeg(data, channels=comps, dct_method=JPEG_DCT)
 
 
