@@ -71,6 +71,15 @@ def integer_shift(m: np.ndarray) -> Shift | None:
     return (int(m[0, 0]), int(tx)), (int(m[1, 1]), int(ty))
 
 
+def shift_window(shift: Shift, out_hw: tuple[int, int], src_hw: tuple[int, int]) -> tuple[tuple[int, int, int, int],
+                                                                                           tuple[int, int, int, int]]:
+    """Where an :func:`integer_shift` copies: per axis (rows, then columns) ``(o0, o1, s0, s1)``, the output range
+    the source reaches and the source range it reads (mirrored when that axis's sign is -1); ``o0 == o1`` when
+    nothing of the source lands in the output. Every backend's slice copy uses it."""
+    (sx, tx), (sy, ty) = shift
+    return _axis(sy, ty, out_hw[0], src_hw[0]), _axis(sx, tx, out_hw[1], src_hw[1])
+
+
 def _axis(sign: int, offset: int, n_out: int, n_src: int) -> tuple[int, int, int, int]:
     """``(o0, o1, s0, s1)``: the output range ``[o0, o1)`` whose source index ``sign * o + offset`` lies in
     ``[0, n_src)``, and the source range ``[s0, s1)`` those outputs read (in reverse order when ``sign`` is -1)."""
@@ -95,10 +104,8 @@ def copy_shifted(src: np.ndarray, shift: Shift, out: np.ndarray, fill: Any, flip
     rule's ignore index) — one slice copy (mirrored by ``flip`` when given and it applies; numpy's reversed-slice
     copy of 3-byte pixels is ~40x slower than ``cv2.flip``), and the fill written only where the source does not
     reach."""
-    (sx, tx), (sy, ty) = shift
-    oh, ow = out.shape[:2]
-    y0, y1, r0, r1 = _axis(sy, ty, oh, src.shape[0])
-    x0, x1, c0, c1 = _axis(sx, tx, ow, src.shape[1])
+    (sx, _), (sy, _) = shift
+    (y0, y1, r0, r1), (x0, x1, c0, c1) = shift_window(shift, out.shape[:2], src.shape[:2])
     if y1 > y0 and x1 > x0:
         part, dst = src[r0:r1, c0:c1], out[y0:y1, x0:x1]
         if sx > 0 and sy > 0:
