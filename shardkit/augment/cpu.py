@@ -372,7 +372,7 @@ def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] |
         for apply in colour:  # right after the warp, while the sample is in cache
             apply(k, out_img[k])
     for k, (lab, p) in enumerate(zip(labs, params, strict=True)):
-        warp_labels(lab, p.matrix, hw, ignore_index, out=out_lab[k])
+        warp_labels(lab, p.matrix, hw, ignore_index, out=out_lab[k], flip=flip_copy)
     for cut in masks:
         for k in range(len(params)):
             cut(k, out_img[k], out_lab[k])

@@ -20,13 +20,14 @@ from ..support import jit
 
 
 def warp_labels(label: np.ndarray, m: np.ndarray, hw: tuple[int, int], ignore_index: int,
-                out: np.ndarray | None = None) -> np.ndarray:
+                out: np.ndarray | None = None, flip: FlipCopy | None = None) -> np.ndarray:
     """One (H, W) label warped by ``m`` (output → source) into ``hw``; outside → ``ignore_index``.
 
     The rule of :func:`gather_labels_exact`, computed the fastest exact way available: for a matrix
     without rotation or shear, one row and one column index vector; else the compiled per-pixel loop
     (numba, ``shardkit[fast]``; its vectorised int32 form below 2**31 source pixels); else the float64 rule
-    itself in blocks of rows."""
+    itself in blocks of rows. A crop, pad or flip (:func:`integer_shift`) is a slice copy (mirrored by ``flip``, a
+    backend's faster mirror copy, when given)."""
     label = np.asarray(label)
     m = np.asarray(m, np.float64)
     if out is None:
@@ -34,7 +35,7 @@ def warp_labels(label: np.ndarray, m: np.ndarray, hw: tuple[int, int], ignore_in
     fill = label.dtype.type(ignore_index)  # OverflowError when the id does not fit, as np.full
     shift = integer_shift(m)
     if shift is not None:  # crop, pad, flip: floor(±x + t + 0.5) is ±x + t, the rule is a slice
-        return copy_shifted(label, shift, out, fill)
+        return copy_shifted(label, shift, out, fill, flip)
     kernels = _gather_kernels() if label.dtype in _COMPILED_DTYPES else None
     if m[0, 1] == 0 and m[1, 0] == 0:
         _gather_separable(label, m, out, fill)
