@@ -1,7 +1,9 @@
 """numpy / OpenCV backend: apply drawn :class:`~shardkit.augment.ops.Params` to images and labels.
 
 Images: one ``cv2.warpAffine`` per sample (bilinear, ``WARP_INVERSE_MAP``, border 0), then
-the colour LUT. Labels: an exact integer gather, not cv2's nearest (which floors fixed-point
+the colour LUT; a sample whose drawn geometry is only a crop, pad and/or flip (an integer shift,
+:func:`~shardkit.augment.geometry.integer_shift`) is sliced and copied instead, the same bytes (integer images;
+labels likewise). Labels: an exact integer gather, not cv2's nearest (which floors fixed-point
 coordinates): output pixel (x, y) takes the source label at ``floor(M @ [x, y, 1] + 0.5)``
 when that lies inside the source, else ``ignore_index``; the dtype is kept. (cv2's INTER_NEAREST
 with the same matrix disagrees on ~3 pixels in 10^5 under scale + rotation, measured on 360x480.)
@@ -20,7 +22,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..support import jit
 from . import backends, levels
-from .geometry import INT16_SHIFT, WARP_WIDTH_MULTIPLE, warp_labels
+from .geometry import INT16_SHIFT, WARP_WIDTH_MULTIPLE, copy_shifted, integer_shift, warp_labels
 from .ops import (
     IMAGE_DTYPES,
     MAX_BANDS,
@@ -165,6 +167,19 @@ def _warp(image: np.ndarray, m: np.ndarray, out_hw: tuple[int, int], out: np.nda
                           flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_CONSTANT,
                           borderValue=(0, 0, 0, 0))
     return cv2.cvtColor(rgba, cv2.COLOR_RGBA2RGB, dst=out)
+
+
+#: dtypes ``cv2.flip`` copies (by bytes; any of them: it moves pixels, computes nothing).
+_FLIP_DTYPES = frozenset(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16, np.int32, np.float32))
+
+
+def flip_copy(src: np.ndarray, dst: np.ndarray, horizontal: bool, vertical: bool) -> bool:
+    """``src`` mirrored into ``dst`` by ``cv2.flip`` (a :data:`~shardkit.augment.geometry.FlipCopy`); False (nothing
+    written) for a dtype or channel count OpenCV does not take, or when it did not write ``dst`` in place."""
+    if src.dtype not in _FLIP_DTYPES or (src.ndim == 3 and src.shape[2] > 4) or src.ndim > 3:
+        return False
+    got = cv2.flip(src, -1 if horizontal and vertical else (1 if horizontal else 0), dst=dst)
+    return bool(np.shares_memory(got, dst))
 
 
 def warp_bands(image: np.ndarray, m: np.ndarray, out_hw: tuple[int, int], out: np.ndarray,
@@ -341,10 +356,14 @@ def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] |
     colour = [kernel(op, aug.records(params, k)) for k, op, kernel in table if op.kind is Kind.PHOTOMETRIC]
     masks = [kernel(op, aug.records(params, k), ignore_index) for k, op, kernel in table if op.kind is Kind.MASK]
     for k, (img, p) in enumerate(zip(imgs, params, strict=True)):
+        # integer images only: the float32 warp's blend a + 0 * (b - a) turns -0.0 into 0.0 and NaN/inf into NaN
+        shift = integer_shift(p.matrix) if image_dtype != np.float32 else None
         buf = scratch.get(img.shape[:2])
-        if buf is None and rgb8:
+        if buf is None and rgb8 and shift is None:
             buf = scratch[img.shape[:2]] = np.empty((*img.shape[:2], 4), np.uint8)
-        if rgb8:
+        if shift is not None:  # crop, pad, flip: the warp's bytes by a slice copy
+            copy_shifted(img, shift, out_img[k], 0, flip_copy)
+        elif rgb8:
             got = _warp(img, np.asarray(p.matrix), hw, out=out_img[k], scratch=buf, rgba=rgba)
             if not np.shares_memory(got, out_img):  # cv2 reallocated dst
                 out_img[k] = got
@@ -353,7 +372,7 @@ def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] |
         for apply in colour:  # right after the warp, while the sample is in cache
             apply(k, out_img[k])
     for k, (lab, p) in enumerate(zip(labs, params, strict=True)):
-        warp_labels(lab, p.matrix, hw, ignore_index, out=out_lab[k])
+        warp_labels(lab, p.matrix, hw, ignore_index, out=out_lab[k], flip=flip_copy)
     for cut in masks:
         for k in range(len(params)):
             cut(k, out_img[k], out_lab[k])

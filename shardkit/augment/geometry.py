@@ -11,6 +11,7 @@ OpenCV 5's vector ``warpAffine``, which the numpy backend runs and torch and TF 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -19,18 +20,22 @@ from ..support import jit
 
 
 def warp_labels(label: np.ndarray, m: np.ndarray, hw: tuple[int, int], ignore_index: int,
-                out: np.ndarray | None = None) -> np.ndarray:
+                out: np.ndarray | None = None, flip: FlipCopy | None = None) -> np.ndarray:
     """One (H, W) label warped by ``m`` (output → source) into ``hw``; outside → ``ignore_index``.
 
     The rule of :func:`gather_labels_exact`, computed the fastest exact way available: for a matrix
     without rotation or shear, one row and one column index vector; else the compiled per-pixel loop
     (numba, ``shardkit[fast]``; its vectorised int32 form below 2**31 source pixels); else the float64 rule
-    itself in blocks of rows."""
+    itself in blocks of rows. A crop, pad or flip (:func:`integer_shift`) is a slice copy (mirrored by ``flip``, a
+    backend's faster mirror copy, when given)."""
     label = np.asarray(label)
     m = np.asarray(m, np.float64)
     if out is None:
         out = np.empty(hw, label.dtype)
     fill = label.dtype.type(ignore_index)  # OverflowError when the id does not fit, as np.full
+    shift = integer_shift(m)
+    if shift is not None:  # crop, pad, flip: floor(±x + t + 0.5) is ±x + t, the rule is a slice
+        return copy_shifted(label, shift, out, fill, flip)
     kernels = _gather_kernels() if label.dtype in _COMPILED_DTYPES else None
     if m[0, 1] == 0 and m[1, 0] == 0:
         _gather_separable(label, m, out, fill)
@@ -41,6 +46,79 @@ def warp_labels(label: np.ndarray, m: np.ndarray, hw: tuple[int, int], ignore_in
             out[...] = dst
     else:
         gather_labels_exact(label[None], m[None], hw, ignore_index, out=out[None], block_rows=_BLOCK_ROWS)
+    return out
+
+
+#: Largest integer offset :func:`integer_shift` takes: below 2**23 every coordinate ±x + t of a warp (x < 2**23, the
+#: output side cap is far lower) is an integer held exactly in float32, the precision the image warps compute in.
+_EXACT_OFFSET = 2**23
+
+#: An integer shift per axis: (sign, offset) for columns, then rows; source index = sign * output index + offset.
+Shift = tuple[tuple[int, int], tuple[int, int]]
+
+
+def integer_shift(m: np.ndarray) -> Shift | None:
+    """``((sx, tx), (sy, ty))`` when the (2, 3) output → source matrix ``m`` is a flip and/or an integer translation
+    (crop, pad, flip; no scale, rotation or shear): source column ``sx * x + tx``, row ``sy * y + ty``, with
+    ``sx, sy`` in {1, -1}; None otherwise. Such a warp reads every output pixel at an integer source position,
+    where bilinear weights are 0 and 1 and the label rule's ``floor(c + 0.5)`` is ``c``: the warp is a slice copy
+    (:func:`copy_shifted`), byte for byte."""
+    m = np.asarray(m, np.float64)
+    if m[0, 1] != 0 or m[1, 0] != 0 or abs(m[0, 0]) != 1 or abs(m[1, 1]) != 1:
+        return None
+    tx, ty = float(m[0, 2]), float(m[1, 2])
+    if not (tx.is_integer() and ty.is_integer() and abs(tx) < _EXACT_OFFSET and abs(ty) < _EXACT_OFFSET):
+        return None
+    return (int(m[0, 0]), int(tx)), (int(m[1, 1]), int(ty))
+
+
+def shift_window(shift: Shift, out_hw: tuple[int, int], src_hw: tuple[int, int]) -> tuple[tuple[int, int, int, int],
+                                                                                           tuple[int, int, int, int]]:
+    """Where an :func:`integer_shift` copies: per axis (rows, then columns) ``(o0, o1, s0, s1)``, the output range
+    the source reaches and the source range it reads (mirrored when that axis's sign is -1); ``o0 == o1`` when
+    nothing of the source lands in the output. Every backend's slice copy uses it."""
+    (sx, tx), (sy, ty) = shift
+    return _axis(sy, ty, out_hw[0], src_hw[0]), _axis(sx, tx, out_hw[1], src_hw[1])
+
+
+def _axis(sign: int, offset: int, n_out: int, n_src: int) -> tuple[int, int, int, int]:
+    """``(o0, o1, s0, s1)``: the output range ``[o0, o1)`` whose source index ``sign * o + offset`` lies in
+    ``[0, n_src)``, and the source range ``[s0, s1)`` those outputs read (in reverse order when ``sign`` is -1)."""
+    if sign == 1:
+        o0, o1 = max(0, -offset), min(n_out, n_src - offset)
+    else:
+        o0, o1 = max(0, offset - n_src + 1), min(n_out, offset + 1)
+    if o1 <= o0:
+        return 0, 0, 0, 0
+    first, last = sign * o0 + offset, sign * (o1 - 1) + offset
+    return o0, o1, min(first, last), max(first, last) + 1
+
+
+#: Copies ``src`` into ``dst`` (same shape) mirrored: left-right when the first flag is set, top-bottom when the
+#: second is (a backend's faster mirror copy, e.g. ``cv2.flip``; it returns False where it does not apply).
+FlipCopy = Callable[[np.ndarray, np.ndarray, bool, bool], bool]
+
+
+def copy_shifted(src: np.ndarray, shift: Shift, out: np.ndarray, fill: Any, flip: FlipCopy | None = None) -> np.ndarray:
+    """``src`` (H, W, …) moved by an :func:`integer_shift` into ``out`` (h, w, …): output pixel (x, y) is
+    ``src[sy * y + ty, sx * x + tx]`` where that lies inside ``src``, else ``fill`` (the image warp's 0, the label
+    rule's ignore index) — one slice copy (mirrored by ``flip`` when given and it applies; numpy's reversed-slice
+    copy of 3-byte pixels is ~40x slower than ``cv2.flip``), and the fill written only where the source does not
+    reach."""
+    (sx, _), (sy, _) = shift
+    (y0, y1, r0, r1), (x0, x1, c0, c1) = shift_window(shift, out.shape[:2], src.shape[:2])
+    if y1 > y0 and x1 > x0:
+        part, dst = src[r0:r1, c0:c1], out[y0:y1, x0:x1]
+        if sx > 0 and sy > 0:
+            dst[...] = part
+        elif flip is None or not flip(part, dst, sx < 0, sy < 0):
+            dst[...] = part[::sy, ::sx]
+    else:
+        y0 = y1 = 0
+    out[:y0] = fill
+    out[y1:] = fill
+    out[y0:y1, :x0] = fill
+    out[y0:y1, x1:] = fill
     return out
 
 

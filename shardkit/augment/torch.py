@@ -6,7 +6,8 @@ source coordinate of every output pixel is computed in float64 in the same order
 :func:`shardkit.augment.geometry.gather_labels_exact` and rounded the same way (``floor(c + 0.5)``), then
 gathered as integers, so label outputs are bit-identical to the CPU path; outside the source →
 ``ignore_index``, dtype kept. Images: one batched bilinear gather over the same
-coordinates (float32, as OpenCV 5's ``warpAffine`` computes them), zero outside, then the
+coordinates (float32, as OpenCV 5's ``warpAffine`` computes them), zero outside (a batch whose every sample
+is only cropped, padded and/or flipped: a slice copy per sample, the same bytes, :func:`copy_shifted`), then the
 brightness/contrast LUT and saturation (OpenCV's integer grey) as batched tensor ops; hue through a
 float HSV round trip. Geometry and brightness/contrast/saturation agree with the CPU path within one
 level (OpenCV 4 rounded coordinates to 1/32 pixel: a few levels there, hence OpenCV >= 5); labels exactly.
@@ -24,7 +25,7 @@ import torch.nn.functional as F
 from ..codecs.onehot import channel_lut, ignore_inside
 from ..errors import ConfigError
 from . import levels, packing
-from .geometry import IMAGE_RANGES, INT16_SHIFT
+from .geometry import IMAGE_RANGES, INT16_SHIFT, Shift, integer_shift, shift_window
 from .ops import LEVELS, BatchSpec, ColorJitter, Cutout, Kind, Normalize, OneHot, RandomGamma, band_fill
 from .packing import HSV_HDIV, HSV_SDIV
 
@@ -346,6 +347,37 @@ OP_KERNELS: dict[type, Callable[..., Any]] = {ColorJitter: _jitter, Cutout: _cut
                                               RandomGamma: _gamma}
 
 
+def copy_shifted(nchw: torch.Tensor, labels: torch.Tensor, shifts: Sequence[Shift], hw: tuple[int, int],
+                 ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, C, H, W) images and (B, H, W) labels moved by one :func:`~shardkit.augment.geometry.integer_shift` per
+    sample into ``hw``: a slice copy per sample (mirrored by ``flip``), 0 / ``ignore_index`` where the source does
+    not reach — the bytes :func:`warp_images` and :func:`warp_labels` give for those matrices."""
+    b, c = int(nchw.shape[0]), int(nchw.shape[1])
+    img = torch.zeros((b, c, *hw), dtype=nchw.dtype, device=nchw.device)
+    lab = torch.full((b, *hw), ignore_index, dtype=labels.dtype, device=labels.device)
+    for k, shift in enumerate(shifts):
+        (y0, y1, r0, r1), (x0, x1, c0, c1) = shift_window(shift, hw, (int(nchw.shape[2]), int(nchw.shape[3])))
+        if y1 <= y0 or x1 <= x0:
+            continue
+        dims = [d for d, (sign, _) in ((-1, shift[0]), (-2, shift[1])) if sign < 0]
+        part, part_lab = nchw[k, :, r0:r1, c0:c1], labels[k, r0:r1, c0:c1]
+        if dims:
+            part, part_lab = _flip(part, dims), _flip(part_lab, dims)
+        img[k, :, y0:y1, x0:x1] = part
+        lab[k, y0:y1, x0:x1] = part_lab
+    return img, lab
+
+
+#: Unsigned dtypes torch's CPU flip lacks, flipped as their signed twin (the same bytes: a flip computes nothing).
+_SIGNED_TWIN = {torch.uint16: torch.int16, torch.uint32: torch.int32, torch.uint64: torch.int64}
+
+
+def _flip(t: torch.Tensor, dims: list[int]) -> torch.Tensor:
+    """``t.flip(dims)`` for every dtype (uint16 … through their signed twin)."""
+    twin = _SIGNED_TWIN.get(t.dtype)
+    return t.flip(dims) if twin is None else t.view(twin).flip(dims).view(t.dtype)
+
+
 def check_ops(aug: Compose) -> list[tuple[int, Op, Callable[..., Any]]]:
     """The pipeline's kernels here; a ConfigError naming an op this backend has none for."""
     return aug.kernels(OP_KERNELS, "torch")
@@ -381,9 +413,14 @@ def apply_batch(aug: Compose, images: torch.Tensor, labels: torch.Tensor, indice
     hw = sizes.pop()
     host = packing.pack(aug, params)
     on = dict(zip(host, upload(list(host.values()), images.device), strict=True))
-    sx, sy = _coords(on["mats"], hw)
-    out_lab = warp_labels(labels, sx, sy, ignore_index)
-    img = warp_images(nchw, on["mats"], hw)
+    # crop, pad, flip (every sample an integer shift; integer images: see shardkit.augment.cpu): slices copied
+    shifts = [integer_shift(p.matrix) for p in params] if nchw.dtype != torch.float32 else [None]
+    if None not in shifts:
+        img, out_lab = copy_shifted(nchw, labels, shifts, hw, ignore_index)  # type: ignore[arg-type]
+    else:
+        sx, sy = _coords(on["mats"], hw)
+        out_lab = warp_labels(labels, sx, sy, ignore_index)
+        img = warp_images(nchw, on["mats"], hw)
     for k, op, kernel in table:
         if op.kind is Kind.PHOTOMETRIC:
             img = kernel(op, img, packing.of(on, k))

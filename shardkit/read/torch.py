@@ -73,7 +73,8 @@ class ShardkitTorchDataset(torch.utils.data.Dataset):
     storage_options, …; one-hot labels follow ``layout`` unless it sets ``label_layout``); or pass an open
     :class:`~shardkit.read.dataset.Dataset`. ``with_indices`` appends the global indices.
     ``buffers`` > 0 reads main-process batches into that many reused tensors (a batch stays
-    valid until ``buffers`` more were read); worker batches always get fresh shared memory.
+    valid until ``buffers`` more were read); worker batches read through this dataset get fresh shared memory
+    (:func:`make_loader` hands its workers a ring of shared-memory slots instead).
     """
 
     def __init__(self, path: str | os.PathLike[str] | Dataset, *, options: OpenOptions | None = None,
@@ -230,13 +231,16 @@ def make_loader(
     ``dataloader``: the DataLoader keywords ``pin_memory`` (default: whether CUDA is available),
     ``persistent_workers`` (default ``num_workers > 0``), ``prefetch_factor`` and ``multiprocessing_context``.
 
-    By default every batch gets its own memory (fresh tensors; shared memory from workers), so
-    batches stay valid when kept (``batches = list(loader)``). Augmented batches from workers get there
-    through a ring of shared-memory buffers allocated once, which costs far less than the fresh pages of a new
-    shared-memory segment per batch: each worker augments straight into a free slot, and the batch is yielded as
+    By default every batch is memory of its own while it lives, so batches stay valid when kept
+    (``batches = list(loader)``). Without workers that is fresh tensors. With workers batches (augmented or not) go
+    through a ring of shared-memory buffers allocated (and, in each worker, page-mapped) once, which costs far less
+    than a new shared-memory segment per batch (measured on CamVid 360x480, batch 32: 27 ms a batch in fresh shared
+    pages against 3 ms read into a mapped slot; 2 workers went from 0.18x to about 1x ``reuse_buffers=True``,
+    scripts/bench_loader.py): each worker reads or augments straight into a free slot, and the batch is yielded as
     views of that slot, which hold it while they (or any view of them) live; a slot is taken again only after.
     When every slot is held (batches kept), the next batches come in their own shared memory. With
-    ``pin_memory`` each batch is copied out into fresh pinned memory instead, and its slot is free at once.
+    ``pin_memory`` each batch is copied out into fresh pinned memory instead (torch's caching host allocator
+    recycles it once freed), and its slot is free at once.
 
     ``reuse_buffers=True`` (or a :class:`BufferReuse`) opts into the faster reused-buffer path: without
     workers, batches are read into ``keep + 1`` reused buffers; with workers and ``shared_ring`` (the default)
@@ -291,7 +295,7 @@ def make_loader(
         kwargs = {}
     ring_opts = memory if memory is not None else dataclasses.replace(BufferReuse(), **moved)
     slot_layout = dataset.ring_layout(the_plan.batch_size) if num_workers > 0 and ring_opts.shared_ring else None
-    if slot_layout is not None and (memory is not None or augment is not None):
+    if slot_layout is not None:
         in_flight = num_workers * kwargs.get("prefetch_factor", 2)
         # reuse_buffers: slots reused in turn (in flight + keep + 1 spare). Else each yielded batch holds its slot
         # while it lives: in flight, the batch being handed over, the one the loop still holds, 1 spare.
@@ -389,7 +393,7 @@ class _Ring(torch.utils.data.Dataset):
 
 class _SlotPool:
     """Which ring slots are free, when each yielded batch holds its slot for as long as it lives (make_loader's
-    default for augmented worker batches): no copy out of the ring, and a batch stays valid however long it is kept.
+    default for worker batches): no copy out of the ring, and a batch stays valid however long it is kept.
 
     The sampler takes a free slot as it sends a batch to a worker (-1 when every slot is held: the worker then hands
     that batch over in its own memory). :meth:`lease` hands a received slot to the arrays yielded from it; the slot

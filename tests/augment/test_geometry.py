@@ -224,3 +224,110 @@ def test_the_rule_keeps_dtype_ranges_and_the_zero_outside() -> None:
             assert np.abs(got.astype(np.int64) - want).max() <= 1
             assert want.min() >= values[0] and want.max() <= values[1]
         assert not want.any()  # the last matrix maps everything outside: 0, the zero outside
+
+
+# ---------------------------------------------------------------- crop, pad, flip: a slice copy with the warp's bytes
+SHIFT_SPECS = ("crop=256x384", "crop=256x384,hflip", "crop=400x520,hflip", "hflip=1", "crop=360x480",
+               "crop=100x700,hflip")  # crop, crop+flip, pad+crop (+flip), flip alone, identity, pad one side
+
+
+def _shift_images(camvid_val_npy: Path, labels: list[np.ndarray]) -> list[np.ndarray]:
+    """Real CamVid RGB uint8 images, one band of them, and the uint16 / int16 5-band images and real 4-band GeoTIFF
+    of :func:`_band_images` (float32 keeps the warp: see test_float32_images_keep_the_warp)."""
+    rgb = shardkit.open(camvid_val_npy).batch(np.arange(2))[0]
+    return [rgb[0], rgb[1], np.ascontiguousarray(rgb[0][:, :, 1:2]),
+            *[im for im in _band_images(labels) if im.dtype != np.float32]]
+
+
+def test_integer_shift_takes_exactly_crops_pads_and_flips() -> None:
+    """Only matrices of ±1 and integer offsets are shifts; a scale of 1 + 1e-16, a rotation of 1e-17, a half-pixel
+    offset or an offset past float32's exact integers keep the warp."""
+    assert geometry.integer_shift(np.array([[1.0, 0, 7], [0, 1, -3]])) == ((1, 7), (1, -3))
+    assert geometry.integer_shift(np.array([[-1.0, 0, 479], [0, -1, 359]])) == ((-1, 479), (-1, 359))
+    for m in ([[1 + 2**-52, 0, 0], [0, 1, 0]], [[1, 1e-17, 0], [0, 1, 0]], [[1, 0, 0.5], [0, 1, 0]],
+              [[1, 0, 0], [0, 1, 2.0**23]], [[2, 0, 0], [0, 1, 0]], [[0, -1, 383], [1, 0, 0]]):
+        assert geometry.integer_shift(np.array(m, np.float64)) is None, m
+    drawn = [geometry.integer_shift(np.asarray(A.parse(spec).params(i, seed=s, hw=(360, 480)).matrix))
+             for spec in SHIFT_SPECS for i in range(4) for s in range(3)]
+    assert None not in drawn and any(sx < 0 for (sx, _), _ in drawn)
+
+
+def test_shift_copies_equal_the_warps_on_random_shifts(camvid_val_npy: Path, labels: list[np.ndarray]) -> None:
+    """Random integer offsets (inside, hanging over every side, entirely outside) with and without left-right and
+    top-bottom mirroring: copy_shifted (with cv2.flip, and numpy's reversed slices) gives the bytes of OpenCV's warp
+    (the RGBA path for RGB uint8, warp_bands otherwise), of the numpy image rule, and of the float64 label rule."""
+    from shardkit.augment import cpu
+
+    rng = np.random.default_rng(42)
+    images = _shift_images(camvid_val_npy, labels)
+    for trial in range(60):
+        sx, sy = rng.choice([1, -1], 2)
+        hw = (int(rng.integers(1, 500)), int(rng.integers(1, 600)))
+        tx, ty = (int(rng.integers(-700, 1200)) for _ in range(2))
+        m = np.array([[sx, 0, tx], [0, sy, ty]], np.float64)
+        shift = geometry.integer_shift(m)
+        assert shift is not None
+        for src in images[trial % 2:: 2] if trial % 3 else images:
+            for flip in (cpu.flip_copy, None):
+                got = geometry.copy_shifted(src, shift, np.full((*hw, src.shape[2]), 77, src.dtype), 0, flip)
+                if src.shape[2] == 3 and src.dtype == np.uint8:
+                    warped = cpu._warp(src, m, hw)
+                else:
+                    warped = np.empty((*hw, src.shape[2]), src.dtype)
+                    cpu.warp_bands(src, m, hw, warped)
+                assert got.tobytes() == warped.tobytes(), (m, hw, src.dtype, src.shape)
+            rule = geometry.warp_rule_numpy(src, m, hw, np.empty((*hw, src.shape[2]), src.dtype))
+            assert got.tobytes() == rule.tobytes()
+        for lab in labels[:: 4]:
+            want = geometry.gather_labels_exact(lab[None], m[None], hw, IGNORE)[0]
+            assert geometry.copy_shifted(lab, shift, np.full(hw, 99, lab.dtype), IGNORE).tobytes() == want.tobytes()
+            assert geometry.warp_labels(lab, m, hw, IGNORE).tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("spec", SHIFT_SPECS)
+def test_drawn_crops_pads_and_flips_take_the_fast_path_with_the_warps_bytes(
+        camvid_val_npy: Path, labels: list[np.ndarray], spec: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The numpy backend's batches for many seeds, through the fast path (a slice copy per sample: no warp runs) and
+    with it switched off (every sample warped), are the same bytes: images of every integer dtype and band count,
+    labels (ignore index in the padding), with a colour jitter after the copy."""
+    from shardkit.augment import cpu
+
+    aug = A.parse(spec + ",jitter=0.2")
+    ds = shardkit.open(camvid_val_npy)
+    rgb, labs = ds.batch(np.arange(8))
+    batches = [rgb, *[np.stack([im] * 8) for im in _shift_images(camvid_val_npy, labels)[2:]]]
+    warps: list[str] = []
+    for name in ("_warp", "warp_bands"):  # count the warps that run
+        real = getattr(cpu, name)
+        monkeypatch.setattr(cpu, name, lambda *a, _real=real, _name=name, **k: warps.append(_name) or _real(*a, **k))
+    for seed in range(12):
+        for images in batches:
+            kw = {"seed": seed, "epoch": seed // 3, "ignore_index": IGNORE}
+            warps.clear()
+            fast = cpu.apply_batch(aug, images, labs, np.arange(8), **kw)
+            assert not warps  # no sample was warped
+            warps.append("fast")
+            with monkeypatch.context() as off:
+                off.setattr(cpu, "integer_shift", lambda m: None)
+                off.setattr(geometry, "integer_shift", lambda m: None)
+                slow = cpu.apply_batch(aug, images, labs, np.arange(8), **kw)
+            assert len(warps) > 1  # ...and with the fast path off, they were
+            assert fast[0].dtype == slow[0].dtype and fast[0].tobytes() == slow[0].tobytes(), (seed, images.dtype)
+            assert fast[1].tobytes() == slow[1].tobytes()
+            if "400x520" in spec:
+                assert (fast[1][:, 360:] == IGNORE).all()  # the padding (its image bytes: jittered zeros)
+
+
+def test_float32_images_keep_the_warp(labels: list[np.ndarray]) -> None:
+    """float32 images are warped even under a crop: the warp's blend makes -0.0 into 0.0 and a NaN's neighbours
+    NaN, which a copy would not."""
+    from shardkit.augment import cpu
+
+    f32 = next(im for im in _band_images(labels) if im.dtype == np.float32).copy()
+    f32[0, 0] = -0.0
+    aug = A.parse("crop=300x400")
+    got, _ = cpu.apply_batch(aug, f32[None], labels[0][None], [0], seed=0, epoch=0, ignore_index=IGNORE)
+    m = np.asarray(aug.params(0, seed=0, hw=(360, 480)).matrix)
+    want = np.empty((300, 400, 5), np.float32)
+    cpu.warp_bands(f32, m, (300, 400), want)
+    assert got[0].tobytes() == want.tobytes()

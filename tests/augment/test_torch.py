@@ -135,3 +135,38 @@ def test_upload_sends_every_array_through_one_buffer_unchanged() -> None:
     for a, t in zip(arrays, got, strict=True):
         assert t.dtype == torch.from_numpy(a).dtype and tuple(t.shape) == a.shape
         assert np.array_equal(t.numpy(), a)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("spec", ["crop=256x384", "crop=256x384,hflip", "crop=400x520,hflip", "hflip=1",
+                                  "crop=100x700,hflip"])
+def test_crops_pads_and_flips_are_copied_with_the_warps_bytes(data: tuple, spec: str, device: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches whose every sample is only cropped, padded and/or flipped are copied slice by slice (no warp runs):
+    for many seeds the same bytes as this backend's warp (uint8 RGB, uint16 and int16 bands; labels with the ignore
+    index in the padding), and as the numpy/OpenCV backend's (its own fast path)."""
+    import shardkit.augment.torch as backend
+
+    images, labels = data[0][:3], data[1][:3]
+    bands = [images, (images.astype(np.uint16) * 257)[..., [0, 1, 2, 0]],
+             (images.astype(np.int16) * 200 - 25000)[..., :1].copy()]
+    calls: list[str] = []
+    real = backend.warp_images
+    monkeypatch.setattr(backend, "warp_images", lambda *a: calls.append("warp") or real(*a))
+    for seed in range(6):
+        aug = A.parse(spec)
+        kw = {"seed": seed, "epoch": seed % 3, "ignore_index": IGNORE}
+        for imgs in bands:
+            src, lab = torch.from_numpy(imgs).to(device), torch.from_numpy(labels).to(device)
+            calls.clear()
+            fast = apply_batch(aug, src, lab, np.arange(3), **kw)
+            assert not calls
+            with monkeypatch.context() as off:
+                off.setattr(backend, "integer_shift", lambda m: None)
+                slow = apply_batch(aug, src, lab, np.arange(3), **kw)
+            assert calls == ["warp"]
+            for a, b in zip(fast, slow, strict=True):
+                assert a.dtype == b.dtype and a.cpu().numpy().tobytes() == b.cpu().numpy().tobytes(), (seed, imgs.dtype)
+            want_img, want_lab = aug(imgs, labels, np.arange(3), **kw)
+            assert fast[0].cpu().numpy().tobytes() == want_img.tobytes()
+            assert fast[1].cpu().numpy().tobytes() == want_lab.tobytes()

@@ -170,6 +170,71 @@ def test_shared_ring_batches_stay_valid_for_keep_more_batches(splits: dict[str, 
     assert isinstance(plain, DataLoader)
 
 
+# -------------------------------------------------------------- default worker batches: ring slots held while alive
+def _reference(path: Path, plan: shardkit.EpochPlan, epochs: int) -> list[tuple[np.ndarray, np.ndarray, list[int]]]:
+    """``epochs`` passes of the 0-worker loader (every batch its own fresh memory), copied out."""
+    loader = make_loader(path, plan, with_indices=True, layout="NHWC", pin_memory=False)
+    return [(im.numpy().copy(), lab.numpy().copy(), idx.tolist()) for _ in range(epochs) for im, lab, idx in loader]
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_default_worker_batches_kept_are_never_overwritten(splits: dict[str, Path], context: str) -> None:
+    """The default 2-worker loader yields views of shared-memory ring slots (no fresh segment per batch), yet 100
+    batches kept to the end (far more than slots) are byte for byte those of a 0-worker run: a slot is never
+    written again while a batch viewing it lives; once every slot is held, batches come in their own memory."""
+    from shardkit.read.torch import RingLoader
+
+    plan = shardkit.EpochPlan(1, seed=3)  # 26 batches an epoch
+    epochs = 4 if context == "fork" else 2
+    want = _reference(splits["lmdb"], plan, epochs)
+    loader = make_loader(splits["lmdb"], plan, num_workers=2, multiprocessing_context=context, with_indices=True,
+                         layout="NHWC", pin_memory=False)
+    assert isinstance(loader, RingLoader) and loader.pool is not None
+    kept = [batch for _ in range(epochs) for batch in loader]
+    assert len(kept) == len(want) == 26 * epochs
+    slots = [_slot_of(images, loader.ring) for images, _, _ in kept]
+    assert [_slot_of(labels, loader.ring) for _, labels, _ in kept] == slots
+    held = [k for k in slots if k is not None]
+    assert len(held) == len(set(held)) == len(loader.ring.slots)  # each slot held by one kept batch, never reused
+    for (images, labels, idx), (want_images, want_labels, want_idx) in zip(kept, want, strict=True):
+        assert idx.tolist() == want_idx
+        assert images.numpy().tobytes() == want_images.tobytes() and labels.numpy().tobytes() == want_labels.tobytes()
+
+
+def test_default_worker_batches_recycle_their_slots(splits: dict[str, Path]) -> None:
+    """Batches dropped by the loop give their slot back: over 104 batches, one kept at a time for a while (as a view),
+    every batch is a view of one of the ring's slots (bounded shared memory, no segment per batch), the kept ones stay
+    intact, and once they are gone every slot is free again."""
+    plan = shardkit.EpochPlan(1, seed=5)
+    want = _reference(splits["lmdb"], plan, 4)
+    loader = make_loader(splits["lmdb"], plan, num_workers=2, multiprocessing_context="fork", with_indices=True,
+                         layout="NHWC", pin_memory=False)
+    kept: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    used: list[int | None] = []
+    n = 0
+    for _ in range(4):
+        for images, labels, idx in loader:
+            used.append(_slot_of(images, loader.ring))
+            assert images.numpy().tobytes() == want[n][0].tobytes() and labels.numpy().tobytes() == want[n][1].tobytes()
+            assert idx.tolist() == want[n][2]
+            if n in (7, 60):  # one batch kept at a time (the ring's spare slot): 7 until 50, then 60 to the end
+                kept[n] = (images[:, ::2], labels)  # a view is enough to hold the slot
+            elif n == 50:
+                k7 = kept.pop(7)
+                assert k7[0].numpy().tobytes() == want[7][0][:, ::2].tobytes()
+                assert k7[1].numpy().tobytes() == want[7][1].tobytes()
+                del k7
+            n += 1
+    assert n == 104
+    assert used.count(None) == 0 and len(set(used)) <= len(loader.ring.slots)
+    for k, (images, labels) in kept.items():
+        assert images.numpy().tobytes() == want[k][0][:, ::2].tobytes()
+        assert labels.numpy().tobytes() == want[k][1].tobytes()
+    del kept, images, labels
+    loader.pool.reclaim()
+    assert sorted(loader.pool.free) == list(range(len(loader.ring.slots)))
+
+
 # ---------------------------------------------------------------- augmented batches through the shared-memory ring
 AUG = "scale=0.5:2,crop=64x96,hflip,rotate=10,jitter=0.2"
 
