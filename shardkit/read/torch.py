@@ -38,12 +38,13 @@ from . import sampling
 from .dataset import Dataset, adapter_dataset
 from .options import EpochPlan, OpenOptions, adapter_options, adapter_plan, refuse_unknown
 from .prefetch import LAYOUTS, PREFETCH_LABELS, CudaPrefetcher
+from .state import Progress
 
 if TYPE_CHECKING:
     from ..augment import Compose
 
 __all__ = ["PREFETCH_LABELS", "BufferReuse", "CudaPrefetcher", "EpochPlan", "OpenOptions", "RingLoader",
-           "ShardkitTorchDataset", "make_loader"]
+           "ShardkitLoader", "ShardkitTorchDataset", "StatefulRingLoader", "make_loader"]
 
 log = logging.getLogger(__name__)
 
@@ -217,7 +218,7 @@ def make_loader(
     reuse_buffers: bool | BufferReuse = False,
     auto_epoch: bool = True,
     **dataloader: Any,
-) -> DataLoader | RingLoader:
+) -> ShardkitLoader | StatefulRingLoader:
     """A ``DataLoader`` that reads whole batches per worker task, for the batches of ``plan``.
 
     ``plan``: an :class:`~shardkit.read.options.EpochPlan` (batch size, shuffle, seed, epoch, rank, world size,
@@ -227,6 +228,9 @@ def make_loader(
 
     Every rank gets the same number of batches (see :mod:`shardkit.read.sampling`). The epoch
     advances after each full pass (``auto_epoch``), or set it with ``loader.sampler.set_epoch(e)``.
+    ``loader.state_dict()`` / ``loader.load_state_dict(state)``: where the loader stands (epoch, samples consumed
+    by all ranks, the dataset and order it reads), for an exact resume with the same or another number of ranks
+    and workers (:mod:`shardkit.read.state`, docs/resume.md).
     ``dataloader``: the DataLoader keywords ``pin_memory`` (default: whether CUDA is available),
     ``persistent_workers`` (default ``num_workers > 0``), ``prefetch_factor`` and ``multiprocessing_context``.
 
@@ -300,11 +304,12 @@ def make_loader(
         slotted = _SlotSampler(sampler, len(ring.slots), pool)
         loader = DataLoader(ring, batch_size=None, sampler=slotted, num_workers=num_workers, pin_memory=False,
                             **kwargs)
-        return RingLoader(loader, ring, pin_memory=pin_memory, keep=ring_opts.keep, copy=memory is None, pool=pool)
+        return _with_state(StatefulRingLoader(loader, ring, pin_memory=pin_memory, keep=ring_opts.keep,
+                                              copy=memory is None, pool=pool), dataset, sampler, the_plan)
     if num_workers == 0 and memory is not None:  # the reused buffers themselves are pinned: no pinned allocation
         dataset.pin, pin_memory = pin_memory, False
-    return DataLoader(dataset, batch_size=None, sampler=sampler, num_workers=num_workers,
-                      pin_memory=pin_memory, **kwargs)
+    return _with_state(ShardkitLoader(dataset, batch_size=None, sampler=sampler, num_workers=num_workers,
+                                      pin_memory=pin_memory, **kwargs), dataset, sampler, the_plan)
 
 
 #: Linux's ``MADV_POPULATE_WRITE`` (5.14+): map a range's pages writable now, in one call, without writing them.
@@ -519,3 +524,34 @@ class RingLoader:
             else:
                 yield images, labels
             del images, labels, whole  # not held while the next batch is fetched: the consumer decides
+
+
+class _Stateful:
+    """``state_dict()`` / ``load_state_dict()`` of a loader (:mod:`shardkit.read.state`): the torch stateful
+    protocol that torchdata's ``StatefulDataLoader`` and Lightning call, or a dict saved beside a checkpoint. Each
+    yielded batch counts as consumed; restoring moves the sampler, reading nothing."""
+
+    progress: Progress
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.progress.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.progress.load_state_dict(state)
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.progress.counted(super().__iter__())  # type: ignore[misc]
+
+
+class ShardkitLoader(_Stateful, DataLoader):
+    """make_loader's ``DataLoader``, with a loader state."""
+
+
+class StatefulRingLoader(_Stateful, RingLoader):
+    """make_loader's :class:`RingLoader`, with a loader state."""
+
+
+def _with_state(loader: Any, dataset: ShardkitTorchDataset, sampler: sampling.EpochBatchSampler,
+                plan: EpochPlan) -> Any:
+    loader.progress = Progress.of(sampler, dataset.dataset, dataset.augment, plan.sampling)
+    return loader
