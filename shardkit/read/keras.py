@@ -113,8 +113,8 @@ class ShardkitPyDataset(keras.utils.PyDataset):
 
     def state_dict(self, batches: int | None = None) -> dict[str, Any]:
         """Where this dataset stands (:mod:`shardkit.read.state`): the epoch and the samples consumed, counting the
-        batches up to the last one ``__getitem__`` read in this epoch, or ``batches`` (pass the step Keras reached when its workers or
-        processes read ahead)."""
+        batches up to the last one ``__getitem__`` read in this epoch, or ``batches`` (pass the step Keras reached
+        when its workers or processes read ahead)."""
         return self.progress.state_dict(batches)
 
     def load_state_dict(self, state: dict[str, Any] | LoaderState) -> None:

@@ -87,13 +87,18 @@ class LoaderState:
             got = state.get("kind") if isinstance(state, Mapping) else type(state).__name__
             raise ResumeError(f"not a shardkit loader state (kind {got!r}, expected {STATE_KIND!r})",
                               fix="pass the dict a shardkit loader's state_dict() returned")
-        values = {}
+        values: dict[str, Any] = {}
         for f in fields(cls):
             want = {"int": int, "str": str, "bool": bool}[str(f.type)]
             value = state.get(f.name)
-            if not isinstance(value, want) or (want is int and (isinstance(value, bool) or value < 0)):
-                raise ResumeError(f"loader state field {f.name!r} is {value!r}, not a {'non-negative ' if want is int else ''}"
-                                  f"{want.__name__}", fix="pass the dict a shardkit loader's state_dict() returned")
+            if want is int:
+                ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+            else:
+                ok = isinstance(value, want)
+            if not ok:
+                kind = f"non-negative {want.__name__}" if want is int else want.__name__
+                raise ResumeError(f"loader state field {f.name!r} is {value!r}, not a {kind}",
+                                  fix="pass the dict a shardkit loader's state_dict() returned")
             values[f.name] = value
         return cls(**values)
 

@@ -543,7 +543,7 @@ class _Stateful:
         return self.progress.counted(super().__iter__())  # type: ignore[misc]
 
 
-class ShardkitLoader(_Stateful, DataLoader):
+class ShardkitLoader(_Stateful, DataLoader):  # type: ignore[misc]  # __iter__: a generator, not _BaseDataLoaderIter
     """make_loader's ``DataLoader``, with a loader state."""
 
 

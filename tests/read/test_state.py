@@ -271,7 +271,8 @@ def test_a_state_of_another_dataset_split_augmentation_or_order_is_refused(split
     msg = str(err.value)
     assert isinstance(err.value, ValueError) and "\n" not in msg and all(w in msg for w in words), msg
     if case == "version":  # both content hashes named
-        assert other["dataset"] in msg and lo.state_dict()["dataset"] in msg and other["dataset"] != lo.state_dict()["dataset"]
+        ours = lo.state_dict()["dataset"]
+        assert other["dataset"] in msg and ours in msg and other["dataset"] != ours
     assert lo.state_dict()["consumed"] == 0  # nothing moved
 
 
