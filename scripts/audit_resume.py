@@ -113,6 +113,7 @@ def audit(split: str | Path, *, batch: int = 4, seed: int = 0, aug: str | None =
     """Run the trials; the problems found (empty: every check passed). ``schedule``: fixed (world, steps) segments
     for one trial instead of random ones (steps None: the rest of the epoch)."""
     import shardkit
+    from shardkit.read.sampling import num_batches, per_rank
 
     n = len(shardkit.open(split))
     refs = {e: reference(split, aug, seed, e) for e in range(epochs)}
@@ -130,8 +131,8 @@ def audit(split: str | Path, *, batch: int = 4, seed: int = 0, aug: str | None =
             else:
                 world = int(rng.choice(worlds))
                 left = n - (0 if state is None else state["consumed"])
-                per_rank = -(-(-(-left // world)) // batch)
-                steps = int(rng.integers(1, per_rank + 1))
+                batches = num_batches(per_rank(left, world, False), batch, False)
+                steps = int(rng.integers(1, batches + 1))
             got, state = segment(split, {"batch_size": batch, "seed": seed}, aug, world, steps, state)
             log.info("trial %d: epoch %d, %d ranks took %s batches each -> epoch %d, sample %d", trial, epoch, world,
                      steps, state["epoch"], state["consumed"])
