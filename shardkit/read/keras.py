@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import ConfigError
 from .dataset import Dataset, adapter_dataset
 from .options import EpochPlan, OpenOptions, adapter_options, adapter_plan, refuse_unknown
-from .state import LoaderState, Progress
+from .state import LoaderState
 
 if TYPE_CHECKING:
     from ..augment import Compose
@@ -94,8 +94,8 @@ class ShardkitPyDataset(keras.utils.PyDataset):
                                   "normalise twice", fix="pass normalize=False")
         self.plan = the_plan
         self.augment, self.seed = augment, the_plan.seed
-        self.sampler = self.dataset.sampler(the_plan)
-        self.progress = Progress.of(self.sampler, self.dataset, augment, the_plan.sampling)
+        self.sampler = self.dataset.sampler(the_plan, augment=augment)
+        self.progress = self.sampler.progress.twin()
         self.progress.begin()
         self._batches: list[np.ndarray] | None = None
         self._in_epoch = False  # on_epoch_begin ran and on_epoch_end has not yet

@@ -34,8 +34,9 @@ split it as above. The ignore class never counts.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -353,6 +354,10 @@ class EpochBatchSampler:
     #: per-sample repeat factors: class-balanced sampling (:func:`sample_repeat_factors`); None: each sample once
     repeats: np.ndarray | None = None
     start: int = 0
+    #: a :class:`shardkit.read.state.Progress` counting the batches this sampler hands out (set by
+    #: ``Dataset.sampler``): it makes :meth:`state_dict` / :meth:`load_state_dict` torch's stateful protocol for a
+    #: sampler, which torchdata's ``StatefulDataLoader`` snapshots as each batch is handed to a worker
+    progress: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_partition(self.rank, self.world_size)
@@ -393,7 +398,12 @@ class EpochBatchSampler:
 
     def __iter__(self) -> Iterator[list[int]]:
         epoch = self.epoch
+        progress = self.progress
+        if progress is not None:
+            progress.begin()
         for b in self.batches():
+            if progress is not None:
+                progress.step()
             yield EpochBatch(b.tolist(), epoch)
         if self.epoch == epoch:  # the pass ran to its end: the next one reads an epoch from its start
             self.start = 0
@@ -402,3 +412,18 @@ class EpochBatchSampler:
 
     def __len__(self) -> int:
         return num_batches(self.samples_per_rank, self.batch_size, self.drop_last)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loader state after the batches this sampler handed out in its current pass
+        (:mod:`shardkit.read.state`)."""
+        if self.progress is None:
+            raise ConfigError("this sampler keeps no loader state (it was not made by Dataset.sampler)",
+                              fix="make it with shardkit.open(split).sampler(plan)")
+        return dict(self.progress.state_dict())
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume at ``state``: the next pass reads the rest of its epoch."""
+        if self.progress is None:
+            raise ConfigError("this sampler keeps no loader state (it was not made by Dataset.sampler)",
+                              fix="make it with shardkit.open(split).sampler(plan)")
+        self.progress.load_state_dict(state)

@@ -123,6 +123,12 @@ class Progress:
         return cls(sampler, split=ds.manifest.split, version=int(ds.version or 0), dataset=dataset_identity(ds),
                    augment=augment_identity(augment), sampling=sampling)
 
+    def twin(self) -> Progress:
+        """A new count of the same sampler and identity: a loader counts the batches it yields, the sampler those
+        it hands out (ahead, to workers)."""
+        return Progress(self.sampler, split=self.split, version=self.version, dataset=self.dataset,
+                        augment=self.augment, sampling=self.sampling)
+
     def begin(self) -> None:
         s = self.sampler
         self._pass = (s.epoch, s.start, s.samples_per_rank, len(s))

@@ -123,8 +123,8 @@ def dataset(
                                  with_indices=aug is not None)
         progress = None
     else:
-        sampler = ds.sampler(the_plan)  # the plan checked against this split now, not in TF
-        progress = Progress.of(sampler, ds, aug, the_plan.sampling)
+        sampler = ds.sampler(the_plan, augment=aug)  # the plan checked against this split now, not in TF
+        progress = sampler.progress.twin()
         out = _generator_pipeline(ds, sampler, progress, with_keys=with_keys, with_indices=aug is not None)
     if aug is not None:
         out = _augment_stage(ds, out, aug, seed=the_plan.seed, with_keys=with_keys)

@@ -38,7 +38,6 @@ from . import sampling
 from .dataset import Dataset, adapter_dataset
 from .options import EpochPlan, OpenOptions, adapter_options, adapter_plan, refuse_unknown
 from .prefetch import LAYOUTS, PREFETCH_LABELS, CudaPrefetcher
-from .state import Progress
 
 if TYPE_CHECKING:
     from ..augment import Compose
@@ -99,6 +98,11 @@ class ShardkitTorchDataset(torch.utils.data.Dataset):
 
     def __len__(self) -> int:
         return len(self.dataset)
+
+    def sampler(self, plan: EpochPlan | int, **fields: Any) -> sampling.EpochBatchSampler:
+        """The batch sampler of ``plan`` for ``DataLoader(self, batch_size=None, sampler=…)``, with a loader state
+        that knows this dataset's augmentation: torchdata's ``StatefulDataLoader`` saves and restores it."""
+        return self.dataset.sampler(plan, augment=self.augment, **fields)
 
     @property
     def labels(self) -> str:
@@ -287,7 +291,7 @@ def make_loader(
     buffers = memory.keep + 1 if num_workers == 0 and memory is not None and augment is None else 0  # augmented: fresh
     dataset = ShardkitTorchDataset(source, options=options if isinstance(source, Dataset) else opts, layout=layout,
                                    with_indices=with_indices, buffers=buffers, augment=augment, seed=the_plan.seed)
-    sampler = dataset.dataset.sampler(the_plan)
+    sampler = dataset.dataset.sampler(the_plan, augment=augment)
     sampler.auto_epoch = auto_epoch
     if num_workers > 0:
         kwargs["persistent_workers"] = num_workers > 0 if persistent_workers is None else persistent_workers
@@ -305,11 +309,11 @@ def make_loader(
         loader = DataLoader(ring, batch_size=None, sampler=slotted, num_workers=num_workers, pin_memory=False,
                             **kwargs)
         return _with_state(StatefulRingLoader(loader, ring, pin_memory=pin_memory, keep=ring_opts.keep,
-                                              copy=memory is None, pool=pool), dataset, sampler, the_plan)
+                                              copy=memory is None, pool=pool), sampler)
     if num_workers == 0 and memory is not None:  # the reused buffers themselves are pinned: no pinned allocation
         dataset.pin, pin_memory = pin_memory, False
     return _with_state(ShardkitLoader(dataset, batch_size=None, sampler=sampler, num_workers=num_workers,
-                                      pin_memory=pin_memory, **kwargs), dataset, sampler, the_plan)
+                                      pin_memory=pin_memory, **kwargs), sampler)
 
 
 #: Linux's ``MADV_POPULATE_WRITE`` (5.14+): map a range's pages writable now, in one call, without writing them.
@@ -531,7 +535,7 @@ class _Stateful:
     protocol that torchdata's ``StatefulDataLoader`` and Lightning call, or a dict saved beside a checkpoint. Each
     yielded batch counts as consumed; restoring moves the sampler, reading nothing."""
 
-    progress: Progress
+    progress: Any  # a shardkit.read.state.Progress
 
     def state_dict(self) -> dict[str, Any]:
         return self.progress.state_dict()
@@ -551,7 +555,6 @@ class StatefulRingLoader(_Stateful, RingLoader):
     """make_loader's :class:`RingLoader`, with a loader state."""
 
 
-def _with_state(loader: Any, dataset: ShardkitTorchDataset, sampler: sampling.EpochBatchSampler,
-                plan: EpochPlan) -> Any:
-    loader.progress = Progress.of(sampler, dataset.dataset, dataset.augment, plan.sampling)
+def _with_state(loader: Any, sampler: sampling.EpochBatchSampler) -> Any:
+    loader.progress = sampler.progress.twin()
     return loader

@@ -316,3 +316,40 @@ def test_gloo_ranks_in_separate_processes_resume_2_then_4_then_1(splits: dict[st
     assert state["consumed"] == 12
     again, _ = audit.segment(splits["val"], {"batch_size": 2, "seed": 4}, AUG, 1, None, dict(state, consumed=8))
     assert len(set(i for i, _ in got) & set(i for i, _ in again)) == 4
+
+
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")  # torchdata 0.11 on torch 2.13
+@pytest.mark.parametrize("workers", [0, 2])
+def test_torchdata_stateful_dataloader_resumes_through_the_sampler_state(splits: dict[str, Path],
+                                                                         workers: int) -> None:
+    """torchdata's StatefulDataLoader over ShardkitTorchDataset and its sampler: its state_dict (which snapshots the
+    sampler's state as each batch goes to a worker) restores a new loader to the rest of the epoch, byte for byte,
+    with no fast-forward; a state of another augmentation is refused by the sampler."""
+    tdl = pytest.importorskip("torchdata.stateful_dataloader")
+    from shardkit.read.torch import ShardkitTorchDataset
+
+    plan = shardkit.EpochPlan(4, seed=8)
+
+    def loader(aug: str | None = AUG) -> Any:
+        ds = ShardkitTorchDataset(splits["val"], layout="NHWC", with_indices=True,
+                                  augment=A.parse(aug) if aug else None, seed=plan.seed)
+        kw: dict[str, Any] = {"multiprocessing_context": "fork"} if workers else {}
+        return tdl.StatefulDataLoader(ds, batch_size=None, sampler=ds.sampler(plan), num_workers=workers, **kw)
+
+    full = [_batch(b) for b in loader()]
+    first = loader()
+    got = []
+    for b in first:
+        got.append(_batch(b))
+        if len(got) == 3:
+            break
+    state = first.state_dict()
+    main = state["_snapshot"]["_main_snapshot"] if workers else state
+    assert main["_index_sampler_state"]["consumed"] == 12  # the sampler's own state, not workers' read-ahead
+    again = loader()
+    again.load_state_dict(state)
+    assert got + [_batch(b) for b in again] == full
+    other = loader(None)
+    other.load_state_dict(state)
+    with pytest.raises(ResumeError, match="augmentation"):
+        next(iter(other))
