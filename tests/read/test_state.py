@@ -353,3 +353,35 @@ def test_torchdata_stateful_dataloader_resumes_through_the_sampler_state(splits:
     other.load_state_dict(state)
     with pytest.raises(ResumeError, match="augmentation"):
         next(iter(other))
+
+
+def test_shard_then_buffer_order_resumes_with_the_same_layout_only() -> None:
+    """Shard-then-buffer order (each rank its own stream and buffer): resumed with the same world size and batch
+    size, each rank reads exactly its uninterrupted batches that follow; another world size is refused in one line."""
+    sizes = [7, 2, 3, 4, 4, 6, 9]
+
+    def ranks(world: int, batch: int = 3) -> list[sampling.EpochBatchSampler]:
+        out = []
+        for r in range(world):
+            s = sampling.EpochBatchSampler(sizes, batch, seed=5, rank=r, world_size=world, mode="buffer",
+                                           buffer_size=4)
+            s.progress = Progress(s, split="train", version=1, dataset="x")
+            out.append(s)
+        return out
+
+    full = [[b.tolist() for b in s.batches()] for s in ranks(2)]
+    first = ranks(2)
+    for s in first:
+        next(iter(s))
+        it = iter(s)
+        next(it), next(it)
+    state = first[0].state_dict()
+    assert state["consumed"] == 2 * 3 * 2 and state == first[1].state_dict()
+    resumed = ranks(2)
+    for s, want in zip(resumed, full, strict=True):
+        s.load_state_dict(state)
+        assert [b.tolist() for b in s.batches()] == want[2:]
+    for other in (ranks(4)[0], ranks(2, batch=4)[0]):
+        with pytest.raises(ResumeError, match="resumes only with the same ones") as err:
+            other.load_state_dict(state)
+        assert "\n" not in str(err.value)
