@@ -536,7 +536,7 @@ class Dataset:
                                              epoch=p.epoch, drop_last=p.drop_last, rank=p.rank,
                                              world_size=p.world_size, mode=mode, buffer_size=p.buffer_size,
                                              repeats=repeats)
-        sampler.progress = Progress.of(sampler, self, augment, p.sampling)
+        sampler.progress = Progress.of(sampler, self.manifest, augment, p.sampling)
         return sampler
 
     def iter_batches(self, plan: EpochPlan | int, *, buffers: int = 2, with_indices: bool = False,

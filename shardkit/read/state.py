@@ -25,14 +25,14 @@ import hashlib
 import json
 import logging
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import ResumeError
 from .sampling import EpochBatchSampler, num_batches
 
 if TYPE_CHECKING:
-    from .dataset import Dataset
+    from ..store.manifest import Manifest
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -41,11 +41,11 @@ T = TypeVar("T")
 STATE_KIND = "shardkit.loader_state/1"
 
 
-def dataset_identity(ds: Dataset) -> str:
+def dataset_identity(manifest: Manifest) -> str:
     """A short hash of what a split version holds: its sample count and every shard file's name and sha256 (the
     manifest's content, wherever the split lies: local or cached from object storage)."""
-    files = [[f.name, f.sha256] for shard in ds.manifest.shards for f in shard.all_files]
-    text = json.dumps([ds.manifest.split, ds.manifest.num_samples, files], separators=(",", ":"))
+    files = [[f.name, f.sha256] for shard in manifest.shards for f in shard.all_files]
+    text = json.dumps([manifest.split, manifest.num_samples, files], separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -78,7 +78,7 @@ class LoaderState:
 
     def to_dict(self) -> dict[str, Any]:
         """A plain dict (JSON-able), tagged with :data:`STATE_KIND`."""
-        return {"kind": STATE_KIND, **asdict(self)}
+        return {"kind": STATE_KIND, **{name: getattr(self, name) for name in _FIELDS}}
 
     @classmethod
     def from_dict(cls, state: Mapping[str, Any]) -> LoaderState:
@@ -103,6 +103,9 @@ class LoaderState:
         return cls(**values)
 
 
+_FIELDS = tuple(f.name for f in fields(LoaderState))
+
+
 class Progress:
     """Batches handed to the consumer in the current pass of a sampler, and the state they make.
 
@@ -118,10 +121,11 @@ class Progress:
         self.batches = 0
 
     @classmethod
-    def of(cls, sampler: EpochBatchSampler, ds: Dataset, augment: Any = None, sampling: str = "uniform") -> Progress:
-        """The progress of ``sampler`` over the open split ``ds``, augmented by ``augment``."""
-        return cls(sampler, split=ds.manifest.split, version=int(ds.version or 0), dataset=dataset_identity(ds),
-                   augment=augment_identity(augment), sampling=sampling)
+    def of(cls, sampler: EpochBatchSampler, manifest: Manifest, augment: Any = None,
+           sampling: str = "uniform") -> Progress:
+        """The progress of ``sampler`` over the split version of ``manifest``, augmented by ``augment``."""
+        return cls(sampler, split=manifest.split, version=int(manifest.version or 0),
+                   dataset=dataset_identity(manifest), augment=augment_identity(augment), sampling=sampling)
 
     def twin(self) -> Progress:
         """A new count of the same sampler and identity: a loader counts the batches it yields, the sampler those
