@@ -1,0 +1,120 @@
+"""Grain adapter on real CamVid: shardkit's order and rank split through Grain's DataLoader, augmented from
+(seed, epoch, index), checkpointed by Grain's iterator state, a JAX training loop of a few steps on CPU."""
+
+from __future__ import annotations
+
+import pickle
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import shardkit
+from shardkit import augment as A
+from shardkit.conversion.config import ConvertConfig, ShardSize
+from shardkit.conversion.pipeline import convert
+
+grain = pytest.importorskip("grain.python")
+from shardkit.grain import ShardkitSource, data_loader  # noqa: E402
+
+AUG = "scale=0.75:1.5,crop=48x64,hflip,rotate=10,jitter=0.2"
+
+
+@pytest.fixture(scope="module")
+def split(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """CamVid val (26) as npy at 90x120, 7 samples per shard."""
+    out = tmp_path_factory.mktemp("grain")
+    convert(ConvertConfig(camvid_root, out, format="npy", size=(90, 120), splits=("val",), workers=1, quiet=True,
+                          shard_size=ShardSize(samples=7)))
+    return out / "val"
+
+
+def _source(split: Path, epochs: int = 2) -> ShardkitSource:
+    return ShardkitSource(split, augment=A.parse(AUG), seed=5, epochs=epochs)
+
+
+def _records(batches: list[dict[str, Any]]) -> list[tuple[int, int, bytes]]:
+    """(epoch, index, image + label bytes) of every record of ``batches``."""
+    return [(int(b["epoch"][j]), int(b["index"][j]), b["image"][j].tobytes() + b["label"][j].tobytes())
+            for b in batches for j in range(len(b["index"]))]
+
+
+def test_grain_reads_shardkits_order_and_augmentation(split: Path) -> None:
+    """One process: Grain's records are shardkit's global order of epoch 0 then epoch 1 (Grain's Batch runs on
+    across the epoch boundary), and every record is the numpy path's augmentation of (seed, epoch, index)."""
+    plan = shardkit.EpochPlan(4, seed=5)
+    got = list(data_loader(_source(split), plan, num_epochs=2))
+    ds = shardkit.open(split)
+    want = [(e, i) for e in (0, 1) for i in ds.sampler(plan.replace(epoch=e)).indices().tolist()]
+    assert [(e, i) for e, i, _ in _records(got)] == want and len(got) == 13
+    for e, i, data in _records(got):
+        images, labels = ds.augmented_batch(np.array([i]), A.parse(AUG), seed=5, epoch=e)
+        assert data == images[0].tobytes() + labels[0].tobytes()
+
+
+def test_grain_shard_options_split_like_shardkit_ranks(split: Path) -> None:
+    """Two processes (ShardOptions 0/2, 1/2): each reads shardkit's rank split, together every sample once."""
+    plan = shardkit.EpochPlan(3, seed=2)
+    ds = shardkit.open(split)
+    seen: Counter[int] = Counter()
+    for r in (0, 1):
+        got = list(data_loader(_source(split, 1), plan, shard_options=grain.ShardOptions(r, 2)))
+        mine = [i for b in got for i in b["index"].tolist()]
+        assert mine == ds.sampler(plan.replace(rank=r, world_size=2)).indices().tolist()
+        seen.update(mine)
+    assert sorted(seen) == list(range(len(ds))) and set(seen.values()) == {1}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_grain_checkpoint_resumes_byte_for_byte(split: Path, workers: int) -> None:
+    """Grain's own iterator state after 4 batches, restored into a new loader: the rest of both epochs equals the
+    uninterrupted run's bytes; a checkpoint of another augmentation is refused by Grain (the source's repr)."""
+    plan = shardkit.EpochPlan(4, seed=5)
+    full = _records(list(data_loader(_source(split), plan, num_epochs=2, worker_count=workers)))
+    it = iter(data_loader(_source(split), plan, num_epochs=2, worker_count=workers))
+    first = [next(it) for _ in range(4)]
+    state = it.get_state()
+    again = iter(data_loader(_source(split), plan, num_epochs=2, worker_count=workers))
+    again.set_state(state)
+    assert _records(first) + _records(list(again)) == full
+    other = ShardkitSource(split, augment=A.parse("hflip"), seed=5, epochs=2)
+    with pytest.raises(ValueError, match="in checkpoint does not match") as err:
+        iter(data_loader(other, plan, num_epochs=2, worker_count=workers)).set_state(state)
+    assert f"augment={repr(_source(split)).split('augment=')[1].split(',')[0]}" in str(err.value)
+
+
+def test_source_pickles_without_its_open_shards(split: Path) -> None:
+    src = _source(split)
+    src[3]  # opens the split
+    clone = pickle.loads(pickle.dumps(src))
+    assert "_ds" not in clone.__dict__ and repr(clone) == repr(src)
+    assert clone[30]["image"].tobytes() == src[30]["image"].tobytes() and int(clone[30]["epoch"]) == 1
+
+
+def test_a_jax_training_loop_of_a_few_steps(split: Path) -> None:
+    """A per-pixel softmax classifier trained in JAX on CPU on Grain's batches (3 epochs of 26 in batches of 8 that run
+    on across epochs: 10 steps): the loss falls."""
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    src = ShardkitSource(split, augment=A.parse("crop=48x64,hflip"), seed=0, epochs=3)
+    ds = shardkit.open(split)
+    classes = ds.num_classes
+
+    def loss(w: Any, x: Any, y: Any) -> Any:
+        logits = x @ w  # (B, H, W, C)
+        valid = y < classes - 1  # the ignore class (11) does not count
+        logp = jax.nn.log_softmax(logits)
+        picked = jnp.take_along_axis(logp, jnp.minimum(y, classes - 1)[..., None], axis=-1)[..., 0]
+        return -(picked * valid).sum() / valid.sum()
+
+    step = jax.jit(jax.value_and_grad(loss))
+    w = jnp.zeros((3, classes))
+    losses = []
+    for batch in data_loader(src, shardkit.EpochPlan(8, seed=0), num_epochs=3):
+        x = jnp.asarray(batch["image"], jnp.float32) / 255.0
+        value, grad = step(w, x, jnp.asarray(batch["label"]).astype(jnp.int32))
+        w = w - 0.5 * grad
+        losses.append(float(value))
+    assert len(losses) == 10 and np.all(np.isfinite(losses)) and np.mean(losses[-3:]) < losses[0]
