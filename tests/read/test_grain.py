@@ -1,9 +1,18 @@
 """Grain adapter on real CamVid: shardkit's order and rank split through Grain's DataLoader, augmented from
-(seed, epoch, index), checkpointed by Grain's iterator state, a JAX training loop of a few steps on CPU."""
+(seed, epoch, index), checkpointed by Grain's iterator state, a JAX training loop of a few steps on CPU.
+
+``import grain`` imports JAX, which warns (an error here) at every later ``os.fork`` in the process: each check
+runs in a child process (:func:`_in_child`), so the rest of the suite (forked DataLoader workers) never meets
+JAX. The checks are the module's ``check_*`` functions, each given the converted split's path.
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import pickle
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -16,8 +25,18 @@ from shardkit import augment as A
 from shardkit.conversion.config import ConvertConfig, ShardSize
 from shardkit.conversion.pipeline import convert
 
-grain = pytest.importorskip("grain.python")
-from shardkit.grain import ShardkitSource, data_loader  # noqa: E402
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("grain") is None, reason="grain is not installed")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _in_child(check: str, split: Path, *args: Any) -> None:
+    """Run ``check(split, *args)`` of this module in a fresh Python process (with this checkout's shardkit)."""
+    code = f"import tests.read.test_grain as t; t.{check}({str(split)!r}, *{args!r}); print('ok')"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "TF_CPP_MIN_LOG_LEVEL": "2"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=240, cwd=ROOT, env=env)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-4000:]
 
 AUG = "scale=0.75:1.5,crop=48x64,hflip,rotate=10,jitter=0.2"
 
@@ -31,7 +50,9 @@ def split(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out / "val"
 
 
-def _source(split: Path, epochs: int = 2) -> ShardkitSource:
+def _source(split: str, epochs: int = 2) -> Any:
+    from shardkit.grain import ShardkitSource
+
     return ShardkitSource(split, augment=A.parse(AUG), seed=5, epochs=epochs)
 
 
@@ -42,8 +63,14 @@ def _records(batches: list[dict[str, Any]]) -> list[tuple[int, int, bytes]]:
 
 
 def test_grain_reads_shardkits_order_and_augmentation(split: Path) -> None:
+    _in_child("check_order_and_augmentation", split)
+
+
+def check_order_and_augmentation(split: str) -> None:
     """One process: Grain's records are shardkit's global order of epoch 0 then epoch 1 (Grain's Batch runs on
     across the epoch boundary), and every record is the numpy path's augmentation of (seed, epoch, index)."""
+    from shardkit.grain import data_loader
+
     plan = shardkit.EpochPlan(4, seed=5)
     got = list(data_loader(_source(split), plan, num_epochs=2))
     ds = shardkit.open(split)
@@ -55,7 +82,15 @@ def test_grain_reads_shardkits_order_and_augmentation(split: Path) -> None:
 
 
 def test_grain_shard_options_split_like_shardkit_ranks(split: Path) -> None:
+    _in_child("check_shard_options", split)
+
+
+def check_shard_options(split: str) -> None:
     """Two processes (ShardOptions 0/2, 1/2): each reads shardkit's rank split, together every sample once."""
+    import grain.python as grain
+
+    from shardkit.grain import data_loader
+
     plan = shardkit.EpochPlan(3, seed=2)
     ds = shardkit.open(split)
     seen: Counter[int] = Counter()
@@ -69,8 +104,14 @@ def test_grain_shard_options_split_like_shardkit_ranks(split: Path) -> None:
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_grain_checkpoint_resumes_byte_for_byte(split: Path, workers: int) -> None:
+    _in_child("check_checkpoint", split, workers)
+
+
+def check_checkpoint(split: str, workers: int) -> None:
     """Grain's own iterator state after 4 batches, restored into a new loader: the rest of both epochs equals the
     uninterrupted run's bytes; a checkpoint of another augmentation is refused by Grain (the source's repr)."""
+    from shardkit.grain import ShardkitSource, data_loader
+
     plan = shardkit.EpochPlan(4, seed=5)
     full = _records(list(data_loader(_source(split), plan, num_epochs=2, worker_count=workers)))
     it = iter(data_loader(_source(split), plan, num_epochs=2, worker_count=workers))
@@ -86,6 +127,10 @@ def test_grain_checkpoint_resumes_byte_for_byte(split: Path, workers: int) -> No
 
 
 def test_source_pickles_without_its_open_shards(split: Path) -> None:
+    _in_child("check_pickle", split)
+
+
+def check_pickle(split: str) -> None:
     src = _source(split)
     src[3]  # opens the split
     clone = pickle.loads(pickle.dumps(src))
@@ -94,9 +139,16 @@ def test_source_pickles_without_its_open_shards(split: Path) -> None:
 
 
 def test_a_jax_training_loop_of_a_few_steps(split: Path) -> None:
+    _in_child("check_jax_loop", split)
+
+
+def check_jax_loop(split: str) -> None:
     """A per-pixel softmax classifier trained in JAX on CPU on Grain's batches (3 epochs of 26 in batches of 8 that run
     on across epochs: 10 steps): the loss falls."""
-    jax = pytest.importorskip("jax")
+    import jax
+
+    from shardkit.grain import ShardkitSource, data_loader
+
     jnp = jax.numpy
     src = ShardkitSource(split, augment=A.parse("crop=48x64,hflip"), seed=0, epochs=3)
     ds = shardkit.open(split)
