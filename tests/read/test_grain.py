@@ -170,3 +170,36 @@ def check_jax_loop(split: str) -> None:
         w = w - 0.5 * grad
         losses.append(float(value))
     assert len(losses) == 10 and np.all(np.isfinite(losses)) and np.mean(losses[-3:]) < losses[0]
+
+
+def test_batch_records_are_shardkits_batches(split: Path) -> None:
+    _in_child("check_batch_records", split)
+
+
+def check_batch_records(split: str) -> None:
+    """ShardkitBatchSource: each Grain record is one of shardkit's batches — Dataset.sampler(plan)'s batches of each
+    epoch and, under ShardOptions i/2, of rank i — augmented like the numpy path; Grain's checkpoint resumes them."""
+    import grain.python as grain
+
+    from shardkit.grain import ShardkitBatchSource, batch_loader
+
+    ds = shardkit.open(split)
+    plan = shardkit.EpochPlan(4, seed=5)
+
+    def source(world: int = 1) -> Any:
+        return ShardkitBatchSource(split, plan, world_size=world, augment=A.parse(AUG), epochs=2)
+
+    got = list(batch_loader(source(), num_epochs=2))
+    want = [(e, b) for e in (0, 1) for b in ds.sampler(plan.replace(epoch=e)).batches()]
+    assert [b["index"].tolist() for b in got] == [b.tolist() for _, b in want]
+    for b, (e, idx) in zip(got, want, strict=True):
+        images, labels = ds.augmented_batch(idx, A.parse(AUG), seed=5, epoch=e)
+        assert b["image"].tobytes() == images.tobytes() and b["label"].tobytes() == labels.tobytes()
+    for r in (0, 1):
+        mine = [b["index"].tolist() for b in batch_loader(source(2), shard_options=grain.ShardOptions(r, 2))]
+        assert mine == [b.tolist() for b in ds.sampler(plan.replace(rank=r, world_size=2)).batches()]
+    it = iter(batch_loader(source(), num_epochs=2))
+    first = [next(it)["index"].tolist() for _ in range(3)]
+    again = iter(batch_loader(source(), num_epochs=2))
+    again.set_state(it.get_state())
+    assert first + [b["index"].tolist() for b in again] == [b["index"].tolist() for b in got]
