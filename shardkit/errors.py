@@ -75,3 +75,8 @@ class StorageError(ShardkitError, OSError):
 
 class DuplicateError(ShardkitError, ValueError):
     """Identical images in the input where ``convert --on-duplicate error`` allows none (exit code 4)."""
+
+
+class ResumeError(ShardkitError, ValueError):
+    """A loader state that does not belong to this loader (another dataset version, split, augmentation or order),
+    or that is malformed."""

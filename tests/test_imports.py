@@ -104,7 +104,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "augment": ("augment",),
     "store": ("store",),
     "convert": ("conversion",),
-    "read": ("read", "tf"),
+    "read": ("read", "tf", "grain"),
     "front": ("", "__main__", "cli", "bench", "show", "verify", "diff", "demo", "tiles"),
 }
 #: which layers each layer may import (besides its own); front may import anything

@@ -40,6 +40,7 @@ from .cache import ShardCache
 from .options import EpochPlan, OpenOptions
 from .residency import StorageReads
 from .source import CachedShards, LocalShards, ShardSource
+from .state import Progress
 
 log = logging.getLogger(__name__)
 
@@ -507,7 +508,7 @@ class Dataset:
         return self.path / "manifest.json" if self.cache is None else self.location
 
     # ------------------------------------------------------------------ epochs
-    def sampler(self, plan: EpochPlan | int, **fields: Any) -> _sampling.EpochBatchSampler:
+    def sampler(self, plan: EpochPlan | int, *, augment: Any = None, **fields: Any) -> _sampling.EpochBatchSampler:
         """The batch index sampler of ``plan`` (an :class:`~shardkit.read.options.EpochPlan`, or a batch size with
         the plan's fields as keywords: ``ds.sampler(8, shuffle=False)``) that :meth:`iter_batches` uses (see
         :mod:`shardkit.read.sampling`).
@@ -516,6 +517,10 @@ class Dataset:
         sequential ones), ``"global"`` or ``"buffer"``. ``sampling``: ``"uniform"`` (each sample once per
         epoch), ``"class-balanced[:T]"`` or ``"repeat-factor[:t]"`` (repeat factors from the classes each sample
         contains, :meth:`repeat_factors`; always one global order, for every format).
+
+        The sampler has ``state_dict()`` / ``load_state_dict()`` (:mod:`shardkit.read.state`; torchdata's
+        ``StatefulDataLoader`` calls them): ``augment``, the pipeline the batches go through, is part of the state
+        so that a state of another pipeline is refused.
         """
         p = EpochPlan.of(plan, **fields)
         shuffle_mode = p.shuffle_mode
@@ -527,10 +532,12 @@ class Dataset:
             repeats = self.repeat_factors(p.sampling)
             shuffle_mode = "global"
         mode = shuffle_mode if shuffle_mode != "auto" else "global" if self.random_access else "buffer"
-        return _sampling.EpochBatchSampler(self.shard_sizes, p.batch_size, shuffle=p.shuffle, seed=p.seed,
-                                          epoch=p.epoch, drop_last=p.drop_last, rank=p.rank,
-                                          world_size=p.world_size, mode=mode, buffer_size=p.buffer_size,
-                                          repeats=repeats)
+        sampler = _sampling.EpochBatchSampler(self.shard_sizes, p.batch_size, shuffle=p.shuffle, seed=p.seed,
+                                             epoch=p.epoch, drop_last=p.drop_last, rank=p.rank,
+                                             world_size=p.world_size, mode=mode, buffer_size=p.buffer_size,
+                                             repeats=repeats)
+        sampler.progress = Progress.of(sampler, self.manifest, augment, p.sampling)
+        return sampler
 
     def iter_batches(self, plan: EpochPlan | int, *, buffers: int = 2, with_indices: bool = False,
                      augment: Any = None, **fields: Any) -> Iterator[Any]:

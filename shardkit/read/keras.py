@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import ConfigError
 from .dataset import Dataset, adapter_dataset
 from .options import EpochPlan, OpenOptions, adapter_options, adapter_plan, refuse_unknown
+from .state import LoaderState
 
 if TYPE_CHECKING:
     from ..augment import Compose
@@ -93,7 +94,9 @@ class ShardkitPyDataset(keras.utils.PyDataset):
                                   "normalise twice", fix="pass normalize=False")
         self.plan = the_plan
         self.augment, self.seed = augment, the_plan.seed
-        self.sampler = self.dataset.sampler(the_plan)
+        self.sampler = self.dataset.sampler(the_plan, augment=augment)
+        self.progress = self.sampler.progress.twin()
+        self.progress.begin()
         self._batches: list[np.ndarray] | None = None
         self._in_epoch = False  # on_epoch_begin ran and on_epoch_end has not yet
         self._lock = threading.Lock()
@@ -106,6 +109,21 @@ class ShardkitPyDataset(keras.utils.PyDataset):
         with self._lock:
             self.sampler.set_epoch(epoch)
             self._batches = None
+            self.progress.begin()
+
+    def state_dict(self, batches: int | None = None) -> dict[str, Any]:
+        """Where this dataset stands (:mod:`shardkit.read.state`): the epoch and the samples consumed, counting the
+        batches up to the last one ``__getitem__`` read in this epoch, or ``batches`` (pass the step Keras reached
+        when its workers or processes read ahead)."""
+        return self.progress.state_dict(batches)
+
+    def load_state_dict(self, state: dict[str, Any] | LoaderState) -> None:
+        """Resume at ``state``: ``len(self)`` is then the batches left in its epoch, read in the same order with the
+        same augmentation; the next :meth:`on_epoch_end` moves on to the next epoch from its start. Reads nothing."""
+        with self._lock:
+            self.progress.load_state_dict(state)
+            self._batches = None
+            self.progress.begin()
 
     def __len__(self) -> int:
         return len(self.sampler)
@@ -122,6 +140,8 @@ class ShardkitPyDataset(keras.utils.PyDataset):
 
     def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         idx = self.batch_indices(int(index))
+        # batches read in order (Keras reads batch 0 twice while building the model): consumed up to this one
+        self.progress.batches = max(self.progress.batches, int(index) + 1)
         if self.augment is not None:
             images, labels = self.dataset.augmented_batch(idx, self.augment, seed=self.seed, epoch=self.epoch)
         else:

@@ -146,6 +146,9 @@ class CudaPrefetcher:
                         channels_first=self.layout == "NCHW")
             self._onehot = TorchOneHot(op, self.device, self.ignore_index)
 
+    #: batches yielded in the current pass (None before one): the loader's state counts these, not those read ahead
+    _yielded: int | None = None
+
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]
 
@@ -190,7 +193,31 @@ class CudaPrefetcher:
             y = self._onehot(y, fmt)
         return (x, y, *rest)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The loader's state (:mod:`shardkit.read.state`) counting the batches this prefetcher yielded, not the
+        ones it took ahead from the loader."""
+        progress = getattr(self.loader, "progress", None)
+        if progress is None:
+            raise ConfigError(f"the loader ({type(self.loader).__name__}) keeps no shardkit loader state",
+                              fix="prefetch a loader made by shardkit.read.torch.make_loader")
+        return dict(progress.state_dict(self._yielded))
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume the loader at ``state`` (its ``load_state_dict``)."""
+        load = getattr(self.loader, "load_state_dict", None)
+        if load is None:
+            raise ConfigError(f"the loader ({type(self.loader).__name__}) keeps no shardkit loader state",
+                              fix="prefetch a loader made by shardkit.read.torch.make_loader")
+        load(state)
+        self._yielded = None
+
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        self._yielded = 0
+        for batch in self._batches():
+            self._yielded += 1
+            yield batch
+
+    def _batches(self) -> Iterator[tuple[torch.Tensor, ...]]:
         epoch = self._epoch()
         if not self.use_cuda:
             for batch in self.loader:

@@ -34,8 +34,9 @@ split it as above. The ignore class never counts.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -96,6 +97,21 @@ def even_out(order: np.ndarray, world_size: int, drop_last: bool) -> np.ndarray:
         raise ConfigError("cannot pad an empty dataset across ranks")
     reps = -(-total // n)
     return np.tile(order, reps)[:total]
+
+
+def resume_order(order: np.ndarray, start: int, world_size: int, drop_last: bool) -> np.ndarray:
+    """The global positions ``start, start + 1, …`` of ``order`` that ranks still read, evened out for ``world_size``.
+
+    Position ``p`` holds ``order[p % n]``: with ``start == 0`` this is :func:`even_out` (padding wraps around to the
+    start of ``order``). After a resume at ``start`` (the samples of positions below it were consumed) the rest,
+    ``n - start`` positions, is evened out for the *new* world size the same way, so the same world size reads the
+    same positions as an uninterrupted run, and any world size reads every unconsumed sample. Costs no read.
+    """
+    n = len(order)
+    if start <= 0:
+        return even_out(order, world_size, drop_last)
+    total = per_rank(max(n - int(start), 0), world_size, drop_last) * world_size
+    return order[np.arange(int(start), int(start) + total) % n] if total else order[:0]
 
 
 def class_repeat_factors(images: np.ndarray, num_images: int, threshold: float,
@@ -212,13 +228,18 @@ def epoch_indices(
     mode: str = "global",
     buffer_size: int = DEFAULT_BUFFER,
     repeats: np.ndarray | None = None,
+    start: int = 0,
 ) -> np.ndarray:
     """The global sample indices ``rank`` reads in ``epoch``, in reading order.
 
     ``mode``: ``"global"`` (random access) or ``"buffer"`` (shard-then-buffer, sequential formats).
     Every rank gets :func:`per_rank` samples. ``repeats``: per-sample repeat factors (class-balanced
     sampling, global mode only): the epoch is :func:`repeated_indices`, permuted when ``shuffle``.
+    ``start``: global positions already consumed this epoch (a resumed loader, :func:`resume_order`); in buffer
+    mode, where each rank reads its own stream, the rank skips ``start // world_size`` of its samples.
     """
+    if start < 0:
+        raise ConfigError(f"start must be non-negative, got {start}")
     check_partition(rank, world_size)
     if mode not in ("global", "buffer"):
         raise ConfigError(f"shuffle mode {mode!r} is not one of global, buffer")
@@ -231,19 +252,20 @@ def epoch_indices(
             raise ConfigError(f"{len(repeats)} repeat factors for {n} samples")
         drawn = repeated_indices(repeats, rng)
         order = rng.permutation(drawn) if shuffle else drawn
-        return even_out(order, world_size, drop_last)[rank::world_size]
+        return resume_order(order, start, world_size, drop_last)[rank::world_size]
     if mode == "global":
         order = rng.permutation(n).astype(np.int64, copy=False) if shuffle else np.arange(n, dtype=np.int64)
-        return even_out(order, world_size, drop_last)[rank::world_size]
+        return resume_order(order, start, world_size, drop_last)[rank::world_size]
     stream = even_out(shard_stream(shard_sizes, shuffle=shuffle, rng=rng), world_size, drop_last)
     k = len(stream) // world_size
     mine = stream[rank * k:(rank + 1) * k]
+    skip = int(start) // world_size
     if not shuffle:
-        return mine
+        return mine[skip:]
     # Each rank's buffer draws from its own stream, derived from (seed, epoch, rank): reproducible per rank.
     rank_seed = np.random.SeedSequence([int(seed), int(epoch), 1, int(rank)])
     rank_rng = np.random.Generator(np.random.PCG64(rank_seed))
-    return buffer_shuffle(mine, buffer_size, rank_rng)
+    return buffer_shuffle(mine, buffer_size, rank_rng)[skip:]
 
 
 def stream_ranges(
@@ -314,7 +336,8 @@ class EpochBatchSampler:
     Usable as ``torch.utils.data.DataLoader(dataset, batch_size=None, sampler=this)``: each list
     reaches a worker as one task, which reads the whole batch with the core's batched reads.
     Call :meth:`set_epoch` before each epoch (as with ``DistributedSampler``); with
-    ``auto_epoch`` the epoch advances by itself after each full pass.
+    ``auto_epoch`` the epoch advances by itself after each full pass. ``start``: global positions of this epoch
+    already consumed (set by a loader state, :mod:`shardkit.read.state`); a new epoch starts at 0 again.
     """
 
     shard_sizes: Sequence[int]
@@ -330,6 +353,11 @@ class EpochBatchSampler:
     auto_epoch: bool = False
     #: per-sample repeat factors: class-balanced sampling (:func:`sample_repeat_factors`); None: each sample once
     repeats: np.ndarray | None = None
+    start: int = 0
+    #: a :class:`shardkit.read.state.Progress` counting the batches this sampler hands out (set by
+    #: ``Dataset.sampler``): it makes :meth:`state_dict` / :meth:`load_state_dict` torch's stateful protocol for a
+    #: sampler, which torchdata's ``StatefulDataLoader`` snapshots as each batch is handed to a worker
+    progress: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_partition(self.rank, self.world_size)
@@ -342,28 +370,60 @@ class EpochBatchSampler:
                 raise ConfigError(f"{len(self.repeats)} repeat factors for {sum(self.shard_sizes)} samples")
 
     def set_epoch(self, epoch: int) -> None:
+        """Read ``epoch`` next (from its start, unless it is the epoch a loader state resumes)."""
+        if int(epoch) != self.epoch:
+            self.start = 0
         self.epoch = int(epoch)
 
     @property
+    def epoch_samples(self) -> int:
+        """Global positions per epoch before evening out: the samples, or the class-balanced draws."""
+        return sum(self.shard_sizes) if self.repeats is None else epoch_length(self.repeats)
+
+    @property
     def samples_per_rank(self) -> int:
-        """Samples each rank reads per epoch: the same every epoch, also when class-balanced."""
-        n = sum(self.shard_sizes) if self.repeats is None else epoch_length(self.repeats)
-        return per_rank(n, self.world_size, self.drop_last)
+        """Samples each rank reads in this pass: the same every epoch, also when class-balanced (fewer in the
+        rest of a resumed epoch)."""
+        if self.mode == "buffer":
+            return per_rank(self.epoch_samples, self.world_size, self.drop_last) - self.start // self.world_size
+        return per_rank(max(self.epoch_samples - self.start, 0), self.world_size, self.drop_last)
 
     def indices(self) -> np.ndarray:
         return epoch_indices(self.shard_sizes, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
                              rank=self.rank, world_size=self.world_size, drop_last=self.drop_last,
-                             mode=self.mode, buffer_size=self.buffer_size, repeats=self.repeats)
+                             mode=self.mode, buffer_size=self.buffer_size, repeats=self.repeats, start=self.start)
 
     def batches(self) -> list[np.ndarray]:
         return split_batches(self.indices(), self.batch_size, drop_last=self.drop_last)
 
     def __iter__(self) -> Iterator[list[int]]:
         epoch = self.epoch
+        progress = self.progress
+        if progress is not None:
+            progress.begin()
         for b in self.batches():
+            if progress is not None:
+                progress.step()
             yield EpochBatch(b.tolist(), epoch)
+        if self.epoch == epoch:  # the pass ran to its end: the next one reads an epoch from its start
+            self.start = 0
         if self.auto_epoch:
             self.epoch += 1
 
     def __len__(self) -> int:
         return num_batches(self.samples_per_rank, self.batch_size, self.drop_last)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loader state after the batches this sampler handed out in its current pass
+        (:mod:`shardkit.read.state`)."""
+        if self.progress is None:
+            raise ConfigError("this sampler keeps no loader state (it was not made by Dataset.sampler)",
+                              fix="make it with shardkit.open(split).sampler(plan)")
+        return dict(self.progress.state_dict())
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume at ``state``: the next pass reads the rest of its epoch."""
+        if self.progress is None:
+            raise ConfigError("this sampler keeps no loader state (it was not made by Dataset.sampler)",
+                              fix="make it with shardkit.open(split).sampler(plan)")
+        self.progress.load_state_dict(state)

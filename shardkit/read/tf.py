@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,7 +36,8 @@ from ..formats.base import TfRecordLayout
 from . import sampling
 from .dataset import Dataset, adapter_dataset
 from .options import EpochPlan, OpenOptions, adapter_options, adapter_plan, refuse_unknown
-from .sampling import parse_sampling
+from .sampling import EpochBatchSampler, parse_sampling
+from .state import LoaderState, Progress
 
 if TYPE_CHECKING:
     from ..augment import Compose
@@ -80,6 +81,12 @@ def dataset(
     shuffle) unless the plan's ``shuffle_mode`` is ``"global"``; other formats, and splits on object storage
     (through their cache), through the core reader.
 
+    The returned dataset has ``state_dict(batches=None)`` and ``load_state_dict(state)``
+    (:mod:`shardkit.read.state`): the state after ``batches`` batches of the current pass (tf.data reads ahead, so
+    pass the steps the training loop took; by default the batches the reader produced), and a resume at a state:
+    the next pass reads the rest of its epoch, in the same order, augmented the same. Not for a TFRecord split
+    that tf.data reads itself (shard-then-buffer): a ConfigError; use ``shuffle_mode="global"``.
+
     ``augment``: a :class:`shardkit.augment.Compose` or its string form (``"scale=0.5:2,crop=352x480,hflip"``)
     applied to each batch in TensorFlow ops with this split's ignore index (255 if none); needs
     ``labels="ids"``. Pass ``k`` over the returned dataset draws epoch ``epoch + k``; for sample ``i`` the
@@ -114,8 +121,11 @@ def dataset(
     if layout is not None and tf_reads:
         out = _tfrecord_pipeline(ds, layout, the_plan, cycle_length=cycle_length, with_keys=with_keys,
                                  with_indices=aug is not None)
+        progress = None
     else:
-        out = _generator_pipeline(ds, the_plan, with_keys=with_keys, with_indices=aug is not None)
+        sampler = ds.sampler(the_plan, augment=aug)  # the plan checked against this split now, not in TF
+        progress = sampler.progress.twin()
+        out = _generator_pipeline(ds, sampler, progress, with_keys=with_keys, with_indices=aug is not None)
     if aug is not None:
         out = _augment_stage(ds, out, aug, seed=the_plan.seed, with_keys=with_keys)
     if normalize:
@@ -126,7 +136,27 @@ def dataset(
             return ((tf.cast(images, tf.float32) - mean) * inv_std, *rest)
 
         out = out.map(norm, num_parallel_calls=AUTOTUNE, deterministic=True)
-    return out.prefetch(AUTOTUNE)
+    return _with_state(out.prefetch(AUTOTUNE), progress)
+
+
+def _with_state(out: tf.data.Dataset, progress: Progress | None) -> tf.data.Dataset:
+    """``out`` with ``state_dict(batches=None)`` / ``load_state_dict(state)`` (:mod:`shardkit.read.state`)."""
+
+    def state_dict(batches: int | None = None) -> dict[str, Any]:
+        if progress is None:
+            raise ConfigError(_NO_STATE, fix="pass plan=EpochPlan(…, shuffle_mode='global') to resume a TFRecord split")
+        return progress.state_dict(batches)
+
+    def load_state_dict(state: Mapping[str, Any] | LoaderState) -> None:
+        if progress is None:
+            raise ConfigError(_NO_STATE, fix="pass plan=EpochPlan(…, shuffle_mode='global') to resume a TFRecord split")
+        progress.load_state_dict(state)
+
+    out.state_dict, out.load_state_dict = state_dict, load_state_dict
+    return out
+
+
+_NO_STATE = "tf.data reads this TFRecord split itself (shard-then-buffer), which keeps no loader state to resume"
 
 
 def _open_local_shards(ds: Dataset) -> None:
@@ -203,14 +233,15 @@ def _padded(ds: Dataset, idx: np.ndarray, ignore: int) -> tuple[np.ndarray, np.n
     return images, labels, hw
 
 
-def _generator_pipeline(ds: Dataset, plan: EpochPlan, *, with_keys: bool,
+def _generator_pipeline(ds: Dataset, sampler: EpochBatchSampler, progress: Progress, *, with_keys: bool,
                         with_indices: bool = False) -> tf.data.Dataset:
-    """Random-access formats: the core reader's batches; each new iteration is the next epoch.
+    """Random-access formats: the core reader's batches of ``sampler``; each new iteration is the next epoch
+    (counted by ``progress``).
 
     ``with_indices``: elements are dicts with ``images``, ``labels``, ``index`` (global sample indices),
     ``epoch`` (the pass's epoch), ``keys`` with ``with_keys``, and ``hw`` (each sample's size) for a split
     of variable-size samples, which are padded to a common canvas."""
-    batch_size, drop_last = plan.batch_size, plan.drop_last
+    batch_size, drop_last = sampler.batch_size, sampler.drop_last
     bdim = batch_size if drop_last else None
     variable = _one_size(ds) is None
     if variable:
@@ -228,23 +259,23 @@ def _generator_pipeline(ds: Dataset, plan: EpochPlan, *, with_keys: bool,
         if variable:
             parts["hw"] = tf.TensorSpec((bdim, 2), tf.int32)
     keys = np.array([ds.key(i) for i in range(len(ds))], dtype=object) if with_keys else None
-    epochs = itertools.count(plan.epoch)
-    ds.sampler(plan)  # validate the plan against this split now, not in TF
     ignore = 255 if ds.ignore_index is None else int(ds.ignore_index)
     names = list(parts)
 
     def generate() -> Iterator[tuple[Any, ...]]:
-        e = next(epochs)
+        progress.begin()  # this pass: the sampler's epoch, from its start (or where a loader state resumes it)
+        e = sampler.epoch
+        order = sampler.batches()
+        sampler.start, sampler.epoch = 0, e + 1  # the next pass: the next epoch, from its start
         if variable:  # read one by one onto a padded canvas (only with augment: check_augment allowed it)
-            batches: Iterator[tuple[np.ndarray, ...]] = (
-                (idx, *_padded(ds, idx, ignore))
-                for idx in ds.sampler(plan.replace(epoch=e)).batches())
-        else:  # buffers=0: TensorFlow may keep referring to a yielded array, so never reuse one.
-            batches = ds.iter_batches(plan.replace(epoch=e), buffers=0, with_indices=True)
+            batches: Iterator[tuple[np.ndarray, ...]] = ((idx, *_padded(ds, idx, ignore)) for idx in order)
+        else:  # fresh arrays: TensorFlow may keep referring to a yielded array, so never reuse one.
+            batches = ((idx, *ds.batch(idx)) for idx in order)
         for idx, images, labels, *hw in batches:
             got = {"images": images, "labels": labels, "index": np.asarray(idx, np.int64),
                    "epoch": np.int64(e), "hw": hw[0] if hw else None,
                    "keys": keys[idx].astype(bytes) if keys is not None else None}
+            progress.step()
             yield tuple(got[n] for n in names)
 
     out = tf.data.Dataset.from_generator(generate, output_signature=tuple(parts.values()))

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from ..augment import Compose
 
 __all__ = ["PREFETCH_LABELS", "BufferReuse", "CudaPrefetcher", "EpochPlan", "OpenOptions", "RingLoader",
-           "ShardkitTorchDataset", "make_loader"]
+           "ShardkitLoader", "ShardkitTorchDataset", "StatefulRingLoader", "make_loader"]
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,11 @@ class ShardkitTorchDataset(torch.utils.data.Dataset):
 
     def __len__(self) -> int:
         return len(self.dataset)
+
+    def sampler(self, plan: EpochPlan | int, **fields: Any) -> sampling.EpochBatchSampler:
+        """The batch sampler of ``plan`` for ``DataLoader(self, batch_size=None, sampler=…)``, with a loader state
+        that knows this dataset's augmentation: torchdata's ``StatefulDataLoader`` saves and restores it."""
+        return self.dataset.sampler(plan, augment=self.augment, **fields)
 
     @property
     def labels(self) -> str:
@@ -218,7 +223,7 @@ def make_loader(
     reuse_buffers: bool | BufferReuse = False,
     auto_epoch: bool = True,
     **dataloader: Any,
-) -> DataLoader | RingLoader:
+) -> ShardkitLoader | StatefulRingLoader:
     """A ``DataLoader`` that reads whole batches per worker task, for the batches of ``plan``.
 
     ``plan``: an :class:`~shardkit.read.options.EpochPlan` (batch size, shuffle, seed, epoch, rank, world size,
@@ -228,6 +233,9 @@ def make_loader(
 
     Every rank gets the same number of batches (see :mod:`shardkit.read.sampling`). The epoch
     advances after each full pass (``auto_epoch``), or set it with ``loader.sampler.set_epoch(e)``.
+    ``loader.state_dict()`` / ``loader.load_state_dict(state)``: where the loader stands (epoch, samples consumed
+    by all ranks, the dataset and order it reads), for an exact resume with the same or another number of ranks
+    and workers (:mod:`shardkit.read.state`, docs/resume.md).
     ``dataloader``: the DataLoader keywords ``pin_memory`` (default: whether CUDA is available),
     ``persistent_workers`` (default ``num_workers > 0``), ``prefetch_factor`` and ``multiprocessing_context``.
 
@@ -287,7 +295,7 @@ def make_loader(
     buffers = memory.keep + 1 if num_workers == 0 and memory is not None and augment is None else 0  # augmented: fresh
     dataset = ShardkitTorchDataset(source, options=options if isinstance(source, Dataset) else opts, layout=layout,
                                    with_indices=with_indices, buffers=buffers, augment=augment, seed=the_plan.seed)
-    sampler = dataset.dataset.sampler(the_plan)
+    sampler = dataset.dataset.sampler(the_plan, augment=augment)
     sampler.auto_epoch = auto_epoch
     if num_workers > 0:
         kwargs["persistent_workers"] = num_workers > 0 if persistent_workers is None else persistent_workers
@@ -304,11 +312,12 @@ def make_loader(
         slotted = _SlotSampler(sampler, len(ring.slots), pool)
         loader = DataLoader(ring, batch_size=None, sampler=slotted, num_workers=num_workers, pin_memory=False,
                             **kwargs)
-        return RingLoader(loader, ring, pin_memory=pin_memory, keep=ring_opts.keep, copy=memory is None, pool=pool)
+        return _with_state(StatefulRingLoader(loader, ring, pin_memory=pin_memory, keep=ring_opts.keep,
+                                              copy=memory is None, pool=pool), sampler)
     if num_workers == 0 and memory is not None:  # the reused buffers themselves are pinned: no pinned allocation
         dataset.pin, pin_memory = pin_memory, False
-    return DataLoader(dataset, batch_size=None, sampler=sampler, num_workers=num_workers,
-                      pin_memory=pin_memory, **kwargs)
+    return _with_state(ShardkitLoader(dataset, batch_size=None, sampler=sampler, num_workers=num_workers,
+                                      pin_memory=pin_memory, **kwargs), sampler)
 
 
 #: Linux's ``MADV_POPULATE_WRITE`` (5.14+): map a range's pages writable now, in one call, without writing them.
@@ -523,3 +532,33 @@ class RingLoader:
             else:
                 yield images, labels
             del images, labels, whole  # not held while the next batch is fetched: the consumer decides
+
+
+class _Stateful:
+    """``state_dict()`` / ``load_state_dict()`` of a loader (:mod:`shardkit.read.state`): the torch stateful
+    protocol that torchdata's ``StatefulDataLoader`` and Lightning call, or a dict saved beside a checkpoint. Each
+    yielded batch counts as consumed; restoring moves the sampler, reading nothing."""
+
+    progress: Any  # a shardkit.read.state.Progress
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.progress.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.progress.load_state_dict(state)
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.progress.counted(super().__iter__())  # type: ignore[misc]
+
+
+class ShardkitLoader(_Stateful, DataLoader):  # type: ignore[misc]  # __iter__: a generator, not _BaseDataLoaderIter
+    """make_loader's ``DataLoader``, with a loader state."""
+
+
+class StatefulRingLoader(_Stateful, RingLoader):
+    """make_loader's :class:`RingLoader`, with a loader state."""
+
+
+def _with_state(loader: Any, sampler: sampling.EpochBatchSampler) -> Any:
+    loader.progress = sampler.progress.twin()
+    return loader

@@ -157,3 +157,56 @@ def pydataset_augment_check(split: str) -> dict[str, Any]:
 
 def test_pydataset_augments_per_sample_and_epoch(small: Path) -> None:
     assert _in_keras_process("pydataset_augment_check", small) == {"ok": True}
+
+
+def pydataset_resume_check(split: str) -> dict[str, Any]:
+    """Stop after 3 batches, resume a new PyDataset from the state dict: ``len`` is the batches left, and they, then
+    the next epoch, equal the uninterrupted run's bytes (augmented); ``model.fit`` on the resumed dataset trains on
+    exactly those batches, then moves on to epoch 1 from its start."""
+    import keras
+
+    from shardkit import augment as A
+    from shardkit.read.keras import ShardkitPyDataset
+
+    def make(kind: type[ShardkitPyDataset] = ShardkitPyDataset) -> ShardkitPyDataset:
+        return kind(split, shardkit.EpochPlan(4, seed=3), augment=A.parse("hflip,jitter=0.2"))
+
+    def epoch(data: ShardkitPyDataset) -> list[bytes]:
+        out = [b"".join(a.tobytes() for a in data[i]) for i in range(len(data))]
+        data.on_epoch_begin()
+        data.on_epoch_end()
+        return out
+
+    full = make()
+    want = epoch(full) + epoch(full)
+    first = make()
+    got = [b"".join(a.tobytes() for a in first[i]) for i in range(3)]
+    state = first.state_dict()
+    assert (state["epoch"], state["consumed"]) == (0, 12), state
+    again = make()
+    again.load_state_dict(state)
+    assert len(again) == len(full) - 3
+    assert got + epoch(again) + epoch(again) == want
+
+    read: set[tuple[int, int]] = set()
+
+    class Recording(ShardkitPyDataset):
+        def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+            read.add((self.epoch, *self.batch_indices(int(index))[:1].tolist()))
+            return super().__getitem__(index)
+
+    data = make(Recording)
+    data.load_state_dict(state)
+    model = keras.Sequential([keras.Input((*SIZE, 3)), keras.layers.Conv2D(1, 1), keras.layers.Reshape(SIZE)])
+    model.compile(optimizer="adam", loss="mse")  # what is learnt does not matter here, which batches are read does
+    model.fit(data, epochs=1, verbose=0)
+    plain = make()
+    expect = {(0, int(plain.batch_indices(i)[0])) for i in range(3, len(plain))}
+    assert read == expect, (sorted(read), sorted(expect))
+    after = data.state_dict()
+    assert (after["epoch"], after["consumed"], len(data)) == (1, 0, len(plain)), after
+    return {"ok": True}
+
+
+def test_pydataset_resumes_from_its_state(small: Path) -> None:
+    assert _in_keras_process("pydataset_resume_check", small) == {"ok": True}

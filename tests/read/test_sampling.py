@@ -334,3 +334,39 @@ def test_the_bitmap_check_passes_every_real_split(camvid_val_npy: Path) -> None:
     ds = shardkit.open(camvid_val_npy)
     assert presence_contradiction(ds.class_frequencies()) is None
     assert ds.sampler(4, sampling="class-balanced").samples_per_rank > 0
+
+
+def test_resume_order_same_world_is_the_uninterrupted_rest_any_world_the_unconsumed_rest() -> None:
+    """Random sizes, world sizes, batch sizes, drop_last and class-balanced repeats: resumed after k batches on
+    every rank, the same world size reads exactly the uninterrupted batches that follow; another world size reads
+    every position from k*B*W on once (the unconsumed samples in the global order), evened out for itself."""
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        sizes = rng.integers(1, 30, rng.integers(1, 5)).tolist()
+        n = sum(sizes)
+        world, batch, drop = int(rng.integers(1, 5)), int(rng.integers(1, 6)), bool(rng.integers(2))
+        repeats = rng.uniform(0.5, 3.0, n) if rng.integers(2) else None
+        seed, epoch = int(rng.integers(100)), int(rng.integers(3))
+
+        common = {"shard_sizes": sizes, "batch_size": batch, "seed": seed, "epoch": epoch, "drop_last": drop,
+                  "repeats": repeats}
+
+        def ranks(w: int, start: int, common: dict = common) -> list[sampling.EpochBatchSampler]:
+            return [sampling.EpochBatchSampler(**common, rank=r, world_size=w, start=start) for r in range(w)]
+
+        full = [s.batches() for s in ranks(world, 0)]
+        if not full[0]:
+            continue
+        k = int(rng.integers(0, len(full[0])))
+        consumed = k * batch * world
+        resumed = [s.batches() for s in ranks(world, consumed)]
+        assert all([b.tolist() for b in f[k:]] == [b.tolist() for b in r] for f, r in zip(full, resumed, strict=True))
+        order = sampling.epoch_indices(sizes, seed=seed, epoch=epoch, repeats=repeats)  # the global order, one rank
+        other = int(rng.integers(1, 5))
+        rest = sorted(np.concatenate([s.indices() for s in ranks(other, consumed)]).tolist())
+        left = order[consumed:]
+        if drop:  # the tail that does not fill the new ranks evenly is dropped
+            left = left[:len(left) // other * other]
+        else:  # padded by wrapping around to the order's start
+            left = np.concatenate([left, order[np.arange((-len(left)) % other) % len(order)]])
+        assert rest == sorted(left.tolist())

@@ -151,3 +151,34 @@ def test_a_global_shuffle_plan_reads_a_tfrecord_split_in_the_samplers_order(tf, 
     plan = shardkit.EpochPlan(5, seed=6, shuffle_mode="global")
     order = _check_epochs(shardkit.tf.dataset(splits["tfrecord"], plan, with_keys=True), core, 1)[0]
     assert order == np.concatenate(core.sampler(plan).batches()).tolist()
+
+
+def test_tf_dataset_resumes_from_its_state(tf, splits: dict[str, Path]) -> None:
+    """shardkit.tf.dataset stopped after 3 batches (the steps a training loop took; tf.data read ahead) and a new
+    one resumed from the state: the rest of the epoch and the next epoch equal the uninterrupted run's bytes,
+    augmented in TensorFlow ops. A TFRecord split that tf.data reads itself keeps no state: one line saying so."""
+    from shardkit.errors import ConfigError
+
+    plan = shardkit.EpochPlan(4, seed=6)
+    aug = "hflip,jitter=0.2"
+
+    def passes(data, n: int) -> list[bytes]:
+        return [b"".join(t.numpy().tobytes() for t in batch) for _ in range(n) for batch in data]
+
+    want = passes(shardkit.tf.dataset(splits["npy"], plan, augment=aug), 2)
+    first = shardkit.tf.dataset(splits["npy"], plan, augment=aug)
+    got = []
+    for batch in first:
+        got.append(b"".join(t.numpy().tobytes() for t in batch))
+        if len(got) == 3:
+            break
+    state = first.state_dict(batches=3)
+    assert (state["epoch"], state["consumed"]) == (0, 12)
+    again = shardkit.tf.dataset(splits["npy"], plan, augment=aug)
+    again.load_state_dict(state)
+    assert got + passes(again, 2) == want
+    assert again.state_dict()["epoch"] == 2
+    tfr = shardkit.tf.dataset(splits["tfrecord"], plan)
+    with pytest.raises(ConfigError, match="keeps no loader state") as err:
+        tfr.load_state_dict(state)
+    assert "\n" not in str(err.value)

@@ -1,0 +1,234 @@
+"""Grain (JAX) adapter: a random-access data source over a converted split and a sampler drawing shardkit's order.
+
+Importing this module imports grain; ``import shardkit`` does not.
+
+* :class:`ShardkitSource` — Grain's ``RandomAccessDataSource`` protocol (``__len__``, ``__getitem__``, a ``repr``
+  carrying the dataset identity, which Grain checks a checkpoint against). Picklable: each worker reopens the
+  split's shards. A record key is ``epoch * num_samples + index``, so the source knows each record's epoch and
+  augments sample ``index`` from (seed, epoch, index) like every other shardkit path.
+* :class:`ShardkitSampler` — Grain's ``Sampler`` protocol: global position ``g`` of the run is sample
+  ``order_e[g % T]`` of epoch ``e = first + g // T`` (``order_e`` the epoch's global order evened out for the shard
+  count, :mod:`shardkit.read.sampling`). Grain's ``DataLoader`` hands process ``shard_index`` of ``shard_count``
+  the positions ``shard_index, shard_index + shard_count, …``: exactly shardkit's rank split.
+* :func:`data_loader` — a ``grain.python.DataLoader`` of batches of the plan; checkpoint it with Grain's own
+  iterator state (``iterator.get_state()`` / ``set_state``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import grain.python as grain
+import numpy as np
+
+from ..errors import ConfigError
+from . import sampling
+from .dataset import Dataset
+from .options import EpochPlan, OpenOptions
+from .state import augment_identity, dataset_identity
+
+__all__ = ["ShardkitBatchSource", "ShardkitSampler", "ShardkitSource", "batch_loader", "data_loader"]
+
+
+class ShardkitSource:
+    """Records ``{"image", "label", "index", "epoch"}`` of a split for ``epochs`` epochs (keys ``epoch * n + i``),
+    augmented by ``augment`` (a :mod:`shardkit.augment` pipeline, numpy/OpenCV path) with ``seed``."""
+
+    def __init__(self, path: str | os.PathLike[str], *, options: OpenOptions | None = None, augment: Any = None,
+                 seed: int = 0, epochs: int = 1) -> None:
+        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+            raise ConfigError(f"epochs={epochs!r} is not a positive integer")
+        self.path, self.options, self.augment, self.seed, self.epochs = path, options, augment, int(seed), epochs
+        ds = self._open()
+        if augment is not None:
+            ds.check_augment(augment)
+        self.num_samples = len(ds)
+        self.split, self.version = ds.manifest.split, int(ds.version or 0)
+        self.identity = dataset_identity(ds.manifest)
+        self.shard_sizes = list(ds.shard_sizes)
+
+    def _open(self) -> Dataset:
+        ds = self.__dict__.get("_ds")
+        if ds is None:
+            ds = self.__dict__["_ds"] = Dataset(self.path, self.options)
+        return ds
+
+    def __len__(self) -> int:
+        return self.num_samples * self.epochs
+
+    def __getitem__(self, key: int) -> dict[str, np.ndarray]:
+        epoch, index = divmod(int(key), self.num_samples)
+        ds, idx = self._open(), np.array([index])
+        if self.augment is None:
+            images, labels = ds.batch(idx)
+        else:
+            images, labels = ds.augmented_batch(idx, self.augment, seed=self.seed, epoch=epoch)
+        return {"image": images[0], "label": labels[0], "index": np.int64(index), "epoch": np.int64(epoch)}
+
+    def __repr__(self) -> str:
+        return (f"ShardkitSource(split={self.split!r}, version={self.version}, dataset={self.identity}, "
+                f"augment={augment_identity(self.augment) or 'none'}, seed={self.seed}, epochs={self.epochs})")
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_ds", None)  # each worker opens the shards itself
+        return state
+
+
+class ShardkitSampler:
+    """The global order of ``plan``'s epochs (``plan.epoch`` on, ``num_epochs`` of them) for Grain, split over
+    ``shard_options.shard_count`` processes like shardkit's ranks (``drop_remainder`` or ``plan.drop_last``: the
+    tail is dropped, else padded by wrapping around). Uniform sampling."""
+
+    def __init__(self, source: ShardkitSource, plan: EpochPlan | int, *, num_epochs: int = 1,
+                 shard_options: grain.ShardOptions | None = None) -> None:
+        p = EpochPlan.of(plan)
+        if p.sampling != "uniform":
+            raise ConfigError(f"the Grain sampler draws uniform epochs, not sampling={p.sampling!r}")
+        if p.epoch + num_epochs > source.epochs:
+            raise ConfigError(f"epochs {p.epoch}..{p.epoch + num_epochs - 1} need a source of at least "
+                              f"{p.epoch + num_epochs} epochs, it has {source.epochs}",
+                              fix=f"ShardkitSource(..., epochs={p.epoch + num_epochs})")
+        shard = shard_options or grain.NoSharding()
+        self.plan, self.num_epochs, self.source = p, int(num_epochs), source
+        self.world, self.drop_last = shard.shard_count, bool(shard.drop_remainder or p.drop_last)
+        n = source.num_samples
+        self.per_epoch = sampling.per_rank(n, self.world, self.drop_last) * self.world
+
+    @functools.lru_cache(maxsize=2)  # noqa: B019 - two epochs' orders, for the sampler's lifetime
+    def _order(self, epoch: int) -> np.ndarray:
+        order = sampling.epoch_indices(self.source.shard_sizes, shuffle=self.plan.shuffle, seed=self.plan.seed,
+                                       epoch=epoch)
+        return sampling.even_out(order, self.world, self.drop_last)
+
+    def __len__(self) -> int:
+        return self.per_epoch * self.num_epochs
+
+    def __getitem__(self, index: int) -> grain.RecordMetadata:
+        if not 0 <= index < len(self):
+            raise IndexError(f"position {index} is not in 0..{len(self) - 1}")
+        e, p = divmod(int(index), self.per_epoch)
+        epoch = self.plan.epoch + e
+        return grain.RecordMetadata(index=index, record_key=epoch * self.source.num_samples
+                                    + int(self._order(epoch)[p]))
+
+    def __repr__(self) -> str:
+        p = self.plan
+        return (f"ShardkitSampler(seed={p.seed}, shuffle={p.shuffle}, epoch={p.epoch}, num_epochs={self.num_epochs}, "
+                f"shard_count={self.world}, drop_last={self.drop_last}, source={self.source!r})")
+
+
+def _parse_flags(worker_count: int) -> None:
+    """Grain's worker processes read absl flags, which only an absl app parses: with workers, take the defaults."""
+    if worker_count:
+        from absl import flags
+
+        if not flags.FLAGS.is_parsed():
+            flags.FLAGS.mark_as_parsed()
+
+
+def data_loader(source: ShardkitSource, plan: EpochPlan | int, *, num_epochs: int = 1,
+                shard_options: grain.ShardOptions | None = None, worker_count: int = 0,
+                operations: tuple[Any, ...] = ()) -> grain.DataLoader:
+    """A Grain ``DataLoader`` of ``plan``'s batches (``operations`` run per record before batching; Grain's batches
+    run on across epoch boundaries); pass ``shard_options=grain.ShardByJaxProcess()`` on several JAX processes.
+    With ``worker_count`` outside an absl app, absl's flags are marked parsed (their defaults), which Grain's
+    worker processes need."""
+    p = EpochPlan.of(plan)
+    shard = shard_options or grain.NoSharding()
+    _parse_flags(worker_count)
+    return grain.DataLoader(data_source=source, sampler=ShardkitSampler(source, p, num_epochs=num_epochs,
+                                                                        shard_options=shard),
+                            operations=[*operations, grain.Batch(p.batch_size, drop_remainder=p.drop_last)],
+                            worker_count=worker_count, shard_options=shard)
+
+
+class ShardkitBatchSource(ShardkitSource):
+    """Whole batches as Grain records: key ``(epoch * world + rank) * batches + k`` is batch ``k`` of ``rank`` of
+    ``world`` in ``epoch`` of ``plan`` (shardkit's batches, read with the batched reads), so Grain's per-record cost
+    is paid once per batch. Use with :func:`batch_loader`."""
+
+    def __init__(self, path: str | os.PathLike[str], plan: EpochPlan | int, *, world_size: int = 1,
+                 options: OpenOptions | None = None, augment: Any = None, epochs: int = 1) -> None:
+        p = EpochPlan.of(plan)
+        if p.sampling != "uniform":
+            raise ConfigError(f"the Grain source draws uniform epochs, not sampling={p.sampling!r}")
+        super().__init__(path, options=options, augment=augment, seed=p.seed, epochs=epochs)
+        self.plan, self.world = p, int(world_size)
+        per_rank = sampling.per_rank(self.num_samples, self.world, p.drop_last)
+        self.batches = sampling.num_batches(per_rank, p.batch_size, p.drop_last)
+
+    def __len__(self) -> int:
+        return self.epochs * self.world * self.batches
+
+    @functools.lru_cache(maxsize=2)  # noqa: B019 - two epochs' orders, for the source's lifetime
+    def _order(self, epoch: int) -> np.ndarray:
+        order = sampling.epoch_indices(self.shard_sizes, shuffle=self.plan.shuffle, seed=self.plan.seed,
+                                       epoch=epoch)
+        return sampling.even_out(order, self.world, self.plan.drop_last)
+
+    def indices(self, key: int) -> tuple[int, np.ndarray]:
+        """(epoch, sample indices) of the batch of record ``key``: ``Dataset.sampler(plan)``'s batch, sorted."""
+        slot, k = divmod(int(key), self.batches)
+        epoch, rank = divmod(slot, self.world)
+        mine = self._order(epoch)[rank::self.world]
+        return epoch, np.sort(mine[k * self.plan.batch_size:(k + 1) * self.plan.batch_size])
+
+    def __getitem__(self, key: int) -> dict[str, np.ndarray]:
+        epoch, idx = self.indices(key)
+        ds = self._open()
+        if self.augment is None:
+            images, labels = ds.batch(idx)
+        else:
+            images, labels = ds.augmented_batch(idx, self.augment, seed=self.seed, epoch=epoch)
+        return {"image": images, "label": labels, "index": idx, "epoch": np.full(len(idx), epoch, np.int64)}
+
+    def __repr__(self) -> str:
+        return (f"ShardkitBatchSource({super().__repr__()}, batch_size={self.plan.batch_size}, "
+                f"shuffle={self.plan.shuffle}, drop_last={self.plan.drop_last}, world_size={self.world})")
+
+
+
+class _BatchSampler:
+    """Grain positions over a :class:`ShardkitBatchSource`: position ``g`` of the run is the batch of rank
+    ``g % world`` at step ``(g // world) % batches`` of epoch ``first + g // (world * batches)``; Grain hands
+    process ``i`` of ``world`` the positions ``i, i + world, …``, so it reads rank ``i``'s batches in order."""
+
+    def __init__(self, source: ShardkitBatchSource, num_epochs: int) -> None:
+        first = source.plan.epoch
+        if first + num_epochs > source.epochs:
+            raise ConfigError(f"epochs {first}..{first + num_epochs - 1} need a source of at least "
+                              f"{first + num_epochs} epochs, it has {source.epochs}",
+                              fix=f"ShardkitBatchSource(..., epochs={first + num_epochs})")
+        self.source, self.num_epochs = source, int(num_epochs)
+
+    def __len__(self) -> int:
+        return self.num_epochs * self.source.world * self.source.batches
+
+    def __getitem__(self, index: int) -> grain.RecordMetadata:
+        if not 0 <= index < len(self):
+            raise IndexError(f"position {index} is not in 0..{len(self) - 1}")
+        src = self.source
+        e, q = divmod(int(index), src.world * src.batches)
+        k, rank = divmod(q, src.world)
+        epoch = src.plan.epoch + e
+        return grain.RecordMetadata(index=index, record_key=(epoch * src.world + rank) * src.batches + k)
+
+    def __repr__(self) -> str:
+        return f"_BatchSampler(num_epochs={self.num_epochs}, source={self.source!r})"
+
+
+def batch_loader(source: ShardkitBatchSource, *, num_epochs: int = 1, shard_options: grain.ShardOptions | None = None,
+                 worker_count: int = 0) -> grain.DataLoader:
+    """A Grain ``DataLoader`` whose records are :class:`ShardkitBatchSource` batches (the batched-read fast path):
+    each epoch's batches are ``Dataset.sampler(plan)``'s for this process's rank. ``shard_options.shard_count`` must
+    equal the source's ``world_size``."""
+    shard = shard_options or grain.NoSharding()
+    if shard.shard_count != source.world:
+        raise ConfigError(f"shard_count {shard.shard_count} is not the source's world_size {source.world}",
+                          fix="make the source with world_size=shard_options.shard_count")
+    _parse_flags(worker_count)
+    return grain.DataLoader(data_source=source, sampler=_BatchSampler(source, num_epochs), worker_count=worker_count,
+                            shard_options=shard)
