@@ -86,6 +86,8 @@ class AnnotationSource:
     crowd: ClassVar[str] = "class"
     overlaps: ClassVar[tuple[str, ...]] = OVERLAPS
     tool_rule: ClassVar[str] = ""
+    #: Pixels no object covers are void (the ignore id), not background (COCO panoptic's segment 0).
+    void_is_ignore: ClassVar[bool] = False
 
     def detect(self, root: Path) -> Path | None:
         """The annotation file (or folder) of this source under ``root``, or None when it has none."""
@@ -131,6 +133,8 @@ def rasterise(source: AnnotationSource, sample: SampleShapes, h: int, w: int, ta
                          f"{h}x{w}", fix="correct height/width in the annotation file (or the image)")
     if policies.overlap not in OVERLAPS or policies.crowd not in CROWDS:
         raise LabelError(f"policies {policies.overlap}/{policies.crowd} unknown")
+    if source.void_is_ignore and table.ignore_index is not None:
+        background = table.ignore_index
     shapes = []
     for obj in sample.objects:
         region, clipped, degenerate = source.region(obj, h, w)
