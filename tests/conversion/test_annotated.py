@@ -17,6 +17,9 @@ import shardkit
 from shardkit.cli import main
 from tests.annotation_trees import coco_tree, labelme_tree, panoptic_tree
 from tests.labels.sources.test_coco import semantic_reference
+from tests.labels.sources.test_cvat import reference as cvat_reference
+from tests.labels.sources.test_cvat import tree as cvat_tree
+from tests.labels.sources.test_cvat import xml as cvat_xml
 from tests.labels.sources.test_labelme import labelme_rule
 from tests.labels.sources.test_panoptic import reference as panoptic_reference
 
@@ -171,3 +174,13 @@ def test_coco_panoptic_tree_converts_bit_exact(tmp_path: Path) -> None:
     ds = shardkit.open(tmp_path / "out" / "examples")
     for i in range(len(ds)):
         np.testing.assert_array_equal(ds[i][1], panoptic_reference(raw, Path(ds.key(i)).with_suffix(".png").name))
+
+
+def test_cvat_xml_converts_bit_exact_by_z_order(tmp_path: Path) -> None:
+    raw = cvat_tree(tmp_path / "raw", cvat_xml())
+    res = run("convert", raw, tmp_path / "out", "--workers", "1")
+    assert res.exit_code == 0, res.output
+    ds = shardkit.open(tmp_path / "out" / "all")
+    np.testing.assert_array_equal(ds[0][1], cvat_reference())
+    notes = json.loads((tmp_path / "out" / "all" / "manifest.json").read_text())["source"]["annotations"]
+    assert notes["overlap"] == "z-order" and notes["report"]["degenerate"] == 1
