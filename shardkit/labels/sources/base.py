@@ -44,6 +44,8 @@ class SampleShapes:
     height: int
     width: int
     objects: tuple[ObjectShapes, ...]
+    #: label files the source checks whole per sample (:meth:`AnnotationSource.check`), e.g. a panoptic PNG
+    files: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,9 @@ class AnnotationSource:
         """One object's mask (as its box) by the tool's rule, whether it was clipped, whether it is degenerate."""
         raise NotImplementedError
 
+    def check(self, sample: SampleShapes, h: int, w: int) -> None:
+        """Refuse (one LabelError) a sample whose label files disagree with its objects; most sources have none."""
+
 
 def read_file(path: Path, what: str, limit: int) -> bytes:
     """An annotation file's bytes: a regular file of at most ``limit`` bytes (checked before reading), else one
@@ -133,6 +138,7 @@ def rasterise(source: AnnotationSource, sample: SampleShapes, h: int, w: int, ta
                          f"{h}x{w}", fix="correct height/width in the annotation file (or the image)")
     if policies.overlap not in OVERLAPS or policies.crowd not in CROWDS:
         raise LabelError(f"policies {policies.overlap}/{policies.crowd} unknown")
+    source.check(sample, h, w)
     if source.void_is_ignore and table.ignore_index is not None:
         background = table.ignore_index
     shapes = []

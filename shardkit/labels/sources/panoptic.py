@@ -178,33 +178,39 @@ class CocoPanopticSource(AnnotationSource):
                                      "categories lack", path=path,
                                      fix="add the category to 'categories' or drop the segment")
                 segs.append((sid, stored[cid], bool(s.get("iscrowd", 0))))
-            known = np.asarray(sorted(sid for sid, _, _ in segs), dtype=np.int64)
-            if np.unique(known).size != known.size:
+            if len({sid for sid, _, _ in segs}) != len(segs):
                 raise _fail(path, f"{a['file_name']}: a segment id appears twice in segments_info")
-            objects = tuple(ObjectShapes(str(sid), cls, "segment", (str(png), sid, known), crowd)
-                            for sid, cls, crowd in segs)
+            objects = tuple(ObjectShapes(str(sid), cls, "segment", (str(png), sid), crowd) for sid, cls, crowd in segs)
             image = inside(root, base, name, path)
             if not image.is_file():
                 raise LabelError(f"image {name!r} the panoptic file names is missing", path=path,
                                  fix="add it, or leave its entry out of the panoptic JSON")
             key = image.relative_to(Path(root).resolve()).as_posix()
-            out.append((image, SampleShapes(key, h, w, objects)))
+            out.append((image, SampleShapes(key, h, w, objects, (str(png),))))
         return sorted_unique(out, path)
 
-    def region(self, obj: ObjectShapes, h: int, w: int) -> tuple[Region, bool, bool]:
-        png, sid, known = Path(obj.data[0]), int(obj.data[1]), obj.data[2]
-        st = regular_stat(png, "panoptic PNG")
-        ids, counts = segment_ids(str(png), (st.st_size, st.st_mtime_ns))
+    def check(self, sample: SampleShapes, h: int, w: int) -> None:
+        """The PNG is the image's size and holds no segment id that ``segments_info`` lacks."""
+        png = Path(sample.files[0])
+        ids, counts = _decoded(png)
         if ids.shape != (h, w):
             raise LabelError(f"panoptic PNG is {ids.shape[0]}x{ids.shape[1]} (HxW) but its image is {h}x{w}",
                              path=png, fix="pass the panoptic PNG written for this image")
-        extra = sorted(set(counts) - {0} - set(known.tolist()))
+        extra = sorted(set(counts) - {0} - {int(o.data[1]) for o in sample.objects})
         if extra:
             raise LabelError(f"segment id {extra[0]} ({counts[extra[0]]} pixels) is in the PNG but not in its "
                              f"segments_info ({len(extra)} such id(s))", path=png,
                              fix="add the segment to segments_info in the panoptic JSON (or re-export the PNG)")
+
+    def region(self, obj: ObjectShapes, h: int, w: int) -> tuple[Region, bool, bool]:
+        ids, counts = _decoded(Path(obj.data[0]))
+        sid = int(obj.data[1])
         region = Region.of(ids == sid) if sid in counts else Region(0, 0, np.zeros((0, 0), dtype=bool))
         return region, False, False
 
+
+def _decoded(png: Path) -> tuple[np.ndarray, dict[int, int]]:
+    st = regular_stat(png, "panoptic PNG")
+    return segment_ids(str(png), (st.st_size, st.st_mtime_ns))
 
 SOURCE = CocoPanopticSource

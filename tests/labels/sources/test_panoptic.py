@@ -115,3 +115,10 @@ def test_png_of_the_wrong_size_or_kind_is_refused(tmp_path: Path) -> None:
 
 def test_policies_other_than_order_are_not_offered() -> None:
     assert CocoPanopticSource.overlaps == ("order",) and CocoPanopticSource.void_is_ignore
+
+
+def test_png_with_segments_but_none_listed_is_refused(tmp_path: Path) -> None:
+    root = panoptic_tree(tmp_path / "pan")
+    _edit(root, lambda d: d["annotations"][1].update(segments_info=[]))
+    with pytest.raises(LabelError, match="is in the PNG but not in its segments_info"):
+        _paint(root)
