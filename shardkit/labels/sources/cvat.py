@@ -6,7 +6,7 @@ Drawn as CVAT's own mask export draws them (datumaro, which CVAT's exports run o
 polygon of its four corners — by pycocotools' ``frPyObjects`` rule, the same numpy rule as :mod:`.coco`); a mask
 by CVAT's RLE (row-major runs over its ``width``×``height`` box at ``left``/``top``, starting with 0); a polyline,
 ``points`` or ``skeleton`` has no area, so paints nothing and is counted degenerate; any other shape (``ellipse``,
-``cuboid`` …) is refused in one line. ``occluded`` changes nothing
+``cuboid`` …) is refused in one line. a rotated shape (``rotation`` ≠ 0) is refused; ``occluded`` changes nothing
 drawn. Default overlap ``z-order`` (higher ``z_order`` on top, then file order, as CVAT shows them).
 
 The XML is parsed with xml.etree after refusing any DOCTYPE or ENTITY declaration (no external entities, no
@@ -154,6 +154,9 @@ class CvatSource(AnnotationSource):
                                      fix="add the label to the task's labels or drop the shape")
                 z = int(_number(el, "z_order", path, ident, -1e6, 1e6)) if el.get("z_order") else 0
                 data: tuple[object, ...]
+                if el.get("rotation") not in (None, "", "0", "0.0", "0.00"):
+                    raise LabelError(f"{ident} is rotated ({el.get('rotation')} degrees), which shardkit does not "
+                                     "draw", path=path, fix="convert the rotated shape to a polygon in CVAT")
                 if el.tag == "box":
                     x0, y0 = (_number(el, k, path, ident) for k in ("xtl", "ytl"))
                     x1, y1 = (_number(el, k, path, ident) for k in ("xbr", "ybr"))

@@ -118,6 +118,7 @@ def test_entity_declarations_are_refused(tmp_path: Path, head: str, needle: str)
     ('<ellipse label="car" cx="3" cy="3" rx="2" ry="2"/>', "<ellipse>"),
     ('<box label="car" xtl="inf" ytl="0" xbr="3" ybr="3"/>', "xtl='inf'"),
     ('<polygon label="road" points="1,2;3"/>', "x,y pair"),
+    ('<box label="car" xtl="1" ytl="1" xbr="9" ybr="9" rotation="30.00"/>', "rotated"),
 ])
 def test_hostile_shapes_are_refused_in_one_line(tmp_path: Path, shapes: str, needle: str) -> None:
     root = tree(tmp_path / "cvat", xml(shapes))
