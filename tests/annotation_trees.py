@@ -28,3 +28,10 @@ def labelme_tree(root: Path) -> Path:
     for photo in PHOTOS.glob("*.jpg"):
         shutil.copy(photo, root)
     return root.resolve()
+
+
+def panoptic_tree(root: Path) -> Path:
+    """panopticapi's sample data in COCO's layout: ``panoptic_examples.json`` beside ``panoptic_examples/``
+    (its PNGs) and the photos in ``examples/`` (the split folder)."""
+    shutil.copytree(DATA / "coco-panoptic", root)
+    return root.resolve()

@@ -293,9 +293,9 @@ class ConvertConfig:
     # annotation sources (shardkit.labels.sources; docs/annotations.md): labels drawn from shapes in a file
     annotations: str | None = option(
         None, group="labels", metavar="SOURCE[:PATH]",
-        help="Labels are shapes in annotation files: coco[:FILE.json] (COCO instances), labelme[:FOLDER] or "
-             "instance-masks[:FOLDER] (<id>/images + <id>/masks/*.png); found by themselves when no mask layout "
-             "fits; none: never use them.")
+        help="Labels are shapes in annotation files: coco[:FILE.json] (COCO instances), coco-panoptic[:FILE.json], "
+             "cvat[:annotations.xml] (CVAT for images 1.1), labelme[:FOLDER] or instance-masks[:FOLDER] "
+             "(<id>/images + <id>/masks/*.png); found by themselves when no mask layout fits; none: never use them.")
     #: None: the source's own tool behaviour (named in the log of every run)
     object_overlap: str | None = option(
         None, group="labels", choices=("order", "z-order", "area", "ignore"),

@@ -11,12 +11,17 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from PIL import Image
 
 import shardkit
 from shardkit.cli import main
-from tests.annotation_trees import coco_tree, labelme_tree
+from tests.annotation_trees import coco_tree, labelme_tree, panoptic_tree
 from tests.labels.sources.test_coco import semantic_reference
+from tests.labels.sources.test_cvat import reference as cvat_reference
+from tests.labels.sources.test_cvat import tree as cvat_tree
+from tests.labels.sources.test_cvat import xml as cvat_xml
 from tests.labels.sources.test_labelme import labelme_rule
+from tests.labels.sources.test_panoptic import reference as panoptic_reference
 
 pytest.importorskip("pycocotools")
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
@@ -142,3 +147,40 @@ def test_image_size_unlike_the_annotations_is_refused_before_writing(tmp_path: P
     name = doc["images"][2]["file_name"]
     assert res.exit_code == 1 and len(lines) == 1 and name in lines[0] and "(HxW)" in lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_coco_panoptic_tree_converts_bit_exact(tmp_path: Path) -> None:
+    raw = panoptic_tree(tmp_path / "raw")
+    res = run("convert", raw, tmp_path / "out", "--workers", "1")
+    assert res.exit_code == 0, res.output
+    ds = shardkit.open(tmp_path / "out" / "examples")
+    assert len(ds) == 2 and ds.manifest.classes.classes[0].name == "person"
+    for i in range(len(ds)):
+        np.testing.assert_array_equal(ds[i][1], panoptic_reference(raw, Path(ds.key(i)).with_suffix(".png").name))
+    notes = json.loads((tmp_path / "out" / "examples" / "manifest.json").read_text())["source"]["annotations"]
+    assert notes["crowd"] == "class" and notes["report"]["objects"] == 50 and notes["report"]["lost_objects"] == 0
+    assert notes["report"]["unlabelled"] == int(sum((ds[i][1] == 255).sum() for i in range(2)))
+    # an edited panoptic PNG is a change: one segment's pixels recoloured to another listed segment's id
+    png = raw / "panoptic_examples" / "000000142238.png"
+    rgb = np.array(Image.open(png))
+    doc = json.loads((raw / "panoptic_examples.json").read_text())
+    a, b = (s["id"] for s in doc["annotations"][0]["segments_info"][:2])
+    c = rgb.astype(np.int64)
+    ids = c[:, :, 0] + 256 * c[:, :, 1] + 65536 * c[:, :, 2]
+    rgb[ids == a] = [b % 256, b // 256 % 256, b // 65536]
+    Image.fromarray(rgb).save(png)
+    res = run("convert", raw, tmp_path / "out", "--workers", "1")
+    assert res.exit_code == 0 and "nothing changed" not in res.output, res.output
+    ds = shardkit.open(tmp_path / "out" / "examples")
+    for i in range(len(ds)):
+        np.testing.assert_array_equal(ds[i][1], panoptic_reference(raw, Path(ds.key(i)).with_suffix(".png").name))
+
+
+def test_cvat_xml_converts_bit_exact_by_z_order(tmp_path: Path) -> None:
+    raw = cvat_tree(tmp_path / "raw", cvat_xml())
+    res = run("convert", raw, tmp_path / "out", "--workers", "1")
+    assert res.exit_code == 0, res.output
+    ds = shardkit.open(tmp_path / "out" / "all")
+    np.testing.assert_array_equal(ds[0][1], cvat_reference())
+    notes = json.loads((tmp_path / "out" / "all" / "manifest.json").read_text())["source"]["annotations"]
+    assert notes["overlap"] == "z-order" and notes["report"]["degenerate"] == 1

@@ -44,6 +44,8 @@ class SampleShapes:
     height: int
     width: int
     objects: tuple[ObjectShapes, ...]
+    #: label files the source checks whole per sample (:meth:`AnnotationSource.check`), e.g. a panoptic PNG
+    files: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,8 @@ class AnnotationSource:
     crowd: ClassVar[str] = "class"
     overlaps: ClassVar[tuple[str, ...]] = OVERLAPS
     tool_rule: ClassVar[str] = ""
+    #: Pixels no object covers are void (the ignore id), not background (COCO panoptic's segment 0).
+    void_is_ignore: ClassVar[bool] = False
 
     def detect(self, root: Path) -> Path | None:
         """The annotation file (or folder) of this source under ``root``, or None when it has none."""
@@ -98,6 +102,9 @@ class AnnotationSource:
     def region(self, obj: ObjectShapes, h: int, w: int) -> tuple[Region, bool, bool]:
         """One object's mask (as its box) by the tool's rule, whether it was clipped, whether it is degenerate."""
         raise NotImplementedError
+
+    def check(self, sample: SampleShapes, h: int, w: int) -> None:
+        """Refuse (one LabelError) a sample whose label files disagree with its objects; most sources have none."""
 
 
 def read_file(path: Path, what: str, limit: int) -> bytes:
@@ -131,6 +138,9 @@ def rasterise(source: AnnotationSource, sample: SampleShapes, h: int, w: int, ta
                          f"{h}x{w}", fix="correct height/width in the annotation file (or the image)")
     if policies.overlap not in OVERLAPS or policies.crowd not in CROWDS:
         raise LabelError(f"policies {policies.overlap}/{policies.crowd} unknown")
+    source.check(sample, h, w)
+    if source.void_is_ignore and table.ignore_index is not None:
+        background = table.ignore_index
     shapes = []
     for obj in sample.objects:
         region, clipped, degenerate = source.region(obj, h, w)
