@@ -239,6 +239,7 @@ def make_loader(
     and workers (:mod:`shardkit.read.state`, docs/resume.md).
     ``dataloader``: the DataLoader keywords ``pin_memory`` (default: whether CUDA is available),
     ``persistent_workers`` (default ``num_workers > 0``), ``prefetch_factor`` and ``multiprocessing_context``.
+    Workers run OpenCV at one thread (:func:`one_opencv_thread`; this process's own count is kept).
 
     By default every batch is memory of its own while it lives, so batches stay valid when kept
     (``batches = list(loader)``). Without workers that is fresh tensors. With workers batches (augmented or not) go
