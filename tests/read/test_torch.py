@@ -409,7 +409,8 @@ def test_forked_workers_run_opencv_single_threaded(splits: dict[str, Path], monk
                                                    ring: bool) -> None:
     """Workers forked from a process whose OpenCV pool runs 2 threads (warmed by a warp) flip with OpenCV at one
     thread (the parent is set to one around the fork: a worker must not reconfigure the inherited pool), on the
-    ring and the plain DataLoader path; the parent's own count is back afterwards."""
+    ring and the plain DataLoader path, for a first and a second loader (where a worker-side call hung); the
+    parent's own count is back after each."""
     import cv2
 
     from shardkit import augment as A
@@ -429,12 +430,14 @@ def test_forked_workers_run_opencv_single_threaded(splits: dict[str, Path], monk
         cv2.warpAffine(np.zeros((512, 512, 4), np.uint8), np.eye(2, 3) * 0.5, (512, 512))  # the pool's threads run
         monkeypatch.setattr(cpu, "flip_copy", single_threaded_flip)
         memory = None if ring else BufferReuse(shared_ring=False)
-        loader = make_loader(splits["lmdb"], shardkit.EpochPlan(4, seed=1), num_workers=2, pin_memory=False,
-                             multiprocessing_context="fork", augment=A.parse("crop=200x200,hflip"),
-                             reuse_buffers=memory or False)
-        assert isinstance(loader, RingLoader) is ring
-        assert sum(len(images) for _ in range(2) for images, _ in loader) == 2 * 26
-        assert cv2.getNumThreads() == 2
+        for epochs in (2, 1):  # a second loader forks from the parent whose pool ran again in between
+            loader = make_loader(splits["lmdb"], shardkit.EpochPlan(4, seed=1), num_workers=2, pin_memory=False,
+                                 multiprocessing_context="fork", augment=A.parse("crop=200x200,hflip"),
+                                 reuse_buffers=memory or False)
+            assert isinstance(loader, RingLoader) is ring
+            assert sum(len(images) for _ in range(epochs) for images, _ in loader) == epochs * 26
+            assert cv2.getNumThreads() == 2
+            cv2.warpAffine(np.zeros((512, 512, 4), np.uint8), np.eye(2, 3) * 0.5, (512, 512))
     finally:
         cv2.setNumThreads(before)
 
