@@ -3,7 +3,7 @@ default, batches safe to keep) against ``reuse_buffers=True``, with 0 and 2 work
 pipeline (``augment=``) against the plain read, with 0 and 2 workers.
 
     python scripts/bench_loader.py RAW_CAMVID [--split SPLIT] [--batch 32] [--batches 40] [--rounds 3]
-        [--workers 2] [--crop 352x480] [--json out.json]
+        [--workers 2] [--crop 352x480] [--full-batches 10] [--json out.json]
 
 Data: the CamVid train pairs of RAW_CAMVID (SegNet layout) converted by shardkit into a temporary npy split as stored
 (360x480; deleted at the end), or an existing ``--split``. Every row reads shuffled batches of ``--batch`` samples
@@ -18,6 +18,8 @@ Rows (samples/s; each round runs every row once in turn, so ratios within a roun
 - ``reuse_buffers W workers``: the same with ``reuse_buffers=True`` (batches valid until 2 more were yielded).
 - ``crop W workers`` / ``crop+flip W workers``: the default with ``augment=parse("crop=HxW")`` /
   ``parse("crop=HxW,hflip")`` (the fast path: slices copied, not warped).
+- ``full spec W workers``: ``parse("scale=0.5:2,crop=HxW,hflip,rotate=10,jitter=0.2")`` (warped; OpenCV's
+  threads matter here), over ``--full-batches`` timed batches.
 
 The summary prints each round's ratios (default / reuse_buffers; crop and crop+flip / plain read, the plain read
 being the default row with the same workers) and their medians, with the load average at each round's start. On a
@@ -73,6 +75,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--crop", default="352x480")
+    ap.add_argument("--full-batches", type=int, default=10, help="timed batches of the full-spec rows (warped)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-loader-"))
@@ -94,16 +97,20 @@ def main() -> None:
             rows[f"reuse_buffers {w} workers"] = (w, {"reuse_buffers": True})
             rows[f"crop {w} workers"] = (w, {"augment": A.parse(f"crop={args.crop}")})
             rows[f"crop+flip {w} workers"] = (w, {"augment": A.parse(f"crop={args.crop},hflip")})
+            rows[f"full spec {w} workers"] = (w, {"augment": A.parse(f"scale=0.5:2,crop={args.crop},hflip,"
+                                                                      "rotate=10,jitter=0.2")})
         rounds: list[dict[str, Any]] = []
         for r in range(args.rounds):
             load = os.getloadavg()[0]
-            got = {name: rate(split, batches, args.batch, w, args.batches, **kw) for name, (w, kw) in rows.items()}
+            got = {name: rate(split, batches, args.batch, w, args.full_batches if name.startswith("full") else
+                              args.batches, **kw) for name, (w, kw) in rows.items()}
             ratios = {}
             for w in (0, args.workers):
                 plain = got[f"default {w} workers"]
                 ratios[f"default / reuse_buffers, {w} workers"] = plain / got[f"reuse_buffers {w} workers"]
                 ratios[f"crop / plain read, {w} workers"] = got[f"crop {w} workers"] / plain
                 ratios[f"crop+flip / plain read, {w} workers"] = got[f"crop+flip {w} workers"] / plain
+                ratios[f"full spec / plain read, {w} workers"] = got[f"full spec {w} workers"] / plain
             rounds.append({"load": load, "samples_per_s": got, "ratios": ratios})
             print(f"round {r + 1} (load {load:.2f})")
             for name, v in got.items():

@@ -16,6 +16,7 @@ Importing this module imports torch; ``import shardkit`` does not.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import logging
@@ -238,6 +239,7 @@ def make_loader(
     and workers (:mod:`shardkit.read.state`, docs/resume.md).
     ``dataloader``: the DataLoader keywords ``pin_memory`` (default: whether CUDA is available),
     ``persistent_workers`` (default ``num_workers > 0``), ``prefetch_factor`` and ``multiprocessing_context``.
+    Workers run OpenCV at one thread (:func:`one_opencv_thread`; this process's own count is kept).
 
     By default every batch is memory of its own while it lives, so batches stay valid when kept
     (``batches = list(loader)``). Without workers that is fresh tensors. With workers batches (augmented or not) go
@@ -299,6 +301,7 @@ def make_loader(
     sampler.auto_epoch = auto_epoch
     if num_workers > 0:
         kwargs["persistent_workers"] = num_workers > 0 if persistent_workers is None else persistent_workers
+        kwargs["worker_init_fn"] = one_opencv_thread  # spawned workers; forked ones: see _opencv_single_threaded
     else:
         kwargs = {}
     ring_opts = memory if memory is not None else dataclasses.replace(BufferReuse(), **moved)
@@ -318,6 +321,44 @@ def make_loader(
         dataset.pin, pin_memory = pin_memory, False
     return _with_state(ShardkitLoader(dataset, batch_size=None, sampler=sampler, num_workers=num_workers,
                                       pin_memory=pin_memory, **kwargs), sampler)
+
+
+def one_opencv_thread(_worker_id: int = 0) -> int:
+    """A DataLoader ``worker_init_fn``: OpenCV at one thread in this worker (the workers are the parallelism; with
+    OpenCV's pool each of 2 workers ran 2 threads on 2 cores and a warp took 0.85 ms instead of 0.42). Set only
+    where OpenCV is not at one thread yet, i.e. a fresh (spawned) process whose pool never started: a worker forked
+    while the parent's pool had threads must not touch it (``setNumThreads`` there joins threads the fork did not
+    copy, and hung), so :func:`_opencv_single_threaded` sets the parent to one thread around the fork. Returns
+    OpenCV's thread count now (0 without OpenCV)."""
+    try:
+        import cv2
+    except ImportError:  # pragma: no cover - OpenCV is a dependency; a reader without it has nothing to set
+        return 0
+    if cv2.getNumThreads() != 1:
+        cv2.setNumThreads(1)
+    return int(cv2.getNumThreads())
+
+
+@contextlib.contextmanager
+def _opencv_single_threaded(workers: int) -> Iterator[None]:
+    """OpenCV at one thread in this process while ``workers`` DataLoader workers start, so forked ones inherit a
+    pool without threads (see :func:`one_opencv_thread`); this process's own count restored after. Nothing to
+    do without workers, or when OpenCV was not imported here (workers then start it fresh)."""
+    cv2 = sys.modules.get("cv2") if workers > 0 else None
+    before = cv2.getNumThreads() if cv2 is not None else 1
+    if cv2 is not None and before != 1:
+        cv2.setNumThreads(1)
+    try:
+        yield
+    finally:
+        if cv2 is not None and before != 1:
+            cv2.setNumThreads(before)
+
+
+def _started(loader: DataLoader) -> Iterator[Any]:
+    """``iter(loader)``, its workers (if it starts them now) forked with OpenCV at one thread."""
+    with _opencv_single_threaded(loader.num_workers):
+        return iter(loader)
 
 
 #: Linux's ``MADV_POPULATE_WRITE`` (5.14+): map a range's pages writable now, in one call, without writing them.
@@ -508,7 +549,7 @@ class RingLoader:
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         if self.pool is not None:  # the DataLoader drops the last pass's unyielded batches as this one starts
             self.pool.reclaim()
-        for slot, n, indices, *whole in self.loader:
+        for slot, n, indices, *whole in _started(self.loader):
             if whole:  # a batch the slots had no room for, in its own memory
                 images, labels = (t.pin_memory() for t in whole) if self.pin else whole
             elif self.pool is not None:
@@ -551,8 +592,12 @@ class _Stateful:
         return self.progress.counted(super().__iter__())  # type: ignore[misc]
 
 
-class ShardkitLoader(_Stateful, DataLoader):  # type: ignore[misc]  # __iter__: a generator, not _BaseDataLoaderIter
-    """make_loader's ``DataLoader``, with a loader state."""
+class ShardkitLoader(_Stateful, DataLoader):
+    """make_loader's ``DataLoader``, with a loader state; its workers start with OpenCV at one thread."""
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # a generator, not _BaseDataLoaderIter
+        with _opencv_single_threaded(self.num_workers):
+            return super().__iter__()
 
 
 class StatefulRingLoader(_Stateful, RingLoader):

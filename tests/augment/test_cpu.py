@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -296,3 +298,51 @@ def test_float_gamma_with_and_without_numba_is_the_power(monkeypatch: pytest.Mon
         view = x[:, ::-1].copy()[:, ::-1]  # non-contiguous: copied, powered, written back
         cpu.float_gamma(view, g)
         np.testing.assert_array_equal(view, fast)
+
+
+def _introspections(batch: int) -> int:
+    """How many times numpy's Python-level dtype introspection (``dtype.name`` → ``_name_get``,
+    ``np.issubdtype``) runs while :func:`cpu.apply_batch` checks and crops a batch of ``batch`` samples."""
+    rng = np.random.default_rng(batch)
+    images = [rng.integers(0, 256, (40, 48, 3), dtype=np.uint8) for _ in range(batch)]
+    labels = [rng.integers(0, 12, (40, 48), dtype=np.uint8) for _ in range(batch)]
+    calls = 0
+
+    def count(frame: Any, event: str, _arg: Any) -> None:
+        nonlocal calls
+        if event == "call" and frame.f_code.co_name in ("_name_get", "issubdtype"):
+            calls += 1
+
+    aug = A.parse("crop=32x48,hflip")
+    sys.setprofile(count)
+    try:
+        got = cpu.apply_batch(aug, images, labels, list(range(batch)), seed=0, epoch=0, ignore_index=255)
+    finally:
+        sys.setprofile(None)
+    assert got[0].shape == (batch, 32, 48, 3)
+    return calls
+
+
+def test_batch_checks_do_not_introspect_every_samples_dtype() -> None:
+    """numpy's ``dtype.name`` and ``issubdtype`` cost ~18 µs a call, a fifth of a crop's copy: the checks of a batch
+    run them a fixed number of times, not once or twice per sample (2 samples or 64: the same count)."""
+    assert _introspections(64) == _introspections(2)
+
+
+def test_batch_checks_still_refuse_mixed_dtypes_and_non_integer_labels() -> None:
+    """The per-batch checks refuse what the per-sample ones did: any image whose dtype differs from the first (byte
+    order included), an unsupported first dtype, and labels that are not integers (bool included)."""
+    img, lab = np.zeros((8, 8, 3), np.uint8), np.zeros((8, 8), np.uint8)
+    aug = A.parse("crop=8x8")
+
+    def run(images: list[np.ndarray], labels: list[np.ndarray]) -> None:
+        cpu.apply_batch(aug, images, labels, list(range(len(images))), seed=0, epoch=0, ignore_index=255)
+
+    run([img, img], [lab, lab.astype(np.int16)])  # any integer labels
+    for images in ([img, img.astype(np.float64)], [img.astype(np.float64), img.astype(np.float64)],
+                   [img.astype("<u2"), img.astype(">u2")], [img, img, img.astype(np.int8)]):
+        with pytest.raises(ConfigError, match="one dtype"):
+            run(images, [lab] * len(images))
+    for bad in (lab.astype(bool), lab.astype(np.float32)):
+        with pytest.raises(ConfigError, match="integer id labels"):
+            run([img, img], [lab, bad])

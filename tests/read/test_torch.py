@@ -402,3 +402,55 @@ def test_ring_pages_are_mapped_in_one_call_keeping_their_values() -> None:
     assert populated >= 0 and plain >= 0  # values kept
     assert plain > 100 and populated < plain / 4
     _populate(_empty((0, 4), np.dtype(np.uint8), True))  # nothing to map: a no-op
+
+
+@pytest.mark.parametrize("ring", [True, False])
+def test_forked_workers_run_opencv_single_threaded(splits: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
+                                                   ring: bool) -> None:
+    """Workers forked from a process whose OpenCV pool runs 2 threads (warmed by a warp) flip with OpenCV at one
+    thread (the parent is set to one around the fork: a worker must not reconfigure the inherited pool), on the
+    ring and the plain DataLoader path, for a first and a second loader (where a worker-side call hung); the
+    parent's own count is back after each."""
+    import cv2
+
+    from shardkit import augment as A
+    from shardkit.augment import cpu
+    from shardkit.read.torch import RingLoader
+
+    flip = cpu.flip_copy
+
+    def single_threaded_flip(*args: Any) -> bool:
+        if cv2.getNumThreads() != 1:
+            raise RuntimeError(f"OpenCV at {cv2.getNumThreads()} threads in worker {os.getpid()}")
+        return flip(*args)
+
+    before = cv2.getNumThreads()
+    cv2.setNumThreads(2)
+    try:
+        cv2.warpAffine(np.zeros((512, 512, 4), np.uint8), np.eye(2, 3) * 0.5, (512, 512))  # the pool's threads run
+        monkeypatch.setattr(cpu, "flip_copy", single_threaded_flip)
+        memory = None if ring else BufferReuse(shared_ring=False)
+        for epochs in (2, 1):  # a second loader forks from the parent whose pool ran again in between
+            loader = make_loader(splits["lmdb"], shardkit.EpochPlan(4, seed=1), num_workers=2, pin_memory=False,
+                                 multiprocessing_context="fork", augment=A.parse("crop=200x200,hflip"),
+                                 reuse_buffers=memory or False)
+            assert isinstance(loader, RingLoader) is ring
+            assert sum(len(images) for _ in range(epochs) for images, _ in loader) == epochs * 26
+            assert cv2.getNumThreads() == 2
+            cv2.warpAffine(np.zeros((512, 512, 4), np.uint8), np.eye(2, 3) * 0.5, (512, 512))
+    finally:
+        cv2.setNumThreads(before)
+
+
+def test_spawned_workers_set_opencv_to_one_thread(splits: dict[str, Path]) -> None:
+    """make_loader's workers run ``one_opencv_thread`` first: in a fresh (spawned) process it sets OpenCV's pool,
+    not started yet, to one thread."""
+    import multiprocessing
+
+    from shardkit.read.torch import one_opencv_thread
+
+    for memory in (False, BufferReuse(shared_ring=False)):
+        loader = make_loader(splits["lmdb"], 4, num_workers=2, pin_memory=False, reuse_buffers=memory)
+        assert loader.worker_init_fn is one_opencv_thread
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        assert pool.apply(one_opencv_thread, (0,)) == 1
