@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ...errors import LabelError
-from ...support.smallfile import read_guarded
+from ...support.smallfile import open_regular, read_guarded
 from ..classes import ClassTable
 from ..raster import CROWDS, OVERLAPS, RasterReport, Region, Shape, paint
 
@@ -105,6 +105,30 @@ class AnnotationSource:
 
     def check(self, sample: SampleShapes, h: int, w: int) -> None:
         """Refuse (one LabelError) a sample whose label files disagree with its objects; most sources have none."""
+
+
+def annotation_error(what: Path, problem: str, document: str = "the annotation file", item: str = "entry"
+                     ) -> LabelError:
+    """A problem in an annotation file: one LabelError whose fix says to correct ``document``."""
+    return LabelError(problem, path=what, fix=f"correct {document} (or leave that {item} out)")
+
+
+def checked_int(value: Any, what: Path, name: str, lo: int = 0, hi: int = 2**62,
+                document: str = "the annotation file") -> int:
+    """``value`` if it is an integer (not a bool) in ``lo..hi``, else :func:`annotation_error` naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise annotation_error(what, f"{name} is {value!r}, not an integer in {lo}..{hi}", document)
+    return value
+
+
+def file_head(path: Path, size: int = 1 << 16) -> bytes:
+    """The first ``size`` bytes of a candidate annotation file, to recognise it without parsing it whole; b"" for
+    anything that is not a readable regular file (a FIFO in its place is never opened for a blocking read)."""
+    try:
+        with os.fdopen(open_regular(path, "annotation file"), "rb") as fh:
+            return fh.read(size)
+    except OSError:
+        return b""
 
 
 def read_file(path: Path, what: str, limit: int) -> bytes:

@@ -13,7 +13,6 @@ object covers) unless a category has id 0 (labelme2coco's ``_background_``), whi
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -22,10 +21,21 @@ import numpy as np
 
 from ...errors import LabelError
 from ...support.limits import MAX_SIDE
-from ...support.smallfile import loads_bounded, open_regular
+from ...support.smallfile import loads_bounded
 from ..classes import ClassInfo, ClassTable
 from ..raster import Region, ShapeError, check_polygons, polygon_clipped, polygons_region, rle_region, rle_string_counts
-from .base import Annotations, AnnotationSource, ObjectShapes, SampleShapes, inside, read_file, sorted_unique
+from .base import (
+    Annotations,
+    AnnotationSource,
+    ObjectShapes,
+    SampleShapes,
+    file_head,
+    inside,
+    read_file,
+    sorted_unique,
+)
+from .base import annotation_error as _fail
+from .base import checked_int as _int
 
 #: Largest annotation file read (COCO train2017's instances JSON is 448 MB).
 MAX_COCO_BYTES = 1 << 30
@@ -45,11 +55,7 @@ def _candidates(root: Path) -> list[Path]:
 
 def _looks_like_coco(path: Path) -> bool:
     """Whether the file's first 64 KiB name COCO's ``images`` list (read without parsing the whole file)."""
-    try:
-        with os.fdopen(open_regular(path, "annotation file"), "rb") as fh:  # a FIFO in its place: no hang
-            head = fh.read(1 << 16)
-    except OSError:
-        return False
+    head = file_head(path)
     return b'"images"' in head and (b'"annotations"' in head or b'"categories"' in head or len(head) == 1 << 16)
 
 
@@ -62,14 +68,44 @@ def _split_name(path: Path, root: Path) -> str:
     return "all"
 
 
-def _fail(what: Path, problem: str) -> LabelError:
-    return LabelError(problem, path=what, fix="correct the annotation file (or leave that entry out)")
+def read_categories(cats: list[Any], path: Path, document: str = "the annotation file") -> dict[int, str]:
+    """category id → name of a COCO-style ``categories`` list (instances and panoptic alike); an entry without a
+    name, an id out of range or given twice, or no category at all is refused in one line."""
+    seen: dict[int, str] = {}
+    for c in cats:
+        if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+            raise _fail(path, f"a category is not an object with a name: {str(c)[:80]}", document)
+        cid = _int(c.get("id"), path, "a category id", 0, 2**31, document)
+        if cid in seen:
+            raise _fail(path, f"category id {cid} appears twice", document)
+        seen[cid] = c["name"]
+    if not seen:
+        raise _fail(path, "the file has no categories", document)
+    return seen
 
 
-def _int(value: Any, what: Path, name: str, lo: int = 0, hi: int = 2**62) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise _fail(what, f"{name} is {value!r}, not an integer in {lo}..{hi}")
-    return value
+def read_images(entries: list[Any], path: Path, document: str = "the annotation file"
+                ) -> dict[int, tuple[str, int, int]]:
+    """image id → (file_name, height, width) of a COCO-style ``images`` list; malformed entries, ids given twice
+    and a file named by two entries are refused in one line."""
+    images: dict[int, tuple[str, int, int]] = {}
+    names: set[str] = set()
+    for im in entries:
+        if not isinstance(im, dict):
+            raise _fail(path, "an images entry is not an object", document)
+        iid = _int(im.get("id"), path, "an image id", 0, document=document)
+        name = im.get("file_name")
+        if not isinstance(name, str):
+            raise _fail(path, f"image {iid} has no file_name", document)
+        h = _int(im.get("height"), path, f"image {iid}'s height", 1, MAX_SIDE, document)
+        w = _int(im.get("width"), path, f"image {iid}'s width", 1, MAX_SIDE, document)
+        if iid in images:
+            raise _fail(path, f"image id {iid} appears twice", document)
+        if name in names:
+            raise _fail(path, f"image {name!r} is referenced twice (two images entries)", document)
+        names.add(name)
+        images[iid] = (name, h, w)
+    return images
 
 
 def _polygons(seg: list[Any], what: Path, ident: str) -> tuple[np.ndarray, ...]:
@@ -158,16 +194,7 @@ class CocoSource(AnnotationSource):
         return Annotations(self.name, root, tuple(files), table, original, splits, origin, digest.hexdigest())
 
     def _table(self, cats: list[Any], path: Path) -> tuple[ClassTable, tuple[int | str | None, ...], dict[int, int]]:
-        seen: dict[int, str] = {}
-        for c in cats:
-            if not isinstance(c, dict) or not isinstance(c.get("name"), str):
-                raise _fail(path, f"a category is not an object with a name: {str(c)[:80]}")
-            cid = _int(c.get("id"), path, "a category id", 0, 2**31)
-            if cid in seen:
-                raise _fail(path, f"category id {cid} appears twice")
-            seen[cid] = c["name"]
-        if not seen:
-            raise _fail(path, "the file has no categories")
+        seen = read_categories(cats, path)
         ordered = sorted(seen)
         original: list[int | str | None] = [] if 0 in seen else [None]
         names = [] if 0 in seen else ["background"]
@@ -183,23 +210,7 @@ class CocoSource(AnnotationSource):
 
     def _samples(self, doc: dict[str, Any], path: Path, root: Path, split: str,
                  stored: dict[int, int]) -> tuple[tuple[Path, SampleShapes], ...]:
-        images: dict[int, tuple[str, int, int]] = {}
-        names: set[str] = set()
-        for im in doc["images"]:
-            if not isinstance(im, dict):
-                raise _fail(path, "an images entry is not an object")
-            iid = _int(im.get("id"), path, "an image id", 0)
-            name = im.get("file_name")
-            if not isinstance(name, str):
-                raise _fail(path, f"image {iid} has no file_name")
-            h = _int(im.get("height"), path, f"image {iid}'s height", 1, MAX_SIDE)
-            w = _int(im.get("width"), path, f"image {iid}'s width", 1, MAX_SIDE)
-            if iid in images:
-                raise _fail(path, f"image id {iid} appears twice")
-            if name in names:
-                raise _fail(path, f"image {name!r} is referenced twice (two images entries)")
-            names.add(name)
-            images[iid] = (name, h, w)
+        images = read_images(doc["images"], path)
         objects: dict[int, list[ObjectShapes]] = {i: [] for i in images}
         polygons: list[np.ndarray] = []  # every polygon of the file, checked at once (coordinates, boundary)
         owners: list[str] = []

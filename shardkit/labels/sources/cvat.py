@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -26,10 +25,19 @@ import numpy as np
 
 from ...errors import LabelError
 from ...support.limits import MAX_SIDE
-from ...support.smallfile import open_regular
 from ..classes import ClassInfo, ClassTable
 from ..raster import Region, ShapeError, check_polygons, polygon_clipped, polygons_region
-from .base import Annotations, AnnotationSource, ObjectShapes, SampleShapes, inside, read_file, sorted_unique
+from .base import (
+    Annotations,
+    AnnotationSource,
+    ObjectShapes,
+    SampleShapes,
+    annotation_error,
+    file_head,
+    inside,
+    read_file,
+    sorted_unique,
+)
 from .coco import MAX_COCO_BYTES, MAX_POLYGON_POINTS
 
 IGNORE = 255
@@ -38,16 +46,12 @@ _NO_AREA = ("polyline", "points", "skeleton")
 
 
 def _fail(what: Path, problem: str) -> LabelError:
-    return LabelError(problem, path=what, fix="correct annotations.xml (or leave that shape out)")
+    return annotation_error(what, problem, "annotations.xml", "shape")
 
 
 def _looks_like_cvat(path: Path) -> bool:
     """Whether the file's first 64 KiB are CVAT 1.1's (read without parsing the whole file)."""
-    try:
-        with os.fdopen(open_regular(path, "annotation file"), "rb") as fh:  # a FIFO in its place: no hang
-            head = fh.read(1 << 16)
-    except OSError:
-        return False
+    head = file_head(path)
     return b"<annotations" in head and b"<version>1.1</version>" in head
 
 

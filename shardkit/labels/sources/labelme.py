@@ -30,7 +30,16 @@ from ...support.limits import MAX_SIDE
 from ...support.smallfile import loads_bounded
 from ..classes import ClassInfo, ClassTable
 from ..raster import Region
-from .base import Annotations, AnnotationSource, ObjectShapes, SampleShapes, inside, read_file, sorted_unique
+from .base import (
+    Annotations,
+    AnnotationSource,
+    ObjectShapes,
+    SampleShapes,
+    annotation_error,
+    inside,
+    read_file,
+    sorted_unique,
+)
 
 log = logging.getLogger(__name__)
 IGNORE_NAME = "__ignore__"
@@ -48,7 +57,7 @@ IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 
 
 def _fail(what: Path, problem: str) -> LabelError:
-    return LabelError(problem, path=what, fix="correct the labelme file (or leave that shape out)")
+    return annotation_error(what, problem, "the labelme file", "shape")
 
 
 def _jsons(root: Path) -> list[Path]:

@@ -22,12 +22,22 @@ import numpy as np
 
 from ...errors import LabelError
 from ...images.imageio import check_pixels, decode_image, regular_stat
-from ...support.limits import MAX_PIXELS, MAX_SIDE
+from ...support.limits import MAX_PIXELS
 from ...support.smallfile import loads_bounded
 from ..classes import ClassInfo, ClassTable
 from ..raster import Region
-from .base import Annotations, AnnotationSource, ObjectShapes, SampleShapes, inside, read_file, sorted_unique
-from .coco import MAX_COCO_BYTES, CocoSource
+from .base import (
+    Annotations,
+    AnnotationSource,
+    ObjectShapes,
+    SampleShapes,
+    annotation_error,
+    checked_int,
+    inside,
+    read_file,
+    sorted_unique,
+)
+from .coco import MAX_COCO_BYTES, CocoSource, read_categories, read_images
 
 IGNORE = 255
 #: Largest segment id three 8-bit channels can hold.
@@ -45,14 +55,15 @@ def _candidates(root: Path) -> list[Path]:
     return found
 
 
+_DOCUMENT = "the panoptic JSON"
+
+
 def _fail(what: Path, problem: str) -> LabelError:
-    return LabelError(problem, path=what, fix="correct the panoptic JSON (or leave that entry out)")
+    return annotation_error(what, problem, _DOCUMENT)
 
 
 def _int(value: Any, what: Path, name: str, lo: int = 0, hi: int = 2**62) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise _fail(what, f"{name} is {value!r}, not an integer in {lo}..{hi}")
-    return value
+    return checked_int(value, what, name, lo, hi, _DOCUMENT)
 
 
 @lru_cache(maxsize=2)
@@ -122,16 +133,7 @@ class CocoPanopticSource(AnnotationSource):
         return Annotations(self.name, root, tuple(files), table, original, splits, origin, digest.hexdigest())
 
     def _table(self, cats: list[Any], path: Path) -> tuple[ClassTable, tuple[int | str | None, ...], dict[int, int]]:
-        seen: dict[int, str] = {}
-        for c in cats:
-            if not isinstance(c, dict) or not isinstance(c.get("name"), str):
-                raise _fail(path, f"a category is not an object with a name: {str(c)[:80]}")
-            cid = _int(c.get("id"), path, "a category id", 0, 2**31)
-            if cid in seen:
-                raise _fail(path, f"category id {cid} appears twice")
-            seen[cid] = c["name"]
-        if not seen:
-            raise _fail(path, "the file has no categories")
+        seen = read_categories(cats, path, _DOCUMENT)
         if len(seen) >= IGNORE:
             raise _fail(path, f"{len(seen)} categories; at most {IGNORE - 1} (void is stored as {IGNORE})")
         ordered = sorted(seen)
@@ -140,15 +142,7 @@ class CocoPanopticSource(AnnotationSource):
 
     def _samples(self, doc: dict[str, Any], path: Path, root: Path, split: str, stored: dict[int, int],
                  digest: Any) -> tuple[tuple[Path, SampleShapes], ...]:
-        images: dict[int, tuple[str, int, int]] = {}
-        for im in doc["images"]:
-            if not isinstance(im, dict) or not isinstance(im.get("file_name"), str):
-                raise _fail(path, "an images entry is not an object with a file_name")
-            iid = _int(im.get("id"), path, "an image id", 0)
-            if iid in images:
-                raise _fail(path, f"image id {iid} appears twice")
-            images[iid] = (im["file_name"], _int(im.get("height"), path, f"image {iid}'s height", 1, MAX_SIDE),
-                           _int(im.get("width"), path, f"image {iid}'s width", 1, MAX_SIDE))
+        images = read_images(doc["images"], path, _DOCUMENT)
         pngs = path.with_suffix("")
         first = [images[i][0] for i in sorted(images)[:1]]
         base = CocoSource()._base(root, path, split, first)
