@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,20 @@ def tf():
     import tensorflow
 
     return tensorflow
+
+
+@pytest.fixture()
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs mounted for the test and unmounted after (a disk that really fills; needs root: skipped
+    elsewhere)."""
+    import subprocess
+
+    mount = tmp_path / "tmpfs"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)

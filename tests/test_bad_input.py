@@ -534,22 +534,6 @@ def test_a_writer_library_error_is_one_line(camvid_root: Path, tmp_path: Path, m
     assert not [p for p in (out / "val").iterdir() if ".tmp-" in p.name]
 
 
-@pytest.fixture()
-def small_tmpfs(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """A 4 MiB tmpfs mounted for the test and unmounted after (needs root: skipped elsewhere)."""
-    import subprocess
-
-    mount = tmp_path / "tmpfs"
-    mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
 @pytest.mark.parametrize("fmt", ["npy", "lmdb", "hdf5", "tfrecord"])
 def test_a_really_full_disk_is_one_line_and_keeps_previous_output(camvid_root: Path, small_tmpfs: Path,
                                                                   fmt: str) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import subprocess
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -114,25 +113,11 @@ def test_a_full_disk_writing_a_manifest_names_it_and_the_splits_published_before
     assert not (tmp_path / "out" / "val" / "manifest.json").exists()
 
 
-@pytest.fixture()
-def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A 4 MiB tmpfs mounted for the test and unmounted after (needs root: skipped elsewhere)."""
-    mount = tmp_path / "tmpfs"
-    mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def test_a_really_full_disk_right_after_the_publish(raw: Path, tiny_tmpfs: Path,
+def test_a_really_full_disk_right_after_the_publish(raw: Path, small_tmpfs: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """A real tmpfs, filled up by a file right after the manifest is published: the real ENOSPC."""
-    out = tiny_tmpfs / "out"
-    filler = tiny_tmpfs / "filler"
+    out = small_tmpfs / "out"
+    filler = small_tmpfs / "filler"
     real = shardkit.conversion.pipeline.publish_split
 
     def then_fill(*args: Any, **kwargs: Any) -> Any:

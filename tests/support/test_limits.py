@@ -9,23 +9,11 @@ import cv2
 import numpy as np
 import pytest
 import tifffile
-from click.testing import CliRunner
 
-from shardkit.cli import main
 from shardkit.files.splitfiles import SampleSpec
 from shardkit.formats import base
 from shardkit.support import limits
-
-
-def invoke(*args: object):  # type: ignore[no-untyped-def]
-    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
-
-
-def one_line_error(output: str) -> str:
-    lines = [ln for ln in output.splitlines() if ln.startswith("Error:")]
-    assert len(lines) == 1, output
-    assert "Traceback" not in output
-    return lines[0]
+from tests.test_bad_input import invoke, one_line_error
 
 
 def dataset(root: Path, image: np.ndarray | None = None, pages: np.ndarray | None = None,
