@@ -37,6 +37,18 @@ def rewrite_keeping_size_and_mtime(path: Path) -> None:
     assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
 
 
+def before_the_workers_run(monkeypatch: pytest.MonkeyPatch, action: Callable[[], None]) -> None:
+    """Run ``action`` once the plan is made (the inputs' identities taken) and before the workers start: the
+    files change between plan and read, as a writer racing the conversion does."""
+    real = shardkit.conversion.pipeline.run_tasks
+
+    def act_then_run(*args: Any, **kwargs: Any) -> Any:
+        action()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(shardkit.conversion.pipeline, "run_tasks", act_then_run)
+
+
 def after_reading(monkeypatch: pytest.MonkeyPatch, name: str, action: Callable[[], None]) -> None:
     """Run ``action`` once, right after the worker (in this process: one worker, npy) has read and decoded the
     pair whose image is ``name``: the file changes after its read, as a writer racing the conversion does."""
@@ -95,13 +107,7 @@ def test_an_input_changed_between_plan_and_read_fails_an_incremental_run(raw: Pa
     pixels[:4, :4] = 0
     cv2.imwrite(str(image), pixels)  # a new image: its shard is written again, the others reused
     label = raw / "valannot" / names(raw)[4]
-    real = shardkit.conversion.pipeline.run_tasks
-
-    def edit_then_run(*args: Any, **kwargs: Any) -> Any:
-        rewrite_keeping_size_and_mtime(label)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(shardkit.conversion.pipeline, "run_tasks", edit_then_run)
+    before_the_workers_run(monkeypatch, lambda: rewrite_keeping_size_and_mtime(label))
     with pytest.raises(InputChangedError, match=str(label)):
         convert(config(raw, out))
     assert (out / "val" / "manifest.json").read_bytes() == first, "the previous version stays the current one"
@@ -190,13 +196,7 @@ def test_worker_processes_check_what_the_parent_planned(raw: Path, tmp_path: Pat
         pixels[:4, :4] = 0
         cv2.imwrite(str(image), pixels)
     label = raw / "valannot" / names(raw)[5]
-    real = shardkit.conversion.pipeline.run_tasks
-
-    def edit_then_run(*args: Any, **kwargs: Any) -> Any:
-        rewrite_keeping_size_and_mtime(label)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(shardkit.conversion.pipeline, "run_tasks", edit_then_run)
+    before_the_workers_run(monkeypatch, lambda: rewrite_keeping_size_and_mtime(label))
     with pytest.raises(InputChangedError, match=str(label)):
         convert(config(raw, out).replace(workers=2))
     assert (out / "val" / "manifest.json").exists() != first
