@@ -36,10 +36,6 @@ from .jpeg2000 import decode_jpeg2000, is_jpeg2000, read_siz
 logger = logging.getLogger(__name__)
 
 _FIX_CORRUPT = "re-export or remove the file, or --on-error skip"
-#: File name extensions read as images and labels (lower case); any other file in an image or label folder
-#: is skipped, and named in the convert summary.
-IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".gif", ".ppm", ".pgm",
-                              ".pbm", ".pnm", ".npy", ".jp2", ".j2k", ".j2c"})
 #: Formats whose files may hold several frames or pages (PIL's names).
 _MULTI_FRAME = frozenset({"GIF", "TIFF", "PNG", "WEBP"})  # not MPO: a phone JPEG's second picture is a preview
 

@@ -114,4 +114,6 @@ def test_jp2_images_are_found_paired_and_stored_exactly(tmp_path: Path) -> None:
 
 
 def test_supported_types_name_jpeg_2000() -> None:
-    assert "JPEG 2000" in imageio.SUPPORTED_TYPES and ".jp2" in imageio.IMAGE_EXTENSIONS
+    from shardkit.conversion.layouts.scan import IMAGE_EXTENSIONS
+
+    assert "JPEG 2000" in imageio.SUPPORTED_TYPES and ".jp2" in IMAGE_EXTENSIONS
