@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .read.grain import ShardkitBatchSource, ShardkitSampler, ShardkitSource, batch_loader, data_loader
+    from .read.grain import XY, ShardkitBatchSource, ShardkitSampler, ShardkitSource, batch_loader, data_loader
 
-__all__ = ["ShardkitBatchSource", "ShardkitSampler", "ShardkitSource", "batch_loader", "data_loader"]
+__all__ = ["XY", "ShardkitBatchSource", "ShardkitSampler", "ShardkitSource", "batch_loader", "data_loader"]
 
 
 def __getattr__(name: str) -> Any:

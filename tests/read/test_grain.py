@@ -203,3 +203,88 @@ def check_batch_records(split: str) -> None:
     again = iter(batch_loader(source(), num_epochs=2))
     again.set_state(it.get_state())
     assert first + [b["index"].tolist() for b in again] == [b["index"].tolist() for b in got]
+
+
+@pytest.fixture(scope="module")
+def train_split(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """CamVid train (123, whose frames lack classes unevenly: class-balanced draws repeat) as npy at 90x120."""
+    out = tmp_path_factory.mktemp("grain-train")
+    convert(ConvertConfig(camvid_root, out, format="npy", size=(90, 120), splits=("train",), workers=1, quiet=True,
+                          shard_size=ShardSize(samples=16)))
+    return out / "train"
+
+
+def test_grain_samples_class_balanced_like_shardkit(train_split: Path) -> None:
+    _in_child("check_class_balanced", train_split)
+
+
+def check_class_balanced(split: str) -> None:
+    """A class-balanced plan through Grain: the per-record sampler's order under ShardOptions i/2 and the batch
+    source's records are Dataset.sampler(plan)'s, repeats and all (no longer refused as non-uniform)."""
+    import grain.python as grain
+
+    from shardkit.grain import ShardkitBatchSource, batch_loader, data_loader
+
+    ds = shardkit.open(split)
+    plan = shardkit.EpochPlan(4, seed=3, sampling="class-balanced")
+    uniform = ds.sampler(plan.replace(sampling="uniform")).indices().tolist()
+    for r in (0, 1):
+        want = ds.sampler(plan.replace(rank=r, world_size=2)).indices().tolist()
+        got = [i for b in data_loader(_source(split, 1), plan, shard_options=grain.ShardOptions(r, 2))
+               for i in b["index"].tolist()]
+        assert got == want
+    whole = ds.sampler(plan).indices().tolist()
+    assert whole != uniform and len(set(whole)) < len(whole)  # the draw repeats rare-class samples
+    batches = ShardkitBatchSource(split, plan, epochs=2)
+    got_batches = [b["index"].tolist() for b in batch_loader(batches, num_epochs=2)]
+    assert got_batches == [b.tolist() for e in (0, 1) for b in ds.sampler(plan.replace(epoch=e)).batches()]
+
+
+def test_grain_reads_a_local_split_in_line(split: Path) -> None:
+    _in_child("check_read_options", split)
+
+
+def check_read_options(split: str) -> None:
+    """Grain's 16 read threads cost a local split most of its speed on a small machine: the loaders read it in line
+    unless told otherwise, and a caller's ReadOptions are kept."""
+    import grain.python as grain
+
+    from shardkit.grain import ShardkitBatchSource, batch_loader, data_loader
+
+    batches = ShardkitBatchSource(split, shardkit.EpochPlan(4, seed=0))
+    assert batch_loader(batches)._read_options.num_threads == 0
+    assert data_loader(_source(split), 4)._read_options.num_threads == 0
+    mine = grain.ReadOptions(num_threads=3, prefetch_buffer_size=6)
+    assert batch_loader(batches, read_options=mine)._read_options == mine
+
+
+def test_keras_on_jax_trains_through_grain(split: Path) -> None:
+    _in_child("check_keras_on_jax", split)
+
+
+def check_keras_on_jax(split: str) -> None:
+    """Keras 3 on the JAX backend fits a small model on a Grain DataLoader of shardkit batches: XY gives exactly
+    the Keras adapter's (x, y) for the same plan and augmentation, and a few steps of fit run with a finite loss."""
+    os.environ["KERAS_BACKEND"] = "jax"
+    import keras
+
+    from shardkit.grain import XY, ShardkitBatchSource, batch_loader
+    from shardkit.read.keras import ShardkitPyDataset
+
+    assert keras.backend.backend() == "jax"
+    aug = "crop=48x64,hflip"
+    plan = shardkit.EpochPlan(8, seed=1)
+    src = ShardkitBatchSource(split, plan, augment=A.parse(aug), epochs=2)
+    first = next(iter(batch_loader(src, num_epochs=2, operations=(XY(src),))))
+    x, y = ShardkitPyDataset(split, plan, augment=A.parse(aug))[0]
+    assert first[0].dtype == np.float32 and first[0].tobytes() == x.tobytes() and first[1].tobytes() == y.tobytes()
+    ds = shardkit.open(split)
+    classes = ds.num_classes
+    model = keras.Sequential([keras.Input((48, 64, 3)), keras.layers.Conv2D(classes, 1)])
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(batch_loader(src, num_epochs=2, operations=(XY(src),)), epochs=1, steps_per_epoch=4,
+                        verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    normalising = A.Compose([*A.parse(aug).ops, A.Normalize(ds.mean, ds.std)])
+    with pytest.raises(ValueError, match="normalise twice"):
+        XY(ShardkitBatchSource(split, plan, augment=normalising))
