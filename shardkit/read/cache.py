@@ -11,7 +11,11 @@
   *other* splits are evicted, least recently used first. A split never evicts its own shards: when it is
   larger than the limit, the shards admitted first stay (a stable subset, hit on every epoch) and the
   rest are **read through**: downloaded to a private temporary folder, verified, read, and deleted when
-  the process has moved on by :func:`read_through_slots` shards (default 4, ``$SHARDKIT_READ_THROUGH``).
+  the process has moved on by :func:`read_through_slots` shards (default 4, ``$SHARDKIT_READ_THROUGH``), or
+  sooner: read-through folders count against the limit too, and a process drops its oldest ones while the
+  cache would exceed it. A split larger than the limit leaves one shard's room under the limit for them (so a
+  buffer shuffle straddling two shards keeps both). **The limit is a bound**: the cache folder holds at most
+  ``limit`` plus one shard per process reading it (DataLoader workers included).
   An LRU over an epoch larger than the cache would instead evict every shard just before it is needed
   again and hit never. A read-through shard costs one download per visit: with ``shuffle_mode="buffer"``
   and a ``buffer_size`` of at most (slots - 2) shards' samples, each is visited once per epoch; the
@@ -114,6 +118,16 @@ def _same_bytes(path: Path, data: bytes) -> bool:
         return False
 
 
+def _folder_bytes(folder: Path) -> int:
+    """Bytes of the regular files directly in ``folder`` (a read-through folder; files vanishing meanwhile count 0)."""
+    total = 0
+    for p in folder.iterdir():
+        with contextlib.suppress(OSError):
+            if p.is_file():
+                total += p.stat().st_size
+    return total
+
+
 def _is_manifest_name(name: str) -> bool:
     return name == MANIFEST_NAME or version_number(name) is not None
 
@@ -173,6 +187,9 @@ class ShardCache:
             raise OutputError(f"cannot create the cache folder ({exc.strerror or exc})", path=self.root,
                               fix="pass a writable cache_dir= (or set SHARDKIT_CACHE_DIR)") from None
         self.downloads = 0
+        #: bytes of the limit that cached shards leave free for read-through ones (set by the reader to one shard
+        #: when the split is larger than the limit: the shard read before the current one stays within the limit)
+        self.read_through_room = 0
         self._transient: OrderedDict[str, tuple[Path, list[Any]]] = OrderedDict()
         self._transient_pid = os.getpid()
         self._remove_dead_leftovers()
@@ -246,7 +263,8 @@ class ShardCache:
 
     # ------------------------------------------------------------------ space
     def usage(self) -> int:
-        """Bytes held in ``root``: finished files of every cached split plus reservations of downloads in flight."""
+        """Bytes held in ``root``: finished files of every cached split, the read-through folders of live processes
+        and the reservations of downloads in flight."""
         total = 0
         for folder in self.root.iterdir() if self.root.is_dir() else ():
             if not folder.is_dir():
@@ -257,6 +275,10 @@ class ShardCache:
                         pid = p.name[len(_RESERVE):].split("-", 1)[0]
                         if pid.isdigit() and pid_alive(int(pid)):  # a dead downloader's reservation is void
                             total += int(read_guarded(p, "reservation", limit=32) or 0)
+                    elif p.name.startswith(_TRANSIENT) and p.is_dir():
+                        pid = p.name[len(_TRANSIENT):].split("-", 1)[0]
+                        if pid.isdigit() and pid_alive(int(pid)):  # a dead process's folder is reclaimed
+                            total += _folder_bytes(p)
                     elif not p.name.startswith(".") and p.is_file():
                         total += p.stat().st_size
                 except (OSError, ValueError):
@@ -285,13 +307,15 @@ class ShardCache:
         return freed
 
     def _admit(self, need: int) -> Path | None:
-        """Reserve ``need`` bytes in the cache (a reservation file; None when they do not fit even after eviction)."""
+        """Reserve ``need`` bytes in the cache (a reservation file; None when they do not fit even after eviction,
+        under the limit less :attr:`read_through_room`)."""
         with _flock(self.root / _GLOBAL_LOCK):
             if self.limit is not None:
+                room = self.limit - self.read_through_room
                 used = self.usage()
-                if used + need > self.limit:
-                    used -= self._evict(used + need - self.limit)
-                if used + need > self.limit:
+                if used + need > room:
+                    used -= self._evict(used + need - room)
+                if used + need > room:
                     return None
             reservation = self.directory / f"{_RESERVE}{os.getpid()}-{secrets.token_hex(4)}"
             reservation.write_text(str(need))
@@ -404,18 +428,38 @@ class ShardCache:
             atexit.register(self.release_transient)
             # multiprocessing workers (DataLoader) end through multiprocessing's exit hooks, not atexit
             multiprocessing.util.Finalize(self, self.release_transient, exitpriority=10)
-        folder = Path(tempfile.mkdtemp(prefix=f"{_TRANSIENT}{os.getpid()}-", dir=self.directory))
+        reservation = self._admit_read_through(sum(f.bytes for f in files))
         try:
-            self._download(files, folder)
-        except BaseException:
-            shutil.rmtree(folder, ignore_errors=True)
-            raise
+            folder = Path(tempfile.mkdtemp(prefix=f"{_TRANSIENT}{os.getpid()}-", dir=self.directory))
+            try:
+                self._download(files, folder)
+            except BaseException:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise
+        finally:
+            reservation.unlink(missing_ok=True)
         self.downloads += count
         log.debug("cache: shard %d read through (does not fit under the limit)", shard.index)
         self._transient[key] = (folder, [owner] if owner is not None else [])
         while len(self._transient) > read_through_slots():
             self._drop_slot(next(iter(self._transient)))
         return folder
+
+    def _admit_read_through(self, need: int) -> Path:
+        """Make room for a read-through shard of ``need`` bytes and reserve them: while the cache (every process's
+        read-through folders included) is over the limit, this process's oldest read-through shards are dropped;
+        then the new one is added, which may go over it. So each process holds at most one shard beyond the limit:
+        the cache folder stays within ``limit`` plus one shard per process reading it."""
+        with _flock(self.root / _GLOBAL_LOCK):
+            if self.limit is not None:
+                used = self.usage()
+                while self._transient and used > self.limit:
+                    key = next(iter(self._transient))
+                    used -= _folder_bytes(self._transient[key][0])
+                    self._drop_slot(key)
+            reservation = self.directory / f"{_RESERVE}{os.getpid()}-{secrets.token_hex(4)}"
+            reservation.write_text(str(need))
+            return reservation
 
     def _drop_slot(self, key: str) -> None:
         folder, owners = self._transient.pop(key)

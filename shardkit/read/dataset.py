@@ -154,7 +154,8 @@ class Dataset:
     def close(self) -> None:
         """Give up this reader's lease on its version (also done when the Dataset is garbage-collected or
         the process exits) and, for a split on object storage, its pins on cached shards (so that other
-        splits may evict them); reading afterwards still works while the version is kept."""
+        splits may evict them) and its read-through folders; reading afterwards still works while the version
+        is kept."""
         if self._lease is not None:
             self._lease()
         self.source.release()
@@ -373,7 +374,8 @@ class Dataset:
         expose plain arrays (:meth:`ShardReader.fixed_arrays`, npy) are gathered row by row — a
         shuffled batch of a split with many shards has runs of one or two samples, and a per-run
         call with its checks cost up to a fifth of the copy time — and long runs in one ``np.take``;
-        other formats get one ``read_batch_into`` per run (sorted batches give one run per shard).
+        other formats get one ``read_batch_into`` per run (sorted batches give one run per shard). A remote
+        split's runs are read shard by shard, so that a shard read through is fetched once per batch.
         """
         if not len(indices):
             return
@@ -382,11 +384,15 @@ class Dataset:
         cuts = (np.flatnonzero(shard[1:] != shard[:-1]) + 1).tolist()
         rows = local.tolist()
         runs = list(zip([0, *cuts], [*cuts, len(indices)], strict=True))
+        remote = self.source.cache is not None
+        if remote:  # each shard's runs together: a read-through shard is fetched once per batch, not once a run
+            runs.sort(key=lambda run: int(shard[run[0]]))
         reads = self._storage_reads()
         reader_of = self.source.reader
         if reads.begin():  # the last batch read from storage: queue all of this one's reads first
             for a, b in runs:
-                reader_of(int(shard[a])).prefetch(local[a:b])
+                if not remote or self.source.resident(int(shard[a])):  # hints never fetch a remote shard
+                    reader_of(int(shard[a])).prefetch(local[a:b])
         for a, b in runs:
             reader = reader_of(int(shard[a]))
             arrays = reader.fixed_arrays()

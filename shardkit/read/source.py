@@ -42,6 +42,10 @@ class ShardSource(ABC):
         """Every shard's reader (a remote split fetches every shard)."""
         return [self.reader(pos) for pos in range(len(self))]
 
+    def resident(self, pos: int) -> bool:
+        """Whether shard ``pos``'s reader is at hand in this process without fetching anything."""
+        return True
+
     @abstractmethod
     def __len__(self) -> int:
         """How many shards."""
@@ -73,9 +77,15 @@ class CachedShards(ShardSource):
     def __init__(self, cache: ShardCache, fmt: type[ShardFormat], manifest: Manifest, spec: SampleSpec) -> None:
         self.cache = cache
         self._shards = [_CachedShard(cache, fmt, shard, spec, manifest) for shard in manifest.shards]
+        sizes = [sum(f.bytes for f in shard.all_files) for shard in manifest.shards]
+        if cache.limit is not None and sum(sizes) > cache.limit:  # not all cached: room to read one through
+            cache.read_through_room = min(max(sizes, default=0), cache.limit // 2)
 
     def reader(self, pos: int) -> ShardReader:
         return self._shards[pos].reader()
+
+    def resident(self, pos: int) -> bool:
+        return self._shards[pos].resident()
 
     def __len__(self) -> int:
         return len(self._shards)
@@ -83,6 +93,7 @@ class CachedShards(ShardSource):
     def release(self) -> None:
         for shard in self._shards:
             shard.release()
+        self.cache.release_transient()  # this process's read-through folders: they count against the limit
 
 
 class _CachedShard:
@@ -99,6 +110,10 @@ class _CachedShard:
         state = self.__dict__.copy()
         state["_pid"], state["_reader"], state["_pins"] = None, None, []
         return state
+
+    def resident(self) -> bool:
+        """Whether this process holds the local copy's reader now."""
+        return self._reader is not None and self._pid == os.getpid()
 
     def reader(self) -> ShardReader:
         """The format reader on the local copy (fetching the shard first, once per process). The local files are
