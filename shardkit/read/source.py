@@ -93,7 +93,8 @@ class CachedShards(ShardSource):
     def release(self) -> None:
         for shard in self._shards:
             shard.release()
-        self.cache.release_transient()  # this process's read-through folders: they count against the limit
+        if self.cache is not None:  # this process's read-through folders: they count against the limit
+            self.cache.release_transient()
 
 
 class _CachedShard:
