@@ -36,9 +36,9 @@ from .support.logs import setup as setup_logging
 if TYPE_CHECKING:
     from .conversion.pipeline import ConvertSummary
 
-EXIT_SKIPPED = 3  # converted, but --on-error skip left some inputs out (README: exit codes)
+EXIT_SKIPPED = 3  # converted, but --on-error skip left some inputs out (docs/runs.md: exit codes)
 EXIT_DUPLICATES = 4  # --on-duplicate error found identical images; no manifest was written
-EXIT_PUBLISHED_WITH_WARNING = 5  # published, but a file written after the publish was not (README: exit codes)
+EXIT_PUBLISHED_WITH_WARNING = 5  # published, but a file written after the publish was not (docs/runs.md: exit codes)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -169,16 +169,28 @@ class _GroupedOption(click.Option):
 
 
 class _GroupedCommand(click.Command):
-    """``--help`` lists the options under their groups' headings (geometry, labels, output, run)."""
+    """``--help`` lists the ``common`` options first, in that order, then every other option under its group's
+    heading (geometry, labels, output, run): each option once."""
+
+    def __init__(self, *args: Any, common: tuple[str, ...] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.common = common
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         sections: dict[str | None, list[tuple[str, str]]] = {g: [] for g in GROUPS}
         sections[None] = []
+        first: dict[int, tuple[str, str]] = {}
         for param in self.get_params(ctx):
             record = param.get_help_record(ctx)
-            if record is not None:
+            rank = next((self.common.index(o) for o in param.opts if o in self.common), None)
+            if record is not None and rank is not None:
+                first[rank] = record
+            elif record is not None:
                 group = getattr(param, "group", None)
                 sections[group if group in GROUPS else None].append(record)
+        if first:
+            with formatter.section("Common options"):
+                formatter.write_dl([first[k] for k in sorted(first)])
         for group, rows in sections.items():
             if rows:
                 with formatter.section(f"{GROUPS[group]} options" if group else "Other options"):
@@ -334,7 +346,8 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: Path | None
     return value
 
 
-@main.command(cls=_GroupedCommand, context_settings={"auto_envvar_prefix": "SHARDKIT", "show_default": True})
+@main.command(cls=_GroupedCommand, context_settings={"auto_envvar_prefix": "SHARDKIT", "show_default": True},
+              common=("--format", "--size", "--dry-run", "--split", "--classes", "--workers", "--config"))
 @click.option("--config", type=click.Path(path_type=Path, dir_okay=False, exists=True), is_eager=True,
               expose_value=False, callback=_load_config, cls=_GroupedOption, group="run",
               help="TOML file with the same keys as these flags (flags, then SHARDKIT_* variables, win).")
@@ -349,6 +362,14 @@ def convert(input_dir: Path, output_dir: Path, verbose: bool, log_format: str, *
     """Convert the dataset in INPUT_DIR into shards in OUTPUT_DIR/<split>/ with a manifest.json each.
 
     Either may be an fsspec URL (s3://bucket/prefix, gs://…): see docs/object-storage.md.
+
+    \b
+    Examples:
+      shardkit convert raw/ out/ --dry-run                    # what was found, which classes; writes nothing
+      shardkit convert raw/ out/ --format lmdb --size 352x480 # one folder per split: out/train, out/val
+      shardkit convert raw/ out/ --classes classes.json       # names (and ids, colours) as you give them
+      shardkit convert raw/ out/ --config convert.toml        # the same flags kept in a file
+    Guides: docs/convert.md, docs/layouts.md, docs/runs.md (exit codes).
     """
     setup_logging(quiet=options["quiet"], verbose=verbose, json_lines=log_format == "json")
     from .conversion import unchanged

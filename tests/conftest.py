@@ -16,8 +16,29 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# The one SHARDKIT_* variable the suite itself reads; every other is the caller's and is removed for the session.
+TEST_DATA_ENV = "SHARDKIT_TEST_DATA"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def hermetic_environment() -> Iterator[None]:
+    """The suite passes whatever the caller's environment holds: a ``SHARDKIT_*`` variable set outside (a typo
+    the CLI warns about, a format or split it would apply) is removed for the whole session, session fixtures
+    included, and put back after; a test sets what it needs itself (``monkeypatch.setenv``, ``env=``).
+    ``SHARDKIT_TEST_DATA`` stays: it says where the real data lives."""
+    with pytest.MonkeyPatch.context() as mp:
+        remove_callers_variables(mp)
+        yield
+
+
+def remove_callers_variables(mp: pytest.MonkeyPatch) -> None:
+    """Unset every ``SHARDKIT_*`` variable but ``SHARDKIT_TEST_DATA`` through ``mp`` (which puts them back)."""
+    for name in [n for n in os.environ if n.startswith("SHARDKIT_") and n != TEST_DATA_ENV]:
+        mp.delenv(name)
+
+
 def shared_data_dir() -> Path:
-    env = os.environ.get("SHARDKIT_TEST_DATA")
+    env = os.environ.get(TEST_DATA_ENV)
     path = Path(env) if env else ROOT.parent / "shared" / "data"
     return path
 

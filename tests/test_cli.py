@@ -392,13 +392,15 @@ def test_convert_options_are_generated_from_their_one_declaration() -> None:
     text = CliRunner().invoke(main, ["convert", "--help"], terminal_width=200).output
     headings = [f"{title} options:" for title in GROUPS.values()]
     assert [text.index(h) for h in headings] == sorted(text.index(h) for h in headings)
-    for f, spec in declared:  # each flag shows under its own group's heading
-        flag = (spec.flags or ("--" + f.name.replace("_", "-"),))[-1]
-        found = re.search(rf"(?:^ +|, ){re.escape(flag)}[ ,/\n]", text, re.M)
-        assert found, flag
+    common_at = text.index("Common options:")
+    assert common_at < min(text.index(h) for h in headings)
+    for f, spec in declared:  # each flag shows under its own group's heading, or first among the common ones
+        flags = spec.flags or ("--" + f.name.replace("_", "-"),)
+        found = re.search(rf"(?:^ +|, ){re.escape(flags[-1])}[ ,/\n]", text, re.M)
+        assert found, flags
         at = found.start()
-        group_at = text.index(f"{GROUPS[spec.group]} options:")
-        assert group_at < at and all(not group_at < text.index(h) < at for h in headings), flag
+        group_at = common_at if set(flags) & set(convert.common) else text.index(f"{GROUPS[spec.group]} options:")
+        assert group_at < at and all(not group_at < text.index(h) < at for h in headings), flags
 
 
 def test_a_declared_choice_is_checked_by_the_config_too() -> None:

@@ -13,6 +13,7 @@ stored encoding are produced vectorised into the output buffer.
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import threading
 import weakref
@@ -269,8 +270,18 @@ class Dataset:
         return s, i - int(self._starts[s])
 
     # ------------------------------------------------------------------ samples
-    def __getitem__(self, i: int) -> Batch:
-        s, j = self.locate(int(i))
+    def __getitem__(self, i: int | slice) -> Batch:
+        """Sample ``i`` (negative counts from the end) as ``(image, label)``; a slice ``ds[a:b]`` (any step) is
+        the stacked batch :meth:`batch` reads for those indices, as numpy slices an array. The arrays of npy
+        shards are read-only views of the memory-mapped files: ``np.array(x)`` copies one to write into."""
+        if isinstance(i, slice):
+            return self.batch(range(len(self))[i])
+        try:
+            k = operator.index(i)
+        except TypeError:
+            raise TypeError(f"a Dataset index is an integer or a slice (ds[5], ds[0:8]), not {type(i).__name__}; "
+                            "read a list of indices with ds.batch([...])") from None
+        s, j = self.locate(k)
         image, stored = self.source.reader(s).read(j)
         return image, self.convert_label(stored)
 

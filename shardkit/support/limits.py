@@ -22,7 +22,7 @@ MAX_CLASSES = 65536
 #: Largest image or label (height x width) convert decodes by default (``--max-pixels``), checked from the file
 #: header before any decoder runs. 2^24 (4096 x 4096): one worker converting a sample at the limit peaks at
 #: 0.5 GB RSS (a colour-mask label, the costliest kind; TFRecord 0.68 GB with TensorFlow loaded), under ~1 GB per
-#: worker at default settings (scripts/max_pixels_memory.py; README "Memory"). 2^28 cost 3.4 GB per worker for one
+#: worker at default settings (scripts/max_pixels_memory.py; docs/convert.md). 2^28 cost 3.4 GB per worker for one
 #: 16384^2 PNG. Never above :data:`MAX_PIXELS` where an image is stored whole.
 DEFAULT_MAX_PIXELS = 2**24
 #: Largest ``--shard-size``: more samples or bytes than any shard can hold (and than int64 counts).

