@@ -15,12 +15,12 @@ from PIL import Image
 
 import shardkit
 from shardkit.cli import main
-from tests.annotation_trees import coco_tree, labelme_tree, panoptic_tree
+from tests.annotation_trees import DATA, coco_tree, labelme_tree, panoptic_tree
 from tests.labels.sources.test_coco import semantic_reference
 from tests.labels.sources.test_cvat import reference as cvat_reference
 from tests.labels.sources.test_cvat import tree as cvat_tree
 from tests.labels.sources.test_cvat import xml as cvat_xml
-from tests.labels.sources.test_labelme import labelme_rule
+from tests.labels.sources.test_labelme import labelme_rule, tutorial_tree
 from tests.labels.sources.test_panoptic import reference as panoptic_reference
 
 pytest.importorskip("pycocotools")
@@ -77,6 +77,33 @@ def test_labelme_tree_converts_bit_exact(tmp_path: Path) -> None:
         doc = json.loads((raw / ds.key(i)).with_suffix(".json").read_text())
         h, w = ds[i][1].shape
         np.testing.assert_array_equal(ds[i][1], labelme_rule(h, w, doc["shapes"], names))
+
+
+def test_labelme_embedded_image_converts_as_the_file(tmp_path: Path) -> None:
+    """labelme's tutorial JSON with its image file removed converts to the same samples (keys, image and label
+    arrays) as with it, says it used the embedded image, and its labels follow labelme's rule."""
+    tutorial = DATA / "labelme-tutorial"
+    out = {}
+    for name, with_image in (("file", True), ("embedded", False)):
+        raw = tutorial_tree(tmp_path / f"raw-{name}", with_image)
+        res = run("convert", raw, tmp_path / name, "--workers", "1")
+        assert res.exit_code == 0, res.output
+        out[name] = (shardkit.open(tmp_path / name / "all"), res.output)
+    (file_ds, _), (embedded_ds, said) = out["file"], out["embedded"]
+    assert "image embedded in each (imageData) was used" in said
+    assert [file_ds.key(i) for i in range(len(file_ds))] == [embedded_ds.key(0)] == ["apc2016_obj3.jpg"]
+    for a, b in zip(file_ds[0], embedded_ds[0], strict=True):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    names = {c.name: c.id for c in embedded_ds.manifest.classes.classes}
+    assert next(iter(names)) == "_background_" and len(names) == 5
+    doc = json.loads((tutorial / "apc2016_obj3.json").read_text())
+    np.testing.assert_array_equal(embedded_ds[0][1], labelme_rule(907, 1210, doc["shapes"], names))
+    # the embedded image's header is held to --max-pixels before it is decoded, as a file's is
+    res = CliRunner().invoke(main, ["convert", str(tmp_path / "raw-embedded"), str(tmp_path / "small"),
+                                    "--max-pixels", "1000"])
+    assert res.exit_code != 0 and not (tmp_path / "small").exists()
+    assert "apc2016_obj3.json: image is 907x1210 = 1097470 pixels, more than --max-pixels 1000" in res.output
 
 
 def test_hostile_annotation_file_one_line_nothing_written(tmp_path: Path) -> None:

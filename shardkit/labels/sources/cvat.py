@@ -170,7 +170,7 @@ class CvatSource(AnnotationSource):
             h = int(_number(im, "height", path, f"image {name!r}", 1, MAX_SIDE))
             w = int(_number(im, "width", path, f"image {name!r}", 1, MAX_SIDE))
             objects: list[ObjectShapes] = []
-            rotated: list[ObjectShapes] = []  # CVAT's RotatedBoxesToPolygons appends them after the image's other shapes
+            rotated: list[ObjectShapes] = []  # CVAT's RotatedBoxesToPolygons appends them after the others
             for n, el in enumerate(im):
                 if el.tag == "tag":  # an image-level tag: no shape
                     continue
