@@ -505,6 +505,54 @@ def test_ade20k_id_above_the_table_is_an_error_naming_value_and_pixels(tmp_path:
         convert(ConvertConfig(root, tmp_path / "out", workers=1, quiet=True, num_classes=2000))
 
 
+def _ade2021_tree(root: Path) -> Path:
+    """The 2021 release's tree with two real images' _seg.png and per-image .json (tests/data/ade20k/2021, from the
+    release's own sample folder); each photo a black JPEG of its label's size (only the labels are compared)."""
+    folder = root / "ADE20K_2021_17_01" / "images" / "ADE" / "training" / "urban" / "street"
+    folder.mkdir(parents=True)
+    for stem in ("ADE_train_00016869", "ADE_train_00016964"):
+        for ext in (".json", "_seg.png"):
+            shutil.copyfile(DATA / "ade20k" / "2021" / f"{stem}{ext}", folder / f"{stem}{ext}")
+        with Image.open(folder / f"{stem}_seg.png") as im:
+            Image.new("RGB", im.size).save(folder / f"{stem}.jpg")
+    return root
+
+
+def test_ade20k_2021_names_from_the_per_image_json(tmp_path: Path, read_only: list[Path]) -> None:
+    """Without a flag the 2021 release converts: every class id its _seg.png pixels hold is named as the
+    image's .json names that name_ndx (whole objects), and the ids are the files' own (names change no id)."""
+    root = freeze(_ade2021_tree(tmp_path / "ade"), read_only)
+    result = CliRunner().invoke(main, ["convert", str(root), str(tmp_path / "out"), "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    assert "per-image .json" in result.output and "2 .json" not in result.output  # read, so not "skipped"
+    ds = shardkit.open(tmp_path / "out" / "training")
+    names = [c.name for c in ds.manifest.classes.classes]
+    assert names[0] == "unlabelled"
+    folder = DATA / "ade20k" / "2021"
+    for i in range(len(ds)):
+        stem = Path(ds.key(i)).stem
+        want = _ade_ids(folder / f"{stem}_seg.png")
+        assert np.array_equal(ds[i][1], want)
+        doc = json.loads((folder / f"{stem}.json").read_text())
+        named = {o["name_ndx"]: o["name"] for o in doc["annotation"]["object"] if o["parts"]["part_level"] == 0}
+        present = set(np.unique(want).tolist()) - {0}
+        assert present == set(named) and all(names[v] == named[v] for v in present)
+    assert names[312] == "building, edifice" and names[2131] == "road, route"
+
+
+def test_ade20k_json_naming_one_index_two_ways_is_refused(tmp_path: Path) -> None:
+    root = _ade2021_tree(tmp_path / "ade")
+    path = next(root.rglob("ADE_train_00016964.json"))
+    doc = json.loads(path.read_text())
+    for obj in doc["annotation"]["object"]:
+        if obj["name_ndx"] == 312:
+            obj["name"] = "castle"
+    path.write_text(json.dumps(doc))
+    result = CliRunner().invoke(main, ["convert", str(root), str(tmp_path / "out"), "--workers", "1"])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert "ADE20K object index 312 is 'building, edifice'" in result.output and "'castle'" in result.output
+
+
 # --- SceneParsing (ADEChallengeData2016): gray ids 0..150 + objectInfo150 (tests/data/sceneparsing) -----------
 
 
