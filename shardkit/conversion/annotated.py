@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, LabelError, LayoutError
+from ..errors import ConfigError, DecodeError, LabelError, LayoutError
 from ..images.imageio import read_header, read_image_size
 from ..labels.classes import ClassTable
 from ..labels.policy import TableChoice
@@ -127,7 +127,13 @@ def _image_size(item: tuple[Path, SampleShapes]) -> tuple[int, int]:
     """(H, W) from the image file's header, or from the header of the image the annotation file embeds."""
     image, sample = item
     if sample.embedded:
-        header = read_header(image, "image", np.frombuffer(sample.embedded, np.uint8))
+        try:
+            header = read_header(image, "image", np.frombuffer(sample.embedded, np.uint8))
+        except DecodeError as exc:
+            problem = exc.problem.removeprefix(f"{exc.path}: ")
+            raise LabelError(f"its embedded imageData (no image file lies beside it): {problem}", path=image,
+                             fix="put the image file beside the JSON, or save the JSON again with its image in "
+                                 "labelme") from None
         return header.height, header.width
     return read_image_size(image)
 

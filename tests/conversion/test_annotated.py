@@ -106,6 +106,16 @@ def test_labelme_embedded_image_converts_as_the_file(tmp_path: Path) -> None:
     assert "apc2016_obj3.json: image is 907x1210 = 1097470 pixels, more than --max-pixels 1000" in res.output
 
 
+def test_labelme_embedded_image_that_is_no_image_is_one_line(tmp_path: Path) -> None:
+    raw = tutorial_tree(tmp_path / "raw", with_image=False)
+    doc = json.loads((raw / "apc2016_obj3.json").read_text())
+    doc["imageData"] = "AAAA"  # base64 of three zero bytes
+    (raw / "apc2016_obj3.json").write_text(json.dumps(doc))
+    res = CliRunner().invoke(main, ["convert", str(raw), str(tmp_path / "out"), "--workers", "1"])
+    assert res.exit_code != 0 and "Traceback" not in res.output and not (tmp_path / "out").exists()
+    assert "apc2016_obj3.json: its embedded imageData (no image file lies beside it): cannot decode" in res.output
+
+
 def test_hostile_annotation_file_one_line_nothing_written(tmp_path: Path) -> None:
     raw = coco_tree(tmp_path / "raw")
     doc = json.loads((raw / "annotations.json").read_text())
@@ -145,12 +155,15 @@ def test_dask_backend_is_byte_identical(tmp_path: Path) -> None:
     from shardkit.store.records import content_digest
 
     raw = coco_tree(tmp_path / "raw")
-    digests = []
-    for backend in ("local", "dask"):
-        out = tmp_path / backend
-        convert(ConvertConfig(raw, out, shard_size=ShardSize(samples=1), workers=2, backend=backend, quiet=True))
-        digests.append({p.name: content_digest(p) for p in sorted((out / "all").iterdir()) if p.is_file()})
-    assert digests[0] == digests[1] and len(digests[0]) >= 4
+    embedded = tutorial_tree(tmp_path / "embedded", with_image=False)  # the image only in labelme's imageData
+    for root, files in ((raw, 4), (embedded, 2)):
+        digests = []
+        for backend in ("local", "dask"):
+            out = tmp_path / f"{root.name}-{backend}"
+            convert(ConvertConfig(root, out, shard_size=ShardSize(samples=1), workers=2, backend=backend,
+                                  quiet=True))
+            digests.append({p.name: content_digest(p) for p in sorted((out / "all").iterdir()) if p.is_file()})
+        assert digests[0] == digests[1] and len(digests[0]) >= files
 
 
 def test_instance_mask_folders_convert(tmp_path: Path) -> None:
