@@ -99,6 +99,8 @@ def test_labelme_embedded_image_converts_as_the_file(tmp_path: Path) -> None:
     assert next(iter(names)) == "_background_" and len(names) == 5
     doc = json.loads((tutorial / "apc2016_obj3.json").read_text())
     np.testing.assert_array_equal(embedded_ds[0][1], labelme_rule(907, 1210, doc["shapes"], names))
+    again = run("convert", tmp_path / "raw-embedded", tmp_path / "embedded", "--workers", "1")
+    assert "nothing changed" in again.output  # the unchanged JSON (which holds the image) costs a stat
     # the embedded image's header is held to --max-pixels before it is decoded, as a file's is
     res = CliRunner().invoke(main, ["convert", str(tmp_path / "raw-embedded"), str(tmp_path / "small"),
                                     "--max-pixels", "1000"])
