@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, LabelError, LayoutError
-from ..images.imageio import read_image_size
+from ..errors import ConfigError, DecodeError, LabelError, LayoutError
+from ..images.imageio import read_header, read_image_size
 from ..labels.classes import ClassTable
 from ..labels.policy import TableChoice
 from ..labels.raster import RasterReport
@@ -114,13 +114,56 @@ def _check_sizes(notes: Annotations, splits: Sequence[str]) -> None:
         if splits and split not in splits:
             continue
         with ThreadPoolExecutor(max_workers=8) as pool:
-            got = list(pool.map(read_image_size, [image for image, _ in samples]))
+            got = list(pool.map(_image_size, samples))
         for (image, sample), hw in zip(samples, got, strict=True):
             if hw != (sample.height, sample.width):
                 raise LabelError(f"the annotations give this image as {sample.height}x{sample.width} (HxW); it is "
                                  f"{hw[0]}x{hw[1]}", path=image,
                                  fix="correct its height/width in the annotation file (or use the image it was "
                                      "annotated on)")
+
+
+def _image_size(item: tuple[Path, SampleShapes]) -> tuple[int, int]:
+    """(H, W) from the image file's header, or from the header of the image the annotation file embeds."""
+    image, sample = item
+    if sample.embedded:
+        try:
+            header = read_header(image, "image", np.frombuffer(sample.embedded, np.uint8))
+        except DecodeError as exc:
+            problem = exc.problem.removeprefix(f"{exc.path}: ")
+            raise LabelError(f"its embedded imageData (no image file lies beside it): {problem}", path=image,
+                             fix="put the image file beside the JSON, or save the JSON again with its image in "
+                                 "labelme") from None
+        return header.height, header.width
+    return read_image_size(image)
+
+
+def embedded_images(found: Discovery, shapes: Shapes) -> dict[str, bytes]:
+    """Image path (then the annotation file) → the image bytes it embeds, for the samples without an image file
+    (labelme's imageData): the parent reads their headers and the first image from these bytes."""
+    out = {}
+    for split, pairs in found.splits.items():
+        for i in range(len(pairs)):
+            sample = shapes[split][pairs.keys[i]]
+            if sample.embedded:
+                out[str(pairs.path(i, 0))] = sample.embedded
+    return out
+
+
+def size_with_embedded(header_size: Callable[[Path], tuple[int, int]], embedded: dict[str, bytes]
+                       ) -> Callable[[Path], tuple[int, int]]:
+    """``header_size`` answering from the embedded image's header for the paths in ``embedded``."""
+    if not embedded:
+        return header_size
+
+    def size(path: Path) -> tuple[int, int]:
+        raw = embedded.get(str(path))
+        if raw is None:
+            return header_size(path)
+        header = read_header(path, "image", np.frombuffer(raw, np.uint8))
+        return header.height, header.width
+
+    return size
 
 
 def _discovery(notes: Annotations, policies: Policies, rule: str, splits: Sequence[str]) -> Discovery:
@@ -133,8 +176,8 @@ def _discovery(notes: Annotations, policies: Policies, rule: str, splits: Sequen
         if splits and split not in splits:
             continue
         builder = PairBuilder(notes.root)
-        for image, _ in samples:
-            builder.add(image.relative_to(notes.root).as_posix(), str(image), None)
+        for image, sample in samples:  # the key is the image file's, also when the annotation file embeds it
+            builder.add(sample.key, str(image), None)
         tables[split] = builder.build()
     meta = {"source": notes.source, "files": [f.relative_to(notes.root).as_posix() if f.is_relative_to(notes.root)
                                               else str(f) for f in notes.files],

@@ -52,7 +52,7 @@ from ..store.publish import remove_temps
 from ..store.records import ShardRecord
 from ..store.splitdir import CACHE_NAME, LocalSink, SplitSink, has_records, publish_shard
 from ..store.stats import Stats
-from .annotated import attach, find_annotations, split_report
+from .annotated import attach, embedded_images, find_annotations, size_with_embedded, split_report
 from .config import ConvertConfig
 from .fingerprint import SourceCache, input_identities, load_cache, save_cache
 from .layouts import Discovery, discover, file_types, layout_ignore, layout_table, with_colour_table
@@ -131,8 +131,8 @@ def sample_spec(cfg: ConvertConfig, table: ClassTable,
     return SampleSpec(size, cfg.label_encoding, table.num_classes, table.label_dtype().str, *image)
 
 
-def image_layout_of(cfg: ConvertConfig, found: Discovery,
-                    session: StorageSession) -> tuple[tuple[str, int, str], bool]:
+def image_layout_of(cfg: ConvertConfig, found: Discovery, session: StorageSession,
+                    embedded: dict[str, bytes] | None = None) -> tuple[tuple[str, int, str], bool]:
     """The image dtype, bands and channel kind of the conversion, and whether its images are georeferenced,
     from its first image (in plan order, decoded as a worker would): every other image must match it (each is
     checked as it is converted). Logged, since it is what shardkit concluded."""
@@ -148,7 +148,9 @@ def image_layout_of(cfg: ConvertConfig, found: Discovery,
                 if cfg.tiling is not None and (head := read_header(path)).pixels > cfg.max_pixels \
                         and head.kind != "TIFF":
                     raise untiled_source(Path(first), head.kind, head.height, head.width, cfg.max_pixels)
-                layout = image_layout(path, cfg.image_options, cfg.max_pixels, windowed=cfg.tiling is not None)
+                raw = (embedded or {}).get(first)  # an image its annotation file holds: those bytes
+                layout = image_layout(path, cfg.image_options, cfg.max_pixels, windowed=cfg.tiling is not None,
+                                      data=None if raw is None else np.frombuffer(raw, np.uint8))
             except (DecodeError, InputNotFoundError):
                 if cfg.on_error != "skip":
                     raise
@@ -205,11 +207,13 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     values = cfg.value_map
     scans: list[ScanCache] = []
     annotated = not isinstance(looked, Discovery)
+    embedded: dict[str, bytes] = {}  # image path → the bytes of an image the annotation file holds (labelme)
     if isinstance(looked, Discovery):  # mask images
         found = looked
         choice = class_table(cfg, found, remote=session.source is not None, scans=scans)
     else:  # labels drawn from shapes: the table is the annotation file's
         found, choice, run, shapes = looked
+        embedded = embedded_images(found, shapes)
     choice = values.adapt(choice)  # the ignore id --reduce-zero-label adds is in the logged line too
     table = choice.table
     if found.label_kind in ("ids", "palette"):  # palette labels' own colours draw them in `show` (header only)
@@ -227,7 +231,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     if cfg.drop_tiles_ignored is not None and table.ignore_index is None:
         raise ConfigError(f"--drop-tiles-ignored {cfg.drop_tiles_ignored} drops tiles of ignore pixels, but the class "
                           "table has no ignore index", fix="pass --ignore-index ID")
-    layout, georef = image_layout_of(cfg, found, session)  # refuses what no split may store (limits) first
+    layout, georef = image_layout_of(cfg, found, session, embedded)  # refuses what no split may store (limits) first
     spec = sample_spec(cfg, table, layout)
     options = cfg.preprocessing()
     # The manifest records what took effect: the Cityscapes id remap only means something for Cityscapes.
@@ -252,7 +256,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     log.info("convert %s → %s as %s", session.input_name, session.output_name, cfg.format,
              extra={"event": "start", "input": session.input_name, "output": session.output_name,
                     "format": cfg.format, "workers": cfg.effective_workers(), "backend": cfg.backend})
-    header_size = session.header_size
+    header_size = size_with_embedded(session.header_size, embedded)
     if cfg.tiling is not None:  # each source's tiles estimated from its header before anything is written
         header_size = checked_tiling(cfg.tiling, (Path(p) for pairs in found.splits.values()
                                                   for i in range(len(pairs)) if (p := pairs.path(i, 0))),

@@ -163,6 +163,8 @@ def process_sample(pair: Any, ctx: WorkerContext, data: dict[Path, np.ndarray] |
     (their report merged into ``report``).
     """
     if shapes is not None and ctx.annotations is not None and report is not None:
+        if shapes.embedded:  # the image is in the annotation file (pair.image): decode those bytes
+            data = {**(data or {}), pair.image: np.frombuffer(shapes.embedded, np.uint8)}
         image = decode_image_checked(pair, ctx, data)
         ids = rasterise_sample(ctx.annotations, shapes, image, ctx.decoder.table, pair.image, report)
     else:

@@ -525,18 +525,19 @@ def decode_native(path: Path, data: np.ndarray | None = None, *, pages_as_bands:
     return np.ascontiguousarray(arr), BANDS
 
 
-def image_layout(path: Path, options: ImageOptions, max_pixels: int, *, windowed: bool = False
-                 ) -> tuple[str, int, str]:
+def image_layout(path: Path, options: ImageOptions, max_pixels: int, *, windowed: bool = False,
+                 data: np.ndarray | None = None) -> tuple[str, int, str]:
     """(dtype string, bands, channel kind) an image file is stored as under ``options``: what a split's first
     image says its every image must be. Checked (:func:`check_pixels`) and decoded like any sample.
 
     ``windowed`` (tiling): a TIFF too large to decode whole (:func:`decodes_whole`), which is read window by
     window, is described from its directories instead, with ``options`` applied to one pixel of its type and bands
-    (no pixel decoded)."""
+    (no pixel decoded). ``data``: the image file's bytes, when they are not (only) a file's at ``path``."""
     path = Path(path)
-    regular_stat(path, "image")
-    header = read_header(path, "image")
-    if windowed and header.kind == "TIFF" and not decodes_whole(header, max_pixels):
+    if data is None:
+        regular_stat(path, "image")
+    header = read_header(path, "image", data)
+    if windowed and data is None and header.kind == "TIFF" and not decodes_whole(header, max_pixels):
         import tifffile
 
         with tifffile.TiffFile(path) as tif:
@@ -546,8 +547,8 @@ def image_layout(path: Path, options: ImageOptions, max_pixels: int, *, windowed
             check_band_count(n, path)  # before a pixel of every band is allocated
         arr = np.zeros((1, 1, n), np.uint8 if dtype == np.bool_ else dtype.newbyteorder("="))
     else:
-        check_pixels(path, max_pixels, "image")
-        arr, kind = decode_native(path, pages_as_bands=options.pages_as_bands)
+        check_pixels(path, max_pixels, "image", data)
+        arr, kind = decode_native(path, data, pages_as_bands=options.pages_as_bands)
     bands = options.bands
     arr = options.apply(arr, path)
     check_band_count(int(arr.shape[2]), path)

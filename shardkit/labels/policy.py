@@ -107,8 +107,9 @@ def choose_class_table(
     elif label_kind == "ade20k":  # the ids in the files are ADE20K's object index: never numbered by a scan
         raise ConfigError("ADE20K's _seg.png class ids ((R/10)*256 + G) index the release's object names, which "
                           "this dataset folder does not hold",
-                          fix="pass --classes FILE naming every id 0..N as 'id name' lines (from the release's "
-                              "objects.txt or index), or --num-classes N above every id (names class_0 …)")
+                          fix="keep the 2021 release's per-image .json beside each image (they name the ids), or "
+                              "pass --classes FILE naming every id 0..N as 'id name' lines, or --num-classes N "
+                              "above every id (names class_0 …)")
     elif scan is not None:
         choice = scan(ignore_index)
     else:

@@ -38,6 +38,10 @@ _COLUMNS = {**_HEADER_ALIASES, "id": _ID_ALIASES}
 _DIGITS = re.compile(r"[0-9]{1,6}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _TOO_MANY_FIX = "a class table lists each class once: pass the file of the dataset's classes"
+#: SceneParsing's ``objectInfo150.{csv,txt}`` (ADEChallengeData2016): a first column ``Idx`` numbering the classes
+#: 1..150 as the label files hold them; raw 0 is "other objects", which the benchmark does not evaluate.
+OBJECT_INFO_ID = "idx"
+OTHER_OBJECTS = "other objects"
 
 
 def _refuse_size(size: int, what: str, path: Path) -> LabelError:
@@ -547,6 +551,25 @@ def _csv_entries(lines: Iterator[tuple[int, str]], cols: dict[str, int], delimit
     return entries
 
 
+def _object_info_table(entries: list[_Entry], path: Path) -> ClassTable:
+    """SceneParsing's objectInfo150 table: its ``Idx`` ids (1..n, each once) kept as the label files hold them,
+    and id 0 "other objects" as the ignore id, as the benchmark defines it (its README: "0 refers to 'other
+    objects'. We do not consider those pixels in our evaluation"). Nothing is renumbered: mmsegmentation's
+    reduced ids (--reduce-zero-label: 0 → 255, v → v - 1) need a table of the names alone, in order."""
+    _check_count(len(entries) + 1, "class list", path)
+    ids = sorted(int(e[0]) for e in entries if e[0] is not None)
+    if ids != list(range(1, len(entries) + 1)):
+        raise LabelError(f"the Idx column holds {ids[:3]}…{ids[-3:]}, not 1..{len(entries)} once each", path=path,
+                         fix="pass SceneParsing's objectInfo150 file as released (Idx 1..150)")
+    by_id = {int(e[0]): e for e in entries}  # type: ignore[arg-type]
+    names = [OTHER_OBJECTS, *(by_id[i][1] for i in range(1, len(entries) + 1))]
+    if len(set(names)) != len(names):
+        raise LabelError("a class name appears twice", path=path, fix="list each class once")
+    logger.info("%s: SceneParsing's objectInfo table: ids 1..%d as the label files hold them, 0 = %r is the "
+                "ignore id (the benchmark does not evaluate it)", path, len(entries), OTHER_OBJECTS)
+    return ClassTable(tuple(ClassInfo(i, n) for i, n in enumerate(names)), 0, source=path.name)
+
+
 def read_classes(path: Path) -> ClassTable:
     """Read a ``--classes`` file: class names, optionally with ids and colours, as JSON, CSV/TSV or text.
 
@@ -560,8 +583,10 @@ def read_classes(path: Path) -> ClassTable:
     - CVAT's ``labelmap.txt`` (``name:r,g,b::`` lines): :func:`read_labelmap`.
 
     Ids are the order in the file unless the file gives them (then on every class, 0..n-1 once each: never
-    renumbered). A first class ``__ignore__`` (labelme's label files) is dropped and makes 255 the ignore id, as
-    labelme2voc writes it. Names are non-empty, without control characters, each once.
+    renumbered). SceneParsing's ``objectInfo150`` (a first column ``Idx``, ids 1..150) keeps its ids, with 0
+    "other objects" as the ignore id (:func:`_object_info_table`). A first class ``__ignore__`` (labelme's label
+    files) is dropped and makes 255 the ignore id, as labelme2voc writes it. Names are non-empty, without control
+    characters, each once.
     """
     path = Path(path)
     text = read_table_text(path, "class list")
@@ -579,5 +604,7 @@ def read_classes(path: Path) -> ClassTable:
     cols = _header_columns(fields)
     if cols is not None:
         logger.info("%s: line %d %r is the header (columns %s)", path, first[0], first[1], ", ".join(sorted(cols)))
+        if "id" not in cols and fields[0].lower() == OBJECT_INFO_ID:
+            return _object_info_table(_csv_entries(lines, {**cols, "id": 0}, delimiter, len(fields), path), path)
         return _named_table(_csv_entries(lines, cols, delimiter, len(fields), path), path)
     return _named_table(_text_entries([first, *lines], path), path)

@@ -181,7 +181,9 @@ class ValueMap:
         if ig is not None and ig <= c:
             lost = (f"raw {ig + 1} (class {ig} {table.classes[ig].name!r}) would become {ig} too" if ig < c else
                     f"raw {ig} (class {ig - 1} {table.classes[ig - 1].name!r}) would stay {ig}")
-            fix = ("drop --ignore-index 0: --reduce-zero-label makes raw 0 the ignore id itself (255)" if ig == 0
+            fix = ("drop --ignore-index 0: --reduce-zero-label makes raw 0 the ignore id itself (255); where the "
+                   "table gives 0 (objectInfo150's ids 1..150), drop --reduce-zero-label, or pass --classes with the "
+                   "names alone, in order, for mmsegmentation's reduced ids" if ig == 0
                    else f"pass --ignore-index with an id above every class (--ignore-index "
                         f"{REDUCE_ZERO_IGNORE if c < REDUCE_ZERO_IGNORE else MAX_VALUE}), or a --label-map "
                         "naming every raw value")

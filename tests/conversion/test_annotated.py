@@ -15,12 +15,12 @@ from PIL import Image
 
 import shardkit
 from shardkit.cli import main
-from tests.annotation_trees import coco_tree, labelme_tree, panoptic_tree
+from tests.annotation_trees import DATA, coco_tree, labelme_tree, panoptic_tree
 from tests.labels.sources.test_coco import semantic_reference
 from tests.labels.sources.test_cvat import reference as cvat_reference
 from tests.labels.sources.test_cvat import tree as cvat_tree
 from tests.labels.sources.test_cvat import xml as cvat_xml
-from tests.labels.sources.test_labelme import labelme_rule
+from tests.labels.sources.test_labelme import labelme_rule, tutorial_tree
 from tests.labels.sources.test_panoptic import reference as panoptic_reference
 
 pytest.importorskip("pycocotools")
@@ -79,6 +79,45 @@ def test_labelme_tree_converts_bit_exact(tmp_path: Path) -> None:
         np.testing.assert_array_equal(ds[i][1], labelme_rule(h, w, doc["shapes"], names))
 
 
+def test_labelme_embedded_image_converts_as_the_file(tmp_path: Path) -> None:
+    """labelme's tutorial JSON with its image file removed converts to the same samples (keys, image and label
+    arrays) as with it, says it used the embedded image, and its labels follow labelme's rule."""
+    tutorial = DATA / "labelme-tutorial"
+    out = {}
+    for name, with_image in (("file", True), ("embedded", False)):
+        raw = tutorial_tree(tmp_path / f"raw-{name}", with_image)
+        res = run("convert", raw, tmp_path / name, "--workers", "1")
+        assert res.exit_code == 0, res.output
+        out[name] = (shardkit.open(tmp_path / name / "all"), res.output)
+    (file_ds, _), (embedded_ds, said) = out["file"], out["embedded"]
+    assert "image embedded in each (imageData) was used" in said
+    assert [file_ds.key(i) for i in range(len(file_ds))] == [embedded_ds.key(0)] == ["apc2016_obj3.jpg"]
+    for a, b in zip(file_ds[0], embedded_ds[0], strict=True):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    names = {c.name: c.id for c in embedded_ds.manifest.classes.classes}
+    assert next(iter(names)) == "_background_" and len(names) == 5
+    doc = json.loads((tutorial / "apc2016_obj3.json").read_text())
+    np.testing.assert_array_equal(embedded_ds[0][1], labelme_rule(907, 1210, doc["shapes"], names))
+    again = run("convert", tmp_path / "raw-embedded", tmp_path / "embedded", "--workers", "1")
+    assert "nothing changed" in again.output  # the unchanged JSON (which holds the image) costs a stat
+    # the embedded image's header is held to --max-pixels before it is decoded, as a file's is
+    res = CliRunner().invoke(main, ["convert", str(tmp_path / "raw-embedded"), str(tmp_path / "small"),
+                                    "--max-pixels", "1000"])
+    assert res.exit_code != 0 and not (tmp_path / "small").exists()
+    assert "apc2016_obj3.json: image is 907x1210 = 1097470 pixels, more than --max-pixels 1000" in res.output
+
+
+def test_labelme_embedded_image_that_is_no_image_is_one_line(tmp_path: Path) -> None:
+    raw = tutorial_tree(tmp_path / "raw", with_image=False)
+    doc = json.loads((raw / "apc2016_obj3.json").read_text())
+    doc["imageData"] = "AAAA"  # base64 of three zero bytes
+    (raw / "apc2016_obj3.json").write_text(json.dumps(doc))
+    res = CliRunner().invoke(main, ["convert", str(raw), str(tmp_path / "out"), "--workers", "1"])
+    assert res.exit_code != 0 and "Traceback" not in res.output and not (tmp_path / "out").exists()
+    assert "apc2016_obj3.json: its embedded imageData (no image file lies beside it): cannot decode" in res.output
+
+
 def test_hostile_annotation_file_one_line_nothing_written(tmp_path: Path) -> None:
     raw = coco_tree(tmp_path / "raw")
     doc = json.loads((raw / "annotations.json").read_text())
@@ -118,12 +157,15 @@ def test_dask_backend_is_byte_identical(tmp_path: Path) -> None:
     from shardkit.store.records import content_digest
 
     raw = coco_tree(tmp_path / "raw")
-    digests = []
-    for backend in ("local", "dask"):
-        out = tmp_path / backend
-        convert(ConvertConfig(raw, out, shard_size=ShardSize(samples=1), workers=2, backend=backend, quiet=True))
-        digests.append({p.name: content_digest(p) for p in sorted((out / "all").iterdir()) if p.is_file()})
-    assert digests[0] == digests[1] and len(digests[0]) >= 4
+    embedded = tutorial_tree(tmp_path / "embedded", with_image=False)  # the image only in labelme's imageData
+    for root, files in ((raw, 4), (embedded, 2)):
+        digests = []
+        for backend in ("local", "dask"):
+            out = tmp_path / f"{root.name}-{backend}"
+            convert(ConvertConfig(root, out, shard_size=ShardSize(samples=1), workers=2, backend=backend,
+                                  quiet=True))
+            digests.append({p.name: content_digest(p) for p in sorted((out / "all").iterdir()) if p.is_file()})
+        assert digests[0] == digests[1] and len(digests[0]) >= files
 
 
 def test_instance_mask_folders_convert(tmp_path: Path) -> None:

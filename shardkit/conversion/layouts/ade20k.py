@@ -2,7 +2,8 @@
 ``<name>_seg.png`` (class = R/10*256 + G, :mod:`shardkit.labels.ade20k`), however deep the scene folders go.
 
 Only ``_seg.png`` files are labels; the part masks (``_parts_N.png``), the 2021 release's instance mask folders
-and the per-image ``.json``/``_atr.txt`` files are counted and named, not read. The 150-class challenge set
+and the 2016 release's ``_atr.txt`` files are counted and named, not read. The 2021 release's per-image ``.json``
+files (beside each image) name the classes (:func:`~shardkit.labels.ade20k.names_table`). The 150-class challenge set
 (``ADEChallengeData2016``: ``images/`` + ``annotations/``) is the ``generic`` layout's.
 """
 
@@ -15,9 +16,10 @@ from collections import Counter
 from pathlib import Path
 from typing import ClassVar
 
-from ...labels.ade20k import SEG_SUFFIX
+from ...labels.ade20k import SEG_SUFFIX, names_table
+from ...labels.policy import TableChoice
 from ..pairs import PairBuilder
-from .base import Context, Job, Layout
+from .base import Context, Discovery, Job, Layout
 from .scan import Found, rel_path, split_ext, walk
 
 logger = logging.getLogger(__name__)
@@ -70,6 +72,7 @@ def ade_split(root: Path, folder: Path) -> Found:
             other += 1  # part masks (_parts_N.png), instance masks
     if other:
         skipped["_parts_N.png or instance .png"] += other
+    skipped.pop(".json", None)  # the per-image .json files: read for the class names (default_table)
     found = Found(PairBuilder(root), skipped=skipped)
     for key, image in images.items():
         label = labels.pop(key, None)
@@ -96,6 +99,13 @@ class Ade20kLayout(Layout):
         if base is None:
             return {}
         return {s: functools.partial(ade_split, ctx.root, base / s) for s in SPLITS if (base / s).is_dir()}
+
+    def default_table(self, found: Discovery, *, cityscapes_train_ids: bool = True) -> TableChoice | None:
+        """The names the per-image ``<image>.json`` files give (the 2021 release), or None without any."""
+        files = [p for pairs in found.splits.values() for i in range(len(pairs))
+                 if (image := pairs.path(i, 0)) and (p := Path(image).with_suffix(".json")).is_file()]
+        got = names_table(files)
+        return None if got is None else TableChoice(*got)
 
 
 LAYOUT = Ade20kLayout

@@ -1,6 +1,7 @@
 """An image folder beside a label folder, with or without split sub-folders:
 ``image(s)|img(s)/[<split>/]`` + ``label(s)|mask(s)|annotation(s)|gt|…/[<split>/]`` (ADE20K's
-``images/training`` + ``annotations/training`` among them)."""
+``images/training`` + ``annotations/training`` among them: its ``objectInfo150.txt``/``.csv`` at the root is the class
+table, ids 1..150 as the files hold them and 0 "other objects" the ignore id)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import logging
 from pathlib import Path
 from typing import ClassVar
 
-from .base import Context, Job, Layout, has_images
+from ...labels.policy import TableChoice
+from ...labels.tablefiles import read_classes
+from .base import Context, Discovery, Job, Layout, has_images
 from .scan import subdirs
 
 logger = logging.getLogger(__name__)
@@ -19,6 +22,8 @@ IMAGE_DIRS: tuple[str, ...] = ("images", "image", "imgs", "img")
 LABEL_DIRS: tuple[str, ...] = ("annotations", "annotation", "labels", "label", "gt", "gts", "groundtruth",
                                "ground_truth", "segmentations", "segmentation", "1st_manual", "manual",
                                "masks", "mask")
+#: SceneParsing's class table files (ADEChallengeData2016 ships objectInfo150.txt at its root)
+OBJECT_INFO = ("objectInfo150.txt", "objectInfo150.csv")
 
 
 def _holds_images(folder: Path) -> bool:
@@ -56,6 +61,15 @@ class GenericLayout(Layout):
             return {}
         label = choose_label_dir(labels, ctx.root)
         return split_jobs(ctx, ctx.root / images[0], ctx.root / label) if label else {}
+
+    def default_table(self, found: Discovery, *, cityscapes_train_ids: bool = True) -> TableChoice | None:
+        """SceneParsing's objectInfo150 table when the root holds it (ADEChallengeData2016), else None."""
+        for name in OBJECT_INFO:
+            if (found.root / name).is_file():
+                return TableChoice(read_classes(found.root / name),
+                                   f"{name} at the root (SceneParsing's 150 classes as the files number them, 1..150; "
+                                   "0 'other objects' is the ignore id, unevaluated by the benchmark)")
+        return None
 
 
 LAYOUT = GenericLayout

@@ -46,6 +46,9 @@ class SampleShapes:
     objects: tuple[ObjectShapes, ...]
     #: label files the source checks whole per sample (:meth:`AnnotationSource.check`), e.g. a panoptic PNG
     files: tuple[str, ...] = ()
+    #: the image file's bytes when the annotation file carries them and no image file exists (labelme's
+    #: ``imageData``); the sample's image path is then the annotation file, and these bytes are decoded instead
+    embedded: bytes = b""
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,18 @@
 """CVAT for images 1.1 (``annotations.xml``): ``<image name width height>`` holding ``<polygon points="x,y;…">``,
-``<box xtl ytl xbr ybr>``, ``<mask rle left top width height>`` and ``<polyline>``, each with ``label``,
+``<box xtl ytl xbr ybr rotation>``, ``<mask rle left top width height>`` and ``<polyline>``, each with ``label``,
 ``z_order`` and ``occluded``; labels from ``<meta><task|project|job><labels>`` in file order.
 
-Drawn as CVAT's own mask export draws them (datumaro, which CVAT's exports run on: a polygon or a box — as the
-polygon of its four corners — by pycocotools' ``frPyObjects`` rule, the same numpy rule as :mod:`.coco`); a mask
-by CVAT's RLE (row-major runs over its ``width``×``height`` box at ``left``/``top``, starting with 0); a polyline,
-``points`` or ``skeleton`` has no area, so paints nothing and is counted degenerate; any other shape (``ellipse``,
-``cuboid`` …) is refused in one line. a rotated shape (``rotation`` ≠ 0) is refused; ``occluded`` changes nothing
-drawn. Default overlap ``z-order`` (higher ``z_order`` on top, then file order, as CVAT shows them).
+Drawn as CVAT's own "Segmentation mask 1.1" export draws them (``cvat/apps/dataset_manager/formats/mask.py``, on
+datumaro): a polygon or a box — as the polygon of its four corners — by pycocotools' ``frPyObjects`` rule, the same
+numpy rule as :mod:`.coco`; a rotated box (``rotation`` in degrees) as the polygon of its corners turned about its
+centre by CVAT's ``RotatedBoxesToPolygons``, which also moves it after every other shape of its image (painted
+later, under the same z-order); a mask by CVAT's RLE (row-major runs over its ``width``×``height`` box at
+``left``/``top``, starting with 0); a polyline, ``points`` or ``skeleton`` has no area, so paints nothing and is
+counted degenerate; an image-level ``<tag>``, ``source`` and ``<attribute>`` children paint nothing; any other
+shape (``ellipse``, ``cuboid`` …) is refused in one line, as are grouped shapes (``group_id``: CVAT's export
+merges a group into one instance of its largest member's label) and a "CVAT for video 1.1" file (``<track>``
+elements: export the task as "CVAT for images 1.1", which writes every track's shapes per frame). ``occluded``
+changes nothing drawn. Default overlap ``z-order`` (higher ``z_order`` on top, then the order above).
 
 The XML is parsed with xml.etree after refusing any DOCTYPE or ENTITY declaration (no external entities, no
 entity expansion bombs), from a size-capped read.
@@ -110,14 +115,29 @@ def _mask(el: ET.Element, path: Path, where: str) -> tuple[int, int, np.ndarray]
     return left, top, np.repeat(values, counts).reshape(h, w)
 
 
+def _box_corners(x0: float, y0: float, x1: float, y1: float, degrees: float) -> np.ndarray:
+    """A box's corners (x0,y0 x1,y0 x1,y1 x0,y1) turned ``degrees`` about its centre, by the arithmetic of CVAT's
+    ``RotatedBoxesToPolygons`` (math.cos/sin of math.radians, the centre as x0 + (x1 - x0) / 2), so the float
+    coordinates — and the pixels pycocotools fills from them — are CVAT's."""
+    if not degrees:
+        return np.asarray([x0, y0, x1, y0, x1, y1, x0, y1], dtype=np.float64)
+    angle = math.radians(degrees)
+    cx, cy = x0 + (x1 - x0) / 2, y0 + (y1 - y0) / 2
+    out = []
+    for x, y in ((x0, y0), (x1, y0), (x1, y1), (x0, y1)):
+        out += [cx + math.cos(angle) * (x - cx) - math.sin(angle) * (y - cy),
+                cy + math.sin(angle) * (x - cx) + math.cos(angle) * (y - cy)]
+    return np.asarray(out, dtype=np.float64)
+
+
 class CvatSource(AnnotationSource):
     name = "cvat"
     expected = "annotations.xml (CVAT for images 1.1) + the images it names (beside it or in images/)"
     overlap = "z-order"
     crowd = "class"
-    tool_rule = ("CVAT's z_order (higher on top, then file order); polygons and boxes by pycocotools' rule "
-                 "(datumaro, which CVAT's mask export runs on); masks by CVAT's RLE; polylines and points paint "
-                 "nothing")
+    tool_rule = ("CVAT's z_order (higher on top, then file order, rotated boxes last as CVAT's mask export moves "
+                 "them); polygons and boxes by pycocotools' rule (datumaro, which CVAT's mask export runs on); "
+                 "masks by CVAT's RLE; polylines and points paint nothing")
 
     def detect(self, root: Path) -> Path | None:
         path = root / "annotations.xml"
@@ -130,6 +150,11 @@ class CvatSource(AnnotationSource):
         if doc.tag != "annotations":
             raise LabelError(f"the XML's root is <{doc.tag}>, not <annotations>", path=path,
                              fix="pass CVAT's 'CVAT for images 1.1' annotations.xml")
+        tracks = doc.findall("track")
+        if tracks:
+            raise LabelError(f"a 'CVAT for video 1.1' file ({len(tracks)} <track> elements): shardkit reads the "
+                             "shapes of each <image>", path=path,
+                             fix="export the task as 'CVAT for images 1.1' (it writes every track's shapes per frame)")
         labels = [(el.findtext("name") or "") for el in doc.findall("./meta/*/labels/label")]
         labels = [n for n in labels if n]
         if not labels:
@@ -144,7 +169,8 @@ class CvatSource(AnnotationSource):
             name = im.get("name") or ""
             h = int(_number(im, "height", path, f"image {name!r}", 1, MAX_SIDE))
             w = int(_number(im, "width", path, f"image {name!r}", 1, MAX_SIDE))
-            objects = []
+            objects: list[ObjectShapes] = []
+            rotated: list[ObjectShapes] = []  # CVAT's RotatedBoxesToPolygons appends them after the others
             for n, el in enumerate(im):
                 if el.tag == "tag":  # an image-level tag: no shape
                     continue
@@ -157,14 +183,19 @@ class CvatSource(AnnotationSource):
                     raise LabelError(f"{ident} has label {label!r}, which <meta> labels lack", path=path,
                                      fix="add the label to the task's labels or drop the shape")
                 z = int(_number(el, "z_order", path, ident, -1e6, 1e6)) if el.get("z_order") else 0
+                if el.get("group_id") not in (None, "", "0"):
+                    raise LabelError(f"{ident} is in group {el.get('group_id')}; CVAT's mask export merges a group "
+                                     "into one instance of its largest member's label, which shardkit does not "
+                                     "repeat", path=path, fix="ungroup the shapes in CVAT and export again")
+                angle = _number(el, "rotation", path, ident, -360, 360) if el.get("rotation") else 0.0
+                if angle and el.tag != "box":
+                    raise LabelError(f"{ident} is rotated ({angle:g} degrees), which shardkit draws for boxes only",
+                                     path=path, fix="convert the rotated shape to a polygon in CVAT")
                 data: tuple[object, ...]
-                if el.get("rotation") not in (None, "", "0", "0.0", "0.00"):
-                    raise LabelError(f"{ident} is rotated ({el.get('rotation')} degrees), which shardkit does not "
-                                     "draw", path=path, fix="convert the rotated shape to a polygon in CVAT")
                 if el.tag == "box":
                     x0, y0 = (_number(el, k, path, ident) for k in ("xtl", "ytl"))
                     x1, y1 = (_number(el, k, path, ident) for k in ("xbr", "ybr"))
-                    data = (np.asarray([x0, y0, x1, y0, x1, y1, x0, y1], dtype=np.float64),)
+                    data = (_box_corners(x0, y0, x1, y1, angle),)
                 elif el.tag == "mask":
                     data = _mask(el, path, ident)
                 else:
@@ -173,10 +204,10 @@ class CvatSource(AnnotationSource):
                     polygons.append(data[0])  # type: ignore[arg-type]
                     owners.append(ident)
                 kind = "polygons" if el.tag in ("polygon", "box") else el.tag
-                objects.append(ObjectShapes(ident, stored[label], kind, data, False, z))
-            image = inside(root, self._base(root, path, name), name, path)
+                (rotated if angle else objects).append(ObjectShapes(ident, stored[label], kind, data, False, z))
+            image = inside(root, self._base(root, path, name, im.get("subset") or ""), name, path)
             key = image.relative_to(Path(root).resolve()).as_posix()
-            samples.append((image, SampleShapes(key, h, w, tuple(objects))))
+            samples.append((image, SampleShapes(key, h, w, (*objects, *rotated))))
         try:
             check_polygons(polygons)
         except ShapeError as exc:
@@ -191,8 +222,10 @@ class CvatSource(AnnotationSource):
         return Annotations(self.name, root, (path,), table, (None, *labels), {"all": sorted_unique(samples, path)},
                            origin, hashlib.sha256(raw).hexdigest())
 
-    def _base(self, root: Path, path: Path, name: str) -> Path:
-        for base in (path.parent, root / "images", root):
+    def _base(self, root: Path, path: Path, name: str, subset: str) -> Path:
+        """Where the image lies: beside the file, in images/<subset>/ (a project export), images/ or the root."""
+        bases = (path.parent, *([root / "images" / subset] if subset else []), root / "images", root)
+        for base in bases:
             if inside(root, base, name, path).is_file():
                 return base
         return path.parent

@@ -1,5 +1,8 @@
 """labelme JSON: one ``<image stem>.json`` of shapes beside each image (``shapes``: polygon, rectangle, circle,
 line, linestrip, point, oriented_rectangle, mask), with ``labels.txt`` at the root (or the names found).
+The image is the file ``imagePath`` names (or ``<stem>.<ext>`` beside the JSON); only when no such file exists is
+the image embedded in the JSON (``imageData``: the image file's bytes in base64) used, decoded by the same checked
+reader as a file (its header's pixel limit before any decode; the JSON is capped at 64 MiB), and the run says so.
 
 Rasterised exactly by labelme's own rule (``labelme/_utils/shape.py``: ``shape_to_mask`` draws each shape with
 PIL ``ImageDraw`` into a mode-L image — polygon/rectangle/circle/point filled with an outline, line width 10,
@@ -82,6 +85,7 @@ class LabelmeSource(AnnotationSource):
 
     def __init__(self) -> None:
         self.fallbacks = 0  # files whose imagePath did not name a file in the input folder
+        self.embedded: list[Path] = []  # files whose embedded imageData is the image (no image file exists)
 
     def detect(self, root: Path) -> Path | None:
         for p in _jsons(root)[:1]:
@@ -129,9 +133,12 @@ class LabelmeSource(AnnotationSource):
         table = ClassTable(tuple(ClassInfo(i, n) for i, n in enumerate(classes)), IGNORE, source=origin)
         samples = [self._sample(root, path, doc, stored, origin) for path, doc in docs]
         if self.fallbacks:
-            log.warning("%s: %d labelme file(s) name an imagePath that is not in the input folder (another "
-                        "machine's path?); the image beside each file with its name was used", where,
-                        self.fallbacks)
+            log.warning("%s: %d labelme file(s) name an imagePath that is no image file in the input folder "
+                        "(another machine's path, or the JSON itself); the image beside each file with its name "
+                        "was used", where, self.fallbacks)
+        if self.embedded:
+            log.warning("%s: %d labelme file(s) have no image file beside them; the image embedded in each "
+                        "(imageData) was used (first: %s)", where, len(self.embedded), self.embedded[0].name)
         return Annotations(self.name, root, tuple(files), table, tuple(classes), {"all": sorted_unique(samples, where)},
                            origin,
                            digest.hexdigest())
@@ -152,16 +159,17 @@ class LabelmeSource(AnnotationSource):
             except LabelError as exc:
                 outside = outside or exc
                 continue
-            if candidate.is_file():
+            if candidate.is_file() and candidate.suffix.lower() != ".json":  # imagePath may name the JSON itself
                 image = candidate
                 if image_path and name != names[0]:
                     self.fallbacks += 1
                 break
-        if image is None and outside is not None:
+        embedded = b""
+        if image is None and outside is not None and not doc.get("imageData"):
             raise outside
         if image is None:
-            embedded = " (its embedded imageData is not read)" if doc.get("imageData") else ""
-            raise _fail(path, f"no image file {image_path!r} beside it{embedded}")
+            embedded = _embedded_image(doc.get("imageData"), path, image_path)
+            self.embedded.append(path)
         h = doc.get("imageHeight")
         w = doc.get("imageWidth")
         if not (isinstance(h, int) and isinstance(w, int) and 1 <= h <= MAX_SIDE and 1 <= w <= MAX_SIDE):
@@ -192,6 +200,11 @@ class LabelmeSource(AnnotationSource):
             if kind == "mask":
                 data = (arr, _mask_of(shape.get("mask"), h, w, path, i))
             objects.append(ObjectShapes(f"{path.name}#{i}", stored[label], kind, data))
+        if image is None:  # keyed as the image file would be; the JSON (which holds it) is the sample's image path
+            holder = path.resolve()
+            keyed = holder.parent / _embedded_name(path, image_path, embedded)
+            return holder, SampleShapes(keyed.relative_to(Path(root).resolve()).as_posix(), h, w, tuple(objects),
+                                        embedded=embedded)
         key = image.relative_to(Path(root).resolve()).as_posix()
         return image, SampleShapes(key, h, w, tuple(objects))
 
@@ -230,6 +243,28 @@ class LabelmeSource(AnnotationSource):
                                           (arr[:, 0].max() > w) or (arr[:, 1].max() > h))
         region = Region.of(m)
         return region, clipped, not region.mask.size
+
+
+def _embedded_image(text: Any, path: Path, image_path: Any) -> bytes:
+    """The image file's bytes from labelme's ``imageData`` (base64), or one line saying neither exists."""
+    if not isinstance(text, str) or not text:
+        raise LabelError(f"no image file {image_path!r} beside it and no embedded imageData", path=path,
+                         fix="put the image beside the JSON (named as imagePath says), or save the JSON with its "
+                             "image data in labelme")
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise _fail(path, "its imageData is not base64 (and no image file lies beside it)") from None
+
+
+def _embedded_name(path: Path, image_path: Any, data: bytes) -> str:
+    """The file name an embedded image is keyed by: imagePath's, when it names an image; else the JSON's stem
+    with the extension of the bytes' type (labelme embeds PNG or JPEG)."""
+    name = image_path.replace("\\", "/").rsplit("/", 1)[-1] if isinstance(image_path, str) else ""
+    if Path(name).suffix.lower() in IMAGE_EXTS:
+        return name
+    return path.stem + (".png" if data.startswith(b"\x89PNG") else ".jpg" if data.startswith(b"\xff\xd8") else
+                        ".img")
 
 
 def _mask_of(text: Any, h: int, w: int, path: Path, i: int) -> np.ndarray:

@@ -505,6 +505,106 @@ def test_ade20k_id_above_the_table_is_an_error_naming_value_and_pixels(tmp_path:
         convert(ConvertConfig(root, tmp_path / "out", workers=1, quiet=True, num_classes=2000))
 
 
+def _ade2021_tree(root: Path) -> Path:
+    """The 2021 release's tree with two real images' _seg.png and per-image .json (tests/data/ade20k/2021, from the
+    release's own sample folder); each photo a black JPEG of its label's size (only the labels are compared)."""
+    folder = root / "ADE20K_2021_17_01" / "images" / "ADE" / "training" / "urban" / "street"
+    folder.mkdir(parents=True)
+    for stem in ("ADE_train_00016869", "ADE_train_00016964"):
+        for ext in (".json", "_seg.png"):
+            shutil.copyfile(DATA / "ade20k" / "2021" / f"{stem}{ext}", folder / f"{stem}{ext}")
+        with Image.open(folder / f"{stem}_seg.png") as im:
+            Image.new("RGB", im.size).save(folder / f"{stem}.jpg")
+    return root
+
+
+def test_ade20k_2021_names_from_the_per_image_json(tmp_path: Path, read_only: list[Path]) -> None:
+    """Without a flag the 2021 release converts: every class id its _seg.png pixels hold is named as the
+    image's .json names that name_ndx (whole objects), and the ids are the files' own (names change no id)."""
+    root = freeze(_ade2021_tree(tmp_path / "ade"), read_only)
+    result = CliRunner().invoke(main, ["convert", str(root), str(tmp_path / "out"), "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    assert "per-image .json" in result.output and "2 .json" not in result.output  # read, so not "skipped"
+    ds = shardkit.open(tmp_path / "out" / "training")
+    names = [c.name for c in ds.manifest.classes.classes]
+    assert names[0] == "unlabelled"
+    folder = DATA / "ade20k" / "2021"
+    for i in range(len(ds)):
+        stem = Path(ds.key(i)).stem
+        want = _ade_ids(folder / f"{stem}_seg.png")
+        assert np.array_equal(ds[i][1], want)
+        doc = json.loads((folder / f"{stem}.json").read_text())
+        named = {o["name_ndx"]: o["name"] for o in doc["annotation"]["object"] if o["parts"]["part_level"] == 0}
+        present = set(np.unique(want).tolist()) - {0}
+        assert present == set(named) and all(names[v] == named[v] for v in present)
+    assert names[312] == "building, edifice" and names[2131] == "road, route"
+
+
+def test_ade20k_json_naming_one_index_two_ways_is_refused(tmp_path: Path) -> None:
+    root = _ade2021_tree(tmp_path / "ade")
+    path = next(root.rglob("ADE_train_00016964.json"))
+    doc = json.loads(path.read_text())
+    for obj in doc["annotation"]["object"]:
+        if obj["name_ndx"] == 312:
+            obj["name"] = "castle"
+    path.write_text(json.dumps(doc))
+    result = CliRunner().invoke(main, ["convert", str(root), str(tmp_path / "out"), "--workers", "1"])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert "ADE20K object index 312 is 'building, edifice'" in result.output and "'castle'" in result.output
+
+
+# --- SceneParsing (ADEChallengeData2016): gray ids 0..150 + objectInfo150 (tests/data/sceneparsing) -----------
+
+
+def _scene_parsing_tree(root: Path, table: str | None = "objectInfo150.txt") -> Path:
+    """ADEChallengeData2016's layout with SceneParsing's real sample pairs (validation) and its class table."""
+    src = DATA / "sceneparsing"
+    files = {f"{kind}/validation/ADE_val_{n}.{ext}": src / kind / f"ADE_val_{n}.{ext}"
+             for n in ("00000002", "00000003") for kind, ext in (("images", "jpg"), ("annotations", "png"))}
+    if table:
+        files[table] = src / table
+    return build(root, files)
+
+
+@pytest.mark.parametrize("table", ["objectInfo150.txt", "objectInfo150.csv"])
+def test_scene_parsing_table_names_the_files_ids_with_0_ignored(tmp_path: Path, read_only: list[Path],
+                                                                table: str) -> None:
+    """objectInfo150 at the root is the table: ids as the files hold them (1 = wall … 150 = flag), 0 "other
+    objects" the ignore id, as the benchmark defines it; the labels bit-exact, nothing renumbered."""
+    root = freeze(_scene_parsing_tree(tmp_path / "ADEChallengeData2016", table), read_only)
+    summary = convert(ConvertConfig(root, tmp_path / "out", workers=1, quiet=True))
+    assert summary.discovery.layout == "generic" and table in summary.table_reason
+    names = [c.name for c in summary.table.classes]
+    assert len(names) == 151 and names[:2] == ["other objects", "wall"] and names[150] == "flag"
+    assert names[2] == ("building, edifice" if table.endswith(".txt") else "building;edifice")
+    assert summary.table.ignore_index == 0
+    got = stored_labels(tmp_path / "out" / "validation")
+    for n, label in zip(("00000002", "00000003"), got, strict=True):
+        want = np.array(Image.open(DATA / "sceneparsing" / "annotations" / f"ADE_val_{n}.png"))
+        assert np.array_equal(label, want)
+    assert 103 in np.unique(got[1]) and 0 in np.unique(got[0])
+
+
+def test_scene_parsing_table_as_classes_file_and_with_reduce_zero_label(tmp_path: Path) -> None:
+    """--classes objectInfo150.csv gives the same ids; with --reduce-zero-label (mmsegmentation's reduced ids)
+    it is refused naming the way out, and following it (the names alone) gives 0 → 255, v → v - 1 exactly."""
+    root = _scene_parsing_tree(tmp_path / "plain", table=None)
+    table = DATA / "sceneparsing" / "objectInfo150.csv"
+    summary = convert(ConvertConfig(root, tmp_path / "out", workers=1, quiet=True, classes=table))
+    assert summary.table.classes[1].name == "wall" and summary.table.ignore_index == 0
+    refused = CliRunner().invoke(main, ["convert", str(root), str(tmp_path / "no"), "--workers", "1",
+                                        "--classes", str(table), "--reduce-zero-label"])
+    assert refused.exit_code != 0 and "pass --classes with the names alone, in order" in refused.output
+    names = tmp_path / "names.txt"
+    names.write_text("".join(line.split(",")[-1] + "\n" for line in table.read_text().splitlines()[1:]))
+    res = CliRunner().invoke(main, ["convert", str(root), str(tmp_path / "mm"), "--workers", "1",
+                                    "--classes", str(names), "--reduce-zero-label"])
+    assert res.exit_code == 0, res.output
+    for n, label in zip(("00000002", "00000003"), stored_labels(tmp_path / "mm" / "validation"), strict=True):
+        raw = np.array(Image.open(DATA / "sceneparsing" / "annotations" / f"ADE_val_{n}.png")).astype(np.int64)
+        assert np.array_equal(label, np.where(raw == 0, 255, raw - 1))
+
+
 def test_other_seg_png_masks_in_a_deep_tree_are_not_taken_for_ade20k(tmp_path: Path) -> None:
     """``<name>_seg.png`` masks of another dataset (not ADE_… names) are never decoded as R/10*256 + G."""
     root = tmp_path / "data"

@@ -133,14 +133,43 @@ def test_bad_shapes_are_refused(tmp_path: Path, points: list[list[float]], kind:
         LabelmeSource().read(root, root)
 
 
-def test_missing_image_names_embedded_data(tmp_path: Path) -> None:
+def test_missing_image_without_embedded_data_is_refused(tmp_path: Path) -> None:
     root = labelme_tree(tmp_path / "lm")
-    doc = json.loads((root / "2011_000025.json").read_text())
     (root / "2011_000025.jpg").unlink()
-    doc["imageData"] = "AAAA"
-    (root / "2011_000025.json").write_text(json.dumps(doc))
-    with pytest.raises(LabelError, match="imageData is not read"):
+    with pytest.raises(LabelError, match=r"no image file '2011_000025\.jpg' beside it and no embedded imageData"):
         LabelmeSource().read(root, root)
+    doc = json.loads((root / "2011_000025.json").read_text())
+    doc["imageData"] = "not base64!"
+    (root / "2011_000025.json").write_text(json.dumps(doc))
+    with pytest.raises(LabelError, match="imageData is not base64"):
+        LabelmeSource().read(root, root)
+
+
+TUTORIAL = DATA / "labelme-tutorial"
+
+
+def tutorial_tree(root: Path, with_image: bool = True) -> Path:
+    """labelme's tutorial file (imageData = the bytes of apc2016_obj3.jpg; its imagePath names the JSON itself),
+    with or without the image file beside it."""
+    root.mkdir()
+    shutil.copy(TUTORIAL / "apc2016_obj3.json", root)
+    if with_image:
+        shutil.copy(TUTORIAL / "apc2016_obj3.jpg", root)
+    return root.resolve()
+
+
+def test_embedded_image_data_when_no_image_file(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Without the image file the embedded imageData is the image (keyed as the file would be), and the run says
+    so; with the file the file is read (imagePath names the JSON itself: never taken for the image)."""
+    root = tutorial_tree(tmp_path / "with")
+    ((image, sample),) = LabelmeSource().read(root, root).splits["all"]
+    assert image == root / "apc2016_obj3.jpg" and sample.key == "apc2016_obj3.jpg" and not sample.embedded
+    bare = tutorial_tree(tmp_path / "bare", with_image=False)
+    with caplog.at_level("WARNING"):
+        ((image, sample),) = LabelmeSource().read(bare, bare).splits["all"]
+    assert image == bare / "apc2016_obj3.json" and sample.key == "apc2016_obj3.jpg"
+    assert sample.embedded == (TUTORIAL / "apc2016_obj3.jpg").read_bytes()
+    assert "image embedded in each (imageData) was used (first: apc2016_obj3.json)" in caplog.text
 
 
 def test_image_path_from_another_machine_and_outside(tmp_path: Path) -> None:
