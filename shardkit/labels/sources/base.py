@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ...errors import LabelError
+from ...images.imageio import regular_stat
 from ...support.smallfile import open_regular, read_guarded
 from ..classes import ClassTable
 from ..raster import CROWDS, OVERLAPS, RasterReport, Region, Shape, paint
@@ -139,6 +140,14 @@ def read_file(path: Path, what: str, limit: int) -> bytes:
     except OSError as exc:
         raise LabelError(f"cannot read the {what} ({exc.strerror or exc})", path=path,
                          fix=f"point at a regular {what} of at most {limit >> 20} MiB") from None
+
+
+def file_stamp(path: Path, what: str) -> tuple[int, int, int, int]:
+    """(size, mtime_ns, ctime_ns, inode) of a label-side file a source reads in the workers (a panoptic PNG, an
+    instance mask): the four values the fingerprint cache trusts for mask images, so that an edit which restores
+    size and mtime (``touch -r``) or a file renamed over another still changes the annotations' digest."""
+    st = regular_stat(path, what)
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
 
 
 def inside(root: Path, base: Path, name: str, what: Path) -> Path:

@@ -20,7 +20,7 @@ from ...images.imageio import check_pixels, decode_image, regular_stat
 from ...support.limits import MAX_PIXELS
 from ..classes import ClassInfo, ClassTable
 from ..raster import Region
-from .base import Annotations, AnnotationSource, ObjectShapes, SampleShapes, sorted_unique
+from .base import Annotations, AnnotationSource, ObjectShapes, SampleShapes, file_stamp, sorted_unique
 
 MASK_EXTS = (".png", ".tif", ".tiff", ".bmp")
 IGNORE = 255
@@ -81,8 +81,7 @@ class InstanceMasksSource(AnnotationSource):
                     for m in _files(folder / "masks" / d)]
                 objects = []
                 for m, cls in masks:
-                    st = m.stat()
-                    digest.update(f"{m.relative_to(where).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+                    digest.update(f"{m.relative_to(where).as_posix()}\0{file_stamp(m, 'mask')}\0".encode())
                     objects.append(ObjectShapes(m.relative_to(folder).as_posix(), stored[cls], "maskfile",
                                                 (str(m),)))
                 key = image.resolve().relative_to(root.resolve()).as_posix()

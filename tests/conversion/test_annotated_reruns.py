@@ -1,0 +1,192 @@
+"""Re-runs of ``shardkit convert`` on annotation sources: an unchanged input takes the no-op fast path; an edited
+annotation file (COCO JSON, labelme JSON, CVAT XML, a panoptic PNG, an instance mask) is a change and the run
+re-converts with the new labels — also when the file lives outside the input folder, and when an edit keeps its
+size and mtime (the rule mask images get: size, mtime, ctime and inode)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+
+import shardkit
+from shardkit.cli import main
+from tests.annotation_trees import coco_tree, labelme_tree, panoptic_tree
+from tests.labels.sources.test_coco import semantic_reference
+from tests.labels.sources.test_cvat import reference as cvat_reference
+from tests.labels.sources.test_cvat import tree as cvat_tree
+from tests.labels.sources.test_cvat import xml as cvat_xml
+from tests.labels.sources.test_instances import REAL as DSB
+from tests.labels.sources.test_instances import union
+from tests.labels.sources.test_labelme import labelme_rule
+from tests.labels.sources.test_panoptic import reference as panoptic_reference
+
+pytest.importorskip("pycocotools")
+pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
+
+
+def run(*args: Any) -> Any:
+    res = CliRunner().invoke(main, ["convert", *(str(a) for a in args), "--workers", "1"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    return res
+
+
+def unchanged(res: Any) -> bool:
+    return "nothing changed" in res.output
+
+
+def same_stat_edit(path: Path, write: Callable[[Path], None]) -> None:
+    """``write`` the file anew, then give it back its old mtime; the size must come out the same (``touch -r``
+    after an edit that kept the size): only ctime and inode still tell."""
+    st = path.stat()
+    write(path)
+    assert path.stat().st_size == st.st_size
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def instance_tree(root: Path) -> Path:
+    shutil.copytree(DSB, root)
+    return root.resolve()
+
+
+TREES: dict[str, Callable[[Path], Path]] = {
+    "coco": coco_tree, "labelme": labelme_tree, "coco-panoptic": panoptic_tree, "instance-masks": instance_tree,
+    "cvat": lambda root: cvat_tree(root, cvat_xml())}
+
+
+@pytest.mark.parametrize("kind", sorted(TREES))
+def test_unchanged_rerun_takes_the_fast_path(tmp_path: Path, kind: str) -> None:
+    raw = TREES[kind](tmp_path / "raw")
+    first = run(raw, tmp_path / "out")
+    assert not unchanged(first) and f"annotations: {kind} in" in first.output
+    again = run(raw, tmp_path / "out")
+    # the replayed lines still say where the labels and the table came from
+    assert unchanged(again) and f"annotations: {kind} in" in again.output
+
+
+def test_edited_labelme_file_is_a_change(tmp_path: Path) -> None:
+    raw = labelme_tree(tmp_path / "raw")
+    run(raw, tmp_path / "out")
+    path = raw / "2011_000003.json"
+    doc = json.loads(path.read_text())
+    doc["shapes"] = doc["shapes"][1:]
+    path.write_text(json.dumps(doc))
+    res = run(raw, tmp_path / "out")
+    assert not unchanged(res)
+    ds = shardkit.open(tmp_path / "out" / "all")
+    names = {c.name: c.id for c in ds.manifest.classes.classes} | {"__ignore__": 255}
+    (i,) = [i for i in range(len(ds)) if ds.key(i) == "2011_000003.jpg"]
+    label = ds[i][1]
+    np.testing.assert_array_equal(label, labelme_rule(*label.shape, doc["shapes"], names))
+
+
+def test_edited_cvat_xml_is_a_change(tmp_path: Path) -> None:
+    raw = cvat_tree(tmp_path / "raw", cvat_xml(shapes=""))
+    run(raw, tmp_path / "out")
+    assert not shardkit.open(tmp_path / "out" / "all")[0][1].any()
+    (raw / "annotations.xml").write_text(cvat_xml())
+    assert not unchanged(run(raw, tmp_path / "out"))
+    np.testing.assert_array_equal(shardkit.open(tmp_path / "out" / "all")[0][1], cvat_reference())
+
+
+def _stored_png(path: Path, pixels: np.ndarray) -> None:
+    """An uncompressed PNG: its size depends only on the picture's shape, so an edit can keep it."""
+    Image.fromarray(pixels).save(path, compress_level=0)
+
+
+def test_panoptic_png_edited_keeping_size_and_mtime_is_a_change(tmp_path: Path) -> None:
+    raw = panoptic_tree(tmp_path / "raw")
+    png = raw / "panoptic_examples" / "000000142238.png"
+    rgb = np.array(Image.open(png))
+    _stored_png(png, rgb)
+    run(raw, tmp_path / "out")
+    doc = json.loads((raw / "panoptic_examples.json").read_text())
+    (ann,) = [a for a in doc["annotations"] if a["file_name"] == png.name]
+    first = ann["segments_info"][0]
+    a = first["id"]
+    b = next(s["id"] for s in ann["segments_info"] if s["category_id"] != first["category_id"])
+    c = rgb.astype(np.int64)
+    ids = c[:, :, 0] + 256 * c[:, :, 1] + 65536 * c[:, :, 2]
+    edited = rgb.copy()
+    edited[ids == a] = [b % 256, b // 256 % 256, b // 65536]  # one segment's pixels given to another segment
+    same_stat_edit(png, lambda p: _stored_png(p, edited))
+    assert not unchanged(run(raw, tmp_path / "out"))
+    ds = shardkit.open(tmp_path / "out" / "examples")
+    (i,) = [i for i in range(len(ds)) if Path(ds.key(i)).stem == png.stem]
+    want = panoptic_reference(raw, png.name)
+    assert (want != panoptic_reference(panoptic_tree(tmp_path / "orig"), png.name)).any()
+    np.testing.assert_array_equal(ds[i][1], want)
+
+
+def test_instance_mask_edited_keeping_size_and_mtime_is_a_change(tmp_path: Path) -> None:
+    raw = instance_tree(tmp_path / "raw")
+    folder = sorted((raw / "stage1_train").iterdir())[0]
+    mask = sorted((folder / "masks").glob("*.png"))[0]
+    bits = np.array(Image.open(mask))
+    _stored_png(mask, bits)
+    run(raw, tmp_path / "out")
+    edited = bits.copy()
+    edited[: bits.shape[0] // 2] = 0  # half of the nucleus (and the rest of the top half) cleared
+    edited[0, 0] = bits.max()  # the mask stays binary with one object value
+    same_stat_edit(mask, lambda p: _stored_png(p, edited))
+    assert not unchanged(run(raw, tmp_path / "out"))
+    ds = shardkit.open(tmp_path / "out" / "stage1_train")
+    (i,) = [i for i in range(len(ds)) if Path(ds.key(i)).parent.parent.name == folder.name]
+    want = union(folder)
+    assert (want != union(DSB / "stage1_train" / folder.name)).any()
+    np.testing.assert_array_equal(ds[i][1], want)
+
+
+def test_coco_file_outside_the_input_edited_keeping_size_and_mtime(tmp_path: Path) -> None:
+    raw = coco_tree(tmp_path / "raw")
+    elsewhere = tmp_path / "elsewhere" / "instances_all.json"  # split "all"
+    elsewhere.parent.mkdir()
+    shutil.move(raw / "annotations.json", elsewhere)
+    flag = f"coco:{elsewhere}"
+    run(raw, tmp_path / "out", "--annotations", flag)
+    assert unchanged(run(raw, tmp_path / "out", "--annotations", flag))
+    doc = json.loads(elsewhere.read_text())
+    text = json.dumps(doc)
+    old = doc["annotations"][0]["category_id"]
+    new = next(c["id"] for c in doc["categories"] if len(str(c["id"])) == len(str(old)) and c["id"] != old)
+    doc["annotations"][0]["category_id"] = new
+    same_stat_edit(elsewhere, lambda p: p.write_text(json.dumps(doc)))
+    assert len(json.dumps(doc)) == len(text)
+    assert not unchanged(run(raw, tmp_path / "out", "--annotations", flag))
+    ds = shardkit.open(tmp_path / "out" / "all")
+    for i in range(len(ds)):
+        np.testing.assert_array_equal(ds[i][1], semantic_reference(elsewhere, ds.key(i), {i: i for i in range(21)}))
+
+
+def test_labelme_folder_outside_the_input_is_watched(tmp_path: Path) -> None:
+    """``--annotations labelme:FOLDER`` elsewhere (the photos in the input folder, named by absolute imagePath):
+    an edited file in that folder is a change, though no option names it."""
+    shapes = labelme_tree(tmp_path / "shapes")
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for photo in shapes.glob("*.jpg"):
+        shutil.move(photo, raw / photo.name)
+    for path in shapes.glob("*.json"):
+        doc = json.loads(path.read_text())
+        doc["imagePath"] = str((raw / doc["imagePath"]).resolve())
+        path.write_text(json.dumps(doc))
+    flag = f"labelme:{shapes}"
+    run(raw, tmp_path / "out", "--annotations", flag)
+    assert unchanged(run(raw, tmp_path / "out", "--annotations", flag))
+    path = shapes / "2011_000003.json"
+    doc = json.loads(path.read_text())
+    doc["shapes"] = doc["shapes"][1:]
+    path.write_text(json.dumps(doc))
+    assert not unchanged(run(raw, tmp_path / "out", "--annotations", flag))
+    ds = shardkit.open(tmp_path / "out" / "all")
+    names = {c.name: c.id for c in ds.manifest.classes.classes} | {"__ignore__": 255}
+    (i,) = [i for i in range(len(ds)) if ds.key(i) == "2011_000003.jpg"]
+    np.testing.assert_array_equal(ds[i][1], labelme_rule(*ds[i][1].shape, doc["shapes"], names))
