@@ -190,3 +190,26 @@ def test_labelme_folder_outside_the_input_is_watched(tmp_path: Path) -> None:
     names = {c.name: c.id for c in ds.manifest.classes.classes} | {"__ignore__": 255}
     (i,) = [i for i in range(len(ds)) if ds.key(i) == "2011_000003.jpg"]
     np.testing.assert_array_equal(ds[i][1], labelme_rule(*ds[i][1].shape, doc["shapes"], names))
+
+
+@pytest.mark.parametrize("kind", sorted(TREES))
+def test_dry_run_says_source_table_policies_and_counts_and_writes_nothing(tmp_path: Path, kind: str) -> None:
+    raw = TREES[kind](tmp_path / "raw")
+    before = sorted((p.relative_to(raw), p.stat().st_mtime_ns) for p in raw.rglob("*"))
+    res = CliRunner().invoke(main, ["convert", str(raw), str(tmp_path / "out"), "--dry-run", "--crowd", "drop"])
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    source = next(ln for ln in lines if ln.startswith("labels drawn from "))
+    assert f"from {kind} annotations: " in source
+    policies = next(ln for ln in lines if ln.startswith("policies: "))
+    overlap = "z-order" if kind == "cvat" else "order"
+    assert f"--object-overlap {overlap}, --crowd drop, --on-lost-object warn" in policies
+    assert "class table file" not in res.stdout  # (a mask layout's line: no such file is read here)
+    counts = {ln.split(":")[0]: ln.split(": ")[1] for ln in lines if ln.startswith("split ")}
+    want = {"coco": {"split all": "3 samples"}, "labelme": {"split all": "3 samples"},
+            "coco-panoptic": {"split examples": "2 samples"}, "instance-masks": {"split stage1_train": "3 samples"},
+            "cvat": {"split all": "1 samples"}}[kind]
+    assert counts == want
+    assert any(ln.startswith("classes: ") and " from " in ln for ln in lines)  # the table's origin
+    assert not (tmp_path / "out").exists()
+    assert sorted((p.relative_to(raw), p.stat().st_mtime_ns) for p in raw.rglob("*")) == before
