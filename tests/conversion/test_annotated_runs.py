@@ -213,3 +213,22 @@ def test_dry_run_says_source_table_policies_and_counts_and_writes_nothing(tmp_pa
     assert any(ln.startswith("classes: ") and " from " in ln for ln in lines)  # the table's origin
     assert not (tmp_path / "out").exists()
     assert sorted((p.relative_to(raw), p.stat().st_mtime_ns) for p in raw.rglob("*")) == before
+
+
+def test_info_and_info_json_give_the_rasterisation_report(tmp_path: Path) -> None:
+    """``info`` prints the report of an annotated split; ``info --json`` gives each split's ``source.annotations``
+    as the manifest holds it (from a split folder or from the output folder)."""
+    raw = TREES["cvat"](tmp_path / "raw")
+    run(raw, tmp_path / "out")
+    notes = json.loads((tmp_path / "out" / "all" / "manifest.json").read_text())["source"]["annotations"]
+    assert notes["report"]["degenerate"] == 1 and notes["report"]["objects"] >= 4
+    for where in (tmp_path / "out" / "all", tmp_path / "out"):
+        res = CliRunner().invoke(main, ["info", str(where), "--json"])
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.stdout) == {"all": notes}
+    text = CliRunner().invoke(main, ["info", str(tmp_path / "out" / "all")]).stdout
+    r = notes["report"]
+    assert "annotations: cvat (annotations.xml), overlap z-order, crowd class; classes from " in text
+    assert f"{r['objects']} objects in 1 samples: {r['painted_over']} pixels painted over by a later object" in text
+    lost = ", ".join(r["lost_ids"])
+    assert f"{r['degenerate']} degenerate, {r['lost_objects']} objects with no visible pixel: {lost}" in text
