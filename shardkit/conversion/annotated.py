@@ -36,6 +36,9 @@ from .plan import ShardTask
 log = logging.getLogger(__name__)
 #: lost object ids a manifest lists at most per split (their count is always exact)
 MAX_LOST_LISTED = 100
+#: the fix for an image too large to rasterise whole under ``--tile`` (only mask images are tiled window by window)
+ANNOTATED_TILE_FIX = ("raise --max-pixels if memory allows the whole image, or export label images (a tiled TIFF "
+                      "label is tiled window by window)")
 #: split → sample key → its shapes
 Shapes = dict[str, dict[str, SampleShapes]]
 
@@ -82,9 +85,6 @@ def find_annotations(cfg: ConvertConfig, discover: Callable[[], Discovery]
                                   ) from exc
             cls, where = candidates[0]
             log.info("%s: no mask layout fits; labels from %s annotations in %s", root, cls.name, where)
-    if cfg.tiling is not None:
-        raise ConfigError("--tile is not yet available with annotation sources",
-                          fix="convert without --tile (or export label images first)")
     source = cls()
     notes = source.read(root, where)
     overlap = cfg.object_overlap or source.overlap
@@ -101,15 +101,17 @@ def find_annotations(cfg: ConvertConfig, discover: Callable[[], Discovery]
              ", ".join(said), source.tool_rule,
              extra={"event": "annotations", "source": cls.name, "overlap": overlap, "crowd": crowd})
     policies = Policies(overlap, crowd, cfg.on_lost_object)
-    _check_sizes(notes, cfg.splits)
+    _check_sizes(notes, cfg.splits, cfg.max_pixels if cfg.tiling is not None else None)
     found = _discovery(notes, policies, source.tool_rule, cfg.splits)
     shapes = {s: {sh.key: sh for _, sh in notes.splits[s]} for s in found.splits}
     return found, TableChoice(notes.table, notes.table_origin), AnnotationRun(cls.name, policies), shapes
 
 
-def _check_sizes(notes: Annotations, splits: Sequence[str]) -> None:
+def _check_sizes(notes: Annotations, splits: Sequence[str], tiled_max_pixels: int | None) -> None:
     """Every image's header against the size the annotations give it, before anything is written: a mismatch
-    (shapes drawn for another image) is one line naming the image."""
+    (shapes drawn for another image) is one line naming the image. ``tiled_max_pixels`` (``--tile``): an image
+    above it, which ``--tile`` would read window by window, is refused too (shapes are drawn at the whole image's
+    size)."""
     for split, samples in notes.splits.items():
         if splits and split not in splits:
             continue
@@ -121,6 +123,10 @@ def _check_sizes(notes: Annotations, splits: Sequence[str]) -> None:
                                  f"{hw[0]}x{hw[1]}", path=image,
                                  fix="correct its height/width in the annotation file (or use the image it was "
                                      "annotated on)")
+            if tiled_max_pixels is not None and hw[0] * hw[1] > tiled_max_pixels:
+                raise ConfigError(f"image is {hw[0]}x{hw[1]} = {hw[0] * hw[1]} pixels, more than --max-pixels "
+                                  f"{tiled_max_pixels}: --tile would read it window by window, and annotation "
+                                  "shapes are drawn at the whole image's size", path=image, fix=ANNOTATED_TILE_FIX)
 
 
 def _discovery(notes: Annotations, policies: Policies, rule: str, splits: Sequence[str]) -> Discovery:

@@ -232,3 +232,53 @@ def test_info_and_info_json_give_the_rasterisation_report(tmp_path: Path) -> Non
     assert f"{r['objects']} objects in 1 samples: {r['painted_over']} pixels painted over by a later object" in text
     lost = ", ".join(r["lost_ids"])
     assert f"{r['degenerate']} degenerate, {r['lost_objects']} objects with no visible pixel: {lost}" in text
+
+
+def _as_label_images(split: Path, raw: Path, tree: Path) -> Path:
+    """The converted split's labels written as label PNGs beside copies of the same image files (images/ +
+    labels/): what exporting the annotations to label images first would give."""
+    ds = shardkit.open(split)
+    (tree / "images").mkdir(parents=True)
+    (tree / "labels").mkdir()
+    for i in range(len(ds)):
+        name = Path(ds.key(i)).name
+        shutil.copy(raw / ds.key(i), tree / "images" / name)
+        Image.fromarray(ds[i][1]).save(tree / "labels" / Path(name).with_suffix(".png"))
+    return tree
+
+
+@pytest.mark.parametrize("kind", ["coco", "coco-panoptic"])
+def test_tile_cuts_the_rasterised_labels_as_it_cuts_label_images(tmp_path: Path, kind: str) -> None:
+    """``--tile`` with an annotation source: the shapes drawn at the full image size, then tiled exactly as the same
+    labels given as label images (same tiles, same pixels, same ids); the report is the untiled run's."""
+    raw = TREES[kind](tmp_path / "raw")
+    split = "examples" if kind == "coco-panoptic" else "all"
+    run(raw, tmp_path / "whole")
+    masks = _as_label_images(tmp_path / "whole" / split, raw, tmp_path / "masks")
+    tile = ("--tile", "160x192", "--overlap", "32x16")
+    res = run(raw, tmp_path / "tiled", *tile)
+    assert "annotations: " in res.output
+    classes = len(shardkit.open(tmp_path / "whole" / split).class_names)  # the ids kept as they are
+    run(masks, tmp_path / "oracle", *tile, "--ignore-index", "255", "--num-classes", classes)
+    got, want = shardkit.open(tmp_path / "tiled" / split), shardkit.open(tmp_path / "oracle" / "all")
+    assert len(got) == len(want) > 3 * 6
+    for i in range(len(got)):
+        a, b = got.tile(i), want.tile(i)
+        assert Path(a.key).name == Path(b.key).with_suffix(Path(a.key).suffix).name and a.values == b.values
+        np.testing.assert_array_equal(got[i][0], want[i][0])
+        np.testing.assert_array_equal(got[i][1], want[i][1])
+    manifest = json.loads((tmp_path / "tiled" / split / "manifest.json").read_text())
+    untiled = json.loads((tmp_path / "whole" / split / "manifest.json").read_text())
+    assert manifest["source"]["annotations"]["report"] == untiled["source"]["annotations"]["report"]
+
+
+def test_tile_refuses_an_image_it_would_read_window_by_window(tmp_path: Path) -> None:
+    """Shapes are drawn at the whole image's size: an image above --max-pixels (which --tile reads window by
+    window for label images) is one line naming it, before anything is written."""
+    raw = coco_tree(tmp_path / "raw")
+    res = CliRunner().invoke(main, ["convert", str(raw), str(tmp_path / "out"), "--tile", "128x128",
+                                    "--max-pixels", "150000"])
+    lines = [ln for ln in res.output.splitlines() if ln.startswith("Error")]
+    assert res.exit_code != 0 and len(lines) == 1 and "Traceback" not in res.output
+    assert "drawn at the whole image's size" in lines[0] and ".jpg" in lines[0] and "--max-pixels" in lines[0]
+    assert not (tmp_path / "out").exists()
