@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,12 +33,18 @@ from .layouts import Discovery
 from .pairs import PairBuilder
 from .plan import ShardTask
 
+if TYPE_CHECKING:
+    from .staging import RemoteSource
+
 log = logging.getLogger(__name__)
 #: lost object ids a manifest lists at most per split (their count is always exact)
 MAX_LOST_LISTED = 100
 #: the fix for an image too large to rasterise whole under ``--tile`` (only mask images are tiled window by window)
 ANNOTATED_TILE_FIX = ("raise --max-pixels if memory allows the whole image, or export label images (a tiled TIFF "
                       "label is tiled window by window)")
+#: sources whose shapes lie wholly in their annotation files: the ones read from object storage (the others'
+#: workers read label-side files — panoptic PNGs, instance masks — which are not fetched)
+REMOTE_SOURCES = ("coco", "cvat", "labelme")
 #: split → sample key → its shapes
 Shapes = dict[str, dict[str, SampleShapes]]
 
@@ -51,20 +57,25 @@ class AnnotationRun:
     policies: Policies
 
 
-def find_annotations(cfg: ConvertConfig, discover: Callable[[], Discovery]
+def find_annotations(cfg: ConvertConfig, discover: Callable[[], Discovery], remote: RemoteSource | None = None,
                      ) -> Discovery | tuple[Discovery, TableChoice, AnnotationRun, Shapes]:
     """The annotation source to convert from, read once — or, to convert mask images, what ``discover`` found
     (discovery runs once either way).
 
     ``--annotations SOURCE[:PATH]`` forces one; otherwise a source is looked for only when no mask layout fits
-    (``discover`` raises LayoutError), and more than one found is a one-line refusal naming them."""
+    (``discover`` raises LayoutError), and more than one found is a one-line refusal naming them. ``remote``: the
+    input is on object storage (``cfg.input`` its listing's skeleton): its annotation files are fetched before a
+    source is looked for, and image sizes come from the objects' first bytes."""
     root = Path(cfg.input).expanduser().resolve()
     if cfg.annotations is not None and cfg.annotations.strip().lower() == "none":
         return discover()
     if cfg.annotations is not None:
         cls, where = registry.parse(cfg.annotations)
+        if remote is not None:
+            remote.fetch_annotations()
         if where is not None and not where.is_absolute():
-            where = (Path.cwd() / where) if (Path.cwd() / where).exists() else root / where
+            local = Path.cwd() / where
+            where = local if local.exists() and remote is None else root / where  # remote: relative to the URL
         where = where.resolve() if where is not None else cls().detect(root)
         if where is None or not where.exists():
             raise LayoutError(f"no {cls.name} annotations found", path=where or root,
@@ -75,6 +86,8 @@ def find_annotations(cfg: ConvertConfig, discover: Callable[[], Discovery]
         except LayoutError as exc:
             if not root.is_dir():
                 raise
+            if remote is not None:
+                remote.fetch_annotations()
             candidates = registry.detect(root)
             if not candidates:
                 raise
@@ -85,6 +98,11 @@ def find_annotations(cfg: ConvertConfig, discover: Callable[[], Discovery]
                                   ) from exc
             cls, where = candidates[0]
             log.info("%s: no mask layout fits; labels from %s annotations in %s", root, cls.name, where)
+    if remote is not None and cls.name not in REMOTE_SOURCES:
+        raise ConfigError(f"{cls.name} annotations are not read from object storage yet (the workers would read its "
+                          "label files, which are not fetched)", path=remote.remote.url,
+                          fix=f"copy the dataset to a local folder and convert that (object storage reads "
+                              f"{', '.join(REMOTE_SOURCES)} annotations)")
     source = cls()
     notes = source.read(root, where)
     overlap = cfg.object_overlap or source.overlap
@@ -101,13 +119,15 @@ def find_annotations(cfg: ConvertConfig, discover: Callable[[], Discovery]
              ", ".join(said), source.tool_rule,
              extra={"event": "annotations", "source": cls.name, "overlap": overlap, "crowd": crowd})
     policies = Policies(overlap, crowd, cfg.on_lost_object)
-    _check_sizes(notes, cfg.splits, cfg.max_pixels if cfg.tiling is not None else None)
+    _check_sizes(notes, cfg.splits, cfg.max_pixels if cfg.tiling is not None else None,
+                 read_image_size if remote is None else remote.header_size)
     found = _discovery(notes, policies, source.tool_rule, cfg.splits)
     shapes = {s: {sh.key: sh for _, sh in notes.splits[s]} for s in found.splits}
     return found, TableChoice(notes.table, notes.table_origin), AnnotationRun(cls.name, policies), shapes
 
 
-def _check_sizes(notes: Annotations, splits: Sequence[str], tiled_max_pixels: int | None) -> None:
+def _check_sizes(notes: Annotations, splits: Sequence[str], tiled_max_pixels: int | None,
+                 size_of: Callable[[Path], tuple[int, int]]) -> None:
     """Every image's header against the size the annotations give it, before anything is written: a mismatch
     (shapes drawn for another image) is one line naming the image. ``tiled_max_pixels`` (``--tile``): an image
     above it, which ``--tile`` would read window by window, is refused too (shapes are drawn at the whole image's
@@ -116,7 +136,7 @@ def _check_sizes(notes: Annotations, splits: Sequence[str], tiled_max_pixels: in
         if splits and split not in splits:
             continue
         with ThreadPoolExecutor(max_workers=8) as pool:
-            got = list(pool.map(read_image_size, [image for image, _ in samples]))
+            got = list(pool.map(size_of, [image for image, _ in samples]))
         for (image, sample), hw in zip(samples, got, strict=True):
             if hw != (sample.height, sample.width):
                 raise LabelError(f"the annotations give this image as {sample.height}x{sample.width} (HxW); it is "

@@ -201,7 +201,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
                          strict=cfg.strict, images=cfg.images, labels=cfg.labels, split_lists=dict(cfg.split_lists))
         return with_colour_table(found, cfg.class_dict or cfg.palette)
 
-    looked = find_annotations(cfg, find) if session.source is None else find()
+    looked = find_annotations(cfg, find, session.source)
     values = cfg.value_map
     scans: list[ScanCache] = []
     annotated = not isinstance(looked, Discovery)
