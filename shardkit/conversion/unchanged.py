@@ -7,7 +7,8 @@ the same four values the fingerprint cache trusts — go into one digest. A run 
 leaves a *signature* beside its splits, ``OUTPUT/.shardkit-unchanged.json``, written atomically after every
 split's manifest and before the run releases the output lock (so no other run can change the output between its
 manifests and its signature): that digest (taken before the run read anything), a digest of everything else the output
-depends on (the options as parsed, ``SHARDKIT_*`` variables, files the options name, the working folder, the
+depends on (the options as parsed, ``SHARDKIT_*`` variables, files the options name and a folder ``--annotations``
+names outside the input, the working folder, the
 shardkit code and Python that ran), the stat of every published file (each split's ``manifest.json`` with its
 sha256, and every file it names), the run's numbers and the lines it logged about what it found and guessed.
 
