@@ -282,3 +282,18 @@ def test_tile_refuses_an_image_it_would_read_window_by_window(tmp_path: Path) ->
     assert res.exit_code != 0 and len(lines) == 1 and "Traceback" not in res.output
     assert "drawn at the whole image's size" in lines[0] and ".jpg" in lines[0] and "--max-pixels" in lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_cvat_file_outside_the_input_is_read_and_watched(tmp_path: Path) -> None:
+    """``--annotations cvat:/elsewhere/annotations.xml``: the images from the input folder; an edit is a change."""
+    raw = cvat_tree(tmp_path / "raw", cvat_xml(shapes=""))
+    elsewhere = tmp_path / "elsewhere" / "annotations.xml"
+    elsewhere.parent.mkdir()
+    shutil.move(raw / "annotations.xml", elsewhere)
+    flag = f"cvat:{elsewhere}"
+    run(raw, tmp_path / "out", "--annotations", flag)
+    assert not shardkit.open(tmp_path / "out" / "all")[0][1].any()
+    assert unchanged(run(raw, tmp_path / "out", "--annotations", flag))
+    elsewhere.write_text(cvat_xml())
+    assert not unchanged(run(raw, tmp_path / "out", "--annotations", flag))
+    np.testing.assert_array_equal(shardkit.open(tmp_path / "out" / "all")[0][1], cvat_reference())

@@ -192,10 +192,11 @@ class CvatSource(AnnotationSource):
                            origin, hashlib.sha256(raw).hexdigest())
 
     def _base(self, root: Path, path: Path, name: str) -> Path:
-        for base in (path.parent, root / "images", root):
+        here = path.parent.resolve().is_relative_to(root.resolve())  # not an XML kept elsewhere (cvat:FILE)
+        for base in ((path.parent,) if here else ()) + (root / "images", root):
             if inside(root, base, name, path).is_file():
                 return base
-        return path.parent
+        return path.parent if here else root
 
     def region(self, obj: ObjectShapes, h: int, w: int) -> tuple[Region, bool, bool]:
         if obj.kind in _NO_AREA:
