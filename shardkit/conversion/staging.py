@@ -113,7 +113,10 @@ class RemoteSource:
                  len(wanted))
 
     def rel(self, path: Path) -> str:
-        return Path(path).relative_to(self.skeleton).as_posix()
+        path = Path(path)
+        if not path.is_relative_to(self.skeleton):  # a resolved path (an annotation source's): the resolved skeleton
+            return path.relative_to(self.skeleton.resolve()).as_posix()
+        return path.relative_to(self.skeleton).as_posix()
 
     def fingerprints(self, pairs: PairTable, digest: str) -> np.ndarray:
         """Fingerprints from the listing's content ids (an (n, 32) uint8 array): a changed object (new ETag or

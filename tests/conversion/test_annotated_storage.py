@@ -97,3 +97,15 @@ def test_panoptic_in_a_bucket_is_one_line_nothing_written(s3: str, tmp_path: Pat
     assert res.exit_code != 0 and len(lines) == 1 and "Traceback" not in res.output, res.output
     assert "coco-panoptic annotations are not read from object storage" in lines[0] and "fix:" in lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_staging_folder_behind_a_symbolic_link(s3: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The listing's skeleton under a linked $SHARDKIT_STAGING_DIR (macOS's /tmp is one): the annotation source
+    resolves its image paths, and their sizes are still read from the bucket."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    monkeypatch.setenv("SHARDKIT_STAGING_DIR", str(tmp_path / "link"))
+    url = upload(coco_tree(tmp_path / "raw"), "s3://raw/coco-linked")
+    res = convert(url, tmp_path / "out")
+    assert res.exit_code == 0, res.output
+    assert len(shardkit.open(tmp_path / "out" / "all")) == 3
