@@ -11,6 +11,7 @@ the tool rule they follow are logged in every run; each split's rasterisation re
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +27,7 @@ from ..labels.classes import ClassTable
 from ..labels.policy import TableChoice
 from ..labels.raster import RasterReport
 from ..labels.sources import registry
-from ..labels.sources.base import Annotations, Policies, SampleShapes, rasterise
+from ..labels.sources.base import Annotations, Policies, SampleShapes, rasterise, sample_digest
 from ..store.records import ShardRecord
 from .config import ConvertConfig
 from .layouts import Discovery
@@ -168,6 +169,29 @@ def _discovery(notes: Annotations, policies: Policies, rule: str, splits: Sequen
             "overlap": policies.overlap, "crowd": policies.crowd, "on_lost_object": policies.on_lost_object,
             "tool_rule": rule}
     return Discovery(notes.source, notes.root, tables, "ids", None, {}, {}, {}, meta)
+
+
+def settings_of(found: Discovery) -> dict[str, Any]:
+    """What the shards' settings digest takes of the annotations (``{}`` for mask images): all the manifest records
+    but the files' digest — each sample's own shapes go into its fingerprint instead (:func:`with_shapes`), so an
+    edit re-converts only the shards of the samples it changed."""
+    if found.annotations is None:
+        return {}
+    return {"annotations": {k: v for k, v in found.annotations.items() if k != "digest"}}
+
+
+def with_shapes(fingerprint: bytes, sample: SampleShapes) -> bytes:
+    """A pair's fingerprint (its image file's) with the shapes its labels are drawn from
+    (:func:`~shardkit.labels.sources.base.sample_digest`)."""
+    return hashlib.sha256(b"shapes\0" + fingerprint + sample_digest(sample)).digest()
+
+
+def fold_fingerprints(rows: np.ndarray, pairs: Any, shapes: dict[str, SampleShapes]) -> np.ndarray:
+    """A split's (n, 32) fingerprint rows, each with its sample's shapes (:func:`with_shapes`)."""
+    out = bytearray()
+    for i, pair in enumerate(pairs):
+        out += with_shapes(rows[i].tobytes(), shapes[pair.key])
+    return np.frombuffer(bytes(out), np.uint8).reshape(-1, 32)
 
 
 def attach(tasks: list[ShardTask], shapes: Shapes) -> list[ShardTask]:

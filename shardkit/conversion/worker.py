@@ -57,7 +57,7 @@ from ..labels.sources.base import SampleShapes
 from ..store.duplicates import source_hash
 from ..store.stats import Stats
 from ..support.progress import CounterRef, worker_tick
-from .annotated import ANNOTATED_TILE_FIX, AnnotationRun, rasterise_sample
+from .annotated import ANNOTATED_TILE_FIX, AnnotationRun, rasterise_sample, with_shapes
 from .config import DEFAULT_MAX_PIXELS, ConvertConfig
 from .discover import rel_path
 from .fingerprint import SourceCache, file_identity, sample_fingerprint, source_digest
@@ -439,6 +439,8 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
             # hashed here (task.fingerprints None), from the bytes the decoder then uses
             fingerprint = given[i] if given is not None else fingerprint_pair(pair, ctx, options_digest, sources,
                                                                                 i, data)
+            if given is None and task.shapes is not None:  # as the parent folds them (annotated.fold_fingerprints)
+                fingerprint = with_shapes(bytes.fromhex(fingerprint), task.shapes[i]).hex()
             fingerprints.append(fingerprint)
             expected = None if task.identities is None else task.identities[i]
             if pair.key in drop:  # --on-duplicate skip: the same pixels as an earlier sample

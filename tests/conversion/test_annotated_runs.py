@@ -297,3 +297,33 @@ def test_cvat_file_outside_the_input_is_read_and_watched(tmp_path: Path) -> None
     elsewhere.write_text(cvat_xml())
     assert not unchanged(run(raw, tmp_path / "out", "--annotations", flag))
     np.testing.assert_array_equal(shardkit.open(tmp_path / "out" / "all")[0][1], cvat_reference())
+
+
+def test_an_edit_reconverts_only_the_shards_of_the_samples_it_changed(tmp_path: Path) -> None:
+    """As for an edited mask image: each sample's shapes are part of its fingerprint, so the other shards are
+    reused; for the COCO file (one file for every image) as for one labelme file per image."""
+    for kind, edit in (("labelme", "2011_000003.json"), ("coco", "annotations.json")):
+        raw = TREES[kind](tmp_path / kind)
+        out = tmp_path / f"out-{kind}"
+        assert "3 shards planned, 0 reused" in run(raw, out, "--shard-size", 1).output
+        doc = json.loads((raw / edit).read_text())
+        if kind == "labelme":
+            doc["shapes"] = doc["shapes"][1:]
+        else:  # one annotation of the second image left out
+            second = sorted(doc["images"], key=lambda im: im["file_name"])[1]["id"]
+            doc["annotations"].remove(next(a for a in doc["annotations"] if a["image_id"] == second))
+        (raw / edit).write_text(json.dumps(doc))
+        res = run(raw, out, "--shard-size", 1)
+        assert "3 shards planned, 2 reused, 1 to write" in res.output, res.output
+        ds = shardkit.open(out / "all")
+        if kind == "coco":
+            for i in range(len(ds)):
+                np.testing.assert_array_equal(ds[i][1], semantic_reference(raw / edit, ds.key(i),
+                                                                           {c: c for c in range(21)}))
+        else:
+            names = {c.name: c.id for c in ds.manifest.classes.classes} | {"__ignore__": 255}
+            for i in range(len(ds)):
+                shapes = json.loads((raw / ds.key(i)).with_suffix(".json").read_text())["shapes"]
+                np.testing.assert_array_equal(ds[i][1], labelme_rule(*ds[i][1].shape, shapes, names))
+        report = json.loads((out / "all" / "manifest.json").read_text())["source"]["annotations"]["report"]
+        assert report["samples"] == 3  # the reused shards' reports are summed with the new one's

@@ -9,6 +9,7 @@ A worker calls :func:`rasterise` with the image's decoded size instead of decodi
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 from dataclasses import dataclass, field
@@ -148,6 +149,48 @@ def file_stamp(path: Path, what: str) -> tuple[int, int, int, int]:
     size and mtime (``touch -r``) or a file renamed over another still changes the annotations' digest."""
     st = regular_stat(path, what)
     return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
+
+
+def _is_file(text: str) -> bool:
+    """Whether ``text`` is an absolute path naming a file (a relative one would depend on the working folder)."""
+    try:
+        return Path(text).is_absolute() and Path(text).is_file()
+    except (OSError, ValueError):  # no path can be this (a NUL, too long)
+        return False
+
+
+def sample_digest(sample: SampleShapes) -> bytes:
+    """sha256 of everything a sample's labels are drawn from: its size, every object (class, kind, crowd, z and
+    its data: arrays by type, shape and bytes) and, for each file its shapes name (a panoptic PNG, an instance
+    mask), :func:`file_stamp` — so an edit to one image's annotations changes only that sample's fingerprint,
+    and only its shard is converted again (as for an edited mask image)."""
+    h = hashlib.sha256()
+    named: dict[str, None] = {}
+
+    def feed(value: Any) -> None:
+        if isinstance(value, np.ndarray):
+            arr = np.ascontiguousarray(value)
+            h.update(f"a{arr.dtype.str}{arr.shape}\0".encode())
+            h.update(arr.tobytes())
+        elif isinstance(value, (tuple, list)):
+            h.update(f"t{len(value)}\0".encode())
+            for v in value:
+                feed(v)
+        elif isinstance(value, str):
+            h.update(f"s{len(value)}\0{value}".encode("utf-8", "surrogateescape"))
+            named.setdefault(value)
+        elif value is None or isinstance(value, (bool, int, float, np.integer, np.floating)):
+            h.update(f"v{value!r}\0".encode())
+        else:
+            raise TypeError(f"sample_digest: {type(value).__name__} in a sample's shapes")
+
+    feed([sample.key, sample.height, sample.width, list(sample.files)])
+    for o in sample.objects:
+        feed([o.ident, o.class_id, o.kind, o.data, o.crowd, o.z])
+    for text in named:  # absolute paths naming a file: that file's stat (a label-side file the workers read)
+        if _is_file(text):
+            h.update(f"f{text}\0{file_stamp(Path(text), 'label')}\0".encode("utf-8", "surrogateescape"))
+    return h.digest()
 
 
 def inside(root: Path, base: Path, name: str, what: Path) -> Path:
