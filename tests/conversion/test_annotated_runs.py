@@ -327,3 +327,20 @@ def test_an_edit_reconverts_only_the_shards_of_the_samples_it_changed(tmp_path: 
                 np.testing.assert_array_equal(ds[i][1], labelme_rule(*ds[i][1].shape, shapes, names))
         report = json.loads((out / "all" / "manifest.json").read_text())["source"]["annotations"]["report"]
         assert report["samples"] == 3  # the reused shards' reports are summed with the new one's
+
+
+def test_tiled_dask_backend_is_byte_identical(tmp_path: Path) -> None:
+    """``--tile`` with an annotation source on a Dask cluster writes the local pool's bytes."""
+    pytest.importorskip("distributed")
+    from shardkit.conversion.config import ConvertConfig, ShardSize
+    from shardkit.conversion.pipeline import convert
+    from shardkit.store.records import content_digest
+
+    raw = labelme_tree(tmp_path / "raw")
+    digests = []
+    for backend in ("local", "dask"):
+        out = tmp_path / backend
+        convert(ConvertConfig(raw, out, shard_size=ShardSize(samples=8), workers=2, backend=backend, quiet=True,
+                              tile="200x200", overlap="40x40"))
+        digests.append({p.name: content_digest(p) for p in sorted((out / "all").iterdir()) if p.is_file()})
+    assert digests[0] == digests[1] and len(digests[0]) >= 4
