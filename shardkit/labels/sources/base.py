@@ -154,7 +154,7 @@ def file_stamp(path: Path, what: str) -> tuple[int, int, int, int]:
 def _is_file(text: str) -> bool:
     """Whether ``text`` is an absolute path naming a file (a relative one would depend on the working folder)."""
     try:
-        return Path(text).is_absolute() and Path(text).is_file()
+        return os.path.isabs(text) and Path(text).is_file()  # noqa: PTH117 (most strings are no path: no Path)
     except (OSError, ValueError):  # no path can be this (a NUL, too long)
         return False
 
@@ -165,31 +165,35 @@ def sample_digest(sample: SampleShapes) -> bytes:
     mask), :func:`file_stamp` — so an edit to one image's annotations changes only that sample's fingerprint,
     and only its shard is converted again (as for an edited mask image)."""
     h = hashlib.sha256()
+    update = h.update
     named: dict[str, None] = {}
 
     def feed(value: Any) -> None:
-        if isinstance(value, np.ndarray):
+        kind = type(value)
+        if kind is np.ndarray:
             arr = np.ascontiguousarray(value)
-            h.update(f"a{arr.dtype.str}{arr.shape}\0".encode())
-            h.update(arr.tobytes())
-        elif isinstance(value, (tuple, list)):
-            h.update(f"t{len(value)}\0".encode())
+            update(f"a{arr.dtype.str}{arr.shape}\0".encode())
+            update(arr.data)
+        elif kind is tuple or kind is list:
+            update(f"t{len(value)}\0".encode())
             for v in value:
                 feed(v)
-        elif isinstance(value, str):
-            h.update(f"s{len(value)}\0{value}".encode("utf-8", "surrogateescape"))
-            named.setdefault(value)
+        elif kind is str:
+            update(f"s{len(value)}\0{value}".encode("utf-8", "surrogateescape"))
+            named[value] = None
         elif value is None or isinstance(value, (bool, int, float, np.integer, np.floating)):
-            h.update(f"v{value!r}\0".encode())
+            update(f"v{value!r}\0".encode())
         else:
-            raise TypeError(f"sample_digest: {type(value).__name__} in a sample's shapes")
+            raise TypeError(f"sample_digest: {kind.__name__} in a sample's shapes")
 
     feed([sample.key, sample.height, sample.width, list(sample.files)])
     for o in sample.objects:
-        feed([o.ident, o.class_id, o.kind, o.data, o.crowd, o.z])
+        update(f"o{len(o.ident)}\0{o.ident}\0{o.class_id}\0{o.kind}\0{o.crowd}\0{o.z}\0".encode(
+            "utf-8", "surrogateescape"))
+        feed(o.data)
     for text in named:  # absolute paths naming a file: that file's stat (a label-side file the workers read)
         if _is_file(text):
-            h.update(f"f{text}\0{file_stamp(Path(text), 'label')}\0".encode("utf-8", "surrogateescape"))
+            update(f"f{text}\0{file_stamp(Path(text), 'label')}\0".encode("utf-8", "surrogateescape"))
     return h.digest()
 
 
