@@ -344,3 +344,15 @@ def test_tiled_dask_backend_is_byte_identical(tmp_path: Path) -> None:
                               tile="200x200", overlap="40x40"))
         digests.append({p.name: content_digest(p) for p in sorted((out / "all").iterdir()) if p.is_file()})
     assert digests[0] == digests[1] and len(digests[0]) >= 4
+
+
+def test_instance_mask_folders_outside_the_input_are_one_line(tmp_path: Path) -> None:
+    """``--annotations instance-masks:FOLDER`` elsewhere: its images are outside the input, refused in one line
+    (it was a ValueError traceback)."""
+    (tmp_path / "input").mkdir()
+    res = CliRunner().invoke(main, ["convert", str(tmp_path / "input"), str(tmp_path / "out"), "--annotations",
+                                    f"instance-masks:{instance_tree(tmp_path / 'elsewhere')}"])
+    lines = [ln for ln in res.output.splitlines() if ln.startswith("Error")]
+    assert res.exit_code == 1 and len(lines) == 1 and "Traceback" not in res.output, res.output
+    assert "outside the input folder" in lines[0] and "fix:" in lines[0]
+    assert not (tmp_path / "out").exists()

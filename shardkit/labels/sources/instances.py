@@ -84,6 +84,9 @@ class InstanceMasksSource(AnnotationSource):
                     digest.update(f"{m.relative_to(where).as_posix()}\0{file_stamp(m, 'mask')}\0".encode())
                     objects.append(ObjectShapes(m.relative_to(folder).as_posix(), stored[cls], "maskfile",
                                                 (str(m),)))
+                if not image.resolve().is_relative_to(root.resolve()):
+                    raise LabelError(f"image {image.name} is outside the input folder {root}", path=folder,
+                                     fix="point the input at the folder that holds the per-image folders")
                 key = image.resolve().relative_to(root.resolve()).as_posix()
                 h, w = _size(image)
                 samples.append((image.resolve(), SampleShapes(key, h, w, tuple(objects))))
