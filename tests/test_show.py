@@ -268,3 +268,29 @@ def test_info_says_where_the_class_table_came_from(camvid: Path, rgb_masks_root:
     source = shardkit.open(tmp_path / "o" / "val").manifest.classes["source"]
     assert "class_dict.csv" in source and f"classes from {source}" in res.output, res.output
 
+
+
+def test_show_draws_the_labels_rasterised_from_annotations(tmp_path: Path) -> None:
+    """A split converted from COCO panoptic annotations: the label panel is the stored ids in class colours, the
+    void pixels (stored as the ignore id 255) in the no-class colour; nothing else is drawn there."""
+    from shardkit.show import Layout
+    from tests.annotation_trees import panoptic_tree
+
+    raw = panoptic_tree(tmp_path / "raw")
+    convert(ConvertConfig(raw, tmp_path / "out", workers=1, quiet=True))
+    split = tmp_path / "out" / "examples"
+    ds = shardkit.open(split)
+    for index in range(len(ds)):
+        out = tmp_path / f"s{index}.png"
+        result = CliRunner().invoke(main, ["show", str(split), "--index", str(index), "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        picture = _read_rgb(out)
+        image, ids = ds[index]
+        assert (ids == 255).any() and len(np.unique(ids)) > 3  # void and several classes
+        h, w = ids.shape
+        lay = Layout(h, w)
+        top, x = lay.panel_top(True), lay.panel_x(1)
+        pal = palette(len(ds.class_names), ds.class_colours)
+        want = colourize(ids, pal, ignore_colour(pal))
+        assert np.array_equal(picture[top:top + h, x:x + w], want)
+        assert np.array_equal(picture[top:top + h, lay.panel_x(0):lay.panel_x(0) + w], image)

@@ -11,12 +11,14 @@ the tool rule they follow are logged in every run; each split's rasterisation re
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,16 +28,25 @@ from ..labels.classes import ClassTable
 from ..labels.policy import TableChoice
 from ..labels.raster import RasterReport
 from ..labels.sources import registry
-from ..labels.sources.base import Annotations, Policies, SampleShapes, rasterise
+from ..labels.sources.base import Annotations, Policies, SampleShapes, rasterise, sample_digest
 from ..store.records import ShardRecord
 from .config import ConvertConfig
 from .layouts import Discovery
 from .pairs import PairBuilder
 from .plan import ShardTask
 
+if TYPE_CHECKING:
+    from .staging import RemoteSource
+
 log = logging.getLogger(__name__)
 #: lost object ids a manifest lists at most per split (their count is always exact)
 MAX_LOST_LISTED = 100
+#: the fix for an image too large to rasterise whole under ``--tile`` (only mask images are tiled window by window)
+ANNOTATED_TILE_FIX = ("raise --max-pixels if memory allows the whole image, or export label images (a tiled TIFF "
+                      "label is tiled window by window)")
+#: sources whose shapes lie wholly in their annotation files: the ones read from object storage (the others'
+#: workers read label-side files — panoptic PNGs, instance masks — which are not fetched)
+REMOTE_SOURCES = ("coco", "cvat", "labelme")
 #: split → sample key → its shapes
 Shapes = dict[str, dict[str, SampleShapes]]
 
@@ -48,20 +59,25 @@ class AnnotationRun:
     policies: Policies
 
 
-def find_annotations(cfg: ConvertConfig, discover: Callable[[], Discovery]
+def find_annotations(cfg: ConvertConfig, discover: Callable[[], Discovery], remote: RemoteSource | None = None,
                      ) -> Discovery | tuple[Discovery, TableChoice, AnnotationRun, Shapes]:
     """The annotation source to convert from, read once — or, to convert mask images, what ``discover`` found
     (discovery runs once either way).
 
     ``--annotations SOURCE[:PATH]`` forces one; otherwise a source is looked for only when no mask layout fits
-    (``discover`` raises LayoutError), and more than one found is a one-line refusal naming them."""
+    (``discover`` raises LayoutError), and more than one found is a one-line refusal naming them. ``remote``: the
+    input is on object storage (``cfg.input`` its listing's skeleton): its annotation files are fetched before a
+    source is looked for, and image sizes come from the objects' first bytes."""
     root = Path(cfg.input).expanduser().resolve()
     if cfg.annotations is not None and cfg.annotations.strip().lower() == "none":
         return discover()
     if cfg.annotations is not None:
         cls, where = registry.parse(cfg.annotations)
+        if remote is not None:
+            remote.fetch_annotations()
         if where is not None and not where.is_absolute():
-            where = (Path.cwd() / where) if (Path.cwd() / where).exists() else root / where
+            local = Path.cwd() / where
+            where = local if local.exists() and remote is None else root / where  # remote: relative to the URL
         where = where.resolve() if where is not None else cls().detect(root)
         if where is None or not where.exists():
             raise LayoutError(f"no {cls.name} annotations found", path=where or root,
@@ -72,6 +88,8 @@ def find_annotations(cfg: ConvertConfig, discover: Callable[[], Discovery]
         except LayoutError as exc:
             if not root.is_dir():
                 raise
+            if remote is not None:
+                remote.fetch_annotations()
             candidates = registry.detect(root)
             if not candidates:
                 raise
@@ -82,9 +100,11 @@ def find_annotations(cfg: ConvertConfig, discover: Callable[[], Discovery]
                                   ) from exc
             cls, where = candidates[0]
             log.info("%s: no mask layout fits; labels from %s annotations in %s", root, cls.name, where)
-    if cfg.tiling is not None:
-        raise ConfigError("--tile is not yet available with annotation sources",
-                          fix="convert without --tile (or export label images first)")
+    if remote is not None and cls.name not in REMOTE_SOURCES:
+        raise ConfigError(f"{cls.name} annotations are not read from object storage yet (the workers would read its "
+                          "label files, which are not fetched)", path=remote.remote.url,
+                          fix=f"copy the dataset to a local folder and convert that (object storage reads "
+                              f"{', '.join(REMOTE_SOURCES)} annotations)")
     source = cls()
     notes = source.read(root, where)
     overlap = cfg.object_overlap or source.overlap
@@ -101,30 +121,39 @@ def find_annotations(cfg: ConvertConfig, discover: Callable[[], Discovery]
              ", ".join(said), source.tool_rule,
              extra={"event": "annotations", "source": cls.name, "overlap": overlap, "crowd": crowd})
     policies = Policies(overlap, crowd, cfg.on_lost_object)
-    _check_sizes(notes, cfg.splits)
+    _check_sizes(notes, cfg.splits, cfg.max_pixels if cfg.tiling is not None else None,
+                 read_image_size if remote is None else remote.header_size)
     found = _discovery(notes, policies, source.tool_rule, cfg.splits)
     shapes = {s: {sh.key: sh for _, sh in notes.splits[s]} for s in found.splits}
     return found, TableChoice(notes.table, notes.table_origin), AnnotationRun(cls.name, policies), shapes
 
 
-def _check_sizes(notes: Annotations, splits: Sequence[str]) -> None:
+def _check_sizes(notes: Annotations, splits: Sequence[str], tiled_max_pixels: int | None,
+                 size_of: Callable[[Path], tuple[int, int]]) -> None:
     """Every image's header against the size the annotations give it, before anything is written: a mismatch
-    (shapes drawn for another image) is one line naming the image."""
+    (shapes drawn for another image) is one line naming the image. ``tiled_max_pixels`` (``--tile``): an image
+    above it, which ``--tile`` would read window by window, is refused too (shapes are drawn at the whole image's
+    size)."""
     for split, samples in notes.splits.items():
         if splits and split not in splits:
             continue
         with ThreadPoolExecutor(max_workers=8) as pool:
-            got = list(pool.map(_image_size, samples))
+            got = list(pool.map(functools.partial(_image_size, size_of=size_of), samples))
         for (image, sample), hw in zip(samples, got, strict=True):
             if hw != (sample.height, sample.width):
                 raise LabelError(f"the annotations give this image as {sample.height}x{sample.width} (HxW); it is "
                                  f"{hw[0]}x{hw[1]}", path=image,
                                  fix="correct its height/width in the annotation file (or use the image it was "
                                      "annotated on)")
+            if tiled_max_pixels is not None and hw[0] * hw[1] > tiled_max_pixels:
+                raise ConfigError(f"image is {hw[0]}x{hw[1]} = {hw[0] * hw[1]} pixels, more than --max-pixels "
+                                  f"{tiled_max_pixels}: --tile would read it window by window, and annotation "
+                                  "shapes are drawn at the whole image's size", path=image, fix=ANNOTATED_TILE_FIX)
 
 
-def _image_size(item: tuple[Path, SampleShapes]) -> tuple[int, int]:
-    """(H, W) from the image file's header, or from the header of the image the annotation file embeds."""
+def _image_size(item: tuple[Path, SampleShapes], size_of: Callable[[Path], tuple[int, int]]) -> tuple[int, int]:
+    """(H, W) from the image file's header (``size_of``), or from the header of the image the annotation file
+    embeds."""
     image, sample = item
     if sample.embedded:
         try:
@@ -135,7 +164,7 @@ def _image_size(item: tuple[Path, SampleShapes]) -> tuple[int, int]:
                              fix="put the image file beside the JSON, or save the JSON again with its image in "
                                  "labelme") from None
         return header.height, header.width
-    return read_image_size(image)
+    return size_of(image)
 
 
 def embedded_images(found: Discovery, shapes: Shapes) -> dict[str, bytes]:
@@ -185,6 +214,29 @@ def _discovery(notes: Annotations, policies: Policies, rule: str, splits: Sequen
             "overlap": policies.overlap, "crowd": policies.crowd, "on_lost_object": policies.on_lost_object,
             "tool_rule": rule}
     return Discovery(notes.source, notes.root, tables, "ids", None, {}, {}, {}, meta)
+
+
+def settings_of(found: Discovery) -> dict[str, Any]:
+    """What the shards' settings digest takes of the annotations (``{}`` for mask images): all the manifest records
+    but the files' digest — each sample's own shapes go into its fingerprint instead (:func:`with_shapes`), so an
+    edit re-converts only the shards of the samples it changed."""
+    if found.annotations is None:
+        return {}
+    return {"annotations": {k: v for k, v in found.annotations.items() if k != "digest"}}
+
+
+def with_shapes(fingerprint: bytes, sample: SampleShapes) -> bytes:
+    """A pair's fingerprint (its image file's) with the shapes its labels are drawn from
+    (:func:`~shardkit.labels.sources.base.sample_digest`)."""
+    return hashlib.sha256(b"shapes\0" + fingerprint + sample_digest(sample)).digest()
+
+
+def fold_fingerprints(rows: np.ndarray, pairs: Any, shapes: dict[str, SampleShapes]) -> np.ndarray:
+    """A split's (n, 32) fingerprint rows, each with its sample's shapes (:func:`with_shapes`)."""
+    out = bytearray()
+    for i, pair in enumerate(pairs):
+        out += with_shapes(rows[i].tobytes(), shapes[pair.key])
+    return np.frombuffer(bytes(out), np.uint8).reshape(-1, 32)
 
 
 def attach(tasks: list[ShardTask], shapes: Shapes) -> list[ShardTask]:

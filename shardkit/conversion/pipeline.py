@@ -52,7 +52,16 @@ from ..store.publish import remove_temps
 from ..store.records import ShardRecord
 from ..store.splitdir import CACHE_NAME, LocalSink, SplitSink, has_records, publish_shard
 from ..store.stats import Stats
-from .annotated import attach, embedded_images, find_annotations, size_with_embedded, split_report
+from .annotated import (
+    Shapes,
+    attach,
+    embedded_images,
+    find_annotations,
+    fold_fingerprints,
+    size_with_embedded,
+    split_report,
+)
+from .annotated import settings_of as annotation_settings
 from .config import ConvertConfig
 from .fingerprint import SourceCache, input_identities, load_cache, save_cache
 from .layouts import Discovery, discover, file_types, layout_ignore, layout_table, with_colour_table
@@ -203,7 +212,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
                          strict=cfg.strict, images=cfg.images, labels=cfg.labels, split_lists=dict(cfg.split_lists))
         return with_colour_table(found, cfg.class_dict or cfg.palette)
 
-    looked = find_annotations(cfg, find) if session.source is None else find()
+    looked = find_annotations(cfg, find, session.source)
     values = cfg.value_map
     scans: list[ScanCache] = []
     annotated = not isinstance(looked, Discovery)
@@ -246,7 +255,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     settings = {"format": cfg.format, "format_version": fmt.version_for(cfg.compression, cfg.codecs, spec),
                 "sample": spec.to_manifest(),
                 "classes": table.to_json(), "preprocessing": options, "on_error": cfg.on_error,
-                **({"annotations": found.annotations} if found.annotations is not None else {}),
+                **annotation_settings(found),
                 **({"georeference": True} if georef else {})}
     digest = hashlib.sha256(settings_text(settings).encode()).hexdigest()
     ctx = WorkerContext.from_config(cfg, spec=spec, decoder=decoder, root=found.root.resolve(),
@@ -262,7 +271,8 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
                                                   for i in range(len(pairs)) if (p := pairs.path(i, 0))),
                                      header_size, float(cfg.max_tile_ratio), spec.sample_nbytes(cfg.tiling.tile))
     with session.lock(), contextlib.ExitStack() as stack:
-        tasks, reused, caches = _plan(cfg, found, spec, settings, digest, session, header_size)
+        tasks, reused, caches = _plan(cfg, found, spec, settings, digest, session, header_size,
+                                      shapes if annotated else None)
         if annotated:
             tasks = attach(tasks, shapes)
         for cache in caches.values():
@@ -509,6 +519,7 @@ def class_table(cfg: ConvertConfig, found: Discovery, *, remote: bool = False,
 def _plan(
     cfg: ConvertConfig, found: Discovery, spec: SampleSpec, settings: dict[str, Any], digest: str,
     session: StorageSession, header_size: Callable[[Path], tuple[int, int]] | None = None,
+    shapes: Shapes | None = None,
 ) -> tuple[list[ShardTask], dict[tuple[str, int], ShardRecord], dict[str, SourceCache]]:
     """Fingerprint every split's samples, cut shards, and find the shards that can be reused (by split and
     shard index); each split's fingerprint cache, to be completed by the workers and saved.
@@ -517,6 +528,7 @@ def _plan(
     the fingerprints are left to the workers, which hash each source file from the same read that
     decodes it, in parallel, instead of this process reading and hashing every file first. Their cache entries
     then wait in a spill file (:class:`~shardkit.conversion.fingerprint.SourceCache`), not in this process's memory.
+    ``shapes``: an annotation source's, folded into each sample's fingerprint (:func:`.annotated.fold_fingerprints`).
     """
     tasks: list[ShardTask] = []
     reused: dict[tuple[str, int], ShardRecord] = {}
@@ -532,6 +544,8 @@ def _plan(
             fingerprints, caches[split] = session.fingerprints(pairs, digest, old_cache,
                                                                threads=2 * cfg.effective_workers(),
                                                                on_error=cfg.on_error)
+            if shapes is not None:
+                fingerprints = fold_fingerprints(fingerprints, pairs, shapes[split])
         else:
             caches[split] = SourceCache(len(pairs), spill=True)
         # each input's identity now, for the workers to check after reading it (local inputs only)

@@ -43,6 +43,10 @@ log = logging.getLogger(__name__)
 #: discovery reads; other files are left out of the skeleton.
 TEXT_EXTENSIONS = frozenset({".txt", ".csv"})
 MAX_TEXT_BYTES = 64 * 1024 * 1024
+#: Annotation files (COCO/labelme JSON, CVAT XML) an annotation source may read: listed with the skeleton, fetched
+#: only when the run looks for annotations (:meth:`RemoteSource.fetch_annotations`); larger ones are left out
+ANNOTATION_EXTENSIONS = frozenset({".json", ".xml"})
+MAX_ANNOTATION_BYTES = 1 << 30
 HEADER_BYTES = 256 * 1024  # enough for any PNG/JPEG header PIL needs to report a size
 
 
@@ -68,6 +72,7 @@ class RemoteSource:
     remote: Remote
     skeleton: Path  # the local listing tree discovery ran on; pairs point into it
     ids: dict[str, str]  # relative path -> content id (size + ETag …)
+    annotations: tuple[str, ...] = ()  # relative paths of the annotation files, fetched on demand
 
     @classmethod
     def build(cls, remote: Remote, skeleton: Path) -> RemoteSource:
@@ -79,6 +84,7 @@ class RemoteSource:
             raise InputNotFoundError("no objects under this URL", path=remote.url,
                                      fix="point the input at the dataset's folder in the bucket")
         texts: list[tuple[str, Path]] = []
+        annotations: list[str] = []
         for rel, info in listing.items():
             parts = rel.split("/")
             if any(p in ("", ".", "..") for p in parts):
@@ -90,13 +96,27 @@ class RemoteSource:
                 local.touch()
             elif ext in TEXT_EXTENSIONS and int(info.get("size") or 0) <= MAX_TEXT_BYTES:
                 texts.append((rel, local))
+            elif ext in ANNOTATION_EXTENSIONS and int(info.get("size") or 0) <= MAX_ANNOTATION_BYTES:
+                annotations.append(rel)
         remote.download_many(texts)
         log.info("%s: %d objects listed, %d small text files fetched; discovery runs on the listing laid out "
                  "in %s", remote.url, len(listing), len(texts), skeleton)
-        return cls(remote, skeleton, {rel: content_id(info) for rel, info in listing.items()})
+        return cls(remote, skeleton, {rel: content_id(info) for rel, info in listing.items()},
+                   tuple(sorted(annotations)))
+
+    def fetch_annotations(self) -> None:
+        """Fetch the listed annotation files (``*.json``, ``*.xml``) into the skeleton, for an annotation source to
+        find and read there (mask layouts never need them: fetched only when the run looks for annotations)."""
+        wanted = [(rel, self.skeleton.joinpath(*rel.split("/"))) for rel in self.annotations]
+        self.remote.download_many(wanted)
+        log.info("%s: %d annotation files (*.json, *.xml) fetched to look for annotations", self.remote.url,
+                 len(wanted))
 
     def rel(self, path: Path) -> str:
-        return Path(path).relative_to(self.skeleton).as_posix()
+        path = Path(path)
+        if not path.is_relative_to(self.skeleton):  # a resolved path (an annotation source's): the resolved skeleton
+            return path.relative_to(self.skeleton.resolve()).as_posix()
+        return path.relative_to(self.skeleton).as_posix()
 
     def fingerprints(self, pairs: PairTable, digest: str) -> np.ndarray:
         """Fingerprints from the listing's content ids (an (n, 32) uint8 array): a changed object (new ETag or

@@ -7,7 +7,8 @@ the same four values the fingerprint cache trusts — go into one digest. A run 
 leaves a *signature* beside its splits, ``OUTPUT/.shardkit-unchanged.json``, written atomically after every
 split's manifest and before the run releases the output lock (so no other run can change the output between its
 manifests and its signature): that digest (taken before the run read anything), a digest of everything else the output
-depends on (the options as parsed, ``SHARDKIT_*`` variables, files the options name, the working folder, the
+depends on (the options as parsed, ``SHARDKIT_*`` variables, files the options name and a folder ``--annotations``
+names outside the input, the working folder, the
 shardkit code and Python that ran), the stat of every published file (each split's ``manifest.json`` with its
 sha256, and every file it names), the run's numbers and the lines it logged about what it found and guessed.
 
@@ -122,6 +123,22 @@ def _code_stats() -> list[Any]:
     return out
 
 
+def _annotation_folder(input_dir: Path, value: Any) -> list[str] | None:
+    """``--annotations SOURCE:FOLDER`` outside the input folder (labelme files kept elsewhere): the folder and its
+    :func:`tree_digest`, so that an edited file in it is a change (a named file is hashed by :func:`run_key`)."""
+    named = str(value or "").partition(":")[2]
+    try:
+        if not named or not Path(named).is_dir() or Path(os.path.realpath(named)).is_relative_to(
+                os.path.realpath(input_dir)):
+            return None
+    except (OSError, ValueError):
+        return None
+    digest = tree_digest(Path(named))
+    if digest is None:
+        raise ValueError(f"{named}: the walk cannot decide")  # the check is not used: the normal path runs
+    return [named, digest]
+
+
 def run_key(input_dir: Path, output_dir: Path, params: Mapping[str, Any]) -> str:
     """sha256 of everything besides the input tree that a run's output (or what it logs) depends on."""
     files = []
@@ -135,6 +152,7 @@ def run_key(input_dir: Path, output_dir: Path, params: Mapping[str, Any]) -> str
         "input": [os.fspath(input_dir), os.path.realpath(input_dir)],
         "output": [os.fspath(output_dir), os.path.realpath(output_dir)],
         "params": {k: params[k] for k in sorted(params)}, "files": files,
+        "annotations": _annotation_folder(input_dir, params.get("annotations")),
         "env": sorted((k, v) for k, v in os.environ.items() if k.startswith("SHARDKIT_")),
     }
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()

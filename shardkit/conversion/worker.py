@@ -57,7 +57,7 @@ from ..labels.sources.base import SampleShapes
 from ..store.duplicates import source_hash
 from ..store.stats import Stats
 from ..support.progress import CounterRef, worker_tick
-from .annotated import AnnotationRun, rasterise_sample
+from .annotated import ANNOTATED_TILE_FIX, AnnotationRun, rasterise_sample, with_shapes
 from .config import DEFAULT_MAX_PIXELS, ConvertConfig
 from .discover import rel_path
 from .fingerprint import SourceCache, file_identity, sample_fingerprint, source_digest
@@ -162,13 +162,7 @@ def process_sample(pair: Any, ctx: WorkerContext, data: dict[Path, np.ndarray] |
     ``shapes``: the sample's annotation shapes, rasterised at the image's size instead of decoding a label
     (their report merged into ``report``).
     """
-    if shapes is not None and ctx.annotations is not None and report is not None:
-        if shapes.embedded:  # the image is in the annotation file (pair.image): decode those bytes
-            data = {**(data or {}), pair.image: np.frombuffer(shapes.embedded, np.uint8)}
-        image = decode_image_checked(pair, ctx, data)
-        ids = rasterise_sample(ctx.annotations, shapes, image, ctx.decoder.table, pair.image, report)
-    else:
-        image, ids = decode_pair(pair, ctx, data)
+    image, ids = decode_pair(pair, ctx, data, shapes, report)
     pad = pad_label(ctx)
     hw = (int(image.shape[0]), int(image.shape[1]))
     padded = content_box(hw, ctx.size, ctx.resize, ctx.crop) if pads(hw, ctx.size, ctx.resize, ctx.crop) else None
@@ -182,9 +176,17 @@ def process_sample(pair: Any, ctx: WorkerContext, data: dict[Path, np.ndarray] |
     return image, ctx.spec.encoding.encode(ids, allow_numba=False), ids, padded
 
 
-def decode_pair(pair: Any, ctx: WorkerContext, data: dict[Path, np.ndarray] | None = None) -> tuple[np.ndarray,
-                                                                                                  np.ndarray]:
-    """Decode one pair whole → (image, label ids), each file checked against ``--max-pixels`` first."""
+def decode_pair(pair: Any, ctx: WorkerContext, data: dict[Path, np.ndarray] | None = None,
+                shapes: SampleShapes | None = None, report: RasterReport | None = None,
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Decode one pair whole → (image, label ids), each file checked against ``--max-pixels`` first; with
+    ``shapes`` (an annotation source) the labels are rasterised at the image's size instead, their report merged
+    into ``report``."""
+    if shapes is not None and ctx.annotations is not None and report is not None:
+        if shapes.embedded:  # the image is in the annotation file (pair.image): decode those bytes
+            data = {**(data or {}), pair.image: np.frombuffer(shapes.embedded, np.uint8)}
+        image = decode_image_checked(pair, ctx, data)
+        return image, rasterise_sample(ctx.annotations, shapes, image, ctx.decoder.table, pair.image, report)
     label_data = data.get(pair.label) if data and pair.label is not None else None
     if pair.label is not None:
         if label_data is None:
@@ -227,9 +229,12 @@ def check_unchanged(pair: Any, expected: np.ndarray | None) -> None:
 
 
 def tile_pair(pair: Any, ctx: WorkerContext, tiling: Tiling, data: dict[Path, np.ndarray] | None,
-              expected: np.ndarray | None = None) -> Iterator[tuple[Tile, np.ndarray, np.ndarray] | None]:
+              expected: np.ndarray | None = None, shapes: SampleShapes | None = None,
+              report: RasterReport | None = None) -> Iterator[tuple[Tile, np.ndarray, np.ndarray] | None]:
     """One source's tiles (stored image, label ids) in grid order; None for each tile dropped as ignore.
     ``expected``: the pair's planned identities (:func:`check_unchanged`), checked once the source was read.
+    ``shapes``: an annotation source's shapes, rasterised at the whole image's size and then tiled as a label
+    image would be (a source read window by window is refused: its shapes would be drawn whole).
 
     A source within ``--max-pixels`` (pixels and decode bytes: :func:`~shardkit.images.imageio.decodes_whole`) is
     decoded
@@ -243,8 +248,12 @@ def tile_pair(pair: Any, ctx: WorkerContext, tiling: Tiling, data: dict[Path, np
     # a TIFF is read window by window when it cannot be decoded whole; any other file above --max-pixels is refused
     # there (TiledTiff), one within it by the decode's own byte check
     whole = decodes_whole(header, ctx.max_pixels) if header.kind == "TIFF" else header.pixels <= ctx.max_pixels
+    if shapes is not None and not whole:  # (the parent refuses one above --max-pixels before writing)
+        raise DecodeError(f"image is {header.height}x{header.width}, too large to decode whole under --max-pixels "
+                          f"{ctx.max_pixels}, and annotation shapes are drawn at the whole image's size",
+                          path=pair.image, fix=ANNOTATED_TILE_FIX)
     if pair.label is None or whole:
-        image, ids = decode_pair(pair, ctx, data)
+        image, ids = decode_pair(pair, ctx, data, shapes, report)
         check_unchanged(pair, expected)  # before any of its tiles is written
         if image.shape[:2] != ids.shape[:2]:
             raise LabelError(f"label is {ids.shape[0]}x{ids.shape[1]} (HxW) but its image is "
@@ -432,6 +441,8 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
             # hashed here (task.fingerprints None), from the bytes the decoder then uses
             fingerprint = given[i] if given is not None else fingerprint_pair(pair, ctx, options_digest, sources,
                                                                                 i, data)
+            if given is None and task.shapes is not None:  # as the parent folds them (annotated.fold_fingerprints)
+                fingerprint = with_shapes(bytes.fromhex(fingerprint), task.shapes[i]).hex()
             fingerprints.append(fingerprint)
             expected = None if task.identities is None else task.identities[i]
             if pair.key in drop:  # --on-duplicate skip: the same pixels as an earlier sample
@@ -445,7 +456,8 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
                 written = counts.written
                 try:
                     padded += _write_tiles(pair, ctx, ctx.tiling, data, writer, task, stats, samples, fingerprint,
-                                           counts, whole, expected)
+                                           counts, whole, expected,
+                                           None if task.shapes is None else (task.shapes[i], raster))
                 except ShardkitError as exc:
                     if ctx.on_error != "skip" or counts.written != written:  # some of its tiles are written
                         raise
@@ -495,7 +507,8 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
 
 def _write_tiles(pair: Any, ctx: WorkerContext, tiling: Tiling, data: dict[Path, np.ndarray], writer: Any,
                  task: ShardTask, stats: Stats, samples: SidecarBuilder, fingerprint: str, counts: TileCounts,
-                 whole: list[bytes], expected: np.ndarray | None = None) -> int:
+                 whole: list[bytes], expected: np.ndarray | None = None,
+                 shapes: tuple[SampleShapes, RasterReport] | None = None) -> int:
     """Write one source's tiles (each a sample with its provenance; every tile carries the source's
     fingerprint); returns how many were padded, and appends the source's pixel hash to ``whole`` (from its tiles'
     hashes: :func:`~shardkit.store.duplicates.source_hash`). A source decoded whole fails before any of its tiles is
@@ -505,7 +518,7 @@ def _write_tiles(pair: Any, ctx: WorkerContext, tiling: Tiling, data: dict[Path,
     kept: list[tuple[Tile, np.ndarray, np.ndarray]] = []
     first, places = len(samples.pixels), []
     dropped = padded = held = 0
-    for item in tile_pair(pair, ctx, tiling, data, expected):
+    for item in tile_pair(pair, ctx, tiling, data, expected, *(shapes or ())):
         if item is None:
             dropped += 1
         else:

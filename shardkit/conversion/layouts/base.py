@@ -42,9 +42,16 @@ class Discovery:
 
     def report_lines(self) -> list[str]:
         """A short human summary: layout, pairs per split, unmatched files (first few names)."""
-        lines = [f"layout {self.layout} (labels: {self.label_kind}) in {self.root}",
-                 f"class table file: {self.class_dict or 'none at the root'}"]
-        lines += [f"split {name}: {len(pairs)} pairs" for name, pairs in self.splits.items()]
+        lines = [f"layout {self.layout} (labels: {self.label_kind}) in {self.root}"]
+        notes = self.annotations
+        if notes is None:
+            lines.append(f"class table file: {self.class_dict or 'none at the root'}")
+        else:  # labels drawn from shapes: where they come from and every policy the run applies
+            lines += [f"labels drawn from {notes['source']} annotations: {', '.join(notes['files'])}",
+                      f"policies: --object-overlap {notes['overlap']}, --crowd {notes['crowd']}, --on-lost-object "
+                      f"{notes['on_lost_object']} (the tool's rule: {notes['tool_rule']})"]
+        what = "pairs" if notes is None else "samples"
+        lines += [f"split {name}: {len(pairs)} {what}" for name, pairs in self.splits.items()]
         for what, table in (("images without a label", self.unmatched_images),
                             ("labels without an image", self.unmatched_labels)):
             for name, missing in table.items():

@@ -9,6 +9,7 @@ A worker calls :func:`rasterise` with the image's decoded size instead of decodi
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ...errors import LabelError
+from ...images.imageio import regular_stat
 from ...support.smallfile import open_regular, read_guarded
 from ..classes import ClassTable
 from ..raster import CROWDS, OVERLAPS, RasterReport, Region, Shape, paint
@@ -142,6 +144,60 @@ def read_file(path: Path, what: str, limit: int) -> bytes:
     except OSError as exc:
         raise LabelError(f"cannot read the {what} ({exc.strerror or exc})", path=path,
                          fix=f"point at a regular {what} of at most {limit >> 20} MiB") from None
+
+
+def file_stamp(path: Path, what: str) -> tuple[int, int, int, int]:
+    """(size, mtime_ns, ctime_ns, inode) of a label-side file a source reads in the workers (a panoptic PNG, an
+    instance mask): the four values the fingerprint cache trusts for mask images, so that an edit which restores
+    size and mtime (``touch -r``) or a file renamed over another still changes the annotations' digest."""
+    st = regular_stat(path, what)
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
+
+
+def _is_file(text: str) -> bool:
+    """Whether ``text`` is an absolute path naming a file (a relative one would depend on the working folder)."""
+    try:
+        return os.path.isabs(text) and Path(text).is_file()  # noqa: PTH117 (most strings are no path: no Path)
+    except (OSError, ValueError):  # no path can be this (a NUL, too long)
+        return False
+
+
+def sample_digest(sample: SampleShapes) -> bytes:
+    """sha256 of everything a sample's labels are drawn from: its size, every object (class, kind, crowd, z and
+    its data: arrays by type, shape and bytes) and, for each file its shapes name (a panoptic PNG, an instance
+    mask), :func:`file_stamp` — so an edit to one image's annotations changes only that sample's fingerprint,
+    and only its shard is converted again (as for an edited mask image)."""
+    h = hashlib.sha256()
+    update = h.update
+    named: dict[str, None] = {}
+
+    def feed(value: Any) -> None:
+        kind = type(value)
+        if kind is np.ndarray:
+            arr = np.ascontiguousarray(value)
+            update(f"a{arr.dtype.str}{arr.shape}\0".encode())
+            update(arr.data)
+        elif kind is tuple or kind is list:
+            update(f"t{len(value)}\0".encode())
+            for v in value:
+                feed(v)
+        elif kind is str:
+            update(f"s{len(value)}\0{value}".encode("utf-8", "surrogateescape"))
+            named[value] = None
+        elif value is None or isinstance(value, (bool, int, float, np.integer, np.floating)):
+            update(f"v{value!r}\0".encode())
+        else:
+            raise TypeError(f"sample_digest: {kind.__name__} in a sample's shapes")
+
+    feed([sample.key, sample.height, sample.width, list(sample.files)])
+    for o in sample.objects:
+        update(f"o{len(o.ident)}\0{o.ident}\0{o.class_id}\0{o.kind}\0{o.crowd}\0{o.z}\0".encode(
+            "utf-8", "surrogateescape"))
+        feed(o.data)
+    for text in named:  # absolute paths naming a file: that file's stat (a label-side file the workers read)
+        if _is_file(text):
+            update(f"f{text}\0{file_stamp(Path(text), 'label')}\0".encode("utf-8", "surrogateescape"))
+    return h.digest()
 
 
 def inside(root: Path, base: Path, name: str, what: Path) -> Path:

@@ -260,7 +260,9 @@ class CocoSource(AnnotationSource):
         return sorted_unique(out, path)
 
     def _base(self, root: Path, path: Path, split: str, first: list[str]) -> Path:
-        bases = [path.parent, root, root / split, root / "images" / split, root / "images"]
+        bases = [root, root / split, root / "images" / split, root / "images"]
+        if path.parent.resolve().is_relative_to(root.resolve()):  # not a JSON kept elsewhere (--annotations coco:F)
+            bases.insert(0, path.parent)
         for base in bases:
             if not first or inside(root, base, first[0], path).is_file():  # outside the input: refused
                 return base

@@ -223,12 +223,15 @@ class CvatSource(AnnotationSource):
                            origin, hashlib.sha256(raw).hexdigest())
 
     def _base(self, root: Path, path: Path, name: str, subset: str) -> Path:
-        """Where the image lies: beside the file, in images/<subset>/ (a project export), images/ or the root."""
-        bases = (path.parent, *([root / "images" / subset] if subset else []), root / "images", root)
+        """Where the image lies: beside the file (unless the XML is kept elsewhere, ``cvat:FILE``), in
+        images/<subset>/ (a project export), images/ or the root."""
+        here = path.parent.resolve().is_relative_to(root.resolve())
+        bases = (*((path.parent,) if here else ()), *([root / "images" / subset] if subset else []),
+                 root / "images", root)
         for base in bases:
             if inside(root, base, name, path).is_file():
                 return base
-        return path.parent
+        return path.parent if here else root
 
     def region(self, obj: ObjectShapes, h: int, w: int) -> tuple[Region, bool, bool]:
         if obj.kind in _NO_AREA:

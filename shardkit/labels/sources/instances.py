@@ -20,7 +20,7 @@ from ...images.imageio import check_pixels, decode_image, regular_stat
 from ...support.limits import MAX_PIXELS
 from ..classes import ClassInfo, ClassTable
 from ..raster import Region
-from .base import Annotations, AnnotationSource, ObjectShapes, SampleShapes, sorted_unique
+from .base import Annotations, AnnotationSource, ObjectShapes, SampleShapes, file_stamp, sorted_unique
 
 MASK_EXTS = (".png", ".tif", ".tiff", ".bmp")
 IGNORE = 255
@@ -81,10 +81,12 @@ class InstanceMasksSource(AnnotationSource):
                     for m in _files(folder / "masks" / d)]
                 objects = []
                 for m, cls in masks:
-                    st = m.stat()
-                    digest.update(f"{m.relative_to(where).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+                    digest.update(f"{m.relative_to(where).as_posix()}\0{file_stamp(m, 'mask')}\0".encode())
                     objects.append(ObjectShapes(m.relative_to(folder).as_posix(), stored[cls], "maskfile",
                                                 (str(m),)))
+                if not image.resolve().is_relative_to(root.resolve()):
+                    raise LabelError(f"image {image.name} is outside the input folder {root}", path=folder,
+                                     fix="point the input at the folder that holds the per-image folders")
                 key = image.resolve().relative_to(root.resolve()).as_posix()
                 h, w = _size(image)
                 samples.append((image.resolve(), SampleShapes(key, h, w, tuple(objects))))

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import LabelError
-from ...images.imageio import check_pixels, decode_image, regular_stat
+from ...images.imageio import check_pixels, decode_image
 from ...support.limits import MAX_PIXELS
 from ...support.smallfile import loads_bounded
 from ..classes import ClassInfo, ClassTable
@@ -33,6 +33,7 @@ from .base import (
     SampleShapes,
     annotation_error,
     checked_int,
+    file_stamp,
     inside,
     read_file,
     sorted_unique,
@@ -67,9 +68,9 @@ def _int(value: Any, what: Path, name: str, lo: int = 0, hi: int = 2**62) -> int
 
 
 @lru_cache(maxsize=2)
-def segment_ids(path: str, stamp: tuple[int, int]) -> tuple[np.ndarray, dict[int, int]]:
+def segment_ids(path: str, stamp: tuple[int, int, int, int]) -> tuple[np.ndarray, dict[int, int]]:
     """The PNG's segment-id image (panopticapi's rgb2id) and its pixel count per id; cached per file and
-    (size, mtime) so that one sample's segments decode it once."""
+    :func:`~.base.file_stamp` so that one sample's segments decode it once."""
     file = Path(path)
     check_pixels(file, MAX_PIXELS, "panoptic PNG")
     rgb = decode_image(file)
@@ -159,8 +160,7 @@ class CocoPanopticSource(AnnotationSource):
             if not png.is_file():
                 raise LabelError(f"panoptic PNG {a['file_name']!r} is missing", path=pngs,
                                  fix="add it, or leave its entry out of the panoptic JSON")
-            st = regular_stat(png, "panoptic PNG")
-            digest.update(f"{png.name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+            digest.update(f"{png.name}\0{file_stamp(png, 'panoptic PNG')}\0".encode())
             segs: list[tuple[int, int, bool]] = []
             for s in a["segments_info"]:
                 if not isinstance(s, dict):
@@ -204,7 +204,7 @@ class CocoPanopticSource(AnnotationSource):
 
 
 def _decoded(png: Path) -> tuple[np.ndarray, dict[int, int]]:
-    st = regular_stat(png, "panoptic PNG")
-    return segment_ids(str(png), (st.st_size, st.st_mtime_ns))
+    return segment_ids(str(png), file_stamp(png, "panoptic PNG"))
+
 
 SOURCE = CocoPanopticSource
