@@ -723,6 +723,74 @@ def verify(path: str | Path, storage_option: tuple[str, ...]) -> None:
         raise click.ClickException(f"{failed} of {len(folders)} split(s) failed verification")
 
 
+@main.command("split")
+@click.argument("path", callback=_location)
+@click.option("--into", "into", metavar="PART=SHARE,...",
+              help="The parts to make and their shares of the samples, e.g. train=0.8,val=0.1,test=0.1.")
+@click.option("--group-by", "group_by", metavar="REGEX",
+              help="A sample's group is this pattern's first group in its key (e.g. '(\\w+?)_' for CamVid's "
+                   "sequence); default: each sample its own group, tiles of one source together.")
+@click.option("--groups", "groups_file", type=click.Path(path_type=Path, dir_okay=False), metavar="CSV",
+              help="A CSV of key,group rows naming every sample's group (instead of --group-by).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the order groups are dealt in.")
+@click.option("--lists", "lists", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
+              help="Write <part>.txt (sample keys, one a line: what convert --split-list takes) and "
+                   "split-report.json here; without it, only the report is printed.")
+@click.option("--check", is_flag=True, help="Only check PATH's existing splits: exit 1 when a group is in more "
+                                            "than one of them.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@_STORAGE_OPTION
+@_errors_to_exit_codes
+def split_command(path: str | Path, into: str | None, group_by: str | None, groups_file: Path | None, seed: int,
+                  lists: Path | None, check: bool, as_json: bool, storage_option: tuple[str, ...]) -> None:
+    """Make train/val/test lists from the converted splits under PATH (pooled) by group, stratified so that every
+    class lands in every part where its groups allow (iterative stratification over the class bitmaps; no label
+    is read); deterministic for a seed. Re-convert with `shardkit convert RAW OUT --split-list train=DIR/train.txt
+    --split-list val=DIR/val.txt ...`. Groups already in two of PATH's splits are reported (with --check: exit 1).
+    """
+    import json
+
+    from .audit.groups import GroupRule
+    from .audit.split import leaks, plan_split, pool
+    from .audit.stratify import parse_ratios
+    from .files.storage import parse_storage_options
+    from .read.dataset import Dataset
+    from .read.options import OpenOptions
+    from .verify import split_locations
+
+    if not check and into is None:
+        raise click.UsageError("pass --into PART=SHARE,... (or --check to only look for shared groups)")
+    options = parse_storage_options(storage_option)
+    folders = split_locations(path, options)
+    if not folders:
+        raise click.ClickException(f"{path}: no manifest.json here or in its sub-folders — "
+                                   "fix: point at an output folder written by shardkit convert")
+    rule = GroupRule.of(group_by, groups_file)
+    ratios = parse_ratios(into) if into is not None else {}
+    datasets = [Dataset(f, OpenOptions(storage_options=options)) for f in folders]
+    pooled = pool(datasets, rule)
+    shared = leaks(pooled)
+    said = [f"{len(shared)} group(s) are in more than one split: "
+            + "; ".join(f"{g} ({', '.join(s)})" for g, s in list(shared.items())[:5])] if shared else []
+    if check:
+        click.echo(f"groups: {rule.describe()}; {len(set(pooled.groups))} groups of {len(pooled.keys)} samples in "
+                   f"{', '.join(pooled.splits)}")
+        if shared:
+            raise click.ClickException(said[0] + " — fix: make new lists with shardkit split --into ... --lists DIR")
+        click.echo("no group is in more than one split")
+        return
+    plan = plan_split(pooled, ratios, seed, rule)
+    plan.report["shared_groups_before"] = len(shared)
+    written = plan.write(lists) if lists is not None else []
+    if as_json:
+        click.echo(json.dumps(plan.report, indent=1))
+    else:
+        for line in [*plan.lines(), *(f"before: {s}" for s in said)]:
+            click.echo(line)
+        for p in written:
+            click.echo(f"wrote {p}")
+
+
 @main.command("diff")
 @click.argument("path", callback=_location)
 @click.option("--from", "old", type=click.IntRange(1), metavar="V1",

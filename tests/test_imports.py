@@ -105,6 +105,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "store": ("store",),
     "convert": ("conversion",),
     "read": ("read", "tf", "grain"),
+    "audit": ("audit",),
     "front": ("", "__main__", "cli", "bench", "show", "verify", "diff", "demo", "tiles"),
 }
 #: which layers each layer may import (besides its own); front may import anything
@@ -117,6 +118,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "store": {"formats", "core", "foundation"},
     "convert": {"store", "formats", "labels", "core", "foundation"},
     "read": {"store", "formats", "augment", "core", "foundation"},
+    "audit": {"read", "store", "formats", "labels", "augment", "core", "foundation"},
     "front": set(LAYERS),
 }
 #: imports across layers that are allowed anyway, each with its reason

@@ -20,7 +20,7 @@ import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -501,24 +501,36 @@ class Dataset:
                                                          freqs.valid())
             combine = "max" if mode == "repeat-factor" else "sum"
 
-            def each(folder: Callable[[ShardInfo], Any] | None) -> np.ndarray:
-                table = self.manifest.samples
-                parts = []
-                for pos, shard in enumerate(self.manifest.shards):
-                    present = table.presence(pos, folder(shard) if folder is not None and table.inline is None
-                                             else None)
-                    if present is None:
-                        present = np.zeros((shard.num_samples, self.num_classes), bool)
-                    parts.append(_sampling.sample_repeat_factors(present, per_class, combine))
-                return np.concatenate(parts) if parts else np.zeros(0, np.float64)
-
-            repeats = self._sidecar_folders(each)
+            present = cast(np.ndarray, self.class_presence(missing_as_absent=True))  # never None with the flag
+            ends = np.cumsum(self.shard_sizes).tolist()  # per shard, as the factors have always been computed
+            repeats = np.concatenate([_sampling.sample_repeat_factors(present[a:b], per_class, combine)
+                                      for a, b in zip([0, *ends[:-1]], ends, strict=True)] or [np.zeros(0)])
             if len(repeats) and not _sampling.epoch_length(repeats):
                 raise IntegrityError(f"sampling={sampling!r} would draw 0 samples per epoch: no sample's class bitmap "
                                      "holds a class with pixels that counts (the ignore class never does)",
                                      path=self._manifest_path(), fix=_VERIFY_FIX)
             self._repeats[(mode, param)] = repeats
         return self._repeats[(mode, param)]
+
+    def class_presence(self, *, missing_as_absent: bool = False) -> np.ndarray | None:
+        """(samples, num_classes) bool: which classes each sample's label contains, from the class bitmaps in the
+        sidecars (no label is read; a remote split downloads only its sidecars). None where the split keeps no
+        bitmap (more than 256 classes), or, with ``missing_as_absent``, those shards' rows all False."""
+
+        def each(folder: Callable[[ShardInfo], Any] | None) -> np.ndarray | None:
+            table = self.manifest.samples
+            parts = []
+            for pos, shard in enumerate(self.manifest.shards):
+                present = table.presence(pos, folder(shard) if folder is not None and table.inline is None else None)
+                if present is None:
+                    if not missing_as_absent:
+                        return None
+                    present = np.zeros((shard.num_samples, self.num_classes), bool)
+                parts.append(present)
+            return np.concatenate(parts) if parts else np.zeros((0, self.num_classes), bool)
+
+        got: np.ndarray | None = self._sidecar_folders(each)
+        return got
 
     def _manifest_path(self) -> Path | str:
         """The manifest file of a local split; a remote split's URL."""

@@ -1,0 +1,125 @@
+"""``shardkit split`` on real CamVid: groups kept whole, lists that convert takes back, the real sequence shared by
+the subset's train and val found; the stratification on many groups keeps rare classes in every part."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import shardkit
+from shardkit.audit.groups import GroupRule
+from shardkit.audit.stratify import parse_ratios, stratify
+from shardkit.cli import main
+from shardkit.conversion.config import ConvertConfig, ShardSize
+from shardkit.conversion.pipeline import convert
+from shardkit.errors import ConfigError
+
+SEQUENCE = r"(\w+?)_"
+
+
+@pytest.fixture(scope="module")
+def camvid(camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The CamVid subset's train and val as npy at 90x120 (its own split: sequence 0016E5 is in both)."""
+    out = tmp_path_factory.mktemp("split-camvid")
+    convert(ConvertConfig(camvid_root, out, format="npy", size=(90, 120), workers=1, quiet=True,
+                          shard_size=ShardSize(samples=32)))
+    return out
+
+
+def _sequence(key: str) -> str:
+    found = re.search(SEQUENCE, key)
+    assert found is not None
+    return found.group(1)
+
+
+def test_check_finds_the_sequence_the_subsets_train_and_val_share(camvid: Path) -> None:
+    got = CliRunner().invoke(main, ["split", str(camvid), "--check", "--group-by", SEQUENCE])
+    assert got.exit_code == 1 and "1 group(s) are in more than one split: 0016E5 (train, val)" in got.output
+    alone = CliRunner().invoke(main, ["split", str(camvid), "--check"])  # each sample its own group: no leak
+    assert alone.exit_code == 0 and "no group is in more than one split" in alone.output
+
+
+def test_lists_keep_sequences_whole_and_convert_takes_them(camvid: Path, camvid_root: Path, tmp_path: Path) -> None:
+    lists = tmp_path / "lists"
+    got = CliRunner().invoke(main, ["split", str(camvid), "--into", "train=0.5,val=0.5", "--group-by", SEQUENCE,
+                                    "--seed", "3", "--lists", str(lists)])
+    assert got.exit_code == 0, got.output
+    parts = {p: (lists / f"{p}.txt").read_text().split() for p in ("train", "val")}
+    everything = [shardkit.open(camvid / s).key(i) for s in ("train", "val")
+                  for i in range(len(shardkit.open(camvid / s)))]
+    assert sorted(parts["train"] + parts["val"]) == sorted(everything)  # every sample once
+    assert not {_sequence(k) for k in parts["train"]} & {_sequence(k) for k in parts["val"]}
+    report = json.loads((lists / "split-report.json").read_text())
+    assert report["samples"] == len(everything) and report["groups"] == 3
+    out = tmp_path / "out"
+    convert(ConvertConfig(camvid_root, out, format="npy", size=(90, 120), workers=1, quiet=True,
+                          split_lists=(("train", lists / "train.txt"), ("val", lists / "val.txt"))))
+    for part in ("train", "val"):
+        ds = shardkit.open(out / part)
+        assert sorted(ds.key(i) for i in range(len(ds))) == sorted(parts[part])
+    again = CliRunner().invoke(main, ["split", str(out), "--check", "--group-by", SEQUENCE])
+    assert again.exit_code == 0, again.output
+
+
+def test_the_same_seed_gives_the_same_lists(camvid: Path, tmp_path: Path) -> None:
+    def lists(seed: int, name: str) -> str:
+        folder = tmp_path / name
+        CliRunner().invoke(main, ["split", str(camvid), "--into", "a=0.6,b=0.4", "--seed", str(seed),
+                                  "--lists", str(folder)])
+        return (folder / "a.txt").read_text()
+
+    assert lists(1, "x") == lists(1, "y") and lists(1, "x") != lists(2, "z")
+
+
+def test_rare_classes_land_in_every_part_and_no_group_is_cut() -> None:
+    """60 groups of 1–9 images; class 3 is in only 4 groups, class 4 in 3: each part of three gets some of each,
+    and the parts' image counts follow the shares."""
+    rng = np.random.default_rng(0)
+    sizes = rng.integers(1, 10, 60)
+    presence = (rng.random((60, 5)) < [0.9, 0.6, 0.3, 0.0, 0.0]) * sizes[:, None]
+    presence[[5, 17, 33, 48], 3] = 1
+    presence[[2, 40, 51], 4] = 1
+    part = stratify(presence, sizes, [0.6, 0.2, 0.2], seed=7)
+    assert part.shape == (60,) and set(part.tolist()) == {0, 1, 2}
+    for c in (3, 4):
+        assert {int(part[g]) for g in np.flatnonzero(presence[:, c])} == {0, 1, 2}
+    share = np.bincount(part, weights=sizes, minlength=3) / sizes.sum()
+    assert np.allclose(share, [0.6, 0.2, 0.2], atol=0.06)
+    assert np.array_equal(stratify(presence, sizes, [0.6, 0.2, 0.2], seed=7), part)
+
+
+def test_group_rules_refuse_what_they_do_not_cover(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not match the key 'x/abc.png'"):
+        GroupRule.of(r"(\d+)_").group("x/abc.png")
+    table = tmp_path / "groups.csv"
+    table.write_text("key,group\ntrain/a.png,p1\ntrain/b.png,p1\n")
+    rule = GroupRule.of(None, table)
+    assert rule.groups(["train/a.png", "train/b.png"]) == ["p1", "p1"]
+    with pytest.raises(ConfigError, match="has no row for the key 'train/c.png'"):
+        rule.group("train/c.png")
+    table.write_text("train/a.png,p1\ntrain/a.png,p2\n")
+    with pytest.raises(ConfigError, match="is in group 'p1' and 'p2'"):
+        GroupRule.of(None, table)
+    with pytest.raises(ConfigError, match="both name the groups"):
+        GroupRule.of("x", table)
+    with pytest.raises(ConfigError, match="positive share"):
+        parse_ratios("train=0.8,val=-1")
+
+
+def test_tiles_of_one_source_stay_in_one_part(camvid_root: Path, tmp_path: Path) -> None:
+    """Without a rule every sample is its own group, but tiles carry their source's key: all tiles of an image go
+    to one part."""
+    out = tmp_path / "tiled"
+    convert(ConvertConfig(camvid_root, out, format="npy", splits=("val",), tile=(180, 240), workers=1, quiet=True))
+    ds = shardkit.open(out / "val")
+    assert len(ds) > len({ds.key(i) for i in range(len(ds))})  # several tiles per source
+    lists = tmp_path / "lists"
+    got = CliRunner().invoke(main, ["split", str(out), "--into", "a=0.5,b=0.5", "--lists", str(lists)])
+    assert got.exit_code == 0, got.output
+    a, b = ((lists / f"{p}.txt").read_text().split() for p in ("a", "b"))
+    assert not set(a) & set(b) and sorted(a + b) == sorted({ds.key(i) for i in range(len(ds))})
