@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -21,46 +20,21 @@ from shardkit.labels.sources import registry
 from shardkit.labels.sources.base import Policies, rasterise
 from shardkit.labels.sources.labelme import LabelmeSource
 from tests.annotation_trees import DATA, VOC_NEW, VOC_OLD, labelme_tree
+from tests.reference import labelme_shape
 
 
 def labelme_rule(h: int, w: int, shapes: list[dict[str, Any]], ids: dict[str, int]) -> np.ndarray:
-    """labelme's shapes_to_label as its source states it (labelme/_utils/shape.py, 2026): each shape drawn into
-    a mode-L image with these PIL calls, then painted in file order (``__ignore__`` → labelme2voc's 255)."""
-    out = np.zeros((h, w), dtype=np.int32)
+    """labelme's own ``shapes_to_label`` (``tests/reference/labelme_shape.py``, a byte-for-byte copy of labelme
+    7.1.0's ``labelme/_utils/shape.py``), with each ``mask`` shape's base64 PNG decoded as labelme's ``LabelFile``
+    decodes it (``img_b64_to_arr(...).astype(bool)``); ``__ignore__`` → labelme2voc's 255 via ``ids``."""
+    decoded = []
     for s in shapes:
-        if s.get("shape_type") == "mask":  # the patch at the rounded first point, cut to the image
-            patch = np.array(PIL.Image.open(io.BytesIO(base64.b64decode(s["mask"])))).astype(bool)
-            pts = np.asarray(s["points"])
-            (x1, y1), (x2, y2) = pts.round().astype(int)
-            ph, pw = (y2 - y1 + 1, x2 - x1 + 1) if np.array_equal(pts, np.trunc(pts)) else patch.shape
-            m = np.zeros((h, w), dtype=bool)
-            ys, ye, xs, xe = max(y1, 0), min(y1 + ph, h), max(x1, 0), min(x1 + pw, w)
-            if ys < ye and xs < xe:
-                m[ys:ye, xs:xe] = patch[ys - y1 : ye - y1, xs - x1 : xe - x1]
-            out[m] = ids[s["label"]]
-            continue
-        img = PIL.Image.fromarray(np.zeros((h, w), dtype=np.uint8))
-        draw = PIL.ImageDraw.Draw(img)
-        xy = [tuple(p) for p in s["points"]]
-        kind = s.get("shape_type") or "polygon"
-        if kind == "circle":
-            (cx, cy), (px, py) = xy
-            d = math.sqrt((cx - px) ** 2 + (cy - py) ** 2)
-            draw.ellipse(((cx - d, cy - d), (cx + d, cy + d)), outline=1, fill=1)
-        elif kind == "rectangle":
-            (x0, y0), (x1, y1) = xy
-            draw.rectangle(((min(x0, x1), min(y0, y1)), (max(x0, x1), max(y0, y1))), outline=1, fill=1)
-        elif kind == "line":
-            draw.line(xy=xy, fill=1, width=10)
-        elif kind == "linestrip":
-            draw.line(xy=xy, fill=1, width=10, joint="curve")
-        elif kind == "point":
-            (cx, cy), r = xy[0], 5
-            draw.ellipse(((cx - r, cy - r), (cx + r, cy + r)), outline=1, fill=1)
-        else:
-            draw.polygon(xy=xy, outline=1, fill=1)
-        out[np.array(img, dtype=bool)] = ids[s["label"]]
-    return out
+        shape = {**s, "shape_type": s.get("shape_type"), "group_id": s.get("group_id")}
+        if s.get("shape_type") == "mask":
+            shape["mask"] = np.array(PIL.Image.open(io.BytesIO(base64.b64decode(s["mask"])))).astype(bool)
+        decoded.append(shape)
+    cls, _ = labelme_shape.shapes_to_label((h, w), decoded, ids)
+    return cls
 
 
 def test_real_examples_follow_labelme(tmp_path: Path) -> None:
