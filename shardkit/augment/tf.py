@@ -266,12 +266,6 @@ def _shifted_hsv2rgb(h: tf.Tensor, s: tf.Tensor, v: tf.Tensor, shift: tf.Tensor)
     return _hsv2rgb(tf.math.floormod(h + tf.cast(shift, tf.int32)[:, None, None], 180), s, v)
 
 
-def shift_hue(images: tf.Tensor, shift: tf.Tensor) -> tf.Tensor:
-    """Rotate hue by ``shift`` (per sample, in OpenCV's 8-bit hue units: 180 = the full circle) as the CPU path:
-    OpenCV's 8-bit HSV round trip, the integer hue shifted modulo 180; uint8."""
-    return _shifted_hsv2rgb(*_rgb2hsv(images), shift)
-
-
 def _xla(fn: Any) -> Any:
     return tf.function(fn, jit_compile=True, reduce_retracing=True)
 

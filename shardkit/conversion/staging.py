@@ -32,8 +32,8 @@ from ..files.storage import Remote, content_id
 from ..images.imageio import read_image_size
 from ..store.splitdir import LocalSink, RemoteSink, SplitSink
 from .config import ConvertConfig
-from .discover import IMAGE_EXTENSIONS
 from .fingerprint import SourceCache, fingerprint_samples, sample_fingerprint
+from .layouts import IMAGE_EXTENSIONS
 from .pairs import PairTable
 from .plan import ShardTask
 

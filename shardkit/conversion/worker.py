@@ -59,8 +59,8 @@ from ..store.stats import Stats
 from ..support.progress import CounterRef, worker_tick
 from .annotated import ANNOTATED_TILE_FIX, AnnotationRun, rasterise_sample, with_shapes
 from .config import DEFAULT_MAX_PIXELS, ConvertConfig
-from .discover import rel_path
 from .fingerprint import SourceCache, file_identity, sample_fingerprint, source_digest
+from .layouts import rel_path
 from .plan import ShardTask, hex_rows, shard_key, stem
 
 if TYPE_CHECKING:

@@ -700,12 +700,6 @@ def stitch_split(tiles: Sequence[Tile], predict: Callable[[list[int]], Sequence[
         yield key, stitch(predict(indices), [tiles[i] for i in indices], **kwargs)
 
 
-def grid_shape(hw: tuple[int, int], tiling: Tiling) -> tuple[int, int]:
-    """(rows, columns) of the tile grid of a source of size ``hw``."""
-    return (len(grid_starts(hw[0], tiling.tile[0], tiling.stride[0])),
-            len(grid_starts(hw[1], tiling.tile[1], tiling.stride[1])))
-
-
 def coverage(hw: tuple[int, int], tiling: Tiling) -> np.ndarray:
     """How many tiles cover each pixel of a source of size ``hw`` (tests: never 0)."""
     cover = np.zeros(hw, np.int32)

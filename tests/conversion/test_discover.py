@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shardkit.conversion.discover import LABEL_SUFFIXES, Discovery, SamplePair, discover
+from shardkit.conversion.layouts import LABEL_SUFFIXES, Discovery, SamplePair, discover
 from shardkit.errors import ConfigError, InputNotFoundError, LayoutError
 from shardkit.labels.classes import LABEL_KINDS
 
@@ -288,7 +288,7 @@ def test_two_images_with_one_stem_are_a_layout_error_naming_both(tmp_path: Path)
 
 def test_unmatched_files_are_reported_and_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     touch(tmp_path, "train/a.png", "train/b.png", "trainannot/a.png", "trainannot/z.png")
-    with caplog.at_level(logging.WARNING, logger="shardkit.conversion.discover"):
+    with caplog.at_level(logging.WARNING, logger="shardkit.conversion.layouts.discover"):
         found = discover(tmp_path)
     assert keys(found, "train") == ["train/a.png"]
     assert found.unmatched_images == {"train": ("train/b.png",)}

@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 import pytest
 
-from shardkit.conversion.discover import SamplePair
+from shardkit.conversion.layouts import SamplePair
 from shardkit.conversion.plan import ShardTask
 from shardkit.conversion.worker import WorkerContext, convert_shard, process_sample
 from shardkit.errors import DecodeError
