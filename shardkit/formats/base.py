@@ -9,8 +9,6 @@ both the formats and the manifest.
 
 from __future__ import annotations
 
-import hashlib
-import mmap
 import os
 import secrets
 import socket
@@ -38,9 +36,8 @@ from ..files.splitfiles import (  # noqa: F401  (IMAGE_* and MAX_BANDS: re-expor
     fsync_file,
     member_path,
 )
-from ..support.smallfile import open_regular
-
-HASH_CHUNK = 8 * 1024 * 1024
+from ..support.smallfile import HASH_CHUNK  # noqa: F401  (re-exported)
+from ..support.smallfile import sha256_of as sha256_file  # the one file hash, under the name its callers use
 
 
 @dataclass(frozen=True)
@@ -54,27 +51,6 @@ class WrittenFile:
 
     def info(self) -> ShardFile:
         return ShardFile(self.final_name, self.bytes, self.sha256)
-
-
-def sha256_file(path: Path, *, mapped: bool = False) -> str:
-    """sha256 of a file: one exactly sized read up to ``HASH_CHUNK`` bytes, else chunks.
-
-    ``mapped=True`` hashes straight from a read-only memory map (no copy; ~15 % faster), for
-    files only this process writes: a file truncated while mapped would raise SIGBUS, so
-    ``verify``, which reads files from anywhere, keeps the reads.
-    """
-    h = hashlib.sha256()
-    with os.fdopen(open_regular(path), "rb", buffering=0) as fh:  # a FIFO or device: OSError, never a hang
-        size = os.fstat(fh.fileno()).st_size
-        if mapped and size > 0:  # an empty file cannot be mapped
-            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as view:
-                h.update(view)
-        elif size <= HASH_CHUNK:  # no HASH_CHUNK buffer allocated and shrunk for a small file
-            h.update(fh.read())
-        else:
-            while chunk := fh.read(HASH_CHUNK):
-                h.update(chunk)
-    return h.hexdigest()
 
 
 class ShardWriter(ABC):
