@@ -322,13 +322,14 @@ class Dataset:
 
     def sample_sizes(self) -> Counter[tuple[int, int]]:
         """How many samples of each (H, W) the split holds (from the manifest; sidecars read shard by shard)."""
-        if self._sizes is None:
+        if self._sizes is None:  # counted aside, then published whole: another thread never sees a partial count
+            sizes: Counter[tuple[int, int]] = Counter()
             if self.spec.size is not None:  # fixed size: no record needed
-                self._sizes = Counter({self.spec.size: len(self)} if len(self) else {})
+                sizes.update({self.spec.size: len(self)} if len(self) else {})
             else:
-                self._sizes = Counter()
                 for pos in range(len(self.manifest.shards)):
-                    self._sizes.update(map(tuple, self.manifest.samples.hw(pos).tolist()))
+                    sizes.update(map(tuple, self.manifest.samples.hw(pos).tolist()))
+            self._sizes = sizes
         return self._sizes
 
     def batch_layout(self, batch_size: int) -> tuple[tuple[tuple[int, ...], np.dtype], ...]:

@@ -190,6 +190,36 @@ def test_unresized_split_of_one_size_batches_as_it_is(camvid_root: Path, tmp_pat
     assert len(seen) == len(ds)
 
 
+def test_sample_sizes_counted_by_another_thread_are_never_seen_half_done(camvid_root: Path, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keras's thread workers ask a fresh Dataset for its sample sizes at once: one thread counting the sidecars
+    must not leave a partial (empty) count for another to read ("123 samples have 0 sizes"), which it did."""
+    import threading
+
+    convert(ConvertConfig(camvid_root, tmp_path, format="npy", splits=("val",), workers=1, quiet=True))
+    ds = shardkit.open(tmp_path / "val")
+    assert ds.spec.size is None  # sizes come from the sidecars
+    entered, release = threading.Event(), threading.Event()
+    table, hw = ds.manifest.samples, ds.manifest.samples.hw
+
+    def slow_hw(pos: int) -> np.ndarray:
+        if threading.current_thread() is not threading.main_thread():
+            entered.set()
+            release.wait(10)
+        return hw(pos)
+
+    monkeypatch.setattr(table, "hw", slow_hw)
+    counting = threading.Thread(target=ds.sample_sizes)
+    counting.start()
+    assert entered.wait(10)
+    try:
+        assert ds.sample_sizes() == {(360, 480): len(ds)}  # while the other thread is still counting
+    finally:
+        release.set()
+        counting.join()
+    assert ds.sample_sizes() == {(360, 480): len(ds)}
+
+
 def test_pickled_dataset_reopens_lazily(splits: dict[str, Path], truth: tuple) -> None:
     ds = shardkit.open(splits["lmdb"])
     ds.batch([0, 1])  # opened here
