@@ -28,9 +28,10 @@ as ``manifest-v1.json``), as convert writes today:
 
 ``manifest3-npy-fixed/``     as ``npy-fixed``
 
-Only ``manifest3-npy-fixed`` keeps the sidecars' ``pixels`` column (pixel hashes) as convert writes it
-today; every other folder has it removed (sidecars and inline records as shardkit wrote them before the
-column, formats/samples.md "version note"), so those goldens keep checking that older outputs stay readable.
+Only ``manifest3-npy-fixed`` and the ``manifest4-*`` folders keep the sidecars' ``pixels`` and ``looks`` columns
+(pixel and look hashes) as convert writes them today; every other folder has them removed (sidecars and inline
+records as shardkit wrote them before the columns, formats/samples.md "version note"), so those goldens keep
+checking that older outputs stay readable.
 
 all with ``--shard-size 2`` (two shards: 2 + 1 samples) and ``--workers 1``. Each golden folder
 keeps only the dataset (``manifest.json`` and the shard files it names).
@@ -101,7 +102,7 @@ VARIANTS: dict[str, tuple[str, str, tuple[int, int] | None, str, str]] = {
 #: their type and bands (formats/manifest.md "sample.image")
 UINT16 = ("manifest4-npy-fixed-uint16", "manifest4-lmdb-zstd-uint16")
 MANIFEST4_PREFIX = "manifest4-"
-#: folders whose sidecars keep the ``pixels`` column (the others are written as before it)
+#: folders whose sidecars keep the ``pixels`` and ``looks`` columns (the others are written as before them)
 WITH_PIXELS = ("manifest3-npy-fixed", "manifest4-npy-fixed-uint16", "manifest4-lmdb-zstd-uint16")
 MANIFEST2_PREFIX = "manifest2-"  # folders kept in manifest version 2
 MANIFEST3_PREFIX = "manifest3-"  # folders in manifest version 3; the others are written as version 1
@@ -311,8 +312,8 @@ def make_golden(out: Path) -> Path:
 
 
 def drop_pixel_hashes(split: Path) -> None:
-    """Rewrite the split's sidecars without the ``pixels`` column, as shardkit wrote them before it, and the
-    manifest's sizes and hashes of them."""
+    """Rewrite the split's sidecars without the ``pixels`` and ``looks`` columns, as shardkit wrote them before
+    them, and the manifest's sizes and hashes of them."""
     import io
     from dataclasses import replace
 
@@ -328,7 +329,7 @@ def drop_pixel_hashes(split: Path) -> None:
         if shard.samples is None:
             raise SystemExit(f"{split}: shard {shard.index} has no samples sidecar")
         rows = np.load(split / shard.samples.name, allow_pickle=False)
-        kept = recfunctions.repack_fields(rows[[n for n in rows.dtype.names if n != "pixels"]])
+        kept = recfunctions.repack_fields(rows[[n for n in rows.dtype.names if n not in ("pixels", "looks")]])
         buf = io.BytesIO()
         np.lib.format.write_array(buf, kept, version=(1, 0), allow_pickle=False)
         data = buf.getvalue()

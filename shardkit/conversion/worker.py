@@ -40,6 +40,7 @@ from ..images.imageio import (
     window_as_stored,
 )
 from ..images.imagetypes import NAME_OF, ImageOptions, dtype_name
+from ..images.looks import look_hash
 from ..images.preprocess import content_box, fit_pair, pads, stored_to_source
 from ..images.tiles import (
     Tile,
@@ -481,7 +482,7 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
             present = stats.add(image, ids, was_padded)
             samples.add(pair.key, rel_path(ctx.root, pair.label) if pair.label is not None else None,
                         int(image.shape[0]), int(image.shape[1]), fingerprint, present, pixel_hash(image),
-                        geo=stored_georeference(pair, ctx, data) if ctx.georef else None)
+                        geo=stored_georeference(pair, ctx, data) if ctx.georef else None, looks=look_hash(image))
             if tick is not None:
                 tick()
         files = (*_write(writer.close, task, ctx.sync_files, errors=errors),
@@ -552,7 +553,7 @@ def _flush_tiles(kept: list[tuple[Tile, np.ndarray, np.ndarray]], ctx: WorkerCon
                errors=type(writer).write_errors)
         present = stats.add(image, ids, owned_box(tile, tiling))  # band statistics: each source pixel once
         samples.add(tile.key, label, int(image.shape[0]), int(image.shape[1]), fingerprint, present,
-                    pixel_hash(image), tile.values)
+                    pixel_hash(image), tile.values, looks=look_hash(image))
     return sum(1 for t, _, _ in kept if (t.height, t.width) != tiling.tile)
 
 

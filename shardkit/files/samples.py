@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 from ..errors import ConfigError, IntegrityError, ShardFormatError, ShardkitError
+from ..images.looks import LOOK_BYTES
 from ..images.tiles import TILE_FIELDS
 from ..support.limits import MAX_PATH_BYTES, MAX_SIDECAR_BYTES
 from ..support.smallfile import sha256_of
@@ -72,10 +73,11 @@ def is_sidecar_name(name: str) -> bool:
 
 
 def sidecar_dtype(num_classes: int, key_bytes: int, label_bytes: int, pixels: bool = True,
-                  tiles: bool = False, crs_bytes: int = 0) -> np.dtype:
+                  tiles: bool = False, crs_bytes: int = 0, looks: bool = False) -> np.dtype:
     """The packed structured dtype of a sidecar row (formats/samples.md).
 
-    ``pixels=False``: the row of sidecars written before the pixel hash column (still read). ``tiles``: the
+    ``pixels=False``: the row of sidecars written before the pixel hash column (still read); ``looks``: the look
+    hash column after it (:func:`~shardkit.images.looks.look_hash`; absent in older sidecars). ``tiles``: the
     optional ``tile`` column of tiled conversions (``--tile``; :data:`~shardkit.images.tiles.TILE_FIELDS`).
     ``crs_bytes``: the georeference columns (manifest version 4, GeoTIFF sources): ``crs`` of that width and
     ``transform``, last.
@@ -83,6 +85,8 @@ def sidecar_dtype(num_classes: int, key_bytes: int, label_bytes: int, pixels: bo
     fields: list[tuple[Any, ...]] = [("height", "<u4"), ("width", "<u4"), ("fingerprint", "|u1", (FINGERPRINT_BYTES,))]
     if pixels:
         fields.append(("pixels", "|u1", (PIXEL_HASH_BYTES,)))
+    if looks:
+        fields.append(("looks", "|u1", (LOOK_BYTES,)))
     if num_classes <= MAX_BITMAP_CLASSES:
         fields.append(("classes", "|u1", ((num_classes + 7) // 8,)))
     if tiles:
@@ -115,6 +119,8 @@ class SidecarBuilder:
         self.fingerprints: list[bytes] = []
         self.pixels: list[bytes] = []
         self.hashed = True  # every sample added with its pixel hash
+        self.looks: list[bytes] = []
+        self.looked = True  # every sample added with its look hash
         self.classes: list[Sequence[int]] = []
         self.tiles: list[tuple[int, ...]] = []  # the tile column's values, for tiled conversions (all or none)
 
@@ -123,7 +129,7 @@ class SidecarBuilder:
 
     def add(self, key: str, label: str | None, height: int, width: int, fingerprint: str,
             classes: Sequence[int], pixels: bytes | None = None, tile: Sequence[int] | None = None,
-            geo: Any = None) -> None:
+            geo: Any = None, looks: bytes | None = None) -> None:
         """One written sample: its key and label paths, stored size, 64-hex fingerprint, classes present,
         and its :func:`pixel_hash` (None: unknown, e.g. a shard recorded before pixel hashes; the sidecar then
         has no ``pixels`` column); ``tile``: its provenance (:data:`~shardkit.images.tiles.TILE_FIELDS`), given for
@@ -138,6 +144,8 @@ class SidecarBuilder:
             raise ValueError(f"fingerprint {fingerprint[:16]!r} is not 64 hex digits")
         if pixels is not None and len(pixels) != PIXEL_HASH_BYTES:
             raise ValueError(f"pixel hash of {len(pixels)} bytes, not {PIXEL_HASH_BYTES}")
+        if looks is not None and len(looks) != LOOK_BYTES:
+            raise ValueError(f"look hash of {len(looks)} bytes, not {LOOK_BYTES}")
         k, lab = key.encode("utf-8"), (label or "").encode("utf-8")
         if not k or len(k) > MAX_PATH_BYTES or len(lab) > MAX_PATH_BYTES or b"\0" in k + lab:
             raise ValueError(f"sample path {key!r} is empty, longer than {MAX_PATH_BYTES} bytes or holds a NUL")
@@ -149,6 +157,10 @@ class SidecarBuilder:
             self.hashed = False
         else:
             self.pixels.append(bytes(pixels))
+        if looks is None:
+            self.looked = False
+        else:
+            self.looks.append(bytes(looks))
         self.classes.append(classes)
         if tile is not None:
             self.tiles.append(tuple(int(v) for v in tile))
@@ -163,7 +175,7 @@ class SidecarBuilder:
         crs = [(g[0] if g is not None else "").encode("utf-8")[:MAX_PATH_BYTES] for g in self.geo]
         dtype = sidecar_dtype(self.num_classes, max(map(len, self.keys), default=1),
                               max(max(map(len, self.labels), default=1), 1), pixels=self.hashed,
-                              tiles=bool(self.tiles),
+                              tiles=bool(self.tiles), looks=self.looked and bool(self.looks),
                               crs_bytes=max(max(map(len, crs), default=1), 1) if self.georef else 0)
         rows = np.zeros(len(self.keys), dtype)
         if len(rows):
@@ -171,6 +183,8 @@ class SidecarBuilder:
             rows["fingerprint"] = np.frombuffer(b"".join(self.fingerprints), np.uint8).reshape(-1, FINGERPRINT_BYTES)
             if self.hashed:
                 rows["pixels"] = np.frombuffer(b"".join(self.pixels), np.uint8).reshape(-1, PIXEL_HASH_BYTES)
+            if "looks" in (dtype.names or ()):
+                rows["looks"] = np.frombuffer(b"".join(self.looks), np.uint8).reshape(-1, LOOK_BYTES)
             rows["key"], rows["label"] = self.keys, self.labels
             if self.tiles:
                 rows["tile"] = np.asarray(self.tiles, np.uint32).reshape(-1, len(TILE_FIELDS))
@@ -326,8 +340,9 @@ def _check_dtype(dtype: np.dtype, num_classes: int, bad: Callable[[str], ShardFo
     crs = dtype.fields.get("crs") if dtype.fields else None
     if crs is not None and (crs[0].kind != "S" or not 1 <= crs[0].itemsize <= MAX_PATH_BYTES):
         raise bad(f"has dtype {str(dtype)[:120]}, not the specified record")
-    want = sidecar_dtype(num_classes, widths[0], widths[1], pixels="pixels" in names,  # either revision
-                         tiles="tile" in names, crs_bytes=crs[0].itemsize if crs is not None else 0)
+    want = sidecar_dtype(num_classes, widths[0], widths[1], pixels="pixels" in names,  # every revision
+                         tiles="tile" in names, crs_bytes=crs[0].itemsize if crs is not None else 0,
+                         looks="looks" in names)
     if dtype != want or names != want.names:
         raise bad(f"has dtype {str(dtype)[:120]}, not the specified record")
 
@@ -344,6 +359,8 @@ def record(rows: np.ndarray, j: int, num_classes: int, where: Path | None = None
                            "width": int(row["width"]), "fingerprint": bytes(row["fingerprint"]).hex()}
     if "pixels" in (rows.dtype.names or ()):
         out["pixels"] = bytes(row["pixels"]).hex()
+    if "looks" in (rows.dtype.names or ()):
+        out["looks"] = bytes(row["looks"]).hex()
     if "classes" in (rows.dtype.names or ()):
         bits = np.unpackbits(row["classes"], count=num_classes, bitorder="big")
         out["classes"] = np.flatnonzero(bits).tolist()
@@ -504,6 +521,16 @@ class SampleTable(Sequence[dict[str, Any]]):
         if "pixels" not in (rows.dtype.names or ()):
             return None
         return np.asarray(rows["pixels"]).reshape(n, PIXEL_HASH_BYTES)
+
+    def look_hashes(self, pos: int, directory: Path | None = None) -> np.ndarray | None:
+        """(n, LOOK_BYTES) uint8 look hashes of the shard at ``pos``'s samples; None where its records keep none
+        (written before the ``looks`` column, or manifest version 1)."""
+        if self.inline is not None:
+            return None
+        rows = self.rows(pos, directory)
+        if "looks" not in (rows.dtype.names or ()):
+            return None
+        return np.asarray(rows["looks"]).reshape(self.shards[pos].num_samples, LOOK_BYTES)
 
     def fingerprint(self) -> str:
         """``source.fingerprint`` recomputed from the records, streamed shard by shard (what verify checks)."""

@@ -1,10 +1,10 @@
 """What a split derives from its stored samples, recomputed from the decoded data (``shardkit verify``).
 
 Convert records, besides the samples themselves, values computed from them: each sample's class bitmap
-(``classes``, the classes its label holds) and pixel hash (``pixels``) in the samples sidecars, and the
-split's statistics in the manifest (pixel totals, per-class pixel counts and shares, the image bands' mean,
-std and range). The class-balanced sampler, class weights, ``info`` and ``info --duplicates`` use them without
-reading a label, so a sidecar whose hashes were refreshed after its columns were changed would mislead them
+(``classes``, the classes its label holds), pixel hash (``pixels``) and look hash (``looks``) in the samples
+sidecars, and the split's statistics in the manifest (pixel totals, per-class pixel counts and shares, the image
+bands' mean, std and range). The class-balanced sampler, class weights, ``info`` and ``info --duplicates`` use
+them without reading a label, so a sidecar whose hashes were refreshed after its columns were changed would mislead them
 while every sha256 still agrees. :class:`DerivedCheck` recomputes them sample by sample, as the worker did
 (:class:`~shardkit.store.stats.Stats`, :func:`~shardkit.files.samples.pixel_hash`), and lists each disagreement: the
 sample's key, the column, the stored and the recomputed value. Memory: one sample and one shard's columns at a
@@ -22,6 +22,7 @@ from ..codecs.registry import codec_from_json
 from ..errors import ShardkitError
 from ..files.samples import PIXEL_HASH_BYTES, pixel_hash
 from ..formats.base import SampleSpec
+from ..images.looks import look_hash
 from ..images.tiles import Tile, Tiling, owned_box
 from ..support.columns import ColumnBuilder
 from .duplicates import group_rows
@@ -186,6 +187,7 @@ class ShardCheck:
         self.stats = split._new_stats()
         self.presence = table.presence(pos, directory)
         self.hashes = table.pixel_hashes(pos, directory)
+        self.looks = table.look_hashes(pos, directory)
         if table.inline is not None:
             recs = table[self.shard.first_index : self.shard.first_index + self.shard.num_samples]
             self.keys: Sequence[str] = [str(r["key"]) for r in recs]
@@ -221,6 +223,11 @@ class ShardCheck:
                 split._claimed += have_hash
                 split._decoded += want_hash
                 split._keys.append(key)
+        if self.looks is not None and split.lossless:  # a lossy codec's decoded pixels are not the hashed ones
+            have_look, want_look = bytes(self.looks[j]), look_hash(image)
+            if have_look != want_look:
+                split.problem("the looks column", f"{where}: looks column (look hash) is {have_look.hex()}, its "
+                              f"stored image's look hash is {want_look.hex()}")
 
     def done(self) -> None:
         """Add the shard's statistics to the split's, in shard order (as convert merges them)."""

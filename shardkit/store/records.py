@@ -157,7 +157,8 @@ def _with_sidecar(directory: Path, record: ShardRecord, name: str, rehash: bool)
         for s in record.legacy_samples:
             builder.add(str(s["key"]), s.get("label"), int(s["height"]), int(s["width"]), str(s["fingerprint"]),
                         [int(c) for c in s.get("classes", ())],
-                        bytes.fromhex(str(s["pixels"])) if "pixels" in s else None)
+                        bytes.fromhex(str(s["pixels"])) if "pixels" in s else None,
+                        looks=bytes.fromhex(str(s["looks"])) if "looks" in s else None)
         data = builder.to_bytes()
     except (KeyError, TypeError, ValueError, IndexError):
         return None  # a malformed old record: the shard is rewritten

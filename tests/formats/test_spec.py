@@ -113,13 +113,15 @@ def files_of(shard: dict[str, Any]) -> list[dict[str, Any]]:
     return [*shard["files"], *([shard["samples"]] if "samples" in shard else [])]
 
 
-def sidecar_dtype(m: dict[str, Any], key_bytes: int, label_bytes: int, pixels: bool) -> np.dtype:
-    """samples.md "Layout": the packed row of a sidecar (``pixels``: with the pixel hash column, which sidecars
-    written before it lack; ``tile`` exactly in tiled splits, samples.md "Tiles")."""
+def sidecar_dtype(m: dict[str, Any], key_bytes: int, label_bytes: int, pixels: bool, looks: bool) -> np.dtype:
+    """samples.md "Layout": the packed row of a sidecar (``pixels`` / ``looks``: with the pixel hash / look hash
+    column, which sidecars written before it lack; ``tile`` exactly in tiled splits, samples.md "Tiles")."""
     c = m["sample"]["label"]["num_classes"]
     fields: list[tuple[Any, ...]] = [("height", "<u4"), ("width", "<u4"), ("fingerprint", "u1", (32,))]
     if pixels:
         fields.append(("pixels", "u1", (16,)))
+    if looks:
+        fields.append(("looks", "u1", (8,)))
     if c <= 256:
         fields.append(("classes", "u1", ((c + 7) // 8,)))
     if "tile" in m["preprocessing"]:
@@ -139,7 +141,8 @@ def sample_records(folder: Path, m: dict[str, Any], *, verify: bool = True) -> l
         need(rows.shape == (shard["num_samples"],), "sidecar row count disagrees with num_samples")
         widths = [rows.dtype.fields[k][0].itemsize if rows.dtype.fields and k in rows.dtype.fields else 0
                   for k in ("key", "label")]
-        want = sidecar_dtype(m, *widths, pixels="pixels" in (rows.dtype.names or ()))
+        names = rows.dtype.names or ()
+        want = sidecar_dtype(m, *widths, pixels="pixels" in names, looks="looks" in names)
         need(all(1 <= w <= MAX_PATH_BYTES for w in widths) and rows.dtype == want and rows.dtype.names == want.names,
              f"sidecar dtype {rows.dtype} is not the spec's")
         for row in rows:
@@ -148,6 +151,8 @@ def sample_records(folder: Path, m: dict[str, Any], *, verify: bool = True) -> l
                    "fingerprint": bytes(row["fingerprint"]).hex()}
             if "pixels" in (rows.dtype.names or ()):
                 rec["pixels"] = bytes(row["pixels"]).hex()
+            if "looks" in (rows.dtype.names or ()):
+                rec["looks"] = bytes(row["looks"]).hex()
             if c <= 256:
                 rec["classes"] = np.flatnonzero(np.unpackbits(row["classes"], count=c, bitorder="big")).tolist()
             if "tile" in m["preprocessing"]:  # samples.md "Tiles": the region lies in the sample and the source
@@ -372,9 +377,35 @@ def read_split(folder: Path, *, verify: bool = True) -> tuple[dict[str, Any], li
             head = f"{image.shape[0]}x{image.shape[1]}x{image.shape[2]}:{image.dtype.str}\n".encode()
             need(hashlib.sha256(head + np.ascontiguousarray(image).tobytes()).hexdigest()[:32] == record["pixels"],
                  f"{record['key']}: pixel hash disagrees with the stored image")
+        if "looks" in record and codecs_of(m)["image"]["name"] in LOSSLESS:
+            need(look_hash(image) == record["looks"], f"{record['key']}: look hash disagrees with the stored image")
     need(source_fingerprint(records, m) == m["source"]["fingerprint"], "source fingerprint disagrees")
     m["records"] = records  # for the tests below: what this reader found
     return m, samples
+
+
+def look_hash(image: np.ndarray) -> str:
+    """samples.md "looks", as written there: the bands summed into one plane; 8 x 9 blocks starting at
+    floor(k·H/8) rows and floor(k·W/9) columns (a block whose start equals the next one's is the one row or column
+    at its start); bit (r, c) = mean of block (r, c) < mean of block (r, c+1), row by row, most significant first."""
+    h, w = image.shape[:2]
+    plane = image.reshape(h, w, -1).astype(np.float64 if image.dtype.kind == "f" else object).sum(axis=2)
+    rows = [k * h // 8 for k in range(8)] + [h]
+    cols = [k * w // 9 for k in range(9)] + [w]
+    means = [[0] * 9 for _ in range(8)]
+    for r in range(8):
+        r0, r1 = rows[r], max(rows[r + 1], rows[r] + 1)
+        for c in range(9):
+            c0, c1 = cols[c], max(cols[c + 1], cols[c] + 1)
+            block = plane[r0:r1, c0:c1]
+            total = block.sum() if image.dtype.kind == "f" else sum(int(v) for v in block.reshape(-1))
+            means[r][c] = (total, block.size)
+    bits = []
+    for r in range(8):
+        for c in range(8):
+            (s0, n0), (s1, n1) = means[r][c], means[r][c + 1]
+            bits.append(s0 / n0 < s1 / n1 if image.dtype.kind == "f" else s0 * n1 < s1 * n0)
+    return np.packbits(np.array(bits, bool)).tobytes().hex()
 
 
 def label_ids(stored: np.ndarray, m: dict[str, Any]) -> np.ndarray:
@@ -793,7 +824,7 @@ def test_a_version_3_split_is_version_2_plus_its_publish_number(expected: dict[s
     assert m3["manifest_version"] == 3 and m3["version"] == 1
     assert (folder / "manifest-v1.json").read_bytes() == (folder / "manifest.json").read_bytes()
     # the same records; version 3 as convert writes it today also has the sidecars' pixel hashes (samples.md)
-    assert all(isinstance(r.pop("pixels"), str) for r in m3["records"])
+    assert all(isinstance(r.pop("pixels"), str) and isinstance(r.pop("looks"), str) for r in m3["records"])
     assert m3["records"] == m2["records"]
     for (i3, l3), (i2, l2) in zip(samples3, samples2, strict=True):
         assert np.array_equal(i3, i2) and np.array_equal(l3, l2)
