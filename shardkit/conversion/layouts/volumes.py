@@ -1,0 +1,191 @@
+"""Volume datasets: which cases a folder holds, each case's modality files (in band order) and its label volume.
+
+Two trees are detected (:func:`detect`):
+
+- **nnU-Net / MSD** (``nnunet``): ``dataset.json`` beside ``imagesTr/<case>_<CCCC>.nii.gz`` (one file per
+  modality, channel ``CCCC`` = 0000, 0001, … in ``channel_names`` order; MSD's ``modality``), ``labelsTr/<case>.nii.gz``
+  and optionally ``imagesTs/`` (split ``test``, no labels). The class table is ``dataset.json``'s ``labels``
+  (nnU-Net v2 ``{"name": id}`` or MSD ``{"id": "name"}``).
+- **per-case folders** (``case-folders``, BraTS): ``<case>/<case>_<modality>.nii.gz`` and ``<case>/<case>_seg.nii.gz``;
+  modalities in ``modalities`` order when given, else sorted by name (stated in the log); every case must have
+  the same set. No class table in the tree: the label values found are the classes.
+
+Nothing here decodes a voxel; :mod:`shardkit.conversion.volumes` reads the cases.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...errors import LayoutError
+from ...support.smallfile import read_json
+from ...volumes.nifti import is_nifti, stem
+
+log = logging.getLogger(__name__)
+
+_CHANNEL = re.compile(r"^(?P<case>.+)_(?P<channel>\d{4})$")
+#: Largest dataset.json read (nnU-Net's hold a few kB; MSD's list every case: a few MB at most).
+MAX_DATASET_JSON = 16 << 20
+#: The label file's suffix in a per-case folder (BraTS).
+SEG_SUFFIX = "_seg"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One case (patient): its modality files in band order and its label volume (None in a test split)."""
+
+    key: str
+    images: tuple[Path, ...]
+    label: Path | None
+
+
+@dataclass(frozen=True)
+class VolumeLayout:
+    """A volume dataset found in a folder: its kind, modality names (band order), class table and cases per
+    split."""
+
+    kind: str
+    root: Path
+    modalities: tuple[str, ...]
+    #: class id → name (``dataset.json``'s ``labels``); None: the label values found are the classes
+    classes: dict[int, str] | None
+    splits: dict[str, tuple[Case, ...]]
+
+    def describe(self) -> str:
+        """One line for the log: the kind, the bands and the cases per split."""
+        counts = ", ".join(f"{s}: {len(c)} cases" for s, c in self.splits.items())
+        return f"{self.kind} volume layout, bands {list(self.modalities)} (in this order), {counts}"
+
+
+def _nifti_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if is_nifti(p.name) and p.is_file()) if folder.is_dir() else []
+
+
+def detect(root: Path, modalities: Sequence[str] | None = None) -> VolumeLayout | None:
+    """The volume layout of ``root``, or None when it holds neither tree (nothing is decoded)."""
+    root = Path(root)
+    if (root / "imagesTr").is_dir() and _nifti_files(root / "imagesTr"):
+        return _nnunet(root, modalities)
+    if root.is_dir():
+        folders = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+        if folders and any((d / f"{d.name}{SEG_SUFFIX}.nii.gz").is_file() or (d / f"{d.name}{SEG_SUFFIX}.nii").is_file()
+                           for d in folders):
+            return _case_folders(root, folders, modalities)
+    return None
+
+
+def _class_table(labels: Any, path: Path) -> dict[int, str]:
+    """``labels`` of dataset.json: ``{"name": id}`` (nnU-Net v2) or ``{"id": "name"}`` (MSD) → id → name."""
+    if not isinstance(labels, dict) or not labels:
+        raise LayoutError("'labels' is not a non-empty object", path=path,
+                          fix='write it like "labels": {"background": 0, "tumour": 1}')
+    table: dict[int, str] = {}
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in labels.values()):
+        pairs = [(int(v), str(k)) for k, v in labels.items()]
+    elif all(isinstance(k, str) and k.strip().isdigit() and isinstance(v, str) for k, v in labels.items()):
+        pairs = [(int(k), v) for k, v in labels.items()]
+    else:
+        raise LayoutError("'labels' maps neither names to integer ids (nnU-Net v2) nor ids to names (MSD); region "
+                          "labels (lists of ids) are not read", path=path,
+                          fix='write it like "labels": {"background": 0, "tumour": 1}')
+    for cid, name in pairs:
+        if cid < 0 or cid in table:
+            raise LayoutError(f"'labels' gives id {cid} twice or below 0", path=path, fix="give each class one id >= 0")
+        table[cid] = name
+    return dict(sorted(table.items()))
+
+
+def _names(given: Any, path: Path, key: str) -> tuple[str, ...]:
+    if not isinstance(given, dict) or not all(isinstance(k, str) and k.isdigit() for k in given):
+        raise LayoutError(f"'{key}' is not an object of channel numbers", path=path,
+                          fix=f'write it like "{key}": {{"0": "T1", "1": "T2"}}')
+    by_id = {int(k): str(v) for k, v in given.items()}
+    if sorted(by_id) != list(range(len(given))):
+        raise LayoutError(f"'{key}' numbers {sorted(given)} are not 0..{len(given) - 1}", path=path,
+                          fix="number the channels 0, 1, 2 … as the files' _0000, _0001 … suffixes")
+    return tuple(by_id[i] for i in range(len(by_id)))
+
+
+def _nnunet(root: Path, modalities: Sequence[str] | None) -> VolumeLayout:
+    meta_path = root / "dataset.json"
+    if not meta_path.is_file():
+        raise LayoutError("imagesTr/ holds NIfTI volumes but there is no dataset.json beside it", path=root,
+                          fix="add nnU-Net's dataset.json (channel_names and labels)")
+    try:
+        meta = read_json(meta_path, "dataset.json", limit=MAX_DATASET_JSON)
+    except (OSError, ValueError) as exc:
+        raise LayoutError(f"cannot be read: {exc}", path=meta_path, fix="check the file") from None
+    if not isinstance(meta, dict):
+        raise LayoutError("is not a JSON object", path=meta_path, fix="check the file")
+    key = "channel_names" if "channel_names" in meta else "modality"
+    if key not in meta:
+        raise LayoutError("has neither 'channel_names' (nnU-Net v2) nor 'modality' (MSD)", path=meta_path,
+                          fix='add "channel_names": {"0": "CT"} with one entry per _000N file')
+    names = _names(meta[key], meta_path, key)
+    if modalities:
+        raise LayoutError("--modalities is for per-case folders: here dataset.json's channel order is the band "
+                          "order", path=meta_path, fix="leave out --modalities")
+    classes = _class_table(meta.get("labels"), meta_path)
+    splits = {"train": _channel_cases(root / "imagesTr", root / "labelsTr", names)}
+    if _nifti_files(root / "imagesTs"):
+        splits["test"] = _channel_cases(root / "imagesTs", None, names)
+    return VolumeLayout("nnunet", root, names, classes, splits)
+
+
+def _channel_cases(images: Path, labels: Path | None, names: tuple[str, ...]) -> tuple[Case, ...]:
+    """Cases of an ``imagesTr``-like folder: ``<case>_<CCCC>`` files grouped, every channel present."""
+    by_case: dict[str, dict[int, Path]] = {}
+    for path in _nifti_files(images):
+        m = _CHANNEL.match(stem(path.name))
+        if m is None:
+            raise LayoutError("is not named <case>_<CCCC>.nii.gz (nnU-Net: one file per channel)", path=path,
+                              fix="rename it like case_001_0000.nii.gz, or split a 4-D MSD volume per channel "
+                                  "(nnUNetv2_convert_MSD_dataset)")
+        by_case.setdefault(m.group("case"), {})[int(m.group("channel"))] = path
+    cases = []
+    for case, files in sorted(by_case.items()):
+        if sorted(files) != list(range(len(names))):
+            raise LayoutError(f"case {case!r} has channels {sorted(files)}, dataset.json names {len(names)} "
+                              f"({', '.join(names)})", path=images,
+                              fix="give every case one file per channel, _0000 to "
+                                  f"_{len(names) - 1:04d}")
+        label = None
+        if labels is not None:
+            found = [labels / f"{case}{s}" for s in (".nii.gz", ".nii") if (labels / f"{case}{s}").is_file()]
+            if not found:
+                raise LayoutError(f"case {case!r} has no label volume {case}.nii.gz", path=labels,
+                                  fix="add the label volume, or move the case's images out of imagesTr/")
+            label = found[0]
+        cases.append(Case(case, tuple(files[c] for c in range(len(names))), label))
+    return tuple(cases)
+
+
+def _case_folders(root: Path, folders: list[Path], modalities: Sequence[str] | None) -> VolumeLayout:
+    cases: list[Case] = []
+    order: tuple[str, ...] | None = tuple(modalities) if modalities else None
+    for folder in folders:
+        files = {stem(p.name): p for p in _nifti_files(folder)}
+        prefix = folder.name + "_"
+        label = files.pop(folder.name + SEG_SUFFIX, None)
+        mods = {name[len(prefix):]: p for name, p in files.items() if name.startswith(prefix)}
+        if len(mods) != len(files) or not mods:
+            odd = sorted(set(files) - {prefix + m for m in mods}) or ["(no modality file)"]
+            raise LayoutError(f"case folder {folder.name!r} holds {odd[0]}, not named {prefix}<modality>",
+                              path=folder, fix=f"name each modality {prefix}<modality>.nii.gz and the label "
+                                               f"{folder.name}{SEG_SUFFIX}.nii.gz")
+        if label is None:
+            raise LayoutError(f"case folder {folder.name!r} has no {folder.name}{SEG_SUFFIX}.nii.gz", path=folder,
+                              fix="add its label volume or move the folder out")
+        if order is None:
+            order = tuple(sorted(mods))
+            log.info("modalities not given: bands in name order %s (set --modalities to choose)", list(order))
+        if set(mods) != set(order):
+            raise LayoutError(f"case {folder.name!r} has modalities {sorted(mods)}, not {sorted(order)}",
+                              path=folder, fix="give every case the same modality files (or --modalities)")
+        cases.append(Case(folder.name, tuple(mods[m] for m in order), label))
+    return VolumeLayout("case-folders", root, order or (), None, {"train": tuple(cases)})

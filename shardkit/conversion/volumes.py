@@ -1,0 +1,127 @@
+"""Volume cases read once and cut into slice samples, with the records that rebuild each label volume.
+
+A case's modality files are read header first (:func:`~shardkit.volumes.nifti.read_header`: every limit checked
+before a voxel is decoded), checked to share one grid — the same shape and affines equal within
+:data:`AFFINE_TOLERANCE` — and the same element type, then each decoded once and cut into all its slices
+(:func:`~shardkit.volumes.slices.cut`). Label volumes become exact class ids
+(:func:`~shardkit.volumes.nifti.label_ids`) and every id must be in the class table.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import DecodeError, LabelError
+from ..support.limits import DEFAULT_MAX_VOXELS
+from ..volumes.nifti import VolumeHeader, label_ids, read_header, read_voxels
+from ..volumes.slices import CutVolume, SliceCounts, Slicing, VolumeSlice, cut
+from .layouts.volumes import Case, VolumeLayout
+
+log = logging.getLogger(__name__)
+
+#: Largest difference between two affines' entries (mm) for volumes still to be on one grid (nibabel's
+#: ``allclose`` scale: headers written in float32 differ by ~1e-5).
+AFFINE_TOLERANCE = 1e-3
+
+
+@dataclass
+class ReadCase:
+    """A case decoded: modalities stacked ``(M, X, Y, Z)``, its label ids ``(X, Y, Z)`` (None in a test split),
+    and the checked headers."""
+
+    case: Case
+    images: np.ndarray
+    label: np.ndarray | None
+    image_header: VolumeHeader
+    label_header: VolumeHeader | None
+
+
+def _same_grid(first: VolumeHeader, other: VolumeHeader, what: str) -> None:
+    if other.shape != first.shape:
+        raise DecodeError(f"{what} is {'x'.join(map(str, other.shape))}, {first.path.name} is "
+                          f"{'x'.join(map(str, first.shape))}: not one grid", path=other.path,
+                          fix="resample the case's volumes onto one grid before converting")
+    diff = float(np.abs(other.affine_array() - first.affine_array()).max())
+    if diff > AFFINE_TOLERANCE:
+        raise DecodeError(f"{what}'s affine differs from {first.path.name}'s by up to {diff:.4g} "
+                          f"(more than {AFFINE_TOLERANCE}): not one grid", path=other.path,
+                          fix="resample the case's volumes onto one grid (or fix the headers) before converting")
+
+
+def read_case(case: Case, classes: dict[int, str] | None, max_voxels: int = DEFAULT_MAX_VOXELS) -> ReadCase:
+    """Every header of ``case`` checked (limits, one grid, one element type) before any voxel is decoded; then the
+    modalities and label decoded once each."""
+    heads = [read_header(p, max_voxels) for p in case.images]
+    first = heads[0]
+    for head in heads[1:]:
+        _same_grid(first, head, "modality")
+        if head.dtype != first.dtype:
+            raise DecodeError(f"holds {head.dtype} voxels, {first.path.name} {first.dtype}: bands of one sample "
+                              "share one type", path=head.path,
+                              fix="store the case's modalities in one type (e.g. all float32)")
+    label_head = None
+    if case.label is not None:
+        label_head = read_header(case.label, max_voxels)
+        _same_grid(first, label_head, "label volume")
+    images = np.empty((len(heads), *first.shape), dtype=np.dtype(first.dtype))
+    for band, head in enumerate(heads):
+        images[band] = read_voxels(head)
+    label = None
+    if label_head is not None:
+        label = label_ids(read_voxels(label_head), label_head.path)
+        check_classes(label, classes, label_head.path)
+    return ReadCase(case, images, label, first, label_head)
+
+
+def check_classes(ids: np.ndarray, classes: dict[int, str] | None, path: Path) -> None:
+    """LabelError naming the first id of ``ids`` not in ``classes`` and its voxel count (no table: any id >= 0)."""
+    values, counts = np.unique(ids, return_counts=True)
+    for value, count in zip(values.tolist(), counts.tolist(), strict=True):
+        if value < 0 or (classes is not None and value not in classes):
+            known = "ids >= 0" if classes is None else f"the classes {sorted(classes)} of dataset.json 'labels'"
+            raise LabelError(f"label value {value} ({count} voxels) is not one of {known}", path=path,
+                             fix="add the class to dataset.json 'labels', or correct the label volume")
+
+
+@dataclass
+class VolumeRun:
+    """What cutting a layout's split gave besides its samples: the axis, counts and, per case, the record that
+    rebuilds its label volume (the manifest's ``volumes``)."""
+
+    slicing: Slicing
+    counts: SliceCounts = field(default_factory=SliceCounts)
+    volumes: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"slicing": self.slicing.to_json(), "slices": self.counts.to_json(), "volumes": self.volumes}
+
+
+def cut_split(layout: VolumeLayout, split: str, slicing: Slicing, run: VolumeRun,
+              max_voxels: int = DEFAULT_MAX_VOXELS) -> Iterator[VolumeSlice]:
+    """Every slice sample of ``split``, case by case (each case decoded once), recording each case in ``run``."""
+    for case in layout.splits[split]:
+        read = read_case(case, layout.classes, max_voxels)
+        axis, why = slicing.axis_for(read.image_header.spacing)
+        log.info("%s: slices along %s; orientation as stored (%s per its affine), context %d each side (edge "
+                 "replicate), empty slices %s", case.key, why, _axcodes(read.image_header), slicing.context,
+                 slicing.empty)
+        cutting = CutVolume(case.key, axis, read.image_header.shape[axis])
+        yield from cut(case.key, read.images, read.label, read.image_header.spacing, slicing, run.counts, cutting)
+        run.volumes[case.key] = {
+            "group": case.key, "axis": axis, "depth": cutting.depth, "dropped_empty": cutting.dropped,
+            "images": [str(p.relative_to(layout.root)) for p in case.images],
+            "label": None if case.label is None else str(case.label.relative_to(layout.root)),
+            "image": read.image_header.to_json(),
+            "label_volume": None if read.label_header is None else read.label_header.to_json()}
+
+
+def _axcodes(head: VolumeHeader) -> str:
+    import nibabel
+
+    return "".join(str(c) for c in nibabel.aff2axcodes(head.affine_array()))
