@@ -1,0 +1,182 @@
+"""Volume datasets: the nnU-Net/MSD and per-case-folder trees detected, modalities stacked in dataset.json order
+and checked to share one grid, labels exact and within the class table; built from the real volumes in
+tests/data/nifti (tests/data/README.md)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardkit.conversion.layouts.volumes import detect
+from shardkit.conversion.volumes import VolumeRun, cut_split, read_case
+from shardkit.errors import DecodeError, LabelError, LayoutError
+from shardkit.volumes.slices import Slicing, stitch_labels, to_nifti
+
+nib = pytest.importorskip("nibabel")
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "nifti"
+CASES = {"anat": ("anatomical.nii", "anatomical_label.nii.gz"),
+         "moved": ("reoriented_anat_moved.nii", "reoriented_anat_moved_label.nii.gz")}
+
+
+def _second_modality(src: Path, dst: Path, affine_shift: float = 0.0) -> None:
+    """A second modality on the grid of ``src``: its voxels reversed in sign (stored type kept), same header."""
+    img = nib.load(str(src))
+    data = np.asanyarray(img.dataobj)
+    affine = img.affine.copy()
+    affine[0, 3] += affine_shift
+    nib.save(type(img)((-data).astype(data.dtype.newbyteorder("=")), affine, img.header), str(dst))
+
+
+def nnunet_tree(root: Path, labels: dict[str, int] | None = None) -> Path:
+    (root / "imagesTr").mkdir(parents=True)
+    (root / "labelsTr").mkdir()
+    for case, (image, label) in CASES.items():
+        shutil.copy(DATA / image, root / "imagesTr" / f"{case}_0000.nii")
+        _second_modality(DATA / image, root / "imagesTr" / f"{case}_0001.nii.gz")
+        shutil.copy(DATA / label, root / "labelsTr" / f"{case}.nii.gz")
+    meta = {"channel_names": {"0": "T1", "1": "negT1"}, "labels": labels or {"background": 0, "brain": 1},
+            "numTraining": 2, "file_ending": ".nii.gz"}
+    (root / "dataset.json").write_text(json.dumps(meta))
+    return root
+
+
+def test_an_nnunet_tree_is_detected_with_its_channels_and_classes(tmp_path: Path) -> None:
+    layout = detect(nnunet_tree(tmp_path / "Dataset001"))
+    assert layout is not None and layout.kind == "nnunet"
+    assert layout.modalities == ("T1", "negT1") and layout.classes == {0: "background", 1: "brain"}
+    assert [c.key for c in layout.splits["train"]] == ["anat", "moved"]
+    case = layout.splits["train"][0]
+    assert [p.name for p in case.images] == ["anat_0000.nii", "anat_0001.nii.gz"]
+    assert case.label is not None and case.label.name == "anat.nii.gz"
+    assert layout.describe() == "nnunet volume layout, bands ['T1', 'negT1'] (in this order), train: 2 cases"
+    assert detect(tmp_path) is None  # the folder above holds neither tree
+
+
+def test_msd_labels_id_to_name_are_read_too(tmp_path: Path) -> None:
+    root = nnunet_tree(tmp_path / "Task01")
+    meta = json.loads((root / "dataset.json").read_text())
+    meta.pop("channel_names")
+    meta.update(modality={"0": "T1", "1": "negT1"}, labels={"0": "background", "1": "brain"})
+    (root / "dataset.json").write_text(json.dumps(meta))
+    layout = detect(root)
+    assert layout is not None and layout.classes == {0: "background", 1: "brain"} and layout.modalities[0] == "T1"
+
+
+def test_every_slice_of_every_case_equals_nibabel_and_labels_stitch_back(tmp_path: Path) -> None:
+    root = nnunet_tree(tmp_path / "Dataset001")
+    layout = detect(root)
+    assert layout is not None
+    run = VolumeRun(Slicing(context=1, empty="drop"))
+    by_case: dict[str, list[tuple[int, np.ndarray]]] = {}
+    for s in cut_split(layout, "train", run.slicing, run):
+        t1 = np.asanyarray(nib.load(str(root / "imagesTr" / f"{s.case}_0000.nii")).dataobj)
+        neg = np.asanyarray(nib.load(str(root / "imagesTr" / f"{s.case}_0001.nii.gz")).dataobj)
+        lab = np.asanyarray(nib.load(str(root / "labelsTr" / f"{s.case}.nii.gz")).dataobj)
+        last = t1.shape[2] - 1
+        assert s.axis == 2 and s.image.dtype == t1.dtype.newbyteorder("=")
+        for band, (vol, offset) in enumerate((v, o) for v in (t1, neg) for o in (-1, 0, 1)):
+            np.testing.assert_array_equal(s.image[..., band], vol[:, :, min(max(s.index + offset, 0), last)])
+        assert s.label is not None
+        np.testing.assert_array_equal(s.label, lab[:, :, s.index])
+        assert s.record()["group"] == s.case
+        by_case.setdefault(s.case, []).append((s.index, s.label))
+    report = run.to_json()
+    assert report["slicing"] == {"axis": None, "context": 1, "context_padding": "edge", "empty": "drop",
+                                 "orientation": "as stored"}
+    assert report["slices"]["volumes"] == 2 and report["slices"]["dropped_empty"] > 0
+    assert report["slices"]["written"] + report["slices"]["dropped_empty"] == report["slices"]["slices"] == 25 + 22
+    for case, parts in by_case.items():
+        record = json.loads(json.dumps(run.volumes[case]))  # as a manifest would hold it
+        volume = record["label_volume"]
+        rebuilt = stitch_labels(tuple(volume["shape"]), record["axis"], parts, record["dropped_empty"])
+        nib.save(to_nifti(rebuilt, volume), str(tmp_path / f"{case}.nii.gz"))
+        back, original = nib.load(str(tmp_path / f"{case}.nii.gz")), nib.load(str(root / record["label"]))
+        np.testing.assert_array_equal(np.asanyarray(back.dataobj), np.asanyarray(original.dataobj))
+        np.testing.assert_array_equal(back.affine, original.affine)
+        assert back.header.get_data_dtype() == original.header.get_data_dtype()
+
+
+def test_modalities_on_different_grids_are_refused_in_one_line(tmp_path: Path) -> None:
+    root = nnunet_tree(tmp_path / "d")
+    shutil.copy(DATA / "reoriented_anat_moved.nii", root / "imagesTr" / "anat_0001.nii")
+    (root / "imagesTr" / "anat_0001.nii.gz").unlink()
+    layout = detect(root)
+    assert layout is not None
+    with pytest.raises(DecodeError, match=r"anat_0001.nii: modality is 21x26x22, anat_0000.nii is 33x41x25: "
+                                          r"not one grid — fix: resample"):
+        read_case(layout.splits["train"][0], layout.classes)
+
+
+def test_an_affine_off_by_more_than_the_tolerance_is_refused(tmp_path: Path) -> None:
+    root = nnunet_tree(tmp_path / "d")
+    _second_modality(DATA / "anatomical.nii", root / "imagesTr" / "anat_0001.nii.gz", affine_shift=0.5)
+    layout = detect(root)
+    assert layout is not None
+    with pytest.raises(DecodeError, match=r"modality's affine differs from anat_0000.nii's by up to 0.5"):
+        read_case(layout.splits["train"][0], layout.classes)
+    _second_modality(DATA / "anatomical.nii", root / "imagesTr" / "anat_0001.nii.gz", affine_shift=1e-5)
+    assert read_case(layout.splits["train"][0], layout.classes).images.shape == (2, 33, 41, 25)
+
+
+def test_a_float_label_of_integers_is_exact_and_a_fraction_is_an_error(tmp_path: Path) -> None:
+    root = nnunet_tree(tmp_path / "d")
+    src = nib.load(str(DATA / "anatomical_label.nii.gz"))
+    ids = np.asanyarray(src.dataobj)
+    path = root / "labelsTr" / "anat.nii.gz"
+    nib.save(nib.Nifti1Image(ids.astype(np.float32), src.affine), str(path))
+    layout = detect(root)
+    assert layout is not None
+    read = read_case(layout.splits["train"][0], layout.classes)
+    assert read.label is not None
+    np.testing.assert_array_equal(read.label, ids)
+    bad = ids.astype(np.float32)
+    bad[10, 10, 10:14] = 0.5
+    nib.save(nib.Nifti1Image(bad, src.affine), str(path))
+    with pytest.raises(LabelError, match=r"anat.nii.gz: label voxel value .*0.5.* is not an integer \(4 voxels"):
+        read_case(layout.splits["train"][0], layout.classes)
+
+
+def test_a_label_value_outside_dataset_json_is_an_error_naming_it(tmp_path: Path) -> None:
+    root = nnunet_tree(tmp_path / "d", labels={"background": 0, "brain": 2})
+    layout = detect(root)
+    assert layout is not None
+    count = int((np.asanyarray(nib.load(str(DATA / "anatomical_label.nii.gz")).dataobj) == 1).sum())
+    with pytest.raises(LabelError, match=rf"anat.nii.gz: label value 1 \({count} voxels\) is not one of the classes "
+                                         r"\[0, 2\] of dataset.json 'labels' — fix:"):
+        read_case(layout.splits["train"][0], layout.classes)
+
+
+def test_a_case_missing_a_channel_or_its_label_is_refused(tmp_path: Path) -> None:
+    root = nnunet_tree(tmp_path / "d")
+    (root / "imagesTr" / "moved_0001.nii.gz").unlink()
+    with pytest.raises(LayoutError, match=r"case 'moved' has channels \[0\], dataset.json names 2"):
+        detect(root)
+    shutil.copy(DATA / "reoriented_anat_moved.nii", root / "imagesTr" / "moved_0001.nii")
+    (root / "labelsTr" / "moved.nii.gz").unlink()
+    with pytest.raises(LayoutError, match=r"case 'moved' has no label volume moved.nii.gz"):
+        detect(root)
+
+
+def test_per_case_folders_are_detected_with_modalities_in_name_or_given_order(tmp_path: Path) -> None:
+    root = tmp_path / "brats"
+    for case, (image, label) in CASES.items():
+        (root / case).mkdir(parents=True)
+        shutil.copy(DATA / image, root / case / f"{case}_t1.nii")
+        _second_modality(DATA / image, root / case / f"{case}_flair.nii.gz")
+        shutil.copy(DATA / label, root / case / f"{case}_seg.nii.gz")
+    layout = detect(root)
+    assert layout is not None and layout.kind == "case-folders" and layout.modalities == ("flair", "t1")
+    assert layout.classes is None
+    layout = detect(root, ["t1", "flair"])
+    assert layout is not None and layout.modalities == ("t1", "flair")
+    read = read_case(layout.splits["train"][1], layout.classes)
+    moved = np.asanyarray(nib.load(str(DATA / "reoriented_anat_moved.nii")).dataobj)
+    np.testing.assert_array_equal(read.images[0], moved)
+    (root / "moved" / "moved_flair.nii.gz").rename(root / "moved" / "moved_t2.nii.gz")
+    with pytest.raises(LayoutError, match=r"case 'moved' has modalities \['t1', 't2'\], not \['flair', 't1'\]"):
+        detect(root, ["t1", "flair"])
