@@ -81,7 +81,12 @@ def read_case(case: Case, classes: dict[int, str] | None, max_voxels: int = DEFA
 
 def check_classes(ids: np.ndarray, classes: dict[int, str] | None, path: Path) -> None:
     """LabelError naming the first id of ``ids`` not in ``classes`` and its voxel count (no table: any id >= 0)."""
-    values, counts = np.unique(ids, return_counts=True)
+    if ids.dtype.kind == "u" and ids.dtype.itemsize <= 2:  # uint8/uint16 (label_ids): a count per id, no sort
+        counts = np.bincount(ids.reshape(-1))
+        values = np.flatnonzero(counts)
+        counts = counts[values]
+    else:
+        values, counts = np.unique(ids, return_counts=True)
     for value, count in zip(values.tolist(), counts.tolist(), strict=True):
         if value < 0 or (classes is not None and value not in classes):
             known = "ids >= 0" if classes is None else f"the classes {sorted(classes)} of dataset.json 'labels'"

@@ -180,3 +180,25 @@ def test_per_case_folders_are_detected_with_modalities_in_name_or_given_order(tm
     (root / "moved" / "moved_flair.nii.gz").rename(root / "moved" / "moved_t2.nii.gz")
     with pytest.raises(LayoutError, match=r"case 'moved' has modalities \['t1', 't2'\], not \['flair', 't1'\]"):
         detect(root, ["t1", "flair"])
+
+
+@pytest.mark.parametrize("tree", ["nnunet", "case-folders"])
+def test_convert_on_a_volume_tree_says_it_holds_volumes_instead_of_0_images(tmp_path: Path, tree: str) -> None:
+    from click.testing import CliRunner
+
+    from shardkit.cli import main
+
+    if tree == "nnunet":
+        root = nnunet_tree(tmp_path / "Dataset001")
+        where = "imagesTr/, labelsTr/"
+    else:
+        root = tmp_path / "brats"
+        (root / "case1").mkdir(parents=True)
+        shutil.copy(DATA / "anatomical.nii", root / "case1" / "case1_t1.nii")
+        shutil.copy(DATA / "anatomical_label.nii.gz", root / "case1" / "case1_seg.nii.gz")
+        where = "case1/"
+    result = CliRunner().invoke(main, ["convert", str(root), str(tmp_path / "out")])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert f"holds 3-D NIfTI volumes (.nii/.nii.gz in {where}), which convert does not read as images" in result.output
+    assert "0 images" not in result.output and "shardkit.conversion.volumes" in result.output
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -16,6 +16,7 @@ Nothing here decodes a voxel; :mod:`shardkit.conversion.volumes` reads the cases
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -64,6 +65,28 @@ class VolumeLayout:
 
 def _nifti_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if is_nifti(p.name) and p.is_file()) if folder.is_dir() else []
+
+
+def nifti_folders(root: Path, depth: int = 2, cap: int = 64) -> list[str]:
+    """Folders of ``root`` (itself ``.``, and up to ``depth`` levels down, ``cap`` folders at most) that hold NIfTI
+    files, by name only: what tells a user whose folder no image layout matches that it holds volumes."""
+    found: list[str] = []
+    level, seen = [Path(root)], 0
+    for _ in range(depth + 1):
+        nxt: list[Path] = []
+        for folder in level:
+            seen += 1
+            if seen > cap:
+                return found
+            try:
+                entries = sorted(os.scandir(folder), key=lambda e: e.name)
+            except OSError:
+                continue
+            if any(is_nifti(e.name) for e in entries):
+                found.append(str(folder.relative_to(root)))
+            nxt += [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
+        level = nxt
+    return found
 
 
 def detect(root: Path, modalities: Sequence[str] | None = None) -> VolumeLayout | None:
