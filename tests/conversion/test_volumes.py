@@ -202,3 +202,11 @@ def test_convert_on_a_volume_tree_says_it_holds_volumes_instead_of_0_images(tmp_
     assert f"holds 3-D NIfTI volumes (.nii/.nii.gz in {where}), which convert does not read as images" in result.output
     assert "0 images" not in result.output and "shardkit.conversion.volumes" in result.output
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_an_msd_4d_image_without_a_channel_suffix_is_refused_with_the_split_fix(tmp_path: Path) -> None:
+    root = nnunet_tree(tmp_path / "Task01")
+    (root / "imagesTr" / "anat_0000.nii").rename(root / "imagesTr" / "anat.nii")
+    with pytest.raises(LayoutError, match=r"anat.nii: is not named <case>_<CCCC>.nii.gz .*"
+                                          r"nnUNetv2_convert_MSD_dataset"):
+        detect(root)
