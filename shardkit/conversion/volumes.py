@@ -117,7 +117,8 @@ def cut_split(layout: VolumeLayout, split: str, slicing: Slicing, run: VolumeRun
                  "replicate), empty slices %s", case.key, why, _axcodes(read.image_header), slicing.context,
                  slicing.empty)
         cutting = CutVolume(case.key, axis, read.image_header.shape[axis])
-        yield from cut(case.key, read.images, read.label, read.image_header.spacing, slicing, run.counts, cutting)
+        yield from cut(case.key, read.images, read.label, read.image_header.spacing, slicing, run.counts, cutting,
+                       read.image_header.affine_array())
         run.volumes[case.key] = {
             "group": case.key, "axis": axis, "depth": cutting.depth, "dropped_empty": cutting.dropped,
             "images": [str(p.relative_to(layout.root)) for p in case.images],

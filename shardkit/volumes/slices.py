@@ -100,6 +100,8 @@ class VolumeSlice:
     label: np.ndarray | None
     #: spacing of the slice's rows and columns (the two remaining axes), and of the slice axis
     spacing: tuple[float, float, float]
+    #: the slice's own 4x4 voxel-to-world matrix (:func:`slice_affine`); None when the volume's was not given
+    affine: tuple[tuple[float, ...], ...] | None = None
 
     @property
     def key(self) -> str:
@@ -109,7 +111,8 @@ class VolumeSlice:
     def record(self) -> dict[str, Any]:
         """The slice's provenance row: its group (the case), volume key, axis, index and spacing."""
         return {"key": self.key, "group": self.case, "volume": self.case, "axis": AXES[self.axis],
-                "index": self.index, "spacing": list(self.spacing)}
+                "index": self.index, "spacing": list(self.spacing),
+                "affine": None if self.affine is None else [list(row) for row in self.affine]}
 
 
 @dataclass
@@ -138,10 +141,11 @@ class CutVolume:
 
 
 def cut(case: str, images: np.ndarray, label: np.ndarray | None, spacing: tuple[float, float, float],
-        slicing: Slicing, counts: SliceCounts | None = None, cutting: CutVolume | None = None
-        ) -> Iterator[VolumeSlice]:
+        slicing: Slicing, counts: SliceCounts | None = None, cutting: CutVolume | None = None,
+        affine: np.ndarray | None = None) -> Iterator[VolumeSlice]:
     """Every slice of one case along ``slicing``'s axis, in index order. ``images``: ``(M, X, Y, Z)`` (modalities
-    first, one grid), ``label``: ``(X, Y, Z)`` class ids or None. Views, not copies, until a slice is stacked."""
+    first, one grid), ``label``: ``(X, Y, Z)`` class ids or None, ``affine``: the volume's (each slice then
+    carries its own). Views, not copies, until a slice is stacked."""
     if images.ndim != 4 or (label is not None and label.shape != images.shape[1:]):
         raise ValueError(f"images {images.shape} and label {None if label is None else label.shape} do not match")
     axis = cutting.axis if cutting is not None else slicing.axis_for(spacing)[0]
@@ -167,7 +171,9 @@ def cut(case: str, images: np.ndarray, label: np.ndarray | None, spacing: tuple[
             stack.shape[2], stack.shape[3], -1))
         if counts is not None:
             counts.written += 1
-        yield VolumeSlice(case, axis, index, image, None if ids is None else np.ascontiguousarray(ids), plane)
+        own = None if affine is None else tuple(tuple(float(v) for v in row)
+                                                for row in slice_affine(affine, axis, index))
+        yield VolumeSlice(case, axis, index, image, None if ids is None else np.ascontiguousarray(ids), plane, own)
 
 
 def slice_affine(affine: np.ndarray, axis: int, index: int) -> np.ndarray:

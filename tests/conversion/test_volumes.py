@@ -83,7 +83,10 @@ def test_every_slice_of_every_case_equals_nibabel_and_labels_stitch_back(tmp_pat
             np.testing.assert_array_equal(s.image[..., band], vol[:, :, min(max(s.index + offset, 0), last)])
         assert s.label is not None
         np.testing.assert_array_equal(s.label, lab[:, :, s.index])
-        assert s.record()["group"] == s.case
+        record = s.record()
+        assert record["group"] == s.case and record["index"] == s.index and record["spacing"] == list(s.spacing)
+        affine = nib.load(str(root / "imagesTr" / f"{s.case}_0000.nii")).affine  # pixel (r, c) → voxel (r, c, index)
+        np.testing.assert_allclose(np.array(record["affine"]) @ [3, 5, 0, 1], affine @ [3, 5, s.index, 1])
         by_case.setdefault(s.case, []).append((s.index, s.label))
     report = run.to_json()
     assert report["slicing"] == {"axis": None, "context": 1, "context_padding": "edge", "empty": "drop",
