@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 #: Largest difference between two affines' entries (mm) for volumes still to be on one grid (nibabel's
 #: ``allclose`` scale: headers written in float32 differ by ~1e-5).
 AFFINE_TOLERANCE = 1e-3
+#: Voxels counted at a time by :func:`check_classes` (their intp copy: 32 MiB).
+_COUNT_CHUNK = 1 << 22
 
 
 @dataclass
@@ -69,9 +71,12 @@ def read_case(case: Case, classes: dict[int, str] | None, max_voxels: int = DEFA
     if case.label is not None:
         label_head = read_header(case.label, max_voxels)
         _same_grid(first, label_head, "label volume")
-    images = np.empty((len(heads), *first.shape), dtype=np.dtype(first.dtype))
-    for band, head in enumerate(heads):
-        images[band] = read_voxels(head)
+    if len(heads) == 1:  # no stacking: the decoded array itself (one copy of the volume in memory, not two)
+        images = read_voxels(first)[None]
+    else:
+        images = np.empty((len(heads), *first.shape), dtype=np.dtype(first.dtype))
+        for band, head in enumerate(heads):
+            images[band] = read_voxels(head)
     label = None
     if label_head is not None:
         label = label_ids(read_voxels(label_head), label_head.path)
@@ -82,7 +87,10 @@ def read_case(case: Case, classes: dict[int, str] | None, max_voxels: int = DEFA
 def check_classes(ids: np.ndarray, classes: dict[int, str] | None, path: Path) -> None:
     """LabelError naming the first id of ``ids`` not in ``classes`` and its voxel count (no table: any id >= 0)."""
     if ids.dtype.kind == "u" and ids.dtype.itemsize <= 2:  # uint8/uint16 (label_ids): a count per id, no sort
-        counts = np.bincount(ids.reshape(-1))
+        flat = ids.reshape(-1, order="A")  # a view in the array's own order (NIfTI volumes decode Fortran-ordered)
+        counts = np.zeros(1 << (8 * ids.dtype.itemsize), np.int64)
+        for start in range(0, flat.size, _COUNT_CHUNK):  # bincount takes intp: 8 bytes a voxel, so by chunks
+            counts += np.bincount(flat[start: start + _COUNT_CHUNK], minlength=counts.size)
         values = np.flatnonzero(counts)
         counts = counts[values]
     else:

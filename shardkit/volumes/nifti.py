@@ -196,4 +196,4 @@ def label_ids(data: np.ndarray, path: Path) -> np.ndarray:
         raise LabelError(f"label values {low!r}..{high!r} are not class ids", path=path,
                          fix="re-export the label volume with class ids")
     kind = np.uint8 if low >= 0 and high < 256 else np.uint16 if low >= 0 and high < 65536 else np.int64
-    return data.astype(kind)
+    return data.astype(kind, copy=False)

@@ -144,7 +144,10 @@ def test_a_float_label_of_integers_is_exact_and_a_fraction_is_an_error(tmp_path:
         read_case(layout.splits["train"][0], layout.classes)
 
 
-def test_a_label_value_outside_dataset_json_is_an_error_naming_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("chunk", [1 << 22, 1000])  # one count, or counts summed over 34 chunks
+def test_a_label_value_outside_dataset_json_is_an_error_naming_it(tmp_path: Path, chunk: int,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("shardkit.conversion.volumes._COUNT_CHUNK", chunk)
     root = nnunet_tree(tmp_path / "d", labels={"background": 0, "brain": 2})
     layout = detect(root)
     assert layout is not None
