@@ -142,11 +142,19 @@ def test_labels_stored_as_float_holding_integers_are_taken_exactly() -> None:
     assert label_ids(np.array([0.0, 300.0]), DATA).dtype == np.uint16
 
 
-@pytest.mark.parametrize(("value", "shown"), [(2.5, "2.5"), (float("nan"), "nan")])
-def test_a_non_integer_label_voxel_is_an_error_naming_value_and_count(value: float, shown: str) -> None:
-    data = np.zeros((4, 4, 4), np.float32)
-    data[0, 0, :3] = value
-    with pytest.raises(LabelError, match=rf"seg.nii.gz: label voxel value .*{shown}.* is not an integer \(3 voxels"):
+@pytest.mark.parametrize("chunk", [1 << 22, 7])  # the whole volume at once, or 10 chunks
+@pytest.mark.parametrize(("value", "shown"), [(2.5, "2.5"), (float("nan"), "nan"), (float("inf"), "inf")])
+def test_a_non_integer_label_voxel_is_an_error_naming_value_and_count(value: float, shown: str, chunk: int,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(nifti, "_CHECK_CHUNK", chunk)
+    data = np.zeros((4, 4, 4), np.float32, order="F")
+    data[3, 3, 1:] = value  # in the last chunk, Fortran order as nibabel decodes
+    data[0, 0, 0] = -0.25
+    with pytest.raises(LabelError, match=r"seg.nii.gz: label voxel value .*(0.25|" + shown + r").* is not an "
+                                         r"integer \((1|3) voxels hold it; 4 non-integer voxels in all\)"):
+        label_ids(data, Path("seg.nii.gz"))
+    data[0, 0, 0] = 0
+    with pytest.raises(LabelError, match=rf"value .*{shown}.* is not an integer \(3 voxels hold it; 3 non-integer"):
         label_ids(data, Path("seg.nii.gz"))
 
 
