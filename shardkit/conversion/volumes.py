@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import DecodeError, LabelError
 from ..support.limits import DEFAULT_MAX_VOXELS
 from ..volumes.nifti import VolumeHeader, label_ids, read_header, read_voxels
+from ..volumes.patches import PatchedVolume, Patching, VolumePatch, cut_patches
 from ..volumes.slices import CutVolume, SliceCounts, Slicing, VolumeSlice, cut
 from .layouts.volumes import Case, VolumeLayout
 
@@ -104,22 +105,46 @@ def check_classes(ids: np.ndarray, classes: dict[int, str] | None, path: Path) -
 
 @dataclass
 class VolumeRun:
-    """What cutting a layout's split gave besides its samples: the axis, counts and, per case, the record that
-    rebuilds its label volume (the manifest's ``volumes``)."""
+    """What cutting a layout's split gave besides its samples: how (slices or patches), counts and, per case, the
+    record that rebuilds its label volume (the manifest's ``volumes``)."""
 
-    slicing: Slicing
+    slicing: Slicing | Patching
     counts: SliceCounts = field(default_factory=SliceCounts)
     volumes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
+        if isinstance(self.slicing, Patching):
+            counts = self.counts.to_json()
+            return {"patching": self.slicing.to_json(), "volumes": self.volumes,
+                    "patches": {"volumes": counts["volumes"], "patches": counts["slices"],
+                                "written": counts["written"], "dropped_empty": counts["dropped_empty"]}}
         return {"slicing": self.slicing.to_json(), "slices": self.counts.to_json(), "volumes": self.volumes}
 
 
-def cut_split(layout: VolumeLayout, split: str, slicing: Slicing, run: VolumeRun,
-              max_voxels: int = DEFAULT_MAX_VOXELS) -> Iterator[VolumeSlice]:
-    """Every slice sample of ``split``, case by case (each case decoded once), recording each case in ``run``."""
+def _volume_record(layout: VolumeLayout, read: ReadCase) -> dict[str, Any]:
+    case = read.case
+    return {"group": case.key, "images": [str(p.relative_to(layout.root)) for p in case.images],
+            "label": None if case.label is None else str(case.label.relative_to(layout.root)),
+            "image": read.image_header.to_json(),
+            "label_volume": None if read.label_header is None else read.label_header.to_json()}
+
+
+def cut_split(layout: VolumeLayout, split: str, slicing: Slicing | Patching, run: VolumeRun,
+              max_voxels: int = DEFAULT_MAX_VOXELS) -> Iterator[VolumeSlice | VolumePatch]:
+    """Every sample of ``split`` (slices, or 3-D patches with a :class:`~shardkit.volumes.patches.Patching`),
+    case by case (each case decoded once), recording each case in ``run``."""
     for case in layout.splits[split]:
         read = read_case(case, layout.classes, max_voxels)
+        if isinstance(slicing, Patching):
+            log.info("%s: 3-D patches %s, stride %s, orientation as stored (%s per its affine), empty patches %s",
+                     case.key, "x".join(map(str, slicing.size)), "x".join(map(str, slicing.step)),
+                     _axcodes(read.image_header), slicing.empty)
+            patched = PatchedVolume(case.key, read.image_header.shape)
+            yield from cut_patches(case.key, read.images, read.label, slicing, read.image_header.affine_array(),
+                                   patched, run.counts)
+            run.volumes[case.key] = {**_volume_record(layout, read),
+                                     "dropped_empty": [list(o) for o in patched.dropped]}
+            continue
         axis, why = slicing.axis_for(read.image_header.spacing)
         log.info("%s: slices along %s; orientation as stored (%s per its affine), context %d each side (edge "
                  "replicate), empty slices %s", case.key, why, _axcodes(read.image_header), slicing.context,
@@ -127,12 +152,8 @@ def cut_split(layout: VolumeLayout, split: str, slicing: Slicing, run: VolumeRun
         cutting = CutVolume(case.key, axis, read.image_header.shape[axis])
         yield from cut(case.key, read.images, read.label, read.image_header.spacing, slicing, run.counts, cutting,
                        read.image_header.affine_array())
-        run.volumes[case.key] = {
-            "group": case.key, "axis": axis, "depth": cutting.depth, "dropped_empty": cutting.dropped,
-            "images": [str(p.relative_to(layout.root)) for p in case.images],
-            "label": None if case.label is None else str(case.label.relative_to(layout.root)),
-            "image": read.image_header.to_json(),
-            "label_volume": None if read.label_header is None else read.label_header.to_json()}
+        run.volumes[case.key] = {**_volume_record(layout, read), "axis": axis, "depth": cutting.depth,
+                                 "dropped_empty": cutting.dropped}
 
 
 def _axcodes(head: VolumeHeader) -> str:

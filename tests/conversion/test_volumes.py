@@ -216,3 +216,27 @@ def test_an_msd_4d_image_without_a_channel_suffix_is_refused_with_the_split_fix(
     with pytest.raises(LayoutError, match=r"anat.nii: is not named <case>_<CCCC>.nii.gz .*"
                                           r"nnUNetv2_convert_MSD_dataset"):
         detect(root)
+
+
+def test_a_split_cut_into_3d_patches_records_what_stitches_each_case(tmp_path: Path) -> None:
+    from shardkit.volumes.patches import Patching, stitch_patches
+
+    root = nnunet_tree(tmp_path / "d")
+    layout = detect(root)
+    assert layout is not None
+    patching = Patching.parse("8x8x8", empty="drop")
+    run = VolumeRun(patching)
+    parts: dict[str, list[tuple[tuple[int, int, int], np.ndarray]]] = {}
+    for p in cut_split(layout, "train", patching, run):
+        assert p.image.shape[3] == 2 and p.label is not None  # (D, H, W, modalities)
+        t1 = np.asanyarray(nib.load(str(root / "imagesTr" / f"{p.case}_0000.nii")).dataobj)
+        region = tuple(slice(o, o + n) for o, n in zip(p.origin, p.image.shape[:3], strict=True))
+        np.testing.assert_array_equal(p.image[..., 0], t1[region])
+        parts.setdefault(p.case, []).append((p.origin, p.label))  # type: ignore[attr-defined]
+    report = json.loads(json.dumps(run.to_json()))
+    assert report["patching"]["patch"] == [8, 8, 8] and report["patches"]["dropped_empty"] > 0
+    for case, stored in parts.items():
+        record = report["volumes"][case]
+        shape = tuple(record["label_volume"]["shape"])
+        rebuilt = stitch_patches(shape, stored, patching, [tuple(o) for o in record["dropped_empty"]])
+        np.testing.assert_array_equal(rebuilt, np.asanyarray(nib.load(str(root / record["label"])).dataobj))
