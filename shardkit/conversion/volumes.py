@@ -19,9 +19,10 @@ import numpy as np
 
 from ..errors import DecodeError, LabelError
 from ..support.limits import DEFAULT_MAX_VOXELS
-from ..volumes.nifti import VolumeHeader, label_ids, read_header, read_voxels
+from ..volumes.files import read_header, read_voxels
 from ..volumes.patches import PatchedVolume, Patching, VolumePatch, cut_patches
 from ..volumes.slices import CutVolume, SliceCounts, Slicing, VolumeSlice, cut
+from ..volumes.volume import VolumeHeader, label_ids
 from .layouts.volumes import Case, VolumeLayout
 
 log = logging.getLogger(__name__)

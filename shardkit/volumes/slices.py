@@ -15,9 +15,8 @@
 
 from __future__ import annotations
 
-import base64
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -210,22 +209,3 @@ def stitch_labels(shape: tuple[int, int, int], axis: int, slices: Iterable[tuple
                          f"({int((~seen).sum())} of {shape[axis]} missing)",
                          fix="stitch every stored slice of the volume (all shards of the split)")
     return out
-
-
-def to_nifti(data: np.ndarray, volume: Mapping[str, Any]) -> Any:
-    """A nibabel image of ``data`` carrying the recorded header (``volume``: a label volume's
-    :meth:`~shardkit.volumes.nifti.VolumeHeader.to_json`): same type, shape, spacing, affine and header fields as
-    the file it was cut from."""
-    from .nifti import _nibabel
-
-    nib = _nibabel()
-    raw = base64.b64decode(volume["header"])
-    klass = nib.Nifti2Image if volume["nifti"] == "nifti2" else nib.Nifti1Image
-    header = klass.header_class(raw)
-    dtype = np.dtype(volume["dtype"])
-    if tuple(data.shape) != tuple(volume["shape"]):
-        raise LabelError(f"stitched volume is {data.shape}, the recorded one {tuple(volume['shape'])}")
-    values = data.astype(dtype)
-    if not np.array_equal(values, data):
-        raise LabelError(f"stitched labels do not fit the recorded type {dtype}")
-    return klass(values, None, header=header)

@@ -14,7 +14,8 @@ import pytest
 from shardkit.conversion.layouts.volumes import detect
 from shardkit.conversion.volumes import VolumeRun, cut_split, read_case
 from shardkit.errors import DecodeError, LabelError, LayoutError
-from shardkit.volumes.slices import Slicing, stitch_labels, to_nifti
+from shardkit.volumes.nifti import to_nifti
+from shardkit.volumes.slices import Slicing, stitch_labels
 
 nib = pytest.importorskip("nibabel")
 

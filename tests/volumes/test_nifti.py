@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from shardkit.errors import DecodeError, LabelError
-from shardkit.volumes import nifti
-from shardkit.volumes.nifti import label_ids, read_header, read_voxels
+from shardkit.volumes import nifti, volume
+from shardkit.volumes.nifti import read_header, read_voxels
+from shardkit.volumes.volume import label_ids
 
 nib = pytest.importorskip("nibabel")
 
@@ -146,7 +147,7 @@ def test_labels_stored_as_float_holding_integers_are_taken_exactly() -> None:
 @pytest.mark.parametrize(("value", "shown"), [(2.5, "2.5"), (float("nan"), "nan"), (float("inf"), "inf")])
 def test_a_non_integer_label_voxel_is_an_error_naming_value_and_count(value: float, shown: str, chunk: int,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(nifti, "_CHECK_CHUNK", chunk)
+    monkeypatch.setattr(volume, "_CHECK_CHUNK", chunk)
     data = np.zeros((4, 4, 4), np.float32, order="F")
     data[3, 3, 1:] = value  # in the last chunk, Fortran order as nibabel decodes
     data[0, 0, 0] = -0.25

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from shardkit.errors import ConfigError, LabelError
-from shardkit.volumes.nifti import label_ids, read_header, read_voxels
+from shardkit.volumes.nifti import read_header, read_voxels, to_nifti
 from shardkit.volumes.patches import PatchedVolume, Patching, cut_patches, parse_triple, stitch_patches
-from shardkit.volumes.slices import SliceCounts, to_nifti
+from shardkit.volumes.slices import SliceCounts
+from shardkit.volumes.volume import label_ids
 
 nib = pytest.importorskip("nibabel")
 

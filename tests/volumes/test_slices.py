@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from shardkit.errors import ConfigError, LabelError
-from shardkit.volumes.nifti import label_ids, read_header, read_voxels
+from shardkit.volumes.nifti import read_header, read_voxels, to_nifti
 from shardkit.volumes.slices import (
     CutVolume,
     SliceCounts,
@@ -19,8 +19,8 @@ from shardkit.volumes.slices import (
     parse_axis,
     slice_affine,
     stitch_labels,
-    to_nifti,
 )
+from shardkit.volumes.volume import label_ids
 
 nib = pytest.importorskip("nibabel")
 

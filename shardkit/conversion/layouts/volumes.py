@@ -1,6 +1,6 @@
 """Volume datasets: which cases a folder holds, each case's modality files (in band order) and its label volume.
 
-Two trees are detected (:func:`detect`):
+Two trees are detected (:func:`detect`), their volumes NIfTI (``.nii``, ``.nii.gz``) or NRRD (``.nrrd``):
 
 - **nnU-Net / MSD** (``nnunet``): ``dataset.json`` beside ``imagesTr/<case>_<CCCC>.nii.gz`` (one file per
   modality, channel ``CCCC`` = 0000, 0001, … in ``channel_names`` order; MSD's ``modality``), ``labelsTr/<case>.nii.gz``
@@ -25,7 +25,7 @@ from typing import Any
 
 from ...errors import LayoutError
 from ...support.smallfile import read_json
-from ...volumes.nifti import is_nifti, stem
+from ...volumes.files import VOLUME_SUFFIXES, is_volume, volume_stem
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +63,8 @@ class VolumeLayout:
         return f"{self.kind} volume layout, bands {list(self.modalities)} (in this order), {counts}"
 
 
-def _nifti_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if is_nifti(p.name) and p.is_file()) if folder.is_dir() else []
+def _volume_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if is_volume(p.name) and p.is_file()) if folder.is_dir() else []
 
 
 def nifti_folders(root: Path, depth: int = 2, cap: int = 64) -> list[str]:
@@ -82,7 +82,7 @@ def nifti_folders(root: Path, depth: int = 2, cap: int = 64) -> list[str]:
                 entries = sorted(os.scandir(folder), key=lambda e: e.name)
             except OSError:
                 continue
-            if any(is_nifti(e.name) for e in entries):
+            if any(is_volume(e.name) for e in entries):
                 found.append(str(folder.relative_to(root)))
             nxt += [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
         level = nxt
@@ -92,12 +92,11 @@ def nifti_folders(root: Path, depth: int = 2, cap: int = 64) -> list[str]:
 def detect(root: Path, modalities: Sequence[str] | None = None) -> VolumeLayout | None:
     """The volume layout of ``root``, or None when it holds neither tree (nothing is decoded)."""
     root = Path(root)
-    if (root / "imagesTr").is_dir() and _nifti_files(root / "imagesTr"):
+    if (root / "imagesTr").is_dir() and _volume_files(root / "imagesTr"):
         return _nnunet(root, modalities)
     if root.is_dir():
         folders = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
-        if folders and any((d / f"{d.name}{SEG_SUFFIX}.nii.gz").is_file() or (d / f"{d.name}{SEG_SUFFIX}.nii").is_file()
-                           for d in folders):
+        if folders and any((d / f"{d.name}{SEG_SUFFIX}{s}").is_file() for d in folders for s in VOLUME_SUFFIXES):
             return _case_folders(root, folders, modalities)
     return None
 
@@ -155,7 +154,7 @@ def _nnunet(root: Path, modalities: Sequence[str] | None) -> VolumeLayout:
                           "order", path=meta_path, fix="leave out --modalities")
     classes = _class_table(meta.get("labels"), meta_path)
     splits = {"train": _channel_cases(root / "imagesTr", root / "labelsTr", names)}
-    if _nifti_files(root / "imagesTs"):
+    if _volume_files(root / "imagesTs"):
         splits["test"] = _channel_cases(root / "imagesTs", None, names)
     return VolumeLayout("nnunet", root, names, classes, splits)
 
@@ -163,8 +162,8 @@ def _nnunet(root: Path, modalities: Sequence[str] | None) -> VolumeLayout:
 def _channel_cases(images: Path, labels: Path | None, names: tuple[str, ...]) -> tuple[Case, ...]:
     """Cases of an ``imagesTr``-like folder: ``<case>_<CCCC>`` files grouped, every channel present."""
     by_case: dict[str, dict[int, Path]] = {}
-    for path in _nifti_files(images):
-        m = _CHANNEL.match(stem(path.name))
+    for path in _volume_files(images):
+        m = _CHANNEL.match(volume_stem(path.name))
         if m is None:
             raise LayoutError("is not named <case>_<CCCC>.nii.gz (nnU-Net: one file per channel)", path=path,
                               fix="rename it like case_001_0000.nii.gz, or split a 4-D MSD volume per channel "
@@ -179,7 +178,7 @@ def _channel_cases(images: Path, labels: Path | None, names: tuple[str, ...]) ->
                                   f"_{len(names) - 1:04d}")
         label = None
         if labels is not None:
-            found = [labels / f"{case}{s}" for s in (".nii.gz", ".nii") if (labels / f"{case}{s}").is_file()]
+            found = [labels / f"{case}{s}" for s in VOLUME_SUFFIXES if (labels / f"{case}{s}").is_file()]
             if not found:
                 raise LayoutError(f"case {case!r} has no label volume {case}.nii.gz", path=labels,
                                   fix="add the label volume, or move the case's images out of imagesTr/")
@@ -192,7 +191,7 @@ def _case_folders(root: Path, folders: list[Path], modalities: Sequence[str] | N
     cases: list[Case] = []
     order: tuple[str, ...] | None = tuple(modalities) if modalities else None
     for folder in folders:
-        files = {stem(p.name): p for p in _nifti_files(folder)}
+        files = {volume_stem(p.name): p for p in _volume_files(folder)}
         prefix = folder.name + "_"
         label = files.pop(folder.name + SEG_SUFFIX, None)
         mods = {name[len(prefix):]: p for name, p in files.items() if name.startswith(prefix)}
