@@ -206,7 +206,7 @@ def test_convert_on_a_volume_tree_says_it_holds_volumes_instead_of_0_images(tmp_
         where = "case1/"
     result = CliRunner().invoke(main, ["convert", str(root), str(tmp_path / "out")])
     assert result.exit_code == 1 and "Traceback" not in result.output
-    assert f"holds 3-D NIfTI volumes (.nii/.nii.gz in {where}), which convert does not read as images" in result.output
+    assert f"holds 3-D volumes (NIfTI or NRRD files in {where}), which convert does not read as images" in result.output
     assert "0 images" not in result.output and "shardkit.conversion.volumes" in result.output
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
@@ -241,3 +241,39 @@ def test_a_split_cut_into_3d_patches_records_what_stitches_each_case(tmp_path: P
         shape = tuple(record["label_volume"]["shape"])
         rebuilt = stitch_patches(shape, stored, patching, [tuple(o) for o in record["dropped_empty"]])
         np.testing.assert_array_equal(rebuilt, np.asanyarray(nib.load(str(root / record["label"])).dataobj))
+
+
+def test_nrrd_cases_are_read_and_a_nifti_image_shares_the_grid_of_an_nrrd_label(tmp_path: Path) -> None:
+    """pynrrd's ball: the NIfTI twin as the image, the NRRD (LPS) as the label (ids 0 and 257) — one grid in RAS."""
+    from shardkit.volumes.files import write_volume
+
+    nrrd = pytest.importorskip("nrrd")
+    balls = Path(__file__).resolve().parents[1] / "data" / "nrrd"
+    root = tmp_path / "Dataset002"
+    (root / "imagesTr").mkdir(parents=True)
+    (root / "labelsTr").mkdir()
+    shutil.copy(balls / "BallBinary30x30x30.nii.gz", root / "imagesTr" / "ball_0000.nii.gz")
+    shutil.copy(balls / "BallBinary30x30x30_gz.nrrd", root / "imagesTr" / "ball_0001.nrrd")
+    shutil.copy(balls / "BallBinary30x30x30.nrrd", root / "labelsTr" / "ball.nrrd")
+    (root / "dataset.json").write_text(json.dumps({"channel_names": {"0": "nifti", "1": "nrrd"},
+                                                   "labels": {"background": 0, "ball": 257}, "file_ending": ".nrrd"}))
+    layout = detect(root)
+    assert layout is not None
+    run = VolumeRun(Slicing(axis=0, empty="drop"))
+    want, _ = nrrd.read(str(balls / "BallBinary30x30x30.nrrd"))
+    parts = []
+    for s in cut_split(layout, "train", run.slicing, run):
+        np.testing.assert_array_equal(s.image[..., 0], want[s.index])
+        np.testing.assert_array_equal(s.image[..., 1], want[s.index])
+        assert s.label is not None and s.label.dtype == np.uint16
+        np.testing.assert_array_equal(s.label, want[s.index])
+        parts.append((s.index, s.label))
+    record = json.loads(json.dumps(run.volumes["ball"]))
+    assert record["label_volume"]["format"] == "nrrd" and record["dropped_empty"] == []  # the ball fills 0..29
+    volume = record["label_volume"]
+    rebuilt = stitch_labels(tuple(volume["shape"]), record["axis"], parts, record["dropped_empty"])
+    write_volume(rebuilt, volume, tmp_path / "ball.nrrd")
+    back, header = nrrd.read(str(tmp_path / "ball.nrrd"))
+    np.testing.assert_array_equal(back, want)
+    np.testing.assert_array_equal(header["space directions"], nrrd.read_header(str(balls / "BallBinary30x30x30.nrrd"))[
+        "space directions"])

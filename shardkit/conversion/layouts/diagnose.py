@@ -14,7 +14,7 @@ from .base import Context
 from .generic import IMAGE_DIRS, LABEL_DIRS
 from .registry import all_layouts
 from .scan import LABEL_EXTENSIONS, is_image, scan, split_ext
-from .volumes import nifti_folders
+from .volumes import volume_folders
 
 _MAX_FOLDERS = 8
 _MAX_COUNT = 100_000  # images counted per folder at most (the count is for people)
@@ -127,10 +127,10 @@ def _suggest(counts: list[_Seen]) -> tuple[str, str]:
 
 def no_layout_message(ctx: Context) -> tuple[str, str]:
     """The report of a folder that matches no layout (a few lines) and the fix (the flags to pass)."""
-    volumes = nifti_folders(ctx.root)
+    volumes = volume_folders(ctx.root)
     if volumes:  # no image layout reads them: say so rather than "0 images"
         shown = ", ".join(f"{f}/" for f in volumes[:_MAX_FOLDERS]) + (" …" if len(volumes) > _MAX_FOLDERS else "")
-        return (f"holds 3-D NIfTI volumes (.nii/.nii.gz in {shown}), which convert does not read as images\n ",
+        return (f"holds 3-D volumes (NIfTI or NRRD files in {shown}), which convert does not read as images\n ",
                 "cut them into 2-D or 2.5-D slice samples with shardkit.conversion.volumes (nnU-Net/MSD and "
                 "per-case-folder trees; docs/volumes.md)")
     counts = [_count(ctx.root, d) for d in sorted(ctx.dirs)]

@@ -67,9 +67,9 @@ def _volume_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if is_volume(p.name) and p.is_file()) if folder.is_dir() else []
 
 
-def nifti_folders(root: Path, depth: int = 2, cap: int = 64) -> list[str]:
-    """Folders of ``root`` (itself ``.``, and up to ``depth`` levels down, ``cap`` folders at most) that hold NIfTI
-    files, by name only: what tells a user whose folder no image layout matches that it holds volumes."""
+def volume_folders(root: Path, depth: int = 2, cap: int = 64) -> list[str]:
+    """Folders of ``root`` (itself ``.``, and up to ``depth`` levels down, ``cap`` folders at most) that hold volume
+    files (NIfTI, NRRD), by name only: what tells a user whose folder no image layout matches that it holds volumes."""
     found: list[str] = []
     level, seen = [Path(root)], 0
     for _ in range(depth + 1):
