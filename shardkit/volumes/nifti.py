@@ -68,7 +68,7 @@ def read_header(path: Path, max_voxels: int = DEFAULT_MAX_VOXELS) -> VolumeHeade
     try:
         zooms = _stored_spacing(img, path)
         affine = np.asarray(img.affine, dtype=np.float64)
-        dtype = _decoded_dtype(nib, header)
+        dtype = _decoded_dtype(img)
     except Exception as exc:
         raise DecodeError(f"header cannot be read ({_problem(exc)})", path=path,
                           fix="the header is damaged: re-export the volume") from None
@@ -90,12 +90,13 @@ def _stored_spacing(img: Any, path: Path) -> tuple[float, ...]:
     return tuple(float(z) for z in raw["pixdim"][1:4])
 
 
-def _decoded_dtype(nib: Any, header: Any) -> np.dtype[Any]:
+def _decoded_dtype(img: Any) -> np.dtype[Any]:
     """The element type nibabel decodes to: the stored one, or its scaled type where the header has a
-    slope/intercept (nibabel's own rule, applied to one zero)."""
-    stored = np.dtype(header.get_data_dtype())
-    slope, inter = header.get_slope_inter()
-    if slope is None or (slope == 1 and (inter is None or inter == 0)):
+    slope/intercept (nibabel's own rule, applied to one zero). The slope is the array proxy's: nibabel's load
+    moves it there and blanks the image header's."""
+    stored = np.dtype(img.get_data_dtype())
+    slope, inter = getattr(img.dataobj, "slope", 1.0), getattr(img.dataobj, "inter", 0.0)
+    if slope == 1 and inter == 0:
         return stored
     from nibabel.volumeutils import apply_read_scaling
 

@@ -174,3 +174,15 @@ def test_nibabel_missing_is_one_line_naming_the_extra(monkeypatch: pytest.Monkey
 
     with pytest.raises(ConfigError, match=r"needs nibabel.*volumes"):
         nifti.read_header(DATA / "anatomical.nii")
+
+
+def test_a_scaled_volume_is_decoded_as_nibabel_scales_it_and_its_header_says_that_type(tmp_path: Path) -> None:
+    src = nib.load(str(DATA / "anatomical.nii"))
+    img = nib.Nifti1Image(np.asanyarray(src.dataobj), src.affine, src.header)
+    img.header.set_slope_inter(0.5, -1024.0)
+    nib.save(img, str(tmp_path / "ct.nii"))
+    head = read_header(tmp_path / "ct.nii")
+    data = read_voxels(head)
+    want = np.asanyarray(nib.load(str(tmp_path / "ct.nii")).dataobj)
+    assert want.dtype.kind == "f" and head.dtype == data.dtype.name == want.dtype.name
+    np.testing.assert_array_equal(data, want)
