@@ -33,10 +33,11 @@ def _second_modality(src: Path, dst: Path, affine_shift: float = 0.0) -> None:
     nib.save(type(img)((-data).astype(data.dtype.newbyteorder("=")), affine, img.header), str(dst))
 
 
-def nnunet_tree(root: Path, labels: dict[str, int] | None = None) -> Path:
+def nnunet_tree(root: Path, labels: dict[str, int] | None = None,
+                cases: dict[str, tuple[str, str]] | None = None) -> Path:
     (root / "imagesTr").mkdir(parents=True)
     (root / "labelsTr").mkdir()
-    for case, (image, label) in CASES.items():
+    for case, (image, label) in (cases or CASES).items():
         shutil.copy(DATA / image, root / "imagesTr" / f"{case}_0000.nii")
         _second_modality(DATA / image, root / "imagesTr" / f"{case}_0001.nii.gz")
         shutil.copy(DATA / label, root / "labelsTr" / f"{case}.nii.gz")
@@ -189,25 +190,22 @@ def test_per_case_folders_are_detected_with_modalities_in_name_or_given_order(tm
         detect(root, ["t1", "flair"])
 
 
-@pytest.mark.parametrize("tree", ["nnunet", "case-folders"])
-def test_convert_on_a_volume_tree_says_it_holds_volumes_instead_of_0_images(tmp_path: Path, tree: str) -> None:
+def test_volumes_in_a_tree_convert_does_not_know_are_named_with_the_trees_it_reads(tmp_path: Path) -> None:
+    """Before: "saw: scans/ (0 images), masks/ (0 images)" and an --images hint that cannot read volumes."""
     from click.testing import CliRunner
 
     from shardkit.cli import main
 
-    if tree == "nnunet":
-        root = nnunet_tree(tmp_path / "Dataset001")
-        where = "imagesTr/, labelsTr/"
-    else:
-        root = tmp_path / "brats"
-        (root / "case1").mkdir(parents=True)
-        shutil.copy(DATA / "anatomical.nii", root / "case1" / "case1_t1.nii")
-        shutil.copy(DATA / "anatomical_label.nii.gz", root / "case1" / "case1_seg.nii.gz")
-        where = "case1/"
+    root = tmp_path / "scans-and-masks"
+    (root / "scans").mkdir(parents=True)
+    (root / "masks").mkdir()
+    shutil.copy(DATA / "anatomical.nii", root / "scans" / "anat.nii")
+    shutil.copy(DATA / "anatomical_label.nii.gz", root / "masks" / "anat.nii.gz")
     result = CliRunner().invoke(main, ["convert", str(root), str(tmp_path / "out")])
     assert result.exit_code == 1 and "Traceback" not in result.output
-    assert f"holds 3-D volumes (NIfTI or NRRD files in {where}), which convert does not read as images" in result.output
-    assert "0 images" not in result.output and "shardkit.conversion.volumes" in result.output
+    assert ("holds 3-D volumes (NIfTI or NRRD files in masks/, scans/), but not in a volume tree convert knows"
+            in result.output)
+    assert "0 images" not in result.output and "imagesTr/<case>_0000.nii.gz" in result.output
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 

@@ -130,9 +130,10 @@ def no_layout_message(ctx: Context) -> tuple[str, str]:
     volumes = volume_folders(ctx.root)
     if volumes:  # no image layout reads them: say so rather than "0 images"
         shown = ", ".join(f"{f}/" for f in volumes[:_MAX_FOLDERS]) + (" …" if len(volumes) > _MAX_FOLDERS else "")
-        return (f"holds 3-D volumes (NIfTI or NRRD files in {shown}), which convert does not read as images\n ",
-                "cut them into 2-D or 2.5-D slice samples with shardkit.conversion.volumes (nnU-Net/MSD and "
-                "per-case-folder trees; docs/volumes.md)")
+        return (f"holds 3-D volumes (NIfTI or NRRD files in {shown}), but not in a volume tree convert knows\n ",
+                "arrange them as nnU-Net does (dataset.json + imagesTr/<case>_0000.nii.gz + labelsTr/<case>.nii.gz) "
+                "or in per-case folders (<case>/<case>_<modality>.nii.gz + <case>/<case>_seg.nii.gz); "
+                "docs/volumes.md")
     counts = [_count(ctx.root, d) for d in sorted(ctx.dirs)]
     counts.sort(key=lambda c: (-c.n, c.name))
     root_images = sum(1 for f in ctx.files if is_image(f))

@@ -10,22 +10,28 @@ Two trees are detected (:func:`detect`), their volumes NIfTI (``.nii``, ``.nii.g
   modalities in ``modalities`` order when given, else sorted by name (stated in the log); every case must have
   the same set. No class table in the tree: the label values found are the classes.
 
-Nothing here decodes a voxel; :mod:`shardkit.conversion.volumes` reads the cases.
+Nothing here decodes a voxel; :mod:`shardkit.conversion.volumes` reads the cases. The ``nnunet`` and
+``case-folders`` layouts (:mod:`.nnunet`, :mod:`.casefolders`) hand the cases to discovery as one pair per case.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ...errors import LayoutError
+from ...files.splitfiles import ClassInfo, ClassTable
+from ...labels.policy import TableChoice
 from ...support.smallfile import read_json
 from ...volumes.files import VOLUME_SUFFIXES, is_volume, volume_stem
+from ..pairs import PairBuilder
+from .scan import Found
 
 log = logging.getLogger(__name__)
 
@@ -211,3 +217,52 @@ def _case_folders(root: Path, folders: list[Path], modalities: Sequence[str] | N
                               path=folder, fix="give every case the same modality files (or --modalities)")
         cases.append(Case(folder.name, tuple(mods[m] for m in order), label))
     return VolumeLayout("case-folders", root, order or (), None, {"train": tuple(cases)})
+
+
+def case_jobs(found: VolumeLayout) -> dict[str, Callable[[], Found]]:
+    """Discovery's pairing job per split: one pair per case, keyed by the case, its first modality file as the
+    image (the file each run fingerprints and checks for changes; the worker finds the others by
+    :func:`case_images`) and its label volume."""
+
+    def job(cases: tuple[Case, ...]) -> Found:
+        builder = PairBuilder(found.root)
+        for case in cases:
+            builder.add(case.key, str(case.images[0]), None if case.label is None else str(case.label))
+        return Found(builder)
+
+    unlabelled = [split for split, cases in found.splits.items() if any(c.label is None for c in cases)]
+    if unlabelled:
+        log.warning("%s: split %s has no label volumes (imagesTs/) and is not converted", found.root,
+                    ", ".join(unlabelled))
+    return {split: functools.partial(job, cases) for split, cases in found.splits.items() if split not in unlabelled}
+
+
+def dataset_table(root: Path) -> TableChoice | None:
+    """dataset.json's ``labels`` as the class table (ids must be 0..C-1, as shardkit stores them); None for a
+    tree without one."""
+    found = detect(root)
+    if found is None or found.classes is None:
+        return None
+    ids = sorted(found.classes)
+    if ids != list(range(len(ids))):
+        raise LayoutError(f"'labels' has ids {ids}: shardkit stores class ids 0..{len(ids) - 1}",
+                          path=root / "dataset.json",
+                          fix="relabel the volumes to consecutive ids (BraTS: 4 → 3, as nnU-Net's conversion does) "
+                              "and list them so in dataset.json")
+    table = ClassTable(tuple(ClassInfo(i, found.classes[i]) for i in ids), None, source="dataset.json")
+    return TableChoice(table, "dataset.json 'labels' (nnU-Net/MSD)")
+
+
+def case_images(kind: str, key: str, first: Path, modalities: tuple[str, ...]) -> tuple[Path, ...]:
+    """A case's modality files in band order, found beside ``first`` (its first file) by the tree's naming:
+    ``<case>_<CCCC>.<ext>`` (nnU-Net) or ``<case>_<modality>.<ext>`` (per-case folders), any volume suffix."""
+    names = [f"{key}_{c:04d}" for c in range(len(modalities))] if kind == "nnunet" else [
+        f"{key}_{m}" for m in modalities]
+    out = []
+    for name in names:
+        found = [first.parent / f"{name}{s}" for s in VOLUME_SUFFIXES if (first.parent / f"{name}{s}").is_file()]
+        if len(found) != 1:
+            raise LayoutError(f"case {key!r} has {len(found)} files named {name}.<volume suffix>, not one",
+                              path=first.parent, fix="give every case exactly one file per modality")
+        out.append(found[0])
+    return tuple(out)
