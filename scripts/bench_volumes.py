@@ -6,7 +6,9 @@ fresh child process (peak RSS = that child's ``VmHWM``):
 
 - ``nibabel``: ``np.asanyarray(nib.load(p).dataobj)`` of the image and the label (the decode alone);
 - ``slices K``: :func:`shardkit.conversion.volumes.cut_split` with ``context`` K: headers checked, the case
-  decoded once, labels checked against the class table, every slice stacked (``K`` = 0 and 1).
+  decoded once, labels checked against the class table, every slice stacked (``K`` = 0 and 1);
+- ``convert``: ``shardkit convert`` of the tree (``--format``, default npy; one worker, in that process):
+  slices written, the sidecar, the manifest.
 
 The last line is JSON.
 
@@ -29,7 +31,7 @@ CHILD = r"""
 import json, sys, time
 from pathlib import Path
 import numpy as np
-root, what = Path(sys.argv[1]), sys.argv[2]
+root, what, fmt = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 def hwm():  # this process's peak RSS in kB (VmHWM: ru_maxrss would include the forking parent's)
     return int(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM")))
 base = hwm()
@@ -39,6 +41,12 @@ if what == "nibabel":
     arrays = [np.asanyarray(nib.load(str(p)).dataobj) for p in (root / "imagesTr" / "ct_0000.nii.gz",
                                                                    root / "labelsTr" / "ct.nii.gz")]
     n = arrays[0].shape[2]
+elif what == "convert":
+    import tempfile
+    from shardkit.conversion.config import ConvertConfig
+    from shardkit.conversion.pipeline import convert
+    with tempfile.TemporaryDirectory(prefix="shardkit-volbench-out-") as out:
+        n = convert(ConvertConfig(root, Path(out) / "out", workers=1, quiet=True, format=fmt)).samples
 else:
     from shardkit.conversion.layouts.volumes import detect
     from shardkit.conversion.volumes import VolumeRun, cut_split
@@ -78,19 +86,22 @@ def write_case(root: Path, depth: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--depth", type=int, default=600)
+    parser.add_argument("--format", default="npy", help="shard format of the convert row (npy holds a shard of "
+                        "variable-size samples in memory until it ends; lmdb writes each sample as it comes)")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="shardkit-volbench-") as tmp:
         root = Path(tmp) / "Dataset001"
         write_case(root, args.depth)
-        for what in ("nibabel", "0", "1"):
-            out = subprocess.run([sys.executable, "-c", CHILD, str(root), what], check=True, capture_output=True,
-                                 text=True).stdout
+        for what in ("nibabel", "0", "1", "convert"):
+            out = subprocess.run([sys.executable, "-c", CHILD, str(root), what, args.format], check=True,
+                                 capture_output=True, text=True).stdout
             rows.append(json.loads(out.strip().splitlines()[-1]))
     voxels = 512 * 512 * args.depth
     print(f"case 512 x 512 x {args.depth} int16 ({voxels * 2 / 2**20:.0f} MiB) + uint8 label, .nii.gz")
     for r in rows:
-        name = "nibabel decode" if r["what"] == "nibabel" else f"slices, context {r['what']}"
+        names = {"nibabel": "nibabel decode", "convert": "shardkit convert"}
+        name = names.get(r["what"], f"slices, context {r['what']}")
         print(f"  {name:18s} {r['seconds']:6.2f} s  {r['slices']:4d} slices  peak RSS {r['peak_mb']:6.0f} MB "
               f"(after imports {r['base_mb']:.0f} MB)")
     print(json.dumps({"depth": args.depth, "rows": rows}))

@@ -152,3 +152,16 @@ def test_the_unlabelled_test_split_is_said_to_be_left_out(tmp_path: Path) -> Non
     assert "split test has no label volumes (imagesTs/) and is not converted" in output
     assert "split train: 2 pairs" in output and "layout nnunet" in output
     assert json.loads((root / "dataset.json").read_text())["channel_names"]["0"] == "T1"
+
+
+def test_the_shards_are_the_same_bytes_for_any_worker_count(tmp_path: Path) -> None:
+    root = nnunet_tree(tmp_path / "d", cases=INT16_CASES)
+    digests = []
+    for workers in ("1", "2"):
+        out = tmp_path / f"out{workers}"
+        result = CliRunner().invoke(main, ["convert", str(root), str(out), "--workers", workers, "--shard-size", "8",
+                                           "--context", "2"])
+        assert result.exit_code == 0, result.output
+        manifest = json.loads((out / "train" / "manifest.json").read_text())
+        digests.append([(f["name"], f["sha256"]) for s in manifest["shards"] for f in s["files"]])
+    assert digests[0] == digests[1] and len(digests[0]) > 2
