@@ -24,6 +24,13 @@ def volume_records(dataset: Dataset) -> dict[str, Any]:
     return found
 
 
+def groups(dataset: Dataset) -> list[str]:
+    """Each sample's group: the case (patient) its slice was cut from — its key's part before the ``/`` — so that
+    splits, duplicates and samplers can keep a case's slices together."""
+    volume_records(dataset)
+    return [dataset.key(i).partition("/")[0] for i in range(len(dataset))]
+
+
 def stitch_volume(dataset: Dataset, case: str) -> tuple[np.ndarray, dict[str, Any]]:
     """Case ``case``'s label volume rebuilt from its stored slices (every slice read once; those dropped as empty
     are background), and the label volume's record (shape, spacing, affine, type, header) to write it with

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 import shardkit
 from shardkit.cli import main
-from shardkit.read.volumes import stitch_volume, write_stitched
+from shardkit.read.volumes import groups, stitch_volume, write_stitched
 
 from .test_volumes import CASES, DATA, _second_modality, nnunet_tree
 
@@ -64,6 +64,8 @@ def test_an_nnunet_tree_converts_to_exact_slices_that_stitch_back(tmp_path: Path
         np.testing.assert_array_equal(label, lab[:, :, index])
         seen.setdefault(case, []).append(index)
     assert sorted(seen) == sorted(cases)
+    assert groups(ds) == [ds.key(i).split("/")[0] for i in range(len(ds))] and set(groups(ds)) == set(cases)
+    assert all(report["cases"][case]["group"] == case for case in cases)
     for case in seen:
         written = write_stitched(ds, case, tmp_path / f"{case}.nii.gz")
         back, original = nib.load(str(written)), nib.load(str(root / "labelsTr" / f"{case}.nii.gz"))
