@@ -627,6 +627,13 @@ class ConvertConfig:
             raise ConfigError(f"--context {context!r} is not a number of slices", fix="write it like --context 1")
         return Slicing(parse_axis(self.slices), context, self.empty_slices)
 
+    def volume_flags(self) -> tuple[str, ...]:
+        """The volume options given (not at their defaults), as flags: refused by a run whose input holds images."""
+        return tuple(flag for flag, on in (
+            ("--slices", self.slices is not None), ("--context", self.context != 0),
+            ("--empty-slices", self.empty_slices != "keep"), ("--max-voxels", self.max_voxels != DEFAULT_MAX_VOXELS))
+            if on)
+
     @property
     def value_map(self) -> ValueMap:
         """The label value map of ``label_map`` / ``reduce_zero_label`` / ``threshold`` (checked on init)."""

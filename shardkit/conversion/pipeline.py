@@ -225,7 +225,8 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
                                          "num_classes": table.num_classes, "ignore_index": table.ignore_index})
     decoder = LabelDecoder(found.label_kind, table, cfg.colour_tolerance, cfg.unknown_as, values)
     job = volume_job(found.layout, found.root, cfg.slicing, cfg.modalities, cfg.max_voxels,
-                     tuple(range(table.num_classes)) + (() if table.ignore_index is None else (table.ignore_index,)))
+                     tuple(range(table.num_classes)) + (() if table.ignore_index is None else (table.ignore_index,)),
+                     cfg.volume_flags())
     if job is not None:
         check_volume_options(cfg)
     summary = ConvertSummary(found, table, cfg.dry_run, choice.reason)

@@ -192,13 +192,15 @@ class VolumeJob:
 
 
 def volume_job(layout: str, root: Path, slicing: Slicing, modalities: str | None, max_voxels: int,
-               classes: tuple[int, ...]) -> VolumeJob | None:
-    """The job of a run whose discovery found a volume tree; None for any other layout. ``modalities``: the
+               classes: tuple[int, ...], asked: tuple[str, ...] = ()) -> VolumeJob | None:
+    """The job of a run whose discovery found a volume tree; None for any other layout, where a volume option
+    given (``asked``: their flags; ``--modalities``) is refused rather than ignored. ``modalities``: the
     ``--modalities`` order (per-case folders only)."""
     if layout not in VOLUME_LAYOUTS:
-        if modalities is not None:
-            raise ConfigError("--modalities orders the modalities of volume cases, and this input is no volume "
-                              "tree", fix="leave out --modalities")
+        given = [*asked, *(["--modalities"] if modalities is not None else [])]
+        if given:
+            raise ConfigError(f"{given[0]} is for 3-D volume trees, and the {layout} layout holds images",
+                              fix=f"leave out {given[0]}")
         return None
     order = [m.strip() for m in modalities.split(",") if m.strip()] if modalities else None
     found = detect(root, order)

@@ -167,3 +167,15 @@ def test_the_shards_are_the_same_bytes_for_any_worker_count(tmp_path: Path) -> N
         manifest = json.loads((out / "train" / "manifest.json").read_text())
         digests.append([(f["name"], f["sha256"]) for s in manifest["shards"] for f in s["files"]])
     assert digests[0] == digests[1] and len(digests[0]) > 2
+
+
+@pytest.mark.parametrize("args", [["--slices", "k"], ["--context", "1"], ["--empty-slices", "drop"],
+                                  ["--modalities", "t1,t2"]])
+def test_volume_options_on_an_image_dataset_are_refused_not_ignored(tmp_path: Path, args: list[str]) -> None:
+    isbi = Path(__file__).resolve().parents[1] / "data" / "isbi-em"
+    root = tmp_path / "em"
+    for folder, src in (("images", "image"), ("labels", "label")):
+        (root / folder).mkdir(parents=True)
+        shutil.copyfile(isbi / src / "0.png", root / folder / "0.png")
+    code, output = convert(str(root), str(tmp_path / "out"), "--label-map", "255:1", *args)
+    assert code == 2 and f"{args[0]} is for 3-D volume trees, and the generic layout holds images" in output
