@@ -87,7 +87,14 @@ def read_case(case: Case, classes: dict[int, str] | None, max_voxels: int = DEFA
 
 
 def check_classes(ids: np.ndarray, classes: dict[int, str] | None, path: Path) -> None:
-    """LabelError naming the first id of ``ids`` not in ``classes`` and its voxel count (no table: any id >= 0)."""
+    """LabelError naming the first id of ``ids`` not in ``classes`` and its voxel count (no table: any id >= 0).
+    Counted only when something is wrong: a label whose ids all lie in 0..max, each a class, passes on its
+    minimum and maximum."""
+    if ids.size == 0:
+        return
+    low, high = int(ids.min()), int(ids.max())
+    if low >= 0 and (classes is None or (high < len(classes) + 1 and all(v in classes for v in range(high + 1)))):
+        return
     if ids.dtype.kind == "u" and ids.dtype.itemsize <= 2:  # uint8/uint16 (label_ids): a count per id, no sort
         flat = ids.reshape(-1, order="A")  # a view in the array's own order (NIfTI volumes decode Fortran-ordered)
         counts = np.zeros(1 << (8 * ids.dtype.itemsize), np.int64)
