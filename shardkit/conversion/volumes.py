@@ -61,7 +61,7 @@ def _same_grid(first: VolumeHeader, other: VolumeHeader, what: str) -> None:
 def read_case(case: Case, classes: dict[int, str] | None, max_voxels: int = DEFAULT_MAX_VOXELS) -> ReadCase:
     """Every header of ``case`` checked (limits, one grid, one element type) before any voxel is decoded; then the
     modalities and label decoded once each."""
-    heads = [read_header(p, max_voxels) for p in case.images]
+    heads = [read_header(p, max_voxels, case.channels) for p in case.images]
     first = heads[0]
     for head in heads[1:]:
         _same_grid(first, head, "modality")
@@ -73,7 +73,9 @@ def read_case(case: Case, classes: dict[int, str] | None, max_voxels: int = DEFA
     if case.label is not None:
         label_head = read_header(case.label, max_voxels)
         _same_grid(first, label_head, "label volume")
-    if len(heads) == 1:  # no stacking: the decoded array itself (one copy of the volume in memory, not two)
+    if case.channels > 1:  # MSD: (X, Y, Z, M) in one file → (M, X, Y, Z), a view
+        images = np.moveaxis(read_voxels(first), 3, 0)
+    elif len(heads) == 1:  # no stacking: the decoded array itself (one copy of the volume in memory, not two)
         images = read_voxels(first)[None]
     else:
         images = np.empty((len(heads), *first.shape), dtype=np.dtype(first.dtype))
@@ -191,6 +193,8 @@ class VolumeJob:
 
     def case(self, pair: Any) -> Case:
         """The case of one discovered pair: its modality files in band order, found beside its first one."""
+        if self.kind == "msd":  # one file, the modalities on its 4th axis
+            return Case(pair.key, (pair.image,), pair.label, len(self.modalities))
         return Case(pair.key, case_images(self.kind, pair.key, pair.image, self.modalities), pair.label)
 
     def to_json(self) -> dict[str, Any]:
@@ -235,12 +239,12 @@ def volume_image_layout(found: Any, job: VolumeJob) -> tuple[str, int, str]:
     modalities x (2K + 1) bands of the volumes' element type; logged like an image run's."""
     first = next(pairs[0] for pairs in found.splits.values() if len(pairs))
     case = job.case(first)
-    head = read_header(case.images[0], job.max_voxels)
+    head = read_header(case.images[0], job.max_voxels, case.channels)
     if head.dtype not in _STORED:
         raise DecodeError(f"holds {head.dtype} voxels; slices are stored as {', '.join(_STORED)}",
                           path=head.path, fix="re-save the volumes as int16 or float32 (nothing is converted "
                                               "silently)")
-    bands = len(case.images) * (2 * job.slicing.context + 1)
+    bands = len(job.modalities) * (2 * job.slicing.context + 1)
     rule = "the axis asked for" if job.slicing.axis is not None else "each case's axis of largest spacing"
     log.info("volumes: slices along %s (first case %s: %s); context %d slices each side, edge slices repeated; "
              "empty slices %s", rule, case.key, job.slicing.axis_for(head.spacing)[1], job.slicing.context,
@@ -259,7 +263,7 @@ def slice_counts(pairs: Any, job: VolumeJob) -> list[tuple[int, tuple[int, int]]
     counts = []
     for pair in pairs:
         try:
-            head = read_header(pair.image, job.max_voxels)
+            head = read_header(pair.image, job.max_voxels, len(job.modalities) if job.kind == "msd" else 1)
         except ShardkitError:
             counts.append((1, (1, 1)))
             continue

@@ -34,9 +34,12 @@ def _module(name: str) -> Any:
     return nrrd if name.lower().endswith(nrrd.NRRD_SUFFIXES) else nifti
 
 
-def read_header(path: Path, max_voxels: int = DEFAULT_MAX_VOXELS) -> VolumeHeader:
+def read_header(path: Path, max_voxels: int = DEFAULT_MAX_VOXELS, channels: int = 1) -> VolumeHeader:
     """The checked header of a volume file (:func:`shardkit.volumes.nifti.read_header`,
-    :func:`shardkit.volumes.nrrd.read_header`): nothing but the header is read."""
+    :func:`shardkit.volumes.nrrd.read_header`): nothing but the header is read. ``channels`` > 1: a 4-D NIfTI
+    whose 4th axis holds that many modalities (MSD)."""
+    if channels > 1:
+        return nifti.read_header(Path(path), max_voxels, channels)
     return _module(Path(path).name).read_header(Path(path), max_voxels)
 
 

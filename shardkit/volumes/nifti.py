@@ -44,9 +44,10 @@ def _problem(exc: Exception) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
 
 
-def read_header(path: Path, max_voxels: int = DEFAULT_MAX_VOXELS) -> VolumeHeader:
+def read_header(path: Path, max_voxels: int = DEFAULT_MAX_VOXELS, channels: int = 1) -> VolumeHeader:
     """The checked header of NIfTI file ``path`` (nothing but the header is read); one-line DecodeError for a
-    file nibabel cannot parse or a header that says something no volume can be."""
+    file nibabel cannot parse or a header that says something no volume can be. ``channels`` > 1: the file is
+    4-D with that many modalities on its 4th axis (MSD); the voxel limit then counts them all."""
     nib = _nibabel()
     path = Path(path)
     if not path.is_file():
@@ -61,6 +62,17 @@ def read_header(path: Path, max_voxels: int = DEFAULT_MAX_VOXELS) -> VolumeHeade
     if dims is None:
         raise DecodeError(f"header dim[0] is {int(header['dim'][0])}, not 1..7", path=path,
                           fix="the header is damaged: re-export the volume")
+    if channels > 1:
+        if len(dims) != 4 or dims[3] != channels:
+            raise DecodeError(f"is {'x'.join(map(str, dims))}: dataset.json names {channels} modalities, so MSD "
+                              f"stores them on a 4th axis of {channels}", path=path,
+                              fix="check dataset.json's 'modality' against the images")
+        dims = dims[:3]
+        if min(dims) >= 1 and int(np.prod(dims, dtype=object)) * channels > max_voxels:
+            raise DecodeError(f"volume is {'x'.join(map(str, dims))}x{channels} = "
+                              f"{int(np.prod(dims, dtype=object)) * channels} voxels, more than the voxel limit "
+                              f"{max_voxels}", path=path, fix="raise max_voxels (--max-voxels) if the machine has "
+                              "the memory, or crop the volume")
     if len(dims) == 4 and dims[3] == 1:
         dims = dims[:3]  # one volume stored as 4-D
     if len(dims) == 3 and min(dims) >= 1:  # the voxel limit before anything else of the header is read
@@ -77,7 +89,7 @@ def read_header(path: Path, max_voxels: int = DEFAULT_MAX_VOXELS) -> VolumeHeade
     return VolumeHeader(path, (dims[0], dims[1], dims[2]), (zooms[0], zooms[1], zooms[2]),
                         tuple(tuple(float(v) for v in row) for row in affine),
                         dtype.newbyteorder("=").name, base64.b64encode(header.binaryblock).decode("ascii"),
-                        version)
+                        version, channels)
 
 
 def _stored_spacing(img: Any, path: Path) -> tuple[float, ...]:
@@ -113,7 +125,8 @@ def read_voxels(head: VolumeHeader) -> np.ndarray:
     except Exception as exc:
         raise DecodeError(f"voxels cannot be decoded ({_problem(exc)})", path=head.path,
                           fix="check the file (a truncated download?) or leave it out") from None
-    data = np.asarray(data).reshape(head.shape, order="A")  # a 4-D file of one volume
+    shape = head.shape if head.channels == 1 else (*head.shape, head.channels)
+    data = np.asarray(data).reshape(shape, order="A")  # a 4-D file of one volume
     if not data.dtype.isnative:
         data = data.astype(data.dtype.newbyteorder("="))
     if data.dtype != np.dtype(head.dtype):

@@ -34,6 +34,8 @@ class VolumeHeader:
     header: str
     #: ``"nifti1"``, ``"nifti2"`` or ``"nrrd"``
     version: str
+    #: modalities on a 4th axis (MSD's 4-D images; the voxels are then ``shape + (channels,)``); 1: a 3-D volume
+    channels: int = 1
 
     @property
     def voxels(self) -> int:
@@ -45,7 +47,8 @@ class VolumeHeader:
     def to_json(self) -> dict[str, Any]:
         """The volume's record in a manifest (formats/manifest.md ``volumes``)."""
         return {"shape": list(self.shape), "spacing": list(self.spacing), "affine": [list(r) for r in self.affine],
-                "dtype": self.dtype, "format": self.version, "header": self.header}
+                "dtype": self.dtype, "format": self.version, "header": self.header,
+                **({"channels": self.channels} if self.channels > 1 else {})}
 
 
 def checked_grid(path: Path, dims: list[int], spacing: tuple[float, ...], affine: np.ndarray, dtype: np.dtype[Any],

@@ -179,3 +179,47 @@ def test_volume_options_on_an_image_dataset_are_refused_not_ignored(tmp_path: Pa
         shutil.copyfile(isbi / src / "0.png", root / folder / "0.png")
     code, output = convert(str(root), str(tmp_path / "out"), "--label-map", "255:1", *args)
     assert code == 2 and f"{args[0]} is for 3-D volume trees, and the generic layout holds images" in output
+
+
+def msd_tree(root: Path, modality: dict[str, str]) -> tuple[Path, np.ndarray, np.ndarray]:
+    """MSD's own layout: nibabel's 4-D NIfTI-2 example (32x20x12, 2 volumes) as one case of two modalities, a label
+    thresholded from it at test time, and a macOS ``._`` resource fork as MSD's archives carry."""
+    (root / "imagesTr").mkdir(parents=True)
+    (root / "labelsTr").mkdir()
+    shutil.copy(DATA / "example_nifti2.nii.gz", root / "imagesTr" / "case1.nii.gz")
+    (root / "imagesTr" / "._case1.nii.gz").write_bytes(b"\x00\x05\x16\x07 macOS resource fork")
+    img = nib.load(str(DATA / "example_nifti2.nii.gz"))
+    data = np.asanyarray(img.dataobj)
+    label = (data[..., 0] > np.median(data[..., 0])).astype(np.uint8)
+    nib.save(nib.Nifti2Image(label, img.affine), str(root / "labelsTr" / "case1.nii.gz"))
+    (root / "dataset.json").write_text(json.dumps({"name": "example", "modality": modality,
+                                                   "labels": {"0": "background", "1": "bright"}, "numTraining": 1,
+                                                   "training": [{"image": "./imagesTr/case1.nii.gz",
+                                                                 "label": "./labelsTr/case1.nii.gz"}]}))
+    return root, data, label
+
+
+def test_msd_4d_images_are_read_as_their_modalities_and_stitch_back(tmp_path: Path, validate_manifest) -> None:
+    root, data, label = msd_tree(tmp_path / "Task00_Example", {"0": "first", "1": "second"})
+    out = tmp_path / "out"
+    code, output = convert(str(root), str(out), "--slices", "i")
+    assert code == 0, output
+    assert "int16, 2 bands (first/second x 1 slices)" in output
+    assert validate_manifest(out / "train")["source"]["volumes"]["cases"]["case1"]["image"]["channels"] == 2
+    ds = shardkit.open(out / "train")
+    assert len(ds) == data.shape[0] and groups(ds) == ["case1"] * data.shape[0]
+    for i in range(len(ds)):
+        image, stored = ds[i]
+        assert ds.key(i) == f"case1/i{i:04d}"
+        np.testing.assert_array_equal(image, data[i])  # (20, 12, 2): both modalities of slice i
+        np.testing.assert_array_equal(stored, label[i])
+    back = nib.load(str(write_stitched(ds, "case1", tmp_path / "case1.nii.gz")))
+    np.testing.assert_array_equal(np.asanyarray(back.dataobj), label)
+    assert isinstance(back, nib.Nifti2Image) and (back.affine == nib.load(str(root / "labelsTr" / "case1.nii.gz"))
+                                                  .affine).all()
+
+
+def test_an_msd_image_with_another_modality_count_than_dataset_json_is_refused(tmp_path: Path) -> None:
+    root, _, _ = msd_tree(tmp_path / "Task00_Example", {"0": "a", "1": "b", "2": "c"})
+    code, output = convert(str(root), str(tmp_path / "out"))
+    assert code == 1 and "dataset.json names 3 modalities, so MSD stores them on a 4th axis of 3" in output

@@ -1,5 +1,6 @@
-"""nnU-Net v2 / Medical Segmentation Decathlon volumes: ``dataset.json`` + ``imagesTr/<case>_<CCCC>.nii.gz`` +
-``labelsTr/<case>.nii.gz`` (+ ``imagesTs/``); one sample source per case (:mod:`.volumes`, docs/volumes.md)."""
+"""nnU-Net v2 / Medical Segmentation Decathlon volumes: ``dataset.json`` + ``imagesTr/<case>_<CCCC>.nii.gz`` (or
+MSD's own ``imagesTr/<case>.nii.gz``, modalities on a 4th axis) + ``labelsTr/<case>.nii.gz`` (+ ``imagesTs/``); one
+sample source per case (:mod:`.volumes`, docs/volumes.md)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ class NnunetLayout(Layout):
         if "imagesTr" not in ctx.dirs:
             return {}
         found = detect(ctx.root)
-        return {} if found is None or found.kind != self.name else case_jobs(found)
+        return {} if found is None or found.kind not in ("nnunet", "msd") else case_jobs(found)
 
     def default_table(self, found: Discovery, *, cityscapes_train_ids: bool = True) -> TableChoice | None:
         return dataset_table(found.root)

@@ -49,6 +49,9 @@ class Case:
     key: str
     images: tuple[Path, ...]
     label: Path | None
+    #: modalities stacked in one 4-D file (MSD's own ``imagesTr/BRATS_001.nii.gz``, the 4th axis in dataset.json's
+    #: ``modality`` order); 1: one 3-D file per modality
+    channels: int = 1
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,11 @@ class VolumeLayout:
 
 
 def _volume_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if is_volume(p.name) and p.is_file()) if folder.is_dir() else []
+    """The volume files of ``folder``, sorted; hidden ones (MSD's archives carry macOS ``._BRATS_001.nii.gz``
+    resource forks) left out, as nnU-Net's own conversion does."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if is_volume(p.name) and not p.name.startswith(".") and p.is_file())
 
 
 def volume_folders(root: Path, depth: int = 2, cap: int = 64) -> list[str]:
@@ -159,10 +166,33 @@ def _nnunet(root: Path, modalities: Sequence[str] | None) -> VolumeLayout:
         raise LayoutError("--modalities is for per-case folders: here dataset.json's channel order is the band "
                           "order", path=meta_path, fix="leave out --modalities")
     classes = _class_table(meta.get("labels"), meta_path)
-    splits = {"train": _channel_cases(root / "imagesTr", root / "labelsTr", names)}
+    msd = key == "modality" and not any(_CHANNEL.match(volume_stem(p.name)) for p in _volume_files(root / "imagesTr"))
+    cases = _msd_cases if msd else _channel_cases
+    splits = {"train": cases(root / "imagesTr", root / "labelsTr", names)}
     if _volume_files(root / "imagesTs"):
-        splits["test"] = _channel_cases(root / "imagesTs", None, names)
-    return VolumeLayout("nnunet", root, names, classes, splits)
+        splits["test"] = cases(root / "imagesTs", None, names)
+    return VolumeLayout("msd" if msd else "nnunet", root, names, classes, splits)
+
+
+def _msd_cases(images: Path, labels: Path | None, names: tuple[str, ...]) -> tuple[Case, ...]:
+    """Cases of an MSD ``imagesTr``: one file per case, its modalities (dataset.json's ``modality``) stacked on
+    a 4th axis (3-D when there is one)."""
+    cases = []
+    for path in _volume_files(images):
+        case = volume_stem(path.name)
+        cases.append(Case(case, (path,), _label_of(labels, case), len(names)))
+    return tuple(cases)
+
+
+def _label_of(labels: Path | None, case: str) -> Path | None:
+    """``labelsTr/<case>.<volume suffix>``; None without a labels folder; LayoutError when missing."""
+    if labels is None:
+        return None
+    found = [labels / f"{case}{s}" for s in VOLUME_SUFFIXES if (labels / f"{case}{s}").is_file()]
+    if not found:
+        raise LayoutError(f"case {case!r} has no label volume {case}.nii.gz", path=labels,
+                          fix="add the label volume, or move the case's images out of imagesTr/")
+    return found[0]
 
 
 def _channel_cases(images: Path, labels: Path | None, names: tuple[str, ...]) -> tuple[Case, ...]:
@@ -182,14 +212,7 @@ def _channel_cases(images: Path, labels: Path | None, names: tuple[str, ...]) ->
                               f"({', '.join(names)})", path=images,
                               fix="give every case one file per channel, _0000 to "
                                   f"_{len(names) - 1:04d}")
-        label = None
-        if labels is not None:
-            found = [labels / f"{case}{s}" for s in VOLUME_SUFFIXES if (labels / f"{case}{s}").is_file()]
-            if not found:
-                raise LayoutError(f"case {case!r} has no label volume {case}.nii.gz", path=labels,
-                                  fix="add the label volume, or move the case's images out of imagesTr/")
-            label = found[0]
-        cases.append(Case(case, tuple(files[c] for c in range(len(names))), label))
+        cases.append(Case(case, tuple(files[c] for c in range(len(names))), _label_of(labels, case)))
     return tuple(cases)
 
 
