@@ -8,7 +8,10 @@ fresh child process (peak RSS = that child's ``VmHWM``):
 - ``slices K``: :func:`shardkit.conversion.volumes.cut_split` with ``context`` K: headers checked, the case
   decoded once, labels checked against the class table, every slice stacked (``K`` = 0 and 1);
 - ``convert``: ``shardkit convert`` of the tree (``--format``, default npy; one worker, in that process):
-  slices written, the sidecar, the manifest.
+  slices written, the sidecar, the manifest;
+- ``read``: 200 random slices (image and label) read from those shards (``shardkit.open``);
+- ``nibabel-slice``: 10 random slices, each loaded from the ``.nii.gz`` files by nibabel's array proxy (it
+  decompresses up to the slice) — the per-access cost the shards replace.
 
 The last line is JSON.
 
@@ -41,12 +44,24 @@ if what == "nibabel":
     arrays = [np.asanyarray(nib.load(str(p)).dataobj) for p in (root / "imagesTr" / "ct_0000.nii.gz",
                                                                    root / "labelsTr" / "ct.nii.gz")]
     n = arrays[0].shape[2]
-elif what == "convert":
-    import tempfile
+elif what == "convert":  # into ROOT/../out, which the "read" row then opens
     from shardkit.conversion.config import ConvertConfig
     from shardkit.conversion.pipeline import convert
-    with tempfile.TemporaryDirectory(prefix="shardkit-volbench-out-") as out:
-        n = convert(ConvertConfig(root, Path(out) / "out", workers=1, quiet=True, format=fmt)).samples
+    n = convert(ConvertConfig(root, root.parent / "out", workers=1, quiet=True, format=fmt)).samples
+elif what == "read":  # random slices from the shards
+    import shardkit
+    ds = shardkit.open(root.parent / "out" / "train")
+    picks = np.random.default_rng(0).integers(0, len(ds), 200)
+    for i in picks:
+        image, label = ds[int(i)]
+    n = len(picks)
+elif what == "nibabel-slice":  # a random slice per access, decoded from the .nii.gz by nibabel's proxy
+    import nibabel as nib
+    picks = np.random.default_rng(0).integers(0, 600, 10)
+    for k in picks:
+        image = np.asanyarray(nib.load(str(root / "imagesTr" / "ct_0000.nii.gz")).dataobj[:, :, int(k)])
+        label = np.asanyarray(nib.load(str(root / "labelsTr" / "ct.nii.gz")).dataobj[:, :, int(k)])
+    n = len(picks)
 else:
     from shardkit.conversion.layouts.volumes import detect
     from shardkit.conversion.volumes import VolumeRun, cut_split
@@ -93,17 +108,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="shardkit-volbench-") as tmp:
         root = Path(tmp) / "Dataset001"
         write_case(root, args.depth)
-        for what in ("nibabel", "0", "1", "convert"):
+        for what in ("nibabel", "0", "1", "convert", "read", "nibabel-slice"):
             out = subprocess.run([sys.executable, "-c", CHILD, str(root), what, args.format], check=True,
                                  capture_output=True, text=True).stdout
             rows.append(json.loads(out.strip().splitlines()[-1]))
     voxels = 512 * 512 * args.depth
     print(f"case 512 x 512 x {args.depth} int16 ({voxels * 2 / 2**20:.0f} MiB) + uint8 label, .nii.gz")
     for r in rows:
-        names = {"nibabel": "nibabel decode", "convert": "shardkit convert"}
+        names = {"nibabel": "nibabel decode", "convert": "shardkit convert", "read": "read shards",
+                 "nibabel-slice": "nibabel per slice"}
         name = names.get(r["what"], f"slices, context {r['what']}")
         print(f"  {name:18s} {r['seconds']:6.2f} s  {r['slices']:4d} slices  peak RSS {r['peak_mb']:6.0f} MB "
               f"(after imports {r['base_mb']:.0f} MB)")
+    per = {r["what"]: r["seconds"] / r["slices"] for r in rows}
+    print(f"random slice access: shards {per['read'] * 1e3:.2f} ms, nibabel from the .nii.gz "
+          f"{per['nibabel-slice'] * 1e3:.0f} ms: {per['nibabel-slice'] / per['read']:.0f}x")
     print(json.dumps({"depth": args.depth, "rows": rows}))
 
 
