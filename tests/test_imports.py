@@ -98,7 +98,7 @@ def test_the_package_import_graph_is_acyclic() -> None:
 #: that names it. A new module must be given a layer here.
 LAYERS: dict[str, tuple[str, ...]] = {
     "foundation": ("_version", "errors", "testing", "support", "augment.seeding", "read.residency"),
-    "core": ("files", "codecs", "images"),
+    "core": ("files", "codecs", "images", "volumes"),
     "formats": ("formats",),
     "labels": ("labels",),
     "augment": ("augment",),

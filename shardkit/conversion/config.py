@@ -42,6 +42,7 @@ from ..errors import ConfigError
 from ..support.limits import (
     DEFAULT_MAX_PIXELS,
     DEFAULT_MAX_TILE_RATIO,
+    DEFAULT_MAX_VOXELS,
     MAX_PIXELS,
     MAX_SHARD_BYTES,
     MAX_SHARD_SAMPLES,
@@ -380,6 +381,23 @@ class ConvertConfig:
         DEFAULT_MAX_TILE_RATIO, group="geometry", metavar="R",
         help="Refuse a tiling that would store more than R times a source's pixels (overlapping tiles; estimated "
              "from the headers before decoding). 16 allows a stride of a quarter tile; --stride 1 is refused.")
+    # -- 3-D volumes (shardkit.conversion.volumes; docs/volumes.md): nnU-Net/MSD and per-case-folder trees
+    slices: str | None = option(
+        None, group="geometry", metavar="AXIS",
+        help="3-D volumes (NIfTI, NRRD; docs/volumes.md): store 2-D slices along array axis i, j or k; auto "
+             "(the default for a volume tree): the axis of largest spacing.")
+    context: int = option(
+        0, group="geometry", metavar="K",
+        help="Volumes: add the K slices on each side of a slice as bands (2.5-D; edge slices repeated).")
+    empty_slices: str = option(
+        "keep", group="output", choices=("keep", "drop"),
+        help="Volumes: keep or drop slices whose label is all background (id 0); counted in the manifest.")
+    modalities: str | None = option(
+        None, group="labels", metavar="A,B,…",
+        help="Volumes in per-case folders: the modality order as bands (default: name order).")
+    max_voxels: int = option(
+        DEFAULT_MAX_VOXELS, group="run", metavar="N", range=(1, None),
+        help="Refuse a volume of more voxels, from its header before decoding (2^28: 512x512x1024).")
     # -- layout, pairing and classes (shardkit.conversion.layouts, labels/policy.py)
     #: explicit pairing templates, relative to ``input``: ``"img/{split}/{name}.tif"`` (both or neither)
     images: str | None = option(
@@ -462,6 +480,8 @@ class ConvertConfig:
             raise ConfigError("--workers must be >= 0 (0 = all cores)")
         self._check_tiling()
         self._check_stored_size()
+        if self.slices is not None or self.context or self.empty_slices != "keep":
+            _ = self.slicing  # a bad --slices / --context is a usage error up front
         keep = self.keep_versions
         if isinstance(keep, str) and keep.strip().isdigit():
             keep = int(keep.strip())
@@ -512,7 +532,7 @@ class ConvertConfig:
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, Path(getattr(self, name)))
         for name in ("num_classes", "ignore_index", "unknown_as", "colour_tolerance", "workers", "max_pixels",
-                     "threshold"):
+                     "threshold", "context", "max_voxels"):
             value = getattr(self, name)
             if value is None or (isinstance(value, int) and not isinstance(value, bool)):
                 continue
@@ -592,6 +612,27 @@ class ConvertConfig:
             return max(1, len(os.sched_getaffinity(0)))
         except AttributeError:  # pragma: no cover - non-Linux
             return max(1, os.cpu_count() or 1)
+
+    @property
+    def slicing(self) -> Any:
+        """The volume slicing of ``--slices/--context/--empty-slices``
+        (:class:`~shardkit.volumes.slices.Slicing`; a volume tree without ``--slices`` is sliced along the
+        largest spacing)."""
+        from ..volumes.slices import Slicing, parse_axis
+
+        context = self.context
+        if isinstance(context, str) and context.strip().isdigit():
+            context = int(context)
+        if isinstance(context, bool) or not isinstance(context, int):
+            raise ConfigError(f"--context {context!r} is not a number of slices", fix="write it like --context 1")
+        return Slicing(parse_axis(self.slices), context, self.empty_slices)
+
+    def volume_flags(self) -> tuple[str, ...]:
+        """The volume options given (not at their defaults), as flags: refused by a run whose input holds images."""
+        return tuple(flag for flag, on in (
+            ("--slices", self.slices is not None), ("--context", self.context != 0),
+            ("--empty-slices", self.empty_slices != "keep"), ("--max-voxels", self.max_voxels != DEFAULT_MAX_VOXELS))
+            if on)
 
     @property
     def value_map(self) -> ValueMap:

@@ -69,6 +69,8 @@ from .pairs import PairTable
 from .plan import ShardTask, checked_tiling, plan_split, settings_text
 from .pool import run_tasks
 from .staging import StorageSession
+from .volumes import VolumeJob, slice_counts, volume_image_layout, volume_job, volume_report
+from .volumes import check_options as check_volume_options
 from .worker import ShardResult, WorkerContext
 
 log = logging.getLogger(__name__)
@@ -219,6 +221,10 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     embedded: dict[str, bytes] = {}  # image path → the bytes of an image the annotation file holds (labelme)
     if isinstance(looked, Discovery):  # mask images
         found = looked
+        if found.layout == "case-folders" and cfg.num_classes is None and cfg.classes is None:
+            raise ConfigError("per-case volume folders carry no class table, and label volumes are not scanned "
+                              "for their ids", path=found.root, fix="pass --num-classes N (ids 0..N-1) or --classes "
+                              "FILE")
         choice = class_table(cfg, found, remote=session.source is not None, scans=scans)
     else:  # labels drawn from shapes: the table is the annotation file's
         found, choice, run, shapes = looked
@@ -231,6 +237,11 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     log.info("%s", choice.line(), extra={"event": "class_table", "source": table.source, "reason": choice.reason,
                                          "num_classes": table.num_classes, "ignore_index": table.ignore_index})
     decoder = LabelDecoder(found.label_kind, table, cfg.colour_tolerance, cfg.unknown_as, values)
+    job = volume_job(found.layout, found.root, cfg.slicing, cfg.modalities, cfg.max_voxels,
+                     tuple(range(table.num_classes)) + (() if table.ignore_index is None else (table.ignore_index,)),
+                     cfg.volume_flags())
+    if job is not None:
+        check_volume_options(cfg)
     summary = ConvertSummary(found, table, cfg.dry_run, choice.reason)
     if cfg.dry_run:  # the caller (the CLI) prints the report itself
         return summary
@@ -240,7 +251,9 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     if cfg.drop_tiles_ignored is not None and table.ignore_index is None:
         raise ConfigError(f"--drop-tiles-ignored {cfg.drop_tiles_ignored} drops tiles of ignore pixels, but the class "
                           "table has no ignore index", fix="pass --ignore-index ID")
-    layout, georef = image_layout_of(cfg, found, session, embedded)  # refuses what no split may store (limits) first
+    # refuses what no split may store (limits) first
+    layout, georef = ((volume_image_layout(found, job), False) if job
+                      else image_layout_of(cfg, found, session, embedded))
     spec = sample_spec(cfg, table, layout)
     options = cfg.preprocessing()
     # The manifest records what took effect: the Cityscapes id remap only means something for Cityscapes.
@@ -256,12 +269,13 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
                 "sample": spec.to_manifest(),
                 "classes": table.to_json(), "preprocessing": options, "on_error": cfg.on_error,
                 **annotation_settings(found),
-                **({"georeference": True} if georef else {})}
+                **({"georeference": True} if georef else {}),
+                **({"volumes": job.to_json()} if job is not None else {})}
     digest = hashlib.sha256(settings_text(settings).encode()).hexdigest()
     ctx = WorkerContext.from_config(cfg, spec=spec, decoder=decoder, root=found.root.resolve(),
                                     sync_files=cfg.backend == "dask", source=session.source,
                                     settings=settings_text(settings), image=cfg.image_options,
-                                    georef=georef, annotations=run if annotated else None)
+                                    georef=georef, annotations=run if annotated else None, volumes=job)
     log.info("convert %s → %s as %s", session.input_name, session.output_name, cfg.format,
              extra={"event": "start", "input": session.input_name, "output": session.output_name,
                     "format": cfg.format, "workers": cfg.effective_workers(), "backend": cfg.backend})
@@ -272,7 +286,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
                                      header_size, float(cfg.max_tile_ratio), spec.sample_nbytes(cfg.tiling.tile))
     with session.lock(), contextlib.ExitStack() as stack:
         tasks, reused, caches = _plan(cfg, found, spec, settings, digest, session, header_size,
-                                      shapes if annotated else None)
+                                      shapes if annotated else None, job)
         if annotated:
             tasks = attach(tasks, shapes)
         for cache in caches.values():
@@ -317,7 +331,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
 
         write(todo, {})
         rewritten = 0
-        if cfg.tiling is None or cfg.tiling.drop_ignored is None:  # tiled: whole sources, by their tiles' hashes
+        if job is None and (cfg.tiling is None or cfg.tiling.drop_ignored is None):  # tiled: by sources' hashes
             summary.duplicates, rewritten = _duplicates(cfg, found, tasks, reused, pixels, spec, session, write)
         if padded and table.ignore_index is None:
             log.warning("%d samples were smaller than %s and their labels were padded with class 0, which "
@@ -520,10 +534,13 @@ def _plan(
     cfg: ConvertConfig, found: Discovery, spec: SampleSpec, settings: dict[str, Any], digest: str,
     session: StorageSession, header_size: Callable[[Path], tuple[int, int]] | None = None,
     shapes: Shapes | None = None,
+    volumes: VolumeJob | None = None,
 ) -> tuple[list[ShardTask], dict[tuple[str, int], ShardRecord], dict[str, SourceCache]]:
     """Fingerprint every split's samples, cut shards, and find the shards that can be reused (by split and
     shard index); each split's fingerprint cache, to be completed by the workers and saved.
 
+    A volume run (``volumes``) always leaves them to the workers: a case's other modality files are in no
+    fingerprint, so no shard of an earlier run is reused (its shards are written again; docs/volumes.md).
     Where no shard can be reused (``--force``, or a split folder with no shard records: a first conversion)
     the fingerprints are left to the workers, which hash each source file from the same read that
     decodes it, in parallel, instead of this process reading and hashing every file first. Their cache entries
@@ -538,7 +555,7 @@ def _plan(
         directory = cfg.output / split
         session.sink.open(directory)
         fingerprints: np.ndarray | None = None
-        if session.source is not None or (not cfg.force and has_records(directory)):
+        if volumes is None and (session.source is not None or (not cfg.force and has_records(directory))):
             old_cache = (SourceCache(len(pairs), spill=True) if cfg.force or cfg.rehash
                          else load_cache(directory, pairs))
             fingerprints, caches[split] = session.fingerprints(pairs, digest, old_cache,
@@ -552,7 +569,8 @@ def _plan(
         identities = None if session.source is not None else input_identities(
             pairs, caches[split] if fingerprints is not None else None, threads=2 * cfg.effective_workers())
         planned = plan_split(split, directory, pairs, fingerprints, cfg.shard_size, spec, cfg, settings,
-                             header_size or session.header_size, identities)
+                             header_size or session.header_size, identities,
+                             None if volumes is None else slice_counts(pairs, volumes))
         for task in planned:
             if not cfg.force and task.key is not None:
                 record = session.sink.reuse(directory, task.key, fmt.published_names(task.stem, spec),
@@ -629,7 +647,7 @@ def publish_split(
             unmatched_images=tuple(found.unmatched_images.get(split, ())),
             unmatched_labels=tuple(found.unmatched_labels.get(split, ())),
             # "tiles": sources, written, dropped_ignored (with --tile only); "annotations": the rasterisation report
-            extra={**_tile_counts(records), **split_report(records, found)},
+            extra={**_tile_counts(records), **split_report(records, found), **volume_report(r.stats for r in records)},
         ),
         shards=tuple(shards),
         samples=SampleTable(shards, table.num_classes, directory),

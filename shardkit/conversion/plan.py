@@ -174,14 +174,19 @@ def plan_split(
     settings: dict[str, Any],
     header_size: Callable[[Path], tuple[int, int]],
     identities: np.ndarray | None = None,
+    slices: list[tuple[int, tuple[int, int]]] | None = None,
 ) -> list[ShardTask]:
     """Cut one split's ordered pairs into shard tasks.
 
     ``fingerprints`` (an (n, 32) uint8 array) None: the workers compute them (and the shard keys) from the
-    bytes they decode. ``identities``: see :attr:`ShardTask.identities`.
+    bytes they decode. ``identities``: see :attr:`ShardTask.identities`. ``slices``: volume cases' slice counts
+    (:func:`~shardkit.conversion.volumes.slice_counts`), each case's slices in one shard.
     """
     counts = None
-    if cfg.tiling is not None:  # one sample per tile: sizes and counts from each source's header
+    if slices is not None:  # volume cases: one sample per slice, counted from each case's header
+        counts = [n for n, _ in slices]
+        sizes = [spec.sample_nbytes(hw) * n for n, hw in slices]
+    elif cfg.tiling is not None:  # one sample per tile: sizes and counts from each source's header
         tile_bytes = spec.sample_nbytes(cfg.tiling.tile)
         counts = [tile_count(cfg.tiling, p.image, header_size, float(cfg.max_tile_ratio), tile_bytes) for p in pairs]
         sizes = [spec.sample_nbytes(cfg.tiling.tile) * n for n in counts]

@@ -63,6 +63,7 @@ from .config import DEFAULT_MAX_PIXELS, ConvertConfig
 from .fingerprint import SourceCache, file_identity, sample_fingerprint, source_digest
 from .layouts import rel_path
 from .plan import ShardTask, hex_rows, shard_key, stem
+from .volumes import VolumeJob, VolumeRun, cut_case, slice_counts, volume_wire
 
 if TYPE_CHECKING:
     from .staging import RemoteSource
@@ -109,6 +110,8 @@ class WorkerContext:
     georef: bool = False
     #: labels from an annotation source: its name and policies (the task carries each sample's shapes)
     annotations: AnnotationRun | None = None
+    #: a volume tree: each pair is a case, cut into slices (:mod:`shardkit.conversion.volumes`)
+    volumes: VolumeJob | None = None
 
     @classmethod
     def from_config(cls, cfg: ConvertConfig, **given: Any) -> WorkerContext:
@@ -410,6 +413,9 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
     cls = writer_class(ctx.format)
     errors = cls.write_errors
     planned = len(task.samples) if ctx.tiling is None else planned_tiles(task, ctx.tiling)
+    if ctx.volumes is not None:
+        planned = sum(n for n, _ in slice_counts(task.samples, ctx.volumes))
+    volume_run = VolumeRun(ctx.volumes.slicing) if ctx.volumes is not None else None
     writer = _write(cls, task, task.directory, task.stem, ctx.spec, planned, ctx.compression, ctx.codecs,
                     errors=errors)
     samples = SidecarBuilder(ctx.spec.num_classes, georef=ctx.georef)
@@ -450,6 +456,18 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
                 kept, pixels = drop[pair.key]  # its hash stays in the record: later runs check it undecoded
                 skipped.append({"key": pair.key, "reason": f"identical pixels to {kept}", "duplicate_of": kept,
                                 "pixels": pixels})
+                if tick is not None:
+                    tick()
+                continue
+            if ctx.volumes is not None and volume_run is not None:
+                written = len(samples)
+                try:
+                    _write_slices(pair, ctx, ctx.volumes, volume_run, writer, task, stats, samples, fingerprint,
+                                  expected)
+                except ShardkitError as exc:
+                    if ctx.on_error != "skip" or len(samples) != written:  # some of its slices are written
+                        raise
+                    skip(i, pair, exc)
                 if tick is not None:
                     tick()
                 continue
@@ -500,6 +518,8 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
     wire = stats.to_wire() if ctx.tiling is None else {**stats.to_wire(), "tiles": counts.to_json()}
     if ctx.annotations is not None:
         wire["raster"] = raster.to_json()
+    if ctx.volumes is not None and volume_run is not None:
+        wire["volumes"] = volume_wire(ctx.volumes, volume_run)
     return ShardResult(task.split, task.index, key, task.directory, files, len(samples), samples.digest(),
                        wire, skipped, ctx.sync_files, padded,
                        None if given is not None else sources.rows(0, len(task.samples)),
@@ -555,6 +575,22 @@ def _flush_tiles(kept: list[tuple[Tile, np.ndarray, np.ndarray]], ctx: WorkerCon
         samples.add(tile.key, label, int(image.shape[0]), int(image.shape[1]), fingerprint, present,
                     pixel_hash(image), tile.values, looks=look_hash(image))
     return sum(1 for t, _, _ in kept if (t.height, t.width) != tiling.tile)
+
+
+def _write_slices(pair: Any, ctx: WorkerContext, job: VolumeJob, run: VolumeRun, writer: Any, task: ShardTask,
+                  stats: Stats, samples: SidecarBuilder, fingerprint: str, expected: np.ndarray | None) -> None:
+    """Write one volume case's slices as samples (the case decoded once, checked whole before the first one)."""
+    label = rel_path(ctx.root, pair.label) if pair.label is not None else None
+    stored = (NAME_OF[ctx.spec.image_dtype], ctx.spec.image_channels)
+    for piece in cut_case(pair, job, run, ctx.root, lambda: check_unchanged(pair, expected), stored):
+        ids = piece.label
+        if ids is None:  # discovery converts labelled cases only
+            raise LabelError("case has no label volume", path=pair.image, fix="add its label volume")
+        _write(writer.add, task, piece.image, ctx.spec.encoding.encode(ids, allow_numba=False), piece.key,
+               errors=type(writer).write_errors)
+        present = stats.add(piece.image, ids)
+        samples.add(piece.key, label, int(piece.image.shape[0]), int(piece.image.shape[1]), fingerprint, present,
+                    pixel_hash(piece.image))
 
 
 def _write_sidecar(writer: Any, samples: SidecarBuilder, sync: bool) -> WrittenFile:

@@ -29,6 +29,11 @@ DEFAULT_MAX_PIXELS = 2**24
 MAX_SHARD_SAMPLES = 2**31 - 1
 MAX_SHARD_BYTES = 2**62
 
+# -- volumes ----------------------------------------------------------------------------------------------------
+#: Most voxels of one NIfTI volume decoded by default (``max_voxels``), checked from its header before any voxel is
+#: read: 2^28 holds a 512 x 512 x 1024 CT (512 MiB as int16; 2 GiB as float64 after a header's slope).
+DEFAULT_MAX_VOXELS = 2**28
+
 # -- tiling -----------------------------------------------------------------------------------------------------
 #: Default ``--max-tile-ratio``: most pixels a tiling may store per pixel of its source (of one tile, for a source
 #: smaller than the tile), estimated from each source's header before anything is decoded. 16 allows a stride of a

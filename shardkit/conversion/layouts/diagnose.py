@@ -15,6 +15,7 @@ from .base import Context
 from .generic import IMAGE_DIRS, LABEL_DIRS
 from .registry import all_layouts
 from .scan import LABEL_EXTENSIONS, is_image, scan, split_ext
+from .volumes import volume_folders
 
 _MAX_FOLDERS = 8
 _MAX_COUNT = 100_000  # images counted per folder at most (the count is for people)
@@ -148,6 +149,13 @@ def no_layout_message(ctx: Context) -> tuple[str, str]:
         folder, name = below
         return (f"no known dataset layout here, but {folder}/ holds one ({name}): did you mean {folder}/?",
                 f"point the input at {ctx.root / folder}")
+    volumes = volume_folders(ctx.root)
+    if volumes:  # no image layout reads them: say so rather than "0 images"
+        shown = ", ".join(f"{f}/" for f in volumes[:_MAX_FOLDERS]) + (" …" if len(volumes) > _MAX_FOLDERS else "")
+        return (f"holds 3-D volumes (NIfTI or NRRD files in {shown}), but not in a volume tree convert knows\n ",
+                "arrange them as nnU-Net does (dataset.json + imagesTr/<case>_0000.nii.gz + labelsTr/<case>.nii.gz) "
+                "or in per-case folders (<case>/<case>_<modality>.nii.gz + <case>/<case>_seg.nii.gz); "
+                "docs/volumes.md")
     counts = [_count(ctx.root, d) for d in sorted(ctx.dirs)]
     counts.sort(key=lambda c: (-c.n, c.name))
     root_images = sum(1 for f in ctx.files if is_image(f))

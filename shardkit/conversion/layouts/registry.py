@@ -14,7 +14,7 @@ from pathlib import Path
 from ...errors import ConfigError
 from .base import Layout
 
-_NOT_LAYOUTS = frozenset({"base", "diagnose", "discover", "registry", "scan", "splitlist"})
+_NOT_LAYOUTS = frozenset({"base", "diagnose", "discover", "registry", "scan", "splitlist", "volumes"})
 
 
 @cache

@@ -58,8 +58,10 @@ Job = Callable[[], Found]
 #: a skipped type is never just a number. Worded to hold whatever annotation sources a version has (its --help
 #: lists them).
 UNREAD_TYPES: dict[str, str] = {
-    **dict.fromkeys((".nii.gz", ".nii", ".mha", ".mhd", ".nrrd", ".dcm", ".img", ".hdr"),
-                    "volumes / medical image files are not supported yet (#38): export 2-D slices as PNG or TIFF"),
+    **dict.fromkeys((".nii.gz", ".nii", ".nrrd"),
+                    "3-D volumes are read in nnU-Net/MSD and per-case-folder trees only (docs/volumes.md)"),
+    **dict.fromkeys((".mha", ".mhd", ".dcm", ".img", ".hdr"),
+                    "MetaImage, DICOM and Analyze volumes are not read yet (#38): save them as NIfTI or NRRD"),
     ".json": "annotation files (COCO, labelme …) are not mask images; `shardkit convert --help` lists the "
              "annotation sources this version reads",
     ".xml": "annotation files (CVAT, VOC boxes) are not mask images; `shardkit convert --help` lists the "

@@ -110,7 +110,7 @@ def test_unread_file_types_are_named_with_what_would_read_them(tmp_path: Path,
         found = discover(tmp_path)
     assert found.skipped_types == {".nii.gz": 2, ".json": 1}
     said = " ".join(found.report_lines()) + caplog.text
-    assert "2 .nii.gz (volumes / medical image files are not supported yet (#38)" in said
+    assert "2 .nii.gz (3-D volumes are read in nnU-Net/MSD and per-case-folder trees only (docs/volumes.md)" in said
     assert "1 .json (annotation files (COCO, labelme …) are not mask images" in said
 
 

@@ -1,0 +1,318 @@
+"""Volume cases read once and cut into slice samples, with the records that rebuild each label volume.
+
+A case's modality files are read header first (:func:`~shardkit.volumes.nifti.read_header`: every limit checked
+before a voxel is decoded), checked to share one grid — the same shape and affines equal within
+:data:`AFFINE_TOLERANCE` — and the same element type, then each decoded once and cut into all its slices
+(:func:`~shardkit.volumes.slices.cut`). Label volumes become exact class ids
+(:func:`~shardkit.volumes.nifti.label_ids`) and every id must be in the class table.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, DecodeError, LabelError, LayoutError, ShardkitError
+from ..support.limits import DEFAULT_MAX_VOXELS
+from ..volumes.files import read_header, read_voxels
+from ..volumes.patches import PatchedVolume, Patching, VolumePatch, cut_patches
+from ..volumes.slices import CutVolume, SliceCounts, Slicing, VolumeSlice, cut
+from ..volumes.volume import VolumeHeader, label_ids
+from .layouts.volumes import Case, VolumeLayout, case_images, detect
+
+log = logging.getLogger(__name__)
+
+#: Largest difference between two affines' entries (mm) for volumes still to be on one grid (nibabel's
+#: ``allclose`` scale: headers written in float32 differ by ~1e-5).
+AFFINE_TOLERANCE = 1e-3
+#: Voxels counted at a time by :func:`check_classes` (their intp copy: 32 MiB).
+_COUNT_CHUNK = 1 << 22
+
+
+@dataclass
+class ReadCase:
+    """A case decoded: modalities stacked ``(M, X, Y, Z)``, its label ids ``(X, Y, Z)`` (None in a test split),
+    and the checked headers."""
+
+    case: Case
+    images: np.ndarray
+    label: np.ndarray | None
+    image_header: VolumeHeader
+    label_header: VolumeHeader | None
+
+
+def _same_grid(first: VolumeHeader, other: VolumeHeader, what: str) -> None:
+    if other.shape != first.shape:
+        raise DecodeError(f"{what} is {'x'.join(map(str, other.shape))}, {first.path.name} is "
+                          f"{'x'.join(map(str, first.shape))}: not one grid", path=other.path,
+                          fix="resample the case's volumes onto one grid before converting")
+    diff = float(np.abs(other.affine_array() - first.affine_array()).max())
+    if diff > AFFINE_TOLERANCE:
+        raise DecodeError(f"{what}'s affine differs from {first.path.name}'s by up to {diff:.4g} "
+                          f"(more than {AFFINE_TOLERANCE}): not one grid", path=other.path,
+                          fix="resample the case's volumes onto one grid (or fix the headers) before converting")
+
+
+def read_case(case: Case, classes: dict[int, str] | None, max_voxels: int = DEFAULT_MAX_VOXELS) -> ReadCase:
+    """Every header of ``case`` checked (limits, one grid, one element type) before any voxel is decoded; then the
+    modalities and label decoded once each."""
+    heads = [read_header(p, max_voxels, case.channels) for p in case.images]
+    first = heads[0]
+    for head in heads[1:]:
+        _same_grid(first, head, "modality")
+        if head.dtype != first.dtype:
+            raise DecodeError(f"holds {head.dtype} voxels, {first.path.name} {first.dtype}: bands of one sample "
+                              "share one type", path=head.path,
+                              fix="store the case's modalities in one type (e.g. all float32)")
+    label_head = None
+    if case.label is not None:
+        label_head = read_header(case.label, max_voxels)
+        _same_grid(first, label_head, "label volume")
+    if case.channels > 1:  # MSD: (X, Y, Z, M) in one file → (M, X, Y, Z), a view
+        images = np.moveaxis(read_voxels(first), 3, 0)
+    elif len(heads) == 1:  # no stacking: the decoded array itself (one copy of the volume in memory, not two)
+        images = read_voxels(first)[None]
+    else:
+        images = np.empty((len(heads), *first.shape), dtype=np.dtype(first.dtype))
+        for band, head in enumerate(heads):
+            images[band] = read_voxels(head)
+    label = None
+    if label_head is not None:
+        label = label_ids(read_voxels(label_head), label_head.path)
+        check_classes(label, classes, label_head.path)
+    return ReadCase(case, images, label, first, label_head)
+
+
+def check_classes(ids: np.ndarray, classes: dict[int, str] | None, path: Path) -> None:
+    """LabelError naming the first id of ``ids`` not in ``classes`` and its voxel count (no table: any id >= 0).
+    Counted only when something is wrong: a label whose ids all lie in 0..max, each a class, passes on its
+    minimum and maximum."""
+    if ids.size == 0:
+        return
+    low, high = int(ids.min()), int(ids.max())
+    if low >= 0 and (classes is None or (high < len(classes) + 1 and all(v in classes for v in range(high + 1)))):
+        return
+    if ids.dtype.kind == "u" and ids.dtype.itemsize <= 2:  # uint8/uint16 (label_ids): a count per id, no sort
+        flat = ids.reshape(-1, order="A")  # a view in the array's own order (NIfTI volumes decode Fortran-ordered)
+        counts = np.zeros(1 << (8 * ids.dtype.itemsize), np.int64)
+        for start in range(0, flat.size, _COUNT_CHUNK):  # bincount takes intp: 8 bytes a voxel, so by chunks
+            counts += np.bincount(flat[start: start + _COUNT_CHUNK], minlength=counts.size)
+        values = np.flatnonzero(counts)
+        counts = counts[values]
+    else:
+        values, counts = np.unique(ids, return_counts=True)
+    for value, count in zip(values.tolist(), counts.tolist(), strict=True):
+        if value < 0 or (classes is not None and value not in classes):
+            known = "ids >= 0" if classes is None else f"the classes {sorted(classes)} of dataset.json 'labels'"
+            raise LabelError(f"label value {value} ({count} voxels) is not one of {known}", path=path,
+                             fix="add the class to dataset.json 'labels', or correct the label volume")
+
+
+@dataclass
+class VolumeRun:
+    """What cutting a layout's split gave besides its samples: how (slices or patches), counts and, per case, the
+    record that rebuilds its label volume (the manifest's ``volumes``)."""
+
+    slicing: Slicing | Patching
+    counts: SliceCounts = field(default_factory=SliceCounts)
+    volumes: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        if isinstance(self.slicing, Patching):
+            counts = self.counts.to_json()
+            return {"patching": self.slicing.to_json(), "volumes": self.volumes,
+                    "patches": {"volumes": counts["volumes"], "patches": counts["slices"],
+                                "written": counts["written"], "dropped_empty": counts["dropped_empty"]}}
+        return {"slicing": self.slicing.to_json(), "slices": self.counts.to_json(), "volumes": self.volumes}
+
+
+def _volume_record(root: Path, read: ReadCase) -> dict[str, Any]:
+    case = read.case
+    return {"group": case.key, "images": [p.relative_to(root).as_posix() for p in case.images],
+            "label": None if case.label is None else case.label.relative_to(root).as_posix(),
+            "image": read.image_header.to_json(),
+            "label_volume": None if read.label_header is None else read.label_header.to_json()}
+
+
+def cut_split(layout: VolumeLayout, split: str, slicing: Slicing | Patching, run: VolumeRun,
+              max_voxels: int = DEFAULT_MAX_VOXELS) -> Iterator[VolumeSlice | VolumePatch]:
+    """Every sample of ``split`` (slices, or 3-D patches with a :class:`~shardkit.volumes.patches.Patching`),
+    case by case (each case decoded once), recording each case in ``run``."""
+    for case in layout.splits[split]:
+        read = read_case(case, layout.classes, max_voxels)
+        if isinstance(slicing, Patching):
+            log.info("%s: 3-D patches %s, stride %s, orientation as stored (%s per its affine), empty patches %s",
+                     case.key, "x".join(map(str, slicing.size)), "x".join(map(str, slicing.step)),
+                     _axcodes(read.image_header), slicing.empty)
+            patched = PatchedVolume(case.key, read.image_header.shape)
+            yield from cut_patches(case.key, read.images, read.label, slicing, read.image_header.affine_array(),
+                                   patched, run.counts)
+            run.volumes[case.key] = {**_volume_record(layout.root, read),
+                                     "dropped_empty": [list(o) for o in patched.dropped]}
+            continue
+        axis, why = slicing.axis_for(read.image_header.spacing)
+        log.info("%s: slices along %s; orientation as stored (%s per its affine), context %d each side (edge "
+                 "replicate), empty slices %s", case.key, why, _axcodes(read.image_header), slicing.context,
+                 slicing.empty)
+        cutting = CutVolume(case.key, axis, read.image_header.shape[axis])
+        yield from cut(case.key, read.images, read.label, read.image_header.spacing, slicing, run.counts, cutting,
+                       read.image_header.affine_array())
+        run.volumes[case.key] = {**_volume_record(layout.root, read), "axis": axis, "depth": cutting.depth,
+                                 "dropped_empty": cutting.dropped}
+
+
+def _axcodes(head: VolumeHeader) -> str:
+    import nibabel
+
+    return "".join(str(c) for c in nibabel.aff2axcodes(head.affine_array()))
+
+
+# -- convert: a volume tree through the pipeline (one pair per case; docs/volumes.md) -----------------------------
+#: The layouts whose pairs are volume cases.
+VOLUME_LAYOUTS = ("nnunet", "case-folders")
+#: Element types a slice is stored in (the formats' image types).
+_STORED = {"uint8": "|u1", "uint16": "<u2", "int16": "<i2", "float32": "<f4"}
+
+
+@dataclass(frozen=True)
+class VolumeJob:
+    """What a conversion's workers need to cut its cases: the tree's naming, the band order, the slicing, the
+    voxel limit and the class ids a label may hold."""
+
+    kind: str
+    modalities: tuple[str, ...]
+    slicing: Slicing
+    max_voxels: int
+    #: class ids a label voxel may hold (the run's class table: 0..C-1, and its ignore id)
+    classes: tuple[int, ...]
+
+    def case(self, pair: Any) -> Case:
+        """The case of one discovered pair: its modality files in band order, found beside its first one."""
+        if self.kind == "msd":  # one file, the modalities on its 4th axis
+            return Case(pair.key, (pair.image,), pair.label, len(self.modalities))
+        return Case(pair.key, case_images(self.kind, pair.key, pair.image, self.modalities), pair.label)
+
+    def to_json(self) -> dict[str, Any]:
+        """What the run's settings (and so its shard keys) and manifest record of it."""
+        return {**self.slicing.to_json(), "modalities": list(self.modalities), "max_voxels": self.max_voxels}
+
+
+def volume_job(layout: str, root: Path, slicing: Slicing, modalities: str | None, max_voxels: int,
+               classes: tuple[int, ...], asked: tuple[str, ...] = ()) -> VolumeJob | None:
+    """The job of a run whose discovery found a volume tree; None for any other layout, where a volume option
+    given (``asked``: their flags; ``--modalities``) is refused rather than ignored. ``modalities``: the
+    ``--modalities`` order (per-case folders only)."""
+    if layout not in VOLUME_LAYOUTS:
+        given = [*asked, *(["--modalities"] if modalities is not None else [])]
+        if given:
+            raise ConfigError(f"{given[0]} is for 3-D volume trees, and the {layout} layout holds images",
+                              fix=f"leave out {given[0]}")
+        return None
+    order = [m.strip() for m in modalities.split(",") if m.strip()] if modalities else None
+    found = detect(root, order)
+    if found is None:  # discovery just found it
+        raise LayoutError("is no longer a volume tree", path=root, fix="re-run when the input is stable")
+    return VolumeJob(found.kind, found.modalities, slicing, max_voxels, classes)
+
+
+def check_options(cfg: Any) -> None:
+    """Refuse, in one line, the options a volume run cannot honour yet (each would otherwise be ignored)."""
+    given = [flag for flag, on in (
+        ("--tile", cfg.tile is not None), ("--size", cfg.size is not None), ("--bands", bool(cfg.bands)),
+        ("--image-dtype", cfg.image_dtype is not None), ("--pages-as-bands", cfg.pages_as_bands),
+        ("--label-map/--reduce-zero-label/--threshold", cfg.value_map.active),
+        ("--annotations", getattr(cfg, "annotations", None) not in (None, "auto", "none")),
+        ("object storage", cfg.input_url is not None or cfg.output_url is not None),
+        ("--backend dask", cfg.backend == "dask")) if on]
+    if given:
+        raise ConfigError(f"{given[0]} is not available for 3-D volumes yet (docs/volumes.md)",
+                          fix=f"leave out {given[0]}")
+
+
+def volume_image_layout(found: Any, job: VolumeJob) -> tuple[str, int, str]:
+    """(stored dtype, bands, channel kind) of the run's slices, from the first case's headers (nothing decoded):
+    modalities x (2K + 1) bands of the volumes' element type; logged like an image run's."""
+    first = next(pairs[0] for pairs in found.splits.values() if len(pairs))
+    case = job.case(first)
+    head = read_header(case.images[0], job.max_voxels, case.channels)
+    if head.dtype not in _STORED:
+        raise DecodeError(f"holds {head.dtype} voxels; slices are stored as {', '.join(_STORED)}",
+                          path=head.path, fix="re-save the volumes as int16 or float32 (nothing is converted "
+                                              "silently)")
+    bands = len(job.modalities) * (2 * job.slicing.context + 1)
+    rule = "the axis asked for" if job.slicing.axis is not None else "each case's axis of largest spacing"
+    log.info("volumes: slices along %s (first case %s: %s); context %d slices each side, edge slices repeated; "
+             "empty slices %s", rule, case.key, job.slicing.axis_for(head.spacing)[1], job.slicing.context,
+             "dropped" if job.slicing.empty == "drop" else "kept",
+             extra={"event": "volumes", "axis": job.slicing.to_json()["axis"], "context": job.slicing.context,
+                    "empty": job.slicing.empty})
+    log.info("volumes: %s, %d band%s (%s x %d slices), orientation as stored", head.dtype, bands,
+             "s" * (bands != 1), "/".join(job.modalities), 2 * job.slicing.context + 1,
+             extra={"event": "images", "dtype": head.dtype, "bands": bands, "channels": "bands"})
+    return _STORED[head.dtype], bands, "bands"
+
+
+def slice_counts(pairs: Any, job: VolumeJob) -> list[tuple[int, tuple[int, int]]]:
+    """Per case: how many slices it gives at most (its depth along the slice axis) and their (H, W), from its
+    first file's header; (1, (1, 1)) where the header cannot be read (its worker then reports why)."""
+    counts = []
+    for pair in pairs:
+        try:
+            head = read_header(pair.image, job.max_voxels, len(job.modalities) if job.kind == "msd" else 1)
+        except ShardkitError:
+            counts.append((1, (1, 1)))
+            continue
+        axis = job.slicing.axis_for(head.spacing)[0]
+        rest = [n for a, n in enumerate(head.shape) if a != axis]
+        counts.append((head.shape[axis], (rest[0], rest[1])))
+    return counts
+
+
+def cut_case(pair: Any, job: VolumeJob, run: VolumeRun, root: Path, checked: Callable[[], None] = lambda: None,
+             stored: tuple[str, int] | None = None) -> Iterator[VolumeSlice]:
+    """One discovered case's slices (decoded once; every header and label checked before the first slice is
+    given), recording the case in ``run``; ``checked`` runs after the read, before the first slice (the worker's
+    unchanged-input check). ``stored``: the split's (element type, bands), set by its first case: a case of
+    another type is refused, never cast."""
+    case = job.case(pair)
+    read = read_case(case, dict.fromkeys(job.classes, ""), job.max_voxels)
+    if stored is not None:
+        have = (read.images.dtype.name, read.images.shape[0] * (2 * job.slicing.context + 1))
+        if have != stored:
+            raise DecodeError(f"case {case.key!r} gives {have[0]} slices of {have[1]} bands; this split stores "
+                              f"{stored[0]} with {stored[1]} bands (its first case's)", path=case.images[0],
+                              fix="convert cases of another type into another output folder, or re-save them in "
+                                  "one type (nothing is cast silently)")
+    checked()
+    axis, why = job.slicing.axis_for(read.image_header.spacing)
+    log.debug("%s: slices along %s", case.key, why)
+    cutting = CutVolume(case.key, axis, read.image_header.shape[axis])
+    yield from cut(case.key, read.images, read.label, read.image_header.spacing, job.slicing, run.counts, cutting,
+                   read.image_header.affine_array())
+    run.volumes[case.key] = {**_volume_record(root, read), "axis": axis, "depth": cutting.depth,
+                             "dropped_empty": cutting.dropped}
+
+
+def volume_wire(job: VolumeJob, run: VolumeRun) -> dict[str, Any]:
+    """A shard's part of the manifest's ``volumes`` entry (sent back in its worker stats, kept in its record)."""
+    return {"slicing": job.to_json(), "slices": run.counts.to_json(), "cases": run.volumes}
+
+
+def volume_report(stats: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The manifest's ``volumes`` entry of a split from its shards' worker stats: the slicing, the counts summed
+    and each case's record; ``{}`` for a run that is not a volume run."""
+    parts = [s["volumes"] for s in stats if "volumes" in s]
+    if not parts:
+        return {}
+    counts = SliceCounts()
+    cases: dict[str, Any] = {}
+    for part in parts:
+        for name, value in part["slices"].items():
+            setattr(counts, name, getattr(counts, name) + int(value))
+        cases.update(part["cases"])
+    return {"volumes": {"slicing": parts[0]["slicing"], "slices": counts.to_json(), "cases": cases}}
