@@ -590,7 +590,7 @@ def _write_slices(pair: Any, ctx: WorkerContext, job: VolumeJob, run: VolumeRun,
                errors=type(writer).write_errors)
         present = stats.add(piece.image, ids)
         samples.add(piece.key, label, int(piece.image.shape[0]), int(piece.image.shape[1]), fingerprint, present,
-                    pixel_hash(piece.image))
+                    pixel_hash(piece.image), looks=look_hash(piece.image))
 
 
 def _write_sidecar(writer: Any, samples: SidecarBuilder, sync: bool) -> WrittenFile:
