@@ -122,7 +122,7 @@ def split_facts(ds: Dataset, presence: np.ndarray | None, keys: Sequence[str]) -
     if tiled and per_source:
         counts = np.fromiter(per_source.values(), np.int64)
         tiles = {"sources": len(counts), "min": int(counts.min()), "median": float(np.median(counts)),
-                 "max": int(counts.max()), "tile": m.preprocessing.get("tile")}
+                 "max": int(counts.max()), "tile": "x".join(map(str, m.preprocessing.get("tile") or ()))}
     options = {k: m.preprocessing[k] for k in LABEL_OPTIONS if m.preprocessing.get(k) not in (None, False)}
     return SplitFacts(
         split=m.split, folder=Path(ds.path), samples=m.num_samples, shards=len(m.shards),

@@ -1,0 +1,146 @@
+"""``shardkit audit``'s page on real CamVid, read as text: every section there, its numbers those of the manifests
+and sidecars (recounted here independently), the planted leak and copy found, nothing fetched from outside."""
+
+from __future__ import annotations
+
+import base64
+import html
+import re
+import shutil
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import shardkit
+from shardkit.audit.page import THUMB_WIDTH
+from shardkit.cli import main
+
+from .conftest import SEQUENCE
+
+SECTIONS = ("summary", "classes", "groups", "leaks", "duplicates", "sanity", "tiles", "samples", "provenance")
+
+
+def _section(page: str, name: str) -> str:
+    found = re.search(rf'<section id="{name}">(.*?)</section>', page, re.S)
+    assert found is not None, f"no section {name}"
+    return found.group(1)
+
+
+def _cells(fragment: str) -> list[list[str]]:
+    """The rows of the tables in ``fragment`` as text cells."""
+    return [[html.unescape(c) for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row)]
+            for row in re.findall(r"<tr>(.*?)</tr>", fragment)]
+
+
+@pytest.fixture(scope="module")
+def page(audited: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    target = tmp_path_factory.mktemp("audit-page") / "report.html"
+    got = CliRunner().invoke(main, ["audit", str(audited), "--html", str(target), "--group-by", SEQUENCE,
+                                    "--samples", "5"])
+    assert got.exit_code == 0, got.output
+    assert f"audit report written to {target}" in got.output
+    return target.read_text(encoding="utf-8")
+
+
+def test_every_section_is_there_in_order(page: str) -> None:
+    places = [page.index(f'<section id="{s}">') for s in SECTIONS]
+    assert places == sorted(places)
+    assert all(f'href="#{s}"' in page for s in SECTIONS)  # the navigation links each one
+
+
+def test_the_page_fetches_nothing_and_runs_nothing(page: str) -> None:
+    links = re.findall(r'\b(?:src|href)="([^"]*)"', page)
+    assert links and all(v.startswith(("data:", "#")) for v in links), [v[:40] for v in links]
+    assert "<script" not in page and "@import" not in page and "url(" not in page
+
+
+def test_summary_and_class_numbers_are_the_manifests(page: str, audited: Path) -> None:
+    summary = _cells(_section(page, "summary"))
+    classes = _section(page, "classes")
+    for split in ("train", "val"):
+        ds = shardkit.open(audited / split)
+        m = ds.manifest
+        row = next(r for r in summary if r[0] == split)
+        assert row[1] == str(m.num_samples) and row[2] == str(len(m.shards))
+        part = classes.split(f'id="classes-{split}"')[1].split('<h3 id="classes-')[0]
+        table = _cells(part)[1:]
+        presence = ds.class_presence()
+        assert presence is not None
+        assert len(table) == ds.num_classes
+        for c, r in enumerate(table):
+            assert r[:4] == [str(c), ds.class_names[c], str(m.stats["class_pixels"][c]),
+                             f"{100 * m.stats['class_share'][c]:.2f} %"]
+            assert r[4] == str(int(presence[:, c].sum()))  # images holding the class, from the bitmaps
+        assert part.count("<svg") == 2  # pixel share and images per class, each an inline SVG chart
+        assert part.count("<rect") == 4 * ds.num_classes  # a track and a bar per class per chart
+
+
+def test_the_planted_leak_and_copy_are_found(page: str, audited: Path) -> None:
+    groups = _section(page, "groups")
+    assert "<b>3</b> groups of 57 samples" in groups  # 0001TP, 0006R0, 0016E5 (the planted copy joins val's)
+    leaks = _cells(_section(page, "leaks"))
+    assert ["0016E5", "train, val"] in leaks
+    dupes = html.unescape(_section(page, "duplicates"))
+    assert "1 duplicate image(s) in 1 group(s) among 57 samples, 1 group(s) across splits" in dupes
+    assert "2 copies: train:train/0016E5_07959.png = val:val/0016E5_07959.png" in dupes
+
+
+def test_label_sanity_numbers_are_those_of_the_labels(page: str, audited: Path) -> None:
+    sanity = _section(page, "sanity")
+    for split in ("train", "val"):
+        ds = shardkit.open(audited / split, labels="ids")
+        part = sanity.split(f'id="sanity-{split}"')[1].split('<h3 id="sanity-')[0]
+        rows = _cells(part)[1:]
+        assert len(rows) == 5
+        for r in rows:
+            i = int(r[0])
+            assert r[1] == ds.key(i)
+            ids = np.asarray(ds[i][1])
+            assert r[2] == f"{100 * float((ids == 11).mean()):.2f} %"  # CamVid's ignore id 11
+            counts = np.bincount(ids.ravel(), minlength=12)[:11]
+            assert r[3] == f"{int(counts.argmax())} {ds.class_names[int(counts.argmax())]}"
+            assert r[4] == f"{100 * counts.max() / ids.size:.2f} %"
+            regions = sum(cv2.connectedComponents((ids == c).astype(np.uint8), connectivity=8)[0] - 1
+                          for c in np.flatnonzero(counts))
+            assert r[5] == str(regions)
+        presence = ds.class_presence()
+        assert presence is not None
+        single = int((presence.sum(axis=1) == 1).sum())
+        assert f"one class only (class bitmaps): <b>{single}</b>" in part
+
+
+def test_the_sample_grid_holds_shows_pictures(page: str, audited: Path) -> None:
+    samples = _section(page, "samples")
+    uris = re.findall(r'<img alt="[^"]*" src="data:image/png;base64,([^"]+)"', samples)
+    assert len(uris) == 10  # --samples 5 per split
+    for uri in uris:
+        picture = cv2.imdecode(np.frombuffer(base64.b64decode(uri), np.uint8), cv2.IMREAD_COLOR)
+        assert picture is not None and picture.shape[1] == THUMB_WIDTH
+        assert len(np.unique(picture.reshape(-1, 3), axis=0)) > 100  # a photo and its label, not a blank
+    assert "train: 5 of 31 samples" in samples and "val: 5 of 26 samples" in samples
+
+
+def test_tiles_per_source_are_counted(audited_tiles: Path, tmp_path: Path) -> None:
+    target = tmp_path / "tiles.html"
+    got = CliRunner().invoke(main, ["audit", str(audited_tiles), "--html", str(target), "--samples", "1"])
+    assert got.exit_code == 0, got.output
+    tiles = _section(target.read_text(encoding="utf-8"), "tiles")
+    assert "tiles 180x240; 26 sources, tiles per source min 4, median 4, max 4" in tiles
+    groups = _section(target.read_text(encoding="utf-8"), "groups")
+    assert "<b>26</b> groups of 104 samples" in groups  # by default the tiles of one source are one group
+
+
+def test_the_default_page_goes_into_the_output_folder(audited: Path, tmp_path: Path) -> None:
+    out = shutil.copytree(audited, tmp_path / "out")
+    got = CliRunner().invoke(main, ["audit", str(out), "--samples", "0"])
+    assert got.exit_code == 0, got.output
+    assert (out / "audit.html").is_file() and "<figure>" not in (out / "audit.html").read_text()
+
+
+def test_a_bad_group_rule_is_one_line(audited: Path, tmp_path: Path) -> None:
+    got = CliRunner().invoke(main, ["audit", str(audited), "--html", str(tmp_path / "a.html"), "--group-by", "x("])
+    assert got.exit_code != 0 and "--group-by 'x(' is not a regular expression" in got.output
+    assert not (tmp_path / "a.html").exists()
