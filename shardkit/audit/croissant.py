@@ -14,12 +14,15 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import itertools
+import json
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..files.splitfiles import ShardFile, ShardInfo
+from ..store.duplicates import row_keys
 from ..store.manifest import Manifest
 from ..store.publish import atomic_write_bytes
 
@@ -71,31 +74,57 @@ def _role(shard: ShardInfo, role: str) -> ShardFile:
     return next((f for f in shard.files if f.name.startswith(role)), shard.files[0])
 
 
+def _keys(m: Manifest, pos: int) -> list[str]:
+    shard = m.shards[pos]
+    if m.samples.inline is not None:
+        return [str(m.samples[shard.first_index + j]["key"]) for j in range(shard.num_samples)]
+    return row_keys(m.samples.rows(pos)) if shard.num_samples else []
+
+
 def sample_rows(manifests: Sequence[tuple[Manifest, Path]], base: Path) -> Iterator[list[str]]:
-    """One CSV row per sample (:data:`SAMPLE_COLUMNS`), split by split, shard by shard; keys from the sidecars."""
+    """One CSV row per sample (:data:`SAMPLE_COLUMNS`), split by split, shard by shard; keys from the sidecars
+    (one shard's rows held at a time)."""
     for m, folder in manifests:
-        for shard in m.shards:
+        for pos, shard in enumerate(m.shards):
             image, label = _role(shard, "images"), _role(shard, "labels")
-            for j in range(shard.num_samples):
-                i = shard.first_index + j
-                yield [str(m.samples[i]["key"]), m.split, str(i), _rel(folder / image.name, base), str(j),
-                       _rel(folder / label.name, base), str(j)]
+            image_url, label_url = _rel(folder / image.name, base), _rel(folder / label.name, base)
+            for j, key in enumerate(_keys(m, pos)):
+                yield [key, m.split, str(shard.first_index + j), image_url, str(j), label_url, str(j)]
+
+
+class _Hashed:
+    """Chunks of a CSV as they are written, with their sha256 and size."""
+
+    def __init__(self, rows: Iterator[list[str]], chunk: int = 4096) -> None:
+        self.rows, self.chunk = rows, chunk
+        self.sha256 = hashlib.sha256()
+        self.bytes = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        done = False
+        while not done:
+            text = io.StringIO()
+            writer = csv.writer(text, lineterminator="\n")
+            for _ in range(self.chunk):
+                row = next(self.rows, None)
+                if row is None:
+                    done = True
+                    break
+                writer.writerow(row)
+            data = text.getvalue().encode("utf-8")
+            self.sha256.update(data)
+            self.bytes += len(data)
+            yield data
 
 
 def write_croissant(manifests: Sequence[tuple[Manifest, Path]], path: Path, name: str) -> tuple[Path, Path]:
-    """Write ``path`` (Croissant JSON-LD) and its sample table ``<stem>-samples.csv`` beside it; → both paths.
-    ``manifests``: each split's manifest and folder (one output, one class table)."""
+    """Write ``path`` (Croissant JSON-LD) and its sample table ``<stem>-samples.csv`` beside it, each whole or not
+    at all; → both paths. ``manifests``: each split's manifest and folder (one output, one class table)."""
     base = path.resolve().parent
     table = path.with_name(f"{path.stem}-samples.csv")
-    text = io.StringIO()
-    writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(SAMPLE_COLUMNS)
-    writer.writerows(sample_rows(manifests, base))
-    data = text.getvalue().encode("utf-8")
-    atomic_write_bytes(table, data)
-    doc = metadata(manifests, base, name, table, hashlib.sha256(data).hexdigest(), len(data))
-    import json
-
+    chunks = _Hashed(itertools.chain([list(SAMPLE_COLUMNS)], sample_rows(manifests, base)))
+    atomic_write_bytes(table, chunks)
+    doc = metadata(manifests, base, name, table, chunks.sha256.hexdigest(), chunks.bytes)
     atomic_write_bytes(path, (json.dumps(doc, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
     return path, table
 

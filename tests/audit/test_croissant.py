@@ -74,7 +74,7 @@ def test_every_shard_file_is_there_with_the_manifests_checksum_and_size(croissan
 def test_a_reader_loads_the_class_table_and_the_splits(croissant: Path, audited: Path) -> None:
     ds = mlc.Dataset(jsonld=str(croissant))
     m = shardkit.open(audited / "train").manifest
-    want = [{"id": c["id"], "name": c["name"], "colour": "#%02x%02x%02x" % tuple(c["colour"])}
+    want = [{"id": c["id"], "name": c["name"], "colour": "#" + "".join(f"{v:02x}" for v in c["colour"])}
             for c in sorted(m.classes["classes"], key=lambda c: c["id"])]
     got = [{k.split("/")[1]: (v.decode() if isinstance(v, bytes) else v) for k, v in r.items()}
            for r in ds.records("classes")]
