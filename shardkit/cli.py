@@ -818,6 +818,7 @@ def audit_command(path: Path, html_file: Path | None, croissant_file: Path | Non
     from .audit.facts import gather
     from .audit.groups import GroupRule
     from .audit.page import audit_title, render, write_report
+    from .errors import OutputError
     from .read.dataset import Dataset
     from .verify import split_locations
 
@@ -825,10 +826,14 @@ def audit_command(path: Path, html_file: Path | None, croissant_file: Path | Non
     if not folders:
         raise click.ClickException(f"{path}: no manifest.json here or in its sub-folders — "
                                    "fix: point at an output folder written by shardkit convert")
+    target = html_file if html_file is not None or croissant_file is not None else path / "audit.html"
+    for written in (target, croissant_file):
+        if written is not None and not written.parent.is_dir():
+            raise OutputError("the folder to write into does not exist", path=written.parent,
+                              fix="create it first or choose another path")
     rule = GroupRule.of(group_by, groups_file)
     datasets = [Dataset(f, labels="ids") for f in folders]
-    if html_file is not None or croissant_file is None:
-        target = html_file if html_file is not None else path / "audit.html"
+    if target is not None:
         page = render(gather(datasets, rule), datasets, audit_title(path), samples=samples, seed=seed)
         click.echo(f"audit report written to {write_report(target, page)}")
     if croissant_file is not None:

@@ -101,3 +101,23 @@ def test_a_reader_finds_every_sample_where_it_lies(croissant: Path, audited: Pat
             assert np.array_equal(image, want_image) and np.array_equal(label, want_label)
             seen += 1
     assert seen >= 8
+
+
+def test_one_file_formats_name_the_shard_for_image_and_label(camvid_root: Path, tmp_path: Path) -> None:
+    from shardkit.conversion.config import ConvertConfig, ShardSize
+    from shardkit.conversion.pipeline import convert
+
+    out = tmp_path / "out"
+    convert(ConvertConfig(camvid_root, out, format="lmdb", size=(90, 120), splits=("val",), workers=1, quiet=True,
+                          shard_size=ShardSize(samples=10)))
+    target = out / "croissant.json"
+    assert CliRunner().invoke(main, ["audit", str(out), "--croissant", str(target)]).exit_code == 0
+    assert _errors(target) == set()
+    records = list(mlc.Dataset(jsonld=str(target)).records("samples"))
+    ds = shardkit.open(out / "val")
+    assert len(records) == len(ds) == 26
+    for r in records:
+        i = int(r["samples/index"])
+        shard = next(s for s in ds.manifest.shards if s.first_index <= i < s.first_index + s.num_samples)
+        assert r["samples/image_file"] == r["samples/label_file"] == f"val/{shard.files[0].name}".encode()
+        assert int(r["samples/image_row"]) == i - shard.first_index

@@ -144,3 +144,29 @@ def test_a_bad_group_rule_is_one_line(audited: Path, tmp_path: Path) -> None:
     got = CliRunner().invoke(main, ["audit", str(audited), "--html", str(tmp_path / "a.html"), "--group-by", "x("])
     assert got.exit_code != 0 and "--group-by 'x(' is not a regular expression" in got.output
     assert not (tmp_path / "a.html").exists()
+
+
+def test_a_split_from_annotations_shows_its_rasterisation_report(tmp_path: Path) -> None:
+    from shardkit.labels.raster import report_lines
+    from shardkit.store.manifest import load_manifest
+
+    from ..annotation_trees import coco_tree
+
+    raw = coco_tree(tmp_path / "raw")
+    assert CliRunner().invoke(main, ["convert", str(raw), str(tmp_path / "out"), "--workers", "1"]).exit_code == 0
+    target = tmp_path / "a.html"
+    got = CliRunner().invoke(main, ["audit", str(tmp_path / "out"), "--html", str(target), "--samples", "1"])
+    assert got.exit_code == 0, got.output
+    provenance = html.unescape(_section(target.read_text(encoding="utf-8"), "provenance"))
+    folder = next(p.parent for p in (tmp_path / "out").rglob("manifest.json"))
+    lines = report_lines(load_manifest(folder).source.extra.get("annotations"))
+    assert len(lines) == 3 and "\n".join(lines) in provenance  # the report `shardkit info` prints, all of it
+    assert "rasterisation of the annotation sources" in provenance
+
+
+def test_no_manifest_or_no_folder_to_write_into_is_one_line(audited: Path, tmp_path: Path) -> None:
+    got = CliRunner().invoke(main, ["audit", str(tmp_path)])
+    assert got.exit_code == 1 and "no manifest.json here or in its sub-folders" in got.output
+    got = CliRunner().invoke(main, ["audit", str(audited), "--html", str(tmp_path / "no" / "a.html")])
+    assert got.exit_code != 0 and "the folder to write into does not exist" in got.output
+    assert "Traceback" not in got.output and not (tmp_path / "no").exists()
