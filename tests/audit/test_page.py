@@ -170,3 +170,21 @@ def test_no_manifest_or_no_folder_to_write_into_is_one_line(audited: Path, tmp_p
     got = CliRunner().invoke(main, ["audit", str(audited), "--html", str(tmp_path / "no" / "a.html")])
     assert got.exit_code != 0 and "the folder to write into does not exist" in got.output
     assert "Traceback" not in got.output and not (tmp_path / "no").exists()
+
+
+def test_only_the_drawn_samples_are_read(audited: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from shardkit.read.dataset import Dataset
+
+    reads: list[tuple[str, int]] = []
+    real = Dataset.__getitem__
+
+    def counted(self: Dataset, i: int) -> object:
+        reads.append((self.manifest.split, i))
+        return real(self, i)
+
+    monkeypatch.setattr(Dataset, "__getitem__", counted)
+    got = CliRunner().invoke(main, ["audit", str(audited), "--html", str(tmp_path / "a.html"), "--samples", "3"])
+    assert got.exit_code == 0, got.output
+    assert sorted(reads) == sorted(set(reads)) and len(reads) == 6  # 3 per split, each read once
+    drawn = re.findall(r'<img alt="(\w+) #(\d+)"', (tmp_path / "a.html").read_text(encoding="utf-8"))
+    assert sorted(reads) == sorted((s, int(i)) for s, i in drawn)
