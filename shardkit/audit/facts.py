@@ -34,6 +34,8 @@ ONE_CLASS_SHARE = 0.95
 TINY_COMPONENT = 16
 #: names listed at most per finding (the rest are counted)
 LISTED = 10
+#: shared groups and duplicate groups pictured side by side at most (each picture reads one sample)
+PICTURED = 4
 #: the preprocessing entries that say how label values became class ids
 LABEL_OPTIONS = ("label_encoding", "label_interpolation", "colour_tolerance", "unknown_as", "ignore_index",
                  "cityscapes_train_ids", "label_map", "reduce_zero_label", "threshold", "tile",
@@ -89,6 +91,8 @@ class AuditFacts:
     shared_groups: dict[str, list[str]]  # group → the splits it is in (more than one)
     duplicates: DuplicateReport
     notes: list[str] = field(default_factory=list)
+    #: the first :data:`PICTURED` shared groups, each with its first sample in each of its splits: (split, index)
+    leak_examples: list[tuple[str, list[tuple[str, int]]]] = field(default_factory=list)
 
 
 def _class_facts(ds: Dataset, presence: np.ndarray | None) -> list[ClassFacts]:
@@ -152,10 +156,19 @@ def gather(datasets: Sequence[Dataset], rule: GroupRule) -> AuditFacts:
     if pooled.presence is None:
         notes.append("no class bitmaps (more than 256 classes): images per class and one-class images are not "
                      "known; classes never present are judged by their pixel counts")
+    shared = leaks(pooled)
+    first: dict[tuple[str, int], int] = {}  # (group, split position) → its first sample's index in the split
+    wanted = set(list(shared)[:PICTURED])
+    starts = np.concatenate([[0], np.cumsum([len(ds) for ds in datasets])])
+    for row, (g, s) in enumerate(zip(pooled.groups, pooled.split_of.tolist(), strict=True)):
+        if g in wanted:
+            first.setdefault((g, int(s)), row - int(starts[int(s)]))
+    examples = [(g, [(pooled.splits[s], i) for (h, s), i in sorted(first.items()) if h == g]) for g in wanted]
     return AuditFacts(splits=splits, rule=rule.describe(), groups=len(sizes),
                       group_sizes=sizes.most_common(LISTED), group_size_counts=dict(sorted(Counter(
-                          sizes.values()).items())), shared_groups=leaks(pooled),
-                      duplicates=find_duplicates(shards), notes=notes)
+                          sizes.values()).items())), shared_groups=shared,
+                      duplicates=find_duplicates(shards), notes=notes,
+                      leak_examples=sorted(examples, key=lambda e: list(shared).index(e[0])))
 
 
 def draw_indices(num_samples: int, count: int, seed: int = 0) -> list[int]:

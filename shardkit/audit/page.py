@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import html
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import cv2
@@ -21,7 +21,16 @@ from ..labels.raster import report_lines
 from ..read.dataset import Dataset
 from ..show import class_share_basis, display_bands, palette, render_sample
 from ..store.duplicates import group_lines
-from .facts import ONE_CLASS_SHARE, TINY_COMPONENT, AuditFacts, LabelSanity, SplitFacts, draw_indices, label_sanity
+from .facts import (
+    ONE_CLASS_SHARE,
+    PICTURED,
+    TINY_COMPONENT,
+    AuditFacts,
+    LabelSanity,
+    SplitFacts,
+    draw_indices,
+    label_sanity,
+)
 
 log = logging.getLogger(__name__)
 
@@ -118,21 +127,33 @@ def _groups_section(facts: AuditFacts) -> str:
     return "".join(out)
 
 
-def _leaks_section(facts: AuditFacts) -> str:
+Picture = Callable[[str, int], str]  # (split, index) → a <figure> of that sample
+
+
+def _side_by_side(title: str, figures: Sequence[str]) -> str:
+    return f'<h3>{_e(title)}</h3><div class="grid pair">{"".join(figures)}</div>'
+
+
+def _leaks_section(facts: AuditFacts, picture: Picture) -> str:
     if not facts.shared_groups:
         return f'<p class="ok">no group is in more than one split (groups by {_e(facts.rule)}).</p>'
     rows = list(facts.shared_groups.items())
+    pairs = "".join(_side_by_side(f"group {g}: its first sample in each split", [picture(s, i) for s, i in where])
+                    for g, where in facts.leak_examples)
     return (f'<p class="warn">{len(rows)} group(s) are in more than one split (groups by {_e(facts.rule)}): '
             "their samples are near copies of each other across the splits.</p>"
             + _table(["group", "splits"], [(g, ", ".join(s)) for g, s in rows[:50]])
-            + (f"<p>… and {len(rows) - 50} more</p>" if len(rows) > 50 else ""))
+            + (f"<p>… and {len(rows) - 50} more</p>" if len(rows) > 50 else "") + pairs)
 
 
-def _duplicates_section(facts: AuditFacts) -> str:
+def _duplicates_section(facts: AuditFacts, picture: Picture) -> str:
     report = facts.duplicates
     cls = "warn" if report.groups else "ok"
     lines = "".join(f"<li>{_e(line)}</li>" for line in group_lines(report))
-    return (f'<p class="{cls}">{_e(report.line())}</p>' + (f"<ul>{lines}</ul>" if lines else "")
+    tiled = {s.split for s in facts.splits if s.tiles is not None}  # their copies are whole sources, not samples
+    pairs = "".join(_side_by_side(f"{len(g.copies)} copies", [picture(c.split, c.index) for c in g.copies[:2]])
+                    for g in report.groups[:PICTURED] if not {c.split for c in g.copies[:2]} & tiled)
+    return (f'<p class="{cls}">{_e(report.line())}</p>' + (f"<ul>{lines}</ul>" if lines else "") + pairs
             + '<p class="note">identical decoded pixels, from the pixel hashes the samples sidecars keep '
               "(<code>shardkit verify</code> recomputes them); re-encoded or resized copies are not found.</p>")
 
@@ -198,6 +219,12 @@ def thumbnail(ds: Dataset, image: np.ndarray, ids: np.ndarray, title: str) -> st
     return "data:image/png;base64," + base64.b64encode(data.tobytes()).decode("ascii")
 
 
+def _figure(ds: Dataset, split: str, index: int, key: str, image: np.ndarray, ids: np.ndarray) -> str:
+    uri = thumbnail(ds, image, ids, f"{split} #{index}: {key}")
+    return (f'<figure><img alt="{_e(split)} #{index}" src="{uri}"><figcaption>{_e(split)} #{index}: {_e(key)}'
+            "</figcaption></figure>")
+
+
 def render(facts: AuditFacts, datasets: Sequence[Dataset], title: str, samples: int = 8, seed: int = 0) -> str:
     """The report page of ``facts`` (``datasets``: the same splits, opened with class-id labels, for the
     ``samples`` pictures drawn per split from ``seed``)."""
@@ -209,12 +236,17 @@ def render(facts: AuditFacts, datasets: Sequence[Dataset], title: str, samples: 
             key = ds.key(i)
             image, ids = (np.asarray(a) for a in ds[i])
             drawn.append((i, key, label_sanity(ids, len(s.classes), s.ignore_index)))
-            uri = thumbnail(ds, image, ids, f"{s.split} #{i}: {key}")
-            figures.append(f'<figure><img alt="{_e(s.split)} #{i}" src="{uri}">'
-                           f"<figcaption>{_e(s.split)} #{i}: {_e(key)}</figcaption></figure>")
+            figures.append(_figure(ds, s.split, i, key, image, ids))
         grids.append(f'<h3 id="samples-{_e(s.split)}">{_e(s.split)}: {len(figures)} of {s.samples} samples '
                      f'(drawn with seed {seed})</h3><div class="grid">{"".join(figures)}</div>')
         sanity.append(_sanity_section(s, drawn))
+    by_split = {s.split: ds for s, ds in zip(facts.splits, datasets, strict=True)}
+
+    def picture(split: str, index: int) -> str:
+        ds = by_split[split]
+        image, ids = (np.asarray(a) for a in ds[index])
+        return _figure(ds, split, index, ds.key(index), image, ids)
+
     summary = _table(["split", "samples", "shards", "MB", "format", "sources", "classes", "ignore share"],
                      [(s.split, s.samples, s.shards, f"{s.bytes / 1e6:.1f}", s.format, s.sources, len(s.classes),
                        _pct(s.ignore_share)) for s in facts.splits], [False, True, True, True, False, True, True, True])
@@ -223,8 +255,8 @@ def render(facts: AuditFacts, datasets: Sequence[Dataset], title: str, samples: 
         ("classes", "Classes per split", "".join(_classes_section(s, class_share_basis(ds.manifest))
                                                    for s, ds in zip(facts.splits, datasets, strict=True))),
         ("groups", "Groups", _groups_section(facts)),
-        ("leaks", "Groups shared between splits", _leaks_section(facts)),
-        ("duplicates", "Exact duplicates", _duplicates_section(facts)),
+        ("leaks", "Groups shared between splits", _leaks_section(facts, picture)),
+        ("duplicates", "Exact duplicates", _duplicates_section(facts, picture)),
         ("sanity", "Label sanity", "".join(sanity)),
         ("tiles", "Tiles per source", "".join(_tiles_section(s) for s in facts.splits)),
         ("samples", "Samples", "".join(grids)),

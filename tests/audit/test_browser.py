@@ -114,7 +114,7 @@ def test_the_console_check_sees_an_error(tmp_path: Path) -> None:
 def test_every_picture_decodes_and_every_chart_has_a_size(report: Path, audited: Path, tmp_path: Path) -> None:
     got = rendered(report, tmp_path)
     assert got["title"] == f"shardkit audit: {audited.name}"
-    assert got["images"] == 8 and got["broken"] == []  # --samples 4, two splits
+    assert got["images"] == 8 + 4 and got["broken"] == []  # --samples 4, two splits; the leak and copy pairs
     assert got["charts"] == 4 and got["empty_charts"] == 0  # pixel share and images per class, per split
     assert got["bars"] == 4 * 2 * 12
     assert got["sections"] == ["summary", "classes", "groups", "leaks", "duplicates", "sanity", "tiles", "samples",
@@ -127,4 +127,4 @@ def test_the_render_check_sees_a_broken_picture(report: Path, tmp_path: Path) ->
     broken = tmp_path / "broken.html"
     broken.write_text(page[:first] + "AAAA" + page[first + 4000:], encoding="utf-8")  # a PNG cut short
     got = rendered(broken, tmp_path)
-    assert got["images"] == 8 and len(got["broken"]) == 1  # type: ignore[arg-type]
+    assert got["images"] == 12 and len(got["broken"]) == 1  # type: ignore[arg-type]

@@ -86,6 +86,13 @@ def test_the_planted_leak_and_copy_are_found(page: str, audited: Path) -> None:
     dupes = html.unescape(_section(page, "duplicates"))
     assert "1 duplicate image(s) in 1 group(s) among 57 samples, 1 group(s) across splits" in dupes
     assert "2 copies: train:train/0016E5_07959.png = val:val/0016E5_07959.png" in dupes
+    train, val = shardkit.open(audited / "train"), shardkit.open(audited / "val")
+    planted = next(i for i in range(len(train)) if train.key(i) == "train/0016E5_07959.png")
+    pictured = re.findall(r'<img alt="(\w+ #\d+)"', dupes)  # the two copies side by side
+    assert pictured == [f"train #{planted}", "val #0"] and val.key(0) == "val/0016E5_07959.png"
+    leak_pictures = re.findall(r'<img alt="(\w+ #\d+)"', _section(page, "leaks"))
+    first = min(i for i in range(len(train)) if train.key(i).startswith("train/0016E5"))
+    assert leak_pictures == [f"train #{first}", "val #0"]  # the shared sequence's first sample in each split
 
 
 def test_label_sanity_numbers_are_those_of_the_labels(page: str, audited: Path) -> None:
@@ -137,7 +144,7 @@ def test_the_default_page_goes_into_the_output_folder(audited: Path, tmp_path: P
     out = shutil.copytree(audited, tmp_path / "out")
     got = CliRunner().invoke(main, ["audit", str(out), "--samples", "0"])
     assert got.exit_code == 0, got.output
-    assert (out / "audit.html").is_file() and "<figure>" not in (out / "audit.html").read_text()
+    assert (out / "audit.html").is_file() and "<figure>" not in _section((out / "audit.html").read_text(), "samples")
 
 
 def test_a_bad_group_rule_is_one_line(audited: Path, tmp_path: Path) -> None:
@@ -185,6 +192,8 @@ def test_only_the_drawn_samples_are_read(audited: Path, tmp_path: Path, monkeypa
     monkeypatch.setattr(Dataset, "__getitem__", counted)
     got = CliRunner().invoke(main, ["audit", str(audited), "--html", str(tmp_path / "a.html"), "--samples", "3"])
     assert got.exit_code == 0, got.output
-    assert sorted(reads) == sorted(set(reads)) and len(reads) == 6  # 3 per split, each read once
-    drawn = re.findall(r'<img alt="(\w+) #(\d+)"', (tmp_path / "a.html").read_text(encoding="utf-8"))
-    assert sorted(reads) == sorted((s, int(i)) for s, i in drawn)
+    page = (tmp_path / "a.html").read_text(encoding="utf-8")
+    drawn = re.findall(r'<img alt="(\w+) #(\d+)"', page)
+    assert sorted(reads) == sorted((s, int(i)) for s, i in drawn)  # one read per picture, no other
+    assert len(re.findall("<img", _section(page, "samples"))) == 6  # 3 per split
+    assert len(drawn) == 6 + 2  # and the planted copy's pair (no group is shared: each sample its own group)
