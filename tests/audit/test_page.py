@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import re
 import shutil
 from pathlib import Path
@@ -200,3 +201,23 @@ def test_only_the_drawn_samples_are_read(audited: Path, tmp_path: Path, monkeypa
     assert sorted(reads) == sorted((s, int(i)) for s, i in drawn)  # one read per picture, no other
     assert len(re.findall("<img", _section(page, "samples"))) == 6  # 3 per split
     assert len(drawn) == 6 + 2  # and the planted copy's pair (no group is shared: each sample its own group)
+
+
+def test_a_value_map_the_conversion_recorded_is_on_the_page(tmp_path: Path) -> None:
+    data = Path(__file__).resolve().parents[1] / "data" / "isbi-em"  # real 0/255 EM membrane masks
+    raw = tmp_path / "raw"
+    for sub in ("images", "masks"):
+        (raw / sub).mkdir(parents=True)
+    for name in ("0.png", "1.png"):
+        shutil.copyfile(data / "image" / name, raw / "images" / name)
+        shutil.copyfile(data / "label" / name, raw / "masks" / name)
+    got = CliRunner().invoke(main, ["convert", str(raw), str(tmp_path / "out"), "--threshold", "127", "--workers", "1"])
+    assert got.exit_code == 0, got.output
+    target = tmp_path / "a.html"
+    assert CliRunner().invoke(main, ["audit", str(tmp_path / "out"), "--html", str(target)]).exit_code == 0
+    page = target.read_text(encoding="utf-8")
+    folder = next(p.parent for p in (tmp_path / "out").rglob("manifest.json"))
+    recorded = json.loads((folder / "manifest.json").read_text())["preprocessing"]
+    assert recorded["threshold"] == 127
+    assert "<li><code>threshold</code>: 127</li>" in _section(page, "provenance")
+    assert "labels from mask images: no rasterisation report" in _section(page, "provenance")
