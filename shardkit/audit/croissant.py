@@ -202,6 +202,6 @@ def metadata(manifests: Sequence[tuple[Manifest, Path]], base: Path, name: str, 
                        f"{sum(m.num_samples for m, _ in manifests)} samples in {first.format} shards; images "
                        f"{image.get('shape')} {image.get('dtype')}, labels {label.get('encoding')} "
                        f"{label.get('dtype')}, {len(classes)} classes",
-        "url": Path(base).as_uri(), "version": "1.0.0",
+        "url": Path(base).as_uri(), "version": f"{max(m.version or 1 for m, _ in manifests)}.0.0",
         "distribution": distribution, "recordSet": record_sets,
     }

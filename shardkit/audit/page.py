@@ -21,6 +21,7 @@ from ..labels.raster import report_lines
 from ..read.dataset import Dataset
 from ..show import class_share_basis, display_bands, palette, render_sample
 from ..store.duplicates import group_lines
+from ..store.publish import atomic_write_bytes
 from .facts import (
     ONE_CLASS_SHARE,
     PICTURED,
@@ -272,8 +273,6 @@ def render(facts: AuditFacts, datasets: Sequence[Dataset], title: str, samples: 
 
 def write_report(path: Path, page: str) -> Path:
     """Write the page whole or not at all."""
-    from ..store.publish import atomic_write_bytes
-
     atomic_write_bytes(path, page.encode("utf-8"))
     log.info("audit report written to %s (%d bytes)", path, len(page))
     return path

@@ -43,6 +43,7 @@ def test_the_reference_validator_finds_no_error(croissant: Path) -> None:
     assert _errors(croissant) == set()
     doc = json.loads(croissant.read_text())
     assert doc["conformsTo"] == "http://mlcommons.org/croissant/1.1"
+    assert doc["version"] == "1.0.0"  # both splits are at their first publish
 
 
 def test_the_validator_would_see_a_broken_document(croissant: Path) -> None:
