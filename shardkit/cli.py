@@ -791,6 +791,57 @@ def split_command(path: str | Path, into: str | None, group_by: str | None, grou
             click.echo(f"wrote {p}")
 
 
+@main.command("audit")
+@click.argument("path", type=click.Path(path_type=Path, file_okay=False, exists=True))
+@click.option("--html", "html_file", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+              help="Write the report page here  [default: PATH/audit.html, unless only --croissant is given]")
+@click.option("--croissant", "croissant_file", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+              help="Write Croissant 1.1 metadata (JSON-LD) here, and its sample table FILE-stem-samples.csv "
+                   "beside it.")
+@click.option("--group-by", "group_by", metavar="REGEX",
+              help="Groups by this pattern's first group in the key (as shardkit split); default: each sample.")
+@click.option("--groups", "groups_file", type=click.Path(path_type=Path, dir_okay=False), metavar="CSV",
+              help="A CSV of key,group rows (instead of --group-by).")
+@click.option("--samples", type=click.IntRange(0, 64), default=8, show_default=True,
+              help="Samples drawn (and their labels read) per split for the picture grid.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the samples drawn.")
+@_errors_to_exit_codes
+def audit_command(path: Path, html_file: Path | None, croissant_file: Path | None, group_by: str | None,
+                  groups_file: Path | None, samples: int, seed: int) -> None:
+    """Write one self-contained HTML report of the converted splits under PATH (opens from disk: no server, no
+    network): class pixel share and images per class, groups and groups shared between splits, exact
+    duplicates, label sanity, tiles per source, a sample grid with label overlays and how the labels were made.
+    Built from the manifests and sidecars; only the drawn samples are read. --croissant also writes Croissant
+    1.1 metadata (docs/audit.md).
+    """
+    from .audit.croissant import write_croissant
+    from .audit.facts import gather
+    from .audit.groups import GroupRule
+    from .audit.page import audit_title, render, write_report
+    from .errors import OutputError
+    from .read.dataset import Dataset
+    from .verify import split_locations
+
+    folders = [Path(f) for f in split_locations(path)]
+    if not folders:
+        raise click.ClickException(f"{path}: no manifest.json here or in its sub-folders — "
+                                   "fix: point at an output folder written by shardkit convert")
+    target = html_file if html_file is not None or croissant_file is not None else path / "audit.html"
+    for written in (target, croissant_file):
+        if written is not None and not written.parent.is_dir():
+            raise OutputError("the folder to write into does not exist", path=written.parent,
+                              fix="create it first or choose another path")
+    rule = GroupRule.of(group_by, groups_file)
+    datasets = [Dataset(f, labels="ids") for f in folders]
+    if target is not None:
+        page = render(gather(datasets, rule), datasets, audit_title(path), samples=samples, seed=seed)
+        click.echo(f"audit report written to {write_report(target, page)}")
+    if croissant_file is not None:
+        doc, table = write_croissant([(ds.manifest, f) for ds, f in zip(datasets, folders, strict=True)],
+                                     croissant_file, Path(path).resolve().name)
+        click.echo(f"Croissant metadata written to {doc} (sample table {table})")
+
+
 @main.command("diff")
 @click.argument("path", callback=_location)
 @click.option("--from", "old", type=click.IntRange(1), metavar="V1",

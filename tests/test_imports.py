@@ -106,7 +106,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "convert": ("conversion",),
     "read": ("read", "tf", "grain"),
     "audit": ("audit",),
-    "front": ("", "__main__", "cli", "bench", "show", "verify", "diff", "demo", "tiles"),
+    "front": ("", "__main__", "cli", "bench", "show", "verify", "diff", "demo", "tiles",
+              "audit.page"),  # the audit page draws its sample pictures with show's drawing
 }
 #: which layers each layer may import (besides its own); front may import anything
 MAY_IMPORT: dict[str, set[str]] = {
