@@ -737,12 +737,15 @@ def verify(path: str | Path, storage_option: tuple[str, ...]) -> None:
               help="Write <part>.txt (sample keys, one a line: what convert --split-list takes) and "
                    "split-report.json here; without it, only the report is printed.")
 @click.option("--check", is_flag=True, help="Only check PATH's existing splits: exit 1 when a group is in more "
-                                            "than one of them.")
+                                            "than one of them, or near-duplicates lie in two splits and two groups.")
+@click.option("--near", "near", type=click.IntRange(0, 16), default=4, show_default=True, metavar="BITS",
+              help="Near-duplicates: samples whose look hashes differ in at most BITS of 64 (a JPEG re-encoding or "
+                   "a resize moves 0-2).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @_STORAGE_OPTION
 @_errors_to_exit_codes
 def split_command(path: str | Path, into: str | None, group_by: str | None, groups_file: Path | None, seed: int,
-                  lists: Path | None, check: bool, as_json: bool, storage_option: tuple[str, ...]) -> None:
+                  lists: Path | None, check: bool, near: int, as_json: bool, storage_option: tuple[str, ...]) -> None:
     """Make train/val/test lists from the converted splits under PATH (pooled) by group, stratified so that every
     class lands in every part where its groups allow (iterative stratification over the class bitmaps; no label
     is read); deterministic for a seed. Re-convert with `shardkit convert RAW OUT --split-list train=DIR/train.txt
@@ -751,6 +754,7 @@ def split_command(path: str | Path, into: str | None, group_by: str | None, grou
     import json
 
     from .audit.groups import GroupRule
+    from .audit.near import KINDS, near_report
     from .audit.split import leaks, plan_split, pool
     from .audit.stratify import parse_ratios
     from .files.storage import parse_storage_options
@@ -772,15 +776,34 @@ def split_command(path: str | Path, into: str | None, group_by: str | None, grou
     shared = leaks(pooled)
     said = [f"{len(shared)} group(s) are in more than one split: "
             + "; ".join(f"{g} ({', '.join(s)})" for g, s in list(shared.items())[:5])] if shared else []
+    nearby = near_report(pooled.split_of, pooled.groups, pooled.looks, near) if pooled.looks is not None else None
+    if nearby is None:
+        said.append(f"near-duplicates not searched: {', '.join(pooled.unhashed)} keep no look hashes (converted "
+                    "before them; re-convert with --force to add them)")
+    else:
+        said.append(nearby.line())
+        for i, j, bits in nearby.examples[KINDS[0]][:5]:
+            said.append(f"  {pooled.splits[int(pooled.split_of[i])]}/{pooled.keys[i]} ~ "
+                        f"{pooled.splits[int(pooled.split_of[j])]}/{pooled.keys[j]} ({bits} bits)")
     if check:
         click.echo(f"groups: {rule.describe()}; {len(set(pooled.groups))} groups of {len(pooled.keys)} samples in "
                    f"{', '.join(pooled.splits)}")
+        for line in said[1 if shared else 0:]:
+            click.echo(line)
+        problems = []
         if shared:
-            raise click.ClickException(said[0] + " — fix: make new lists with shardkit split --into ... --lists DIR")
+            problems.append(said[0])
+        if nearby is not None and nearby.leaks:
+            problems.append(f"{nearby.leaks} near-duplicate pair(s) lie in two splits and two groups")
+        if problems:
+            raise click.ClickException("; ".join(problems) + " — fix: make new lists with shardkit split --into ... "
+                                       "--lists DIR (with a --group-by that puts copies together)")
         click.echo("no group is in more than one split")
         return
     plan = plan_split(pooled, ratios, seed, rule)
     plan.report["shared_groups_before"] = len(shared)
+    if nearby is not None:
+        plan.report["near_duplicates_before"] = {"threshold": near, **nearby.counts}
     written = plan.write(lists) if lists is not None else []
     if as_json:
         click.echo(json.dumps(plan.report, indent=1))

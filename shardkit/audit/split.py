@@ -38,6 +38,9 @@ class Pooled:
     groups: list[str]
     presence: np.ndarray | None
     class_names: list[str]
+    #: (samples, 8) look hashes, None where a split keeps none (converted before the column)
+    looks: np.ndarray | None = None
+    unhashed: tuple[str, ...] = ()
 
 
 def pool(datasets: Sequence[Dataset], rule: GroupRule) -> Pooled:
@@ -51,7 +54,11 @@ def pool(datasets: Sequence[Dataset], rule: GroupRule) -> Pooled:
     split_of = np.concatenate([np.full(len(ds), k) for k, ds in enumerate(datasets)]) if datasets else np.zeros(0)
     presences = [p for p in (ds.class_presence() for ds in datasets) if p is not None]
     presence = np.concatenate(presences) if len(presences) == len(datasets) else None
-    return Pooled([ds.manifest.split for ds in datasets], split_of, keys, rule.groups(keys), presence, names)
+    looks = [ds.look_hashes() for ds in datasets]
+    unhashed = tuple(ds.manifest.split for ds, x in zip(datasets, looks, strict=True) if x is None)
+    known = np.concatenate([x for x in looks if x is not None]) if not unhashed and looks else None
+    return Pooled([ds.manifest.split for ds in datasets], split_of, keys, rule.groups(keys), presence, names,
+                  known, unhashed)
 
 
 def leaks(pooled: Pooled) -> dict[str, list[str]]:

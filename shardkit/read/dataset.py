@@ -513,6 +513,24 @@ class Dataset:
             self._repeats[(mode, param)] = repeats
         return self._repeats[(mode, param)]
 
+    def look_hashes(self) -> np.ndarray | None:
+        """(samples, 8) uint8: each sample's look hash (formats/samples.md ``looks``: 64 bits that stay nearly
+        equal when an image is re-encoded or resized), from the sidecars; None where a shard keeps none (converted
+        before the column)."""
+
+        def each(folder: Callable[[ShardInfo], Any] | None) -> np.ndarray | None:
+            table = self.manifest.samples
+            parts = []
+            for pos, shard in enumerate(self.manifest.shards):
+                looks = table.look_hashes(pos, folder(shard) if folder is not None and table.inline is None else None)
+                if looks is None:
+                    return None
+                parts.append(looks)
+            return np.concatenate(parts) if parts else np.zeros((0, 8), np.uint8)
+
+        got: np.ndarray | None = self._sidecar_folders(each)
+        return got
+
     def class_presence(self, *, missing_as_absent: bool = False) -> np.ndarray | None:
         """(samples, num_classes) bool: which classes each sample's label contains, from the class bitmaps in the
         sidecars (no label is read; a remote split downloads only its sidecars). None where the split keeps no
