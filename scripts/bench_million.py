@@ -2,6 +2,7 @@
 
     PYTHONPATH=$PWD python scripts/bench_million.py                    # 1,000,000 samples, 10k vs 100k pairs
     PYTHONPATH=$PWD python scripts/bench_million.py --samples 20000 --pairs 1000   # a quick look
+    PYTHONPATH=$PWD python scripts/bench_million.py --skip-open --pairs 20000 --scale 10 --scan-ids --open-converted
 
 1. Builds a synthetic npy split of ``--samples`` tiny fixed-size samples (8x8, 4 classes) without decoding a
    single PNG: shard files are written as the npy format specifies (``np.save`` bytes, what ``NpyWriter``
@@ -13,7 +14,10 @@
    DataLoader worker's start (first batch of a ``num_workers=1`` spawn loader); ``shardkit info`` and
    ``shardkit verify`` peak RSS (version 2 only for verify: it decodes every sample).
 3. Converts ``--pairs`` and ``--scale`` x ``--pairs`` tiny real PNG pairs (segnet layout, in ``--tmp``) with
-   ``--workers 2`` and reports the converting parent's and the largest process's peak RSS, and (1x, under
+   ``--workers 2`` (``--scan-ids``: without ``num_classes``, so every label's ids are scanned for the class
+   table, as the CLI does without ``--num-classes``; ``--open-converted``: also ``shardkit.open`` of each
+   converted split, in the default shard size) and reports the converting parent's and the largest process's
+   peak RSS, and (1x, under
    ``tracemalloc``) the parent's Python heap peaks while planning and while publishing the manifest; with
    ``--rerun`` also a no-op re-run of each (every shard reused). With ``--baseline CHECKOUT`` the same runs use
    another shardkit checkout too (the version before this change).
@@ -175,8 +179,8 @@ from pathlib import Path
 from shardkit.conversion.config import ConvertConfig
 from shardkit.conversion.pipeline import convert
 t0 = time.perf_counter()
-s = convert(ConvertConfig(Path(sys.argv[1]), Path(sys.argv[2]), layout="segnet", num_classes=4, workers=2,
-                          quiet=True))
+classes = {} if sys.argv[3:] == ["scan"] else {"num_classes": 4}  # scan: the table from the label ids, as the CLI
+s = convert(ConvertConfig(Path(sys.argv[1]), Path(sys.argv[2]), layout="segnet", workers=2, quiet=True, **classes))
 print(json.dumps({"samples": s.samples, "shards": s.shards, "seconds": time.perf_counter() - t0,
                   "parent_rss_mb": hwm_mb()}))
 """
@@ -289,6 +293,10 @@ def main(argv: list[str] | None = None) -> int:
                     "version's) first on the path, for a before/after of the converting processes")
     ap.add_argument("--rerun", action="store_true", help="also a no-op re-run of each conversion (every shard "
                     "reused; the parent reads the fingerprint cache and stats every source file)")
+    ap.add_argument("--scan-ids", action="store_true", help="convert without num_classes: the class table from a "
+                    "scan of every label's ids, as `shardkit convert` without --num-classes or --classes does (#42)")
+    ap.add_argument("--open-converted", action="store_true", help="also time shardkit.open (fresh processes, "
+                    "median of --repeats) of the converted split at each scale (default shard size: many shards)")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -307,10 +315,15 @@ def main(argv: list[str] | None = None) -> int:
                     if name and checkout is None:
                         continue
                     out = Path(tmp) / f"out{scale}"
-                    res[f"{name}convert_{scale}x"] = fresh(CONVERT, str(raw), str(out), checkout=checkout)
+                    scan = ["scan"] if args.scan_ids else []
+                    res[f"{name}convert_{scale}x"] = fresh(CONVERT, str(raw), str(out), *scan, checkout=checkout)
                     log.info("%sconvert %dx (%d pairs): %s", name, scale, n, res[f"{name}convert_{scale}x"])
+                    if args.open_converted:
+                        runs = [fresh(OPEN, str(out / "train"), checkout=checkout) for _ in range(args.repeats)]
+                        res[f"{name}open_{scale}x"] = {k: float(np.median([r[k] for r in runs])) for k in runs[0]}
+                        log.info("%sshardkit.open of the %dx split: %s", name, scale, res[f"{name}open_{scale}x"])
                     if args.rerun:  # the same command again: every shard reused, the cache read back
-                        res[f"{name}rerun_{scale}x"] = fresh(CONVERT, str(raw), str(out), checkout=checkout)
+                        res[f"{name}rerun_{scale}x"] = fresh(CONVERT, str(raw), str(out), *scan, checkout=checkout)
                         log.info("%sno-op re-run %dx: %s", name, scale, res[f"{name}rerun_{scale}x"])
                     shutil.rmtree(out)
                     if scale == 1:  # where the parent's Python heap peaks (tracemalloc, so slower: 1x only)
@@ -365,6 +378,11 @@ def report(res: dict[str, Any], scale: int) -> None:
             lines.append(f"{name or 'this checkout: '}no-op re-run: parent {r1['parent_rss_mb']:.0f} → "
                          f"{r10['parent_rss_mb']:.0f} MB ({r10['parent_rss_mb'] / r1['parent_rss_mb']:.2f}x); "
                          f"{r1['seconds']:.1f} s vs {r10['seconds']:.1f} s")
+        for key in (f"{name}open_1x", f"{name}open_{scale}x"):
+            if key in res:
+                o = res[key]
+                lines.append(f"{name or 'this checkout: '}{key.removeprefix(name)}: import shardkit + shardkit.open of "
+                             f"the converted split {o['import_s'] + o['open_s']:.3f} s, peak RSS {o['rss_mb']:.0f} MB")
         if f"{name}heap_1x" in res:
             h = res[f"{name}heap_1x"]
             lines.append(f"{name or 'this checkout: '}parent's Python heap at 1x: {h['plan_mb']:.0f} MB peak until the "

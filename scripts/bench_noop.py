@@ -18,7 +18,8 @@ Two datasets:
 * ``--tiny N``: N tiny real PNG pairs (8x8 RGB image, 8x8 id label, segnet layout; built once into ``--work``,
   kept with ``--keep``): many files, little data — the no-op against the stat walk;
 * ``--camvid N``: N CamVid-size pairs (the shared CamVid pairs copied under new names, ``scaled_camvid.py``),
-  converted at 352x480 — the no-op against a fresh convert, where start-up dominates.
+  converted with ``--camvid-options`` (``--format lmdb --size 352x480``) — the no-op against a fresh convert, where
+  start-up dominates.
 
 Both trees are byte-compiled first (as ``pip install`` does; this machine sets ``PYTHONDONTWRITEBYTECODE``, and
 compiling every imported module on each start would be timed otherwise), and every command runs in the work
@@ -26,6 +27,7 @@ folder with ``PYTHONPATH`` naming its tree (``python -m`` and ``-c`` put the wor
 
     PYTHONPATH=$PWD python scripts/bench_noop.py --tiny 200000 --camvid 701 --work /tmp/noop --keep
     PYTHONPATH=$PWD python scripts/bench_noop.py --tiny 20000 --camvid 701 --rounds 3     # a quicker look
+    PYTHONPATH=$PWD python scripts/bench_noop.py --tiny 0 --camvid 701 --startup-rounds 0 --noop-baseline REV
 
 CPU seconds (user + system of the process and its children) move less with other jobs than wall seconds;
 both are printed, with their medians and the ratios of the medians.
@@ -189,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", type=int, default=200_000, help="tiny pairs for the no-op vs stat-walk (0: skip)")
     ap.add_argument("--camvid", type=int, default=701, help="CamVid-size pairs for no-op vs fresh (0: skip)")
+    ap.add_argument("--camvid-options", default="--format lmdb --size 352x480",
+                    help="convert options of the CamVid no-op and fresh runs (#42 measured these)")
+    ap.add_argument("--noop-baseline", default=None, metavar="REV",
+                    help="also time REV's unchanged CamVid run (its own output, in the same turns)")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="SegNet-layout CamVid folder")
     ap.add_argument("--rounds", type=int, default=5, help="turns of each timed convert and stat walk")
     ap.add_argument("--baseline", default="99f3085", help="revision whose start-up this tree's is compared with")
@@ -227,17 +233,30 @@ def main(argv: list[str] | None = None) -> int:
         if args.camvid:
             src = camvid_pairs(work / f"camvid{args.camvid}-copied", args.camvid, args.data)
             out = work / f"camvid{args.camvid}-out"
-            extra = ["--size", "352x480"]
-            fresh_runs, noop_runs, stat_runs = [], [], []
+            extra = args.camvid_options.split()
+            fresh_runs, noop_runs, stat_runs, old_runs = [], [], [], []
+            if args.noop_baseline:  # the older tree's own output: a signature holds the code that wrote it
+                old_tree, old_out = export(args.noop_baseline, work), work / f"camvid{args.camvid}-out-old"
+                compile_tree(old_tree)
+                shutil.rmtree(old_out, ignore_errors=True)
+                timed(convert_cmd(src, old_out, extra), tree_env(old_tree))
             for _ in range(args.rounds):
                 shutil.rmtree(out, ignore_errors=True)
                 fresh_runs.append(timed(convert_cmd(src, out, extra)))
                 os.sync()  # a nightly run starts long after the last one wrote
                 noop_runs.append(timed(convert_cmd(src, out, extra)))
                 stat_runs.append(timed([*walk, str(src)]))
+                if args.noop_baseline:
+                    old_runs.append(timed(convert_cmd(src, old_out, extra), tree_env(old_tree)))
+            if old_runs:
+                o = row(f"camvid x{args.camvid}: no-op {args.noop_baseline}", old_runs)
+                per_round(f"camvid x{args.camvid}: no-op, this tree / {args.noop_baseline}", noop_runs, old_runs)
             f, n = row(f"camvid x{args.camvid}: fresh", fresh_runs), row(f"camvid x{args.camvid}: no-op", noop_runs)
             s = row(f"camvid x{args.camvid}: stat walk", stat_runs)
             bars.append((f"camvid x{args.camvid}: fresh / no-op", f[0] / n[0], f[1] / n[1], ">= 20"))
+            if old_runs:
+                bars.append((f"camvid x{args.camvid}: no-op, this tree / {args.noop_baseline}", n[0] / o[0],
+                             n[1] / o[1], "< 1"))
             per_round(f"camvid x{args.camvid}: fresh / no-op", fresh_runs, noop_runs)
             print(f"camvid x{args.camvid}: no-op / stat walk = {n[0] / s[0]:.2f} (wall)", flush=True)
             print(f"# load {os.getloadavg()[0]:.1f}", flush=True)

@@ -124,9 +124,16 @@ def main() -> None:
     setup_logging(quiet=True)
 
 
+_DEFERRED = "shardkit.deferred_choices"
+
+
 class _LazyChoice(click.Choice):
     """A ``click.Choice`` whose values are looked up when first needed (the formats and layouts behind them
-    import h5py, lmdb, OpenCV …, which no other command should pay for at start-up)."""
+    import numpy, h5py, lmdb, OpenCV …, which no other command should pay for at start-up).
+
+    Within a command the look-up waits for :func:`_check_deferred`: ``convert`` calls it after its unchanged-run
+    check, which can only succeed for options a successful run of the same code took (they are in its key), so an
+    unchanged run with any options imports none of it; any other run checks them before it does anything else."""
 
     def __init__(self, values: Callable[[], Sequence[str]], default: str | None = None) -> None:
         self._values = values
@@ -137,6 +144,13 @@ class _LazyChoice(click.Choice):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if value is not None and value == self._default:  # the declared default: valid without a look-up
             return value  # (--compression's values come from every format: h5py, lmdb … for a plain run)
+        if ctx is not None and param is not None and self._found is None:
+            ctx.meta.setdefault(_DEFERRED, []).append((self, param, value))  # looked up by _check_deferred
+            return value
+        return self.check(value, param, ctx)
+
+    def check(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """``value`` if it is one of the choices; else click's usage error (exit 2), naming the option."""
         if value not in self.choices:
             self.fail(f"{value!r} is not one of {', '.join(self.choices)}", param, ctx)
         return value
@@ -150,6 +164,12 @@ class _LazyChoice(click.Choice):
     @choices.setter
     def choices(self, _value: Sequence[str]) -> None:  # click.Choice.__init__ assigns the (empty) tuple
         pass
+
+
+def _check_deferred(ctx: click.Context) -> None:
+    """Check the values :class:`_LazyChoice` left for later (each choice list imports what it names)."""
+    for choice, param, value in ctx.meta.pop(_DEFERRED, []):
+        choice.check(value, param, ctx)
 
 
 class _GroupedOption(click.Option):
@@ -378,6 +398,7 @@ def convert(input_dir: Path, output_dir: Path, verbose: bool, log_format: str, *
     check = unchanged.check_for(input_dir, output_dir, {**options, "verbose": verbose, "log_format": log_format})
     if check is not None and check.unchanged():
         return
+    _check_deferred(click.get_current_context())
     from .conversion.pipeline import convert as run
 
     cfg = ConvertConfig(input_dir, output_dir,

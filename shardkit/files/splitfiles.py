@@ -146,8 +146,15 @@ def safe_member(name: str, where: Path) -> str:
 def member_path(name: str, directory: Path) -> Path:
     """``directory / name`` for a shard file named in a manifest, refused unless it is a safe relative name
     (:func:`safe_member`) whose real path (symlinks resolved) stays inside the real ``directory``."""
-    directory = Path(directory)
+    if not isinstance(directory, Path):  # (a Path is not parsed again: opening a split calls this per file)
+        directory = Path(directory)
     path = directory / safe_member(name, directory)
+    if "/" not in name:  # one plain component: inside the folder unless it is a link (one lstat, not two
+        try:  # realpath walks of every component: opening a split checks every shard file)
+            if not stat.S_ISLNK(os.lstat(path).st_mode):
+                return path
+        except OSError:  # missing or unreadable: the walk below, then the caller's stat, say what is wrong
+            pass
     real, root = os.path.realpath(path), os.path.realpath(directory)
     if os.path.commonpath([real, root]) != root:
         raise UnsafePathError(

@@ -33,7 +33,13 @@ log = logging.getLogger(__name__)
 #: ``s3://bucket/x``, ``gs://…``: also as ``s3:/bucket/x``, what ``Path`` makes of it (two or more
 #: letters, so a Windows drive ``C:/`` is not a scheme).
 URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
-EXTRA_HINT = "install the object-storage packages: " + install_hint("s3")
+
+
+def extra_hint() -> str:
+    """What to install for object storage (worded when needed: the package metadata costs ~40 ms to load)."""
+    return "install the object-storage packages: " + install_hint("s3")
+
+
 #: Largest small object read whole into memory (manifests, records, list files, the lock).
 MAX_SMALL_OBJECT = 256 * 1024 * 1024
 #: Bytes read at a time by a size-bounded download.
@@ -64,7 +70,7 @@ def require_fsspec() -> Any:
     try:
         import fsspec
     except ImportError:
-        raise StorageError("object storage URLs need fsspec, which is not installed", fix=EXTRA_HINT) from None
+        raise StorageError("object storage URLs need fsspec, which is not installed", fix=extra_hint()) from None
     return fsspec
 
 
@@ -210,7 +216,7 @@ class Remote:
             try:
                 self._fs, self._root = fsspec.core.url_to_fs(self.url, **self.options)
             except ImportError as exc:
-                fix = EXTRA_HINT if self.protocol in ("s3", "s3a") else "install the fsspec backend named here"
+                fix = extra_hint() if self.protocol in ("s3", "s3a") else "install the fsspec backend named here"
                 raise StorageError(f"no filesystem for this URL ({exc})", path=self.url, fix=fix) from None
             except (ValueError, TypeError) as exc:
                 raise ConfigError(f"{self.url}: bad storage options ({exc})",

@@ -20,11 +20,10 @@ import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from ..augment.ops import Normalize
 from ..codecs import encoding
 from ..codecs.onehot import hot_channels
 from ..errors import ConfigError, IntegrityError
@@ -37,11 +36,14 @@ from ..store.manifest import Manifest, load_manifest
 from ..store.publish import drop_lease, take_lease
 from ..store.stats import ENET_K, ClassFrequencies, class_weights, presence_contradiction, split_frequencies
 from . import sampling as _sampling
-from .cache import ShardCache
 from .options import EpochPlan, OpenOptions
 from .residency import StorageReads
 from .source import CachedShards, LocalShards, ShardSource
 from .state import Progress
+
+if TYPE_CHECKING:  # both import what a local split needs none of (the cache: multiprocessing, locks, …)
+    from ..augment.ops import Normalize
+    from .cache import ShardCache
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +98,8 @@ class Dataset:
         version = opts.version
         cache: ShardCache | None = None
         if is_url(path):
+            from .cache import ShardCache
+
             cache = ShardCache(os.fspath(path), cache_dir=opts.cache_dir, limit=opts.cache_limit,
                                storage_options=opts.storage_options, version=version)
             path = cache.manifest
@@ -453,6 +457,8 @@ class Dataset:
     @property
     def normalizer(self) -> Normalize:
         """This split's normalisation as a pipeline op: ``A.Normalize(ds.mean, ds.std)``."""
+        from ..augment.ops import Normalize
+
         return Normalize(self.mean, self.std)
 
     # ------------------------------------------------------------------ class balance

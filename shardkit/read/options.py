@@ -21,7 +21,6 @@ from typing import Any, TypeVar
 from ..codecs import encoding
 from ..errors import ConfigError
 from . import sampling as _sampling
-from .cache import parse_limit
 
 __all__ = ["EpochPlan", "OpenOptions", "adapter_options", "adapter_plan", "fold_deprecated", "refuse_unknown"]
 
@@ -55,6 +54,8 @@ class OpenOptions:
         if self.label_layout is not None and self.label_layout not in LABEL_LAYOUTS:
             raise ConfigError(f"label_layout={self.label_layout!r} is not channels_last or channels_first")
         if self.cache_limit is not None:
+            from .cache import parse_limit  # the shard cache (multiprocessing, locks): not for every local open
+
             parse_limit(self.cache_limit)  # a bad limit is refused now, also for a split that is local after all
         if self.version is not None and (isinstance(self.version, bool) or not isinstance(self.version, int)
                                          or self.version < 1):

@@ -17,13 +17,15 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import IntegrityError
 from ..files.splitfiles import ShardInfo
 from ..formats.base import SampleSpec, ShardFormat, ShardReader
 from ..store.manifest import Manifest
-from .cache import ShardCache, unpin
+
+if TYPE_CHECKING:  # the cache (multiprocessing, locks, …) is loaded by a split on object storage only
+    from .cache import ShardCache
 
 __all__ = ["CachedShards", "LocalShards", "ShardSource"]
 
@@ -120,6 +122,8 @@ class _CachedShard:
         """The format reader on the local copy (fetching the shard first, once per process). The local files are
         pinned (:meth:`ShardCache.pin`) first, so another process sharing the cache cannot evict them between the
         fetch and the open, nor while they are read."""
+        from .cache import unpin  # loaded by now: this shard's cache made this source
+
         pid = os.getpid()
         if self._reader is not None and self._pid == pid:
             return self._reader
@@ -145,6 +149,8 @@ class _CachedShard:
 
     def release(self) -> None:
         """Forget the local copy (a read-through shard whose folder is being deleted) and unpin it."""
+        from .cache import unpin
+
         self._reader = None
         if self._pid == os.getpid():
             unpin(self._pins)

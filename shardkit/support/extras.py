@@ -8,11 +8,12 @@ is no such package on the index).
 from __future__ import annotations
 
 import re
-from importlib import metadata
 
 
 def install_hint(extra: str) -> str:
     """``pip install "zstandard>=0.22" "lz4>=4.3" "hdf5plugin>=4.4" (shardkit's [codecs] extra)``."""
+    from importlib import metadata  # ~40 ms (it brings email.*): only when a hint is worded, not at every import
+
     try:
         requires = metadata.requires("shardkit") or []
     except metadata.PackageNotFoundError:  # running from a source tree that was never installed

@@ -270,19 +270,53 @@ def test_a_run_that_skipped_inputs_leaves_no_signature(camvid_root: Path, tmp_pa
     assert spy.calls == 2 and not (out / SIGNATURE_NAME).exists()
 
 
-def test_the_fast_path_imports_no_converter(converted: tuple[Path, Path]) -> None:
-    raw, out = converted
+def probe(raw: Path, out: Path, *extra: str) -> tuple[list[str], subprocess.CompletedProcess[str]]:
+    """``shardkit convert`` in a fresh process: the numpy, OpenCV, format and converter modules it loaded, and
+    the process (exit code, stderr)."""
     root = Path(shardkit.__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
-    args = ["convert", str(raw), str(out), "--size", "96x128", "--shard-size", "2", "--workers", "1"]
-    probe = ("import sys\nfrom shardkit.cli import main\n"
-             f"try:\n    main({args!r})\n"
-             "except SystemExit as e:\n    assert not e.code, e.code\n"
-             "print(' '.join(sorted(m for m in sys.modules "
-             "if m.startswith(('numpy', 'shardkit.conversion.pipeline', 'cv2')))))")
-    res = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
-    assert FAST in res.stderr, res.stderr
-    assert res.stdout.split() == []
+    args = ["convert", str(raw), str(out), "--size", "96x128", "--shard-size", "2", "--workers", "1", *extra]
+    code = ("import sys\nfrom shardkit.cli import main\n"
+            f"try:\n    main({args!r})\n"
+            "except SystemExit as e:\n    print('exit', e.code, file=sys.stderr)\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith(('numpy', 'cv2', 'h5py', 'lmdb', "
+            "'shardkit.conversion.pipeline', 'shardkit.formats.', 'shardkit.conversion.layouts.')))))")
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return res.stdout.split(), res
+
+
+def test_the_fast_path_imports_no_converter(converted: tuple[Path, Path]) -> None:
+    raw, out = converted
+    loaded, res = probe(raw, out)
+    assert FAST in res.stderr and "exit 0" in res.stderr, res.stderr
+    assert loaded == []
+
+
+@pytest.mark.parametrize("extra", [("--format", "lmdb"),
+                                   ("--format", "hdf5", "--compression", "gzip", "--label-encoding", "onehot",
+                                    "--layout", "segnet")])
+def test_an_unchanged_run_with_any_options_loads_no_numpy_or_format(camvid_root: Path, tmp_path: Path, spy: Spy,
+                                                                    extra: tuple[str, ...]) -> None:
+    """Options whose choices come from the formats, encodings and layouts (each imports numpy, h5py, OpenCV …)
+    are checked after the unchanged-run check (#42): a run that changed nothing imports none of them, a wrong
+    value is still refused with exit 2 where a signature lies, and a changed input still converts."""
+    raw, out = small_camvid(camvid_root, tmp_path / "raw", n=3), tmp_path / "out"
+    assert not fast(spy, raw, out, *extra)
+    loaded, res = probe(raw, out, *extra)
+    assert FAST in res.stderr and "exit 0" in res.stderr, res.stderr
+    assert loaded == []
+    for name, bad in (("--format", "lmdbx"), ("--compression", "zip"), ("--label-encoding", "hot"),
+                      ("--layout", "segnett")):
+        changed = [*extra, name, bad]
+        _, res = probe(raw, out, *changed)
+        assert "exit 2" in res.stderr and f"Invalid value for '{name}': '{bad}' is not one of" in res.stderr, \
+            res.stderr
+        assert (out / SIGNATURE_NAME).is_file()  # refused before anything was touched
+    label = next((raw / "valannot").iterdir())
+    os.utime(label, ns=(label.stat().st_atime_ns, label.stat().st_mtime_ns + 10**9))
+    loaded, res = probe(raw, out, *extra)
+    assert FAST not in res.stderr and "exit 0" in res.stderr, res.stderr
+    assert "numpy" in loaded and "shardkit.conversion.pipeline" in loaded  # the normal path ran
 
 
 @pytest.mark.timeout(120)

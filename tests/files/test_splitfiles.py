@@ -4,11 +4,14 @@ back unchanged; a loaded manifest holds types, not dicts."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from shardkit.files.splitfiles import ClassTable, Preprocessing, SampleSpec, Source, SplitStats
+from shardkit.errors import UnsafePathError
+from shardkit.files.splitfiles import ClassTable, Preprocessing, SampleSpec, Source, SplitStats, member_path
 from shardkit.store.manifest import MANIFEST_NAME, load_manifest
 from shardkit.store.publish import manifest_text
 
@@ -63,3 +66,29 @@ def test_a_class_table_from_a_manifest_must_list_the_samples_classes() -> None:
     swapped = {**table, "classes": table["classes"][::-1]}
     with pytest.raises(ValueError, match="class table is invalid"):
         ClassTable.from_manifest(swapped, 2)
+
+
+def test_member_path_walks_real_paths_only_for_links(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain shard file (no link, no sub-folder) is checked with one ``lstat``, not two real-path walks
+    (opening a split checks every shard file, #42); a link is still resolved, and refused when it leaves."""
+    split, outside = tmp_path / "split", tmp_path / "outside.bin"
+    split.mkdir()
+    outside.write_bytes(b"x")
+    (split / "plain.npy").write_bytes(b"x")
+    (split / "inside.npy").symlink_to("plain.npy")
+    (split / "leaves.npy").symlink_to(outside)
+    walks: list[str] = []
+    real = os.path.realpath
+
+    def counted(path: Any, *args: Any, **kwargs: Any) -> str:
+        walks.append(os.fspath(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os.path, "realpath", counted)
+    assert member_path("plain.npy", split) == split / "plain.npy" and walks == []
+    assert member_path("inside.npy", split) == split / "inside.npy" and walks
+    with pytest.raises(UnsafePathError, match="outside the dataset folder"):
+        member_path("leaves.npy", split)
+    (split / "sub").symlink_to(tmp_path)  # a folder link: the walk sees through it
+    with pytest.raises(UnsafePathError, match="outside the dataset folder"):
+        member_path("sub/outside.bin", split)

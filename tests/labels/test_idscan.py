@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from PIL import Image
 
 from shardkit.errors import DecodeError, LabelError
+from shardkit.labels import idscan
 from shardkit.labels.idscan import SOURCE, scan_table
 
 
@@ -205,3 +208,31 @@ def test_saving_the_scan_cache_never_writes_into_a_fifo_left_at_its_temp_name(tm
     cache.save()
     again = ScanCache.of(where, [str(a)], "options")
     assert again is not None and again.load() is not None
+
+
+def test_the_scan_queues_a_window_of_files_at_a_time_and_counts_every_file(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each queued file holds a future: the scan queues at most ``WINDOW`` of them (200,000 queued at once held
+    ~300 MB, #42), and still counts every file and names the first file of each value across the windows."""
+    rng = np.random.default_rng(0)
+    arrays = [rng.integers(0, 3, (4, 5), dtype=np.uint8) for _ in range(10)]
+    arrays[7][0, 0] = 6  # a value first seen in the third window
+    arrays[9][0, 0] = 6
+    paths = [save(tmp_path / f"{i:02d}.png", a) for i, a in enumerate(arrays)]
+    queued: list[int] = []
+
+    class Counting(ThreadPoolExecutor):
+        def map(self, fn: Any, *iterables: Any, **kwargs: Any) -> Any:
+            items = list(iterables[0])
+            queued.append(len(items))
+            return super().map(fn, items, **kwargs)
+
+    monkeypatch.setattr(idscan, "WINDOW", 3)
+    monkeypatch.setattr(idscan, "ThreadPoolExecutor", Counting)
+    total, first = idscan.scan_label_values([str(p) for p in paths], max_pixels=1000, threads=2)
+    assert queued == [3, 3, 3, 1]
+    want = np.bincount(np.concatenate([a.ravel() for a in arrays]))
+    assert total.tolist() == want.tolist()
+    assert first == {v: paths[next(i for i, a in enumerate(arrays) if (a == v).any())]
+                     for v in np.flatnonzero(want).tolist()}
+    assert first[6] == paths[7]

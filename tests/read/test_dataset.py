@@ -292,6 +292,19 @@ def test_imports_no_framework(splits: dict[str, Path]) -> None:
     assert out.stdout.strip() == "[]"
 
 
+def test_opening_a_local_split_loads_no_shard_cache_or_package_metadata(splits: dict[str, Path]) -> None:
+    """What only a split on object storage (the shard cache: multiprocessing, locks) or an error message (the
+    package metadata, ~40 ms) needs is not imported to open and read a local split (#42: open time)."""
+    code = (
+        "import sys, shardkit\n"
+        f"ds = shardkit.open({str(splits['npy'])!r}); ds.batch([0, 1]); ds[2]\n"
+        "print(sorted(m for m in ('shardkit.read.cache', 'multiprocessing', 'importlib.metadata', "
+        "'shardkit.augment') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 @pytest.mark.parametrize("fmt", list(VARIANTS))
 @pytest.mark.parametrize("labels", ["onehot", "float_onehot"])
 def test_channels_first_one_hot_equals_moved_channels_last(splits: dict[str, Path], truth: tuple, fmt: str,
