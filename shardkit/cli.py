@@ -804,8 +804,8 @@ def split_command(path: str | Path, into: str | None, group_by: str | None, grou
     else:
         said.append(nearby.line())
         for i, j, bits in nearby.examples[KINDS[0]][:5]:
-            said.append(f"  {pooled.splits[int(pooled.split_of[i])]}/{pooled.keys[i]} ~ "
-                        f"{pooled.splits[int(pooled.split_of[j])]}/{pooled.keys[j]} ({bits} bits)")
+            said.append(f"  {pooled.keys[i]} ({pooled.splits[int(pooled.split_of[i])]}) ~ {pooled.keys[j]} "
+                        f"({pooled.splits[int(pooled.split_of[j])]}): {bits} bits")
     if check:
         click.echo(f"groups: {rule.describe()}; {len(set(pooled.groups))} groups of {len(pooled.keys)} samples in "
                    f"{', '.join(pooled.splits)}")

@@ -45,3 +45,8 @@ def zero_class_bitmaps(rows: np.ndarray) -> None:
 def one_pixel_hash(rows: np.ndarray) -> None:
     """Every sample's pixel hash is the same (all samples look like copies of one image)."""
     rows["pixels"] = 0x5A
+
+
+def one_look_hash(rows: np.ndarray) -> None:
+    """Every sample's look hash is the same (all samples near-duplicates of one image)."""
+    rows["looks"] = 0x3C

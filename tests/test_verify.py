@@ -181,6 +181,17 @@ def test_pixel_hashes_all_set_equal_are_reported(camvid_val: Path) -> None:
     assert "… and 16 more disagreement(s) in the pixels column" in report.problems
 
 
+def test_look_hashes_all_set_equal_are_reported(camvid_val: Path) -> None:
+    """Every look hash set to one value (hashes refreshed): every pair would be a near-duplicate; verify recomputes
+    each look hash from the stored pixels and reports the column."""
+    from tests.tamper import one_look_hash, rewrite_sidecars
+
+    rewrite_sidecars(camvid_val, one_look_hash)
+    report = verify_split(camvid_val)
+    listed = [p for p in report.problems if "looks column (look hash)" in p]
+    assert len(listed) == 10 and "is 3c3c3c3c3c3c3c3c" in listed[0] and "'val/0016E5_07959.png'" in listed[0]
+
+
 def test_equal_pixel_hashes_of_a_lossy_codec_must_decode_alike(camvid_root: Path, tmp_path: Path) -> None:
     """JPEG images do not decode to the pixels that were hashed, so their hashes cannot be recomputed; samples that
     claim one hash must still decode to the same pixels, which 6 different CamVid images do not."""
