@@ -848,10 +848,12 @@ def split_command(path: str | Path, into: str | None, group_by: str | None, grou
               help="A CSV of key,group rows (instead of --group-by).")
 @click.option("--samples", type=click.IntRange(0, 64), default=8, show_default=True,
               help="Samples drawn (and their labels read) per split for the picture grid.")
+@click.option("--near", "near", type=click.IntRange(0, 16), default=4, show_default=True, metavar="BITS",
+              help="Near-duplicates: look hashes within BITS of 64 (a JPEG re-encoding or a resize moves 0-2).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the samples drawn.")
 @_errors_to_exit_codes
 def audit_command(path: Path, html_file: Path | None, croissant_file: Path | None, group_by: str | None,
-                  groups_file: Path | None, samples: int, seed: int) -> None:
+                  groups_file: Path | None, samples: int, near: int, seed: int) -> None:
     """Write one self-contained HTML report of the converted splits under PATH (opens from disk: no server, no
     network): class pixel share and images per class, groups and groups shared between splits, exact
     duplicates, label sanity, tiles per source, a sample grid with label overlays and how the labels were made.
@@ -878,7 +880,7 @@ def audit_command(path: Path, html_file: Path | None, croissant_file: Path | Non
     rule = GroupRule.of(group_by, groups_file)
     datasets = [Dataset(f, labels="ids") for f in folders]
     if target is not None:
-        page = render(gather(datasets, rule), datasets, audit_title(path), samples=samples, seed=seed)
+        page = render(gather(datasets, rule, near), datasets, audit_title(path), samples=samples, seed=seed)
         click.echo(f"audit report written to {write_report(target, page)}")
     if croissant_file is not None:
         doc, table = write_croissant([(ds.manifest, f) for ds, f in zip(datasets, folders, strict=True)],

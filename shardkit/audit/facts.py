@@ -24,6 +24,7 @@ from ..read.dataset import Dataset
 from ..store.duplicates import DuplicateReport, find_duplicates, split_hashes
 from ..store.stats import ignore_share
 from .groups import GroupRule
+from .near import DEFAULT_THRESHOLD, NearReport, near_report
 from .split import leaks, pool
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,10 @@ class AuditFacts:
     notes: list[str] = field(default_factory=list)
     #: the first :data:`PICTURED` shared groups, each with its first sample in each of its splits: (split, index)
     leak_examples: list[tuple[str, list[tuple[str, int]]]] = field(default_factory=list)
+    #: near-duplicate pairs by kind (None: a split keeps no look hashes), and examples of each kind as
+    #: ((split, index), (split, index), bits)
+    near: NearReport | None = None
+    near_examples: dict[str, list[tuple[tuple[str, int], tuple[str, int], int]]] = field(default_factory=dict)
 
 
 def _class_facts(ds: Dataset, presence: np.ndarray | None) -> list[ClassFacts]:
@@ -137,8 +142,9 @@ def split_facts(ds: Dataset, presence: np.ndarray | None, keys: Sequence[str]) -
         class_source=str(m.classes.get("source") or "an unrecorded source"), skipped=len(m.skipped))
 
 
-def gather(datasets: Sequence[Dataset], rule: GroupRule) -> AuditFacts:
-    """The facts of ``datasets`` (the splits of one output) with groups by ``rule``; reads sidecars only."""
+def gather(datasets: Sequence[Dataset], rule: GroupRule, near: int = DEFAULT_THRESHOLD) -> AuditFacts:
+    """The facts of ``datasets`` (the splits of one output) with groups by ``rule`` and near-duplicates within
+    ``near`` bits; reads sidecars only."""
     pooled = pool(datasets, rule)
     splits = []
     start = 0
@@ -164,11 +170,23 @@ def gather(datasets: Sequence[Dataset], rule: GroupRule) -> AuditFacts:
         if g in wanted:
             first.setdefault((g, int(s)), row - int(starts[int(s)]))
     examples = [(g, [(pooled.splits[s], i) for (h, s), i in sorted(first.items()) if h == g]) for g in wanted]
+    nearby = None if pooled.looks is None else near_report(pooled.split_of, pooled.groups, pooled.looks, near)
+    if pooled.looks is None:
+        notes.append(f"near-duplicates not searched: {', '.join(pooled.unhashed)} keep no look hashes (converted "
+                     "before them; re-convert with --force to add them)")
+
+    def place(row: int) -> tuple[str, int]:
+        s = int(pooled.split_of[row])
+        return pooled.splits[s], row - int(starts[s])
+
+    near_examples = {k: [(place(i), place(j), b) for i, j, b in got]
+                     for k, got in (nearby.examples.items() if nearby is not None else ())}
     return AuditFacts(splits=splits, rule=rule.describe(), groups=len(sizes),
                       group_sizes=sizes.most_common(LISTED), group_size_counts=dict(sorted(Counter(
                           sizes.values()).items())), shared_groups=shared,
                       duplicates=find_duplicates(shards), notes=notes,
-                      leak_examples=sorted(examples, key=lambda e: list(shared).index(e[0])))
+                      leak_examples=sorted(examples, key=lambda e: list(shared).index(e[0])),
+                      near=nearby, near_examples=near_examples)
 
 
 def draw_indices(num_samples: int, count: int, seed: int = 0) -> list[int]:

@@ -32,6 +32,7 @@ from .facts import (
     draw_indices,
     label_sanity,
 )
+from .near import KINDS
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +160,22 @@ def _duplicates_section(facts: AuditFacts, picture: Picture) -> str:
               "(<code>shardkit verify</code> recomputes them); re-encoded or resized copies are not found.</p>")
 
 
+def _near_section(facts: AuditFacts, picture: Picture) -> str:
+    report = facts.near
+    if report is None:
+        return '<p class="note">not searched: a split keeps no look hashes (see the notes above).</p>'
+    cls = "warn" if report.leaks else "ok"
+    rows = [(kind, n) for kind, n in report.counts.items()]
+    pairs = "".join(_side_by_side(f"{a[0]}/#{a[1]} and {b[0]}/#{b[1]}: {bits} of 64 bits differ",
+                                  [picture(*a), picture(*b)]) for a, b, bits in
+                    facts.near_examples.get(KINDS[0], [])[:PICTURED])
+    return (f'<p class="{cls}">{_e(report.line())}</p>' + _table(["pair", "pairs"], rows, [False, True]) + pairs
+            + f'<p class="note">look hashes (64-bit difference hashes the samples sidecars keep) within '
+              f"{report.threshold} bits: a JPEG re-encoding or a resize moves 0–2. Pairs inside one group (frames of "
+              "one sequence, tiles of one scene) are similar by nature and counted apart; pairs in two splits and two "
+              "groups are leaks the groups do not explain (pictured).</p>")
+
+
 def _sanity_section(s: SplitFacts, drawn: Sequence[tuple[int, str, LabelSanity]]) -> str:
     names = [c.name for c in s.classes]
     never = ", ".join(f"{c} {names[c]}" for c in s.never_present)
@@ -258,6 +275,7 @@ def render(facts: AuditFacts, datasets: Sequence[Dataset], title: str, samples: 
         ("groups", "Groups", _groups_section(facts)),
         ("leaks", "Groups shared between splits", _leaks_section(facts, picture)),
         ("duplicates", "Exact duplicates", _duplicates_section(facts, picture)),
+        ("near", "Near-duplicates", _near_section(facts, picture)),
         ("sanity", "Label sanity", "".join(sanity)),
         ("tiles", "Tiles per source", "".join(_tiles_section(s) for s in facts.splits)),
         ("samples", "Samples", "".join(grids)),

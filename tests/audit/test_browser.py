@@ -117,8 +117,8 @@ def test_every_picture_decodes_and_every_chart_has_a_size(report: Path, audited:
     assert got["images"] == 8 + 4 and got["broken"] == []  # --samples 4, two splits; the leak and copy pairs
     assert got["charts"] == 4 and got["empty_charts"] == 0  # pixel share and images per class, per split
     assert got["bars"] == 4 * 2 * 12
-    assert got["sections"] == ["summary", "classes", "groups", "leaks", "duplicates", "sanity", "tiles", "samples",
-                               "provenance"]
+    assert got["sections"] == ["summary", "classes", "groups", "leaks", "duplicates", "near", "sanity", "tiles",
+                               "samples", "provenance"]
 
 
 def test_the_render_check_sees_a_broken_picture(report: Path, tmp_path: Path) -> None:

@@ -22,7 +22,8 @@ from shardkit.cli import main
 
 from .conftest import SEQUENCE
 
-SECTIONS = ("summary", "classes", "groups", "leaks", "duplicates", "sanity", "tiles", "samples", "provenance")
+SECTIONS = ("summary", "classes", "groups", "leaks", "duplicates", "near", "sanity", "tiles", "samples",
+            "provenance")
 
 
 def _section(page: str, name: str) -> str:
@@ -95,6 +96,21 @@ def test_the_planted_leak_and_copy_are_found(page: str, audited: Path) -> None:
     leak_pictures = re.findall(r'<img alt="(\w+ #\d+)"', _section(page, "leaks"))
     first = min(i for i in range(len(train)) if train.key(i).startswith("train/0016E5"))
     assert leak_pictures == [f"train #{first}", "val #0"]  # the shared sequence's first sample in each split
+
+
+def test_near_duplicates_are_counted_by_kind_as_the_search_finds_them(page: str, audited: Path) -> None:
+    """The planted copy is a near-duplicate (0 bits) across splits inside its sequence; the page's counts are those
+    of the search over the sidecars' look hashes, each kind in its row."""
+    from shardkit.audit.groups import GroupRule
+    from shardkit.audit.near import DEFAULT_THRESHOLD, KINDS, near_report
+    from shardkit.audit.split import pool
+
+    datasets = [shardkit.open(audited / s) for s in ("train", "val")]
+    pooled = pool(datasets, GroupRule.of(SEQUENCE))
+    assert pooled.looks is not None
+    want = near_report(pooled.split_of, pooled.groups, pooled.looks, DEFAULT_THRESHOLD)
+    rows = dict((r[0], int(r[1])) for r in _cells(_section(page, "near"))[1:])
+    assert rows == want.counts and rows[KINDS[1]] >= 1 and rows[KINDS[0]] == 0
 
 
 def test_label_sanity_numbers_are_those_of_the_labels(page: str, audited: Path) -> None:
@@ -200,7 +216,9 @@ def test_only_the_drawn_samples_are_read(audited: Path, tmp_path: Path, monkeypa
     drawn = re.findall(r'<img alt="(\w+) #(\d+)"', page)
     assert sorted(reads) == sorted((s, int(i)) for s, i in drawn)  # one read per picture, no other
     assert len(re.findall("<img", _section(page, "samples"))) == 6  # 3 per split
-    assert len(drawn) == 6 + 2  # and the planted copy's pair (no group is shared: each sample its own group)
+    # and the planted copy's pair twice: as an exact copy, and as the one near-duplicate pair across splits and
+    # groups (no rule: each sample its own group)
+    assert len(drawn) == 6 + 2 + 2
 
 
 def test_a_value_map_the_conversion_recorded_is_on_the_page(tmp_path: Path) -> None:
