@@ -122,6 +122,6 @@ def test_a_shard_whose_sidecar_readers_would_refuse_is_not_written(camvid_root: 
     monkeypatch.setattr(shardkit.files.samples, "MAX_SIDECAR_BYTES", 300)
     res = invoke("convert", tmp_path / "raw", tmp_path / "out", "--num-classes", "12", "-q", "--workers", "1")
     assert res.exit_code == 2
-    assert "a shard's samples sidecar would be 360 bytes (1 samples), more than the 300 its readers read" \
+    assert "a shard's samples sidecar would be 432 bytes (1 samples), more than the 300 its readers read" \
         in one_line_error(res.output)
     assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file() and p.name != ".shardkit.lock"]
