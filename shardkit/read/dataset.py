@@ -38,8 +38,9 @@ from ..store.stats import ENET_K, ClassFrequencies, class_weights, presence_cont
 from . import sampling as _sampling
 from .cache import ShardCache
 from .options import EpochPlan, OpenOptions
+from .ranges import remote_source
 from .residency import StorageReads
-from .source import CachedShards, LocalShards, ShardSource
+from .source import LocalShards, ShardSource
 from .state import Progress
 
 log = logging.getLogger(__name__)
@@ -124,7 +125,8 @@ class Dataset:
         self.format_info.check_version(self.manifest.format_version, self.path / "manifest.json")
         #: where the shard readers come from: the local folder, or the cache of a split on object storage; either
         #: way each is the format's own reader on local files (the same fast paths)
-        self.source: ShardSource = (CachedShards(cache, self.format_info, self.manifest, self.spec)
+        self.source: ShardSource = (remote_source(cache, self.format_info, self.manifest, self.spec,
+                                                  opts.remote_reads)
                                     if cache is not None
                                     else LocalShards(self.path, self.format_info, self.manifest, self.spec))
         self._starts = np.array([s.first_index for s in self.manifest.shards], dtype=np.int64)
@@ -381,6 +383,8 @@ class Dataset:
             return
         shard = np.searchsorted(self._starts, indices, side="right") - 1
         local = indices - self._starts[shard]
+        if self.source.gather(shard, local, images, stored):  # range reads: the batch's requests planned together
+            return
         cuts = (np.flatnonzero(shard[1:] != shard[:-1]) + 1).tolist()
         rows = local.tolist()
         runs = list(zip([0, *cuts], [*cuts, len(indices)], strict=True))

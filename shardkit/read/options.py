@@ -23,6 +23,9 @@ from ..errors import ConfigError
 from . import sampling as _sampling
 from .cache import parse_limit
 
+#: ``remote_reads`` values (:mod:`shardkit.read.ranges`)
+REMOTE_READS = ("auto", "ranges", "shards")
+
 __all__ = ["EpochPlan", "OpenOptions", "adapter_options", "adapter_plan", "fold_deprecated", "refuse_unknown"]
 
 LABEL_LAYOUTS = ("channels_last", "channels_first")
@@ -38,7 +41,10 @@ class OpenOptions:
     ``verify``: check every shard's sha256 on open. For a split on object storage (``s3://…``) shards are cached
     whole in ``cache_dir`` (default ``$SHARDKIT_CACHE_DIR`` or ``~/.cache/shardkit``), at most ``cache_limit``
     bytes (``"20GB"``, or a byte count), with ``storage_options`` for fsspec (endpoint, credentials).
-    ``version=N`` opens the kept publish N of the split instead of the current one.
+    ``version=N`` opens the kept publish N of the split instead of the current one. ``remote_reads``: how a split
+    on object storage is read — ``"shards"`` whole shards through the cache, ``"ranges"`` sample by sample with
+    range requests (npy, fixed size; :mod:`shardkit.read.ranges`), ``"auto"`` ranges when the split can be and is
+    larger than ``cache_limit``, else shards (the choice is logged).
     """
 
     labels: str = "ids"
@@ -48,12 +54,15 @@ class OpenOptions:
     cache_limit: int | str | None = None
     storage_options: Mapping[str, Any] | None = field(default=None, hash=False)  # a dict: not hashable
     version: int | None = None
+    remote_reads: str = "shards"
 
     def __post_init__(self) -> None:
         if self.labels not in encoding.READER_OUTPUTS:
             raise ConfigError(f"labels={self.labels!r} is not one of {', '.join(encoding.READER_OUTPUTS)}")
         if self.label_layout is not None and self.label_layout not in LABEL_LAYOUTS:
             raise ConfigError(f"label_layout={self.label_layout!r} is not channels_last or channels_first")
+        if self.remote_reads not in REMOTE_READS:
+            raise ConfigError(f"remote_reads={self.remote_reads!r} is not one of {', '.join(REMOTE_READS)}")
         if self.cache_limit is not None:
             parse_limit(self.cache_limit)  # a bad limit is refused now, also for a split that is local after all
         if self.version is not None and (isinstance(self.version, bool) or not isinstance(self.version, int)

@@ -1,0 +1,449 @@
+"""Per-sample range reads of a split on object storage (``OpenOptions(remote_reads="ranges")``), issue 41.
+
+A shuffled pass over a split larger than the cache downloads whole shards to use a few samples of each; an npy
+shard is a plain array, so sample ``j``'s bytes are ``[offset + j·row, offset + (j+1)·row)`` of its object and can
+be fetched alone with an HTTP range request:
+
+* **Bounds first.** Every range comes from the manifest (object size, sample count, shape and dtype), and is
+  checked to lie inside the object before it is requested; nothing is sized from a server's answer. The data
+  offset is ``size - n·row``; the ``.npy`` header in front of it is fetched (once per object and process,
+  coalesced with sample 0 when that is read) and must declare exactly the manifest's shape and dtype.
+* **Coalesced, parallel.** The ranges of one batch are sorted per object and merged where the gap between them is
+  at most :data:`GAP_BYTES`; the merged requests run in parallel (:data:`PARALLEL` threads).
+* **A small block LRU** in memory, bounded in bytes (:data:`BLOCK_CACHE_BYTES`, at most ``cache_limit``), keeps
+  fetched blocks for samples read again soon; nothing is written to the cache folder but the manifest and the
+  samples sidecars (small: per-sample records, for the pixel hashes).
+* **Every byte checked.** A response of another length than asked (a truncated body, a 200 with the whole
+  object instead of a 206) is an :class:`~shardkit.errors.IntegrityError` naming the object. Each object is
+  opened once per process (its size must be the manifest's) and later range requests carry its ETag
+  (``If-Match`` on S3): an object replaced mid-epoch fails instead of mixing versions. Each image is checked
+  against its sample's pixel hash in the sidecar (``formats/samples.md``). Labels have no per-sample hash in
+  shardkit's records: a label object replaced by one of the same size *before* a process first opens it is not
+  detected here (``verify=True`` hashes whole objects).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, IntegrityError, ShardFormatError, ShardkitError
+from ..files.samples import pixel_hash
+from ..files.splitfiles import ShardFile, ShardInfo
+from ..files.storage import Remote
+from ..files.storage import _wrap as wrap_error
+from ..formats.base import SampleSpec, ShardFormat, ShardReader
+from ..store.manifest import Manifest
+from .cache import ShardCache
+from .source import CachedShards, ShardSource
+
+__all__ = ["RangeStats", "RangedShards", "remote_source"]
+
+log = logging.getLogger(__name__)
+
+#: Ranges of one object at most this far apart are fetched in one request (the gap is read and dropped).
+GAP_BYTES = 64 * 1024
+#: Bytes of fetched blocks kept in memory per process (at most ``cache_limit``).
+BLOCK_CACHE_BYTES = 64 << 20
+#: Range requests of one batch in flight at once.
+PARALLEL = 8
+#: Largest ``.npy`` header accepted (numpy writes 64–128 bytes; version 1.0 allows 64 KiB).
+MAX_HEADER = 65536
+#: Bytes hashed per request when a ranged split is opened with ``verify=True``.
+VERIFY_CHUNK = 8 << 20
+
+
+@dataclass
+class RangeStats:
+    """What this process's range reads cost: requests sent, bytes fetched, bytes of samples handed out."""
+
+    requests: int = 0
+    fetched: int = 0
+    used: int = 0
+    batches: int = 0
+
+    @property
+    def amplification(self) -> float:
+        """Bytes fetched ÷ bytes of samples used (1.0: nothing fetched that was not used)."""
+        return self.fetched / self.used if self.used else 0.0
+
+
+def ranged_format(fmt: type[ShardFormat], spec: SampleSpec) -> str | None:
+    """Why ``fmt``/``spec`` cannot be read by ranges (None when it can): npy with fixed-size samples only."""
+    if fmt.name != "npy":
+        return f"{fmt.name} shards have no per-sample byte ranges in this version"
+    if spec.size is None:
+        return "variable-size npy shards are not range-read in this version"
+    return None
+
+
+def remote_source(cache: ShardCache, fmt: type[ShardFormat], manifest: Manifest, spec: SampleSpec,
+                  policy: str) -> ShardSource:
+    """The source of a split on object storage under ``policy`` (``OpenOptions.remote_reads``), the choice logged.
+
+    ``"auto"`` reads by ranges when the split can be (npy, fixed size) and is larger than ``cache_limit`` (whole
+    shards would be read through and dropped again), else through the whole-shard cache."""
+    why_not = ranged_format(fmt, spec)
+    size = sum(f.bytes for s in manifest.shards for f in s.files)
+    if policy == "ranges":
+        if why_not is not None:
+            raise ConfigError(f"remote_reads='ranges': {why_not}", fix="use remote_reads='shards' (or 'auto')")
+        log.info("%s: range reads per sample (remote_reads='ranges')", cache.remote.url)
+        return RangedShards(cache, fmt, manifest, spec)
+    if policy == "auto" and why_not is None and cache.limit is not None and size > cache.limit:
+        log.info("%s: range reads per sample (remote_reads='auto': the split's %d bytes exceed cache_limit %d)",
+                 cache.remote.url, size, cache.limit)
+        return RangedShards(cache, fmt, manifest, spec)
+    if policy == "auto":
+        log.info("%s: whole shards through the cache (remote_reads='auto': %s)", cache.remote.url,
+                 why_not or ("no cache_limit" if cache.limit is None else "the split fits in cache_limit"))
+    return CachedShards(cache, fmt, manifest, spec)
+
+
+class _Object:
+    """One object read by ranges in this process: opened once (size checked, its ETag pinned by the handle)."""
+
+    def __init__(self, remote: Remote, f: ShardFile) -> None:
+        self.remote, self.file, self.url = remote, f, remote.url_of(f.name)
+        fs = remote.fs
+        path = remote.path(f.name)
+        self.handle: Any = None
+        try:
+            handle = fs.open(path, "rb", cache_type="none")
+        except ShardkitError:
+            raise
+        except Exception as exc:  # botocore/aiohttp/fsspec errors share no base class
+            raise _transfer_error(exc, self.url) from None
+        if callable(getattr(handle, "_fetch_range", None)):  # buffered remote files (s3fs: If-Match on the ETag)
+            self.handle, size = handle, int(getattr(handle, "size", -1))
+        else:  # e.g. memory:// — plain ranged reads of the path
+            handle.close()
+            info = remote.info(f.name)
+            size = int(info.get("size") or 0) if info is not None else -1
+        if size != f.bytes:
+            raise IntegrityError(f"the object is {size if size >= 0 else 'missing'} bytes, the manifest says "
+                                 f"{f.bytes}: not read", path=self.url,
+                                 fix="the object was changed or removed after conversion; re-open the split or "
+                                     "re-convert it")
+        self.path = path
+
+    def read(self, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` (already checked to lie in the object), exactly ``end - start`` of them."""
+        try:
+            if self.handle is not None:
+                data = self.handle._fetch_range(start, end)
+            else:
+                data = self.remote.fs.cat_file(self.path, start=start, end=end)
+        except ShardkitError:
+            raise
+        except Exception as exc:  # as above
+            raise _transfer_error(exc, self.url) from None
+        if not isinstance(data, (bytes, bytearray, memoryview)) or len(data) != end - start:
+            got = len(data) if isinstance(data, (bytes, bytearray, memoryview)) else type(data).__name__
+            raise IntegrityError(f"asked for bytes {start}-{end - 1} ({end - start} bytes), the server sent {got}",
+                                 path=self.url, fix="the server or a proxy truncated or ignored the range request; "
+                                                    "retry, or read with remote_reads='shards'")
+        return bytes(data)
+
+
+def _transfer_error(exc: BaseException, url: str) -> ShardkitError:
+    """A failed range request as one line; a changed object (S3 ``If-Match`` failed: 412) as an IntegrityError."""
+    text = str(exc)
+    if type(exc).__name__ == "FileExpired" or "PreconditionFailed" in text or "pre-conditions" in text:
+        return IntegrityError("the object changed while it was being read (its ETag is not the one opened)",
+                              path=url, fix="the split was re-published or overwritten mid-epoch; re-open it")
+    return wrap_error(exc, "range read", url)
+
+
+class _Fetcher:
+    """The range requests of one process: coalescing, the parallel pool, the block LRU and the counters."""
+
+    def __init__(self, remote: Remote, block_bytes: int) -> None:
+        self.remote, self.block_bytes = remote, block_bytes
+        self.stats = RangeStats()
+        self._lock = threading.Lock()
+        self._objects: dict[str, _Object] = {}
+        self._blocks: OrderedDict[tuple[str, int, int], bytes] = OrderedDict()
+        self._held = 0
+        self._pool: ThreadPoolExecutor | None = None
+
+    def _object(self, f: ShardFile) -> _Object:
+        with self._lock:
+            obj = self._objects.get(f.name)
+        if obj is None:
+            obj = _Object(self.remote, f)
+            with self._lock:
+                obj = self._objects.setdefault(f.name, obj)
+        return obj
+
+    def _cached(self, name: str, start: int, end: int) -> bytes | None:
+        for (n, a, b), data in self._blocks.items():
+            if n == name and a <= start and end <= b:
+                self._blocks.move_to_end((n, a, b))
+                return data[start - a:end - a]
+        return None
+
+    def _keep(self, name: str, start: int, data: bytes) -> None:
+        if len(data) > self.block_bytes:
+            return
+        self._blocks[(name, start, start + len(data))] = data
+        self._held += len(data)
+        while self._held > self.block_bytes:
+            (_, a, b), _ = self._blocks.popitem(last=False)
+            self._held -= b - a
+
+    @property
+    def held(self) -> int:
+        """Bytes in the block LRU now."""
+        return self._held
+
+    def get(self, wants: Sequence[tuple[ShardFile, int, int]], used: int) -> list[bytes]:
+        """The bytes of each ``(file, start, end)`` (checked against the file's size first); ``used`` bytes of
+        them are samples handed out (for the amplification count)."""
+        for f, a, b in wants:
+            if not 0 <= a < b <= f.bytes:
+                raise ShardFormatError(f"byte range {a}-{b} is outside the object's {f.bytes} bytes",
+                                       path=self.remote.url_of(f.name), fix="the manifest is damaged; re-convert")
+        out: list[bytes | None] = [None] * len(wants)
+        misses: dict[str, list[int]] = {}
+        with self._lock:
+            for k, (f, a, b) in enumerate(wants):
+                out[k] = self._cached(f.name, a, b)
+                if out[k] is None:
+                    misses.setdefault(f.name, []).append(k)
+        requests: list[tuple[ShardFile, int, int, list[int]]] = []
+        for ks in misses.values():
+            ks.sort(key=lambda k: wants[k][1])
+            f = wants[ks[0]][0]
+            for k in ks:
+                a, b = wants[k][1], wants[k][2]
+                if requests and requests[-1][0] is f and a - requests[-1][2] <= GAP_BYTES:
+                    last = requests[-1]
+                    requests[-1] = (f, last[1], max(last[2], b), [*last[3], k])
+                else:
+                    requests.append((f, a, b, [k]))
+        if requests:
+            objects = [self._object(f) for f, _, _, _ in requests]
+            if len(requests) == 1:
+                blocks = [objects[0].read(requests[0][1], requests[0][2])]
+            else:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(PARALLEL, thread_name_prefix="shardkit-ranges")
+                spans = [(obj, a, b) for obj, (_, a, b, _) in zip(objects, requests, strict=True)]
+                blocks = list(self._pool.map(lambda s: s[0].read(s[1], s[2]), spans))
+            with self._lock:
+                self.stats.requests += len(requests)
+                self.stats.fetched += sum(len(d) for d in blocks)
+                for (f, a, _, ks), data in zip(requests, blocks, strict=True):
+                    for k in ks:
+                        out[k] = data[wants[k][1] - a:wants[k][2] - a]
+                    self._keep(f.name, a, data)
+        with self._lock:
+            self.stats.used += used
+            self.stats.batches += 1
+        return [d if d is not None else b"" for d in out]
+
+
+class RangedNpyReader(ShardReader):
+    """One fixed-size npy shard on object storage, each sample fetched by range through the source's fetcher."""
+
+    file_counts = (2, 3)
+
+    def __init__(self, source: RangedShards, pos: int, shard: ShardInfo, spec: SampleSpec,
+                 manifest: Manifest) -> None:
+        self.source, self.pos = source, pos
+        super().__init__(source.cache_folder, shard, spec, manifest.format_options, manifest.format_version)
+        n = shard.num_samples
+        size = spec.size
+        if size is None:  # remote_source never builds one for variable-size splits
+            raise ConfigError("variable-size npy shards are not range-read")
+        #: per file: (dtype, shape, row bytes, data offset)
+        self.layout: list[tuple[np.dtype, tuple[int, ...], int, int]] = []
+        for f, dtype, shape in ((shard.files[0], spec.stored_image_dtype, spec.image_shape(size)),
+                                (shard.files[1], spec.stored_label_dtype, spec.label_shape(size))):
+            row = int(np.prod(shape)) * dtype.itemsize
+            offset = f.bytes - n * row
+            if not 10 <= offset <= MAX_HEADER:
+                raise ShardFormatError(f"the manifest's {f.bytes} bytes cannot hold {n} samples of {row} bytes "
+                                       f"behind an .npy header", path=source.remote.url_of(f.name),
+                                       fix="the manifest is damaged; re-convert this split")
+            self.layout.append((dtype, (n, *shape), row, offset))
+        self._checked: set[int] = set()
+
+    def check_files(self) -> None:
+        """Nothing local: each object's size is checked when this process first opens it (:class:`_Object`)."""
+
+    def _open(self) -> None:
+        self._checked = set()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_checked"] = set()
+        return state
+
+    def _check_header(self, k: int, header: bytes) -> None:
+        dtype, shape, _, offset = self.layout[k]
+        f = self.shard.files[k]
+        fp = io.BytesIO(header)
+        try:
+            version = np.lib.format.read_magic(fp)
+            if version == (1, 0):
+                got_shape, fortran, got_dtype = np.lib.format.read_array_header_1_0(fp, max_header_size=MAX_HEADER)
+            elif version == (2, 0):
+                got_shape, fortran, got_dtype = np.lib.format.read_array_header_2_0(fp, max_header_size=MAX_HEADER)
+            else:
+                raise ValueError(f".npy format {version[0]}.{version[1]} (read it with remote_reads='shards')")
+        except (ValueError, SyntaxError, TypeError, EOFError) as exc:
+            raise ShardFormatError(f"not the .npy header of {shape} {dtype.str} ({exc})",
+                                   path=self.source.remote.url_of(f.name), fix="re-convert this split") from None
+        if got_shape != shape or got_dtype != dtype or fortran or fp.tell() != offset:
+            raise ShardFormatError(f"the .npy header says {got_dtype.str}{got_shape} with data at byte {fp.tell()}, "
+                                   f"the manifest {dtype.str}{shape} at byte {offset}",
+                                   path=self.source.remote.url_of(f.name), fix="re-convert this split")
+        self._checked.add(k)
+
+    def plan(self, idx: Sequence[int]) -> tuple[list[tuple[ShardFile, int, int]], list[int]]:
+        """The byte ranges samples ``idx`` (local, in range) need: the headers not yet checked in this process
+        (their file numbers, second) first, then each sample's image and label row."""
+        self.ensure_open()
+        headers = [k for k in (0, 1) if k not in self._checked]
+        wants = [(self.shard.files[k], 0, self.layout[k][3]) for k in headers]
+        for i in idx:
+            for k in (0, 1):
+                _, _, row, offset = self.layout[k]
+                wants.append((self.shard.files[k], offset + i * row, offset + (i + 1) * row))
+        return wants, headers
+
+    def samples(self, idx: Sequence[int], data: Sequence[bytes], headers: Sequence[int]
+                ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The fetched bytes of :meth:`plan` as (image, stored label) arrays: headers checked against the manifest,
+        each image against its pixel hash."""
+        for k, header in zip(headers, data, strict=False):
+            self._check_header(k, header)
+        data = data[len(headers):]
+        hashes = self.source.pixel_hashes(self.pos)
+        out = []
+        for j, i in enumerate(idx):
+            image = np.frombuffer(data[2 * j], self.layout[0][0]).reshape(self.layout[0][1][1:])
+            label = np.frombuffer(data[2 * j + 1], self.layout[1][0]).reshape(self.layout[1][1][1:])
+            if hashes is not None and pixel_hash(image) != bytes(hashes[i]):
+                raise IntegrityError(f"sample {i}'s image bytes do not match its pixel hash in the samples sidecar",
+                                     path=self.source.remote.url_of(self.shard.files[0].name),
+                                     fix="the object was changed or damaged after conversion; re-convert this split")
+            out.append((image, label))
+        return out
+
+    @property
+    def sample_bytes(self) -> int:
+        """Bytes of one sample's image and label rows."""
+        return self.layout[0][2] + self.layout[1][2]
+
+    def fetch(self, idx: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Samples ``idx`` (local, in range) as (image, stored label) arrays."""
+        wants, headers = self.plan(idx)
+        return self.samples(idx, self.source.fetcher.get(wants, len(idx) * self.sample_bytes), headers)
+
+    def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        if not 0 <= i < len(self):
+            raise IndexError(f"local index {i} out of range for {len(self)} samples")
+        return self.fetch([i])[0]
+
+    def read_batch_into(self, local_indices: Sequence[int] | np.ndarray, out_images: np.ndarray,
+                        out_labels: np.ndarray) -> None:
+        idx = np.asarray(local_indices, dtype=np.int64).reshape(-1)
+        if len(idx) and (idx.min() < 0 or idx.max() >= len(self)):
+            raise IndexError(f"local indices {idx.min()}..{idx.max()} out of range for {len(self)} samples")
+        for k, (image, label) in enumerate(self.fetch(idx.tolist())):
+            out_images[k], out_labels[k] = image, label
+
+    def verify_hashes(self) -> None:
+        """Hash each object whole, by ranges of :data:`VERIFY_CHUNK` bytes, against the manifest's sha256."""
+        import hashlib
+
+        for f in self.shard.files:
+            h = hashlib.sha256()
+            obj = self.source.fetcher._object(f)
+            for a in range(0, f.bytes, VERIFY_CHUNK):
+                h.update(obj.read(a, min(f.bytes, a + VERIFY_CHUNK)))
+            if h.hexdigest() != f.sha256:
+                raise IntegrityError(f"sha256 {h.hexdigest()[:12]}… differs from the manifest's {f.sha256[:12]}…",
+                                     path=self.source.remote.url_of(f.name),
+                                     fix="the object is corrupt; re-convert this split")
+
+
+class RangedShards(ShardSource):
+    """A split on object storage read sample by sample with range requests (npy, fixed size): no shard is
+    downloaded; a batch's samples are fetched in coalesced, parallel requests (:meth:`gather`)."""
+
+    def __init__(self, cache: ShardCache, fmt: type[ShardFormat], manifest: Manifest, spec: SampleSpec) -> None:
+        self.cache = cache
+        self.remote = cache.remote
+        self.cache_folder = cache.directory
+        self.manifest = manifest
+        limit = cache.limit if cache.limit is not None else BLOCK_CACHE_BYTES
+        #: bytes of fetched blocks a process keeps in memory
+        self.block_bytes = min(BLOCK_CACHE_BYTES, limit)
+        fmt.check_version(manifest.format_version, cache.manifest)
+        self._readers = [RangedNpyReader(self, pos, shard, spec, manifest) for pos, shard in enumerate(manifest.shards)]
+        self._fetcher: _Fetcher | None = None
+        self._pid = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_fetcher"], state["_pid"] = None, 0
+        return state
+
+    @property
+    def fetcher(self) -> _Fetcher:
+        """This process's fetcher (a forked or spawned worker makes its own: handles and pools do not travel)."""
+        if self._fetcher is None or self._pid != os.getpid():
+            self._fetcher, self._pid = _Fetcher(self.remote, self.block_bytes), os.getpid()
+        return self._fetcher
+
+    @property
+    def stats(self) -> RangeStats:
+        """This process's request, byte and batch counts."""
+        return self.fetcher.stats
+
+    def pixel_hashes(self, pos: int) -> np.ndarray | None:
+        """Shard ``pos``'s per-sample pixel hashes (its sidecar, fetched into the cache folder once)."""
+        if self.manifest.samples.inline is None and self.manifest.shards[pos].samples is None:
+            return None
+        return self.manifest.samples.pixel_hashes(pos)
+
+    def reader(self, pos: int) -> ShardReader:
+        return self._readers[pos]
+
+    def __len__(self) -> int:
+        return len(self._readers)
+
+    def gather(self, shard: np.ndarray, local: np.ndarray, images: np.ndarray, stored: np.ndarray) -> bool:
+        """Read a batch (shard positions ``shard``, local indices ``local``) into ``images``/``stored``: the ranges
+        of every shard it draws from go out as one coalesced, parallel set of requests."""
+        parts: list[tuple[RangedNpyReader, list[int], list[int], list[int], int]] = []
+        wants: list[tuple[ShardFile, int, int]] = []
+        used = 0
+        for pos in np.unique(shard).tolist():
+            rows = np.flatnonzero(shard == pos).tolist()
+            reader = self._readers[pos]
+            idx = local[rows].tolist()
+            more, headers = reader.plan(idx)
+            parts.append((reader, rows, idx, headers, len(more)))
+            wants.extend(more)
+            used += len(idx) * reader.sample_bytes
+        data = self.fetcher.get(wants, used)
+        at = 0
+        for reader, rows, idx, headers, count in parts:
+            for k, (image, label) in zip(rows, reader.samples(idx, data[at:at + count], headers), strict=True):
+                images[k], stored[k] = image, label
+            at += count
+        return True
