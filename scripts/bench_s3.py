@@ -12,7 +12,10 @@ Converts a real CamVid split to npy shards on local disk, uploads them to a moto
 * ``s3 cache < split``: a cache limit of ``--limit-fraction`` of the split, an epoch after a first one
   (the stable cached subset hit, the rest read through), with ``shuffle_mode="buffer"`` and a buffer
   of one shard's samples;
-* the same with the global shuffle (read-through shards fetched again when revisited).
+* the same with the global shuffle (read-through shards fetched again when revisited);
+* ``s3 ranges``: the same split read sample by sample with range requests (``remote_reads="ranges"``, issue 41),
+  global and buffer shuffle, with read amplification (bytes fetched ÷ bytes of samples used) and requests per
+  batch; the whole-shard rows get their amplification too (bytes of shards downloaded ÷ bytes used).
 
 The moto server is a single Python process on the same machine: "cold" measures shardkit's download
 path against a fast but not S3-like endpoint (no network latency, one Python server thread). Other
@@ -109,14 +112,24 @@ def main() -> None:
             before = part.cache.downloads if part.cache is not None else 0
             record(f"s3 cache {args.limit_fraction:.0%} of split, epoch 2, {mode} shuffle", part,
                    *epoch(part, args.batch_size, 0, 1, mode, args.shard_size))
-            rows[-1]["downloads_this_epoch"] = int(rows[-1]["shards_downloaded_so_far"]) - before  # type: ignore[call-overload]
+            downloads = int(rows[-1]["shards_downloaded_so_far"]) - before  # type: ignore[call-overload]
+            rows[-1]["downloads_this_epoch"] = downloads
+            rows[-1]["amplification"] = round(downloads / len(local.shard_sizes), 2)  # shards of about one size
+        for mode in ("global", "buffer"):
+            ranged = shardkit.open(url, cache_dir=Path(tmp) / f"cache-ranges-{mode}", cache_limit=limit,
+                                   remote_reads="ranges")
+            stats = ranged.source.stats  # type: ignore[attr-defined]
+            record(f"s3 ranges, {mode} shuffle", ranged, *epoch(ranged, args.batch_size, 0, 0, mode, args.shard_size))
+            rows[-1]["amplification"] = round(stats.amplification, 3)
+            rows[-1]["requests_per_batch"] = round(stats.requests / max(1, stats.batches), 1)
     base = float(rows[0]["samples_per_s"])  # type: ignore[arg-type]
     print(f"{args.split}: {len(local)} samples, {total / 1e6:.0f} MB of npy shards, batch {args.batch_size}")
     print(f"{len(local.shard_sizes)} shards; read-through slots per process: {read_through_slots()}")
-    print(f"{'row':<48} {'samples/s':>10} {'MB/s':>8} {'x local':>8} {'downloads':>10}")
+    print(f"{'row':<48} {'samples/s':>10} {'MB/s':>8} {'x local':>8} {'downloads':>10} {'ampl.':>6} {'req/batch':>9}")
     for r in rows:
         print(f"{r['name']:<48} {r['samples_per_s']:>10} {r['mb_per_s']:>8} "
-              f"{float(r['samples_per_s']) / base:>8.2f} {r['shards_downloaded_so_far']:>10}")  # type: ignore[arg-type]
+              f"{float(r['samples_per_s']) / base:>8.2f} {r['shards_downloaded_so_far']:>10}"  # type: ignore[arg-type]
+              f" {r.get('amplification', ''):>6} {r.get('requests_per_batch', ''):>9}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 

@@ -184,6 +184,9 @@ def test_an_object_overwritten_mid_epoch_is_refused_never_a_wrong_sample(
     assert np.array_equal(fresh.batch([0])[0], ref.batch([0])[0])  # an untouched sample still reads
     with pytest.raises(IntegrityError, match=f"sample {last}'s image bytes do not match its pixel hash"):
         fresh.batch([last])
+    with pytest.raises(IntegrityError, match="differs from the manifest's"):  # verify=True hashes whole objects
+        _ranged(url, tmp_path / "cache3", verify=True)
+    assert isinstance(_ranged(URL, tmp_path / "cache4", verify=True).source, RangedShards)  # an intact split opens
 
 
 def test_an_object_of_another_size_or_a_foreign_header_is_refused_before_any_sample(
