@@ -24,6 +24,7 @@ be fetched alone with an HTTP range request:
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -200,6 +201,20 @@ class _Fetcher:
         while self._held > self.block_bytes:
             (_, a, b), _ = self._blocks.popitem(last=False)
             self._held -= b - a
+
+    def close(self) -> None:
+        """Close the objects' handles, stop the request threads and drop the blocks."""
+        with self._lock:
+            objects, self._objects = list(self._objects.values()), {}
+            self._blocks.clear()
+            self._held = 0
+        for obj in objects:
+            if obj.handle is not None:
+                with contextlib.suppress(Exception):
+                    obj.handle.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     @property
     def held(self) -> int:
@@ -413,6 +428,11 @@ class RangedShards(ShardSource):
     def stats(self) -> RangeStats:
         """This process's request, byte and batch counts."""
         return self.fetcher.stats
+
+    def release(self) -> None:
+        """Close this process's object handles and request threads (``Dataset.close``); reads reopen them."""
+        if self._fetcher is not None and self._pid == os.getpid():
+            self._fetcher.close()
 
     def pixel_hashes(self, pos: int) -> np.ndarray | None:
         """Shard ``pos``'s per-sample pixel hashes (its sidecar, fetched into the cache folder once)."""
