@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -120,19 +122,43 @@ def test_auto_chooses_ranges_only_for_a_split_larger_than_the_cache_and_says_so(
         shardkit.OpenOptions(remote_reads="fast")
 
 
-def test_workers_read_by_ranges_in_their_own_processes(split: str, camvid_val_npy: Path, tmp_path: Path) -> None:
+def test_workers_read_by_ranges_and_the_cache_folder_never_holds_a_shard(split: str, camvid_val_npy: Path,
+                                                                          tmp_path: Path) -> None:
+    """A 2-worker DataLoader reads a shuffled epoch by ranges, equal to a local read; the cache folder's peak,
+    sampled while it reads, is the manifests and samples sidecars (the whole split is 18 MB)."""
     pytest.importorskip("torch")
     from shardkit.read.torch import make_loader
 
     ref = shardkit.open(camvid_val_npy)
-    want_images, want_labels = ref.batch(np.arange(len(ref)))
-    loader = make_loader(split, shardkit.EpochPlan(4, shuffle=False), num_workers=2, layout="NHWC",
-                         pin_memory=False, multiprocessing_context="fork", persistent_workers=False,
-                         options=shardkit.OpenOptions(cache_dir=tmp_path / "cache", remote_reads="ranges"))
-    got_images = np.concatenate([images.numpy() for images, _ in loader])
-    got_labels = np.concatenate([labels.numpy() for _, labels in loader])
-    assert np.array_equal(got_images, want_images) and np.array_equal(got_labels, want_labels)
-    assert not list((tmp_path / "cache").glob("*/images-*"))
+    cache = tmp_path / "cache"
+    plan = shardkit.EpochPlan(4, seed=2)
+    loader = make_loader(split, plan, num_workers=2, layout="NHWC", pin_memory=False,
+                         multiprocessing_context="fork", persistent_workers=False,
+                         options=shardkit.OpenOptions(cache_dir=cache, cache_limit="4MB", remote_reads="auto"))
+    batches = list(ref.sampler(plan).batches())
+    done, peak = threading.Event(), [0]
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], sum(_tree(cache).values()) if cache.is_dir() else 0)
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        got = [(images.numpy(), labels.numpy()) for images, labels in loader]
+    finally:
+        done.set()
+        watcher.join()
+    assert len(got) == len(batches)
+    for (images, labels), batch in zip(got, batches, strict=True):
+        want_images, want_labels = ref.batch(batch)
+        assert np.array_equal(images, want_images) and np.array_equal(labels, want_labels)
+    manifest = json.loads((camvid_val_npy / "manifest.json").read_text())
+    sidecars = sum(s["samples"]["bytes"] for s in manifest["shards"])
+    small = 2 * (camvid_val_npy / "manifest.json").stat().st_size + sidecars
+    assert 0 < peak[0] <= small + 4096, (peak[0], small)
+    assert not list(cache.glob("*/images-*"))
 
 
 # ------------------------------------------------------------------ hostile servers
