@@ -2,7 +2,10 @@
 
 A shuffled pass over a split larger than the cache downloads whole shards to use a few samples of each; an npy
 shard is a plain array, so sample ``j``'s bytes are ``[offset + j·row, offset + (j+1)·row)`` of its object and can
-be fetched alone with an HTTP range request:
+be fetched alone with an HTTP range request; an uncompressed TFRecord shard's index object gives each record's
+``offset length`` (fetched whole once per process, bounded by the sample count and checked by its sha256), and each
+record is read by the format's own code (framing and both CRC32Cs: every record's bytes, labels included, are
+checked). What follows is said for npy:
 
 * **Bounds first.** Every range comes from the manifest (object size, sample count, shape and dtype), and is
   checked to lie inside the object before it is requested; nothing is sized from a server's answer. The data
@@ -17,14 +20,15 @@ be fetched alone with an HTTP range request:
   object instead of a 206) is an :class:`~shardkit.errors.IntegrityError` naming the object. Each object is
   opened once per process (its size must be the manifest's) and later range requests carry its ETag
   (``If-Match`` on S3): an object replaced mid-epoch fails instead of mixing versions. Each image is checked
-  against its sample's pixel hash in the sidecar (``formats/samples.md``). Labels have no per-sample hash in
+  against its sample's pixel hash in the sidecar (``formats/samples.md``). npy labels have no per-sample hash in
   shardkit's records: a label object replaced by one of the same size *before* a process first opens it is not
-  detected here (``verify=True`` hashes whole objects).
+  detected here (``verify=True`` hashes whole objects); TFRecord labels are covered by the record CRC.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import logging
 import os
@@ -43,6 +47,7 @@ from ..files.splitfiles import ShardFile, ShardInfo
 from ..files.storage import Remote
 from ..files.storage import _wrap as wrap_error
 from ..formats.base import SampleSpec, ShardFormat, ShardReader
+from ..formats.tfrecord import INDEX_LINE_BYTES, TfrecordReader
 from ..store.manifest import Manifest
 from .cache import ShardCache
 from .source import CachedShards, ShardSource
@@ -78,13 +83,15 @@ class RangeStats:
         return self.fetched / self.used if self.used else 0.0
 
 
-def ranged_format(fmt: type[ShardFormat], spec: SampleSpec) -> str | None:
-    """Why ``fmt``/``spec`` cannot be read by ranges (None when it can): npy with fixed-size samples only."""
-    if fmt.name != "npy":
-        return f"{fmt.name} shards have no per-sample byte ranges in this version"
-    if spec.size is None:
-        return "variable-size npy shards are not range-read in this version"
-    return None
+def ranged_format(fmt: type[ShardFormat], spec: SampleSpec, format_options: dict[str, Any]) -> str | None:
+    """Why ``fmt``/``spec`` cannot be read by ranges (None when it can): npy with fixed-size samples, and
+    uncompressed TFRecord."""
+    if fmt.name == "npy":
+        return "variable-size npy shards are not range-read in this version" if spec.size is None else None
+    if fmt.name == "tfrecord":
+        compressed = format_options.get("compression") not in (None, "none")
+        return "a gzip-compressed TFRecord shard has no per-record byte ranges" if compressed else None
+    return f"{fmt.name} shards have no per-sample byte ranges in this version"
 
 
 def remote_source(cache: ShardCache, fmt: type[ShardFormat], manifest: Manifest, spec: SampleSpec,
@@ -93,7 +100,7 @@ def remote_source(cache: ShardCache, fmt: type[ShardFormat], manifest: Manifest,
 
     ``"auto"`` reads by ranges when the split can be (npy, fixed size) and is larger than ``cache_limit`` (whole
     shards would be read through and dropped again), else through the whole-shard cache."""
-    why_not = ranged_format(fmt, spec)
+    why_not = ranged_format(fmt, spec, manifest.format_options)
     size = sum(f.bytes for s in manifest.shards for f in s.files)
     if policy == "ranges":
         if why_not is not None:
@@ -177,7 +184,8 @@ class _Fetcher:
         self._held = 0
         self._pool: ThreadPoolExecutor | None = None
 
-    def _object(self, f: ShardFile) -> _Object:
+    def open(self, f: ShardFile) -> _Object:
+        """Object ``f`` opened in this process (once: its size checked, its ETag pinned)."""
         with self._lock:
             obj = self._objects.get(f.name)
         if obj is None:
@@ -221,9 +229,9 @@ class _Fetcher:
         """Bytes in the block LRU now."""
         return self._held
 
-    def get(self, wants: Sequence[tuple[ShardFile, int, int]], used: int) -> list[bytes]:
+    def get(self, wants: Sequence[tuple[ShardFile, int, int]], used: int, *, batch: bool = True) -> list[bytes]:
         """The bytes of each ``(file, start, end)`` (checked against the file's size first); ``used`` bytes of
-        them are samples handed out (for the amplification count)."""
+        them are samples handed out (for the amplification count); ``batch``: counted as a batch read."""
         for f, a, b in wants:
             if not 0 <= a < b <= f.bytes:
                 raise ShardFormatError(f"byte range {a}-{b} is outside the object's {f.bytes} bytes",
@@ -247,7 +255,7 @@ class _Fetcher:
                 else:
                     requests.append((f, a, b, [k]))
         if requests:
-            objects = [self._object(f) for f, _, _, _ in requests]
+            objects = [self.open(f) for f, _, _, _ in requests]
             if len(requests) == 1:
                 blocks = [objects[0].read(requests[0][1], requests[0][2])]
             else:
@@ -264,12 +272,87 @@ class _Fetcher:
                     self._keep(f.name, a, data)
         with self._lock:
             self.stats.used += used
-            self.stats.batches += 1
+            self.stats.batches += batch
         return [d if d is not None else b"" for d in out]
 
 
-class RangedNpyReader(ShardReader):
-    """One fixed-size npy shard on object storage, each sample fetched by range through the source's fetcher."""
+#: What a ranged reader asks for: (file, start, end) byte ranges.
+Wants = list[tuple[ShardFile, int, int]]
+
+
+class _Ranged(ShardReader):
+    """What every ranged reader shares: no local files, errors naming the object, reads through the source's
+    fetcher in two steps (:meth:`plan` the ranges, then turn the fetched bytes into :meth:`samples`), each
+    image checked against its sample's pixel hash, and ``verify`` hashing whole objects by ranges."""
+
+    source: RangedShards
+    pos: int
+
+    def check_files(self) -> None:
+        """Nothing local: each object's size is checked when this process first opens it (:class:`_Object`)."""
+
+    def corrupt(self, problem: str, name: str | None = None) -> ShardFormatError:
+        return ShardFormatError(" ".join(problem.split()),
+                                path=self.source.remote.url_of(name or self.shard.files[0].name),
+                                fix="the shard is damaged; re-convert this split")
+
+    def plan(self, idx: Sequence[int]) -> tuple[Wants, list[int], int]:
+        """The byte ranges samples ``idx`` (local, in range) need, what :meth:`samples` needs to know of them, and
+        how many of their bytes are samples (for the amplification count)."""
+        raise NotImplementedError
+
+    def samples(self, idx: Sequence[int], data: Sequence[bytes], extra: Sequence[int]
+                ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The fetched bytes of :meth:`plan` as (image, stored label) arrays."""
+        raise NotImplementedError
+
+    def check_pixels(self, i: int, image: np.ndarray) -> None:
+        """Refuse sample ``i`` whose image is not the one its pixel hash in the samples sidecar describes."""
+        hashes = self.source.pixel_hashes(self.pos)
+        if hashes is not None and pixel_hash(image) != bytes(hashes[i]):
+            raise IntegrityError(f"sample {i}'s image bytes do not match its pixel hash in the samples sidecar",
+                                 path=self.source.remote.url_of(self.shard.files[0].name),
+                                 fix="the object was changed or damaged after conversion; re-convert this split")
+
+    def fetch(self, idx: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Samples ``idx`` (local, in range) as (image, stored label) arrays."""
+        wants, extra, used = self.plan(idx)
+        return self.samples(idx, self.source.fetcher.get(wants, used), extra)
+
+    def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        if not 0 <= i < len(self):
+            raise IndexError(f"local index {i} out of range for {len(self)} samples")
+        return self.fetch([i])[0]
+
+    def read_batch_into(self, local_indices: Sequence[int] | np.ndarray, out_images: np.ndarray,
+                        out_labels: np.ndarray) -> None:
+        idx = np.asarray(local_indices, dtype=np.int64).reshape(-1)
+        if len(idx) and (idx.min() < 0 or idx.max() >= len(self)):
+            raise IndexError(f"local indices {idx.min()}..{idx.max()} out of range for {len(self)} samples")
+        for k, (image, label) in enumerate(self.fetch(idx.tolist())):
+            out_images[k], out_labels[k] = image, label
+
+    def fixed_arrays(self) -> tuple[np.ndarray, np.ndarray] | None:
+        return None
+
+    def prefetch(self, local_indices: Sequence[int] | np.ndarray, cold: bool = True) -> None:
+        return None
+
+    def verify_hashes(self) -> None:
+        """Hash each object whole, by ranges of :data:`VERIFY_CHUNK` bytes, against the manifest's sha256."""
+        for f in self.shard.files:
+            h = hashlib.sha256()
+            obj = self.source.fetcher.open(f)
+            for a in range(0, f.bytes, VERIFY_CHUNK):
+                h.update(obj.read(a, min(f.bytes, a + VERIFY_CHUNK)))
+            if h.hexdigest() != f.sha256:
+                raise IntegrityError(f"sha256 {h.hexdigest()[:12]}… differs from the manifest's {f.sha256[:12]}…",
+                                     path=self.source.remote.url_of(f.name),
+                                     fix="the object is corrupt; re-convert this split")
+
+
+class RangedNpyReader(_Ranged):
+    """One fixed-size npy shard on object storage: sample ``j`` is row ``j`` of each array, fetched by range."""
 
     file_counts = (2, 3)
 
@@ -294,9 +377,6 @@ class RangedNpyReader(ShardReader):
             self.layout.append((dtype, (n, *shape), row, offset))
         self._checked: set[int] = set()
 
-    def check_files(self) -> None:
-        """Nothing local: each object's size is checked when this process first opens it (:class:`_Object`)."""
-
     def _open(self) -> None:
         self._checked = set()
 
@@ -318,17 +398,15 @@ class RangedNpyReader(ShardReader):
             else:
                 raise ValueError(f".npy format {version[0]}.{version[1]} (read it with remote_reads='shards')")
         except (ValueError, SyntaxError, TypeError, EOFError) as exc:
-            raise ShardFormatError(f"not the .npy header of {shape} {dtype.str} ({exc})",
-                                   path=self.source.remote.url_of(f.name), fix="re-convert this split") from None
+            raise self.corrupt(f"not the .npy header of {shape} {dtype.str} ({exc})", f.name) from None
         if got_shape != shape or got_dtype != dtype or fortran or fp.tell() != offset:
-            raise ShardFormatError(f"the .npy header says {got_dtype.str}{got_shape} with data at byte {fp.tell()}, "
-                                   f"the manifest {dtype.str}{shape} at byte {offset}",
-                                   path=self.source.remote.url_of(f.name), fix="re-convert this split")
+            raise self.corrupt(f"the .npy header says {got_dtype.str}{got_shape} with data at byte {fp.tell()}, "
+                               f"the manifest {dtype.str}{shape} at byte {offset}", f.name)
         self._checked.add(k)
 
-    def plan(self, idx: Sequence[int]) -> tuple[list[tuple[ShardFile, int, int]], list[int]]:
-        """The byte ranges samples ``idx`` (local, in range) need: the headers not yet checked in this process
-        (their file numbers, second) first, then each sample's image and label row."""
+    def plan(self, idx: Sequence[int]) -> tuple[Wants, list[int], int]:
+        """The headers not yet checked in this process (their file numbers as the extra) first, then each sample's
+        image and label row."""
         self.ensure_open()
         headers = [k for k in (0, 1) if k not in self._checked]
         wants = [(self.shard.files[k], 0, self.layout[k][3]) for k in headers]
@@ -336,67 +414,80 @@ class RangedNpyReader(ShardReader):
             for k in (0, 1):
                 _, _, row, offset = self.layout[k]
                 wants.append((self.shard.files[k], offset + i * row, offset + (i + 1) * row))
-        return wants, headers
+        return wants, headers, len(idx) * (self.layout[0][2] + self.layout[1][2])
 
-    def samples(self, idx: Sequence[int], data: Sequence[bytes], headers: Sequence[int]
+    def samples(self, idx: Sequence[int], data: Sequence[bytes], extra: Sequence[int]
                 ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The fetched bytes of :meth:`plan` as (image, stored label) arrays: headers checked against the manifest,
-        each image against its pixel hash."""
-        for k, header in zip(headers, data, strict=False):
+        """Headers checked against the manifest, each image against its pixel hash."""
+        for k, header in zip(extra, data, strict=False):
             self._check_header(k, header)
-        data = data[len(headers):]
-        hashes = self.source.pixel_hashes(self.pos)
+        data = data[len(extra):]
         out = []
         for j, i in enumerate(idx):
             image = np.frombuffer(data[2 * j], self.layout[0][0]).reshape(self.layout[0][1][1:])
             label = np.frombuffer(data[2 * j + 1], self.layout[1][0]).reshape(self.layout[1][1][1:])
-            if hashes is not None and pixel_hash(image) != bytes(hashes[i]):
-                raise IntegrityError(f"sample {i}'s image bytes do not match its pixel hash in the samples sidecar",
-                                     path=self.source.remote.url_of(self.shard.files[0].name),
-                                     fix="the object was changed or damaged after conversion; re-convert this split")
+            self.check_pixels(i, image)
             out.append((image, label))
         return out
 
-    @property
-    def sample_bytes(self) -> int:
-        """Bytes of one sample's image and label rows."""
-        return self.layout[0][2] + self.layout[1][2]
 
-    def fetch(self, idx: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Samples ``idx`` (local, in range) as (image, stored label) arrays."""
-        wants, headers = self.plan(idx)
-        return self.samples(idx, self.source.fetcher.get(wants, len(idx) * self.sample_bytes), headers)
+class RangedTfrecordReader(_Ranged, TfrecordReader):
+    """One uncompressed TFRecord shard on object storage: its index object is fetched whole (bounded, sha256
+    checked) on first use in a process; each record is then fetched by range and read by the format's own code
+    (framing and both CRC32Cs checked, the Example parsed and checked against the manifest)."""
 
-    def read(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        if not 0 <= i < len(self):
-            raise IndexError(f"local index {i} out of range for {len(self)} samples")
-        return self.fetch([i])[0]
+    def __init__(self, source: RangedShards, pos: int, shard: ShardInfo, spec: SampleSpec,
+                 manifest: Manifest) -> None:
+        self.source, self.pos = source, pos
+        super().__init__(source.cache_folder, shard, spec, manifest.format_options, manifest.format_version)
+        if spec.size is None:  # each record's (H, W) checked against the manifest's, from the sidecar
+            self.hw_source = lambda _folder: manifest.samples.hw(pos)
 
-    def read_batch_into(self, local_indices: Sequence[int] | np.ndarray, out_images: np.ndarray,
-                        out_labels: np.ndarray) -> None:
-        idx = np.asarray(local_indices, dtype=np.int64).reshape(-1)
-        if len(idx) and (idx.min() < 0 or idx.max() >= len(self)):
-            raise IndexError(f"local indices {idx.min()}..{idx.max()} out of range for {len(self)} samples")
-        for k, (image, label) in enumerate(self.fetch(idx.tolist())):
-            out_images[k], out_labels[k] = image, label
+    def _open(self) -> None:
+        data, index = self.shard.files
+        if index.bytes > INDEX_LINE_BYTES * len(self):
+            raise self.corrupt(f"the index is larger than {len(self)} records need", index.name)
+        raw = self.source.fetcher.get([(index, 0, index.bytes)], 0, batch=False)[0] if index.bytes else b""
+        if hashlib.sha256(raw).hexdigest() != index.sha256:
+            raise IntegrityError("the index object's sha256 differs from the manifest's",
+                                 path=self.source.remote.url_of(index.name), fix="re-convert this split")
+        try:
+            lines = raw.decode("ascii").splitlines()
+            table = np.array([[int(x) for x in ln.split()] for ln in lines], np.int64).reshape(-1, 2)
+        except ValueError as exc:
+            raise self.corrupt(f"cannot read the index ({exc})", index.name) from None
+        starts, lengths = table[:, 0], table[:, 1]
+        contiguous = np.array_equal(starts, np.cumsum(lengths) - lengths) and not np.any(lengths < 16)
+        if len(lengths) != len(self) or not contiguous or int(lengths.sum()) != data.bytes:
+            raise self.corrupt(f"the index ({len(lengths)} records, {int(lengths.sum())} bytes) disagrees with the "
+                               f"manifest ({len(self)} samples, {data.bytes} bytes)", index.name)
+        self._index = table
+        self._starts, self._lengths = starts.tolist(), lengths.tolist()
+        self._buf, self._view, self._layouts, self._encoded_ends = b"", memoryview(b""), {}, {}
 
-    def verify_hashes(self) -> None:
-        """Hash each object whole, by ranges of :data:`VERIFY_CHUNK` bytes, against the manifest's sha256."""
-        import hashlib
+    def plan(self, idx: Sequence[int]) -> tuple[Wants, list[int], int]:
+        self.ensure_open()
+        wants = [(self.shard.files[0], self._starts[i], self._starts[i] + self._lengths[i]) for i in idx]
+        return wants, [], sum(self._lengths[i] for i in idx)
 
-        for f in self.shard.files:
-            h = hashlib.sha256()
-            obj = self.source.fetcher._object(f)
-            for a in range(0, f.bytes, VERIFY_CHUNK):
-                h.update(obj.read(a, min(f.bytes, a + VERIFY_CHUNK)))
-            if h.hexdigest() != f.sha256:
-                raise IntegrityError(f"sha256 {h.hexdigest()[:12]}… differs from the manifest's {f.sha256[:12]}…",
-                                     path=self.source.remote.url_of(f.name),
-                                     fix="the object is corrupt; re-convert this split")
+    def samples(self, idx: Sequence[int], data: Sequence[bytes], extra: Sequence[int]
+                ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each record read by :class:`TfrecordReader` on its own bytes, then its image checked by pixel hash."""
+        out = []
+        for i, record in zip(idx, data, strict=True):
+            one = object.__new__(type(self))  # this reader's state over one record's bytes, at offset 0 (not
+            one.__dict__.update(self.__dict__)  # copy.copy: that goes through __getstate__, which drops it)
+            one._buf, one._view, one._layouts, one._encoded_ends = record, memoryview(record), {}, {}
+            one._starts, one._lengths = {i: 0}, {i: len(record)}  # read by index, as the lists are
+            image, label = TfrecordReader.read(one, i)
+            self.check_pixels(i, image)
+            out.append((image, label))
+        return out
 
 
 class RangedShards(ShardSource):
-    """A split on object storage read sample by sample with range requests (npy, fixed size): no shard is
+    """A split on object storage read sample by sample with range requests (npy of one size, uncompressed
+    TFRecord): no shard is
     downloaded; a batch's samples are fetched in coalesced, parallel requests (:meth:`gather`)."""
 
     def __init__(self, cache: ShardCache, fmt: type[ShardFormat], manifest: Manifest, spec: SampleSpec) -> None:
@@ -408,7 +499,9 @@ class RangedShards(ShardSource):
         #: bytes of fetched blocks a process keeps in memory
         self.block_bytes = min(BLOCK_CACHE_BYTES, limit)
         fmt.check_version(manifest.format_version, cache.manifest)
-        self._readers = [RangedNpyReader(self, pos, shard, spec, manifest) for pos, shard in enumerate(manifest.shards)]
+        kind = RangedNpyReader if fmt.name == "npy" else RangedTfrecordReader
+        self._readers: list[_Ranged] = [kind(self, pos, shard, spec, manifest)
+                                        for pos, shard in enumerate(manifest.shards)]
         self._fetcher: _Fetcher | None = None
         self._pid = 0
 
@@ -449,21 +542,21 @@ class RangedShards(ShardSource):
     def gather(self, shard: np.ndarray, local: np.ndarray, images: np.ndarray, stored: np.ndarray) -> bool:
         """Read a batch (shard positions ``shard``, local indices ``local``) into ``images``/``stored``: the ranges
         of every shard it draws from go out as one coalesced, parallel set of requests."""
-        parts: list[tuple[RangedNpyReader, list[int], list[int], list[int], int]] = []
-        wants: list[tuple[ShardFile, int, int]] = []
+        parts: list[tuple[_Ranged, list[int], list[int], list[int], int]] = []
+        wants: Wants = []
         used = 0
         for pos in np.unique(shard).tolist():
             rows = np.flatnonzero(shard == pos).tolist()
             reader = self._readers[pos]
             idx = local[rows].tolist()
-            more, headers = reader.plan(idx)
-            parts.append((reader, rows, idx, headers, len(more)))
+            more, extra, nbytes = reader.plan(idx)
+            parts.append((reader, rows, idx, extra, len(more)))
             wants.extend(more)
-            used += len(idx) * reader.sample_bytes
+            used += nbytes
         data = self.fetcher.get(wants, used)
         at = 0
-        for reader, rows, idx, headers, count in parts:
-            for k, (image, label) in zip(rows, reader.samples(idx, data[at:at + count], headers), strict=True):
+        for reader, rows, idx, extra, count in parts:
+            for k, (image, label) in zip(rows, reader.samples(idx, data[at:at + count], extra), strict=True):
                 images[k], stored[k] = image, label
             at += count
         return True

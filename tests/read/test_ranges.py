@@ -236,13 +236,60 @@ def test_an_object_of_another_size_or_a_foreign_header_is_refused_before_any_sam
         _ranged(url, tmp_path / "b").batch([0])
 
 
-def test_ranges_are_refused_for_a_split_they_cannot_read(s3: str, camvid_root: Path, tmp_path: Path) -> None:
+# ------------------------------------------------------------------ TFRecord: records by their index offsets
+def _tfrecord_split(camvid_root: Path, out: Path, url: str, **options: Any) -> Path:
     from shardkit.conversion.config import ConvertConfig, ShardSize
     from shardkit.conversion.pipeline import convert
 
-    out = tmp_path / "tfr"
-    convert(ConvertConfig(camvid_root, out, format="tfrecord", size=(90, 120), splits=("val",), workers=1, quiet=True,
-                          shard_size=ShardSize(samples=13)))
-    _upload(out / "val", "s3://ranges/tfr/val")
-    with pytest.raises(ConfigError, match="remote_reads='ranges': tfrecord shards have no per-sample byte ranges"):
-        shardkit.open("s3://ranges/tfr/val", cache_dir=tmp_path / "cache", remote_reads="ranges")
+    convert(ConvertConfig(camvid_root, out, format="tfrecord", splits=("val",), workers=1, quiet=True,
+                          shard_size=ShardSize(samples=7), **options))
+    _upload(out / "val", url)
+    return out / "val"
+
+
+@pytest.mark.parametrize("options", [{"size": (90, 120)}, {"image_codec": "png"}], ids=["raw-fixed", "png-variable"])
+def test_a_tfrecord_split_read_by_ranges_equals_a_local_read(s3: str, camvid_root: Path, tmp_path: Path,
+                                                              options: dict[str, Any]) -> None:
+    url = f"s3://ranges/tfr-{len(options)}-{next(iter(options))}/val"
+    local = _tfrecord_split(camvid_root, tmp_path / "out", url, **options)
+    ref = shardkit.open(local)
+    ds = _ranged(url, tmp_path / "cache")
+    stats = ds.source.stats  # type: ignore[attr-defined]
+    order = np.random.default_rng(3).permutation(len(ref)).tolist()
+    if "size" in options:  # one size: batches, each shard's records in one plan
+        for batch in np.array_split(np.array(order), 6):
+            images, labels = ds.batch(batch)
+            want_images, want_labels = ref.batch(batch)
+            assert np.array_equal(images, want_images) and np.array_equal(labels, want_labels)
+    else:  # CamVid's own sizes, PNG images: sample by sample
+        for i in order:
+            (image, label), (want_i, want_l) = ds[i], ref[i]
+            assert np.array_equal(image, want_i) and np.array_equal(label, want_l)
+    indexes = sum(s.files[1].bytes for s in ds.manifest.shards)
+    assert stats.used == sum(s.files[0].bytes for s in ds.manifest.shards)  # every record once
+    # the records, each shard's index, and gaps of at most 64 KiB between records of one batch fetched with them
+    assert stats.used + indexes <= stats.fetched <= 1.2 * stats.used, (stats.fetched, stats.used)
+    assert not list((tmp_path / "cache").glob("*/shard-*"))
+
+
+def test_a_damaged_tfrecord_object_is_refused_by_its_record_crc(s3: str, camvid_root: Path, tmp_path: Path) -> None:
+    url = "s3://ranges/tfr-damaged/val"
+    local = _tfrecord_split(camvid_root, tmp_path / "out", url, size=(90, 120))
+    m = json.loads((local / "manifest.json").read_text())
+    name = m["shards"][0]["files"][0]["name"]
+    data = bytearray((local / name).read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one byte inside a record, same size
+    Remote(url).write_bytes(name, bytes(data))
+    ds = _ranged(url, tmp_path / "cache")
+    with pytest.raises(ShardFormatError, match="fails its CRC32C check") as err:
+        ds.batch(np.arange(m["shards"][0]["num_samples"]))
+    assert url in str(err.value) and "\n" not in str(err.value)
+
+
+def test_ranges_are_refused_for_a_split_they_cannot_read(s3: str, camvid_root: Path, tmp_path: Path) -> None:
+    _tfrecord_split(camvid_root, tmp_path / "out", "s3://ranges/tfr-gzip/val", size=(90, 120), compression="gzip")
+    with pytest.raises(ConfigError, match="remote_reads='ranges': a gzip-compressed TFRecord shard has no"):
+        shardkit.open("s3://ranges/tfr-gzip/val", cache_dir=tmp_path / "cache", remote_reads="ranges")
+    ds = shardkit.open("s3://ranges/tfr-gzip/val", cache_dir=tmp_path / "cache", cache_limit=1000,
+                       remote_reads="auto")
+    assert isinstance(ds.source, CachedShards)  # auto falls back to whole shards
