@@ -37,7 +37,7 @@ def __getattr__(name: str) -> _Any:
 def open(path: "str | _os.PathLike[str]", options: "OpenOptions | None" = None, *, labels: str = "ids",
          verify: bool = False, label_layout: "str | None" = None, cache_dir: "str | _os.PathLike[str] | None" = None,
          cache_limit: "int | str | None" = None, storage_options: "dict[str, _Any] | None" = None,
-         version: "int | None" = None, remote_reads: str = "shards") -> "Dataset":
+         version: "int | None" = None, remote_reads: str = "auto") -> "Dataset":
     """Open a converted split folder (``out/train``) or URL (``s3://bucket/out/train``) as a :class:`Dataset`.
 
     ``options``: a :class:`shardkit.OpenOptions` (what every adapter takes); or its fields as keywords (not both):
@@ -48,7 +48,7 @@ def open(path: "str | _os.PathLike[str]", options: "OpenOptions | None" = None, 
     (docs/object-storage.md). ``version=N`` opens the kept publish N of the split (its ``manifest-v<N>.json``)
     instead of the current one; either way the Dataset keeps reading the version it opened. ``remote_reads``:
     ``"shards"`` (whole shards through the cache), ``"ranges"`` (sample by sample with range requests) or
-    ``"auto"`` (docs/object-storage.md).
+    ``"auto"`` (the default: ranges when the split is larger than ``cache_limit``; docs/object-storage.md).
     """
     from .files.storage import is_url
     from .read.dataset import Dataset

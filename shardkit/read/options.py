@@ -43,8 +43,8 @@ class OpenOptions:
     bytes (``"20GB"``, or a byte count), with ``storage_options`` for fsspec (endpoint, credentials).
     ``version=N`` opens the kept publish N of the split instead of the current one. ``remote_reads``: how a split
     on object storage is read — ``"shards"`` whole shards through the cache, ``"ranges"`` sample by sample with
-    range requests (npy, fixed size; :mod:`shardkit.read.ranges`), ``"auto"`` ranges when the split can be and is
-    larger than ``cache_limit``, else shards (the choice is logged).
+    range requests (npy of one size, uncompressed TFRecord; :mod:`shardkit.read.ranges`), ``"auto"`` (default)
+    ranges when the split can be and is larger than ``cache_limit``, else shards (the choice is logged).
     """
 
     labels: str = "ids"
@@ -54,7 +54,7 @@ class OpenOptions:
     cache_limit: int | str | None = None
     storage_options: Mapping[str, Any] | None = field(default=None, hash=False)  # a dict: not hashable
     version: int | None = None
-    remote_reads: str = "shards"
+    remote_reads: str = "auto"
 
     def __post_init__(self) -> None:
         if self.labels not in encoding.READER_OUTPUTS:

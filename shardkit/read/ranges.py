@@ -28,6 +28,7 @@ checked). What follows is said for npy:
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import logging
@@ -37,6 +38,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -431,6 +433,11 @@ class RangedNpyReader(_Ranged):
         return out
 
 
+def _sidecar_hw(manifest: Manifest, pos: int, _folder: Path) -> np.ndarray:
+    """Shard ``pos``'s (H, W) per sample from its sidecar, wherever the cache keeps it (picklable, unlike a lambda)."""
+    return manifest.samples.hw(pos)
+
+
 class RangedTfrecordReader(_Ranged, TfrecordReader):
     """One uncompressed TFRecord shard on object storage: its index object is fetched whole (bounded, sha256
     checked) on first use in a process; each record is then fetched by range and read by the format's own code
@@ -441,7 +448,7 @@ class RangedTfrecordReader(_Ranged, TfrecordReader):
         self.source, self.pos = source, pos
         super().__init__(source.cache_folder, shard, spec, manifest.format_options, manifest.format_version)
         if spec.size is None:  # each record's (H, W) checked against the manifest's, from the sidecar
-            self.hw_source = lambda _folder: manifest.samples.hw(pos)
+            self.hw_source = functools.partial(_sidecar_hw, manifest, pos)
 
     def _open(self) -> None:
         data, index = self.shard.files

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
 import threading
 import time
 from collections.abc import Iterator
@@ -117,7 +118,11 @@ def test_auto_chooses_ranges_only_for_a_split_larger_than_the_cache_and_says_so(
     said = [r.getMessage() for r in caplog.records]
     assert sum("range reads per sample (remote_reads='auto'" in m for m in said) == 1, said
     assert sum("whole shards through the cache" in m for m in said) == 2, said
-    assert isinstance(shardkit.open(split, cache_dir=tmp_path / "d").source, CachedShards)  # the default: shards
+    assert shardkit.OpenOptions().remote_reads == "auto"  # the default
+    with caplog.at_level(logging.INFO, logger="shardkit.read.ranges"):
+        default = shardkit.open(split, cache_dir=tmp_path / "d", cache_limit="8MB")
+        pinned = shardkit.open(split, cache_dir=tmp_path / "e", cache_limit="8MB", remote_reads="shards")
+    assert isinstance(default.source, RangedShards) and isinstance(pinned.source, CachedShards)
     with pytest.raises(ConfigError, match="remote_reads='fast' is not one of"):
         shardkit.OpenOptions(remote_reads="fast")
 
@@ -270,6 +275,8 @@ def test_a_tfrecord_split_read_by_ranges_equals_a_local_read(s3: str, camvid_roo
     # the records, each shard's index, and gaps of at most 64 KiB between records of one batch fetched with them
     assert stats.used + indexes <= stats.fetched <= 1.2 * stats.used, (stats.fetched, stats.used)
     assert not list((tmp_path / "cache").glob("*/shard-*"))
+    copy = pickle.loads(pickle.dumps(ds))  # what a spawned worker gets: it opens its own objects
+    assert np.array_equal(copy[order[0]][1], ref[order[0]][1])
 
 
 def test_a_damaged_tfrecord_object_is_refused_by_its_record_crc(s3: str, camvid_root: Path, tmp_path: Path) -> None:
