@@ -146,6 +146,11 @@ class _Object:
                                      "re-convert it")
         self.path = path
 
+    def close(self) -> None:
+        if self.handle is not None:
+            with contextlib.suppress(Exception):  # closing a read handle sends nothing; whatever it raises
+                self.handle.close()
+
     def read(self, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` (already checked to lie in the object), exactly ``end - start`` of them."""
         try:
@@ -191,9 +196,11 @@ class _Fetcher:
         with self._lock:
             obj = self._objects.get(f.name)
         if obj is None:
-            obj = _Object(self.remote, f)
+            new = _Object(self.remote, f)
             with self._lock:
-                obj = self._objects.setdefault(f.name, obj)
+                obj = self._objects.setdefault(f.name, new)
+            if obj is not new:  # another thread opened it meanwhile
+                new.close()
         return obj
 
     def _cached(self, name: str, start: int, end: int) -> bytes | None:
@@ -219,9 +226,7 @@ class _Fetcher:
             self._blocks.clear()
             self._held = 0
         for obj in objects:
-            if obj.handle is not None:
-                with contextlib.suppress(Exception):
-                    obj.handle.close()
+            obj.close()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
@@ -257,14 +262,12 @@ class _Fetcher:
                 else:
                     requests.append((f, a, b, [k]))
         if requests:
-            objects = [self.open(f) for f, _, _, _ in requests]
             if len(requests) == 1:
-                blocks = [objects[0].read(requests[0][1], requests[0][2])]
-            else:
+                blocks = [self.open(requests[0][0]).read(requests[0][1], requests[0][2])]
+            else:  # objects first opened here are opened in parallel too (one HEAD each)
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(PARALLEL, thread_name_prefix="shardkit-ranges")
-                spans = [(obj, a, b) for obj, (_, a, b, _) in zip(objects, requests, strict=True)]
-                blocks = list(self._pool.map(lambda s: s[0].read(s[1], s[2]), spans))
+                blocks = list(self._pool.map(lambda r: self.open(r[0]).read(r[1], r[2]), requests))
             with self._lock:
                 self.stats.requests += len(requests)
                 self.stats.fetched += sum(len(d) for d in blocks)
