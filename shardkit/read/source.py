@@ -10,7 +10,7 @@ transaction per run, read-ahead hints):
   process, pins the local copy, and opens the format's reader on it; nothing is fetched before a sample is read.
   A read-through shard whose folder the cache deletes is forgotten (:meth:`_CachedShard.release`) and fetched
   again on its next read.
-* :class:`~shardkit.read.ranges.RangedShards` reads samples of a remote npy split by HTTP range requests, a
+* :class:`~shardkit.read.ranges.RangedShards` reads samples of a remote npy or TFRecord split by HTTP range requests, a
   batch at a time (:meth:`ShardSource.gather`); ``OpenOptions.remote_reads`` chooses between the two remote ones.
 """
 
