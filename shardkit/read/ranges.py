@@ -45,7 +45,7 @@ import numpy as np
 
 from ..errors import ConfigError, IntegrityError, ShardFormatError, ShardkitError
 from ..files.samples import pixel_hash
-from ..files.splitfiles import ShardFile, ShardInfo
+from ..files.splitfiles import MAX_SIDE, ShardFile, ShardInfo
 from ..files.storage import Remote
 from ..files.storage import _wrap as wrap_error
 from ..formats.base import SampleSpec, ShardFormat, ShardReader
@@ -86,10 +86,9 @@ class RangeStats:
 
 
 def ranged_format(fmt: type[ShardFormat], spec: SampleSpec, format_options: dict[str, Any]) -> str | None:
-    """Why ``fmt``/``spec`` cannot be read by ranges (None when it can): npy with fixed-size samples, and
-    uncompressed TFRecord."""
+    """Why ``fmt``/``spec`` cannot be read by ranges (None when it can): npy and uncompressed TFRecord can."""
     if fmt.name == "npy":
-        return "variable-size npy shards are not range-read in this version" if spec.size is None else None
+        return None
     if fmt.name == "tfrecord":
         compressed = format_options.get("compression") not in (None, "none")
         return "a gzip-compressed TFRecord shard has no per-record byte ranges" if compressed else None
@@ -100,8 +99,8 @@ def remote_source(cache: ShardCache, fmt: type[ShardFormat], manifest: Manifest,
                   policy: str) -> ShardSource:
     """The source of a split on object storage under ``policy`` (``OpenOptions.remote_reads``), the choice logged.
 
-    ``"auto"`` reads by ranges when the split can be (npy, fixed size) and is larger than ``cache_limit`` (whole
-    shards would be read through and dropped again), else through the whole-shard cache."""
+    ``"auto"`` reads by ranges when the split can be (npy, uncompressed TFRecord) and is larger than
+    ``cache_limit`` (whole shards would be read through and dropped again), else through the whole-shard cache."""
     why_not = ranged_format(fmt, spec, manifest.format_options)
     size = sum(f.bytes for s in manifest.shards for f in s.files)
     if policy == "ranges":
@@ -357,7 +356,8 @@ class _Ranged(ShardReader):
 
 
 class RangedNpyReader(_Ranged):
-    """One fixed-size npy shard on object storage: sample ``j`` is row ``j`` of each array, fetched by range."""
+    """One npy shard on object storage: sample ``j`` is row ``j`` of each array (fixed size), or its stretch of the
+    flat arrays (variable size: the small ``shapes`` object is fetched whole first, its sha256 checked)."""
 
     file_counts = (2, 3)
 
@@ -365,33 +365,69 @@ class RangedNpyReader(_Ranged):
                  manifest: Manifest) -> None:
         self.source, self.pos = source, pos
         super().__init__(source.cache_folder, shard, spec, manifest.format_options, manifest.format_version)
-        n = shard.num_samples
-        size = spec.size
-        if size is None:  # remote_source never builds one for variable-size splits
-            raise ConfigError("variable-size npy shards are not range-read")
-        #: per file: (dtype, shape, row bytes, data offset)
-        self.layout: list[tuple[np.dtype, tuple[int, ...], int, int]] = []
-        for f, dtype, shape in ((shard.files[0], spec.stored_image_dtype, spec.image_shape(size)),
-                                (shard.files[1], spec.stored_label_dtype, spec.label_shape(size))):
-            row = int(np.prod(shape)) * dtype.itemsize
-            offset = f.bytes - n * row
-            if not 10 <= offset <= MAX_HEADER:
-                raise ShardFormatError(f"the manifest's {f.bytes} bytes cannot hold {n} samples of {row} bytes "
-                                       f"behind an .npy header", path=source.remote.url_of(f.name),
-                                       fix="the manifest is damaged; re-convert this split")
-            self.layout.append((dtype, (n, *shape), row, offset))
+        #: per array file: (dtype, the array's shape, byte offset of its data); set on open for variable sizes
+        self.layout: list[tuple[np.dtype, tuple[int, ...], int]] = []
+        #: per array file: (n + 1,) byte offsets of the samples from the start of the data
+        self.bounds: list[np.ndarray] = []
+        self._shapes: np.ndarray | None = None
         self._checked: set[int] = set()
+        if spec.size is not None:  # fixed size: everything from the manifest, refused now if it cannot fit
+            n = shard.num_samples
+            self._lay_out([spec.image_shape(spec.size), spec.label_shape(spec.size)],
+                          [np.arange(n + 1, dtype=np.int64) * int(np.prod(spec.image_shape(spec.size))),
+                           np.arange(n + 1, dtype=np.int64) * int(np.prod(spec.label_shape(spec.size)))], fixed=True)
+
+    def _lay_out(self, sample_shapes: list[tuple[int, ...]], elements: list[np.ndarray], *, fixed: bool) -> None:
+        """Set :attr:`layout` and :attr:`bounds` from each array's per-sample element offsets, checking that the
+        manifest's object sizes hold exactly those bytes behind an ``.npy`` header."""
+        layout, bounds = [], []
+        n = self.shard.num_samples
+        for f, dtype, shape, el in zip(self.shard.files[:2], (self.spec.stored_image_dtype,
+                                                               self.spec.stored_label_dtype),
+                                       sample_shapes, elements, strict=True):
+            nbytes = el * dtype.itemsize
+            offset = f.bytes - int(nbytes[-1])
+            if not 10 <= offset <= MAX_HEADER:
+                raise self.corrupt(f"the manifest's {f.bytes} bytes cannot hold {n} samples of "
+                                   f"{int(nbytes[-1])} bytes behind an .npy header", f.name)
+            layout.append((dtype, (n, *shape) if fixed else (int(el[-1]),), offset))
+            bounds.append(nbytes)
+        self.layout, self.bounds = layout, bounds
 
     def _open(self) -> None:
         self._checked = set()
+        if self.spec.size is not None:
+            return
+        f = self.shard.files[2]
+        if f.bytes > MAX_HEADER + 16 * len(self):
+            raise self.corrupt(f"the sizes table is {f.bytes} bytes, more than {len(self)} samples need", f.name)
+        raw = self.source.fetcher.get([(f, 0, f.bytes)], 0, batch=False)[0]
+        if hashlib.sha256(raw).hexdigest() != f.sha256:
+            raise IntegrityError("the sizes table's sha256 differs from the manifest's",
+                                 path=self.source.remote.url_of(f.name), fix="re-convert this split")
+        try:
+            shapes = np.load(io.BytesIO(raw), allow_pickle=False)
+        except (ValueError, EOFError, SyntaxError, TypeError, OSError) as exc:
+            raise self.corrupt(f"not a readable sizes table ({exc})", f.name) from None
+        if shapes.dtype.kind not in "iu" or shapes.shape != (len(self), 2) or (
+                len(self) and not (shapes.min() >= 1 and shapes.max() <= MAX_SIDE)):
+            raise self.corrupt(f"sample sizes {shapes.dtype}{shapes.shape} are not ({len(self)}, 2) integers in "
+                               f"1..{MAX_SIDE}", f.name)
+        shapes = np.asarray(shapes, dtype=np.int64)
+        self.check_shapes_table(shapes, f.name)
+        offsets = self.spec.flat_offsets(shapes)
+        self._lay_out([(), ()], [offsets[:, 0], offsets[:, 1]], fixed=False)
+        self._shapes = shapes
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state["_checked"] = set()
+        if self.spec.size is None:  # laid out again from the sizes table in the next process
+            state["layout"], state["bounds"], state["_shapes"] = [], [], None
         return state
 
     def _check_header(self, k: int, header: bytes) -> None:
-        dtype, shape, _, offset = self.layout[k]
+        dtype, shape, offset = self.layout[k]
         f = self.shard.files[k]
         fp = io.BytesIO(header)
         try:
@@ -411,15 +447,18 @@ class RangedNpyReader(_Ranged):
 
     def plan(self, idx: Sequence[int]) -> tuple[Wants, list[int], int]:
         """The headers not yet checked in this process (their file numbers as the extra) first, then each sample's
-        image and label row."""
+        image and label bytes."""
         self.ensure_open()
         headers = [k for k in (0, 1) if k not in self._checked]
-        wants = [(self.shard.files[k], 0, self.layout[k][3]) for k in headers]
+        wants = [(self.shard.files[k], 0, self.layout[k][2]) for k in headers]
+        used = 0
         for i in idx:
             for k in (0, 1):
-                _, _, row, offset = self.layout[k]
-                wants.append((self.shard.files[k], offset + i * row, offset + (i + 1) * row))
-        return wants, headers, len(idx) * (self.layout[0][2] + self.layout[1][2])
+                offset, bounds = self.layout[k][2], self.bounds[k]
+                a, b = int(bounds[i]), int(bounds[i + 1])
+                wants.append((self.shard.files[k], offset + a, offset + b))
+                used += b - a
+        return wants, headers, used
 
     def samples(self, idx: Sequence[int], data: Sequence[bytes], extra: Sequence[int]
                 ) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -429,8 +468,9 @@ class RangedNpyReader(_Ranged):
         data = data[len(extra):]
         out = []
         for j, i in enumerate(idx):
-            image = np.frombuffer(data[2 * j], self.layout[0][0]).reshape(self.layout[0][1][1:])
-            label = np.frombuffer(data[2 * j + 1], self.layout[1][0]).reshape(self.layout[1][1][1:])
+            hw = self.spec.size or (int(self._shapes[i, 0]), int(self._shapes[i, 1]))  # type: ignore[index]
+            image = np.frombuffer(data[2 * j], self.layout[0][0]).reshape(self.spec.image_shape(hw))
+            label = np.frombuffer(data[2 * j + 1], self.layout[1][0]).reshape(self.spec.label_shape(hw))
             self.check_pixels(i, image)
             out.append((image, label))
         return out
@@ -496,7 +536,7 @@ class RangedTfrecordReader(_Ranged, TfrecordReader):
 
 
 class RangedShards(ShardSource):
-    """A split on object storage read sample by sample with range requests (npy of one size, uncompressed
+    """A split on object storage read sample by sample with range requests (npy, uncompressed
     TFRecord): no shard is
     downloaded; a batch's samples are fetched in coalesced, parallel requests (:meth:`gather`)."""
 

@@ -241,6 +241,37 @@ def test_an_object_of_another_size_or_a_foreign_header_is_refused_before_any_sam
         _ranged(url, tmp_path / "b").batch([0])
 
 
+def test_a_variable_size_npy_split_by_ranges_equals_a_local_read(s3: str, camvid_root: Path,
+                                                                   tmp_path: Path) -> None:
+    """Without --size the npy arrays are flat with a sizes table: fetched whole (sha256 checked), then each sample
+    is its stretch of the flat arrays."""
+    from shardkit.conversion.config import ConvertConfig, ShardSize
+    from shardkit.conversion.pipeline import convert
+
+    convert(ConvertConfig(camvid_root, tmp_path / "out", format="npy", splits=("val",), workers=1, quiet=True,
+                          shard_size=ShardSize(samples=7)))
+    url = "s3://ranges/npy-variable/val"
+    _upload(tmp_path / "out" / "val", url)
+    ref = shardkit.open(tmp_path / "out" / "val")
+    assert ref.spec.size is None
+    ds = _ranged(url, tmp_path / "cache")
+    order = np.random.default_rng(4).permutation(len(ref)).tolist()
+    for i in order[:9]:
+        (image, label), (want_i, want_l) = ds[i], ref[i]
+        assert np.array_equal(image, want_i) and np.array_equal(label, want_l)
+    rest = np.array(order[9:])
+    images, labels = ds.batch(rest)  # CamVid's samples share one size: batches work as they do locally
+    want_images, want_labels = ref.batch(rest)
+    assert np.array_equal(images, want_images) and np.array_equal(labels, want_labels)
+    stats = ds.source.stats  # type: ignore[attr-defined]
+    tables = sum(s.files[2].bytes for s in ds.manifest.shards)
+    headers = sum(ds.source.reader(p).layout[k][2] for p in range(len(ds.source)) for k in (0, 1))  # type: ignore[attr-defined]
+    assert stats.used == sum(s.files[0].bytes + s.files[1].bytes for s in ds.manifest.shards) - headers  # all once
+    assert stats.used + tables <= stats.fetched <= 1.2 * stats.used
+    copy = pickle.loads(pickle.dumps(ds))  # laid out again from the sizes table in the next process
+    assert np.array_equal(copy[order[0]][0], ref[order[0]][0])
+
+
 # ------------------------------------------------------------------ TFRecord: records by their index offsets
 def _tfrecord_split(camvid_root: Path, out: Path, url: str, **options: Any) -> Path:
     from shardkit.conversion.config import ConvertConfig, ShardSize
