@@ -20,9 +20,10 @@ checked). What follows is said for npy:
   object instead of a 206) is an :class:`~shardkit.errors.IntegrityError` naming the object. Each object is
   opened once per process (its size must be the manifest's) and later range requests carry its ETag
   (``If-Match`` on S3): an object replaced mid-epoch fails instead of mixing versions. Each image is checked
-  against its sample's pixel hash in the sidecar (``formats/samples.md``). npy labels have no per-sample hash in
-  shardkit's records: a label object replaced by one of the same size *before* a process first opens it is not
-  detected here (``verify=True`` hashes whole objects); TFRecord labels are covered by the record CRC.
+  (stored losslessly) against its sample's pixel hash in the sidecar (``formats/samples.md``), each npy label
+  against its sample's class bitmap there. npy labels have no per-sample hash in shardkit's records: a label object
+  replaced by one of the same size *before* a process first opens it, whose samples keep their sets of classes,
+  is not detected here (``verify=True`` hashes whole objects); TFRecord labels are covered by the record CRC.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from ..files.storage import Remote
 from ..files.storage import _wrap as wrap_error
 from ..formats.base import SampleSpec, ShardFormat, ShardReader
 from ..formats.tfrecord import INDEX_LINE_BYTES, TfrecordReader
+from ..store.derived import label_counts
 from ..store.manifest import Manifest
 from .cache import ShardCache
 from .source import CachedShards, ShardSource
@@ -311,11 +313,26 @@ class _Ranged(ShardReader):
         raise NotImplementedError
 
     def check_pixels(self, i: int, image: np.ndarray) -> None:
-        """Refuse sample ``i`` whose image is not the one its pixel hash in the samples sidecar describes."""
-        hashes = self.source.pixel_hashes(self.pos)
+        """Refuse sample ``i`` whose image is not the one its pixel hash in the samples sidecar describes (images
+        stored losslessly: a JPEG's decoded pixels differ from those hashed, by design)."""
+        hashes = self.source.pixel_hashes(self.pos) if self.codecs.image.lossless else None
         if hashes is not None and pixel_hash(image) != bytes(hashes[i]):
             raise IntegrityError(f"sample {i}'s image bytes do not match its pixel hash in the samples sidecar",
                                  path=self.source.remote.url_of(self.shard.files[0].name),
+                                 fix="the object was changed or damaged after conversion; re-convert this split")
+
+    def check_classes(self, i: int, label: np.ndarray) -> None:
+        """Refuse sample ``i`` whose label does not hold exactly the classes its sidecar's class bitmap records (no
+        per-sample label hash exists; this catches a label replaced by another sample's or damaged, unless it
+        keeps the same set of classes)."""
+        presence = self.source.presence(self.pos)
+        if presence is None:
+            return
+        have = label_counts(self.spec, label, self.source.ignore)[: self.spec.num_classes] > 0
+        if not np.array_equal(have, presence[i]):
+            raise IntegrityError(f"sample {i}'s label holds classes {np.flatnonzero(have).tolist()}, its samples "
+                                 f"sidecar records {np.flatnonzero(presence[i]).tolist()}",
+                                 path=self.source.remote.url_of(self.shard.files[1].name),
                                  fix="the object was changed or damaged after conversion; re-convert this split")
 
     def fetch(self, idx: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -472,6 +489,7 @@ class RangedNpyReader(_Ranged):
             image = np.frombuffer(data[2 * j], self.layout[0][0]).reshape(self.spec.image_shape(hw))
             label = np.frombuffer(data[2 * j + 1], self.layout[1][0]).reshape(self.spec.label_shape(hw))
             self.check_pixels(i, image)
+            self.check_classes(i, label)
             out.append((image, label))
         return out
 
@@ -545,6 +563,8 @@ class RangedShards(ShardSource):
         self.remote = cache.remote
         self.cache_folder = cache.directory
         self.manifest = manifest
+        #: the split's ignore id (class bitmaps count labels as the conversion did)
+        self.ignore: int | None = manifest.classes.get("ignore_index")
         limit = cache.limit if cache.limit is not None else BLOCK_CACHE_BYTES
         #: bytes of fetched blocks a process keeps in memory
         self.block_bytes = min(BLOCK_CACHE_BYTES, limit)
@@ -576,6 +596,12 @@ class RangedShards(ShardSource):
         """Close this process's object handles and request threads (``Dataset.close``); reads reopen them."""
         if self._fetcher is not None and self._pid == os.getpid():
             self._fetcher.close()
+
+    def presence(self, pos: int) -> np.ndarray | None:
+        """Shard ``pos``'s (n, num_classes) class bitmaps (None where the records keep none)."""
+        if self.manifest.samples.inline is None and self.manifest.shards[pos].samples is None:
+            return None
+        return self.manifest.samples.presence(pos)
 
     def pixel_hashes(self, pos: int) -> np.ndarray | None:
         """Shard ``pos``'s per-sample pixel hashes (its sidecar, fetched into the cache folder once)."""

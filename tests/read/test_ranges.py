@@ -222,6 +222,26 @@ def test_an_object_overwritten_mid_epoch_is_refused_never_a_wrong_sample(
     assert isinstance(_ranged(URL, tmp_path / "cache4", verify=True).source, RangedShards)  # an intact split opens
 
 
+def test_a_label_object_replaced_before_a_process_opens_it_is_refused_by_the_class_bitmaps(
+        s3: str, camvid_val_npy: Path, tmp_path: Path) -> None:
+    """No per-sample label hash exists: a same-size label object whose sample holds other classes is refused by
+    the class bitmap in the samples sidecar (never returned as that sample's label)."""
+    url = "s3://ranges/labels-changed/val"
+    _upload(camvid_val_npy, url)
+    m = json.loads((camvid_val_npy / "manifest.json").read_text())
+    name = m["shards"][0]["files"][1]["name"]
+    arr = np.load(camvid_val_npy / name)
+    arr[2] = 0  # sample 2: every pixel class 0
+    fake = tmp_path / "labels.npy"
+    np.save(fake, arr)
+    Remote(url).write_bytes(name, fake.read_bytes())
+    ds = _ranged(url, tmp_path / "cache")
+    ref = shardkit.open(camvid_val_npy)
+    assert np.array_equal(ds[1][1], ref[1][1])  # the other samples still read
+    with pytest.raises(IntegrityError, match=r"sample 2's label holds classes \[0\], its samples sidecar records"):
+        ds.batch([1, 2])
+
+
 def test_an_object_of_another_size_or_a_foreign_header_is_refused_before_any_sample(
         s3: str, camvid_val_npy: Path, tmp_path: Path) -> None:
     url = "s3://ranges/resized/val"
@@ -283,7 +303,9 @@ def _tfrecord_split(camvid_root: Path, out: Path, url: str, **options: Any) -> P
     return out / "val"
 
 
-@pytest.mark.parametrize("options", [{"size": (90, 120)}, {"image_codec": "png"}], ids=["raw-fixed", "png-variable"])
+@pytest.mark.parametrize("options", [{"size": (90, 120)}, {"image_codec": "png"},
+                                     {"image_codec": "jpeg:90", "size": (90, 120)}],
+                         ids=["raw-fixed", "png-variable", "jpeg-fixed"])
 def test_a_tfrecord_split_read_by_ranges_equals_a_local_read(s3: str, camvid_root: Path, tmp_path: Path,
                                                               options: dict[str, Any]) -> None:
     url = f"s3://ranges/tfr-{len(options)}-{next(iter(options))}/val"
