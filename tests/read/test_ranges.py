@@ -127,17 +127,19 @@ def test_auto_chooses_ranges_only_for_a_split_larger_than_the_cache_and_says_so(
         shardkit.OpenOptions(remote_reads="fast")
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")  # 4 workers on a 2-core machine
+@pytest.mark.parametrize("workers", [2, 4])
 def test_workers_read_by_ranges_and_the_cache_folder_never_holds_a_shard(split: str, camvid_val_npy: Path,
-                                                                          tmp_path: Path) -> None:
-    """A 2-worker DataLoader reads a shuffled epoch by ranges, equal to a local read; the cache folder's peak,
-    sampled while it reads, is the manifests and samples sidecars (the whole split is 18 MB)."""
+                                                                          tmp_path: Path, workers: int) -> None:
+    """A 2- and a 4-worker DataLoader read a shuffled epoch by ranges, equal to a local read; the cache folder's
+    peak, sampled while they read, is the manifests and samples sidecars (the whole split is 18 MB)."""
     pytest.importorskip("torch")
     from shardkit.read.torch import make_loader
 
     ref = shardkit.open(camvid_val_npy)
     cache = tmp_path / "cache"
     plan = shardkit.EpochPlan(4, seed=2)
-    loader = make_loader(split, plan, num_workers=2, layout="NHWC", pin_memory=False,
+    loader = make_loader(split, plan, num_workers=workers, layout="NHWC", pin_memory=False,
                          multiprocessing_context="fork", persistent_workers=False,
                          options=shardkit.OpenOptions(cache_dir=cache, cache_limit="4MB", remote_reads="auto"))
     batches = list(ref.sampler(plan).batches())
