@@ -129,6 +129,7 @@ class _Object:
         path = remote.path(f.name)
         self.handle: Any = None
         try:
+            fs.invalidate_cache(path)  # the size and ETag of the object as it is now, not as listed earlier
             handle = fs.open(path, "rb", cache_type="none")
         except ShardkitError:
             raise
