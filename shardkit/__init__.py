@@ -37,7 +37,7 @@ def __getattr__(name: str) -> _Any:
 def open(path: "str | _os.PathLike[str]", options: "OpenOptions | None" = None, *, labels: str = "ids",
          verify: bool = False, label_layout: "str | None" = None, cache_dir: "str | _os.PathLike[str] | None" = None,
          cache_limit: "int | str | None" = None, storage_options: "dict[str, _Any] | None" = None,
-         version: "int | None" = None) -> "Dataset":
+         version: "int | None" = None, remote_reads: str = "auto") -> "Dataset":
     """Open a converted split folder (``out/train``) or URL (``s3://bucket/out/train``) as a :class:`Dataset`.
 
     ``options``: a :class:`shardkit.OpenOptions` (what every adapter takes); or its fields as keywords (not both):
@@ -46,14 +46,17 @@ def open(path: "str | _os.PathLike[str]", options: "OpenOptions | None" = None, 
     one-hot. For a URL, shards are cached whole in ``cache_dir`` (default ``$SHARDKIT_CACHE_DIR`` or
     ``~/.cache/shardkit``) up to ``cache_limit`` (e.g. ``"20GB"``); ``storage_options`` go to fsspec
     (docs/object-storage.md). ``version=N`` opens the kept publish N of the split (its ``manifest-v<N>.json``)
-    instead of the current one; either way the Dataset keeps reading the version it opened.
+    instead of the current one; either way the Dataset keeps reading the version it opened. ``remote_reads``:
+    ``"shards"`` (whole shards through the cache), ``"ranges"`` (sample by sample with range requests) or
+    ``"auto"`` (the default: ranges when the split is larger than ``cache_limit``; docs/object-storage.md).
     """
     from .files.storage import is_url
     from .read.dataset import Dataset
     from .read.options import OpenOptions
 
     given = {"labels": labels, "verify": verify, "label_layout": label_layout, "cache_dir": cache_dir,
-             "cache_limit": cache_limit, "storage_options": storage_options, "version": version}
+             "cache_limit": cache_limit, "storage_options": storage_options, "version": version,
+             "remote_reads": remote_reads}
     default = OpenOptions()
     fields = {k: v for k, v in given.items() if v != getattr(default, k)}
     return Dataset(_os.fspath(path) if is_url(path) else _Path(path), options, **fields)

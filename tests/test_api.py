@@ -26,7 +26,8 @@ def test_public_names_are_only_the_api() -> None:
 def test_open_takes_an_openoptions_or_its_fields_by_keyword() -> None:
     params = inspect.signature(shardkit.open).parameters
     names = [f.name for f in dataclasses.fields(shardkit.OpenOptions)]  # declared once: the keywords are its fields
-    assert names == ["labels", "verify", "label_layout", "cache_dir", "cache_limit", "storage_options", "version"]
+    assert names == ["labels", "verify", "label_layout", "cache_dir", "cache_limit", "storage_options", "version",
+                     "remote_reads"]
     assert list(params) == ["path", "options", *names]
     assert all(params[n].kind is inspect.Parameter.KEYWORD_ONLY for n in names)
     assert all(params[n].default == getattr(shardkit.OpenOptions(), n) for n in names)

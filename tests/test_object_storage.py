@@ -256,7 +256,7 @@ def test_cache_smaller_than_the_split_serves_correct_data_and_keeps_a_stable_sub
     m = manifest_of(f"{out}/val")
     sizes = [sum(f["bytes"] for f in s["files"]) for s in m["shards"]]
     limit = sum(sizes[:3]) + len(json.dumps(m)) + 16384  # room for about three of the nine shards
-    ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "cache", cache_limit=limit)
+    ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "cache", cache_limit=limit, remote_reads="shards")
     ref = shardkit.open(camvid_val_npy)
     assert ds.cache is not None
     cached_after: list[set[str]] = []
@@ -291,11 +291,11 @@ def test_another_split_evicts_least_recently_used_files_of_other_splits(raw_camv
     m = manifest_of(f"{out}/val")
     total = sum(f["bytes"] for s in m["shards"] for f in [*s["files"], s["samples"]])
     limit = total + 65536  # one split fits, two do not
-    a = shardkit.open(f"{out}/val", cache_dir=tmp_path / "c", cache_limit=limit)
+    a = shardkit.open(f"{out}/val", cache_dir=tmp_path / "c", cache_limit=limit, remote_reads="shards")
     for i in range(len(a)):
         a[i]
     assert a.cache is not None and a.cache.cached_bytes() == total
-    b = shardkit.open("s3://out/lru2/val", cache_dir=tmp_path / "c", cache_limit=limit)
+    b = shardkit.open("s3://out/lru2/val", cache_dir=tmp_path / "c", cache_limit=limit, remote_reads="shards")
     for i in range(len(b)):
         b[i]
     # a still reads its files (pinned): b may not evict them and reads its shards through instead
@@ -303,7 +303,7 @@ def test_another_split_evicts_least_recently_used_files_of_other_splits(raw_camv
     assert np.array_equal(a[0][0], b[0][0]) and np.array_equal(a[len(a) - 1][1], b[len(b) - 1][1])
     a.close()
     b.close()
-    b = shardkit.open("s3://out/lru2/val", cache_dir=tmp_path / "c", cache_limit=limit)
+    b = shardkit.open("s3://out/lru2/val", cache_dir=tmp_path / "c", cache_limit=limit, remote_reads="shards")
     for i in range(len(b)):
         b[i]
     assert b.cache is not None and b.cache.cached_bytes() == total  # b evicted a's files to fit
@@ -524,7 +524,7 @@ def test_the_cache_limit_bounds_the_folder_while_processes_read_through(raw_camv
     limit = 2 * shard_bytes + 2 * len(json.dumps(m)) + 4096  # two of the nine shards and the manifests
     cache = tmp_path / "cache"
     ref = shardkit.open(camvid_val_npy)
-    ds = shardkit.open(f"{out}/val", cache_dir=cache, cache_limit=limit)
+    ds = shardkit.open(f"{out}/val", cache_dir=cache, cache_limit=limit, remote_reads="shards")
     order = np.random.default_rng(0).permutation(len(ds))
     with _peak_bytes(cache) as one:
         for i in order.tolist():
@@ -534,7 +534,7 @@ def test_the_cache_limit_bounds_the_folder_while_processes_read_through(raw_camv
     ds.close()
     loader = make_loader(f"{out}/val", shardkit.EpochPlan(4, seed=3), num_workers=2, layout="NHWC",
                          pin_memory=False, multiprocessing_context="fork", persistent_workers=False,
-                         options=shardkit.OpenOptions(cache_dir=cache, cache_limit=limit))
+                         options=shardkit.OpenOptions(cache_dir=cache, cache_limit=limit, remote_reads="shards"))
     with _peak_bytes(cache) as two:
         for images, labels in loader:
             assert images.shape[0] == labels.shape[0] > 0
@@ -575,7 +575,7 @@ def test_key_over_a_split_larger_than_the_cache_leaves_nothing_behind(raw_camvid
     m = manifest_of(f"{out}/val")
     shard_bytes = max(sum(f["bytes"] for f in [*s["files"], s["samples"]]) for s in m["shards"])
     limit = 4096  # not even one sidecar fits: everything is read through
-    ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "cache", cache_limit=limit)
+    ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "cache", cache_limit=limit, remote_reads="shards")
     ref = shardkit.open(camvid_val_npy)
     peak = 0
     for i in range(len(ds)):
@@ -594,7 +594,7 @@ def test_key_over_a_split_larger_than_the_cache_leaves_nothing_behind(raw_camvid
 def _loader_epoch(url: str, cache_dir: str) -> None:
     from shardkit.read.torch import make_loader
 
-    ds = shardkit.open(url, cache_dir=cache_dir, cache_limit=1)
+    ds = shardkit.open(url, cache_dir=cache_dir, cache_limit=1, remote_reads="shards")
     for _ in make_loader(ds, shardkit.EpochPlan(4, shuffle=False), num_workers=2, multiprocessing_context="fork"):
         pass
     os._exit(0)  # like a job killed after its epoch: no atexit in this process either
@@ -613,7 +613,7 @@ def test_read_through_folders_of_exited_workers_are_reclaimed(raw_camvid: str, t
     # the DataLoader workers removed their own folders on exit; the parent's (which never ran atexit) are
     # removed by the next process that opens the split
     assert all(p.name.startswith(f".transient-{proc.pid}-") for p in left), left
-    shardkit.open(f"{out}/val", cache_dir=cache, cache_limit=1)
+    shardkit.open(f"{out}/val", cache_dir=cache, cache_limit=1, remote_reads="shards")
     assert not list(cache.glob("*/.transient-*"))
 
 
@@ -622,7 +622,7 @@ def _hold_split(url: str, cache_dir: str, limit: int, ready: object, go: object,
     import hashlib
 
     try:
-        ds = shardkit.open(url, cache_dir=cache_dir, cache_limit=limit)
+        ds = shardkit.open(url, cache_dir=cache_dir, cache_limit=limit, remote_reads="shards")
         for i in range(len(ds)):
             ds[i]
         ready.set()  # type: ignore[attr-defined]
@@ -649,7 +649,7 @@ def test_another_job_on_the_same_cache_never_evicts_files_a_reader_has_open(raw_
     job_a.start()
     try:
         assert ready.wait(120)
-        b = shardkit.open(f"{b_url}/val", cache_dir=tmp_path / "c", cache_limit=limit)
+        b = shardkit.open(f"{b_url}/val", cache_dir=tmp_path / "c", cache_limit=limit, remote_reads="shards")
         for i in range(len(b)):
             b[i]
         shard = max(sum(f["bytes"] for f in [*s["files"], s["samples"]]) for s in m["shards"])
@@ -755,7 +755,7 @@ def test_every_adapter_reads_a_bucket_under_a_cache_limit_with_its_options(limit
     plan = shardkit.EpochPlan(4, shuffle=False)
 
     def options(name: str) -> shardkit.OpenOptions:
-        return shardkit.OpenOptions(cache_dir=tmp_path / name, cache_limit=limit,
+        return shardkit.OpenOptions(cache_dir=tmp_path / name, cache_limit=limit, remote_reads="shards",
                                     storage_options={"endpoint_url": endpoint})
 
     def same(images: np.ndarray, labels: np.ndarray) -> bool:

@@ -37,8 +37,9 @@ from ..store.publish import drop_lease, take_lease
 from ..store.stats import ENET_K, ClassFrequencies, class_weights, presence_contradiction, split_frequencies
 from . import sampling as _sampling
 from .options import EpochPlan, OpenOptions
+from .ranges import remote_source
 from .residency import StorageReads
-from .source import CachedShards, LocalShards, ShardSource
+from .source import LocalShards, ShardSource
 from .state import Progress
 
 if TYPE_CHECKING:  # both import what a local split needs none of (the cache: multiprocessing, locks, …)
@@ -72,7 +73,8 @@ class Dataset:
     ``path`` may be an fsspec URL (``s3://bucket/out/train``): shards are then fetched whole on first use
     into a local cache (``cache_dir``, at most ``cache_limit`` bytes such as ``"20GB"``; see
     :mod:`shardkit.read.cache`), with ``storage_options`` for fsspec (endpoint, credentials), and served by
-    the format's own readers on the cached copies (:mod:`shardkit.read.source`).
+    the format's own readers on the cached copies (:mod:`shardkit.read.source`) — or, for a split larger than
+    ``cache_limit`` (``remote_reads``), read sample by sample with range requests (:mod:`shardkit.read.ranges`).
 
     A Dataset is a snapshot: it reads the version of the split it opened (``version=N`` opens the kept
     publish ``manifest-v<N>.json``; by default the current one) until it is opened again, whatever a
@@ -129,7 +131,8 @@ class Dataset:
         self.format_info.check_version(self.manifest.format_version, self.path / "manifest.json")
         #: where the shard readers come from: the local folder, or the cache of a split on object storage; either
         #: way each is the format's own reader on local files (the same fast paths)
-        self.source: ShardSource = (CachedShards(cache, self.format_info, self.manifest, self.spec)
+        self.source: ShardSource = (remote_source(cache, self.format_info, self.manifest, self.spec,
+                                                  opts.remote_reads)
                                     if cache is not None
                                     else LocalShards(self.path, self.format_info, self.manifest, self.spec))
         self._starts = np.array([s.first_index for s in self.manifest.shards], dtype=np.int64)
@@ -397,6 +400,8 @@ class Dataset:
             return
         shard = np.searchsorted(self._starts, indices, side="right") - 1
         local = indices - self._starts[shard]
+        if self.source.gather(shard, local, images, stored):  # range reads: the batch's requests planned together
+            return
         cuts = (np.flatnonzero(shard[1:] != shard[:-1]) + 1).tolist()
         rows = local.tolist()
         runs = list(zip([0, *cuts], [*cuts, len(indices)], strict=True))

@@ -22,6 +22,9 @@ from ..codecs import encoding
 from ..errors import ConfigError
 from . import sampling as _sampling
 
+#: ``remote_reads`` values (:mod:`shardkit.read.ranges`)
+REMOTE_READS = ("auto", "ranges", "shards")
+
 __all__ = ["EpochPlan", "OpenOptions", "adapter_options", "adapter_plan", "fold_deprecated", "refuse_unknown"]
 
 LABEL_LAYOUTS = ("channels_last", "channels_first")
@@ -37,7 +40,10 @@ class OpenOptions:
     ``verify``: check every shard's sha256 on open. For a split on object storage (``s3://…``) shards are cached
     whole in ``cache_dir`` (default ``$SHARDKIT_CACHE_DIR`` or ``~/.cache/shardkit``), at most ``cache_limit``
     bytes (``"20GB"``, or a byte count), with ``storage_options`` for fsspec (endpoint, credentials).
-    ``version=N`` opens the kept publish N of the split instead of the current one.
+    ``version=N`` opens the kept publish N of the split instead of the current one. ``remote_reads``: how a split
+    on object storage is read — ``"shards"`` whole shards through the cache, ``"ranges"`` sample by sample with
+    range requests (npy, uncompressed TFRecord; :mod:`shardkit.read.ranges`), ``"auto"`` (default)
+    ranges when the split can be and is larger than ``cache_limit``, else shards (the choice is logged).
     """
 
     labels: str = "ids"
@@ -47,12 +53,15 @@ class OpenOptions:
     cache_limit: int | str | None = None
     storage_options: Mapping[str, Any] | None = field(default=None, hash=False)  # a dict: not hashable
     version: int | None = None
+    remote_reads: str = "auto"
 
     def __post_init__(self) -> None:
         if self.labels not in encoding.READER_OUTPUTS:
             raise ConfigError(f"labels={self.labels!r} is not one of {', '.join(encoding.READER_OUTPUTS)}")
         if self.label_layout is not None and self.label_layout not in LABEL_LAYOUTS:
             raise ConfigError(f"label_layout={self.label_layout!r} is not channels_last or channels_first")
+        if self.remote_reads not in REMOTE_READS:
+            raise ConfigError(f"remote_reads={self.remote_reads!r} is not one of {', '.join(REMOTE_READS)}")
         if self.cache_limit is not None:
             from .cache import parse_limit  # the shard cache (multiprocessing, locks): not for every local open
 

@@ -10,6 +10,8 @@ transaction per run, read-ahead hints):
   process, pins the local copy, and opens the format's reader on it; nothing is fetched before a sample is read.
   A read-through shard whose folder the cache deletes is forgotten (:meth:`_CachedShard.release`) and fetched
   again on its next read.
+* :class:`~shardkit.read.ranges.RangedShards` reads samples of a remote npy or TFRecord split by HTTP range requests, a
+  batch at a time (:meth:`ShardSource.gather`); ``OpenOptions.remote_reads`` chooses between the two remote ones.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import os
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from ..errors import IntegrityError
 from ..files.splitfiles import ShardInfo
@@ -51,6 +55,12 @@ class ShardSource(ABC):
     @abstractmethod
     def __len__(self) -> int:
         """How many shards."""
+
+    def gather(self, shard: np.ndarray, local: np.ndarray, images: np.ndarray, stored: np.ndarray) -> bool:
+        """Read a whole batch (shard positions ``shard``, local indices ``local``) into ``images``/``stored`` and
+        return True, for a source that plans a batch's reads together (range reads); False: the Dataset reads it
+        run by run through :meth:`reader`."""
+        return False
 
     def release(self) -> None:  # noqa: B027 - nothing to let go of by default
         """Let go of what this process holds beyond the readers' files (pins on cached shards)."""

@@ -1,0 +1,357 @@
+"""Range reads of a split on object storage (issue 41), against a real local S3 server (moto on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import shardkit
+from shardkit.errors import ConfigError, IntegrityError, ShardFormatError
+from shardkit.files.storage import Remote
+from shardkit.read.ranges import RangedShards
+from shardkit.read.source import CachedShards
+from shardkit.testing import local_s3, make_bucket
+
+URL = "s3://ranges/camvid/val"
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[str]:
+    with local_s3() as endpoint:
+        make_bucket("ranges")
+        yield endpoint
+
+
+def _upload(folder: Path, url: str) -> None:
+    remote = Remote(url)
+    for p in sorted(folder.iterdir()):
+        if p.is_file():
+            remote.upload(p, p.name)
+
+
+@pytest.fixture(scope="module")
+def split(s3: str, camvid_val_npy: Path) -> str:
+    """The CamVid val npy split (26 samples of 360x480 in two shards) copied to the bucket as it is."""
+    _upload(camvid_val_npy, URL)
+    return URL
+
+
+def _ranged(url: str, cache: Path, **options: Any) -> shardkit.Dataset:
+    ds = shardkit.open(url, cache_dir=cache, remote_reads="ranges", **options)
+    assert isinstance(ds.source, RangedShards)
+    return ds
+
+
+def _tree(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_size for p in folder.rglob("*") if p.is_file()}
+
+
+def test_a_shuffled_epoch_by_ranges_equals_a_local_read_and_fetches_only_what_it_uses(
+        split: str, camvid_val_npy: Path, tmp_path: Path) -> None:
+    ref = shardkit.open(camvid_val_npy)
+    ds = _ranged(split, tmp_path / "cache")
+    stats = ds.source.stats  # type: ignore[attr-defined]
+    seen: list[int] = []
+    for batch in ds.sampler(shardkit.EpochPlan(4, seed=5)).batches():
+        images, labels = ds.batch(batch)
+        want_images, want_labels = ref.batch(batch)
+        assert np.array_equal(images, want_images) and np.array_equal(labels, want_labels)
+        seen.extend(np.asarray(batch).tolist())
+    assert sorted(seen) == list(range(len(ref)))
+    # read amplification (bytes fetched ÷ bytes of samples used) of a shuffled epoch, counted, not timed
+    assert stats.used == len(ref) * (360 * 480 * 3 + 360 * 480)
+    assert 1.0 <= stats.amplification <= 1.2, (stats.fetched, stats.used)
+    assert stats.requests <= 2 * len(ref) + 2 * len(ds.source)  # at most one per sample and object (+ headers)
+    for i in (25, 0, 13, 12):  # single samples too, in an order that crosses shards
+        (image, label), (want_i, want_l) = ds[i], ref[i]
+        assert np.array_equal(image, want_i) and np.array_equal(label, want_l)
+    # no shard is downloaded: the cache folder holds the manifest and the samples sidecars only
+    files = _tree(ds.cache.directory)  # type: ignore[union-attr]
+    assert not [n for n in files if n.startswith(("images-", "labels-")) or ".transient-" in n], files
+    manifest = json.loads((camvid_val_npy / "manifest.json").read_text())
+    sidecars = sum(s["samples"]["bytes"] for s in manifest["shards"])
+    assert sum(files.values()) <= 2 * (camvid_val_npy / "manifest.json").stat().st_size + sidecars + 4096
+    assert ds.source.fetcher.held <= ds.source.block_bytes  # type: ignore[attr-defined]
+    ds.close()  # handles and request threads let go of; a later read opens them again
+    assert np.array_equal(ds[3][0], ref[3][0])
+
+
+def test_adjacent_samples_of_a_batch_are_coalesced_into_one_request(split: str, tmp_path: Path) -> None:
+    ds = _ranged(split, tmp_path / "cache")
+    stats = ds.source.stats  # type: ignore[attr-defined]
+    ds.batch([3, 4, 5, 6])  # headers coalesce with nothing (sample 0 is not read): 2 requests, then one per object
+    assert stats.requests == 4, stats
+    before = stats.requests
+    ds.batch([20, 22])  # a row apart: more than the gap threshold, and another shard
+    assert stats.requests - before == 2 + 4, stats
+    before, fetched = stats.requests, stats.fetched
+    ds.batch([4, 5])  # within the block fetched for 3..6: served by the block LRU
+    assert (stats.requests, stats.fetched) == (before, fetched)
+
+
+def test_the_block_cache_stays_within_its_byte_bound(split: str, tmp_path: Path) -> None:
+    ds = _ranged(split, tmp_path / "cache", cache_limit=2_000_000)
+    source = ds.source
+    assert isinstance(source, RangedShards) and source.block_bytes == 2_000_000
+    for batch in ds.sampler(shardkit.EpochPlan(3, seed=1)).batches():
+        ds.batch(batch)
+        assert source.fetcher.held <= 2_000_000
+
+
+def test_auto_chooses_ranges_only_for_a_split_larger_than_the_cache_and_says_so(
+        split: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="shardkit.read.ranges"):
+        small = shardkit.open(split, cache_dir=tmp_path / "a", cache_limit="8MB", remote_reads="auto")
+        large = shardkit.open(split, cache_dir=tmp_path / "b", cache_limit="1GB", remote_reads="auto")
+        unlimited = shardkit.open(split, cache_dir=tmp_path / "c", remote_reads="auto")
+    assert isinstance(small.source, RangedShards)
+    assert isinstance(large.source, CachedShards) and isinstance(unlimited.source, CachedShards)
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("range reads per sample (remote_reads='auto'" in m for m in said) == 1, said
+    assert sum("whole shards through the cache" in m for m in said) == 2, said
+    assert shardkit.OpenOptions().remote_reads == "auto"  # the default
+    with caplog.at_level(logging.INFO, logger="shardkit.read.ranges"):
+        default = shardkit.open(split, cache_dir=tmp_path / "d", cache_limit="8MB")
+        pinned = shardkit.open(split, cache_dir=tmp_path / "e", cache_limit="8MB", remote_reads="shards")
+    assert isinstance(default.source, RangedShards) and isinstance(pinned.source, CachedShards)
+    with pytest.raises(ConfigError, match="remote_reads='fast' is not one of"):
+        shardkit.OpenOptions(remote_reads="fast")
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")  # 4 workers on a 2-core machine
+@pytest.mark.parametrize("workers", [2, 4])
+def test_workers_read_by_ranges_and_the_cache_folder_never_holds_a_shard(split: str, camvid_val_npy: Path,
+                                                                          tmp_path: Path, workers: int) -> None:
+    """A 2- and a 4-worker DataLoader read a shuffled epoch by ranges, equal to a local read; the cache folder's
+    peak, sampled while they read, is the manifests and samples sidecars (the whole split is 18 MB)."""
+    pytest.importorskip("torch")
+    from shardkit.read.torch import make_loader
+
+    ref = shardkit.open(camvid_val_npy)
+    cache = tmp_path / "cache"
+    plan = shardkit.EpochPlan(4, seed=2)
+    loader = make_loader(split, plan, num_workers=workers, layout="NHWC", pin_memory=False,
+                         multiprocessing_context="fork", persistent_workers=False,
+                         options=shardkit.OpenOptions(cache_dir=cache, cache_limit="4MB", remote_reads="auto"))
+    batches = list(ref.sampler(plan).batches())
+    done, peak = threading.Event(), [0]
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], sum(_tree(cache).values()) if cache.is_dir() else 0)
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        got = [(images.numpy(), labels.numpy()) for images, labels in loader]
+    finally:
+        done.set()
+        watcher.join()
+    assert len(got) == len(batches)
+    for (images, labels), batch in zip(got, batches, strict=True):
+        want_images, want_labels = ref.batch(batch)
+        assert np.array_equal(images, want_images) and np.array_equal(labels, want_labels)
+    manifest = json.loads((camvid_val_npy / "manifest.json").read_text())
+    sidecars = sum(s["samples"]["bytes"] for s in manifest["shards"])
+    small = 2 * (camvid_val_npy / "manifest.json").stat().st_size + sidecars
+    assert 0 < peak[0] <= small + 4096, (peak[0], small)
+    assert not list(cache.glob("*/images-*"))
+
+
+# ------------------------------------------------------------------ hostile servers
+def _first_image_object(url: str) -> str:
+    m = json.loads(Remote(url).read_bytes("manifest.json"))
+    return str(m["shards"][0]["files"][0]["name"])
+
+
+@pytest.mark.parametrize("answer", ["truncated", "whole object (200)", "longer"])
+def test_a_range_response_of_the_wrong_length_is_a_one_line_error_naming_the_object(
+        split: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: str) -> None:
+    from s3fs.core import S3File
+
+    real = S3File._fetch_range
+
+    def hostile(self: Any, start: int, end: int) -> bytes:
+        data = real(self, start, end)
+        if answer == "truncated":
+            return data[:-7]
+        if answer == "longer":
+            return data + b"\0"
+        return real(self, 0, self.size)  # the server ignored the Range header
+
+    monkeypatch.setattr(S3File, "_fetch_range", hostile)
+    ds = _ranged(split, tmp_path / "cache")
+    with pytest.raises(IntegrityError) as err:
+        ds.batch([1, 2])
+    text = str(err.value)
+    assert "\n" not in text and "the server sent" in text and "s3://ranges/camvid/val/" in text
+
+
+def test_an_object_overwritten_mid_epoch_is_refused_never_a_wrong_sample(
+        s3: str, camvid_val_npy: Path, tmp_path: Path) -> None:
+    url = "s3://ranges/changed/val"
+    _upload(camvid_val_npy, url)
+    ref = shardkit.open(camvid_val_npy)
+    ds = _ranged(url, tmp_path / "cache")
+    images, _ = ds.batch([0, 1])
+    assert np.array_equal(images, ref.batch([0, 1])[0])
+    name = _first_image_object(url)
+    last = ds.manifest.shards[0].num_samples - 1
+    data = bytearray((camvid_val_npy / name).read_bytes())
+    data[-5000:] = bytes(5000)  # same size, other pixels in the shard's last sample
+    Remote(url).write_bytes(name, bytes(data))
+    with pytest.raises(IntegrityError, match="changed while it was being read") as err:
+        ds.batch([1, last])
+    assert name in str(err.value) and "\n" not in str(err.value)
+    # a process that opens the changed object afresh (same size, so its size check passes) still never returns
+    # the wrong pixels: the image is checked against its sample's pixel hash
+    fresh = _ranged(url, tmp_path / "cache2")
+    assert np.array_equal(fresh.batch([0])[0], ref.batch([0])[0])  # an untouched sample still reads
+    with pytest.raises(IntegrityError, match=f"sample {last}'s image bytes do not match its pixel hash"):
+        fresh.batch([last])
+    with pytest.raises(IntegrityError, match="differs from the manifest's"):  # verify=True hashes whole objects
+        _ranged(url, tmp_path / "cache3", verify=True)
+    assert isinstance(_ranged(URL, tmp_path / "cache4", verify=True).source, RangedShards)  # an intact split opens
+
+
+def test_a_label_object_replaced_before_a_process_opens_it_is_refused_by_the_class_bitmaps(
+        s3: str, camvid_val_npy: Path, tmp_path: Path) -> None:
+    """No per-sample label hash exists: a same-size label object whose sample holds other classes is refused by
+    the class bitmap in the samples sidecar (never returned as that sample's label)."""
+    url = "s3://ranges/labels-changed/val"
+    _upload(camvid_val_npy, url)
+    m = json.loads((camvid_val_npy / "manifest.json").read_text())
+    name = m["shards"][0]["files"][1]["name"]
+    arr = np.load(camvid_val_npy / name)
+    arr[2] = 0  # sample 2: every pixel class 0
+    fake = tmp_path / "labels.npy"
+    np.save(fake, arr)
+    Remote(url).write_bytes(name, fake.read_bytes())
+    ds = _ranged(url, tmp_path / "cache")
+    ref = shardkit.open(camvid_val_npy)
+    assert np.array_equal(ds[1][1], ref[1][1])  # the other samples still read
+    with pytest.raises(IntegrityError, match=r"sample 2's label holds classes \[0\], its samples sidecar records"):
+        ds.batch([1, 2])
+
+
+def test_an_object_of_another_size_or_a_foreign_header_is_refused_before_any_sample(
+        s3: str, camvid_val_npy: Path, tmp_path: Path) -> None:
+    url = "s3://ranges/resized/val"
+    _upload(camvid_val_npy, url)
+    name = _first_image_object(url)
+    data = (camvid_val_npy / name).read_bytes()
+    Remote(url).write_bytes(name, data + b"\0" * 64)
+    with pytest.raises(IntegrityError, match="the manifest says"):
+        _ranged(url, tmp_path / "a").batch([1])
+    arr = np.load(camvid_val_npy / name)
+    other = arr.reshape(arr.shape[0], arr.shape[1] * 2, arr.shape[2] // 2, 3)  # same bytes, another shape
+    fake = Path(tmp_path / "fake.npy")
+    np.save(fake, other)
+    assert fake.stat().st_size == len(data)
+    Remote(url).write_bytes(name, fake.read_bytes())
+    with pytest.raises(ShardFormatError, match=r"the \.npy header says"):
+        _ranged(url, tmp_path / "b").batch([0])
+
+
+def test_a_variable_size_npy_split_by_ranges_equals_a_local_read(s3: str, camvid_root: Path,
+                                                                   tmp_path: Path) -> None:
+    """Without --size the npy arrays are flat with a sizes table: fetched whole (sha256 checked), then each sample
+    is its stretch of the flat arrays."""
+    from shardkit.conversion.config import ConvertConfig, ShardSize
+    from shardkit.conversion.pipeline import convert
+
+    convert(ConvertConfig(camvid_root, tmp_path / "out", format="npy", splits=("val",), workers=1, quiet=True,
+                          shard_size=ShardSize(samples=7)))
+    url = "s3://ranges/npy-variable/val"
+    _upload(tmp_path / "out" / "val", url)
+    ref = shardkit.open(tmp_path / "out" / "val")
+    assert ref.spec.size is None
+    ds = _ranged(url, tmp_path / "cache")
+    order = np.random.default_rng(4).permutation(len(ref)).tolist()
+    for i in order[:9]:
+        (image, label), (want_i, want_l) = ds[i], ref[i]
+        assert np.array_equal(image, want_i) and np.array_equal(label, want_l)
+    rest = np.array(order[9:])
+    images, labels = ds.batch(rest)  # CamVid's samples share one size: batches work as they do locally
+    want_images, want_labels = ref.batch(rest)
+    assert np.array_equal(images, want_images) and np.array_equal(labels, want_labels)
+    stats = ds.source.stats  # type: ignore[attr-defined]
+    tables = sum(s.files[2].bytes for s in ds.manifest.shards)
+    headers = sum(ds.source.reader(p).layout[k][2] for p in range(len(ds.source)) for k in (0, 1))  # type: ignore[attr-defined]
+    assert stats.used == sum(s.files[0].bytes + s.files[1].bytes for s in ds.manifest.shards) - headers  # all once
+    assert stats.used + tables <= stats.fetched <= 1.2 * stats.used
+    copy = pickle.loads(pickle.dumps(ds))  # laid out again from the sizes table in the next process
+    assert np.array_equal(copy[order[0]][0], ref[order[0]][0])
+
+
+# ------------------------------------------------------------------ TFRecord: records by their index offsets
+def _tfrecord_split(camvid_root: Path, out: Path, url: str, **options: Any) -> Path:
+    from shardkit.conversion.config import ConvertConfig, ShardSize
+    from shardkit.conversion.pipeline import convert
+
+    convert(ConvertConfig(camvid_root, out, format="tfrecord", splits=("val",), workers=1, quiet=True,
+                          shard_size=ShardSize(samples=7), **options))
+    _upload(out / "val", url)
+    return out / "val"
+
+
+@pytest.mark.parametrize("options", [{"size": (90, 120)}, {"image_codec": "png"},
+                                     {"image_codec": "jpeg:90", "size": (90, 120)}],
+                         ids=["raw-fixed", "png-variable", "jpeg-fixed"])
+def test_a_tfrecord_split_read_by_ranges_equals_a_local_read(s3: str, camvid_root: Path, tmp_path: Path,
+                                                              options: dict[str, Any]) -> None:
+    url = f"s3://ranges/tfr-{len(options)}-{next(iter(options))}/val"
+    local = _tfrecord_split(camvid_root, tmp_path / "out", url, **options)
+    ref = shardkit.open(local)
+    ds = _ranged(url, tmp_path / "cache")
+    stats = ds.source.stats  # type: ignore[attr-defined]
+    order = np.random.default_rng(3).permutation(len(ref)).tolist()
+    if "size" in options:  # one size: batches, each shard's records in one plan
+        for batch in np.array_split(np.array(order), 6):
+            images, labels = ds.batch(batch)
+            want_images, want_labels = ref.batch(batch)
+            assert np.array_equal(images, want_images) and np.array_equal(labels, want_labels)
+    else:  # CamVid's own sizes, PNG images: sample by sample
+        for i in order:
+            (image, label), (want_i, want_l) = ds[i], ref[i]
+            assert np.array_equal(image, want_i) and np.array_equal(label, want_l)
+    indexes = sum(s.files[1].bytes for s in ds.manifest.shards)
+    assert stats.used == sum(s.files[0].bytes for s in ds.manifest.shards)  # every record once
+    # the records, each shard's index, and gaps of at most 64 KiB between records of one batch fetched with them
+    assert stats.used + indexes <= stats.fetched <= 1.2 * stats.used, (stats.fetched, stats.used)
+    assert not list((tmp_path / "cache").glob("*/shard-*"))
+    copy = pickle.loads(pickle.dumps(ds))  # what a spawned worker gets: it opens its own objects
+    assert np.array_equal(copy[order[0]][1], ref[order[0]][1])
+
+
+def test_a_damaged_tfrecord_object_is_refused_by_its_record_crc(s3: str, camvid_root: Path, tmp_path: Path) -> None:
+    url = "s3://ranges/tfr-damaged/val"
+    local = _tfrecord_split(camvid_root, tmp_path / "out", url, size=(90, 120))
+    m = json.loads((local / "manifest.json").read_text())
+    name = m["shards"][0]["files"][0]["name"]
+    data = bytearray((local / name).read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one byte inside a record, same size
+    Remote(url).write_bytes(name, bytes(data))
+    ds = _ranged(url, tmp_path / "cache")
+    with pytest.raises(ShardFormatError, match="fails its CRC32C check") as err:
+        ds.batch(np.arange(m["shards"][0]["num_samples"]))
+    assert url in str(err.value) and "\n" not in str(err.value)
+
+
+def test_ranges_are_refused_for_a_split_they_cannot_read(s3: str, camvid_root: Path, tmp_path: Path) -> None:
+    _tfrecord_split(camvid_root, tmp_path / "out", "s3://ranges/tfr-gzip/val", size=(90, 120), compression="gzip")
+    with pytest.raises(ConfigError, match="remote_reads='ranges': a gzip-compressed TFRecord shard has no"):
+        shardkit.open("s3://ranges/tfr-gzip/val", cache_dir=tmp_path / "cache", remote_reads="ranges")
+    ds = shardkit.open("s3://ranges/tfr-gzip/val", cache_dir=tmp_path / "cache", cache_limit=1000,
+                       remote_reads="auto")
+    assert isinstance(ds.source, CachedShards)  # auto falls back to whole shards
