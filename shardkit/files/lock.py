@@ -200,9 +200,9 @@ class RemoteLock:
         except FileExistsError:
             self._take_over()
         except Exception as exc:  # botocore/aiohttp errors are not OSErrors: one line whatever they are
-            from .storage import _wrap
+            from .storage import storage_error
 
-            raise _wrap(exc, "creating the lock object", self.remote.url_of(LOCK_NAME)) from None
+            raise storage_error(exc, "creating the lock object", self.remote.url_of(LOCK_NAME)) from None
         self._thread = threading.Thread(target=self._heartbeat, name="shardkit-lock", daemon=True)
         self._thread.start()
         return self
@@ -232,13 +232,13 @@ class RemoteLock:
             if not isinstance(exc, (ConnectionError, TimeoutError)) and exc.errno in (errno.EINVAL, None):
                 raise OutputError(f"another shardkit convert took over the stale lock first ({holder})",
                                   path=self.remote.url, fix="wait for it to finish, or write elsewhere") from None
-            from .storage import _wrap
+            from .storage import storage_error
 
-            raise _wrap(exc, "taking over the lock object", self.remote.url_of(LOCK_NAME)) from None
+            raise storage_error(exc, "taking over the lock object", self.remote.url_of(LOCK_NAME)) from None
         except Exception as exc:  # botocore/aiohttp errors are not OSErrors
-            from .storage import _wrap
+            from .storage import storage_error
 
-            raise _wrap(exc, "taking over the lock object", self.remote.url_of(LOCK_NAME)) from None
+            raise storage_error(exc, "taking over the lock object", self.remote.url_of(LOCK_NAME)) from None
         log.warning("%s: took over a stale lock (%s; %s)", self.remote.url, holder, reason)
 
     def _heartbeat(self) -> None:

@@ -163,7 +163,7 @@ def _error_code(exc: BaseException) -> str | None:
     return None
 
 
-def _wrap(exc: BaseException, what: str, where: str) -> ShardkitError:
+def storage_error(exc: BaseException, what: str, where: str) -> ShardkitError:
     """Any error of a transfer → one line naming the object and what to check; a missing bucket is named as such
     (s3fs reports it as a FileNotFoundError of whatever object was asked for, raised from botocore's error whose
     code says ``NoSuchBucket``)."""
@@ -247,7 +247,7 @@ class Remote:
         except (StorageError, ConfigError):
             raise
         except Exception as exc:  # botocore, aiohttp and fsspec errors share no base class
-            raise _wrap(exc, what, self.url_of(rel)) from None
+            raise storage_error(exc, what, self.url_of(rel)) from None
 
     def listing(self, rel: str = "", *, recursive: bool = False) -> dict[str, dict[str, Any]]:
         """{relative path: info} of the files below ``rel`` (recursive) or directly in it; {} if none."""

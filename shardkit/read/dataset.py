@@ -37,7 +37,6 @@ from ..store.publish import drop_lease, take_lease
 from ..store.stats import ENET_K, ClassFrequencies, class_weights, presence_contradiction, split_frequencies
 from . import sampling as _sampling
 from .options import EpochPlan, OpenOptions
-from .ranges import remote_source
 from .residency import StorageReads
 from .source import LocalShards, ShardSource
 from .state import Progress
@@ -131,10 +130,13 @@ class Dataset:
         self.format_info.check_version(self.manifest.format_version, self.path / "manifest.json")
         #: where the shard readers come from: the local folder, or the cache of a split on object storage; either
         #: way each is the format's own reader on local files (the same fast paths)
-        self.source: ShardSource = (remote_source(cache, self.format_info, self.manifest, self.spec,
-                                                  opts.remote_reads)
-                                    if cache is not None
-                                    else LocalShards(self.path, self.format_info, self.manifest, self.spec))
+        if cache is not None:  # imported here: a local split never loads the object-storage modules
+            from .ranges import remote_source
+
+            self.source: ShardSource = remote_source(cache, self.format_info, self.manifest, self.spec,
+                                                     opts.remote_reads)
+        else:
+            self.source = LocalShards(self.path, self.format_info, self.manifest, self.spec)
         self._starts = np.array([s.first_index for s in self.manifest.shards], dtype=np.int64)
         self._local = threading.local()
         self._sizes: Counter[tuple[int, int]] | None = None

@@ -48,7 +48,7 @@ from ..errors import ConfigError, IntegrityError, ShardFormatError, ShardkitErro
 from ..files.samples import pixel_hash
 from ..files.splitfiles import MAX_SIDE, ShardFile, ShardInfo
 from ..files.storage import Remote
-from ..files.storage import _wrap as wrap_error
+from ..files.storage import storage_error as wrap_error
 from ..formats.base import SampleSpec, ShardFormat, ShardReader
 from ..formats.tfrecord import INDEX_LINE_BYTES, TfrecordReader
 from ..store.derived import label_counts
