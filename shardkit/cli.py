@@ -16,6 +16,7 @@ when both apply); 130 interrupted; a closed stdout (``| head``) ends a command q
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import sys
@@ -657,6 +658,16 @@ def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any
 
     for line in report_lines(m.source.extra.get("annotations")):
         click.echo(line)
+    from .audit.groups import GroupRule
+    from .read.dataset import Dataset
+    from .read.options import OpenOptions
+
+    rule = GroupRule()
+    keys, groups = rule.sample_groups(Dataset(split_dir, OpenOptions(storage_options=options)))
+    sizes = sorted(collections.Counter(groups).values())
+    each = "" if not sizes else f", {sizes[0]} each" if sizes[0] == sizes[-1] else f", {sizes[0]}..{sizes[-1]} each"
+    click.echo(f"groups: {len(sizes)} of {len(keys)} samples{each}: {rule.describe()} (other rules: shardkit split "
+               "--group-by REGEX)")
     if m.skipped:
         click.echo(f"{len(m.skipped)} inputs were skipped (see manifest.json 'skipped')")
     if plot is not None:

@@ -14,9 +14,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, InputNotFoundError
 from ..support.smallfile import read_guarded
+
+if TYPE_CHECKING:
+    from ..read.dataset import Dataset
 
 #: bytes of a ``--groups`` CSV read at most
 MAX_GROUPS_FILE = 256 << 20
@@ -53,7 +57,7 @@ class GroupRule:
             return f"--group-by {self.pattern}"
         if self.kind == "csv":
             return f"--groups {self.source} ({len(self.table)} keys)"
-        return "each sample its own group (tiles of one source together)"
+        return "each sample its own group (tiles of one source together, slices of one volume case together)"
 
     def group(self, key: str) -> str:
         """The group of the sample called ``key``."""
@@ -78,6 +82,16 @@ class GroupRule:
 
     def groups(self, keys: Sequence[str]) -> list[str]:
         return [self.group(k) for k in keys]
+
+    def sample_groups(self, ds: Dataset) -> tuple[list[str], list[str]]:
+        """(keys, groups) of every sample of ``ds``. Without a rule a volume split's slices take their case
+        (``shardkit.read.volumes.groups``: the key's part before ``/``) and tiles their source (their shared key)."""
+        keys = [ds.key(i) for i in range(len(ds))]
+        if self.kind == "key" and ds.manifest.source.extra.get("volumes") is not None:
+            from ..read.volumes import groups
+
+            return keys, groups(ds)
+        return keys, self.groups(keys)
 
 
 def read_group_table(path: Path) -> dict[str, str]:

@@ -50,15 +50,19 @@ def pool(datasets: Sequence[Dataset], rule: GroupRule) -> Pooled:
         if ds.class_names != names:
             raise ConfigError(f"splits {datasets[0].manifest.split} and {ds.manifest.split} have different class "
                               "tables", fix="split the splits of one conversion together")
-    keys = [ds.key(i) for ds in datasets for i in range(len(ds))]
+    keys: list[str] = []
+    groups: list[str] = []
+    for ds in datasets:
+        k, g = rule.sample_groups(ds)
+        keys += k
+        groups += g
     split_of = np.concatenate([np.full(len(ds), k) for k, ds in enumerate(datasets)]) if datasets else np.zeros(0)
     presences = [p for p in (ds.class_presence() for ds in datasets) if p is not None]
     presence = np.concatenate(presences) if len(presences) == len(datasets) else None
     looks = [ds.look_hashes() for ds in datasets]
     unhashed = tuple(ds.manifest.split for ds, x in zip(datasets, looks, strict=True) if x is None)
     known = np.concatenate([x for x in looks if x is not None]) if not unhashed and looks else None
-    return Pooled([ds.manifest.split for ds in datasets], split_of, keys, rule.groups(keys), presence, names,
-                  known, unhashed)
+    return Pooled([ds.manifest.split for ds in datasets], split_of, keys, groups, presence, names, known, unhashed)
 
 
 def leaks(pooled: Pooled) -> dict[str, list[str]]:

@@ -123,3 +123,32 @@ def test_tiles_of_one_source_stay_in_one_part(camvid_root: Path, tmp_path: Path)
     assert got.exit_code == 0, got.output
     a, b = ((lists / f"{p}.txt").read_text().split() for p in ("a", "b"))
     assert not set(a) & set(b) and sorted(a + b) == sorted({ds.key(i) for i in range(len(ds))})
+
+
+def test_the_slices_of_a_volume_case_are_one_group(tmp_path: Path) -> None:
+    """Without a rule the slices of one volume case (real NIfTI volumes, two cases) are one group: --into keeps
+    each case whole, and info counts the cases as the groups."""
+    pytest.importorskip("nibabel")
+    from tests.conversion.test_volumes import CASES, nnunet_tree
+
+    root = nnunet_tree(tmp_path / "Dataset001", cases={"anat": CASES["anat"], "twin": CASES["anat"]})
+    got = CliRunner().invoke(main, ["convert", str(root), str(tmp_path / "out"), "--workers", "1"])
+    assert got.exit_code == 0, got.output
+    ds = shardkit.open(tmp_path / "out" / "train")
+    keys, groups = GroupRule().sample_groups(ds)
+    assert sorted(set(groups)) == ["anat", "twin"] and len(keys) == len(ds) > 2
+    lists = tmp_path / "lists"
+    got = CliRunner().invoke(main, ["split", str(tmp_path / "out"), "--into", "a=0.5,b=0.5", "--lists", str(lists)])
+    assert got.exit_code == 0, got.output
+    a, b = ((lists / f"{p}.txt").read_text().split() for p in ("a", "b"))
+    assert {k.partition("/")[0] for k in a} == {"anat"} or {k.partition("/")[0] for k in a} == {"twin"}
+    assert not {k.partition("/")[0] for k in a} & {k.partition("/")[0] for k in b}
+    info = CliRunner().invoke(main, ["info", str(tmp_path / "out" / "train")])
+    assert f"groups: 2 of {len(ds)} samples" in info.output
+
+
+def test_info_counts_the_sources_of_tiles_as_groups(camvid_root: Path, tmp_path: Path) -> None:
+    convert(ConvertConfig(camvid_root, tmp_path, format="npy", splits=("val",), tile=(180, 240), workers=1,
+                          quiet=True))
+    got = CliRunner().invoke(main, ["info", str(tmp_path / "val")])
+    assert got.exit_code == 0 and "groups: 26 of 104 samples, 4 each" in got.output
