@@ -658,12 +658,13 @@ def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any
 
     for line in report_lines(m.source.extra.get("annotations")):
         click.echo(line)
-    from .audit.groups import GroupRule
+    from .audit.groups import GroupRule, recorded_rule
     from .read.dataset import Dataset
     from .read.options import OpenOptions
 
-    rule = GroupRule()
-    keys, groups = rule.sample_groups(Dataset(split_dir, OpenOptions(storage_options=options)))
+    ds = Dataset(split_dir, OpenOptions(storage_options=options))
+    rule = recorded_rule(ds) or GroupRule()
+    keys, groups = rule.sample_groups(ds)
     sizes = sorted(collections.Counter(groups).values())
     each = "" if not sizes else f", {sizes[0]} each" if sizes[0] == sizes[-1] else f", {sizes[0]}..{sizes[-1]} each"
     click.echo(f"groups: {len(sizes)} of {len(keys)} samples{each}: {rule.describe()} (other rules: shardkit split "
@@ -785,7 +786,7 @@ def split_command(path: str | Path, into: str | None, group_by: str | None, grou
     """
     import json
 
-    from .audit.groups import GroupRule
+    from .audit.groups import GroupRule, rule_for
     from .audit.near import KINDS, near_report
     from .audit.split import leaks, plan_split, pool
     from .audit.stratify import parse_ratios
@@ -801,9 +802,9 @@ def split_command(path: str | Path, into: str | None, group_by: str | None, grou
     if not folders:
         raise click.ClickException(f"{path}: no manifest.json here or in its sub-folders — "
                                    "fix: point at an output folder written by shardkit convert")
-    rule = GroupRule.of(group_by, groups_file)
     ratios = parse_ratios(into) if into is not None else {}
     datasets = [Dataset(f, OpenOptions(storage_options=options)) for f in folders]
+    rule = rule_for(GroupRule.of(group_by, groups_file), datasets)
     pooled = pool(datasets, rule)
     shared = leaks(pooled)
     said = [f"{len(shared)} group(s) are in more than one split: "
@@ -873,7 +874,7 @@ def audit_command(path: Path, html_file: Path | None, croissant_file: Path | Non
     """
     from .audit.croissant import write_croissant
     from .audit.facts import gather
-    from .audit.groups import GroupRule
+    from .audit.groups import GroupRule, rule_for
     from .audit.page import audit_title, render, write_report
     from .errors import OutputError
     from .read.dataset import Dataset
@@ -888,8 +889,8 @@ def audit_command(path: Path, html_file: Path | None, croissant_file: Path | Non
         if written is not None and not written.parent.is_dir():
             raise OutputError("the folder to write into does not exist", path=written.parent,
                               fix="create it first or choose another path")
-    rule = GroupRule.of(group_by, groups_file)
     datasets = [Dataset(f, labels="ids") for f in folders]
+    rule = rule_for(GroupRule.of(group_by, groups_file), datasets)
     if target is not None:
         page = render(gather(datasets, rule, near), datasets, audit_title(path), samples=samples, seed=seed)
         click.echo(f"audit report written to {write_report(target, page)}")

@@ -1,22 +1,23 @@
 """Groups: the samples that must stay in one part of a split because they share a source.
 
-A tile's group is its source image (every tile of a source carries the source's key), and a plain sample's group
-is given by a rule on its key: ``--group-by REGEX`` (the first capture group, else the whole match: CamVid's
-``(\\w+?)_`` makes a driving sequence one group), a CSV of ``key,group`` rows (``--groups FILE``), or the sample
-itself (its key). A key the rule does not cover is an error naming it, never a group of its own by accident.
+A tile's group is its source image (every tile of a source carries the source's key), a volume slice's its case,
+and a plain sample's group is given by a rule on its key: ``--group-by REGEX`` (given here, or recorded by
+``convert --group-by``; the first capture group, else the whole match: CamVid's ``(\\w+?)_`` makes a driving
+sequence one group), a CSV of ``key,group`` rows (``--groups FILE``), or the sample itself (its key). A key the
+rule does not cover is an error naming it, never a group of its own by accident.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, InputNotFoundError
+from ..store.groups import compile_group_pattern, key_group
 from ..support.smallfile import read_guarded
 
 if TYPE_CHECKING:
@@ -42,11 +43,7 @@ class GroupRule:
         if group_by is not None and groups is not None:
             raise ConfigError("--group-by and --groups both name the groups", fix="pass one of them")
         if group_by is not None:
-            try:
-                re.compile(group_by)
-            except re.error as exc:
-                raise ConfigError(f"--group-by {group_by!r} is not a regular expression ({exc})",
-                                  fix="e.g. --group-by '(\\w+?)_' for CamVid's sequence prefix") from None
+            compile_group_pattern(group_by)
             return cls("regex", pattern=group_by)
         if groups is not None:
             return cls("csv", source=str(groups), table=read_group_table(groups))
@@ -62,15 +59,7 @@ class GroupRule:
     def group(self, key: str) -> str:
         """The group of the sample called ``key``."""
         if self.kind == "regex":
-            found = re.search(self.pattern or "", key)
-            if found is None:
-                raise ConfigError(f"--group-by {self.pattern!r} does not match the key {key!r}",
-                                  fix="write a pattern every key matches (its first group names the group)")
-            value = found.group(1) if found.re.groups else found.group(0)
-            if not value:
-                raise ConfigError(f"--group-by {self.pattern!r} gives an empty group for the key {key!r}",
-                                  fix="write a pattern whose first group is never empty")
-            return value
+            return key_group(compile_group_pattern(self.pattern or ""), key)
         if self.kind == "csv":
             try:
                 return self.table[key]
@@ -81,17 +70,39 @@ class GroupRule:
         return key
 
     def groups(self, keys: Sequence[str]) -> list[str]:
+        if self.kind == "regex":  # compiled once
+            pattern = compile_group_pattern(self.pattern or "")
+            return [key_group(pattern, k) for k in keys]
         return [self.group(k) for k in keys]
 
     def sample_groups(self, ds: Dataset) -> tuple[list[str], list[str]]:
         """(keys, groups) of every sample of ``ds``. Without a rule a volume split's slices take their case
         (``shardkit.read.volumes.groups``: the key's part before ``/``) and tiles their source (their shared key)."""
         keys = [ds.key(i) for i in range(len(ds))]
-        if self.kind == "key" and ds.manifest.source.extra.get("volumes") is not None:
-            from ..read.volumes import groups
+        if self.kind == "key":
+            recorded = recorded_rule(ds)
+            if recorded is not None:
+                return keys, recorded.groups(keys)
+            if ds.manifest.source.extra.get("volumes") is not None:
+                from ..read.volumes import groups
 
-            return keys, groups(ds)
+                return keys, groups(ds)
         return keys, self.groups(keys)
+
+
+def rule_for(rule: GroupRule, datasets: Sequence[Dataset]) -> GroupRule:
+    """``rule``, or where it is the default, the rule the conversion recorded (the splits of one conversion share
+    it): what a report should name."""
+    if rule.kind == "key" and datasets:
+        return recorded_rule(datasets[0]) or rule
+    return rule
+
+
+def recorded_rule(ds: Dataset) -> GroupRule | None:
+    """The ``--group-by`` rule the conversion recorded in the split's manifest (``source.groups``), if any."""
+    got = ds.manifest.source.extra.get("groups")
+    pattern = got.get("group_by") if isinstance(got, dict) else None
+    return GroupRule("regex", pattern=pattern) if isinstance(pattern, str) else None
 
 
 def read_group_table(path: Path) -> dict[str, str]:

@@ -291,6 +291,12 @@ class ConvertConfig:
         None, group="labels", range=(0, 65534), metavar="T",
         help="Binary masks (JPEG ones too): value > T is class 1, else 0 (e.g. --threshold 127); refused on "
              "labels with more than two classes.")
+    #: a pattern on each sample's key naming its group (shardkit.store.groups; docs/split.md), recorded in the
+    #: manifest for ``shardkit split`` / ``audit`` / ``info``
+    group_by: str | None = option(
+        None, group="labels", metavar="REGEX",
+        help="Record each sample's group: this pattern's first group in its key, e.g. '(\\w+?)_' for CamVid's "
+             "sequences (every key must match); shardkit split, audit and info then keep groups whole.")
     # annotation sources (shardkit.labels.sources; docs/annotations.md): labels drawn from shapes in a file
     annotations: str | None = option(
         None, group="labels", metavar="SOURCE[:PATH]",
@@ -524,6 +530,10 @@ class ConvertConfig:
         else:
             object.__setattr__(self, "splits", tuple(self.splits))
         object.__setattr__(self, "split_lists", parse_split_lists(self.split_lists))
+        if self.group_by is not None:
+            from ..store.groups import compile_group_pattern
+
+            compile_group_pattern(str(self.group_by))
         if not isinstance(self.storage_options, dict):  # the CLI's KEY=VALUE strings
             from ..files.storage import parse_storage_options
 

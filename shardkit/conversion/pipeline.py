@@ -47,6 +47,7 @@ from ..store.duplicates import (
     row_keys,
     source_hashes,
 )
+from ..store.groups import compile_group_pattern, key_group
 from ..store.manifest import Manifest, manifest_version_for
 from ..store.publish import remove_temps
 from ..store.records import ShardRecord
@@ -242,6 +243,11 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
                      cfg.volume_flags())
     if job is not None:
         check_volume_options(cfg)
+    if cfg.group_by is not None:  # every key must name its group, before anything is written
+        pattern = compile_group_pattern(cfg.group_by)
+        for pairs in found.splits.values():
+            for i in range(len(pairs)):
+                key_group(pattern, pairs.keys[i])
     summary = ConvertSummary(found, table, cfg.dry_run, choice.reason)
     if cfg.dry_run:  # the caller (the CLI) prints the report itself
         return summary
@@ -647,7 +653,8 @@ def publish_split(
             unmatched_images=tuple(found.unmatched_images.get(split, ())),
             unmatched_labels=tuple(found.unmatched_labels.get(split, ())),
             # "tiles": sources, written, dropped_ignored (with --tile only); "annotations": the rasterisation report
-            extra={**_tile_counts(records), **split_report(records, found), **volume_report(r.stats for r in records)},
+            extra={**_tile_counts(records), **split_report(records, found), **volume_report(r.stats for r in records),
+                   **({"groups": {"group_by": cfg.group_by}} if cfg.group_by is not None else {})},
         ),
         shards=tuple(shards),
         samples=SampleTable(shards, table.num_classes, directory),

@@ -152,3 +152,21 @@ def test_info_counts_the_sources_of_tiles_as_groups(camvid_root: Path, tmp_path:
                           quiet=True))
     got = CliRunner().invoke(main, ["info", str(tmp_path / "val")])
     assert got.exit_code == 0 and "groups: 26 of 104 samples, 4 each" in got.output
+
+
+def test_convert_records_the_group_rule_and_the_tools_use_it(camvid_root: Path, tmp_path: Path) -> None:
+    """convert --group-by checks every key and records the rule; split --check and info then group by it without
+    being told (and find the sequence the subset's train and val share); a key it does not match is refused."""
+    got = CliRunner().invoke(main, ["convert", str(camvid_root), str(tmp_path / "out"), "--format", "npy",
+                                    "--size", "90x120", "--group-by", SEQUENCE, "-q", "--workers", "1"])
+    assert got.exit_code == 0, got.output
+    ds = shardkit.open(tmp_path / "out" / "val")
+    assert ds.manifest.source.extra["groups"] == {"group_by": SEQUENCE}
+    check = CliRunner().invoke(main, ["split", str(tmp_path / "out"), "--check"])
+    assert check.exit_code == 1 and "0016E5 (train, val)" in check.output and f"--group-by {SEQUENCE}" in check.output
+    info = CliRunner().invoke(main, ["info", str(tmp_path / "out" / "val")])
+    assert f"groups: 1 of {len(ds)} samples, {len(ds)} each: --group-by {SEQUENCE}" in info.output
+    bad = CliRunner().invoke(main, ["convert", str(camvid_root), str(tmp_path / "bad"), "--format", "npy",
+                                    "--group-by", r"(\d{9})", "-q"])
+    assert bad.exit_code == 2 and "does not match the key" in bad.output
+    assert not (tmp_path / "bad").exists() or not any((tmp_path / "bad").rglob("*.npy"))
