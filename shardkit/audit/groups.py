@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, InputNotFoundError
-from ..store.groups import compile_group_pattern, key_group
+from ..store.groups import compile_group_pattern, key_group, volume_case
+from ..store.manifest import Manifest
 from ..support.smallfile import read_guarded
 
 if TYPE_CHECKING:
@@ -75,18 +76,18 @@ class GroupRule:
             return [key_group(pattern, k) for k in keys]
         return [self.group(k) for k in keys]
 
-    def sample_groups(self, ds: Dataset) -> tuple[list[str], list[str]]:
-        """(keys, groups) of every sample of ``ds``. Without a rule a volume split's slices take their case
-        (``shardkit.read.volumes.groups``: the key's part before ``/``) and tiles their source (their shared key)."""
-        keys = [ds.key(i) for i in range(len(ds))]
+    def sample_groups(self, ds: Dataset | Manifest) -> tuple[list[str], list[str]]:
+        """(keys, groups) of every sample of a split (its Dataset or manifest: only the sidecars are read). Without
+        a rule: the rule the conversion recorded, else a volume split's slices take their case and tiles their
+        source (their shared key)."""
+        m = ds if isinstance(ds, Manifest) else ds.manifest
+        keys = [str(r["key"]) for r in m.samples]
         if self.kind == "key":
-            recorded = recorded_rule(ds)
+            recorded = recorded_rule(m)
             if recorded is not None:
                 return keys, recorded.groups(keys)
-            if ds.manifest.source.extra.get("volumes") is not None:
-                from ..read.volumes import groups
-
-                return keys, groups(ds)
+            if m.source.extra.get("volumes") is not None:
+                return keys, [volume_case(k) for k in keys]
         return keys, self.groups(keys)
 
 
@@ -94,13 +95,13 @@ def rule_for(rule: GroupRule, datasets: Sequence[Dataset]) -> GroupRule:
     """``rule``, or where it is the default, the rule the conversion recorded (the splits of one conversion share
     it): what a report should name."""
     if rule.kind == "key" and datasets:
-        return recorded_rule(datasets[0]) or rule
+        return recorded_rule(datasets[0].manifest) or rule
     return rule
 
 
-def recorded_rule(ds: Dataset) -> GroupRule | None:
+def recorded_rule(m: Manifest) -> GroupRule | None:
     """The ``--group-by`` rule the conversion recorded in the split's manifest (``source.groups``), if any."""
-    got = ds.manifest.source.extra.get("groups")
+    got = m.source.extra.get("groups")
     pattern = got.get("group_by") if isinstance(got, dict) else None
     return GroupRule("regex", pattern=pattern) if isinstance(pattern, str) else None
 

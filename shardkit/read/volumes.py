@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, LabelError
+from ..store.groups import volume_case
 from ..volumes.files import write_volume
 from ..volumes.slices import AXES, stitch_labels
 from .dataset import Dataset
@@ -28,7 +29,7 @@ def groups(dataset: Dataset) -> list[str]:
     """Each sample's group: the case (patient) its slice was cut from — its key's part before the ``/`` — so that
     splits, duplicates and samplers can keep a case's slices together."""
     volume_records(dataset)
-    return [dataset.key(i).partition("/")[0] for i in range(len(dataset))]
+    return [volume_case(dataset.key(i)) for i in range(len(dataset))]
 
 
 def stitch_volume(dataset: Dataset, case: str) -> tuple[np.ndarray, dict[str, Any]]:

@@ -1,5 +1,6 @@
-"""A sample's group by a pattern on its key: the one rule ``convert --group-by`` records in each split's manifest
-(``source.groups``) and ``shardkit split`` / ``audit`` apply (:mod:`shardkit.audit.groups`)."""
+"""A sample's group from its key: by a pattern (the rule ``convert --group-by`` records in each split's manifest,
+``source.groups``, and ``shardkit split`` / ``audit`` apply, :mod:`shardkit.audit.groups`), or a volume slice's
+case."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ from ..errors import ConfigError
 
 #: the fix of every refusal of a pattern
 PATTERN_FIX = "e.g. --group-by '(\\w+?)_' for CamVid's sequence prefix (its first group names the group)"
+
+
+def volume_case(key: str) -> str:
+    """The volume case a slice's key names (keys ``<case>/<axis><index>``): a volume split's sample group."""
+    return key.partition("/")[0]
 
 
 def compile_group_pattern(pattern: str) -> re.Pattern[str]:
