@@ -230,8 +230,7 @@ def check_options(cfg: Any) -> None:
         ("--image-dtype", cfg.image_dtype is not None), ("--pages-as-bands", cfg.pages_as_bands),
         ("--label-map/--reduce-zero-label/--threshold", cfg.value_map.active),
         ("--annotations", getattr(cfg, "annotations", None) not in (None, "auto", "none")),
-        ("object storage", cfg.input_url is not None or cfg.output_url is not None),
-        ("--backend dask", cfg.backend == "dask")) if on]
+        ("object storage", cfg.input_url is not None or cfg.output_url is not None)) if on]
     if given:
         raise ConfigError(f"{given[0]} is not available for 3-D volumes yet (docs/volumes.md)",
                           fix=f"leave out {given[0]}")
