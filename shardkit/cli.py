@@ -695,7 +695,8 @@ def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any
 @click.option("--epoch", type=click.IntRange(0), default=0, show_default=True,
               help="With --augment: epoch of the first row.")
 @click.option("--bands", metavar="R,G,B|N", help="Bands drawn as red, green, blue (e.g. 4,3,2), or one as gray; "
-                                                "types other than uint8 are stretched per band (2-98 percentiles).")
+                                                "types other than uint8 are stretched per band (2-98 percentiles). A "
+                                                "volume split: N is the modality drawn (default 1).")
 @_STORAGE_OPTION
 @_errors_to_exit_codes
 def show(split_dir: str | Path, index: int, output: Path | None, alpha: float, augment: str | None, draws: int,

@@ -333,6 +333,8 @@ def show_sample(split_dir: str | Path, index: int, output: str | Path, *, alpha:
     from .read.dataset import Dataset
 
     ds = Dataset(split_dir, labels="ids", storage_options=storage_options)
+    if "volumes" in ds.manifest.source.extra:  # a slice of a volume: drawn with its neighbouring slices
+        return write_png(output, render_volume_slice(ds, index, alpha=alpha, bands=bands))
     image, ids = ds[index]
     image = display_bands(np.asarray(image), bands)
     i = index % len(ds)
@@ -340,6 +342,23 @@ def show_sample(split_dir: str | Path, index: int, output: str | Path, *, alpha:
     picture = render_sample(np.ascontiguousarray(image), np.ascontiguousarray(ids), ds.class_names,
                             ds.class_colours, ignore_index=ds.ignore_index, alpha=alpha, title=title)
     return write_png(output, picture)
+
+
+def render_volume_slice(ds: Any, index: int, *, alpha: float = 0.5, bands: Sequence[int] = ()) -> np.ndarray:
+    """Sample ``index`` of a volume split with its neighbouring slices
+    (:func:`~shardkit.read.volumes.slice_neighbours`): one image | label | overlay row per slice, in slice order.
+    ``bands``: one modality (1-based; default the first). One gray stretch over every row, so neighbours compare."""
+    from .errors import ConfigError
+    from .read.volumes import slice_neighbours
+
+    if len(bands) > 1:
+        raise ConfigError(f"--bands {','.join(map(str, bands))}: a volume slice is drawn one modality at a time",
+                          fix="give one modality number, e.g. --bands 2 for the second")
+    rows = slice_neighbours(ds, index, bands[0] if bands else 1)
+    width = rows[0][1].shape[1]
+    strip = display_bands(np.concatenate([image for _, image, _, _ in rows], axis=1)[:, :, None])
+    return render_rows([(np.ascontiguousarray(strip[:, k * width:(k + 1) * width]), np.ascontiguousarray(ids), title)
+                        for k, (_, _, ids, title) in enumerate(rows)], ds.class_names, ds.class_colours, alpha=alpha)
 
 
 def show_augmented(split_dir: str | Path, index: int, output: str | Path, augment: str, *, draws: int = 8,

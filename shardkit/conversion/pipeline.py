@@ -70,7 +70,7 @@ from .pairs import PairTable
 from .plan import ShardTask, checked_tiling, plan_split, settings_text
 from .pool import run_tasks
 from .staging import StorageSession
-from .volumes import VolumeJob, slice_counts, volume_image_layout, volume_job, volume_report
+from .volumes import VolumeJob, fold_case_files, slice_counts, volume_image_layout, volume_job, volume_report
 from .volumes import check_options as check_volume_options
 from .worker import ShardResult, WorkerContext
 
@@ -545,8 +545,8 @@ def _plan(
     """Fingerprint every split's samples, cut shards, and find the shards that can be reused (by split and
     shard index); each split's fingerprint cache, to be completed by the workers and saved.
 
-    A volume run (``volumes``) always leaves them to the workers: a case's other modality files are in no
-    fingerprint, so no shard of an earlier run is reused (its shards are written again; docs/volumes.md).
+    A volume run's (``volumes``) fingerprints fold in each case's other modality files
+    (:func:`~shardkit.conversion.volumes.fold_case_files`): a changed file rewrites only its case's shard.
     Where no shard can be reused (``--force``, or a split folder with no shard records: a first conversion)
     the fingerprints are left to the workers, which hash each source file from the same read that
     decodes it, in parallel, instead of this process reading and hashing every file first. Their cache entries
@@ -561,7 +561,7 @@ def _plan(
         directory = cfg.output / split
         session.sink.open(directory)
         fingerprints: np.ndarray | None = None
-        if volumes is None and (session.source is not None or (not cfg.force and has_records(directory))):
+        if session.source is not None or (not cfg.force and has_records(directory)):
             old_cache = (SourceCache(len(pairs), spill=True) if cfg.force or cfg.rehash
                          else load_cache(directory, pairs))
             fingerprints, caches[split] = session.fingerprints(pairs, digest, old_cache,
@@ -569,6 +569,9 @@ def _plan(
                                                                on_error=cfg.on_error)
             if shapes is not None:
                 fingerprints = fold_fingerprints(fingerprints, pairs, shapes[split])
+            if volumes is not None:
+                fingerprints = fold_case_files(fingerprints, pairs, volumes, cfg.on_error,
+                                               threads=2 * cfg.effective_workers())
         else:
             caches[split] = SourceCache(len(pairs), spill=True)
         # each input's identity now, for the workers to check after reading it (local inputs only)

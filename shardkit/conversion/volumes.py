@@ -9,8 +9,10 @@ before a voxel is decoded), checked to share one grid — the same shape and aff
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from ..volumes.files import read_header, read_voxels
 from ..volumes.patches import PatchedVolume, Patching, VolumePatch, cut_patches
 from ..volumes.slices import CutVolume, SliceCounts, Slicing, VolumeSlice, cut
 from ..volumes.volume import VolumeHeader, label_ids
+from .fingerprint import source_digest
 from .layouts.volumes import Case, VolumeLayout, case_images, detect
 
 log = logging.getLogger(__name__)
@@ -227,8 +230,7 @@ def check_options(cfg: Any) -> None:
         ("--image-dtype", cfg.image_dtype is not None), ("--pages-as-bands", cfg.pages_as_bands),
         ("--label-map/--reduce-zero-label/--threshold", cfg.value_map.active),
         ("--annotations", getattr(cfg, "annotations", None) not in (None, "auto", "none")),
-        ("object storage", cfg.input_url is not None or cfg.output_url is not None),
-        ("--backend dask", cfg.backend == "dask")) if on]
+        ("object storage", cfg.input_url is not None or cfg.output_url is not None)) if on]
     if given:
         raise ConfigError(f"{given[0]} is not available for 3-D volumes yet (docs/volumes.md)",
                           fix=f"leave out {given[0]}")
@@ -271,6 +273,38 @@ def slice_counts(pairs: Any, job: VolumeJob) -> list[tuple[int, tuple[int, int]]
         rest = [n for a, n in enumerate(head.shape) if a != axis]
         counts.append((head.shape[axis], (rest[0], rest[1])))
     return counts
+
+
+def with_case_files(fingerprint: bytes, pair: Any, job: VolumeJob, on_error: str = "fail") -> bytes:
+    """A case's fingerprint (of its pair: first modality file and label) with the digests of its other modality
+    files folded in, so an edit to any file of the case changes it (and only its shard is written again).
+
+    Those files are hashed each run (the fingerprint cache holds a pair's two files); the sum is the same wherever
+    it is computed (parent or worker). A case whose modality files cannot be found or read: with
+    ``on_error="skip"`` a placeholder digest (its worker then skips the case, saying why), else the error."""
+    try:
+        extras = job.case(pair).images[1:]
+    except ShardkitError as exc:
+        if on_error != "skip":
+            raise
+        return hashlib.sha256(f"volume case unreadable: {exc}\0".encode() + fingerprint).digest()
+    if not extras:  # one file holds every modality (MSD), or one modality: the pair's fingerprint covers the case
+        return fingerprint
+    h = hashlib.sha256(b"volume case files\0" + fingerprint)
+    for path in extras:
+        h.update(str(source_digest(path, None, on_error)[0][-1]).encode())
+    return h.digest()
+
+
+def fold_case_files(rows: np.ndarray, pairs: Any, job: VolumeJob, on_error: str = "fail",
+                    threads: int = 4) -> np.ndarray:
+    """A split's (n, 32) pair fingerprints, each with its case's other files (:func:`with_case_files`)."""
+    def one(i: int) -> bytes:
+        return with_case_files(rows[i].tobytes(), pairs[i], job, on_error)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(pairs)))) as pool:
+        folded = b"".join(pool.map(one, range(len(pairs))))
+    return np.frombuffer(folded, np.uint8).reshape(-1, 32)
 
 
 def cut_case(pair: Any, job: VolumeJob, run: VolumeRun, root: Path, checked: Callable[[], None] = lambda: None,

@@ -63,7 +63,7 @@ from .config import DEFAULT_MAX_PIXELS, ConvertConfig
 from .fingerprint import SourceCache, file_identity, sample_fingerprint, source_digest
 from .layouts import rel_path
 from .plan import ShardTask, hex_rows, shard_key, stem
-from .volumes import VolumeJob, VolumeRun, cut_case, slice_counts, volume_wire
+from .volumes import VolumeJob, VolumeRun, cut_case, slice_counts, volume_wire, with_case_files
 
 if TYPE_CHECKING:
     from .staging import RemoteSource
@@ -450,6 +450,8 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
                                                                                 i, data)
             if given is None and task.shapes is not None:  # as the parent folds them (annotated.fold_fingerprints)
                 fingerprint = with_shapes(bytes.fromhex(fingerprint), task.shapes[i]).hex()
+            if given is None and ctx.volumes is not None:  # as the parent folds them (volumes.fold_case_files)
+                fingerprint = with_case_files(bytes.fromhex(fingerprint), pair, ctx.volumes, ctx.on_error).hex()
             fingerprints.append(fingerprint)
             expected = None if task.identities is None else task.identities[i]
             if pair.key in drop:  # --on-duplicate skip: the same pixels as an earlier sample

@@ -65,3 +65,67 @@ def write_stitched(dataset: Dataset, case: str, path: Path) -> Path:
     ids, volume = stitch_volume(dataset, case)
     write_volume(ids, volume, Path(path))
     return Path(path)
+
+
+def slice_neighbours(dataset: Dataset, index: int, modality: int = 1) -> list[tuple[int, np.ndarray, np.ndarray, str]]:
+    """Sample ``index`` of a volume split with its neighbouring slices, to look at (``shardkit show``): one
+    ``(slice index, image (H, W), class ids (H, W), where it comes from)`` per slice of its case within
+    ``max(context, 1)`` of it, in slice order, for modality ``modality`` (1-based, in the split's band order).
+
+    A neighbour's image is the sample's own context band where it has one, else the neighbouring sample's centre
+    band; its ids those of its own sample, or background (0) for a slice dropped as empty (that is what dropped
+    means). Slices outside the volume, and neighbours dropped as empty with no context band to show, are left out.
+    """
+    records = volume_records(dataset)
+    context = int(records["slicing"]["context"])
+    names = list(records["slicing"].get("modalities") or [])
+    bands = 2 * context + 1
+    i = index % len(dataset)
+    case, _, where = dataset.key(i).partition("/")
+    record = records["cases"].get(case)
+    if record is None or not where[1:].isdigit():
+        raise ConfigError(f"sample {i} ({dataset.key(i)!r}) of {dataset.location} is no slice of a recorded case",
+                          fix="run shardkit verify on the split")
+    image, ids = dataset[i]
+    image = np.asarray(image)
+    modalities = image.shape[2] // bands if image.ndim == 3 else 1
+    if not 1 <= modality <= modalities:
+        raise ConfigError(f"--bands {modality}: this split's slices hold {modalities} modalit"
+                          f"{'y' if modalities == 1 else 'ies'} ({', '.join(names) or 'unnamed'})",
+                          fix=f"choose one modality within 1..{modalities}")
+    own = int(where[1:])
+    reach = max(context, 1)
+    # the case's other samples near this one (slices of a case are stored in order, one sample each)
+    near: dict[int, int] = {}
+    for j in range(max(0, i - reach), min(len(dataset), i + reach + 1)):
+        its_case, _, its = dataset.key(j).partition("/")
+        if its_case == case and its[:1] == where[:1] and its[1:].isdigit():
+            near[int(its[1:])] = j
+    dropped = set(record["dropped_empty"])
+    rows = []
+    plane = image if image.ndim == 3 else image[:, :, None]
+    for offset in range(-reach, reach + 1):
+        at = own + offset
+        if not 0 <= at < int(record["depth"]):
+            continue
+        name = f"{case}/{where[0]}{at:04d}"
+        if offset == 0:
+            rows.append((at, plane[:, :, (modality - 1) * bands + context], np.asarray(ids), f"{name} (sample {i})"))
+            continue
+        neighbour = dataset[near[at]] if at in near else None
+        if neighbour is not None:
+            label, source = np.asarray(neighbour[1]), f"sample {near[at]}"
+        elif at in dropped:
+            label, source = np.zeros_like(np.asarray(ids)), "dropped: empty label"
+        else:  # not in this split (a damaged or filtered split): nothing true to draw
+            continue
+        if abs(offset) <= context:
+            band = (modality - 1) * bands + context + offset
+            picture, source = plane[:, :, band], f"band {band + 1} of sample {i}; label {source}"
+        elif neighbour is not None:
+            theirs = np.asarray(neighbour[0])
+            picture = (theirs if theirs.ndim == 3 else theirs[:, :, None])[:, :, (modality - 1) * bands + context]
+        else:
+            continue
+        rows.append((at, picture, label, f"{name} ({source})"))
+    return rows
