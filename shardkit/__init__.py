@@ -40,15 +40,26 @@ def open(path: "str | _os.PathLike[str]", options: "OpenOptions | None" = None, 
          version: "int | None" = None, remote_reads: str = "auto") -> "Dataset":
     """Open a converted split folder (``out/train``) or URL (``s3://bucket/out/train``) as a :class:`Dataset`.
 
-    ``options``: a :class:`shardkit.OpenOptions` (what every adapter takes); or its fields as keywords (not both):
-    ``labels``: ``"ids"``, ``"onehot"``, ``"float_onehot"`` or ``"stored"``; ``verify=True`` checks every
-    shard's sha256 on open; ``label_layout``: ``"channels_last"`` (None: the default) or ``"channels_first"``
-    one-hot. For a URL, shards are cached whole in ``cache_dir`` (default ``$SHARDKIT_CACHE_DIR`` or
-    ``~/.cache/shardkit``) up to ``cache_limit`` (e.g. ``"20GB"``); ``storage_options`` go to fsspec
-    (docs/object-storage.md). ``version=N`` opens the kept publish N of the split (its ``manifest-v<N>.json``)
-    instead of the current one; either way the Dataset keeps reading the version it opened. ``remote_reads``:
-    ``"shards"`` (whole shards through the cache), ``"ranges"`` (sample by sample with range requests) or
-    ``"auto"`` (the default: ranges when the split is larger than ``cache_limit``; docs/object-storage.md).
+    Give ``options`` (a :class:`shardkit.OpenOptions`, what every adapter takes) or its fields as keywords, not
+    both. Either way the Dataset keeps reading the version it opened, whatever a later convert publishes.
+
+    :param path: the split's folder (the one holding ``manifest.json``) or its fsspec URL.
+    :param options: every setting below in one object.
+    :param labels: ``"ids"`` (H, W) class ids, ``"onehot"`` (H, W, C) uint8, ``"float_onehot"`` float32, or
+        ``"stored"`` (the stored encoding as is).
+    :param verify: check every shard's sha256 against the manifest on open.
+    :param label_layout: ``"channels_last"`` (None: the default) or ``"channels_first"`` one-hot.
+    :param cache_dir: for a URL, where shards are cached whole (default ``$SHARDKIT_CACHE_DIR`` or
+        ``~/.cache/shardkit``).
+    :param cache_limit: the cache's size limit, e.g. ``"20GB"`` or a byte count.
+    :param storage_options: passed to fsspec: endpoint, credentials (docs/object-storage.md).
+    :param version: open the kept publish N of the split (its ``manifest-v<N>.json``) instead of the current one.
+    :param remote_reads: ``"shards"`` (whole shards through the cache), ``"ranges"`` (sample by sample with
+        range requests) or ``"auto"`` (ranges when the split is larger than ``cache_limit``).
+    :returns: the open :class:`Dataset`.
+    :raises InputNotFoundError: no split (no ``manifest.json``) at ``path``, or no such ``version``.
+    :raises ConfigError: a bad option, or ``options`` and keywords both given.
+    :raises ShardFormatError: a manifest or shard that is not what the format says (``verify``: a changed shard).
     """
     from .files.storage import is_url
     from .read.dataset import Dataset
@@ -66,10 +77,17 @@ def convert(config: "ConvertConfig | str | _os.PathLike[str]", output: "str | _o
             **options: _Any) -> "ConvertSummary":
     """Convert a raw dataset folder into shards, as ``shardkit convert INPUT OUTPUT [options]`` does.
 
-    Either ``convert("raw/", "out/", size="352x480", format="lmdb", workers=4)`` — the options are
-    :class:`ConvertConfig`'s fields (the CLI's long options with ``_`` for ``-``), given as values or
-    as the CLI's strings — or ``convert(ConvertConfig(...))``. A bad option is a
-    :class:`~shardkit.errors.ConfigError`; bad input is another ``ShardkitError``. Returns what was done.
+    ``convert("raw/", "out/", size="352x480", format="lmdb", workers=4)``, or ``convert(ConvertConfig(...))``.
+
+    :param config: the input folder, or a whole :class:`ConvertConfig` (then nothing else is given).
+    :param output: the output folder (one subfolder per split) or an object-storage URL.
+    :param options: :class:`ConvertConfig`'s fields (the CLI's long options with ``_`` for ``-``; every one is
+        listed in the API reference), given as values or as the CLI's strings (``size="352x480"``).
+    :returns: a :class:`ConvertSummary`: samples, shards, bytes and seconds, the class table and where it came
+        from, skipped and reused samples, the manifests written and the versions published.
+    :raises ConfigError: a bad option.
+    :raises ShardkitError: bad input (each subclass names the file, the problem and the fix: a
+        ``LayoutError``, ``LabelError``, ``DecodeError``, …; docs/runs.md has their exit codes).
     """
     from .conversion.config import ConvertConfig
     from .conversion.pipeline import convert as run

@@ -239,7 +239,9 @@ class ShardSize:
 class ConvertConfig:
     """Every option of ``shardkit convert``. Frozen: built once by the CLI, read everywhere.
 
-    Each field made with :func:`option` is also a command-line option (see the module notes)."""
+    ``ConvertConfig(Path("raw"), Path("out"), size="352x480", format="lmdb")``: ``input`` and ``output`` are
+    required; every other field is a command-line option of the same name (``--size``; the API reference lists
+    them all), given as a value or as the CLI spells it. A bad value is a ``ConfigError``."""
 
     input: Path
     output: Path

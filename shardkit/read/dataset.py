@@ -107,6 +107,8 @@ class Dataset:
             version = None  # the cache fetched that version's manifest
         self.cache = cache
         self.path = Path(path)
+        #: the split's typed manifest (:class:`~shardkit.store.manifest.Manifest`; formats/manifest.md): sample
+        #: spec, class table, shards, stats, the version read
         self.manifest: Manifest = load_manifest(self.path, version)
         if cache is not None:  # sample records of a remote split: from the shard's cached copy
             self.manifest.samples.locate = cache.fetch_sidecar
@@ -119,9 +121,11 @@ class Dataset:
                 self._lease = weakref.finalize(self, drop_lease, lease, os.getpid())
         self.spec = SampleSpec.from_manifest(self.manifest.sample)
         self.labels = labels = opts.labels
+        #: the class id a loss must skip (``nn.CrossEntropyLoss(ignore_index=...)``, Keras ``ignore_class=``):
+        #: CamVid's 11 (Unlabelled), often 255; None when the split has none
+        self.ignore_index: int | None = self.manifest.classes.get("ignore_index")
         #: The label encoding this reader outputs (``labels=`` as an encoding; the stored one for
         #: ``"stored"``, and for ``"ids"`` of index storage: then labels are read as they are).
-        self.ignore_index: int | None = self.manifest.classes.get("ignore_index")
         self.output: encoding.LabelEncoding = encoding.reader_output(
             labels, self.spec.encoding, self.spec.label_dtype, channels_first=label_layout == "channels_first",
             ignore_index=self.ignore_index)
@@ -153,6 +157,7 @@ class Dataset:
 
     # ------------------------------------------------------------------ facts
     def __len__(self) -> int:
+        """The number of samples in the split (of the version opened)."""
         return self.manifest.num_samples
 
     @property
@@ -182,6 +187,9 @@ class Dataset:
 
     @property
     def num_classes(self) -> int:
+        """Class ids ``0 .. num_classes-1`` of the class table, the ignore class included when its id is one of
+        them (CamVid: 12, ignore 11). The output size of a model trained on ``labels="ids"``; a one-hot target
+        has :attr:`onehot_channels` channels instead."""
         return self.spec.num_classes
 
     @property
@@ -192,6 +200,7 @@ class Dataset:
 
     @property
     def format(self) -> str:
+        """The shard format: ``"npy"``, ``"lmdb"``, ``"hdf5"`` or ``"tfrecord"``."""
         return self.manifest.format
 
     @property
@@ -201,10 +210,12 @@ class Dataset:
 
     @property
     def shard_sizes(self) -> list[int]:
+        """Samples in each shard, in manifest order."""
         return [s.num_samples for s in self.manifest.shards]
 
     @property
     def class_names(self) -> list[str]:
+        """The class names by id (``class_names[i]`` names id ``i``), from the manifest's class table."""
         return [str(c["name"]) for c in sorted(self.manifest.classes["classes"], key=lambda c: c["id"])]
 
     @property
@@ -253,6 +264,8 @@ class Dataset:
         return self.output.channels_first
 
     def key(self, i: int) -> str:
+        """Sample ``i``'s key: its image path relative to the input root (``train/0001TP_006690.png``), what the
+        adapters' ``with_keys`` yield (formats/samples.md)."""
         return str(self.manifest.samples[i]["key"])
 
     def tile(self, i: int) -> Tile:
@@ -295,6 +308,7 @@ class Dataset:
         return image, self.convert_label(stored)
 
     def __iter__(self) -> Iterator[Batch]:
+        """Every sample ``(image, label)`` in order, as ``ds[i]`` reads it."""
         for i in range(len(self)):
             yield self[i]
 
@@ -441,7 +455,7 @@ class Dataset:
     def batch(self, indices: Sequence[int] | np.ndarray, out: Batch | None = None) -> Batch:
         """Stacked (images (B, H, W, C) in the stored type, labels (B, …)) of fixed-size samples, in ``indices`` order.
 
-        ``out`` = (images, labels) arrays with room for at least B samples (see :meth:`empty_batch`)
+        ``out`` = (images, labels) arrays with room for at least B samples (a previous call's result)
         are filled and returned as views ``[:B]``: reusing them saves one allocation per batch.
         Without ``out`` fresh arrays are returned.
         """

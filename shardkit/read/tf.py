@@ -65,38 +65,45 @@ def dataset(
     augment: Compose | str | None = None,
     **deprecated: Any,
 ) -> tf.data.Dataset:
-    """Batches ``(images, labels)`` (``(images, labels, keys)`` with ``with_keys``) of a converted split.
+    """A ``tf.data.Dataset`` of the batches of a converted split: ``(images, labels)``, or
+    ``(images, labels, keys)`` with ``with_keys``. Also importable as ``shardkit.tf.dataset`` (TensorFlow is then
+    imported on the first call).
 
-    ``plan``: an :class:`~shardkit.read.options.EpochPlan` (batch size, shuffle, seed, epoch, rank, world size,
-    drop_last, shuffle mode, buffer, sampling) or a bare batch size. ``options``: how ``path`` (a split folder or
-    URL) is opened (:class:`~shardkit.read.options.OpenOptions`: labels, verify, cache_dir, cache_limit,
-    storage_options, …); or pass an open :class:`~shardkit.read.dataset.Dataset`. The keywords these replaced
-    (``batch_size=``, ``shuffle=``, ``seed=``, ``labels=``, …) still work for this release, with a DeprecationWarning.
+    **Unlike the PyTorch and Keras adapters, images are the stored uint8 values, not normalised**, unless
+    ``normalize=True``. Every rank gets the same number of samples (padded by wrapping around, or the tail
+    dropped with the plan's ``drop_last``). A local TFRecord split is read by tf.data itself (shard-then-buffer
+    shuffle) unless the plan's ``shuffle_mode`` is ``"global"`` or its sampling is not uniform; other formats,
+    and splits on object storage (through their cache), through the core reader. Pass ``k`` over the returned
+    dataset (a Keras epoch, one ``repeat()`` round) reads epoch ``plan.epoch + k``.
 
-    ``images``: ``(B, H, W, 3)`` uint8, or float32 ``(x - mean) / std`` with ``normalize``.
-    ``labels`` as in :class:`~shardkit.read.dataset.Dataset` (``"ids"``, ``"onehot"``,
-    ``"float_onehot"``, ``"stored"``). Every rank gets the same number of samples (padded
-    by wrapping around, or the tail dropped with ``drop_last``). Needs fixed-size samples, unless augmented
-    through a pipeline ending in a crop. A local TFRecord split is read by tf.data itself (shard-then-buffer
-    shuffle) unless the plan's ``shuffle_mode`` is ``"global"``; other formats, and splits on object storage
-    (through their cache), through the core reader.
-
-    The returned dataset has ``state_dict(batches=None)`` and ``load_state_dict(state)``
-    (:mod:`shardkit.read.state`): the state after ``batches`` batches of the current pass (tf.data reads ahead, so
-    pass the steps the training loop took; by default the batches the reader produced), and a resume at a state:
-    the next pass reads the rest of its epoch, in the same order, augmented the same. Not for a TFRecord split
-    that tf.data reads itself (shard-then-buffer): a ConfigError; use ``shuffle_mode="global"``.
-
-    ``augment``: a :class:`shardkit.augment.Compose` or its string form (``"scale=0.5:2,crop=352x480,hflip"``)
-    applied to each batch in TensorFlow ops with this split's ignore index (255 if none); needs
-    ``labels="ids"``. Pass ``k`` over the returned dataset draws epoch ``epoch + k``; for sample ``i`` the
-    parameters are ``aug.params(i, seed=seed, epoch=epoch + k, …)``, the same as the CPU and GPU paths.
-    Variable-size (non-TFRecord) splits are read one sample at a time and padded to a common canvas
-    (images 0, labels the ignore index), which the warp reads exactly as the outside of each sample.
-
-    The plan's ``sampling``: ``"uniform"``, ``"class-balanced[:T]"`` (DAFormer's rare class sampling) or
-    ``"repeat-factor[:t]"`` (LVIS), as in :meth:`shardkit.read.dataset.Dataset.iter_batches`; a rare-class
-    sampler draws one global order, so a TFRecord split is then read through the core reader, not tf.data's.
+    :param path: a split folder (``"out/train"``), a URL (``"s3://bucket/out/train"``) or an open
+        :class:`~shardkit.read.dataset.Dataset`.
+    :param plan: an :class:`~shardkit.read.options.EpochPlan` (batch size, shuffle, seed, epoch, rank,
+        world size, drop_last, shuffle mode, buffer, sampling: ``"uniform"``, ``"class-balanced[:T]"``,
+        ``"repeat-factor[:t]"``) or a bare batch size.
+    :param options: how ``path`` is opened (:class:`~shardkit.read.options.OpenOptions`: labels, verify,
+        cache_dir, cache_limit, storage_options, …). ``labels`` as in :class:`~shardkit.read.dataset.Dataset`:
+        ``"ids"`` ``(B, H, W)``, ``"onehot"``, ``"float_onehot"`` ``(B, H, W, C)``, ``"stored"``.
+    :param normalize: float32 ``(x - mean) / std`` images with the manifest's channel statistics instead of uint8.
+    :param cycle_length: TFRecord files read at once (tf.data ``interleave``).
+    :param with_keys: add each sample's key (its image path relative to the input root) as a third element.
+    :param augment: a :class:`shardkit.augment.Compose` or its string form (``"scale=0.5:2,crop=352x480,hflip"``),
+        applied to each batch in TensorFlow ops with this split's ignore index (255 if none), before normalising;
+        needs ``labels="ids"``. Sample ``i`` of pass ``k`` is drawn as ``aug.params(i, seed=seed, epoch=epoch + k,
+        …)``, the same as the CPU and GPU paths. Variable-size (non-TFRecord) splits are then read one sample at
+        a time and padded to a common canvas (images 0, labels the ignore index).
+    :param deprecated: the keywords ``plan`` and ``options`` replaced (``batch_size=``, ``shuffle=``, ``seed=``,
+        ``labels=``, …), accepted for this release with a DeprecationWarning.
+    :returns: the batched, prefetched ``tf.data.Dataset``: ``images`` ``(B, H, W, 3)`` uint8 (float32 with
+        ``normalize``), ``labels`` as ``options.labels`` asks, ``keys`` tf.string. It has
+        ``state_dict(batches=None)`` and ``load_state_dict(state)`` (:mod:`shardkit.read.state`, docs/resume.md):
+        the state after ``batches`` batches of the current pass (tf.data reads ahead, so pass the steps the
+        training loop took), and a resume at a state — the next pass reads the rest of its epoch, in the same
+        order, augmented the same.
+    :raises ConfigError: an unknown keyword; a split of samples of different sizes without an augment pipeline
+        ending in a crop (or, read by tf.data, at all); an augment pipeline that normalises when ``normalize`` is
+        set too; a state asked of a TFRecord split tf.data reads itself (use ``shuffle_mode="global"``).
+    :raises ShardFormatError: a shard that does not match its manifest.
     """
     the_plan = adapter_plan("dataset", plan, deprecated)
     opts = adapter_options("dataset", options, deprecated)
