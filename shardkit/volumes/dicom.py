@@ -14,8 +14,8 @@ it itself; JPEG, JPEG-LS, JPEG 2000 and deflate need plugins and are refused).
 Geometry: slices are sorted along the slice normal (row direction × column direction of ImageOrientationPatient) by
 ImagePositionPatient · normal; the slice spacing is the step between positions, refused when a position is missing or
 repeated, the steps are uneven (more than :data:`SPACING_TOLERANCE` of the step) or the positions leave the normal
-(gantry tilt). Array axes: (column index, row index, slice), as nibabel and dcm2niix's NIfTI hold them; the affine
-maps them to **RAS** (DICOM's patient space is LPS: x and y negated), like :mod:`.nrrd`'s.
+(gantry tilt: more than :data:`TILT_TOLERANCE` sideways per mm). Array axes: (column index, row index, slice
+in position order); the affine maps them to **RAS** (DICOM is LPS: x and y negated), as :mod:`.nrrd`'s.
 
 Voxels: the stored integers through pydicom's ``apply_modality_lut`` (RescaleSlope/Intercept; a Modality LUT
 Sequence is refused). Without a rescale the stored type is kept (``uint16`` MR stays ``uint16``). With one, the
@@ -51,6 +51,8 @@ MAX_FILE_BYTES = 80 << 20
 DEFER_BYTES = 4096
 #: Largest allowed difference between slice steps, as a fraction of the mean step.
 SPACING_TOLERANCE = 1e-3
+#: Largest sideways drift of a slice's position off the slice normal, per mm along it (0.01: about 0.6 degrees).
+TILT_TOLERANCE = 0.01
 #: Transfer syntaxes read: uncompressed (implicit/explicit little, explicit big endian) and RLE Lossless.
 _SYNTAXES = {"1.2.840.10008.1.2": "implicit VR little endian", "1.2.840.10008.1.2.1": "explicit VR little endian",
              "1.2.840.10008.1.2.2": "explicit VR big endian", "1.2.840.10008.1.2.5": "RLE lossless"}
@@ -236,7 +238,7 @@ def _step(folder: Path, slices: list[_Slice], normal: np.ndarray, ds: Any) -> fl
     origin = np.array(slices[0].origin)
     for s in slices[1:]:
         off = np.array(s.origin) - origin
-        if np.linalg.norm(off - (off @ normal) * normal) > SPACING_TOLERANCE * mean * len(slices) + 1e-3:
+        if np.linalg.norm(off - (off @ normal) * normal) > TILT_TOLERANCE * abs(off @ normal) + 1e-3:
             raise DecodeError(f"{s.path.name}'s position leaves the slice normal (a tilted gantry?)", path=folder,
                               fix="resample the series (e.g. dcm2niix corrects gantry tilt) and convert the NIfTI")
     return mean

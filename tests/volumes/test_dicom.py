@@ -148,3 +148,13 @@ def test_non_dicom_file_refused_naming_it(tmp_path: Path) -> None:
     (folder / "notes.txt").write_text("not a slice")
     with pytest.raises(DecodeError, match=r"notes\.txt: is not a readable DICOM file"):
         read_header(folder)
+
+
+def test_tilted_gantry_positions_refused(tmp_path: Path) -> None:
+    folder = _series_from_ct_small(tmp_path, [0.0, 2.0, 4.0])
+    for i, name in enumerate(sorted(folder.iterdir(), key=lambda p: float(pydicom.dcmread(p).ImagePositionPatient[2]))):
+        ds = pydicom.dcmread(name)
+        ds.ImagePositionPatient = [-158.135803, -179.035797 + 0.2 * i, 2.0 * i]  # 0.1 mm sideways per mm: ~5.7 deg
+        ds.save_as(name)
+    with pytest.raises(DecodeError, match="position leaves the slice normal"):
+        read_header(folder)
