@@ -1,5 +1,5 @@
-"""Which reader a volume file takes (by its name: NIfTI ``.nii``/``.nii.gz``, NRRD ``.nrrd``), and writing a
-rebuilt label volume back in its own format with its own header."""
+"""Which reader a volume file takes (by its name: NIfTI ``.nii``/``.nii.gz``, NRRD ``.nrrd``; a folder is a DICOM
+series), and writing a rebuilt label volume back in its own format with its own header."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..support.limits import DEFAULT_MAX_VOXELS
-from . import nifti, nrrd
+from . import dicom, nifti, nrrd
 from .volume import VolumeHeader
 
 #: Every file name ending read as a volume, longest first (``.nii.gz`` before ``.nii``).
@@ -30,22 +30,25 @@ def volume_stem(name: str) -> str:
     return name
 
 
-def _module(name: str) -> Any:
-    return nrrd if name.lower().endswith(nrrd.NRRD_SUFFIXES) else nifti
+def _module(path: Path) -> Any:
+    if dicom.is_series(path):
+        return dicom
+    return nrrd if path.name.lower().endswith(nrrd.NRRD_SUFFIXES) else nifti
 
 
 def read_header(path: Path, max_voxels: int = DEFAULT_MAX_VOXELS, channels: int = 1) -> VolumeHeader:
     """The checked header of a volume file (:func:`shardkit.volumes.nifti.read_header`,
-    :func:`shardkit.volumes.nrrd.read_header`): nothing but the header is read. ``channels`` > 1: a 4-D NIfTI
+    :func:`shardkit.volumes.nrrd.read_header`; a folder: :func:`shardkit.volumes.dicom.read_header`): nothing but
+    the header is read. ``channels`` > 1: a 4-D NIfTI
     whose 4th axis holds that many modalities (MSD)."""
     if channels > 1:
         return nifti.read_header(Path(path), max_voxels, channels)
-    return _module(Path(path).name).read_header(Path(path), max_voxels)
+    return _module(Path(path)).read_header(Path(path), max_voxels)
 
 
 def read_voxels(head: VolumeHeader) -> np.ndarray:
     """The voxels of a checked volume, decoded once, in their stored type and native byte order."""
-    return _module(head.path.name).read_voxels(head)
+    return _module(head.path).read_voxels(head)
 
 
 def write_volume(data: np.ndarray, volume: Mapping[str, Any], path: Path) -> None:

@@ -1,6 +1,7 @@
 """What every volume format gives: a checked header (:class:`VolumeHeader`: grid, element type, the header's own
 bytes), the checks every header passes before a voxel is decoded (:func:`checked_grid`), and label volumes as exact
-class ids (:func:`label_ids`). The formats: :mod:`~shardkit.volumes.nifti`, :mod:`~shardkit.volumes.nrrd`;
+class ids (:func:`label_ids`). The formats: :mod:`~shardkit.volumes.nifti`, :mod:`~shardkit.volumes.nrrd`,
+:mod:`~shardkit.volumes.dicom`;
 :mod:`~shardkit.volumes.files` picks one by file name."""
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class VolumeHeader:
     dtype: str
     #: the header's own bytes (NIfTI-1: 348, NIfTI-2: 540; NRRD: its text up to the blank line), base64
     header: str
-    #: ``"nifti1"``, ``"nifti2"`` or ``"nrrd"``
+    #: ``"nifti1"``, ``"nifti2"``, ``"nrrd"`` or ``"dicom"`` (a series folder; ``header``: a small JSON record of it)
     version: str
     #: modalities on a 4th axis (MSD's 4-D images; the voxels are then ``shape + (channels,)``); 1: a 3-D volume
     channels: int = 1
