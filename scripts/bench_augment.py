@@ -33,8 +33,11 @@ Rows, per size (samples/s; "x cpu" is the ratio to the first row):
   reading, no batch assembly, no hand-over between processes). Its CPU ms per sample is printed beside the
   DataLoader rows' (``split / floor (CPU time)``: the product path's CPU per sample over the floor's).
 - ``albumentations DataLoader(N workers)``: per-sample ``A.Compose`` (RandomScale, Rotate with constant
-  border and mask fill = ignore, PadIfNeeded + RandomCrop, HorizontalFlip, ColorJitter(b, c, 0, 0); masks
-  nearest), one sample per ``__getitem__``, batch_size=--batch, default collate.
+  border and mask fill = ignore, PadIfNeeded + RandomCrop, HorizontalFlip, ColorJitter with brightness and
+  contrast in [1-v, 1+v], saturation and hue fixed; masks nearest), one sample per ``__getitem__``,
+  batch_size=--batch, default collate. Written in the maintained line's parameter names (AlbumentationsX 2.5:
+  ``scale_range``, ``angle_range``, ``fill``/``fill_mask``, ``brightness_range``...), ``Compose(strict=True,
+  telemetry=False)``.
 - ``torchvision v2 DataLoader(N workers)``: per-sample ``transforms.v2.Compose`` on (``tv_tensors.Image``,
   ``tv_tensors.Mask``): RandomResize (shorter side scaled by [lo, hi]), RandomRotation (fill: image 0,
   mask ignore), RandomCrop(pad_if_needed, same fills), RandomHorizontalFlip, ColorJitter(b, c); masks are
@@ -45,11 +48,18 @@ Rows, per size (samples/s; "x cpu" is the ratio to the first row):
   Kornia scales about the centre within the input canvas before cropping (shardkit scales the canvas, then
   crops anywhere in it): the same per-pixel work, a different crop distribution.
 
+Peers are held to their current APIs: every peer pipeline (albumentations, torchvision, Kornia) is built, and
+run once, with every warning recorded (``scripts/augment_peers.py``); a warning — an argument the installed version
+ignores or has deprecated — stops the script with the peer's version and the warning, rather than timing a
+pipeline other than the one asked for. The first line printed, and the JSON's ``peers``, name the installed
+version of each peer (``albumentationsx 2.5.1``; None when not installed).
+
 The DataLoader rows run --rounds rounds, each timing every loader row once in turn (--batches batches after
 a warm-up batch per worker), then the floor, so each round's ratios are measured side by side; the
 summary prints every round's ratios and their median, and the load average at each round's start.
 albumentations, torchvision and kornia are optional
-(``pip install albumentations``; ``PIP_CONSTRAINT=constraints/ci.txt pip install torchvision==0.28.0``;
+(``pip install --no-deps albumentationsx==2.5.1 albucore==0.2.21 numkong stringzilla`` — the maintained
+line, importing as ``albumentations``; ``PIP_CONSTRAINT=constraints/ci.txt pip install torchvision==0.28.0``;
 ``pip install --no-deps kornia kornia_rs``): a missing one's row is skipped with a note. The torchvision
 wheel on PyPI is a CUDA build; beside a CPU-only torch its C++ ops do not load and ``import torchvision``
 fails while registering them; transforms v2 does not use them, so the script then imports torchvision
@@ -447,7 +457,8 @@ def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, views: 
         first_call("albumentations", albu)
         loaders[f"albumentations {name}"] = lambda: DataLoader(PerSample(albu), batch_size=B, num_workers=w)
     except ImportError:
-        notes.append("albumentations is not installed; its row is skipped (pip install albumentations)")
+        notes.append("albumentations is not installed; its row is skipped (pip install --no-deps "
+                     "albumentationsx==2.5.1 albucore==0.2.21 numkong stringzilla)")
     try:
         _, note = import_torchvision()
         if note:

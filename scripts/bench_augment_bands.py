@@ -19,9 +19,14 @@ non-RGB data:
   against ``A.RandomBrightnessContrast(B, C)`` (its own formula, ``x*alpha + beta*max``, also per band within
   the dtype's range: the same work, not the same values);
 - float32: gamma, shardkit ``gamma=LO:HI`` (``x ** g`` on values in [0, 1]) against
-  ``A.RandomGamma(gamma_limit=(100*LO, 100*HI))`` (the same values). albumentations cannot take gamma on uint16
+  ``A.RandomGamma(gamma_range=(100*LO, 100*HI))`` (the same values). albumentations cannot take gamma on uint16
   (2.0.8 returns float64 values up to ~190000 for a 16-bit input, measured): that is why the uint16 row uses
   brightness/contrast and gamma is compared on float32.
+
+AlbumentationsX 2.5.1 (the maintained line, the names ``bench_augment.py`` speaks) takes no uint16 in
+``RandomBrightnessContrast`` (``KeyError: dtype('uint16')``; its docs list uint8 and float32): the script then says
+so and compares float32 only (the JSON's ``refused``). A warning from the peer stops the script (see
+``scripts/augment_peers.py``).
 
 Each round times the two loaders of each dtype in turn (--batches batches after a warm-up batch per worker) and
 prints samples/s, CPU ms per sample (this process and its workers, from /proc) and their ratios, with the 1-minute
