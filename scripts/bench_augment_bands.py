@@ -64,6 +64,10 @@ from bench_augment import IGNORE, albu_compose, cpu_seconds, first_call
 from multiband_camvid import four_bands
 
 
+class PeerCannotRun(Exception):
+    """albumentations raised on the first sample of a dtype: that dtype is not compared (and the report says so)."""
+
+
 def make_splits(raw: Path, tmp: Path) -> dict[str, Path]:
     """The CamVid train pairs as 4-band uint16 and float32 ``.npy`` images (SegNet layout), each converted to an
     npy split: {"uint16": split, "float32": split}."""
@@ -123,12 +127,9 @@ def run(args: argparse.Namespace) -> None:
         for dtype in splits:
             try:
                 loaders[dtype] = rows(args, A.parse(specs[dtype]), splits[dtype])
-            except PeerRefused:
-                raise
-            except Exception as exc:  # the peer cannot run this pipeline at all: say so, compare nothing
-                report["refused"][dtype] = f"{type(exc).__name__}: {exc}"
-                print(f"{dtype}: {peer} cannot run {specs[dtype]!r} on this dtype ({type(exc).__name__}: {exc}); "
-                      "its comparison is skipped")
+            except PeerCannotRun as exc:  # the peer cannot run this pipeline at all: say so, compare nothing
+                report["refused"][dtype] = str(exc)
+                print(f"{dtype}: {peer} cannot run {specs[dtype]!r} on this dtype ({exc}); its comparison is skipped")
         for r in range(args.rounds):
             load = os.getloadavg()[0]
             got: dict[str, Any] = {"load_average": load}
@@ -176,7 +177,10 @@ def rows(args: argparse.Namespace, aug: O.Compose, split: Path) -> dict[str, Cal
         out = tf(image=views[i % n][0], mask=views[i % n][1])
         return out["image"], out["mask"]
 
-    first_call("albumentations", albu)  # a warning refuses the run; an error says this dtype cannot be compared
+    try:
+        first_call("albumentations", albu)  # a warning refuses the run (PeerRefused propagates)
+    except (KeyError, TypeError, ValueError, NotImplementedError) as exc:  # the peer's own error on this dtype
+        raise PeerCannotRun(f"{type(exc).__name__}: {exc}") from exc
 
     class PerSample(Dataset):
         def __len__(self) -> int:
