@@ -33,8 +33,11 @@ Rows, per size (samples/s; "x cpu" is the ratio to the first row):
   reading, no batch assembly, no hand-over between processes). Its CPU ms per sample is printed beside the
   DataLoader rows' (``split / floor (CPU time)``: the product path's CPU per sample over the floor's).
 - ``albumentations DataLoader(N workers)``: per-sample ``A.Compose`` (RandomScale, Rotate with constant
-  border and mask fill = ignore, PadIfNeeded + RandomCrop, HorizontalFlip, ColorJitter(b, c, 0, 0); masks
-  nearest), one sample per ``__getitem__``, batch_size=--batch, default collate.
+  border and mask fill = ignore, PadIfNeeded + RandomCrop, HorizontalFlip, ColorJitter with brightness and
+  contrast in [1-v, 1+v], saturation and hue fixed; masks nearest), one sample per ``__getitem__``,
+  batch_size=--batch, default collate. Written in the maintained line's parameter names (AlbumentationsX 2.5:
+  ``scale_range``, ``angle_range``, ``fill``/``fill_mask``, ``brightness_range``...), ``Compose(strict=True,
+  telemetry=False)``.
 - ``torchvision v2 DataLoader(N workers)``: per-sample ``transforms.v2.Compose`` on (``tv_tensors.Image``,
   ``tv_tensors.Mask``): RandomResize (shorter side scaled by [lo, hi]), RandomRotation (fill: image 0,
   mask ignore), RandomCrop(pad_if_needed, same fills), RandomHorizontalFlip, ColorJitter(b, c); masks are
@@ -45,11 +48,18 @@ Rows, per size (samples/s; "x cpu" is the ratio to the first row):
   Kornia scales about the centre within the input canvas before cropping (shardkit scales the canvas, then
   crops anywhere in it): the same per-pixel work, a different crop distribution.
 
+Peers are held to their current APIs: every peer pipeline (albumentations, torchvision, Kornia) is built, and
+run once, with every warning recorded (``scripts/augment_peers.py``); a warning — an argument the installed version
+ignores or has deprecated — stops the script with the peer's version and the warning, rather than timing a
+pipeline other than the one asked for. The first line printed, and the JSON's ``peers``, name the installed
+version of each peer (``albumentationsx 2.5.1``; None when not installed).
+
 The DataLoader rows run --rounds rounds, each timing every loader row once in turn (--batches batches after
 a warm-up batch per worker), then the floor, so each round's ratios are measured side by side; the
 summary prints every round's ratios and their median, and the load average at each round's start.
 albumentations, torchvision and kornia are optional
-(``pip install albumentations``; ``PIP_CONSTRAINT=constraints/ci.txt pip install torchvision==0.28.0``;
+(``pip install --no-deps albumentationsx==2.5.1 albucore==0.2.21 numkong stringzilla`` — the maintained
+line, importing as ``albumentations``; ``PIP_CONSTRAINT=constraints/ci.txt pip install torchvision==0.28.0``;
 ``pip install --no-deps kornia kornia_rs``): a missing one's row is skipped with a note. The torchvision
 wheel on PyPI is a CUDA build; beside a CPU-only torch its C++ ops do not load and ``import torchvision``
 fails while registering them; transforms v2 does not use them, so the script then imports torchvision
@@ -60,6 +70,7 @@ absolute numbers move from run to run; compare ratios within a round.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -84,42 +95,61 @@ from shardkit.augment import ops as O
 from shardkit.conversion.config import ConvertConfig
 from shardkit.conversion.pipeline import convert
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from augment_peers import PeerRefused, peer_version, quiet_albumentations, strict_peer  # scripts/ is on sys.path
+
 IGNORE = 11
 SK = "shardkit numpy"
 
 
 def albu_compose(aug: O.Compose, bands: bool = False):  # type: ignore[no-untyped-def]
-    """The nearest albumentations.Compose to ``aug`` (imported lazily; ImportError when not installed). ``bands``:
-    for images that are not RGB, where ``jitter=B:C`` is ``RandomBrightnessContrast`` per band (and saturation or
+    """The nearest albumentations.Compose to ``aug`` in the maintained line's parameter names (AlbumentationsX 2.5:
+    ``scale_range``, ``angle_range``, ``fill``/``fill_mask``, ``*_range``), built under :func:`strict_peer` with
+    ``strict=True`` so a renamed or ignored argument refuses rather than silently runs a default (imported lazily;
+    ImportError when not installed). ``bands``: for images that are not RGB, where ``jitter=B:C`` is
+    ``RandomBrightnessContrast`` per band in the legacy additive model (``brightness_by_max=True``; saturation or
     hue is refused); for RGB it is ``ColorJitter``."""
+    quiet_albumentations()
     import albumentations as al
 
-    ts = []
-    for op in aug.ops:
-        if isinstance(op, O.RandomScale):
-            ts.append(al.RandomScale(scale_limit=(op.lo - 1, op.hi - 1), interpolation=cv2.INTER_LINEAR,
-                                     mask_interpolation=cv2.INTER_NEAREST, p=1.0))
-        elif isinstance(op, O.RandomRotate):
-            ts.append(al.Rotate(limit=(-op.degrees, op.degrees), interpolation=cv2.INTER_LINEAR,
-                                mask_interpolation=cv2.INTER_NEAREST, border_mode=cv2.BORDER_CONSTANT, fill=0,
-                                fill_mask=IGNORE, p=1.0))
-        elif isinstance(op, O.RandomCrop):
-            ts.append(al.PadIfNeeded(op.h, op.w, position="top_left", border_mode=cv2.BORDER_CONSTANT, fill=0,
-                                     fill_mask=IGNORE))
-            ts.append(al.RandomCrop(op.h, op.w))
-        elif isinstance(op, O.RandomFlip):
-            ts.append(al.HorizontalFlip(p=op.horizontal))
-        elif isinstance(op, O.ColorJitter) and bands:
-            if op.saturation or op.hue:
-                raise ValueError("saturation and hue mean nothing for images that are not RGB")
-            ts.append(al.RandomBrightnessContrast(brightness_limit=op.brightness, contrast_limit=op.contrast, p=1.0))
-        elif isinstance(op, O.ColorJitter):
-            ts.append(al.ColorJitter(brightness=op.brightness, contrast=op.contrast, saturation=0, hue=0, p=1.0))
-        elif isinstance(op, O.RandomGamma):
-            ts.append(al.RandomGamma(gamma_limit=(100 * op.lo, 100 * op.hi), p=1.0))
-        else:
-            raise ValueError(f"no albumentations equivalent for {type(op).__name__}")
-    return al.Compose(ts)
+    ts: list[Any] = []
+    with strict_peer("albumentations"):
+        for op in aug.ops:
+            if isinstance(op, O.RandomScale):
+                ts.append(al.RandomScale(scale_range=(op.lo - 1, op.hi - 1), interpolation=cv2.INTER_LINEAR,
+                                         mask_interpolation=cv2.INTER_NEAREST, p=1.0))
+            elif isinstance(op, O.RandomRotate):
+                ts.append(al.Rotate(angle_range=(-op.degrees, op.degrees), interpolation=cv2.INTER_LINEAR,
+                                    mask_interpolation=cv2.INTER_NEAREST, border_mode=cv2.BORDER_CONSTANT, fill=0,
+                                    fill_mask=IGNORE, p=1.0))
+            elif isinstance(op, O.RandomCrop):
+                ts.append(al.PadIfNeeded(op.h, op.w, position="top_left", border_mode=cv2.BORDER_CONSTANT, fill=0,
+                                         fill_mask=IGNORE))
+                ts.append(al.RandomCrop(op.h, op.w))
+            elif isinstance(op, O.RandomFlip):
+                ts.append(al.HorizontalFlip(p=op.horizontal))
+            elif isinstance(op, O.ColorJitter) and bands:
+                if op.saturation or op.hue:
+                    raise ValueError("saturation and hue mean nothing for images that are not RGB")
+                ts.append(al.RandomBrightnessContrast(brightness_range=(-op.brightness, op.brightness),
+                                                     contrast_range=(-op.contrast, op.contrast),
+                                                     brightness_by_max=True, p=1.0))
+            elif isinstance(op, O.ColorJitter):
+                ts.append(al.ColorJitter(brightness_range=(1 - op.brightness, 1 + op.brightness),
+                                         contrast_range=(1 - op.contrast, 1 + op.contrast),
+                                         saturation_range=(1.0, 1.0), hue_range=(0.0, 0.0), p=1.0))
+            elif isinstance(op, O.RandomGamma):
+                ts.append(al.RandomGamma(gamma_range=(100 * op.lo, 100 * op.hi), p=1.0))
+            else:
+                raise ValueError(f"no albumentations equivalent for {type(op).__name__}")
+        return al.Compose(ts, strict=True, telemetry=False)
+
+
+def first_call(module: str, fn: Callable[[int], Any]) -> None:
+    """Run a peer's per-sample (or per-batch) call once under :func:`strict_peer`: a warning on first use (an
+    argument ignored at call time, a dtype the peer converts) refuses the row before anything is timed."""
+    with strict_peer(module, "first call"):
+        fn(0)
 
 
 def import_torchvision() -> tuple[Any, str]:
@@ -142,34 +172,43 @@ def import_torchvision() -> tuple[Any, str]:
 
 
 def tv_compose(aug: O.Compose, hw: tuple[int, int]):  # type: ignore[no-untyped-def]
-    """The nearest torchvision ``transforms.v2.Compose`` to ``aug`` for inputs of height/width ``hw``."""
+    """The nearest torchvision ``transforms.v2.Compose`` to ``aug`` for inputs of height/width ``hw``, built under
+    :func:`strict_peer` (a warning refuses)."""
     from torchvision import tv_tensors
     from torchvision.transforms import InterpolationMode, v2
 
     fill = {tv_tensors.Image: 0, tv_tensors.Mask: IGNORE}
     short = min(hw)
     ts: list[Any] = []
-    for op in aug.ops:
-        if isinstance(op, O.RandomScale):
-            ts.append(v2.RandomResize(max(1, round(short * op.lo)), round(short * op.hi) + 1,
-                                      interpolation=InterpolationMode.BILINEAR, antialias=False))
-        elif isinstance(op, O.RandomRotate):
-            ts.append(v2.RandomRotation(op.degrees, interpolation=InterpolationMode.BILINEAR, fill=fill))
-        elif isinstance(op, O.RandomCrop):
-            ts.append(v2.RandomCrop((op.h, op.w), pad_if_needed=True, fill=fill))
-        elif isinstance(op, O.RandomFlip):
-            ts.append(v2.RandomHorizontalFlip(op.horizontal))
-        elif isinstance(op, O.ColorJitter):
-            ts.append(v2.ColorJitter(brightness=op.brightness, contrast=op.contrast))
-        else:
-            raise ValueError(f"no torchvision equivalent for {type(op).__name__}")
-    return v2.Compose(ts)
+    with strict_peer("torchvision"):
+        for op in aug.ops:
+            if isinstance(op, O.RandomScale):
+                ts.append(v2.RandomResize(max(1, round(short * op.lo)), round(short * op.hi) + 1,
+                                          interpolation=InterpolationMode.BILINEAR, antialias=False))
+            elif isinstance(op, O.RandomRotate):
+                ts.append(v2.RandomRotation(op.degrees, interpolation=InterpolationMode.BILINEAR, fill=fill))
+            elif isinstance(op, O.RandomCrop):
+                ts.append(v2.RandomCrop((op.h, op.w), pad_if_needed=True, fill=fill))
+            elif isinstance(op, O.RandomFlip):
+                ts.append(v2.RandomHorizontalFlip(op.horizontal))
+            elif isinstance(op, O.ColorJitter):
+                ts.append(v2.ColorJitter(brightness=op.brightness, contrast=op.contrast))
+            else:
+                raise ValueError(f"no torchvision equivalent for {type(op).__name__}")
+        return v2.Compose(ts)
 
 
 def kornia_sequential(aug: O.Compose):  # type: ignore[no-untyped-def]
-    """The nearest Kornia ``AugmentationSequential`` (images and masks) to ``aug``."""
+    """The nearest Kornia ``AugmentationSequential`` (images and masks) to ``aug``, built under :func:`strict_peer`
+    (a warning refuses)."""
     import kornia.augmentation as K
 
+    with strict_peer("kornia"):
+        return _kornia_sequential(K, aug)
+
+
+def _kornia_sequential(K: Any, aug: O.Compose):  # type: ignore[no-untyped-def]
+    """:func:`kornia_sequential`'s body: the ops in Kornia's names."""
     degrees, scale, ts = 0.0, (1.0, 1.0), []
     for op in aug.ops:
         if isinstance(op, O.RandomScale):
@@ -232,18 +271,29 @@ def main() -> None:
     args = ap.parse_args()
     aug = A.parse(args.spec)
     sizes = [tuple(int(v) for v in s.lower().split("x")) for s in args.sizes.split(",") if s.strip()]
+    peers = installed_peers()
     report: dict[str, Any] = {"spec": args.spec, "batch": args.batch, "batches": args.batches,
-                              "workers": args.workers, "label_gather": augment_geometry.kernel_name(), "sizes": {}}
+                              "workers": args.workers, "label_gather": augment_geometry.kernel_name(),
+                              "peers": peers, "sizes": {}}
+    print("peers: " + "; ".join(f"{m}: {v or 'not installed (row skipped)'}" for m, v in peers.items()))
     tmp = Path(tempfile.mkdtemp(prefix="bench-augment-"))
     try:
         for k, hw in enumerate(sizes):
             split = make_split(args.raw, max(args.samples, args.batch), hw, tmp)  # type: ignore[arg-type]
             report["sizes"][f"{hw[0]}x{hw[1]}"] = bench_size(args, aug, split, first=k == 0)
             shutil.rmtree(split.parent)
+    except PeerRefused as exc:
+        raise SystemExit(f"bench_augment: {exc}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
+
+
+def installed_peers() -> dict[str, str | None]:
+    """{peer module: "<distribution> <version>" or None when it is not installed}, for the header and the JSON."""
+    return {m: peer_version(m) if importlib.util.find_spec(m) else None
+            for m in ("albumentations", "torchvision", "kornia")}
 
 
 def bench_size(args: argparse.Namespace, aug: O.Compose, split: Path, first: bool) -> dict[str, Any]:
@@ -330,6 +380,7 @@ def kornia_row(aug: O.Compose, ti: Any, tl: Any, dev: str, timed: Callable[..., 
     def run(_: int) -> Any:
         return seq(imgs.float() / 255.0, masks.float())
 
+    first_call("kornia", run)
     timed(f"kornia AugmentationSequential ({dev})", run, sync)
 
 
@@ -403,9 +454,11 @@ def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, views: 
             out = tf(image=views[i % n][0], mask=views[i % n][1])
             return out["image"], out["mask"]
 
+        first_call("albumentations", albu)
         loaders[f"albumentations {name}"] = lambda: DataLoader(PerSample(albu), batch_size=B, num_workers=w)
     except ImportError:
-        notes.append("albumentations is not installed; its row is skipped (pip install albumentations)")
+        notes.append("albumentations is not installed; its row is skipped (pip install --no-deps "
+                     "albumentationsx==2.5.1 albucore==0.2.21 numkong stringzilla)")
     try:
         _, note = import_torchvision()
         if note:
@@ -420,6 +473,7 @@ def loader_rounds(args: argparse.Namespace, aug: O.Compose, split: Path, views: 
         def tvs(i: int) -> tuple[Any, Any]:
             return tvc(tv_tensors.Image(tviews[i % n][0]), tv_tensors.Mask(tviews[i % n][1]))
 
+        first_call("torchvision", tvs)
         loaders[f"torchvision v2 {name}"] = lambda: DataLoader(PerSample(tvs), batch_size=B, num_workers=w)
     except ImportError:
         notes.append("torchvision is not installed; its row is skipped "

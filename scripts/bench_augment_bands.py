@@ -19,9 +19,14 @@ non-RGB data:
   against ``A.RandomBrightnessContrast(B, C)`` (its own formula, ``x*alpha + beta*max``, also per band within
   the dtype's range: the same work, not the same values);
 - float32: gamma, shardkit ``gamma=LO:HI`` (``x ** g`` on values in [0, 1]) against
-  ``A.RandomGamma(gamma_limit=(100*LO, 100*HI))`` (the same values). albumentations cannot take gamma on uint16
+  ``A.RandomGamma(gamma_range=(100*LO, 100*HI))`` (the same values). albumentations cannot take gamma on uint16
   (2.0.8 returns float64 values up to ~190000 for a 16-bit input, measured): that is why the uint16 row uses
   brightness/contrast and gamma is compared on float32.
+
+AlbumentationsX 2.5.1 (the maintained line, the names ``bench_augment.py`` speaks) takes no uint16 in
+``RandomBrightnessContrast`` (``KeyError: dtype('uint16')``; its docs list uint8 and float32): the script then says
+so and compares float32 only (the JSON's ``refused``). A warning from the peer stops the script (see
+``scripts/augment_peers.py``).
 
 Each round times the two loaders of each dtype in turn (--batches batches after a warm-up batch per worker) and
 prints samples/s, CPU ms per sample (this process and its workers, from /proc) and their ratios, with the 1-minute
@@ -54,8 +59,13 @@ from shardkit.conversion.config import ConvertConfig
 from shardkit.conversion.pipeline import convert
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_augment import IGNORE, albu_compose, cpu_seconds
+from augment_peers import PeerRefused, peer_version, quiet_albumentations
+from bench_augment import IGNORE, albu_compose, cpu_seconds, first_call
 from multiband_camvid import four_bands
+
+
+class PeerCannotRun(Exception):
+    """albumentations raised on the first sample of a dtype: that dtype is not compared (and the report says so)."""
 
 
 def make_splits(raw: Path, tmp: Path) -> dict[str, Path]:
@@ -91,19 +101,35 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", type=Path, default=None, help="also write every round here")
     args = ap.parse_args()
-    import albumentations
+    try:
+        run(args)
+    except PeerRefused as exc:
+        raise SystemExit(f"bench_augment_bands: {exc}") from None
 
+
+def run(args: argparse.Namespace) -> None:
+    """Every round of both dtypes, printed (and written to --json)."""
+    quiet_albumentations()
+    import albumentations  # noqa: F401  (ImportError here, before minutes of conversion, when it is missing)
+
+    peer = peer_version("albumentations")
     specs = {"uint16": args.u16_spec, "float32": args.f32_spec}
-    print(f"albumentations {albumentations.__version__}, OpenCV {cv2.__version__}, numpy {np.__version__}, "
+    print(f"{peer}, OpenCV {cv2.__version__}, numpy {np.__version__}, "
           f"{os.cpu_count()} cores; image warp cv2.warpAffine, level maps "
           f"{augment_levels.KERNELS.name()}, label gather {augment_geometry.kernel_name()}")
     print(f"batch {args.batch}, {args.batches} timed batches per row and round, {args.workers} DataLoader workers")
     tmp = Path(tempfile.mkdtemp(prefix="bench-augment-bands-"))
     report: dict[str, Any] = {"specs": specs, "batch": args.batch, "batches": args.batches, "workers": args.workers,
-                              "albumentations": albumentations.__version__, "rounds": []}
+                              "albumentations": peer, "refused": {}, "rounds": []}
     try:
         splits = make_splits(args.raw, tmp)
-        loaders = {dtype: rows(args, A.parse(specs[dtype]), splits[dtype]) for dtype in splits}
+        loaders: dict[str, dict[str, Callable[[], Any]]] = {}
+        for dtype in splits:
+            try:
+                loaders[dtype] = rows(args, A.parse(specs[dtype]), splits[dtype])
+            except PeerCannotRun as exc:  # the peer cannot run this pipeline at all: say so, compare nothing
+                report["refused"][dtype] = str(exc)
+                print(f"{dtype}: {peer} cannot run {specs[dtype]!r} on this dtype ({exc}); its comparison is skipped")
         for r in range(args.rounds):
             load = os.getloadavg()[0]
             got: dict[str, Any] = {"load_average": load}
@@ -147,13 +173,21 @@ def rows(args: argparse.Namespace, aug: O.Compose, split: Path) -> dict[str, Cal
     batches = [[i % n for i in range(b * B, (b + 1) * B)] for b in range(nb + max(w, 1))]  # no epoch ends
     tf = albu_compose(aug, bands=True)
 
+    def albu(i: int) -> tuple[np.ndarray, np.ndarray]:
+        out = tf(image=views[i % n][0], mask=views[i % n][1])
+        return out["image"], out["mask"]
+
+    try:
+        first_call("albumentations", albu)  # a warning refuses the run (PeerRefused propagates)
+    except (KeyError, TypeError, ValueError, NotImplementedError) as exc:  # the peer's own error on this dtype
+        raise PeerCannotRun(f"{type(exc).__name__}: {exc}") from exc
+
     class PerSample(Dataset):
         def __len__(self) -> int:
             return B * (nb + max(w, 1))
 
         def __getitem__(self, i):  # type: ignore[no-untyped-def]
-            out = tf(image=views[i % n][0], mask=views[i % n][1])
-            return out["image"], out["mask"]
+            return albu(i)
 
     def product() -> Any:
         """make_loader(split, augment=aug) as a user gets it, its epoch sampler's batches replaced by ours
