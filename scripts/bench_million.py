@@ -94,7 +94,7 @@ def build_split(out: Path, n: int, shard_size: int) -> Path:
         digests.append(builder.digest())
         stats.add(images.reshape(-1, HW[1], 3), labels.reshape(-1, HW[1]))
     manifest = Manifest(
-        format="npy", format_version=1, split="train", num_samples=n, sample=spec.to_manifest(),
+        version=1, format="npy", format_version=1, split="train", num_samples=n, sample=spec.to_manifest(),
         classes=table.to_json(), preprocessing={"size": list(HW), "resize": "none", "crop": "center"},
         source={"layout": "segnet", "label_kind": "ids", "root": "/synthetic",
                 "fingerprint": split_fingerprint(digests), "pairs": n, "unmatched_images": [], "unmatched_labels": []},

@@ -638,7 +638,8 @@ def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any
     image = m.sample["image"]
     kind = "" if image.get("channels", "RGB") == "RGB" else f" ({shape[2]} band{'s' * (shape[2] != 1)})"
     click.echo(f"image {shape[0] or 'var'}x{shape[1] or 'var'}x{shape[2]} {NAME_OF.get(image.get('dtype'), '?')}"
-               f"{kind}; label {m.sample['label']['encoding']} {m.sample['label'].get('dtype')}")
+               f"{kind}; label {m.sample['label']['encoding']} "
+               f"{NAME_OF.get(m.sample['label'].get('dtype'), m.sample['label'].get('dtype'))}")
     if "image_min" in m.stats:  # version 4: each band's range, mean and std of the stored values
         nonfinite = m.stats.get("image_nonfinite") or [0] * len(m.stats["image_min"])
         for b, (lo, hi, mu, sd, bad) in enumerate(zip(m.stats["image_min"], m.stats["image_max"],

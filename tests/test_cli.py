@@ -107,6 +107,12 @@ def test_json_log_lines(camvid_root: Path, tmp_path: Path) -> None:
     assert res.exit_code == 1 and res.output.startswith("Error:"), res.output
 
 
+def test_info_names_the_label_type_as_numpy_does(camvid_val_npy: Path) -> None:
+    """The label's type is printed by its NumPy name (uint8), not the manifest's dtype string (|u1)."""
+    res = CliRunner().invoke(main, ["info", str(camvid_val_npy)])
+    assert res.exit_code == 0 and "; label index uint8" in res.output and "|u1" not in res.output
+
+
 def test_verify_passes_then_reports_a_corrupt_shard(camvid_root: Path, tmp_path: Path) -> None:
     raw = small_camvid(camvid_root, tmp_path / "raw", n=4)
     assert run("convert", raw, tmp_path / "o", "--size", "352x480", "-q").exit_code == 0
