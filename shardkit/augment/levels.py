@@ -17,6 +17,9 @@ For 16-bit and float32 images the rules are stated here once; the torch and TF b
 
 from __future__ import annotations
 
+import itertools
+import os
+import threading
 from typing import Any
 
 import numpy as np
@@ -141,3 +144,48 @@ def _warm(kernels: tuple[Any, ...]) -> None:
 
 #: The compiled level maps (:func:`_bc_loop`, :func:`_table_loop`, :func:`_unit_loop`), or numpy without numba.
 KERNELS = jit.LazyKernels((_bc_loop, _table_loop, _unit_loop), _warm, "level maps")
+
+#: Rows (pixels) of a uint8 batch normalised per thread of :func:`normalize_uint8` at least
+_NORMALIZE_ROWS = 1 << 18
+
+
+def _normalize_loop(src: np.ndarray, mean: np.ndarray, inv_std: np.ndarray, out: np.ndarray) -> None:  # numba
+    """``out[i, c] = (float32(src[i, c]) - mean[c]) * inv_std[c]`` in float32, one pass (numpy makes two)."""
+    channels = mean.shape[0]
+    for i in range(src.shape[0]):
+        for c in range(channels):
+            out[i, c] = (np.float32(src[i, c]) - mean[c]) * inv_std[c]
+
+
+def _warm_normalize(kernels: tuple[Any, ...]) -> None:
+    kernels[0](np.zeros((2, 3), np.uint8), np.zeros(3, np.float32), np.ones(3, np.float32), np.zeros((2, 3),
+                                                                                                   np.float32))
+
+
+NORMALIZE_KERNELS = jit.LazyKernels((_normalize_loop,), _warm_normalize, "normalisation")
+
+
+def normalize_uint8(images: np.ndarray, mean: np.ndarray, inv_std: np.ndarray, out: np.ndarray) -> bool:
+    """``out = (images - mean) * inv_std`` (float32, per band) for a C-contiguous uint8 batch by the compiled loop,
+    split over threads (it releases the GIL): the values numpy's ``subtract(dtype=float32)`` then ``multiply``
+    give, each element's two float32 operations in the same order. False (nothing done) without numba or for
+    other inputs: the caller runs numpy."""
+    kernels = NORMALIZE_KERNELS.get()
+    if (kernels is None or images.dtype != np.uint8 or not images.flags.c_contiguous
+            or not out.flags.c_contiguous or out.dtype != np.float32 or out.shape != images.shape):
+        return False
+    channels = int(mean.shape[0])
+    src, dst = images.reshape(-1, channels), out.reshape(-1, channels)
+    rows = src.shape[0]
+    parts = min(os.cpu_count() or 1, max(1, rows // _NORMALIZE_ROWS))
+    if parts == 1:
+        kernels[0](src, mean, inv_std, dst)
+        return True
+    bounds = [rows * k // parts for k in range(parts + 1)]
+    threads = [threading.Thread(target=kernels[0], args=(src[a:b], mean, inv_std, dst[a:b]))
+               for a, b in itertools.pairwise(bounds)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return True

@@ -26,7 +26,7 @@ from ..codecs.onehot import hot_channels
 from ..errors import ConfigError
 from . import backends, seeding
 from .geometry import IMAGE_RANGES, warp_labels
-from .levels import LEVELS
+from .levels import LEVELS, normalize_uint8
 
 
 class Kind(enum.Enum):
@@ -658,6 +658,9 @@ class Normalize(Op):
         """The numpy application (channels last; no OpenCV, so the reader core uses it too), into ``out``."""
         if out is None:
             out = np.empty(images.shape, np.float32)
+        if images.ndim and images.shape[-1] == len(self.mean) and normalize_uint8(
+                images, self.mean_f32, self.inv_std_f32, out):  # one compiled pass over uint8 batches
+            return out
         np.subtract(images, self.mean_f32, out=out, dtype=np.float32)
         np.multiply(out, self.inv_std_f32, out=out)
         return out

@@ -90,3 +90,32 @@ def test_zeros_to_ones_checks_the_range_and_lists_the_zeros(monkeypatch: pytest.
                 levels.zeros_to_ones(y)
             assert "\n" not in str(err.value)
             np.testing.assert_array_equal(y, before)  # nothing changed (the zeros before 2000 put back)
+
+
+@pytest.mark.parametrize("batch", [1, 26])
+def test_compiled_normalisation_gives_numpys_bits(camvid_val_npy: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 batch: int) -> None:
+    """Normalize on real CamVid uint8 batches (one sample: one thread; 26: split over threads) by the compiled
+    one-pass loop equals numpy's two passes bit for bit, with the split's own statistics and with extreme ones."""
+    from shardkit.augment.ops import Normalize
+
+    if levels.NORMALIZE_KERNELS.get() is None:
+        pytest.skip("numba is not installed (the shardkit[fast] extra)")
+    monkeypatch.setattr(levels, "_NORMALIZE_ROWS", 1 << 16)  # several threads for the 26-sample batch
+    ds = shardkit.open(camvid_val_npy)
+    images = ds.batch(np.arange(batch))[0]
+    ran: list[bool] = []
+
+    def counted(*args: np.ndarray) -> bool:
+        ran.append(levels.normalize_uint8(*args))
+        return ran[-1]
+
+    monkeypatch.setattr("shardkit.augment.ops.normalize_uint8", counted)
+    for op in (ds.normalizer, Normalize([0.5, 254.5, 127.0], [1e-3, 300.0, 0.7])):
+        ran.clear()
+        fast = op.numpy(images)
+        with monkeypatch.context() as mp:
+            mp.setenv("SHARDKIT_NO_NUMBA", "1")
+            slow = op.numpy(images)
+        assert ran[0] and not ran[1]  # the compiled loop ran, then numpy alone
+        assert fast.dtype == slow.dtype == np.float32 and np.array_equal(fast.view(np.uint32), slow.view(np.uint32))
