@@ -540,43 +540,41 @@ class Dataset:
             self._repeats[(mode, param)] = repeats
         return self._repeats[(mode, param)]
 
-    def look_hashes(self) -> np.ndarray | None:
-        """(samples, 8) uint8: each sample's look hash (formats/samples.md ``looks``: 64 bits that stay nearly
-        equal when an image is re-encoded or resized), from the sidecars; None where a shard keeps none (converted
-        before the column)."""
+    def _sidecar_column(self, read: Callable[[Any, int, Any], np.ndarray | None],
+                        missing: Callable[[ShardInfo], np.ndarray] | None, empty: np.ndarray) -> np.ndarray | None:
+        """One sidecar column over the whole split, shard by shard: ``read(table, pos, folder)`` per shard (a remote
+        split's sidecars fetched through the cache); a shard that keeps none gives ``missing(shard)``, or without
+        ``missing`` the whole answer is None."""
 
         def each(folder: Callable[[ShardInfo], Any] | None) -> np.ndarray | None:
             table = self.manifest.samples
             parts = []
             for pos, shard in enumerate(self.manifest.shards):
-                looks = table.look_hashes(pos, folder(shard) if folder is not None and table.inline is None else None)
-                if looks is None:
-                    return None
-                parts.append(looks)
-            return np.concatenate(parts) if parts else np.zeros((0, 8), np.uint8)
+                got = read(table, pos, folder(shard) if folder is not None and table.inline is None else None)
+                if got is None:
+                    if missing is None:
+                        return None
+                    got = missing(shard)
+                parts.append(got)
+            return np.concatenate(parts) if parts else empty
 
-        got: np.ndarray | None = self._sidecar_folders(each)
-        return got
+        column: np.ndarray | None = self._sidecar_folders(each)
+        return column
+
+    def look_hashes(self) -> np.ndarray | None:
+        """(samples, 8) uint8: each sample's look hash (formats/samples.md ``looks``: 64 bits that stay nearly
+        equal when an image is re-encoded or resized), from the sidecars; None where a shard keeps none (converted
+        before the column)."""
+        return self._sidecar_column(lambda table, pos, folder: table.look_hashes(pos, folder), None,
+                                    np.zeros((0, 8), np.uint8))
 
     def class_presence(self, *, missing_as_absent: bool = False) -> np.ndarray | None:
         """(samples, num_classes) bool: which classes each sample's label contains, from the class bitmaps in the
         sidecars (no label is read; a remote split downloads only its sidecars). None where the split keeps no
         bitmap (more than 256 classes), or, with ``missing_as_absent``, those shards' rows all False."""
-
-        def each(folder: Callable[[ShardInfo], Any] | None) -> np.ndarray | None:
-            table = self.manifest.samples
-            parts = []
-            for pos, shard in enumerate(self.manifest.shards):
-                present = table.presence(pos, folder(shard) if folder is not None and table.inline is None else None)
-                if present is None:
-                    if not missing_as_absent:
-                        return None
-                    present = np.zeros((shard.num_samples, self.num_classes), bool)
-                parts.append(present)
-            return np.concatenate(parts) if parts else np.zeros((0, self.num_classes), bool)
-
-        got: np.ndarray | None = self._sidecar_folders(each)
-        return got
+        absent = (lambda shard: np.zeros((shard.num_samples, self.num_classes), bool)) if missing_as_absent else None
+        return self._sidecar_column(lambda table, pos, folder: table.presence(pos, folder), absent,
+                                    np.zeros((0, self.num_classes), bool))
 
     def _manifest_path(self) -> Path | str:
         """The manifest file of a local split; a remote split's URL."""

@@ -68,6 +68,24 @@ def _split_name(path: Path, root: Path) -> str:
     return "all"
 
 
+def read_document(path: Path, digest: Any, what: str, names: tuple[str, str], fixes: tuple[str, str]
+                  ) -> dict[str, Any]:
+    """A COCO-shaped JSON file (instances or panoptic) read once, bounded: its bytes' sha256 into ``digest``, the
+    document parsed with its nesting bounded, and the ``images``, ``annotations`` and ``categories`` lists required.
+    ``names``: the kind of file in the not-JSON and the wrong-shape refusals; ``fixes``: their fixes."""
+    raw = read_file(path, what, MAX_COCO_BYTES)
+    digest.update(hashlib.sha256(raw).digest())
+    try:
+        doc = loads_bounded(raw, what)
+    except ValueError as exc:
+        raise LabelError(f"not JSON a {names[0]} file can be ({exc})", path=path, fix=fixes[0]) from None
+    if not isinstance(doc, dict) or not all(isinstance(doc.get(k), list)
+                                            for k in ("images", "annotations", "categories")):
+        raise LabelError(f"not a {names[1]} file (needs lists images, annotations, categories)", path=path,
+                         fix=fixes[1])
+    return doc
+
+
 def read_categories(cats: list[Any], path: Path, document: str = "the annotation file") -> dict[int, str]:
     """category id → name of a COCO-style ``categories`` list (instances and panoptic alike); an entry without a
     name, an id out of range or given twice, or no category at all is refused in one line."""
@@ -167,17 +185,9 @@ class CocoSource(AnnotationSource):
         splits: dict[str, tuple[tuple[Path, SampleShapes], ...]] = {}
         digest = hashlib.sha256()
         for path in files:
-            raw = read_file(path, "annotation file", MAX_COCO_BYTES)
-            digest.update(hashlib.sha256(raw).digest())
-            try:
-                doc = loads_bounded(raw, "annotation file")
-            except ValueError as exc:
-                raise LabelError(f"not JSON a COCO file can be ({exc})", path=path,
-                                 fix="pass the COCO instances JSON with --annotations coco:PATH") from None
-            if not isinstance(doc, dict) or not all(isinstance(doc.get(k), list)
-                                                    for k in ("images", "annotations", "categories")):
-                raise LabelError("not a COCO instances file (needs lists images, annotations, categories)",
-                                 path=path, fix="pass the instances JSON (not captions, keypoints or panoptic)")
+            doc = read_document(path, digest, "annotation file", ("COCO", "COCO instances"),
+                                ("pass the COCO instances JSON with --annotations coco:PATH",
+                                 "pass the instances JSON (not captions, keypoints or panoptic)"))
             tables.append(self._table(doc["categories"], path))
             split = _split_name(path, root)
             if split in splits:

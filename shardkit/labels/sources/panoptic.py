@@ -23,7 +23,6 @@ import numpy as np
 from ...errors import LabelError
 from ...images.imageio import check_pixels, decode_image
 from ...support.limits import MAX_PIXELS
-from ...support.smallfile import loads_bounded
 from ..classes import ClassInfo, ClassTable
 from ..raster import Region
 from .base import (
@@ -35,10 +34,9 @@ from .base import (
     checked_int,
     file_stamp,
     inside,
-    read_file,
     sorted_unique,
 )
-from .coco import MAX_COCO_BYTES, CocoSource, read_categories, read_images
+from .coco import CocoSource, read_categories, read_document, read_images
 
 IGNORE = 255
 #: Largest segment id three 8-bit channels can hold.
@@ -106,17 +104,9 @@ class CocoPanopticSource(AnnotationSource):
         splits: dict[str, tuple[tuple[Path, SampleShapes], ...]] = {}
         tables: list[tuple[ClassTable, tuple[int | str | None, ...]]] = []
         for path in files:
-            raw = read_file(path, "panoptic JSON", MAX_COCO_BYTES)
-            digest.update(hashlib.sha256(raw).digest())
-            try:
-                doc = loads_bounded(raw, "panoptic JSON")
-            except ValueError as exc:
-                raise LabelError(f"not JSON a COCO panoptic file can be ({exc})", path=path,
-                                 fix="pass the panoptic JSON with --annotations coco-panoptic:PATH") from None
-            if not isinstance(doc, dict) or not all(isinstance(doc.get(k), list)
-                                                    for k in ("images", "annotations", "categories")):
-                raise LabelError("not a COCO panoptic file (needs lists images, annotations, categories)",
-                                 path=path, fix="pass the panoptic JSON (annotations with segments_info)")
+            doc = read_document(path, digest, "panoptic JSON", ("COCO panoptic", "COCO panoptic"),
+                                ("pass the panoptic JSON with --annotations coco-panoptic:PATH",
+                                 "pass the panoptic JSON (annotations with segments_info)"))
             table, original, stored = self._table(doc["categories"], path)
             tables.append((table, original))
             match = _NAME.match(path.name)
