@@ -36,10 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, DecodeError
-from ..support.extras import install_hint
+from ..errors import DecodeError
 from ..support.limits import DEFAULT_MAX_VOXELS
-from .volume import VolumeHeader, checked_grid
+from .volume import VolumeHeader, checked_grid, volume_library
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +59,7 @@ _FIX_SERIES = "put one DICOM series (one SeriesInstanceUID, its slices only) in 
 
 
 def _pydicom() -> Any:
-    try:
-        import pydicom
-    except ImportError:
-        raise ConfigError("reading DICOM series needs pydicom, which is not installed",
-                          fix=install_hint("volumes")) from None
-    return pydicom
+    return volume_library("pydicom", "pydicom", "DICOM series")
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, DecodeError, LabelError
-from ..support.extras import install_hint
+from ..errors import DecodeError, LabelError
 from ..support.limits import DEFAULT_MAX_VOXELS
-from .volume import VolumeHeader, checked_grid
+from .volume import VolumeHeader, checked_grid, volume_library
 
 log = logging.getLogger(__name__)
 
@@ -31,13 +30,7 @@ NIFTI_SUFFIXES = (".nii.gz", ".nii")
 
 
 def _nibabel() -> Any:
-    """nibabel, or a one-line ConfigError saying how to install it (the ``volumes`` extra)."""
-    try:
-        import nibabel
-    except ImportError:
-        raise ConfigError("reading NIfTI volumes needs nibabel, which is not installed",
-                          fix=install_hint("volumes")) from None
-    return nibabel
+    return volume_library("nibabel", "nibabel", "NIfTI volumes")
 
 
 def _problem(exc: Exception) -> str:

@@ -24,10 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, DecodeError
-from ..support.extras import install_hint
+from ..errors import DecodeError
 from ..support.limits import DEFAULT_MAX_VOXELS
-from .volume import VolumeHeader, checked_grid
+from .volume import VolumeHeader, checked_grid, volume_library
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +56,7 @@ _TO_RAS: dict[str, tuple[float, float, float]] = {
 
 
 def _pynrrd() -> Any:
-    try:
-        import nrrd
-    except ImportError:
-        raise ConfigError("reading NRRD volumes needs pynrrd, which is not installed",
-                          fix=install_hint("volumes")) from None
-    return nrrd
+    return volume_library("nrrd", "pynrrd", "NRRD volumes")
 
 
 def _header_text(path: Path) -> tuple[str, int]:

@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DecodeError, LabelError
+from ..errors import ConfigError, DecodeError, LabelError
+from ..support.extras import install_hint
 
 #: Element types a volume may hold (complex and structured types are refused).
 _KINDS = "biuf"
@@ -109,3 +110,13 @@ def label_ids(data: np.ndarray, path: Path) -> np.ndarray:
                          fix="re-export the label volume with class ids")
     kind = np.uint8 if low >= 0 and high < 256 else np.uint16 if low >= 0 and high < 65536 else np.int64
     return data.astype(kind, copy=False)
+
+
+def volume_library(module: str, package: str, what: str) -> Any:
+    """The reader library ``module`` (imported on first use: ``import shardkit`` loads none), or a one-line
+    ConfigError saying that reading ``what`` needs ``package`` and how to install it (the ``volumes`` extra)."""
+    try:
+        return __import__(module)  # a top-level package; through builtins.__import__ as an import statement goes
+    except ImportError:
+        raise ConfigError(f"reading {what} needs {package}, which is not installed",
+                          fix=install_hint("volumes")) from None
