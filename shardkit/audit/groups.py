@@ -81,7 +81,7 @@ class GroupRule:
         a rule: the rule the conversion recorded, else a volume split's slices take their case and tiles their
         source (their shared key)."""
         m = ds if isinstance(ds, Manifest) else ds.manifest
-        keys = [str(r["key"]) for r in m.samples]
+        keys = [k for pos in range(len(m.shards)) for k in m.samples.keys(pos)]
         if self.kind == "key":
             recorded = recorded_rule(m)
             if recorded is not None:

@@ -485,6 +485,12 @@ class SampleTable(Sequence[dict[str, Any]]):
         rows = self.rows(pos, directory)
         return np.stack([rows["height"], rows["width"]], axis=1).astype(np.int64).reshape(-1, 2)
 
+    def keys(self, pos: int, directory: Path | None = None) -> list[str]:
+        """The keys of the shard at position ``pos``'s samples, from the key column alone (no record is built)."""
+        if self.inline is not None:
+            return [str(r["key"]) for r in self._inline_records(pos)]
+        return [bytes(k).decode("utf-8") for k in self.rows(pos, directory)["key"].tolist()]
+
     def _inline_records(self, pos: int) -> Sequence[dict[str, Any]]:
         shard = self.shards[pos]
         return (self.inline or ())[shard.first_index : shard.first_index + shard.num_samples]

@@ -253,3 +253,11 @@ def test_an_output_without_pixel_hashes_says_so() -> None:
 
     run = CliRunner().invoke(main, ["info", str(GOLDEN / "manifest2-npy-fixed" / "train"), "--duplicates"])
     assert run.exit_code == 0 and "no pixel hashes" in run.output and "re-run convert" in run.output
+
+
+@pytest.mark.parametrize("variant", ["manifest2-npy-fixed", "npy-fixed"])
+def test_keys_are_the_records_keys_shard_by_shard(variant: str) -> None:
+    """The key column read alone (sidecars, or inline records of version 1) gives each record's key, in order."""
+    m = load_manifest(GOLDEN / variant / "train")
+    keys = [k for pos in range(len(m.shards)) for k in m.samples.keys(pos)]
+    assert keys == [r["key"] for r in m.samples] and len(keys) == 3
