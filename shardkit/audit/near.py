@@ -38,7 +38,6 @@ def near_pairs(looks: np.ndarray, threshold: int = DEFAULT_THRESHOLD) -> np.ndar
         raise ConfigError(f"near-duplicate threshold {threshold} is not 0..16 bits (of 64)",
                           fix="pass a threshold such as 4")
     words = as_words(looks)
-    n = len(words)
     found: list[np.ndarray] = []
     chunks = threshold + 1
     for c in range(chunks):
@@ -51,8 +50,7 @@ def near_pairs(looks: np.ndarray, threshold: int = DEFAULT_THRESHOLD) -> np.ndar
                 found += _within(np.sort(run), words, threshold)
     if not found:
         return np.zeros((0, 3), np.int64)
-    pairs = np.unique(np.concatenate(found), axis=0)
-    return pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))] if n else pairs
+    return np.unique(np.concatenate(found), axis=0)  # each pair once, rows sorted: by i, then j
 
 
 def _within(run: np.ndarray, words: np.ndarray, threshold: int) -> list[np.ndarray]:
