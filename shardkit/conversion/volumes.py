@@ -242,10 +242,7 @@ def volume_image_layout(found: Any, job: VolumeJob) -> tuple[str, int, str]:
     first = next(pairs[0] for pairs in found.splits.values() if len(pairs))
     case = job.case(first)
     head = read_header(case.images[0], job.max_voxels, case.channels)
-    if head.dtype not in _STORED:
-        raise DecodeError(f"holds {head.dtype} voxels; slices are stored as {', '.join(_STORED)}",
-                          path=head.path, fix="re-save the volumes as int16 or float32 (nothing is converted "
-                                              "silently)")
+    dtype = _stored_name(head)
     bands = len(job.modalities) * (2 * job.slicing.context + 1)
     rule = "the axis asked for" if job.slicing.axis is not None else "each case's axis of largest spacing"
     log.info("volumes: slices along %s (first case %s: %s); context %d slices each side, edge slices repeated; "
@@ -253,10 +250,43 @@ def volume_image_layout(found: Any, job: VolumeJob) -> tuple[str, int, str]:
              "dropped" if job.slicing.empty == "drop" else "kept",
              extra={"event": "volumes", "axis": job.slicing.to_json()["axis"], "context": job.slicing.context,
                     "empty": job.slicing.empty})
-    log.info("volumes: %s, %d band%s (%s x %d slices), orientation as stored", head.dtype, bands,
+    if dtype != head.dtype:
+        log.info("volumes: %s is a DICOM series whose headers allow int32 values (16 bits stored, then rescaled): "
+                 "stored as int16, every voxel checked to fit (a case whose values do not is refused)", head.path)
+    log.info("volumes: %s, %d band%s (%s x %d slices), orientation as stored", dtype, bands,
              "s" * (bands != 1), "/".join(job.modalities), 2 * job.slicing.context + 1,
-             extra={"event": "images", "dtype": head.dtype, "bands": bands, "channels": "bands"})
-    return _STORED[head.dtype], bands, "bands"
+             extra={"event": "images", "dtype": dtype, "bands": bands, "channels": "bands"})
+    return _STORED[dtype], bands, "bands"
+
+
+def _stored_name(head: VolumeHeader) -> str:
+    """The element type a case's slices are stored in: the volume's own; a DICOM series typed int32 from its
+    headers (16 bits stored plus an intercept: the range the headers allow overflows int16, the values of a real
+    CT in HU seldom do) int16, each voxel then checked (:func:`_fitted`)."""
+    if head.version == "dicom" and head.dtype == "int32":
+        return "int16"
+    if head.dtype not in _STORED:
+        raise DecodeError(f"holds {head.dtype} voxels; slices are stored as {', '.join(_STORED)}",
+                          path=head.path, fix="re-save the volumes as int16 or float32 (nothing is converted "
+                                              "silently)")
+    return head.dtype
+
+
+def _fitted(images: np.ndarray, want: str, path: Path) -> np.ndarray:
+    """``images`` as the stored type ``want`` when that is a DICOM series' int32 narrowed to int16
+    (:func:`_stored_name`) and every voxel fits; a DecodeError naming the first value that does not and how many
+    voxels lie outside; any other pair of types as it is (the caller refuses a mismatch)."""
+    if images.dtype != np.int32 or want != "int16":
+        return images
+    info = np.iinfo(np.int16)
+    low, high = int(images.min()), int(images.max())
+    if low < info.min or high > info.max:
+        outside = int(np.count_nonzero((images < info.min) | (images > info.max)))
+        raise DecodeError(f"holds the value {low if low < info.min else high} ({outside} voxels outside int16 in "
+                          "all): this split stores int16", path=path,
+                          fix="convert the series to NIfTI (e.g. dcm2niix) saved as float32 and convert that "
+                              "(nothing is wrapped or cast silently)")
+    return images.astype(np.int16)
 
 
 def slice_counts(pairs: Any, job: VolumeJob) -> list[tuple[int, tuple[int, int]]]:
@@ -316,6 +346,7 @@ def cut_case(pair: Any, job: VolumeJob, run: VolumeRun, root: Path, checked: Cal
     case = job.case(pair)
     read = read_case(case, dict.fromkeys(job.classes, ""), job.max_voxels)
     if stored is not None:
+        read.images = _fitted(read.images, stored[0], case.images[0])
         have = (read.images.dtype.name, read.images.shape[0] * (2 * job.slicing.context + 1))
         if have != stored:
             raise DecodeError(f"case {case.key!r} gives {have[0]} slices of {have[1]} bands; this split stores "
