@@ -403,6 +403,14 @@ class ConvertConfig:
     modalities: str | None = option(
         None, group="labels", metavar="A,B,…",
         help="Volumes in per-case folders: the modality order as bands (default: name order).")
+    spacing: str | None = option(
+        None, group="geometry", metavar="X,Y,Z",
+        help="Volumes: resample every case once to this voxel spacing along array axes i, j, k (header units, mm; "
+             "MONAI Spacing's grid): images linear, stored float32; labels by --label-interp. Recorded per case.")
+    label_interp: str = option(
+        "nearest", group="labels", choices=("nearest", "onehot-linear"),
+        help="Volumes with --spacing: labels by nearest voxel, or each class's one-hot mask linear then argmax "
+             "(nnU-Net's way; ties to the lower id).")
     max_voxels: int = option(
         DEFAULT_MAX_VOXELS, group="run", metavar="N", range=(1, None),
         help="Refuse a volume of more voxels, from its header before decoding (2^28: 512x512x1024).")
@@ -490,6 +498,7 @@ class ConvertConfig:
         self._check_stored_size()
         if self.slices is not None or self.context or self.empty_slices != "keep":
             _ = self.slicing  # a bad --slices / --context is a usage error up front
+        _ = self.resampling  # and a bad --spacing
         keep = self.keep_versions
         if isinstance(keep, str) and keep.strip().isdigit():
             keep = int(keep.strip())
@@ -639,11 +648,21 @@ class ConvertConfig:
             raise ConfigError(f"--context {context!r} is not a number of slices", fix="write it like --context 1")
         return Slicing(parse_axis(self.slices), context, self.empty_slices)
 
+    @property
+    def resampling(self) -> Any:
+        """``--spacing/--label-interp`` (:class:`~shardkit.volumes.resample.Resampling`); None without --spacing."""
+        if self.spacing is None:
+            return None
+        from ..volumes.resample import Resampling
+
+        return Resampling.parse(self.spacing, self.label_interp)
+
     def volume_flags(self) -> tuple[str, ...]:
         """The volume options given (not at their defaults), as flags: refused by a run whose input holds images."""
         return tuple(flag for flag, on in (
             ("--slices", self.slices is not None), ("--context", self.context != 0),
-            ("--empty-slices", self.empty_slices != "keep"), ("--max-voxels", self.max_voxels != DEFAULT_MAX_VOXELS))
+            ("--empty-slices", self.empty_slices != "keep"), ("--max-voxels", self.max_voxels != DEFAULT_MAX_VOXELS),
+            ("--spacing", self.spacing is not None), ("--label-interp", self.label_interp != "nearest"))
             if on)
 
     @property

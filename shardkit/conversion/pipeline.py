@@ -240,7 +240,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     decoder = LabelDecoder(found.label_kind, table, cfg.colour_tolerance, cfg.unknown_as, values)
     job = volume_job(found.layout, found.root, cfg.slicing, cfg.modalities, cfg.max_voxels,
                      tuple(range(table.num_classes)) + (() if table.ignore_index is None else (table.ignore_index,)),
-                     cfg.volume_flags())
+                     cfg.volume_flags(), cfg.resampling)
     if job is not None:
         check_volume_options(cfg)
     if cfg.group_by is not None:  # every key must name its group, before anything is written

@@ -1,0 +1,154 @@
+"""Resampling a case onto another voxel spacing once, at convert (``--spacing``): the grid MONAI's ``Spacing``
+gives (its default ``scale_extent=False``, ``padding_mode="border"``), images by linear interpolation, labels by
+nearest neighbour or by linear interpolation of each class's one-hot mask then argmax (nnU-Net's way of keeping
+thin structures).
+
+The grid: each axis keeps its direction; its step becomes the new spacing, voxel (0, 0, 0) stays where it was
+(the affine's origin is kept), and an axis of ``n`` voxels at spacing ``s`` gets ``round((n - 1) * s / t) + 1``
+voxels at spacing ``t`` (the distance from the first to the last voxel centre kept, rounded half to even as
+``numpy.round``). New voxel ``j`` samples the old grid at ``j * t / s`` (clamped to the last voxel: border
+padding). Nearest takes the voxel at ``rint`` of it (half to even, as torch's ``grid_sample``); linear weights
+the two neighbours along each axis (separable: trilinear), in float32 as MONAI computes it.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, DecodeError
+from .volume import VolumeHeader
+
+#: How label volumes may be resampled.
+LABEL_METHODS = ("nearest", "onehot-linear")
+
+
+@dataclass(frozen=True)
+class Resampling:
+    """``--spacing X,Y,Z`` (along array axes i, j, k, in the header's units) and how labels are resampled."""
+
+    spacing: tuple[float, float, float]
+    label: str = "nearest"
+    image: str = "linear"
+
+    @classmethod
+    def parse(cls, text: str, label: str = "nearest") -> Resampling:
+        """``"1,1,2.5"`` → a Resampling; ConfigError for anything but three finite numbers > 0."""
+        parts = [p.strip() for p in str(text).replace("x", ",").split(",")]
+        try:
+            values = tuple(float(p) for p in parts)
+        except ValueError:
+            values = ()
+        if len(values) != 3 or not all(np.isfinite(v) and v > 0 for v in values):
+            raise ConfigError(f"--spacing {text!r} is not three spacings > 0 (along array axes i, j, k)",
+                              fix="write it like --spacing 1,1,2.5 (in the headers' units, mm)")
+        if label not in LABEL_METHODS:
+            raise ConfigError(f"--label-interp {label!r} is not one of {', '.join(LABEL_METHODS)}",
+                              fix="use --label-interp nearest (or onehot-linear)")
+        return cls((values[0], values[1], values[2]), label)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"spacing": list(self.spacing), "image": self.image, "label": self.label}
+
+    def describe(self) -> str:
+        """One line for the log: the spacing and both methods."""
+        return (f"resampled once to spacing {'x'.join(f'{v:g}' for v in self.spacing)} (array axes i, j, k; "
+                f"MONAI Spacing's grid): images {self.image} (stored float32), labels {self.label}")
+
+    def grid(self, head: VolumeHeader) -> tuple[tuple[int, int, int], np.ndarray]:
+        """The resampled (shape, affine) of ``head``'s grid (module docstring), from its header alone."""
+        old = np.array(head.spacing, np.float64)
+        new = np.array(self.spacing, np.float64)
+        shape = np.maximum(np.round((np.array(head.shape) - 1) * old / new) + 1, 1).astype(np.int64)
+        affine = head.affine_array().copy()
+        affine[:3, :3] = affine[:3, :3] * (new / old)  # each column: its direction, the new step
+        return (int(shape[0]), int(shape[1]), int(shape[2])), affine
+
+    def header(self, head: VolumeHeader, max_voxels: int) -> VolumeHeader:
+        """``head`` on the resampled grid (its record's shape, spacing and affine; a NIfTI header rewritten so a
+        stitched label file carries them); DecodeError when the grid exceeds ``max_voxels`` or (for a label volume)
+        its format cannot be rewritten. Nothing is decoded."""
+        shape, affine = self.grid(head)
+        voxels = int(np.prod(shape, dtype=object)) * head.channels
+        if voxels > max_voxels:
+            raise DecodeError(f"resampled to spacing {list(self.spacing)} the volume would be "
+                              f"{'x'.join(map(str, shape))} = {voxels} voxels, more than the voxel limit {max_voxels}",
+                              path=head.path, fix="choose a coarser --spacing, or raise --max-voxels if the "
+                              "machine has the memory")
+        raw = head.header
+        if head.version in ("nifti1", "nifti2"):
+            raw = _nifti_header(head, shape, affine)
+        return replace(head, shape=shape, spacing=self.spacing,
+                       affine=tuple(tuple(float(v) for v in row) for row in affine), header=raw)
+
+    def positions(self, head: VolumeHeader) -> list[np.ndarray]:
+        """Per axis, where each new voxel samples the old grid (old voxel index, clamped to the last voxel)."""
+        shape, _ = self.grid(head)
+        return [np.minimum(np.arange(n) * (t / s), m - 1) for n, t, s, m in
+                zip(shape, self.spacing, head.spacing, head.shape, strict=True)]
+
+
+def _nifti_header(head: VolumeHeader, shape: tuple[int, int, int], affine: np.ndarray) -> str:
+    from .nifti import _nibabel
+
+    nib = _nibabel()
+    klass = nib.Nifti2Image if head.version == "nifti2" else nib.Nifti1Image
+    header = klass.header_class(base64.b64decode(head.header))
+    header.set_data_shape(shape)
+    header.set_zooms(tuple(float(np.linalg.norm(affine[:3, k])) for k in range(3)))
+    header.set_qform(affine, int(header["qform_code"]))
+    header.set_sform(affine, int(header["sform_code"]))
+    return base64.b64encode(header.binaryblock).decode("ascii")
+
+
+def linear(data: np.ndarray, positions: list[np.ndarray]) -> np.ndarray:
+    """``data`` (X, Y, Z) sampled at ``positions`` by linear interpolation along each axis in turn, float32."""
+    out = np.asarray(data, np.float32)
+    for axis, x in enumerate(positions):
+        low = np.floor(x).astype(np.intp)
+        high = np.minimum(low + 1, out.shape[axis] - 1)
+        w = (x - low).astype(np.float32).reshape([-1 if a == axis else 1 for a in range(out.ndim)])
+        out = np.take(out, low, axis=axis) * (1 - w) + np.take(out, high, axis=axis) * w
+    return out.astype(np.float32)
+
+
+def nearest(data: np.ndarray, positions: list[np.ndarray]) -> np.ndarray:
+    """``data`` sampled at the nearest voxel of ``positions`` (half to even), its type and values kept."""
+    out = data
+    for axis, x in enumerate(positions):
+        out = np.take(out, np.minimum(np.rint(x).astype(np.intp), data.shape[axis] - 1), axis=axis)
+    return np.ascontiguousarray(out)
+
+
+def onehot_linear(ids: np.ndarray, positions: list[np.ndarray]) -> np.ndarray:
+    """Label ids resampled the nnU-Net way: each class's 0/1 mask interpolated linearly, then per voxel the class
+    of the largest value (a tie to the lower id). Only ids present in ``ids`` come out; the type is kept."""
+    best: np.ndarray | None = None
+    out: np.ndarray | None = None
+    for value in np.unique(ids).tolist():
+        share = linear(ids == value, positions)
+        if best is None or out is None:
+            best, out = share, np.full(share.shape, value, ids.dtype)
+            continue
+        wins = share > best
+        best[wins] = share[wins]
+        out[wins] = value
+    if out is None:  # an empty volume
+        return ids.copy()
+    return out
+
+
+def resample_case(images: np.ndarray, label: np.ndarray | None, head: VolumeHeader, resampling: Resampling
+                  ) -> tuple[np.ndarray, np.ndarray | None]:
+    """A case's modalities ``(M, X, Y, Z)`` and label ids resampled onto ``resampling``'s grid of ``head``."""
+    at = resampling.positions(head)
+    shape, _ = resampling.grid(head)
+    out = np.empty((images.shape[0], *shape), np.float32)
+    for band in range(images.shape[0]):
+        out[band] = linear(images[band], at)
+    if label is None:
+        return out, None
+    return out, (nearest(label, at) if resampling.label == "nearest" else onehot_linear(label, at))

@@ -1,0 +1,82 @@
+"""``convert --spacing`` (docs/volumes.md): every case resampled once, said in the run's log, recorded per case in
+the manifest (the grid before, the methods), the stored slices those of the resampled volumes, and the label volume
+stitched back on the resampled grid with a header nibabel reads as that grid."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import shardkit
+from shardkit.cli import main
+from shardkit.read.volumes import write_stitched
+from shardkit.volumes.files import read_header, read_voxels
+from shardkit.volumes.resample import Resampling, resample_case
+from shardkit.volumes.volume import label_ids
+
+from .test_volumes import nnunet_tree
+
+nib = pytest.importorskip("nibabel")
+SPACING = (3.0, 2.5, 1.7)
+
+
+def convert(root: Path, out: Path, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["convert", str(root), str(out), "--workers", "1", *args])
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize("method", ["nearest", "onehot-linear"])
+def test_spacing_resamples_once_says_so_and_stitches_back_on_the_new_grid(tmp_path: Path, method: str) -> None:
+    root, out = nnunet_tree(tmp_path / "d"), tmp_path / "out"
+    code, output = convert(root, out, "--spacing", ",".join(map(str, SPACING)), "--label-interp", method)
+    assert code == 0, output
+    assert (f"resampled once to spacing 3x2.5x1.7 (array axes i, j, k; MONAI Spacing's grid): images linear "
+            f"(stored float32), labels {method}") in output
+    ds = shardkit.open(out / "train")
+    record = ds.manifest.source.extra["volumes"]["cases"]["anat"]
+    head = read_header(root / "imagesTr" / "anat_0000.nii")
+    assert record["resampling"] == {"spacing": list(SPACING), "image": "linear", "label": method,
+                                    "from": {"shape": list(head.shape), "spacing": list(head.spacing),
+                                             "affine": [list(r) for r in head.affine]}}
+    resampling = Resampling(SPACING, method)
+    shape, affine = resampling.grid(head)
+    assert record["label_volume"]["shape"] == list(shape) and record["image"]["spacing"] == list(SPACING)
+
+    second = read_header(root / "imagesTr" / "anat_0001.nii.gz")
+    label_head = read_header(root / "labelsTr" / "anat.nii.gz")
+    images = np.stack([read_voxels(head), read_voxels(second)])
+    want_images, want_label = resample_case(images, label_ids(read_voxels(label_head), label_head.path), head,
+                                            resampling)
+    assert want_label is not None
+    keys = [ds.key(i) for i in range(len(ds)) if ds.key(i).startswith("anat/")]
+    assert len(keys) == shape[0]  # the largest spacing (3 along i) is the slice axis
+    for i in range(len(ds)):
+        case, _, where = ds.key(i).partition("/")
+        if case != "anat":
+            continue
+        image, label = ds[i]
+        index = int(where[1:])
+        np.testing.assert_array_equal(image, np.moveaxis(want_images[:, index], 0, -1))
+        np.testing.assert_array_equal(label, want_label[index])
+
+    path = write_stitched(ds, "anat", tmp_path / "anat.nii.gz")
+    back = nib.load(str(path))
+    np.testing.assert_array_equal(np.asanyarray(back.dataobj), want_label)
+    np.testing.assert_allclose(back.affine, affine, atol=1e-4)
+    np.testing.assert_allclose(back.header.get_zooms(), SPACING, atol=1e-6)
+
+
+def test_a_spacing_beyond_the_voxel_limit_is_refused_before_decoding(tmp_path: Path) -> None:
+    code, output = convert(nnunet_tree(tmp_path / "d"), tmp_path / "out", "--spacing", "0.1,0.1,0.1",
+                           "--max-voxels", "1000000")
+    assert code != 0 and "resampled to spacing [0.1, 0.1, 0.1] the volume would be" in output, output
+    assert "Traceback" not in output and not (tmp_path / "out" / "train").exists()
+
+
+@pytest.mark.parametrize("text", ["0,1,1", "-2,1,1", "1,1"])
+def test_nonsense_spacing_is_a_usage_error(tmp_path: Path, text: str) -> None:
+    code, output = convert(nnunet_tree(tmp_path / "d"), tmp_path / "out", "--spacing", text)
+    assert code != 0 and f"--spacing {text!r} is not three spacings > 0" in output, output
