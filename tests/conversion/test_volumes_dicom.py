@@ -48,10 +48,11 @@ def convert(root: Path, out: Path, *args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def test_dicom_series_modalities_convert_to_exact_slices_that_stitch_back(tmp_path: Path) -> None:
+def test_dicom_series_modalities_convert_to_exact_slices_that_stitch_back(tmp_path: Path, validate_manifest) -> None:
     root, out = dicom_tree(tmp_path / "tree"), tmp_path / "out"
     code, output = convert(root, out)
     assert code == 0, output
+    validate_manifest(out / "train")  # format "dicom" in the schema
     assert "stored as int16, every voxel checked to fit" in output  # 16 bits stored + intercept: int32 by headers
     hu, affine = pydicom_reading(CT5N)
     ds = shardkit.open(out / "train")

@@ -29,10 +29,12 @@ def convert(root: Path, out: Path, *args: str) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("method", ["nearest", "onehot-linear"])
-def test_spacing_resamples_once_says_so_and_stitches_back_on_the_new_grid(tmp_path: Path, method: str) -> None:
+def test_spacing_resamples_once_says_so_and_stitches_back_on_the_new_grid(tmp_path: Path, method: str,
+                                                                          validate_manifest) -> None:
     root, out = nnunet_tree(tmp_path / "d"), tmp_path / "out"
     code, output = convert(root, out, "--spacing", ",".join(map(str, SPACING)), "--label-interp", method)
     assert code == 0, output
+    validate_manifest(out / "train")  # the case's "resampling" record in the schema
     assert (f"resampled once to spacing 3x2.5x1.7 (array axes i, j, k; MONAI Spacing's grid): images linear "
             f"(stored float32), labels {method}") in output
     ds = shardkit.open(out / "train")
