@@ -250,6 +250,8 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
                 key_group(pattern, pairs.keys[i])
     summary = ConvertSummary(found, table, cfg.dry_run, choice.reason)
     if cfg.dry_run:  # the caller (the CLI) prints the report itself
+        if job is not None and job.resampling is not None:
+            log.info("volumes: %s", job.resampling.describe())
         return summary
     for line in found.report_lines():
         log.info("%s", line)

@@ -82,7 +82,7 @@ def read_case(case: Case, classes: dict[int, str] | None, max_voxels: int = DEFA
         _same_grid(first, label_head, "label volume")
     new_first = new_label = None
     if resampling is not None:  # the resampled grid checked from the headers, before decoding
-        new_first = resampling.header(first, max_voxels)
+        new_first = resampling.header(first, max_voxels, "float32")
         if label_head is not None:
             if label_head.version not in ("nifti1", "nifti2"):
                 raise DecodeError(f"--spacing resamples label volumes written as NIfTI; this one is "
@@ -266,7 +266,7 @@ def volume_image_layout(found: Any, job: VolumeJob) -> tuple[str, int, str]:
     head = read_header(case.images[0], job.max_voxels, case.channels)
     dtype = _stored_name(head)
     if job.resampling is not None:
-        head, dtype = job.resampling.header(head, job.max_voxels), "float32"
+        head, dtype = job.resampling.header(head, job.max_voxels, "float32"), "float32"
         log.info("volumes: %s", job.resampling.describe(), extra={"event": "resampling", **job.resampling.to_json()})
     bands = len(job.modalities) * (2 * job.slicing.context + 1)
     rule = "the axis asked for" if job.slicing.axis is not None else "each case's axis of largest spacing"

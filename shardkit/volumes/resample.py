@@ -67,10 +67,10 @@ class Resampling:
         affine[:3, :3] = affine[:3, :3] * (new / old)  # each column: its direction, the new step
         return (int(shape[0]), int(shape[1]), int(shape[2])), affine
 
-    def header(self, head: VolumeHeader, max_voxels: int) -> VolumeHeader:
-        """``head`` on the resampled grid (its record's shape, spacing and affine; a NIfTI header rewritten so a
-        stitched label file carries them); DecodeError when the grid exceeds ``max_voxels`` or (for a label volume)
-        its format cannot be rewritten. Nothing is decoded."""
+    def header(self, head: VolumeHeader, max_voxels: int, dtype: str | None = None) -> VolumeHeader:
+        """``head`` on the resampled grid (its record's shape, spacing and affine, and ``dtype`` when given: an
+        image's float32; a NIfTI header rewritten so a stitched label file carries them); DecodeError when the grid
+        exceeds ``max_voxels``. Nothing is decoded."""
         shape, affine = self.grid(head)
         voxels = int(np.prod(shape, dtype=object)) * head.channels
         if voxels > max_voxels:
@@ -78,10 +78,11 @@ class Resampling:
                               f"{'x'.join(map(str, shape))} = {voxels} voxels, more than the voxel limit {max_voxels}",
                               path=head.path, fix="choose a coarser --spacing, or raise --max-voxels if the "
                               "machine has the memory")
+        dtype = dtype or head.dtype
         raw = head.header
         if head.version in ("nifti1", "nifti2"):
-            raw = _nifti_header(head, shape, affine)
-        return replace(head, shape=shape, spacing=self.spacing,
+            raw = _nifti_header(head, shape, affine, dtype)
+        return replace(head, shape=shape, spacing=self.spacing, dtype=dtype,
                        affine=tuple(tuple(float(v) for v in row) for row in affine), header=raw)
 
     def positions(self, head: VolumeHeader) -> list[np.ndarray]:
@@ -91,14 +92,22 @@ class Resampling:
                 zip(shape, self.spacing, head.spacing, head.shape, strict=True)]
 
 
-def _nifti_header(head: VolumeHeader, shape: tuple[int, int, int], affine: np.ndarray) -> str:
+def _nifti_header(head: VolumeHeader, shape: tuple[int, int, int], affine: np.ndarray, dtype: str) -> str:
+    """The NIfTI header's bytes (base64) for the resampled grid: dim, pixdim, datatype, qform and sform (codes
+    kept); an MSD image's 4th (modality) axis kept."""
     from .nifti import _nibabel
 
     nib = _nibabel()
     klass = nib.Nifti2Image if head.version == "nifti2" else nib.Nifti1Image
     header = klass.header_class(base64.b64decode(head.header))
-    header.set_data_shape(shape)
-    header.set_zooms(tuple(float(np.linalg.norm(affine[:3, k])) for k in range(3)))
+    zooms = tuple(float(np.linalg.norm(affine[:3, k])) for k in range(3))
+    if head.channels > 1:
+        header.set_data_shape((*shape, head.channels))
+        header.set_zooms((*zooms, float(header.get_zooms()[3])))
+    else:
+        header.set_data_shape(shape)
+        header.set_zooms(zooms)
+    header.set_data_dtype(np.dtype(dtype))
     header.set_qform(affine, int(header["qform_code"]))
     header.set_sform(affine, int(header["sform_code"]))
     return base64.b64encode(header.binaryblock).decode("ascii")

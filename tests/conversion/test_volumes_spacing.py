@@ -46,6 +46,7 @@ def test_spacing_resamples_once_says_so_and_stitches_back_on_the_new_grid(tmp_pa
     resampling = Resampling(SPACING, method)
     shape, affine = resampling.grid(head)
     assert record["label_volume"]["shape"] == list(shape) and record["image"]["spacing"] == list(SPACING)
+    assert record["image"]["dtype"] == "float32" and record["label_volume"]["dtype"] == "uint16"  # the file's type
 
     second = read_header(root / "imagesTr" / "anat_0001.nii.gz")
     label_head = read_header(root / "labelsTr" / "anat.nii.gz")
@@ -82,3 +83,16 @@ def test_a_spacing_beyond_the_voxel_limit_is_refused_before_decoding(tmp_path: P
 def test_nonsense_spacing_is_a_usage_error(tmp_path: Path, text: str) -> None:
     code, output = convert(nnunet_tree(tmp_path / "d"), tmp_path / "out", "--spacing", text)
     assert code != 0 and f"--spacing {text!r} is not three spacings > 0" in output, output
+
+
+def test_another_spacing_or_label_method_writes_the_shards_again_and_a_dry_run_says_it(tmp_path: Path) -> None:
+    root, out = nnunet_tree(tmp_path / "d"), tmp_path / "out"
+    runs = [["--spacing", "3,2.5,1.7"], ["--spacing", "3,2.5,1.8"], ["--spacing", "3,2.5,1.8", "--label-interp",
+                                                                      "onehot-linear"]]
+    for args in runs:
+        code, output = convert(root, out, "--shard-size", "1", *args)
+        assert code == 0 and "2 shards planned, 0 reused, 2 to write" in output, output
+    code, output = convert(root, out, "--shard-size", "1", *runs[-1])
+    assert code == 0 and "nothing changed" in output, output
+    code, output = convert(root, tmp_path / "dry", "--dry-run", "--spacing", "1,1,1")
+    assert code == 0 and "volumes: resampled once to spacing 1x1x1" in output, output
