@@ -84,10 +84,6 @@ def read_case(case: Case, classes: dict[int, str] | None, max_voxels: int = DEFA
     if resampling is not None:  # the resampled grid checked from the headers, before decoding
         new_first = resampling.header(first, max_voxels, "float32")
         if label_head is not None:
-            if label_head.version not in ("nifti1", "nifti2"):
-                raise DecodeError(f"--spacing resamples label volumes written as NIfTI; this one is "
-                                  f"{label_head.version}", path=label_head.path,
-                                  fix="save the label volume as .nii.gz, or leave out --spacing")
             new_label = resampling.header(label_head, max_voxels)
     if case.channels > 1:  # MSD: (X, Y, Z, M) in one file → (M, X, Y, Z), a view
         images = np.moveaxis(read_voxels(first), 3, 0)

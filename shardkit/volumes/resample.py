@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, DecodeError
+from .nrrd import regridded_header
 from .volume import VolumeHeader
 
 #: How label volumes may be resampled.
@@ -69,8 +70,8 @@ class Resampling:
 
     def header(self, head: VolumeHeader, max_voxels: int, dtype: str | None = None) -> VolumeHeader:
         """``head`` on the resampled grid (its record's shape, spacing and affine, and ``dtype`` when given: an
-        image's float32; a NIfTI header rewritten so a stitched label file carries them); DecodeError when the grid
-        exceeds ``max_voxels``. Nothing is decoded."""
+        image's float32; a NIfTI or NRRD header rewritten so a stitched label file carries them); DecodeError when
+        the grid exceeds ``max_voxels``. Nothing is decoded."""
         shape, affine = self.grid(head)
         voxels = int(np.prod(shape, dtype=object)) * head.channels
         if voxels > max_voxels:
@@ -82,6 +83,8 @@ class Resampling:
         raw = head.header
         if head.version in ("nifti1", "nifti2"):
             raw = _nifti_header(head, shape, affine, dtype)
+        elif head.version == "nrrd":
+            raw = regridded_header(head, shape, np.array(self.spacing) / np.array(head.spacing), dtype)
         return replace(head, shape=shape, spacing=self.spacing, dtype=dtype,
                        affine=tuple(tuple(float(v) for v in row) for row in affine), header=raw)
 

@@ -4,6 +4,8 @@ stitched back on the resampled grid with a header nibabel reads as that grid."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -96,3 +98,37 @@ def test_another_spacing_or_label_method_writes_the_shards_again_and_a_dry_run_s
     assert code == 0 and "nothing changed" in output, output
     code, output = convert(root, tmp_path / "dry", "--dry-run", "--spacing", "1,1,1")
     assert code == 0 and "volumes: resampled once to spacing 1x1x1" in output, output
+
+
+def test_an_nrrd_label_is_stitched_back_with_its_header_on_the_resampled_grid(tmp_path: Path) -> None:
+    """pynrrd's real ball (LPS, NRRD label, NIfTI twin as the image) to spacing 2x1.5x3: the stitched NRRD's sizes
+    and space directions are those of the resampled grid, its voxels the nearest resampling, its origin kept."""
+    nrrd = pytest.importorskip("nrrd")
+    balls = Path(__file__).resolve().parents[1] / "data" / "nrrd"
+    root, out = tmp_path / "Dataset002", tmp_path / "out"
+    (root / "imagesTr").mkdir(parents=True)
+    (root / "labelsTr").mkdir()
+    shutil.copy(balls / "BallBinary30x30x30.nii.gz", root / "imagesTr" / "ball_0000.nii.gz")
+    shutil.copy(balls / "BallBinary30x30x30.nrrd", root / "labelsTr" / "ball.nrrd")
+    (root / "dataset.json").write_text(json.dumps({"channel_names": {"0": "ct"},
+                                                   "labels": {"background": 0, "ball": 1}}))
+    label = nrrd.read(str(balls / "BallBinary30x30x30.nrrd"))[0]
+    (root / "labelsTr" / "ball.nrrd").unlink()  # ids 0/257 as 0/1, the original header kept
+    nrrd.write(str(root / "labelsTr" / "ball.nrrd"), (label > 0).astype(np.uint8),
+               {k: v for k, v in nrrd.read_header(str(balls / "BallBinary30x30x30.nrrd")).items()
+                if k not in ("type", "encoding", "endian")}, index_order="F")
+    code, output = convert(root, out, "--spacing", "2,1.5,3")
+    assert code == 0, output
+    ds = shardkit.open(out / "train")
+    path = write_stitched(ds, "ball", tmp_path / "ball.nrrd")
+    back, header = nrrd.read(str(path))
+    original = nrrd.read_header(str(balls / "BallBinary30x30x30.nrrd"))
+    head = read_header(root / "labelsTr" / "ball.nrrd")
+    want = resample_case(np.zeros((1, *head.shape), np.float32), label_ids(read_voxels(head), head.path), head,
+                         Resampling((2.0, 1.5, 3.0)))[1]
+    assert back.shape == (15, 20, 11) and back.dtype == np.uint8
+    np.testing.assert_array_equal(back, want)
+    np.testing.assert_allclose(header["space directions"],
+                               np.asarray(original["space directions"]) * np.array([[2.0], [1.5], [3.0]]))
+    np.testing.assert_allclose(header["space origin"], original["space origin"])
+    assert header["space"] == original["space"]
