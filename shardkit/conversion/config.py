@@ -499,6 +499,9 @@ class ConvertConfig:
         if self.slices is not None or self.context or self.empty_slices != "keep":
             _ = self.slicing  # a bad --slices / --context is a usage error up front
         _ = self.resampling  # and a bad --spacing
+        if self.spacing is None and self.label_interp != "nearest":
+            raise ConfigError(f"--label-interp {self.label_interp} chooses how --spacing resamples labels, and no "
+                              "--spacing is given", fix="add --spacing X,Y,Z, or leave out --label-interp")
         keep = self.keep_versions
         if isinstance(keep, str) and keep.strip().isdigit():
             keep = int(keep.strip())

@@ -87,6 +87,11 @@ def test_nonsense_spacing_is_a_usage_error(tmp_path: Path, text: str) -> None:
     assert code != 0 and f"--spacing {text!r} is not three spacings > 0" in output, output
 
 
+def test_a_label_method_without_spacing_is_refused_not_ignored(tmp_path: Path) -> None:
+    code, output = convert(nnunet_tree(tmp_path / "d"), tmp_path / "out", "--label-interp", "onehot-linear")
+    assert code != 0 and "--label-interp onehot-linear chooses how --spacing resamples labels" in output, output
+
+
 def test_another_spacing_or_label_method_writes_the_shards_again_and_a_dry_run_says_it(tmp_path: Path) -> None:
     root, out = nnunet_tree(tmp_path / "d"), tmp_path / "out"
     runs = [["--spacing", "3,2.5,1.7"], ["--spacing", "3,2.5,1.8"], ["--spacing", "3,2.5,1.8", "--label-interp",
