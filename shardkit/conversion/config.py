@@ -406,7 +406,12 @@ class ConvertConfig:
     spacing: str | None = option(
         None, group="geometry", metavar="X,Y,Z",
         help="Volumes: resample every case once to this voxel spacing along array axes i, j, k (header units, mm; "
-             "MONAI Spacing's grid): images linear, stored float32; labels by --label-interp. Recorded per case.")
+             "MONAI Spacing's grid): images by --image-interp, stored float32; labels by --label-interp. Recorded "
+             "per case.")
+    image_interp: str = option(
+        "linear", group="geometry", choices=("linear", "cubic"),
+        help="Volumes with --spacing: images by linear interpolation, or cubic B-spline (MONAI mode=3, scipy "
+             "order 3).")
     label_interp: str = option(
         "nearest", group="labels", choices=("nearest", "onehot-linear"),
         help="Volumes with --spacing: labels by nearest voxel, or each class's one-hot mask linear then argmax "
@@ -499,9 +504,11 @@ class ConvertConfig:
         if self.slices is not None or self.context or self.empty_slices != "keep":
             _ = self.slicing  # a bad --slices / --context is a usage error up front
         _ = self.resampling  # and a bad --spacing
-        if self.spacing is None and self.label_interp != "nearest":
-            raise ConfigError(f"--label-interp {self.label_interp} chooses how --spacing resamples labels, and no "
-                              "--spacing is given", fix="add --spacing X,Y,Z, or leave out --label-interp")
+        for flag, value, default in (("--label-interp", self.label_interp, "nearest"),
+                                     ("--image-interp", self.image_interp, "linear")):
+            if self.spacing is None and value != default:
+                raise ConfigError(f"{flag} {value} chooses how --spacing resamples, and no --spacing is given",
+                                  fix=f"add --spacing X,Y,Z, or leave out {flag}")
         keep = self.keep_versions
         if isinstance(keep, str) and keep.strip().isdigit():
             keep = int(keep.strip())
@@ -658,14 +665,15 @@ class ConvertConfig:
             return None
         from ..volumes.resample import Resampling
 
-        return Resampling.parse(self.spacing, self.label_interp)
+        return Resampling.parse(self.spacing, self.label_interp, self.image_interp)
 
     def volume_flags(self) -> tuple[str, ...]:
         """The volume options given (not at their defaults), as flags: refused by a run whose input holds images."""
         return tuple(flag for flag, on in (
             ("--slices", self.slices is not None), ("--context", self.context != 0),
             ("--empty-slices", self.empty_slices != "keep"), ("--max-voxels", self.max_voxels != DEFAULT_MAX_VOXELS),
-            ("--spacing", self.spacing is not None), ("--label-interp", self.label_interp != "nearest"))
+            ("--spacing", self.spacing is not None), ("--label-interp", self.label_interp != "nearest"),
+            ("--image-interp", self.image_interp != "linear"))
             if on)
 
     @property

@@ -1,14 +1,16 @@
 """Resampling a case onto another voxel spacing once, at convert (``--spacing``): the grid MONAI's ``Spacing``
-gives (its default ``scale_extent=False``, ``padding_mode="border"``), images by linear interpolation, labels by
-nearest neighbour or by linear interpolation of each class's one-hot mask then argmax (nnU-Net's way of keeping
-thin structures).
+gives (its default ``scale_extent=False``, ``padding_mode="border"``), images by linear interpolation or cubic
+B-spline (MONAI's ``mode=3``: scipy's ``map_coordinates(order=3, mode="nearest")``), labels by nearest neighbour or by
+linear interpolation of each class's one-hot mask then argmax (nnU-Net's way of keeping thin structures).
 
 The grid: each axis keeps its direction; its step becomes the new spacing, voxel (0, 0, 0) stays where it was
 (the affine's origin is kept), and an axis of ``n`` voxels at spacing ``s`` gets ``round((n - 1) * s / t) + 1``
 voxels at spacing ``t`` (the distance from the first to the last voxel centre kept, rounded half to even as
-``numpy.round``). New voxel ``j`` samples the old grid at ``j * t / s`` (clamped to the last voxel: border
-padding). Nearest takes the voxel at ``rint`` of it (half to even, as torch's ``grid_sample``); linear weights
-the two neighbours along each axis (separable: trilinear), in float32 as MONAI computes it.
+``numpy.round``). New voxel ``j`` samples the old grid at ``j * t / s`` (past the last voxel: border padding). Nearest takes the voxel at ``rint`` of it (half to even, as torch's ``grid_sample``); linear weights
+the two neighbours along each axis (separable: trilinear), in float32 as MONAI computes it. Cubic pads each axis
+with 12 copies of its edge voxel, turns the values into cubic B-spline coefficients (the recursive filter with
+mirror boundaries, pole sqrt(3) - 2) and weights the four neighbours along each axis by the cubic B-spline — scipy's
+own steps, in float32 (it holds the padded copy and the output).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from .volume import VolumeHeader
 
 #: How label volumes may be resampled.
 LABEL_METHODS = ("nearest", "onehot-linear")
+#: How images may be resampled.
+IMAGE_METHODS = ("linear", "cubic")
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,7 @@ class Resampling:
     image: str = "linear"
 
     @classmethod
-    def parse(cls, text: str, label: str = "nearest") -> Resampling:
+    def parse(cls, text: str, label: str = "nearest", image: str = "linear") -> Resampling:
         """``"1,1,2.5"`` → a Resampling; ConfigError for anything but three finite numbers > 0."""
         parts = [p.strip() for p in str(text).replace("x", ",").split(",")]
         try:
@@ -49,7 +53,10 @@ class Resampling:
         if label not in LABEL_METHODS:
             raise ConfigError(f"--label-interp {label!r} is not one of {', '.join(LABEL_METHODS)}",
                               fix="use --label-interp nearest (or onehot-linear)")
-        return cls((values[0], values[1], values[2]), label)
+        if image not in IMAGE_METHODS:
+            raise ConfigError(f"--image-interp {image!r} is not one of {', '.join(IMAGE_METHODS)}",
+                              fix="use --image-interp linear (or cubic)")
+        return cls((values[0], values[1], values[2]), label, image)
 
     def to_json(self) -> dict[str, Any]:
         return {"spacing": list(self.spacing), "image": self.image, "label": self.label}
@@ -89,10 +96,10 @@ class Resampling:
                        affine=tuple(tuple(float(v) for v in row) for row in affine), header=raw)
 
     def positions(self, head: VolumeHeader) -> list[np.ndarray]:
-        """Per axis, where each new voxel samples the old grid (old voxel index, clamped to the last voxel)."""
+        """Per axis, where each new voxel samples the old grid (an old voxel index; the last new voxel may lie up
+        to half a new step past the last old one: linear and nearest clamp it, cubic extends the edge)."""
         shape, _ = self.grid(head)
-        return [np.minimum(np.arange(n) * (t / s), m - 1) for n, t, s, m in
-                zip(shape, self.spacing, head.spacing, head.shape, strict=True)]
+        return [np.arange(n) * (t / s) for n, t, s in zip(shape, self.spacing, head.spacing, strict=True)]
 
 
 def _nifti_header(head: VolumeHeader, shape: tuple[int, int, int], affine: np.ndarray, dtype: str) -> str:
@@ -120,11 +127,64 @@ def linear(data: np.ndarray, positions: list[np.ndarray]) -> np.ndarray:
     """``data`` (X, Y, Z) sampled at ``positions`` by linear interpolation along each axis in turn, float32."""
     out = np.asarray(data, np.float32)
     for axis, x in enumerate(positions):
+        x = np.minimum(x, out.shape[axis] - 1)  # border padding
         low = np.floor(x).astype(np.intp)
         high = np.minimum(low + 1, out.shape[axis] - 1)
         w = (x - low).astype(np.float32).reshape([-1 if a == axis else 1 for a in range(out.ndim)])
         out = np.take(out, low, axis=axis) * (1 - w) + np.take(out, high, axis=axis) * w
     return out.astype(np.float32)
+
+
+#: The cubic B-spline's pole, and the edge copies padded on each side (scipy's ``npad`` for ``mode="nearest"``).
+_POLE = float(np.sqrt(3.0) - 2.0)
+_PAD = 12
+
+
+def _spline_coefficients(values: np.ndarray, axis: int) -> None:
+    """Turn ``values`` into cubic B-spline coefficients along ``axis``, in place (mirror boundaries, as scipy's
+    ``spline_filter1d`` initialises the causal and anticausal passes)."""
+    c = np.moveaxis(values, axis, 0)  # a view: written in place
+    n, z = c.shape[0], _POLE
+    c *= (1 - z) * (1 - 1 / z)
+    if n == 1:
+        return
+    zn1 = z ** (n - 1)
+    first = c[0] + zn1 * c[n - 1]
+    zi = z
+    for i in range(1, n - 1):
+        if abs(zi) < 1e-30:  # the rest adds nothing in float32
+            break
+        first += zi * (c[i] + zn1 * c[n - 1 - i])
+        zi *= z
+    c[0] = first / (1 - zn1 * zn1)
+    for i in range(1, n):
+        c[i] += z * c[i - 1]
+    c[n - 1] = (z * c[n - 2] + c[n - 1]) * (z / (z * z - 1))
+    for i in range(n - 2, -1, -1):
+        c[i] = z * (c[i + 1] - c[i])
+
+
+def _bspline3(t: np.ndarray) -> np.ndarray:
+    t = np.abs(t)
+    return np.where(t < 1, 2 / 3 - t**2 + t**3 / 2, np.where(t < 2, (2 - t) ** 3 / 6, 0.0))
+
+
+def cubic(data: np.ndarray, positions: list[np.ndarray]) -> np.ndarray:
+    """``data`` (X, Y, Z) sampled at ``positions`` by cubic B-spline interpolation (module docstring), float32."""
+    coeffs = np.pad(np.asarray(data, np.float32), _PAD, mode="edge")
+    for axis in range(coeffs.ndim):
+        _spline_coefficients(coeffs, axis)
+    out = coeffs
+    for axis, x in enumerate(positions):
+        x = x + _PAD
+        base = np.floor(x).astype(np.intp)
+        shape = [-1 if a == axis else 1 for a in range(out.ndim)]
+        acc = np.zeros([len(x) if a == axis else n for a, n in enumerate(out.shape)], np.float32)
+        for k in range(-1, 3):
+            weight = _bspline3(x - (base + k)).astype(np.float32).reshape(shape)
+            acc += np.take(out, np.clip(base + k, 0, out.shape[axis] - 1), axis=axis) * weight
+        out = acc
+    return out
 
 
 def nearest(data: np.ndarray, positions: list[np.ndarray]) -> np.ndarray:
@@ -160,7 +220,7 @@ def resample_case(images: np.ndarray, label: np.ndarray | None, head: VolumeHead
     shape, _ = resampling.grid(head)
     out = np.empty((images.shape[0], *shape), np.float32)
     for band in range(images.shape[0]):
-        out[band] = linear(images[band], at)
+        out[band] = linear(images[band], at) if resampling.image == "linear" else cubic(images[band], at)
     if label is None:
         return out, None
     return out, (nearest(label, at) if resampling.label == "nearest" else onehot_linear(label, at))

@@ -30,22 +30,23 @@ def convert(root: Path, out: Path, *args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-@pytest.mark.parametrize("method", ["nearest", "onehot-linear"])
-def test_spacing_resamples_once_says_so_and_stitches_back_on_the_new_grid(tmp_path: Path, method: str,
+@pytest.mark.parametrize(("method", "image"), [("nearest", "linear"), ("onehot-linear", "cubic")])
+def test_spacing_resamples_once_says_so_and_stitches_back_on_the_new_grid(tmp_path: Path, method: str, image: str,
                                                                           validate_manifest) -> None:
     root, out = nnunet_tree(tmp_path / "d"), tmp_path / "out"
-    code, output = convert(root, out, "--spacing", ",".join(map(str, SPACING)), "--label-interp", method)
+    code, output = convert(root, out, "--spacing", ",".join(map(str, SPACING)), "--label-interp", method,
+                           "--image-interp", image)
     assert code == 0, output
     validate_manifest(out / "train")  # the case's "resampling" record in the schema
-    assert (f"resampled once to spacing 3x2.5x1.7 (array axes i, j, k; MONAI Spacing's grid): images linear "
+    assert (f"resampled once to spacing 3x2.5x1.7 (array axes i, j, k; MONAI Spacing's grid): images {image} "
             f"(stored float32), labels {method}") in output
     ds = shardkit.open(out / "train")
     record = ds.manifest.source.extra["volumes"]["cases"]["anat"]
     head = read_header(root / "imagesTr" / "anat_0000.nii")
-    assert record["resampling"] == {"spacing": list(SPACING), "image": "linear", "label": method,
+    assert record["resampling"] == {"spacing": list(SPACING), "image": image, "label": method,
                                     "from": {"shape": list(head.shape), "spacing": list(head.spacing),
                                              "affine": [list(r) for r in head.affine]}}
-    resampling = Resampling(SPACING, method)
+    resampling = Resampling(SPACING, method, image)
     shape, affine = resampling.grid(head)
     assert record["label_volume"]["shape"] == list(shape) and record["image"]["spacing"] == list(SPACING)
     assert record["image"]["dtype"] == "float32" and record["label_volume"]["dtype"] == "uint16"  # the file's type
@@ -89,7 +90,9 @@ def test_nonsense_spacing_is_a_usage_error(tmp_path: Path, text: str) -> None:
 
 def test_a_label_method_without_spacing_is_refused_not_ignored(tmp_path: Path) -> None:
     code, output = convert(nnunet_tree(tmp_path / "d"), tmp_path / "out", "--label-interp", "onehot-linear")
-    assert code != 0 and "--label-interp onehot-linear chooses how --spacing resamples labels" in output, output
+    assert code != 0 and "--label-interp onehot-linear chooses how --spacing resamples, and no --spacing" in output
+    code, output = convert(nnunet_tree(tmp_path / "e"), tmp_path / "out", "--image-interp", "cubic")
+    assert code != 0 and "--image-interp cubic chooses how --spacing resamples, and no --spacing" in output
 
 
 def test_another_spacing_or_label_method_writes_the_shards_again_and_a_dry_run_says_it(tmp_path: Path) -> None:
