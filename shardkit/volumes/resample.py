@@ -6,8 +6,9 @@ linear interpolation of each class's one-hot mask then argmax (nnU-Net's way of 
 The grid: each axis keeps its direction; its step becomes the new spacing, voxel (0, 0, 0) stays where it was
 (the affine's origin is kept), and an axis of ``n`` voxels at spacing ``s`` gets ``round((n - 1) * s / t) + 1``
 voxels at spacing ``t`` (the distance from the first to the last voxel centre kept, rounded half to even as
-``numpy.round``). New voxel ``j`` samples the old grid at ``j * t / s`` (past the last voxel: border padding). Nearest takes the voxel at ``rint`` of it (half to even, as torch's ``grid_sample``); linear weights
-the two neighbours along each axis (separable: trilinear), in float32 as MONAI computes it. Cubic pads each axis
+``numpy.round``). New voxel ``j`` samples the old grid at ``j * t / s`` (past the last voxel: border padding).
+Nearest takes the voxel at ``rint`` of it (half to even, as torch's ``grid_sample``); linear weights the two
+neighbours along each axis (separable: trilinear), in float32 as MONAI computes it. Cubic pads each axis
 with 12 copies of its edge voxel, turns the values into cubic B-spline coefficients (the recursive filter with
 mirror boundaries, pole sqrt(3) - 2) and weights the four neighbours along each axis by the cubic B-spline — scipy's
 own steps, in float32 (it holds the padded copy and the output).

@@ -1,8 +1,9 @@
 """--spacing resampling (shardkit.volumes.resample) against MONAI 1.5's ``Spacing`` on the real NIfTI volumes of
 tests/data/nifti: the same grid (shape and affine, exactly), images within 4e-3 of MONAI's bilinear result (both in
-float32; values up to 30,393, where one float32 step is 0.0039) and of its cubic (``mode=3``) within 0.008, labels equal to MONAI's nearest wherever the sampling position is not exactly half way
-between two voxels. At such a tie MONAI's pick follows the float32 rounding of its normalised grid coordinates
-(either voxel: no rule); shardkit rounds half to even — there MONAI's label must be one of the two voxels'."""
+float32; values up to 30,393, where one float32 step is 0.0039) and of its cubic (``mode=3``) within 0.008, labels
+equal to MONAI's nearest wherever the sampling position is not exactly half way between two voxels. At such a tie
+MONAI's pick follows the float32 rounding of its normalised grid coordinates (either voxel: no rule); shardkit
+rounds half to even — there MONAI's label must be one of the two voxels'."""
 
 from __future__ import annotations
 
