@@ -70,9 +70,10 @@ def read_case(case: Case, classes: dict[int, str] | None, max_voxels: int = DEFA
     too) before any voxel is decoded; then the modalities and label decoded once each (and resampled)."""
     heads = [read_header(p, max_voxels, case.channels) for p in case.images]
     first = heads[0]
+    mixed = _dicom_int16_mix(heads)
     for head in heads[1:]:
         _same_grid(first, head, "modality")
-        if head.dtype != first.dtype:
+        if head.dtype != first.dtype and not mixed:
             raise DecodeError(f"holds {head.dtype} voxels, {first.path.name} {first.dtype}: bands of one sample "
                               "share one type", path=head.path,
                               fix="store the case's modalities in one type (e.g. all float32)")
@@ -90,7 +91,7 @@ def read_case(case: Case, classes: dict[int, str] | None, max_voxels: int = DEFA
     elif len(heads) == 1:  # no stacking: the decoded array itself (one copy of the volume in memory, not two)
         images = read_voxels(first)[None]
     else:
-        images = np.empty((len(heads), *first.shape), dtype=np.dtype(first.dtype))
+        images = np.empty((len(heads), *first.shape), dtype=np.dtype("int32" if mixed else first.dtype))
         for band, head in enumerate(heads):
             images[band] = read_voxels(head)
     label = None
@@ -102,6 +103,13 @@ def read_case(case: Case, classes: dict[int, str] | None, max_voxels: int = DEFA
     images, label = resample_case(images, label, first, resampling)
     before = {"shape": list(first.shape), "spacing": list(first.spacing), "affine": [list(r) for r in first.affine]}
     return ReadCase(case, images, label, new_first, new_label, {**resampling.to_json(), "from": before})
+
+
+def _dicom_int16_mix(heads: list[VolumeHeader]) -> bool:
+    """Whether a case's modalities are int16 volumes and DICOM series typed int32 from their headers: stacked as
+    int32 (nothing wraps), stored as int16 once every voxel is checked to fit (:func:`_fitted`)."""
+    return {h.dtype for h in heads} == {"int16", "int32"} and all(
+        h.version == "dicom" for h in heads if h.dtype == "int32")
 
 
 def check_classes(ids: np.ndarray, classes: dict[int, str] | None, path: Path) -> None:

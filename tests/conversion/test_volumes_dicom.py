@@ -181,3 +181,24 @@ def test_a_label_series_folder_is_refused_in_one_line(tmp_path: Path) -> None:
     (root / "p1" / "p1_seg.nii.gz").unlink()
     code, output = convert(root, tmp_path / "out")
     assert code != 0 and "holds its label as a folder p1_seg/" in output, output
+
+
+def test_a_dicom_series_and_an_int16_nifti_modality_stack_as_bands_exactly(tmp_path: Path) -> None:
+    """The series (int32 by its headers) beside an int16 NIfTI modality on its grid, in either band order: both bands
+    exact (stacked as int32, nothing wrapped, then stored as int16)."""
+    root = dicom_tree(tmp_path / "tree")
+    hu, affine = pydicom_reading(CT5N)
+    second = (hu // 2 - 100).astype(np.int16)
+    for case in THRESHOLDS:
+        nib.save(nib.Nifti1Image(second, affine), str(root / case / f"{case}_pet.nii.gz"))
+    for order, bands in (("ct,pet", (hu, second)), ("pet,ct", (second, hu))):
+        out = tmp_path / order.replace(",", "-")
+        code, output = convert(root, out, "--modalities", order)
+        assert code == 0, output
+        ds = shardkit.open(out / "train")
+        assert ds.manifest.sample["image"]["dtype"] == "<i2" and len(ds) == 10
+        for i in range(len(ds)):
+            index = int(ds.key(i).split("/k")[1])
+            image, _ = ds[i]
+            for band, volume in enumerate(bands):
+                np.testing.assert_array_equal(image[..., band], volume[:, :, index])
