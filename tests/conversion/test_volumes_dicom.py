@@ -121,6 +121,12 @@ def test_a_series_stat_and_digest_follow_every_slice_file(tmp_path: Path) -> Non
     assert series_sha256(folder) == digest
     (folder / "DICOMDIR").write_bytes(b"x")  # not read by the series reader: not in its digest
     assert series_sha256(folder) == digest
+    identity = file_identity(folder)
+    path = folder / "2392"  # rewritten in place, same bytes, size and mtime: the ctime moves
+    st = path.stat()
+    path.write_bytes(path.read_bytes())
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert file_identity(folder) != identity and series_sha256(folder) == digest
 
 
 def test_a_label_off_the_series_grid_is_refused_in_one_line(tmp_path: Path) -> None:
