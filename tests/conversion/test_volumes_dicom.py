@@ -27,7 +27,7 @@ pydicom = pytest.importorskip("pydicom")
 
 CT5N = Path(__file__).resolve().parents[1] / "data" / "dicom" / "CT5N"
 #: HU thresholds giving each case its own label (from the independent reading, not shardkit's)
-THRESHOLDS = {"p1": 700, "p2": 900}
+THRESHOLDS = {"p1": -300, "p2": 0}
 
 
 def dicom_tree(root: Path) -> Path:
@@ -55,8 +55,11 @@ def test_dicom_series_modalities_convert_to_exact_slices_that_stitch_back(tmp_pa
     validate_manifest(out / "train")  # format "dicom" in the schema
     assert "stored as int16, every voxel checked to fit" in output  # 16 bits stored + intercept: int32 by headers
     hu, affine = pydicom_reading(CT5N)
+    assert hu.min() == -888 and hu.max() == 85  # HU after the intercept; both classes in every case's label
     ds = shardkit.open(out / "train")
     assert len(ds) == 10 and ds.manifest.sample["image"]["dtype"] == "<i2"
+    assert ds.manifest.stats["class_pixels"] == [int((hu <= -300).sum() + (hu <= 0).sum()),
+                                                  int((hu > -300).sum() + (hu > 0).sum())]
     for i in range(len(ds)):
         case, _, where = ds.key(i).partition("/")
         assert where[0] == "k"  # the largest spacing: 2.5 mm between slices
@@ -134,7 +137,7 @@ def test_a_label_off_the_series_grid_is_refused_in_one_line(tmp_path: Path) -> N
     hu, affine = pydicom_reading(CT5N)
     shifted = affine.copy()
     shifted[2, 3] += 2.5  # one slice further along z: same shape, another grid
-    nib.save(nib.Nifti1Image((hu > 700).astype(np.uint8), shifted), str(root / "p1" / "p1_seg.nii.gz"))
+    nib.save(nib.Nifti1Image((hu > -300).astype(np.uint8), shifted), str(root / "p1" / "p1_seg.nii.gz"))
     code, output = convert(root, tmp_path / "out")
     assert code != 0 and "label volume's affine differs from p1_ct's by up to 2.5" in output, output
     assert "Traceback" not in output and not (tmp_path / "out" / "train" / "manifest.json").exists()
