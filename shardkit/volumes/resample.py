@@ -124,16 +124,28 @@ def _nifti_header(head: VolumeHeader, shape: tuple[int, int, int], affine: np.nd
     return base64.b64encode(header.binaryblock).decode("ascii")
 
 
+def _shrinking_first(data: np.ndarray, positions: list[np.ndarray]) -> list[int]:
+    """The axes in the order that keeps the intermediate arrays smallest: those that shrink most first."""
+    return sorted(range(len(positions)), key=lambda a: len(positions[a]) / data.shape[a])
+
+
 def linear(data: np.ndarray, positions: list[np.ndarray]) -> np.ndarray:
-    """``data`` (X, Y, Z) sampled at ``positions`` by linear interpolation along each axis in turn, float32."""
+    """``data`` (X, Y, Z) sampled at ``positions`` by linear interpolation along each axis in turn (the most
+    shrinking first; two temporaries of the result's size at most), float32."""
     out = np.asarray(data, np.float32)
-    for axis, x in enumerate(positions):
-        x = np.minimum(x, out.shape[axis] - 1)  # border padding
+    for axis in _shrinking_first(data, positions):
+        x = np.minimum(positions[axis], out.shape[axis] - 1)  # border padding
         low = np.floor(x).astype(np.intp)
         high = np.minimum(low + 1, out.shape[axis] - 1)
         w = (x - low).astype(np.float32).reshape([-1 if a == axis else 1 for a in range(out.ndim)])
-        out = np.take(out, low, axis=axis) * (1 - w) + np.take(out, high, axis=axis) * w
-    return out.astype(np.float32)
+        result = np.take(out, low, axis=axis)
+        result *= 1 - w
+        upper = np.take(out, high, axis=axis)
+        upper *= w
+        result += upper
+        del upper
+        out = result
+    return out
 
 
 #: The cubic B-spline's pole, and the edge copies padded on each side (scipy's ``npad`` for ``mode="nearest"``).
@@ -176,14 +188,17 @@ def cubic(data: np.ndarray, positions: list[np.ndarray]) -> np.ndarray:
     for axis in range(coeffs.ndim):
         _spline_coefficients(coeffs, axis)
     out = coeffs
-    for axis, x in enumerate(positions):
-        x = x + _PAD
+    for axis in _shrinking_first(data, positions):
+        x = positions[axis] + _PAD
         base = np.floor(x).astype(np.intp)
         shape = [-1 if a == axis else 1 for a in range(out.ndim)]
         acc = np.zeros([len(x) if a == axis else n for a, n in enumerate(out.shape)], np.float32)
         for k in range(-1, 3):
             weight = _bspline3(x - (base + k)).astype(np.float32).reshape(shape)
-            acc += np.take(out, np.clip(base + k, 0, out.shape[axis] - 1), axis=axis) * weight
+            tap = np.take(out, np.clip(base + k, 0, out.shape[axis] - 1), axis=axis)
+            tap *= weight
+            acc += tap
+            del tap
         out = acc
     return out
 
@@ -219,9 +234,13 @@ def resample_case(images: np.ndarray, label: np.ndarray | None, head: VolumeHead
     """A case's modalities ``(M, X, Y, Z)`` and label ids resampled onto ``resampling``'s grid of ``head``."""
     at = resampling.positions(head)
     shape, _ = resampling.grid(head)
-    out = np.empty((images.shape[0], *shape), np.float32)
-    for band in range(images.shape[0]):
-        out[band] = linear(images[band], at) if resampling.image == "linear" else cubic(images[band], at)
+    method = linear if resampling.image == "linear" else cubic
+    if images.shape[0] == 1:  # one modality: the result itself, not a stacked copy
+        out = method(images[0], at)[None]
+    else:
+        out = np.empty((images.shape[0], *shape), np.float32)
+        for band in range(images.shape[0]):
+            out[band] = method(images[band], at)
     if label is None:
         return out, None
     return out, (nearest(label, at) if resampling.label == "nearest" else onehot_linear(label, at))
