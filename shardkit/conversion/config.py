@@ -392,8 +392,8 @@ class ConvertConfig:
     # -- 3-D volumes (shardkit.conversion.volumes; docs/volumes.md): nnU-Net/MSD and per-case-folder trees
     slices: str | None = option(
         None, group="geometry", metavar="AXIS",
-        help="3-D volumes (NIfTI, NRRD; docs/volumes.md): store 2-D slices along array axis i, j or k; auto "
-             "(the default for a volume tree): the axis of largest spacing.")
+        help="3-D volumes (NIfTI, NRRD, DICOM series; docs/volumes.md): store 2-D slices along array axis i, j or "
+             "k; auto (the default for a volume tree): the axis of largest spacing.")
     context: int = option(
         0, group="geometry", metavar="K",
         help="Volumes: add the K slices on each side of a slice as bands (2.5-D; edge slices repeated).")
@@ -415,7 +415,7 @@ class ConvertConfig:
     label_interp: str = option(
         "nearest", group="labels", choices=("nearest", "onehot-linear"),
         help="Volumes with --spacing: labels by nearest voxel, or each class's one-hot mask linear then argmax "
-             "(nnU-Net's way; ties to the lower id).")
+             "(nnU-Net's one-hot idea, argmax here; ties to the lower id).")
     max_voxels: int = option(
         DEFAULT_MAX_VOXELS, group="run", metavar="N", range=(1, None),
         help="Refuse a volume of more voxels, from its header before decoding (2^28: 512x512x1024).")

@@ -1,7 +1,8 @@
 """Resampling a case onto another voxel spacing once, at convert (``--spacing``): the grid MONAI's ``Spacing``
 gives (its default ``scale_extent=False``, ``padding_mode="border"``), images by linear interpolation or cubic
 B-spline (MONAI's ``mode=3``: scipy's ``map_coordinates(order=3, mode="nearest")``), labels by nearest neighbour or by
-linear interpolation of each class's one-hot mask then argmax (nnU-Net's way of keeping thin structures).
+linear interpolation of each class's one-hot mask then argmax (nnU-Net's one-hot idea; it thresholds each
+class's mask at 0.5 in id order on its own grid instead).
 
 The grid: each axis keeps its direction; its step becomes the new spacing, voxel (0, 0, 0) stays where it was
 (the affine's origin is kept), and an axis of ``n`` voxels at spacing ``s`` gets ``round((n - 1) * s / t) + 1``
@@ -212,8 +213,9 @@ def nearest(data: np.ndarray, positions: list[np.ndarray]) -> np.ndarray:
 
 
 def onehot_linear(ids: np.ndarray, positions: list[np.ndarray]) -> np.ndarray:
-    """Label ids resampled the nnU-Net way: each class's 0/1 mask interpolated linearly, then per voxel the class
-    of the largest value (a tie to the lower id). Only ids present in ``ids`` come out; the type is kept."""
+    """Label ids resampled one-hot, as nnU-Net does (it thresholds at 0.5; here argmax): each class's 0/1 mask
+    interpolated linearly, then per voxel the class of the largest value (a tie to the lower id). Only ids present
+    in ``ids`` come out; the type is kept."""
     best: np.ndarray | None = None
     out: np.ndarray | None = None
     for value in np.unique(ids).tolist():
