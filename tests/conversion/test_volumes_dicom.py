@@ -211,3 +211,28 @@ def test_a_dicom_series_and_an_int16_nifti_modality_stack_as_bands_exactly(tmp_p
             image, _ = ds[i]
             for band, volume in enumerate(bands):
                 np.testing.assert_array_equal(image[..., band], volume[:, :, index])
+
+
+def test_an_edited_slice_of_a_series_that_is_not_the_first_band_rewrites_its_case(tmp_path: Path) -> None:
+    """The series as the second modality (its digest folded into the case's fingerprint, not the pair's own file)."""
+    root = dicom_tree(tmp_path / "tree")
+    hu, affine = pydicom_reading(CT5N)
+    for case in THRESHOLDS:
+        nib.save(nib.Nifti1Image(hu.astype(np.int16), affine), str(root / case / f"{case}_pet.nii.gz"))
+    out = tmp_path / "out"
+    code, output = convert(root, out, "--modalities", "pet,ct")
+    assert code == 0 and "2 shards planned, 0 reused, 2 to write" in output, output
+    path = root / "p1" / "p1_ct" / "3023"
+    ds = pydicom.dcmread(path)
+    pixels = ds.pixel_array.copy()
+    pixels[5, 5] -= 3
+    ds.PixelData = pixels.tobytes()
+    ds.save_as(path)
+    code, output = convert(root, out, "--modalities", "pet,ct")
+    assert code == 0 and "2 shards planned, 1 reused, 1 to write" in output, output
+    got = shardkit.open(out / "train")
+    edited, _ = pydicom_reading(root / "p1" / "p1_ct")
+    for i in range(len(got)):
+        case, _, where = got.key(i).partition("/")
+        want = edited if case == "p1" else hu
+        np.testing.assert_array_equal(got[i][0][..., 1], want[:, :, int(where[1:])])
