@@ -392,8 +392,8 @@ class ConvertConfig:
     # -- 3-D volumes (shardkit.conversion.volumes; docs/volumes.md): nnU-Net/MSD and per-case-folder trees
     slices: str | None = option(
         None, group="geometry", metavar="AXIS",
-        help="3-D volumes (NIfTI, NRRD; docs/volumes.md): store 2-D slices along array axis i, j or k; auto "
-             "(the default for a volume tree): the axis of largest spacing.")
+        help="3-D volumes (NIfTI, NRRD, DICOM series; docs/volumes.md): store 2-D slices along array axis i, j or "
+             "k; auto (the default for a volume tree): the axis of largest spacing.")
     context: int = option(
         0, group="geometry", metavar="K",
         help="Volumes: add the K slices on each side of a slice as bands (2.5-D; edge slices repeated).")
@@ -403,6 +403,19 @@ class ConvertConfig:
     modalities: str | None = option(
         None, group="labels", metavar="A,B,…",
         help="Volumes in per-case folders: the modality order as bands (default: name order).")
+    spacing: str | None = option(
+        None, group="geometry", metavar="X,Y,Z",
+        help="Volumes: resample every case once to this voxel spacing along array axes i, j, k (header units, mm; "
+             "MONAI Spacing's grid): images by --image-interp, stored float32; labels by --label-interp. Recorded "
+             "per case.")
+    image_interp: str = option(
+        "linear", group="geometry", choices=("linear", "cubic"),
+        help="Volumes with --spacing: images by linear interpolation, or cubic B-spline (MONAI mode=3, scipy "
+             "order 3).")
+    label_interp: str = option(
+        "nearest", group="labels", choices=("nearest", "onehot-linear"),
+        help="Volumes with --spacing: labels by nearest voxel, or each class's one-hot mask linear then argmax "
+             "(nnU-Net's one-hot idea, argmax here; ties to the lower id).")
     max_voxels: int = option(
         DEFAULT_MAX_VOXELS, group="run", metavar="N", range=(1, None),
         help="Refuse a volume of more voxels, from its header before decoding (2^28: 512x512x1024).")
@@ -490,6 +503,12 @@ class ConvertConfig:
         self._check_stored_size()
         if self.slices is not None or self.context or self.empty_slices != "keep":
             _ = self.slicing  # a bad --slices / --context is a usage error up front
+        _ = self.resampling  # and a bad --spacing
+        for flag, value, default in (("--label-interp", self.label_interp, "nearest"),
+                                     ("--image-interp", self.image_interp, "linear")):
+            if self.spacing is None and value != default:
+                raise ConfigError(f"{flag} {value} chooses how --spacing resamples, and no --spacing is given",
+                                  fix=f"add --spacing X,Y,Z, or leave out {flag}")
         keep = self.keep_versions
         if isinstance(keep, str) and keep.strip().isdigit():
             keep = int(keep.strip())
@@ -639,11 +658,22 @@ class ConvertConfig:
             raise ConfigError(f"--context {context!r} is not a number of slices", fix="write it like --context 1")
         return Slicing(parse_axis(self.slices), context, self.empty_slices)
 
+    @property
+    def resampling(self) -> Any:
+        """``--spacing/--label-interp`` (:class:`~shardkit.volumes.resample.Resampling`); None without --spacing."""
+        if self.spacing is None:
+            return None
+        from ..volumes.resample import Resampling
+
+        return Resampling.parse(self.spacing, self.label_interp, self.image_interp)
+
     def volume_flags(self) -> tuple[str, ...]:
         """The volume options given (not at their defaults), as flags: refused by a run whose input holds images."""
         return tuple(flag for flag, on in (
             ("--slices", self.slices is not None), ("--context", self.context != 0),
-            ("--empty-slices", self.empty_slices != "keep"), ("--max-voxels", self.max_voxels != DEFAULT_MAX_VOXELS))
+            ("--empty-slices", self.empty_slices != "keep"), ("--max-voxels", self.max_voxels != DEFAULT_MAX_VOXELS),
+            ("--spacing", self.spacing is not None), ("--label-interp", self.label_interp != "nearest"),
+            ("--image-interp", self.image_interp != "linear"))
             if on)
 
     @property

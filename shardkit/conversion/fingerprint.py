@@ -38,19 +38,58 @@ from ..images.imageio import METADATA_SLACK, regular_stat
 from ..store.publish import atomic_write_bytes
 from ..store.splitdir import CACHE_NAME
 from ..support.smallfile import loads_bounded, open_regular, read_guarded
+from ..volumes.dicom import series_files
 from .pairs import PairTable, root_prefix
 
 log = logging.getLogger(__name__)
 
 
 def _stat(path: Path) -> tuple[int, int, int, int]:
-    """(size, mtime_ns, ctime_ns, inode): a file whose four values match its cache entry is unchanged."""
-    st = regular_stat(path, "input")  # not a FIFO, broken link or loop: those are one-line errors
+    """(size, mtime_ns, ctime_ns, inode): a file whose four values match its cache entry is unchanged (a DICOM
+    series folder: :func:`series_stat`)."""
+    try:
+        st = regular_stat(path, "input")
+    except ShardkitError:  # a folder is not a regular file: one stat more only then
+        if is_series(path):
+            return series_stat(path)
+        raise  # not a FIFO, broken link or loop: those are one-line errors
     return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
 
 
+def is_series(path: Path) -> bool:
+    """Whether a source is a DICOM series folder (a volume case's modality; not a link to one)."""
+    return Path(path).is_dir() and not Path(path).is_symlink()
+
+
+def series_stat(folder: Path) -> tuple[int, int, int, int]:
+    """A DICOM series folder's stand-in for a file's four stat values: its slice files' total size, latest
+    mtime_ns and ctime_ns, and in place of the inode a 63-bit digest of the folder's inode and every slice file's
+    name, size, mtime_ns, ctime_ns and inode (the files the reader reads: :func:`~shardkit.volumes.dicom.series_files`).
+    A slice rewritten, touched, replaced, added, removed or renamed changes it; the folder's own stat would not
+    change when a slice is rewritten in place."""
+    h = hashlib.sha256(f"{Path(folder).stat().st_ino}\n".encode())
+    size = mtime = ctime = 0
+    for path in series_files(Path(folder)):
+        st = regular_stat(path, "DICOM slice")
+        size, mtime, ctime = size + st.st_size, max(mtime, st.st_mtime_ns), max(ctime, st.st_ctime_ns)
+        h.update(f"{path.name}\0{st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {st.st_ino}\n".encode(
+            "utf-8", "surrogateescape"))
+    return size, mtime, ctime, int.from_bytes(h.digest()[:8], "little") >> 1
+
+
+def series_sha256(folder: Path) -> str:
+    """A DICOM series folder's digest: sha256 over every slice file's name and sha256, in name order."""
+    h = hashlib.sha256(b"DICOM series\0")
+    for path in series_files(Path(folder)):
+        h.update(f"{path.name}\0{file_sha256(path)}\n".encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
 def file_sha256(path: Path) -> str:
-    """sha256 of a source file; an unreadable file is a one-line DecodeError."""
+    """sha256 of a source file (a DICOM series folder: :func:`series_sha256`); an unreadable file is a one-line
+    DecodeError."""
+    if is_series(path):
+        return series_sha256(path)
     try:
         return sha256_file(path)
     except PermissionError as exc:
@@ -87,7 +126,7 @@ def source_digest(path: Path, cached: list[Any] | None, on_error: str, *,
         return [None, None, None, None, hashlib.sha256(f"unreadable: {exc}".encode()).hexdigest()], False, None
     if cached is not None and cached[:4] == key:
         return cached, True, None
-    if not keep or key[0] > KEEP_LIMIT:
+    if not keep or key[0] > KEEP_LIMIT or is_series(path):
         return [*key, file_sha256(path)], True, None
     try:
         with open(path, "rb", buffering=0) as fh:

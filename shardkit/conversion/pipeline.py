@@ -240,7 +240,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     decoder = LabelDecoder(found.label_kind, table, cfg.colour_tolerance, cfg.unknown_as, values)
     job = volume_job(found.layout, found.root, cfg.slicing, cfg.modalities, cfg.max_voxels,
                      tuple(range(table.num_classes)) + (() if table.ignore_index is None else (table.ignore_index,)),
-                     cfg.volume_flags())
+                     cfg.volume_flags(), cfg.resampling)
     if job is not None:
         check_volume_options(cfg)
     if cfg.group_by is not None:  # every key must name its group, before anything is written
@@ -250,6 +250,8 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
                 key_group(pattern, pairs.keys[i])
     summary = ConvertSummary(found, table, cfg.dry_run, choice.reason)
     if cfg.dry_run:  # the caller (the CLI) prints the report itself
+        if job is not None and job.resampling is not None:
+            log.info("volumes: %s", job.resampling.describe())
         return summary
     for line in found.report_lines():
         log.info("%s", line)

@@ -23,6 +23,7 @@ from ..errors import ConfigError, DecodeError, LabelError, LayoutError, Shardkit
 from ..support.limits import DEFAULT_MAX_VOXELS
 from ..volumes.files import read_header, read_voxels
 from ..volumes.patches import PatchedVolume, Patching, VolumePatch, cut_patches
+from ..volumes.resample import Resampling, resample_case
 from ..volumes.slices import CutVolume, SliceCounts, Slicing, VolumeSlice, cut
 from ..volumes.volume import VolumeHeader, label_ids
 from .fingerprint import source_digest
@@ -47,6 +48,8 @@ class ReadCase:
     label: np.ndarray | None
     image_header: VolumeHeader
     label_header: VolumeHeader | None
+    #: ``--spacing``: how the case was resampled and its grid before (the record's ``resampling``)
+    resampled: dict[str, Any] | None = None
 
 
 def _same_grid(first: VolumeHeader, other: VolumeHeader, what: str) -> None:
@@ -61,14 +64,16 @@ def _same_grid(first: VolumeHeader, other: VolumeHeader, what: str) -> None:
                           fix="resample the case's volumes onto one grid (or fix the headers) before converting")
 
 
-def read_case(case: Case, classes: dict[int, str] | None, max_voxels: int = DEFAULT_MAX_VOXELS) -> ReadCase:
-    """Every header of ``case`` checked (limits, one grid, one element type) before any voxel is decoded; then the
-    modalities and label decoded once each."""
+def read_case(case: Case, classes: dict[int, str] | None, max_voxels: int = DEFAULT_MAX_VOXELS,
+              resampling: Resampling | None = None) -> ReadCase:
+    """Every header of ``case`` checked (limits, one grid, one element type; with ``resampling`` the resampled grid
+    too) before any voxel is decoded; then the modalities and label decoded once each (and resampled)."""
     heads = [read_header(p, max_voxels, case.channels) for p in case.images]
     first = heads[0]
+    mixed = _dicom_int16_mix(heads)
     for head in heads[1:]:
         _same_grid(first, head, "modality")
-        if head.dtype != first.dtype:
+        if head.dtype != first.dtype and not mixed:
             raise DecodeError(f"holds {head.dtype} voxels, {first.path.name} {first.dtype}: bands of one sample "
                               "share one type", path=head.path,
                               fix="store the case's modalities in one type (e.g. all float32)")
@@ -76,19 +81,35 @@ def read_case(case: Case, classes: dict[int, str] | None, max_voxels: int = DEFA
     if case.label is not None:
         label_head = read_header(case.label, max_voxels)
         _same_grid(first, label_head, "label volume")
+    new_first = new_label = None
+    if resampling is not None:  # the resampled grid checked from the headers, before decoding
+        new_first = resampling.header(first, max_voxels, "float32")
+        if label_head is not None:
+            new_label = resampling.header(label_head, max_voxels)
     if case.channels > 1:  # MSD: (X, Y, Z, M) in one file → (M, X, Y, Z), a view
         images = np.moveaxis(read_voxels(first), 3, 0)
     elif len(heads) == 1:  # no stacking: the decoded array itself (one copy of the volume in memory, not two)
         images = read_voxels(first)[None]
     else:
-        images = np.empty((len(heads), *first.shape), dtype=np.dtype(first.dtype))
+        images = np.empty((len(heads), *first.shape), dtype=np.dtype("int32" if mixed else first.dtype))
         for band, head in enumerate(heads):
             images[band] = read_voxels(head)
     label = None
     if label_head is not None:
         label = label_ids(read_voxels(label_head), label_head.path)
         check_classes(label, classes, label_head.path)
-    return ReadCase(case, images, label, first, label_head)
+    if resampling is None or new_first is None:
+        return ReadCase(case, images, label, first, label_head)
+    images, label = resample_case(images, label, first, resampling)
+    before = {"shape": list(first.shape), "spacing": list(first.spacing), "affine": [list(r) for r in first.affine]}
+    return ReadCase(case, images, label, new_first, new_label, {**resampling.to_json(), "from": before})
+
+
+def _dicom_int16_mix(heads: list[VolumeHeader]) -> bool:
+    """Whether a case's modalities are int16 volumes and DICOM series typed int32 from their headers: stacked as
+    int32 (nothing wraps), stored as int16 once every voxel is checked to fit (:func:`_fitted`)."""
+    return {h.dtype for h in heads} == {"int16", "int32"} and all(
+        h.version == "dicom" for h in heads if h.dtype == "int32")
 
 
 def check_classes(ids: np.ndarray, classes: dict[int, str] | None, path: Path) -> None:
@@ -139,7 +160,8 @@ def _volume_record(root: Path, read: ReadCase) -> dict[str, Any]:
     return {"group": case.key, "images": [p.relative_to(root).as_posix() for p in case.images],
             "label": None if case.label is None else case.label.relative_to(root).as_posix(),
             "image": read.image_header.to_json(),
-            "label_volume": None if read.label_header is None else read.label_header.to_json()}
+            "label_volume": None if read.label_header is None else read.label_header.to_json(),
+            **({"resampling": read.resampled} if read.resampled is not None else {})}
 
 
 def cut_split(layout: VolumeLayout, split: str, slicing: Slicing | Patching, run: VolumeRun,
@@ -193,6 +215,8 @@ class VolumeJob:
     max_voxels: int
     #: class ids a label voxel may hold (the run's class table: 0..C-1, and its ignore id)
     classes: tuple[int, ...]
+    #: ``--spacing``: every case resampled once (:mod:`shardkit.volumes.resample`)
+    resampling: Resampling | None = None
 
     def case(self, pair: Any) -> Case:
         """The case of one discovered pair: its modality files in band order, found beside its first one."""
@@ -202,11 +226,13 @@ class VolumeJob:
 
     def to_json(self) -> dict[str, Any]:
         """What the run's settings (and so its shard keys) and manifest record of it."""
-        return {**self.slicing.to_json(), "modalities": list(self.modalities), "max_voxels": self.max_voxels}
+        return {**self.slicing.to_json(), "modalities": list(self.modalities), "max_voxels": self.max_voxels,
+                **({"resampling": self.resampling.to_json()} if self.resampling is not None else {})}
 
 
 def volume_job(layout: str, root: Path, slicing: Slicing, modalities: str | None, max_voxels: int,
-               classes: tuple[int, ...], asked: tuple[str, ...] = ()) -> VolumeJob | None:
+               classes: tuple[int, ...], asked: tuple[str, ...] = (),
+               resampling: Resampling | None = None) -> VolumeJob | None:
     """The job of a run whose discovery found a volume tree; None for any other layout, where a volume option
     given (``asked``: their flags; ``--modalities``) is refused rather than ignored. ``modalities``: the
     ``--modalities`` order (per-case folders only)."""
@@ -220,7 +246,7 @@ def volume_job(layout: str, root: Path, slicing: Slicing, modalities: str | None
     found = detect(root, order)
     if found is None:  # discovery just found it
         raise LayoutError("is no longer a volume tree", path=root, fix="re-run when the input is stable")
-    return VolumeJob(found.kind, found.modalities, slicing, max_voxels, classes)
+    return VolumeJob(found.kind, found.modalities, slicing, max_voxels, classes, resampling)
 
 
 def check_options(cfg: Any) -> None:
@@ -242,10 +268,10 @@ def volume_image_layout(found: Any, job: VolumeJob) -> tuple[str, int, str]:
     first = next(pairs[0] for pairs in found.splits.values() if len(pairs))
     case = job.case(first)
     head = read_header(case.images[0], job.max_voxels, case.channels)
-    if head.dtype not in _STORED:
-        raise DecodeError(f"holds {head.dtype} voxels; slices are stored as {', '.join(_STORED)}",
-                          path=head.path, fix="re-save the volumes as int16 or float32 (nothing is converted "
-                                              "silently)")
+    dtype = _stored_name(head)
+    if job.resampling is not None:
+        head, dtype = job.resampling.header(head, job.max_voxels, "float32"), "float32"
+        log.info("volumes: %s", job.resampling.describe(), extra={"event": "resampling", **job.resampling.to_json()})
     bands = len(job.modalities) * (2 * job.slicing.context + 1)
     rule = "the axis asked for" if job.slicing.axis is not None else "each case's axis of largest spacing"
     log.info("volumes: slices along %s (first case %s: %s); context %d slices each side, edge slices repeated; "
@@ -253,10 +279,43 @@ def volume_image_layout(found: Any, job: VolumeJob) -> tuple[str, int, str]:
              "dropped" if job.slicing.empty == "drop" else "kept",
              extra={"event": "volumes", "axis": job.slicing.to_json()["axis"], "context": job.slicing.context,
                     "empty": job.slicing.empty})
-    log.info("volumes: %s, %d band%s (%s x %d slices), orientation as stored", head.dtype, bands,
+    if dtype == "int16" and head.dtype == "int32":
+        log.info("volumes: %s is a DICOM series whose headers allow int32 values (16 bits stored, then rescaled): "
+                 "stored as int16, every voxel checked to fit (a case whose values do not is refused)", head.path)
+    log.info("volumes: %s, %d band%s (%s x %d slices), orientation as stored", dtype, bands,
              "s" * (bands != 1), "/".join(job.modalities), 2 * job.slicing.context + 1,
-             extra={"event": "images", "dtype": head.dtype, "bands": bands, "channels": "bands"})
-    return _STORED[head.dtype], bands, "bands"
+             extra={"event": "images", "dtype": dtype, "bands": bands, "channels": "bands"})
+    return _STORED[dtype], bands, "bands"
+
+
+def _stored_name(head: VolumeHeader) -> str:
+    """The element type a case's slices are stored in: the volume's own; a DICOM series typed int32 from its
+    headers (16 bits stored plus an intercept: the range the headers allow overflows int16, the values of a real
+    CT in HU seldom do) int16, each voxel then checked (:func:`_fitted`)."""
+    if head.version == "dicom" and head.dtype == "int32":
+        return "int16"
+    if head.dtype not in _STORED:
+        raise DecodeError(f"holds {head.dtype} voxels; slices are stored as {', '.join(_STORED)}",
+                          path=head.path, fix="re-save the volumes as int16 or float32 (nothing is converted "
+                                              "silently)")
+    return head.dtype
+
+
+def _fitted(images: np.ndarray, want: str, path: Path) -> np.ndarray:
+    """``images`` as the stored type ``want`` when that is a DICOM series' int32 narrowed to int16
+    (:func:`_stored_name`) and every voxel fits; a DecodeError naming the first value that does not and how many
+    voxels lie outside; any other pair of types as it is (the caller refuses a mismatch)."""
+    if images.dtype != np.int32 or want != "int16":
+        return images
+    info = np.iinfo(np.int16)
+    low, high = int(images.min()), int(images.max())
+    if low < info.min or high > info.max:
+        outside = int(np.count_nonzero((images < info.min) | (images > info.max)))
+        raise DecodeError(f"holds the value {low if low < info.min else high} ({outside} voxels outside int16 in "
+                          "all): this split stores int16", path=path,
+                          fix="convert the series to NIfTI (e.g. dcm2niix) saved as float32 and convert that "
+                              "(nothing is wrapped or cast silently)")
+    return images.astype(np.int16)
 
 
 def slice_counts(pairs: Any, job: VolumeJob) -> list[tuple[int, tuple[int, int]]]:
@@ -266,6 +325,8 @@ def slice_counts(pairs: Any, job: VolumeJob) -> list[tuple[int, tuple[int, int]]
     for pair in pairs:
         try:
             head = read_header(pair.image, job.max_voxels, len(job.modalities) if job.kind == "msd" else 1)
+            if job.resampling is not None:
+                head = job.resampling.header(head, job.max_voxels)
         except ShardkitError:
             counts.append((1, (1, 1)))
             continue
@@ -314,8 +375,9 @@ def cut_case(pair: Any, job: VolumeJob, run: VolumeRun, root: Path, checked: Cal
     unchanged-input check). ``stored``: the split's (element type, bands), set by its first case: a case of
     another type is refused, never cast."""
     case = job.case(pair)
-    read = read_case(case, dict.fromkeys(job.classes, ""), job.max_voxels)
+    read = read_case(case, dict.fromkeys(job.classes, ""), job.max_voxels, job.resampling)
     if stored is not None:
+        read.images = _fitted(read.images, stored[0], case.images[0])
         have = (read.images.dtype.name, read.images.shape[0] * (2 * job.slicing.context + 1))
         if have != stored:
             raise DecodeError(f"case {case.key!r} gives {have[0]} slices of {have[1]} bands; this split stores "

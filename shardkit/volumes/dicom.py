@@ -71,8 +71,9 @@ class _Slice:
     intercept: float | None
 
 
-def _files(folder: Path) -> list[Path]:
-    """The folder's slice files: regular, non-hidden, not ``DICOMDIR``, at most :data:`MAX_FILES`."""
+def series_files(folder: Path) -> list[Path]:
+    """The folder's slice files, sorted by name (what the reader reads and a run fingerprints): regular,
+    non-hidden, not ``DICOMDIR``, at most :data:`MAX_FILES`."""
     if not folder.is_dir():
         raise DecodeError("is not a folder", path=folder, fix="point at the folder holding the series' slices")
     out = []
@@ -135,7 +136,7 @@ def _rescale(ds: Any, path: Path) -> tuple[float | None, float | None]:
 
 def _series(folder: Path, max_voxels: int) -> tuple[VolumeHeader, list[_Slice], np.dtype[Any]]:
     """The checked header pass: the volume's header, its slices in order and the stored pixel type."""
-    files = _files(folder)
+    files = series_files(folder)
     first: dict[str, Any] = {}
     slices: list[_Slice] = []
     normal = np.zeros(3)
@@ -266,7 +267,7 @@ def is_series(path: Path) -> bool:
 def read_header(folder: Path, max_voxels: int = DEFAULT_MAX_VOXELS) -> VolumeHeader:
     """The checked header of the DICOM series in ``folder``: only the slices' headers are read."""
     head, _, _ = _series(Path(folder), max_voxels)
-    log.info("%s: DICOM series of %d slices, %s voxels", folder, head.shape[2], head.dtype)
+    log.debug("%s: DICOM series of %d slices, %s voxels", folder, head.shape[2], head.dtype)
     return head
 
 

@@ -157,6 +157,29 @@ def _geometry(header: dict[str, Any], ndim: int, path: Path) -> tuple[np.ndarray
     return affine, spacing
 
 
+def regridded_header(head: VolumeHeader, shape: tuple[int, int, int], scale: np.ndarray, dtype: str) -> str:
+    """The NRRD header text (base64) of ``head`` on a resampled grid (:mod:`~shardkit.volumes.resample`):
+    ``sizes`` the new shape, each axis's ``space directions`` (or ``spacings``) times ``scale`` (new / old spacing),
+    ``type`` ``dtype``, the origin and every other field kept (pynrrd formats it, without its dated comment lines,
+    so one resampling gives one header)."""
+    import io
+
+    nrrd = _pynrrd()
+    from nrrd.writer import _TYPEMAP_NUMPY2NRRD, _write_header
+
+    header = nrrd.read_header(base64.b64decode(head.header).decode("ascii").splitlines())
+    header["sizes"] = np.array(shape)
+    if header.get("space directions") is not None:
+        header["space directions"] = np.asarray(header["space directions"], np.float64) * np.asarray(scale)[:, None]
+    elif header.get("spacings") is not None:
+        header["spacings"] = np.asarray(header["spacings"], np.float64) * np.asarray(scale)
+    header["type"] = _TYPEMAP_NUMPY2NRRD[np.dtype(dtype).str[1:]]
+    out = io.BytesIO()
+    _write_header(out, header)
+    text = "".join(line + "\n" for line in out.getvalue().decode("ascii").splitlines() if not line.startswith("#"))
+    return base64.b64encode(text.encode("ascii")).decode("ascii")
+
+
 def read_voxels(head: VolumeHeader) -> np.ndarray:
     """The volume's voxels, exactly the bytes its checked header declares and no more (a longer gzip stream is not
     read past them), native byte order, shape ``head.shape`` (NRRD's first axis fastest, as nibabel's)."""

@@ -170,7 +170,7 @@ def test_the_shards_are_the_same_bytes_for_any_worker_count(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("args", [["--slices", "k"], ["--context", "1"], ["--empty-slices", "drop"],
-                                  ["--modalities", "t1,t2"]])
+                                  ["--modalities", "t1,t2"], ["--spacing", "1,1,1"]])
 def test_volume_options_on_an_image_dataset_are_refused_not_ignored(tmp_path: Path, args: list[str]) -> None:
     isbi = Path(__file__).resolve().parents[1] / "data" / "isbi-em"
     root = tmp_path / "em"

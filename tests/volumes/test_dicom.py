@@ -22,7 +22,7 @@ TESTS = Path(get_testdata_file("CT_small.dcm")).parent  # shipped inside the pyd
 TREE = TESTS / "dicomdirtests"
 
 
-def _independent(folder: Path) -> tuple[np.ndarray, np.ndarray]:
+def pydicom_reading(folder: Path) -> tuple[np.ndarray, np.ndarray]:
     """The volume and RAS affine as a plain pydicom reading gives them (slices sorted by z, all axial)."""
     dss = sorted((pydicom.dcmread(p) for p in folder.iterdir()), key=lambda d: float(d.ImagePositionPatient[2]))
     vol = np.stack([apply_modality_lut(d.pixel_array, d).T for d in dss], axis=-1)
@@ -40,7 +40,7 @@ def _independent(folder: Path) -> tuple[np.ndarray, np.ndarray]:
 def test_real_ct_series_reads_as_pydicom_does_sorted_along_the_normal() -> None:
     folder = TREE / "98892001" / "CT5N"  # 5 real axial CT slices, files in descending z order
     head = read_header(folder)
-    want, affine = _independent(folder)
+    want, affine = pydicom_reading(folder)
     assert head.shape == (16, 16, 5) and head.version == "dicom"
     assert head.spacing == pytest.approx((0.488281, 0.488281, 2.5))
     np.testing.assert_allclose(head.affine_array(), affine, atol=1e-6)
@@ -69,7 +69,7 @@ def test_built_series_with_12_bit_ct_is_int16_hu_in_position_order(tmp_path: Pat
     head = read_header(folder)
     data = read_voxels(head)
     assert data.dtype == np.int16 and head.spacing[2] == pytest.approx(2.5)
-    want, affine = _independent(folder)
+    want, affine = pydicom_reading(folder)
     np.testing.assert_array_equal(data, want)
     np.testing.assert_allclose(head.affine_array(), affine, atol=1e-6)
 
@@ -77,7 +77,7 @@ def test_built_series_with_12_bit_ct_is_int16_hu_in_position_order(tmp_path: Pat
 def test_non_integral_slope_gives_float32(tmp_path: Path) -> None:
     folder = _series_from_ct_small(tmp_path, [0.0, 1.5, 3.0], slope=0.25)
     data = read_voxels(read_header(folder))
-    want, _ = _independent(folder)
+    want, _ = pydicom_reading(folder)
     assert data.dtype == np.float32
     np.testing.assert_array_equal(data, want.astype(np.float32))
 

@@ -7,6 +7,7 @@ Two trees are detected (:func:`detect`), their volumes NIfTI (``.nii``, ``.nii.g
   and optionally ``imagesTs/`` (split ``test``, no labels). The class table is ``dataset.json``'s ``labels``
   (nnU-Net v2 ``{"name": id}`` or MSD ``{"id": "name"}``).
 - **per-case folders** (``case-folders``, BraTS): ``<case>/<case>_<modality>.nii.gz`` and ``<case>/<case>_seg.nii.gz``;
+  a modality may also be a DICOM series folder ``<case>/<case>_<modality>/`` (the label is a NIfTI or NRRD file);
   modalities in ``modalities`` order when given, else sorted by name (stated in the log); every case must have
   the same set. No class table in the tree: the label values found are the classes.
 
@@ -78,6 +79,11 @@ def _volume_files(folder: Path) -> list[Path]:
     if not folder.is_dir():
         return []
     return sorted(p for p in folder.iterdir() if is_volume(p.name) and not p.name.startswith(".") and p.is_file())
+
+
+def _series_folders(folder: Path) -> list[Path]:
+    """The subfolders of a case folder, each read as a DICOM series (hidden ones and links left out)."""
+    return sorted(p for p in folder.iterdir() if not p.name.startswith(".") and p.is_dir() and not p.is_symlink())
 
 
 def volume_folders(root: Path, depth: int = 2, cap: int = 64) -> list[str]:
@@ -223,6 +229,16 @@ def _case_folders(root: Path, folders: list[Path], modalities: Sequence[str] | N
         files = {volume_stem(p.name): p for p in _volume_files(folder)}
         prefix = folder.name + "_"
         label = files.pop(folder.name + SEG_SUFFIX, None)
+        for series in _series_folders(folder):  # a modality as a DICOM series folder
+            if series.name == folder.name + SEG_SUFFIX:
+                raise LayoutError(f"case folder {folder.name!r} holds its label as a folder {series.name}/: label "
+                                  "volumes are read from NIfTI or NRRD files", path=series,
+                                  fix=f"save the label volume as {series.name}.nii.gz on the modalities' grid")
+            if series.name in files:
+                raise LayoutError(f"case folder {folder.name!r} holds both {files[series.name].name} and a "
+                                  f"folder {series.name}/ for one modality", path=folder,
+                                  fix="keep one of them")
+            files[series.name] = series
         mods = {name[len(prefix):]: p for name, p in files.items() if name.startswith(prefix)}
         if len(mods) != len(files) or not mods:
             odd = sorted(set(files) - {prefix + m for m in mods}) or ["(no modality file)"]
@@ -278,12 +294,16 @@ def dataset_table(root: Path) -> TableChoice | None:
 
 def case_images(kind: str, key: str, first: Path, modalities: tuple[str, ...]) -> tuple[Path, ...]:
     """A case's modality files in band order, found beside ``first`` (its first file) by the tree's naming:
-    ``<case>_<CCCC>.<ext>`` (nnU-Net) or ``<case>_<modality>.<ext>`` (per-case folders), any volume suffix."""
+    ``<case>_<CCCC>.<ext>`` (nnU-Net) or ``<case>_<modality>.<ext>`` (per-case folders), any volume suffix, or (per-case
+    folders) a DICOM series folder ``<case>_<modality>/``."""
     names = [f"{key}_{c:04d}" for c in range(len(modalities))] if kind == "nnunet" else [
         f"{key}_{m}" for m in modalities]
     out = []
     for name in names:
         found = [first.parent / f"{name}{s}" for s in VOLUME_SUFFIXES if (first.parent / f"{name}{s}").is_file()]
+        series = first.parent / name  # per-case folders: a DICOM series folder
+        if kind == "case-folders" and series.is_dir() and not series.is_symlink():
+            found.append(series)
         if len(found) != 1:
             raise LayoutError(f"case {key!r} has {len(found)} files named {name}.<volume suffix>, not one",
                               path=first.parent, fix="give every case exactly one file per modality")
