@@ -605,11 +605,8 @@ class Dataset:
             repeats = self.repeat_factors(p.sampling)
             shuffle_mode = "global"
         mode = shuffle_mode if shuffle_mode != "auto" else "global" if self.random_access else "buffer"
-        sampler = _sampling.EpochBatchSampler(self.shard_sizes, p.batch_size, shuffle=p.shuffle, seed=p.seed,
-                                             epoch=p.epoch, drop_last=p.drop_last, rank=p.rank,
-                                             world_size=p.world_size, mode=mode, buffer_size=p.buffer_size,
-                                             repeats=repeats)
-        sampler.progress = Progress.of(sampler, self.manifest, augment, p.sampling)
+        sampler = _sampling.EpochBatchSampler(self.shard_sizes, p.replace(shuffle_mode=mode), repeats=repeats)
+        sampler.progress = Progress.of(sampler, self.manifest, augment)
         return sampler
 
     def iter_batches(self, plan: EpochPlan | int, *, buffers: int = 2, with_indices: bool = False,

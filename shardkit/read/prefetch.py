@@ -104,7 +104,7 @@ class CudaPrefetcher:
         self.augment = augment
         sampler = getattr(loader, "sampler", None)
         self.plan = plan
-        self.seed = int(plan.seed if plan is not None else getattr(sampler, "seed", 0))
+        self.seed = int(plan.seed if plan is not None else getattr(getattr(sampler, "plan", None), "seed", 0))
         if ignore_index is None:
             ignore_index = core.ignore_index if core is not None else None
         self.ignore_index = 255 if ignore_index is None else int(ignore_index)
