@@ -628,19 +628,18 @@ def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any
 
     m = load_split_manifest(split_dir, options)
     nbytes = sum(f.bytes for s in m.shards for f in s.all_files)
-    spec = m.sample
-    height, width = spec.size or (None, None)
-    bands = spec.image_channels
+    shape = m.sample["image"]["shape"]
     codecs = m.format_options.get("codecs") if m.format_version >= 2 else None
     coded = f" (images {_codec_name(codecs['image'])}, labels {_codec_name(codecs['label'])})" if codecs else ""
     click.echo(f"{split_dir}: split {m.split}, format {m.format} v{m.format_version}{coded}, {m.num_samples} samples, "
                f"{len(m.shards)} shards, {nbytes / 1e6:.1f} MB")
     from .images.imagetypes import NAME_OF
 
-    kind = "" if spec.channel_kind == "RGB" else f" ({bands} band{'s' * (bands != 1)})"
-    label_dtype = spec.stored_label_dtype.str
-    click.echo(f"image {height or 'var'}x{width or 'var'}x{bands} {NAME_OF.get(spec.image_dtype, '?')}"
-               f"{kind}; label {spec.label_encoding} {NAME_OF.get(label_dtype, label_dtype)}")
+    image = m.sample["image"]
+    kind = "" if image.get("channels", "RGB") == "RGB" else f" ({shape[2]} band{'s' * (shape[2] != 1)})"
+    click.echo(f"image {shape[0] or 'var'}x{shape[1] or 'var'}x{shape[2]} {NAME_OF.get(image.get('dtype'), '?')}"
+               f"{kind}; label {m.sample['label']['encoding']} "
+               f"{NAME_OF.get(m.sample['label'].get('dtype'), m.sample['label'].get('dtype'))}")
     stats = m.stats
     if "image_min" in stats.extra:  # version 4: each band's range, mean and std of the stored values
         nonfinite = stats.extra.get("image_nonfinite") or [0] * len(stats.extra["image_min"])
