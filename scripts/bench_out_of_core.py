@@ -199,7 +199,7 @@ def child(kind: str, path: str, batch_size: int, seed: int, warm: bool, source: 
         files = shard_files(ds, Path(path))
     else:
         order = np.random.default_rng(seed).permutation(n)
-        root = Path(source) if source else Path(ds.manifest.source["root"])
+        root = Path(source) if source else Path(ds.manifest.source.root or ".")
         run = naive_pass(ds, n, False, root, order=order)
         files = [root / r[k] for r in ds.manifest.samples for k in ("key", "label")]
     if warm:  # into the page cache (no limit in this process)

@@ -164,14 +164,14 @@ def naive_pass(ds: Any, limit: int, onehot: bool, source: Path | None = None,
 
     from .labels import ClassTable
 
-    root = Path(source) if source is not None else Path(ds.manifest.source["root"])
+    root = Path(source) if source is not None else Path(ds.manifest.source.root or ".")
     first = ds.manifest.samples[0] if ds.manifest.samples else None
     if first is not None and not (root / first["key"]).is_file():
         raise InputNotFoundError(f"source image {first['key']} of the naive pipeline is not in {root}",
                                  path=root, fix="pass the raw dataset folder with --against RAW_DIR, or --no-against")
     table = ClassTable.from_json(ds.manifest.classes)
     colours = [c.colour for c in table.classes]
-    colour_labels = ds.manifest.source.get("label_kind") == "colour"
+    colour_labels = ds.manifest.source.label_kind == "colour"
     size = ds.spec.size
     recs = ds.manifest.samples
     picks = np.resize(order if order is not None else np.arange(len(recs)), max(limit, 1))
@@ -248,7 +248,7 @@ def cold_measurements(ds: Any, path: Path, *, against: bool, source: Path | None
                       repeats: int, seed: int) -> list[Measurement]:
     """The cold-cache rows: each pass evicts what it reads, then runs in a fresh (spawned) process."""
     shards = shard_files(ds, path)
-    root = Path(source) if source is not None else Path(ds.manifest.source["root"])
+    root = Path(source) if source is not None else Path(ds.manifest.source.root or ".")
     source_files = [root / r[k] for r in ds.manifest.samples for k in ("key", "label")]
     limit = len(ds)  # each sample at most once: a second read would come from the cache the first one filled
     sample_bytes = ds.spec.sample_nbytes(ds.require_fixed_size())

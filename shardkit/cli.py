@@ -613,12 +613,12 @@ def _ignore_line(m: Any) -> str:
     """``ignore index 11 (Unlabelled): 3.21 % of label pixels`` — what a loss must be told to ignore."""
     from .store.stats import ignore_share
 
-    ignore = m.classes.get("ignore_index")
+    ignore = m.classes.ignore_index
     if ignore is None:
         return "ignore index: none (every label pixel is a class)"
-    num = int(m.classes.get("num_classes", len(m.classes["classes"])))
-    name = next((f" ({c['name']})" for c in m.classes["classes"] if c["id"] == ignore), " (no class)")
-    share = ignore_share(m.stats, ignore, num)
+    num = m.classes.num_classes
+    name = next((f" ({c.name})" for c in m.classes.classes if c.id == ignore), " (no class)")
+    share = ignore_share(m, ignore, num)
     where = f": {100 * share:.2f} % of label pixels" if share is not None else ""
     return f"ignore index {ignore}{name}{where}"
 
@@ -640,20 +640,21 @@ def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any
     click.echo(f"image {shape[0] or 'var'}x{shape[1] or 'var'}x{shape[2]} {NAME_OF.get(image.get('dtype'), '?')}"
                f"{kind}; label {m.sample['label']['encoding']} "
                f"{NAME_OF.get(m.sample['label'].get('dtype'), m.sample['label'].get('dtype'))}")
-    if "image_min" in m.stats:  # version 4: each band's range, mean and std of the stored values
-        nonfinite = m.stats.get("image_nonfinite") or [0] * len(m.stats["image_min"])
-        for b, (lo, hi, mu, sd, bad) in enumerate(zip(m.stats["image_min"], m.stats["image_max"],
-                                                      m.stats["image_mean"], m.stats["image_std"], nonfinite,
+    stats = m.stats
+    if "image_min" in stats.extra:  # version 4: each band's range, mean and std of the stored values
+        nonfinite = stats.extra.get("image_nonfinite") or [0] * len(stats.extra["image_min"])
+        for b, (lo, hi, mu, sd, bad) in enumerate(zip(stats.extra["image_min"], stats.extra["image_max"],
+                                                      stats.image_mean or (), stats.image_std or (), nonfinite,
                                                       strict=False), start=1):
             extra = f" ({bad} NaN/inf left out)" if bad else ""
             click.echo(f"  band {b:>2}: {lo:g}..{hi:g}, mean {mu:g}, std {sd:g}{extra}" if lo is not None
                        else f"  band {b:>2}: no values{extra}")
-    share = m.stats.get("class_share", [])
-    source = m.classes.get("source") or "an unrecorded source"
-    click.echo(f"class table: {len(m.classes['classes'])} classes from {source}")
-    for c in m.classes["classes"]:
-        s = share[c["id"]] if c["id"] < len(share) else 0.0
-        click.echo(f"  {c['id']:>3} {c['name']:<20} {100 * s:6.2f} %")
+    share = stats.class_share or ()
+    source = m.classes.source or "an unrecorded source"
+    click.echo(f"class table: {m.classes.num_classes} classes from {source}")
+    for c in m.classes.classes:
+        s = share[c.id] if c.id < len(share) else 0.0
+        click.echo(f"  {c.id:>3} {c.name:<20} {100 * s:6.2f} %")
     click.echo(_ignore_line(m))
     from .labels.raster import report_lines
 

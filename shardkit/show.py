@@ -391,13 +391,13 @@ def class_share_basis(manifest: Any) -> str:
     from .store.stats import ignore_share
 
     classes = manifest.classes
-    ignore, num = classes.get("ignore_index"), int(classes.get("num_classes", len(classes["classes"])))
+    ignore, num = classes.ignore_index, classes.num_classes
     if ignore is None:
         return "class share of label pixels"
     if ignore < num:
-        name = next((str(c["name"]) for c in classes["classes"] if c["id"] == ignore), str(ignore))
+        name = next((c.name for c in classes.classes if c.id == ignore), str(ignore))
         return f"class share of label pixels, ignore class {ignore} ({name}) included"
-    share = ignore_share(manifest.stats, ignore, num)
+    share = ignore_share(manifest, ignore, num)
     counted = f", {100 * share:.2f} % of pixels" if share is not None else ""
     return f"class share of label pixels with a class id (ignore index {ignore}{counted}, not counted)"
 
@@ -407,9 +407,9 @@ def plot_classes(split_dir: str | Path, output: str | Path) -> Path:
     from .store.manifest import load_manifest
 
     m = load_manifest(Path(split_dir))
-    classes = sorted(m.classes["classes"], key=lambda c: c["id"])
-    names = [str(c["name"]) for c in classes]
-    colours = [c.get("colour") for c in classes]
-    shares = m.stats.get("class_share", [])
+    classes = m.classes.classes  # in id order (ClassTable checks it)
+    names = [c.name for c in classes]
+    colours = [None if c.colour is None else list(c.colour) for c in classes]
+    shares = list(m.stats.class_share or ())
     title = f"{m.split}: {class_share_basis(m)} ({m.num_samples} samples)"
     return write_png(output, render_class_chart(names, shares, colours, title=title))

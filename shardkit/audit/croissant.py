@@ -153,8 +153,8 @@ def metadata(manifests: Sequence[tuple[Manifest, Path]], base: Path, name: str, 
                          "encodingFormat": "text/csv",
                          "description": "one row per sample: its key, split, index in the split, and the shard "
                                         "file and row holding its image and its label"})
-    classes = sorted(first.classes["classes"], key=lambda c: c["id"])
-    ignore = first.classes.get("ignore_index")
+    classes = first.classes.classes  # in id order (ClassTable checks it)
+    ignore = first.classes.ignore_index
 
     def field(record: str, key: str, kind: str, description: str, column: str | None = None,
               references: str | None = None) -> dict[str, Any]:
@@ -168,14 +168,14 @@ def metadata(manifests: Sequence[tuple[Manifest, Path]], base: Path, name: str, 
 
     record_sets = [
         {"@type": "cr:RecordSet", "@id": "classes", "name": "classes", "key": {"@id": "classes/id"},
-         "description": f"the class table ({first.classes.get('source') or 'unrecorded source'}); label pixels "
+         "description": f"the class table ({first.classes.source or 'unrecorded source'}); label pixels "
                         "hold these ids" + (f"; id {ignore} is the ignore index" if ignore is not None else ""),
          "field": [field("classes", "id", "sc:Integer", "the class id stored in the label pixels"),
                    field("classes", "name", "sc:Text", "the class name"),
                    field("classes", "colour", "sc:Text", "the class colour as #rrggbb (empty where the source "
                                                          "gave none)")],
-         "data": [{"classes/id": int(c["id"]), "classes/name": str(c["name"]),
-                   "classes/colour": "#" + "".join(f"{int(v):02x}" for v in c["colour"]) if c.get("colour") else ""}
+         "data": [{"classes/id": c.id, "classes/name": c.name,
+                   "classes/colour": "#" + "".join(f"{v:02x}" for v in c.colour) if c.colour else ""}
                   for c in classes]},
         {"@type": "cr:RecordSet", "@id": "splits", "name": "splits", "dataType": "cr:Split",
          "key": {"@id": "splits/name"}, "description": "the splits of the dataset",

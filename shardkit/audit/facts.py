@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import cv2
 import numpy as np
@@ -102,8 +102,8 @@ class AuditFacts:
 
 def _class_facts(ds: Dataset, presence: np.ndarray | None) -> list[ClassFacts]:
     stats = ds.manifest.stats
-    pixels = list(stats.get("class_pixels", []))
-    shares = list(stats.get("class_share", []))
+    pixels = list(stats.class_pixels or ())
+    shares = list(stats.class_share or ())
     images = presence.sum(axis=0).tolist() if presence is not None else None
     out = []
     for c, (name, colour) in enumerate(zip(ds.class_names, ds.class_colours, strict=True)):
@@ -117,7 +117,7 @@ def split_facts(ds: Dataset, presence: np.ndarray | None, keys: Sequence[str]) -
     """The facts of one split (``presence`` and ``keys``: its rows of the pooled table)."""
     m = ds.manifest
     classes = _class_facts(ds, presence)
-    ignore = m.classes.get("ignore_index")
+    ignore = m.classes.ignore_index
     counted = [c for c in classes if c.id != ignore]
     never = [c.id for c in counted if (c.images == 0 if c.images is not None else c.pixels == 0)]
     one_class = one_keys = None
@@ -126,20 +126,21 @@ def split_facts(ds: Dataset, presence: np.ndarray | None, keys: Sequence[str]) -
         one_class = len(single)
         one_keys = [(keys[int(i)], int(np.argmax(presence[i]))) for i in single[:LISTED]]
     per_source = Counter(keys)
-    tiled = m.preprocessing.get("tile") is not None
+    preprocessing = m.preprocessing.options
+    tiled = preprocessing.get("tile") is not None
     tiles = None
     if tiled and per_source:
         counts = np.fromiter(per_source.values(), np.int64)
         tiles = {"sources": len(counts), "min": int(counts.min()), "median": float(np.median(counts)),
-                 "max": int(counts.max()), "tile": "x".join(map(str, m.preprocessing.get("tile") or ()))}
-    options = {k: m.preprocessing[k] for k in LABEL_OPTIONS if m.preprocessing.get(k) not in (None, False)}
+                 "max": int(counts.max()), "tile": "x".join(map(str, preprocessing.get("tile") or ()))}
+    options = {k: preprocessing[k] for k in LABEL_OPTIONS if preprocessing.get(k) not in (None, False)}
     return SplitFacts(
         split=m.split, folder=Path(ds.path), samples=m.num_samples, shards=len(m.shards),
         bytes=sum(f.bytes for s in m.shards for f in s.all_files), format=m.format, classes=classes,
-        ignore_index=ignore, ignore_share=ignore_share(cast(dict[str, Any], m.stats), ignore, len(classes)),
+        ignore_index=ignore, ignore_share=ignore_share(m, ignore, len(classes)),
         never_present=never, one_class=one_class, one_class_keys=one_keys or [], sources=len(per_source),
         tiles=tiles, annotations=m.source.extra.get("annotations"), label_options=options,
-        class_source=str(m.classes.get("source") or "an unrecorded source"), skipped=len(m.skipped))
+        class_source=m.classes.source or "an unrecorded source", skipped=len(m.skipped))
 
 
 def gather(datasets: Sequence[Dataset], rule: GroupRule, near: int = DEFAULT_THRESHOLD) -> AuditFacts:

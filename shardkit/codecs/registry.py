@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import ConfigError
+from ..images.headers import JPEG_SOI, PNG_CHANNELS, jpeg_frame, png_header
 from ..support import jit
 from ..support.extras import install_hint
 
@@ -332,52 +333,21 @@ def lzf_decode_into(data: Any, dst: np.ndarray) -> None:
                              f"lzf block decodes to {got} bytes, expected {dst.size}")
 
 
-#: JPEG start-of-frame markers libjpeg takes the image size from (every SOFn but DHT, JPG and DAC).
-_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
-
-
 def _image_size(data: Any, depth_wanted: int = 8) -> tuple[str, int, int, int]:
     """(kind, height, width, components) from a PNG or JPEG header, without decoding pixels: the size the
-    decoder will decode, or ``("?", 0, 0, 0)`` when the header is not read exactly as the decoder reads it.
-    A PNG of another bit depth than ``depth_wanted`` has 0 components."""
-    head = bytes(data[:33])
-    if head.startswith(b"\x89PNG\r\n\x1a\n") and head[12:16] == b"IHDR":
-        w, h, depth, colour = struct.unpack(">IIBB", head[16:26])
-        return "png", h, w, {2: 3, 6: 4, 0: 1, 4: 2}.get(colour, 0) if depth == depth_wanted else 0
-    found = _jpeg_size(memoryview(data).cast("B")) if head.startswith(b"\xff\xd8") else None
-    return ("jpeg", *found) if found is not None else ("?", 0, 0, 0)
-
-
-def _jpeg_size(view: memoryview) -> tuple[int, int, int] | None:
-    """(height, width, components) of the first start-of-frame, found as libjpeg's marker reader
-    (``jdmarker.c``) finds it, or None. libjpeg swallows any number of ``FF`` fill bytes before a marker (the
-    ``FF FF C0`` trick once made a decoy SOF inside a segment look real here) and takes its size from the first
-    SOF before the first scan; where libjpeg would skip bytes that are not a marker, or stop with an error (a
-    second SOI, a scan or the end before any SOF), this refuses: the answer is libjpeg's or none."""
-    pos, n = 2, len(view)
-    while pos < n:
-        if view[pos] != 0xFF:
-            return None  # garbage between segments: libjpeg skips it with a warning; refused here
-        while pos < n and view[pos] == 0xFF:
-            pos += 1  # fill bytes
-        if pos >= n:
-            return None
-        marker = view[pos]
-        pos += 1
-        if marker == 0x01 or 0xD0 <= marker <= 0xD7:
-            continue  # TEM, RSTn: no length
-        if marker in (0x00, 0xD8, 0xD9, 0xDA) or pos + 2 > n:
-            return None  # a stuffed zero, a second SOI, the end or a scan before any frame
-        (length,) = struct.unpack(">H", view[pos : pos + 2])
-        if length < 2:
-            return None
-        if marker in _SOF:
-            if length < 8 or pos + 8 > n or view[pos + 2] != 8:
-                return None  # too short, or not 8-bit samples
-            h, w = struct.unpack(">HH", view[pos + 3 : pos + 7])
-            return h, w, view[pos + 7]
-        pos += length
-    return None
+    decoder will decode, or ``("?", 0, 0, 0)`` when the header is not read exactly as the decoder reads it
+    (:mod:`shardkit.images.headers`, JPEG strictly: shardkit wrote the sample). A PNG of another bit depth than
+    ``depth_wanted``, or a palette PNG, has 0 components."""
+    png = png_header(data)
+    if png is not None:
+        return "png", png.height, png.width, PNG_CHANNELS.get(png.colour, 0) if png.depth == depth_wanted else 0
+    if bytes(memoryview(data).cast("B")[:2]) != JPEG_SOI:
+        return "?", 0, 0, 0
+    try:
+        frame = jpeg_frame(data, strict=True)
+    except ValueError:
+        return "?", 0, 0, 0
+    return "jpeg", frame.height, frame.width, frame.components
 
 
 #: Channel orders between shardkit's RGB(A) and OpenCV's BGR(A), by channel count (gray needs none).

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -207,18 +207,28 @@ def convert(cfg: ConvertConfig, *, published: Callable[[ConvertSummary], None] |
         return _convert(session.cfg, session, published)
 
 
-def _convert(cfg: ConvertConfig, session: StorageSession,
-             published: Callable[[ConvertSummary], None] | None = None) -> ConvertSummary:
-    started = time.perf_counter()
+class _Labelled(NamedTuple):
+    """What a run's labels are: the pairs found, the class table chosen (and why) with palette labels' colours,
+    and for an annotation file its run and shapes and the images it embeds (image path → bytes: labelme)."""
+
+    found: Discovery
+    choice: TableChoice
+    table: ClassTable
+    run: Any
+    shapes: Shapes | None
+    embedded: dict[str, bytes]
+
+
+def _labels(cfg: ConvertConfig, session: StorageSession, scans: list[ScanCache]) -> _Labelled:
+    """Find the input's pairs and choose their class table (logged): mask images discovered and their table
+    chosen (the label scans made go to ``scans``), or an annotation file's shapes and its own table."""
     def find() -> Discovery:
         found = discover(cfg.input, layout=cfg.layout, label_suffix=cfg.label_suffix, splits=cfg.splits,
                          strict=cfg.strict, images=cfg.images, labels=cfg.labels, split_lists=dict(cfg.split_lists))
         return with_colour_table(found, cfg.class_dict or cfg.palette)
 
     looked = find_annotations(cfg, find, session.source)
-    values = cfg.value_map
-    scans: list[ScanCache] = []
-    annotated = not isinstance(looked, Discovery)
+    run = shapes = None
     embedded: dict[str, bytes] = {}  # image path → the bytes of an image the annotation file holds (labelme)
     if isinstance(looked, Discovery):  # mask images
         found = looked
@@ -230,24 +240,30 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     else:  # labels drawn from shapes: the table is the annotation file's
         found, choice, run, shapes = looked
         embedded = embedded_images(found, shapes)
-    choice = values.adapt(choice)  # the ignore id --reduce-zero-label adds is in the logged line too
+    choice = cfg.value_map.adapt(choice)  # the ignore id --reduce-zero-label adds is in the logged line too
     table = choice.table
     if found.label_kind in ("ids", "palette"):  # palette labels' own colours draw them in `show` (header only)
         first = next((p for pairs in found.splits.values() if len(pairs) and (p := pairs.path(0, 1))), None)
         table = with_palette_colours(table, label_palette(Path(first)) if first else None)
     log.info("%s", choice.line(), extra={"event": "class_table", "source": table.source, "reason": choice.reason,
                                          "num_classes": table.num_classes, "ignore_index": table.ignore_index})
+    return _Labelled(found, choice, table, run, shapes, embedded)
+
+
+def _convert(cfg: ConvertConfig, session: StorageSession,
+             published: Callable[[ConvertSummary], None] | None = None) -> ConvertSummary:
+    started = time.perf_counter()
+    values = cfg.value_map
+    scans: list[ScanCache] = []
+    found, choice, table, run, shapes, embedded = _labels(cfg, session, scans)
+    annotated = shapes is not None
     decoder = LabelDecoder(found.label_kind, table, cfg.colour_tolerance, cfg.unknown_as, values)
     job = volume_job(found.layout, found.root, cfg.slicing, cfg.modalities, cfg.max_voxels,
                      tuple(range(table.num_classes)) + (() if table.ignore_index is None else (table.ignore_index,)),
                      cfg.volume_flags(), cfg.resampling)
     if job is not None:
         check_volume_options(cfg)
-    if cfg.group_by is not None:  # every key must name its group, before anything is written
-        pattern = compile_group_pattern(cfg.group_by)
-        for pairs in found.splits.values():
-            for i in range(len(pairs)):
-                key_group(pattern, pairs.keys[i])
+    _check_groups(cfg, found)
     summary = ConvertSummary(found, table, cfg.dry_run, choice.reason)
     if cfg.dry_run:  # the caller (the CLI) prints the report itself
         if job is not None and job.resampling is not None:
@@ -273,116 +289,190 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
         cfg.output.mkdir(parents=True, exist_ok=True)
         for scan in scans:
             scan.save()
-    settings = {"format": cfg.format, "format_version": fmt.version_for(cfg.compression, cfg.codecs, spec),
-                "sample": spec.to_manifest(),
-                "classes": table.to_json(), "preprocessing": options, "on_error": cfg.on_error,
-                **annotation_settings(found),
-                **({"georeference": True} if georef else {}),
-                **({"volumes": job.to_json()} if job is not None else {})}
-    digest = hashlib.sha256(settings_text(settings).encode()).hexdigest()
+    settings = _settings(cfg, fmt, spec, table, options, found, georef, job)
     ctx = WorkerContext.from_config(cfg, spec=spec, decoder=decoder, root=found.root.resolve(),
                                     sync_files=cfg.backend == "dask", source=session.source,
                                     settings=settings_text(settings), image=cfg.image_options,
                                     georef=georef, annotations=run if annotated else None, volumes=job)
+    run_facts = _Run(cfg, session, found, table, spec, fmt, recorded, georef, job, shapes, settings, ctx)
+    return _write_and_publish(run_facts, embedded, summary, published, started)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What a run writes, fixed before its first shard: the input found, its class table, the sample spec and
+    format, the preprocessing the manifest records, the settings every shard key hashes, every worker's context."""
+
+    cfg: ConvertConfig
+    session: StorageSession
+    found: Discovery
+    table: ClassTable
+    spec: SampleSpec
+    fmt: Any
+    recorded: dict[str, Any]
+    georef: bool
+    job: VolumeJob | None
+    shapes: Shapes | None
+    settings: dict[str, Any]
+    ctx: WorkerContext
+
+
+def _check_groups(cfg: ConvertConfig, found: Discovery) -> None:
+    """With ``--group-by``, every key must name its group, before anything is written."""
+    if cfg.group_by is not None:
+        pattern = compile_group_pattern(cfg.group_by)
+        for pairs in found.splits.values():
+            for i in range(len(pairs)):
+                key_group(pattern, pairs.keys[i])
+
+
+def _settings(cfg: ConvertConfig, fmt: Any, spec: SampleSpec, table: ClassTable, options: dict[str, Any],
+              found: Discovery, georef: bool, job: VolumeJob | None) -> dict[str, Any]:
+    """What every shard's key hashes besides its inputs: the format and its version, the sample spec, the class
+    table, the preprocessing as given, the error policy, annotation, georeference and volume settings."""
+    return {"format": cfg.format, "format_version": fmt.version_for(cfg.compression, cfg.codecs, spec),
+            "sample": spec.to_manifest(),
+            "classes": table.to_json(), "preprocessing": options, "on_error": cfg.on_error,
+            **annotation_settings(found),
+            **({"georeference": True} if georef else {}),
+            **({"volumes": job.to_json()} if job is not None else {})}
+
+
+def _write_and_publish(run: _Run, embedded: dict[str, bytes], summary: ConvertSummary,
+           published: Callable[[ConvertSummary], None] | None, started: float) -> ConvertSummary:
+    """Plan the shards, write those not reused, rewrite those that hold duplicates to drop, publish every split
+    (under the output lock) and log the run's summary."""
+    cfg, session, found = run.cfg, run.session, run.found
     log.info("convert %s → %s as %s", session.input_name, session.output_name, cfg.format,
              extra={"event": "start", "input": session.input_name, "output": session.output_name,
                     "format": cfg.format, "workers": cfg.effective_workers(), "backend": cfg.backend})
-    header_size = size_with_embedded(session.header_size, embedded)
-    if cfg.tiling is not None:  # each source's tiles estimated from its header before anything is written
-        header_size = checked_tiling(cfg.tiling, (Path(p) for pairs in found.splits.values()
-                                                  for i in range(len(pairs)) if (p := pairs.path(i, 0))),
-                                     header_size, float(cfg.max_tile_ratio), spec.sample_nbytes(cfg.tiling.tile))
+    header_size = _header_size(cfg, found, session, embedded, run.spec)
+    digest = hashlib.sha256(settings_text(run.settings).encode()).hexdigest()
     with session.lock(), contextlib.ExitStack() as stack:
-        tasks, reused, caches = _plan(cfg, found, spec, settings, digest, session, header_size,
-                                      shapes if annotated else None, job)
-        if annotated:
-            tasks = attach(tasks, shapes)
+        tasks, reused, caches = _plan(cfg, found, run.spec, run.settings, digest, session, header_size, run.shapes,
+                                      run.job)
+        if run.shapes is not None:
+            tasks = attach(tasks, run.shapes)
         for cache in caches.values():
             stack.callback(cache.close)
-        starts = {(t.split, t.index): t.start for t in tasks}
         todo = [t for t in tasks if (t.split, t.index) not in reused]
         log.info("%d shards planned, %d reused, %d to write, %d workers", len(tasks), len(reused), len(todo),
                  min(cfg.effective_workers(), max(len(todo), 1)))
-
-        padded = 0
-        pixels: dict[tuple[str, int], bytes] = {}  # each new shard's pixel hashes, for the duplicate check
-
-        def publish_shard(result: ShardResult) -> None:
-            nonlocal padded
-            padded += result.padded
-            pixels[(result.split, result.index)] = result.pixels
-            result.pixels = b""
-            record = publish_files(result)
-            session.sink.shard_published(result.directory, record)
-            reused[(result.split, result.index)] = record
-            if result.sources is not None:  # cache entries of the files the worker hashed: moved to the cache
-                caches[result.split].put(starts[(result.split, result.index)], result.sources)
-                caches[result.split].changed = True
-                result.sources = None  # (run_tasks keeps every result until the end)
-            log.info("%s shard %s: %d samples", result.split, result.index, record.num_samples,
-                      extra={"event": "shard_done", "split": result.split, "shard": result.index,
-                             "samples": record.num_samples, "bytes": sum(f.bytes for f in record.files),
-                             "files": [f.name for f in record.files]})
-            for s in record.skipped:
-                log.warning("skipped %s: %s", s["key"], s["reason"],
-                            extra={"event": "skipped", "split": result.split, "key": s["key"], "reason": s["reason"]})
-
-        def write(shards: list[ShardTask], drop: Drops) -> None:
-            try:
-                run_tasks(shards, dataclasses.replace(ctx, drop=tuple((s, k, *v) for (s, k), v in drop.items())),
-                          workers=cfg.effective_workers(), quiet=cfg.quiet, on_result=publish_shard,
-                          isolate=fmt.writer.needs_subprocess, backend=cfg.backend, scheduler=cfg.scheduler)
-            except BaseException:
-                for split in found.splits:
-                    remove_temps(cfg.output / split)
-                raise
-
-        write(todo, {})
+        shards = _ShardWriting(run, tasks, reused, caches)
+        shards.write(todo, {})
         rewritten = 0
-        if job is None and (cfg.tiling is None or cfg.tiling.drop_ignored is None):  # tiled: by sources' hashes
-            summary.duplicates, rewritten = _duplicates(cfg, found, tasks, reused, pixels, spec, session, write)
-        if padded and table.ignore_index is None:
+        if run.job is None and (cfg.tiling is None or cfg.tiling.drop_ignored is None):  # tiled: by sources' hashes
+            summary.duplicates, rewritten = _duplicates(cfg, found, tasks, reused, shards.pixels, run.spec, session,
+                                                        shards.write)
+        if shards.padded and run.table.ignore_index is None:
             log.warning("%d samples were smaller than %s and their labels were padded with class 0, which "
-                        "losses will count as real pixels: pass --ignore-index ID to pad with an ignore id", padded,
-                        "the tile" if cfg.tiling is not None else "--size")
-        local = isinstance(session.sink, LocalSink)  # committed by publish_split (object storage: by committed)
+                        "losses will count as real pixels: pass --ignore-index ID to pad with an ignore id",
+                        shards.padded, "the tile" if cfg.tiling is not None else "--size")
         for split, pairs in found.splits.items():
-            records = [reused[(t.split, t.index)] for t in tasks if t.split == split]
-            try:
-                path, number, new = publish_split(cfg, split, pairs, records, found, table, spec, recorded, fmt,
-                                                  source_root=session.input_name, sink=session.sink, georef=georef)
-            except OSError as exc:
-                raise _not_published(exc, split, summary) from None
-            if new:
-                summary.published[split] = number
-            save = partial(save_cache, cfg.output / split, pairs, caches[split])
-            if local:  # the split is published: its cache is for the next run only
-                _after_publish(summary, cfg.output / split / CACHE_NAME, f"{split} version {number} is published",
-                               save, "the next run hashes every input of the split again")
-            else:
-                save()
-            session.sink.committed(cfg.output / split, records, cfg.keep_versions)
-            where = session.sink.location(split, path)  # the URL when the output is on object storage
-            log.info("%s: %d samples in %d shards → %s", split, sum(r.num_samples for r in records), len(records),
-                     where)
-            summary.manifests.append(where)
-            summary.samples += sum(r.num_samples for r in records)
-            summary.shards += len(records)
-            summary.bytes += sum(f.bytes for r in records for f in r.files)
-            summary.skipped += [s for r in records for s in r.skipped]
+            _publish(run, summary, split, pairs, [reused[(t.split, t.index)] for t in tasks if t.split == split],
+                     caches[split])
         if published is not None:
             _after_publish(summary, cfg.output, f"{summary.versions()} published" if summary.published
                            else "the published versions are unchanged", partial(published, summary),
                            "the next run takes the normal path, not the no-op check")
     summary.reused = len(tasks) - len(todo) - rewritten
     summary.seconds = time.perf_counter() - started
+    _log_summary(summary)
+    return summary
+
+
+def _header_size(cfg: ConvertConfig, found: Discovery, session: StorageSession, embedded: dict[str, bytes],
+                 spec: SampleSpec) -> Callable[[Path], tuple[int, int]]:
+    """How the planner reads an input's size from its header (an embedded image's from its bytes); when tiling,
+    each source's tiles are estimated from it now, before anything is written."""
+    header_size = size_with_embedded(session.header_size, embedded)
+    if cfg.tiling is not None:
+        header_size = checked_tiling(cfg.tiling, (Path(p) for pairs in found.splits.values()
+                                                  for i in range(len(pairs)) if (p := pairs.path(i, 0))),
+                                     header_size, float(cfg.max_tile_ratio), spec.sample_nbytes(cfg.tiling.tile))
+    return header_size
+
+
+class _ShardWriting:
+    """Runs shard tasks on the pool (:meth:`write`) and publishes each shard as a worker finishes it
+    (:meth:`publish_shard`): its files renamed into place and recorded in ``reused``, its sources' cache entries
+    moved to the split's cache, its padded samples counted and its pixel hashes kept for the duplicate check."""
+
+    def __init__(self, run: _Run, tasks: list[ShardTask], reused: dict[tuple[str, int], ShardRecord],
+                 caches: dict[str, SourceCache]) -> None:
+        self.run, self.session, self.reused, self.caches = run, run.session, reused, caches
+        self.starts = {(t.split, t.index): t.start for t in tasks}
+        self.padded = 0
+        self.pixels: dict[tuple[str, int], bytes] = {}  # each new shard's pixel hashes, for the duplicate check
+
+    def publish_shard(self, result: ShardResult) -> None:
+        self.padded += result.padded
+        self.pixels[(result.split, result.index)] = result.pixels
+        result.pixels = b""
+        record = publish_files(result)
+        self.session.sink.shard_published(result.directory, record)
+        self.reused[(result.split, result.index)] = record
+        if result.sources is not None:  # cache entries of the files the worker hashed: moved to the cache
+            self.caches[result.split].put(self.starts[(result.split, result.index)], result.sources)
+            self.caches[result.split].changed = True
+            result.sources = None  # (run_tasks keeps every result until the end)
+        log.info("%s shard %s: %d samples", result.split, result.index, record.num_samples,
+                 extra={"event": "shard_done", "split": result.split, "shard": result.index,
+                        "samples": record.num_samples, "bytes": sum(f.bytes for f in record.files),
+                        "files": [f.name for f in record.files]})
+        for s in record.skipped:
+            log.warning("skipped %s: %s", s["key"], s["reason"],
+                        extra={"event": "skipped", "split": result.split, "key": s["key"], "reason": s["reason"]})
+
+    def write(self, shards: list[ShardTask], drop: Drops) -> None:
+        cfg = self.run.cfg
+        try:
+            run_tasks(shards, dataclasses.replace(self.run.ctx, drop=tuple((s, k, *v) for (s, k), v in drop.items())),
+                      workers=cfg.effective_workers(), quiet=cfg.quiet, on_result=self.publish_shard,
+                      isolate=self.run.fmt.writer.needs_subprocess, backend=cfg.backend, scheduler=cfg.scheduler)
+        except BaseException:
+            for split in self.run.found.splits:
+                remove_temps(cfg.output / split)
+            raise
+
+
+def _publish(run: _Run, summary: ConvertSummary, split: str, pairs: PairTable, records: list[ShardRecord],
+             cache: SourceCache) -> None:
+    """Publish ``split`` from its shard ``records`` (its manifest), save its fingerprint cache (a warning if that
+    fails: the version is published), let the sink commit it, and add it to ``summary``."""
+    cfg, session = run.cfg, run.session
+    try:
+        path, number, new = publish_split(cfg, split, pairs, records, run.found, run.table, run.spec, run.recorded,
+                                          run.fmt, source_root=session.input_name, sink=session.sink,
+                                          georef=run.georef)
+    except OSError as exc:
+        raise _not_published(exc, split, summary) from None
+    if new:
+        summary.published[split] = number
+    save = partial(save_cache, cfg.output / split, pairs, cache)
+    if isinstance(session.sink, LocalSink):  # committed by publish_split: its cache is for the next run only
+        _after_publish(summary, cfg.output / split / CACHE_NAME, f"{split} version {number} is published",
+                       save, "the next run hashes every input of the split again")
+    else:  # object storage: committed by the sink below
+        save()
+    session.sink.committed(cfg.output / split, records, cfg.keep_versions)
+    where = session.sink.location(split, path)  # the URL when the output is on object storage
+    log.info("%s: %d samples in %d shards → %s", split, sum(r.num_samples for r in records), len(records), where)
+    summary.manifests.append(where)
+    summary.samples += sum(r.num_samples for r in records)
+    summary.shards += len(records)
+    summary.bytes += sum(f.bytes for r in records for f in r.files)
+    summary.skipped += [s for r in records for s in r.skipped]
+
+
+def _log_summary(summary: ConvertSummary) -> None:
+    """The run's last line, with its numbers as structured fields."""
     log.info("%s", summary.line(), extra={
         "event": "summary", "samples": summary.samples, "shards": summary.shards, "reused_shards": summary.reused,
         "bytes": summary.bytes, "seconds": round(summary.seconds, 3),
         "samples_per_second": round(summary.samples_per_second, 2), "skipped": len(summary.skipped),
         "duplicates": summary.duplicates.extra_copies if summary.duplicates is not None else 0,
         "published": summary.published, "warnings": len(summary.warnings)})
-    return summary
 
 
 def _after_publish(summary: ConvertSummary, what: Path, state: str, step: Callable[[], None], lost: str) -> None:

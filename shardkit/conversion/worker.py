@@ -401,131 +401,159 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
     if ctx.source is not None:
         with ctx.source.staged(task) as (local_task, root):
             return convert_shard(local_task, dataclasses.replace(ctx, root=root, source=None), tick)
+    _quiet_opencv()
+    shard = _ShardOutput(task, ctx)
+    try:
+        for i, pair in enumerate(task.samples):
+            shard.add(i, pair)
+            if tick is not None:
+                tick()
+        files = shard.close()
+    except BaseException:
+        shard.abort()
+        raise
+    return shard.result(files)
+
+
+def _quiet_opencv() -> None:
+    """One OpenCV thread (one process per core already: more would only contend), and no OpenCV log: every decode
+    failure is reported as one shardkit line, not OpenCV chatter before it."""
     try:
         import cv2
 
-        cv2.setNumThreads(1)  # one process per core already; OpenCV threads would only contend
-        # silent: every decode failure is reported as one shardkit line, not OpenCV chatter before it
+        cv2.setNumThreads(1)
         cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
     except Exception:  # pragma: no cover
         pass
-    stats = Stats(ctx.spec.num_classes, ctx.spec.image_channels, ranges=not ctx.spec.legacy_image)
-    cls = writer_class(ctx.format)
-    errors = cls.write_errors
-    planned = len(task.samples) if ctx.tiling is None else planned_tiles(task, ctx.tiling)
-    if ctx.volumes is not None:
-        planned = sum(n for n, _ in slice_counts(task.samples, ctx.volumes))
-    volume_run = VolumeRun(ctx.volumes.slicing) if ctx.volumes is not None else None
-    writer = _write(cls, task, task.directory, task.stem, ctx.spec, planned, ctx.compression, ctx.codecs,
-                    errors=errors)
-    samples = SidecarBuilder(ctx.spec.num_classes, georef=ctx.georef)
-    counts = TileCounts()
-    whole: list[bytes] = []  # tiled: one pixel hash per source (duplicates.source_hash), for the duplicate check
-    skipped: list[dict[str, str]] = []
-    padded = 0
-    given = None if task.fingerprints is None else hex_rows(task.fingerprints)
-    fingerprints: list[str] = []
-    sources = SourceCache(len(task.samples) if given is None else 0)  # entries of the files hashed here
-    options_digest = hashlib.sha256(ctx.settings.encode()).hexdigest()
-    drop = {key: (kept, pixels) for split, key, kept, pixels in ctx.drop if split == task.split}
-    changed = False  # a sample left out because its input changed mid-run: the shard gets a key of its own
-    raster = RasterReport()  # what rasterising annotation shapes lost (annotation sources only)
 
-    def skip(i: int, pair: Any, exc: ShardkitError) -> None:
-        nonlocal changed
-        log.debug("skipped %s: %s", pair.key, exc)
-        skipped.append({"key": pair.key, "reason": exc.problem})  # its fix was "--on-error skip"
-        if isinstance(exc, InputChangedError):  # a fingerprint no input has: no later run reuses this shard
-            fingerprints[i] = hashlib.sha256(f"changed while converted\0{fingerprints[i]}".encode()).hexdigest()
-            if given is None:  # nor its cache entries: the next run reads the files again
-                sources.set(i, 0, None)
-                sources.set(i, 1, None)
-            changed = True
 
-    try:
-        for i, pair in enumerate(task.samples):
-            data: dict[Path, np.ndarray] = {}
-            # hashed here (task.fingerprints None), from the bytes the decoder then uses
-            fingerprint = given[i] if given is not None else fingerprint_pair(pair, ctx, options_digest, sources,
-                                                                                i, data)
-            if given is None and task.shapes is not None:  # as the parent folds them (annotated.fold_fingerprints)
-                fingerprint = with_shapes(bytes.fromhex(fingerprint), task.shapes[i]).hex()
-            if given is None and ctx.volumes is not None:  # as the parent folds them (volumes.fold_case_files)
-                fingerprint = with_case_files(bytes.fromhex(fingerprint), pair, ctx.volumes, ctx.on_error).hex()
-            fingerprints.append(fingerprint)
-            expected = None if task.identities is None else task.identities[i]
-            if pair.key in drop:  # --on-duplicate skip: the same pixels as an earlier sample
-                kept, pixels = drop[pair.key]  # its hash stays in the record: later runs check it undecoded
-                skipped.append({"key": pair.key, "reason": f"identical pixels to {kept}", "duplicate_of": kept,
-                                "pixels": pixels})
-                if tick is not None:
-                    tick()
-                continue
-            if ctx.volumes is not None and volume_run is not None:
-                written = len(samples)
-                try:
-                    _write_slices(pair, ctx, ctx.volumes, volume_run, writer, task, stats, samples, fingerprint,
-                                  expected)
-                except ShardkitError as exc:
-                    if ctx.on_error != "skip" or len(samples) != written:  # some of its slices are written
-                        raise
-                    skip(i, pair, exc)
-                if tick is not None:
-                    tick()
-                continue
+class _ShardOutput:
+    """One shard being written: its writer, statistics and sidecar rows, each sample's fingerprint, what was
+    skipped (and why), and the result the parent gets (:meth:`result`)."""
+
+    def __init__(self, task: ShardTask, ctx: WorkerContext) -> None:
+        self.task, self.ctx = task, ctx
+        self.stats = Stats(ctx.spec.num_classes, ctx.spec.image_channels, ranges=not ctx.spec.legacy_image)
+        cls = writer_class(ctx.format)
+        self.errors = cls.write_errors
+        planned = len(task.samples) if ctx.tiling is None else planned_tiles(task, ctx.tiling)
+        if ctx.volumes is not None:
+            planned = sum(n for n, _ in slice_counts(task.samples, ctx.volumes))
+        self.volume_run = VolumeRun(ctx.volumes.slicing) if ctx.volumes is not None else None
+        self.writer = _write(cls, task, task.directory, task.stem, ctx.spec, planned, ctx.compression, ctx.codecs,
+                             errors=self.errors)
+        self.samples = SidecarBuilder(ctx.spec.num_classes, georef=ctx.georef)
+        self.counts = TileCounts()
+        self.whole: list[bytes] = []  # tiled: one pixel hash per source (duplicates.source_hash), the duplicate check
+        self.skipped: list[dict[str, str]] = []
+        self.padded = 0
+        self.given = None if task.fingerprints is None else hex_rows(task.fingerprints)
+        self.fingerprints: list[str] = []
+        self.sources = SourceCache(len(task.samples) if self.given is None else 0)  # entries of the files hashed here
+        self.options_digest = hashlib.sha256(ctx.settings.encode()).hexdigest()
+        self.drop = {key: (kept, pixels) for split, key, kept, pixels in ctx.drop if split == task.split}
+        self.changed = False  # a sample left out because its input changed mid-run: the shard gets a key of its own
+        self.raster = RasterReport()  # what rasterising annotation shapes lost (annotation sources only)
+
+    def add(self, i: int, pair: Any) -> None:
+        """Write sample ``i`` (a volume case's slices, a source's tiles, or one sample), or skip it: a duplicate
+        to drop, or a ShardkitError under ``--on-error skip`` before any of it is written."""
+        ctx, task = self.ctx, self.task
+        data: dict[Path, np.ndarray] = {}
+        fingerprint = self._fingerprint(i, pair, data)
+        expected = None if task.identities is None else task.identities[i]
+        if pair.key in self.drop:  # --on-duplicate skip: the same pixels as an earlier sample
+            kept, pixels = self.drop[pair.key]  # its hash stays in the record: later runs check it undecoded
+            self.skipped.append({"key": pair.key, "reason": f"identical pixels to {kept}", "duplicate_of": kept,
+                                 "pixels": pixels})
+            return
+        written = self._written()
+        try:
+            if ctx.volumes is not None and self.volume_run is not None:
+                _write_slices(pair, ctx, ctx.volumes, self.volume_run, self.writer, task, self.stats, self.samples,
+                              fingerprint, expected)
+                return
             if ctx.tiling is not None:
-                written = counts.written
-                try:
-                    padded += _write_tiles(pair, ctx, ctx.tiling, data, writer, task, stats, samples, fingerprint,
-                                           counts, whole, expected,
-                                           None if task.shapes is None else (task.shapes[i], raster))
-                except ShardkitError as exc:
-                    if ctx.on_error != "skip" or counts.written != written:  # some of its tiles are written
-                        raise
-                    skip(i, pair, exc)
-                if tick is not None:
-                    tick()
-                continue
-            try:
-                image, stored, ids, was_padded = process_sample(
-                    pair, ctx, data, None if task.shapes is None else task.shapes[i], raster)
-                check_unchanged(pair, expected)  # after the read, before the sample is written
-            except ShardkitError as exc:
-                if ctx.on_error != "skip":
-                    raise
-                skip(i, pair, exc)
-                if tick is not None:
-                    tick()
-                continue
-            _write(writer.add, task, image, stored, pair.key, errors=errors)
-            padded += was_padded is not None
-            present = stats.add(image, ids, was_padded)
-            samples.add(pair.key, rel_path(ctx.root, pair.label) if pair.label is not None else None,
-                        int(image.shape[0]), int(image.shape[1]), fingerprint, present, pixel_hash(image),
-                        geo=stored_georeference(pair, ctx, data) if ctx.georef else None, looks=look_hash(image))
-            if tick is not None:
-                tick()
-        files = (*_write(writer.close, task, ctx.sync_files, errors=errors),
-                 _write(_write_sidecar, task, writer, samples, ctx.sync_files, errors=errors))
-    except BaseException:
-        writer.abort()
-        for p in task.directory.glob(writer.tmp_glob(sidecar_name(task.stem))):
+                self.padded += _write_tiles(pair, ctx, ctx.tiling, data, self.writer, task, self.stats, self.samples,
+                                            fingerprint, self.counts, self.whole, expected,
+                                            None if task.shapes is None else (task.shapes[i], self.raster))
+                return
+            image, stored, ids, was_padded = process_sample(
+                pair, ctx, data, None if task.shapes is None else task.shapes[i], self.raster)
+            check_unchanged(pair, expected)  # after the read, before the sample is written
+        except ShardkitError as exc:
+            if ctx.on_error != "skip" or self._written() != written:  # some of its slices or tiles are written
+                raise
+            self._skip(i, pair, exc)
+            return
+        _write(self.writer.add, task, image, stored, pair.key, errors=self.errors)
+        self.padded += was_padded is not None
+        present = self.stats.add(image, ids, was_padded)
+        self.samples.add(pair.key, rel_path(ctx.root, pair.label) if pair.label is not None else None,
+                         int(image.shape[0]), int(image.shape[1]), fingerprint, present, pixel_hash(image),
+                         geo=stored_georeference(pair, ctx, data) if ctx.georef else None, looks=look_hash(image))
+
+    def _written(self) -> int:
+        """How much of a sample is written: a volume case's slices (the sidecar rows), a source's tiles (counted as
+        each batch of them is written); one sample is written only after it is read whole."""
+        if self.ctx.tiling is not None and self.ctx.volumes is None:
+            return self.counts.written
+        return len(self.samples)
+
+    def _fingerprint(self, i: int, pair: Any, data: dict[Path, np.ndarray]) -> str:
+        """Sample ``i``'s fingerprint: the parent's, or hashed here from the bytes the decoder then uses (``data``)
+        and folded as the parent folds it (annotation shapes, a volume case's files)."""
+        ctx, task, given = self.ctx, self.task, self.given
+        fingerprint = given[i] if given is not None else fingerprint_pair(pair, ctx, self.options_digest,
+                                                                            self.sources, i, data)
+        if given is None and task.shapes is not None:  # as the parent folds them (annotated.fold_fingerprints)
+            fingerprint = with_shapes(bytes.fromhex(fingerprint), task.shapes[i]).hex()
+        if given is None and ctx.volumes is not None:  # as the parent folds them (volumes.fold_case_files)
+            fingerprint = with_case_files(bytes.fromhex(fingerprint), pair, ctx.volumes, ctx.on_error).hex()
+        self.fingerprints.append(fingerprint)
+        return fingerprint
+
+    def _skip(self, i: int, pair: Any, exc: ShardkitError) -> None:
+        log.debug("skipped %s: %s", pair.key, exc)
+        self.skipped.append({"key": pair.key, "reason": exc.problem})  # its fix was "--on-error skip"
+        if isinstance(exc, InputChangedError):  # a fingerprint no input has: no later run reuses this shard
+            self.fingerprints[i] = hashlib.sha256(
+                f"changed while converted\0{self.fingerprints[i]}".encode()).hexdigest()
+            if self.given is None:  # nor its cache entries: the next run reads the files again
+                self.sources.set(i, 0, None)
+                self.sources.set(i, 1, None)
+            self.changed = True
+
+    def close(self) -> tuple[WrittenFile, ...]:
+        """Finish the format's files and write the samples sidecar (temporary names)."""
+        task, sync = self.task, self.ctx.sync_files
+        return (*_write(self.writer.close, task, sync, errors=self.errors),
+                _write(_write_sidecar, task, self.writer, self.samples, sync, errors=self.errors))
+
+    def abort(self) -> None:
+        """Remove what was written of the shard (its format files and sidecar under temporary names)."""
+        self.writer.abort()
+        for p in self.task.directory.glob(self.writer.tmp_glob(sidecar_name(self.task.stem))):
             p.unlink(missing_ok=True)
-        raise
-    key = None if changed else task.key
-    if key is None:  # the shard's final names (format files, then sidecar) carry the key its fingerprints give
-        key = shard_key(ctx.settings, [p.key for p in task.samples], fingerprints)
-        names = get(ctx.format).published_names(stem(task.index, key), ctx.spec)
-        files = tuple(dataclasses.replace(f, final_name=name) for f, name in zip(files, names, strict=True))
-    wire = stats.to_wire() if ctx.tiling is None else {**stats.to_wire(), "tiles": counts.to_json()}
-    if ctx.annotations is not None:
-        wire["raster"] = raster.to_json()
-    if ctx.volumes is not None and volume_run is not None:
-        wire["volumes"] = volume_wire(ctx.volumes, volume_run)
-    return ShardResult(task.split, task.index, key, task.directory, files, len(samples), samples.digest(),
-                       wire, skipped, ctx.sync_files, padded,
-                       None if given is not None else sources.rows(0, len(task.samples)),
-                       b"".join(samples.pixels if ctx.tiling is None else whole))
+
+    def result(self, files: tuple[WrittenFile, ...]) -> ShardResult:
+        """What the parent publishes: the files (under names keyed by the fingerprints when an input changed
+        mid-run), counts, statistics, skipped samples, the sources' cache entries and the pixel hashes."""
+        ctx, task = self.ctx, self.task
+        key = None if self.changed else task.key
+        if key is None:  # the shard's final names (format files, then sidecar) carry the key its fingerprints give
+            key = shard_key(ctx.settings, [p.key for p in task.samples], self.fingerprints)
+            names = get(ctx.format).published_names(stem(task.index, key), ctx.spec)
+            files = tuple(dataclasses.replace(f, final_name=name) for f, name in zip(files, names, strict=True))
+        wire = self.stats.to_wire() if ctx.tiling is None else {**self.stats.to_wire(), "tiles": self.counts.to_json()}
+        if ctx.annotations is not None:
+            wire["raster"] = self.raster.to_json()
+        if ctx.volumes is not None and self.volume_run is not None:
+            wire["volumes"] = volume_wire(ctx.volumes, self.volume_run)
+        return ShardResult(task.split, task.index, key, task.directory, files, len(self.samples),
+                           self.samples.digest(), wire, self.skipped, ctx.sync_files, self.padded,
+                           None if self.given is not None else self.sources.rows(0, len(task.samples)),
+                           b"".join(self.samples.pixels if ctx.tiling is None else self.whole))
 
 
 def _write_tiles(pair: Any, ctx: WorkerContext, tiling: Tiling, data: dict[Path, np.ndarray], writer: Any,

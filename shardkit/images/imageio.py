@@ -30,6 +30,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from ..errors import DecodeError, InputNotFoundError
+from .headers import JPEG_SOI, PNG_CHANNELS, PNG_SIGNATURE, jpeg_frame, png_header
 from .imagetypes import ImageOptions, check_band_count, stored_dtype
 from .jpeg2000 import decode_jpeg2000, is_jpeg2000, read_siz
 
@@ -88,9 +89,6 @@ def _as_bytes(data: np.ndarray) -> bytes:
     return base if isinstance(base, bytes) and len(base) == data.nbytes else data.tobytes()
 
 
-_JPEG_SOI = b"\xff\xd8"  # start of image: every JPEG file begins with it
-
-
 def _jpeg_truncated(data: np.ndarray) -> bool:
     """True for a JPEG whose last scan has no end-of-image marker after it.
 
@@ -99,7 +97,7 @@ def _jpeg_truncated(data: np.ndarray) -> bool:
     such files to a half-grey picture with only a warning on stderr; this catches them.
     """
     raw = data.tobytes()
-    if not raw.startswith(_JPEG_SOI):
+    if not raw.startswith(JPEG_SOI):
         return False
     return raw.rfind(b"\xff\xd9") < raw.rfind(b"\xff\xda")
 
@@ -138,7 +136,6 @@ try:  # libspng decodes PNG ~1.4x faster than OpenCV here, to identical pixels (
     import pyspng as _spng
 except ImportError:  # pragma: no cover - pyspng is a regular dependency, but keep working without it
     _spng = None
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def _decode_png_rgb(data: np.ndarray) -> np.ndarray | None:
@@ -146,7 +143,7 @@ def _decode_png_rgb(data: np.ndarray) -> np.ndarray | None:
 
     A refusal falls back to OpenCV, which then produces the one-line error for a broken file.
     """
-    if _spng is None or data[:8].tobytes() != _PNG_SIGNATURE:
+    if _spng is None or data[:8].tobytes() != PNG_SIGNATURE:
         return None
     try:
         return _spng.load(_as_bytes(data))
@@ -156,26 +153,24 @@ def _decode_png_rgb(data: np.ndarray) -> np.ndarray | None:
 
 def _png_plain_8bit(data: np.ndarray) -> bool:
     """True for an 8-bit gray or RGB PNG without a ``tRNS`` chunk: libspng then gives OpenCV's pixels exactly."""
-    if data.size < 33 or data[:8].tobytes() != _PNG_SIGNATURE:
+    header = png_header(data)
+    if header is None or header.depth != 8 or header.colour not in (0, 2) or data.size < 33:
         return False
-    depth = colour_type = -1
     pos = 8
-    while pos + 8 <= data.size:
+    while pos + 8 <= data.size:  # the chunks up to the image data
         length = int.from_bytes(data[pos : pos + 4].tobytes(), "big")
         kind = data[pos + 4 : pos + 8].tobytes()
-        if kind == b"IHDR" and pos + 18 <= data.size:
-            depth, colour_type = int(data[pos + 16]), int(data[pos + 17])
-        elif kind == b"tRNS":  # OpenCV may turn it into an alpha channel
+        if kind == b"tRNS":  # OpenCV may turn it into an alpha channel
             return False
-        elif kind == b"IDAT":  # tRNS must come before the image data
+        if kind == b"IDAT":  # tRNS must come before the image data
             break
         pos += 12 + length
-    return depth == 8 and colour_type in (0, 2)
+    return True
 
 
 def is_jpeg_data(data: np.ndarray) -> bool:
     """Whether a file's bytes are a JPEG (lossy: labels in it carry compression noise)."""
-    return data[: len(_JPEG_SOI)].tobytes() == _JPEG_SOI
+    return data[: len(JPEG_SOI)].tobytes() == JPEG_SOI
 
 
 def _pil_header(path: Path, what: str, data: np.ndarray) -> tuple[str, str] | None:
@@ -214,9 +209,8 @@ def _pil_pixels(path: Path, what: str, data: np.ndarray, mode: str | None = None
 
 def _png_gray_depth(data: np.ndarray) -> int:
     """The bit depth of a gray (colour type 0) PNG from its IHDR, 0 for anything else."""
-    if data.size < 26 or data[:8].tobytes() != _PNG_SIGNATURE or data[12:16].tobytes() != b"IHDR":
-        return 0
-    return int(data[24]) if int(data[25]) == 0 else 0
+    header = png_header(data)
+    return header.depth if header is not None and header.colour == 0 else 0
 
 
 def decode_label_pixels(path: Path, data: np.ndarray | None = None, *, indices: bool = False) -> np.ndarray:
@@ -626,9 +620,8 @@ def georeference(path: Path, data: np.ndarray | None = None) -> Georeference | N
 
 def _png_depth(data: np.ndarray) -> int:
     """A PNG's bit depth from its IHDR (0 for anything else)."""
-    if data.size < 26 or data[:8].tobytes() != _PNG_SIGNATURE:
-        return 0
-    return int(data[24])
+    header = png_header(data)
+    return 0 if header is None else header.depth
 
 
 def decode_image(path: Path, data: np.ndarray | None = None, options: ImageOptions | None = None) -> np.ndarray:
@@ -737,7 +730,7 @@ def sniff(head: bytes) -> str | None:
         return "TIFF"
     if head.startswith(_NPY_MAGIC):
         return "NPY"
-    if head.startswith(_PNG_SIGNATURE):
+    if head.startswith(PNG_SIGNATURE):
         return "PNG"
     if is_jpeg2000(head):
         return "JPEG2000"
@@ -750,55 +743,24 @@ def sniff(head: bytes) -> str | None:
 
 def _png_header(head: bytes) -> tuple[int, int, int]:
     """(height, width, bytes per pixel) from a PNG's IHDR, which must be its first chunk (as libpng requires)."""
-    if len(head) < 29 or head[12:16] != b"IHDR":
+    header = png_header(head)
+    if header is None:
         raise ValueError("no IHDR chunk first")
-    width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
-    depth, colour = head[24], head[25]
-    channels = {0: 1, 2: 3, 3: 4, 4: 2, 6: 4}.get(colour)  # palette: OpenCV may expand it to BGRA
-    if channels is None or depth not in (1, 2, 4, 8, 16):
-        raise ValueError(f"colour type {colour} / bit depth {depth}")
-    return height, width, channels * (2 if depth == 16 else 1)
-
-
-_JPEG_NO_LENGTH = frozenset({0x01, *range(0xD0, 0xD8)})  # TEM and RST0-7: markers without a length
-_JPEG_NOT_SOF = frozenset({0xC4, 0xC8, 0xCC})  # DHT, JPG, DAC share the SOF range
+    channels = PNG_CHANNELS.get(header.colour, 4 if header.colour == 3 else None)  # palette: OpenCV may give BGRA
+    if channels is None or header.depth not in (1, 2, 4, 8, 16):
+        raise ValueError(f"colour type {header.colour} / bit depth {header.depth}")
+    return header.height, header.width, channels * (2 if header.depth == 16 else 1)
 
 
 def _jpeg_header(head: bytes) -> tuple[int, int, int]:
-    """(height, width, bytes per pixel) from the first frame header (SOFn), found as libjpeg finds it.
-
-    libjpeg skips any bytes before a marker's 0xFF and any number of 0xFF fill bytes (``FF FF C0`` is a SOF0
-    marker, not a marker 0xFF), and uses the first frame header before the first scan; so does this walk.
+    """(height, width, bytes per pixel) from the first frame header, found as libjpeg finds it, with its tolerance
+    (:func:`~shardkit.images.headers.jpeg_frame`, not strict: an input libjpeg decodes is sized as libjpeg sizes it).
     A progressive decode keeps 2 bytes of coefficients per component sample besides the output.
     """
-    pos, n = 2, len(head)
-    while True:
-        while pos < n and head[pos] != 0xFF:  # garbage before a marker: libjpeg warns and skips it
-            pos += 1
-        while pos < n and head[pos] == 0xFF:  # fill bytes
-            pos += 1
-        if pos >= n:
-            raise ValueError("no frame header in its first bytes")
-        marker = head[pos]
-        pos += 1
-        if marker == 0 or marker in _JPEG_NO_LENGTH:
-            continue
-        if marker in (0xD9, 0xDA):  # end of image, or a scan, before any frame header
-            raise ValueError("a scan or the end before the frame header")
-        if pos + 2 > n:
-            raise ValueError("cut inside a marker")
-        length = int.from_bytes(head[pos : pos + 2], "big")
-        if 0xC0 <= marker <= 0xCF and marker not in _JPEG_NOT_SOF:
-            if pos + 8 > n:
-                raise ValueError("cut inside the frame header")
-            height = int.from_bytes(head[pos + 3 : pos + 5], "big")
-            width = int.from_bytes(head[pos + 5 : pos + 7], "big")
-            components = head[pos + 7]
-            if components not in (1, 3, 4):
-                raise ValueError(f"{components} colour components")
-            progressive = marker in (0xC2, 0xC6, 0xCA, 0xCE)
-            return height, width, (components * 2 if progressive else 0) + max(components, 3)
-        pos += max(length, 2)
+    frame = jpeg_frame(head, strict=False)
+    if frame.components not in (1, 3, 4):
+        raise ValueError(f"{frame.components} colour components")
+    return frame.height, frame.width, (frame.components * 2 if frame.progressive else 0) + max(frame.components, 3)
 
 
 #: Most bytes one TIFF tag's values may hold: PIL turns each value into a Python object, so a directory claiming

@@ -216,15 +216,15 @@ class Dataset:
     @property
     def class_names(self) -> list[str]:
         """The class names by id (``class_names[i]`` names id ``i``), from the manifest's class table."""
-        return [str(c["name"]) for c in sorted(self.manifest.classes["classes"], key=lambda c: c["id"])]
+        return self.manifest.classes.names()  # in id order (ClassTable checks it)
 
     @property
     def class_colours(self) -> list[tuple[int, int, int] | None]:
         """RGB colour of each class id (None where the source gave none)."""
         out: list[tuple[int, int, int] | None] = [None] * self.num_classes
-        for c in self.manifest.classes["classes"]:
-            if 0 <= int(c["id"]) < self.num_classes and c.get("colour"):
-                out[int(c["id"])] = tuple(int(v) for v in c["colour"])  # type: ignore[assignment]
+        for c in self.manifest.classes.classes:
+            if 0 <= c.id < self.num_classes and c.colour:
+                out[c.id] = c.colour
         return out
 
     @property
@@ -241,12 +241,14 @@ class Dataset:
     def mean(self) -> np.ndarray:
         """Per-band image mean on the stored values' scale (0–255 for uint8), over source pixels (not
         padding), from the manifest's stats: one value per band."""
-        return np.asarray(self.manifest.stats.get("image_mean", [0.0] * self.bands), dtype=np.float32)
+        mean = self.manifest.stats.image_mean
+        return np.asarray([0.0] * self.bands if mean is None else mean, dtype=np.float32)
 
     @property
     def std(self) -> np.ndarray:
         """Per-band image standard deviation on the stored values' scale (never 0): one value per band."""
-        std = np.asarray(self.manifest.stats.get("image_std", [1.0] * self.bands), dtype=np.float32)
+        std = np.asarray([1.0] * self.bands if self.manifest.stats.image_std is None else self.manifest.stats.image_std,
+                         dtype=np.float32)
         return np.where(std > 0, std, 1.0).astype(np.float32)
 
     @property
@@ -605,11 +607,8 @@ class Dataset:
             repeats = self.repeat_factors(p.sampling)
             shuffle_mode = "global"
         mode = shuffle_mode if shuffle_mode != "auto" else "global" if self.random_access else "buffer"
-        sampler = _sampling.EpochBatchSampler(self.shard_sizes, p.batch_size, shuffle=p.shuffle, seed=p.seed,
-                                             epoch=p.epoch, drop_last=p.drop_last, rank=p.rank,
-                                             world_size=p.world_size, mode=mode, buffer_size=p.buffer_size,
-                                             repeats=repeats)
-        sampler.progress = Progress.of(sampler, self.manifest, augment, p.sampling)
+        sampler = _sampling.EpochBatchSampler(self.shard_sizes, p.replace(shuffle_mode=mode), repeats=repeats)
+        sampler.progress = Progress.of(sampler, self.manifest, augment)
         return sampler
 
     def iter_batches(self, plan: EpochPlan | int, *, buffers: int = 2, with_indices: bool = False,

@@ -118,8 +118,8 @@ class ShardkitSampler:
 
     @functools.lru_cache(maxsize=2)  # noqa: B019 - two epochs' orders, for the sampler's lifetime
     def _order(self, epoch: int) -> np.ndarray:
-        order = sampling.epoch_indices(self.source.shard_sizes, shuffle=self.plan.shuffle, seed=self.plan.seed,
-                                       epoch=epoch, repeats=self.repeats)
+        global_order = self.plan.replace(epoch=epoch, rank=0, world_size=1, drop_last=False, shuffle_mode="global")
+        order = sampling.epoch_indices(self.source.shard_sizes, global_order, repeats=self.repeats)
         return sampling.even_out(order, self.world, self.drop_last)
 
     def __len__(self) -> int:

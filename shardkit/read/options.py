@@ -1,9 +1,11 @@
 """The reading contract: how a split is opened (:class:`OpenOptions`), what an epoch reads (:class:`EpochPlan`).
 
-Both are frozen, validated on construction, picklable and declared once here. ``shardkit.open``/``Dataset``,
-``make_loader``, ``ShardkitTorchDataset``, ``shardkit.tf.dataset``, the Keras ``ShardkitPyDataset`` and the
-``CudaPrefetcher`` all take them, so an option added here reaches every adapter (an s3:// split's
-``cache_dir``/``cache_limit``/``storage_options`` included) instead of being restated in seven signatures.
+Both are frozen, validated on construction and picklable; ``OpenOptions`` is declared here, ``EpochPlan`` beside
+the order it plans (:mod:`shardkit.read.sampling`, whose sampler holds it) and named here too.
+``shardkit.open``/``Dataset``, ``make_loader``, ``ShardkitTorchDataset``, ``shardkit.tf.dataset``, the Keras
+``ShardkitPyDataset`` and the ``CudaPrefetcher`` all take them, so an option added here reaches every adapter (an
+s3:// split's ``cache_dir``/``cache_limit``/``storage_options`` included) instead of being restated in seven
+signatures.
 
 The adapters' keywords that these objects replaced (``shuffle=``, ``seed=``, ``labels=``, …) still work for one
 release with a ``DeprecationWarning`` naming the replacement (:func:`fold_deprecated`).
@@ -20,7 +22,7 @@ from typing import Any, TypeVar
 
 from ..codecs import encoding
 from ..errors import ConfigError
-from . import sampling as _sampling
+from .sampling import EpochPlan
 
 #: ``remote_reads`` values (:mod:`shardkit.read.ranges`)
 REMOTE_READS = ("auto", "ranges", "shards")
@@ -81,61 +83,6 @@ class OpenOptions:
     @property
     def channels_first(self) -> bool:
         return self.label_layout == "channels_first"
-
-
-@dataclass(frozen=True)
-class EpochPlan:
-    """Which batches an epoch reads, and in which order: what every adapter takes as ``plan=``.
-
-    ``batch_size`` samples per batch; ``shuffle`` with ``seed``; ``epoch`` the first epoch read (later passes
-    read the next ones); ``rank`` of ``world_size`` (every rank gets the same number of batches; the tail
-    wraps around, or is dropped with ``drop_last``). ``shuffle_mode``: ``"auto"`` (global for random-access
-    formats, shard-then-buffer for sequential ones), ``"global"`` or ``"buffer"`` (through a buffer of
-    ``buffer_size`` samples). ``sampling``: ``"uniform"``, ``"class-balanced[:T]"`` or ``"repeat-factor[:t]"``
-    (:mod:`shardkit.read.sampling`). The order is a pure function of the plan and the split's shard sizes.
-    """
-
-    batch_size: int
-    shuffle: bool = True
-    seed: int = 0
-    epoch: int = 0
-    drop_last: bool = False
-    rank: int = 0
-    world_size: int = 1
-    shuffle_mode: str = "auto"
-    buffer_size: int = _sampling.DEFAULT_BUFFER
-    sampling: str = "uniform"
-
-    def __post_init__(self) -> None:
-        for name in ("batch_size", "seed", "epoch", "rank", "world_size", "buffer_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"{name}={value!r} is not an integer")
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size must be at least 1, got {self.batch_size}")
-        if self.seed < 0 or self.epoch < 0:
-            raise ConfigError(f"seed ({self.seed}) and epoch ({self.epoch}) must be non-negative integers")
-        _sampling.check_partition(self.rank, self.world_size)
-        if self.shuffle_mode not in _sampling.SHUFFLE_MODES:
-            raise ConfigError(f"shuffle_mode={self.shuffle_mode!r} is not one of {', '.join(_sampling.SHUFFLE_MODES)}")
-        if self.buffer_size < 1:
-            raise ConfigError(f"buffer_size must be at least 1, got {self.buffer_size}")
-        _sampling.parse_sampling(self.sampling)
-
-    def replace(self, **changes: Any) -> EpochPlan:
-        """A copy with ``changes`` (validated again): e.g. ``plan.replace(epoch=plan.epoch + 1)``."""
-        return dataclasses.replace(self, **changes)
-
-    @classmethod
-    def of(cls, plan: EpochPlan | int, **fields: Any) -> EpochPlan:
-        """``plan`` itself, or ``EpochPlan(batch_size=plan)`` for a bare batch size; ``fields`` (its field names:
-        ``shuffle=``, ``seed=``, …) applied to it."""
-        if isinstance(plan, bool) or not isinstance(plan, (EpochPlan, int)):
-            raise ConfigError(f"expected an EpochPlan or a batch size, got {type(plan).__name__}",
-                              fix="pass shardkit.EpochPlan(batch_size=…, shuffle=…, seed=…)")
-        if isinstance(plan, int):
-            return cls(batch_size=plan, **fields)
-        return plan.replace(**fields) if fields else plan
 
 
 T = TypeVar("T", OpenOptions, EpochPlan)

@@ -29,6 +29,30 @@ PREFETCH_LABELS = ("ids", "onehot", "float_onehot", None)
 _END = object()
 
 
+def _fold_seed(plan: EpochPlan | None, deprecated: dict[str, Any]) -> EpochPlan | None:
+    """``plan`` with the deprecated ``seed=`` of ``deprecated`` moved into it (a DeprecationWarning at the
+    CudaPrefetcher's caller)."""
+    if "seed" not in deprecated:
+        return plan
+    seed = deprecated.pop("seed")
+    warnings.warn("CudaPrefetcher: seed= is deprecated and will be removed in the next release; pass "
+                  "plan=shardkit.EpochPlan(…) instead", DeprecationWarning, stacklevel=3)
+    return (plan or EpochPlan(1)).replace(seed=int(seed)) if seed is not None else plan
+
+
+def _resolve_device(device: str | torch.device | None) -> torch.device:
+    """The device batches go to: CUDA when available unless given; a CUDA device named with its index (the
+    background thread needs an explicit one); CUDA asked for without CUDA is a ConfigError."""
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    out = torch.device(device)
+    if out.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device is CUDA but torch.cuda.is_available() is False", fix="use device='cpu'")
+    if out.type == "cuda" and out.index is None:
+        out = torch.device("cuda", torch.cuda.current_device())
+    return out
+
+
 class CudaPrefetcher:
     """Iterate a loader of ``(images uint8, label ids, …)`` batches with the next batch already on the device.
 
@@ -73,24 +97,13 @@ class CudaPrefetcher:
         ignore_index: int | None = None,
         **deprecated: Any,
     ) -> None:
-        if "seed" in deprecated:
-            seed = deprecated.pop("seed")
-            warnings.warn("CudaPrefetcher: seed= is deprecated and will be removed in the next release; pass "
-                          "plan=shardkit.EpochPlan(…) instead", DeprecationWarning, stacklevel=2)
-            if seed is not None:
-                plan = (plan or EpochPlan(1)).replace(seed=int(seed))
+        plan = _fold_seed(plan, deprecated)
         refuse_unknown("CudaPrefetcher", deprecated)
         if labels not in PREFETCH_LABELS:
             raise ConfigError(f"labels={labels!r} is not one of ids, onehot, float_onehot, None")
         self.loader = loader
-        if device is None:
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
+        self.device = _resolve_device(device)
         self.use_cuda = self.device.type == "cuda"
-        if self.use_cuda and not torch.cuda.is_available():
-            raise ConfigError("device is CUDA but torch.cuda.is_available() is False", fix="use device='cpu'")
-        if self.use_cuda and self.device.index is None:  # the background thread needs an explicit device
-            self.device = torch.device("cuda", torch.cuda.current_device())
         source = getattr(loader, "dataset", None)
         core = getattr(source, "dataset", None)  # a ShardkitTorchDataset wraps the core reader
         core = core if isinstance(core, Dataset) else None
@@ -104,7 +117,7 @@ class CudaPrefetcher:
         self.augment = augment
         sampler = getattr(loader, "sampler", None)
         self.plan = plan
-        self.seed = int(plan.seed if plan is not None else getattr(sampler, "seed", 0))
+        self.seed = int(plan.seed if plan is not None else getattr(getattr(sampler, "plan", None), "seed", 0))
         if ignore_index is None:
             ignore_index = core.ignore_index if core is not None else None
         self.ignore_index = 255 if ignore_index is None else int(ignore_index)
@@ -126,23 +139,27 @@ class CudaPrefetcher:
             if augment.one_hot and labels is not None:
                 raise ConfigError(f"the augment pipeline ends in OneHot; the prefetcher's labels={labels!r} "
                                   f"expects ids", fix="pass labels=None")
-        # normalising and one-hot expansion are the pipeline ops A.Normalize / A.OneHot, run by the torch backend
+        self._converters(mean, std, core)
+
+    def _converters(self, mean: Sequence[float] | None, std: Sequence[float] | None, core: Dataset | None) -> None:
+        """The normalising and one-hot steps this prefetcher runs: the pipeline ops A.Normalize / A.OneHot, run by
+        the torch backend (mean and std from the split's manifest unless given)."""
         from ..augment.ops import Normalize, OneHot
         from ..augment.torch import TorchNormalize, TorchOneHot
 
         self._normalizer: TorchNormalize | None = None
-        if normalize:
+        if self.normalize:
             if mean is None or std is None:
                 if core is None:
                     raise ConfigError("normalising needs mean and std", fix="pass mean=, std= (0-255 scale)")
                 mean = core.mean.tolist() if mean is None else mean
                 std = core.std.tolist() if std is None else std
-            self._normalizer = TorchNormalize(Normalize(mean, std), self.device, dtype=dtype,
+            self._normalizer = TorchNormalize(Normalize(mean, std), self.device, dtype=self.dtype,
                                               channels_first=self.layout == "NCHW")
         self._onehot: TorchOneHot | None = None
-        if labels in ("onehot", "float_onehot"):
+        if self.labels in ("onehot", "float_onehot"):
             assert self.num_classes is not None
-            op = OneHot(self.num_classes, "float32" if labels == "float_onehot" else "uint8",
+            op = OneHot(self.num_classes, "float32" if self.labels == "float_onehot" else "uint8",
                         channels_first=self.layout == "NCHW")
             self._onehot = TorchOneHot(op, self.device, self.ignore_index)
 

@@ -34,6 +34,8 @@ split it as above. The ignore class never counts.
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,6 +82,61 @@ def epoch_rng(seed: int, epoch: int) -> np.random.Generator:
 def check_partition(rank: int, world_size: int) -> None:
     if world_size < 1 or not 0 <= rank < world_size:
         raise ConfigError(f"rank {rank} is not in 0..world_size-1 (world_size {world_size})")
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """Which batches an epoch reads, and in which order: what every adapter takes as ``plan=``.
+
+    ``batch_size`` samples per batch; ``shuffle`` with ``seed``; ``epoch`` the first epoch read (later passes
+    read the next ones); ``rank`` of ``world_size`` (every rank gets the same number of batches; the tail
+    wraps around, or is dropped with ``drop_last``). ``shuffle_mode``: ``"auto"`` (global for random-access
+    formats, shard-then-buffer for sequential ones), ``"global"`` or ``"buffer"`` (through a buffer of
+    ``buffer_size`` samples). ``sampling``: ``"uniform"``, ``"class-balanced[:T]"`` or ``"repeat-factor[:t]"``
+    (:mod:`shardkit.read.sampling`). The order is a pure function of the plan and the split's shard sizes.
+    """
+
+    batch_size: int
+    shuffle: bool = True
+    seed: int = 0
+    epoch: int = 0
+    drop_last: bool = False
+    rank: int = 0
+    world_size: int = 1
+    shuffle_mode: str = "auto"
+    buffer_size: int = DEFAULT_BUFFER
+    sampling: str = "uniform"
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "seed", "epoch", "rank", "world_size", "buffer_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{name}={value!r} is not an integer")
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be at least 1, got {self.batch_size}")
+        if self.seed < 0 or self.epoch < 0:
+            raise ConfigError(f"seed ({self.seed}) and epoch ({self.epoch}) must be non-negative integers")
+        check_partition(self.rank, self.world_size)
+        if self.shuffle_mode not in SHUFFLE_MODES:
+            raise ConfigError(f"shuffle_mode={self.shuffle_mode!r} is not one of {', '.join(SHUFFLE_MODES)}")
+        if self.buffer_size < 1:
+            raise ConfigError(f"buffer_size must be at least 1, got {self.buffer_size}")
+        parse_sampling(self.sampling)
+
+    def replace(self, **changes: Any) -> EpochPlan:
+        """A copy with ``changes`` (validated again): e.g. ``plan.replace(epoch=plan.epoch + 1)``."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def of(cls, plan: EpochPlan | int, **fields: Any) -> EpochPlan:
+        """``plan`` itself, or ``EpochPlan(batch_size=plan)`` for a bare batch size; ``fields`` (its field names:
+        ``shuffle=``, ``seed=``, …) applied to it."""
+        if isinstance(plan, bool) or not isinstance(plan, (EpochPlan, int)):
+            raise ConfigError(f"expected an EpochPlan or a batch size, got {type(plan).__name__}",
+                              fix="pass shardkit.EpochPlan(batch_size=…, shuffle=…, seed=…)")
+        if isinstance(plan, int):
+            return cls(batch_size=plan, **fields)
+        return plan.replace(**fields) if fields else plan
 
 
 def per_rank(n: int, world_size: int, drop_last: bool) -> int:
@@ -216,31 +273,21 @@ def buffer_shuffle(stream: np.ndarray, buffer_size: int, rng: np.random.Generato
     return out
 
 
-def epoch_indices(
-    shard_sizes: Sequence[int],
-    *,
-    shuffle: bool = True,
-    seed: int = 0,
-    epoch: int = 0,
-    rank: int = 0,
-    world_size: int = 1,
-    drop_last: bool = False,
-    mode: str = "global",
-    buffer_size: int = DEFAULT_BUFFER,
-    repeats: np.ndarray | None = None,
-    start: int = 0,
-) -> np.ndarray:
-    """The global sample indices ``rank`` reads in ``epoch``, in reading order.
+def epoch_indices(shard_sizes: Sequence[int], plan: EpochPlan, *, repeats: np.ndarray | None = None,
+                  start: int = 0) -> np.ndarray:
+    """The global sample indices ``plan.rank`` reads in ``plan.epoch``, in reading order.
 
-    ``mode``: ``"global"`` (random access) or ``"buffer"`` (shard-then-buffer, sequential formats).
-    Every rank gets :func:`per_rank` samples. ``repeats``: per-sample repeat factors (class-balanced
-    sampling, global mode only): the epoch is :func:`repeated_indices`, permuted when ``shuffle``.
-    ``start``: global positions already consumed this epoch (a resumed loader, :func:`resume_order`); in buffer
-    mode, where each rank reads its own stream, the rank skips ``start // world_size`` of its samples.
+    ``plan.shuffle_mode``: ``"global"`` (random access) or ``"buffer"`` (shard-then-buffer, sequential formats;
+    ``"auto"`` is resolved by :meth:`shardkit.read.dataset.Dataset.sampler`, which knows the format). Every rank
+    gets :func:`per_rank` samples. ``repeats``: per-sample repeat factors (class-balanced sampling, global mode
+    only): the epoch is :func:`repeated_indices`, permuted when ``plan.shuffle``. ``start``: global positions
+    already consumed this epoch (a resumed loader, :func:`resume_order`); in buffer mode, where each rank reads
+    its own stream, the rank skips ``start // world_size`` of its samples.
     """
+    shuffle, seed, epoch, rank, world_size = plan.shuffle, plan.seed, plan.epoch, plan.rank, plan.world_size
+    drop_last, mode = plan.drop_last, plan.shuffle_mode
     if start < 0:
         raise ConfigError(f"start must be non-negative, got {start}")
-    check_partition(rank, world_size)
     if mode not in ("global", "buffer"):
         raise ConfigError(f"shuffle mode {mode!r} is not one of global, buffer")
     n = int(np.sum(shard_sizes)) if len(shard_sizes) else 0
@@ -265,29 +312,20 @@ def epoch_indices(
     # Each rank's buffer draws from its own stream, derived from (seed, epoch, rank): reproducible per rank.
     rank_seed = np.random.SeedSequence([int(seed), int(epoch), 1, int(rank)])
     rank_rng = np.random.Generator(np.random.PCG64(rank_seed))
-    return buffer_shuffle(mine, buffer_size, rank_rng)[skip:]
+    return buffer_shuffle(mine, plan.buffer_size, rank_rng)[skip:]
 
 
-def stream_ranges(
-    shard_sizes: Sequence[int],
-    *,
-    shuffle: bool = True,
-    seed: int = 0,
-    epoch: int = 0,
-    rank: int = 0,
-    world_size: int = 1,
-    drop_last: bool = False,
-) -> list[tuple[int, int, int]]:
-    """``rank``'s part of the shard stream as ``(shard, first local index, count)`` runs, in order.
+def stream_ranges(shard_sizes: Sequence[int], plan: EpochPlan) -> list[tuple[int, int, int]]:
+    """``plan.rank``'s part of the shard stream as ``(shard, first local index, count)`` runs, in order.
 
-    The samples are those of ``epoch_indices(..., mode="buffer")`` before its shuffle buffer: a
-    sequential reader (``tf.data.TFRecordDataset(file).skip(first).take(count)``) streams them
-    and applies its own shuffle buffer.
+    The samples are those of :func:`epoch_indices` in buffer mode before its shuffle buffer: a sequential reader
+    (``tf.data.TFRecordDataset(file).skip(first).take(count)``) streams them and applies its own shuffle buffer.
     """
-    check_partition(rank, world_size)
+    rank, world_size = plan.rank, plan.world_size
     sizes = np.asarray(shard_sizes, dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if len(sizes) else sizes
-    stream = even_out(shard_stream(sizes, shuffle=shuffle, rng=epoch_rng(seed, epoch)), world_size, drop_last)
+    stream = even_out(shard_stream(sizes, shuffle=plan.shuffle, rng=epoch_rng(plan.seed, plan.epoch)), world_size,
+                      plan.drop_last)
     k = len(stream) // world_size
     mine = stream[rank * k:(rank + 1) * k]
     if not len(mine):
@@ -331,25 +369,19 @@ class EpochBatch(list[int]):
 
 @dataclass
 class EpochBatchSampler:
-    """Yields lists of global indices, one list per batch, for the current epoch (framework-free).
+    """Yields lists of global indices, one list per batch, for the current epoch of ``plan`` (framework-free).
 
+    ``plan``: the :class:`EpochPlan` it reads, its ``shuffle_mode`` resolved (``"global"`` or ``"buffer"``:
+    :meth:`shardkit.read.dataset.Dataset.sampler` resolves ``"auto"`` by the format); ``plan.epoch`` is the epoch
+    the next pass reads (:meth:`set_epoch` moves it, ``auto_epoch`` advances it after each full pass).
     Usable as ``torch.utils.data.DataLoader(dataset, batch_size=None, sampler=this)``: each list
     reaches a worker as one task, which reads the whole batch with the core's batched reads.
-    Call :meth:`set_epoch` before each epoch (as with ``DistributedSampler``); with
-    ``auto_epoch`` the epoch advances by itself after each full pass. ``start``: global positions of this epoch
-    already consumed (set by a loader state, :mod:`shardkit.read.state`); a new epoch starts at 0 again.
+    Call :meth:`set_epoch` before each epoch (as with ``DistributedSampler``). ``start``: global positions of this
+    epoch already consumed (set by a loader state, :mod:`shardkit.read.state`); a new epoch starts at 0 again.
     """
 
     shard_sizes: Sequence[int]
-    batch_size: int
-    shuffle: bool = True
-    seed: int = 0
-    epoch: int = 0
-    drop_last: bool = False
-    rank: int = 0
-    world_size: int = 1
-    mode: str = "global"
-    buffer_size: int = DEFAULT_BUFFER
+    plan: EpochPlan
     auto_epoch: bool = False
     #: per-sample repeat factors: class-balanced sampling (:func:`sample_repeat_factors`); None: each sample once
     repeats: np.ndarray | None = None
@@ -360,18 +392,40 @@ class EpochBatchSampler:
     progress: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        check_partition(self.rank, self.world_size)
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size must be at least 1, got {self.batch_size}")
+        if not isinstance(self.plan, EpochPlan):
+            raise ConfigError(f"expected an EpochPlan, got {type(self.plan).__name__}",
+                              fix="make the sampler with shardkit.open(split).sampler(plan)")
+        if self.plan.shuffle_mode not in ("global", "buffer"):
+            raise ConfigError(f"shuffle mode {self.plan.shuffle_mode!r} is not one of global, buffer",
+                              fix="make the sampler with shardkit.open(split).sampler(plan): it resolves 'auto'")
         self.shard_sizes = [int(s) for s in self.shard_sizes]
         if self.repeats is not None:
             self.repeats = np.asarray(self.repeats, np.float64)
             if len(self.repeats) != sum(self.shard_sizes):
                 raise ConfigError(f"{len(self.repeats)} repeat factors for {sum(self.shard_sizes)} samples")
 
+    @property
+    def epoch(self) -> int:
+        """The epoch the next pass reads (``plan.epoch``)."""
+        return self.plan.epoch
+
+    @epoch.setter
+    def epoch(self, epoch: int) -> None:
+        self.plan = self.plan.replace(epoch=int(epoch))
+
+    def __getattr__(self, name: str) -> Any:
+        """The plan's fields as the sampler's own attributes (``sampler.seed``; ``mode`` for ``shuffle_mode``), as
+        they were before the sampler held its plan: deprecated, read them from ``sampler.plan``."""
+        field_name = "shuffle_mode" if name == "mode" else name
+        if field_name in _PLAN_FIELDS and "plan" in self.__dict__:
+            warnings.warn(f"EpochBatchSampler.{name} is deprecated and will be removed in the next release; read "
+                          f"sampler.plan.{field_name}", DeprecationWarning, stacklevel=2)
+            return getattr(self.plan, field_name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     def set_epoch(self, epoch: int) -> None:
         """Read ``epoch`` next (from its start, unless it is the epoch a loader state resumes)."""
-        if int(epoch) != self.epoch:
+        if int(epoch) != self.plan.epoch:
             self.start = 0
         self.epoch = int(epoch)
 
@@ -384,17 +438,16 @@ class EpochBatchSampler:
     def samples_per_rank(self) -> int:
         """Samples each rank reads in this pass: the same every epoch, also when class-balanced (fewer in the
         rest of a resumed epoch)."""
-        if self.mode == "buffer":
-            return per_rank(self.epoch_samples, self.world_size, self.drop_last) - self.start // self.world_size
-        return per_rank(max(self.epoch_samples - self.start, 0), self.world_size, self.drop_last)
+        p = self.plan
+        if p.shuffle_mode == "buffer":
+            return per_rank(self.epoch_samples, p.world_size, p.drop_last) - self.start // p.world_size
+        return per_rank(max(self.epoch_samples - self.start, 0), p.world_size, p.drop_last)
 
     def indices(self) -> np.ndarray:
-        return epoch_indices(self.shard_sizes, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
-                             rank=self.rank, world_size=self.world_size, drop_last=self.drop_last,
-                             mode=self.mode, buffer_size=self.buffer_size, repeats=self.repeats, start=self.start)
+        return epoch_indices(self.shard_sizes, self.plan, repeats=self.repeats, start=self.start)
 
     def batches(self) -> list[np.ndarray]:
-        return split_batches(self.indices(), self.batch_size, drop_last=self.drop_last)
+        return split_batches(self.indices(), self.plan.batch_size, drop_last=self.plan.drop_last)
 
     def __iter__(self) -> Iterator[list[int]]:
         epoch = self.epoch
@@ -411,7 +464,7 @@ class EpochBatchSampler:
             self.epoch += 1
 
     def __len__(self) -> int:
-        return num_batches(self.samples_per_rank, self.batch_size, self.drop_last)
+        return num_batches(self.samples_per_rank, self.plan.batch_size, self.plan.drop_last)
 
     def state_dict(self) -> dict[str, Any]:
         """The loader state after the batches this sampler handed out in its current pass
@@ -427,3 +480,6 @@ class EpochBatchSampler:
             raise ConfigError("this sampler keeps no loader state (it was not made by Dataset.sampler)",
                               fix="make it with shardkit.open(split).sampler(plan)")
         self.progress.load_state_dict(state)
+
+
+_PLAN_FIELDS = frozenset(f.name for f in dataclasses.fields(EpochPlan))

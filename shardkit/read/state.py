@@ -29,7 +29,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import ResumeError
-from .sampling import EpochBatchSampler, num_batches
+from .sampling import EpochBatchSampler, EpochPlan, num_batches
 
 if TYPE_CHECKING:
     from ..store.manifest import Manifest
@@ -76,6 +76,21 @@ class LoaderState:
     world_size: int
     drop_last: bool
 
+    @classmethod
+    def of(cls, plan: EpochPlan, epoch: int, consumed: int, *, split: str, version: int, dataset: str,
+           augment: str) -> LoaderState:
+        """The state of a loader reading ``plan`` (its ``shuffle_mode`` resolved) at ``consumed`` global positions
+        of ``epoch``: the plan saved whole but for its ``rank``, which a resume may change."""
+        return cls(split=split, version=version, dataset=dataset, augment=augment, seed=plan.seed,
+                   shuffle=plan.shuffle, sampling=plan.sampling, mode=plan.shuffle_mode, buffer_size=plan.buffer_size,
+                   epoch=epoch, consumed=consumed, batch_size=plan.batch_size, world_size=plan.world_size,
+                   drop_last=plan.drop_last)
+
+    @property
+    def order(self) -> tuple[int, bool, str, str]:
+        """What makes an epoch's global order (seed, shuffle, sampling, mode): a resume keeps all four."""
+        return self.seed, self.shuffle, self.sampling, self.mode
+
     def to_dict(self) -> dict[str, Any]:
         """A plain dict (JSON-able), tagged with :data:`STATE_KIND`."""
         return {"kind": STATE_KIND, **{name: getattr(self, name) for name in _FIELDS}}
@@ -112,26 +127,24 @@ class Progress:
     The adapter calls :meth:`begin` as a pass starts and :meth:`step` for each batch it yields (not when a worker
     reads it: workers read ahead, and those batches were not consumed)."""
 
-    def __init__(self, sampler: EpochBatchSampler, *, split: str, version: int, dataset: str, augment: str = "",
-                 sampling: str = "uniform") -> None:
+    def __init__(self, sampler: EpochBatchSampler, *, split: str, version: int, dataset: str,
+                 augment: str = "") -> None:
         self.sampler = sampler
         self.split, self.version, self.dataset, self.augment = split, int(version), dataset, augment
-        self.sampling = sampling
         self._pass: tuple[int, int, int, int] | None = None  # epoch, start, samples per rank, batches of the pass
         self.batches = 0
 
     @classmethod
-    def of(cls, sampler: EpochBatchSampler, manifest: Manifest, augment: Any = None,
-           sampling: str = "uniform") -> Progress:
+    def of(cls, sampler: EpochBatchSampler, manifest: Manifest, augment: Any = None) -> Progress:
         """The progress of ``sampler`` over the split version of ``manifest``, augmented by ``augment``."""
         return cls(sampler, split=manifest.split, version=int(manifest.version or 0),
-                   dataset=dataset_identity(manifest), augment=augment_identity(augment), sampling=sampling)
+                   dataset=dataset_identity(manifest), augment=augment_identity(augment))
 
     def twin(self) -> Progress:
         """A new count of the same sampler and identity: a loader counts the batches it yields, the sampler those
         it hands out (ahead, to workers)."""
         return Progress(self.sampler, split=self.split, version=self.version, dataset=self.dataset,
-                        augment=self.augment, sampling=self.sampling)
+                        augment=self.augment)
 
     def begin(self) -> None:
         s = self.sampler
@@ -158,17 +171,14 @@ class Progress:
         done = self.batches if batches is None else batches
         if done >= total:
             return epoch + 1, 0
-        return epoch, start + min(done * s.batch_size, per_rank) * s.world_size
+        return epoch, start + min(done * s.plan.batch_size, per_rank) * s.plan.world_size
 
     def state(self, batches: int | None = None) -> LoaderState:
         """The state after ``batches`` yielded batches of this pass (default: those counted; a wrapper that reads
         ahead, like the CudaPrefetcher, passes the number it yielded itself)."""
-        s = self.sampler
         epoch, consumed = self.position(batches)
-        return LoaderState(split=self.split, version=self.version, dataset=self.dataset, augment=self.augment,
-                           seed=s.seed, shuffle=s.shuffle, sampling=self.sampling, mode=s.mode,
-                           buffer_size=s.buffer_size, epoch=epoch, consumed=consumed, batch_size=s.batch_size,
-                           world_size=s.world_size, drop_last=s.drop_last)
+        return LoaderState.of(self.sampler.plan, epoch, consumed, split=self.split, version=self.version,
+                              dataset=self.dataset, augment=self.augment)
 
     def state_dict(self, batches: int | None = None) -> dict[str, Any]:
         return self.state(batches).to_dict()
@@ -182,27 +192,26 @@ class Progress:
                 ("split", st.split, mine.split),
                 ("dataset version", f"{st.version} ({st.dataset})", f"{mine.version} ({mine.dataset})"),
                 ("augmentation", st.augment or "none", mine.augment or "none"),
-                ("order (seed, shuffle, sampling, mode)", (st.seed, st.shuffle, st.sampling, st.mode),
-                 (mine.seed, mine.shuffle, mine.sampling, mine.mode))):
+                ("order (seed, shuffle, sampling, mode)", st.order, mine.order)):
             if theirs != ours:
                 raise ResumeError(f"the loader state is from {what} {theirs}, this loader reads {what} {ours}",
                                   fix="resume with the loader the state was saved from, or start this one afresh")
-        s = self.sampler
+        s, p = self.sampler, self.sampler.plan
         if st.mode == "buffer" and (st.world_size, st.batch_size, st.buffer_size) != (
-                s.world_size, s.batch_size, s.buffer_size):
+                p.world_size, p.batch_size, p.buffer_size):
             raise ResumeError(f"a shard-then-buffer loader state (world size {st.world_size}, batch size "
                               f"{st.batch_size}, buffer {st.buffer_size}) resumes only with the same ones, this loader "
-                              f"has {s.world_size}, {s.batch_size}, {s.buffer_size}",
+                              f"has {p.world_size}, {p.batch_size}, {p.buffer_size}",
                               fix="resume with the same ranks and batch size, or use shuffle_mode='global'")
         if st.consumed > s.epoch_samples:
             raise ResumeError(f"the loader state has consumed {st.consumed} of an epoch of {s.epoch_samples} samples",
                               fix="pass a state this loader's dataset wrote")
-        if st.consumed and s.drop_last and st.batch_size * st.world_size != s.batch_size * s.world_size:
+        if st.consumed and p.drop_last and st.batch_size * st.world_size != p.batch_size * p.world_size:
             rest = s.epoch_samples - st.consumed
-            kept = num_batches(rest // s.world_size, s.batch_size, True) * s.batch_size * s.world_size
+            kept = num_batches(rest // p.world_size, p.batch_size, True) * p.batch_size * p.world_size
             log.warning("resuming epoch %d at sample %d of %d with a global batch of %d (saved with %d): drop_last "
                         "drops the last %d of the %d samples left, counted at the new size", st.epoch, st.consumed,
-                        s.epoch_samples, s.batch_size * s.world_size, st.batch_size * st.world_size, rest - kept, rest)
+                        s.epoch_samples, p.batch_size * p.world_size, st.batch_size * st.world_size, rest - kept, rest)
         s.epoch, s.start = st.epoch, st.consumed
         self._pass, self.batches = None, 0
         log.info("resumed at epoch %d, sample %d of %d", st.epoch, st.consumed, s.epoch_samples)

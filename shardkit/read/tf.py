@@ -248,7 +248,7 @@ def _generator_pipeline(ds: Dataset, sampler: EpochBatchSampler, progress: Progr
     ``with_indices``: elements are dicts with ``images``, ``labels``, ``index`` (global sample indices),
     ``epoch`` (the pass's epoch), ``keys`` with ``with_keys``, and ``hw`` (each sample's size) for a split
     of variable-size samples, which are padded to a common canvas."""
-    batch_size, drop_last = sampler.batch_size, sampler.drop_last
+    batch_size, drop_last = sampler.plan.batch_size, sampler.plan.drop_last
     bdim = batch_size if drop_last else None
     variable = _one_size(ds) is None
     if variable:
@@ -311,8 +311,7 @@ def _tfrecord_pipeline(ds: Dataset, layout: TfRecordLayout, plan: EpochPlan, *, 
     batch_size, shuffle, seed, epoch = plan.batch_size, plan.shuffle, plan.seed, plan.epoch
     drop_last, buffer_size = plan.drop_last, plan.buffer_size
     files = [str(ds.path / shard.files[0].name) for shard in ds.manifest.shards]
-    ranges = sampling.stream_ranges(ds.shard_sizes, shuffle=shuffle, seed=seed, epoch=epoch, rank=plan.rank,
-                                    world_size=plan.world_size, drop_last=drop_last)
+    ranges = sampling.stream_ranges(ds.shard_sizes, plan)
     compression = layout.compression_type
     sources = tf.data.Dataset.from_tensor_slices((
         tf.constant([files[s] for s, _, _ in ranges], tf.string),

@@ -274,23 +274,10 @@ def make_loader(
         given["shuffle"], num_workers = num_workers, 0
     the_plan = adapter_plan("make_loader", plan, given)
     opts = adapter_options("make_loader", options, given)
-    memory = BufferReuse() if reuse_buffers is True else reuse_buffers or None
-    moved = {k: given.pop(k) for k in ("keep", "shared_ring") if k in given}
-    if moved:
-        warnings.warn(f"make_loader: {', '.join(f'{k}=' for k in moved)} deprecated and will be removed in the next "
-                      "release; pass reuse_buffers=BufferReuse(…) instead", DeprecationWarning, stacklevel=2)
-        if memory is not None:
-            memory = dataclasses.replace(memory, **moved)
+    memory, moved = _buffer_reuse(reuse_buffers, given)
     kwargs = {k: given.pop(k) for k in DATALOADER_KEYWORDS if k in given}
     refuse_unknown("make_loader", given)
-    pin_memory = kwargs.pop("pin_memory", None)
-    if pin_memory is None:
-        pin_memory = torch.cuda.is_available()
-    persistent_workers = kwargs.pop("persistent_workers", None)
-    if kwargs.get("prefetch_factor") is None:
-        kwargs.pop("prefetch_factor", None)
-    if kwargs.get("multiprocessing_context") is None:
-        kwargs.pop("multiprocessing_context", None)
+    pin_memory, kwargs = _dataloader_keywords(kwargs, num_workers)
     # Without workers, batches are read in this process into a ring of keep + 1 reused buffers
     # (a fresh 21 MB tensor per batch costs ~30 % of the throughput): same validity contract as the ring.
     # Only with reuse_buffers: kept batches would otherwise be overwritten silently.
@@ -299,28 +286,64 @@ def make_loader(
                                    with_indices=with_indices, buffers=buffers, augment=augment, seed=the_plan.seed)
     sampler = dataset.dataset.sampler(the_plan, augment=augment)
     sampler.auto_epoch = auto_epoch
-    if num_workers > 0:
-        kwargs["persistent_workers"] = num_workers > 0 if persistent_workers is None else persistent_workers
-        kwargs["worker_init_fn"] = one_opencv_thread  # spawned workers; forked ones: see _opencv_single_threaded
-    else:
-        kwargs = {}
     ring_opts = memory if memory is not None else dataclasses.replace(BufferReuse(), **moved)
     slot_layout = dataset.ring_layout(the_plan.batch_size) if num_workers > 0 and ring_opts.shared_ring else None
     if slot_layout is not None:
-        in_flight = num_workers * kwargs.get("prefetch_factor", 2)
-        # reuse_buffers: slots reused in turn (in flight + keep + 1 spare). Else each yielded batch holds its slot
-        # while it lives: in flight, the batch being handed over, the one the loop still holds, 1 spare.
-        ring = _Ring(dataset, slot_layout, slots=in_flight + (max(ring_opts.keep, 1) + 1 if memory is not None else 3))
-        pool = _SlotPool(len(ring.slots)) if memory is None and not pin_memory else None
-        slotted = _SlotSampler(sampler, len(ring.slots), pool)
-        loader = DataLoader(ring, batch_size=None, sampler=slotted, num_workers=num_workers, pin_memory=False,
-                            **kwargs)
-        return _with_state(StatefulRingLoader(loader, ring, pin_memory=pin_memory, keep=ring_opts.keep,
-                                              copy=memory is None, pool=pool), sampler)
+        return _ring_loader(dataset, slot_layout, sampler, num_workers, kwargs, ring_opts,
+                            reused=memory is not None, pin_memory=pin_memory)
     if num_workers == 0 and memory is not None:  # the reused buffers themselves are pinned: no pinned allocation
         dataset.pin, pin_memory = pin_memory, False
     return _with_state(ShardkitLoader(dataset, batch_size=None, sampler=sampler, num_workers=num_workers,
                                       pin_memory=pin_memory, **kwargs), sampler)
+
+
+def _buffer_reuse(reuse_buffers: bool | BufferReuse, given: dict[str, Any]) -> tuple[BufferReuse | None,
+                                                                                     dict[str, Any]]:
+    """make_loader's ``reuse_buffers`` as a :class:`BufferReuse` (None: not reused), with the deprecated ``keep=`` and
+    ``shared_ring=`` moved out of ``given`` (a DeprecationWarning at make_loader's caller); returns them too."""
+    memory = BufferReuse() if reuse_buffers is True else reuse_buffers or None
+    moved: dict[str, Any] = {k: given.pop(k) for k in ("keep", "shared_ring") if k in given}
+    if moved:
+        warnings.warn(f"make_loader: {', '.join(f'{k}=' for k in moved)} deprecated and will be removed in the next "
+                      "release; pass reuse_buffers=BufferReuse(…) instead", DeprecationWarning, stacklevel=3)
+        if memory is not None:
+            memory = dataclasses.replace(memory, **moved)
+    return memory, moved
+
+
+def _dataloader_keywords(kwargs: dict[str, Any], num_workers: int) -> tuple[Any, dict[str, Any]]:
+    """``pin_memory`` (default: whether CUDA is available) and the keywords the DataLoader gets: with workers,
+    ``persistent_workers`` (default True), ``prefetch_factor`` and ``multiprocessing_context`` when given, and
+    one OpenCV thread per worker; none without workers."""
+    pin_memory = kwargs.pop("pin_memory", None)
+    if pin_memory is None:
+        pin_memory = torch.cuda.is_available()
+    persistent_workers = kwargs.pop("persistent_workers", None)
+    if kwargs.get("prefetch_factor") is None:
+        kwargs.pop("prefetch_factor", None)
+    if kwargs.get("multiprocessing_context") is None:
+        kwargs.pop("multiprocessing_context", None)
+    if num_workers == 0:
+        return pin_memory, {}
+    kwargs["persistent_workers"] = num_workers > 0 if persistent_workers is None else persistent_workers
+    kwargs["worker_init_fn"] = one_opencv_thread  # spawned workers; forked ones: see _opencv_single_threaded
+    return pin_memory, kwargs
+
+
+def _ring_loader(dataset: ShardkitTorchDataset, slot_layout: Any, sampler: sampling.EpochBatchSampler,
+                 num_workers: int, kwargs: dict[str, Any], ring_opts: BufferReuse, *, reused: bool,
+                 pin_memory: Any) -> StatefulRingLoader:
+    """Workers read (or augment) batches into a ring of shared-memory slots; only slot numbers cross to this process.
+    ``reused``: slots reused in turn (``reuse_buffers``), else each yielded batch holds its slot while it lives."""
+    in_flight = num_workers * kwargs.get("prefetch_factor", 2)
+    # reuse_buffers: slots reused in turn (in flight + keep + 1 spare). Else each yielded batch holds its slot
+    # while it lives: in flight, the batch being handed over, the one the loop still holds, 1 spare.
+    ring = _Ring(dataset, slot_layout, slots=in_flight + (max(ring_opts.keep, 1) + 1 if reused else 3))
+    pool = _SlotPool(len(ring.slots)) if not reused and not pin_memory else None
+    slotted = _SlotSampler(sampler, len(ring.slots), pool)
+    loader = DataLoader(ring, batch_size=None, sampler=slotted, num_workers=num_workers, pin_memory=False, **kwargs)
+    return _with_state(StatefulRingLoader(loader, ring, pin_memory=pin_memory, keep=ring_opts.keep,
+                                          copy=not reused, pool=pool), sampler)
 
 
 def one_opencv_thread(_worker_id: int = 0) -> int:

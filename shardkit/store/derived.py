@@ -90,7 +90,7 @@ class DerivedCheck:
     def __init__(self, manifest: Manifest, spec: SampleSpec) -> None:
         self.manifest = manifest
         self.spec = spec
-        self.ignore = manifest.classes.get("ignore_index")
+        self.ignore = manifest.classes.ignore_index
         self.stats = self._new_stats()
         self.found: dict[str, list[str]] = {}
         self.counted: dict[str, int] = {}

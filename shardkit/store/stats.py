@@ -386,13 +386,14 @@ def weight_table(weights: Sequence[float], freqs: ClassFrequencies, names: Seque
     return rows
 
 
-def ignore_share(stats: dict[str, Any], ignore_index: int | None, num_classes: int) -> float | None:
+def ignore_share(manifest: Manifest, ignore_index: int | None, num_classes: int) -> float | None:
     """The share of all label pixels (padding included) that hold ``ignore_index``, from a manifest's ``stats``:
     an ignore id inside the class range (CamVid's 11) is one of ``class_pixels``; one above it (255) is
     ``ignore_pixels``. None without an ignore index or pixel counts."""
-    pixels = int(stats.get("pixels", 0))
+    stats = manifest.stats
+    pixels = int(stats.pixels or 0)
     if ignore_index is None or pixels <= 0:
         return None
-    counts = stats.get("class_pixels", [])
-    n = counts[ignore_index] if ignore_index < min(num_classes, len(counts)) else stats.get("ignore_pixels", 0)
+    counts = stats.class_pixels or ()
+    n = counts[ignore_index] if ignore_index < min(num_classes, len(counts)) else stats.ignore_pixels or 0
     return int(n) / pixels

@@ -7,33 +7,40 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from shardkit.errors import ConfigError
 from shardkit.read import sampling
+from shardkit.read.sampling import EpochPlan
 
 SHARDS = [7, 2, 3, 4, 4, 6]  # 26 samples, uneven shards (like CamVid val at 7 per shard)
 
 
+def plan(batch_size: int = 1, mode: str = "global", **fields: Any) -> EpochPlan:
+    """An epoch plan with its shuffle mode resolved, as a sampler holds it."""
+    return EpochPlan(batch_size, shuffle_mode=mode, **fields)
+
+
 def test_same_seed_and_epoch_same_order_new_epoch_new_order() -> None:
-    a = sampling.epoch_indices([100], shuffle=True, seed=3, epoch=1)
-    assert np.array_equal(a, sampling.epoch_indices([100], shuffle=True, seed=3, epoch=1))
-    assert not np.array_equal(a, sampling.epoch_indices([100], shuffle=True, seed=3, epoch=2))
-    assert not np.array_equal(a, sampling.epoch_indices([100], shuffle=True, seed=4, epoch=1))
+    a = sampling.epoch_indices([100], plan(shuffle=True, seed=3, epoch=1))
+    assert np.array_equal(a, sampling.epoch_indices([100], plan(shuffle=True, seed=3, epoch=1)))
+    assert not np.array_equal(a, sampling.epoch_indices([100], plan(shuffle=True, seed=3, epoch=2)))
+    assert not np.array_equal(a, sampling.epoch_indices([100], plan(shuffle=True, seed=4, epoch=1)))
     assert sorted(a.tolist()) == list(range(100))
-    assert np.array_equal(sampling.epoch_indices([5], shuffle=False, seed=3, epoch=1), np.arange(5))
+    assert np.array_equal(sampling.epoch_indices([5], plan(shuffle=False, seed=3, epoch=1)), np.arange(5))
 
 
 def test_order_does_not_depend_on_the_process() -> None:
     """Another interpreter (other hash seed) computes the same orders: nothing but (seed, epoch) matters."""
     code = ("import json; from shardkit.read import sampling as s; "
-            f"print(json.dumps([s.epoch_indices({SHARDS!r}, seed=9, epoch=4, rank=r, world_size=2, mode=m)"
-            ".tolist() for m in ('global', 'buffer') for r in (0, 1)]))")
+            f"print(json.dumps([s.epoch_indices({SHARDS!r}, s.EpochPlan(1, seed=9, epoch=4, rank=r, world_size=2, "
+            "shuffle_mode=m)).tolist() for m in ('global', 'buffer') for r in (0, 1)]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONHASHSEED": "123"}).stdout
-    here = [sampling.epoch_indices(SHARDS, seed=9, epoch=4, rank=r, world_size=2, mode=m).tolist()
+    here = [sampling.epoch_indices(SHARDS, plan(seed=9, epoch=4, rank=r, world_size=2, mode=m)).tolist()
             for m in ("global", "buffer") for r in (0, 1)]
     assert json.loads(out) == here
 
@@ -43,8 +50,8 @@ def test_order_does_not_depend_on_the_process() -> None:
 @pytest.mark.parametrize("drop_last", [False, True])
 def test_ranks_get_equal_disjoint_shares(mode: str, world: int, drop_last: bool) -> None:
     n = sum(SHARDS)
-    parts = [sampling.epoch_indices(SHARDS, seed=1, epoch=0, rank=r, world_size=world, drop_last=drop_last,
-                                    mode=mode, buffer_size=5) for r in range(world)]
+    parts = [sampling.epoch_indices(SHARDS, plan(seed=1, epoch=0, rank=r, world_size=world, drop_last=drop_last,
+                                                 mode=mode, buffer_size=5)) for r in range(world)]
     sizes = {len(p) for p in parts}
     assert sizes == {sampling.per_rank(n, world, drop_last)}
     everything = np.concatenate(parts)
@@ -60,15 +67,15 @@ def test_padding_wraps_around_like_distributed_sampler() -> None:
     assert sampling.even_out(order, 4, drop_last=False).tolist() == [*range(10), 0, 1]
     assert sampling.even_out(order, 4, drop_last=True).tolist() == list(range(8))
     assert sampling.even_out(np.arange(2), 5, drop_last=False).tolist() == [0, 1, 0, 1, 0]
-    r0 = sampling.epoch_indices([10], shuffle=False, rank=0, world_size=4)
+    r0 = sampling.epoch_indices([10], plan(shuffle=False, rank=0, world_size=4))
     assert r0.tolist() == [0, 4, 8]  # interleaved, like torch's DistributedSampler
 
 
 def test_buffer_mode_reads_whole_shards_in_a_contiguous_part_of_the_stream() -> None:
     for rank in range(2):
-        idx = sampling.epoch_indices(SHARDS, seed=2, epoch=5, rank=rank, world_size=2, mode="buffer",
-                                     buffer_size=4)
-        ranges = sampling.stream_ranges(SHARDS, seed=2, epoch=5, rank=rank, world_size=2)
+        idx = sampling.epoch_indices(SHARDS, plan(seed=2, epoch=5, rank=rank, world_size=2, mode="buffer",
+                                                  buffer_size=4))
+        ranges = sampling.stream_ranges(SHARDS, plan(seed=2, epoch=5, rank=rank, world_size=2))
         starts = np.cumsum([0, *SHARDS])
         expanded = [int(starts[s]) + a + k for s, a, n in ranges for k in range(n)]
         assert sorted(idx.tolist()) == sorted(expanded)
@@ -76,7 +83,7 @@ def test_buffer_mode_reads_whole_shards_in_a_contiguous_part_of_the_stream() -> 
         # whole shards, plus at most one partial shard at each end of the part
         partial = [r for r in ranges if r[2] != SHARDS[r[0]]]
         assert len(partial) <= 2
-    plain = sampling.epoch_indices(SHARDS, shuffle=False, mode="buffer")
+    plain = sampling.epoch_indices(SHARDS, plan(shuffle=False, mode="buffer"))
     assert plain.tolist() == list(range(26))
 
 
@@ -103,24 +110,39 @@ def test_split_batches_sorted_and_drop_last() -> None:
 
 
 def test_epoch_batch_sampler() -> None:
-    s = sampling.EpochBatchSampler(SHARDS, 4, seed=0, rank=1, world_size=2)
+    s = sampling.EpochBatchSampler(SHARDS, plan(4, seed=0, rank=1, world_size=2))
     batches = list(s)
     assert len(batches) == len(s) == 4 and all(isinstance(i, int) for b in batches for i in b)
     assert batches == list(s)  # no auto epoch: same order again
     s.set_epoch(1)
     assert list(s) != batches
-    auto = sampling.EpochBatchSampler(SHARDS, 4, auto_epoch=True)
+    auto = sampling.EpochBatchSampler(SHARDS, plan(4), auto_epoch=True)
     first, second = list(auto), list(auto)
     assert first != second and auto.epoch == 2
-    other = sampling.EpochBatchSampler(SHARDS, 4, seed=0, rank=0, world_size=2)
+    other = sampling.EpochBatchSampler(SHARDS, plan(4, seed=0, rank=0, world_size=2))
     assert len(other) == len(s)
+    assert auto.plan.epoch == 2 and s.plan == plan(4, seed=0, rank=1, world_size=2, epoch=1)  # the one plan it holds
+
+
+def test_a_sampler_takes_a_resolved_plan_and_names_its_old_fields_as_deprecated() -> None:
+    """The sampler reads its plan's fields; ``auto`` (resolved by the format in Dataset.sampler) is refused, and
+    the fields it had before it held the plan still read, with a DeprecationWarning naming ``sampler.plan``."""
+    with pytest.raises(ConfigError, match="shuffle mode 'auto' is not one of global, buffer"):
+        sampling.EpochBatchSampler(SHARDS, EpochPlan(4))
+    s = sampling.EpochBatchSampler(SHARDS, plan(4, seed=7, mode="buffer"))
+    with pytest.warns(DeprecationWarning, match=r"sampler\.plan\.shuffle_mode"):
+        assert s.mode == "buffer"
+    with pytest.warns(DeprecationWarning, match=r"sampler\.plan\.seed"):
+        assert s.seed == 7
+    with pytest.raises(AttributeError):
+        _ = s.nothing
 
 
 @pytest.mark.parametrize("kwargs", [{"rank": 2, "world_size": 2}, {"rank": -1}, {"world_size": 0},
-                                    {"seed": -1}, {"mode": "random"}])
+                                    {"seed": -1}, {"mode": "random"}, {"mode": "auto"}])
 def test_bad_options_are_config_errors(kwargs: dict) -> None:
     with pytest.raises(ConfigError):
-        sampling.epoch_indices(SHARDS, **kwargs)
+        sampling.epoch_indices(SHARDS, plan(**kwargs))
     with pytest.raises(ConfigError):
         sampling.split_batches(np.arange(3), 0)
 
@@ -348,11 +370,12 @@ def test_resume_order_same_world_is_the_uninterrupted_rest_any_world_the_unconsu
         repeats = rng.uniform(0.5, 3.0, n) if rng.integers(2) else None
         seed, epoch = int(rng.integers(100)), int(rng.integers(3))
 
-        common = {"shard_sizes": sizes, "batch_size": batch, "seed": seed, "epoch": epoch, "drop_last": drop,
-                  "repeats": repeats}
+        common = plan(batch, seed=seed, epoch=epoch, drop_last=drop)
 
-        def ranks(w: int, start: int, common: dict = common) -> list[sampling.EpochBatchSampler]:
-            return [sampling.EpochBatchSampler(**common, rank=r, world_size=w, start=start) for r in range(w)]
+        def ranks(w: int, start: int, common: EpochPlan = common, repeats: Any = repeats,
+                  sizes: list = sizes) -> list[sampling.EpochBatchSampler]:
+            return [sampling.EpochBatchSampler(sizes, common.replace(rank=r, world_size=w), repeats=repeats,
+                                               start=start) for r in range(w)]
 
         full = [s.batches() for s in ranks(world, 0)]
         if not full[0]:
@@ -361,7 +384,7 @@ def test_resume_order_same_world_is_the_uninterrupted_rest_any_world_the_unconsu
         consumed = k * batch * world
         resumed = [s.batches() for s in ranks(world, consumed)]
         assert all([b.tolist() for b in f[k:]] == [b.tolist() for b in r] for f, r in zip(full, resumed, strict=True))
-        order = sampling.epoch_indices(sizes, seed=seed, epoch=epoch, repeats=repeats)  # the global order, one rank
+        order = sampling.epoch_indices(sizes, common, repeats=repeats)  # the global order, one rank
         other = int(rng.integers(1, 5))
         rest = sorted(np.concatenate([s.indices() for s in ranks(other, consumed)]).tolist())
         left = order[consumed:]

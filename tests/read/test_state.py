@@ -164,7 +164,7 @@ def test_drop_last_with_another_global_batch_follows_the_stated_rule(splits: dic
     assert (s2["epoch"], s2["consumed"]) == (1, 0)
     seen = Counter(i for i, _, _ in _split_batches(a + b, ds))
     assert set(seen.values()) == {1} and len(ds) - len(seen) == 19
-    order = sampling.epoch_indices(ds.shard_sizes, seed=2, epoch=0)
+    order = sampling.epoch_indices(ds.shard_sizes, shardkit.EpochPlan(1, seed=2, shuffle_mode="global"))
     assert sorted(seen) == sorted(order[:len(ds) - 19].tolist())  # the dropped ones are the last of the order
 
 
@@ -223,12 +223,12 @@ def test_restore_at_sample_900000_of_a_million_costs_no_pass() -> None:
     """A 1M-sample plan restored at 900,000: the sampler hands the reader exactly the 100,000 positions left, the
     tail of the uninterrupted order, and none of the 900,000 consumed (reads are what the sampler hands over)."""
     sizes = [1000] * 1000
-    s = sampling.EpochBatchSampler(sizes, 500, seed=3)
+    s = sampling.EpochBatchSampler(sizes, shardkit.EpochPlan(500, seed=3, shuffle_mode="global"))
     progress = Progress(s, split="train", version=1, dataset="x")
     state = dict(progress.state_dict(), consumed=900_000)
     progress.load_state_dict(state)
     handed = [i for b in s for i in b]
-    order = sampling.epoch_indices(sizes, seed=3)
+    order = sampling.epoch_indices(sizes, shardkit.EpochPlan(500, seed=3, shuffle_mode="global"))
     assert len(handed) == 100_000 and sorted(handed) == sorted(order[900_000:].tolist())
     assert s.start == 0 and len(s) == 2000  # the next pass reads a whole epoch
 
@@ -363,8 +363,8 @@ def test_shard_then_buffer_order_resumes_with_the_same_layout_only() -> None:
     def ranks(world: int, batch: int = 3) -> list[sampling.EpochBatchSampler]:
         out = []
         for r in range(world):
-            s = sampling.EpochBatchSampler(sizes, batch, seed=5, rank=r, world_size=world, mode="buffer",
-                                           buffer_size=4)
+            s = sampling.EpochBatchSampler(sizes, shardkit.EpochPlan(batch, seed=5, rank=r, world_size=world,
+                                                                     shuffle_mode="buffer", buffer_size=4))
             s.progress = Progress(s, split="train", version=1, dataset="x")
             out.append(s)
         return out
