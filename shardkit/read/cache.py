@@ -337,7 +337,8 @@ class ShardCache(FileStore):
             pins = self.pin(wanted, folder)
             if pins is not None:
                 held = Hold(folder, pins)
-                if slot is not None:
+                if slot is not None:  # closed with the slot; the holds closed since are forgotten
+                    slot[:] = [h for h in slot if h.open]
                     slot.append(held)
                 return held
         raise IntegrityError("shard files keep disappearing from the cache while being opened", path=self.directory,
