@@ -179,8 +179,8 @@ class ShardCache(FileStore):
             raise OutputError(f"cannot create the cache folder ({exc.strerror or exc})", path=self.root,
                               fix="pass a writable cache_dir= (or set SHARDKIT_CACHE_DIR)") from None
         self.downloads = 0
-        #: bytes of the limit that cached shards leave free for read-through ones (set by the reader to one shard
-        #: when the split is larger than the limit: the shard read before the current one stays within the limit)
+        #: bytes of the limit that cached shards leave free for read-through ones (:meth:`leave_room`: one shard
+        #: when the split is larger than the limit, so the shard read before the current one stays within it)
         self.read_through_room = 0
         self._transient: OrderedDict[str, tuple[Path, list[Hold]]] = OrderedDict()
         self._transient_pid = os.getpid()
@@ -294,6 +294,12 @@ class ShardCache(FileStore):
                 freed += size
                 log.debug("cache: evicted %s (%d bytes)", p, size)
         return freed
+
+    def leave_room(self, shard_sizes: Sequence[int]) -> None:
+        """A split whose shards (``shard_sizes`` bytes) do not all fit under the limit keeps one shard's room (at
+        most half the limit) free of cached shards, for the read-through ones (:attr:`read_through_room`)."""
+        if self.limit is not None and sum(shard_sizes) > self.limit:
+            self.read_through_room = min(max(shard_sizes, default=0), self.limit // 2)
 
     def _admit(self, need: int) -> Path | None:
         """Reserve ``need`` bytes in the cache (a reservation file; None when they do not fit even after eviction,

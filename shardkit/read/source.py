@@ -105,9 +105,7 @@ class CachedShards(ShardSource):
     def __init__(self, cache: ShardCache, fmt: type[ShardFormat], manifest: Manifest, spec: SampleSpec) -> None:
         self.cache = cache
         self._shards = [_CachedShard(cache, fmt, shard, spec, manifest) for shard in manifest.shards]
-        sizes = [sum(f.bytes for f in shard.all_files) for shard in manifest.shards]
-        if cache.limit is not None and sum(sizes) > cache.limit:  # not all cached: room to read one through
-            cache.read_through_room = min(max(sizes, default=0), cache.limit // 2)
+        cache.leave_room([sum(f.bytes for f in shard.all_files) for shard in manifest.shards])
 
     def reader(self, pos: int) -> ShardReader:
         return self._shards[pos].reader()
