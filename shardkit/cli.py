@@ -20,7 +20,7 @@ import collections
 import contextlib
 import logging
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import MISSING, Field
 from functools import wraps
 from pathlib import Path
@@ -537,27 +537,14 @@ def info(split_dir: str | Path, plot: Path | None, weights: str | None, enet_k: 
         _info_split(folder, chart, options)
 
 
-@contextlib.contextmanager
-def _split_records(folder: str | Path, options: dict[str, Any]) -> Iterator[tuple[Any, Any]]:
-    """(manifest, sidecar folder map) of a local split or a split URL (whose sidecars alone are downloaded)."""
-    from .files.samples import remote_sidecars
-    from .files.storage import Remote, is_url
-    from .verify import load_split_manifest
-
-    m = load_split_manifest(folder, options)
-    if not is_url(folder):
-        yield m, None
-        return
-    with remote_sidecars(Remote(str(folder), options)) as where:
-        yield m, where
-
-
 def _info_weights(folder: str | Path, method: str, k: float, options: dict[str, Any], as_json: bool) -> dict[str, Any]:
     """Print (or return, for --json) one split's class weights with the counts they come from."""
+    from .store.source import open_bytes
     from .store.stats import class_weights, split_frequencies, weight_table
 
-    with _split_records(folder, options) as (m, where):
-        freqs = split_frequencies(m, where)
+    with open_bytes(folder, storage_options=options, lease=False) as source:  # a URL's sidecars alone downloaded
+        m = source.manifest
+        freqs = split_frequencies(m)
     w = class_weights(method, freqs, k=k)
     names = {int(c["id"]): str(c["name"]) for c in m.classes["classes"]}
     rows = weight_table(w.tolist(), freqs, [names.get(c, str(c)) for c in range(freqs.num_classes)])
@@ -578,12 +565,13 @@ def _info_duplicates(folders: list[str | Path], options: dict[str, Any], as_json
     import json
 
     from .store.duplicates import find_duplicates, group_lines, split_hashes
+    from .store.source import open_bytes
 
     shards = []
     with contextlib.ExitStack() as stack:
         for folder in folders:
-            m, where = stack.enter_context(_split_records(folder, options))
-            shards += split_hashes(m, m.split, where)
+            m = stack.enter_context(open_bytes(folder, storage_options=options, lease=False)).manifest
+            shards += split_hashes(m, m.split)
         report = find_duplicates(shards)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=1))

@@ -7,18 +7,14 @@ versions is *changed*. Only manifests and samples sidecars are read, never shard
 
 from __future__ import annotations
 
-import contextlib
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import InputNotFoundError
-from .files.storage import Remote, is_url
-from .read.dataset import Dataset
-from .store.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, kept_versions, parse_manifest_bytes
-from .store.publish import current_manifest, published_number
+from .store.manifest import Manifest
+from .store.source import open_bytes
 
 
 @dataclass
@@ -56,24 +52,12 @@ class SplitDiff:
 def split_versions(location: str | Path, storage_options: dict[str, Any] | None = None) -> tuple[list[int], int]:
     """(the kept version numbers, the current one) of a split folder or split URL; current 0 when the split
     was written before versions existed."""
-    if is_url(location):
-        remote = Remote(str(location), storage_options)
-        listing = remote.listing()
-        try:
-            current = published_number(parse_manifest_bytes(remote.read_bytes(MANIFEST_NAME, limit=MAX_MANIFEST_BYTES),
-                                                            remote.url_of(MANIFEST_NAME)))
-        except ValueError:  # not a manifest (ShardFormatError): opening it says what is wrong
-            current = 0
-        return kept_versions(listing), current
-    folder = Path(location)
-    if not (folder / MANIFEST_NAME).is_file():
-        raise InputNotFoundError("no manifest.json here", path=folder,
-                                 fix="point at a split or output folder written by shardkit convert")
-    return kept_versions(p.name for p in folder.iterdir()), published_number(current_manifest(folder))
+    with open_bytes(location, storage_options=storage_options, lease=False) as source:
+        return source.kept_versions(), source.manifest.version or 0
 
 
-def _fingerprints(ds: Dataset) -> dict[str, str]:
-    return {str(r["key"]): str(r["fingerprint"]) for r in ds.manifest.samples}
+def _fingerprints(manifest: Manifest) -> dict[str, str]:
+    return {str(r["key"]): str(r["fingerprint"]) for r in manifest.samples}
 
 
 def diff_split(location: str | Path, old: int | None = None, new: int | None = None, *,
@@ -96,16 +80,9 @@ def diff_split(location: str | Path, old: int | None = None, new: int | None = N
         if v not in kept:
             raise InputNotFoundError(f"version {v} is not kept (kept: {', '.join(map(str, kept)) or 'none'})",
                                      path=location, fix="choose kept versions; convert --keep-versions N keeps more")
-    with contextlib.ExitStack() as stack:
-        cache: dict[str, Any] = {}
-        if is_url(location):
-            cache = {"cache_dir": stack.enter_context(tempfile.TemporaryDirectory(prefix="shardkit-diff-")),
-                     "storage_options": storage_options}
-        a = Dataset(location, version=old, **cache)
-        stack.callback(a.close)
-        b = Dataset(location, version=new, **cache)
-        stack.callback(b.close)
-        before, after = _fingerprints(a), _fingerprints(b)
+    with (open_bytes(location, old, storage_options=storage_options) as a,
+          open_bytes(location, new, storage_options=storage_options) as b):  # each version's sidecars, leased
+        before, after = _fingerprints(a.manifest), _fingerprints(b.manifest)
     out = SplitDiff(Path(str(location)).name, old, new)
     for key, fp in after.items():
         if key not in before:

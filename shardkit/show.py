@@ -404,9 +404,10 @@ def class_share_basis(manifest: Any) -> str:
 
 def plot_classes(split_dir: str | Path, output: str | Path) -> Path:
     """Draw a split's class pixel-share chart (from its manifest; no shard is read) to ``output`` (PNG)."""
-    from .store.manifest import load_manifest
+    from .store.source import open_bytes
 
-    m = load_manifest(Path(split_dir))
+    with open_bytes(Path(split_dir), lease=False) as source:
+        m = source.manifest
     classes = m.classes.classes  # in id order (ClassTable checks it)
     names = [c.name for c in classes]
     colours = [None if c.colour is None else list(c.colour) for c in classes]

@@ -10,10 +10,8 @@ Nothing is trusted; nothing is modified.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,8 @@ from .files.storage import Remote, is_url
 from .formats.base import SampleSpec, sha256_file
 from .formats.registry import get
 from .store.derived import DerivedCheck, label_counts
-from .store.manifest import MANIFEST_NAME, Manifest, load_manifest, read_manifest_json
+from .store.manifest import MANIFEST_NAME, Manifest, read_manifest_json
+from .store.source import ByteSource, open_bytes
 
 log = logging.getLogger(__name__)
 
@@ -88,69 +87,44 @@ def split_locations(path: str | Path, storage_options: dict[str, Any] | None = N
 
 
 def load_split_manifest(path: str | Path, storage_options: dict[str, Any] | None = None) -> Manifest:
-    """The validated manifest of a local split folder or a split URL (fetched, then checked like a local one)."""
-    if not is_url(path):
-        return load_manifest(Path(path))
-    with tempfile.TemporaryDirectory(prefix="shardkit-manifest-") as tmp:
-        (Path(tmp) / MANIFEST_NAME).write_bytes(Remote(str(path), storage_options).read_bytes(MANIFEST_NAME))
-        return load_manifest(Path(tmp))
+    """The validated manifest of a local split folder or a split URL (read once, under the manifest's parse bounds,
+    by its :class:`~shardkit.store.source.ByteSource`)."""
+    with open_bytes(path, storage_options=storage_options, lease=False) as source:
+        return source.manifest
 
 
 def verify_split(path: str | Path, storage_options: dict[str, Any] | None = None) -> SplitReport:
-    """Check one split, local or on object storage (shards fetched one at a time into a temporary folder,
-    each downloaded file checked against its sha256, then every check below on the local copy)."""
+    """Check one split, local or on object storage (through its :class:`~shardkit.store.source.ByteSource`: a remote
+    shard fetched into a temporary folder, each downloaded file checked against its sha256, verified there, then
+    deleted before the next), every check below on the local files."""
     report = SplitReport(path if is_url(path) else Path(path))
-    with contextlib.ExitStack() as stack:
+    try:
+        source = open_bytes(path, storage_options=storage_options, lease=False)
+    except ShardkitError as exc:
+        report.problems.append(str(exc))
+        return report
+    with source:
         try:
-            if is_url(path):
-                from .read.cache import ShardCache
-                from .read.source import CachedShards
-
-                tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="shardkit-verify-"))
-                fetched = ShardCache(str(path), cache_dir=tmp, limit=1,  # limit 1: every shard read through
-                                     storage_options=storage_options)
-                stack.callback(fetched.release_transient)
-                cache: ShardCache | None = fetched
-                folder = fetched.directory
-            else:
-                cache, folder = None, Path(path)
-            manifest = load_manifest(folder)
-            spec = SampleSpec.from_manifest(manifest.sample)
-            fmt = get(manifest.format)
+            spec = SampleSpec.from_manifest(source.manifest.sample)
+            fmt = get(source.manifest.format)
         except ShardkitError as exc:  # an unknown format is the manifest's problem here, not a usage error
             report.problems.append(str(exc))
             return report
-        remote = CachedShards(cache, fmt, manifest, spec) if cache is not None else None  # fetches on first read
-        _verify_shards(report, manifest, folder, spec, fmt, remote)
+        _verify_shards(report, source, spec, fmt)
     return report
 
 
-def _verify_shards(report: SplitReport, manifest: Manifest, path: Path, spec: SampleSpec, fmt: Any,
-                   remote: Any) -> None:
+def _verify_shards(report: SplitReport, source: ByteSource, spec: SampleSpec, fmt: Any) -> None:
+    manifest = source.manifest
     derived = DerivedCheck(manifest, spec)
     report.shards = len(manifest.shards)
     digests: list[str] = []
     for pos, shard in enumerate(manifest.shards):
         where = f"shard {shard.index} ({', '.join(f.name for f in shard.all_files)})"
         try:
-            # a remote split: the format's reader on the shard's fetched copy
-            reader = remote.reader(pos) if remote is not None else fmt.open_shard(path, shard, spec, manifest)
-            reader.verify_hashes()
-            reader.ensure_open()
-            hw = manifest.samples.hw(pos, reader.local_directory)  # this shard's only
-            digests.append(_shard_digest(manifest, pos, reader))
-            columns = derived.shard(pos, reader.local_directory)
-            for i in range(shard.num_samples):
-                image, stored = reader.read(i)
-                h, w = int(hw[i, 0]), int(hw[i, 1])
-                want = spec.image_shape((h, w))  # the stored type and bands (manifest version 4), not RGB only
-                if image.shape != want or image.dtype != spec.stored_image_dtype:
-                    report.problems.append(f"{where}: sample {i} has image {image.shape} {image.dtype}, expected "
-                                           f"{want} {spec.stored_image_dtype}")
-                    continue
-                columns.add(i, image, stored)
-                report.samples += 1
-            columns.done()
+            with source.hold(shard) as held:  # a remote split: the shard's verified copy, for this shard only
+                _verify_shard(report, manifest, pos, fmt.open_shard(held.folder, shard, spec, manifest), spec,
+                              derived, digests, where)
         except ShardkitError as exc:
             report.problems.append(f"{where}: {exc}")
         except (OSError, ValueError) as exc:
@@ -161,6 +135,28 @@ def _verify_shards(report: SplitReport, manifest: Manifest, path: Path, spec: Sa
         if fingerprint != manifest.source.get("fingerprint"):
             report.problems.append(f"source fingerprint {fingerprint[:12]}… recomputed from the samples sidecars "
                                    f"differs from the manifest's {str(manifest.source.get('fingerprint'))[:12]}…")
+
+
+def _verify_shard(report: SplitReport, manifest: Manifest, pos: int, reader: Any, spec: SampleSpec,
+                  derived: DerivedCheck, digests: list[str], where: str) -> None:
+    """Every check of one shard, on its ``reader``."""
+    shard = manifest.shards[pos]
+    reader.verify_hashes()
+    reader.ensure_open()
+    hw = manifest.samples.hw(pos, reader.local_directory)  # this shard's only
+    digests.append(_shard_digest(manifest, pos, reader))
+    columns = derived.shard(pos, reader.local_directory)
+    for i in range(shard.num_samples):
+        image, stored = reader.read(i)
+        h, w = int(hw[i, 0]), int(hw[i, 1])
+        want = spec.image_shape((h, w))  # the stored type and bands (manifest version 4), not RGB only
+        if image.shape != want or image.dtype != spec.stored_image_dtype:
+            report.problems.append(f"{where}: sample {i} has image {image.shape} {image.dtype}, expected "
+                                   f"{want} {spec.stored_image_dtype}")
+            continue
+        columns.add(i, image, stored)
+        report.samples += 1
+    columns.done()
 
 
 def class_pixels(spec: SampleSpec, stored: np.ndarray, ignore: int | None) -> np.ndarray:

@@ -819,8 +819,8 @@ def test_a_bucket_split_gets_the_local_fast_paths(limited_split: tuple[str, int]
 def test_class_statistics_of_a_bucket_fetch_sidecars_through_the_shard_cache(raw_camvid: str, tmp_path: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Class weights and repeat factors of a remote split read their sidecars through the cache (its lock,
-    admission under the limit, verified download), never through a second downloader that skips them."""
-    import shardkit.files.samples
+    admission under the limit, verified download), never through a second store that skips them."""
+    import shardkit.store.source
 
     out = "s3://out/sidecar-cache"
     convert(ConvertConfig(raw_camvid, out, workers=1, **{**OPTIONS, "shard_size": ShardSize(samples=5)}))
@@ -830,10 +830,118 @@ def test_class_statistics_of_a_bucket_fetch_sidecars_through_the_shard_cache(raw
     def second_downloader(*args: object, **kwargs: object) -> None:
         raise AssertionError("a sidecar was downloaded outside the shard cache")
 
-    monkeypatch.setattr(shardkit.files.samples, "fetch_sidecar", second_downloader)
+    monkeypatch.setattr(shardkit.store.source.TempFiles, "hold", second_downloader)
     ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "cache")
     assert ds.cache is not None
     assert np.array_equal(ds.class_weights(), want)
     sidecars = {s.samples.name for s in ds.manifest.shards if s.samples is not None}
     assert sidecars and sidecars <= {p.name for p in ds.cache.directory.iterdir()}  # admitted into the cache
     assert len(ds.repeat_factors()) == len(ds)
+
+
+def test_a_sidecar_stays_pinned_while_it_is_read_while_another_job_evicts(raw_camvid: str, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A remote sidecar is held (pinned) from its fetch until its rows are read: another job on the same cache_dir
+    that evicts everything it may, at that very moment, cannot delete it; once read, the pin is gone."""
+    import shardkit.files.samples
+    from shardkit.read.cache import _remove_unpinned
+
+    out = "s3://out/pinned-sidecars"
+    convert(ConvertConfig(raw_camvid, out, workers=1, **{**OPTIONS, "shard_size": ShardSize(samples=9)}))
+    ref = [shard["samples"]["name"] for shard in manifest_of(f"{out}/val")["shards"]]
+    want = shardkit.open(f"{out}/val", cache_dir=tmp_path / "ref").manifest.samples.keys(0)
+    ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "c", remote_reads="shards")
+    read_sidecar = shardkit.files.samples.read_sidecar
+    seen: list[tuple[str, bool]] = []
+
+    def evicting_read(directory: Path, shard: object, *args: object) -> object:
+        name = shard.samples.name  # type: ignore[attr-defined]
+        evicted = _remove_unpinned(directory / name)  # what another job's eviction does to each file it may take
+        seen.append((name, not evicted and (directory / name).is_file()))
+        return read_sidecar(directory, shard, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(shardkit.files.samples, "read_sidecar", evicting_read)
+    keys = [ds.key(i) for i in range(len(ds))]
+    assert keys[:len(want)] == want and len(set(keys)) == len(ds) == 26
+    assert seen == [(name, True) for name in ref]  # each sidecar was still there when read
+    for name in ref:  # and nothing stays pinned after its rows were read: eviction may now take it
+        assert _remove_unpinned(ds.cache.directory / name)  # type: ignore[union-attr]
+
+
+def test_opening_a_bucket_split_parses_its_manifest_once(raw_camvid: str, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """One parse per open (under the manifest's parse bounds), whether the cache is fresh or already holds it."""
+    import shardkit.store.manifest
+
+    out = "s3://out/parsed-once"
+    convert(ConvertConfig(raw_camvid, out, workers=1, **OPTIONS))
+    parse = shardkit.store.manifest.parse_manifest_bytes
+    calls: list[str] = []
+
+    def counted(raw: bytes, path: object) -> object:
+        calls.append(str(path))
+        return parse(raw, path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(shardkit.store.manifest, "parse_manifest_bytes", counted)
+    for _ in range(2):  # a fresh cache, then one that holds the manifest already
+        calls.clear()
+        ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "c")
+        assert len(calls) == 1, calls
+        assert ds.version == 1 and len(ds) == 26
+        ds.close()
+
+
+def test_verify_diff_info_and_readers_of_a_bucket_go_through_one_byte_source(
+        s3: str, camvid_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """verify, diff, info and a reader each open a remote split through one ByteSource per version read, and every
+    file they fetch comes through its one download-then-verify, each once."""
+    import shardkit.read.cache
+    import shardkit.store.source as source
+
+    assert shardkit.read.cache.download_verified is source.download_verified  # the cache's downloader is the one
+    src = Remote("s3://raw/one-source")
+    upload_val(src, camvid_root, 3)
+    out = "s3://out/one-source"
+    opts = {**OPTIONS, "shard_size": ShardSize(samples=2)}
+    convert(ConvertConfig(src.url, out, workers=1, **opts))
+    upload_val(src, camvid_root, 4)
+    convert(ConvertConfig(src.url, out, workers=1, **opts))  # version 2: one sample more
+    m = manifest_of(f"{out}/val")
+    every = [f["name"] for s in m["shards"] for f in [*s["files"], s["samples"]]]
+    sidecars = [s["samples"]["name"] for s in m["shards"]]
+    opened: list[int | None] = []
+    fetched: list[str] = []
+    init, download = source.RemoteBytes.__init__, source.download_verified
+
+    def counted_init(self: source.RemoteBytes, files: source.FileStore, version: int | None = None) -> None:
+        opened.append(version)
+        init(self, files, version)
+
+    def counted_download(remote: Remote, f: object, directory: Path) -> Path:
+        fetched.append(f.name)  # type: ignore[attr-defined]
+        return download(remote, f, directory)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(source.RemoteBytes, "__init__", counted_init)
+    monkeypatch.setattr(source, "download_verified", counted_download)
+    monkeypatch.setattr(shardkit.read.cache, "download_verified", counted_download)
+
+    def run(*args: str) -> str:
+        opened.clear()
+        fetched.clear()
+        res = CliRunner().invoke(main, list(args))
+        assert res.exit_code == 0, res.output
+        return res.output
+
+    run("verify", f"{out}/val")
+    assert opened == [None] and sorted(fetched) == sorted(every)  # every file once, each shard checked
+    assert "1 added, 0 removed" in run("diff", f"{out}/val")
+    old = json.loads(Remote(f"{out}/val").read_bytes("manifest-v1.json"))
+    assert opened == [None, 1, 2] and sorted(fetched) == sorted(
+        sidecars + [s["samples"]["name"] for s in old["shards"]])  # each version's sidecars alone, never shard data
+    run("info", f"{out}/val", "--class-weights", "median_frequency")
+    assert opened == [None] and sorted(fetched) == sorted(sidecars)
+    opened.clear()
+    fetched.clear()
+    ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "c")
+    ds.class_weights()
+    assert opened == [None] and sorted(fetched) == sorted(sidecars)  # through the reader's cache, the same way

@@ -14,13 +14,12 @@ bounds) and a bad one is a one-line :class:`~shardkit.errors.ShardFormatError`.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import tempfile
 import threading
 import tokenize
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
@@ -30,12 +29,10 @@ from ..errors import ConfigError, IntegrityError, ShardFormatError, ShardkitErro
 from ..images.looks import LOOK_BYTES
 from ..images.tiles import TILE_FIELDS
 from ..support.limits import MAX_PATH_BYTES, MAX_SIDECAR_BYTES
-from ..support.smallfile import sha256_of
 from .splitfiles import MAX_PIXELS, MAX_SIDE, check_regular_file, member_path
 
 if TYPE_CHECKING:
     from .splitfiles import ShardInfo
-    from .storage import Remote
 
 SIDECAR_PREFIX = "samples-"
 SIDECAR_SUFFIX = ".npy"
@@ -292,42 +289,6 @@ def read_sidecar(directory: Path, shard: ShardInfo, num_classes: int,
     return rows
 
 
-def fetch_sidecar(remote: Remote, shard: ShardInfo, directory: Path) -> Path:
-    """Download only ``shard``'s sidecar from the split at ``remote`` into ``directory`` (checked against the
-    manifest's size and sha256 before it gets its name); returns ``directory``. For what needs per-sample records
-    of a remote split (class weights, duplicates) but no pixels."""
-
-    entry = shard.samples
-    if entry is None:
-        raise ShardFormatError(f"shard {shard.index} names no samples sidecar", path=remote.url_of("manifest.json"),
-                               fix="re-convert this split")
-    final = member_path(entry.name, Path(directory))
-    if final.is_file() and final.stat().st_size == entry.bytes:
-        return Path(directory)
-    part = final.with_name(f".{final.name}.part")
-    try:
-        remote.download(entry.name, part, max_bytes=entry.bytes)  # a larger object stops the download
-        if part.stat().st_size != entry.bytes or sha256_of(part) != entry.sha256:
-            raise IntegrityError("downloaded samples sidecar differs from the manifest's size or sha256",
-                                 path=remote.url_of(entry.name), fix="re-convert this split")
-        part.replace(final)
-    finally:
-        part.unlink(missing_ok=True)
-    return Path(directory)
-
-
-@contextlib.contextmanager
-def remote_sidecars(remote: Remote) -> Iterator[Callable[[ShardInfo], Path]]:
-    """A map from a shard of the split at ``remote`` to a private temporary folder (deleted on exit) holding its
-    verified sidecar, for a command that opens no shard cache (``info`` of a split URL); a reader with a cache
-    fetches through it instead (:meth:`shardkit.read.cache.ShardCache.fetch_sidecar`)."""
-    with tempfile.TemporaryDirectory(prefix="shardkit-sidecars-") as tmp:
-        def folder(shard: ShardInfo) -> Path:
-            return fetch_sidecar(remote, shard, Path(tmp))
-
-        yield folder
-
-
 def _check_dtype(dtype: np.dtype, num_classes: int, bad: Callable[[str], ShardFormatError]) -> None:
     """Refuse any dtype but the spec's (field names, order, types, packing; path widths 1..MAX_PATH_BYTES)."""
     names = dtype.names or ()
@@ -374,22 +335,28 @@ def record(rows: np.ndarray, j: int, num_classes: int, where: Path | None = None
     return out
 
 
+#: Hands out the folder holding a shard's sidecar, kept there while the block runs (a split's byte source).
+Sidecars = Callable[["ShardInfo"], AbstractContextManager[Path]]
+
+
 class SampleTable(Sequence[dict[str, Any]]):
     """``Manifest.samples``: one read-only record per sample, in global index order.
 
     Version 1 manifests hand their inline list; version 2 tables read each shard's sidecar on first touch
-    and keep the rows of recently used shards (at most :data:`CACHE_BYTES`). ``locate`` maps a shard to the
-    folder holding its files (a remote split's cache); by default the manifest's folder.
+    and keep the rows of recently used shards (at most :data:`CACHE_BYTES`). ``sidecars`` hands out the folder
+    holding a shard's sidecar, kept there while it is read (a remote split's byte source,
+    :class:`shardkit.store.source.ByteSource`); by default the manifest's folder.
     """
 
     def __init__(self, shards: Sequence[ShardInfo], num_classes: int, directory: Path | None = None,
-                 inline: Sequence[dict[str, Any]] | None = None, size: tuple[int, int] | None = None) -> None:
+                 inline: Sequence[dict[str, Any]] | None = None, size: tuple[int, int] | None = None, *,
+                 sidecars: Sidecars | None = None) -> None:
         self.shards = tuple(shards)
         self.num_classes = num_classes
         self.directory = directory
         self.inline = tuple(inline) if inline is not None else None
         self.size = size
-        self.locate: Callable[[ShardInfo], Path] | None = None
+        self.sidecars = sidecars
         self.loads = 0  # sidecars read by this process (tests check that opening reads none)
         self._starts = np.array([s.first_index for s in self.shards], np.int64)
         self._total = sum(s.num_samples for s in self.shards)
@@ -448,15 +415,21 @@ class SampleTable(Sequence[dict[str, Any]]):
                 yield record(rows, j, self.num_classes, self._path(shard))
 
     def _path(self, shard: ShardInfo) -> Path | None:
-        return self._folder(shard) / shard.samples.name if shard.samples is not None else None
+        return self._folder() / shard.samples.name if shard.samples is not None else None
 
-    def _folder(self, shard: ShardInfo) -> Path:
-        if self.locate is not None:
-            return self.locate(shard)
+    def _folder(self) -> Path:
         if self.directory is None:
             raise ShardFormatError("sample records are not available (no split folder)", path=None,
                                    fix="load the manifest from its split folder")
         return self.directory
+
+    def _read(self, shard: ShardInfo, directory: Path | None) -> np.ndarray:
+        """``shard``'s checked sidecar rows: from ``directory``, else from the folder :attr:`sidecars` holds it in
+        while it is read, else from the manifest's folder."""
+        if directory is None and self.sidecars is not None:
+            with self.sidecars(shard) as held:
+                return read_sidecar(held, shard, self.num_classes, self.size)
+        return read_sidecar(directory or self._folder(), shard, self.num_classes, self.size)
 
     def rows(self, pos: int, directory: Path | None = None) -> np.ndarray:
         """The checked sidecar rows of the shard at position ``pos`` (cached; ``directory`` overrides)."""
@@ -468,7 +441,7 @@ class SampleTable(Sequence[dict[str, Any]]):
                 self._cache.move_to_end(pos)
                 return hit
         shard = self.shards[pos]
-        rows = read_sidecar(directory or self._folder(shard), shard, self.num_classes, self.size)
+        rows = self._read(shard, directory)
         with self._lock:
             self.loads += 1
             self._cache[pos] = rows

@@ -43,21 +43,19 @@ from typing import Any
 from ..conversion.config import parse_bytes
 from ..errors import ConfigError, IntegrityError, ShardkitError
 from ..files.lock import pid_alive
-from ..files.splitfiles import ShardFile, ShardInfo, member_path
+from ..files.splitfiles import ShardFile, ShardInfo
 from ..files.storage import Remote
-from ..formats.base import sha256_file
 from ..store.manifest import (
     MANIFEST_NAME,
-    MAX_MANIFEST_BYTES,
-    MAX_PUBLISH,
+    Manifest,
     kept_versions,
     named_files,
-    parse_manifest_bytes,
     read_manifest_json,
     version_name,
     version_number,
 )
 from ..store.publish import atomic_write_bytes
+from ..store.source import FileStore, Hold, download_verified
 from ..support.smallfile import read_guarded
 
 log = logging.getLogger(__name__)
@@ -132,13 +130,6 @@ def _is_manifest_name(name: str) -> bool:
     return name == MANIFEST_NAME or version_number(name) is not None
 
 
-def unpin(fds: Sequence[int]) -> None:
-    """Close descriptors from :meth:`ShardCache.pin` (their shared locks go with them)."""
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-
-
 def _pin_path(path: Path) -> Path:
     """The lock file that pins the shard ``path`` belongs to: ``.pin-<stem>`` (every file of a shard, its
     sidecar included, carries the shard's stem ``NNNNN-<12 hex>``), else one for the file alone."""
@@ -165,8 +156,9 @@ def _remove_unpinned(path: Path) -> bool:
     return True
 
 
-class ShardCache:
-    """The local cache of one split on object storage. Picklable: a worker process gets its own transient slots.
+class ShardCache(FileStore):
+    """The local cache of one split on object storage: the :class:`~shardkit.store.source.FileStore` of a reader's
+    :class:`~shardkit.store.source.RemoteBytes`. Picklable: a worker process gets its own transient slots.
 
     ``directory`` holds the manifests fetched (``manifest.json``, the current one, and ``manifest-v<N>.json``
     of each version a reader opened) and the admitted shard files under their manifest names.
@@ -174,7 +166,7 @@ class ShardCache:
     """
 
     def __init__(self, url: str, *, cache_dir: str | os.PathLike[str] | None = None, limit: int | str | None = None,
-                 storage_options: Mapping[str, Any] | None = None, version: int | None = None) -> None:
+                 storage_options: Mapping[str, Any] | None = None) -> None:
         self.remote = Remote(url, storage_options)
         self.root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.limit = parse_limit(limit)
@@ -187,14 +179,14 @@ class ShardCache:
             raise OutputError(f"cannot create the cache folder ({exc.strerror or exc})", path=self.root,
                               fix="pass a writable cache_dir= (or set SHARDKIT_CACHE_DIR)") from None
         self.downloads = 0
-        #: bytes of the limit that cached shards leave free for read-through ones (set by the reader to one shard
-        #: when the split is larger than the limit: the shard read before the current one stays within the limit)
+        #: bytes of the limit that cached shards leave free for read-through ones (:meth:`leave_room`: one shard
+        #: when the split is larger than the limit, so the shard read before the current one stays within it)
         self.read_through_room = 0
-        self._transient: OrderedDict[str, tuple[Path, list[Any]]] = OrderedDict()
+        self._transient: OrderedDict[str, tuple[Path, list[Hold]]] = OrderedDict()
         self._transient_pid = os.getpid()
         self._remove_dead_leftovers()
-        #: the local copy of the manifest opened: the current one, or the kept publish ``version``
-        self.manifest = self.manifest_path(version)
+        #: the local copy of the manifest opened (:meth:`keep_manifest`): the current one, or a kept version
+        self.manifest = self.directory / MANIFEST_NAME
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -204,41 +196,38 @@ class ShardCache:
         return state
 
     # ------------------------------------------------------------------ manifest
-    def manifest_path(self, version: int | None = None) -> Path:
-        """Fetch the split's manifest — the current one (always fetched: it is the commit marker), or the kept
-        publish ``version`` — into the cache folder; its path there. Cached files that no kept version of the
-        split names any more, and that no process has open, are removed."""
-        rel = MANIFEST_NAME if version is None else version_name(version)
-        data = self.remote.read_bytes(rel, limit=MAX_MANIFEST_BYTES)
-        number = version
-        if number is None:
-            try:
-                parsed = parse_manifest_bytes(data, self.remote.url_of(rel))
-            except ShardkitError:
-                parsed = None
-            number = parsed.get("version") if isinstance(parsed, dict) else None
+    def keep_manifest(self, data: bytes, manifest: Manifest, *, current: bool) -> Path:
+        """Keep the manifest ``data`` read by a :class:`~shardkit.store.source.RemoteBytes` (``manifest``: parsed
+        there, once) as ``manifest-v<N>.json``, and as ``manifest.json`` when it is the ``current`` one (the commit
+        marker, always fetched); its path here. Cached files that no kept version of the split names any more, and
+        that no process has open, are removed."""
+        number = manifest.version
         with _flock(self.directory / ".manifest.lock"):
-            if isinstance(number, int) and not isinstance(number, bool) and 1 <= number <= MAX_PUBLISH:
+            if number is not None:
                 path = self.directory / version_name(number)
                 changed = not _same_bytes(path, data)
                 if changed:
                     atomic_write_bytes(path, data)
-            else:  # a manifest written before versions (or a malformed one: load_manifest reports it)
+            else:  # a manifest written before versions
                 path = self.directory / MANIFEST_NAME
                 changed = False
-            if version is None and not _same_bytes(self.directory / MANIFEST_NAME, data):
+            if current and not _same_bytes(self.directory / MANIFEST_NAME, data):
                 atomic_write_bytes(self.directory / MANIFEST_NAME, data)
                 changed = True
             if changed:
-                self._drop_retired()
+                fresh = {path.name} | ({MANIFEST_NAME} if current else set())
+                self._drop_retired(fresh, {f.name for shard in manifest.shards for f in shard.all_files})
+        self.manifest = path
         return path
 
-    def _drop_retired(self) -> None:
+    def _drop_retired(self, fresh: set[str], names: set[str]) -> None:
         """Remove cached manifests of versions the store no longer keeps, and cached files none of the
-        remaining manifests names (never a file a process has open: :func:`_remove_unpinned`)."""
+        remaining manifests names (never a file a process has open: :func:`_remove_unpinned`). ``fresh``: the
+        manifest files just kept, which name ``names`` (not parsed again)."""
         kept = set(kept_versions(self.remote.listing().keys()))
-        names: set[str] = set()
         for p in self.directory.iterdir():
+            if p.name in fresh:
+                continue
             number = version_number(p.name)
             if number is not None and number not in kept:
                 p.unlink(missing_ok=True)
@@ -306,6 +295,12 @@ class ShardCache:
                 log.debug("cache: evicted %s (%d bytes)", p, size)
         return freed
 
+    def leave_room(self, shard_sizes: Sequence[int]) -> None:
+        """A split whose shards (``shard_sizes`` bytes) do not all fit under the limit keeps one shard's room (at
+        most half the limit) free of cached shards, for the read-through ones (:attr:`read_through_room`)."""
+        if self.limit is not None and sum(shard_sizes) > self.limit:
+            self.read_through_room = min(max(shard_sizes, default=0), self.limit // 2)
+
     def _admit(self, need: int) -> Path | None:
         """Reserve ``need`` bytes in the cache (a reservation file; None when they do not fit even after eviction,
         under the limit less :attr:`read_through_room`)."""
@@ -332,48 +327,39 @@ class ShardCache:
         return True
 
     def _download(self, files: Sequence[ShardFile], directory: Path) -> None:
-        """Download ``files`` into ``directory``, each verified by size (asked of the store first, and
-        counted while it arrives) and sha256 before it gets its name."""
+        """Download ``files`` into ``directory``, each by :func:`~shardkit.store.source.download_verified`."""
         for f in files:
-            final = member_path(f.name, directory)
-            info = self.remote.info(f.name)
-            stored = int(info.get("size") or 0) if info is not None else None
-            if stored != f.bytes:
-                raise IntegrityError(
-                    f"the object is {stored if stored is not None else 'missing'} bytes, the manifest says "
-                    f"{f.bytes}: not downloaded", path=self.remote.url_of(f.name),
-                    fix="the object was changed or removed after conversion; re-open the split or re-convert it")
-            part = directory / f".{f.name}.part-{os.getpid()}-{secrets.token_hex(4)}"
-            try:
-                self.remote.download(f.name, part, max_bytes=f.bytes)
-                digest = sha256_file(part)
-                if digest != f.sha256 or part.stat().st_size != f.bytes:
-                    raise IntegrityError(
-                        f"downloaded {part.stat().st_size} bytes with sha256 {digest[:12]}…, the manifest says "
-                        f"{f.bytes} bytes, {f.sha256[:12]}…", path=self.remote.url_of(f.name),
-                        fix="the object was changed or damaged after conversion; re-convert this split")
-                os.replace(part, final)
-            finally:
-                part.unlink(missing_ok=True)
+            download_verified(self.remote, f, directory)
 
-    def fetch(self, shard: ShardInfo, owner: Any = None) -> Path:
-        """The folder holding ``shard``'s verified files: the cache folder, or (when the shard does not fit
-        under the limit) a private read-through folder released when ``owner.release()`` is called."""
-        return self._fetch(shard, shard.all_files, owner, count=True)
+    def hold(self, shard: ShardInfo, files: Sequence[ShardFile] | None = None) -> Hold:
+        """``files`` of ``shard`` (all of them by default; its sidecar alone for sample records), verified and pinned
+        (:meth:`pin`) in the cache folder, or (when they do not fit under the limit) in a private read-through
+        folder; the hold closes, and the files go, when the read-through slot is dropped. Pinned before they are
+        handed out, so another process sharing the cache cannot evict them between the fetch and the read."""
+        whole = files is None or {f.name for f in files} == {f.name for f in shard.all_files}
+        wanted = tuple(shard.all_files if files is None else files)
+        for _ in range(3):
+            folder, slot = self._fetch(shard, wanted, count=whole)
+            pins = self.pin(wanted, folder)
+            if pins is not None:
+                held = Hold(folder, pins)
+                if slot is not None:  # closed with the slot; the holds closed since are forgotten
+                    slot[:] = [h for h in slot if h.open]
+                    slot.append(held)
+                return held
+        raise IntegrityError("shard files keep disappearing from the cache while being opened", path=self.directory,
+                             fix="another process is deleting files in this cache_dir; give each job its own "
+                                 "cache_dir or a larger cache_limit")
 
-    def fetch_sidecar(self, shard: ShardInfo) -> Path:
-        """The folder holding ``shard``'s samples sidecar (only that file is fetched: keys and sizes)."""
-        files = (shard.samples,) if shard.samples is not None else shard.all_files
-        return self._fetch(shard, files, None, count=shard.samples is None)
-
-    def _fetch(self, shard: ShardInfo, files: Sequence[ShardFile], owner: Any, *, count: bool) -> Path:
+    def _fetch(self, shard: ShardInfo, files: Sequence[ShardFile], *, count: bool) -> tuple[Path, list[Hold] | None]:
+        """The folder holding ``files`` verified, and the holds of its read-through slot (None: the cache folder)."""
         if self._present(files, self.directory):
             self._touch(files)
-            return self.directory
+            return self.directory, None
         with _flock(self.directory / f".lock-{files[0].name}"):
             if self._present(files, self.directory):  # another process downloaded it while we waited
                 self._touch(files)
-                return self.directory
+                return self.directory, None
             need = sum(f.bytes for f in files)
             reservation = self._admit(need)
             if reservation is not None:
@@ -383,8 +369,8 @@ class ShardCache:
                     reservation.unlink(missing_ok=True)
                 self.downloads += count
                 log.debug("cache: shard %d cached (%d bytes)", shard.index, need)
-                return self.directory
-        return self._read_through(shard, files, owner, count=count)
+                return self.directory, None
+        return self._read_through(shard, files, count=count)
 
     def pin(self, files: Sequence[ShardFile], directory: Path) -> list[int] | None:
         """Pin ``files`` in ``directory`` so that no process evicts them while they are read: a shared ``flock``
@@ -401,7 +387,7 @@ class ShardCache:
                 return fds
         except OSError:
             pass
-        unpin(fds)
+        Hold(directory, fds).close()
         return None
 
     def _touch(self, files: Sequence[ShardFile]) -> None:
@@ -409,19 +395,18 @@ class ShardCache:
         with contextlib.suppress(OSError):
             os.utime(self.directory / files[0].name)
 
-    def _read_through(self, shard: ShardInfo, files: Sequence[ShardFile], owner: Any, *, count: bool) -> Path:
+    def _read_through(self, shard: ShardInfo, files: Sequence[ShardFile], *,
+                      count: bool) -> tuple[Path, list[Hold]]:
         """A private folder holding ``files``, kept in one of :func:`read_through_slots` slots keyed by the first
         file's name: the same shard read through again reuses its folder; the oldest slot's folder is deleted
-        (and its owners released) when a new one is needed. Released at exit, also in worker processes."""
+        (and its holds closed) when a new one is needed. Released at exit, also in worker processes."""
         if self._transient_pid != os.getpid():  # a forked child: the parent's read-through folders are not ours
             self._transient, self._transient_pid = OrderedDict(), os.getpid()
         key = files[0].name if len(files) == len(shard.all_files) else f"{files[0].name}#part"
         hit = self._transient.get(key)
         if hit is not None and self._present(files, hit[0]):
             self._transient.move_to_end(key)
-            if owner is not None and owner not in hit[1]:
-                hit[1].append(owner)
-            return hit[0]
+            return hit
         if hit is not None:
             self._drop_slot(key)
         if not self._transient:
@@ -440,10 +425,11 @@ class ShardCache:
             reservation.unlink(missing_ok=True)
         self.downloads += count
         log.debug("cache: shard %d read through (does not fit under the limit)", shard.index)
-        self._transient[key] = (folder, [owner] if owner is not None else [])
+        slot: tuple[Path, list[Hold]] = (folder, [])
+        self._transient[key] = slot
         while len(self._transient) > read_through_slots():
             self._drop_slot(next(iter(self._transient)))
-        return folder
+        return slot
 
     def _admit_read_through(self, need: int) -> Path:
         """Make room for a read-through shard of ``need`` bytes and reserve them: while the cache (every process's
@@ -462,10 +448,14 @@ class ShardCache:
             return reservation
 
     def _drop_slot(self, key: str) -> None:
-        folder, owners = self._transient.pop(key)
-        for owner in owners:
-            owner.release()
+        folder, holds = self._transient.pop(key)
+        for held in holds:  # their holders see the hold closed and fetch again
+            held.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+    def release(self) -> None:
+        """Delete this process's read-through folders: :meth:`release_transient`."""
+        self.release_transient()
 
     def release_transient(self) -> None:
         """Delete this process's read-through folders (also at exit)."""

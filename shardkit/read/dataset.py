@@ -16,10 +16,8 @@ import logging
 import operator
 import os
 import threading
-import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -28,21 +26,20 @@ from ..codecs import encoding
 from ..codecs.onehot import hot_channels
 from ..errors import ConfigError, IntegrityError
 from ..files.splitfiles import ShardInfo
-from ..files.storage import is_url
 from ..formats.base import SampleSpec, ShardReader
 from ..formats.registry import get
 from ..images.tiles import Tile
-from ..store.manifest import Manifest, load_manifest
-from ..store.publish import drop_lease, take_lease
+from ..store.manifest import Manifest
 from ..store.stats import ENET_K, ClassFrequencies, class_weights, presence_contradiction, split_frequencies
 from . import sampling as _sampling
 from .options import EpochPlan, OpenOptions
 from .residency import StorageReads
-from .source import LocalShards, ShardSource
+from .source import LocalShards, ShardSource, split_bytes
 from .state import Progress
 
 if TYPE_CHECKING:  # both import what a local split needs none of (the cache: multiprocessing, locks, …)
     from ..augment.ops import Normalize
+    from ..store.source import ByteSource
     from .cache import ShardCache
 
 log = logging.getLogger(__name__)
@@ -96,29 +93,15 @@ class Dataset:
         # channels_first one-hot ((…, C, H, W)) is what PyTorch wants; both layouts are built by
         # shardkit.codecs.onehot (without numba, channels_first is ~2x faster to build).
         self.label_layout = label_layout
-        version = opts.version
-        cache: ShardCache | None = None
-        if is_url(path):
-            from .cache import ShardCache
-
-            cache = ShardCache(os.fspath(path), cache_dir=opts.cache_dir, limit=opts.cache_limit,
-                               storage_options=opts.storage_options, version=version)
-            path = cache.manifest
-            version = None  # the cache fetched that version's manifest
-        self.cache = cache
-        self.path = Path(path)
+        #: where this split's bytes come from (:class:`~shardkit.store.source.ByteSource`): the local folder (and
+        #: the reader lease on its version), or the split on object storage with its cache
+        self.byte_source: ByteSource = split_bytes(path, opts)
+        #: the cache of a split on object storage (None for a local folder)
+        self.cache: ShardCache | None = cast("ShardCache | None", self.byte_source.files)
+        self.path = self.byte_source.folder
         #: the split's typed manifest (:class:`~shardkit.store.manifest.Manifest`; formats/manifest.md): sample
         #: spec, class table, shards, stats, the version read
-        self.manifest: Manifest = load_manifest(self.path, version)
-        if cache is not None:  # sample records of a remote split: from the shard's cached copy
-            self.manifest.samples.locate = cache.fetch_sidecar
-        if self.path.is_file():
-            self.path = self.path.parent
-        self._lease: weakref.finalize | None = None
-        if cache is None and self.manifest.version is not None:
-            lease = take_lease(self.path, self.manifest.version)
-            if lease is not None:
-                self._lease = weakref.finalize(self, drop_lease, lease, os.getpid())
+        self.manifest: Manifest = self.byte_source.manifest
         self.spec = SampleSpec.from_manifest(self.manifest.sample)
         self.labels = labels = opts.labels
         #: the class id a loss must skip (``nn.CrossEntropyLoss(ignore_index=...)``, Keras ``ignore_class=``):
@@ -132,12 +115,12 @@ class Dataset:
         #: the format's facts (:class:`~shardkit.formats.base.ShardFormat`): versions, access pattern, …
         self.format_info = get(self.manifest.format)
         self.format_info.check_version(self.manifest.format_version, self.path / "manifest.json")
-        #: where the shard readers come from: the local folder, or the cache of a split on object storage; either
-        #: way each is the format's own reader on local files (the same fast paths)
-        if cache is not None:  # imported here: a local split never loads the object-storage modules
+        #: the shard readers (:mod:`shardkit.read.source`): each the format's own reader on local files, a remote
+        #: split's fetched through its cache (the same fast paths), or range reads
+        if self.cache is not None:  # imported here: a local split never loads the object-storage modules
             from .ranges import remote_source
 
-            self.source: ShardSource = remote_source(cache, self.format_info, self.manifest, self.spec,
+            self.source: ShardSource = remote_source(self.cache, self.format_info, self.manifest, self.spec,
                                                      opts.remote_reads)
         else:
             self.source = LocalShards(self.path, self.format_info, self.manifest, self.spec)
@@ -171,14 +154,13 @@ class Dataset:
         the process exits) and, for a split on object storage, its pins on cached shards (so that other
         splits may evict them) and its read-through folders; reading afterwards still works while the version
         is kept."""
-        if self._lease is not None:
-            self._lease()
         self.source.release()
+        self.byte_source.close()
 
     @property
     def location(self) -> str:
         """The split's URL (object storage) or local folder."""
-        return self.cache.remote.url if self.cache is not None else str(self.path)
+        return self.byte_source.location
 
     def __repr__(self) -> str:
         size = "x".join(map(str, self.spec.size)) if self.spec.size else "variable size"
@@ -485,19 +467,11 @@ class Dataset:
         return Normalize(self.mean, self.std)
 
     # ------------------------------------------------------------------ class balance
-    def _sidecar_folders(self, use: Callable[[Callable[[ShardInfo], Any] | None], Any]) -> Any:
-        """``use(folder)`` with ``folder`` mapping a shard to the folder of its sidecar: None for a local split; for
-        a remote one the shard cache's :meth:`~shardkit.read.cache.ShardCache.fetch_sidecar` (its lock, admission
-        under the limit, read-through when it does not fit, each download verified), like the sample records."""
-        if self.cache is None:
-            return use(None)
-        return use(self.cache.fetch_sidecar)
-
     def class_frequencies(self) -> ClassFrequencies:
         """Per-class pixel counts, and image pixels and images per class, from the manifest and the samples
         sidecars: no label is read (a remote split downloads only its sidecars). Cached."""
         if self._freqs is None:
-            self._freqs = self._sidecar_folders(lambda folder: split_frequencies(self.manifest, folder))
+            self._freqs = split_frequencies(self.manifest)
         return self._freqs
 
     def class_weights(self, method: str = "median_frequency", *, k: float = ENET_K) -> np.ndarray:
@@ -523,7 +497,7 @@ class Dataset:
             why = presence_contradiction(freqs)
             if why is not None:  # zeroed or forged bitmaps: refused, not an epoch of nothing or of the wrong samples
                 raise IntegrityError(f"sampling={sampling!r} cannot trust this split's class bitmaps: {why}",
-                                     path=self._manifest_path(), fix=_VERIFY_FIX)
+                                     path=self.byte_source.manifest_path, fix=_VERIFY_FIX)
             if mode == "repeat-factor":
                 per_class = _sampling.class_repeat_factors(freqs.images, freqs.num_images, param, freqs.valid())
             else:
@@ -538,36 +512,30 @@ class Dataset:
             if len(repeats) and not _sampling.epoch_length(repeats):
                 raise IntegrityError(f"sampling={sampling!r} would draw 0 samples per epoch: no sample's class bitmap "
                                      "holds a class with pixels that counts (the ignore class never does)",
-                                     path=self._manifest_path(), fix=_VERIFY_FIX)
+                                     path=self.byte_source.manifest_path, fix=_VERIFY_FIX)
             self._repeats[(mode, param)] = repeats
         return self._repeats[(mode, param)]
 
-    def _sidecar_column(self, read: Callable[[Any, int, Any], np.ndarray | None],
+    def _sidecar_column(self, read: Callable[[Any, int], np.ndarray | None],
                         missing: Callable[[ShardInfo], np.ndarray] | None, empty: np.ndarray) -> np.ndarray | None:
-        """One sidecar column over the whole split, shard by shard: ``read(table, pos, folder)`` per shard (a remote
-        split's sidecars fetched through the cache); a shard that keeps none gives ``missing(shard)``, or without
+        """One sidecar column over the whole split, shard by shard: ``read(table, pos)`` per shard (a remote split's
+        sidecars held through its byte source); a shard that keeps none gives ``missing(shard)``, or without
         ``missing`` the whole answer is None."""
-
-        def each(folder: Callable[[ShardInfo], Any] | None) -> np.ndarray | None:
-            table = self.manifest.samples
-            parts = []
-            for pos, shard in enumerate(self.manifest.shards):
-                got = read(table, pos, folder(shard) if folder is not None and table.inline is None else None)
-                if got is None:
-                    if missing is None:
-                        return None
-                    got = missing(shard)
-                parts.append(got)
-            return np.concatenate(parts) if parts else empty
-
-        column: np.ndarray | None = self._sidecar_folders(each)
-        return column
+        parts = []
+        for pos, shard in enumerate(self.manifest.shards):
+            got = read(self.manifest.samples, pos)
+            if got is None:
+                if missing is None:
+                    return None
+                got = missing(shard)
+            parts.append(got)
+        return np.concatenate(parts) if parts else empty
 
     def look_hashes(self) -> np.ndarray | None:
         """(samples, 8) uint8: each sample's look hash (formats/samples.md ``looks``: 64 bits that stay nearly
         equal when an image is re-encoded or resized), from the sidecars; None where a shard keeps none (converted
         before the column)."""
-        return self._sidecar_column(lambda table, pos, folder: table.look_hashes(pos, folder), None,
+        return self._sidecar_column(lambda table, pos: table.look_hashes(pos), None,
                                     np.zeros((0, 8), np.uint8))
 
     def class_presence(self, *, missing_as_absent: bool = False) -> np.ndarray | None:
@@ -575,12 +543,8 @@ class Dataset:
         sidecars (no label is read; a remote split downloads only its sidecars). None where the split keeps no
         bitmap (more than 256 classes), or, with ``missing_as_absent``, those shards' rows all False."""
         absent = (lambda shard: np.zeros((shard.num_samples, self.num_classes), bool)) if missing_as_absent else None
-        return self._sidecar_column(lambda table, pos, folder: table.presence(pos, folder), absent,
+        return self._sidecar_column(lambda table, pos: table.presence(pos), absent,
                                     np.zeros((0, self.num_classes), bool))
-
-    def _manifest_path(self) -> Path | str:
-        """The manifest file of a local split; a remote split's URL."""
-        return self.path / "manifest.json" if self.cache is None else self.location
 
     # ------------------------------------------------------------------ epochs
     def sampler(self, plan: EpochPlan | int, *, augment: Any = None, **fields: Any) -> _sampling.EpochBatchSampler:
@@ -683,7 +647,6 @@ class Dataset:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state.pop("_local", None)
-        state["_lease"] = None  # the opening process's lease covers its workers: they read while it lives
         state["_freqs"], state["_repeats"] = None, {}  # the sampler's, in the parent: workers read batches only
         return state
 

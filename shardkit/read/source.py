@@ -1,15 +1,17 @@
 """Where a :class:`~shardkit.read.dataset.Dataset`'s shard readers come from: a local folder or a cached remote split.
 
-A Dataset holds one :class:`ShardSource` and asks it for shard ``pos``'s reader on every read; the reader it gets
-is always the format's own :class:`~shardkit.formats.base.ShardReader` on local files, so a split on object
-storage gets the same fast paths as a local one (npy's memory-mapped ``fixed_arrays`` row gather, LMDB's one
-transaction per run, read-ahead hints):
+A Dataset opens its split through one :class:`~shardkit.store.source.ByteSource` (:func:`split_bytes`: the folder
+and its reader lease, or the split on object storage with its :class:`~shardkit.read.cache.ShardCache`), which
+parses the manifest once and hands out the sample records' sidecars. For the shard data it holds one
+:class:`ShardSource` and asks it for shard ``pos``'s reader on every read; the reader it gets is always the format's
+own :class:`~shardkit.formats.base.ShardReader` on local files, so a split on object storage gets the same fast
+paths as a local one (npy's memory-mapped ``fixed_arrays`` row gather, LMDB's one transaction per run, read-ahead
+hints):
 
 * :class:`LocalShards` opens every shard's reader on open (checking that its files exist with their sizes).
-* :class:`CachedShards` fetches a shard through the :class:`~shardkit.read.cache.ShardCache` on its first read in a
-  process, pins the local copy, and opens the format's reader on it; nothing is fetched before a sample is read.
-  A read-through shard whose folder the cache deletes is forgotten (:meth:`_CachedShard.release`) and fetched
-  again on its next read.
+* :class:`CachedShards` holds a shard through the cache (:meth:`ShardCache.hold`: fetched, verified and pinned) on
+  its first read in a process, and opens the format's reader on the held copy; nothing is fetched before a sample is
+  read. A read-through shard whose folder the cache deletes has its hold closed: it is fetched again on its next read.
 * :class:`~shardkit.read.ranges.RangedShards` reads samples of a remote npy or TFRecord split by HTTP range requests, a
   batch at a time (:meth:`ShardSource.gather`); ``OpenOptions.remote_reads`` chooses between the two remote ones.
 """
@@ -19,19 +21,33 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from ..errors import IntegrityError
 from ..files.splitfiles import ShardInfo
+from ..files.storage import is_url
 from ..formats.base import SampleSpec, ShardFormat, ShardReader
 from ..store.manifest import Manifest
+from ..store.source import ByteSource, Hold, open_bytes
 
 if TYPE_CHECKING:  # the cache (multiprocessing, locks, …) is loaded by a split on object storage only
     from .cache import ShardCache
+    from .options import OpenOptions
 
-__all__ = ["CachedShards", "LocalShards", "ShardSource"]
+__all__ = ["CachedShards", "LocalShards", "ShardSource", "split_bytes"]
+
+
+def split_bytes(path: str | os.PathLike[str], opts: OpenOptions) -> ByteSource:
+    """The :class:`~shardkit.store.source.ByteSource` a reader opens ``path`` with: a local folder (with a reader
+    lease), or a split on object storage through its bounded :class:`~shardkit.read.cache.ShardCache`."""
+    files = None
+    if is_url(path):  # imported here: a local split never loads the object-storage modules
+        from .cache import ShardCache
+
+        files = ShardCache(os.fspath(path), cache_dir=opts.cache_dir, limit=opts.cache_limit,
+                           storage_options=opts.storage_options)
+    return open_bytes(path, opts.version, files=files)
 
 
 class ShardSource(ABC):
@@ -89,9 +105,7 @@ class CachedShards(ShardSource):
     def __init__(self, cache: ShardCache, fmt: type[ShardFormat], manifest: Manifest, spec: SampleSpec) -> None:
         self.cache = cache
         self._shards = [_CachedShard(cache, fmt, shard, spec, manifest) for shard in manifest.shards]
-        sizes = [sum(f.bytes for f in shard.all_files) for shard in manifest.shards]
-        if cache.limit is not None and sum(sizes) > cache.limit:  # not all cached: room to read one through
-            cache.read_through_room = min(max(sizes, default=0), cache.limit // 2)
+        cache.leave_room([sum(f.bytes for f in shard.all_files) for shard in manifest.shards])
 
     def reader(self, pos: int) -> ShardReader:
         return self._shards[pos].reader()
@@ -103,65 +117,46 @@ class CachedShards(ShardSource):
         return len(self._shards)
 
     def release(self) -> None:
-        for shard in self._shards:
+        for shard in self._shards:  # the read-through folders go with the byte source (Dataset.close)
             shard.release()
-        if self.cache is not None:  # this process's read-through folders: they count against the limit
-            self.cache.release_transient()
 
 
 class _CachedShard:
-    """One shard of a remote split: its local copy's reader in this process, and the pins that keep the copy."""
+    """One shard of a remote split: its local copy's reader in this process, built on the cache's :class:`Hold`
+    (the copy pinned while held); a read-through copy whose folder the cache deleted closes its hold, and the shard
+    is fetched again on its next read."""
 
     def __init__(self, cache: ShardCache, fmt: type[ShardFormat], shard: ShardInfo, spec: SampleSpec,
                  manifest: Manifest) -> None:
         self.cache, self.fmt, self.shard, self.spec, self.manifest = cache, fmt, shard, spec, manifest
-        self._pid: int | None = None
-        self._reader: ShardReader | None = None
-        self._pins: list[int] = []
+        self._held: Hold | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_pid"], state["_reader"], state["_pins"] = None, None, []
-        return state
+        return {**self.__dict__, "_held": None}
 
     def resident(self) -> bool:
         """Whether this process holds the local copy's reader now."""
-        return self._reader is not None and self._pid == os.getpid()
+        held = self._held
+        return held is not None and held.open and held.kept is not None and held.owned
 
     def reader(self) -> ShardReader:
-        """The format reader on the local copy (fetching the shard first, once per process). The local files are
-        pinned (:meth:`ShardCache.pin`) first, so another process sharing the cache cannot evict them between the
-        fetch and the open, nor while they are read."""
-        from .cache import unpin  # loaded by now: this shard's cache made this source
-
-        pid = os.getpid()
-        if self._reader is not None and self._pid == pid:
-            return self._reader
-        if self._pid == pid:
-            unpin(self._pins)
-        self._pins = []  # a forked child's inherited descriptors stay with the parent's lock
-        for _ in range(3):
-            folder = self.cache.fetch(self.shard, self)
-            pins = self.cache.pin(self.shard.all_files, folder)
-            if pins is not None:
-                break
-        else:
-            raise IntegrityError("shard files keep disappearing from the cache while being opened",
-                                 path=self.cache.directory,
-                                 fix="another process is deleting files in this cache_dir; give each job its own "
-                                     "cache_dir or a larger cache_limit")
-        self._pins = pins
-        reader = self.fmt.open_shard(folder, self.shard, self.spec, self.manifest)
-        reader.ensure_open()  # a read-through folder may be deleted later: hold its files open now
-        reader.expected_hw  # noqa: B018 - and read the sizes from its sidecar now (variable-size splits)
-        self._reader, self._pid = reader, pid
+        """The format reader on the local copy (fetching the shard first, once per process while it is held)."""
+        if self.resident():
+            return cast(ShardReader, self._held.kept)  # type: ignore[union-attr]
+        self.release()
+        held = self.cache.hold(self.shard)
+        try:
+            reader = self.fmt.open_shard(held.folder, self.shard, self.spec, self.manifest)
+            reader.ensure_open()  # a read-through folder may be deleted later: hold its files open now
+            reader.expected_hw  # noqa: B018 - and read the sizes from its sidecar now (variable-size splits)
+        except BaseException:
+            held.close()
+            raise
+        held.kept, self._held = reader, held
         return reader
 
     def release(self) -> None:
-        """Forget the local copy (a read-through shard whose folder is being deleted) and unpin it."""
-        from .cache import unpin
-
-        self._reader = None
-        if self._pid == os.getpid():
-            unpin(self._pins)
-        self._pins = []
+        """Forget the local copy and unpin it."""
+        if self._held is not None:
+            self._held.close()
+        self._held = None

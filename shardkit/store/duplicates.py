@@ -15,7 +15,6 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,7 +22,6 @@ import numpy as np
 from ..files.samples import PIXEL_HASH_BYTES
 
 if TYPE_CHECKING:
-    from ..files.splitfiles import ShardInfo
     from .manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -223,31 +221,29 @@ def source_hashes(rows: np.ndarray) -> tuple[list[str], np.ndarray]:
     return list(groups), np.frombuffer(b"".join(out), np.uint8).reshape(-1, PIXEL_HASH_BYTES)
 
 
-def split_hashes(manifest: Manifest, split: str,
-                 folder: Callable[[ShardInfo], Path] | None = None) -> list[ShardHashes]:
-    """The :class:`ShardHashes` of a converted split from its sidecars (``folder``: where a shard's sidecar lies,
-    for a remote split; by default the manifest's folder). A tiled split (without ``--drop-tiles-ignored``) is
-    compared source by source, as convert does (:func:`source_hashes`; indices are then the sources' places)."""
+def split_hashes(manifest: Manifest, split: str) -> list[ShardHashes]:
+    """The :class:`ShardHashes` of a converted split from its sidecars (a remote split's held through the byte
+    source that read the manifest). A tiled split (without ``--drop-tiles-ignored``) is compared source by source,
+    as convert does (:func:`source_hashes`; indices are then the sources' places)."""
     table = manifest.samples
     whole = (manifest.preprocessing.get("tile") is not None and table.inline is None
              and manifest.preprocessing.get("drop_tiles_ignored") is None)
     out = []
     sources = 0
     for pos, shard in enumerate(manifest.shards):
-        where = folder(shard) if folder is not None and table.inline is None else None
         if whole:
-            rows = table.rows(pos, where)
+            rows = table.rows(pos)
             if "pixels" in (rows.dtype.names or ()):
                 names, hashes = source_hashes(rows)
                 out.append(ShardHashes(split, sources, hashes, partial(list, names)))
                 sources += len(names)
                 continue
 
-        def keys(pos: int = pos, where: Path | None = where) -> list[str]:
+        def keys(pos: int = pos) -> list[str]:
             if table.inline is not None:
                 first = manifest.shards[pos].first_index
                 return [str(table[first + j]["key"]) for j in range(manifest.shards[pos].num_samples)]
-            return row_keys(table.rows(pos, where))
+            return row_keys(table.rows(pos))
 
-        out.append(ShardHashes(split, shard.first_index, table.pixel_hashes(pos, where), keys))
+        out.append(ShardHashes(split, shard.first_index, table.pixel_hashes(pos), keys))
     return out

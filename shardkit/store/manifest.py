@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, InputNotFoundError, ShardFormatError
-from ..files.samples import SampleTable
+from ..files.samples import SampleTable, Sidecars
 from ..files.splitfiles import (
     ClassTable,
     Preprocessing,
@@ -116,7 +116,9 @@ class Manifest:
         }
 
     @classmethod
-    def from_json(cls, d: dict[str, Any], *, origin: Path | None = None) -> Manifest:
+    def from_json(cls, d: dict[str, Any], *, origin: Path | None = None, sidecars: Sidecars | None = None) -> Manifest:
+        """The checked manifest of parsed JSON ``d`` (``origin`` names it in errors; its folder holds the sidecars,
+        unless ``sidecars`` hands each shard's out: :class:`~shardkit.files.samples.SampleTable`)."""
         where = origin or Path(MANIFEST_NAME)
         if not isinstance(d, dict) or d.get("schema") != SCHEMA_ID:
             raise ShardFormatError("not a shardkit manifest", path=where,
@@ -164,7 +166,7 @@ class Manifest:
                            preprocessing=Preprocessing.from_json(parts["preprocessing"]),
                            source=Source.from_json(parts["source"]), shards=shards,
                            samples=SampleTable(shards, sample.num_classes, where.parent, inline,
-                                               sample.size),
+                                               sample.size, sidecars=sidecars),
                            stats=SplitStats.from_json(parts["stats"], sample.image_channels),
                            manifest_version=version, version=published)
         except ValueError as exc:
@@ -312,7 +314,31 @@ def read_manifest_json(path: Path) -> Any:
     return parse_manifest_bytes(raw, path)
 
 
-def load_manifest(directory: Path, version: int | None = None) -> Manifest:
+def requested_version(version: int | None) -> int | None:
+    """``version`` as a reader asked for it: None (the current one) or a publish number; anything else is a
+    ConfigError."""
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int)
+                                or not 1 <= version <= MAX_PUBLISH):
+        raise ConfigError(f"version={version!r} is not a publish number (an integer from 1)",
+                          fix="list the kept versions with: shardkit info SPLIT")
+    return version
+
+
+def checked_version(manifest: Manifest, path: Path, version: int | None) -> Manifest:
+    """``manifest``, read from the file of kept ``version`` (``path``), when it says it is that version."""
+    if version is not None and manifest.version not in (None, version):
+        raise ShardFormatError(f"{path.name} says it is version {manifest.version}", path=path,
+                               fix="re-convert this split; do not edit version files")
+    return manifest
+
+
+def manifest_from_bytes(raw: bytes, path: Path, *, sidecars: Sidecars | None = None) -> Manifest:
+    """The checked manifest in ``raw`` (named ``path`` in errors), parsed once under the parse bounds
+    (:func:`parse_manifest_bytes`)."""
+    return Manifest.from_json(parse_manifest_bytes(raw, path), origin=path, sidecars=sidecars)
+
+
+def load_manifest(directory: Path, version: int | None = None, *, sidecars: Sidecars | None = None) -> Manifest:
     """Read and validate ``directory/manifest.json`` (a split folder), or the kept publish ``version``
     (``manifest-v<N>.json``) of it.
 
@@ -323,10 +349,8 @@ def load_manifest(directory: Path, version: int | None = None) -> Manifest:
     """
     directory = Path(directory)
     path = directory / MANIFEST_NAME if directory.is_dir() else directory
+    version = requested_version(version)
     if version is not None:
-        if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= MAX_PUBLISH:
-            raise ConfigError(f"version={version!r} is not a publish number (an integer from 1)",
-                              fix="list the kept versions with: shardkit info SPLIT")
         path = path.parent / version_name(version)
         if path.exists() and not path.is_file():
             raise ShardFormatError(f"{path.name} is not a regular file, so version {version} cannot be read",
@@ -344,12 +368,7 @@ def load_manifest(directory: Path, version: int | None = None) -> Manifest:
             path=directory,
             fix="point at a split folder written by shardkit convert (e.g. out/train)",
         )
-    data = read_manifest_json(path)
-    manifest = Manifest.from_json(data, origin=path)
-    if version is not None and manifest.version not in (None, version):
-        raise ShardFormatError(f"{path.name} says it is version {manifest.version}", path=path,
-                               fix="re-convert this split; do not edit version files")
-    return manifest
+    return checked_version(Manifest.from_json(read_manifest_json(path), origin=path, sidecars=sidecars), path, version)
 
 
 def inline_manifest(manifest: Manifest) -> Manifest:

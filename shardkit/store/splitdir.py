@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any
 
 from ..errors import OutputError
 from ..files.lock import LOCK_NAME, RemoteLock
-from ..files.samples import fetch_sidecar, is_sidecar_name
+from ..files.samples import is_sidecar_name
 from ..files.splitfiles import TMP_MARK, ShardFile, ShardInfo, is_temp_name, mkstemp_temp_target
 from ..files.storage import Remote
 from ..formats.registry import all_formats
@@ -58,6 +57,7 @@ from .publish import (
     versions_to_keep,
 )
 from .records import RECORD_PREFIX, ShardRecord, is_record_name, records_within, reuse
+from .source import TempFiles
 
 log = logging.getLogger(__name__)
 
@@ -356,11 +356,15 @@ class RemoteSink(SplitSink):
 
     @contextlib.contextmanager
     def sidecar_folder(self, directory: Path, shard: ShardInfo) -> Iterator[Path]:
-        """The staging folder where the sidecar is still there, else a temporary folder it is fetched into."""
-        if (directory / shard.all_files[-1].name).is_file():
-            yield directory
+        """The staging folder where the sidecar is still there, else a private folder it is fetched into (verified,
+        and deleted after the block) by the split's :class:`~shardkit.store.source.TempFiles`."""
+        if shard.samples is None or (directory / shard.all_files[-1].name).is_file():
+            yield directory  # (a shard without a sidecar: reading it says so)
             return
-        with tempfile.TemporaryDirectory(prefix="shardkit-sidecar-") as tmp:
-            split_remote = Remote(self.remote.url_of(directory.name), self.remote.options)
-            yield fetch_sidecar(split_remote, shard, Path(tmp))
+        files = TempFiles(Remote(self.remote.url_of(directory.name), self.remote.options))
+        try:
+            with files.hold(shard, (shard.samples,)) as held:
+                yield held.folder
+        finally:
+            files.release()
 

@@ -11,9 +11,8 @@ into loss weights, without reading a label (formulae: ``docs/class-imbalance.md`
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,7 +21,6 @@ from ..errors import ConfigError, IntegrityError
 from ..files.samples import MAX_BITMAP_CLASSES
 
 if TYPE_CHECKING:
-    from ..files.splitfiles import ShardInfo
     from .manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -302,12 +300,10 @@ def presence_contradiction(freqs: ClassFrequencies) -> str | None:
     return None
 
 
-def split_frequencies(manifest: Manifest,
-                      folder: Callable[[ShardInfo], Path] | None = None) -> ClassFrequencies:
-    """The split's :class:`ClassFrequencies` from its manifest and its samples sidecars (no label is read).
-
-    ``folder`` maps a shard to the folder holding its sidecar (a remote split's downloaded copy); by default
-    the manifest's own. Splits of more than 256 classes keep no bitmap: no sidecar is read for them.
+def split_frequencies(manifest: Manifest) -> ClassFrequencies:
+    """The split's :class:`ClassFrequencies` from its manifest and its samples sidecars (no label is read; a
+    remote split's sidecars held through the byte source that read the manifest). Splits of more than 256 classes
+    keep no bitmap: no sidecar is read for them.
     """
     num_classes = int(manifest.sample["label"]["num_classes"])
     counts = np.zeros(num_classes, np.int64)
@@ -319,9 +315,8 @@ def split_frequencies(manifest: Manifest,
     table = manifest.samples
 
     def shards() -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
-        for pos, shard in enumerate(manifest.shards):
-            where = folder(shard) if folder is not None and table.inline is None else None
-            yield table.hw(pos, where), table.presence(pos, where)
+        for pos in range(len(manifest.shards)):
+            yield table.hw(pos), table.presence(pos)
 
     n, image_pixels, images = presence_totals(shards(), num_classes)
     return ClassFrequencies(counts, n, image_pixels, images, ignore)
