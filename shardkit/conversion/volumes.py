@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import ConfigError, DecodeError, LabelError, LayoutError, ShardkitError
 from ..support.limits import DEFAULT_MAX_VOXELS
 from ..volumes.files import read_header, read_voxels
+from ..volumes.intensity import case_statistics, intensity_report
 from ..volumes.patches import PatchedVolume, Patching, VolumePatch, cut_patches
 from ..volumes.slices import CutVolume, SliceCounts, Slicing, VolumeSlice, cut
 from ..volumes.volume import VolumeHeader, label_ids
@@ -139,7 +140,8 @@ def _volume_record(root: Path, read: ReadCase) -> dict[str, Any]:
     return {"group": case.key, "images": [p.relative_to(root).as_posix() for p in case.images],
             "label": None if case.label is None else case.label.relative_to(root).as_posix(),
             "image": read.image_header.to_json(),
-            "label_volume": None if read.label_header is None else read.label_header.to_json()}
+            "label_volume": None if read.label_header is None else read.label_header.to_json(),
+            "intensity": case_statistics(read.images, read.label)}
 
 
 def cut_split(layout: VolumeLayout, split: str, slicing: Slicing | Patching, run: VolumeRun,
@@ -349,4 +351,6 @@ def volume_report(stats: Iterable[dict[str, Any]]) -> dict[str, Any]:
         for name, value in part["slices"].items():
             setattr(counts, name, getattr(counts, name) + int(value))
         cases.update(part["cases"])
-    return {"volumes": {"slicing": parts[0]["slicing"], "slices": counts.to_json(), "cases": cases}}
+    names = list(parts[0]["slicing"].get("modalities") or [])
+    return {"volumes": {"slicing": parts[0]["slicing"], "slices": counts.to_json(), "cases": cases,
+                        "intensity": intensity_report(cases, names)}}

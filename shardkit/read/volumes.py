@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ..augment.intensity import VolumeNormalize
 from ..errors import ConfigError, LabelError
 from ..store.groups import volume_case
 from ..volumes.files import write_volume
@@ -30,6 +31,56 @@ def groups(dataset: Dataset) -> list[str]:
     splits, duplicates and samplers can keep a case's slices together."""
     volume_records(dataset)
     return [volume_case(dataset.key(i)) for i in range(len(dataset))]
+
+
+#: The presets :func:`normalizer` takes: nnU-Net's pick per modality name (``auto``), or one rule for every band.
+PRESETS = ("auto", "ct", "zscore", "none")
+
+
+def normalizer(dataset: Dataset, preset: str = "auto") -> VolumeNormalize:
+    """The split's normalisation preset as a pipeline op (``A.Compose([..., normalizer(ds)])``), from the
+    statistics its manifest recorded at convert time (``source.volumes.intensity`` and each case's ``intensity``):
+    per modality band, ``ct`` clips to the pooled foreground 0.5/99.5 percentiles and z-scores with the pooled
+    foreground mean/std; ``zscore`` uses each sample's case mean/std over its whole volume; ``none`` only casts to
+    float32; ``auto`` picks per modality as nnU-Net does from its name (``CT`` → ct, ``noNorm`` → none, else
+    zscore). ConfigError for a split without the statistics (converted before they were recorded) or a CT band
+    without foreground."""
+    if preset not in PRESETS:
+        raise ConfigError(f"normalisation preset {preset!r} is not one of {', '.join(PRESETS)}",
+                          fix="write auto, ct, zscore or none")
+    records = volume_records(dataset)
+    report, cases = records.get("intensity"), records["cases"]
+    names = list(records["slicing"].get("modalities") or [])
+    if not isinstance(report, dict) or not names or any("intensity" not in c for c in cases.values()):
+        raise ConfigError(f"{dataset.location} has no intensity statistics in its manifest (converted before "
+                          "shardkit recorded them)", fix="convert the volumes again (an unchanged run rewrites "
+                                                         "only the manifest) with this shardkit")
+    bands = int(dataset.spec.image_channels)
+    per = bands // len(names)
+    order = sorted(cases)
+    at = {case: r for r, case in enumerate(order)}
+    rows = np.array([at[volume_case(dataset.key(i))] for i in range(len(dataset))], np.int64)
+    shape = (len(order), bands)
+    lower, upper = np.full(shape, -np.inf), np.full(shape, np.inf)
+    mean, std = np.zeros(shape), np.ones(shape)
+    schemes = []
+    for m, entry in enumerate(report["modalities"]):
+        scheme = entry["scheme"] if preset == "auto" else preset
+        band = slice(m * per, (m + 1) * per)
+        schemes += [scheme] * per
+        if scheme == "ct":
+            fg = entry.get("foreground")
+            if not fg:
+                raise ConfigError(f"modality {entry['name']!r} of {dataset.location} has no foreground voxel "
+                                  "(label > 0) in any case: the CT preset has no statistics",
+                                  fix="use the zscore preset")
+            lower[:, band], upper[:, band] = fg["percentile_00_5"], fg["percentile_99_5"]
+            mean[:, band], std[:, band] = fg["mean"], fg["std"]
+        elif scheme == "zscore":
+            for r, case in enumerate(order):
+                mean[r, band] = cases[case]["intensity"]["mean"][m]
+                std[r, band] = cases[case]["intensity"]["std"][m]
+    return VolumeNormalize(lower, upper, mean, std, rows, schemes)
 
 
 def stitch_volume(dataset: Dataset, case: str) -> tuple[np.ndarray, dict[str, Any]]:

@@ -1,0 +1,136 @@
+"""Per-modality intensity statistics of volumes, computed at convert time for the normalisation presets.
+
+Two rules, nnU-Net's (``nnunetv2`` ``DatasetFingerprintExtractor`` and ``default_normalization_schemes``):
+
+- **CT** (:func:`pooled_foreground`): over the training cases' *foreground* voxels (label > 0), pooled: mean, std,
+  the 0.5 and 99.5 percentiles (and median, min, max). Memory stays bounded as nnU-Net bounds it: each case gives a
+  fixed sample of its foreground voxels, drawn with replacement by ``np.random.RandomState(1234)``, modality after
+  modality (``rs.choice(foreground, 10000, replace=True)``, the same draws as nnU-Net's
+  ``collect_foreground_intensities`` with ``num_samples=10000``; nnU-Net itself takes 10^8 / cases per case). The
+  foreground voxels are ordered as the (X, Y, Z) array in C order, and the drawn ones found slab by slab, so no
+  foreground copy of the volume is made. A case's sample is kept as its distinct values and their counts.
+- **MR** (per-volume z-score, nnU-Net's ``ZScoreNormalization`` with ``use_mask_for_norm`` False): each case's
+  mean and std over the *whole* volume per modality (not a nonzero mask), in float64, one pass over slabs.
+
+Intensities stay as decoded in the shards; these numbers are only recorded (the manifest's ``volumes``), and the
+reader op :class:`shardkit.augment.intensity.VolumeNormalize` applies them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+#: Foreground voxels drawn per case and modality, and the seed of their draw (nnU-Net's defaults).
+FOREGROUND_SAMPLES = 10000
+#: nnU-Net's choice of scheme by channel name (``channel_names`` in dataset.json): CT by name, ``noNorm`` none,
+#: anything else z-score; its 0..1 rescalings are not offered here.
+SCHEMES = ("ct", "zscore", "none")
+FOREGROUND_SEED = 1234
+#: Voxels per slab a pass reads at once (a float64 slab: 32 MiB).
+_SLAB_VOXELS = 1 << 22
+
+
+def _slabs(shape: tuple[int, ...]) -> list[slice]:
+    """Slices along axis 0 of at most :data:`_SLAB_VOXELS` voxels each (at least one row)."""
+    per_row = max(1, int(np.prod(shape[1:], dtype=np.int64)))
+    rows = max(1, _SLAB_VOXELS // per_row)
+    return [slice(a, min(a + rows, shape[0])) for a in range(0, shape[0], rows)]
+
+
+def volume_moments(volume: np.ndarray) -> tuple[float, float]:
+    """Mean and (population) std of every voxel, in float64, one pass over slabs (sum and sum of squares; no
+    float copy of the volume)."""
+    total = square = 0.0
+    for s in _slabs(volume.shape):
+        x = volume[s].astype(np.float64).reshape(-1)
+        total += float(x.sum())
+        square += float(np.dot(x, x))
+    n = max(1, volume.size)
+    mean = total / n
+    return mean, max(0.0, square / n - mean * mean) ** 0.5
+
+
+def foreground_sample(images: np.ndarray, label: np.ndarray, samples: int = FOREGROUND_SAMPLES,
+                      seed: int = FOREGROUND_SEED) -> tuple[int, list[np.ndarray]]:
+    """The number of foreground voxels (label > 0) and, per modality of ``images`` (M, X, Y, Z), ``samples`` of
+    their values drawn with replacement (empty without foreground): ``rs.choice(images[m][label > 0], samples)``
+    for m in order from one ``RandomState(seed)``, found slab by slab."""
+    slabs = _slabs(label.shape)
+    per_slab = [int(np.count_nonzero(label[s] > 0)) for s in slabs]
+    n = sum(per_slab)
+    if n == 0:
+        return 0, [np.zeros(0, images.dtype) for _ in range(images.shape[0])]
+    rs = np.random.RandomState(seed)
+    ranks = [rs.randint(0, n, samples) for _ in range(images.shape[0])]  # what rs.choice(a, k) draws
+    flat = np.concatenate(ranks)
+    order = np.argsort(flat, kind="stable")
+    picked = np.empty((images.shape[0], samples), images.dtype)
+    where = picked.reshape(-1)
+    ranked = flat[order]
+    base = 0
+    for s, count in zip(slabs, per_slab, strict=True):
+        lo, hi = np.searchsorted(ranked, [base, base + count])
+        if hi > lo:
+            mask = label[s] > 0
+            positions = np.flatnonzero(mask)[ranked[lo:hi] - base]
+            index = np.unravel_index(positions, mask.shape)
+            slots = order[lo:hi]  # where each drawn value goes: modality * samples + draw
+            mods = slots // samples
+            for m in np.unique(mods):
+                sel = mods == m
+                where[slots[sel]] = images[int(m)][s][tuple(i[sel] for i in index)]
+        base += count
+    return n, [picked[m] for m in range(images.shape[0])]
+
+
+def case_statistics(images: np.ndarray, label: np.ndarray | None) -> dict[str, Any]:
+    """A case's record of its intensities (the manifest keeps it with the case): per modality its whole-volume
+    mean and std (the z-score preset), the foreground voxel count and the drawn foreground sample as distinct
+    ``values`` with their ``counts`` (the CT preset, pooled over cases by :func:`pooled_foreground`)."""
+    moments = [volume_moments(images[m]) for m in range(images.shape[0])]
+    n, drawn = (0, [np.zeros(0)] * images.shape[0]) if label is None else foreground_sample(images, label)
+    fg = []
+    for sample in drawn:
+        values, counts = np.unique(sample, return_counts=True)
+        fg.append({"values": values.tolist(), "counts": counts.tolist()})
+    return {"mean": [m for m, _ in moments], "std": [s for _, s in moments], "foreground_voxels": n,
+            "foreground": fg}
+
+
+def pooled_foreground(cases: list[dict[str, Any]], modalities: int) -> list[dict[str, float] | None]:
+    """Per modality, nnU-Net's foreground intensity properties of the pooled samples of ``cases`` (their
+    :func:`case_statistics`): ``mean``, ``std``, ``median``, ``min``, ``max``, ``percentile_00_5``,
+    ``percentile_99_5`` and how many ``samples``; None for a modality without foreground in any case."""
+    out: list[dict[str, float] | None] = []
+    for m in range(modalities):
+        parts = [np.repeat(np.asarray(c["foreground"][m]["values"], np.float64),
+                           np.asarray(c["foreground"][m]["counts"], np.int64)) for c in cases]
+        pool = np.concatenate(parts) if parts else np.zeros(0)
+        if pool.size == 0:
+            out.append(None)
+            continue
+        out.append({"mean": float(np.mean(pool)), "std": float(np.std(pool)), "median": float(np.median(pool)),
+                    "min": float(np.min(pool)), "max": float(np.max(pool)),
+                    "percentile_00_5": float(np.percentile(pool, 0.5)),
+                    "percentile_99_5": float(np.percentile(pool, 99.5)), "samples": int(pool.size)})
+    return out
+
+
+def scheme_for(name: str) -> str:
+    """nnU-Net's scheme for a channel named ``name``: ``ct`` for CT, ``none`` for noNorm, else ``zscore``."""
+    key = name.casefold()
+    return "ct" if key == "ct" else "none" if key == "nonorm" else "zscore"
+
+
+def intensity_report(cases: dict[str, dict[str, Any]], names: list[str]) -> dict[str, Any]:
+    """The manifest's ``volumes.intensity``: the rules, and per modality (``names``, band order) its name, the
+    scheme nnU-Net picks for it and the pooled foreground statistics of every case that has its record."""
+    recorded = [c["intensity"] for c in cases.values() if isinstance(c.get("intensity"), dict)]
+    pooled = pooled_foreground(recorded, len(names))
+    return {"foreground": f"label > 0; {FOREGROUND_SAMPLES} voxels drawn per case and modality with replacement, "
+                          f"np.random.RandomState({FOREGROUND_SEED}), pooled over {len(recorded)} cases",
+            "zscore": "per case, over the whole volume",
+            "modalities": [{"name": n, "scheme": scheme_for(n), "foreground": f}
+                           for n, f in zip(names, pooled, strict=True)]}
