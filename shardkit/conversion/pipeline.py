@@ -240,7 +240,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     decoder = LabelDecoder(found.label_kind, table, cfg.colour_tolerance, cfg.unknown_as, values)
     job = volume_job(found.layout, found.root, cfg.slicing, cfg.modalities, cfg.max_voxels,
                      tuple(range(table.num_classes)) + (() if table.ignore_index is None else (table.ignore_index,)),
-                     cfg.volume_flags())
+                     cfg.volume_flags(), table.ignore_index)
     if job is not None:
         check_volume_options(cfg)
     if cfg.group_by is not None:  # every key must name its group, before anything is written
@@ -261,6 +261,9 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     layout, georef = ((volume_image_layout(found, job), False) if job
                       else image_layout_of(cfg, found, session, embedded))
     spec = sample_spec(cfg, table, layout)
+    if job is not None and job.patch_size is not None:  # 3-D patches: one size, stored as (D * H, W)
+        d, h, w = job.patch_size
+        spec = dataclasses.replace(spec, size=(d * h, w), depth=d)
     options = cfg.preprocessing()
     # The manifest records what took effect: the Cityscapes id remap only means something for Cityscapes.
     # (Fingerprints keep hashing the options as given, so existing shard names stay valid.)

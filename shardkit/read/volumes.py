@@ -12,6 +12,7 @@ from ..augment.intensity import VolumeNormalize
 from ..errors import ConfigError, LabelError
 from ..store.groups import volume_case
 from ..volumes.files import write_volume
+from ..volumes.patches import Patching, stitch_patches
 from ..volumes.slices import AXES, stitch_labels
 from .dataset import Dataset
 
@@ -87,12 +88,15 @@ def stitch_volume(dataset: Dataset, case: str) -> tuple[np.ndarray, dict[str, An
     """Case ``case``'s label volume rebuilt from its stored slices (every slice read once; those dropped as empty
     are background), and the label volume's record (shape, spacing, affine, type, header) to write it with
     (:func:`write_stitched`). LabelError for a missing, repeated or foreign slice."""
-    cases = volume_records(dataset)["cases"]
+    records = volume_records(dataset)
+    cases = records["cases"]
     if case not in cases:
         listed = ", ".join(sorted(cases)[:5])
         raise ConfigError(f"{dataset.location} has no volume {case!r}", fix=f"choose one of its cases ({listed}…)")
     record = cases[case]
     volume = record["label_volume"]
+    if "patch" in records["slicing"]:
+        return _stitch_patches(dataset, case, record, records["slicing"]), volume
     axis = int(record["axis"])
     prefix = f"{case}/{AXES[axis]}"
     parts = []
@@ -108,6 +112,25 @@ def stitch_volume(dataset: Dataset, case: str) -> tuple[np.ndarray, dict[str, An
         raise LabelError(f"no stored slice of {case!r} in {dataset.location}")
     ids = stitch_labels(tuple(volume["shape"]), axis, parts, record["dropped_empty"])
     return ids, volume
+
+
+def _stitch_patches(dataset: Dataset, case: str, record: dict[str, Any], slicing: dict[str, Any]) -> np.ndarray:
+    """Case ``case``'s label volume from its stored 3-D patches (keys ``<case>/p<i>_<j>_<k>``; padding cropped;
+    overlapping patches must agree, as patches of one label volume do) and the corners dropped as empty."""
+    patching = Patching(tuple(slicing["patch"]), tuple(slicing["stride"]), str(slicing["empty"]))
+    prefix = f"{case}/p"
+    parts = []
+    for i in range(len(dataset)):
+        key = dataset.key(i)
+        corner = key[len(prefix):].split("_") if key.startswith(prefix) else []
+        if len(corner) == 3 and all(c.isdigit() for c in corner):
+            _, label = dataset[i]
+            if label.ndim != 3:
+                raise ConfigError(f"labels of {dataset.location} are read as {label.shape}, not class ids",
+                                  fix="open the split with its stored ids (labels='index')")
+            parts.append(((int(corner[0]), int(corner[1]), int(corner[2])), np.asarray(label)))
+    shape = tuple(record["label_volume"]["shape"])
+    return stitch_patches(shape, parts, patching, [tuple(o) for o in record["dropped_empty"]])
 
 
 def write_stitched(dataset: Dataset, case: str, path: Path) -> Path:
