@@ -29,12 +29,16 @@ nib = pytest.importorskip("nibabel")
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory: pytest.TempPathFactory, tf: object) -> tuple[Path, Path]:
-    """Two int16 cases (nibabel's T1, and it again), channels named CT and T1 (nnU-Net: CT, then z-score)."""
+    """Two int16 cases (nibabel's T1, and it again scaled), channels named CT and T1 (nnU-Net: CT, then z-score)."""
     tmp = tmp_path_factory.mktemp("norm")
     root = nnunet_tree(tmp / "Dataset001", cases={"anat": CASES["anat"], "twin": CASES["anat"]})
     meta = json.loads((root / "dataset.json").read_text())
     meta["channel_names"] = {"0": "CT", "1": "T1"}
     (root / "dataset.json").write_text(json.dumps(meta))
+    scan = root / "imagesTr" / "twin_0001.nii.gz"  # the twin's T1: another scale and offset (its own mean, std)
+    img = nib.load(str(scan))
+    nib.save(type(img)((np.asanyarray(img.dataobj).astype(np.int16) * 2 + 100).astype(np.int16), img.affine,
+                       img.header), str(scan))
     twin = root / "labelsTr" / "twin.nii.gz"  # the twin's label: only its first half, so the cases differ
     img = nib.load(str(twin))
     data = np.asanyarray(img.dataobj).copy()

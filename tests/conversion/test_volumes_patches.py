@@ -1,0 +1,117 @@
+"""``shardkit convert --patch`` on a real nnU-Net tree (tests/data/nifti): 3-D samples in every format, each equal to
+nibabel's reading of its region (padding stated: labels the ignore index, images 0), the label volume stitched back
+voxel-identical from overlapping patches, and what cannot take 3-D samples refused in one line, never flattened."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import shardkit
+from shardkit import augment as A
+from shardkit.cli import main
+from shardkit.errors import ConfigError
+from shardkit.read.volumes import stitch_volume, write_stitched
+
+from .test_volumes import CASES, nnunet_tree
+
+nib = pytest.importorskip("nibabel")
+
+PATCH = (8, 8, 32)  # stride 6x8x32: overlapping along i; k (25 voxels) shorter than the patch: padded
+
+
+def convert(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["convert", *args, "--workers", "1"])
+    return result.exit_code, result.output
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return nnunet_tree(tmp_path_factory.mktemp("patches") / "Dataset001",
+                       cases={"anat": CASES["anat"], "twin": CASES["anat"]})
+
+
+def _volumes(root: Path, case: str) -> list[np.ndarray]:
+    return [np.asanyarray(nib.load(str(p)).dataobj) for p in (
+        root / "imagesTr" / f"{case}_0000.nii", root / "imagesTr" / f"{case}_0001.nii.gz",
+        root / "labelsTr" / f"{case}.nii.gz")]
+
+
+@pytest.mark.parametrize("fmt", ["npy", "lmdb", "hdf5", "tfrecord"])
+def test_patches_are_3d_samples_equal_to_nibabel_and_stitch_back(tree: Path, tmp_path: Path, fmt: str,
+                                                                 validate_manifest: object) -> None:
+    out = tmp_path / "out"
+    code, output = convert(str(tree), str(out), "--patch", "8x8x32", "--stride", "6x8x32", "--empty-slices",
+                           "drop", "--ignore-index", "255", "--format", fmt)
+    assert code == 0, output
+    assert "3-D patches 8x8x32, stride 6x8x32" in output and "padded at the far end" in output
+    manifest = validate_manifest(out / "train")  # type: ignore[operator]
+    assert manifest["sample"]["image"]["shape"] == [8, 8, 32, 2] and manifest["sample"]["image"]["layout"] == "DHWC"
+    report = manifest["source"]["volumes"]
+    counts = report["patches"]
+    ds = shardkit.open(out / "train")
+    assert len(ds) == counts["written"] == counts["patches"] - counts["dropped_empty"] > 0
+    assert counts["volumes"] == 2 and counts["dropped_empty"] > 0  # the corner patches hold no brain
+    for i in range(len(ds)):
+        case, _, where = ds.key(i).partition("/")
+        origin = tuple(int(v) for v in where[1:].split("_"))
+        t1, neg, lab = _volumes(tree, case)
+        image, label = ds[i]
+        assert image.shape == (*PATCH, 2) and image.dtype == np.int16 and label.shape == PATCH
+        region = tuple(slice(o, o + p) for o, p in zip(origin, PATCH, strict=True))
+        inside = tuple(slice(0, min(p, n - o)) for o, p, n in zip(origin, PATCH, t1.shape, strict=True))
+        for band, vol in enumerate((t1, neg)):
+            np.testing.assert_array_equal(image[..., band][inside], vol[region])
+        np.testing.assert_array_equal(label[inside], lab[region])
+        pad = np.ones(PATCH, bool)
+        pad[inside] = False
+        assert pad.any() and (label[pad] == 255).all() and (image[pad] == 0).all()  # k: 25 voxels, patch 32
+    images, labels = ds.batch([0, len(ds) - 1])
+    assert images.shape == (2, *PATCH, 2) and labels.shape == (2, *PATCH)
+    np.testing.assert_array_equal(images[1], ds[len(ds) - 1][0])
+    for case in ("anat", "twin"):
+        ids, _ = stitch_volume(ds, case)
+        np.testing.assert_array_equal(ids, _volumes(tree, case)[2])
+    written = write_stitched(ds, "anat", tmp_path / "anat.nii.gz")
+    back, original = nib.load(str(written)), nib.load(str(tree / "labelsTr" / "anat.nii.gz"))
+    np.testing.assert_array_equal(np.asanyarray(back.dataobj), np.asanyarray(original.dataobj))
+    np.testing.assert_array_equal(back.affine, original.affine)
+
+
+@pytest.fixture(scope="module")
+def patched(tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("patched") / "out"
+    code, output = convert(str(tree), str(out), "--patch", "16x16x32", "--ignore-index", "255")
+    assert code == 0, output
+    return out / "train"
+
+
+def test_what_takes_2d_samples_refuses_3d_ones_in_one_line(patched: Path) -> None:
+    ds = shardkit.open(patched)
+    images, labels = ds.batch([0, 1])
+    with pytest.raises(ConfigError, match=r"holds 3-D patch samples \(16x16x32 voxels, 2 bands\); augmentation"):
+        ds.check_augment(A.parse("hflip"))
+    with pytest.raises(ConfigError, match="augment needs"):  # the ops themselves: (H, W, C) only
+        A.parse("hflip")(images, labels, [0, 1])
+    with pytest.raises(ConfigError, match=r"3-D patch samples .* this reader adapter takes 2-D samples only"):
+        from shardkit.read.torch import make_loader
+
+        make_loader(patched, plan=shardkit.EpochPlan(batch_size=2))
+    with pytest.raises(ConfigError, match="reader of \\(H, W\\) samples takes 2-D samples only"):
+        ds.require_fixed_size()
+    batches = list(ds.iter_batches(2))  # the plain reader gives 3-D batches
+    assert batches[0][0].shape == (2, 16, 16, 32, 2)
+
+
+def test_patch_options_are_refused_where_they_cannot_hold(tree: Path, tmp_path: Path) -> None:
+    code, output = convert(str(tree), str(tmp_path / "a"), "--patch", "16x16x32", "--context", "1")
+    assert code != 0 and "--patch stores 3-D patches; --slices and --context are for 2-D slices" in output
+    code, output = convert(str(tree), str(tmp_path / "b"), "--patch", "16x16x32")  # k is 25: padding, no ignore id
+    assert code != 0 and "Traceback" not in output
+    assert "shorter than --patch 16x16x32: its patches would be padded" in output and "--ignore-index" in output
+    assert not (tmp_path / "b" / "train" / "manifest.json").exists()
+    code, output = convert(str(tree), str(tmp_path / "c"), "--patch", "16x16x16", "--stride", "17x16x16")
+    assert code != 0 and "--stride 17x16x16 must be 1..the patch size 16x16x16" in output
