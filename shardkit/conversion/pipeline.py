@@ -633,7 +633,8 @@ def publish_split(
         shards.append(ShardInfo(index, r.num_samples, first, r.files[:-1], r.files[-1]))
         first += r.num_samples
         stats.merge(Stats.from_wire(r.stats))
-    warning = ignore_warning(table, stats.class_pixels, stats.ignore_pixels) if cfg.ignore_index is not None else None
+    warning = (ignore_warning(table, stats.class_pixels, stats.ignore_pixels)
+               if cfg.ignore_index is not None and spec.depth is None else None)  # 3-D patches: padding is ignore
     if warning:  # e.g. --ignore-index 255 on 0/255 masks: every foreground pixel became ignore
         log.warning("split %s: %s", split, warning)
     nonfinite = stats.nonfinite_warning()

@@ -5,12 +5,13 @@ Two rules, nnU-Net's (``nnunetv2`` ``DatasetFingerprintExtractor`` and ``default
 - **CT** (:func:`pooled_foreground`): over the training cases' *foreground* voxels (label > 0), pooled: mean, std,
   the 0.5 and 99.5 percentiles (and median, min, max). Memory stays bounded as nnU-Net bounds it: each case gives a
   fixed sample of its foreground voxels, drawn with replacement by ``np.random.RandomState(1234)``, modality after
-  modality (``rs.choice(foreground, 10000, replace=True)``, the same draws as nnU-Net's
-  ``collect_foreground_intensities`` with ``num_samples=10000``; nnU-Net itself takes 10^8 / cases per case). The
-  foreground voxels are ordered as the (X, Y, Z) array in C order, and the drawn ones found slab by slab, so no
-  foreground copy of the volume is made. A case's sample is kept as its distinct values and their counts.
+  modality (``rs.choice(foreground, 10000, replace=True)``, nnU-Net's ``collect_foreground_intensities`` with
+  ``num_samples=10000``; nnU-Net itself takes 10^8 / cases per case). The foreground voxels are taken in the
+  label's memory order (a C-ordered label: nnU-Net's very draws; a Fortran-ordered one, as nibabel decodes NIfTI:
+  the same rule over Fortran order), found chunk by chunk, so no foreground copy of the volume is made. A case's
+  sample is kept as its distinct values and their counts.
 - **MR** (per-volume z-score, nnU-Net's ``ZScoreNormalization`` with ``use_mask_for_norm`` False): each case's
-  mean and std over the *whole* volume per modality (not a nonzero mask), in float64, one pass over slabs.
+  mean and std over the *whole* volume per modality (not a nonzero mask), one pass (8/16-bit integers exactly).
 
 Intensities stay as decoded in the shards; these numbers are only recorded (the manifest's ``volumes``), and the
 reader op :class:`shardkit.augment.intensity.VolumeNormalize` applies them.
@@ -28,61 +29,67 @@ FOREGROUND_SAMPLES = 10000
 #: anything else z-score; its 0..1 rescalings are not offered here.
 SCHEMES = ("ct", "zscore", "none")
 FOREGROUND_SEED = 1234
-#: Voxels per slab a pass reads at once (a float64 slab: 32 MiB).
+#: Voxels a pass reads at once (as float64: 32 MiB).
 _SLAB_VOXELS = 1 << 22
 
 
-def _slabs(shape: tuple[int, ...]) -> list[slice]:
-    """Slices along axis 0 of at most :data:`_SLAB_VOXELS` voxels each (at least one row)."""
-    per_row = max(1, int(np.prod(shape[1:], dtype=np.int64)))
-    rows = max(1, _SLAB_VOXELS // per_row)
-    return [slice(a, min(a + rows, shape[0])) for a in range(0, shape[0], rows)]
+def _memory_order(volume: np.ndarray) -> str:
+    """``"F"`` for a Fortran-ordered volume (as nibabel decodes NIfTI), else ``"C"``: the order voxels are visited."""
+    return "F" if volume.flags.f_contiguous and not volume.flags.c_contiguous else "C"
+
+
+def _chunks(n: int) -> list[tuple[int, int]]:
+    return [(a, min(a + _SLAB_VOXELS, n)) for a in range(0, n, _SLAB_VOXELS)]
 
 
 def volume_moments(volume: np.ndarray) -> tuple[float, float]:
-    """Mean and (population) std of every voxel, in float64, one pass over slabs (sum and sum of squares; no
-    float copy of the volume)."""
-    total = square = 0.0
-    for s in _slabs(volume.shape):
-        x = volume[s].astype(np.float64).reshape(-1)
-        total += float(x.sum())
-        square += float(np.dot(x, x))
-    n = max(1, volume.size)
-    mean = total / n
-    return mean, max(0.0, square / n - mean * mean) ** 0.5
+    """Mean and (population) std of every voxel, in one pass without a float copy of the volume: 8- and 16-bit
+    integers summed exactly in int64 (sum and sum of squares: ``einsum`` casts chunk by chunk), other types in
+    float64."""
+    flat = np.ravel(volume, order=_memory_order(volume))  # a view of a C- or Fortran-contiguous volume
+    n = max(1, flat.size)
+    if flat.dtype.kind in "iu" and flat.dtype.itemsize <= 2:  # |x| < 2^16, n < 2^31: x^2 sums stay below 2^63
+        total = int(flat.sum(dtype=np.int64))
+        square = int(np.einsum("i,i->", flat, flat, dtype=np.int64, casting="unsafe"))
+        mean = total / n
+        return mean, (max(0, n * square - total * total) / (n * n)) ** 0.5
+    total_f = float(flat.sum(dtype=np.float64))
+    square_f = float(np.einsum("i,i->", flat, flat, dtype=np.float64))
+    mean = total_f / n
+    return mean, max(0.0, square_f / n - mean * mean) ** 0.5
 
 
 def foreground_sample(images: np.ndarray, label: np.ndarray, samples: int = FOREGROUND_SAMPLES,
                       seed: int = FOREGROUND_SEED) -> tuple[int, list[np.ndarray]]:
-    """The number of foreground voxels (label > 0) and, per modality of ``images`` (M, X, Y, Z), ``samples`` of
-    their values drawn with replacement (empty without foreground): ``rs.choice(images[m][label > 0], samples)``
-    for m in order from one ``RandomState(seed)``, found slab by slab."""
-    slabs = _slabs(label.shape)
-    per_slab = [int(np.count_nonzero(label[s] > 0)) for s in slabs]
-    n = sum(per_slab)
+    """The number of foreground voxels (label > 0; ids are never negative) and, per modality of ``images``
+    (M, X, Y, Z), ``samples`` of their values drawn with replacement (empty without foreground):
+    ``rs.choice(foreground, samples, replace=True)`` for each modality in order from one ``RandomState(seed)``,
+    the foreground voxels in the label's memory order (C order for a C-ordered label, as nnU-Net's
+    ``images[i][seg > 0]``; Fortran order for a label as nibabel decodes it), found chunk by chunk."""
+    order = _memory_order(label)
+    flat = np.ravel(label, order=order)
+    chunks = _chunks(flat.size)
+    per_chunk = [int(np.count_nonzero(flat[a:b])) for a, b in chunks]
+    n = sum(per_chunk)
     if n == 0:
         return 0, [np.zeros(0, images.dtype) for _ in range(images.shape[0])]
     rs = np.random.RandomState(seed)
-    ranks = [rs.randint(0, n, samples) for _ in range(images.shape[0])]  # what rs.choice(a, k) draws
-    flat = np.concatenate(ranks)
-    order = np.argsort(flat, kind="stable")
-    picked = np.empty((images.shape[0], samples), images.dtype)
-    where = picked.reshape(-1)
-    ranked = flat[order]
+    ranks = np.concatenate([rs.randint(0, n, samples) for _ in range(images.shape[0])])  # rs.choice's draws
+    slots = np.argsort(ranks, kind="stable")  # where each drawn value goes: modality * samples + draw
+    ranked = ranks[slots]
+    picked = np.empty(images.shape[0] * samples, images.dtype)
     base = 0
-    for s, count in zip(slabs, per_slab, strict=True):
+    for (a, b), count in zip(chunks, per_chunk, strict=True):
         lo, hi = np.searchsorted(ranked, [base, base + count])
         if hi > lo:
-            mask = label[s] > 0
-            positions = np.flatnonzero(mask)[ranked[lo:hi] - base]
-            index = np.unravel_index(positions, mask.shape)
-            slots = order[lo:hi]  # where each drawn value goes: modality * samples + draw
-            mods = slots // samples
+            positions = np.flatnonzero(flat[a:b])[ranked[lo:hi] - base] + a
+            index = np.unravel_index(positions, label.shape, order=order)
+            mods = slots[lo:hi] // samples
             for m in np.unique(mods):
                 sel = mods == m
-                where[slots[sel]] = images[int(m)][s][tuple(i[sel] for i in index)]
+                picked[slots[lo:hi][sel]] = images[int(m)][tuple(i[sel] for i in index)]
         base += count
-    return n, [picked[m] for m in range(images.shape[0])]
+    return n, [picked[m * samples:(m + 1) * samples] for m in range(images.shape[0])]
 
 
 def case_statistics(images: np.ndarray, label: np.ndarray | None) -> dict[str, Any]:

@@ -48,6 +48,7 @@ def test_patches_are_3d_samples_equal_to_nibabel_and_stitch_back(tree: Path, tmp
                            "drop", "--ignore-index", "255", "--format", fmt)
     assert code == 0, output
     assert "3-D patches 8x8x32, stride 6x8x32" in output and "padded at the far end" in output
+    assert "more than every foreground class" not in output  # padding is the ignore index by design
     manifest = validate_manifest(out / "train")  # type: ignore[operator]
     assert manifest["sample"]["image"]["shape"] == [8, 8, 32, 2] and manifest["sample"]["image"]["layout"] == "DHWC"
     report = manifest["source"]["volumes"]

@@ -65,7 +65,9 @@ def test_the_manifest_holds_nnunets_foreground_properties(converted: tuple[Path,
     draws: list[list[np.ndarray]] = [[], []]
     for case in ("anat", "twin"):
         ct, t1, lab = _volumes(root, case)
-        for m, d in enumerate(collect_foreground_intensities(lab[None], np.stack([ct, t1]))):
+        # nibabel decodes Fortran-ordered: the draws run over Fortran order, C order of the transposed arrays
+        assert lab.flags.f_contiguous
+        for m, d in enumerate(collect_foreground_intensities(lab.T[None], np.stack([ct.T, t1.T]))):
             draws[m].append(d)
         record = report["cases"][case]["intensity"]
         assert record["mean"][1] == pytest.approx(float(t1.astype(np.float64).mean()), rel=1e-12)

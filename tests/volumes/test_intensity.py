@@ -24,13 +24,19 @@ def case() -> tuple[np.ndarray, np.ndarray]:
     return images, label
 
 
-@pytest.mark.parametrize("slab", [1 << 22, 977])  # one slab, and many (rows cut mid-volume)
-def test_foreground_draws_are_nnunets(case: tuple[np.ndarray, np.ndarray], slab: int,
+@pytest.mark.parametrize("chunk", [1 << 22, 977])  # one chunk, and many (cut mid-row)
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_foreground_draws_are_nnunets(case: tuple[np.ndarray, np.ndarray], chunk: int, order: str,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """C-ordered: nnU-Net's draws themselves; Fortran-ordered (nibabel's decode): its rule over Fortran order."""
     images, label = case
-    monkeypatch.setattr(intensity, "_SLAB_VOXELS", slab)
-    n, drawn = intensity.foreground_sample(np.asfortranarray(images), np.asfortranarray(label))
-    expected = collect_foreground_intensities(label[None], images)
+    monkeypatch.setattr(intensity, "_SLAB_VOXELS", chunk)
+    stacked = np.stack([np.asarray(images[0], order=order), np.asarray(images[1], order=order)])  # (M, …) C order
+    n, drawn = intensity.foreground_sample(stacked, np.asarray(label, order=order))
+    if order == "C":
+        expected = collect_foreground_intensities(label[None], images)
+    else:  # the same rule on the transposed arrays: Fortran order of (X, Y, Z) is C order of (Z, Y, X)
+        expected = collect_foreground_intensities(label.T[None], np.stack([images[0].T, images[1].T]))
     assert n == int((label > 0).sum()) > 0
     for got, want in zip(drawn, expected, strict=True):
         assert got.shape == (10000,)
@@ -49,6 +55,8 @@ def test_moments_and_pooled_properties_are_nnunets(case: tuple[np.ndarray, np.nd
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     images, label = case
     monkeypatch.setattr(intensity, "_SLAB_VOXELS", 1000)
+    images = np.ascontiguousarray(images)
+    label = np.ascontiguousarray(label)
     other = label.copy()
     other[: other.shape[0] // 2] = 0  # a second case: half its foreground
     records = [intensity.case_statistics(images, lab) for lab in (label, other)]
