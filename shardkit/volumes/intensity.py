@@ -19,7 +19,7 @@ reader op :class:`shardkit.augment.intensity.VolumeNormalize` applies them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -33,7 +33,7 @@ FOREGROUND_SEED = 1234
 _SLAB_VOXELS = 1 << 22
 
 
-def _memory_order(volume: np.ndarray) -> str:
+def _memory_order(volume: np.ndarray) -> Literal["C", "F"]:
     """``"F"`` for a Fortran-ordered volume (as nibabel decodes NIfTI), else ``"C"``: the order voxels are visited."""
     return "F" if volume.flags.f_contiguous and not volume.flags.c_contiguous else "C"
 
