@@ -151,6 +151,10 @@ def slice_neighbours(dataset: Dataset, index: int, modality: int = 1) -> list[tu
     means). Slices outside the volume, and neighbours dropped as empty with no context band to show, are left out.
     """
     records = volume_records(dataset)
+    if "patch" in records["slicing"]:
+        raise ConfigError(f"{dataset.location} holds 3-D patches; show draws a slice with its neighbours",
+                          fix="read a patch with ds[i] (D, H, W, bands) and draw its planes yourself, or convert the "
+                              "volumes into slices (--slices) to look at them here")
     context = int(records["slicing"]["context"])
     names = list(records["slicing"].get("modalities") or [])
     bands = 2 * context + 1

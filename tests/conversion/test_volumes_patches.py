@@ -103,6 +103,11 @@ def test_what_takes_2d_samples_refuses_3d_ones_in_one_line(patched: Path) -> Non
         make_loader(patched, plan=shardkit.EpochPlan(batch_size=2))
     with pytest.raises(ConfigError, match="reader of \\(H, W\\) samples takes 2-D samples only"):
         ds.require_fixed_size()
+    result = CliRunner().invoke(main, ["info", str(patched)])
+    assert result.exit_code == 0 and "image 16x16x32x2 int16 (3-D patches D x H x W) (2 bands)" in result.output
+    result = CliRunner().invoke(main, ["show", str(patched), "--index", "0", "--output", str(patched.parent / "s.png")])
+    assert result.exit_code != 0 and "holds 3-D patches; show draws a slice" in result.output
+    assert "Traceback" not in result.output
     batches = list(ds.iter_batches(2))  # the plain reader gives 3-D batches
     assert batches[0][0].shape == (2, 16, 16, 32, 2)
 
