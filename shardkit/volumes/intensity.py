@@ -82,7 +82,7 @@ def foreground_sample(images: np.ndarray, label: np.ndarray, samples: int = FORE
     for (a, b), count in zip(chunks, per_chunk, strict=True):
         lo, hi = np.searchsorted(ranked, [base, base + count])
         if hi > lo:
-            positions = np.flatnonzero(flat[a:b])[ranked[lo:hi] - base] + a
+            positions = _rank_positions(flat[a:b], ranked[lo:hi] - base) + a
             index = np.unravel_index(positions, label.shape, order=order)
             mods = slots[lo:hi] // samples
             for m in np.unique(mods):
@@ -90,6 +90,27 @@ def foreground_sample(images: np.ndarray, label: np.ndarray, samples: int = FORE
                 picked[slots[lo:hi][sel]] = images[int(m)][tuple(i[sel] for i in index)]
         base += count
     return n, [picked[m * samples:(m + 1) * samples] for m in range(images.shape[0])]
+
+
+#: Voxels per block when finding the drawn foreground voxels of a chunk: each block's nonzero voxels are counted
+#: (``count_nonzero``: fast), and only the blocks holding a drawn voxel are searched.
+_BLOCK = 1 << 16
+
+
+def _rank_positions(chunk: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """Where in ``chunk`` its ``ranks``-th (sorted, 0-based) nonzero voxels are: ``np.flatnonzero(chunk)[ranks]``,
+    searching only the blocks of :data:`_BLOCK` voxels drawn from (a ``flatnonzero`` of a whole CT label cost more
+    than the rest of the statistics)."""
+    starts = range(0, chunk.size, _BLOCK)
+    before = np.zeros(len(starts) + 1, np.int64)
+    np.cumsum([np.count_nonzero(chunk[a:a + _BLOCK]) for a in starts], out=before[1:])
+    blocks = np.searchsorted(before, ranks, side="right") - 1  # the block holding each rank
+    out = np.empty(ranks.size, np.int64)
+    for block in np.unique(blocks):
+        sel = blocks == block
+        start = int(block) * _BLOCK
+        out[sel] = np.flatnonzero(chunk[start:start + _BLOCK])[ranks[sel] - before[block]] + start
+    return out
 
 
 def case_statistics(images: np.ndarray, label: np.ndarray | None) -> dict[str, Any]:

@@ -24,13 +24,14 @@ def case() -> tuple[np.ndarray, np.ndarray]:
     return images, label
 
 
-@pytest.mark.parametrize("chunk", [1 << 22, 977])  # one chunk, and many (cut mid-row)
+@pytest.mark.parametrize(("chunk", "block"), [(1 << 22, 1 << 16), (977, 1 << 16), (4099, 64)])  # cut mid-row
 @pytest.mark.parametrize("order", ["C", "F"])
-def test_foreground_draws_are_nnunets(case: tuple[np.ndarray, np.ndarray], chunk: int, order: str,
+def test_foreground_draws_are_nnunets(case: tuple[np.ndarray, np.ndarray], chunk: int, block: int, order: str,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """C-ordered: nnU-Net's draws themselves; Fortran-ordered (nibabel's decode): its rule over Fortran order."""
     images, label = case
     monkeypatch.setattr(intensity, "_SLAB_VOXELS", chunk)
+    monkeypatch.setattr(intensity, "_BLOCK", block)
     stacked = np.stack([np.asarray(images[0], order=order), np.asarray(images[1], order=order)])  # (M, …) C order
     n, drawn = intensity.foreground_sample(stacked, np.asarray(label, order=order))
     if order == "C":
