@@ -133,6 +133,34 @@ def _stitch_patches(dataset: Dataset, case: str, record: dict[str, Any], slicing
     return stitch_patches(shape, parts, patching, [tuple(o) for o in record["dropped_empty"]])
 
 
+def patch_record(dataset: Dataset, index: int) -> dict[str, Any]:
+    """Sample ``index`` of a 3-D patch split as its provenance: key, group (its case), volume, corner (``origin``,
+    voxels i, j, k), ``size`` (the voxels of the volume it holds; the rest of the stored patch is padding), the
+    stored ``shape``, the volume's ``spacing`` and the patch's own voxel-to-world ``affine`` (the volume's,
+    translated to the corner) — from its key and its case's record, nothing read from the shards."""
+    records = volume_records(dataset)
+    slicing = records["slicing"]
+    if "patch" not in slicing:
+        raise ConfigError(f"{dataset.location} holds slices, not 3-D patches",
+                          fix="a slice's provenance is its key <case>/<axis><index> and its case's record")
+    key = dataset.key(index)
+    case, _, where = key.partition("/")
+    corner = where[1:].split("_")
+    record = records["cases"].get(case)
+    if record is None or where[:1] != "p" or len(corner) != 3 or not all(c.isdigit() for c in corner):
+        raise ConfigError(f"sample {index} ({key!r}) of {dataset.location} is no patch of a recorded case",
+                          fix="run shardkit verify on the split")
+    origin = [int(c) for c in corner]
+    volume = record["image"]
+    shape = [int(n) for n in volume["shape"]]
+    patch = [int(n) for n in slicing["patch"]]
+    affine = np.array(volume["affine"], np.float64)
+    affine[:3, 3] = affine[:3, :3] @ np.array(origin, np.float64) + affine[:3, 3]
+    return {"key": key, "group": case, "volume": case, "origin": origin,
+            "size": [min(p, n - o) for p, n, o in zip(patch, shape, origin, strict=True)], "shape": patch,
+            "spacing": list(volume["spacing"]), "affine": affine.tolist()}
+
+
 def write_stitched(dataset: Dataset, case: str, path: Path) -> Path:
     """Write case ``case``'s stitched label volume to ``path`` as its label file was (NIfTI or NRRD, with its
     header): nibabel or pynrrd reading it back gives the original voxels."""

@@ -14,7 +14,7 @@ import shardkit
 from shardkit import augment as A
 from shardkit.cli import main
 from shardkit.errors import ConfigError
-from shardkit.read.volumes import stitch_volume, write_stitched
+from shardkit.read.volumes import patch_record, stitch_volume, write_stitched
 
 from .test_volumes import CASES, nnunet_tree
 
@@ -70,6 +70,11 @@ def test_patches_are_3d_samples_equal_to_nibabel_and_stitch_back(tree: Path, tmp
         pad = np.ones(PATCH, bool)
         pad[inside] = False
         assert pad.any() and (label[pad] == 255).all() and (image[pad] == 0).all()  # k: 25 voxels, patch 32
+    last = patch_record(ds, len(ds) - 1)  # the provenance VolumePatch.record() gives, from key and manifest
+    head = nib.load(str(tree / "imagesTr" / f"{last['volume']}_0000.nii"))
+    assert last["shape"] == list(PATCH) and last["size"][2] == 25 and last["group"] == last["volume"]
+    assert last["spacing"] == pytest.approx(list(head.header.get_zooms()[:3]))
+    np.testing.assert_allclose(np.array(last["affine"]) @ [0, 0, 0, 1], head.affine @ [*last["origin"], 1])
     images, labels = ds.batch([0, len(ds) - 1])
     assert images.shape == (2, *PATCH, 2) and labels.shape == (2, *PATCH)
     np.testing.assert_array_equal(images[1], ds[len(ds) - 1][0])
