@@ -95,6 +95,19 @@ class VolumeNormalize(Op):
         rows = np.asarray([r.row for r in records], np.int64)
         return {"constants": self.table[rows].reshape(len(rows), 4, self.bands)}
 
+    def apply(self, images: np.ndarray, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+        """The rule on a channels-last numpy batch of samples ``indices``, outside a pipeline: any sample rank, so
+        also 3-D patches ``(B, D, H, W, C)``, which the (2-D) augmentation pipeline refuses."""
+        idx = np.asarray(indices, np.int64).reshape(-1)
+        if images.ndim < 2 or images.shape[0] != idx.size or images.shape[-1] != self.bands:
+            raise ConfigError(f"VolumeNormalize.apply takes (B, …, {self.bands}) images for {idx.size} indices, got "
+                              f"{images.shape}", fix="pass the batch and its sample indices (ds.batch(idx), idx)")
+        if self.rows is not None and idx.size and not (0 <= idx.min() and idx.max() < self.rows.size):
+            raise ConfigError(f"VolumeNormalize knows {self.rows.size} samples, not sample {int(idx.max())}",
+                              fix="build it for the split it reads (shardkit.read.volumes.normalizer(ds))")
+        rows = np.zeros(idx.size, np.int64) if self.rows is None else self.rows[idx]
+        return self.numpy(images, self.table[rows])
+
     @staticmethod
     def numpy(images: np.ndarray, constants: np.ndarray) -> np.ndarray:
         """The rule on channels-last ``images`` (B, …, C) with :meth:`pack`'s ``constants``, in float32."""

@@ -14,7 +14,8 @@ import shardkit
 from shardkit import augment as A
 from shardkit.cli import main
 from shardkit.errors import ConfigError
-from shardkit.read.volumes import patch_record, stitch_volume, write_stitched
+from shardkit.read.volumes import normalizer, patch_record, stitch_volume, write_stitched
+from tests.reference.nnunet_normalization import zscore_normalization
 
 from .test_volumes import CASES, nnunet_tree
 
@@ -145,3 +146,26 @@ def test_patches_on_the_dask_backend_are_byte_identical(tree: Path, tmp_path: Pa
     ds = shardkit.open(tmp_path / "dask" / "train")
     ids, _ = stitch_volume(ds, "twin")
     np.testing.assert_array_equal(ids, _volumes(tree, "twin")[2])
+
+
+def test_3d_patches_are_normalised_outside_the_pipeline_as_nnunet_normalises_their_volume(
+        tree: Path, patched: Path) -> None:
+    """The split's channels are T1 and negT1: nnU-Net z-scores each case's whole volume; every patch's voxels equal
+    that volume's, normalised, on the region the patch holds."""
+    ds = shardkit.open(patched)
+    op = normalizer(ds)
+    assert op.schemes == ("zscore", "zscore")
+    picks = [0, len(ds) - 1]
+    images, _ = ds.batch(picks)
+    with pytest.raises(ConfigError, match="augment"):  # the pipeline stays 2-D
+        ds.check_augment(A.Compose([op]))
+    got = op.apply(images, picks)
+    assert got.shape == images.shape and got.dtype == np.float32
+    for k, i in enumerate(picks):
+        record = patch_record(ds, i)
+        volumes = _volumes(tree, record["volume"])
+        region = tuple(slice(o, o + n) for o, n in zip(record["origin"], record["size"], strict=True))
+        inside = tuple(slice(0, n) for n in record["size"])
+        for band in range(2):
+            np.testing.assert_allclose(got[k][..., band][inside], zscore_normalization(volumes[band])[region],
+                                       rtol=1e-5, atol=1e-5)
