@@ -102,7 +102,7 @@ class VolumeNormalize(Op):
         if images.ndim < 2 or images.shape[0] != idx.size or images.shape[-1] != self.bands:
             raise ConfigError(f"VolumeNormalize.apply takes (B, …, {self.bands}) images for {idx.size} indices, got "
                               f"{images.shape}", fix="pass the batch and its sample indices (ds.batch(idx), idx)")
-        if self.rows is not None and idx.size and not (0 <= idx.min() and idx.max() < self.rows.size):
+        if self.rows is not None and idx.size and not (idx.min() >= 0 and idx.max() < self.rows.size):
             raise ConfigError(f"VolumeNormalize knows {self.rows.size} samples, not sample {int(idx.max())}",
                               fix="build it for the split it reads (shardkit.read.volumes.normalizer(ds))")
         rows = np.zeros(idx.size, np.int64) if self.rows is None else self.rows[idx]
