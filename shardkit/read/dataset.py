@@ -305,9 +305,9 @@ class Dataset:
                             "read a list of indices with ds.batch([...])") from None
         s, j = self.locate(k)
         image, stored = self.source.reader(s).read(j)
-        return self._as_stored_shape(image, self.convert_label(stored))
+        return self._as_sample_shape(image, self.convert_label(stored))
 
-    def _as_stored_shape(self, images: np.ndarray, labels: np.ndarray) -> Batch:
+    def _as_sample_shape(self, images: np.ndarray, labels: np.ndarray) -> Batch:
         """3-D samples (volume patches, ``spec.depth``) as (…, D, H, W, C) / (…, D, H, W) views of their stored
         (…, D * H, W, …) arrays (the same bytes); 2-D samples as they are."""
         volume = self.spec.volume_shape
@@ -516,7 +516,7 @@ class Dataset:
             stored = self._scratch((b, *self.spec.label_shape(hw)), self.spec.stored_label_dtype)
             self.read_stored_into(idx, images, stored)
             self._convert_into(stored, labels)
-        return self._as_stored_shape(images, labels)
+        return self._as_sample_shape(images, labels)
 
     def _stored_views(self, out: Batch) -> Batch:
         """3-D ``out`` arrays (from :meth:`empty_batch`) as the (B, D * H, W, …) arrays samples are stored as."""
