@@ -624,8 +624,11 @@ def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any
     from .images.imagetypes import NAME_OF
 
     image = m.sample["image"]
-    kind = "" if image.get("channels", "RGB") == "RGB" else f" ({shape[2]} band{'s' * (shape[2] != 1)})"
-    click.echo(f"image {shape[0] or 'var'}x{shape[1] or 'var'}x{shape[2]} {NAME_OF.get(image.get('dtype'), '?')}"
+    kind = "" if image.get("channels", "RGB") == "RGB" else f" ({shape[-1]} band{'s' * (shape[-1] != 1)})"
+    if len(shape) == 4:  # 3-D samples (volume patches): D x H x W, then the bands
+        kind = f" (3-D patches D x H x W){kind}"
+    extent = "x".join(str(v or "var") for v in shape[:-1])
+    click.echo(f"image {extent}x{shape[-1]} {NAME_OF.get(image.get('dtype'), '?')}"
                f"{kind}; label {m.sample['label']['encoding']} "
                f"{NAME_OF.get(m.sample['label'].get('dtype'), m.sample['label'].get('dtype'))}")
     stats = m.stats

@@ -14,6 +14,7 @@ each backend's kernel table, which refuses an op it has no kernel for). Backends
 from __future__ import annotations
 
 from .config import from_toml
+from .intensity import VolumeNormalize
 from .ops import (
     BatchSpec,
     ColorJitter,
@@ -34,4 +35,5 @@ from .ops import (
 )
 
 __all__ = ["BatchSpec", "ColorJitter", "Compose", "Cutout", "Kind", "Normalize", "OneHot", "Op", "OpParams", "Params",
-           "RandomCrop", "RandomFlip", "RandomGamma", "RandomRotate", "RandomScale", "from_toml", "parse"]
+           "RandomCrop", "RandomFlip", "RandomGamma", "RandomRotate", "RandomScale", "VolumeNormalize", "from_toml",
+           "parse"]

@@ -23,6 +23,7 @@ from ..errors import ConfigError
 from ..support import jit
 from . import backends, levels
 from .geometry import INT16_SHIFT, WARP_WIDTH_MULTIPLE, copy_shifted, integer_shift, warp_labels
+from .intensity import VolumeNormalize
 from .ops import (
     IMAGE_DTYPES,
     MAX_BANDS,
@@ -245,7 +246,8 @@ def cut_holes(image: np.ndarray, label: np.ndarray, p: CutoutParams, ignore_inde
 # ---------------------------------------------------------------------- kernels
 # A photometric kernel: (op, its records of the batch) → f(k, image) applied to sample k's warped image in place.
 # A mask kernel: (op, records, ignore_index) → f(k, image, label) in place, after the labels are warped.
-# An output kernel: (op, images, labels, ignore_index) → (images, labels) for the whole batch.
+# An output kernel: (op, images, labels, ignore_index, records) → (images, labels) for the whole batch (records:
+# the op's per-sample ones, for a samplewise op; else empty).
 PhotometricKernel = Callable[["Op", Sequence[Any]], Callable[[int, np.ndarray], None]]
 MaskKernel = Callable[["Op", Sequence[Any], int], Callable[[int, np.ndarray, np.ndarray], None]]
 OutputKernel = Callable[["Op", Any, Any, int], tuple[Any, Any]]
@@ -295,17 +297,25 @@ def _cutout(op: Cutout, records: Sequence[CutoutParams], ignore_index: int) -> C
     return lambda k, img, lab: cut_holes(img, lab, records[k], ignore_index)
 
 
-def _normalize(op: Normalize, images: np.ndarray, labels: Any, ignore_index: int) -> tuple[Any, Any]:
+def _normalize(op: Normalize, images: np.ndarray, labels: Any, ignore_index: int,
+               records: Sequence[Any] = ()) -> tuple[Any, Any]:
     return op.numpy(images), labels
 
 
-def _one_hot(op: OneHot, images: Any, labels: np.ndarray, ignore_index: int) -> tuple[Any, Any]:
+def _one_hot(op: OneHot, images: Any, labels: np.ndarray, ignore_index: int,
+             records: Sequence[Any] = ()) -> tuple[Any, Any]:
     return images, op.numpy(labels, ignore_index)
+
+
+def _volume_normalize(op: VolumeNormalize, images: np.ndarray, labels: Any, ignore_index: int,
+                      records: Sequence[Any] = ()) -> tuple[Any, Any]:
+    return op.numpy(images, op.pack(records)["constants"]), labels
 
 
 #: This backend's kernels, by op class (:meth:`shardkit.augment.ops.Compose.kernels`); the kind decides the call.
 OP_KERNELS: dict[type, Callable[..., Any]] = {ColorJitter: _jitter, Cutout: _cutout, Normalize: _normalize,
-                                              OneHot: _one_hot, RandomGamma: _gamma}
+                                              OneHot: _one_hot, RandomGamma: _gamma,
+                                              VolumeNormalize: _volume_normalize}
 
 
 def _samples(arr: Any, what: str, n: int) -> list[np.ndarray]:
@@ -380,9 +390,9 @@ def apply_batch(aug: Compose, images: Any, labels: Any, indices: Sequence[int] |
         for k in range(len(params)):
             cut(k, out_img[k], out_lab[k])
     result: tuple[Any, Any] = (out_img, out_lab)
-    for _, op, kernel in table:
-        if op.output:
-            result = kernel(op, *result, ignore_index)
+    for k, op, kernel in table:
+        if op.output:  # a per-sample output op gets its records: f(op, images, labels, ignore_index, records)
+            result = kernel(op, *result, ignore_index, aug.records(params, k) if op.draws else [])
     return result
 
 

@@ -195,8 +195,9 @@ class _State:
 
     ``values["records"]``: the drawing ops' :class:`OpParams`, in order (``Params(matrix=, out_hw=, **values)``)."""
 
-    def __init__(self, hw: tuple[int, int], label: np.ndarray | None, ignore_index: int) -> None:
+    def __init__(self, hw: tuple[int, int], label: np.ndarray | None, ignore_index: int, index: int = 0) -> None:
         self.t = np.eye(3)
+        self.index = int(index)  # the sample's global index (what a per-sample output op looks its values up by)
         self.hw = (int(hw[0]), int(hw[1]))
         self.label = label
         self.ignore_index = ignore_index
@@ -221,6 +222,12 @@ class Op:
     table is refused there (:meth:`shardkit.augment.ops.Compose.kernels`)."""
 
     kind: Kind = Kind.PHOTOMETRIC
+    #: An output op whose values differ per sample (e.g. a volume's statistics, looked up by sample index): it
+    #: draws a record like the other ops, which its kernels get (packed) with the batch.
+    samplewise: bool = False
+    #: An output op that turns images into normalised float32 ones (a pipeline takes one; readers then do not
+    #: normalise again).
+    normalizes_images: bool = False
 
     @property
     def geometric(self) -> bool:
@@ -230,6 +237,11 @@ class Op:
     def output(self) -> bool:
         """Output ops (Normalize, OneHot) change the batch's dtype or shape; they come last and draw nothing."""
         return self.kind is Kind.OUTPUT
+
+    @property
+    def draws(self) -> bool:
+        """True when the op records one :class:`OpParams` per sample (every op but the plain output ones)."""
+        return not self.output or self.samplewise
 
     def draw(self, rng: np.random.Generator, st: _State) -> None:
         raise NotImplementedError
@@ -609,6 +621,7 @@ class Normalize(Op):
     definition of normalising that every reader and backend applies."""
 
     kind = Kind.OUTPUT
+    normalizes_images = True
 
     def __init__(self, mean: Sequence[float] | np.ndarray, std: Sequence[float] | np.ndarray) -> None:
         try:
@@ -739,12 +752,13 @@ class Compose:
         if firsts and not all(op.output for op in ops[firsts[0]:]):
             raise ConfigError("Normalize and OneHot must end the pipeline: they turn the batch into float "
                               "images / one-hot labels", fix="move them after the other ops")
-        for kind in (Normalize, OneHot):
-            if sum(isinstance(op, kind) for op in ops) > 1:
-                raise ConfigError(f"a pipeline takes one {kind.__name__}")
+        if sum(op.normalizes_images for op in ops) > 1:
+            raise ConfigError("a pipeline takes one Normalize (or VolumeNormalize)")
+        if sum(isinstance(op, OneHot) for op in ops) > 1:
+            raise ConfigError("a pipeline takes one OneHot")
         self.ops = list(ops)
         #: Each drawing (non-output) op's position in the pipeline → its record's place in ``Params.records``.
-        self.record_at = {k: j for j, k in enumerate(k for k, op in enumerate(self.ops) if not op.output)}
+        self.record_at = {k: j for j, k in enumerate(k for k, op in enumerate(self.ops) if op.draws)}
         if self.out_hw is not None:
             check_output(self.out_hw, self.channels)
 
@@ -790,8 +804,8 @@ class Compose:
 
     @property
     def normalizes(self) -> bool:
-        """True when the pipeline ends in :class:`Normalize` (float32 images out)."""
-        return any(isinstance(op, Normalize) for op in self.ops)
+        """True when the pipeline ends in :class:`Normalize` or another normalising op (float32 images out)."""
+        return any(op.normalizes_images for op in self.ops)
 
     @property
     def one_hot(self) -> bool:
@@ -820,10 +834,10 @@ class Compose:
         gen = _generator()
         out = []
         for s in range(len(idx)):
-            st = _State(hws[s], None if labels is None else labels[s], ignore_index)
+            st = _State(hws[s], None if labels is None else labels[s], ignore_index, idx[s])
             recs = st.values["records"]
             for k, op in enumerate(self.ops):
-                if not op.output:  # output ops draw nothing
+                if op.draws:  # plain output ops draw nothing
                     before = len(recs)
                     op.draw(seeding.reseed(gen, states[s][k]), st)
                     if len(recs) == before:

@@ -45,7 +45,7 @@ def pack(aug: Compose, params: Sequence[Params]) -> dict[str, np.ndarray]:
     for k, op in enumerate(aug.ops):
         if op.geometric:
             continue
-        got = op.pack([] if op.output else aug.records(params, k))
+        got = op.pack(aug.records(params, k) if op.draws else [])
         want = op.layout()
         for name, arr in got.items():
             if name not in want or arr.dtype != np.dtype(want[name][0]) or arr.ndim != len(want[name][1]):

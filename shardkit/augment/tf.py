@@ -32,6 +32,7 @@ from ..codecs.onehot import channel_lut, ignore_inside
 from ..errors import ConfigError
 from . import levels, packing
 from .geometry import IMAGE_RANGES, INT16_SHIFT
+from .intensity import VolumeNormalize
 from .ops import (
     LEVELS,
     BatchSpec,
@@ -322,18 +323,29 @@ def _cutout(op: Cutout, img: tf.Tensor, lab: tf.Tensor, arrays: dict[str, tf.Ten
     return cut_holes(img, lab, arrays["boxes"], op, ignore_index)
 
 
-def _normalize(op: Normalize, img: tf.Tensor, lab: tf.Tensor, ignore_index: int) -> tuple[tf.Tensor, tf.Tensor]:
+def _normalize(op: Normalize, img: tf.Tensor, lab: tf.Tensor, ignore_index: int,
+               arrays: dict[str, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
     return (tf.cast(img, tf.float32) - op.mean_f32) * op.inv_std_f32, lab
 
 
-def _one_hot(op: OneHot, img: tf.Tensor, lab: tf.Tensor, ignore_index: int) -> tuple[tf.Tensor, tf.Tensor]:
+def _one_hot(op: OneHot, img: tf.Tensor, lab: tf.Tensor, ignore_index: int,
+             arrays: dict[str, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
     return img, one_hot(lab, op, ignore_index)
+
+
+def _volume_normalize(op: VolumeNormalize, img: tf.Tensor, lab: tf.Tensor, ignore_index: int,
+                      arrays: dict[str, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
+    """Each sample's (lower, upper, mean, std) rows ((B, 4, C) float32) on its float32 image, as the numpy path."""
+    c = arrays["constants"][:, :, None, None, :]  # (B, 4, 1, 1, C) against (B, H, W, C)
+    x = tf.clip_by_value(tf.cast(img, tf.float32), c[:, 0], c[:, 1])
+    return (x - c[:, 2]) / c[:, 3], lab
 
 
 #: This backend's kernels, by op class (:meth:`shardkit.augment.ops.Compose.kernels`), on (B, H, W, C) images:
 #: photometric ``f(op, img, arrays, stages) -> img`` (``stages``: :data:`_STAGES` or their XLA-compiled form);
 #: mask ``f(op, img, lab, arrays, ignore_index) -> (img, lab)``; output ``f(op, img, lab, ignore_index)``.
 OP_KERNELS: dict[type, Any] = {ColorJitter: _jitter, Cutout: _cutout, Normalize: _normalize, OneHot: _one_hot,
+                               VolumeNormalize: _volume_normalize,
                                RandomGamma: _gamma}
 
 
@@ -390,9 +402,9 @@ def apply_batch(aug: Compose, images: tf.Tensor, labels: tf.Tensor, indices: Any
     for k, op, kernel in table:  # after geometry and colour: the masks, then the output ops, in the CPU path's order
         if op.kind is Kind.MASK:
             img, out_lab = kernel(op, img, out_lab, packing.of(arrays, k), ignore_index)
-    for _, op, kernel in table:
+    for k, op, kernel in table:
         if op.kind is Kind.OUTPUT:
-            img, out_lab = kernel(op, img, out_lab, ignore_index)
+            img, out_lab = kernel(op, img, out_lab, ignore_index, packing.of(arrays, k))
     return img, out_lab
 
 

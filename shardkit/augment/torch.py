@@ -26,6 +26,7 @@ from ..codecs.onehot import channel_lut, ignore_inside
 from ..errors import ConfigError
 from . import levels, packing
 from .geometry import IMAGE_RANGES, INT16_SHIFT, Shift, integer_shift, shift_window
+from .intensity import VolumeNormalize
 from .ops import LEVELS, BatchSpec, ColorJitter, Cutout, Kind, Normalize, OneHot, RandomGamma, band_fill
 from .packing import HSV_HDIV, HSV_SDIV
 
@@ -338,13 +339,22 @@ def _one_hot(op: OneHot, img: torch.Tensor, lab: torch.Tensor, arrays: dict[str,
     return img, TorchOneHot(op, lab.device, ignore_index)(lab)
 
 
+def _volume_normalize(op: VolumeNormalize, img: torch.Tensor, lab: torch.Tensor, arrays: dict[str, torch.Tensor],
+                      ignore_index: int, channels_first: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each sample's (lower, upper, mean, std) rows ((B, 4, C) float32) on its float32 image, as the numpy path."""
+    c = arrays["constants"]
+    c = c[:, :, :, None, None] if channels_first else c[:, :, None, None, :]
+    x = torch.clamp(img.to(torch.float32), c[:, 0], c[:, 1])
+    return x.sub_(c[:, 2]).div_(c[:, 3]), lab
+
+
 #: This backend's kernels, by op class (:meth:`shardkit.augment.ops.Compose.kernels`). On (B, C, H, W) images:
 #: photometric ``f(op, img, arrays) -> img``; mask ``f(op, img, lab, arrays, ignore_index) -> (img, lab)``;
 #: output (after the layout is restored) ``f(op, img, lab, arrays, ignore_index, channels_first) -> (img, lab)``.
 #: ``arrays``: the op's packed arrays on the device (:mod:`shardkit.augment.packing`).
 OP_KERNELS: dict[type, Callable[..., Any]] = {ColorJitter: _jitter, Cutout: _cutout, Normalize: _normalize,
                                               OneHot: _one_hot,
-                                              RandomGamma: _gamma}
+                                              RandomGamma: _gamma, VolumeNormalize: _volume_normalize}
 
 
 def copy_shifted(nchw: torch.Tensor, labels: torch.Tensor, shifts: Sequence[Shift], hw: tuple[int, int],

@@ -376,7 +376,9 @@ class ConvertConfig:
              "image edge, sources smaller than a tile are padded.")
     #: tile starts' step (HxW; default: the tile), or ``overlap`` (stride = tile - overlap): not both
     stride: tuple[int, int] | str | None = option(
-        None, group="geometry", metavar="HxW", help="Step between tile starts (default: the tile size); needs --tile.")
+        None, group="geometry", metavar="HxW",
+        help="Step between tile starts (default: the tile size); needs --tile. With --patch: DxHxW between 3-D "
+             "patches.")
     overlap: tuple[int, int] | str | None = option(
         None, group="geometry", metavar="HxW",
         help="Overlap of neighbouring tiles (stride = tile - overlap); needs --tile.")
@@ -400,6 +402,11 @@ class ConvertConfig:
     empty_slices: str = option(
         "keep", group="output", choices=("keep", "drop"),
         help="Volumes: keep or drop slices whose label is all background (id 0); counted in the manifest.")
+    #: 3-D patches (D x H x W) instead of slices; ``--stride`` then takes D x H x W too
+    patch: str | None = option(
+        None, group="geometry", metavar="DxHxW",
+        help="Volumes: store 3-D patches of D x H x W voxels (stride: --stride DxHxW, default the patch) instead "
+             "of slices; a volume shorter than the patch is padded (labels with the ignore index).")
     modalities: str | None = option(
         None, group="labels", metavar="A,B,…",
         help="Volumes in per-case folders: the modality order as bands (default: name order).")
@@ -501,8 +508,8 @@ class ConvertConfig:
             raise ConfigError("--workers must be >= 0 (0 = all cores)")
         self._check_tiling()
         self._check_stored_size()
-        if self.slices is not None or self.context or self.empty_slices != "keep":
-            _ = self.slicing  # a bad --slices / --context is a usage error up front
+        if self.slices is not None or self.context or self.empty_slices != "keep" or self.patch is not None:
+            _ = self.slicing  # a bad --slices / --context / --patch is a usage error up front
         _ = self.resampling  # and a bad --spacing
         for flag, value, default in (("--label-interp", self.label_interp, "nearest"),
                                      ("--image-interp", self.image_interp, "linear")):
@@ -599,6 +606,8 @@ class ConvertConfig:
         """Normalise ``tile``/``stride`` (``overlap`` folded into ``stride``) and refuse what cannot be tiled."""
         if (self.tile, self.stride, self.overlap, self.drop_tiles_ignored) == (None, None, None, None):
             return
+        if self.patch is not None and self.tile is None and self.overlap is None:  # --stride DxHxW of --patch
+            return
         from ..images.tiles import Tiling  # numpy: not for ``shardkit --help`` (this module stays light)
 
         tiling = Tiling.from_options(self.tile, self.stride, self.overlap, self.drop_tiles_ignored)
@@ -648,8 +657,20 @@ class ConvertConfig:
     def slicing(self) -> Any:
         """The volume slicing of ``--slices/--context/--empty-slices``
         (:class:`~shardkit.volumes.slices.Slicing`; a volume tree without ``--slices`` is sliced along the
-        largest spacing)."""
+        largest spacing), or with ``--patch`` the 3-D :class:`~shardkit.volumes.patches.Patching` (``--stride``,
+        and ``--empty-slices`` for empty patches)."""
         from ..volumes.slices import Slicing, parse_axis
+
+        if self.patch is not None:
+            from ..volumes.patches import Patching
+
+            if self.slices is not None or self.context:
+                raise ConfigError("--patch stores 3-D patches; --slices and --context are for 2-D slices",
+                                  fix="leave out --slices/--context, or --patch")
+            stride = self.stride
+            if isinstance(stride, tuple):
+                stride = "x".join(map(str, stride))
+            return Patching.parse(self.patch, stride, self.empty_slices)
 
         context = self.context
         if isinstance(context, str) and context.strip().isdigit():
@@ -673,7 +694,7 @@ class ConvertConfig:
             ("--slices", self.slices is not None), ("--context", self.context != 0),
             ("--empty-slices", self.empty_slices != "keep"), ("--max-voxels", self.max_voxels != DEFAULT_MAX_VOXELS),
             ("--spacing", self.spacing is not None), ("--label-interp", self.label_interp != "nearest"),
-            ("--image-interp", self.image_interp != "linear"))
+            ("--image-interp", self.image_interp != "linear"), ("--patch", self.patch is not None))
             if on)
 
     @property

@@ -260,7 +260,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     decoder = LabelDecoder(found.label_kind, table, cfg.colour_tolerance, cfg.unknown_as, values)
     job = volume_job(found.layout, found.root, cfg.slicing, cfg.modalities, cfg.max_voxels,
                      tuple(range(table.num_classes)) + (() if table.ignore_index is None else (table.ignore_index,)),
-                     cfg.volume_flags(), cfg.resampling)
+                     cfg.volume_flags(), cfg.resampling, table.ignore_index)
     if job is not None:
         check_volume_options(cfg)
     _check_groups(cfg, found)
@@ -279,6 +279,9 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     layout, georef = ((volume_image_layout(found, job), False) if job
                       else image_layout_of(cfg, found, session, embedded))
     spec = sample_spec(cfg, table, layout)
+    if job is not None and job.patch_size is not None:  # 3-D patches: one size, stored as (D * H, W)
+        d, h, w = job.patch_size
+        spec = dataclasses.replace(spec, size=(d * h, w), depth=d)
     options = cfg.preprocessing()
     # The manifest records what took effect: the Cityscapes id remap only means something for Cityscapes.
     # (Fingerprints keep hashing the options as given, so existing shard names stay valid.)
@@ -722,7 +725,8 @@ def publish_split(
         shards.append(ShardInfo(index, r.num_samples, first, r.files[:-1], r.files[-1]))
         first += r.num_samples
         stats.merge(Stats.from_wire(r.stats))
-    warning = ignore_warning(table, stats.class_pixels, stats.ignore_pixels) if cfg.ignore_index is not None else None
+    warning = (ignore_warning(table, stats.class_pixels, stats.ignore_pixels)
+               if cfg.ignore_index is not None and spec.depth is None else None)  # 3-D patches: padding is ignore
     if warning:  # e.g. --ignore-index 255 on 0/255 masks: every foreground pixel became ignore
         log.warning("split %s: %s", split, warning)
     nonfinite = stats.nonfinite_warning()

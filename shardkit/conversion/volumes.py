@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import ConfigError, DecodeError, LabelError, LayoutError, ShardkitError
 from ..support.limits import DEFAULT_MAX_VOXELS
 from ..volumes.files import read_header, read_voxels
+from ..volumes.intensity import case_statistics, intensity_report
 from ..volumes.patches import PatchedVolume, Patching, VolumePatch, cut_patches
 from ..volumes.resample import Resampling, resample_case
 from ..volumes.slices import CutVolume, SliceCounts, Slicing, VolumeSlice, cut
@@ -161,7 +162,8 @@ def _volume_record(root: Path, read: ReadCase) -> dict[str, Any]:
             "label": None if case.label is None else case.label.relative_to(root).as_posix(),
             "image": read.image_header.to_json(),
             "label_volume": None if read.label_header is None else read.label_header.to_json(),
-            **({"resampling": read.resampled} if read.resampled is not None else {})}
+            **({"resampling": read.resampled} if read.resampled is not None else {}),
+            "intensity": case_statistics(read.images, read.label)}
 
 
 def cut_split(layout: VolumeLayout, split: str, slicing: Slicing | Patching, run: VolumeRun,
@@ -211,12 +213,27 @@ class VolumeJob:
 
     kind: str
     modalities: tuple[str, ...]
-    slicing: Slicing
+    #: 2-D slices / 2.5-D stacks, or 3-D patches (``--patch``)
+    slicing: Slicing | Patching
     max_voxels: int
     #: class ids a label voxel may hold (the run's class table: 0..C-1, and its ignore id)
     classes: tuple[int, ...]
     #: ``--spacing``: every case resampled once (:mod:`shardkit.volumes.resample`)
     resampling: Resampling | None = None
+    #: the ignore index patches of a volume shorter than the patch are padded with (None: such a volume is refused)
+    pad_label: int | None = None
+
+    @property
+    def bands(self) -> int:
+        """Bands of a stored sample: the modalities, times 2K + 1 neighbouring slices for 2.5-D stacks."""
+        if isinstance(self.slicing, Patching):
+            return len(self.modalities)
+        return len(self.modalities) * (2 * self.slicing.context + 1)
+
+    @property
+    def patch_size(self) -> tuple[int, int, int] | None:
+        """(D, H, W) of every stored 3-D sample (padded to the patch size); None for slices."""
+        return self.slicing.size if isinstance(self.slicing, Patching) else None
 
     def case(self, pair: Any) -> Case:
         """The case of one discovered pair: its modality files in band order, found beside its first one."""
@@ -230,9 +247,9 @@ class VolumeJob:
                 **({"resampling": self.resampling.to_json()} if self.resampling is not None else {})}
 
 
-def volume_job(layout: str, root: Path, slicing: Slicing, modalities: str | None, max_voxels: int,
-               classes: tuple[int, ...], asked: tuple[str, ...] = (),
-               resampling: Resampling | None = None) -> VolumeJob | None:
+def volume_job(layout: str, root: Path, slicing: Slicing | Patching, modalities: str | None, max_voxels: int,
+               classes: tuple[int, ...], asked: tuple[str, ...] = (), resampling: Resampling | None = None,
+               pad_label: int | None = None) -> VolumeJob | None:
     """The job of a run whose discovery found a volume tree; None for any other layout, where a volume option
     given (``asked``: their flags; ``--modalities``) is refused rather than ignored. ``modalities``: the
     ``--modalities`` order (per-case folders only)."""
@@ -246,7 +263,7 @@ def volume_job(layout: str, root: Path, slicing: Slicing, modalities: str | None
     found = detect(root, order)
     if found is None:  # discovery just found it
         raise LayoutError("is no longer a volume tree", path=root, fix="re-run when the input is stable")
-    return VolumeJob(found.kind, found.modalities, slicing, max_voxels, classes, resampling)
+    return VolumeJob(found.kind, found.modalities, slicing, max_voxels, classes, resampling, pad_label)
 
 
 def check_options(cfg: Any) -> None:
@@ -272,16 +289,27 @@ def volume_image_layout(found: Any, job: VolumeJob) -> tuple[str, int, str]:
     if job.resampling is not None:
         head, dtype = job.resampling.header(head, job.max_voxels, "float32"), "float32"
         log.info("volumes: %s", job.resampling.describe(), extra={"event": "resampling", **job.resampling.to_json()})
-    bands = len(job.modalities) * (2 * job.slicing.context + 1)
+    if dtype == "int16" and head.dtype == "int32":
+        log.info("volumes: %s is a DICOM series whose headers allow int32 values (16 bits stored, then rescaled): "
+                 "stored as int16, every voxel checked to fit (a case whose values do not is refused)", head.path)
+    bands = job.bands
+    if isinstance(job.slicing, Patching):
+        p = job.slicing
+        log.info("volumes: 3-D patches %s, stride %s, orientation as stored; a volume shorter than the patch is "
+                 "padded at the far end (labels with the ignore index %s, images with 0); empty patches %s",
+                 "x".join(map(str, p.size)), "x".join(map(str, p.step)), job.pad_label,
+                 "dropped" if p.empty == "drop" else "kept",
+                 extra={"event": "volumes", "patch": list(p.size), "stride": list(p.step), "empty": p.empty})
+        log.info("volumes: %s, %d band%s (%s), samples (D, H, W, bands)", dtype, bands, "s" * (bands != 1),
+                 "/".join(job.modalities),
+                 extra={"event": "images", "dtype": dtype, "bands": bands, "channels": "bands"})
+        return _STORED[dtype], bands, "bands"
     rule = "the axis asked for" if job.slicing.axis is not None else "each case's axis of largest spacing"
     log.info("volumes: slices along %s (first case %s: %s); context %d slices each side, edge slices repeated; "
              "empty slices %s", rule, case.key, job.slicing.axis_for(head.spacing)[1], job.slicing.context,
              "dropped" if job.slicing.empty == "drop" else "kept",
              extra={"event": "volumes", "axis": job.slicing.to_json()["axis"], "context": job.slicing.context,
                     "empty": job.slicing.empty})
-    if dtype == "int16" and head.dtype == "int32":
-        log.info("volumes: %s is a DICOM series whose headers allow int32 values (16 bits stored, then rescaled): "
-                 "stored as int16, every voxel checked to fit (a case whose values do not is refused)", head.path)
     log.info("volumes: %s, %d band%s (%s x %d slices), orientation as stored", dtype, bands,
              "s" * (bands != 1), "/".join(job.modalities), 2 * job.slicing.context + 1,
              extra={"event": "images", "dtype": dtype, "bands": bands, "channels": "bands"})
@@ -330,6 +358,13 @@ def slice_counts(pairs: Any, job: VolumeJob) -> list[tuple[int, tuple[int, int]]
         except ShardkitError:
             counts.append((1, (1, 1)))
             continue
+        if isinstance(job.slicing, Patching):  # stored as (D * H, W): every patch padded to the patch size
+            d, h, w = job.slicing.size
+            try:
+                counts.append((len(job.slicing.origins(head.shape)), (d * h, w)))
+            except ShardkitError:
+                counts.append((1, (1, 1)))
+            continue
         axis = job.slicing.axis_for(head.spacing)[0]
         rest = [n for a, n in enumerate(head.shape) if a != axis]
         counts.append((head.shape[axis], (rest[0], rest[1])))
@@ -369,7 +404,7 @@ def fold_case_files(rows: np.ndarray, pairs: Any, job: VolumeJob, on_error: str 
 
 
 def cut_case(pair: Any, job: VolumeJob, run: VolumeRun, root: Path, checked: Callable[[], None] = lambda: None,
-             stored: tuple[str, int] | None = None) -> Iterator[VolumeSlice]:
+             stored: tuple[str, int] | None = None) -> Iterator[VolumeSlice | VolumePatch]:
     """One discovered case's slices (decoded once; every header and label checked before the first slice is
     given), recording the case in ``run``; ``checked`` runs after the read, before the first slice (the worker's
     unchanged-input check). ``stored``: the split's (element type, bands), set by its first case: a case of
@@ -378,12 +413,25 @@ def cut_case(pair: Any, job: VolumeJob, run: VolumeRun, root: Path, checked: Cal
     read = read_case(case, dict.fromkeys(job.classes, ""), job.max_voxels, job.resampling)
     if stored is not None:
         read.images = _fitted(read.images, stored[0], case.images[0])
-        have = (read.images.dtype.name, read.images.shape[0] * (2 * job.slicing.context + 1))
+        have = (read.images.dtype.name, job.bands // len(job.modalities) * read.images.shape[0])
         if have != stored:
             raise DecodeError(f"case {case.key!r} gives {have[0]} slices of {have[1]} bands; this split stores "
                               f"{stored[0]} with {stored[1]} bands (its first case's)", path=case.images[0],
                               fix="convert cases of another type into another output folder, or re-save them in "
                                   "one type (nothing is cast silently)")
+    if isinstance(job.slicing, Patching):
+        shape = read.image_header.shape
+        if job.pad_label is None and any(n < p for n, p in zip(shape, job.slicing.size, strict=True)):
+            raise ConfigError(f"case {case.key!r} is {'x'.join(map(str, shape))} voxels, shorter than --patch "
+                              f"{'x'.join(map(str, job.slicing.size))}: its patches would be padded, and the class "
+                              "table has no ignore index to pad labels with", path=case.images[0],
+                              fix="pass --ignore-index ID (a value no class uses, e.g. 255), or a smaller --patch")
+        checked()
+        patched = PatchedVolume(case.key, shape)
+        yield from cut_patches(case.key, read.images, read.label, job.slicing, read.image_header.affine_array(),
+                               patched, run.counts, job.pad_label, read.image_header.spacing)
+        run.volumes[case.key] = {**_volume_record(root, read), "dropped_empty": [list(o) for o in patched.dropped]}
+        return
     checked()
     axis, why = job.slicing.axis_for(read.image_header.spacing)
     log.debug("%s: slices along %s", case.key, why)
@@ -396,7 +444,8 @@ def cut_case(pair: Any, job: VolumeJob, run: VolumeRun, root: Path, checked: Cal
 
 def volume_wire(job: VolumeJob, run: VolumeRun) -> dict[str, Any]:
     """A shard's part of the manifest's ``volumes`` entry (sent back in its worker stats, kept in its record)."""
-    return {"slicing": job.to_json(), "slices": run.counts.to_json(), "cases": run.volumes}
+    return {"slicing": job.to_json(), "slices": run.counts.to_json(), "cases": run.volumes,
+            **({"patches": True} if isinstance(job.slicing, Patching) else {})}
 
 
 def volume_report(stats: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -411,4 +460,12 @@ def volume_report(stats: Iterable[dict[str, Any]]) -> dict[str, Any]:
         for name, value in part["slices"].items():
             setattr(counts, name, getattr(counts, name) + int(value))
         cases.update(part["cases"])
-    return {"volumes": {"slicing": parts[0]["slicing"], "slices": counts.to_json(), "cases": cases}}
+    names = list(parts[0]["slicing"].get("modalities") or [])
+    if parts[0].get("patches"):  # 3-D patches: the counts are of patches
+        c = counts.to_json()
+        tally = {"patches": {"volumes": c["volumes"], "patches": c["slices"], "written": c["written"],
+                             "dropped_empty": c["dropped_empty"]}}
+    else:
+        tally = {"slices": counts.to_json()}
+    return {"volumes": {"slicing": parts[0]["slicing"], **tally, "cases": cases,
+                        "intensity": intensity_report(cases, names)}}

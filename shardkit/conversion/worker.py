@@ -609,18 +609,21 @@ def _flush_tiles(kept: list[tuple[Tile, np.ndarray, np.ndarray]], ctx: WorkerCon
 
 def _write_slices(pair: Any, ctx: WorkerContext, job: VolumeJob, run: VolumeRun, writer: Any, task: ShardTask,
                   stats: Stats, samples: SidecarBuilder, fingerprint: str, expected: np.ndarray | None) -> None:
-    """Write one volume case's slices as samples (the case decoded once, checked whole before the first one)."""
+    """Write one volume case's slices (or 3-D patches, each stored as its (D * H, W, C) image and (D * H, W) label:
+    the same bytes) as samples (the case decoded once, checked whole before the first one)."""
     label = rel_path(ctx.root, pair.label) if pair.label is not None else None
     stored = (NAME_OF[ctx.spec.image_dtype], ctx.spec.image_channels)
     for piece in cut_case(pair, job, run, ctx.root, lambda: check_unchanged(pair, expected), stored):
         ids = piece.label
         if ids is None:  # discovery converts labelled cases only
             raise LabelError("case has no label volume", path=pair.image, fix="add its label volume")
-        _write(writer.add, task, piece.image, ctx.spec.encoding.encode(ids, allow_numba=False), piece.key,
+        image = piece.image.reshape(-1, *piece.image.shape[-2:]) if piece.image.ndim == 4 else piece.image
+        ids = ids.reshape(-1, ids.shape[-1])
+        _write(writer.add, task, image, ctx.spec.encoding.encode(ids, allow_numba=False), piece.key,
                errors=type(writer).write_errors)
-        present = stats.add(piece.image, ids)
-        samples.add(piece.key, label, int(piece.image.shape[0]), int(piece.image.shape[1]), fingerprint, present,
-                    pixel_hash(piece.image), looks=look_hash(piece.image))
+        present = stats.add(image, ids)
+        samples.add(piece.key, label, int(image.shape[0]), int(image.shape[1]), fingerprint, present,
+                    pixel_hash(image), looks=look_hash(image))
 
 
 def _write_sidecar(writer: Any, samples: SidecarBuilder, sync: bool) -> WrittenFile:

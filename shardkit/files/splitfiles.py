@@ -235,6 +235,17 @@ class SampleSpec(JsonView):
     image_dtype: str = "|u1"
     image_channels: int = 3
     channel_kind: str = "RGB"
+    #: 3-D samples (volume patches): D, each stored as its (D * H, W, C) image and (D * H, W) label — the same
+    #: bytes as (D, H, W, C) in C order — and read back as (D, H, W, C) / (D, H, W); ``size`` is (D * H, W).
+    #: The manifest states it as a 4-D shape (readers before it refuse a 4-D shape rather than flatten).
+    depth: int | None = None
+
+    @property
+    def volume_shape(self) -> tuple[int, int, int] | None:
+        """(D, H, W) of every 3-D sample; None for 2-D samples."""
+        if self.depth is None or self.size is None:
+            return None
+        return (self.depth, self.size[0] // self.depth, self.size[1])
 
     @property
     def legacy_image(self) -> bool:
@@ -283,6 +294,14 @@ class SampleSpec(JsonView):
         return offsets
 
     def to_manifest(self) -> dict[str, Any]:
+        volume = self.volume_shape
+        if volume is not None:  # 3-D samples: (D, H, W, C) images, (D, H, W) labels
+            return {"image": {"dtype": self.image_dtype, "shape": [*volume, self.image_channels], "layout": "DHWC",
+                              "channels": self.channel_kind},
+                    "label": {"dtype": self.stored_label_dtype.str,
+                              "shape": [*volume] if self.label_channels is None else [*volume, self.label_channels],
+                              "encoding": self.label_encoding, "num_classes": self.num_classes,
+                              "class_id_dtype": self.label_dtype, "bitorder": self.encoding.bitorder}}
         h, w = self.size if self.size else (None, None)
         return {
             "image": {"dtype": self.image_dtype, "shape": [h, w, self.image_channels], "layout": "HWC",
@@ -306,9 +325,13 @@ class SampleSpec(JsonView):
         if isinstance(sample, SampleSpec):
             return sample
         shape = sample["image"]["shape"]
-        size = (int(shape[0]), int(shape[1])) if shape[0] is not None else None
         lab = sample["label"]
         image = sample["image"]
+        if len(shape) == 4:  # 3-D samples (D, H, W, C): stored as (D * H, W, C)
+            return cls((int(shape[0]) * int(shape[1]), int(shape[2])), str(lab["encoding"]), int(lab["num_classes"]),
+                       str(lab["class_id_dtype"]), str(image.get("dtype", "|u1")), int(shape[3]),
+                       str(image.get("channels", "RGB")), int(shape[0]))
+        size = (int(shape[0]), int(shape[1])) if shape[0] is not None else None
         return cls(size, str(lab["encoding"]), int(lab["num_classes"]), str(lab["class_id_dtype"]),
                    str(image.get("dtype", "|u1")), int(shape[2]), str(image.get("channels", "RGB")))
 
@@ -329,8 +352,12 @@ class SampleSpec(JsonView):
             raise ValueError(f"class_id_dtype {label.get('class_id_dtype')!r} is not one of "
                              f"{', '.join(CLASS_ID_DTYPES)}")
         shape = image.get("shape")
+        depth = None
+        if (isinstance(shape, list) and len(shape) == 4 and image.get("layout") == "DHWC"
+                and all(_is_int(v) and v >= 1 for v in shape[:3])):  # 3-D samples, stored as (D * H, W, C)
+            depth, shape = shape[0], [shape[0] * shape[1], shape[2], shape[3]]
         if not isinstance(shape, list) or len(shape) != 3 or (shape[0] is None) != (shape[1] is None):
-            raise ValueError(f"image shape {shape!r} is not [H, W, C] or [null, null, C]")
+            raise ValueError(f"image shape {shape!r} is not [H, W, C], [null, null, C] or [D, H, W, C] (DHWC)")
         if image.get("dtype", "|u1") not in IMAGE_DTYPES:
             raise ValueError(f"image dtype {image.get('dtype')!r} is not one of {', '.join(IMAGE_DTYPES)}")
         if not _is_int(shape[2]) or not 1 <= shape[2] <= MAX_BANDS:
@@ -341,7 +368,7 @@ class SampleSpec(JsonView):
         if shape[0] is not None:
             check_size(shape[0], shape[1], "image shape")
         return cls((shape[0], shape[1]) if shape[0] is not None else None, label["encoding"], n,
-                   label["class_id_dtype"], image.get("dtype", "|u1"), shape[2], kind)
+                   label["class_id_dtype"], image.get("dtype", "|u1"), shape[2], kind, depth)
 
 
 def _check_colour(value: Any, where: str) -> Colour:

@@ -289,7 +289,32 @@ class Dataset:
                             "read a list of indices with ds.batch([...])") from None
         s, j = self.locate(k)
         image, stored = self.source.reader(s).read(j)
-        return image, self.convert_label(stored)
+        return self._as_sample_shape(image, self.convert_label(stored))
+
+    def _as_sample_shape(self, images: np.ndarray, labels: np.ndarray) -> Batch:
+        """3-D samples (volume patches, ``spec.depth``) as (…, D, H, W, C) / (…, D, H, W) views of their stored
+        (…, D * H, W, …) arrays (the same bytes); 2-D samples as they are."""
+        volume = self.spec.volume_shape
+        if volume is None:
+            return images, labels
+        d, h, _ = volume
+        lead = images.ndim - 3  # 0 for one sample, 1 for a batch
+
+        def split(a: np.ndarray) -> np.ndarray:  # the first (D * H, W) axis pair after the batch axis → (D, H, W)
+            at = next(k for k in range(lead, a.ndim - 1) if a.shape[k] == d * h and a.shape[k + 1] == volume[2])
+            return a.reshape(*a.shape[:at], d, h, *a.shape[at + 1:])
+
+        return split(images), split(labels)
+
+    def require_2d(self, what: str) -> None:
+        """A one-line ConfigError when this split holds 3-D samples and ``what`` (an adapter, augmentation) takes
+        2-D ones only: refused, never flattened."""
+        volume = self.spec.volume_shape
+        if volume is not None:
+            raise ConfigError(f"{self.location} holds 3-D patch samples ({'x'.join(map(str, volume))} voxels, "
+                              f"{self.bands} bands); {what} takes 2-D samples only",
+                              fix="read 3-D samples with ds[i], ds.batch(indices) or ds.iter_batches(...), or "
+                                  "convert the volumes into slices (--slices) for 2-D training")
 
     def __iter__(self) -> Iterator[Batch]:
         """Every sample ``(image, label)`` in order, as ``ds[i]`` reads it."""
@@ -310,7 +335,15 @@ class Dataset:
 
     # ------------------------------------------------------------------ batches
     def require_fixed_size(self) -> tuple[int, int]:
-        """The (H, W) every sample of this split has; a ConfigError when sizes differ (batching needs one).
+        """The (H, W) every sample of this split has; a ConfigError when sizes differ (batching needs one), or when
+        the samples are 3-D (:meth:`require_2d`: what asks for (H, W) takes 2-D samples).
+        """
+        self.require_2d("a reader of (H, W) samples")
+        return self._fixed_size()
+
+    def _fixed_size(self) -> tuple[int, int]:
+        """The stored (H, W) every sample of this split has ((D * H, W) for 3-D samples); a ConfigError when sizes
+        differ (batching needs one).
 
         A split converted without ``--size`` whose samples happen to share one size (e.g. CamVid's
         360x480) batches as it is, read sample by sample into the batch.
@@ -340,14 +373,26 @@ class Dataset:
         return self._sizes
 
     def batch_layout(self, batch_size: int) -> tuple[tuple[tuple[int, ...], np.dtype], ...]:
-        """((images shape, dtype), (labels shape, dtype)) of a batch of ``batch_size`` samples."""
-        hw = self.require_fixed_size()
+        """((images shape, dtype), (labels shape, dtype)) of a batch of ``batch_size`` samples (3-D samples:
+        (B, D, H, W, C) and (B, D, H, W, …))."""
+        (ishape, idt), (lshape, ldt) = self._stored_layout(batch_size)
+        volume = self.spec.volume_shape
+        if volume is not None:
+            ishape, lshape = (batch_size, *volume, *ishape[3:]), (batch_size, *volume, *lshape[3:])
+        return (ishape, idt), (lshape, ldt)
+
+    def _stored_layout(self, batch_size: int) -> tuple[tuple[tuple[int, ...], np.dtype], ...]:
+        hw = self._fixed_size()
         return (((batch_size, *self.spec.image_shape(hw)), self.image_dtype),
                 ((batch_size, *self.label_shape(hw)), self.label_dtype))
 
     def empty_batch(self, batch_size: int) -> Batch:
         """Fresh (images, labels) output arrays for ``batch_size`` samples, to pass as ``out=``."""
         (ishape, idt), (lshape, ldt) = self.batch_layout(batch_size)
+        return np.empty(ishape, idt), np.empty(lshape, ldt)
+
+    def _empty_stored(self, batch_size: int) -> Batch:
+        (ishape, idt), (lshape, ldt) = self._stored_layout(batch_size)
         return np.empty(ishape, idt), np.empty(lshape, ldt)
 
     def _indices(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
@@ -443,17 +488,29 @@ class Dataset:
         are filled and returned as views ``[:B]``: reusing them saves one allocation per batch.
         Without ``out`` fresh arrays are returned.
         """
-        hw = self.require_fixed_size()
+        hw = self._fixed_size()
         idx = self._indices(indices)
         b = len(idx)
-        images, labels = self._check_out(out, b, hw) if out is not None else self.empty_batch(b)
+        if out is not None and self.spec.volume_shape is not None:  # 3-D out arrays: their stored-shape views
+            out = self._stored_views(out)
+        images, labels = self._check_out(out, b, hw) if out is not None else self._empty_stored(b)
         if self.output is self.spec.encoding:  # labels read as stored
             self.read_stored_into(idx, images, labels)
         else:
             stored = self._scratch((b, *self.spec.label_shape(hw)), self.spec.stored_label_dtype)
             self.read_stored_into(idx, images, stored)
             self._convert_into(stored, labels)
-        return images, labels
+        return self._as_sample_shape(images, labels)
+
+    def _stored_views(self, out: Batch) -> Batch:
+        """3-D ``out`` arrays (from :meth:`empty_batch`) as the (B, D * H, W, …) arrays samples are stored as."""
+        try:
+            images, labels = out
+            d, h, _ = self.spec.volume_shape  # type: ignore[misc]
+            return (images.reshape(images.shape[0], d * h, *images.shape[3:]),
+                    labels.reshape(labels.shape[0], d * h, *labels.shape[3:]))
+        except (TypeError, ValueError, AttributeError):
+            raise ConfigError("out= must be a pair (images, labels) from empty_batch()") from None
 
     def normalize(self, images: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """``(images - mean) / std`` as float32 (channels last), written into ``out`` when given."""
@@ -599,7 +656,7 @@ class Dataset:
         """
         p = EpochPlan.of(plan, **fields)
         if augment is None:
-            self.require_fixed_size()
+            self._fixed_size()
         else:
             self.check_augment(augment)
         if buffers < 0:
@@ -614,7 +671,9 @@ class Dataset:
             yield (idx, images, labels) if with_indices else (images, labels)
 
     def check_augment(self, augment: Any) -> None:
-        """Refuse a pipeline this split cannot feed: it needs id labels, and samples of one size or a final crop."""
+        """Refuse a pipeline this split cannot feed: it needs 2-D samples, id labels, and samples of one size or a
+        final crop."""
+        self.require_2d("augmentation (its ops are 2-D)")
         if self.labels != "ids":
             raise ConfigError(f"augment needs id labels, but this Dataset gives labels={self.labels!r}",
                               fix="open the split with labels='ids' (expand to one-hot afterwards, e.g. "
@@ -658,10 +717,14 @@ class Dataset:
 def adapter_dataset(source: str | os.PathLike[str] | Dataset, opts: OpenOptions,
                     options: OpenOptions | None) -> Dataset:
     """The Dataset a reader adapter reads: ``source`` itself when it is one — then an ``options`` argument is a
-    ConfigError, as it would be silently ignored — else ``source`` opened with ``opts``."""
+    ConfigError, as it would be silently ignored — else ``source`` opened with ``opts``. A split of 3-D samples is
+    refused (:meth:`Dataset.require_2d`): the adapters arrange and normalise (H, W, C) samples."""
     if isinstance(source, Dataset):
         if options is not None:
             raise ConfigError("options= opens a split, but this one is an open Dataset already",
                               fix="pass the split's path with options=, or open the Dataset with them")
-        return source
-    return Dataset(source, opts)
+        dataset = source
+    else:
+        dataset = Dataset(source, opts)
+    dataset.require_2d("this reader adapter")
+    return dataset

@@ -3,8 +3,10 @@
 ``--patch DxHxW --stride …`` (here :class:`Patching`): patches of D x H x W voxels along the array axes i, j, k as
 stored, on the grid the 2-D tiles use (:func:`~shardkit.images.tiles.grid_starts`: starts ``0, s, 2s, …`` and the
 last patch aligned to the volume's edge, so every voxel is covered and none is padding). Along an axis where the
-volume is shorter than the patch, the patch is the volume's extent there (no padding: a label pad value would be
-a class). A patch's image is ``(D, H, W, modalities)`` in the decoded type, its label ``(D, H, W)`` class ids;
+volume is shorter than the patch, the patch is the volume's extent there, or — with ``pad_label`` (a conversion into
+shards, whose samples share one size: the split's ignore index, never a class a loss counts) — padded at the far
+end to the patch size: label voxels with ``pad_label``, image voxels with 0 in the stored type. A patch's
+image is ``(D, H, W, modalities)`` in the decoded type, its label ``(D, H, W)`` class ids;
 ``empty="drop"`` leaves out patches whose label is all background (id 0), recorded so stitching still covers every
 voxel. Patches are 3-D samples: nothing here flattens them into 2-D ones.
 """
@@ -106,6 +108,10 @@ class VolumePatch:
     image: np.ndarray
     label: np.ndarray | None
     affine: tuple[tuple[float, ...], ...] | None = None
+    #: the voxels of the volume the patch holds (D, H, W) from its corner; the rest of ``image`` is padding
+    extent: tuple[int, int, int] | None = None
+    #: spacing along i, j, k (the volume's)
+    spacing: tuple[float, float, float] | None = None
 
     @property
     def key(self) -> str:
@@ -114,7 +120,8 @@ class VolumePatch:
 
     def record(self) -> dict[str, Any]:
         return {"key": self.key, "group": self.case, "volume": self.case, "origin": list(self.origin),
-                "size": list(self.image.shape[:3]),
+                "size": list(self.extent or self.image.shape[:3]), "shape": list(self.image.shape[:3]),
+                "spacing": None if self.spacing is None else list(self.spacing),
                 "affine": None if self.affine is None else [list(r) for r in self.affine]}
 
 
@@ -129,10 +136,12 @@ class PatchedVolume:
 
 def cut_patches(case: str, images: np.ndarray, label: np.ndarray | None, patching: Patching,
                 affine: np.ndarray | None = None, cutting: PatchedVolume | None = None,
-                counts: SliceCounts | None = None) -> Iterator[VolumePatch]:
+                counts: SliceCounts | None = None, pad_label: int | None = None,
+                spacing: tuple[float, float, float] | None = None) -> Iterator[VolumePatch]:
     """Every patch of one case in C order of their corners. ``images``: ``(M, X, Y, Z)``, ``label``:
     ``(X, Y, Z)`` ids or None, ``affine``: the volume's 4x4 (each patch then carries its own, translated);
-    ``counts``: patches found, written and dropped (its ``slices`` field counts patches here)."""
+    ``counts``: patches found, written and dropped (its ``slices`` field counts patches here); ``pad_label``:
+    pad patches of a volume shorter than the patch to the patch size (labels with it, images with 0)."""
     if counts is not None:
         counts.volumes += 1
     if images.ndim != 4 or (label is not None and label.shape != images.shape[1:]):
@@ -153,20 +162,36 @@ def cut_patches(case: str, images: np.ndarray, label: np.ndarray | None, patchin
         if counts is not None:
             counts.written += 1
         image = np.ascontiguousarray(np.moveaxis(images[(slice(None), *region)], 0, -1))
+        if pad_label is not None and (d, h, w) != patching.size:
+            image, ids = _padded(image, ids, patching.size, pad_label)
         own = None
         if affine is not None:
             moved = np.array(affine, dtype=np.float64)
             moved[:3, 3] = affine[:3, :3] @ np.array(o, dtype=np.float64) + affine[:3, 3]
             own = tuple(tuple(float(v) for v in row) for row in moved)
-        yield VolumePatch(case, o, image, None if ids is None else np.ascontiguousarray(ids), own)
+        yield VolumePatch(case, o, image, None if ids is None else np.ascontiguousarray(ids), own, (d, h, w), spacing)
+
+
+def _padded(image: np.ndarray, ids: np.ndarray | None, size: tuple[int, int, int],
+            pad_label: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """A patch of a volume shorter than ``size`` padded at the far end: image voxels 0, label voxels ``pad_label``."""
+    d, h, w = image.shape[:3]
+    full = np.zeros((*size, image.shape[3]), image.dtype)
+    full[:d, :h, :w] = image
+    if ids is None:
+        return full, None
+    labels = np.full(size, pad_label, ids.dtype)
+    labels[:d, :h, :w] = ids
+    return full, labels
 
 
 def stitch_patches(shape: tuple[int, int, int], patches: Iterable[tuple[tuple[int, int, int], np.ndarray]],
                    patching: Patching, dropped: Iterable[tuple[int, int, int]] = (),
                    dtype: Any = np.int64) -> np.ndarray:
     """The label volume of ``shape`` from its patches (``(origin, ids (D, H, W))``, any order) and the corners
-    dropped as empty. Every voxel must be covered, and where patches overlap they must agree: LabelError
-    otherwise (a patch of another volume, a missing shard)."""
+    dropped as empty (a patch padded to the patch size is cropped to the volume). Every voxel must be covered, and
+    where patches overlap they must agree — they are cut from one label volume, so any disagreement means a patch of
+    another volume or a damaged shard: LabelError, never a vote."""
     out = np.zeros(shape, dtype=dtype)
     seen = np.zeros(shape, dtype=bool)
     size = patching.extent(shape)
@@ -182,6 +207,8 @@ def stitch_patches(shape: tuple[int, int, int], patches: Iterable[tuple[tuple[in
         origin = tuple(int(v) for v in origin)  # type: ignore[assignment]
         if origin not in expected or origin in done:
             raise LabelError(f"patch at {origin} is not on the grid of {'x'.join(map(str, shape))} or repeated")
+        if tuple(ids.shape) == patching.size and size != patching.size:  # padded: the volume's part
+            ids = ids[:size[0], :size[1], :size[2]]
         if tuple(ids.shape) != size:
             raise LabelError(f"patch at {origin} is {'x'.join(map(str, ids.shape))}, not "
                              f"{'x'.join(map(str, size))}")

@@ -186,3 +186,29 @@ def test_a_scaled_volume_is_decoded_as_nibabel_scales_it_and_its_header_says_tha
     want = np.asanyarray(nib.load(str(tmp_path / "ct.nii")).dataobj)
     assert want.dtype.kind == "f" and head.dtype == data.dtype.name == want.dtype.name
     np.testing.assert_array_equal(data, want)
+
+
+@pytest.mark.parametrize(("name", "channels"), [("anatomical_label.nii.gz", 1), ("example_nifti2.nii.gz", 2)])
+def test_fast_gzip_decodes_the_same_voxels_and_refuses_the_same_files(name: str, channels: int, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """python-isal's gzip reader (used when installed) gives nibabel's bytes; a truncated stream and a stream
+    longer than its header are handled as with Python's gzip (one line; read no further)."""
+    pytest.importorskip("isal")
+    from shardkit.volumes import nifti
+
+    head = read_header(DATA / name, channels=channels)
+    fast = read_voxels(head)
+    monkeypatch.setattr(nifti, "FAST_GZIP", False)
+    plain = read_voxels(head)
+    assert fast.dtype == plain.dtype and fast.shape == plain.shape
+    np.testing.assert_array_equal(fast, plain)
+    monkeypatch.setattr(nifti, "FAST_GZIP", True)
+    raw = gzip.decompress((DATA / name).read_bytes())
+    cut = tmp_path / "cut.nii.gz"
+    cut.write_bytes(gzip.compress(raw[: len(raw) // 2]))
+    with pytest.raises(DecodeError, match="cannot be decoded") as exc:
+        read_voxels(read_header(cut, channels=channels))
+    one_line(exc)
+    long = tmp_path / "long.nii.gz"
+    long.write_bytes(gzip.compress(raw + bytes(64 << 20), compresslevel=1))
+    np.testing.assert_array_equal(read_voxels(read_header(long, channels=channels)), plain)
