@@ -222,10 +222,10 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     embedded: dict[str, bytes] = {}  # image path → the bytes of an image the annotation file holds (labelme)
     if isinstance(looked, Discovery):  # mask images
         found = looked
-        if found.layout == "case-folders" and cfg.num_classes is None and cfg.classes is None:
-            raise ConfigError("per-case volume folders carry no class table, and label volumes are not scanned "
-                              "for their ids", path=found.root, fix="pass --num-classes N (ids 0..N-1) or --classes "
-                              "FILE")
+        if found.layout in ("case-folders", "case-templates") and cfg.num_classes is None and cfg.classes is None:
+            raise ConfigError("per-case volume folders (and templates) carry no class table, and label volumes are "
+                              "not scanned for their ids", path=found.root,
+                              fix="pass --num-classes N (ids 0..N-1) or --classes FILE")
         choice = class_table(cfg, found, remote=session.source is not None, scans=scans)
     else:  # labels drawn from shapes: the table is the annotation file's
         found, choice, run, shapes = looked
@@ -240,7 +240,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     decoder = LabelDecoder(found.label_kind, table, cfg.colour_tolerance, cfg.unknown_as, values)
     job = volume_job(found.layout, found.root, cfg.slicing, cfg.modalities, cfg.max_voxels,
                      tuple(range(table.num_classes)) + (() if table.ignore_index is None else (table.ignore_index,)),
-                     cfg.volume_flags(), cfg.resampling)
+                     cfg.volume_flags(), cfg.resampling, (cfg.images, cfg.labels))
     if job is not None:
         check_volume_options(cfg)
     if cfg.group_by is not None:  # every key must name its group, before anything is written
@@ -260,7 +260,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
         raise ConfigError(f"--drop-tiles-ignored {cfg.drop_tiles_ignored} drops tiles of ignore pixels, but the class "
                           "table has no ignore index", fix="pass --ignore-index ID")
     # refuses what no split may store (limits) first
-    layout, georef = ((volume_image_layout(found, job), False) if job
+    layout, georef = ((volume_image_layout(found, job, cfg.on_error), False) if job
                       else image_layout_of(cfg, found, session, embedded))
     spec = sample_spec(cfg, table, layout)
     options = cfg.preprocessing()
