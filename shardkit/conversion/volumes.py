@@ -260,11 +260,11 @@ def volume_job(layout: str, root: Path, slicing: Slicing, modalities: str | None
     images, labels = templates
     if layout == "case-templates" and images is not None and labels is not None:
         image_t = Template.parse(images, "--images")
-        given = template_cases(root, image_t, Template.parse(labels, "--labels"), order)[0]
+        cases = template_cases(root, image_t, Template.parse(labels, "--labels"), order)[0]
         if image_t.has_modality and not order:
             log.info("modalities not given: bands in name order %s (set --modalities to choose)",
-                     list(given.modalities))
-        return VolumeJob(given.kind, given.modalities, slicing, max_voxels, classes, resampling, (images, labels),
+                     list(cases.modalities))
+        return VolumeJob(cases.kind, cases.modalities, slicing, max_voxels, classes, resampling, (images, labels),
                          root)
     found = detect(root, order)
     if found is None:  # discovery just found it

@@ -138,6 +138,12 @@ class CaseTemplatesLayout(PatternLayout):
         if self.images is None or self.labels is None:
             return {}
         found, unmatched = template_cases(ctx.root, self.images, self.labels)
+        if not found.splits:
+            what = "the label volumes" if unmatched else "no volume file or folder"
+            raise LayoutError(f"--images {self.images.text!r} matches no volume file or series folder ("
+                              f"--labels {self.labels.text!r} matches {what})", path=ctx.root,
+                              fix="write the templates relative to the input folder, e.g. --images "
+                                  "'{case}/{case}_{modality}.nii.gz' --labels '{case}/{case}_seg.nii.gz'")
         splits = set(found.splits) | set(unmatched)
         return {s: functools.partial(_job, ctx.root, found.splits.get(s, ()), unmatched.get(s, [])) for s in splits}
 
