@@ -223,8 +223,8 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     if isinstance(looked, Discovery):  # mask images
         found = looked
         if found.layout in ("case-folders", "case-templates") and cfg.num_classes is None and cfg.classes is None:
-            raise ConfigError("per-case volume folders (and templates) carry no class table, and label volumes are "
-                              "not scanned for their ids", path=found.root,
+            raise ConfigError("per-case volume folders carry no class table (nor do volume templates), and label "
+                              "volumes are not scanned for their ids", path=found.root,
                               fix="pass --num-classes N (ids 0..N-1) or --classes FILE")
         choice = class_table(cfg, found, remote=session.source is not None, scans=scans)
     else:  # labels drawn from shapes: the table is the annotation file's
