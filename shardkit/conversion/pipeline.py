@@ -212,7 +212,8 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     started = time.perf_counter()
     def find() -> Discovery:
         found = discover(cfg.input, layout=cfg.layout, label_suffix=cfg.label_suffix, splits=cfg.splits,
-                         strict=cfg.strict, images=cfg.images, labels=cfg.labels, split_lists=dict(cfg.split_lists))
+                         strict=cfg.strict, images=cfg.images, labels=cfg.labels, split_lists=dict(cfg.split_lists),
+                         on_error=cfg.on_error)
         return with_colour_table(found, cfg.class_dict or cfg.palette)
 
     looked = find_annotations(cfg, find, session.source)

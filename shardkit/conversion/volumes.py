@@ -226,13 +226,13 @@ class VolumeJob:
     def case(self, pair: Any) -> Case:
         """The case of one discovered pair: its modality files in band order, found beside its first one (or by
         the ``--images`` template); a LayoutError when one is missing."""
+        if pair.label is None:  # kept by discovery under --on-error skip: refused here, so skipped and recorded
+            where = f"matching --labels {self.templates[1]!r}" if self.templates is not None else "beside its images"
+            raise LayoutError(f"case {pair.key!r} has no label volume {where}", path=pair.image,
+                              fix="add its label volume, or pass --on-error skip to leave such cases out")
         if self.kind == "msd":  # one file, the modalities on its 4th axis
             return Case(pair.key, (pair.image,), pair.label, len(self.modalities))
         if self.templates is not None and self.root is not None:
-            if pair.label is None:
-                raise LayoutError(f"case {pair.key!r} has no label volume matching --labels {self.templates[1]!r}",
-                                  path=self.root, fix="add its label volume, or pass --on-error skip to leave such "
-                                                      "cases out")
             return Case(pair.key, template_case_images(self.templates[0], self.root, pair.key, pair.image,
                                                        self.modalities), pair.label)
         return Case(pair.key, case_images(self.kind, pair.key, pair.image, self.modalities), pair.label)
@@ -266,7 +266,7 @@ def volume_job(layout: str, root: Path, slicing: Slicing, modalities: str | None
                      list(cases.modalities))
         return VolumeJob(cases.kind, cases.modalities, slicing, max_voxels, classes, resampling, (images, labels),
                          root)
-    found = detect(root, order)
+    found = detect(root, order, on_error="skip")  # discovery refused an incomplete case already unless skipping
     if found is None:  # discovery just found it
         raise LayoutError("is no longer a volume tree", path=root, fix="re-run when the input is stable")
     return VolumeJob(found.kind, found.modalities, slicing, max_voxels, classes, resampling)

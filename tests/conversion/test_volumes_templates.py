@@ -159,7 +159,8 @@ def test_a_case_missing_a_file_is_refused_or_with_on_error_skip_skipped_and_reco
     assert not (tmp_path / "out" / "all" / "manifest.json").exists()  # nothing published
     code, output = convert(root, tmp_path / "out", "--images", IMAGES, "--labels", LABELS, "--on-error", "skip")
     assert code == 3, output  # inputs skipped
-    assert f"skipped p2: {message}" in output.replace(f"{root}: ", "")
+    line = next(ln for ln in output.splitlines() if ln.startswith("skipped p2: "))
+    assert message in line
     skipped = _skipped(tmp_path / "out")
     assert [s["key"] for s in skipped] == ["p2"] and message in skipped[0]["reason"]
     ds = shardkit.open(tmp_path / "out" / "all")
@@ -175,3 +176,45 @@ def test_an_unreadable_modality_is_skipped_with_on_error_skip(tmp_path: Path) ->
     assert code == 3, output  # inputs skipped
     assert [s["key"] for s in _skipped(tmp_path / "out")] == ["p1"]
     assert len(shardkit.open(tmp_path / "out" / "all")) == 25
+
+
+def _brats(root: Path, cases: tuple[str, ...] = ("p1", "p2", "p3")) -> Path:
+    """Per-case folders (detected): ``<case>/<case>_t1.nii``, ``<case>_neg.nii.gz``, ``<case>_seg.nii.gz``."""
+    for case in cases:
+        (root / case).mkdir(parents=True)
+        shutil.copy(DATA / "anatomical.nii", root / case / f"{case}_t1.nii")
+        _second_modality(DATA / "anatomical.nii", root / case / f"{case}_neg.nii.gz")
+        shutil.copy(DATA / "anatomical_label.nii.gz", root / case / f"{case}_seg.nii.gz")
+    return root
+
+
+@pytest.mark.parametrize(("tree", "remove", "message"), [
+    ("case-folders", "p1/p1_neg.nii.gz", "case 'p1' has modalities ['t1'], not ['neg', 't1']"),  # was: blamed p2
+    ("case-folders", "p2/p2_seg.nii.gz", "case folder 'p2' has no p2_seg.nii.gz"),
+    ("nnunet", "imagesTr/moved_0001.nii.gz", "case 'moved' has channels [0], dataset.json names 2"),
+    ("nnunet", "labelsTr/anat.nii.gz", "case 'anat' has no label volume anat.nii.gz"),
+])
+def test_a_detected_tree_missing_a_file_is_refused_or_with_on_error_skip_that_case_skipped(
+        tmp_path: Path, tree: str, remove: str, message: str) -> None:
+    """Before: the missing file refused the whole tree at discovery even with --on-error skip."""
+    from .test_volumes import nnunet_tree
+
+    root = _brats(tmp_path / "t") if tree == "case-folders" else nnunet_tree(tmp_path / "t")
+    (root / remove).unlink()
+    case = remove.split("/")[1].split("_")[0].split(".")[0]
+    code, output = convert(root, tmp_path / "out", "--shard-size", "1")
+    assert code == 1 and message in output and "Traceback" not in output, output
+    code, output = convert(root, tmp_path / "out", "--on-error", "skip")
+    assert code == 3, output
+    split = "train"
+    skipped = json.loads((tmp_path / "out" / split / "manifest.json").read_text())["skipped"]
+    assert [s["key"] for s in skipped] == [case], skipped
+    assert f"skipped {case}: " in output
+    ds = shardkit.open(tmp_path / "out" / split)
+    kept = sorted({ds.key(i).split("/")[0] for i in range(len(ds))})
+    assert case not in kept and kept
+    t1 = np.asanyarray(nib.load(str(DATA / "anatomical.nii")).dataobj)
+    for i in range(len(ds)):
+        if ds.key(i).startswith("anat/") or tree == "case-folders":
+            index = int(ds.key(i).split("/")[1][1:])
+            np.testing.assert_array_equal(ds[i][0][..., 0 if tree == "nnunet" else 1], t1[:, :, index])

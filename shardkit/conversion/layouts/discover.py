@@ -111,7 +111,8 @@ def _choose(ctx: Context, layout: str, pattern: PatternLayout | None) -> tuple[L
 
 def discover(root: Path, *, layout: str = "auto", label_suffix: str | None = None,
              splits: tuple[str, ...] = (), strict: bool = False, images: str | None = None,
-             labels: str | None = None, split_lists: Mapping[str, Path] | None = None) -> Discovery:
+             labels: str | None = None, split_lists: Mapping[str, Path] | None = None,
+             on_error: str = "fail") -> Discovery:
     """Find the layout of ``root`` (or use the one forced, or the ``images``/``labels`` templates) and pair its
     images and labels per split; ``split_lists`` (split → list file anywhere) then decide the splits."""
     if layout != "auto":
@@ -124,7 +125,7 @@ def discover(root: Path, *, layout: str = "auto", label_suffix: str | None = Non
         what = "input is not a folder" if root.exists() else "input folder does not exist"
         raise InputNotFoundError(what, path=root, fix="point the input at the dataset folder")
     dirs, files = scan(root)
-    ctx = Context(root, frozenset(dirs), tuple(files), label_suffix)
+    ctx = Context(root, frozenset(dirs), tuple(files), label_suffix, on_error)
     if not dirs and not files:
         expected = "; ".join(f"{c.name}: {c.expected}" for c in all_layouts())
         raise LayoutError("input folder is empty", path=root, fix=f"point the input at a dataset: {expected}")
