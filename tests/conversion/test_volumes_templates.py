@@ -218,3 +218,23 @@ def test_a_detected_tree_missing_a_file_is_refused_or_with_on_error_skip_that_ca
         if ds.key(i).startswith("anat/") or tree == "case-folders":
             index = int(ds.key(i).split("/")[1][1:])
             np.testing.assert_array_equal(ds[i][0][..., 0 if tree == "nnunet" else 1], t1[:, :, index])
+
+
+def test_template_cases_reuse_unchanged_shards_and_an_unchanged_run_is_a_no_op(tmp_path: Path) -> None:
+    root, out = nifti_tree(tmp_path / "tree"), tmp_path / "out"
+    args = ("--images", IMAGES, "--labels", LABELS, "--modalities", "neg,t1")
+    code, output = convert(root, out, *args)
+    assert code == 0 and "2 shards planned, 0 reused, 2 to write" in output, output
+    code, output = convert(root, out, *args)
+    assert code == 0 and "nothing changed" in output, output
+    path = root / "scans" / "p2" / "p2_t1.nii"  # the second band: not the file discovery pairs the case by
+    img = nib.load(str(path))
+    t1 = np.asanyarray(img.dataobj) + 9
+    nib.save(type(img)(t1, img.affine, img.header), str(path))
+    code, output = convert(root, out, *args)
+    assert code == 0 and "2 shards planned, 1 reused, 1 to write" in output, output
+    ds = shardkit.open(out / "all")
+    for i in range(len(ds)):
+        case, _, where = ds.key(i).partition("/")
+        if case == "p2":
+            np.testing.assert_array_equal(ds[i][0][..., 1], t1[:, :, int(where[1:])])
