@@ -238,3 +238,19 @@ def test_template_cases_reuse_unchanged_shards_and_an_unchanged_run_is_a_no_op(t
         case, _, where = ds.key(i).partition("/")
         if case == "p2":
             np.testing.assert_array_equal(ds[i][0][..., 1], t1[:, :, int(where[1:])])
+
+
+def test_templates_with_globs_find_each_cases_files_by_listing(tmp_path: Path) -> None:
+    """``**`` left in the template once the case and modality are filled in: the worker lists the folders under the
+    filled template's fixed part (one stat per modality otherwise)."""
+    root = nifti_tree(tmp_path / "tree")
+    code, output = convert(root, tmp_path / "out", "--images", "**/{case}_{modality}.nii*", "--labels",
+                           "*/{case}/{case}_seg.nii.gz", "--modalities", "t1,neg")
+    assert code == 0, output
+    t1 = np.asanyarray(nib.load(str(DATA / "anatomical.nii")).dataobj)
+    ds = shardkit.open(tmp_path / "out" / "all")
+    assert len(ds) == 2 * t1.shape[2]
+    for i in range(len(ds)):
+        k = int(ds.key(i).split("/k")[1])
+        np.testing.assert_array_equal(ds[i][0][..., 0], t1[:, :, k])
+        np.testing.assert_array_equal(ds[i][0][..., 1], -t1[:, :, k])
