@@ -157,6 +157,9 @@ def test_a_case_missing_a_file_is_refused_or_with_on_error_skip_skipped_and_reco
     code, output = convert(root, tmp_path / "out", "--images", IMAGES, "--labels", LABELS)
     assert code == 1 and message in output and "Traceback" not in output, output
     assert not (tmp_path / "out" / "all" / "manifest.json").exists()  # nothing published
+    if "seg" in remove:  # a missing label is found by discovery, so a dry run says so too
+        code, output = convert(root, tmp_path / "dry", "--images", IMAGES, "--labels", LABELS, "--dry-run")
+        assert code == 1 and message in output, output
     code, output = convert(root, tmp_path / "out", "--images", IMAGES, "--labels", LABELS, "--on-error", "skip")
     assert code == 3, output  # inputs skipped
     line = next(ln for ln in output.splitlines() if ln.startswith("skipped p2: "))

@@ -144,6 +144,11 @@ class CaseTemplatesLayout(PatternLayout):
                               f"--labels {self.labels.text!r} matches {what})", path=ctx.root,
                               fix="write the templates relative to the input folder, e.g. --images "
                                   "'{case}/{case}_{modality}.nii.gz' --labels '{case}/{case}_seg.nii.gz'")
+        unlabelled = next((c for cases in found.splits.values() for c in cases if c.label is None), None)
+        if unlabelled is not None and ctx.on_error != "skip":  # as the detected trees refuse it (dry runs too)
+            raise LayoutError(f"case {unlabelled.key!r} has no label volume matching --labels {self.labels.text!r}",
+                              path=unlabelled.images[0],
+                              fix="add its label volume, or pass --on-error skip to leave such cases out")
         splits = set(found.splits) | set(unmatched)
         return {s: functools.partial(_job, ctx.root, found.splits.get(s, ()), unmatched.get(s, [])) for s in splits}
 
