@@ -409,7 +409,8 @@ class ConvertConfig:
              "of slices; a volume shorter than the patch is padded (labels with the ignore index).")
     modalities: str | None = option(
         None, group="labels", metavar="A,B,…",
-        help="Volumes in per-case folders: the modality order as bands (default: name order).")
+        help="Volumes in per-case folders or --images templates with {modality}: the modality order as bands "
+             "(default: name order).")
     spacing: str | None = option(
         None, group="geometry", metavar="X,Y,Z",
         help="Volumes: resample every case once to this voxel spacing along array axes i, j, k (header units, mm; "
@@ -431,9 +432,11 @@ class ConvertConfig:
     images: str | None = option(
         None, group="labels", metavar="TEMPLATE",
         help="Pair explicitly: image paths under INPUT_DIR, e.g. 'img/{split}/{name}.tif' ({split} optional, "
-             "{name} the part image and label share; * ? ** globs). Needs --labels.")
+             "{name} the part image and label share; * ? ** globs). 3-D volumes: {case} (and {modality}) in place of "
+             "{name}, e.g. '{case}/{case}_{modality}.nii.gz'; a match may be a DICOM series folder. Needs --labels.")
     labels: str | None = option(None, group="labels", metavar="TEMPLATE",
-                                help="Label paths for --images, e.g. 'gt/{split}/{name}_mask.gif'.")
+                                help="Label paths for --images, e.g. 'gt/{split}/{name}_mask.gif' (volumes: "
+                                     "'{case}/{case}_seg.nii.gz').")
     #: (split, list file) pairs from ``--split-list SPLIT=PATH``: the files may live anywhere
     split_lists: tuple[tuple[str, Path], ...] = option(
         (), group="labels", flags=("--split-list",), param="split_list", multiple=True, metavar="SPLIT=FILE",

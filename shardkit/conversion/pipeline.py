@@ -224,7 +224,8 @@ def _labels(cfg: ConvertConfig, session: StorageSession, scans: list[ScanCache])
     chosen (the label scans made go to ``scans``), or an annotation file's shapes and its own table."""
     def find() -> Discovery:
         found = discover(cfg.input, layout=cfg.layout, label_suffix=cfg.label_suffix, splits=cfg.splits,
-                         strict=cfg.strict, images=cfg.images, labels=cfg.labels, split_lists=dict(cfg.split_lists))
+                         strict=cfg.strict, images=cfg.images, labels=cfg.labels, split_lists=dict(cfg.split_lists),
+                         on_error=cfg.on_error)
         return with_colour_table(found, cfg.class_dict or cfg.palette)
 
     looked = find_annotations(cfg, find, session.source)
@@ -232,10 +233,10 @@ def _labels(cfg: ConvertConfig, session: StorageSession, scans: list[ScanCache])
     embedded: dict[str, bytes] = {}  # image path → the bytes of an image the annotation file holds (labelme)
     if isinstance(looked, Discovery):  # mask images
         found = looked
-        if found.layout == "case-folders" and cfg.num_classes is None and cfg.classes is None:
-            raise ConfigError("per-case volume folders carry no class table, and label volumes are not scanned "
-                              "for their ids", path=found.root, fix="pass --num-classes N (ids 0..N-1) or --classes "
-                              "FILE")
+        if found.layout in ("case-folders", "case-templates") and cfg.num_classes is None and cfg.classes is None:
+            raise ConfigError("per-case volume folders carry no class table (nor do volume templates), and label "
+                              "volumes are not scanned for their ids", path=found.root,
+                              fix="pass --num-classes N (ids 0..N-1) or --classes FILE")
         choice = class_table(cfg, found, remote=session.source is not None, scans=scans)
     else:  # labels drawn from shapes: the table is the annotation file's
         found, choice, run, shapes = looked
@@ -260,7 +261,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
     decoder = LabelDecoder(found.label_kind, table, cfg.colour_tolerance, cfg.unknown_as, values)
     job = volume_job(found.layout, found.root, cfg.slicing, cfg.modalities, cfg.max_voxels,
                      tuple(range(table.num_classes)) + (() if table.ignore_index is None else (table.ignore_index,)),
-                     cfg.volume_flags(), cfg.resampling, table.ignore_index)
+                     cfg.volume_flags(), cfg.resampling, table.ignore_index, (cfg.images, cfg.labels))
     if job is not None:
         check_volume_options(cfg)
     _check_groups(cfg, found)
@@ -276,7 +277,7 @@ def _convert(cfg: ConvertConfig, session: StorageSession,
         raise ConfigError(f"--drop-tiles-ignored {cfg.drop_tiles_ignored} drops tiles of ignore pixels, but the class "
                           "table has no ignore index", fix="pass --ignore-index ID")
     # refuses what no split may store (limits) first
-    layout, georef = ((volume_image_layout(found, job), False) if job
+    layout, georef = ((volume_image_layout(found, job, cfg.on_error), False) if job
                       else image_layout_of(cfg, found, session, embedded))
     spec = sample_spec(cfg, table, layout)
     if job is not None and job.patch_size is not None:  # 3-D patches: one size, stored as (D * H, W)

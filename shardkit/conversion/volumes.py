@@ -28,6 +28,8 @@ from ..volumes.resample import Resampling, resample_case
 from ..volumes.slices import CutVolume, SliceCounts, Slicing, VolumeSlice, cut
 from ..volumes.volume import VolumeHeader, label_ids
 from .fingerprint import source_digest
+from .layouts.casetemplates import template_case_images, template_cases
+from .layouts.pattern import Template
 from .layouts.volumes import Case, VolumeLayout, case_images, detect
 
 log = logging.getLogger(__name__)
@@ -201,7 +203,7 @@ def _axcodes(head: VolumeHeader) -> str:
 
 # -- convert: a volume tree through the pipeline (one pair per case; docs/volumes.md) -----------------------------
 #: The layouts whose pairs are volume cases.
-VOLUME_LAYOUTS = ("nnunet", "case-folders")
+VOLUME_LAYOUTS = ("nnunet", "case-folders", "case-templates")
 #: Element types a slice is stored in (the formats' image types).
 _STORED = {"uint8": "|u1", "uint16": "<u2", "int16": "<i2", "float32": "<f4"}
 
@@ -222,6 +224,9 @@ class VolumeJob:
     resampling: Resampling | None = None
     #: the ignore index patches of a volume shorter than the patch are padded with (None: such a volume is refused)
     pad_label: int | None = None
+    #: ``case-templates``: the ``--images``/``--labels`` templates and the input folder they are relative to
+    templates: tuple[str, str] | None = None
+    root: Path | None = None
 
     @property
     def bands(self) -> int:
@@ -236,9 +241,17 @@ class VolumeJob:
         return self.slicing.size if isinstance(self.slicing, Patching) else None
 
     def case(self, pair: Any) -> Case:
-        """The case of one discovered pair: its modality files in band order, found beside its first one."""
+        """The case of one discovered pair: its modality files in band order, found beside its first one (or by
+        the ``--images`` template); a LayoutError when one is missing."""
+        if pair.label is None:  # kept by discovery under --on-error skip: refused here, so skipped and recorded
+            where = f"matching --labels {self.templates[1]!r}" if self.templates is not None else "beside its images"
+            raise LayoutError(f"case {pair.key!r} has no label volume {where}", path=pair.image,
+                              fix="add its label volume, or pass --on-error skip to leave such cases out")
         if self.kind == "msd":  # one file, the modalities on its 4th axis
             return Case(pair.key, (pair.image,), pair.label, len(self.modalities))
+        if self.templates is not None and self.root is not None:
+            return Case(pair.key, template_case_images(self.templates[0], self.root, pair.key, pair.image,
+                                                       self.modalities), pair.label)
         return Case(pair.key, case_images(self.kind, pair.key, pair.image, self.modalities), pair.label)
 
     def to_json(self) -> dict[str, Any]:
@@ -249,10 +262,11 @@ class VolumeJob:
 
 def volume_job(layout: str, root: Path, slicing: Slicing | Patching, modalities: str | None, max_voxels: int,
                classes: tuple[int, ...], asked: tuple[str, ...] = (), resampling: Resampling | None = None,
-               pad_label: int | None = None) -> VolumeJob | None:
+               pad_label: int | None = None,
+               templates: tuple[str | None, str | None] = (None, None)) -> VolumeJob | None:
     """The job of a run whose discovery found a volume tree; None for any other layout, where a volume option
     given (``asked``: their flags; ``--modalities``) is refused rather than ignored. ``modalities``: the
-    ``--modalities`` order (per-case folders only)."""
+    ``--modalities`` order (per-case folders and templates); ``templates``: ``--images``/``--labels``."""
     if layout not in VOLUME_LAYOUTS:
         given = [*asked, *(["--modalities"] if modalities is not None else [])]
         if given:
@@ -260,7 +274,16 @@ def volume_job(layout: str, root: Path, slicing: Slicing | Patching, modalities:
                               fix=f"leave out {given[0]}")
         return None
     order = [m.strip() for m in modalities.split(",") if m.strip()] if modalities else None
-    found = detect(root, order)
+    images, labels = templates
+    if layout == "case-templates" and images is not None and labels is not None:
+        image_t = Template.parse(images, "--images")
+        cases = template_cases(root, image_t, Template.parse(labels, "--labels"), order)[0]
+        if image_t.has_modality and not order:
+            log.info("modalities not given: bands in name order %s (set --modalities to choose)",
+                     list(cases.modalities))
+        return VolumeJob(cases.kind, cases.modalities, slicing, max_voxels, classes, resampling, pad_label,
+                         (images, labels), root)
+    found = detect(root, order, on_error="skip")  # discovery refused an incomplete case already unless skipping
     if found is None:  # discovery just found it
         raise LayoutError("is no longer a volume tree", path=root, fix="re-run when the input is stable")
     return VolumeJob(found.kind, found.modalities, slicing, max_voxels, classes, resampling, pad_label)
@@ -279,12 +302,22 @@ def check_options(cfg: Any) -> None:
                           fix=f"leave out {given[0]}")
 
 
-def volume_image_layout(found: Any, job: VolumeJob) -> tuple[str, int, str]:
-    """(stored dtype, bands, channel kind) of the run's slices, from the first case's headers (nothing decoded):
-    modalities x (2K + 1) bands of the volumes' element type; logged like an image run's."""
-    first = next(pairs[0] for pairs in found.splits.values() if len(pairs))
-    case = job.case(first)
-    head = read_header(case.images[0], job.max_voxels, case.channels)
+def volume_image_layout(found: Any, job: VolumeJob, on_error: str = "fail") -> tuple[str, int, str]:
+    """(stored dtype, bands, channel kind) of the run's slices, from the first case's headers (nothing decoded;
+    with ``on_error="skip"`` the first case whose files are there and whose header reads): modalities x (2K + 1)
+    bands of the volumes' element type; logged like an image run's."""
+    head, case, error = None, None, None
+    for pair in (p for pairs in found.splits.values() for p in pairs):
+        try:
+            case = job.case(pair)
+            head = read_header(case.images[0], job.max_voxels, case.channels)
+            break
+        except ShardkitError as exc:
+            if on_error != "skip":
+                raise
+            error = error or exc
+    if head is None or case is None:
+        raise error or LayoutError("holds no volume case", path=found.root, fix="check the input")
     dtype = _stored_name(head)
     if job.resampling is not None:
         head, dtype = job.resampling.header(head, job.max_voxels, "float32"), "float32"
@@ -378,8 +411,8 @@ def with_case_files(fingerprint: bytes, pair: Any, job: VolumeJob, on_error: str
     Those files are hashed each run (the fingerprint cache holds a pair's two files); the sum is the same wherever
     it is computed (parent or worker). A case whose modality files cannot be found or read: with
     ``on_error="skip"`` a placeholder digest (its worker then skips the case, saying why), else the error."""
-    try:
-        extras = job.case(pair).images[1:]
+    try:  # every file of the case but the pair's own (which is not its first band with --modalities)
+        extras = [p for p in job.case(pair).images if p != pair.image]
     except ShardkitError as exc:
         if on_error != "skip":
             raise

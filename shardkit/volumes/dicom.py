@@ -30,6 +30,8 @@ import base64
 import json
 import logging
 import os
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,9 +136,39 @@ def _rescale(ds: Any, path: Path) -> tuple[float | None, float | None]:
     return None, None
 
 
+#: The last series' header passes, by folder and every slice file's (name, size, mtime, ctime, inode): a run reads
+#: a case's series for its slice count, its checks and its decode, each header parsed once per process.
+_PASSES: OrderedDict[tuple[Any, ...], tuple[VolumeHeader, list[_Slice], np.dtype[Any]]] = OrderedDict()
+_PASSES_KEPT = 8
+_PASSES_LOCK = threading.Lock()
+
+
 def _series(folder: Path, max_voxels: int) -> tuple[VolumeHeader, list[_Slice], np.dtype[Any]]:
-    """The checked header pass: the volume's header, its slices in order and the stored pixel type."""
+    """The checked header pass: the volume's header, its slices in order and the stored pixel type. Kept for the
+    next call while no slice file's stat changes (any write changes its ctime): the same result, the headers not
+    parsed again."""
     files = series_files(folder)
+    try:
+        key = (str(folder), *((p.name, s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_ino)
+                              for p in files for s in (p.stat(),)))
+    except OSError:  # reported by the pass itself
+        return _parse_series(folder, files, max_voxels)
+    with _PASSES_LOCK:
+        kept = _PASSES.get(key)
+        if kept is not None and kept[0].voxels <= max_voxels:  # over the limit: the pass says so
+            _PASSES.move_to_end(key)
+            return kept
+    got = _parse_series(folder, files, max_voxels)
+    with _PASSES_LOCK:
+        _PASSES[key] = got
+        while len(_PASSES) > _PASSES_KEPT:
+            _PASSES.popitem(last=False)
+    return got
+
+
+def _parse_series(folder: Path, files: list[Path], max_voxels: int) -> tuple[VolumeHeader, list[_Slice],
+                                                                             np.dtype[Any]]:
+    """:func:`_series` itself: every slice file's header read and checked."""
     first: dict[str, Any] = {}
     slices: list[_Slice] = []
     normal = np.zeros(3)

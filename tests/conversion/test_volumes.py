@@ -207,6 +207,21 @@ def test_volumes_in_a_tree_convert_does_not_know_are_named_with_the_trees_it_rea
             in result.output)
     assert "0 images" not in result.output and "imagesTr/<case>_0000.nii.gz" in result.output
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    assert "--images 'DIR/{case}.nii.gz' --labels 'DIR/{case}.nii.gz'" in result.output
+    # the hint followed on this tree: exact slices
+    result = CliRunner().invoke(main, ["convert", str(root), str(tmp_path / "out"), "--images", "scans/{case}.nii",
+                                       "--labels", "masks/{case}.nii.gz", "--num-classes", "2", "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    import shardkit
+
+    ds = shardkit.open(tmp_path / "out" / "all")
+    t1 = np.asanyarray(nib.load(str(DATA / "anatomical.nii")).dataobj)
+    label = np.asanyarray(nib.load(str(DATA / "anatomical_label.nii.gz")).dataobj)
+    assert len(ds) == t1.shape[2]
+    for i in range(len(ds)):
+        k = int(ds.key(i).split("/k")[1])
+        np.testing.assert_array_equal(ds[i][0][..., 0], t1[:, :, k])
+        np.testing.assert_array_equal(ds[i][1], label[:, :, k])
 
 
 def test_an_msd_4d_image_without_a_channel_suffix_is_refused_with_the_split_fix(tmp_path: Path) -> None:

@@ -236,3 +236,30 @@ def test_an_edited_slice_of_a_series_that_is_not_the_first_band_rewrites_its_cas
         case, _, where = got.key(i).partition("/")
         want = edited if case == "p1" else hu
         np.testing.assert_array_equal(got[i][0][..., 1], want[:, :, int(where[1:])])
+
+
+def test_a_series_headers_are_parsed_once_per_process_while_its_files_are_unchanged(tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    """A worker reads a case's series for its slice count, its checks and its decode: the headers were parsed three
+    times (15 reads for 5 slices); now once, and again only after a slice file changed."""
+    from shardkit.conversion.volumes import VolumeRun, cut_case, slice_counts, volume_job
+    from shardkit.volumes import dicom
+    from shardkit.volumes.slices import Slicing
+
+    root = dicom_tree(tmp_path / "tree")
+    job = volume_job("case-folders", root, Slicing(), None, 1 << 28, (0, 1))
+    assert job is not None
+    calls: list[Path] = []
+    real = dicom._header
+    monkeypatch.setattr(dicom, "_header", lambda path: calls.append(path) or real(path))
+    getattr(dicom, "_PASSES", {}).clear()  # nothing kept from another test
+    pair = type("Pair", (), {"key": "p1", "image": root / "p1" / "p1_ct", "label": root / "p1" / "p1_seg.nii.gz"})
+    assert slice_counts([pair], job) == [(5, (16, 16))]
+    slices = list(cut_case(pair, job, VolumeRun(job.slicing), root))
+    assert len(slices) == 5 and len(calls) == 5  # one header pass of 5 files
+    hu, _ = pydicom_reading(CT5N)
+    for s in slices:
+        np.testing.assert_array_equal(s.image[..., 0], hu[:, :, int(s.key.split("/k")[1])])
+    path = root / "p1" / "p1_ct" / "3023"
+    path.write_bytes(path.read_bytes())  # rewritten: its ctime moves
+    assert slice_counts([pair], job) == [(5, (16, 16))] and len(calls) == 10  # parsed again

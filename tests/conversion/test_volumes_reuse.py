@@ -137,6 +137,36 @@ def test_an_edited_case_rewrites_only_its_shard_on_a_per_case_folder_tree(tmp_pa
     assert seen == t1.shape[2]
 
 
+def test_an_edit_to_the_first_band_chosen_by_modalities_rewrites_its_case(tmp_path: Path) -> None:
+    """``--modalities t1,flair``: discovery pairs each case with its first file by name (flair), so t1 (the first
+    band) is a file beside the pair's own: its digest must be folded into the case's fingerprint too (it was not:
+    only the bands after the first were, and an edit to t1 reused the stale shard)."""
+    from .test_volumes import _second_modality
+
+    root = tmp_path / "brats"
+    for case in ("a", "b"):
+        (root / case).mkdir(parents=True)
+        (root / case / f"{case}_t1.nii").write_bytes((DATA / "anatomical.nii").read_bytes())
+        _second_modality(DATA / "anatomical.nii", root / case / f"{case}_flair.nii.gz")
+        (root / case / f"{case}_seg.nii.gz").write_bytes((DATA / "anatomical_label.nii.gz").read_bytes())
+    out = tmp_path / "out"
+    args = ("--num-classes", "2", "--modalities", "t1,flair")
+    convert(root, out, *args)
+    before = shard_files(out)
+    t1_path = root / "b" / "b_t1.nii"
+    img = nib.load(str(t1_path))
+    t1 = np.asanyarray(img.dataobj) - 5
+    nib.save(type(img)(t1, img.affine, img.header), str(t1_path))
+    assert "2 shards planned, 1 reused, 1 to write" in convert(root, out, *args)
+    after = shard_files(out)
+    assert after["a"] == before["a"] and set(after["b"]) != set(before["b"])
+    ds = shardkit.open(out / "train")
+    for i in range(len(ds)):
+        case, _, where = ds.key(i).partition("/")
+        if case == "b":
+            np.testing.assert_array_equal(ds[i][0][..., 1], t1[:, :, int(where[1:])])  # band 0 x (K=1) centre
+
+
 def test_a_volume_split_on_the_dask_backend_is_byte_identical(tmp_path: Path) -> None:
     """The same cases cut on a real (loopback) Dask cluster write the local pool's bytes, shard for shard."""
     pytest.importorskip("distributed")

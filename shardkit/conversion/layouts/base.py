@@ -75,6 +75,9 @@ class Context:
     dirs: frozenset[str]
     files: tuple[str, ...]
     label_suffix: str | None
+    #: ``--on-error``: with ``skip``, a volume case missing a modality or its label is kept as a pair (its files
+    #: are then refused when resolved, so the case is skipped and recorded) instead of refusing the tree
+    on_error: str = "fail"
 
     def pairs(self, images: Path, labels: Path, default: tuple[str, ...] = LABEL_SUFFIXES) -> Job:
         """A job matching ``images`` to ``labels`` with the user's ``--label-suffix`` or ``default`` (then, without

@@ -15,7 +15,8 @@ class CaseFoldersLayout(Layout):
     takes_label_suffix = False
 
     def detect(self, ctx: Context) -> dict[str, Job]:
-        found = detect(ctx.root) if "imagesTr" not in ctx.dirs else None  # --modalities: ordered at plan time
+        # --modalities: ordered at plan time
+        found = detect(ctx.root, on_error=ctx.on_error) if "imagesTr" not in ctx.dirs else None
         return {} if found is None or found.kind != self.name else case_jobs(found)
 
 

@@ -154,8 +154,9 @@ def no_layout_message(ctx: Context) -> tuple[str, str]:
         shown = ", ".join(f"{f}/" for f in volumes[:_MAX_FOLDERS]) + (" …" if len(volumes) > _MAX_FOLDERS else "")
         return (f"holds 3-D volumes (NIfTI or NRRD files in {shown}), but not in a volume tree convert knows\n ",
                 "arrange them as nnU-Net does (dataset.json + imagesTr/<case>_0000.nii.gz + labelsTr/<case>.nii.gz) "
-                "or in per-case folders (<case>/<case>_<modality>.nii.gz + <case>/<case>_seg.nii.gz); "
-                "docs/volumes.md")
+                "or in per-case folders (<case>/<case>_<modality>.nii.gz + <case>/<case>_seg.nii.gz), or name the "
+                "cases where they are with templates: --images 'DIR/{case}.nii.gz' --labels 'DIR/{case}.nii.gz' "
+                "({modality} for several volumes per case) --num-classes N; docs/volumes.md")
     counts = [_count(ctx.root, d) for d in sorted(ctx.dirs)]
     counts.sort(key=lambda c: (-c.n, c.name))
     root_images = sum(1 for f in ctx.files if is_image(f))

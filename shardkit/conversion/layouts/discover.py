@@ -16,6 +16,7 @@ from ...errors import ConfigError, InputNotFoundError, LayoutError, ShardkitErro
 from ...labels.policy import TableChoice
 from ..pairs import PairTable
 from .base import Context, Discovery, Job, Layout
+from .casetemplates import CaseTemplatesLayout
 from .diagnose import no_layout_message
 from .pattern import PatternLayout
 from .registry import all_layouts, get
@@ -84,7 +85,7 @@ def _check_unmatched(root: Path, images: dict[str, tuple[str, ...]], labels: dic
 def _choose(ctx: Context, layout: str, pattern: PatternLayout | None) -> tuple[Layout, dict[str, Job]]:
     """The layout to use and its jobs per split: the pattern, the forced one, or the first that fits."""
     if pattern is not None:
-        if layout not in ("auto", "pattern"):
+        if layout not in ("auto", "pattern", pattern.name):
             raise ConfigError(f"--layout {layout} and --images/--labels both given", fix="pass only one of them")
         return pattern, pattern.detect(ctx)
     if layout != "auto":
@@ -110,18 +111,21 @@ def _choose(ctx: Context, layout: str, pattern: PatternLayout | None) -> tuple[L
 
 def discover(root: Path, *, layout: str = "auto", label_suffix: str | None = None,
              splits: tuple[str, ...] = (), strict: bool = False, images: str | None = None,
-             labels: str | None = None, split_lists: Mapping[str, Path] | None = None) -> Discovery:
+             labels: str | None = None, split_lists: Mapping[str, Path] | None = None,
+             on_error: str = "fail") -> Discovery:
     """Find the layout of ``root`` (or use the one forced, or the ``images``/``labels`` templates) and pair its
     images and labels per split; ``split_lists`` (split → list file anywhere) then decide the splits."""
     if layout != "auto":
         get(layout)  # an unknown name is a ConfigError before anything is read
     pattern = PatternLayout(images, labels) if images is not None or labels is not None else None
+    if pattern is not None and pattern.images is not None and pattern.images.volume:  # volume cases: {case}
+        pattern = CaseTemplatesLayout(images, labels)
     root = Path(root).expanduser().resolve()
     if not root.is_dir():
         what = "input is not a folder" if root.exists() else "input folder does not exist"
         raise InputNotFoundError(what, path=root, fix="point the input at the dataset folder")
     dirs, files = scan(root)
-    ctx = Context(root, frozenset(dirs), tuple(files), label_suffix)
+    ctx = Context(root, frozenset(dirs), tuple(files), label_suffix, on_error)
     if not dirs and not files:
         expected = "; ".join(f"{c.name}: {c.expected}" for c in all_layouts())
         raise LayoutError("input folder is empty", path=root, fix=f"point the input at a dataset: {expected}")

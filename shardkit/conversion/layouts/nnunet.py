@@ -21,7 +21,7 @@ class NnunetLayout(Layout):
     def detect(self, ctx: Context) -> dict[str, Job]:
         if "imagesTr" not in ctx.dirs:
             return {}
-        found = detect(ctx.root)
+        found = detect(ctx.root, on_error=ctx.on_error)
         return {} if found is None or found.kind not in ("nnunet", "msd") else case_jobs(found)
 
     def default_table(self, found: Discovery, *, cityscapes_train_ids: bool = True) -> TableChoice | None:

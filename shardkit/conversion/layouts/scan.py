@@ -153,9 +153,11 @@ def any_image(folder: Path, labels: bool = False) -> bool:
 
 
 def walk(top: Path, recursive: bool = True, skipped: Counter[str] | None = None, *,
-         root: Path | None = None) -> Iterator[tuple[str, str, str]]:
-    """Yield (relative folder, file name, absolute path) for each visible image below ``top``; other files
-    are counted by extension in ``skipped``.
+         root: Path | None = None, accept: Callable[[str], bool] | None = None,
+         folders: bool = False) -> Iterator[tuple[str, str, str]]:
+    """Yield (relative folder, file name, absolute path) for each visible image below ``top`` (``accept``: each
+    file whose name it accepts; ``folders``: each folder too, its name ending in ``/``); other files are counted
+    by extension in ``skipped``.
 
     A folder reached again through a symbolic link (two links to one folder), or a link to a folder above
     ``top``, is not walked (again): a loop must not turn six images into hundreds of duplicates. A folder that
@@ -184,8 +186,11 @@ def walk(top: Path, recursive: bool = True, skipped: Counter[str] | None = None,
         seen.add(real)
         dirs, files = scan(folder)
         prefix = f"{folder}{os.sep}"  # what :func:`join` makes
+        if folders:
+            for d in dirs:
+                yield rel, d + "/", prefix + d
         for name in files:
-            if is_image(name):
+            if (accept or is_image)(name):
                 _check_name(folder, name)
                 yield rel, name, prefix + name
             elif skipped is not None:

@@ -108,15 +108,20 @@ def volume_folders(root: Path, depth: int = 2, cap: int = 64) -> list[str]:
     return found
 
 
-def detect(root: Path, modalities: Sequence[str] | None = None) -> VolumeLayout | None:
-    """The volume layout of ``root``, or None when it holds neither tree (nothing is decoded)."""
+def detect(root: Path, modalities: Sequence[str] | None = None, on_error: str = "fail") -> VolumeLayout | None:
+    """The volume layout of ``root``, or None when it holds neither tree (nothing is decoded). ``on_error="skip"``:
+    a case missing a modality (channel) or its label volume is kept with the files it has (and no label) rather
+    than refused, so that converting it fails alone (:meth:`~shardkit.conversion.volumes.VolumeJob.case`) and
+    ``--on-error skip`` skips and records it; without ``modalities`` the bands of per-case folders are then every
+    modality any case has."""
     root = Path(root)
+    skip = on_error == "skip"
     if (root / "imagesTr").is_dir() and _volume_files(root / "imagesTr"):
-        return _nnunet(root, modalities)
+        return _nnunet(root, modalities, skip)
     if root.is_dir():
         folders = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
         if folders and any((d / f"{d.name}{SEG_SUFFIX}{s}").is_file() for d in folders for s in VOLUME_SUFFIXES):
-            return _case_folders(root, folders, modalities)
+            return _case_folders(root, folders, modalities, skip)
     return None
 
 
@@ -152,7 +157,7 @@ def _names(given: Any, path: Path, key: str) -> tuple[str, ...]:
     return tuple(by_id[i] for i in range(len(by_id)))
 
 
-def _nnunet(root: Path, modalities: Sequence[str] | None) -> VolumeLayout:
+def _nnunet(root: Path, modalities: Sequence[str] | None, skip: bool = False) -> VolumeLayout:
     meta_path = root / "dataset.json"
     if not meta_path.is_file():
         raise LayoutError("imagesTr/ holds NIfTI volumes but there is no dataset.json beside it", path=root,
@@ -174,34 +179,38 @@ def _nnunet(root: Path, modalities: Sequence[str] | None) -> VolumeLayout:
     classes = _class_table(meta.get("labels"), meta_path)
     msd = key == "modality" and not any(_CHANNEL.match(volume_stem(p.name)) for p in _volume_files(root / "imagesTr"))
     cases = _msd_cases if msd else _channel_cases
-    splits = {"train": cases(root / "imagesTr", root / "labelsTr", names)}
+    splits = {"train": cases(root / "imagesTr", root / "labelsTr", names, skip)}
     if _volume_files(root / "imagesTs"):
         splits["test"] = cases(root / "imagesTs", None, names)
     return VolumeLayout("msd" if msd else "nnunet", root, names, classes, splits)
 
 
-def _msd_cases(images: Path, labels: Path | None, names: tuple[str, ...]) -> tuple[Case, ...]:
+def _msd_cases(images: Path, labels: Path | None, names: tuple[str, ...], skip: bool = False) -> tuple[Case, ...]:
     """Cases of an MSD ``imagesTr``: one file per case, its modalities (dataset.json's ``modality``) stacked on
     a 4th axis (3-D when there is one)."""
     cases = []
     for path in _volume_files(images):
         case = volume_stem(path.name)
-        cases.append(Case(case, (path,), _label_of(labels, case), len(names)))
+        cases.append(Case(case, (path,), _label_of(labels, case, skip), len(names)))
     return tuple(cases)
 
 
-def _label_of(labels: Path | None, case: str) -> Path | None:
-    """``labelsTr/<case>.<volume suffix>``; None without a labels folder; LayoutError when missing."""
+def _label_of(labels: Path | None, case: str, skip: bool = False) -> Path | None:
+    """``labelsTr/<case>.<volume suffix>``; None without a labels folder (or, ``skip``, when missing); LayoutError
+    when missing."""
     if labels is None:
         return None
     found = [labels / f"{case}{s}" for s in VOLUME_SUFFIXES if (labels / f"{case}{s}").is_file()]
+    if not found and skip:
+        return None
     if not found:
         raise LayoutError(f"case {case!r} has no label volume {case}.nii.gz", path=labels,
                           fix="add the label volume, or move the case's images out of imagesTr/")
     return found[0]
 
 
-def _channel_cases(images: Path, labels: Path | None, names: tuple[str, ...]) -> tuple[Case, ...]:
+def _channel_cases(images: Path, labels: Path | None, names: tuple[str, ...], skip: bool = False) -> tuple[
+        Case, ...]:
     """Cases of an ``imagesTr``-like folder: ``<case>_<CCCC>`` files grouped, every channel present."""
     by_case: dict[str, dict[int, Path]] = {}
     for path in _volume_files(images):
@@ -213,18 +222,25 @@ def _channel_cases(images: Path, labels: Path | None, names: tuple[str, ...]) ->
         by_case.setdefault(m.group("case"), {})[int(m.group("channel"))] = path
     cases = []
     for case, files in sorted(by_case.items()):
+        if skip and files and set(files) < set(range(len(names))):  # its missing channel refused when resolved
+            cases.append(Case(case, tuple(files[c] for c in sorted(files)), _label_of(labels, case, skip)))
+            continue
         if sorted(files) != list(range(len(names))):
             raise LayoutError(f"case {case!r} has channels {sorted(files)}, dataset.json names {len(names)} "
                               f"({', '.join(names)})", path=images,
                               fix="give every case one file per channel, _0000 to "
                                   f"_{len(names) - 1:04d}")
-        cases.append(Case(case, tuple(files[c] for c in range(len(names))), _label_of(labels, case)))
+        cases.append(Case(case, tuple(files[c] for c in range(len(names))), _label_of(labels, case, skip)))
     return tuple(cases)
 
 
-def _case_folders(root: Path, folders: list[Path], modalities: Sequence[str] | None) -> VolumeLayout:
+def _case_folders(root: Path, folders: list[Path], modalities: Sequence[str] | None,
+                  skip: bool = False) -> VolumeLayout:
     cases: list[Case] = []
     order: tuple[str, ...] | None = tuple(modalities) if modalities else None
+    if order is None:  # every modality any case has: the case lacking one is named (with skip: skipped)
+        order = tuple(sorted({name for folder in folders for name in _modality_names(folder)}))
+        log.info("modalities not given: bands in name order %s (set --modalities to choose)", list(order))
     for folder in folders:
         files = {volume_stem(p.name): p for p in _volume_files(folder)}
         prefix = folder.name + "_"
@@ -245,17 +261,25 @@ def _case_folders(root: Path, folders: list[Path], modalities: Sequence[str] | N
             raise LayoutError(f"case folder {folder.name!r} holds {odd[0]}, not named {prefix}<modality>",
                               path=folder, fix=f"name each modality {prefix}<modality>.nii.gz and the label "
                                                f"{folder.name}{SEG_SUFFIX}.nii.gz")
+        if skip and mods and (label is None or set(mods) < set(order)):  # refused when its files are resolved
+            cases.append(Case(folder.name, tuple(mods[m] for m in order if m in mods), label))
+            continue
         if label is None:
             raise LayoutError(f"case folder {folder.name!r} has no {folder.name}{SEG_SUFFIX}.nii.gz", path=folder,
                               fix="add its label volume or move the folder out")
-        if order is None:
-            order = tuple(sorted(mods))
-            log.info("modalities not given: bands in name order %s (set --modalities to choose)", list(order))
         if set(mods) != set(order):
             raise LayoutError(f"case {folder.name!r} has modalities {sorted(mods)}, not {sorted(order)}",
                               path=folder, fix="give every case the same modality files (or --modalities)")
         cases.append(Case(folder.name, tuple(mods[m] for m in order), label))
-    return VolumeLayout("case-folders", root, order or (), None, {"train": tuple(cases)})
+    return VolumeLayout("case-folders", root, order, None, {"train": tuple(cases)})
+
+
+def _modality_names(folder: Path) -> set[str]:
+    """The modality names of a per-case folder's files and series folders (``<case>_<modality>``), its label's
+    left out."""
+    prefix = folder.name + "_"
+    names = {volume_stem(p.name) for p in _volume_files(folder)} | {p.name for p in _series_folders(folder)}
+    return {n[len(prefix):] for n in names if n.startswith(prefix) and n != folder.name + SEG_SUFFIX}
 
 
 def case_jobs(found: VolumeLayout) -> dict[str, Callable[[], Found]]:
@@ -269,7 +293,7 @@ def case_jobs(found: VolumeLayout) -> dict[str, Callable[[], Found]]:
             builder.add(case.key, str(case.images[0]), None if case.label is None else str(case.label))
         return Found(builder)
 
-    unlabelled = [split for split, cases in found.splits.items() if any(c.label is None for c in cases)]
+    unlabelled = [split for split, cases in found.splits.items() if all(c.label is None for c in cases)]
     if unlabelled:
         log.warning("%s: split %s has no label volumes (imagesTs/) and is not converted", found.root,
                     ", ".join(unlabelled))
@@ -279,7 +303,7 @@ def case_jobs(found: VolumeLayout) -> dict[str, Callable[[], Found]]:
 def dataset_table(root: Path) -> TableChoice | None:
     """dataset.json's ``labels`` as the class table (ids must be 0..C-1, as shardkit stores them); None for a
     tree without one."""
-    found = detect(root)
+    found = detect(root, on_error="skip")  # only its dataset.json is wanted here
     if found is None or found.classes is None:
         return None
     ids = sorted(found.classes)
