@@ -546,7 +546,7 @@ def _info_weights(folder: str | Path, method: str, k: float, options: dict[str, 
         m = source.manifest
         freqs = split_frequencies(m)
     w = class_weights(method, freqs, k=k)
-    names = {int(c["id"]): str(c["name"]) for c in m.classes["classes"]}
+    names = {c.id: c.name for c in m.classes.classes}
     rows = weight_table(w.tolist(), freqs, [names.get(c, str(c)) for c in range(freqs.num_classes)])
     if not as_json:
         click.echo(f"{folder}: split {m.split}, {freqs.num_images} samples, class weights {method}"
@@ -616,21 +616,21 @@ def _info_split(split_dir: str | Path, plot: Path | None, options: dict[str, Any
 
     m = load_split_manifest(split_dir, options)
     nbytes = sum(f.bytes for s in m.shards for f in s.all_files)
-    shape = m.sample["image"]["shape"]
+    spec = m.sample
+    shape = spec.image_dims
     codecs = m.format_options.get("codecs") if m.format_version >= 2 else None
     coded = f" (images {_codec_name(codecs['image'])}, labels {_codec_name(codecs['label'])})" if codecs else ""
     click.echo(f"{split_dir}: split {m.split}, format {m.format} v{m.format_version}{coded}, {m.num_samples} samples, "
                f"{len(m.shards)} shards, {nbytes / 1e6:.1f} MB")
     from .images.imagetypes import NAME_OF
 
-    image = m.sample["image"]
-    kind = "" if image.get("channels", "RGB") == "RGB" else f" ({shape[-1]} band{'s' * (shape[-1] != 1)})"
+    kind = "" if spec.channel_kind == "RGB" else f" ({shape[-1]} band{'s' * (shape[-1] != 1)})"
     if len(shape) == 4:  # 3-D samples (volume patches): D x H x W, then the bands
         kind = f" (3-D patches D x H x W){kind}"
     extent = "x".join(str(v or "var") for v in shape[:-1])
-    click.echo(f"image {extent}x{shape[-1]} {NAME_OF.get(image.get('dtype'), '?')}"
-               f"{kind}; label {m.sample['label']['encoding']} "
-               f"{NAME_OF.get(m.sample['label'].get('dtype'), m.sample['label'].get('dtype'))}")
+    label_dtype = spec.stored_label_dtype.str
+    click.echo(f"image {extent}x{shape[-1]} {NAME_OF.get(spec.image_dtype, '?')}"
+               f"{kind}; label {spec.label_encoding} {NAME_OF.get(label_dtype, label_dtype)}")
     stats = m.stats
     if "image_min" in stats.extra:  # version 4: each band's range, mean and std of the stored values
         nonfinite = stats.extra.get("image_nonfinite") or [0] * len(stats.extra["image_min"])

@@ -132,9 +132,9 @@ def _verify_shards(report: SplitReport, source: ByteSource, spec: SampleSpec, fm
     report.problems += derived.finish(complete=not report.problems)  # the statistics once every sample was read
     if not report.problems and manifest.manifest_version >= 2:
         fingerprint = split_fingerprint(digests)
-        if fingerprint != manifest.source.get("fingerprint"):
+        if fingerprint != manifest.source.fingerprint:
             report.problems.append(f"source fingerprint {fingerprint[:12]}… recomputed from the samples sidecars "
-                                   f"differs from the manifest's {str(manifest.source.get('fingerprint'))[:12]}…")
+                                   f"differs from the manifest's {str(manifest.source.fingerprint)[:12]}…")
 
 
 def _verify_shard(report: SplitReport, manifest: Manifest, pos: int, reader: Any, spec: SampleSpec,

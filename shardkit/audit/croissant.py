@@ -194,14 +194,13 @@ def metadata(manifests: Sequence[tuple[Manifest, Path]], base: Path, name: str, 
                    field("samples", "label_file", "sc:Text", "the shard file holding the label", "label_file"),
                    field("samples", "label_row", "sc:Integer", "the label's row in that shard", "label_row")]},
     ]
-    image = first.sample["image"]
-    label = first.sample["label"]
+    spec = first.sample
     return {
         "@context": CONTEXT, "@type": "sc:Dataset", "conformsTo": CONFORMS_TO, "name": name,
         "description": f"segmentation dataset converted by shardkit {first.tool_version}: {len(manifests)} split(s), "
                        f"{sum(m.num_samples for m, _ in manifests)} samples in {first.format} shards; images "
-                       f"{image.get('shape')} {image.get('dtype')}, labels {label.get('encoding')} "
-                       f"{label.get('dtype')}, {len(classes)} classes",
+                       f"{list(spec.image_dims)} {spec.image_dtype}, labels {spec.label_encoding} "
+                       f"{spec.stored_label_dtype.str}, {len(classes)} classes",
         "url": Path(base).as_uri(), "version": f"{max(m.version or 1 for m, _ in manifests)}.0.0",
         "distribution": distribution, "recordSet": record_sets,
     }

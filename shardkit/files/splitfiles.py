@@ -248,6 +248,16 @@ class SampleSpec(JsonView):
         return (self.depth, self.size[0] // self.depth, self.size[1])
 
     @property
+    def image_dims(self) -> tuple[int | None, ...]:
+        """A stored image's shape as the manifest states it: (H, W, C), or (D, H, W, C) for 3-D samples; H and W
+        are None where the samples' sizes vary."""
+        volume = self.volume_shape
+        if volume is not None:
+            return (*volume, self.image_channels)
+        h, w = self.size if self.size else (None, None)
+        return (h, w, self.image_channels)
+
+    @property
     def legacy_image(self) -> bool:
         """True for (H, W, 3) uint8 RGB images: what format versions 1 and 2 (and manifest 3) can say."""
         return self.image_dtype == "|u1" and self.image_channels == 3 and self.channel_kind == "RGB"

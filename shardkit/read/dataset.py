@@ -106,7 +106,7 @@ class Dataset:
         self.labels = labels = opts.labels
         #: the class id a loss must skip (``nn.CrossEntropyLoss(ignore_index=...)``, Keras ``ignore_class=``):
         #: CamVid's 11 (Unlabelled), often 255; None when the split has none
-        self.ignore_index: int | None = self.manifest.classes.get("ignore_index")
+        self.ignore_index: int | None = self.manifest.classes.ignore_index
         #: The label encoding this reader outputs (``labels=`` as an encoding; the stored one for
         #: ``"stored"``, and for ``"ids"`` of index storage: then labels are read as they are).
         self.output: encoding.LabelEncoding = encoding.reader_output(

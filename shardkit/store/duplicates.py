@@ -226,8 +226,9 @@ def split_hashes(manifest: Manifest, split: str) -> list[ShardHashes]:
     source that read the manifest). A tiled split (without ``--drop-tiles-ignored``) is compared source by source,
     as convert does (:func:`source_hashes`; indices are then the sources' places)."""
     table = manifest.samples
-    whole = (manifest.preprocessing.get("tile") is not None and table.inline is None
-             and manifest.preprocessing.get("drop_tiles_ignored") is None)
+    options = manifest.preprocessing.options
+    whole = (options.get("tile") is not None and table.inline is None
+             and options.get("drop_tiles_ignored") is None)
     out = []
     sources = 0
     for pos, shard in enumerate(manifest.shards):

@@ -305,11 +305,11 @@ def split_frequencies(manifest: Manifest) -> ClassFrequencies:
     remote split's sidecars held through the byte source that read the manifest). Splits of more than 256 classes
     keep no bitmap: no sidecar is read for them.
     """
-    num_classes = int(manifest.sample["label"]["num_classes"])
+    num_classes = manifest.sample.num_classes
     counts = np.zeros(num_classes, np.int64)
-    stored = np.asarray(manifest.stats.get("class_pixels", []), np.int64)[:num_classes]
+    stored = np.asarray(manifest.stats.class_pixels or (), np.int64)[:num_classes]
     counts[: len(stored)] = stored
-    ignore = manifest.classes.get("ignore_index")
+    ignore = manifest.classes.ignore_index
     if num_classes > MAX_BITMAP_CLASSES:
         return ClassFrequencies(counts, manifest.num_samples, ignore_index=ignore)
     table = manifest.samples

@@ -6,6 +6,7 @@ on every access), and says what the JSON says."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,11 @@ import shardkit
 from shardkit.audit.croissant import write_croissant
 from shardkit.audit.facts import split_facts
 from shardkit.cli import main
-from shardkit.files.splitfiles import ClassTable, JsonView, Preprocessing, Source, SplitStats
+from shardkit.files.splitfiles import ClassTable, JsonView, Preprocessing, SampleSpec, Source, SplitStats
 from shardkit.show import class_share_basis, plot_classes
 
-#: The parts read as types here. A sample's shape is still read from the JSON (``sample["image"]["shape"]``) by info
-#: and the Croissant metadata: 3-D patches (#38) give it a depth that SampleSpec's (H, W) size does not show.
-TYPED = (ClassTable, SplitStats, Source, Preprocessing)
+#: The parts read as types here (a sample's stored shape, 3-D patches' depth included: ``SampleSpec.image_dims``).
+TYPED = (ClassTable, SplitStats, Source, Preprocessing, SampleSpec)
 
 
 def _refuse_dict_view(monkeypatch: pytest.MonkeyPatch, *types: type[JsonView]) -> None:
@@ -70,3 +70,8 @@ def test_a_splits_facts_are_read_from_the_typed_manifest(camvid_val_npy: Path, t
     for c in classes:
         assert f"  {c['id']:>3} {c['name']:<20} {100 * stats['class_share'][c['id']]:6.2f} %" in res.output
     assert f"ignore index {ignore} ({classes[ignore]['name']}): {100 * share:.2f} % of label pixels" in res.output
+
+    res = CliRunner().invoke(main, ["info", str(camvid_val_npy), "--class-weights", "median_frequency"])
+    assert res.exit_code == 0, res.output
+    for c in classes:
+        assert re.search(rf"^ +{c['id']} {re.escape(c['name'])} ", res.output, re.MULTILINE), c
