@@ -355,3 +355,56 @@ def test_ranges_are_refused_for_a_split_they_cannot_read(s3: str, camvid_root: P
     ds = shardkit.open("s3://ranges/tfr-gzip/val", cache_dir=tmp_path / "cache", cache_limit=1000,
                        remote_reads="auto")
     assert isinstance(ds.source, CachedShards)  # auto falls back to whole shards
+
+
+# ------------------------------------------------------------------ LMDB and HDF5: through their page and chunk tables
+def _converted(camvid_root: Path, out: Path, url: str, fmt: str, **options: Any) -> Path:
+    from shardkit.conversion.config import ConvertConfig, ShardSize
+    from shardkit.conversion.pipeline import convert
+
+    convert(ConvertConfig(camvid_root, out, format=fmt, splits=("val",), workers=1, quiet=True,
+                          shard_size=ShardSize(samples=7), **options))
+    _upload(out / "val", url)
+    return out / "val"
+
+
+TABLED = {"lmdb-raw-fixed": ("lmdb", {"size": (360, 480)}),
+          "lmdb-zstd-variable": ("lmdb", {"image_codec": "zstd", "label_codec": "zstd"}),
+          "hdf5-raw-fixed": ("hdf5", {"size": (360, 480)}),
+          "hdf5-raw-variable": ("hdf5", {}),
+          "hdf5-gzip-fixed": ("hdf5", {"size": (360, 480), "compression": "gzip"}),
+          "hdf5-lz4-variable": ("hdf5", {"image_codec": "lz4", "label_codec": "lz4"})}
+
+
+@pytest.mark.parametrize("case", list(TABLED))
+def test_an_lmdb_or_hdf5_split_read_by_ranges_equals_a_local_read(s3: str, camvid_root: Path, tmp_path: Path,
+                                                                   case: str) -> None:
+    """Every sample of a shuffled epoch equals a local read; no shard is downloaded; what is fetched beyond the
+    samples' own bytes is the tables (LMDB B-tree pages, HDF5 metadata and chunk index) and gaps."""
+    fmt, options = TABLED[case]
+    url = f"s3://ranges/{case}/val"
+    local = _converted(camvid_root, tmp_path / "out", url, fmt, **options)
+    ref = shardkit.open(local)
+    ds = _ranged(url, tmp_path / "cache")
+    stats = ds.source.stats  # type: ignore[attr-defined]
+    order = np.random.default_rng(6).permutation(len(ref)).tolist()
+    if "size" in options:
+        for batch in np.array_split(np.array(order), 5):
+            images, labels = ds.batch(batch)
+            want_images, want_labels = ref.batch(batch)
+            assert np.array_equal(images, want_images) and np.array_equal(labels, want_labels)
+    else:
+        for i in order:
+            (image, label), (want_i, want_l) = ds[i], ref[i]
+            assert np.array_equal(image, want_i) and np.array_equal(label, want_l)
+    assert not list((tmp_path / "cache").glob("*/shard-*"))
+    split_bytes = sum(s.files[0].bytes for s in ds.manifest.shards)
+    assert 0 < stats.used <= split_bytes
+    # read amplification: beyond the samples' bytes, each shard's tables (LMDB: 2-3 pages; HDF5: its metadata,
+    # in 4 KiB units) and gaps of at most 64 KiB coalesced into a batch's requests
+    assert stats.amplification <= 1.2, (stats.fetched, stats.used)
+    if "size" in options and "compression" not in options:  # raw samples: exactly their bytes are used
+        sample = 360 * 480 * 3 + 360 * 480 + (16 if fmt == "lmdb" else 0)
+        assert stats.used == len(ref) * sample
+    copy = pickle.loads(pickle.dumps(ds))  # what a spawned worker gets: it walks the tables again itself
+    assert np.array_equal(copy[order[0]][1], ref[order[0]][1])
