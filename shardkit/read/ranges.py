@@ -348,7 +348,15 @@ class _Ranged(ShardReader):
         presence = self.source.presence(self.pos)
         if presence is None:
             return
-        have = label_counts(self.spec, label, self.source.ignore)[: self.spec.num_classes] > 0
+        counts = label_counts(self.spec, label, self.source.ignore)
+        foreign = [v for v in np.flatnonzero(counts[self.spec.num_classes:]).tolist()
+                   if v + self.spec.num_classes != self.source.ignore]
+        if foreign:  # an id no class has (nor the ignore id): never handed out as a label
+            raise IntegrityError(f"sample {i}'s label holds id {foreign[0] + self.spec.num_classes}, which is not "
+                                 f"one of its {self.spec.num_classes} classes",
+                                 path=self.source.remote.url_of(self.shard.files[self.label_file].name),
+                                 fix="the object was changed or damaged after conversion; re-convert this split")
+        have = counts[: self.spec.num_classes] > 0
         if not np.array_equal(have, presence[i]):
             raise IntegrityError(f"sample {i}'s label holds classes {np.flatnonzero(have).tolist()}, its samples "
                                  f"sidecar records {np.flatnonzero(presence[i]).tolist()}",

@@ -408,3 +408,111 @@ def test_an_lmdb_or_hdf5_split_read_by_ranges_equals_a_local_read(s3: str, camvi
         assert stats.used == len(ref) * sample
     copy = pickle.loads(pickle.dumps(ds))  # what a spawned worker gets: it walks the tables again itself
     assert np.array_equal(copy[order[0]][1], ref[order[0]][1])
+
+
+# ------------------------------------------------------------------ hostile servers, every format read by ranges
+HOSTILE = {"npy": ("npy", {}), "lmdb": ("lmdb", {}), "hdf5": ("hdf5", {}), "tfrecord": ("tfrecord", {})}
+
+
+@pytest.fixture(scope="module")
+def hostile_splits(s3: str, camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """CamVid val at 180x240 in shards of 7 samples, one local split per format (each uploaded per test)."""
+    from shardkit.conversion.config import ConvertConfig, ShardSize
+    from shardkit.conversion.pipeline import convert
+
+    out = {}
+    for fmt in HOSTILE:
+        root = tmp_path_factory.mktemp(f"hostile-{fmt}")
+        convert(ConvertConfig(camvid_root, root, format=fmt, size=(180, 240), splits=("val",), workers=1,
+                              quiet=True, shard_size=ShardSize(samples=7)))
+        out[fmt] = root / "val"
+    return out
+
+
+def _hostile_url(hostile_splits: dict[str, Path], fmt: str, name: str) -> str:
+    url = f"s3://ranges/hostile-{name}-{fmt}/val"
+    _upload(hostile_splits[fmt], url)
+    return url
+
+
+@pytest.mark.parametrize("fmt", list(HOSTILE))
+@pytest.mark.parametrize("answer", ["truncated", "whole object (200)", "longer"])
+@pytest.mark.parametrize("when", ["tables", "samples"])
+def test_every_format_refuses_a_range_response_of_the_wrong_length_in_one_line(
+        hostile_splits: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str, answer: str,
+        when: str) -> None:
+    """A server (or proxy) that truncates a body, answers 200 with the whole object, or sends more than asked:
+    while the shard's tables are read (npy header, TFRecord index, LMDB B-tree, HDF5 metadata) or its samples."""
+    from s3fs.core import S3File
+
+    url = _hostile_url(hostile_splits, fmt, f"{answer[:5]}-{when}")
+    ref = shardkit.open(hostile_splits[fmt])
+    ds = _ranged(url, tmp_path / "cache")
+    if when == "samples":  # the shard's tables fetched intact first
+        assert np.array_equal(ds.batch([0, 1])[1], ref.batch([0, 1])[1])
+    real = S3File._fetch_range
+
+    def hostile(self: Any, start: int, end: int) -> bytes:
+        data = real(self, start, end)
+        if answer == "truncated":
+            return data[:-7]
+        if answer == "longer":
+            return data + b"\0"
+        return real(self, 0, self.size)  # the server ignored the Range header
+
+    monkeypatch.setattr(S3File, "_fetch_range", hostile)
+    with pytest.raises(IntegrityError) as err:
+        ds.batch([3, 5])
+    text = str(err.value)
+    assert "\n" not in text and "the server sent" in text and f"{url}/" in text, text
+
+
+@pytest.mark.parametrize("fmt", list(HOSTILE))
+def test_every_format_refuses_an_object_changed_mid_epoch_never_a_wrong_sample(
+        hostile_splits: dict[str, Path], tmp_path: Path, fmt: str) -> None:
+    """An object overwritten (same size) while a process reads it: the next range request fails on its ETag; a
+    process that opens the changed object afresh refuses every sample the change touched (pixel hash, class
+    bitmap, record CRC, record or chunk framing) and returns the others exactly."""
+    url = _hostile_url(hostile_splits, fmt, "changed")
+    local = hostile_splits[fmt]
+    ref = shardkit.open(local)
+    ds = _ranged(url, tmp_path / "cache")
+    assert np.array_equal(ds.batch([0, 1])[0], ref.batch([0, 1])[0])
+    name = ds.manifest.shards[0].files[0].name
+    data = bytearray((local / name).read_bytes())
+    for at in range(len(data) // 4, len(data), len(data) // 4):  # three stretches inside the shard's samples
+        data[at : at + 3000] = bytes(b ^ 0x5A for b in data[at : at + 3000])
+    Remote(url).write_bytes(name, bytes(data))
+    with pytest.raises(IntegrityError, match="changed while it was being read") as err:
+        ds.batch([2, 6])
+    assert f"{url}/{name}" in str(err.value) and "\n" not in str(err.value)
+    fresh = _ranged(url, tmp_path / "cache2")
+    refused = 0
+    for i in range(ds.manifest.shards[0].num_samples):
+        try:
+            image, label = fresh[i]
+        except (IntegrityError, ShardFormatError) as exc:
+            assert "\n" not in str(exc) and url in str(exc), exc
+            refused += 1
+            continue
+        want_image, want_label = ref[i]
+        assert np.array_equal(image, want_image) and np.array_equal(label, want_label), i
+    assert refused >= 1
+
+
+def test_a_label_holding_an_id_of_no_class_is_refused_even_when_its_classes_are_kept(
+        s3: str, camvid_val_npy: Path, tmp_path: Path) -> None:
+    """Ids past the class range (other than the ignore id) are not in the class bitmap: they are refused by name."""
+    url = "s3://ranges/labels-foreign/val"
+    _upload(camvid_val_npy, url)
+    m = json.loads((camvid_val_npy / "manifest.json").read_text())
+    name = m["shards"][0]["files"][1]["name"]
+    arr = np.load(camvid_val_npy / name)
+    arr[4, 0, :3] = 200  # three pixels of sample 4 set to an id no class has; its other classes all stay
+    fake = tmp_path / "labels.npy"
+    np.save(fake, arr)
+    Remote(url).write_bytes(name, fake.read_bytes())
+    ds = _ranged(url, tmp_path / "cache")
+    assert np.array_equal(ds[3][1], shardkit.open(camvid_val_npy)[3][1])
+    with pytest.raises(IntegrityError, match="sample 4's label holds id 200, which is not one of its 12 classes"):
+        ds.batch([4])
