@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import logging
 import pickle
 import threading
@@ -516,3 +518,79 @@ def test_a_label_holding_an_id_of_no_class_is_refused_even_when_its_classes_are_
     assert np.array_equal(ds[3][1], shardkit.open(camvid_val_npy)[3][1])
     with pytest.raises(IntegrityError, match="sample 4's label holds id 200, which is not one of its 12 classes"):
         ds.batch([4])
+
+
+# ------------------------------------------------------------------ the cache limit is a bound (must-have 3)
+def _folder_bytes(folder: Path) -> int:
+    """Bytes of the files under ``folder`` now (files removed while it is walked are skipped)."""
+    total = 0
+    for dirpath, _, names in os.walk(folder):
+        for name in names:
+            with contextlib.suppress(OSError):
+                total += (Path(dirpath) / name).stat().st_size
+    return total
+
+
+def _second_job(url: str, cache: str, limit: int, mode: str) -> None:
+    """Another job on the same cache folder: its own process, a shuffled pass sample by sample."""
+    ds = shardkit.open(url, cache_dir=cache, cache_limit=limit, remote_reads=mode)
+    for i in np.random.default_rng(9).permutation(len(ds)).tolist():
+        ds[i]
+    ds.close()
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")  # 4 workers on a 2-core machine
+@pytest.mark.parametrize("mode", ["shards", "ranges"])
+@pytest.mark.parametrize("workers", [2, 4])
+def test_the_cache_folder_stays_within_the_limit_under_a_dataloader_and_a_second_job(
+        s3: str, camvid_root: Path, tmp_path: Path, workers: int, mode: str) -> None:
+    """A 2- or 4-worker DataLoader reads a shuffled epoch while a second job (another process) reads the same
+    split through the same cache folder; the folder's peak, sampled every 2 ms, stays within ``cache_limit`` plus
+    one shard per process (whole shards), or holds manifests and samples sidecars only (ranges)."""
+    import multiprocessing
+
+    pytest.importorskip("torch")
+    from shardkit.conversion.config import ConvertConfig, ShardSize
+    from shardkit.conversion.pipeline import convert
+    from shardkit.read.torch import make_loader
+
+    local = tmp_path / "split"
+    convert(ConvertConfig(camvid_root, local, format="npy", size=(180, 240), splits=("val",), workers=1,
+                          quiet=True, shard_size=ShardSize(samples=2)))
+    url = f"s3://ranges/bound-{mode}-{workers}/val"
+    _upload(local / "val", url)
+    m = json.loads((local / "val" / "manifest.json").read_text())
+    shard_bytes = max(sum(f["bytes"] for f in [*s["files"], s["samples"]]) for s in m["shards"])
+    small = 2 * (local / "val" / "manifest.json").stat().st_size + sum(s["samples"]["bytes"] for s in m["shards"])
+    limit = 2 * shard_bytes + small + 4096  # two of the thirteen shards, the manifests and the sidecars
+    cache = tmp_path / "cache"
+    ref = shardkit.open(local / "val")
+    plan = shardkit.EpochPlan(4, seed=2)
+    loader = make_loader(url, plan, num_workers=workers, layout="NHWC", pin_memory=False,
+                         multiprocessing_context="fork", persistent_workers=False,
+                         options=shardkit.OpenOptions(cache_dir=cache, cache_limit=limit, remote_reads=mode))
+    done, peak = threading.Event(), [0]
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _folder_bytes(cache))
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    job = multiprocessing.get_context("fork").Process(target=_second_job, args=(url, str(cache), limit, mode))
+    try:
+        job.start()
+        got = [(images.numpy(), labels.numpy()) for images, labels in loader]
+        job.join(120)
+    finally:
+        done.set()
+        watcher.join()
+    assert job.exitcode == 0
+    for (images, labels), batch in zip(got, ref.sampler(plan).batches(), strict=True):
+        want_images, want_labels = ref.batch(batch)
+        assert np.array_equal(images, want_images) and np.array_equal(labels, want_labels)
+    if mode == "ranges":
+        assert 0 < peak[0] <= small + 4096, (peak[0], small)
+    else:  # the loader's parent, its workers and the second job: one read-through shard each at most
+        assert 0 < peak[0] <= limit + (workers + 2) * shard_bytes + 4096, (peak[0], limit, shard_bytes)
