@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import logging
+import os
 import pickle
 import threading
 import time
