@@ -1,14 +1,14 @@
 #!/usr/bin/env python
 """Range reads beside whole-shard caching and the peers, from S3 with added latency and bandwidth limits (issue 41).
 
-An optional benchmark (not a test): one run, one process, on the same data. A real CamVid split is converted to
-npy shards at 360x480 (8 samples per shard, ~5.5 MB), and the very same arrays (a uint8 RGB image and a uint8
-label per sample) are written with MosaicML Streaming's ``MDSWriter`` (shards of about 8 samples) and LitData's
-``optimize`` (chunks of 8 samples). All of it goes to a moto S3 server on 127.0.0.1 (started and stopped here;
-nothing else is contacted); every reader then reads through a small delaying proxy on 127.0.0.1 (each request
-waits ``--latency-ms`` before it is forwarded, responses are paced to ``--mbit``), which counts the requests and
-the response bytes of every row alike. Each row reads one shuffled epoch in this process with a cache limit of
-the split's size ÷ ``--ratio`` (10: the split is 10x the cache):
+An optional benchmark (not a test): one run, one process, on the same data. A real CamVid split is converted to npy
+shards (``--format``: or LMDB, HDF5, TFRecord) at 360x480 (8 samples per shard, ~5.5 MB), and the very same arrays
+(a uint8 RGB image and a uint8 label per sample) are written with MosaicML Streaming's ``MDSWriter`` (shards of
+about 8 samples) and LitData's ``optimize`` (chunks of 8 samples). All of it goes to a moto S3 server on 127.0.0.1
+(started and stopped here; nothing else is contacted); every reader then reads through a small delaying proxy on
+127.0.0.1 (each request waits ``--latency-ms`` before it is forwarded, responses are paced to ``--mbit``), which
+counts the requests and the response bytes of every row alike. Each row reads one shuffled epoch in this process
+with a cache limit of the split's size ÷ ``--ratio`` (10: the split is 10x the cache):
 
 * shardkit, range reads (``remote_reads="ranges"``), global shuffle and its buffer shuffle (shards in random
   order, samples through a buffer of one shard's samples), batches of ``--batch-size``;
@@ -116,6 +116,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "camvid-segnet")
     parser.add_argument("--split", default="train")
+    parser.add_argument("--format", default="npy", choices=("npy", "lmdb", "hdf5", "tfrecord"),
+                        help="shardkit's shard format (one object per shard for lmdb, hdf5: one request per sample)")
     parser.add_argument("--shard-size", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--ratio", type=float, default=10.0, help="split size ÷ cache limit")
@@ -131,8 +133,8 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-ranges-peers-") as tmp_name, local_s3() as endpoint:
         tmp = Path(tmp_name)
-        convert(ConvertConfig(args.data, tmp / "shards", size=(360, 480), splits=(args.split,), quiet=True,
-                              workers=2, shard_size=ShardSize(samples=args.shard_size)))
+        convert(ConvertConfig(args.data, tmp / "shards", format=args.format, size=(360, 480), splits=(args.split,),
+                              quiet=True, workers=2, shard_size=ShardSize(samples=args.shard_size)))
         local_dir = tmp / "shards" / args.split
         local = shardkit.open(local_dir)
         sample_bytes = 360 * 480 * 4
@@ -192,7 +194,8 @@ def main() -> None:
                    timed(lambda: ((s["image"], s["label"]) for s in lit), proxy))
         proxy.close()
     whole_rate = next(r["samples_per_s"] for r in rows if r["name"] == "shardkit whole shards, global shuffle")
-    print(f"{args.split}: {len(local)} samples of 360x480 (uint8 RGB + uint8 label), {split_bytes / 1e6:.1f} MB; "
+    print(f"{args.split}: {len(local)} samples of 360x480 (uint8 RGB + uint8 label), {split_bytes / 1e6:.1f} MB, "
+          f"shardkit as {args.format}; "
           f"cache limit {limit / 1e6:.1f} MB (split ÷ {args.ratio:g}); shards/chunks of {args.shard_size} samples; "
           f"batch {args.batch_size}; proxy: +{args.latency_ms:g} ms per request, {args.mbit:g} Mbit/s")
     for note in notes:
