@@ -5,7 +5,9 @@ shard is a plain array, so sample ``j``'s bytes are ``[offset + j·row, offset +
 be fetched alone with an HTTP range request; an uncompressed TFRecord shard's index object gives each record's
 ``offset length`` (fetched whole once per process, bounded by the sample count and checked by its sha256), and each
 record is read by the format's own code (framing and both CRC32Cs: every record's bytes, labels included, are
-checked). What follows is said for npy:
+checked). An LMDB shard's B-tree and an HDF5 shard's metadata and chunk index are walked by ranges (:class:`_Pages`,
+in :data:`TABLE_UNIT` units, bounded by :data:`TABLE_BYTES`) with the local readers' own checked code, which then
+gives each record's or chunk's bytes. What follows is said for npy:
 
 * **Bounds first.** Every range comes from the manifest (object size, sample count, shape and dtype), and is
   checked to lie inside the object before it is requested; nothing is sized from a server's answer. The data
