@@ -594,3 +594,39 @@ def test_the_cache_folder_stays_within_the_limit_under_a_dataloader_and_a_second
         assert 0 < peak[0] <= small + 4096, (peak[0], small)
     else:  # the loader's parent, its workers and the second job: one read-through shard each at most
         assert 0 < peak[0] <= limit + (workers + 2) * shard_bytes + 4096, (peak[0], limit, shard_bytes)
+
+
+@pytest.mark.parametrize("edit", ["stated size past the file", "overflow page past the end"])
+def test_a_damaged_lmdb_leaf_node_read_by_ranges_is_one_line_naming_the_sample(
+        hostile_splits: dict[str, Path], tmp_path: Path, edit: str) -> None:
+    """The B-tree walk by ranges is the local reader's checked walk: a leaf node whose value size or first overflow
+    page lies past the object is refused by name (nothing sized or fetched from it); the other samples read."""
+    import shutil
+    import struct
+
+    from shardkit.formats._lmdb_pages import _current_meta
+    from shardkit.formats.lmdb import sample_key
+    from tests.fuzz import refresh_manifest
+
+    split = tmp_path / "val"
+    shutil.copytree(hostile_splits["lmdb"], split)
+    path = sorted(split.glob("shard-*.lmdb"))[0]
+    data = bytearray(path.read_bytes())
+    psize, root = _current_meta(data, len(data))  # seven samples and the metadata: the root is the one leaf page
+    node = data.find(struct.pack("<H", 8) + sample_key(1), root * psize, (root + 1) * psize) - 6
+    assert node > 0 and data[node + 4] & 1  # an F_BIGDATA node: the value is on overflow pages
+    if edit == "stated size past the file":
+        data[node : node + 4] = struct.pack("<HH", 0xFFFF, 0x00FF)  # the value's size: 16 MiB
+    else:
+        data[node + 16 : node + 24] = struct.pack("<Q", 10**6)  # first overflow page far past the end
+    path.write_bytes(bytes(data))
+    refresh_manifest(split)
+    url = f"s3://ranges/lmdb-damaged-{edit.split()[0]}/val"
+    _upload(split, url)
+    ds = _ranged(url, tmp_path / "cache")
+    with pytest.raises(ShardFormatError, match="sample 1 cannot be found in the LMDB B-tree") as err:
+        ds.batch([0, 1])
+    assert f"{url}/{path.name}" in str(err.value) and "\n" not in str(err.value)
+    ref = shardkit.open(hostile_splits["lmdb"])
+    assert np.array_equal(ds.batch([0, 2])[0], ref.batch([0, 2])[0])
+    assert ds.source.stats.fetched < ds.manifest.shards[0].files[0].bytes  # type: ignore[attr-defined]
