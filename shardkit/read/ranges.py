@@ -730,7 +730,9 @@ class RangedHdf5Reader(_Ranged, Hdf5Reader):
         return self._source_file
 
     def _open(self) -> None:
-        self._source_file = _PagesFile(_Pages(self, self.shard.files[0]))
+        pages = _Pages(self, self.shard.files[0])
+        pages.need([(0, 3 * TABLE_UNIT)])  # the superblock and the root group's headers: one request, not three
+        self._source_file = _PagesFile(pages)
         try:
             Hdf5Reader._open(self)
         except ShardkitError:

@@ -456,6 +456,8 @@ def test_every_format_refuses_a_range_response_of_the_wrong_length_in_one_line(
 
     def hostile(self: Any, start: int, end: int) -> bytes:
         data = real(self, start, end)
+        if fmt == "hdf5" and start == 0:  # the file's head, fetched before h5py opens it: the hostile answers
+            return data  # come to h5py's own metadata reads (passed on through its file object)
         if answer == "truncated":
             return data[:-7]
         if answer == "longer":
