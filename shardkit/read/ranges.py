@@ -586,10 +586,11 @@ class _Pages:
         self.most = TABLE_BYTES + TABLE_BYTES_PER_SAMPLE * len(reader)
 
     def need(self, spans: Sequence[tuple[int, int]]) -> None:
-        """Fetch the units holding byte spans ``(at, length)`` (inside the object) not fetched yet, in one go."""
+        """Fetch the units holding byte spans ``(at, length)`` (clipped to the object) not fetched yet, in one go."""
         unit = TABLE_UNIT
-        want = sorted({u for at, n in spans if n > 0 and at >= 0 and at + n <= self.size
-                       for u in range(at // unit, (at + n - 1) // unit + 1)} - self.units.keys())
+        clipped = [(at, min(at + n, self.size)) for at, n in spans if at >= 0]
+        want = sorted({u for at, end in clipped if end > at
+                       for u in range(at // unit, (end - 1) // unit + 1)} - self.units.keys())
         if not want:
             return
         if (len(self.units) + len(want)) * unit > self.most:
@@ -633,13 +634,16 @@ class _PagesFile(io.RawIOBase):
         return self.pos
 
     def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        try:
-            data = self.pages.read(self.pos, len(view))
-        except ShardkitError as exc:
-            self.error = self.error or exc
-            raise
-        view[: len(data)] = data
+        """Into HDF5's buffer; a failed request is kept for the caller (without its traceback, whose frames would
+        keep views of HDF5's memory alive past its release) and HDF5 sees the end of the file."""
+        with memoryview(buffer) as raw, raw.cast("B") as view:
+            data = b""
+            if self.error is None:
+                try:
+                    data = self.pages.read(self.pos, len(view))
+                except ShardkitError as exc:
+                    self.error = exc.with_traceback(None)
+            view[: len(data)] = data
         self.pos += len(data)
         return len(data)
 
@@ -732,15 +736,24 @@ class RangedHdf5Reader(_Ranged, Hdf5Reader):
     def _open(self) -> None:
         pages = _Pages(self, self.shard.files[0])
         pages.need([(0, 3 * TABLE_UNIT)])  # the superblock and the root group's headers: one request, not three
-        self._source_file = _PagesFile(pages)
+        source = self._source_file = _PagesFile(pages)
+        failed: ShardkitError | None = None
         try:
             Hdf5Reader._open(self)
-        except ShardkitError:
-            if self._source_file.error is not None:  # a failed range request, not the file
-                raise self._source_file.error from None
-            raise
+        except ShardkitError as exc:
+            failed = source.error or exc  # a failed range request, else what is wrong with the file
         finally:
+            if self._file is not None:  # an open that failed half-way: closed here, not at interpreter exit
+                with contextlib.suppress(Exception):
+                    self._file.close()
+                self._file = None
             self._source_file = None
+        if failed is not None:
+            # raised bare: the chain of HDF5's own exception keeps h5py's frames (its file access property list,
+            # which holds this Python file object) alive until the interpreter exits, where freeing them crashed
+            # the process (SIGSEGV)
+            failed.__context__ = failed.__cause__ = None
+            raise failed.with_traceback(None)
 
     def _open_map(self, f: Any, images: Any, labels: Any) -> None:
         """The chunk tables from HDF5's index (no memory map); the h5py file is closed (samples never go through

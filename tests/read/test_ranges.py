@@ -632,3 +632,43 @@ def test_a_damaged_lmdb_leaf_node_read_by_ranges_is_one_line_naming_the_sample(
     ref = shardkit.open(hostile_splits["lmdb"])
     assert np.array_equal(ds.batch([0, 2])[0], ref.batch([0, 2])[0])
     assert ds.source.stats.fetched < ds.manifest.shards[0].files[0].bytes  # type: ignore[attr-defined]
+
+
+_HDF5_OPEN_FAILS = """
+import sys
+from pathlib import Path
+import shardkit
+from s3fs.core import S3File
+from shardkit.errors import IntegrityError
+from shardkit.files.storage import Remote
+from shardkit.testing import local_s3, make_bucket
+
+with local_s3():
+    make_bucket("crash")
+    remote = Remote("s3://crash/val")
+    for p in sorted(Path(sys.argv[1]).iterdir()):
+        remote.upload(p, p.name)
+    ds = shardkit.open(remote.url, cache_dir=sys.argv[2], remote_reads="ranges")
+    real = S3File._fetch_range
+    S3File._fetch_range = lambda self, a, b: real(self, a, b)[: None if a == 0 else -7]  # truncated after the head
+    try:
+        ds.batch([3, 5])
+    except IntegrityError as exc:
+        kept = exc  # held to the end, as a test runner or a caller's log handler holds it
+        print("refused:", exc)
+"""
+
+
+def test_an_hdf5_open_that_fails_by_ranges_does_not_crash_the_process_at_exit(
+        hostile_splits: dict[str, Path], tmp_path: Path) -> None:
+    """h5py's file object keeps the Python object it reads through: the failed open's exception chain held h5py's
+    frames (its file access list) until the interpreter exited, and freeing them then killed the process
+    (SIGSEGV, exit 139) after the error was reported."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _HDF5_OPEN_FAILS, str(hostile_splits["hdf5"]), str(tmp_path / "c")],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert "refused:" in done.stdout and "the server sent" in done.stdout, done.stderr[-2000:]
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
