@@ -64,12 +64,19 @@ def epoch(ds: shardkit.Dataset, batch_size: int, seed: int, ep: int, mode: str, 
     return time.perf_counter() - start, n
 
 
+#: How an HTTP request's first chunk starts (what :class:`DelayProxy` counts as one request).
+_METHODS = (b"GET ", b"HEAD ", b"PUT ", b"POST ", b"DELETE ")
+
+
 class DelayProxy:
     """A TCP proxy on 127.0.0.1 that delays each chunk a client sends by ``latency`` seconds (one request, for
-    small HTTP requests) and paces what the server sends back to ``bandwidth`` bytes/s (0: unlimited)."""
+    small HTTP requests) and paces what the server sends back to ``bandwidth`` bytes/s (0: unlimited). It counts
+    the requests sent through it and the bytes the server sent back (:meth:`reset` sets both to 0)."""
 
     def __init__(self, target: tuple[str, int], latency: float, bandwidth: float) -> None:
         self.target, self.latency, self.bandwidth = target, latency, bandwidth
+        self.requests = self.received = 0
+        self._lock = threading.Lock()
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         threading.Thread(target=self._accept, daemon=True).start()
@@ -89,8 +96,13 @@ class DelayProxy:
             while chunk := src.recv(1 << 16):
                 if request:
                     time.sleep(self.latency)
-                elif self.bandwidth:
-                    time.sleep(len(chunk) / self.bandwidth)
+                    with self._lock:
+                        self.requests += chunk.startswith(_METHODS)
+                else:
+                    with self._lock:
+                        self.received += len(chunk)
+                    if self.bandwidth:
+                        time.sleep(len(chunk) / self.bandwidth)
                 dst.sendall(chunk)
         except OSError:
             pass
@@ -98,6 +110,11 @@ class DelayProxy:
             for s in (src, dst):
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
+
+    def reset(self) -> None:
+        """Start counting requests and response bytes afresh."""
+        with self._lock:
+            self.requests = self.received = 0
 
     def close(self) -> None:
         self.sock.close()

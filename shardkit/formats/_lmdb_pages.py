@@ -22,6 +22,7 @@ else, formats/lmdb.md) and never reads values, so its work is one step per page 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,10 +73,22 @@ def check_overflow(data: Any, table: RecordTable, i: int) -> str | None:
     first = table.overflow_page(i)
     if first is None:
         return None
+    at = first * table.page_size
+    return overflow_problem(memoryview(data)[at : at + _HEADER], table, i, len(data))
+
+
+def overflow_problem(header: Any, table: RecordTable, i: int, size: int) -> str | None:
+    """:func:`check_overflow` on the 16 bytes in front of record ``i``'s value (its overflow page's header, as
+    fetched by a range read) in a file of ``size`` bytes; None for an inline value."""
+    first = table.overflow_page(i)
+    if first is None:
+        return None
     psize, at = table.page_size, first * table.page_size
-    pgno, flags, pages = struct.unpack_from("<QxxHI", data, at)
+    if len(header) < _HEADER:
+        return f"its overflow page {first} is damaged"
+    pgno, flags, pages = struct.unpack_from("<QxxHI", header, 0)
     end = int(table.ranges[i, 1])
-    if pgno != first or not flags & _P_OVERFLOW or at + pages * psize < end or at + pages * psize > len(data):
+    if pgno != first or not flags & _P_OVERFLOW or at + pages * psize < end or at + pages * psize > size:
         return f"its overflow page {first} is damaged"
     return None
 
@@ -90,21 +103,34 @@ def value_ranges(data: Any, n: int) -> np.ndarray | None:
     return table.ranges if (table.ranges[:, 0] >= 0).all() else None
 
 
+#: ``read(at, length)``: ``length`` bytes of the file from byte ``at`` (a buffer; the caller keeps it in the file).
+Read = Callable[[int, int], Any]
+#: ``need(spans)``: the walk will read these ``(at, length)`` byte spans (pages) next (a range reader fetches them
+#: in one go; locally nothing is done).
+Need = Callable[[list[tuple[int, int]]], None]
+
+
 def read_table(data: Any, n: int) -> RecordTable:
     """The :class:`RecordTable` of ``n`` sample records in ``data``; LmdbLayoutError when there is none."""
+    view = memoryview(data)
+    return read_table_from(lambda at, length: view[at : at + length], len(data), n)
+
+
+def read_table_from(read: Read, size: int, n: int, need: Need | None = None) -> RecordTable:
+    """:func:`read_table` of a file of ``size`` bytes read page by page through ``read`` (e.g. by range
+    requests; ``need`` is told each branch page's children before they are read)."""
     try:
-        return _walk(data, n)
+        return _walk(read, size, n, need)
     except struct.error as exc:  # unreachable with the checks below; kept as a one-line error, not a crash
         raise LmdbLayoutError(f"a page runs past the end of the file ({exc})") from None
 
 
-def _walk(data: Any, n: int) -> RecordTable:
-    size = len(data)
-    psize, root = _current_meta(data, size)
+def _walk(read: Read, size: int, n: int, need: Need | None) -> RecordTable:
+    psize, root = _current_meta_from(read, size)
     if n < 0 or n > max(0, size - 2 * psize) // MIN_RECORD_BYTES:
         raise LmdbLayoutError(f"a file of {size} bytes cannot hold {n} sample records")
     out = np.full((n, 2), MISSING, np.int64)
-    walk = _Walk(data, size, psize, n, out)
+    walk = _Walk(read, size, psize, n, out, need)
     if root != 0xFFFFFFFFFFFFFFFF:  # P_INVALID: an empty database
         walk.run(root)
     return RecordTable(out, walk.meta, psize, walk.problem)
@@ -113,8 +139,8 @@ def _walk(data: Any, n: int) -> RecordTable:
 class _Walk:
     """One in-order walk of the main database's B-tree (keys come out sorted: samples, then the metadata)."""
 
-    def __init__(self, data: Any, size: int, psize: int, n: int, out: np.ndarray) -> None:
-        self.data, self.size, self.psize, self.n, self.out = data, size, psize, n, out
+    def __init__(self, read: Read, size: int, psize: int, n: int, out: np.ndarray, need: Need | None) -> None:
+        self.read, self.size, self.psize, self.n, self.out, self.need = read, size, psize, n, out, need
         self.pages = size // psize
         self.seen = bytearray((self.pages + 7) // 8)
         self.meta: tuple[int, int] | None = None
@@ -133,25 +159,27 @@ class _Walk:
             page = self._page(pgno, depth)
             if page is None:
                 continue
-            flags, ptrs = page
-            base = pgno * self.psize
+            flags, ptrs, buf = page
             if flags == _P_BRANCH:
                 children = []
                 for p in ptrs:
-                    lo, hi, fl, ksize = struct.unpack_from("<HHHH", self.data, base + p)
+                    lo, hi, fl, ksize = struct.unpack_from("<HHHH", buf, p)
                     if p + _NODE + ksize > self.psize:
                         self.damaged(f"branch page {pgno} has a node running past the page")
                         continue
                     children.append((lo | hi << 16 | fl << 32, depth + 1))
                 stack.extend(reversed(children))  # popped left to right: keys in order
+                if self.need is not None:
+                    self.need([(c * self.psize, self.psize) for c, _ in children if 2 <= c < self.pages])
             else:
                 for p in ptrs:
-                    self._leaf_node(pgno, base, p)
+                    self._leaf_node(pgno, buf, p)
                     if self.stop:
                         break
 
-    def _page(self, pgno: int, depth: int) -> tuple[int, tuple[int, ...]] | None:
-        """(kind, node offsets) of branch or leaf page ``pgno``, all checked; None (noted) when damaged."""
+    def _page(self, pgno: int, depth: int) -> tuple[int, tuple[int, ...], Any] | None:
+        """(kind, node offsets, the page's bytes) of branch or leaf page ``pgno``, all checked; None (noted) when
+        damaged."""
         if not 2 <= pgno < self.pages or depth > _MAX_DEPTH:
             self.damaged(f"page {pgno} is outside the file" if depth <= _MAX_DEPTH else "the tree is too deep")
             return None
@@ -159,8 +187,8 @@ class _Walk:
             self.damaged(f"page {pgno} is reached twice")
             return None
         self.seen[pgno >> 3] |= 1 << (pgno & 7)
-        base = pgno * self.psize
-        own, flags, lower, upper = struct.unpack_from("<QxxHHH", self.data, base)
+        buf = self.read(pgno * self.psize, self.psize)
+        own, flags, lower, upper = struct.unpack_from("<QxxHHH", buf, 0)
         kind = flags & _P_KINDS
         if own != pgno or kind not in (_P_BRANCH, _P_LEAF):
             self.damaged(f"page {pgno} is not a branch or leaf page")
@@ -168,18 +196,19 @@ class _Walk:
         if not _HEADER <= lower <= upper <= self.psize or (lower - _HEADER) % 2:
             self.damaged(f"page {pgno} has a damaged header")
             return None
-        ptrs = struct.unpack_from(f"<{(lower - _HEADER) // 2}H", self.data, base + _HEADER)
+        ptrs = struct.unpack_from(f"<{(lower - _HEADER) // 2}H", buf, _HEADER)
         if any(not upper <= p <= self.psize - _NODE for p in ptrs):
             self.damaged(f"page {pgno} has a node outside the page")
             return None
-        return kind, ptrs
+        return kind, ptrs, buf
 
-    def _leaf_node(self, pgno: int, base: int, p: int) -> None:
-        """Record the value range of the leaf node at ``base + p`` when its key is a sample's or the metadata's."""
-        data, psize = self.data, self.psize
-        lo, hi, fl, ksize = struct.unpack_from("<HHHH", data, base + p)
+    def _leaf_node(self, pgno: int, data: Any, p: int) -> None:
+        """Record the value range of the leaf node at byte ``p`` of leaf page ``pgno`` (its bytes: ``data``) when
+        its key is a sample's or the metadata's."""
+        psize = self.psize
+        lo, hi, fl, ksize = struct.unpack_from("<HHHH", data, p)
         dsize = lo | hi << 16
-        kpos = base + p + _NODE
+        kpos = p + _NODE
         if p + _NODE + ksize > psize:
             self.damaged(f"leaf page {pgno} has a key running past the page")
             return
@@ -193,7 +222,7 @@ class _Walk:
                 (first,) = struct.unpack_from("<Q", data, kpos + ksize)
                 begin = first * psize + _HEADER if 2 <= first < self.pages else -1
         else:
-            begin = kpos + ksize if p + _NODE + ksize + dsize <= psize else -1
+            begin = pgno * psize + kpos + ksize if p + _NODE + ksize + dsize <= psize else -1
         ok = 0 <= begin <= self.size - dsize
         if key == META_KEY:
             if ok and dsize <= MAX_META_BYTES:
@@ -221,26 +250,33 @@ class _Walk:
 
 def _current_meta(data: Any, size: int) -> tuple[int, int]:
     """(page size, main database root page) of the meta page with the larger transaction id."""
-    first = _meta(data, 0, size)
+    view = memoryview(data)
+    return _current_meta_from(lambda at, length: view[at : at + length], size)
+
+
+def _current_meta_from(read: Read, size: int) -> tuple[int, int]:
+    """:func:`_current_meta` through ``read`` (see :func:`read_table_from`)."""
+    first = _meta(read, 0, size)
     if first is None:
         raise LmdbLayoutError("its first meta page is damaged (not an LMDB file)")
     psize = first[0]
-    second = _meta(data, psize, size)
+    second = _meta(read, psize, size)
     best = second if second is not None and second[0] == psize and second[2] > first[2] else first
     return best[0], best[1]
 
 
-def _meta(data: Any, at: int, size: int) -> tuple[int, int, int] | None:
+def _meta(read: Read, at: int, size: int) -> tuple[int, int, int] | None:
     """(page size, main root page, txnid) of the meta page at byte ``at``, or None when it is not one."""
     if at + _META_END > size:
         return None
-    (flags,) = struct.unpack_from("<H", data, at + 10)
-    magic, version = struct.unpack_from("<II", data, at + _HEADER)
+    page = read(at, _META_END)
+    (flags,) = struct.unpack_from("<H", page, 10)
+    magic, version = struct.unpack_from("<II", page, _HEADER)
     if not flags & _P_META or magic != _MAGIC or version != 1:
         return None
-    (psize,) = struct.unpack_from("<I", data, at + _HEADER + 24)  # mm_dbs[FREE_DBI].md_pad
-    (root,) = struct.unpack_from("<Q", data, at + _HEADER + 24 + 48 + 40)  # mm_dbs[MAIN_DBI].md_root
-    (txnid,) = struct.unpack_from("<Q", data, at + _HEADER + 24 + 96 + 8)  # after mm_last_pg
+    (psize,) = struct.unpack_from("<I", page, _HEADER + 24)  # mm_dbs[FREE_DBI].md_pad
+    (root,) = struct.unpack_from("<Q", page, _HEADER + 24 + 48 + 40)  # mm_dbs[MAIN_DBI].md_root
+    (txnid,) = struct.unpack_from("<Q", page, _HEADER + 24 + 96 + 8)  # after mm_last_pg
     if psize < 512 or psize > 65536 or psize & (psize - 1) or 2 * psize > size:
         return None
     return psize, root, txnid

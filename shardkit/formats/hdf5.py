@@ -224,14 +224,14 @@ class Hdf5Reader(ShardReader):
         self._map = self._chunks = self._mapping = None
         register_filters(self.codecs)
         try:
-            self._file = f = h5py.File(self.path(self.shard.files[0].name), "r")
+            self._file = f = h5py.File(self.h5_source(), "r")
             foreign = _foreign_storage(f)
             if foreign is not None:
                 f.close()
                 self._file = None
                 raise ShardFormatError(
                     f"refusing HDF5 shard: {foreign}, which reads data from outside this file",
-                    path=self.path(self.shard.files[0].name),
+                    path=self.corrupt("").path,
                     fix="shardkit never writes links or external storage; do not use shards from untrusted "
                         "sources; re-convert this split")
             attrs = {k: _plain(f.attrs.get(k)) for k in ("format", "format_version", "num_samples")}
@@ -257,6 +257,10 @@ class Hdf5Reader(ShardReader):
             raise self.corrupt(f"cannot read the HDF5 datasets' shapes and types ({type(exc).__name__}: {exc})") \
                 from None
         self._open_map(f, images, labels)
+
+    def h5_source(self) -> Any:
+        """What ``h5py.File`` opens: the shard's path (a range reader gives a file object)."""
+        return str(self.path(self.shard.files[0].name))
 
     def _check_datasets(self, attrs: dict[str, Any], images: Any, labels: Any) -> None:
         """The root attributes and the datasets' shapes, dtypes and chunk sizes against the manifest."""
@@ -296,25 +300,19 @@ class Hdf5Reader(ShardReader):
     def _map_tables(self, f: Any, images: Any, labels: Any) -> str | None:
         """Set up the memory-mapped path, or say why not."""
         try:
-            if f.id.get_create_plist().get_userblock() != 0:
-                return "it has a user block (shardkit writes none)"
             with open(self.path(self.shard.files[0].name), "rb") as fh:
                 size = os.fstat(fh.fileno()).st_size
                 if size == 0:
                     return "the file is empty"
                 mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
             whole = np.frombuffer(mm, np.uint8)
-            tables: dict[str, Any] = {}
+            tables = chunk_tables(f, (images, labels), size, self)
+            if isinstance(tables, str):
+                return tables
             for ds in (images, labels):
-                if _nfilters(ds):
-                    table: Any = _FilteredChunks.build(ds, size, self)
-                    if isinstance(table, str):
-                        return table
-                else:
-                    table = _ChunkTable.build(ds, size)
-                    if table is None or not table.spot_check(ds, whole):
-                        return f"{ds.name!r} chunks are not where HDF5 says"
-                tables[ds.name.lstrip("/")] = table
+                table = tables[ds.name.lstrip("/")]
+                if isinstance(table, _ChunkTable) and not table.spot_check(ds, whole):
+                    return f"{ds.name!r} chunks are not where HDF5 says"
         except (OSError, ValueError, RuntimeError, NotImplementedError, AttributeError, TypeError) as exc:
             return f"{type(exc).__name__}: {exc}"
         self._map, self._chunks, self._mapping = whole, tables, MappedArray(mm, 0)
@@ -410,6 +408,25 @@ class Hdf5Reader(ShardReader):
             self._get("labels", src, out_labels, dst)
             k += run
         return True
+
+
+def chunk_tables(f: Any, datasets: Sequence[Any], size: int, reader: ShardReader) -> dict[str, Any] | str:
+    """Where each chunk of ``datasets`` (images, labels) lies in the file of ``size`` bytes (a
+    :class:`_ChunkTable` per raw dataset, a :class:`_FilteredChunks` per compressed one, by name), or why not."""
+    if f.id.get_create_plist().get_userblock() != 0:
+        return "it has a user block (shardkit writes none)"
+    tables: dict[str, Any] = {}
+    for ds in datasets:
+        if _nfilters(ds):
+            table: Any = _FilteredChunks.build(ds, size, reader)
+            if isinstance(table, str):
+                return table
+        else:
+            table = _ChunkTable.build(ds, size)
+            if table is None:
+                return f"{ds.name!r} chunks are not raw, whole and inside the file"
+        tables[ds.name.lstrip("/")] = table
+    return tables
 
 
 def _chunk_infos(ds: Any) -> list[Any]:

@@ -138,21 +138,27 @@ class LmdbReader(ShardReader):
             table = read_table(mm, len(self))
         except (OSError, LmdbLayoutError) as exc:
             raise self.corrupt(f"not a readable LMDB shard: {exc}") from None
+        self.check_meta(bytes(mm[table.meta[0] : table.meta[1]]) if table.meta is not None else None, table,
+                        path)
+        self._mapping, self._table = MappedArray(mm, 0), table
+        self._mapping.set_random()  # read-around off, as LMDB's readahead=False: reads are hinted range by range
+
+    def check_meta(self, raw: bytes | None, table: RecordTable, where: Any) -> None:
+        """Refuse a shard whose metadata record (``raw``; None when the walk found none) disagrees with the
+        manifest (format version, sample count, codecs)."""
         meta: Any = None
-        if table.meta is not None:
+        if raw is not None:
             try:
-                meta = json.loads(bytes(mm[table.meta[0] : table.meta[1]]))
+                meta = json.loads(raw)
             except (ValueError, RecursionError):
                 meta = None
         want: dict[str, Any] = {"format_version": self.format_version, "num_samples": len(self)}
         if self.format_version >= 2:
             want["codecs"] = self.codecs.to_json()
         if not isinstance(meta, dict) or {k: meta.get(k) for k in want} != want:
-            detail = f"{meta!r}"[:200] if table.meta is not None else f"missing ({table.problem or 'no record'})"
+            detail = f"{meta!r}"[:200] if raw is not None else f"missing ({table.problem or 'no record'})"
             raise ShardFormatError(f"LMDB shard metadata {detail} disagrees with the manifest ({want})",
-                                   path=path, fix="re-convert this split")
-        self._mapping, self._table = MappedArray(mm, 0), table
-        self._mapping.set_random()  # read-around off, as LMDB's readahead=False: reads are hinted range by range
+                                   path=where, fix="re-convert this split")
 
     def record(self, i: int) -> memoryview:
         """Local record ``i``'s bytes, a read-only view of the map, checked to lie in the file."""

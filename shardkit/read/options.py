@@ -44,7 +44,7 @@ class OpenOptions:
     bytes (``"20GB"``, or a byte count), with ``storage_options`` for fsspec (endpoint, credentials).
     ``version=N`` opens the kept publish N of the split instead of the current one. ``remote_reads``: how a split
     on object storage is read — ``"shards"`` whole shards through the cache, ``"ranges"`` sample by sample with
-    range requests (npy, uncompressed TFRecord; :mod:`shardkit.read.ranges`), ``"auto"`` (default)
+    range requests (npy, LMDB, HDF5, uncompressed TFRecord; :mod:`shardkit.read.ranges`), ``"auto"`` (default)
     ranges when the split can be and is larger than ``cache_limit``, else shards (the choice is logged).
     """
 

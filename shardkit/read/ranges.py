@@ -5,7 +5,9 @@ shard is a plain array, so sample ``j``'s bytes are ``[offset + j·row, offset +
 be fetched alone with an HTTP range request; an uncompressed TFRecord shard's index object gives each record's
 ``offset length`` (fetched whole once per process, bounded by the sample count and checked by its sha256), and each
 record is read by the format's own code (framing and both CRC32Cs: every record's bytes, labels included, are
-checked). What follows is said for npy:
+checked). An LMDB shard's B-tree and an HDF5 shard's metadata and chunk index are walked by ranges (:class:`_Pages`,
+in :data:`TABLE_UNIT` units, bounded by :data:`TABLE_BYTES`) with the local readers' own checked code, which then
+gives each record's or chunk's bytes. What follows is said for npy:
 
 * **Bounds first.** Every range comes from the manifest (object size, sample count, shape and dtype), and is
   checked to lie inside the object before it is requested; nothing is sized from a server's answer. The data
@@ -49,7 +51,10 @@ from ..files.samples import pixel_hash
 from ..files.splitfiles import MAX_SIDE, ShardFile, ShardInfo
 from ..files.storage import Remote
 from ..files.storage import storage_error as wrap_error
+from ..formats._lmdb_pages import LmdbLayoutError, overflow_problem, read_table_from
 from ..formats.base import SampleSpec, ShardFormat, ShardReader
+from ..formats.hdf5 import Hdf5Reader, _ChunkTable, chunk_tables
+from ..formats.lmdb import LmdbReader
 from ..formats.tfrecord import INDEX_LINE_BYTES, TfrecordReader
 from ..store.derived import label_counts
 from ..store.manifest import Manifest
@@ -70,6 +75,12 @@ PARALLEL = 8
 MAX_HEADER = 65536
 #: Bytes hashed per request when a ranged split is opened with ``verify=True``.
 VERIFY_CHUNK = 8 << 20
+#: Bytes fetched at once while an LMDB B-tree or HDF5 metadata is walked by ranges (aligned to this size).
+TABLE_UNIT = 4096
+#: Most bytes a shard's table walk (LMDB pages, HDF5 metadata and chunk index) may fetch: this much plus
+#: :data:`TABLE_BYTES_PER_SAMPLE` per sample; a walk that needs more is a damaged or foreign file.
+TABLE_BYTES = 4 << 20
+TABLE_BYTES_PER_SAMPLE = 1024
 
 
 @dataclass
@@ -88,8 +99,9 @@ class RangeStats:
 
 
 def ranged_format(fmt: type[ShardFormat], spec: SampleSpec, format_options: dict[str, Any]) -> str | None:
-    """Why ``fmt``/``spec`` cannot be read by ranges (None when it can): npy and uncompressed TFRecord can."""
-    if fmt.name == "npy":
+    """Why ``fmt``/``spec`` cannot be read by ranges (None when it can): npy, LMDB, HDF5 and uncompressed
+    TFRecord can."""
+    if fmt.name in ("npy", "lmdb", "hdf5"):
         return None
     if fmt.name == "tfrecord":
         compressed = format_options.get("compression") not in (None, "none")
@@ -101,7 +113,7 @@ def remote_source(cache: ShardCache, fmt: type[ShardFormat], manifest: Manifest,
                   policy: str) -> ShardSource:
     """The source of a split on object storage under ``policy`` (``OpenOptions.remote_reads``), the choice logged.
 
-    ``"auto"`` reads by ranges when the split can be (npy, uncompressed TFRecord) and is larger than
+    ``"auto"`` reads by ranges when the split can be (npy, LMDB, HDF5, uncompressed TFRecord) and is larger than
     ``cache_limit`` (whole shards would be read through and dropped again), else through the whole-shard cache."""
     why_not = ranged_format(fmt, spec, manifest.format_options)
     size = sum(f.bytes for s in manifest.shards for f in s.files)
@@ -294,6 +306,15 @@ class _Ranged(ShardReader):
 
     source: RangedShards
     pos: int
+    #: which of a shard's files holds its labels (named when a label is refused)
+    label_file = 0
+
+    def __init__(self, source: RangedShards, pos: int, shard: ShardInfo, spec: SampleSpec,
+                 manifest: Manifest) -> None:
+        self.source, self.pos = source, pos
+        super().__init__(source.cache_folder, shard, spec, manifest.format_options, manifest.format_version)
+        if spec.size is None:  # each sample's (H, W) checked against the manifest's, from the sidecar
+            self.hw_source = functools.partial(_sidecar_hw, manifest, pos)
 
     def check_files(self) -> None:
         """Nothing local: each object's size is checked when this process first opens it (:class:`_Object`)."""
@@ -329,11 +350,19 @@ class _Ranged(ShardReader):
         presence = self.source.presence(self.pos)
         if presence is None:
             return
-        have = label_counts(self.spec, label, self.source.ignore)[: self.spec.num_classes] > 0
+        counts = label_counts(self.spec, label, self.source.ignore)
+        foreign = [v for v in np.flatnonzero(counts[self.spec.num_classes:]).tolist()
+                   if v + self.spec.num_classes != self.source.ignore]
+        if foreign:  # an id no class has (nor the ignore id): never handed out as a label
+            raise IntegrityError(f"sample {i}'s label holds id {foreign[0] + self.spec.num_classes}, which is not "
+                                 f"one of its {self.spec.num_classes} classes",
+                                 path=self.source.remote.url_of(self.shard.files[self.label_file].name),
+                                 fix="the object was changed or damaged after conversion; re-convert this split")
+        have = counts[: self.spec.num_classes] > 0
         if not np.array_equal(have, presence[i]):
             raise IntegrityError(f"sample {i}'s label holds classes {np.flatnonzero(have).tolist()}, its samples "
                                  f"sidecar records {np.flatnonzero(presence[i]).tolist()}",
-                                 path=self.source.remote.url_of(self.shard.files[1].name),
+                                 path=self.source.remote.url_of(self.shard.files[self.label_file].name),
                                  fix="the object was changed or damaged after conversion; re-convert this split")
 
     def fetch(self, idx: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -378,11 +407,11 @@ class RangedNpyReader(_Ranged):
     flat arrays (variable size: the small ``shapes`` object is fetched whole first, its sha256 checked)."""
 
     file_counts = (2, 3)
+    label_file = 1
 
     def __init__(self, source: RangedShards, pos: int, shard: ShardInfo, spec: SampleSpec,
                  manifest: Manifest) -> None:
-        self.source, self.pos = source, pos
-        super().__init__(source.cache_folder, shard, spec, manifest.format_options, manifest.format_version)
+        super().__init__(source, pos, shard, spec, manifest)
         #: per array file: (dtype, the array's shape, byte offset of its data); set on open for variable sizes
         self.layout: list[tuple[np.dtype, tuple[int, ...], int]] = []
         #: per array file: (n + 1,) byte offsets of the samples from the start of the data
@@ -505,13 +534,6 @@ class RangedTfrecordReader(_Ranged, TfrecordReader):
     checked) on first use in a process; each record is then fetched by range and read by the format's own code
     (framing and both CRC32Cs checked, the Example parsed and checked against the manifest)."""
 
-    def __init__(self, source: RangedShards, pos: int, shard: ShardInfo, spec: SampleSpec,
-                 manifest: Manifest) -> None:
-        self.source, self.pos = source, pos
-        super().__init__(source.cache_folder, shard, spec, manifest.format_options, manifest.format_version)
-        if spec.size is None:  # each record's (H, W) checked against the manifest's, from the sidecar
-            self.hw_source = functools.partial(_sidecar_hw, manifest, pos)
-
     def _open(self) -> None:
         data, index = self.shard.files
         if index.bytes > INDEX_LINE_BYTES * len(self):
@@ -554,10 +576,275 @@ class RangedTfrecordReader(_Ranged, TfrecordReader):
         return out
 
 
+class _Pages:
+    """One object's bytes fetched in aligned units of :data:`TABLE_UNIT` as a table walk asks for them (an LMDB
+    B-tree, HDF5 metadata), kept for that walk only; the walk's total is bounded (:data:`TABLE_BYTES`)."""
+
+    def __init__(self, reader: _Ranged, f: ShardFile) -> None:
+        self.reader, self.file, self.size = reader, f, f.bytes
+        self.units: dict[int, bytes] = {}
+        self.most = TABLE_BYTES + TABLE_BYTES_PER_SAMPLE * len(reader)
+
+    def need(self, spans: Sequence[tuple[int, int]]) -> None:
+        """Fetch the units holding byte spans ``(at, length)`` (clipped to the object) not fetched yet, in one go."""
+        unit = TABLE_UNIT
+        clipped = [(at, min(at + n, self.size)) for at, n in spans if at >= 0]
+        want = sorted({u for at, end in clipped if end > at
+                       for u in range(at // unit, (end - 1) // unit + 1)} - self.units.keys())
+        if not want:
+            return
+        if (len(self.units) + len(want)) * unit > self.most:
+            raise self.reader.corrupt(f"its tables need more than {self.most} bytes read (a damaged or foreign "
+                                      "file)", self.file.name)
+        wants = [(self.file, u * unit, min(self.size, (u + 1) * unit)) for u in want]
+        for u, data in zip(want, self.reader.source.fetcher.get(wants, 0, batch=False), strict=True):
+            self.units[u] = data
+
+    def read(self, at: int, length: int) -> bytes:
+        """Bytes ``[at, at + length)`` clipped to the object (as a file read would be)."""
+        end = min(self.size, at + max(0, length))
+        if at < 0 or end <= at:
+            return b""
+        self.need([(at, end - at)])
+        first, unit = at // TABLE_UNIT, TABLE_UNIT
+        data = b"".join(self.units[u] for u in range(first, (end - 1) // unit + 1))
+        return data[at - first * unit : end - first * unit]
+
+
+class _PagesFile(io.RawIOBase):
+    """:class:`_Pages` as a read-only file object (what ``h5py.File`` reads HDF5 metadata through); the first
+    shardkit error a read met is kept (HDF5 reports it as its own)."""
+
+    def __init__(self, pages: _Pages) -> None:
+        super().__init__()
+        self.pages, self.pos = pages, 0
+        self.error: ShardkitError | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self.pos = offset + (0 if whence == io.SEEK_SET else self.pos if whence == io.SEEK_CUR else self.pages.size)
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, buffer: Any) -> int:
+        """Into HDF5's buffer; a failed request is kept for the caller (without its traceback, whose frames would
+        keep views of HDF5's memory alive past its release) and HDF5 sees the end of the file."""
+        with memoryview(buffer) as raw, raw.cast("B") as view:
+            data = b""
+            if self.error is None:
+                try:
+                    data = self.pages.read(self.pos, len(view))
+                except ShardkitError as exc:
+                    self.error = exc.with_traceback(None)
+            view[: len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+
+class _Pieces:
+    """The fetched byte ranges of one plan indexed by their place in the object, as the HDF5 chunk tables
+    slice the whole file (``whole[begin:end]``, a uint8 array)."""
+
+    def __init__(self, reader: _Ranged, starts: Sequence[int], data: Sequence[bytes]) -> None:
+        self.reader = reader
+        self.pieces = {a: np.frombuffer(d, np.uint8) for a, d in zip(starts, data, strict=True)}
+
+    def __getitem__(self, where: slice) -> np.ndarray:
+        a, b = int(where.start), int(where.stop)
+        piece = self.pieces.get(a)
+        if piece is not None and b - a <= len(piece):
+            return piece[: b - a]
+        for start, piece in self.pieces.items():
+            if start <= a and b <= start + len(piece):
+                return piece[a - start : b - start]
+        raise self.reader.corrupt(f"bytes {a}-{b} were not fetched")  # pragma: no cover - planned together
+
+
+class RangedLmdbReader(_Ranged, LmdbReader):
+    """One LMDB shard on object storage: its B-tree is walked by ranges (the same checked walk as a local read,
+    :mod:`shardkit.formats._lmdb_pages`; a branch page's children fetched together), then each record is
+    fetched alone, with its overflow page header in front (checked as locally), and decoded and checked by the
+    format's own code."""
+
+    def _open(self) -> None:
+        f = self.shard.files[0]
+        pages = _Pages(self, f)
+        try:
+            pages.need([(0, 2 * TABLE_UNIT)])  # both meta pages (4 KiB pages) in one request
+            table = read_table_from(pages.read, f.bytes, len(self), pages.need)
+        except LmdbLayoutError as exc:
+            raise self.corrupt(f"not a readable LMDB shard: {exc}") from None
+        meta = table.meta
+        self.check_meta(pages.read(meta[0], meta[1] - meta[0]) if meta is not None else None, table,
+                        self.source.remote.url_of(f.name))
+        self._table = table
+
+    def plan(self, idx: Sequence[int]) -> tuple[Wants, list[int], int]:
+        """Each record's bytes, with the 16-byte overflow page header in front of it (its length the extra)."""
+        self.ensure_open()
+        table, f = self._table, self.shard.files[0]
+        if table is None:  # pragma: no cover - _open sets it or raises
+            raise self.corrupt("the shard is not open")
+        wants: Wants = []
+        extra: list[int] = []
+        used = 0
+        for i in idx:
+            begin, end = (int(v) for v in table.ranges[i])
+            if begin < 0:
+                raise self.corrupt(f"sample {i} cannot be found in the LMDB B-tree (the file is damaged: "
+                                   f"{table.problem or 'no such record'})")
+            head = 16 if table.overflow_page(i) is not None else 0
+            wants.append((f, begin - head, end))
+            extra.append(head)
+            used += end - begin
+        return wants, extra, used
+
+    def samples(self, idx: Sequence[int], data: Sequence[bytes], extra: Sequence[int]
+                ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each record's overflow page header and record header checked, decoded, then its image checked by pixel
+        hash and its label by class bitmap."""
+        table, size = self._table, self.shard.files[0].bytes
+        out = []
+        for i, head, raw in zip(idx, extra, data, strict=True):
+            problem = overflow_problem(raw[:head], table, i, size) if head and table is not None else None
+            if problem is not None:
+                raise self.corrupt(f"sample {i}: {problem}")
+            image, label = self.decode_record(memoryview(raw)[head:], i)
+            self.check_pixels(i, image)
+            self.check_classes(i, label)
+            out.append((image, label))
+        return out
+
+
+class RangedHdf5Reader(_Ranged, Hdf5Reader):
+    """One HDF5 shard on object storage: h5py reads its metadata (attributes, dataset shapes, the chunk index)
+    through ranges of the object, checked as a local open checks them; each sample's chunks are then fetched
+    alone and copied (raw) or decoded by shardkit's bounded decoders, as a local read of the memory map is."""
+
+    _source_file: _PagesFile | None = None
+
+    def h5_source(self) -> Any:
+        return self._source_file
+
+    def _open(self) -> None:
+        pages = _Pages(self, self.shard.files[0])
+        pages.need([(0, 3 * TABLE_UNIT)])  # the superblock and the root group's headers: one request, not three
+        source = self._source_file = _PagesFile(pages)
+        failed: ShardkitError | None = None
+        try:
+            Hdf5Reader._open(self)
+        except ShardkitError as exc:
+            failed = source.error or exc  # a failed range request, else what is wrong with the file
+        finally:
+            if self._file is not None:  # an open that failed half-way: closed here, not at interpreter exit
+                with contextlib.suppress(Exception):
+                    self._file.close()
+                self._file = None
+            self._source_file = None
+        if failed is not None:
+            # raised bare: the chain of HDF5's own exception keeps h5py's frames (its file access property list,
+            # which holds this Python file object) alive until the interpreter exits, where freeing them crashed
+            # the process (SIGSEGV)
+            failed.__context__ = failed.__cause__ = None
+            raise failed.with_traceback(None)
+
+    def _open_map(self, f: Any, images: Any, labels: Any) -> None:
+        """The chunk tables from HDF5's index (no memory map); the h5py file is closed (samples never go through
+        HDF5: its filters are unbounded)."""
+        source = self._source_file
+        try:
+            tables = chunk_tables(f, (images, labels), self.shard.files[0].bytes, self)
+        except (OSError, ValueError, RuntimeError, NotImplementedError, AttributeError, TypeError) as exc:
+            if source is not None and source.error is not None:
+                raise source.error from None
+            tables = f"{type(exc).__name__}: {exc}"
+        finally:
+            with contextlib.suppress(Exception):  # a read-only file: closing sends and writes nothing
+                f.close()
+            self._file = None
+        if isinstance(tables, str):
+            raise self.corrupt(f"its chunks cannot be read by ranges: {tables}")
+        self._chunks = tables
+
+    def _ranges(self, i: int) -> tuple[list[tuple[int, int]], int]:
+        """File byte ranges of sample ``i``'s image and label chunks (raw: exactly its rows), and how many of
+        their bytes are the sample's (a compressed chunk shared by samples counts by its share of rows)."""
+        chunks, out, used = self._chunks, [], 0
+        if chunks is None:  # pragma: no cover - _open sets it or raises
+            raise self.corrupt("the shard is not open")
+        for k, name in enumerate(("images", "labels")):
+            table = chunks[name]
+            if self.spec.size is not None:
+                a, b = table.sample_range(i)
+                if a < 0:
+                    raise self.corrupt(f"sample {i} {name}: chunk {i} is missing")
+                out.append((a, b))
+                used += b - a
+                continue
+            offsets = self._offsets
+            if offsets is None:  # pragma: no cover - set on open for variable sizes
+                raise self.corrupt("the shard is not open")
+            r0, r1 = int(offsets[i, k]), int(offsets[i + 1, k])
+            begins, ends = table.row_ranges(np.array([r0]), np.array([r1]))
+            out.extend(zip(begins.tolist(), ends.tolist(), strict=True))
+            if isinstance(table, _ChunkTable):  # raw: exactly the sample's rows
+                used += int((ends - begins).sum())
+                continue
+            per = table.per_chunk
+            for c in range(r0 // per, (r1 - 1) // per + 1) if r1 > r0 else ():
+                rows = min(r1, (c + 1) * per) - max(r0, c * per)
+                used += int(table.sizes[c]) * rows // per
+        return out, used
+
+    def plan(self, idx: Sequence[int]) -> tuple[Wants, list[int], int]:
+        """Each sample's chunk ranges; the extra is each range's start (where :meth:`samples` finds it)."""
+        self.ensure_open()
+        f = self.shard.files[0]
+        wants: Wants = []
+        used = 0
+        for i in idx:
+            spans, n = self._ranges(i)
+            wants.extend((f, a, b) for a, b in spans)
+            used += n
+        return wants, [a for _, a, _ in wants], used
+
+    def samples(self, idx: Sequence[int], data: Sequence[bytes], extra: Sequence[int]
+                ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each sample from its chunks (copied or decoded by the chunk tables), its image checked by pixel hash and
+        its label by class bitmap."""
+        whole: Any = _Pieces(self, extra, data)
+        chunks = self._chunks
+        if chunks is None:  # pragma: no cover - planned after open
+            raise self.corrupt("the shard is not open")
+        out = []
+        for i in idx:
+            if self.spec.size is not None:
+                image, label = chunks["images"].sample(whole, i), chunks["labels"].sample(whole, i)
+            else:
+                offsets, shapes = self._offsets, self._shapes
+                if offsets is None or shapes is None:  # pragma: no cover - set on open for variable sizes
+                    raise self.corrupt("the shard is not open")
+                (a0, b0), (a1, b1) = (int(v) for v in offsets[i]), (int(v) for v in offsets[i + 1])
+                hw = (int(shapes[i, 0]), int(shapes[i, 1]))
+                image = chunks["images"].rows(whole, a0, a1, i).reshape(self.spec.image_shape(hw))
+                label = chunks["labels"].rows(whole, b0, b1, i).reshape(self.spec.label_shape(hw))
+            self.check_pixels(i, image)
+            self.check_classes(i, label)
+            out.append((image, label))
+        return out
+
+
 class RangedShards(ShardSource):
-    """A split on object storage read sample by sample with range requests (npy, uncompressed
-    TFRecord): no shard is
-    downloaded; a batch's samples are fetched in coalesced, parallel requests (:meth:`gather`)."""
+    """A split on object storage read sample by sample with range requests (npy, LMDB, HDF5, uncompressed
+    TFRecord): no shard is downloaded; a batch's samples are fetched in coalesced, parallel requests
+    (:meth:`gather`)."""
 
     def __init__(self, cache: ShardCache, fmt: type[ShardFormat], manifest: Manifest, spec: SampleSpec) -> None:
         self.cache = cache
@@ -570,7 +857,8 @@ class RangedShards(ShardSource):
         #: bytes of fetched blocks a process keeps in memory
         self.block_bytes = min(BLOCK_CACHE_BYTES, limit)
         fmt.check_version(manifest.format_version, cache.manifest)
-        kind = RangedNpyReader if fmt.name == "npy" else RangedTfrecordReader
+        kind: Any = {"npy": RangedNpyReader, "lmdb": RangedLmdbReader, "hdf5": RangedHdf5Reader,
+                               "tfrecord": RangedTfrecordReader}[fmt.name]
         self._readers: list[_Ranged] = [kind(self, pos, shard, spec, manifest)
                                         for pos, shard in enumerate(manifest.shards)]
         self._fetcher: _Fetcher | None = None

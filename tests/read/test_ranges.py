@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import pickle
 import threading
 import time
@@ -355,3 +357,318 @@ def test_ranges_are_refused_for_a_split_they_cannot_read(s3: str, camvid_root: P
     ds = shardkit.open("s3://ranges/tfr-gzip/val", cache_dir=tmp_path / "cache", cache_limit=1000,
                        remote_reads="auto")
     assert isinstance(ds.source, CachedShards)  # auto falls back to whole shards
+
+
+# ------------------------------------------------------------------ LMDB and HDF5: through their page and chunk tables
+def _converted(camvid_root: Path, out: Path, url: str, fmt: str, **options: Any) -> Path:
+    from shardkit.conversion.config import ConvertConfig, ShardSize
+    from shardkit.conversion.pipeline import convert
+
+    convert(ConvertConfig(camvid_root, out, format=fmt, splits=("val",), workers=1, quiet=True,
+                          shard_size=ShardSize(samples=7), **options))
+    _upload(out / "val", url)
+    return out / "val"
+
+
+TABLED = {"lmdb-raw-fixed": ("lmdb", {"size": (360, 480)}),
+          "lmdb-zstd-variable": ("lmdb", {"image_codec": "zstd", "label_codec": "zstd"}),
+          "hdf5-raw-fixed": ("hdf5", {"size": (360, 480)}),
+          "hdf5-raw-variable": ("hdf5", {}),
+          "hdf5-gzip-fixed": ("hdf5", {"size": (360, 480), "compression": "gzip"}),
+          "hdf5-lz4-variable": ("hdf5", {"image_codec": "lz4", "label_codec": "lz4"})}
+
+
+@pytest.mark.parametrize("case", list(TABLED))
+def test_an_lmdb_or_hdf5_split_read_by_ranges_equals_a_local_read(s3: str, camvid_root: Path, tmp_path: Path,
+                                                                   case: str) -> None:
+    """Every sample of a shuffled epoch equals a local read; no shard is downloaded; what is fetched beyond the
+    samples' own bytes is the tables (LMDB B-tree pages, HDF5 metadata and chunk index) and gaps."""
+    fmt, options = TABLED[case]
+    url = f"s3://ranges/{case}/val"
+    local = _converted(camvid_root, tmp_path / "out", url, fmt, **options)
+    ref = shardkit.open(local)
+    ds = _ranged(url, tmp_path / "cache")
+    stats = ds.source.stats  # type: ignore[attr-defined]
+    order = np.random.default_rng(6).permutation(len(ref)).tolist()
+    if "size" in options:
+        for batch in np.array_split(np.array(order), 5):
+            images, labels = ds.batch(batch)
+            want_images, want_labels = ref.batch(batch)
+            assert np.array_equal(images, want_images) and np.array_equal(labels, want_labels)
+    else:
+        for i in order:
+            (image, label), (want_i, want_l) = ds[i], ref[i]
+            assert np.array_equal(image, want_i) and np.array_equal(label, want_l)
+    assert not list((tmp_path / "cache").glob("*/shard-*"))
+    split_bytes = sum(s.files[0].bytes for s in ds.manifest.shards)
+    assert 0 < stats.used <= split_bytes
+    # read amplification: beyond the samples' bytes, each shard's tables (LMDB: 2-3 pages; HDF5: its metadata,
+    # in 4 KiB units) and gaps of at most 64 KiB coalesced into a batch's requests
+    assert stats.amplification <= 1.2, (stats.fetched, stats.used)
+    if "size" in options and "compression" not in options:  # raw samples: exactly their bytes are used
+        sample = 360 * 480 * 3 + 360 * 480 + (16 if fmt == "lmdb" else 0)
+        assert stats.used == len(ref) * sample
+    copy = pickle.loads(pickle.dumps(ds))  # what a spawned worker gets: it walks the tables again itself
+    assert np.array_equal(copy[order[0]][1], ref[order[0]][1])
+
+
+# ------------------------------------------------------------------ hostile servers, every format read by ranges
+HOSTILE = {"npy": ("npy", {}), "lmdb": ("lmdb", {}), "hdf5": ("hdf5", {}), "tfrecord": ("tfrecord", {})}
+
+
+@pytest.fixture(scope="module")
+def hostile_splits(s3: str, camvid_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """CamVid val at 180x240 in shards of 7 samples, one local split per format (each uploaded per test)."""
+    from shardkit.conversion.config import ConvertConfig, ShardSize
+    from shardkit.conversion.pipeline import convert
+
+    out = {}
+    for fmt in HOSTILE:
+        root = tmp_path_factory.mktemp(f"hostile-{fmt}")
+        convert(ConvertConfig(camvid_root, root, format=fmt, size=(180, 240), splits=("val",), workers=1,
+                              quiet=True, shard_size=ShardSize(samples=7)))
+        out[fmt] = root / "val"
+    return out
+
+
+def _hostile_url(hostile_splits: dict[str, Path], fmt: str, name: str) -> str:
+    url = f"s3://ranges/hostile-{name}-{fmt}/val"
+    _upload(hostile_splits[fmt], url)
+    return url
+
+
+@pytest.mark.parametrize("fmt", list(HOSTILE))
+@pytest.mark.parametrize("answer", ["truncated", "whole object (200)", "longer"])
+@pytest.mark.parametrize("when", ["tables", "samples"])
+def test_every_format_refuses_a_range_response_of_the_wrong_length_in_one_line(
+        hostile_splits: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str, answer: str,
+        when: str) -> None:
+    """A server (or proxy) that truncates a body, answers 200 with the whole object, or sends more than asked:
+    while the shard's tables are read (npy header, TFRecord index, LMDB B-tree, HDF5 metadata) or its samples."""
+    from s3fs.core import S3File
+
+    url = _hostile_url(hostile_splits, fmt, f"{answer[:5]}-{when}")
+    ref = shardkit.open(hostile_splits[fmt])
+    ds = _ranged(url, tmp_path / "cache")
+    if when == "samples":  # the shard's tables fetched intact first
+        assert np.array_equal(ds.batch([0, 1])[1], ref.batch([0, 1])[1])
+    real = S3File._fetch_range
+
+    def hostile(self: Any, start: int, end: int) -> bytes:
+        data = real(self, start, end)
+        if fmt == "hdf5" and start == 0:  # the file's head, fetched before h5py opens it: the hostile answers
+            return data  # come to h5py's own metadata reads (passed on through its file object)
+        if answer == "truncated":
+            return data[:-7]
+        if answer == "longer":
+            return data + b"\0"
+        return real(self, 0, self.size)  # the server ignored the Range header
+
+    monkeypatch.setattr(S3File, "_fetch_range", hostile)
+    with pytest.raises(IntegrityError) as err:
+        ds.batch([3, 5])
+    text = str(err.value)
+    assert "\n" not in text and "the server sent" in text and f"{url}/" in text, text
+
+
+@pytest.mark.parametrize("fmt", list(HOSTILE))
+def test_every_format_refuses_an_object_changed_mid_epoch_never_a_wrong_sample(
+        hostile_splits: dict[str, Path], tmp_path: Path, fmt: str) -> None:
+    """An object overwritten (same size) while a process reads it: the next range request fails on its ETag; a
+    process that opens the changed object afresh refuses every sample the change touched (pixel hash, class
+    bitmap, record CRC, record or chunk framing) and returns the others exactly."""
+    url = _hostile_url(hostile_splits, fmt, "changed")
+    local = hostile_splits[fmt]
+    ref = shardkit.open(local)
+    ds = _ranged(url, tmp_path / "cache")
+    assert np.array_equal(ds.batch([0, 1])[0], ref.batch([0, 1])[0])
+    name = ds.manifest.shards[0].files[0].name
+    data = bytearray((local / name).read_bytes())
+    for at in range(len(data) // 4, len(data), len(data) // 4):  # three stretches inside the shard's samples
+        data[at : at + 3000] = bytes(b ^ 0x5A for b in data[at : at + 3000])
+    Remote(url).write_bytes(name, bytes(data))
+    with pytest.raises(IntegrityError, match="changed while it was being read") as err:
+        ds.batch([2, 6])
+    assert f"{url}/{name}" in str(err.value) and "\n" not in str(err.value)
+    fresh = _ranged(url, tmp_path / "cache2")
+    refused = 0
+    for i in range(ds.manifest.shards[0].num_samples):
+        try:
+            image, label = fresh[i]
+        except (IntegrityError, ShardFormatError) as exc:
+            assert "\n" not in str(exc) and url in str(exc), exc
+            refused += 1
+            continue
+        want_image, want_label = ref[i]
+        assert np.array_equal(image, want_image) and np.array_equal(label, want_label), i
+    assert refused >= 1
+
+
+def test_a_label_holding_an_id_of_no_class_is_refused_even_when_its_classes_are_kept(
+        s3: str, camvid_val_npy: Path, tmp_path: Path) -> None:
+    """Ids past the class range (other than the ignore id) are not in the class bitmap: they are refused by name."""
+    url = "s3://ranges/labels-foreign/val"
+    _upload(camvid_val_npy, url)
+    m = json.loads((camvid_val_npy / "manifest.json").read_text())
+    name = m["shards"][0]["files"][1]["name"]
+    arr = np.load(camvid_val_npy / name)
+    arr[4, 0, :3] = 200  # three pixels of sample 4 set to an id no class has; its other classes all stay
+    fake = tmp_path / "labels.npy"
+    np.save(fake, arr)
+    Remote(url).write_bytes(name, fake.read_bytes())
+    ds = _ranged(url, tmp_path / "cache")
+    assert np.array_equal(ds[3][1], shardkit.open(camvid_val_npy)[3][1])
+    with pytest.raises(IntegrityError, match="sample 4's label holds id 200, which is not one of its 12 classes"):
+        ds.batch([4])
+
+
+# ------------------------------------------------------------------ the cache limit is a bound (must-have 3)
+def _folder_bytes(folder: Path) -> int:
+    """Bytes of the files under ``folder`` now (files removed while it is walked are skipped)."""
+    total = 0
+    for dirpath, _, names in os.walk(folder):
+        for name in names:
+            with contextlib.suppress(OSError):
+                total += (Path(dirpath) / name).stat().st_size
+    return total
+
+
+def _second_job(url: str, cache: str, limit: int, mode: str) -> None:
+    """Another job on the same cache folder: its own process, a shuffled pass sample by sample."""
+    ds = shardkit.open(url, cache_dir=cache, cache_limit=limit, remote_reads=mode)
+    for i in np.random.default_rng(9).permutation(len(ds)).tolist():
+        ds[i]
+    ds.close()
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")  # 4 workers on a 2-core machine
+@pytest.mark.parametrize("mode", ["shards", "ranges"])
+@pytest.mark.parametrize("workers", [2, 4])
+def test_the_cache_folder_stays_within_the_limit_under_a_dataloader_and_a_second_job(
+        s3: str, camvid_root: Path, tmp_path: Path, workers: int, mode: str) -> None:
+    """A 2- or 4-worker DataLoader reads a shuffled epoch while a second job (another process) reads the same
+    split through the same cache folder; the folder's peak, sampled every 2 ms, stays within ``cache_limit`` plus
+    one shard per process (whole shards), or holds manifests and samples sidecars only (ranges)."""
+    import multiprocessing
+
+    pytest.importorskip("torch")
+    from shardkit.conversion.config import ConvertConfig, ShardSize
+    from shardkit.conversion.pipeline import convert
+    from shardkit.read.torch import make_loader
+
+    local = tmp_path / "split"
+    convert(ConvertConfig(camvid_root, local, format="npy", size=(180, 240), splits=("val",), workers=1,
+                          quiet=True, shard_size=ShardSize(samples=2)))
+    url = f"s3://ranges/bound-{mode}-{workers}/val"
+    _upload(local / "val", url)
+    m = json.loads((local / "val" / "manifest.json").read_text())
+    shard_bytes = max(sum(f["bytes"] for f in [*s["files"], s["samples"]]) for s in m["shards"])
+    small = 2 * (local / "val" / "manifest.json").stat().st_size + sum(s["samples"]["bytes"] for s in m["shards"])
+    limit = 2 * shard_bytes + small + 4096  # two of the thirteen shards, the manifests and the sidecars
+    cache = tmp_path / "cache"
+    ref = shardkit.open(local / "val")
+    plan = shardkit.EpochPlan(4, seed=2)
+    loader = make_loader(url, plan, num_workers=workers, layout="NHWC", pin_memory=False,
+                         multiprocessing_context="fork", persistent_workers=False,
+                         options=shardkit.OpenOptions(cache_dir=cache, cache_limit=limit, remote_reads=mode))
+    done, peak = threading.Event(), [0]
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _folder_bytes(cache))
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    job = multiprocessing.get_context("fork").Process(target=_second_job, args=(url, str(cache), limit, mode))
+    try:
+        job.start()
+        got = [(images.numpy(), labels.numpy()) for images, labels in loader]
+        job.join(120)
+    finally:
+        done.set()
+        watcher.join()
+    assert job.exitcode == 0
+    for (images, labels), batch in zip(got, ref.sampler(plan).batches(), strict=True):
+        want_images, want_labels = ref.batch(batch)
+        assert np.array_equal(images, want_images) and np.array_equal(labels, want_labels)
+    if mode == "ranges":
+        assert 0 < peak[0] <= small + 4096, (peak[0], small)
+    else:  # the loader's parent, its workers and the second job: one read-through shard each at most
+        assert 0 < peak[0] <= limit + (workers + 2) * shard_bytes + 4096, (peak[0], limit, shard_bytes)
+
+
+@pytest.mark.parametrize("edit", ["stated size past the file", "overflow page past the end"])
+def test_a_damaged_lmdb_leaf_node_read_by_ranges_is_one_line_naming_the_sample(
+        hostile_splits: dict[str, Path], tmp_path: Path, edit: str) -> None:
+    """The B-tree walk by ranges is the local reader's checked walk: a leaf node whose value size or first overflow
+    page lies past the object is refused by name (nothing sized or fetched from it); the other samples read."""
+    import shutil
+    import struct
+
+    from shardkit.formats._lmdb_pages import _current_meta
+    from shardkit.formats.lmdb import sample_key
+    from tests.fuzz import refresh_manifest
+
+    split = tmp_path / "val"
+    shutil.copytree(hostile_splits["lmdb"], split)
+    path = sorted(split.glob("shard-*.lmdb"))[0]
+    data = bytearray(path.read_bytes())
+    psize, root = _current_meta(data, len(data))  # seven samples and the metadata: the root is the one leaf page
+    node = data.find(struct.pack("<H", 8) + sample_key(1), root * psize, (root + 1) * psize) - 6
+    assert node > 0 and data[node + 4] & 1  # an F_BIGDATA node: the value is on overflow pages
+    if edit == "stated size past the file":
+        data[node : node + 4] = struct.pack("<HH", 0xFFFF, 0x00FF)  # the value's size: 16 MiB
+    else:
+        data[node + 16 : node + 24] = struct.pack("<Q", 10**6)  # first overflow page far past the end
+    path.write_bytes(bytes(data))
+    refresh_manifest(split)
+    url = f"s3://ranges/lmdb-damaged-{edit.split()[0]}/val"
+    _upload(split, url)
+    ds = _ranged(url, tmp_path / "cache")
+    with pytest.raises(ShardFormatError, match="sample 1 cannot be found in the LMDB B-tree") as err:
+        ds.batch([0, 1])
+    assert f"{url}/{path.name}" in str(err.value) and "\n" not in str(err.value)
+    ref = shardkit.open(hostile_splits["lmdb"])
+    assert np.array_equal(ds.batch([0, 2])[0], ref.batch([0, 2])[0])
+    assert ds.source.stats.fetched < ds.manifest.shards[0].files[0].bytes  # type: ignore[attr-defined]
+
+
+_HDF5_OPEN_FAILS = """
+import sys
+from pathlib import Path
+import shardkit
+from s3fs.core import S3File
+from shardkit.errors import IntegrityError
+from shardkit.files.storage import Remote
+from shardkit.testing import local_s3, make_bucket
+
+with local_s3():
+    make_bucket("crash")
+    remote = Remote("s3://crash/val")
+    for p in sorted(Path(sys.argv[1]).iterdir()):
+        remote.upload(p, p.name)
+    ds = shardkit.open(remote.url, cache_dir=sys.argv[2], remote_reads="ranges")
+    real = S3File._fetch_range
+    S3File._fetch_range = lambda self, a, b: real(self, a, b)[: None if a == 0 else -7]  # truncated after the head
+    try:
+        ds.batch([3, 5])
+    except IntegrityError as exc:
+        kept = exc  # held to the end, as a test runner or a caller's log handler holds it
+        print("refused:", exc)
+"""
+
+
+def test_an_hdf5_open_that_fails_by_ranges_does_not_crash_the_process_at_exit(
+        hostile_splits: dict[str, Path], tmp_path: Path) -> None:
+    """h5py's file object keeps the Python object it reads through: the failed open's exception chain held h5py's
+    frames (its file access list) until the interpreter exited, and freeing them then killed the process
+    (SIGSEGV, exit 139) after the error was reported."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _HDF5_OPEN_FAILS, str(hostile_splits["hdf5"]), str(tmp_path / "c")],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert "refused:" in done.stdout and "the server sent" in done.stdout, done.stderr[-2000:]
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
