@@ -852,7 +852,7 @@ class RangedShards(ShardSource):
         self.cache_folder = cache.directory
         self.manifest = manifest
         #: the split's ignore id (class bitmaps count labels as the conversion did)
-        self.ignore: int | None = manifest.classes.get("ignore_index")
+        self.ignore: int | None = manifest.classes.ignore_index
         limit = cache.limit if cache.limit is not None else BLOCK_CACHE_BYTES
         #: bytes of fetched blocks a process keeps in memory
         self.block_bytes = min(BLOCK_CACHE_BYTES, limit)

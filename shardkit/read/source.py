@@ -12,8 +12,9 @@ hints):
 * :class:`CachedShards` holds a shard through the cache (:meth:`ShardCache.hold`: fetched, verified and pinned) on
   its first read in a process, and opens the format's reader on the held copy; nothing is fetched before a sample is
   read. A read-through shard whose folder the cache deletes has its hold closed: it is fetched again on its next read.
-* :class:`~shardkit.read.ranges.RangedShards` reads samples of a remote npy or TFRecord split by HTTP range requests, a
-  batch at a time (:meth:`ShardSource.gather`); ``OpenOptions.remote_reads`` chooses between the two remote ones.
+* :class:`~shardkit.read.ranges.RangedShards` reads samples of a remote npy, LMDB, HDF5 or TFRecord split by HTTP
+  range requests, a batch at a time (:meth:`ShardSource.gather`); ``OpenOptions.remote_reads`` chooses between the
+  two remote ones.
 """
 
 from __future__ import annotations

@@ -16,8 +16,9 @@ from shardkit.store.source import LocalBytes, RemoteBytes, TempFiles, open_bytes
 
 @pytest.fixture
 def split(camvid_val_npy: Path, tmp_path: Path) -> Path:
-    """A writable copy of the CamVid val npy split (two shards)."""
-    return Path(shutil.copytree(camvid_val_npy, tmp_path / "val"))
+    """A writable copy of the CamVid val npy split (two shards), without the reader leases other tests of this
+    process hold on the shared split (a lease is a file in the split folder)."""
+    return Path(shutil.copytree(camvid_val_npy, tmp_path / "val", ignore=shutil.ignore_patterns(f"{LEASE_PREFIX}*")))
 
 
 def _leases(folder: Path) -> list[str]:
