@@ -18,11 +18,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _threads_per_worker() -> None:
     """Each xdist worker gets its share of the cores for the libraries' thread pools (OpenMP: torch's intra-op
-    pool, OpenBLAS), unless the caller set ``OMP_NUM_THREADS``: two workers of two threads each on two cores made
-    torch's spinning pool 5-15x slower per operation (a uint8 warp of 3x4x256x384: 0.04 s alone, 0.6 s so).
-    Set before any test module imports torch; subprocesses inherit it. ``-n 0`` keeps every core."""
+    pool, OpenBLAS; TensorFlow's intra- and inter-op pools), unless the caller set the variable: two workers of two
+    threads each on two cores made torch's spinning pool 5-15x slower per operation (a uint8 warp of 3x4x256x384:
+    0.04 s alone, 0.6 s so), and TensorFlow's (Eigen's pool spins too) about 2x slower (tests/augment/test_tf.py
+    with tests/read/test_tf_jpeg_bands.py under ``-n 2``: 74-101 s, 45-67 s so). Set before any test module imports
+    torch or TensorFlow; subprocesses inherit it. ``-n 0`` keeps every core."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
+    share = str(max(1, (os.cpu_count() or 1) // workers))
+    for name in ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
+        os.environ.setdefault(name, share)
 
 
 _threads_per_worker()

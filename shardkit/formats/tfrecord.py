@@ -59,12 +59,28 @@ def masked_crc(data: Any) -> int:
     return mask(crc32c.crc32c(data))
 
 
+def _import_package() -> None:
+    """Import the ``tfrecord`` package without the ``tfrecord.torch`` its ``__init__`` tries to import (PyTorch:
+    2-6 s in every conversion worker, which never reads through it). A ``None`` entry in ``sys.modules`` makes
+    that import fail, which the package catches; it is removed at once, so a later ``import tfrecord.torch``
+    works as usual."""
+    blocked = "tfrecord" not in sys.modules and "tfrecord.torch" not in sys.modules
+    if blocked:
+        sys.modules["tfrecord.torch"] = None  # type: ignore[assignment]
+    try:
+        import tfrecord  # noqa: F401
+    finally:
+        if blocked:
+            del sys.modules["tfrecord.torch"]
+
+
 @functools.cache
 def _record_writer() -> type:
     """The ``tfrecord`` package's writer, made deterministic and gzip-capable; imported on first use."""
     if "tensorflow" in sys.modules:
         raise WorkerError("the tfrecord writer cannot run in a process that imported TensorFlow",
                           fix="convert through shardkit.conversion.pipeline.convert, which writes in worker processes")
+    _import_package()
     from tfrecord import example_pb2
     from tfrecord.writer import TFRecordWriter
 

@@ -194,6 +194,7 @@ def test_the_tfrecord_package_reads_shards_with_their_index(camvid_tfr: Path, ca
     script = textwrap.dedent("""
         import json, sys
         from pathlib import Path
+        sys.modules["tfrecord.torch"] = None  # the package's PyTorch loader, unused here: not imported (2-6 s)
         from tfrecord.reader import tfrecord_iterator
         from tfrecord.tools.tfrecord2idx import create_index
         for split in map(Path, sys.argv[1:]):
@@ -214,6 +215,23 @@ def test_the_tfrecord_package_reads_shards_with_their_index(camvid_tfr: Path, ca
         copy_split(split, scratch / split.parent.name)
     args = [str(scratch / s.parent.name) for s in (camvid_tfr, camvid_tfr_gz)]
     done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_the_writer_imports_the_tfrecord_package_without_pytorch() -> None:
+    """Conversion workers load the package's writer and protobufs, not the PyTorch its ``__init__`` pulls in
+    (2-6 s per worker); a later ``import tfrecord.torch`` still works. In a fresh interpreter: this one has torch."""
+    script = textwrap.dedent("""
+        import sys
+        from shardkit.formats.tfrecord import _record_writer
+        _record_writer()
+        assert "tfrecord.example_pb2" in sys.modules and "torch" not in sys.modules, sorted(sys.modules)
+        import tfrecord.torch
+        assert "torch" in sys.modules
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 

@@ -1,19 +1,22 @@
 """Grain adapter on real CamVid: shardkit's order and rank split through Grain's DataLoader, augmented from
 (seed, epoch, index), checkpointed by Grain's iterator state, a JAX training loop of a few steps on CPU.
 
-``import grain`` imports JAX, which warns (an error here) at every later ``os.fork`` in the process: each check
-runs in a child process (:func:`_in_child`), so the rest of the suite (forked DataLoader workers) never meets
-JAX. The checks are the module's ``check_*`` functions, each given the converted split's path.
+``import grain`` imports JAX, which warns (an error here) at every later ``os.fork`` in the process: the checks
+run in a child process (:func:`_in_child`), so the rest of the suite (forked DataLoader workers) never meets
+JAX. The checks are the module's ``check_*`` functions, each given the converted split's path; one child runs
+them all in turn (one interpreter, one import of Grain and JAX, instead of one per check).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import pickle
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +32,72 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("grain") is None, reaso
 ROOT = Path(__file__).resolve().parents[2]
 
 
+#: The child's loop: a line ``[check, split, args]`` on stdin in, ``"ok"`` or the check's traceback out (as one
+#: JSON line on the result pipe, so nothing a library prints can be taken for it).
+CHILD = """
+import json, os, sys, traceback
+import tests.read.test_grain as t
+results = os.fdopen(int(sys.argv[1]), "w")
+for line in sys.stdin:
+    check, split, args = json.loads(line)
+    try:
+        getattr(t, check)(split, *args)
+        outcome = "ok"
+    except BaseException:
+        outcome = traceback.format_exc()
+    results.write(json.dumps(outcome) + "\\n")
+    results.flush()
+"""
+
+
+class _Child:
+    """One Python process (with this checkout's shardkit) that runs this module's checks, one at a time."""
+
+    def __init__(self, log: Path) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+               "TF_CPP_MIN_LOG_LEVEL": "2"}
+        read, write = os.pipe()
+        self.log = log
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen([sys.executable, "-c", CHILD, str(write)], stdin=subprocess.PIPE,
+                                         stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env, pass_fds=(write,),
+                                         text=True)
+        os.close(write)
+        self.results = os.fdopen(read)
+
+    def run(self, check: str, split: Path, args: tuple[Any, ...]) -> str:
+        assert self.proc.stdin is not None and self.proc.poll() is None, self.log.read_text(errors="replace")[-4000:]
+        self.proc.stdin.write(json.dumps([check, str(split), list(args)]) + "\n")
+        self.proc.stdin.flush()
+        line = self.results.readline()
+        assert line, f"the child died running {check}: " + self.log.read_text(errors="replace")[-4000:]
+        return str(json.loads(line))
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        finally:
+            self.proc.kill()
+            self.results.close()
+
+
+_children: list[_Child] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _child(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The module's child process, for the whole module."""
+    _children.append(_Child(tmp_path_factory.mktemp("grain-child") / "log"))
+    yield
+    _children.pop().close()
+
+
 def _in_child(check: str, split: Path, *args: Any) -> None:
-    """Run ``check(split, *args)`` of this module in a fresh Python process (with this checkout's shardkit)."""
-    code = f"import tests.read.test_grain as t; t.{check}({str(split)!r}, *{args!r}); print('ok')"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "TF_CPP_MIN_LOG_LEVEL": "2"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=240, cwd=ROOT, env=env)
-    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-4000:]
+    """Run ``check(split, *args)`` of this module in the module's child process."""
+    outcome = _children[0].run(check, split, args)
+    assert outcome == "ok", outcome[-4000:]
 
 AUG = "scale=0.75:1.5,crop=48x64,hflip,rotate=10,jitter=0.2"
 
