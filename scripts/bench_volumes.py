@@ -3,8 +3,8 @@
 A volume set is written to a temporary nnU-Net tree: ``--cases`` synthetic CT cases (``--depth`` slices of 512x512
 int16 "HU" with smooth anatomy-like structure and a uint8 label sphere, spacing 0.7 x 0.7 x 2.5 mm, ``.nii.gz``),
 or with ``--real`` the real volumes of tests/data/nifti (nibabel's T1 33x41x25 ``.nii`` and its ``.nii.gz`` label,
-copied as ``--cases`` cases). Then, each in a fresh child process (peak RSS = that child's ``VmHWM``; CPU = its
-user + system time, its worker processes included):
+copied as ``--cases`` cases). Then, each in a fresh child process (peak RSS = that child's ``VmHWM``, its worker
+processes not included; CPU = its user + system time, its worker processes included):
 
 - ``nibabel``: ``np.asanyarray(nib.load(p).dataobj)`` of every image and label (the decode alone, one process;
   nibabel inflates with Python's own gzip/zlib);
@@ -67,6 +67,9 @@ elif what.startswith("convert"):  # into ROOT/../<what>, each its own folder ("r
     nifti.FAST_GZIP = what != "convert-gzip"
     workers = 0 if what == "convert-all" else 1
     n = convert(ConvertConfig(root, root.parent / what, workers=workers, quiet=True, format=fmt)).samples
+    if workers != 1:  # loky keeps its worker processes: ended and reaped here, so their CPU time is counted
+        from joblib.externals.loky import get_reusable_executor
+        get_reusable_executor().shutdown(wait=True)
 elif what == "read":  # random slices from the shards
     import shardkit
     ds = shardkit.open(root.parent / "convert" / "train")
