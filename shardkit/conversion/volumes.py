@@ -21,7 +21,8 @@ import numpy as np
 
 from ..errors import ConfigError, DecodeError, LabelError, LayoutError, ShardkitError
 from ..support.limits import DEFAULT_MAX_VOXELS
-from ..volumes.files import read_header, read_voxels
+from ..volumes.files import read_header
+from ..volumes.files import read_voxels as read_volume
 from ..volumes.intensity import case_statistics, intensity_report
 from ..volumes.patches import PatchedVolume, Patching, VolumePatch, cut_patches
 from ..volumes.resample import Resampling, resample_case
@@ -68,9 +69,13 @@ def _same_grid(first: VolumeHeader, other: VolumeHeader, what: str) -> None:
 
 
 def read_case(case: Case, classes: dict[int, str] | None, max_voxels: int = DEFAULT_MAX_VOXELS,
-              resampling: Resampling | None = None) -> ReadCase:
+              resampling: Resampling | None = None, data: dict[Path, np.ndarray] | None = None) -> ReadCase:
     """Every header of ``case`` checked (limits, one grid, one element type; with ``resampling`` the resampled grid
-    too) before any voxel is decoded; then the modalities and label decoded once each (and resampled)."""
+    too) before any voxel is decoded; then the modalities and label decoded once each (and resampled). ``data``:
+    files' bytes the caller has read already (the worker, hashing them): decoded from memory, not read again."""
+    def read_voxels(head: VolumeHeader) -> np.ndarray:
+        return read_volume(head, None if data is None else data.get(head.path))
+
     heads = [read_header(p, max_voxels, case.channels) for p in case.images]
     first = heads[0]
     mixed = _dicom_int16_mix(heads)
@@ -437,13 +442,15 @@ def fold_case_files(rows: np.ndarray, pairs: Any, job: VolumeJob, on_error: str 
 
 
 def cut_case(pair: Any, job: VolumeJob, run: VolumeRun, root: Path, checked: Callable[[], None] = lambda: None,
-             stored: tuple[str, int] | None = None) -> Iterator[VolumeSlice | VolumePatch]:
+             stored: tuple[str, int] | None = None, data: dict[Path, np.ndarray] | None = None
+             ) -> Iterator[VolumeSlice | VolumePatch]:
     """One discovered case's slices (decoded once; every header and label checked before the first slice is
     given), recording the case in ``run``; ``checked`` runs after the read, before the first slice (the worker's
     unchanged-input check). ``stored``: the split's (element type, bands), set by its first case: a case of
-    another type is refused, never cast."""
+    another type is refused, never cast. ``data``: bytes of its files the worker read to hash them (decoded from
+    memory: each such file is read once)."""
     case = job.case(pair)
-    read = read_case(case, dict.fromkeys(job.classes, ""), job.max_voxels, job.resampling)
+    read = read_case(case, dict.fromkeys(job.classes, ""), job.max_voxels, job.resampling, data)
     if stored is not None:
         read.images = _fitted(read.images, stored[0], case.images[0])
         have = (read.images.dtype.name, job.bands // len(job.modalities) * read.images.shape[0])

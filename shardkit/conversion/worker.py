@@ -471,7 +471,7 @@ class _ShardOutput:
         try:
             if ctx.volumes is not None and self.volume_run is not None:
                 _write_slices(pair, ctx, ctx.volumes, self.volume_run, self.writer, task, self.stats, self.samples,
-                              fingerprint, expected)
+                              fingerprint, expected, data)
                 return
             if ctx.tiling is not None:
                 self.padded += _write_tiles(pair, ctx, ctx.tiling, data, self.writer, task, self.stats, self.samples,
@@ -608,12 +608,14 @@ def _flush_tiles(kept: list[tuple[Tile, np.ndarray, np.ndarray]], ctx: WorkerCon
 
 
 def _write_slices(pair: Any, ctx: WorkerContext, job: VolumeJob, run: VolumeRun, writer: Any, task: ShardTask,
-                  stats: Stats, samples: SidecarBuilder, fingerprint: str, expected: np.ndarray | None) -> None:
+                  stats: Stats, samples: SidecarBuilder, fingerprint: str, expected: np.ndarray | None,
+                  data: dict[Path, np.ndarray] | None = None) -> None:
     """Write one volume case's slices (or 3-D patches, each stored as its (D * H, W, C) image and (D * H, W) label:
-    the same bytes) as samples (the case decoded once, checked whole before the first one)."""
+    the same bytes) as samples (the case decoded once, checked whole before the first one; files whose bytes
+    ``data`` holds, read to hash them, decoded from those bytes)."""
     label = rel_path(ctx.root, pair.label) if pair.label is not None else None
     stored = (NAME_OF[ctx.spec.image_dtype], ctx.spec.image_channels)
-    for piece in cut_case(pair, job, run, ctx.root, lambda: check_unchanged(pair, expected), stored):
+    for piece in cut_case(pair, job, run, ctx.root, lambda: check_unchanged(pair, expected), stored, data):
         ids = piece.label
         if ids is None:  # discovery converts labelled cases only
             raise LabelError("case has no label volume", path=pair.image, fix="add its label volume")

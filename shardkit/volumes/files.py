@@ -46,8 +46,12 @@ def read_header(path: Path, max_voxels: int = DEFAULT_MAX_VOXELS, channels: int 
     return _module(Path(path)).read_header(Path(path), max_voxels)
 
 
-def read_voxels(head: VolumeHeader) -> np.ndarray:
-    """The voxels of a checked volume, decoded once, in their stored type and native byte order."""
+def read_voxels(head: VolumeHeader, raw: np.ndarray | None = None) -> np.ndarray:
+    """The voxels of a checked volume, decoded once, in their stored type and native byte order. ``raw``: the
+    file's bytes, already read (and hashed) by the caller: a NIfTI file is then decoded from them, not read again
+    (other formats read their files)."""
+    if raw is not None and _module(head.path) is nifti:
+        return nifti.read_voxels(head, raw)
     return _module(head.path).read_voxels(head)
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import gzip
+import io
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -114,29 +116,40 @@ def _decoded_dtype(img: Any) -> np.dtype[Any]:
 FAST_GZIP = True
 
 
-def _open_voxels(nib: Any, head: VolumeHeader, stack: contextlib.ExitStack) -> Any:
+def _open_voxels(nib: Any, head: VolumeHeader, stack: contextlib.ExitStack, raw: np.ndarray | None = None) -> Any:
     """nibabel's image of ``head``'s file for decoding: a ``.nii.gz`` read through ``isal.igzip`` when installed
-    (nibabel still reads exactly the header's bytes from it: the gzip-bomb bound holds), else ``nib.load``."""
+    (nibabel still reads exactly the header's bytes from it: the gzip-bomb bound holds), else ``nib.load``.
+    ``raw``: the file's bytes in memory (read once by the caller), decoded the same way without opening it."""
     igzip: Any = None
-    if FAST_GZIP and head.path.name.endswith(".gz"):
+    gz = head.path.name.endswith(".gz")
+    if FAST_GZIP and gz:
         try:
             import isal.igzip as igzip
         except ImportError:
             igzip = None
+    klass = nib.Nifti2Image if head.version == "nifti2" else nib.Nifti1Image
+    if raw is not None:
+        # the bytes object the caller's array views (np.frombuffer), shared rather than copied
+        source = io.BytesIO(raw.base if isinstance(raw.base, bytes) else raw.tobytes())
+        fileobj: Any = source if not gz else (igzip.IGzipFile if igzip is not None else gzip.GzipFile)(
+            fileobj=source, mode="rb")
+        stack.enter_context(fileobj)
+        return klass.from_file_map({"image": nib.FileHolder(filename=str(head.path), fileobj=fileobj)}, mmap=False)
     if igzip is None:
         return nib.load(str(head.path), mmap=False)
     fileobj = stack.enter_context(igzip.open(str(head.path), "rb"))
-    klass = nib.Nifti2Image if head.version == "nifti2" else nib.Nifti1Image
     return klass.from_file_map({"image": nib.FileHolder(filename=str(head.path), fileobj=fileobj)}, mmap=False)
 
 
-def read_voxels(head: VolumeHeader) -> np.ndarray:
+def read_voxels(head: VolumeHeader, raw: np.ndarray | None = None) -> np.ndarray:
     """The volume's voxels as nibabel decodes them (stored type; slope/intercept applied when the header has
-    them), in native byte order, shape ``head.shape``: decoded once, whole (a ``.nii.gz`` is one gzip stream)."""
+    them), in native byte order, shape ``head.shape``: decoded once, whole (a ``.nii.gz`` is one gzip stream).
+    ``raw``: the file's bytes (uint8), when the caller has read them already (to hash them): decoded from memory,
+    so the file is read once and the voxels are those of the bytes hashed."""
     nib = _nibabel()
     try:
         with contextlib.ExitStack() as stack:
-            img = _open_voxels(nib, head, stack)
+            img = _open_voxels(nib, head, stack, raw)
             data = np.asanyarray(img.dataobj)
     except Exception as exc:
         raise DecodeError(f"voxels cannot be decoded ({_problem(exc)})", path=head.path,

@@ -223,3 +223,41 @@ def test_an_msd_image_with_another_modality_count_than_dataset_json_is_refused(t
     root, _, _ = msd_tree(tmp_path / "Task00_Example", {"0": "a", "1": "b", "2": "c"})
     code, output = convert(str(root), str(tmp_path / "out"))
     assert code == 1 and "dataset.json names 3 modalities, so MSD stores them on a 4th axis of 3" in output
+
+
+def test_a_volume_file_is_decoded_from_the_bytes_its_worker_hashed(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """One read of each input file up to the keep limit: the worker decodes a case's image and label from the bytes
+    it read to fingerprint them, not from a second read. Shown by handing the decoder other bytes than the file
+    holds (the label with its classes swapped, as if the file changed between the two reads): the stored labels
+    are those bytes' (nibabel reads the file's), and the image equals nibabel's reading."""
+    import shardkit.conversion.worker as worker
+
+    root, out = nnunet_tree(tmp_path / "Dataset001", cases={"anat": CASES["anat"]}), tmp_path / "out"
+    label_file = root / "labelsTr" / "anat.nii.gz"
+    original = nib.load(str(label_file))
+    ids = np.asanyarray(original.dataobj)
+    swapped = tmp_path / "swapped.nii.gz"
+    nib.save(nib.Nifti1Image((1 - ids).astype(ids.dtype), original.affine, original.header), str(swapped))
+    real = worker.source_digest
+    kept: list[str] = []
+
+    def digest(path: Path, cached: object, on_error: str, *, keep: bool = False) -> object:
+        entry, cacheable, data = real(path, cached, on_error, keep=keep)  # type: ignore[arg-type]
+        if data is not None:
+            kept.append(Path(path).name)
+        if Path(path) == label_file and data is not None:
+            data = np.frombuffer(swapped.read_bytes(), np.uint8)
+        return entry, cacheable, data
+
+    monkeypatch.setattr(worker, "source_digest", digest)
+    code, output = convert(str(root), str(out))
+    assert code == 0, output
+    assert kept == ["anat_0000.nii", "anat.nii.gz"]  # the pair's files, hashed and kept in the worker
+    ds = shardkit.open(out / "train")
+    t1 = np.asanyarray(nib.load(str(root / "imagesTr" / "anat_0000.nii")).dataobj)
+    for i in range(len(ds)):
+        image, label = ds[i]
+        index = int(ds.key(i).split("/")[1][1:])
+        np.testing.assert_array_equal(label, 1 - ids[:, :, index])
+        np.testing.assert_array_equal(image[..., 0], t1[:, :, index])

@@ -212,3 +212,31 @@ def test_fast_gzip_decodes_the_same_voxels_and_refuses_the_same_files(name: str,
     long = tmp_path / "long.nii.gz"
     long.write_bytes(gzip.compress(raw + bytes(64 << 20), compresslevel=1))
     np.testing.assert_array_equal(read_voxels(read_header(long, channels=channels)), plain)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize(("name", "channels"), [("anatomical.nii", 1), ("anatomical_label.nii.gz", 1),
+                                                ("example_nifti2.nii.gz", 2)])
+def test_voxels_decoded_from_bytes_in_memory_are_the_files(name: str, channels: int, fast: bool, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """``read_voxels(head, raw)``: the file's bytes read (and hashed) by the caller decode to nibabel's voxels
+    without the file being opened again (it is gone here), with isal's gzip or Python's; a truncated stream in
+    memory is refused in one line like a truncated file, and a stream longer than its header is read no further."""
+    monkeypatch.setattr(nifti, "FAST_GZIP", fast)
+    copy = tmp_path / name
+    copy.write_bytes((DATA / name).read_bytes())
+    head = read_header(copy, channels=channels)
+    want = read_voxels(head)
+    raw = np.frombuffer(copy.read_bytes(), np.uint8)
+    copy.unlink()
+    got = read_voxels(head, raw)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, np.asanyarray(__import__("nibabel").load(str(DATA / name)).dataobj))
+    if name.endswith(".gz"):
+        inflated = gzip.decompress(raw.tobytes())
+        with pytest.raises(DecodeError, match="cannot be decoded") as exc:
+            read_voxels(head, np.frombuffer(gzip.compress(inflated[: len(inflated) // 2]), np.uint8))
+        one_line(exc)
+        longer = np.frombuffer(gzip.compress(inflated + bytes(1 << 20), compresslevel=1), np.uint8)
+        np.testing.assert_array_equal(read_voxels(head, longer), want)
