@@ -20,22 +20,12 @@ import numpy as np
 from ..errors import ConfigError
 from .dataset import Dataset, adapter_dataset
 from .options import EpochPlan, OpenOptions, adapter_options, adapter_plan, refuse_unknown
-from .recycle import BufferPool, Part, WorkerSlots, shm_available, sweep, sweep_at_exit
+from .recycle import POOL, Part, WorkerSlots, normalized, shm_available, sweep, sweep_at_exit
 from .state import LoaderState
 
 if TYPE_CHECKING:
     from ..augment import Compose
     from ..augment.ops import Normalize
-
-#: this process's batch arrays, recycled when Keras (or the caller) frees them: float32 images normalised into
-#: pages mapped once instead of a fresh 66 MB per CamVid batch of 32 (3x the cost of normalising)
-_POOL = BufferPool()
-
-
-def _normalized(op: Normalize, images: np.ndarray) -> np.ndarray:
-    """``images`` normalised by ``op`` into a float32 array of this process's pool."""
-    return op.numpy(images, _POOL.take(images.shape, np.float32))
-
 
 def _in_keras_worker(owner: int) -> bool:
     """Whether this is a process of Keras's ``use_multiprocessing=True`` pool (it names them ``Keras_worker_…``),
@@ -123,7 +113,7 @@ class ShardkitPyDataset(keras.utils.PyDataset):
         self._in_epoch = False  # on_epoch_begin ran and on_epoch_end has not yet
         self._lock = threading.Lock()
         self._owner = os.getpid()  # the consumer: Keras's worker processes hand it their batches
-        _POOL.keep = max(_POOL.keep, max_queue_size + max(workers, 1) + 2)  # every batch Keras may hold at once
+        POOL.keep = max(POOL.keep, max_queue_size + max(workers, 1) + 2)  # every batch Keras may hold at once
         self._slots = WorkerSlots(self._owner, max_queue_size + 2)  # each worker's hand-over slots, reused
         if use_multiprocessing and shm_available():
             sweep_at_exit()
@@ -176,9 +166,9 @@ class ShardkitPyDataset(keras.utils.PyDataset):
             images, labels = ds.augmented_batch(idx, self.augment, seed=self.seed, epoch=self.epoch)
         else:
             (ishape, idt), (lshape, ldt) = ds.batch_layout(len(idx))
-            images, labels = ds.batch(idx, out=(_POOL.take(ishape, idt), _POOL.take(lshape, ldt)))
+            images, labels = ds.batch(idx, out=(POOL.take(ishape, idt), POOL.take(lshape, ldt)))
         if self.normalize:  # the stored images' buffer goes back to the pool as they are dropped here
-            images = _normalized(self._normalizer, images)
+            images = normalized(self._normalizer, images)
         return images, labels
 
     def _handed_over(self, idx: np.ndarray) -> tuple[Part, Part]:
@@ -195,7 +185,7 @@ class ShardkitPyDataset(keras.utils.PyDataset):
             batch = self._slots.batch(((ishape, idt.str), (lshape, ldt.str)))
             ds.batch(idx, out=(batch.arrays[0], batch.arrays[1]))
         if self.normalize:
-            batch.finish = functools.partial(_normalized, self._normalizer)
+            batch.finish = functools.partial(normalized, self._normalizer)
         return Part(batch, 0), Part(batch, 1)
 
     @functools.cached_property
