@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import ConfigError
 from .dataset import Dataset, adapter_dataset
 from .options import EpochPlan, OpenOptions, adapter_options, adapter_plan, refuse_unknown
-from .recycle import POOL, Part, WorkerSlots, normalized, shm_available, sweep, sweep_at_exit
+from .recycle import POOL, Part, SharedSlots, normalized, reclaim, shm_available, sweep_at_exit
 from .state import LoaderState
 
 if TYPE_CHECKING:
@@ -62,8 +62,8 @@ class ShardkitPyDataset(keras.utils.PyDataset):
     ``rank``/``world_size`` with equal batch counts. ``workers``, ``use_multiprocessing`` and
     ``max_queue_size`` go to ``PyDataset`` (shard files are opened lazily in each worker). Batches stay valid
     when kept, and their memory is reused once they are freed. With ``use_multiprocessing=True`` a worker process
-    hands its batch over through a ``/dev/shm`` file (Linux) rather than a pickle through a pipe, uint8, and the
-    consumer normalises it (each batch once, into recycled memory).
+    writes its batch (normalised there) into one of a few ``/dev/shm`` slots (Linux) reused across batches and
+    epochs, and the consumer gets arrays over that memory, instead of a pickle of the pixels through a pipe.
     ``augment``: a :mod:`shardkit.augment` pipeline applied to each batch (numpy/OpenCV path) before
     normalising, drawn from ``(seed, epoch, index)``; needs ``labels="ids"``. ``sampling``: ``"uniform"``,
     ``"class-balanced[:T]"`` or ``"repeat-factor[:t]"`` (rare-class sampling; every epoch has the same length).
@@ -114,9 +114,11 @@ class ShardkitPyDataset(keras.utils.PyDataset):
         self._lock = threading.Lock()
         self._owner = os.getpid()  # the consumer: Keras's worker processes hand it their batches
         POOL.keep = max(POOL.keep, max_queue_size + max(workers, 1) + 2)  # every batch Keras may hold at once
-        self._slots = WorkerSlots(self._owner, max_queue_size + 2)  # each worker's hand-over slots, reused
+        self._slots = SharedSlots(self._owner, max_queue_size + 2 * max(workers, 1))  # hand-over slots
         if use_multiprocessing and shm_available():
             sweep_at_exit()
+        if use_multiprocessing and normalize:  # compiled here once: each epoch's forked workers inherit the kernel
+            self._normalizer.numpy(np.zeros((1, 1, 1, self.dataset.spec.image_channels), np.uint8))
 
     @property
     def epoch(self) -> int:
@@ -172,20 +174,25 @@ class ShardkitPyDataset(keras.utils.PyDataset):
         return images, labels
 
     def _handed_over(self, idx: np.ndarray) -> tuple[Part, Part]:
-        """A worker process's batch, stored images and labels, in one of its ``/dev/shm`` slots that the pickle
-        names (:class:`~shardkit.read.recycle.ShmBatch`); the consumer normalises the images as it unpickles them."""
+        """A worker process's batch (normalised here, in the worker), written into one of the consumer's reused
+        ``/dev/shm`` slots that the pickle names (:class:`~shardkit.read.recycle.ShmBatch`): the consumer gets
+        arrays over the slot, no copy, no pickled pixels."""
         ds = self.dataset
-        if self.augment is not None:
-            got = ds.augmented_batch(idx, self.augment, seed=self.seed, epoch=self.epoch)
-            batch = self._slots.batch(tuple((a.shape, a.dtype.str) for a in got))
-            for dst, a in zip(batch.arrays, got, strict=True):
-                np.copyto(dst, a)
-        else:
+        if self.augment is None:  # read straight into the slot (the stored images into scratch when normalised)
             (ishape, idt), (lshape, ldt) = ds.batch_layout(len(idx))
-            batch = self._slots.batch(((ishape, idt.str), (lshape, ldt.str)))
-            ds.batch(idx, out=(batch.arrays[0], batch.arrays[1]))
+            xdt = np.dtype(np.float32) if self.normalize else idt
+            batch = self._slots.batch(((ishape, xdt.str), (lshape, ldt.str)))
+            images = POOL.take(ishape, idt) if self.normalize else batch.arrays[0]
+            ds.batch(idx, out=(images, batch.arrays[1]))
+        else:
+            images, labels = ds.augmented_batch(idx, self.augment, seed=self.seed, epoch=self.epoch)
+            xdt = np.dtype(np.float32) if self.normalize else images.dtype
+            batch = self._slots.batch(((images.shape, xdt.str), (labels.shape, labels.dtype.str)))
+            np.copyto(batch.arrays[1], labels)
+            if not self.normalize:
+                np.copyto(batch.arrays[0], images)
         if self.normalize:
-            batch.finish = functools.partial(normalized, self._normalizer)
+            self._normalizer.numpy(images, batch.arrays[0])
         return Part(batch, 0), Part(batch, 1)
 
     @functools.cached_property
@@ -200,8 +207,8 @@ class ShardkitPyDataset(keras.utils.PyDataset):
         """Keras ended an epoch: the next one reads shardkit epoch ``epoch + 1``. An end without a begin (Keras's
         set-up call before the first epoch) is ignored, so Keras epoch k trains on shardkit epoch k."""
         began, self._in_epoch = self._in_epoch, False
-        if self.use_multiprocessing and shm_available():  # batches a stopped worker pool wrote that nobody took
-            sweep(self._owner)
+        if self.use_multiprocessing and shm_available():  # slots of batches a stopped pool wrote that nobody took
+            reclaim(self._owner)
         if began and not _called_by_keras_reset():
             self.set_epoch(self.sampler.epoch + 1)
 

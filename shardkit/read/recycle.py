@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import mmap
 import operator
 import os
@@ -132,19 +133,18 @@ def _nbytes(layout: Layout) -> int:
 
 
 class ShmBatch:
-    """A batch's arrays written by a worker process into a ``/dev/shm`` file: one of the worker's reused slots
-    (:class:`WorkerSlots`), or a file of its own when every slot is held. Pickled, it is only the file's name and
-    the layout; unpickled in the consumer (:func:`attach`) it is the list of arrays over that file's memory (no
-    copy), with ``finish`` applied to the first (e.g. normalised into a pooled buffer). A slot is free for the
-    worker again once the consumer's last array over it is gone; a file of its own is removed as it is attached."""
+    """A batch's arrays written by a worker process into a ``/dev/shm`` file: one of the consumer's reused slots
+    (:class:`SharedSlots`), or a file of its own when every slot is held. Pickled, it is only the file's name, the
+    layout and the slot's claim; unpickled in the consumer (:func:`attach`) it is the list of arrays over that file's
+    memory (no copy). A slot is free for the workers again once the consumer's last array over it is gone; a file of
+    its own is removed as it is attached."""
 
-    def __init__(self, path: Path, mem: mmap.mmap, layout: Layout, slot: tuple[str, int] | None) -> None:
-        self.path, self.layout, self.slot = path, layout, slot
+    def __init__(self, path: Path, mem: mmap.mmap, layout: Layout, claim: tuple[str, int, int] | None) -> None:
+        self.path, self.layout, self.claim = path, layout, claim
         self.arrays = _views(mem, layout)
-        self.finish: Callable[[np.ndarray], np.ndarray] | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return attach, (str(self.path), self.layout, self.slot, self.finish)
+        return attach, (str(self.path), self.layout, self.claim)
 
 
 class Part:
@@ -157,68 +157,111 @@ class Part:
         return operator.getitem, (self.batch, self.index)
 
 
-class WorkerSlots:
-    """A worker process's ``/dev/shm`` slots, created as needed (at most ``cap``) and reused: their pages are
-    allocated and mapped once, not for every batch (a fresh 27 MB file cost ~10x reading the batch into it). One
-    state byte per slot in a file beside them: the worker sets it as it fills the slot, the consumer clears it when
-    the batch's arrays are freed; each side writes only its own transition, so no lock is needed."""
+#: a slot's record in the state file: held (0/1), claim number, the claiming process, the slot file's size
+_RECORD = np.dtype([("held", "u1"), ("pad", "u1", 3), ("claim", "<u4"), ("pid", "<i4"), ("pad2", "u1", 4),
+                    ("size", "<u8")])
+
+
+class SharedSlots:
+    """The ``/dev/shm`` slots through which worker processes hand batches to the consumer ``owner``: created as
+    needed (at most ``cap``) and reused by every worker, also by the next epoch's pool, so their pages are allocated
+    and mapped once rather than for every batch (a fresh 27 MB file cost ~10x reading the batch into it).
+
+    A state file holds one record per slot (:data:`_RECORD`). A worker claims a free slot under an ``flock`` of that
+    file (held, a new claim number, its pid); the consumer frees it, without the lock, by clearing ``held`` when the
+    last array over the slot is gone and the claim is still the one it attached (only the consumer clears, only a
+    worker under the lock sets). Slots claimed by workers that are gone and never reached the consumer (a stopped
+    pool's batches) are freed by :func:`reclaim`."""
 
     def __init__(self, owner: int, cap: int) -> None:
         self.owner, self.cap = owner, cap
         self._pid: int | None = None
-        self._slots: list[tuple[Path, mmap.mmap, int]] = []
-        self._state: mmap.mmap | None = None
+        self._fd = -1
+        self._records: np.ndarray | None = None
+        self._maps: dict[str, mmap.mmap] = {}
 
-    def _name(self, what: str) -> Path:
-        return SHM / f"{_PREFIX}{self.owner}-{os.getpid()}-{what}"
+    def _open(self) -> np.ndarray:
+        """This process's view of the state file (created by the first worker that needs it)."""
+        if self._records is None or self._pid != os.getpid():
+            self._pid, self._maps = os.getpid(), {}
+            self._fd = os.open(state_path(self.owner), os.O_RDWR | os.O_CREAT, 0o600)
+            size = max(1, self.cap) * _RECORD.itemsize
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                if os.fstat(self._fd).st_size < size:
+                    os.ftruncate(self._fd, size)
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._records = _records(_map(self._fd, size), self.cap)
+        return self._records
 
     def batch(self, layout: Layout) -> ShmBatch:
-        """A free slot with room for ``layout`` (marked held), or a file of its own when none is free."""
-        state = self._state
-        if state is None or self._pid != os.getpid():  # a new worker process (forked or unpickled): its own slots
-            self._pid, self._slots = os.getpid(), []
-            state = self._state = _new_file(self._name("state"), max(1, self.cap))
-        need = _nbytes(layout)
-        for k, (path, mem, size) in enumerate(self._slots):
-            if state[k] == 0 and size >= need:
-                state[k] = 1
-                return ShmBatch(path, mem, layout, (str(self._name("state")), k))
-        if len(self._slots) < self.cap:
-            k = len(self._slots)
-            path = self._name(f"slot{k}")
-            self._slots.append((path, _new_file(path, need), need))
-            state[k] = 1
-            return ShmBatch(path, self._slots[k][1], layout, (str(self._name("state")), k))
-        path = self._name(secrets.token_hex(8))
-        return ShmBatch(path, _new_file(path, need), layout, None)
+        """A free slot with room for ``layout`` (claimed), or a file of its own when none is free."""
+        records, need = self._open(), _nbytes(layout)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            free = np.flatnonzero((records["held"] == 0) & ((records["size"] == 0) | (records["size"] >= need)))
+            k = int(free[0]) if len(free) else -1
+            if k >= 0:
+                rec = records[k]
+                rec["held"], rec["claim"], rec["pid"] = 1, (int(rec["claim"]) + 1) % 2**32, os.getpid()
+                if rec["size"] == 0:
+                    rec["size"] = need
+                claim, size = int(rec["claim"]), int(rec["size"])
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        if k < 0:
+            path = SHM / f"{_PREFIX}{self.owner}-{os.getpid()}-{secrets.token_hex(8)}"
+            return ShmBatch(path, _new_file(path, need), layout, None)
+        path = slot_path(self.owner, k, size)
+        mem = self._maps.get(str(path))
+        if mem is None:
+            try:
+                mem = _mapped(str(path), self._maps)
+            except FileNotFoundError:  # the slot's first use: this worker makes its file
+                mem = self._maps[str(path)] = _new_file(path, size)
+        return ShmBatch(path, mem, layout, (str(state_path(self.owner)), k, claim))
 
-    def __getstate__(self) -> dict[str, Any]:  # a copy in another process makes slots of its own
-        return {"owner": self.owner, "cap": self.cap, "_pid": None, "_slots": [], "_state": None}
+    def __getstate__(self) -> dict[str, Any]:  # a copy in another process opens the files itself
+        return {"owner": self.owner, "cap": self.cap, "_pid": None, "_fd": -1, "_records": None, "_maps": {}}
+
+
+def state_path(owner: int) -> Path:
+    return SHM / f"{_PREFIX}{owner}-state"
+
+
+def slot_path(owner: int, k: int, size: int) -> Path:
+    return SHM / f"{_PREFIX}{owner}-slot{k}-{size}"
+
+
+def _records(mem: mmap.mmap, cap: int) -> np.ndarray:
+    return np.frombuffer(mem, _RECORD, cap)
 
 
 #: the consumer's mappings of its workers' slot and state files, by path (a slot's pages are mapped once)
 _MAPPED: dict[str, mmap.mmap] = {}
+#: the slot claims (state file, slot, claim) the consumer's arrays hold
+_HELD: set[tuple[str, int, int]] = set()
 
 
-def _mapped(path: str) -> mmap.mmap:
-    mem = _MAPPED.get(path)
+def _mapped(path: str, cache: dict[str, mmap.mmap] = _MAPPED) -> mmap.mmap:
+    mem = cache.get(path)
     if mem is None:
         fd = os.open(path, os.O_RDWR)
         try:
-            mem = _MAPPED[path] = _map(fd, os.fstat(fd).st_size)
+            mem = cache[path] = _map(fd, os.fstat(fd).st_size)
         finally:
             os.close(fd)
     return mem
 
 
-def attach(path: str, layout: Layout, slot: tuple[str, int] | None,
-           finish: Callable[[np.ndarray], np.ndarray] | None) -> list[np.ndarray | None]:
+def attach(path: str, layout: Layout, claim: tuple[str, int, int] | None) -> list[np.ndarray | None]:
     """The consumer's side of :class:`ShmBatch`: arrays over the file's memory that free the slot when the last of
     them is gone (a file of its own is removed at once). Runs inside the unpickling of a worker's result (a pool's
-    result thread): it never raises an ``OSError`` there, which would stop that thread; a file already removed
-    (a stopped pool's leftover batch, :func:`sweep`) gives Nones."""
+    result thread): it never raises an ``OSError`` there, which would stop that thread. A file already removed, or a
+    slot claimed again since (a stopped pool's leftover batch, :func:`reclaim`), gives Nones."""
     try:
-        if slot is None:
+        if claim is None:
             fd = os.open(path, os.O_RDWR)
             try:
                 Path(path).unlink()
@@ -226,20 +269,24 @@ def attach(path: str, layout: Layout, slot: tuple[str, int] | None,
             finally:
                 os.close(fd)
         else:
-            mem, state = _mapped(path), _mapped(slot[0])
+            mem, state = _mapped(path), _mapped(claim[0])
     except OSError:
         return [None] * len(layout)
     arrays = _views(mem, layout)
-    if slot is not None:
-        k = slot[1]
+    if claim is None:
+        return list(arrays)
+    _, k, number = claim
+    rec = np.frombuffer(state, _RECORD)[k:k + 1]
+    if rec["held"][0] != 1 or int(rec["claim"][0]) != number:
+        return [None] * len(layout)
+    _HELD.add(claim)
 
-        def release() -> None:
-            state[k] = 0
+    def release() -> None:
+        _HELD.discard(claim)
+        if int(rec["claim"][0]) == number:
+            rec["held"] = 0
 
-        arrays = leased_together(arrays, release)
-    if finish is not None:
-        arrays[0] = finish(arrays[0])
-    return list(arrays)
+    return list(leased_together(arrays, release))
 
 
 def leased_together(views: list[np.ndarray], on_release: Callable[[], None]) -> list[np.ndarray]:
@@ -249,14 +296,43 @@ def leased_together(views: list[np.ndarray], on_release: Callable[[], None]) -> 
     return [np.asarray(Held(v, lease)) for v in views]
 
 
-def sweep(owner: int, keep_alive: bool = True) -> None:
-    """Remove the hand-over files of ``owner``'s worker processes that are gone (``keep_alive=False``: of every
-    worker), and this process's mappings of them: batches a stopped pool wrote and nobody took, and its slots."""
+def reclaim(owner: int) -> None:
+    """Free ``owner``'s slots that a worker process claimed, that never reached the consumer (not held here) and
+    whose worker is gone: a stopped pool's batches. Also removes that pool's files of their own."""
+    path = state_path(owner)
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        if size >= _RECORD.itemsize:
+            with _map(fd, size) as mem:
+                records = _records(mem, size // _RECORD.itemsize)
+                held = {k for p, k, _ in list(_HELD) if p == str(path)}
+                for k in np.flatnonzero(records["held"] == 1):
+                    if int(k) not in held and not _alive(int(records["pid"][k])):
+                        records["held"][k] = 0
+                del records
+    finally:
+        os.close(fd)  # releases the lock
+    for leftover in SHM.glob(f"{_PREFIX}{owner}-*-*"):
+        worker = leftover.name[len(_PREFIX):].split("-")[1]
+        if worker.isdigit() and not _alive(int(worker)):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+
+
+def _alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists()
+
+
+def sweep(owner: int) -> None:
+    """Remove every hand-over file of ``owner`` (slots, state, files of their own) and this process's mappings of
+    them (arrays still viewing one keep their mapping): the consumer is exiting."""
     for path in SHM.glob(f"{_PREFIX}{owner}-*"):
-        worker = path.name[len(_PREFIX):].split("-")[1]
-        if keep_alive and worker.isdigit() and Path(f"/proc/{worker}").exists():
-            continue
-        _MAPPED.pop(str(path), None)  # arrays still viewing it keep their mapping
+        _MAPPED.pop(str(path), None)
         with contextlib.suppress(OSError):
             path.unlink()
 
@@ -271,4 +347,4 @@ def sweep_at_exit() -> None:
         pid = os.getpid()
         if pid not in _registered:
             _registered.add(pid)
-            atexit.register(sweep, pid, False)
+            atexit.register(sweep, pid)
