@@ -24,39 +24,22 @@ def _pass_loop(plane: np.ndarray, channels: int, block: np.ndarray, hist: np.nda
     """``hist[c, v]`` += 1 for every value ``v`` of band ``c``; ``bands[block[y], x]`` += the band sum at (y, x)."""
     width = plane.shape[1] // channels
     for y in range(plane.shape[0]):
-        row, sums = plane[y], bands[block[y]]
+        r = block[y]
         for x in range(width):
             s = 0
             for c in range(channels):
-                v = row[x * channels + c]
+                v = plane[y, x * channels + c]
                 hist[c, v] += 1
                 s += v
-            sums[x] += s
-
-
-def _pass_rgb(plane: np.ndarray, block: np.ndarray, hist: np.ndarray, bands: np.ndarray) -> None:  # numba
-    """:func:`_pass_loop` for 3 bands, unrolled, into two histogram copies (``hist`` (6, 256): rows 0-2 for even
-    columns, 3-5 for odd), so that runs of equal values do not wait on their own last increment (~2x faster)."""
-    width = plane.shape[1] // 3
-    for y in range(plane.shape[0]):
-        row, sums = plane[y], bands[block[y]]
-        for x in range(width):
-            r, g, b = row[3 * x], row[3 * x + 1], row[3 * x + 2]
-            k = (x & 1) * 3
-            hist[k, r] += 1
-            hist[k + 1, g] += 1
-            hist[k + 2, b] += 1
-            sums[x] += np.int64(r) + np.int64(g) + np.int64(b)
+            bands[r, x] += s
 
 
 def _warm(kernels: tuple[Any, ...]) -> None:
     kernels[0](np.zeros((2, 6), np.uint8), 3, np.zeros(2, np.int64), np.zeros((3, 256), np.int64),
                np.zeros((ROWS, 2), np.int64))
-    kernels[1](np.zeros((2, 6), np.uint8), np.zeros(2, np.int64), np.zeros((6, 256), np.int64),
-               np.zeros((ROWS, 2), np.int64))
 
 
-KERNELS = jit.LazyKernels((_pass_loop, _pass_rgb), _warm, "image statistics")
+KERNELS = jit.LazyKernels((_pass_loop,), _warm, "image statistics")
 
 
 def image_pass(image: np.ndarray) -> PixelPass | None:
@@ -70,11 +53,6 @@ def image_pass(image: np.ndarray) -> PixelPass | None:
         return None
     h, w, c = (int(s) for s in image.shape)
     block = np.repeat(np.arange(ROWS, dtype=np.int64), np.diff(np.append(row_starts(h), h)))
-    plane, bands = np.ascontiguousarray(image).reshape(h, w * c), np.zeros((ROWS, w), np.int64)
-    if c == 3:
-        pair = np.zeros((6, 256), np.int64)
-        kernels[1](plane, block, pair, bands)
-        return PixelPass(pair[:3] + pair[3:], bands)
-    hist = np.zeros((c, 256), np.int64)
-    kernels[0](plane, c, block, hist, bands)
+    hist, bands = np.zeros((c, 256), np.int64), np.zeros((ROWS, w), np.int64)
+    kernels[0](np.ascontiguousarray(image).reshape(h, w * c), c, block, hist, bands)
     return PixelPass(hist, bands)
