@@ -41,7 +41,6 @@ from ..images.imageio import (
 )
 from ..images.imagetypes import NAME_OF, ImageOptions, dtype_name
 from ..images.looks import look_hash
-from ..images.pixelpass import image_pass
 from ..images.preprocess import content_box, fit_pair, pads, stored_to_source
 from ..images.tiles import (
     Tile,
@@ -500,12 +499,10 @@ def convert_shard(task: ShardTask, ctx: WorkerContext, tick: Callable[[], None] 
                 continue
             _write(writer.add, task, image, stored, pair.key, errors=errors)
             padded += was_padded is not None
-            passed = image_pass(image)  # band histograms and look-hash block sums in one pass (uint8 images)
-            present = stats.add(image, ids, was_padded, None if passed is None else passed.histograms)
+            present = stats.add(image, ids, was_padded)
             samples.add(pair.key, rel_path(ctx.root, pair.label) if pair.label is not None else None,
                         int(image.shape[0]), int(image.shape[1]), fingerprint, present, pixel_hash(image),
-                        geo=stored_georeference(pair, ctx, data) if ctx.georef else None,
-                        looks=look_hash(image, None if passed is None else passed.bands))
+                        geo=stored_georeference(pair, ctx, data) if ctx.georef else None, looks=look_hash(image))
             if tick is not None:
                 tick()
         files = (*_write(writer.close, task, ctx.sync_files, errors=errors),

@@ -23,24 +23,17 @@ def _edges(n: int, parts: int) -> np.ndarray:
     return (np.arange(parts, dtype=np.int64) * n) // parts
 
 
-def row_starts(h: int) -> np.ndarray:
-    """The look hash's row-block starts on an image of ``h`` rows."""
-    return _edges(h, ROWS)
-
-
-def look_hash(image: np.ndarray, bands: np.ndarray | None = None) -> bytes:
-    """The 8-byte look hash of a stored image (H, W) or (H, W, C), any dtype shardkit stores. ``bands``: its (ROWS, W)
-    row-block column sums when already computed (:func:`shardkit.images.pixelpass.image_pass`, integer images)."""
+def look_hash(image: np.ndarray) -> bytes:
+    """The 8-byte look hash of a stored image (H, W) or (H, W, C), any dtype shardkit stores."""
     h, w = int(image.shape[0]), int(image.shape[1])
     plane = np.ascontiguousarray(image).reshape(h, -1)  # (H, W * C): the band sum comes after the row blocks
     integer = plane.dtype.kind in "iub"
     acc = np.int64 if integer else np.float64
     rows, cols = _edges(h, ROWS), _edges(w, COLUMNS)
     ends = np.append(rows[1:], h)
-    if bands is None:  # one row block at a time, summed in a buffered reduction: memory O(W * C), never the image
-        # widened to 64 bits
-        bands = np.stack([plane[a:max(b, a + 1)].sum(axis=0, dtype=acc).reshape(w, -1).sum(axis=1)
-                          for a, b in zip(rows.tolist(), ends.tolist(), strict=True)])  # (8, W)
+    # one row block at a time, summed in a buffered reduction: memory O(W * C), never the image widened to 64 bits
+    bands = np.stack([plane[a:max(b, a + 1)].sum(axis=0, dtype=acc).reshape(w, -1).sum(axis=1)
+                      for a, b in zip(rows.tolist(), ends.tolist(), strict=True)])  # (8, W)
     sums = np.add.reduceat(bands, cols, axis=1)  # (8, 9)
     rh = np.diff(np.append(rows, h)).clip(min=1)
     cw = np.diff(np.append(cols, w)).clip(min=1)

@@ -65,12 +65,11 @@ def channel_histograms(image: np.ndarray) -> np.ndarray:
     return np.stack([np.bincount(image[..., c].ravel(), minlength=256) for c in range(channels)]).astype(np.int64)
 
 
-def channel_sums(image: np.ndarray, hist: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def channel_sums(image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sum, sum of squares) of each band of an (H, W, C) image, float64; exact integers for integer images
-    (uint8 by histogram, 16-bit in int64), so totals do not depend on how samples are grouped into shards.
-    ``hist``: a uint8 image's :func:`channel_histograms`, when already counted."""
+    (uint8 by histogram, 16-bit in int64), so totals do not depend on how samples are grouped into shards."""
     if image.dtype == np.uint8:
-        hist = channel_histograms(image) if hist is None else hist
+        hist = channel_histograms(image)
         return (hist @ _LEVELS).astype(np.float64), (hist @ _SQUARES).astype(np.float64)
     flat = image.reshape(-1, image.shape[2])
     if image.dtype.kind in "iu":
@@ -109,10 +108,8 @@ class Stats:
         self.channel_min = np.full(self.channels, np.inf)
         self.channel_max = np.full(self.channels, -np.inf)
 
-    def add(self, image: np.ndarray, ids: np.ndarray, box: tuple[int, int, int, int] | None = None,
-            histograms: np.ndarray | None = None) -> list[int]:
-        """Count one sample; returns the sorted class ids < num_classes present in it. ``histograms``: the uint8
-        image's band histograms when already counted (no ``box``).
+    def add(self, image: np.ndarray, ids: np.ndarray, box: tuple[int, int, int, int] | None = None) -> list[int]:
+        """Count one sample; returns the sorted class ids < num_classes present in it.
 
         An ignore id at or above ``num_classes`` (255) is counted in ``ignore_pixels`` only; an
         ignore id inside the class range (CamVid's 11) is counted like any class. ``box``: (y0, y1, x0, x1), the
@@ -120,7 +117,7 @@ class Stats:
         """
         counts = class_counts(ids, self.num_classes)
         self.add_label_counts(counts)
-        self.add_image(image, box, histograms)
+        self.add_image(image, box)
         return [int(c) for c in np.flatnonzero(counts[: self.num_classes])]
 
     def add_label_counts(self, counts: np.ndarray) -> None:
@@ -129,21 +126,20 @@ class Stats:
         self.class_pixels += counts[: self.num_classes]
         self.ignore_pixels += int(counts[self.num_classes :].sum())
 
-    def add_image(self, image: np.ndarray, box: tuple[int, int, int, int] | None = None,
-                  histograms: np.ndarray | None = None) -> None:
+    def add_image(self, image: np.ndarray, box: tuple[int, int, int, int] | None = None) -> None:
         """Count one stored image: its pixels, and the band statistics over ``box`` (see :meth:`add`)."""
         self.pixels += image.shape[0] * image.shape[1]
         if image.ndim == 2:
             image = image[:, :, None]
         if box is not None:
-            image, histograms = image[box[0] : box[1], box[2] : box[3]], None
+            image = image[box[0] : box[1], box[2] : box[3]]
         self.image_pixels += image.shape[0] * image.shape[1]
         if image.dtype.kind == "f":
             bad = ~np.isfinite(image)
             if bad.any():  # NaN/inf (a float image's "no data"): counted, then left out of the sums
                 self.channel_nonfinite += bad.reshape(-1, image.shape[2]).sum(axis=0)
                 image = np.where(bad, np.zeros((), image.dtype), image)
-        total, squares = channel_sums(image, histograms)
+        total, squares = channel_sums(image)
         self.channel_sum += total
         self.channel_sumsq += squares
         if self.ranges and image.size:
@@ -151,9 +147,6 @@ class Stats:
             if flat.dtype.kind == "f":
                 lo, hi = np.nanmin(np.where(np.isfinite(flat), flat, np.nan), axis=0), \
                     np.nanmax(np.where(np.isfinite(flat), flat, np.nan), axis=0)
-            elif histograms is not None:  # the first and last level present in each band
-                seen = histograms > 0
-                lo, hi = seen.argmax(axis=1), 255 - seen[:, ::-1].argmax(axis=1)
             else:
                 lo, hi = flat.min(axis=0), flat.max(axis=0)
             self.channel_min = np.fmin(self.channel_min, lo.astype(np.float64))
