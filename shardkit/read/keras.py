@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import ConfigError
 from .dataset import Dataset, adapter_dataset
 from .options import EpochPlan, OpenOptions, adapter_options, adapter_plan, refuse_unknown
-from .recycle import POOL, Part, SharedSlots, normalized, reclaim, shm_available, sweep_at_exit
+from .recycle import POOL, Part, SharedSlots, normalized, shm_available, sweep_at_exit
 from .state import LoaderState
 
 if TYPE_CHECKING:
@@ -208,7 +208,7 @@ class ShardkitPyDataset(keras.utils.PyDataset):
         set-up call before the first epoch) is ignored, so Keras epoch k trains on shardkit epoch k."""
         began, self._in_epoch = self._in_epoch, False
         if self.use_multiprocessing and shm_available():  # slots of batches a stopped pool wrote that nobody took
-            reclaim(self._owner)
+            self._slots.reclaim()
         if began and not _called_by_keras_reset():
             self.set_epoch(self.sampler.epoch + 1)
 

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..files.lock import pid_alive
+
 if TYPE_CHECKING:
     from ..augment.ops import Normalize
 
@@ -171,10 +173,13 @@ class SharedSlots:
     file (held, a new claim number, its pid); the consumer frees it, without the lock, by clearing ``held`` when the
     last array over the slot is gone and the claim is still the one it attached (only the consumer clears, only a
     worker under the lock sets). Slots claimed by workers that are gone and never reached the consumer (a stopped
-    pool's batches) are freed by :func:`reclaim`."""
+    pool's batches) are freed by :meth:`reclaim`."""
 
     def __init__(self, owner: int, cap: int) -> None:
         self.owner, self.cap = owner, cap
+        self.group = f"g{secrets.token_hex(4)}"  # this set's files, apart from another dataset's of the same owner
+        if os.getpid() == owner:  # its files go with it (the consumer's set: not a worker's copy)
+            weakref.finalize(self, _remove, owner, f"{owner}-{self.group}-")
         self._pid: int | None = None
         self._fd = -1
         self._records: np.ndarray | None = None
@@ -184,7 +189,7 @@ class SharedSlots:
         """This process's view of the state file (created by the first worker that needs it)."""
         if self._records is None or self._pid != os.getpid():
             self._pid, self._maps = os.getpid(), {}
-            self._fd = os.open(state_path(self.owner), os.O_RDWR | os.O_CREAT, 0o600)
+            self._fd = os.open(self.state_path, os.O_RDWR | os.O_CREAT, 0o600)
             size = max(1, self.cap) * _RECORD.itemsize
             fcntl.flock(self._fd, fcntl.LOCK_EX)
             try:
@@ -213,25 +218,48 @@ class SharedSlots:
         if k < 0:
             path = SHM / f"{_PREFIX}{self.owner}-{os.getpid()}-{secrets.token_hex(8)}"
             return ShmBatch(path, _new_file(path, need), layout, None)
-        path = slot_path(self.owner, k, size)
+        path = SHM / f"{_PREFIX}{self.owner}-{self.group}-slot{k}-{size}"
         mem = self._maps.get(str(path))
         if mem is None:
             try:
                 mem = _mapped(str(path), self._maps)
             except FileNotFoundError:  # the slot's first use: this worker makes its file
                 mem = self._maps[str(path)] = _new_file(path, size)
-        return ShmBatch(path, mem, layout, (str(state_path(self.owner)), k, claim))
+        return ShmBatch(path, mem, layout, (str(self.state_path), k, claim))
+
+    @property
+    def state_path(self) -> Path:
+        return SHM / f"{_PREFIX}{self.owner}-{self.group}-state"
+
+    def reclaim(self) -> None:
+        """Free the slots that a worker process claimed, that never reached the consumer (not held here) and
+        whose worker is gone: a stopped pool's batches. Also removes that pool's files of their own."""
+        try:
+            fd = os.open(self.state_path, os.O_RDWR)
+        except OSError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            size = os.fstat(fd).st_size
+            if size >= _RECORD.itemsize:
+                with _map(fd, size) as mem:
+                    records = _records(mem, size // _RECORD.itemsize)
+                    held = {k for p, k, _ in list(_HELD) if p == str(self.state_path)}
+                    for k in np.flatnonzero(records["held"] == 1):
+                        if int(k) not in held and not pid_alive(int(records["pid"][k])):
+                            records["held"][k] = 0
+                    del records
+        finally:
+            os.close(fd)  # releases the lock
+        for leftover in SHM.glob(f"{_PREFIX}{self.owner}-*-*"):
+            worker = leftover.name[len(_PREFIX):].split("-")[1]
+            if worker.isdigit() and not pid_alive(int(worker)):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
 
     def __getstate__(self) -> dict[str, Any]:  # a copy in another process opens the files itself
-        return {"owner": self.owner, "cap": self.cap, "_pid": None, "_fd": -1, "_records": None, "_maps": {}}
-
-
-def state_path(owner: int) -> Path:
-    return SHM / f"{_PREFIX}{owner}-state"
-
-
-def slot_path(owner: int, k: int, size: int) -> Path:
-    return SHM / f"{_PREFIX}{owner}-slot{k}-{size}"
+        return {"owner": self.owner, "cap": self.cap, "group": self.group, "_pid": None, "_fd": -1,
+                "_records": None, "_maps": {}}
 
 
 def _records(mem: mmap.mmap, cap: int) -> np.ndarray:
@@ -259,7 +287,7 @@ def attach(path: str, layout: Layout, claim: tuple[str, int, int] | None) -> lis
     """The consumer's side of :class:`ShmBatch`: arrays over the file's memory that free the slot when the last of
     them is gone (a file of its own is removed at once). Runs inside the unpickling of a worker's result (a pool's
     result thread): it never raises an ``OSError`` there, which would stop that thread. A file already removed, or a
-    slot claimed again since (a stopped pool's leftover batch, :func:`reclaim`), gives Nones."""
+    slot claimed again since (a stopped pool's leftover batch, :meth:`SharedSlots.reclaim`), gives Nones."""
     try:
         if claim is None:
             fd = os.open(path, os.O_RDWR)
@@ -296,36 +324,13 @@ def leased_together(views: list[np.ndarray], on_release: Callable[[], None]) -> 
     return [np.asarray(Held(v, lease)) for v in views]
 
 
-def reclaim(owner: int) -> None:
-    """Free ``owner``'s slots that a worker process claimed, that never reached the consumer (not held here) and
-    whose worker is gone: a stopped pool's batches. Also removes that pool's files of their own."""
-    path = state_path(owner)
-    try:
-        fd = os.open(path, os.O_RDWR)
-    except OSError:
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        size = os.fstat(fd).st_size
-        if size >= _RECORD.itemsize:
-            with _map(fd, size) as mem:
-                records = _records(mem, size // _RECORD.itemsize)
-                held = {k for p, k, _ in list(_HELD) if p == str(path)}
-                for k in np.flatnonzero(records["held"] == 1):
-                    if int(k) not in held and not _alive(int(records["pid"][k])):
-                        records["held"][k] = 0
-                del records
-    finally:
-        os.close(fd)  # releases the lock
-    for leftover in SHM.glob(f"{_PREFIX}{owner}-*-*"):
-        worker = leftover.name[len(_PREFIX):].split("-")[1]
-        if worker.isdigit() and not _alive(int(worker)):
+def _remove(owner: int, prefix: str) -> None:
+    """A set of slots is gone in its consumer: remove its files (arrays still viewing one keep their mapping)."""
+    if os.getpid() == owner:
+        for path in SHM.glob(f"{_PREFIX}{prefix}*"):
+            _MAPPED.pop(str(path), None)
             with contextlib.suppress(OSError):
-                leftover.unlink()
-
-
-def _alive(pid: int) -> bool:
-    return Path(f"/proc/{pid}").exists()
+                path.unlink()
 
 
 def sweep(owner: int) -> None:

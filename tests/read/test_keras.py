@@ -11,6 +11,7 @@ import os
 
 os.environ["KERAS_BACKEND"] = "torch"  # before any keras import, in this process and its children
 
+import gc
 import json
 import pickle
 import subprocess
@@ -242,7 +243,7 @@ def worker_batches_check(split: str) -> dict[str, Any]:
                     kept.append((x, y))
                     copies.append((x.copy(), y.copy()))
                     if processes:  # at most max_queue_size + 2 x workers slots, each a reused file
-                        slots = [p for p in recycle.SHM.glob(f"shardkit-batch-{os.getpid()}-slot*")]
+                        slots = list(recycle.SHM.glob(f"shardkit-batch-{os.getpid()}-{data._slots.group}-slot*"))
                         assert 0 < len(slots) <= 3 + 2 * 2
                 adapter.on_epoch_end()
             want = [b for epoch in expected for b in epoch]
@@ -255,6 +256,11 @@ def worker_batches_check(split: str) -> dict[str, Any]:
                 else:
                     assert x.dtype == np.uint8 and np.array_equal(x, images)
             settings += 1
+            if processes:  # the dataset gone, its slot files go with it
+                group = data._slots.group
+                del data, adapter, kept
+                gc.collect()
+                assert not list(recycle.SHM.glob(f"shardkit-batch-{os.getpid()}-{group}-*"))
     return {"settings": settings}
 
 

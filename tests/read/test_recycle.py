@@ -55,7 +55,7 @@ needs_shm = pytest.mark.skipif(not recycle.shm_available(), reason="no /dev/shm"
 
 
 def _names(owner: int) -> list[str]:
-    return sorted(p.name.split("-", 3)[3] for p in recycle.SHM.glob(f"shardkit-batch-{owner}-*"))
+    return sorted(p.name.split("-", 4)[4] for p in recycle.SHM.glob(f"shardkit-batch-{owner}-*"))
 
 
 @needs_shm
@@ -78,7 +78,7 @@ def test_slots_are_reused_once_the_consumer_drops_their_batch_also_by_the_next_p
             pool.apply(_fill, (5,))  # the next batch claims slot 1, but the consumer never takes it:
             pool.apply_async(_fill, (6,))  # (a result dropped, as a stopped pool's)
         with multiprocessing.get_context("spawn").Pool(1, _keep, (slots,)) as pool:  # the next epoch's pool
-            recycle.reclaim(owner)  # the first worker is gone: its slot that never reached us is free again
+            slots.reclaim()  # the first worker is gone: its slot that never reached us is free again
             seventh = pool.apply(_fill, (7,))
             assert int(seventh[0, 0]) == 7 and int(first[0, 0]) == 1  # slot 1 reused; slot 0 still held
             assert _names(owner) == ["slot0-64", "slot1-64", "state"]  # no new files
