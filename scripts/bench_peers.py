@@ -184,14 +184,19 @@ def shardkit_convert_pass(src: Path, out: Path, fmt: str, workers: int, shard_si
     return run
 
 
-def shardkit_cli_pass(src: Path, out: Path, fmt: str, workers: int, shard_size: int) -> Callable[[], int]:
+def shardkit_cli_pass(src: Path, out: Path, fmt: str, workers: int, shard_size: int,
+                      tree: Path | None = None) -> Callable[[], int]:
+    """The ``shardkit convert`` command in a child process; ``tree``: another source tree of shardkit (``--baseline``)
+    put first on its ``PYTHONPATH``."""
     cmd = [sys.executable, "-m", "shardkit", "convert", str(src), str(out), "--format", fmt, "--size",
            f"{H}x{W}", "--layout", "segnet", "--workers", str(workers), "--shard-size", str(shard_size),
            "--force", "-q"]
     n = sum(1 for _ in (src / "train").iterdir())
+    env = None if tree is None else {**os.environ, "PYTHONPATH": str(tree)}
 
     def run() -> int:
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                       cwd=tree)
         return n
 
     return run
@@ -624,6 +629,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-only", action="store_true",
                     help="only the write section (pure decode, shardkit convert, peer writers): no reads, no memory")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--baseline", default=None, metavar="REV",
+                    help="also time the CLI convert row with this git revision's code (git archive), same rounds")
     args = ap.parse_args(argv)
     if args.quick:
         args.replicate, args.repeats, args.write_repeats, args.samples, args.rss_scale = 1, 1, 1, 256, 2
@@ -765,6 +772,14 @@ def run(args: argparse.Namespace, work: Path, versions: dict[str, str], notes: l
                   shardkit_convert_pass(src, out / fmt, fmt, w, shard_size), "shardkit")
     write("shardkit convert npy, 2 workers, CLI subprocess (with start-up)",
           shardkit_cli_pass(src, out / "npy-cli", "npy", 2, shard_size), "shardkit-cli")
+    if args.baseline:  # the same command run by an older revision, in the same rounds (before/after)
+        tree = work / "baseline"
+        tree.mkdir()
+        archive = subprocess.run(["git", "archive", args.baseline], check=True, capture_output=True,
+                                 cwd=Path(__file__).resolve().parents[1]).stdout
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+        write(f"shardkit convert npy, 2 workers, CLI subprocess, at {args.baseline}",
+              shardkit_cli_pass(src, out / "npy-cli-base", "npy", 2, shard_size, tree), "shardkit-cli")
     peer_writers = [("WebDataset", "WebDataset ShardWriter, 2 processes", wds_write_pass, "wds"),
                     ("MosaicML Streaming", "MosaicML MDSWriter, 2 processes + merge_index", mds_write_pass,
                      "mds"),

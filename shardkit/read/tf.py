@@ -8,8 +8,9 @@ in an order permuted per seed and epoch, see :func:`shardkit.read.sampling.strea
 is interleaved across files, shuffled through a buffer, **batched before parsing**
 (one vectorised ``tf.io.parse_example`` per batch), decoded with ``tf.io.decode_raw`` (or
 ``tf.io.decode_png``/``decode_jpeg`` for format version 2 images),
-reshaped and prefetched. Other formats go through the core reader's batched reads
-(``tf.data.Dataset.from_generator``), each pass over the dataset being a new epoch.
+reshaped and prefetched. Other formats go through the core reader's batched reads, run by tf.data's
+parallel map (``tf.numpy_function``, several batches at once, kept in order) into recycled memory, each pass
+over the dataset being a new epoch; ``normalize=True`` then normalises as it reads (one pass for uint8).
 
 ``augment=`` runs a :mod:`shardkit.augment` pipeline on each batch in TensorFlow ops
 (:mod:`shardkit.augment.tf`), after parsing and before normalising. Each batch carries its samples'
@@ -36,6 +37,7 @@ from ..formats.base import TfRecordLayout
 from . import sampling
 from .dataset import Dataset, adapter_dataset
 from .options import EpochPlan, OpenOptions, adapter_options, adapter_plan, refuse_unknown
+from .recycle import POOL, normalized
 from .sampling import EpochBatchSampler, parse_sampling
 from .state import LoaderState, Progress
 
@@ -132,10 +134,11 @@ def dataset(
     else:
         sampler = ds.sampler(the_plan, augment=aug)  # the plan checked against this split now, not in TF
         progress = sampler.progress.twin()
-        out = _generator_pipeline(ds, sampler, progress, with_keys=with_keys, with_indices=aug is not None)
+        out = _generator_pipeline(ds, sampler, progress, with_keys=with_keys, with_indices=aug is not None,
+                                  normalize=normalize and aug is None)
     if aug is not None:
         out = _augment_stage(ds, out, aug, seed=the_plan.seed, with_keys=with_keys)
-    if normalize:
+    if normalize and (aug is not None or progress is None):  # else normalised as read
         op = ds.normalizer  # A.Normalize(ds.mean, ds.std): the same float32 constants as the numpy/torch paths
         mean, inv_std = tf.constant(op.mean_f32), tf.constant(op.inv_std_f32)
 
@@ -241,9 +244,12 @@ def _padded(ds: Dataset, idx: np.ndarray, ignore: int) -> tuple[np.ndarray, np.n
 
 
 def _generator_pipeline(ds: Dataset, sampler: EpochBatchSampler, progress: Progress, *, with_keys: bool,
-                        with_indices: bool = False) -> tf.data.Dataset:
+                        with_indices: bool = False, normalize: bool = False) -> tf.data.Dataset:
     """Random-access formats: the core reader's batches of ``sampler``; each new iteration is the next epoch
-    (counted by ``progress``).
+    (counted by ``progress``). A generator gives each batch's indices; the batches are read in parallel by
+    tf.data's threads (``tf.numpy_function``: the reads copy out of memory maps and normalise without the GIL),
+    in order, into recycled memory (:mod:`shardkit.read.recycle`); ``normalize``: float32 images normalised there
+    in one pass.
 
     ``with_indices``: elements are dicts with ``images``, ``labels``, ``index`` (global sample indices),
     ``epoch`` (the pass's epoch), ``keys`` with ``with_keys``, and ``hw`` (each sample's size) for a split
@@ -257,7 +263,7 @@ def _generator_pipeline(ds: Dataset, sampler: EpochBatchSampler, progress: Progr
     else:
         (ishape, idt), (lshape, ldt) = ds.batch_layout(batch_size if drop_last else 0)  # type: ignore[assignment]
     parts: dict[str, tf.TensorSpec] = {
-        "images": tf.TensorSpec((bdim, *ishape[1:]), tf.as_dtype(idt)),
+        "images": tf.TensorSpec((bdim, *ishape[1:]), tf.float32 if normalize else tf.as_dtype(idt)),
         "labels": tf.TensorSpec((bdim, *lshape[1:]), tf.as_dtype(ldt))}
     if with_keys:
         parts["keys"] = tf.TensorSpec((bdim,), tf.string)
@@ -268,27 +274,42 @@ def _generator_pipeline(ds: Dataset, sampler: EpochBatchSampler, progress: Progr
     keys = np.array([ds.key(i) for i in range(len(ds))], dtype=object) if with_keys else None
     ignore = 255 if ds.ignore_index is None else int(ds.ignore_index)
     names = list(parts)
+    read_names = [n for n in names if n not in ("index", "epoch")]
+    op = ds.normalizer if normalize else None
 
-    def generate() -> Iterator[tuple[Any, ...]]:
+    def order() -> Iterator[tuple[np.ndarray, np.int64]]:
         progress.begin()  # this pass: the sampler's epoch, from its start (or where a loader state resumes it)
         e = sampler.epoch
-        order = sampler.batches()
+        batches = sampler.batches()
         sampler.start, sampler.epoch = 0, e + 1  # the next pass: the next epoch, from its start
-        if variable:  # read one by one onto a padded canvas (only with augment: check_augment allowed it)
-            batches: Iterator[tuple[np.ndarray, ...]] = ((idx, *_padded(ds, idx, ignore)) for idx in order)
-        else:  # fresh arrays: TensorFlow may keep referring to a yielded array, so never reuse one.
-            batches = ((idx, *ds.batch(idx)) for idx in order)
-        for idx, images, labels, *hw in batches:
-            got = {"images": images, "labels": labels, "index": np.asarray(idx, np.int64),
-                   "epoch": np.int64(e), "hw": hw[0] if hw else None,
-                   "keys": keys[idx].astype(bytes) if keys is not None else None}
+        for idx in batches:
             progress.step()
-            yield tuple(got[n] for n in names)
+            yield np.asarray(idx, np.int64), np.int64(e)
 
-    out = tf.data.Dataset.from_generator(generate, output_signature=tuple(parts.values()))
-    if with_indices:
-        return out.map(lambda *t: dict(zip(names, t, strict=True)))
-    return out
+    def read(idx: np.ndarray) -> list[np.ndarray]:
+        hw = None
+        if variable:  # read one by one onto a padded canvas (only with augment: check_augment allowed it)
+            images, labels, hw = _padded(ds, idx, ignore)
+        else:  # recycled arrays: freed (and reused) only when TensorFlow lets go of the batch
+            (bi, bt), (bl, lt) = ds.batch_layout(len(idx))
+            images, labels = ds.batch(idx, out=(POOL.take(bi, bt), POOL.take(bl, lt)))
+        if op is not None:
+            images = normalized(op, images)
+        got: dict[str, Any] = {"images": images, "labels": labels, "hw": hw,
+               "keys": keys[idx].astype(bytes) if keys is not None else None}
+        return [got[n] for n in read_names]
+
+    def parallel(idx: tf.Tensor, epoch: tf.Tensor) -> Any:
+        got = tf.numpy_function(read, [idx], [parts[n].dtype for n in read_names], stateful=False)
+        element = {"index": idx, "epoch": epoch}
+        for name, t in zip(read_names, got, strict=True):
+            t.set_shape(parts[name].shape)
+            element[name] = t
+        return element if with_indices else tuple(element[n] for n in names)
+
+    indices = tf.data.Dataset.from_generator(order, output_signature=(tf.TensorSpec((None,), tf.int64),
+                                                                       tf.TensorSpec((), tf.int64)))
+    return indices.map(parallel, num_parallel_calls=AUTOTUNE, deterministic=True)
 
 
 def _feature_spec(ds: Dataset, layout: TfRecordLayout, with_keys: bool) -> dict[str, Any]:

@@ -19,11 +19,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import functools
 import logging
 import os
 import sys
 import warnings
-import weakref
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -39,6 +39,7 @@ from . import sampling
 from .dataset import Dataset, adapter_dataset
 from .options import EpochPlan, OpenOptions, adapter_options, adapter_plan, refuse_unknown
 from .prefetch import LAYOUTS, PREFETCH_LABELS, CudaPrefetcher
+from .recycle import leased_together
 
 if TYPE_CHECKING:
     from ..augment import Compose
@@ -495,22 +496,8 @@ class _SlotPool:
     def lease(self, slot: int, tensors: Sequence[torch.Tensor], n: int) -> list[torch.Tensor]:
         """The first ``n`` samples of each slot tensor, as new tensors that hold ``slot`` until all are gone."""
         self.sent.discard(slot)
-        lease = _Lease()
-        weakref.finalize(lease, self.free.append, slot).atexit = False
-        return [torch.from_numpy(np.asarray(_Held(t.numpy()[:n], lease))) for t in tensors]
-
-
-class _Lease:
-    """One yielded batch's hold on its slot (see :meth:`_SlotPool.lease`)."""
-
-
-class _Held:
-    """An array's memory (exposed as ``__array_interface__``) that keeps ``lease`` alive: ``np.asarray`` of it is
-    an array whose base is this object, so the lease lives while that array or any tensor or view of it does."""
-
-    def __init__(self, view: np.ndarray, lease: _Lease) -> None:
-        self.view, self.lease = view, lease
-        self.__array_interface__ = view.__array_interface__
+        free = functools.partial(self.free.append, slot)
+        return [torch.from_numpy(a) for a in leased_together([t.numpy()[:n] for t in tensors], free)]
 
 
 class _SlotSampler:

@@ -11,6 +11,7 @@ import os
 
 os.environ["KERAS_BACKEND"] = "torch"  # before any keras import, in this process and its children
 
+import gc
 import json
 import pickle
 import subprocess
@@ -210,3 +211,58 @@ def pydataset_resume_check(split: str) -> dict[str, Any]:
 
 def test_pydataset_resumes_from_its_state(small: Path) -> None:
     assert _in_keras_process("pydataset_resume_check", small) == {"ok": True}
+
+
+def worker_batches_check(split: str) -> dict[str, Any]:
+    """Every worker setting (in line, 2 threads, 2 processes handing batches over through /dev/shm slots), normalised
+    or not, gives the same batches as the core reader, epoch by epoch; every batch is kept to the end and still holds
+    what it held when it came (recycled memory never reused while a batch lives); the processes' slots are bounded
+    (and reused by the second epoch's pool)."""
+    from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
+
+    from shardkit.read import recycle
+    from shardkit.read.keras import ShardkitPyDataset
+
+    core = shardkit.open(split)
+    plan = shardkit.EpochPlan(4, seed=3)
+    order = ShardkitPyDataset(split, plan, workers=1)
+    expected = []
+    for epoch in (0, 1):
+        order.set_epoch(epoch)
+        expected.append([core.batch(order.batch_indices(i)) for i in range(len(order))])
+    settings = 0
+    for normalize in (True, False):
+        for workers, processes in ((1, False), (2, False), (2, True)):
+            data = ShardkitPyDataset(split, plan, workers=workers, use_multiprocessing=processes, normalize=normalize,
+                                     max_queue_size=3)
+            adapter = PyDatasetAdapter(data)
+            kept, copies = [], []
+            for _epoch in (0, 1):
+                adapter.on_epoch_begin()
+                for x, y in adapter.get_numpy_iterator():
+                    kept.append((x, y))
+                    copies.append((x.copy(), y.copy()))
+                    if processes:  # at most max_queue_size + 2 x workers slots, each a reused file
+                        slots = list(recycle.SHM.glob(f"shardkit-batch-{os.getpid()}-{data._slots.group}-slot*"))
+                        assert 0 < len(slots) <= 3 + 2 * 2
+                adapter.on_epoch_end()
+            want = [b for epoch in expected for b in epoch]
+            assert len(kept) == len(want)
+            for (x, y), (cx, cy), (images, labels) in zip(kept, copies, want, strict=True):
+                assert np.array_equal(x, cx) and np.array_equal(y, cy)  # unchanged while kept
+                assert np.array_equal(y, labels)
+                if normalize:
+                    assert x.dtype == np.float32 and np.array_equal(x, core.normalize(images))
+                else:
+                    assert x.dtype == np.uint8 and np.array_equal(x, images)
+            settings += 1
+            if processes:  # the dataset gone, its slot files go with it
+                group = data._slots.group
+                del data, adapter, kept
+                gc.collect()
+                assert not list(recycle.SHM.glob(f"shardkit-batch-{os.getpid()}-{group}-*"))
+    return {"settings": settings}
+
+
+def test_worker_settings_give_the_same_batches_and_kept_ones_stay(small: Path) -> None:
+    assert _in_keras_process("worker_batches_check", small) == {"settings": 6}

@@ -182,3 +182,56 @@ def test_tf_dataset_resumes_from_its_state(tf, splits: dict[str, Path]) -> None:
     with pytest.raises(ConfigError, match="keeps no loader state") as err:
         tfr.load_state_dict(state)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_parallel_reads_keep_the_order_and_kept_batches_stay(tf, splits: dict[str, Path], normalize: bool) -> None:
+    """A random-access split is read by tf.data's parallel map into recycled memory: the batches come in the
+    sampler's order, equal to the core reader's (normalised by the same float32 operations as
+    ``Dataset.normalize``), and every tensor kept over two passes still holds what it held when it came."""
+    import shardkit.tf
+
+    core = shardkit.open(splits["npy"])
+    plan = shardkit.EpochPlan(3, seed=6)
+    data = shardkit.tf.dataset(splits["npy"], plan, normalize=normalize)
+    kept, copies = [], []
+    for _ in range(2):
+        for images, labels in data:
+            kept.append((images, labels))
+            copies.append((images.numpy().copy(), labels.numpy().copy()))
+    want = [core.batch(idx) for epoch in (0, 1) for idx, _, _ in
+            core.iter_batches(3, seed=6, epoch=epoch, with_indices=True)]
+    assert len(kept) == len(want) == 2 * 9
+    for (images, labels), (ci, cl), (wi, wl) in zip(kept, copies, want, strict=True):
+        assert np.array_equal(images.numpy(), ci) and np.array_equal(labels.numpy(), cl)
+        assert np.array_equal(cl, wl)
+        assert np.array_equal(ci, core.normalize(wi) if normalize else wi)
+        assert images.dtype == (tf.float32 if normalize else tf.uint8)
+
+
+def test_random_access_batches_are_read_concurrently(tf, splits: dict[str, Path]) -> None:
+    """tf.data's threads read several batches at once (each read copies out of memory maps without the GIL);
+    the generator only hands out each batch's indices."""
+    import threading
+    import time
+
+    import shardkit.tf
+
+    ds = shardkit.open(splits["npy"])
+    lock, running, most = threading.Lock(), [0], [0]
+    read = ds.batch
+
+    def slow_batch(*args, **kwargs):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.05)  # a slow disk: overlapping reads show
+        try:
+            return read(*args, **kwargs)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    ds.batch = slow_batch
+    batches = list(shardkit.tf.dataset(ds, shardkit.EpochPlan(2, seed=1)))
+    assert len(batches) == 13 and most[0] >= 2
