@@ -128,7 +128,7 @@ def remote_source(cache: ShardCache, fmt: type[ShardFormat], manifest: Manifest,
         return RangedShards(cache, fmt, manifest, spec)
     if policy == "auto" and why_not is None and cache.limit is not None and size > cache.limit:
         log.info("%s: remote_reads='auto' chooses per batch (the split's %d bytes exceed cache_limit %d): a batch "
-                 "of consecutive samples in order that starts a shard or continues a sequential pass reads its "
+                 "of consecutive samples in order that starts a shard or goes on from a sequential one reads its "
                  "shards whole through the cache, any other batch (shuffled or sparse) and single samples read "
                  "by ranges", cache.remote.url, size, cache.limit)
         return PerBatchShards(cache, fmt, manifest, spec)
@@ -945,16 +945,19 @@ class PerBatchShards(ShardSource):
         self.whole = CachedShards(cache, fmt, manifest, spec)
         self.ranged = RangedShards(cache, fmt, manifest, spec)
         self.starts = np.array([s.first_index for s in manifest.shards], np.int64)
-        #: the split index after this process's last sequential batch (-1: none yet)
+        #: the split index after this process's last sequential batch (-1: none yet): a DataLoader worker reads
+        #: every n-th batch of a sequential pass, so a later one continues it
         self.next_index = -1
 
     def sequential(self, shard: np.ndarray, local: np.ndarray) -> bool:
         """Whether a batch is a stretch of a sequential pass: its split indices follow each other in order, and
-        it starts a shard, continues this process's last sequential batch, or begins in a shard held whole."""
+        it starts a shard, begins at or after the end of this process's last sequential batch, or begins in a
+        shard held whole."""
         index = self.starts[shard] + local
         if not len(index) or not bool(np.all(np.diff(index) == 1)):
             return False
-        return int(local[0]) == 0 or int(index[0]) == self.next_index or self.whole.resident(int(shard[0]))
+        return (int(local[0]) == 0 or 0 <= self.next_index <= int(index[0])
+                or self.whole.resident(int(shard[0])))
 
     def reader(self, pos: int) -> ShardReader:
         """The held whole shard's reader when this process holds it, else the ranged one (a single sample)."""

@@ -168,6 +168,18 @@ def test_auto_reads_a_sequential_pass_in_whole_shards_equal_to_a_local_read(
         assert np.array_equal(images, want_images) and np.array_equal(labels, want_labels)
     assert _shard_objects(ds, downloads) == _shard_objects(ds), downloads  # each shard file once, whole
     assert ds.source.stats.requests == 0  # type: ignore[attr-defined]
+    # a DataLoader worker's share of a sequential pass, every other batch: whole shards too
+    worker = shardkit.open(split, cache_dir=tmp_path / "cache2", cache_limit="8MB", remote_reads="auto")
+    downloads.clear()
+    for start in range(0, len(ref), 8):
+        batch = list(range(start, min(start + 4, len(ref))))
+        assert np.array_equal(worker.batch(batch)[0], ref.batch(batch)[0])
+    assert _shard_objects(ds, downloads) == _shard_objects(ds), downloads
+    assert worker.source.stats.requests == 0  # type: ignore[attr-defined]
+    sparse = shardkit.open(split, cache_dir=tmp_path / "cache3", cache_limit="8MB", remote_reads="auto")
+    downloads.clear()
+    assert np.array_equal(sparse.batch([11, 12])[0], ref.batch([11, 12])[0])  # consecutive, but in no pass
+    assert _shard_objects(ds, downloads) == [] and sparse.source.stats.requests > 0  # type: ignore[attr-defined]
 
 
 def test_auto_reads_shuffled_passes_by_ranges_and_a_sequential_one_whole_on_one_dataset(
@@ -611,13 +623,14 @@ def _second_job(url: str, cache: str, limit: int, mode: str) -> None:
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")  # 4 workers on a 2-core machine
-@pytest.mark.parametrize("mode", ["shards", "ranges"])
+@pytest.mark.parametrize("mode", ["shards", "ranges", "auto"])
 @pytest.mark.parametrize("workers", [2, 4])
 def test_the_cache_folder_stays_within_the_limit_under_a_dataloader_and_a_second_job(
         s3: str, camvid_root: Path, tmp_path: Path, workers: int, mode: str) -> None:
     """A 2- or 4-worker DataLoader reads a shuffled epoch while a second job (another process) reads the same
     split through the same cache folder; the folder's peak, sampled every 2 ms, stays within ``cache_limit`` plus
-    one shard per process (whole shards), or holds manifests and samples sidecars only (ranges)."""
+    one shard per process (whole shards), or holds manifests and samples sidecars only (ranges). Under auto the
+    loader reads an unshuffled epoch (whole shards) while the second job reads single samples (ranges)."""
     import multiprocessing
 
     pytest.importorskip("torch")
@@ -636,7 +649,7 @@ def test_the_cache_folder_stays_within_the_limit_under_a_dataloader_and_a_second
     limit = 2 * shard_bytes + small + 4096  # two of the thirteen shards, the manifests and the sidecars
     cache = tmp_path / "cache"
     ref = shardkit.open(local / "val")
-    plan = shardkit.EpochPlan(4, seed=2)
+    plan = shardkit.EpochPlan(4, seed=2, shuffle=mode != "auto")
     loader = make_loader(url, plan, num_workers=workers, layout="NHWC", pin_memory=False,
                          multiprocessing_context="fork", persistent_workers=False,
                          options=shardkit.OpenOptions(cache_dir=cache, cache_limit=limit, remote_reads=mode))
@@ -664,6 +677,7 @@ def test_the_cache_folder_stays_within_the_limit_under_a_dataloader_and_a_second
     if mode == "ranges":
         assert 0 < peak[0] <= small + 4096, (peak[0], small)
     else:  # the loader's parent, its workers and the second job: one read-through shard each at most
+        assert mode == "shards" or peak[0] > small + 4096, (peak[0], small)  # auto: shards were read whole
         assert 0 < peak[0] <= limit + (workers + 2) * shard_bytes + 4096, (peak[0], limit, shard_bytes)
 
 
