@@ -55,7 +55,8 @@ def open(path: "str | _os.PathLike[str]", options: "OpenOptions | None" = None, 
     :param storage_options: passed to fsspec: endpoint, credentials (docs/object-storage.md).
     :param version: open the kept publish N of the split (its ``manifest-v<N>.json``) instead of the current one.
     :param remote_reads: ``"shards"`` (whole shards through the cache), ``"ranges"`` (sample by sample with
-        range requests) or ``"auto"`` (ranges when the split is larger than ``cache_limit``).
+        range requests) or ``"auto"`` (for a split larger than ``cache_limit``: whole shards for a sequential pass,
+        ranges for shuffled or sparse batches, chosen per batch).
     :returns: the open :class:`Dataset`.
     :raises InputNotFoundError: no split (no ``manifest.json``) at ``path``, or no such ``version``.
     :raises ConfigError: a bad option, or ``options`` and keywords both given.

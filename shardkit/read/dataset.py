@@ -70,7 +70,8 @@ class Dataset:
     into a local cache (``cache_dir``, at most ``cache_limit`` bytes such as ``"20GB"``; see
     :mod:`shardkit.read.cache`), with ``storage_options`` for fsspec (endpoint, credentials), and served by
     the format's own readers on the cached copies (:mod:`shardkit.read.source`) — or, for a split larger than
-    ``cache_limit`` (``remote_reads``), read sample by sample with range requests (:mod:`shardkit.read.ranges`).
+    ``cache_limit`` (``remote_reads``), read sample by sample with range requests for shuffled or sparse batches
+    (:mod:`shardkit.read.ranges`).
 
     A Dataset is a snapshot: it reads the version of the split it opened (``version=N`` opens the kept
     publish ``manifest-v<N>.json``; by default the current one) until it is opened again, whatever a

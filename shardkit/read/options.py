@@ -45,7 +45,9 @@ class OpenOptions:
     ``version=N`` opens the kept publish N of the split instead of the current one. ``remote_reads``: how a split
     on object storage is read — ``"shards"`` whole shards through the cache, ``"ranges"`` sample by sample with
     range requests (npy, LMDB, HDF5, uncompressed TFRecord; :mod:`shardkit.read.ranges`), ``"auto"`` (default)
-    ranges when the split can be and is larger than ``cache_limit``, else shards (the choice is logged).
+    whole shards for a split that fits in ``cache_limit`` (or has none) or cannot be read by ranges, else chosen
+    per batch: a sequential pass (consecutive samples in order) in whole shards through the cache, shuffled or
+    sparse batches by ranges (the rule is logged on open).
     """
 
     labels: str = "ids"

@@ -26,6 +26,9 @@ gives each record's or chunk's bytes. What follows is said for npy:
   against its sample's class bitmap there. npy labels have no per-sample hash in shardkit's records: a label object
   replaced by one of the same size *before* a process first opens it, whose samples keep their sets of classes,
   is not detected here (``verify=True`` hashes whole objects); TFRecord labels are covered by the record CRC.
+
+Under ``remote_reads="auto"`` a split larger than ``cache_limit`` is read by :class:`PerBatchShards`, which holds
+this source and the whole-shard one and chooses per batch: a sequential pass in whole shards, the rest by ranges.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ from ..store.manifest import Manifest
 from .cache import ShardCache
 from .source import CachedShards, ShardSource
 
-__all__ = ["RangeStats", "RangedShards", "remote_source"]
+__all__ = ["PerBatchShards", "RangeStats", "RangedShards", "remote_source"]
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +116,9 @@ def remote_source(cache: ShardCache, fmt: type[ShardFormat], manifest: Manifest,
                   policy: str) -> ShardSource:
     """The source of a split on object storage under ``policy`` (``OpenOptions.remote_reads``), the choice logged.
 
-    ``"auto"`` reads by ranges when the split can be (npy, LMDB, HDF5, uncompressed TFRecord) and is larger than
-    ``cache_limit`` (whole shards would be read through and dropped again), else through the whole-shard cache."""
+    ``"auto"``: a split that fits in ``cache_limit`` (or has none), or cannot be read by ranges, is read in whole
+    shards through the cache; a larger one that can be (npy, LMDB, HDF5, uncompressed TFRecord) is read by
+    :class:`PerBatchShards`, which chooses per batch: whole shards for a sequential pass, ranges otherwise."""
     why_not = ranged_format(fmt, spec, manifest.format_options)
     size = sum(f.bytes for s in manifest.shards for f in s.files)
     if policy == "ranges":
@@ -123,9 +127,11 @@ def remote_source(cache: ShardCache, fmt: type[ShardFormat], manifest: Manifest,
         log.info("%s: range reads per sample (remote_reads='ranges')", cache.remote.url)
         return RangedShards(cache, fmt, manifest, spec)
     if policy == "auto" and why_not is None and cache.limit is not None and size > cache.limit:
-        log.info("%s: range reads per sample (remote_reads='auto': the split's %d bytes exceed cache_limit %d)",
-                 cache.remote.url, size, cache.limit)
-        return RangedShards(cache, fmt, manifest, spec)
+        log.info("%s: remote_reads='auto' chooses per batch (the split's %d bytes exceed cache_limit %d): a batch "
+                 "of consecutive samples in order that starts a shard or goes on from a sequential one reads its "
+                 "shards whole through the cache, any other batch (shuffled or sparse) and single samples read "
+                 "by ranges", cache.remote.url, size, cache.limit)
+        return PerBatchShards(cache, fmt, manifest, spec)
     if policy == "auto":
         log.info("%s: whole shards through the cache (remote_reads='auto': %s)", cache.remote.url,
                  why_not or ("no cache_limit" if cache.limit is None else "the split fits in cache_limit"))
@@ -924,4 +930,61 @@ class RangedShards(ShardSource):
             for k, (image, label) in zip(rows, reader.samples(idx, data[at:at + count], extra), strict=True):
                 images[k], stored[k] = image, label
             at += count
+        return True
+
+
+
+class PerBatchShards(ShardSource):
+    """A split on object storage read both ways, chosen per batch (``remote_reads="auto"`` for a split larger than
+    ``cache_limit``): a sequential batch (:meth:`sequential`) reads its shards whole through the cache
+    (:class:`~shardkit.read.source.CachedShards`: one request per shard file, within the cache's bound), any other
+    batch by ranges (:class:`RangedShards`: nothing written but manifests and sidecars)."""
+
+    def __init__(self, cache: ShardCache, fmt: type[ShardFormat], manifest: Manifest, spec: SampleSpec) -> None:
+        self.cache = cache
+        self.whole = CachedShards(cache, fmt, manifest, spec)
+        self.ranged = RangedShards(cache, fmt, manifest, spec)
+        self.starts = np.array([s.first_index for s in manifest.shards], np.int64)
+        #: the split index after this process's last sequential batch (-1: none yet): a DataLoader worker reads
+        #: every n-th batch of a sequential pass, so a later one continues it
+        self.next_index = -1
+
+    def sequential(self, shard: np.ndarray, local: np.ndarray) -> bool:
+        """Whether a batch is a stretch of a sequential pass: its split indices follow each other in order, and
+        it starts a shard, begins at or after the end of this process's last sequential batch, or begins in a
+        shard held whole."""
+        index = self.starts[shard] + local
+        if not len(index) or not bool(np.all(np.diff(index) == 1)):
+            return False
+        return (int(local[0]) == 0 or 0 <= self.next_index <= int(index[0])
+                or self.whole.resident(int(shard[0])))
+
+    def reader(self, pos: int) -> ShardReader:
+        """The held whole shard's reader when this process holds it, else the ranged one (a single sample)."""
+        return self.whole.reader(pos) if self.whole.resident(pos) else self.ranged.reader(pos)
+
+    @property
+    def stats(self) -> RangeStats:
+        """This process's range request, byte and batch counts (whole shards: ``cache.downloads``)."""
+        return self.ranged.stats
+
+    def resident(self, pos: int) -> bool:
+        return self.whole.resident(pos)
+
+    def __len__(self) -> int:
+        return len(self.ranged)
+
+    def release(self) -> None:
+        self.whole.release()
+        self.ranged.release()
+
+    def gather(self, shard: np.ndarray, local: np.ndarray, images: np.ndarray, stored: np.ndarray) -> bool:
+        """A sequential batch through the whole shards' readers, run by run (each shard fetched once and held);
+        any other batch by ranges."""
+        if not self.sequential(shard, local):
+            return self.ranged.gather(shard, local, images, stored)
+        self.next_index = int(self.starts[shard[-1]] + local[-1]) + 1
+        cuts = (np.flatnonzero(shard[1:] != shard[:-1]) + 1).tolist()
+        for a, b in zip([0, *cuts], [*cuts, len(shard)], strict=True):
+            self.whole.reader(int(shard[a])).read_batch_into(local[a:b], images[a:b], stored[a:b])
         return True

@@ -14,7 +14,7 @@ hints):
   read. A read-through shard whose folder the cache deletes has its hold closed: it is fetched again on its next read.
 * :class:`~shardkit.read.ranges.RangedShards` reads samples of a remote npy, LMDB, HDF5 or TFRecord split by HTTP
   range requests, a batch at a time (:meth:`ShardSource.gather`); ``OpenOptions.remote_reads`` chooses between the
-  two remote ones.
+  two remote ones, or (``"auto"``) :class:`~shardkit.read.ranges.PerBatchShards` holds both and chooses per batch.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import pytest
 import shardkit
 from shardkit.errors import ConfigError, IntegrityError, ShardFormatError
 from shardkit.files.storage import Remote
-from shardkit.read.ranges import RangedShards
+from shardkit.read.ranges import PerBatchShards, RangedShards
 from shardkit.read.source import CachedShards
 from shardkit.testing import local_s3, make_bucket
 
@@ -109,24 +109,105 @@ def test_the_block_cache_stays_within_its_byte_bound(split: str, tmp_path: Path)
         assert source.fetcher.held <= 2_000_000
 
 
-def test_auto_chooses_ranges_only_for_a_split_larger_than_the_cache_and_says_so(
+def test_auto_chooses_per_batch_only_for_a_split_larger_than_the_cache_and_states_the_rule(
         split: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="shardkit.read.ranges"):
         small = shardkit.open(split, cache_dir=tmp_path / "a", cache_limit="8MB", remote_reads="auto")
         large = shardkit.open(split, cache_dir=tmp_path / "b", cache_limit="1GB", remote_reads="auto")
         unlimited = shardkit.open(split, cache_dir=tmp_path / "c", remote_reads="auto")
-    assert isinstance(small.source, RangedShards)
+    assert isinstance(small.source, PerBatchShards)
     assert isinstance(large.source, CachedShards) and isinstance(unlimited.source, CachedShards)
     said = [r.getMessage() for r in caplog.records]
-    assert sum("range reads per sample (remote_reads='auto'" in m for m in said) == 1, said
+    rule = [m for m in said if "remote_reads='auto' chooses per batch" in m]
+    assert len(rule) == 1, said  # the rule, stated once when the split is opened
+    assert "consecutive samples in order" in rule[0] and "whole through the cache" in rule[0], rule
+    assert "shuffled or sparse" in rule[0] and "by ranges" in rule[0] and "exceed cache_limit 8000000" in rule[0]
     assert sum("whole shards through the cache" in m for m in said) == 2, said
     assert shardkit.OpenOptions().remote_reads == "auto"  # the default
     with caplog.at_level(logging.INFO, logger="shardkit.read.ranges"):
         default = shardkit.open(split, cache_dir=tmp_path / "d", cache_limit="8MB")
         pinned = shardkit.open(split, cache_dir=tmp_path / "e", cache_limit="8MB", remote_reads="shards")
-    assert isinstance(default.source, RangedShards) and isinstance(pinned.source, CachedShards)
+        ranged = shardkit.open(split, cache_dir=tmp_path / "f", cache_limit="8MB", remote_reads="ranges")
+    assert isinstance(default.source, PerBatchShards) and isinstance(pinned.source, CachedShards)
+    assert type(ranged.source) is RangedShards
     with pytest.raises(ConfigError, match="remote_reads='fast' is not one of"):
         shardkit.OpenOptions(remote_reads="fast")
+
+
+def _count_shard_downloads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the objects the shard cache downloads whole from now on (one GET each, no Range)."""
+    import shardkit.read.cache as cache_module
+
+    names: list[str] = []
+    real = cache_module.download_verified
+
+    def counted(remote: Remote, f: Any, directory: Path) -> Any:
+        names.append(f.name)
+        return real(remote, f, directory)
+
+    monkeypatch.setattr(cache_module, "download_verified", counted)
+    return names
+
+
+def _shard_objects(ds: shardkit.Dataset, names: list[str] | None = None) -> list[str]:
+    """The split's image and label objects (of ``names``: those of them, each as often as it is there)."""
+    data = {f.name for s in ds.manifest.shards for f in s.files}
+    return sorted(n for n in (data if names is None else names) if n in data)
+
+
+def test_auto_reads_a_sequential_pass_in_whole_shards_equal_to_a_local_read(
+        split: str, camvid_val_npy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unshuffled epoch (split 18 MB, cache_limit 8 MB) under auto: every shard object downloaded whole once,
+    no range request, every sample equal to a local read."""
+    ref = shardkit.open(camvid_val_npy)
+    ds = shardkit.open(split, cache_dir=tmp_path / "cache", cache_limit="8MB", remote_reads="auto")
+    downloads = _count_shard_downloads(monkeypatch)
+    for batch in ds.sampler(shardkit.EpochPlan(4, shuffle=False)).batches():
+        images, labels = ds.batch(batch)
+        want_images, want_labels = ref.batch(batch)
+        assert np.array_equal(images, want_images) and np.array_equal(labels, want_labels)
+    assert _shard_objects(ds, downloads) == _shard_objects(ds), downloads  # each shard file once, whole
+    assert ds.source.stats.requests == 0  # type: ignore[attr-defined]
+    # a DataLoader worker's share of a sequential pass, every other batch: whole shards too
+    worker = shardkit.open(split, cache_dir=tmp_path / "cache2", cache_limit="8MB", remote_reads="auto")
+    downloads.clear()
+    for start in range(0, len(ref), 8):
+        batch = list(range(start, min(start + 4, len(ref))))
+        assert np.array_equal(worker.batch(batch)[0], ref.batch(batch)[0])
+    assert _shard_objects(ds, downloads) == _shard_objects(ds), downloads
+    assert worker.source.stats.requests == 0  # type: ignore[attr-defined]
+    sparse = shardkit.open(split, cache_dir=tmp_path / "cache3", cache_limit="8MB", remote_reads="auto")
+    downloads.clear()
+    assert np.array_equal(sparse.batch([11, 12])[0], ref.batch([11, 12])[0])  # consecutive, but in no pass
+    assert _shard_objects(ds, downloads) == [] and sparse.source.stats.requests > 0  # type: ignore[attr-defined]
+
+
+def test_auto_reads_shuffled_passes_by_ranges_and_a_sequential_one_whole_on_one_dataset(
+        split: str, camvid_val_npy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One Dataset under auto: a shuffled epoch by ranges (read amplification <= 1.2, nothing downloaded whole),
+    then an unshuffled epoch in whole shards, then a shuffled one by ranges again; every sample equal to a local
+    read."""
+    ref = shardkit.open(camvid_val_npy)
+    ds = shardkit.open(split, cache_dir=tmp_path / "cache", cache_limit="8MB", remote_reads="auto")
+    downloads = _count_shard_downloads(monkeypatch)
+    stats = ds.source.stats  # type: ignore[attr-defined]
+
+    def epoch(plan: shardkit.EpochPlan) -> None:
+        for batch in ds.sampler(plan).batches():
+            images, labels = ds.batch(batch)
+            want_images, want_labels = ref.batch(batch)
+            assert np.array_equal(images, want_images) and np.array_equal(labels, want_labels)
+
+    epoch(shardkit.EpochPlan(4, seed=5))
+    assert _shard_objects(ds, downloads) == [], downloads  # the samples sidecars only (pixel hashes)
+    assert stats.used == len(ref) * (360 * 480 * 3 + 360 * 480)
+    assert 1.0 <= stats.amplification <= 1.2, (stats.fetched, stats.used)
+    epoch(shardkit.EpochPlan(4, shuffle=False))
+    assert _shard_objects(ds, downloads) == _shard_objects(ds), downloads
+    requests = stats.requests
+    epoch(shardkit.EpochPlan(4, seed=6))
+    assert stats.requests > requests and stats.used == 2 * len(ref) * (360 * 480 * 3 + 360 * 480)
+    assert _shard_objects(ds, downloads) == _shard_objects(ds), downloads
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")  # 4 workers on a 2-core machine
@@ -542,13 +623,14 @@ def _second_job(url: str, cache: str, limit: int, mode: str) -> None:
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")  # 4 workers on a 2-core machine
-@pytest.mark.parametrize("mode", ["shards", "ranges"])
+@pytest.mark.parametrize("mode", ["shards", "ranges", "auto"])
 @pytest.mark.parametrize("workers", [2, 4])
 def test_the_cache_folder_stays_within_the_limit_under_a_dataloader_and_a_second_job(
         s3: str, camvid_root: Path, tmp_path: Path, workers: int, mode: str) -> None:
     """A 2- or 4-worker DataLoader reads a shuffled epoch while a second job (another process) reads the same
     split through the same cache folder; the folder's peak, sampled every 2 ms, stays within ``cache_limit`` plus
-    one shard per process (whole shards), or holds manifests and samples sidecars only (ranges)."""
+    one shard per process (whole shards), or holds manifests and samples sidecars only (ranges). Under auto the
+    loader reads an unshuffled epoch (whole shards) while the second job reads single samples (ranges)."""
     import multiprocessing
 
     pytest.importorskip("torch")
@@ -567,7 +649,7 @@ def test_the_cache_folder_stays_within_the_limit_under_a_dataloader_and_a_second
     limit = 2 * shard_bytes + small + 4096  # two of the thirteen shards, the manifests and the sidecars
     cache = tmp_path / "cache"
     ref = shardkit.open(local / "val")
-    plan = shardkit.EpochPlan(4, seed=2)
+    plan = shardkit.EpochPlan(4, seed=2, shuffle=mode != "auto")
     loader = make_loader(url, plan, num_workers=workers, layout="NHWC", pin_memory=False,
                          multiprocessing_context="fork", persistent_workers=False,
                          options=shardkit.OpenOptions(cache_dir=cache, cache_limit=limit, remote_reads=mode))
@@ -595,6 +677,7 @@ def test_the_cache_folder_stays_within_the_limit_under_a_dataloader_and_a_second
     if mode == "ranges":
         assert 0 < peak[0] <= small + 4096, (peak[0], small)
     else:  # the loader's parent, its workers and the second job: one read-through shard each at most
+        assert mode == "shards" or peak[0] > small + 4096, (peak[0], small)  # auto: shards were read whole
         assert 0 < peak[0] <= limit + (workers + 2) * shard_bytes + 4096, (peak[0], limit, shard_bytes)
 
 
