@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -945,3 +946,52 @@ def test_verify_diff_info_and_readers_of_a_bucket_go_through_one_byte_source(
     ds = shardkit.open(f"{out}/val", cache_dir=tmp_path / "c")
     ds.class_weights()
     assert opened == [None] and sorted(fetched) == sorted(sidecars)  # through the reader's cache, the same way
+
+
+def test_threads_opening_shards_never_lose_a_read_through_copy_to_each_other(limited_split: tuple[str, int],
+                                                                             camvid_val_npy: Path, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thread fetching a shard into this process's read-through slot opens its files before another thread's
+    fetch may drop that slot (tf.data's parallel map and Keras threads read shards at once): thread A pauses
+    between its fetch and its open while thread B fetches another shard; B waits, A's read is exact."""
+    import threading
+
+    from shardkit.read.cache import ShardCache
+
+    url, _ = limited_split
+    ds = shardkit.open(url, options=shardkit.OpenOptions(
+        cache_dir=tmp_path / "cache", cache_limit=1, remote_reads="shards",
+        storage_options={"endpoint_url": os.environ["AWS_ENDPOINT_URL"]}))
+    ref = shardkit.open(camvid_val_npy)
+    a_fetched, b_done = threading.Event(), threading.Event()
+    real = ShardCache.hold
+    paused: list[int] = []
+
+    def hold(self: ShardCache, shard: Any, *args: Any, **kwargs: Any) -> Any:
+        held = real(self, shard, *args, **kwargs)
+        if threading.current_thread().name == "A" and not paused:
+            paused.append(1)
+            a_fetched.set()
+            b_done.wait(2.0)  # B finishes first unless it must wait for A's open
+        return held
+
+    monkeypatch.setattr(ShardCache, "hold", hold)
+    got: dict[str, Any] = {}
+
+    def read(name: str, index: int) -> None:
+        try:
+            got[name] = ds.batch(np.array([index]))
+        except Exception as exc:  # reported below, with its message
+            got[name] = exc
+
+    a = threading.Thread(target=read, args=("A", 4), name="A")
+    a.start()
+    assert a_fetched.wait(30)
+    b = threading.Thread(target=lambda: (read("B", 20), b_done.set()), name="B")
+    b.start()
+    a.join(60)
+    b.join(60)
+    for name, index in (("A", 4), ("B", 20)):
+        assert not isinstance(got[name], Exception), f"{name}: {got[name]}"
+        want = ref.batch(np.array([index]))
+        assert got[name][0].tobytes() == want[0].tobytes() and got[name][1].tobytes() == want[1].tobytes()

@@ -20,6 +20,7 @@ hints):
 from __future__ import annotations
 
 import os
+import threading
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -122,6 +123,21 @@ class CachedShards(ShardSource):
             shard.release()
 
 
+#: Taken while a shard of a remote split is fetched and its reader opened: fetching another shard may drop this
+#: process's read-through slot (its folder deleted), so a reader on another thread (tf.data's parallel map, Keras
+#: threads) could find its files gone between the fetch and the open. Once open, its files are held by descriptor.
+_OPENING = threading.Lock()
+
+
+def _new_opening_lock() -> None:
+    """A forked child starts with the lock free (a thread of the parent may have held it at the fork)."""
+    global _OPENING
+    _OPENING = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_opening_lock)
+
+
 class _CachedShard:
     """One shard of a remote split: its local copy's reader in this process, built on the cache's :class:`Hold`
     (the copy pinned while held); a read-through copy whose folder the cache deleted closes its hold, and the shard
@@ -144,17 +160,20 @@ class _CachedShard:
         """The format reader on the local copy (fetching the shard first, once per process while it is held)."""
         if self.resident():
             return cast(ShardReader, self._held.kept)  # type: ignore[union-attr]
-        self.release()
-        held = self.cache.hold(self.shard)
-        try:
-            reader = self.fmt.open_shard(held.folder, self.shard, self.spec, self.manifest)
-            reader.ensure_open()  # a read-through folder may be deleted later: hold its files open now
-            reader.expected_hw  # noqa: B018 - and read the sizes from its sidecar now (variable-size splits)
-        except BaseException:
-            held.close()
-            raise
-        held.kept, self._held = reader, held
-        return reader
+        with _OPENING:  # no other thread of this process drops the read-through slot before the files are open
+            if self.resident():  # another thread opened it meanwhile
+                return cast(ShardReader, self._held.kept)  # type: ignore[union-attr]
+            self.release()
+            held = self.cache.hold(self.shard)
+            try:
+                reader = self.fmt.open_shard(held.folder, self.shard, self.spec, self.manifest)
+                reader.ensure_open()  # a read-through folder may be deleted later: hold its files open now
+                reader.expected_hw  # noqa: B018 - and read the sizes from its sidecar now (variable-size splits)
+            except BaseException:
+                held.close()
+                raise
+            held.kept, self._held = reader, held
+            return reader
 
     def release(self) -> None:
         """Forget the local copy and unpin it."""
