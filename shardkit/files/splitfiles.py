@@ -304,21 +304,14 @@ class SampleSpec(JsonView):
         return offsets
 
     def to_manifest(self) -> dict[str, Any]:
-        volume = self.volume_shape
-        if volume is not None:  # 3-D samples: (D, H, W, C) images, (D, H, W) labels
-            return {"image": {"dtype": self.image_dtype, "shape": [*volume, self.image_channels], "layout": "DHWC",
-                              "channels": self.channel_kind},
-                    "label": {"dtype": self.stored_label_dtype.str,
-                              "shape": [*volume] if self.label_channels is None else [*volume, self.label_channels],
-                              "encoding": self.label_encoding, "num_classes": self.num_classes,
-                              "class_id_dtype": self.label_dtype, "bitorder": self.encoding.bitorder}}
-        h, w = self.size if self.size else (None, None)
+        image = list(self.image_dims)  # (H, W, C), or (D, H, W, C) for 3-D samples
+        extent = image[:-1]  # the label's: (D, H, W) class ids for 3-D samples
         return {
-            "image": {"dtype": self.image_dtype, "shape": [h, w, self.image_channels], "layout": "HWC",
-                      "channels": self.channel_kind},
+            "image": {"dtype": self.image_dtype, "shape": image,
+                      "layout": "HWC" if self.volume_shape is None else "DHWC", "channels": self.channel_kind},
             "label": {
                 "dtype": self.stored_label_dtype.str,
-                "shape": [h, w] if self.label_channels is None else [h, w, self.label_channels],
+                "shape": extent if self.label_channels is None else [*extent, self.label_channels],
                 "encoding": self.label_encoding,
                 "num_classes": self.num_classes,
                 "class_id_dtype": self.label_dtype,
